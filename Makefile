@@ -1,0 +1,44 @@
+# Two commands do all the set-up on a fresh machine: `make demo` and `make test`.
+# Each creates .venv if needed and installs what is missing; a second run is quick.
+
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test test-fast install system-deps bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# torch first, pinned: on these machines 2.13.0 is a CPU build on local disk; an unpinned
+# torch pulled in by sentence-transformers would download a multi-GB CUDA build.
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian packages the browser test needs (chromium); skipped when already there.
+system-deps:
+	@if ! command -v chromium >/dev/null 2>&1; then \
+		if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+		else echo "chromium missing: run 'sudo apt-get install -y chromium' for the browser test"; fi; \
+	fi
+
+demo: install
+	$(BIN)/python -m fathom.demo
+
+test: install system-deps
+	$(BIN)/python -m pytest -q -ra
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+clean:
+	rm -rf $(VENV)

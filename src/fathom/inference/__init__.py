@@ -1,0 +1,1 @@
+"""Inference: providers, routing, the compatibility gate and the cloud budget."""
