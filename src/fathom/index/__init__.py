@@ -1,0 +1,1 @@
+"""Retrieval: walking and chunking projects, the vector store, indexing jobs and search."""
