@@ -436,6 +436,12 @@ class Store(ABC):
     def written_since(self, project: str, table: str, since: datetime,
                       provider_id: str | None = None) -> list[ManifestEntry]: ...
 
+    def chunk_texts(self, project: str, table: str, chunk_ids: Sequence[str],
+                    slot: Slot = Slot.ACTIVE) -> dict[str, str]:
+        """The stored text of these rows, by chunk_id (the gate re-embeds exactly the rows a
+        quarantined provider wrote). Unknown ids are simply absent."""
+        raise StoreError(f"{type(self).__name__} cannot return stored chunk texts")
+
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         pass
 
@@ -1087,6 +1093,21 @@ class LanceStore(Store):
         return [ManifestEntry(*row) for row in zip(res["chunk_id"].to_pylist(),
                                                   res["content_hash"].to_pylist(),
                                                   res["path"].to_pylist(), strict=True)]
+
+    def chunk_texts(self, project: str, table: str, chunk_ids: Sequence[str],
+                    slot: Slot = Slot.ACTIVE) -> dict[str, str]:
+        check_table_kind(table)
+        name = self._slot_name(project, table, slot)
+        ids = list(chunk_ids)
+        if name is None or not ids:
+            return {}
+        tbl = self._table(project, name)
+        out: dict[str, str] = {}
+        for i in range(0, len(ids), self.BATCH):
+            res = self._rows_where(tbl, _in_list("chunk_id", ids[i:i + self.BATCH]),
+                                   ["chunk_id", "text"])
+            out.update(zip(res["chunk_id"].to_pylist(), res["text"].to_pylist(), strict=True))
+        return out
 
     def close(self) -> None:
         with self._mutex:
