@@ -81,6 +81,11 @@ def hybrid_search(store: Store, project: str, table: str, vector: Any, query: st
 
 
 async def _encode(encoder: Provider, text: str) -> np.ndarray:
+    # Encoders with a query form (E5's "query: " prefix) expose embed_query; others embed
+    # the query like any passage.
+    embed_query = getattr(encoder, "embed_query", None)
+    if embed_query is not None:
+        return np.asarray(await embed_query(text), dtype=np.float32).reshape(-1)
     vectors = await encoder.embed([text])
     return np.asarray(vectors, dtype=np.float32)[0]
 

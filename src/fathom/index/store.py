@@ -81,7 +81,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import math
 import re
 import shutil
 import threading
@@ -745,9 +744,9 @@ class LanceStore(Store):
             # refine_factor to restore recall.
             sub = next((s for s in (width // 16, width // 8, width // 4) if s and width % s == 0),
                        1)
-            tbl.create_index("vector", config=IvfPq(distance_type="cosine",
-                                                    num_partitions=max(1, int(math.sqrt(n))),
-                                                    num_sub_vectors=sub), replace=True)
+            # Partition count is LanceDB's own choice (it sizes partitions from the row count).
+            tbl.create_index("vector", config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
+                             replace=True)
 
     def _collect_garbage(self, project: str) -> None:
         state = self._read_state(project) or {"tables": {}}

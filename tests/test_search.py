@@ -1,0 +1,189 @@
+"""Hybrid search: RRF fusion, keyword rescue, hits with line ranges, find_similar."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from fathom.errors import ConfigError
+from fathom.index.chunk import Chunk
+from fathom.index.search import find_similar, hybrid_search, rrf_fuse, search
+from fathom.index.store import Hit, LanceStore, Slot
+from fathom.inference.provider import Kind, Provider, ProviderInfo
+from fathom.roles import EMBEDDING_ROLES
+from fathom.space import Provenance, Space
+from tests.store_fixtures import (  # noqa: F401
+    CLEARED,
+    SPACE,
+    WIDTH,
+    clock,
+    clustered,
+    make_chunks,
+    store,
+)
+
+
+def hit(cid: str, **kw) -> Hit:
+    return Hit(chunk_id=cid, path=f"{cid}.py", start_line=1, end_line=2, symbol=None,
+               language="python", score=0.0, snippet="", provider_id="p", **kw)
+
+
+def test_rrf_fuse_rewards_agreement():
+    vector = [hit("a", vector_score=0.9), hit("b", vector_score=0.8), hit("c", vector_score=0.7)]
+    text = [hit("c", text_score=7.0), hit("d", text_score=5.0)]
+    fused = rrf_fuse([vector, text], k=60)
+    assert [h.chunk_id for h in fused] == ["c", "a", "b", "d"]
+    assert fused[0].score == pytest.approx(1 / 63 + 1 / 61)
+    assert (fused[0].vector_score, fused[0].text_score) == (0.7, 7.0)
+    assert fused[1].text_score is None
+    assert [h.chunk_id for h in rrf_fuse([vector, text], limit=2)] == ["c", "a"]
+    assert rrf_fuse([]) == []
+
+
+def test_rrf_fuse_ties_keep_vector_order_first():
+    fused = rrf_fuse([[hit("a")], [hit("b")]])
+    assert [h.chunk_id for h in fused] == ["a", "b"]
+
+
+@pytest.fixture
+def haystack(store):
+    """200 chunks in clusters; one holds a rare identifier but sits in an unrelated cluster."""
+    chunks = make_chunks(200, files=20, lines=8)
+    vecs = clustered(200, clusters=6, seed=3)
+    needle = Chunk("pkg/registry.py", "python", "code", 41, 57, "Registry.frobnicate_registry",
+                   "def frobnicate_registry(self, entries):\n    return merge(entries)\n")
+    needle_vec = clustered(1, clusters=1, seed=99)
+    store.open_table("p", "code", SPACE)
+    store.write("p", "code", [*chunks, needle], np.vstack([vecs, needle_vec]), CLEARED)
+    return chunks, vecs, needle, needle_vec[0]
+
+
+def test_exact_keyword_match_ranks_high(store, haystack):
+    chunks, vecs, needle, needle_vec = haystack
+    query_vec = vecs[0]  # the vector half points somewhere else entirely
+    vector_only = store.vector_search("p", "code", query_vec, 10)
+    assert needle.chunk_id not in {h.chunk_id for h in vector_only}
+
+    hits = hybrid_search(store, "p", "code", query_vec, "frobnicate_registry", k=5)
+    assert hits[0].chunk_id == needle.chunk_id or hits[1].chunk_id == needle.chunk_id
+    top = next(h for h in hits if h.chunk_id == needle.chunk_id)
+    assert top.text_score is not None and top.text_score > 0
+
+
+def test_hybrid_hits_carry_path_and_line_range(store, haystack):
+    chunks, vecs, needle, _ = haystack
+    hits = hybrid_search(store, "p", "code", vecs[17], "widget value 17", k=8)
+    assert len(hits) == 8
+    assert all(h.score > 0 for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    by_id = {c.chunk_id: c for c in [*chunks, needle]}
+    for h in hits:
+        c = by_id[h.chunk_id]
+        assert (h.path, h.start_line, h.end_line, h.symbol, h.language) == \
+            (c.path, c.start_line, c.end_line, c.symbol, c.language)
+        assert h.snippet and h.snippet in c.text
+        assert h.provider_id == CLEARED.provider_id
+        assert h.table == "code"
+    # The chunk that agrees on both halves comes first.
+    assert hits[0].chunk_id == chunks[17].chunk_id
+    assert hits[0].vector_score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_hybrid_search_odd_queries_do_not_fail(store, haystack):
+    chunks, vecs, _, _ = haystack
+    for q in ['"quoted"', "foo(bar) && baz", "+-*&^%", "a AND b:c"]:
+        assert hybrid_search(store, "p", "code", vecs[1], q, k=3)
+    with pytest.raises(ConfigError):
+        hybrid_search(store, "p", "code", vecs[1], "x", k=0)
+
+
+def test_search_sees_only_the_active_slot(store, haystack):
+    store.begin_shadow("p", "code", SPACE)
+    shadow = make_chunks(3, prefix="shadowonly")
+    store.write("p", "code", shadow, clustered(3, seed=8), CLEARED, slot=Slot.SHADOW)
+    hits = hybrid_search(store, "p", "code", clustered(3, seed=8)[0], "shadowonly", k=10)
+    assert not {h.chunk_id for h in hits} & {c.chunk_id for c in shadow}
+
+
+# ---------------------------------------------------------------- through a Provider
+
+
+class HashingEncoder(Provider):
+    """A deterministic bag-of-words encoder: real vectors from text, no model needed."""
+
+    def __init__(self, width: int = WIDTH, provider_id: str = CLEARED.provider_id):
+        self.width = width
+        self.info = ProviderInfo(id=provider_id, kind=Kind.LOCAL, roles=frozenset(EMBEDDING_ROLES),
+                                 model="hashing", width=width)
+
+    def encode(self, text: str) -> np.ndarray:
+        v = np.zeros(self.width, np.float32)
+        for word in re.findall(r"[a-z]+", text.lower()):
+            v[int(hashlib.md5(word.encode()).hexdigest(), 16) % self.width] += 1.0
+        v[0] += 1e-3  # never all zeros
+        return v / np.linalg.norm(v)
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self.encode(t) for t in texts])
+
+
+CORPUS = [
+    ("net/socket.py", 1, 20, "open_socket", "def open_socket(host, port):\n    connect tcp socket"),
+    ("cfg/parse.py", 5, 30, "parse_config", "def parse_config(path):\n    read yaml config file"),
+    ("ui/render.py", 2, 9, "render_page", "def render_page(tpl):\n    render html template page"),
+    ("db/query.py", 11, 40, "run_query", "def run_query(sql):\n    execute sql query rows"),
+]
+
+
+async def indexed_corpus(store: LanceStore, encoder: HashingEncoder) -> list[Chunk]:
+    chunks = [Chunk(p, "python", "code", s, e, sym, t) for p, s, e, sym, t in CORPUS]
+    store.open_table("p", "code", SPACE)
+    store.write("p", "code", chunks, await encoder.embed([c.text for c in chunks]), CLEARED)
+    return chunks
+
+
+async def test_search_encodes_the_query_and_fuses(store):
+    encoder = HashingEncoder()
+    await indexed_corpus(store, encoder)
+    hits = await search(store, encoder, "p", "read the yaml config file", k=3)
+    assert (hits[0].path, hits[0].start_line, hits[0].end_line) == ("cfg/parse.py", 5, 30)
+    with pytest.raises(ConfigError):
+        await search(store, encoder, "p", "   ")
+
+
+async def test_find_similar_from_file_and_line_and_from_snippet(store):
+    encoder = HashingEncoder()
+    chunks = await indexed_corpus(store, encoder)
+    similar = await find_similar(store, "p", path="db/query.py", line=20, k=3)
+    assert chunks[3].chunk_id not in {h.chunk_id for h in similar}  # itself excluded
+    assert len(similar) == 3
+    from_snippet = await find_similar(store, "p", snippet="render an html template",
+                                      encoder=encoder, k=1)
+    assert from_snippet[0].path == "ui/render.py"
+    with pytest.raises(ConfigError):
+        await find_similar(store, "p", path="nowhere.py", line=1)
+    with pytest.raises(ConfigError):
+        await find_similar(store, "p")
+
+
+@pytest.mark.slow
+async def test_real_encoder_hybrid_search(tmp_path, minilm_path):
+    """The real path: MiniLM vectors written under the reference's provenance, then searched."""
+    from fathom.inference.local import LocalEncoder
+
+    encoder = LocalEncoder(minilm_path, model_name="sentence-transformers/all-minilm-l6-v2",
+                           width=384)
+    space = Space("code", encoder.info.model, 384, encoder.id)
+    store = LanceStore(tmp_path)
+    chunks = [Chunk(p, "python", "code", s, e, sym, t) for p, s, e, sym, t in CORPUS]
+    store.open_table("p", "code", space)
+    store.write("p", "code", chunks, await encoder.embed([c.text for c in chunks]),
+                Provenance(encoder.id, None))
+    hits = await search(store, encoder, "p", "connect to a network server", k=2)
+    assert hits[0].path == "net/socket.py"
+    hits = await search(store, encoder, "p", "run_query", k=2)
+    assert hits[0].path == "db/query.py"
