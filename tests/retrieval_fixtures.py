@@ -119,3 +119,30 @@ def write_project(root: Path, files: dict[str, str] | None = None) -> Path:
 def sample_project(tmp_path: Path) -> Path:
     """A handful of files: three Python modules, one JavaScript file, one README."""
     return write_project(tmp_path / "shop")
+
+
+class CountingEncoder:
+    """Wraps a real encoder at the Provider cut-off: counts the texts it embeds, and can fail
+    after a number of batches (a process dying mid-run, as the indexer sees it)."""
+
+    def __new__(cls, inner, *, fail_after_batches: int | None = None, provider_id: str | None = None):
+        import dataclasses
+
+        from fathom.inference.provider import Provider
+
+        class _Counting(Provider):
+            def __init__(self) -> None:
+                self.inner = inner
+                self.info = (inner.info if provider_id is None
+                             else dataclasses.replace(inner.info, id=provider_id))
+                self.texts: list[str] = []
+                self.batches = 0
+
+            async def embed(self, texts):
+                if fail_after_batches is not None and self.batches >= fail_after_batches:
+                    raise RuntimeError("encoder process killed (injected)")
+                self.batches += 1
+                self.texts.extend(texts)
+                return await inner.embed(texts)
+
+        return _Counting()

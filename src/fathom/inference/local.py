@@ -126,6 +126,10 @@ class LocalEncoder(Provider):
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             try:
                 from sentence_transformers import SentenceTransformer
+                from transformers.utils import logging as hf_logging
+
+                # A progress bar per load on stderr is noise in a CLI and an MCP server.
+                hf_logging.disable_progress_bar()
 
                 model = SentenceTransformer(self.model_path, device=self.device)
             except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error

@@ -1,0 +1,423 @@
+"""Index jobs: walk a project, chunk it, embed the chunks, write them with provenance.
+
+What this module owns: the order of an indexing run and its crash behaviour.
+
+* A full run (or the first run of a table) builds a shadow slot and promotes it atomically:
+  searches see the previous active table, whole, until the switch. Each finished batch is
+  written to the shadow as it completes, so a killed run keeps its work; the next full run
+  resumes the same-space shadow and skips the chunk ids already there.
+* An incremental run compares the project's chunks with the active table's manifest: only
+  chunks whose id changed (ids hash the path, line range and content) are embedded; rows of
+  removed or changed chunks are deleted after their replacements are written, so a crash
+  between the two leaves stale extra rows for the next run to delete, never a missing one.
+* Progress (files, chunks done/total, chunks/s, ETA, skipped files by reason) and a `Job`
+  with pause / resume / cancel, which the admin API exposes.
+
+What it refuses to do: choose who may write into a table (the store's `Clearance` does, on
+every write), decide routing (it embeds through one `Provider`, or through a `Pool` when one
+is given), or read the filesystem itself beyond what the walker returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from fathom.errors import ConfigError, FathomError
+from fathom.index.chunk import Chunk
+from fathom.index.store import TABLE_KINDS, Slot, Store
+from fathom.inference.provider import Provider
+from fathom.space import Provenance, Space
+
+Sink = Callable[[list[int], np.ndarray, Provider], Awaitable[None]]
+
+
+class EmbedRunner(Protocol):
+    """What `fathom.inference.pool.Pool` offers: embed `texts`, calling `sink` per batch."""
+
+    async def run(self, texts: Sequence[str], sink: Sink) -> Any: ...
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    PAUSED = "paused"
+    CANCELLED = "cancelled"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class JobCancelled(FathomError):
+    def __init__(self, job_id: str, project: str):
+        self.job_id, self.project = job_id, project
+        super().__init__(
+            f"index job {job_id} for project {project!r} was cancelled; the active table is "
+            f"unchanged and a later full run resumes from the rows already embedded"
+        )
+
+
+class ProjectPathError(ConfigError):
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"cannot index {path}: {reason}. Give the path of a project folder.")
+
+
+@dataclass(frozen=True)
+class IndexProgress:
+    """One progress event. `chunks_total` counts the chunks this run must embed (resumed or
+    unchanged chunks are `chunks_reused`, not part of the total)."""
+
+    project: str
+    phase: str  # "walking", "chunking", "loading model", "embedding", "promoting", "done"
+    files: int = 0
+    chunks_total: int = 0
+    chunks_done: int = 0
+    chunks_reused: int = 0
+    chunks_deleted: int = 0
+    elapsed_s: float = 0.0
+    rate: float = 0.0  # chunks per second over the embedding phase
+    eta_s: float | None = None
+    skipped: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class IndexReport:
+    project: str
+    root: str
+    full: bool
+    resumed: bool
+    files: int
+    chunks: int  # chunks in the project now (both tables)
+    embedded: int  # chunks embedded by this run
+    reused: int  # chunks already in place (unchanged, or resumed from an earlier run)
+    deleted: int  # rows removed (changed or vanished chunks)
+    skipped: dict[str, int]
+    elapsed_s: float
+    embed_s: float
+    rate: float  # chunks embedded per second of the embedding phase
+    tables: dict[str, int]  # active rows per table after the run
+    providers: dict[str, int] = field(default_factory=dict)  # chunks embedded per provider id
+
+
+class Job:
+    """One indexing run's state, and the operator's handle on it.
+
+    `pause()` takes effect between batches (a batch in flight finishes and is written);
+    `cancel()` likewise, and the run ends with `JobCancelled`, leaving the shadow slot to be
+    resumed by the next full run.
+    """
+
+    def __init__(self, project: str, root: Path | str, *, full: bool = False,
+                 clock: Callable[[], float] = time.monotonic):
+        self.id = uuid.uuid4().hex[:12]
+        self.project = project
+        self.root = Path(root)
+        self.full = full
+        self.clock = clock
+        self.state = JobState.PENDING
+        self.progress = IndexProgress(project, "pending")
+        self.report: IndexReport | None = None
+        self.error: str | None = None
+        self.created_at = clock()
+        self.finished_at: float | None = None
+        self._running = asyncio.Event()
+        self._running.set()
+        self._cancelled = False
+
+    def pause(self) -> None:
+        if self.state in (JobState.PENDING, JobState.RUNNING):
+            self._running.clear()
+            self.state = JobState.PAUSED
+
+    def resume(self) -> None:
+        if self.state is JobState.PAUSED:
+            self.state = JobState.RUNNING
+            self._running.set()
+
+    def cancel(self) -> None:
+        if not self.finished:
+            self._cancelled = True
+            self._running.set()  # a paused job must wake up to notice
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
+
+    async def checkpoint(self) -> None:
+        """Called between batches: waits while paused, raises JobCancelled if cancelled."""
+        if not self._running.is_set():
+            await self._running.wait()
+        if self._cancelled:
+            raise JobCancelled(self.id, self.project)
+
+    def as_dict(self) -> dict[str, Any]:
+        p = self.progress
+        return {
+            "id": self.id, "project": self.project, "root": str(self.root), "full": self.full,
+            "state": self.state.value, "error": self.error,
+            "phase": p.phase, "files": p.files, "chunks_total": p.chunks_total,
+            "chunks_done": p.chunks_done, "chunks_reused": p.chunks_reused,
+            "rate": round(p.rate, 2), "eta_s": None if p.eta_s is None else round(p.eta_s, 1),
+            "skipped": dict(p.skipped),
+        }
+
+
+@dataclass(frozen=True)
+class Discovered:
+    files: int
+    chunks: list[Chunk]
+    skipped: dict[str, int]
+
+
+def discover(root: Path) -> Discovered:
+    """Walk and chunk a project (blocking: run it in a thread)."""
+    from fathom.index.chunking import chunk_file
+    from fathom.index.walker import walk
+
+    walked = walk(root)
+    chunks: list[Chunk] = []
+    files = 0
+    for item in walked.files:
+        files += 1
+        chunks.extend(chunk_file(item.path, item.text))
+    # One row per chunk id: identical (path, lines, text) twice would be the same row anyway.
+    unique = list({c.chunk_id: c for c in chunks}.values())
+    return Discovered(files, unique, dict(walked.skipped))
+
+
+def space_for(encoder: Provider, table: str) -> Space:
+    """A table's vector space as defined by its reference encoder."""
+    info = encoder.info
+    if info.width is None:
+        raise ConfigError(f"encoder {info.id} does not declare its width; it cannot define a table")
+    return Space(table=table, model=info.model, width=int(info.width), reference=info.id)
+
+
+def _default_provenance(provider: Provider, space: Space) -> Provenance:
+    # Until the gate lands only the reference encoder writes, and it needs no verdict.
+    return Provenance(provider.id, None)
+
+
+class Indexer:
+    """Runs index jobs into one store, with one reference encoder per table.
+
+    `runner` is an optional `Pool` (anything with `run(texts, sink)`); without one the
+    reference encoder embeds directly, `batch_size` texts per call. `provenance` maps the
+    provider that embedded a batch to the provenance written with it (the gate supplies
+    verdict ids there).
+    """
+
+    def __init__(self, store: Store, encoder: Provider, *, batch_size: int = 64,
+                 runner: EmbedRunner | None = None,
+                 provenance: Callable[[Provider, Space], Provenance] = _default_provenance,
+                 clock: Callable[[], float] = time.monotonic,
+                 discover_fn: Callable[[Path], Discovered] = discover):
+        self.store = store
+        self.encoder = encoder
+        self.batch_size = max(1, int(batch_size))
+        self.runner = runner
+        self.provenance = provenance
+        self.clock = clock
+        self.discover = discover_fn
+
+    def job(self, project: str, root: Path | str, *, full: bool = False) -> Job:
+        return Job(project, root, full=full, clock=self.clock)
+
+    async def run(self, job: Job,
+                  progress: Callable[[IndexProgress], None] | None = None) -> IndexReport:
+        """Run `job` to completion; the job's state says how it ended."""
+        job.state = JobState.RUNNING if job.state is not JobState.PAUSED else job.state
+        try:
+            report = await self._run(job, progress)
+        except JobCancelled:
+            job.state = JobState.CANCELLED
+            job.finished_at = self.clock()
+            raise
+        except BaseException as exc:
+            job.state = JobState.FAILED
+            job.error = str(exc) or type(exc).__name__
+            job.finished_at = self.clock()
+            raise
+        job.report = report
+        job.state = JobState.DONE
+        job.finished_at = self.clock()
+        return report
+
+    async def _run(self, job: Job, progress: Callable[[IndexProgress], None] | None) -> IndexReport:
+        started = self.clock()
+        root = job.root.expanduser()
+        if not root.exists():
+            raise ProjectPathError(str(root), "no such folder")
+        if not root.is_dir():
+            raise ProjectPathError(str(root), "it is a file, not a folder")
+        root = root.resolve()
+
+        state = {"p": IndexProgress(job.project, "walking")}
+
+        def emit(**changes: Any) -> None:
+            p = replace(state["p"], elapsed_s=self.clock() - started, **changes)
+            state["p"] = p
+            job.progress = p
+            if progress is not None:
+                progress(p)
+
+        emit()
+        await job.checkpoint()
+        found = await asyncio.to_thread(self.discover, root)
+        emit(phase="chunking", files=found.files, skipped=found.skipped)
+        by_table: dict[str, list[Chunk]] = {t: [] for t in TABLE_KINDS}
+        for chunk in found.chunks:
+            by_table[chunk.table].append(chunk)
+
+        # Plan every table before embedding anything, so the total (and the ETA) is known.
+        plans = [await asyncio.to_thread(self._plan, job, t, by_table[t]) for t in TABLE_KINDS]
+        total = sum(len(p.todo) for p in plans)
+        reused = sum(p.reused for p in plans)
+        if total:
+            # Load the model before the clock starts: a rate that includes a one-off load
+            # would mislead the ETA. Only in-process encoders have a `load`.
+            load = getattr(self.encoder, "load", None)
+            if callable(load):
+                emit(phase="loading model", chunks_total=total, chunks_reused=reused)
+                await asyncio.to_thread(load)
+        emit(phase="embedding", chunks_total=total, chunks_reused=reused)
+
+        embed_started = self.clock()
+        counts = {"done": 0}
+        providers: Counter[str] = Counter()
+
+        def on_batch(n: int, provider_id: str) -> None:
+            counts["done"] += n
+            providers[provider_id] += n
+            spent = max(self.clock() - embed_started, 1e-9)
+            rate = counts["done"] / spent
+            left = total - counts["done"]
+            emit(chunks_done=counts["done"], rate=rate, eta_s=left / rate if rate > 0 else None)
+
+        for plan in plans:
+            await self._embed(job, plan, on_batch)
+        # Promotions come after every table is embedded, so a killed run changes neither.
+        deleted = 0
+        for plan in plans:
+            deleted += await asyncio.to_thread(self._finish, job, plan)
+        embed_s = self.clock() - embed_started
+        emit(phase="promoting" if any(p.shadow for p in plans) else "done", chunks_deleted=deleted)
+
+        tables = {}
+        for t in TABLE_KINDS:
+            info = await asyncio.to_thread(self.store.table_info, job.project, t) \
+                if hasattr(self.store, "table_info") else None
+            tables[t] = info.rows if info is not None else 0
+        elapsed = self.clock() - started
+        emit(phase="done")
+        return IndexReport(
+            project=job.project, root=str(root), full=job.full,
+            resumed=any(p.resumed for p in plans), files=found.files,
+            chunks=len(found.chunks), embedded=counts["done"], reused=reused, deleted=deleted,
+            skipped=dict(found.skipped), elapsed_s=elapsed, embed_s=embed_s,
+            rate=counts["done"] / embed_s if embed_s > 0 and counts["done"] else 0.0,
+            tables=tables, providers=dict(providers),
+        )
+
+    # ---- planning: what to embed, into which slot
+
+    def _plan(self, job: Job, table: str, chunks: list[Chunk]) -> _Plan:
+        space = space_for(self.encoder, table)
+        project = job.project
+        active = self.store.space_of(project, table, Slot.ACTIVE)
+        if not chunks and active is None:
+            return _Plan(table, space, Slot.ACTIVE, [], 0, set(), shadow=False, resumed=False,
+                         skip=True)
+        if job.full or active is None:
+            # A full build goes through a shadow, even the very first one: a killed first run
+            # leaves no half-built table visible, and the next run resumes it.
+            shadow = self.store.begin_shadow(project, table, space)
+            have = self.store.chunk_ids(project, table, Slot.SHADOW) if shadow.resumed else set()
+            wanted = {c.chunk_id for c in chunks}
+            # Rows of chunks that changed since the interrupted run must not be promoted.
+            stale = have - wanted
+            todo = [c for c in chunks if c.chunk_id not in have]
+            return _Plan(table, space, Slot.SHADOW, todo, len(chunks) - len(todo), stale,
+                         shadow=True, resumed=shadow.resumed)
+        # Incremental: the active table's own space must be ours (SpaceMismatch otherwise).
+        self.store.open_table(project, table, space)
+        have = {e.chunk_id for e in self.store.manifest(project, table, Slot.ACTIVE)}
+        wanted = {c.chunk_id for c in chunks}
+        todo = [c for c in chunks if c.chunk_id not in have]
+        return _Plan(table, space, Slot.ACTIVE, todo, len(chunks) - len(todo), have - wanted,
+                     shadow=False, resumed=False)
+
+    # ---- embedding: batches written as they finish
+
+    async def _embed(self, job: Job, plan: _Plan, on_batch: Callable[[int, str], None]) -> None:
+        if not plan.todo:
+            return
+        # Similar lengths in one batch waste less padding (what SentenceTransformer.encode
+        # does internally within one call, done here across the whole run).
+        todo = sorted(plan.todo, key=lambda c: len(c.text))
+        texts = [c.text for c in todo]
+        pending: asyncio.Task[None] | None = None
+
+        async def sink(indices: list[int], vectors: np.ndarray, provider: Provider) -> None:
+            nonlocal pending
+            rows = [todo[i] for i in indices]
+            provenance = self.provenance(provider, plan.space)
+            # The write of one batch overlaps the encoding of the next (LanceDB and torch both
+            # release the GIL); at most one write is in flight, so order and memory stay bounded.
+            if pending is not None:
+                await pending
+            pending = asyncio.create_task(asyncio.to_thread(
+                self.store.write, job.project, plan.table, rows, vectors, provenance,
+                slot=plan.slot))
+            pending.add_done_callback(lambda t, n=len(rows), pid=provider.id:
+                                      None if t.cancelled() or t.exception() else on_batch(n, pid))
+            await job.checkpoint()
+
+        try:
+            if self.runner is not None:
+                await self.runner.run(texts, sink)
+            else:
+                for start in range(0, len(texts), self.batch_size):
+                    await job.checkpoint()
+                    idx = list(range(start, min(start + self.batch_size, len(texts))))
+                    vectors = await self.encoder.embed([texts[i] for i in idx])
+                    await sink(idx, vectors, self.encoder)
+        finally:
+            if pending is not None:
+                # A batch already encoded is still written: a killed run keeps it.
+                await asyncio.shield(pending)
+
+    def _finish(self, job: Job, plan: _Plan) -> int:
+        if plan.skip:
+            return 0
+        deleted = 0
+        if plan.stale:
+            deleted = self.store.delete(job.project, plan.table, chunk_ids=sorted(plan.stale),
+                                        slot=plan.slot)
+        if plan.shadow:
+            self.store.promote(job.project, plan.table)
+        elif plan.todo or deleted:
+            self.store.refresh(job.project, plan.table)
+        return deleted
+
+
+@dataclass
+class _Plan:
+    table: str
+    space: Space
+    slot: Slot
+    todo: list[Chunk]
+    reused: int
+    stale: set[str]
+    shadow: bool
+    resumed: bool
+    skip: bool = False

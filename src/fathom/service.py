@@ -1,0 +1,264 @@
+"""The composition root: one `Fathom` object that the CLI, the MCP tools and the HTTP server
+share.
+
+It owns wiring, not mechanisms: the settings, the persisted routing state, the reference
+encoder of each table (the embedded local encoder here), the store, the indexer and the jobs
+it runs, plus the few records only this layer needs (each project's root folder and its last
+run, in `projects.json` under the data dir). Every public method validates its arguments and
+raises a typed `FathomError` that names the problem and the fix, so each front end can show
+one clear line instead of a traceback.
+
+It refuses to decide who may write a table (the store's clearance does), to route or to
+embed by itself (providers do), and to block the event loop (the store and the model run in
+worker threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Callable
+
+from fathom.config import RoutingStore, Settings, atomic_write_text
+from fathom.errors import ConfigError
+from fathom.index import search as search_mod
+from fathom.index.indexer import IndexProgress, IndexReport, Indexer, Job, space_for
+from fathom.index.store import TABLE_KINDS, Hit, Store, UnknownProject, open_store
+from fathom.inference.local import LocalEncoder
+from fathom.inference.provider import Provider
+
+MAX_K = 100
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    project: str
+    table: str
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str | None
+    language: str
+    score: float
+    snippet: str
+
+    @classmethod
+    def of(cls, project: str, hit: Hit) -> SearchHit:
+        return cls(project, hit.table, hit.path, hit.start_line, hit.end_line, hit.symbol,
+                   hit.language, round(float(hit.score), 6), hit.snippet)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ProjectSummary:
+    name: str
+    root: str | None
+    tables: dict[str, int]  # active rows per table
+    last_indexed: str | None  # ISO 8601, UTC
+    indexing: bool = False  # a shadow (an unfinished full run) exists
+
+
+@dataclass(frozen=True)
+class IndexStatus:
+    project: str
+    root: str | None
+    tables: dict[str, dict[str, Any]]
+    last_run: dict[str, Any] | None
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def check_k(k: Any) -> int:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise ConfigError(f"k must be a whole number from 1 to {MAX_K}, got {k!r}")
+    return k
+
+
+def check_table(table: str) -> str:
+    if table not in TABLE_KINDS:
+        raise ConfigError(f"unknown table {table!r}: use 'code' or 'docs'")
+    return table
+
+
+class ProjectRecords:
+    """Each project's root folder and last run summary, in `projects.json` (atomic writes)."""
+
+    def __init__(self, data_dir: Path):
+        self.path = Path(data_dir) / "projects.json"
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{self.path} is unreadable ({exc}); remove it, then re-index") from exc
+
+    def get(self, project: str) -> dict[str, Any] | None:
+        return self.load().get(project)
+
+    def put(self, project: str, record: dict[str, Any]) -> None:
+        records = self.load()
+        records[project] = record
+        atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
+
+
+class Fathom:
+    """Everything a front end needs, built from `Settings`.
+
+    Heavy parts start lazily: the store opens on first use and the model loads on the first
+    embed, so `fathom projects` answers without loading torch.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, encoder: Provider | None = None,
+                 store: Store | None = None, clock: Callable[[], float] = time.monotonic):
+        self.settings = settings or Settings()
+        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self.routing = RoutingStore(self.settings.data_dir)
+        self.encoder: Provider = encoder or LocalEncoder.from_settings(self.settings)
+        self._store = store
+        self.clock = clock
+        self.records = ProjectRecords(self.settings.data_dir)
+        self.jobs: dict[str, Job] = {}
+        self._index_lock: dict[str, asyncio.Lock] = {}
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = open_store(self.settings)
+        return self._store
+
+    def encoder_for(self, table: str) -> Provider:
+        """The table's reference encoder: the one that encodes its queries."""
+        check_table(table)
+        return self.encoder
+
+    def indexer(self) -> Indexer:
+        batch = getattr(self.encoder, "batch_size", self.settings.local_batch_size)
+        return Indexer(self.store, self.encoder, batch_size=batch, clock=self.clock)
+
+    # ---- indexing
+
+    async def index(self, path: str | Path, project: str | None = None, *, full: bool = False,
+                    progress: Callable[[IndexProgress], None] | None = None,
+                    job: Job | None = None) -> IndexReport:
+        root = Path(path).expanduser()
+        name = project or root.resolve().name
+        if not name:
+            raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
+        indexer = self.indexer()
+        job = job or indexer.job(name, root, full=full)
+        self.jobs[job.id] = job
+        lock = self._index_lock.setdefault(name, asyncio.Lock())
+        async with lock:  # two runs of one project in one process would race on its slots
+            report = await indexer.run(job, progress)
+        self.records.put(name, {
+            "root": report.root,
+            "last_run": {k: v for k, v in asdict(report).items() if k != "project"}
+            | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")},
+        })
+        return report
+
+    # ---- search
+
+    def _require_project(self, project: str) -> None:
+        if not isinstance(project, str) or not project:
+            raise ConfigError("project must be a non-empty name; see `fathom projects`")
+        if not self.store.has_project(project):
+            raise UnknownProject(project, [p.name for p in self.store.list_projects()])
+
+    def _searchable(self, project: str | None, table: str) -> list[str]:
+        if project is not None:
+            self._require_project(project)
+            return [project]
+        names = [p.name for p in self.store.list_projects() if table in p.tables
+                 and p.tables[table].space is not None]
+        if not names:
+            raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
+        return names
+
+    async def search(self, query: str, project: str | None = None, table: str = "code",
+                     k: int = 10) -> list[SearchHit]:
+        check_table(table)
+        check_k(k)
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigError("the search query is empty: give a few words or an identifier")
+        names = await asyncio.to_thread(self._searchable, project, table)
+        encoder = self.encoder_for(table)
+        out: list[SearchHit] = []
+        for name in names:
+            hits = await search_mod.search(self.store, encoder, name, query, table=table, k=k)
+            out.extend(SearchHit.of(name, h) for h in hits)
+        # RRF scores of different projects are on one scale (ranks), so a merge by score is fair.
+        out.sort(key=lambda h: -h.score)
+        return out[:k]
+
+    async def find_similar(self, project: str, *, path: str | None = None,
+                           line: int | None = None, snippet: str | None = None, k: int = 10,
+                           table: str = "code") -> list[SearchHit]:
+        check_table(table)
+        check_k(k)
+        if path is None and not (snippet and snippet.strip()):
+            raise ConfigError("find_similar needs either path and line, or a snippet")
+        if path is not None and snippet:
+            raise ConfigError("find_similar takes path and line, or a snippet, not both")
+        if line is not None and (isinstance(line, bool) or not isinstance(line, int) or line < 1):
+            raise ConfigError(f"line must be a 1-based line number, got {line!r}")
+        await asyncio.to_thread(self._require_project, project)
+        if path is not None:
+            path = path.replace("\\", "/").removeprefix("./")
+        hits = await search_mod.find_similar(self.store, project, table=table, path=path,
+                                             line=line, snippet=snippet,
+                                             encoder=self.encoder_for(table), k=k)
+        return [SearchHit.of(project, h) for h in hits]
+
+    # ---- projects
+
+    def projects(self) -> list[ProjectSummary]:
+        records = self.records.load()
+        out = []
+        for p in self.store.list_projects():
+            last = [t.last_indexed for t in p.tables.values() if t.last_indexed is not None]
+            out.append(ProjectSummary(
+                name=p.name,
+                root=(records.get(p.name) or {}).get("root"),
+                tables={t: info.rows for t, info in p.tables.items()},
+                last_indexed=max(last).isoformat(timespec="seconds") if last else None,
+                indexing=any(info.shadow_rows is not None for info in p.tables.values()),
+            ))
+        return out
+
+    def index_status(self, project: str) -> IndexStatus:
+        self._require_project(project)
+        record = self.records.get(project) or {}
+        tables: dict[str, dict[str, Any]] = {}
+        for t in TABLE_KINDS:
+            info = self.store.table_info(project, t)
+            if info.space is None and info.shadow_rows is None:
+                continue
+            tables[t] = {
+                "rows": info.rows,
+                "model": info.space.model if info.space else None,
+                "width": info.space.width if info.space else None,
+                "reference": info.space.reference if info.space else None,
+                "last_indexed": info.last_indexed.isoformat(timespec="seconds")
+                if info.last_indexed else None,
+                "shadow_rows": info.shadow_rows,
+                "provenance": {f"{pid}|{vid or '-'}": n for (pid, vid), n in
+                               self.store.provenance_counts(project, t).items()},
+            }
+        jobs = [j.as_dict() for j in self.jobs.values() if j.project == project]
+        return IndexStatus(project, record.get("root"), tables, record.get("last_run"), jobs)
+
+    def space(self, table: str):
+        return space_for(self.encoder_for(table), table)
+
+    async def aclose(self) -> None:
+        await self.encoder.aclose()
+        if self._store is not None:
+            self._store.close()
