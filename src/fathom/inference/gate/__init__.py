@@ -1,0 +1,39 @@
+"""The compatibility gate (R3), route pinning (R4) and row provenance.
+
+A provider that has not passed the gate never serves a single text: the pool asks
+`Gate.is_cleared` before it lets a provider pull work, and the store asks `GateClearance`
+before it writes a row. The parts, one concept each:
+
+- `check`      the comparison: per-probe cosines, width, count, finiteness, the 0.99 floor
+- `verdict`    `Verdict` (keyed by provider, model, pin, regime, reference, width) and its store
+- `golden`     the reference's probe vectors, recorded once per space, for drift re-checks
+- `core`       `Gate`: reference selection per policy, verify, re-probe, quarantine, listeners
+- `clearance`  `GateClearance`, the store's second lock
+- `audit`      rows per verdict, suspect rows after a quarantine, and re-embedding them
+
+The probe texts themselves are package data in `fathom.inference.probes`.
+"""
+
+from fathom.inference.gate.audit import (
+    AuditableStore, AuditReport, ReembedReport, SuspectRows, VerdictRows, audit, reembed,
+)
+from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
+from fathom.inference.gate.clearance import GateClearance
+from fathom.inference.gate.core import (
+    DEFAULT_RECHECK_INTERVAL_S, Gate, GateEvent, GateRefused, GateUnavailable, check_pin,
+    choose_anchor, identity, raise_if_refused, role_for,
+)
+from fathom.inference.gate.golden import Golden, GoldenStore
+from fathom.inference.gate.verdict import (
+    Coverage, JsonVerdictStore, Status, Verdict, VerdictKey, VerdictStore, verdict_id_for,
+)
+from fathom.inference.probes import Probe, ProbeSet, load_probes
+
+__all__ = [
+    "AuditReport", "AuditableStore", "Coverage", "DEFAULT_RECHECK_INTERVAL_S", "Evidence", "Gate",
+    "GateClearance", "GateEvent", "GateRefused", "GateUnavailable", "Golden", "GoldenStore",
+    "JsonVerdictStore", "MIN_COSINE", "Probe", "ProbeSet", "ReembedReport", "Status",
+    "SuspectRows", "Verdict", "VerdictKey", "VerdictRows", "VerdictStore", "audit", "check_pin",
+    "choose_anchor", "identity", "inspect", "load_probes", "raise_if_refused", "reembed",
+    "role_for", "verdict_id_for",
+]

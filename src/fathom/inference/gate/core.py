@@ -1,0 +1,530 @@
+"""The gate: who may write rows into a vector space (R3) and whose route is pinned (R4).
+
+It owns the decision and its lifecycle: pick the reference the policy calls for, embed the
+probe set through candidate and reference, turn the comparison into a persisted `Verdict`,
+record golden vectors the first time a space's reference answers, re-probe cleared providers
+(periodically and after each reconnect), and quarantine one at once when it drifts.
+
+It refuses to route, to batch index work, or to write rows: the pool asks `is_cleared` before
+a provider pulls work, and the store asks `GateClearance` before it writes a row. It never
+talks to a network or a model except through `Provider.embed`, so any provider (in-process,
+sidecar, OpenRouter, a test fake) is judged the same way. It is never disabled: a space whose
+reference cannot answer gets no verdict (`GateUnavailable`), not a pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect as _inspect
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
+
+from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError, ProviderUnavailable
+from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
+from fathom.inference.gate.golden import Golden, GoldenStore
+from fathom.inference.gate.verdict import (
+    Coverage, JsonVerdictStore, Verdict, VerdictKey, VerdictStore, verdict_id_for,
+)
+from fathom.inference.probes import ProbeSet, load_probes
+from fathom.inference.provider import Provider
+from fathom.policy import BEHAVIOUR, Policy, Reference
+from fathom.roles import EMBEDDING_ROLES, Role
+from fathom.space import Space
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fathom.inference.gate.audit import AuditReport, AuditableStore, ReembedReport
+
+log = logging.getLogger(__name__)
+
+# Re-probe every cleared provider this often by default. Drift behind a pin is a redeploy, not
+# a per-request event; an hour bounds how many rows a drifted provider can write unnoticed
+# without spending noticeable cloud budget on probes.
+DEFAULT_RECHECK_INTERVAL_S = 3600.0
+
+
+class GateRefused(FathomError):
+    """A provider failed the gate: it must not serve a single text for this table."""
+
+    def __init__(self, verdict: Verdict):
+        self.verdict = verdict
+        self.provider_id = verdict.key.provider_id
+        self.cosines = dict(verdict.cosines)
+        self.min_cosine = verdict.min_cosine
+        k = verdict.key
+        ref = k.reference.split("|")[0]
+        super().__init__(
+            f"gate refused {k.provider_id} for the {k.table} table ({k.regime.value} against "
+            f"{ref}): {verdict.reason}. Its vectors are not interchangeable with the table's; "
+            f"serve this table from the reference stack, or build a new index from this encoder."
+        )
+
+
+class GateUnavailable(ProviderUnavailable):
+    """No verdict could be reached now: the reference (every peer, under `cloud`) or the
+    candidate could not answer. Nothing is cleared; try again when they are back."""
+
+    def __init__(self, message: str, *, space_key: str, provider_id: str,
+                 attempts: dict[str, str] | None = None):
+        self.space_key, self.provider_id = space_key, provider_id
+        self.attempts = attempts or {}
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class GateEvent:
+    """What listeners hear: a provider cleared, refused, or quarantined for a space."""
+
+    kind: str  # "cleared" | "refused" | "quarantined"
+    space: Space
+    provider_id: str
+    verdict: Verdict
+
+
+Listener = Callable[[GateEvent], "Awaitable[None] | None"]
+
+
+def role_for(space: Space) -> Role:
+    for role in EMBEDDING_ROLES:
+        if role.table == space.table:
+            return role
+    raise ConfigError(f"space table {space.table!r} is not an embedding table (code or docs)")
+
+
+def check_pin(role: Role | str, provider: Provider) -> None:
+    """R4, fail closed: a cloud route for an embedding role must name its upstream. Reranking
+    (and chat) write nothing, so they need none."""
+    role = Role.parse(role)
+    if role in EMBEDDING_ROLES and provider.info.is_cloud and not provider.info.upstream:
+        raise PinRequired(role.value, provider.info.model)
+
+
+def identity(provider: Provider) -> str:
+    """How a verdict names its reference: id, model and pin (a re-pinned reference is
+    another reference)."""
+    i = provider.info
+    return f"{i.id}|{i.model}|{i.upstream or '-'}"
+
+
+def choose_anchor(providers: Iterable[Provider], model: str, role: Role | str) -> str | None:
+    """The deterministic cloud anchor for a `cloud` space of `model`: the smallest id among
+    the pinned cloud providers serving it. Every server picks the same one from the same
+    fleet, so two restarts never judge against two different peers."""
+    role = Role.parse(role)
+    ids = sorted(p.id for p in providers
+                 if p.info.is_cloud and p.info.model == model and p.info.upstream
+                 and role in p.info.roles)
+    return ids[0] if ids else None
+
+
+class Gate:
+    """Judges providers per vector space and keeps the verdicts.
+
+    `data_dir` holds `gate/verdicts.json` and `gate/golden/`; pass `verdicts=` / `golden=` to
+    put them elsewhere (a PostgreSQL `VerdictStore`). `now` is the wall clock used for verdict
+    times (persisted, compared with rows' `written_at`); `clock` (anything with an async
+    `sleep`) drives the periodic re-probe loop.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path | str | None = None,
+        *,
+        verdicts: VerdictStore | None = None,
+        golden: GoldenStore | None = None,
+        probes: ProbeSet | None = None,
+        now: Callable[[], float] = time.time,
+        clock: Any = None,
+        threshold: float = MIN_COSINE,
+        recheck_interval_s: float = DEFAULT_RECHECK_INTERVAL_S,
+    ):
+        if data_dir is None and (verdicts is None or golden is None):
+            raise ConfigError("Gate needs a data dir (or both a verdict store and a golden store)")
+        base = Path(data_dir) / "gate" if data_dir is not None else None
+        self.verdicts: VerdictStore = verdicts or JsonVerdictStore(base / "verdicts.json")  # type: ignore[operator]
+        self.golden: GoldenStore = golden or GoldenStore(base / "golden")  # type: ignore[operator]
+        self.probes = probes or load_probes()
+        self._now = now
+        self._clock = clock
+        self.threshold = threshold
+        self.recheck_interval_s = recheck_interval_s
+        self._providers: dict[str, Provider] = {}
+        self._tracked: dict[tuple[str, str], Space] = {}  # (space key, provider id) -> space
+        self._regime: dict[str, Reference] = {}  # space key -> regime last verified under
+        self._listeners: list[Listener] = []
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    # -- the live fleet the gate may take references from ------------------------------
+
+    def attach(self, provider: Provider) -> None:
+        """A provider is live: it may serve as a reference or a cloud peer. A reconnecting
+        provider replaces its previous object (same id)."""
+        self._providers[provider.id] = provider
+
+    def detach(self, provider: Provider | str) -> None:
+        self._providers.pop(provider if isinstance(provider, str) else provider.id, None)
+
+    @property
+    def providers(self) -> list[Provider]:
+        return list(self._providers.values())
+
+    def add_listener(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener(event)` (sync or async) on every clear, refusal and quarantine.
+        Returns a function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    # -- questions the router, the pool and the store ask ------------------------------
+
+    def verdict_for(self, space: Space, provider: Provider) -> Verdict | None:
+        """The latest verdict for this provider in this space, as it is now (model, pin,
+        width); None when it was never judged, or its model or pin changed since."""
+        i = provider.info
+        regime = self._regime.get(space.key)
+        found = [v for v in self.verdicts.all()
+                 if v.key.matches(space=space.key, provider_id=i.id, model=i.model,
+                                  upstream=i.upstream, width=space.width)
+                 and (regime is None or v.key.regime is regime)]
+        return found[-1] if found else None
+
+    def is_cleared(self, space: Space, provider: Provider) -> bool:
+        v = self.verdict_for(space, provider)
+        return v is not None and v.cleared
+
+    def verdict_by_id(self, verdict_id: str | None) -> Verdict | None:
+        return self.verdicts.get(verdict_id) if verdict_id else None
+
+    def latest_verdict(self, space_key: str, provider_id: str) -> Verdict | None:
+        """The newest verdict for a provider id in a space, whatever its model or pin: a
+        verdict superseded by a newer decision no longer clears rows."""
+        found = [v for v in self.verdicts.all()
+                 if v.key.space == space_key and v.key.provider_id == provider_id]
+        return found[-1] if found else None
+
+    def status_lines(self, space: Space | None = None) -> list[str]:
+        """Plain-words status of the latest verdict per (space, provider)."""
+        latest: dict[tuple[str, str, str, str | None], Verdict] = {}
+        for v in self.verdicts.all():
+            if space is not None and v.key.space != space.key:
+                continue
+            latest[(v.key.space, v.key.provider_id, v.key.model, v.key.upstream)] = v
+        return [v.status_line() for v in latest.values()]
+
+    def golden_for(self, space: Space) -> Golden | None:
+        return self.golden.get(space.key, self.probes.digest)
+
+    # -- the check -----------------------------------------------------------------------
+
+    async def verify(self, space: Space, provider: Provider, policy: Policy | str, *,
+                     peers: Sequence[Provider] = (), force: bool = False) -> Verdict:
+        """Judge `provider` for `space` under `policy` and persist the verdict.
+
+        Raises `PinRequired` before any probe for an unpinned cloud embedding route, and
+        `GateUnavailable` when no reference can answer. Otherwise returns the verdict, passed
+        or refused (`Verdict.cleared`; `raise_if_refused` turns a refusal into `GateRefused`).
+        An existing verdict for the same key is returned as is unless `force`.
+        """
+        policy = Policy.parse(policy)
+        check_pin(role_for(space), provider)  # R4 first: not one request before this passes
+        for p in (provider, *peers):
+            self.attach(p)
+        regime = BEHAVIOUR[policy].reference
+        self._regime[space.key] = regime
+        lock = self._locks.setdefault((space.key, provider.id), asyncio.Lock())
+        async with lock:
+            existing = self.verdict_for(space, provider)
+            if existing is not None and not force:
+                if existing.cleared:
+                    self._tracked[(space.key, provider.id)] = space
+                return existing
+            verdict = await self._decide(space, provider, regime)
+            self.verdicts.put(verdict)
+            if verdict.cleared:
+                self._tracked[(space.key, provider.id)] = space
+            else:
+                self._tracked.pop((space.key, provider.id), None)
+        log.info("gate: %s", verdict.status_line())
+        await self._emit(GateEvent("cleared" if verdict.cleared else "refused", space,
+                                   provider.id, verdict))
+        return verdict
+
+    async def admit(self, space: Space, provider: Provider, policy: Policy | str, **kw: Any) -> Verdict:
+        """`verify`, raising `GateRefused` (with the per-probe cosines) when refused."""
+        return raise_if_refused(await self.verify(space, provider, policy, **kw))
+
+    async def _decide(self, space: Space, candidate: Provider, regime: Reference) -> Verdict:
+        started = self._now()
+        ids, texts, width = self.probes.ids, self.probes.texts, space.width
+        golden = self.golden_for(space)
+        gvec = golden.vectors if golden is not None else None
+        is_reference = candidate.id == space.reference
+
+        if is_reference or self._sole_cloud(space, candidate, regime):
+            # The space's own reference, or a sole cloud provider with no peer: shape (width,
+            # count, finiteness) and the pin, plus the golden vectors once they exist.
+            vectors = await self._embed_candidate(space, candidate)
+            evidence = inspect(ids, vectors, width, reference=gvec, threshold=self.threshold)
+            if regime is Reference.CLOUD and not self._cloud_peers(space, candidate):
+                coverage, ref_identity = Coverage.REDUCED, "none: sole cloud provider"
+            else:
+                coverage, ref_identity = Coverage.SELF, "self"
+            if golden is None and evidence.shape_ok:
+                self._record_golden(space, candidate, vectors)
+        else:
+            reference, ref_vectors = await self._reference_answer(space, candidate, regime, gvec)
+            vectors = await self._embed_candidate(space, candidate)
+            evidence = inspect(ids, vectors, width, reference=ref_vectors, threshold=self.threshold)
+            coverage, ref_identity = Coverage.FULL, identity(reference)
+            if golden is None:
+                self._record_golden(space, reference, ref_vectors)
+
+        key = VerdictKey(
+            space=space.key, table=space.table, provider_id=candidate.id,
+            model=candidate.info.model, upstream=candidate.info.upstream, regime=regime,
+            reference=ref_identity, width=width,
+        )
+        decided = self._now()
+        passed = evidence.passed
+        vid, attempt = verdict_id_for(key, decided), 0
+        while self.verdicts.get(vid) is not None:  # same key decided twice in one clock tick
+            attempt += 1
+            vid = verdict_id_for(key, decided, attempt)
+        return Verdict(
+            key=key, verdict_id=vid, passed=passed, coverage=coverage,
+            reason=evidence.reason(), evidence=evidence, probe_set=self.probes.digest,
+            decided_at=decided, elapsed_s=max(0.0, decided - started),
+            last_good_check=decided if passed else None, golden_compared=gvec is not None,
+        )
+
+    async def _embed_candidate(self, space: Space, candidate: Provider) -> Any:
+        try:
+            return await candidate.embed(self.probes.texts)
+        except ProviderError as exc:
+            raise GateUnavailable(
+                f"{candidate.id} could not embed the probe set for the {space.table} table "
+                f"({type(exc).__name__}); it stays uncleared. Retry when it is reachable.",
+                space_key=space.key, provider_id=candidate.id,
+                attempts={candidate.id: type(exc).__name__},
+            ) from exc
+
+    def _reference_order(self, space: Space, candidate: Provider, regime: Reference) -> list[Provider]:
+        if regime is Reference.LOCAL:
+            ref = self._providers.get(space.reference)
+            if ref is None:
+                return []
+            if ref.info.is_cloud:
+                raise ConfigError(
+                    f"the {space.table} table's reference {ref.id} is a cloud route, but under "
+                    f"local, aggregate and backup the reference must be local (R3): agreement "
+                    f"with rows written locally is what is checked. Designate a local encoder."
+                )
+            return [ref]
+        # cloud: the anchor first, then peers already cleared for this space, in id order.
+        order: list[Provider] = []
+        anchor = self._providers.get(space.reference)
+        if anchor is not None and anchor.id != candidate.id:
+            order.append(anchor)
+        for p in sorted(self._cloud_peers(space, candidate), key=lambda p: p.id):
+            if p not in order and self.is_cleared(space, p):
+                order.append(p)
+        return order
+
+    def _cloud_peers(self, space: Space, candidate: Provider) -> list[Provider]:
+        """Other pinned cloud providers of the candidate's model serving this table."""
+        role = role_for(space)
+        return [p for p in self._providers.values()
+                if p.id != candidate.id and p.info.is_cloud and p.info.upstream
+                and p.info.model == candidate.info.model and role in p.info.roles]
+
+    def _sole_cloud(self, space: Space, candidate: Provider, regime: Reference) -> bool:
+        return regime is Reference.CLOUD and not self._cloud_peers(space, candidate)
+
+    async def _reference_answer(self, space: Space, candidate: Provider, regime: Reference,
+                                gvec: Any) -> tuple[Provider, Any]:
+        attempts: dict[str, str] = {}
+        order = self._reference_order(space, candidate, regime)
+        for ref in order:
+            try:
+                answer = await ref.embed(self.probes.texts)
+            except ProviderError as exc:
+                attempts[ref.id] = f"could not answer ({type(exc).__name__})"
+                continue  # the anchor is down: fail over to the next peer
+            own = inspect(self.probes.ids, answer, space.width, reference=gvec,
+                          threshold=self.threshold)
+            if not own.passed:
+                # A reference that no longer matches the table's golden vectors would pass
+                # anything drifted the same way; it judges nobody.
+                attempts[ref.id] = f"disagrees with the golden vectors ({own.reason()})"
+                await self._quarantine_if_cleared(space, ref, f"reference drift: {own.reason()}", own)
+                continue
+            return ref, answer
+        wanted = (f"the designated local reference {space.reference}" if regime is Reference.LOCAL
+                  else f"the cloud anchor {space.reference} or a cleared peer")
+        tried = "; ".join(f"{k}: {v}" for k, v in attempts.items()) or "none is connected"
+        raise GateUnavailable(
+            f"cannot judge {candidate.id} for the {space.table} table: {wanted} must answer the "
+            f"probes first ({tried}). Nothing is cleared until a reference answers.",
+            space_key=space.key, provider_id=candidate.id, attempts=attempts,
+        )
+
+    def _record_golden(self, space: Space, encoder: Provider, vectors: Any) -> None:
+        import numpy as np
+
+        self.golden.put(Golden(
+            space=space.key, probe_set=self.probes.digest, probe_ids=tuple(self.probes.ids),
+            reference=identity(encoder), recorded_at=self._now(),
+            vectors=np.asarray(vectors, dtype=np.float32),
+        ))
+        log.info("gate: golden vectors recorded for %s from %s", space.key, encoder.id)
+
+    # -- re-probes and quarantine --------------------------------------------------------
+
+    async def recheck(self, space: Space, provider: Provider) -> Verdict | None:
+        """Re-probe one cleared provider against the golden vectors and, when its verdict
+        named a live reference that still agrees with them, against that reference too. A
+        failure quarantines it at once. An unreachable provider is not judged (returns its
+        verdict unchanged): a reconnect triggers the re-probe."""
+        verdict = self.verdict_for(space, provider)
+        if verdict is None or not verdict.cleared:
+            return verdict
+        ids, width = self.probes.ids, space.width
+        golden = self.golden_for(space)
+        try:
+            vectors = await provider.embed(self.probes.texts)
+        except ProviderError as exc:
+            log.warning("gate: re-probe of %s skipped, unreachable (%s)", provider.id, type(exc).__name__)
+            return verdict
+        evidence = inspect(ids, vectors, width, reference=golden.vectors if golden else None,
+                           threshold=self.threshold)
+        if not evidence.passed:
+            what = "the golden vectors" if golden and evidence.shape_ok else "the shape check"
+            return await self._quarantine(space, verdict, f"re-probe against {what}: {evidence.reason()}", evidence)
+        if golden is None and verdict.coverage in (Coverage.SELF, Coverage.REDUCED):
+            self._record_golden(space, provider, vectors)
+        ref = self._live_reference(verdict)
+        if ref is not None:
+            try:
+                ref_vectors = await ref.embed(self.probes.texts)
+            except ProviderError:
+                ref_vectors = None
+            if ref_vectors is not None:
+                own = inspect(ids, ref_vectors, width, reference=golden.vectors if golden else None,
+                              threshold=self.threshold)
+                if own.passed:  # a drifted reference is quarantined by its own re-probe, not used
+                    versus = inspect(ids, vectors, width, reference=ref_vectors, threshold=self.threshold)
+                    if not versus.passed:
+                        return await self._quarantine(
+                            space, verdict, f"re-probe against {ref.id}: {versus.reason()}", versus)
+        updated = verdict.checked_ok(self._now())
+        self.verdicts.put(updated)
+        return updated
+
+    def _live_reference(self, verdict: Verdict) -> Provider | None:
+        if verdict.coverage is not Coverage.FULL:
+            return None
+        ref = self._providers.get(verdict.key.reference.split("|")[0])
+        if ref is None or identity(ref) != verdict.key.reference:
+            return None
+        return ref
+
+    async def recheck_all(self) -> list[Verdict]:
+        """Re-probe every tracked cleared provider that is attached; returns their verdicts
+        after the re-probe (quarantined ones included)."""
+        out: list[Verdict] = []
+        for (space_key, pid), space in list(self._tracked.items()):
+            provider = self._providers.get(pid)
+            if provider is None:
+                continue
+            v = await self.recheck(space, provider)
+            if v is not None:
+                out.append(v)
+        return out
+
+    async def on_reconnect(self, provider: Provider) -> list[Verdict]:
+        """A provider came back (sidecar reconnect, new connection): re-probe it for every
+        space it is cleared for before it pulls again."""
+        self.attach(provider)
+        out = []
+        for (space_key, pid), space in list(self._tracked.items()):
+            if pid == provider.id:
+                v = await self.recheck(space, provider)
+                if v is not None:
+                    out.append(v)
+        return out
+
+    async def run_rechecks(self, interval_s: float | None = None, *,
+                           stop: asyncio.Event | None = None, rounds: int | None = None) -> None:
+        """Re-probe everything every `interval_s` on the injected clock, until `stop` is set
+        or `rounds` rounds have run. A round that fails unexpectedly is logged, not fatal:
+        the loop is the only thing watching for drift."""
+        interval = self.recheck_interval_s if interval_s is None else interval_s
+        sleep = self._clock.sleep if self._clock is not None else asyncio.sleep
+        done = 0
+        while (stop is None or not stop.is_set()) and (rounds is None or done < rounds):
+            await sleep(interval)
+            if stop is not None and stop.is_set():
+                break
+            try:
+                await self.recheck_all()
+            except Exception:  # noqa: BLE001 - keep watching; the failure is logged with its trace
+                log.exception("gate: re-probe round failed")
+            done += 1
+
+    def start_rechecks(self, interval_s: float | None = None, *,
+                       stop: asyncio.Event | None = None) -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(
+            self.run_rechecks(interval_s, stop=stop), name="gate.rechecks")
+
+    async def quarantine(self, space: Space, provider: Provider | str, reason: str) -> Verdict | None:
+        """Revoke a provider's cleared verdict by hand (an operator's call)."""
+        pid = provider if isinstance(provider, str) else provider.id
+        prov = self._providers.get(pid) if isinstance(provider, str) else provider
+        verdict = self.verdict_for(space, prov) if prov is not None else None
+        if verdict is None or not verdict.cleared:
+            return verdict
+        return await self._quarantine(space, verdict, reason, None)
+
+    async def _quarantine_if_cleared(self, space: Space, provider: Provider, reason: str,
+                                     evidence: Evidence) -> None:
+        verdict = self.verdict_for(space, provider)
+        if verdict is not None and verdict.cleared:
+            await self._quarantine(space, verdict, reason, evidence)
+
+    async def _quarantine(self, space: Space, verdict: Verdict, reason: str,
+                          evidence: Evidence | None) -> Verdict:
+        revoked = verdict.revoked(self._now(), reason, evidence)
+        self.verdicts.put(revoked)
+        self._tracked.pop((space.key, verdict.key.provider_id), None)
+        log.warning("gate: QUARANTINED %s for the %s table: %s (last good check %s)",
+                    verdict.key.provider_id, space.table, reason, verdict.last_good_check)
+        await self._emit(GateEvent("quarantined", space, verdict.key.provider_id, revoked))
+        return revoked
+
+    async def _emit(self, event: GateEvent) -> None:
+        for listener in list(self._listeners):
+            try:
+                result = listener(event)
+                if _inspect.isawaitable(result):
+                    await result
+            except Exception:  # noqa: BLE001 - one broken listener must not stop a quarantine
+                log.exception("gate: listener failed on %s", event.kind)
+
+    # -- audit and repair (see audit.py) ---------------------------------------------------
+
+    def audit(self, store: AuditableStore, project: str) -> AuditReport:
+        from fathom.inference.gate.audit import audit
+
+        return audit(self, store, project)
+
+    async def reembed(self, store: AuditableStore, project: str, encoder: Provider, **kw: Any) -> ReembedReport:
+        from fathom.inference.gate.audit import reembed
+
+        return await reembed(self, store, project, encoder, **kw)
+
+
+def raise_if_refused(verdict: Verdict) -> Verdict:
+    if not verdict.cleared:
+        raise GateRefused(verdict)
+    return verdict

@@ -1,0 +1,246 @@
+"""Verdicts: the gate's decisions, their evidence, and where they are kept.
+
+A `Verdict` says whether one provider may write into (and encode queries for) one vector
+space, under one reference regime, and why. It is keyed by everything that, if changed, makes
+the evidence worthless: the space, the provider id, its model, its upstream pin, the regime
+(`local-ref` or `cloud-ref`), the reference's identity and the table width. A changed model or
+pin therefore finds no verdict and must be probed again.
+
+Persistence sits behind `VerdictStore` (put / get / all). `JsonVerdictStore` keeps every
+verdict ever decided in one JSON file under the data dir, written atomically; revoked and
+refused verdicts stay, because rows written under a verdict name it and the audit must still
+resolve them. Nothing secret is ever in a verdict: ids, model names, pins, numbers, words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import asdict, dataclass, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+from fathom.config import atomic_write_text
+from fathom.errors import ConfigError
+from fathom.inference.gate.check import Evidence
+from fathom.policy import Reference
+
+
+class Coverage(StrEnum):
+    FULL = "full"  # compared probe by probe with a live reference encoder
+    SELF = "self"  # the space's own reference: shape checked, golden vectors compared or recorded
+    REDUCED = "reduced"  # sole cloud provider under `cloud`: width + pin only (plus golden vectors)
+
+
+class Status(StrEnum):
+    CLEARED = "cleared"
+    REFUSED = "refused"
+    QUARANTINED = "quarantined"  # was cleared, then failed a re-probe: revoked
+
+
+@dataclass(frozen=True)
+class VerdictKey:
+    space: str  # Space.key: table, reference model, width, reference provider
+    table: str
+    provider_id: str
+    model: str
+    upstream: str | None
+    regime: Reference
+    reference: str  # the reference encoder's identity ("id|model|pin"), or "self" / "none"
+    width: int
+
+    def matches(self, *, space: str, provider_id: str, model: str, upstream: str | None,
+                width: int) -> bool:
+        return (self.space, self.provider_id, self.model, self.upstream, self.width) == (
+            space, provider_id, model, upstream, width)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["regime"] = self.regime.value
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> VerdictKey:
+        return cls(**{**d, "regime": Reference(d["regime"])})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    key: VerdictKey
+    verdict_id: str
+    passed: bool
+    coverage: Coverage
+    reason: str
+    evidence: Evidence
+    probe_set: str  # digest of the probe set used
+    decided_at: float  # wall-clock epoch seconds
+    elapsed_s: float
+    last_good_check: float | None  # last time it passed (decision or re-probe)
+    revoked_at: float | None = None
+    revoked_reason: str | None = None
+    golden_compared: bool = False  # whether golden vectors took part in the decision
+    revocation: Evidence | None = None  # the failed re-probe that revoked it
+
+    # -- what callers ask ------------------------------------------------------------
+
+    @property
+    def cleared(self) -> bool:
+        return self.passed and self.revoked_at is None
+
+    @property
+    def status(self) -> Status:
+        if not self.passed:
+            return Status.REFUSED
+        return Status.QUARANTINED if self.revoked_at is not None else Status.CLEARED
+
+    @property
+    def provider_id(self) -> str:
+        return self.key.provider_id
+
+    @property
+    def regime(self) -> Reference:
+        return self.key.regime
+
+    @property
+    def cosines(self) -> dict[str, float]:
+        return self.evidence.cosines
+
+    @property
+    def min_cosine(self) -> float | None:
+        return self.evidence.min_cosine
+
+    @property
+    def widths_seen(self) -> tuple[int, ...]:
+        return self.evidence.widths_seen
+
+    @property
+    def count_ok(self) -> bool:
+        return self.evidence.count_ok
+
+    @property
+    def finite_ok(self) -> bool:
+        return self.evidence.finite_ok
+
+    def status_line(self) -> str:
+        """One line for `fathom status` and the dashboard, in plain words."""
+        k = self.key
+        who = f"{k.provider_id} ({k.model}{' @' + k.upstream if k.upstream else ''})"
+        head = f"{k.table} table, {who}: {self.status.value}, {k.regime.value}"
+        if self.status is Status.QUARANTINED:
+            return f"{head}; revoked: {self.revoked_reason}"
+        if self.status is Status.REFUSED:
+            return f"{head}; refused: {self.reason}"
+        if self.coverage is Coverage.REDUCED:
+            return (
+                f"{head}, REDUCED COVERAGE: sole cloud provider, no peer to compare with, so only "
+                f"the vector width ({k.width}) and the upstream pin ({k.upstream}) are checked. "
+                f"A pinned upstream can change its serving stack (e.g. another quantization) "
+                f"behind the same pin, and that check cannot see it; periodic re-probes against "
+                f"the golden vectors recorded for this table do."
+            )
+        if self.coverage is Coverage.SELF:
+            return f"{head}, the table's reference encoder; {self.reason}"
+        return f"{head} against {k.reference.split('|')[0]}; {self.reason}"
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def checked_ok(self, at: float) -> Verdict:
+        return replace(self, last_good_check=at)
+
+    def revoked(self, at: float, reason: str, evidence: Evidence | None = None) -> Verdict:
+        return replace(self, revoked_at=at, revoked_reason=reason, revocation=evidence)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict_id": self.verdict_id,
+            "key": self.key.to_json(),
+            "passed": self.passed,
+            "status": self.status.value,
+            "coverage": self.coverage.value,
+            "reason": self.reason,
+            "min_cosine": self.min_cosine,
+            "evidence": self.evidence.to_json(),
+            "probe_set": self.probe_set,
+            "decided_at": self.decided_at,
+            "elapsed_s": self.elapsed_s,
+            "last_good_check": self.last_good_check,
+            "revoked_at": self.revoked_at,
+            "revoked_reason": self.revoked_reason,
+            "golden_compared": self.golden_compared,
+            "revocation": self.revocation.to_json() if self.revocation else None,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Verdict:
+        return cls(
+            key=VerdictKey.from_json(d["key"]), verdict_id=d["verdict_id"], passed=d["passed"],
+            coverage=Coverage(d["coverage"]), reason=d["reason"],
+            evidence=Evidence.from_json(d["evidence"]), probe_set=d["probe_set"],
+            decided_at=d["decided_at"], elapsed_s=d["elapsed_s"],
+            last_good_check=d.get("last_good_check"), revoked_at=d.get("revoked_at"),
+            revoked_reason=d.get("revoked_reason"), golden_compared=d.get("golden_compared", False),
+            revocation=Evidence.from_json(d["revocation"]) if d.get("revocation") else None,
+        )
+
+
+def verdict_id_for(key: VerdictKey, decided_at: float, attempt: int = 0) -> str:
+    """Stable id of one decision: the same key decided again later is another verdict, so rows
+    written under a revoked verdict stay distinguishable from rows written after a re-clear."""
+    raw = json.dumps(key.to_json(), sort_keys=True) + f"|{decided_at:.6f}|{attempt}"
+    return "v-" + hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+class VerdictStore(Protocol):
+    """Where verdicts live. JSON file now; a PostgreSQL table for a multi-server deployment."""
+
+    def put(self, verdict: Verdict) -> None:
+        """Insert, or replace the verdict with the same `verdict_id` (revocation, last check)."""
+        ...
+
+    def get(self, verdict_id: str) -> Verdict | None: ...
+
+    def all(self) -> list[Verdict]:
+        """Every verdict ever decided, in decision order (a replaced one keeps its place)."""
+        ...
+
+
+class JsonVerdictStore:
+    """All verdicts in one JSON file, rewritten atomically on every change."""
+
+    FORMAT = 1
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._verdicts: dict[str, Verdict] = self._read()
+
+    def _read(self) -> dict[str, Verdict]:
+        if not self.path.exists():
+            return {}
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            items = [Verdict.from_json(v) for v in data["verdicts"]]
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            # Fail closed: an unreadable file must not read as "no verdicts, start over" for
+            # the clearance check (it would refuse everything, which is safe) nor be
+            # overwritten silently (it would lose the audit trail).
+            raise ConfigError(f"{self.path} is not a valid verdict file: {exc}; move it aside "
+                              f"to re-verify every provider") from exc
+        return {v.verdict_id: v for v in items}
+
+    def put(self, verdict: Verdict) -> None:
+        with self._lock:
+            self._verdicts[verdict.verdict_id] = verdict
+            # Decision order is kept (a replaced verdict keeps its place): "latest" means last.
+            text = json.dumps({"format": self.FORMAT,
+                               "verdicts": [v.to_json() for v in self._verdicts.values()]},
+                              indent=1, ensure_ascii=False)
+            atomic_write_text(self.path, text)
+
+    def get(self, verdict_id: str) -> Verdict | None:
+        return self._verdicts.get(verdict_id)
+
+    def all(self) -> list[Verdict]:
+        return list(self._verdicts.values())
