@@ -14,12 +14,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m fathom.devtools.emulator",
                                      description="OpenRouter emulator for development and tests (never production).")
     parser.add_argument("--port", type=int, default=8799)
-    parser.add_argument("--host", default="127.0.0.1",
-                        help="bind address; keep 127.0.0.1: the control API has no auth")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(f"OpenRouter emulator: base URL http://{args.host}:{args.port}/api/v1, control at /control")
-    uvicorn.run(create_app(EmulatorConfig(seed=args.seed)), host=args.host, port=args.port, log_level="warning")
+    # Loopback only, on purpose: the control API has no auth and must never face a network.
+    print(f"OpenRouter emulator: base URL http://127.0.0.1:{args.port}/api/v1, control at /control")
+    uvicorn.run(create_app(EmulatorConfig(seed=args.seed)), host="127.0.0.1", port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from fathom.devtools.emulator.state import (
     EmulatorConfig,
     EmulatorState,
     Fault,
+    key_hash,
 )
 
 
@@ -399,8 +400,6 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     async def control_keys(request: Request) -> Any:
         """Which keys are valid (`accepted`: list, or null for any sk-or- key) and which are
         management keys. Stored as hashes only."""
-        from fathom.devtools.emulator.state import key_hash
-
         b = await body_of(request)
         if "accepted" in b:
             state.accepted_hashes = None if b["accepted"] is None else {key_hash(k) for k in b["accepted"]}
