@@ -410,3 +410,46 @@ async def test_gate_events_for_pool_listeners(gate):
     await gate.verify(local_space(), FakeEncoder("c"), Policy.AGGREGATE)
     assert events == [("cleared", "a"), ("refused", "b")]
 
+
+
+# ------------------------------------------------------------------------------ wiring
+
+
+async def test_router_predicate_gates_embedding_roles_only(gate):
+    gate.attach(FakeEncoder("local:ref"))
+    space = local_space()
+    ok, bad = FakeEncoder("sidecar:ok"), FakeEncoder("sidecar:bad", stack=rotated_all(0.9))
+    await gate.verify(space, ok, Policy.AGGREGATE)
+    await gate.verify(space, bad, Policy.AGGREGATE)
+    is_cleared = gate.for_router(lambda role: space if role is Role.CODE_EMBEDDING else None)
+    assert is_cleared(Role.CODE_EMBEDDING, ok) and not is_cleared(Role.CODE_EMBEDDING, bad)
+    assert not is_cleared(Role.EMBEDDING, ok)  # the docs table has no space yet
+    assert is_cleared(Role.RERANKER, bad)  # stateless: writes nothing
+
+
+async def test_bound_registry_hears_quarantines_and_reconnects_are_reprobed(gate):
+    registry_mod = pytest.importorskip("fathom.inference.registry")
+    registry = registry_mod.ProviderRegistry()
+    ref, gpu = FakeEncoder("local:ref"), FakeEncoder("sidecar:gpu1")
+    registry.add(ref)
+    unbind = gate.bind(registry)
+    space = local_space()
+    await gate.verify(space, ref, Policy.AGGREGATE)
+    registry.add(gpu)
+    assert (await gate.verify(space, gpu, Policy.AGGREGATE)).cleared
+
+    registry.remove(gpu.id)
+    back = FakeEncoder("sidecar:gpu1", stack=rotated_all(0.95))  # reconnects on another stack
+    registry.add(back)
+    assert not gate.is_cleared(space, back)  # not before its re-probe has run
+    await gate.drain()
+    assert gate.verdict_for(space, back).status is Status.QUARANTINED
+    assert registry.health(back.id).state == registry_mod.HealthState.QUARANTINED
+    assert not registry.available(back.id)
+
+    fixed = FakeEncoder("sidecar:gpu1")
+    registry.remove(back.id)
+    registry.add(fixed)
+    assert (await gate.verify(space, fixed, Policy.AGGREGATE, force=True)).cleared
+    assert registry.available(fixed.id)
+    unbind()

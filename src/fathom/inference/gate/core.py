@@ -155,6 +155,8 @@ class Gate:
         self._regime: dict[str, Reference] = {}  # space key -> regime last verified under
         self._listeners: list[Listener] = []
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._pending: set[str] = set()  # provider ids awaiting their post-reconnect re-probe
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- the live fleet the gate may take references from ------------------------------
 
@@ -190,8 +192,61 @@ class Gate:
         return found[-1] if found else None
 
     def is_cleared(self, space: Space, provider: Provider) -> bool:
+        """A cleared, unrevoked verdict for the provider as it is now, and no re-probe after
+        a reconnect still pending (a reconnected stack may not be the one that was judged)."""
+        if provider.id in self._pending:
+            return False
         v = self.verdict_for(space, provider)
         return v is not None and v.cleared
+
+    def for_router(self, space_of: Callable[[Role], Space | None]) -> Callable[[Role, Provider], bool]:
+        """The router's `is_cleared(role, provider)`: an embedding role needs a cleared verdict
+        for the role's current space (`space_of(role)`, None while the table has none: nothing
+        is cleared); stateless roles write nothing and are not gated."""
+        def is_cleared(role: Role, provider: Provider) -> bool:
+            role = Role.parse(role)
+            if role not in EMBEDDING_ROLES:
+                return True
+            space = space_of(role)
+            return space is not None and self.is_cleared(space, provider)
+        return is_cleared
+
+    def bind(self, registry: Any) -> Callable[[], None]:
+        """Keep step with a `ProviderRegistry`: providers it adds are attached (and, when they
+        held a cleared verdict, re-probed as a reconnect before they count as cleared again),
+        providers it removes are detached; a quarantine here quarantines the provider there
+        (it stops pulling), and a new clearance restores or touches it. Returns an unbind."""
+        def on_change(change: Any) -> None:
+            kind, provider = str(getattr(change.kind, "value", change.kind)), change.provider
+            if kind == "added":
+                self.attach(provider)
+                if any(pid == provider.id for _, pid in self._tracked):
+                    self._pending.add(provider.id)  # not cleared until the re-probe says so
+                    task = asyncio.get_running_loop().create_task(self.on_reconnect(provider))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+            elif kind == "removed":
+                self.detach(provider)
+
+        def on_verdict(event: GateEvent) -> None:
+            if event.kind == "quarantined":
+                registry.quarantine(event.provider_id, f"gate: {event.verdict.revoked_reason}")
+            elif event.kind == "cleared":
+                health = registry.health(event.provider_id)
+                if str(getattr(health.state, "value", health.state)) == "quarantined":
+                    registry.restore(event.provider_id)
+                else:
+                    registry.touch(event.provider_id)
+
+        for p in list(registry):
+            self.attach(p)
+        unsubscribe = registry.subscribe(on_change)
+        remove = self.add_listener(on_verdict)
+
+        def unbind() -> None:
+            unsubscribe()
+            remove()
+        return unbind
 
     def verdict_by_id(self, verdict_id: str | None) -> Verdict | None:
         return self.verdicts.get(verdict_id) if verdict_id else None
@@ -446,13 +501,22 @@ class Gate:
         """A provider came back (sidecar reconnect, new connection): re-probe it for every
         space it is cleared for before it pulls again."""
         self.attach(provider)
+        self._pending.add(provider.id)
         out = []
-        for (space_key, pid), space in list(self._tracked.items()):
-            if pid == provider.id:
-                v = await self.recheck(space, provider)
-                if v is not None:
-                    out.append(v)
+        try:
+            for (space_key, pid), space in list(self._tracked.items()):
+                if pid == provider.id:
+                    v = await self.recheck(space, provider)
+                    if v is not None:
+                        out.append(v)
+        finally:
+            self._pending.discard(provider.id)
         return out
+
+    async def drain(self) -> None:
+        """Wait for the re-probes that registry reconnects started (shutdown, tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
     async def run_rechecks(self, interval_s: float | None = None, *,
                            stop: asyncio.Event | None = None, rounds: int | None = None) -> None:
