@@ -6,7 +6,8 @@ full-text BM25), and fusing them by reciprocal rank fusion (RRF). Fusion is back
 and works on any `Store` (LanceDB today, PostgreSQL later). Also `find_similar`: neighbours
 of the chunk at a file and line, or of a snippet.
 
-Concurrency: `hybrid_search` and `rrf_fuse` are synchronous (the store is blocking);
+Concurrency: `hybrid_search` and `rrf_fuse` are synchronous (the store is blocking;
+`hybrid_search` runs its keyword half on a small module thread pool beside the vector half);
 `search` and `find_similar` are async and run the store calls in a worker thread
 (`asyncio.to_thread`), so the event loop never blocks on LanceDB.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +38,7 @@ from fathom.errors import ConfigError
 from fathom.index.store import Hit, Store, check_table_kind
 from fathom.inference.provider import Provider
 
+_KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fathom-keyword")
 RRF_K = 60  # the constant from Cormack et al.; damps the head so one list cannot dominate
 
 
@@ -72,11 +75,17 @@ def hybrid_search(store: Store, project: str, table: str, vector: Any, query: st
     if k <= 0:
         raise ConfigError(f"k must be a positive number of results, got {k}")
     depth = depth or max(4 * k, 40)
+    text = None
+    if query and query.strip():
+        # The keyword half runs beside the vector half: both release the GIL (LanceDB's Rust
+        # engine, numpy's BLAS), so on two cores a hybrid query costs about the slower half.
+        text = _KEYWORD_POOL.submit(store.text_search, project, table, query, depth)
     rankings = []
     if vector is not None:
+        # If this raises, the keyword half finishes on its own and is dropped.
         rankings.append(store.vector_search(project, table, vector, depth))
-    if query and query.strip():
-        rankings.append(store.text_search(project, table, query, depth))
+    if text is not None:
+        rankings.append(text.result())
     return rrf_fuse(rankings, k=rrf_k, limit=k)
 
 
