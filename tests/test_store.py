@@ -459,3 +459,36 @@ def test_fake_clock_drives_written_at(store, clock):
     assert store.table_info("p", "code").last_indexed == datetime.fromtimestamp(
         1_900_000_000.0, tz=UTC)
     assert isinstance(clock, FakeClock)
+
+
+def test_recreated_project_is_not_served_from_a_stale_cache(store, tmp_path):
+    indexed(store, n=5)
+    server = LanceStore(tmp_path / "lance")
+    assert len(server.vector_search("p", "code", clustered(1)[0], 10)) == 5  # cached
+    store.drop_project("p")
+    store.open_table("p", "code", SPACE)
+    fresh = make_chunks(3, prefix="again")
+    store.write("p", "code", fresh, clustered(3, seed=6), CLEARED)
+    got = {h.chunk_id for h in server.vector_search("p", "code", clustered(1)[0], 10)}
+    assert got == {c.chunk_id for c in fresh}
+
+
+def test_searches_from_threads_while_batches_are_written(store):
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunks, vecs = indexed(store, n=10)
+    more = make_chunks(60, prefix="more")
+    more_vecs = clustered(60, seed=12)
+
+    def searcher(i: int) -> int:
+        hits = store.vector_search("p", "code", vecs[i % 10], 5)
+        store.text_search("p", "code", "widget", 5)
+        return len(hits)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures = [pool.submit(searcher, i) for i in range(30)]
+        for b in range(0, 60, 10):
+            store.write("p", "code", more[b:b + 10], more_vecs[b:b + 10], CLEARED)
+        assert all(f.result(timeout=60) == 5 for f in futures)
+    assert store.table_info("p", "code").rows == 70
+    assert store.vector_search("p", "code", more_vecs[59], 1)[0].chunk_id == more[59].chunk_id

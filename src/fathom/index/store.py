@@ -54,7 +54,7 @@ What this module owns
 * `LanceStore`, the embedded default. Layout under `root`:
   ``projects/<slug>/state.json`` (the pointer: per table kind its Space, active and shadow
   Lance table names, a generation counter and the last indexed time) and the LanceDB
-  database in ``projects/<slug>/`` holding tables named ``<kind>_<n>``. The Space is also
+  database in ``projects/<slug>/`` holding tables named ``<kind>_<n>_<random>``. The Space is also
   stored in each Lance table's Arrow schema metadata (``fathom.space``), so a table carries
   its identity on its own. Promotion rewrites state.json with `atomic_write_text` (a rename):
   readers see the old active table or the new one, never a half-built one.
@@ -92,6 +92,7 @@ import re
 import shutil
 import threading
 import time
+import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -512,7 +513,6 @@ class _Matrix:
     key: tuple[str, str, int]  # (lance table name, kind, generation)
     matrix: np.ndarray  # (n, width) float32, rows L2-normalised
     meta: pa.Table  # _HIT_COLUMNS, same row order
-    row_of: dict[str, int]
 
     @property
     def nbytes(self) -> int:
@@ -540,6 +540,7 @@ class LanceStore(Store):
         self._tables: dict[tuple[str, str], Any] = {}  # (slug, lance name) -> handle
         self._matrices: OrderedDict[tuple[str, str], _Matrix] = OrderedDict()
         self._seen: dict[tuple[str, str], int] = {}  # handle -> generation it was current at
+        self._load_locks: dict[tuple[str, str], threading.Lock] = {}
 
     # ---- layout and state
 
@@ -615,7 +616,9 @@ class LanceStore(Store):
         return state["tables"].get(table, {}).get(slot.value)
 
     def _create(self, project: str, state: dict[str, Any], table: str, space: Space) -> str:
-        name = f"{table}_{state['next']}"
+        # A random tail: a dropped and re-created project never reuses a name that another
+        # process may still hold a handle or a cached matrix for.
+        name = f"{table}_{state['next']}_{uuid.uuid4().hex[:8]}"
         state["next"] += 1
         db = self._db(project)
         with contextlib.suppress(Exception):
@@ -913,24 +916,29 @@ class LanceStore(Store):
         slug = self.slug(project)
         key = (name, table, generation)
         with self._mutex:
-            cached = self._matrices.get((slug, table))
-            if cached is not None and cached.key == key:
-                self._matrices.move_to_end((slug, table))
-                return cached, tbl
+            load_lock = self._load_locks.setdefault((slug, table), threading.Lock())
+        # One loader per table; other tables' searches and all writes go on meanwhile.
+        with load_lock:
+            with self._mutex:
+                cached = self._matrices.get((slug, table))
+                if cached is not None and cached.key == key:
+                    self._matrices.move_to_end((slug, table))
+                    return cached, tbl
             width = tbl.schema.field("vector").type.list_size
             n = tbl.count_rows()
             if n * width * 4 > self.matrix_cache_bytes:
-                self._matrices.pop((slug, table), None)
+                with self._mutex:
+                    self._matrices.pop((slug, table), None)
                 return None, tbl
-            data = tbl.to_arrow().select(["vector", *_HIT_COLUMNS])
+            data = tbl.search().select(["vector", *_HIT_COLUMNS]).limit(None).to_arrow()
             vec = data["vector"].combine_chunks()
-            matrix = vec.values.to_numpy(zero_copy_only=False).reshape(-1, width)
+            matrix = vec.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
             matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
             meta = data.drop_columns(["vector"]).combine_chunks()
-            entry = _Matrix(key, np.ascontiguousarray(matrix, np.float32), meta,
-                            {c: i for i, c in enumerate(meta["chunk_id"].to_pylist())})
-            self._matrices[(slug, table)] = entry
-            self._evict()
+            entry = _Matrix(key, np.ascontiguousarray(matrix, np.float32), meta)
+            with self._mutex:
+                self._matrices[(slug, table)] = entry
+                self._evict()
             return entry, tbl
 
     def _evict(self) -> None:
