@@ -1,0 +1,292 @@
+"""The `fathom` command line (typer + rich).
+
+What it owns: parsing, presentation (progress bars with rate and ETA, result tables, a
+summary that names skipped files by reason) and the error contract: a `FathomError` is shown
+as one line, `error: <what went wrong and the fix>`, with exit code 2 for bad input or
+configuration (`ConfigError`) and 1 for everything else Fathom refuses. No traceback reaches
+a user for an anticipated failure.
+
+Subcommand groups are separate `typer.Typer` apps attached with `app.add_typer(...)` (later:
+`sidecar`, `policy`, `key`, `fleet`, `gate`, `budget`, `jobs`); they inherit the error
+contract and the global `--data-dir` option from here, via `settings_of(ctx)` /
+`fathom_of(ctx)`.
+
+What it refuses to do: any indexing or search logic (that is `fathom.service.Fathom`), and
+printing anything but MCP frames on stdout under `fathom mcp`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import click
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
+
+from fathom.errors import ConfigError, FathomError
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+def exit_code(exc: FathomError) -> int:
+    return 2 if isinstance(exc, ConfigError) else 1
+
+
+def show_error(exc: BaseException) -> None:
+    text = str(exc) or type(exc).__name__
+    # One line, even when the message carries a newline.
+    err_console.print(Text("error: ", style="bold red") + Text(" ".join(text.split())))
+
+
+class FathomGroup(TyperGroup):
+    """Every subcommand, including those of sub-apps, runs inside this `invoke`: the one place
+    where a typed refusal becomes a one-line message and an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except FathomError as exc:
+            show_error(exc)
+            raise typer.Exit(exit_code(exc)) from None
+        except KeyboardInterrupt:
+            err_console.print(Text("interrupted: the active index is unchanged; run the same "
+                                   "command again to resume", style="yellow"))
+            raise typer.Exit(130) from None
+
+
+app = typer.Typer(
+    cls=FathomGroup,
+    name="fathom",
+    help="Fathom: self-hosted semantic code search for MCP clients.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    data_dir: Annotated[Path | None, typer.Option(
+        "--data-dir", envvar="FATHOM_DATA_DIR",
+        help="Where indexes and state live (default ~/.fathom).")] = None,
+) -> None:
+    # Merged, not replaced: a caller (a test, an embedding program) may pass obj={"fathom": ...}.
+    ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
+
+
+def settings_of(ctx: typer.Context):
+    """The process settings, with the global options applied (for sub-apps too)."""
+    from fathom.config import Settings
+
+    root = ctx.find_root()
+    obj = root.obj or {}
+    cached = obj.get("settings")
+    if cached is None:
+        overrides = {"data_dir": obj["data_dir"]} if obj.get("data_dir") else {}
+        cached = Settings(**overrides)
+        obj["settings"] = cached
+        root.obj = obj
+    return cached
+
+
+def fathom_of(ctx: typer.Context):
+    """The composition root for this invocation (one per process)."""
+    from fathom.service import Fathom
+
+    root = ctx.find_root()
+    obj = root.obj or {}
+    if obj.get("fathom") is None:
+        obj["fathom"] = Fathom(settings_of(ctx))
+        root.obj = obj
+    return obj["fathom"]
+
+
+def run(coro) -> Any:
+    return asyncio.run(coro)
+
+
+# ---------------------------------------------------------------- index
+
+
+def _progress_bar() -> Progress:
+    return Progress(
+        TextColumn("[bold blue]{task.fields[phase]:<13}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("chunks"),
+        TextColumn("{task.fields[rate]:>6.1f}/s"),
+        TextColumn("ETA {task.fields[eta]}"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=False,
+    )
+
+
+def _eta(seconds: float | None) -> str:
+    if seconds is None:
+        return "--:--"
+    m, s = divmod(int(seconds + 0.5), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+async def index_with_progress(fathom, path: Path, project: str | None, full: bool):
+    """Index with a rich progress bar on stderr; returns the report."""
+    with _progress_bar() as bar:
+        task = bar.add_task("index", total=None, phase="walking", rate=0.0, eta="--:--")
+
+        def on_progress(p) -> None:
+            bar.update(task, total=p.chunks_total or None, completed=p.chunks_done,
+                       phase=p.phase, rate=p.rate, eta=_eta(p.eta_s))
+
+        return await fathom.index(path, project, full=full, progress=on_progress)
+
+
+def print_report(report) -> None:
+    table = Table(title=f"indexed {report.project}", show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_row("root", report.root)
+    table.add_row("mode", ("full" if report.full else "incremental")
+                  + (" (resumed)" if report.resumed else ""))
+    table.add_row("files", str(report.files))
+    table.add_row("chunks", f"{report.chunks} (code {report.tables.get('code', 0)}, "
+                            f"docs {report.tables.get('docs', 0)})")
+    table.add_row("embedded", f"{report.embedded} in {report.embed_s:.1f}s"
+                  + (f" ({report.rate:.1f} chunks/s)" if report.embedded else ""))
+    table.add_row("unchanged", str(report.reused))
+    table.add_row("deleted", str(report.deleted))
+    skipped = sum(report.skipped.values())
+    detail = ", ".join(f"{reason} {n}" for reason, n in
+                       sorted(report.skipped.items(), key=lambda kv: -kv[1]))
+    table.add_row("skipped files", f"{skipped}" + (f" ({detail})" if detail else ""))
+    table.add_row("elapsed", f"{report.elapsed_s:.1f}s")
+    console.print(table)
+
+
+@app.command()
+def index(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="The project folder to index.")],
+    project: Annotated[str | None, typer.Option(
+        "--project", "-p", help="Project name (default: the folder's name).")] = None,
+    full: Annotated[bool, typer.Option(
+        "--full", help="Rebuild the whole index in a shadow table and swap it in atomically.")]
+    = False,
+) -> None:
+    """Index a project folder: code along syntax, docs along headings."""
+    fathom = fathom_of(ctx)
+    report = run(index_with_progress(fathom, path, project, full))
+    print_report(report)
+
+
+# ---------------------------------------------------------------- search
+
+
+def print_hits(hits, title: str) -> None:
+    if not hits:
+        console.print(f"no results for {title}")
+        return
+    rows = []
+    for h in hits:
+        first = next((ln.strip() for ln in h.snippet.splitlines() if ln.strip()), "")
+        where = f"{h.path}:{h.start_line}-{h.end_line}"
+        rows.append((f"{h.score:.4f}", f"{h.project}/{where}" if h.project else where,
+                     h.symbol or "", first))
+    # The location is what a reader acts on: it never wraps; the snippet gives way first.
+    loc = min(70, max(len(r[1]) for r in rows))
+    sym = min(32, max(6, *(len(r[2]) for r in rows)))
+    snippet = max(12, console.width - loc - sym - 6 - 13)  # 13: borders and padding
+    table = Table(title=title, show_lines=False)
+    table.add_column("score", justify="right", no_wrap=True, min_width=6)
+    table.add_column("location", no_wrap=True, min_width=loc)
+    table.add_column("symbol", overflow="ellipsis", no_wrap=True, max_width=sym)
+    table.add_column("snippet", overflow="ellipsis", no_wrap=True, max_width=snippet)
+    for row in rows:
+        table.add_row(*(Text(c) for c in row))
+    console.print(table)
+
+
+@app.command()
+def search(
+    ctx: typer.Context,
+    query: Annotated[str, typer.Argument(help="What to look for, in words or identifiers.")],
+    project: Annotated[str | None, typer.Option("--project", "-p")] = None,
+    docs: Annotated[bool, typer.Option("--docs", help="Search the docs table.")] = False,
+    k: Annotated[int, typer.Option("-k", help="Number of results.")] = 10,
+) -> None:
+    """Search indexed code (or docs) by meaning and keywords."""
+    fathom = fathom_of(ctx)
+    table = "docs" if docs else "code"
+    hits = run(fathom.search(query, project=project, table=table, k=k))
+    print_hits(hits, f"{table}: {query}")
+
+
+@app.command()
+def projects(ctx: typer.Context) -> None:
+    """List indexed projects."""
+    fathom = fathom_of(ctx)
+    items = fathom.projects()
+    if not items:
+        console.print("no projects indexed yet: run `fathom index PATH`")
+        return
+    table = Table(title="projects")
+    for col in ("name", "code chunks", "docs chunks", "last indexed"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("root", overflow="fold")
+    for p in items:
+        table.add_row(p.name + (" (indexing)" if p.indexing else ""),
+                      str(p.tables.get("code", 0)), str(p.tables.get("docs", 0)),
+                      p.last_indexed or "-", p.root or "-")
+    console.print(table)
+
+
+# ---------------------------------------------------------------- MCP
+
+
+@app.command()
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
+) -> None:
+    """Serve the MCP tools over streamable HTTP (at /mcp)."""
+    from fathom.server.mcp_tools import run_http
+
+    fathom = fathom_of(ctx)
+    err_console.print(f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp")
+    run(run_http(fathom, host=host, port=port))
+
+
+@app.command()
+def mcp(ctx: typer.Context) -> None:
+    """Serve the MCP tools over stdio (for an MCP host that spawns fathom)."""
+    from fathom.server.mcp_tools import run_stdio
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    fathom = fathom_of(ctx)
+    run(run_stdio(fathom))
+
+
+def entry() -> None:  # pragma: no cover - `python -m fathom.cli`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,108 @@
+"""MCP over stdio, end to end: a real client session (the SDK's own client) to a spawned
+`fathom mcp` process serving a pre-indexed project."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from fathom.config import Settings
+from fathom.server.mcp_tools import build_mcp_server
+from fathom.service import Fathom
+from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+
+TOOLS = {"search_code", "search_docs", "find_similar", "index_project", "list_projects",
+         "index_status"}
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory, local_encoder):  # noqa: F811
+    """A data dir holding the small sample project, indexed once for the module."""
+    base = tmp_path_factory.mktemp("mcp")
+    root = write_project(base / "shop")
+    data = base / "data"
+    fathom = Fathom(Settings(data_dir=data), encoder=local_encoder)
+    asyncio.run(fathom.index(root, "shop"))
+    return data, root, local_encoder
+
+
+@pytest.mark.slow
+async def test_stdio_session_lists_tools_searches_and_survives_bad_calls(indexed):
+    data, _, _ = indexed
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "fathom.cli", "--data-dir", str(data), "mcp"],
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+    )
+    async with asyncio.timeout(240):
+        async with Client(params, read_timeout_seconds=180) as client:
+            tools = await client.list_tools()
+            assert {t.name for t in tools.tools} == TOOLS
+            schema = next(t for t in tools.tools if t.name == "search_code").input_schema
+            assert "query" in schema["required"]
+
+            result = await client.call_tool("search_code", {"query": "hash a password", "k": 3})
+            assert not result.is_error
+            hits = result.structured_content["results"]
+            assert hits and hits[0]["path"] == "auth/password.py"
+            assert all(1 <= h["start_line"] <= h["end_line"] for h in hits)
+
+            # A bad argument and an unknown project are tool errors with a clear message.
+            bad = await client.call_tool("search_code", {"query": "x", "k": "many"})
+            assert bad.is_error and "k" in bad.content[0].text
+            unknown = await client.call_tool("search_code", {"query": "x", "project": "ghost"})
+            assert unknown.is_error
+            assert "no project 'ghost'" in unknown.content[0].text
+            assert "Traceback" not in unknown.content[0].text
+
+            # The server keeps serving.
+            again = await client.call_tool("search_docs", {"query": "installation", "project": "shop"})
+            assert not again.is_error
+            assert again.structured_content["results"][0]["path"] == "README.md"
+
+
+async def test_tools_in_process(indexed, tmp_path):
+    data, root, encoder = indexed
+    fathom = Fathom(Settings(data_dir=data), encoder=encoder)
+    async with Client(build_mcp_server(fathom)) as client:
+        listed = await client.call_tool("list_projects", {})
+        assert [p["name"] for p in listed.structured_content["projects"]] == ["shop"]
+
+        status = await client.call_tool("index_status", {"project": "shop"})
+        assert not status.is_error
+        tables = status.structured_content["tables"]
+        assert tables["code"]["rows"] > 0 and tables["code"]["width"] == 384
+        assert tables["code"]["provenance"] == {f"{encoder.id}|-": tables["code"]["rows"]}
+
+        similar = await client.call_tool("find_similar", {"project": "shop",
+                                                          "path": "auth/password.py", "line": 9})
+        assert not similar.is_error
+        results = similar.structured_content["results"]
+        assert results[0]["symbol"] == "verify_password"  # its sibling, not itself
+        assert all(not (r["path"] == "auth/password.py" and r["start_line"] <= 9 <= r["end_line"])
+                   for r in results)
+
+        snippet = await client.call_tool("find_similar", {"project": "shop",
+                                                          "snippet": "sleep longer after every failed attempt"})
+        assert snippet.structured_content["results"][0]["path"] == "net/retry.py"
+
+        for args, needle in [
+            ({"project": "shop"}, "either path and line, or a snippet"),
+            ({"project": "shop", "path": "nowhere.py", "line": 3}, "no indexed code chunk"),
+            ({"project": "ghost", "snippet": "x"}, "no project 'ghost'"),
+        ]:
+            res = await client.call_tool("find_similar", args)
+            assert res.is_error and needle in res.content[0].text, res.content[0].text
+
+        missing = await client.call_tool("index_project", {"path": str(tmp_path / "absent")})
+        assert missing.is_error and "no such folder" in missing.content[0].text
+
+        # index_project through MCP: an incremental run of an unchanged project embeds nothing.
+        again = await client.call_tool("index_project", {"path": str(root), "project": "shop"})
+        assert not again.is_error
+        assert again.structured_content["embedded"] == 0
