@@ -1,0 +1,761 @@
+"""The pull-based fan-out pool that embeds an index job over every allowed provider at once.
+
+One job is one shared queue of items (text indices). Each provider runs its own worker loop
+("lane"; a provider may have several) and pulls a batch only when it has capacity, so a fast
+GPU simply comes back more often than a slow one and nobody is handed work it cannot do.
+What the pool guarantees, whatever fails:
+
+- Every item is written exactly once. A batch that fails, or whose provider drops, goes back
+  to the FRONT of the queue. A batch duplicated to beat a straggler is written by whichever
+  copy finishes first; the other result is discarded, never written.
+- A throttled cloud provider holds no work while it waits. The budget's permit is taken
+  BEFORE items are pulled (`admission`), and after a 429/402 the batch goes back to the queue
+  and that provider pauses pulling for the cooldown, while the locals keep pulling.
+- A provider that keeps failing (other than rate limits) is ejected and re-probed later with
+  one small batch, on an exponential backoff.
+- The end of a job is not held hostage: near the end a provider pulls no more than its share
+  of what is left, and when the queue is empty an idle provider duplicates a batch that has
+  been in flight much longer than its provider's own history predicts.
+- Under backup the cloud pulls only while no local provider can serve, and stops pulling
+  (mid-job) as soon as one can again.
+
+Batch size adapts per provider to a target batch latency: it starts small, follows the
+measured seconds per item, at most doubling per batch, within [min_batch, max_batch].
+
+The pool refuses to decide who may serve (its `eligible` predicate comes from the router),
+to know what a permit is made of (the budget's `admission` hands them out), or to write rows
+(the job's `sink` does, once per finished batch, serialised so the store sees one writer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Awaitable, Callable, Iterable, Sequence
+
+import numpy as np
+
+from fathom.clock import Clock, SystemClock, wait_event
+from fathom.errors import NoProviderAvailable, ProviderError
+from fathom.inference.provider import Provider
+from fathom.inference.registry import ChangeKind, ProviderRegistry, RegistryChange
+from fathom.roles import Role
+
+log = logging.getLogger(__name__)
+
+Sink = Callable[[list[int], np.ndarray, Provider], Awaitable[None]]
+Admission = Callable[[Provider], Awaitable[Any]]
+
+
+class MalformedBatch(ProviderError):
+    """A provider returned vectors that cannot be written (wrong count or width, or values
+    that are not finite). Nothing from that batch is written; the provider is ejected."""
+
+    retryable = False
+
+    def __init__(self, provider_id: str, problem: str):
+        self.provider_id, self.problem = provider_id, problem
+        super().__init__(f"provider {provider_id} returned a malformed batch: {problem}")
+
+
+class PoolStalled(NoProviderAvailable):
+    """No batch finished for `stall_timeout` seconds: nothing that may serve could."""
+
+    def __init__(self, done: int, total: int, waited: float, members: dict[str, str]):
+        self.done, self.total, self.waited, self.members = done, total, waited, members
+        state = "; ".join(f"{pid}: {s}" for pid, s in sorted(members.items())) or "no provider at all"
+        super().__init__(
+            f"the embedding pool made no progress for {waited:.0f}s with {total - done} of "
+            f"{total} items left ({state}). Start a sidecar, fix the failing providers, or "
+            f"check the role's policy; the items written so far are kept."
+        )
+
+
+def is_throttle(exc: BaseException) -> bool:
+    """A rate limit (429) or an exhausted in-flight budget (402): the account says wait; the
+    provider is healthy, so it is paused, never ejected. Duck-typed on `throttle_kind` (and
+    `retry_after`), so routing never imports a provider module."""
+    return getattr(exc, "throttle_kind", None) in ("429", "402")
+
+
+@dataclass(frozen=True)
+class Progress:
+    done: int
+    total: int
+    elapsed: float
+    rate: float  # items per second since the job started
+    per_provider: dict[str, int]
+    in_flight: int
+    queued: int
+    ejected: tuple[str, ...] = ()
+    cooling: tuple[str, ...] = ()  # rate-limited providers waiting out a cooldown
+
+    @property
+    def eta(self) -> float | None:
+        left = self.total - self.done
+        return left / self.rate if self.rate > 0 else None
+
+
+@dataclass
+class PoolReport:
+    total: int
+    elapsed: float
+    per_provider: dict[str, int] = field(default_factory=dict)  # items written by each
+    batches: dict[str, int] = field(default_factory=dict)  # batches written by each
+    failures: dict[str, int] = field(default_factory=dict)  # failed batches (not throttles)
+    throttles: dict[str, int] = field(default_factory=dict)
+    ejections: dict[str, int] = field(default_factory=dict)
+    duplicates: int = 0  # straggler copies started
+    discarded: int = 0  # items computed by a losing copy and thrown away
+
+    @property
+    def rate(self) -> float:
+        return self.total / self.elapsed if self.elapsed > 0 else math.inf
+
+
+# -- job state -------------------------------------------------------------------------------
+
+
+class _Work:
+    """Items being computed: by one attempt, or by two when a straggler was duplicated."""
+
+    __slots__ = ("indices", "copies", "attempts", "done", "has_result")
+
+    def __init__(self, indices: list[int]):
+        self.indices = indices
+        self.copies = 0
+        self.attempts: list[_Attempt] = []
+        self.done = False
+        self.has_result = False  # some copy holds vectors and is waiting to write them
+
+
+class _Attempt:
+    __slots__ = ("work", "member", "started", "expected", "probe", "task", "superseded")
+
+    def __init__(self, work: _Work, member: _Member, started: float, expected: float, probe: bool):
+        self.work, self.member = work, member
+        self.started, self.expected, self.probe = started, expected, probe
+        self.task: asyncio.Future[Any] | None = None
+        self.superseded = False
+
+
+class _Phase(Enum):
+    IDLE = 0
+    EMBED = 1
+    DELIVER = 2
+
+
+@dataclass
+class _Sizing:
+    """What the pool has learned about a provider's speed; kept across jobs."""
+
+    batch_size: int
+    spi: float | None = None  # EWMA seconds per item
+
+
+class _Member:
+    def __init__(self, provider: Provider, sizing: _Sizing, lanes: int):
+        self.provider = provider
+        self.sizing = sizing
+        self.lanes = lanes
+        self.present = True
+        self.tasks: dict[asyncio.Task[None], _Phase] = {}
+        self.attempts: set[_Attempt] = set()
+        self.failures = 0  # consecutive
+        self.ejections = 0
+        self.ejected_until: float | None = None
+        self.eject_reason = ""
+        self.probing = False
+        self.cooldown_until = -math.inf
+
+    @property
+    def id(self) -> str:
+        return self.provider.id
+
+    @property
+    def is_cloud(self) -> bool:
+        return self.provider.info.is_cloud
+
+    def describe(self, now: float) -> str:
+        if not self.present:
+            return "left"
+        if self.ejected_until is not None:
+            return f"ejected ({self.eject_reason}), re-probe in {max(0.0, self.ejected_until - now):.0f}s"
+        if self.cooldown_until > now:
+            return f"rate-limited for {self.cooldown_until - now:.0f}s"
+        return f"{len(self.attempts)} batch(es) in flight"
+
+
+class _Job:
+    def __init__(self, texts: Sequence[str], sink: Sink, started: float,
+                 on_progress: Callable[[Progress], Any] | None):
+        self.texts = texts
+        self.sink = sink
+        self.total = len(texts)
+        self.queue: deque[int] = deque(range(self.total))
+        self.done = 0
+        self.live: set[_Work] = set()
+        self.started = started
+        self.last_progress = started
+        self.error: BaseException | None = None
+        self.on_progress = on_progress
+        self.report = PoolReport(total=self.total, elapsed=0.0)
+        self.sink_lock = asyncio.Lock()
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
+
+
+def _bump(d: dict[str, int], key: str, n: int = 1) -> None:
+    d[key] = d.get(key, 0) + n
+
+
+@dataclass(frozen=True)
+class _Plan:
+    action: str  # "exit" | "wait" | "pull" | "dup"
+    until: float | None = None  # wait: time to look again (None: on the next change)
+    size: int = 0
+    probe: bool = False
+    work: _Work | None = None
+
+
+_EXIT = _Plan("exit")
+_WAIT = _Plan("wait")
+
+
+class Pool:
+    def __init__(
+        self,
+        providers: ProviderRegistry | Iterable[Provider],
+        *,
+        role: Role | None = None,
+        clock: Clock | None = None,
+        eligible: Callable[[Provider], bool] | None = None,
+        cloud_reserve_only: bool | Callable[[], bool] = False,
+        admission: Admission | None = None,
+        lanes: int | Callable[[Provider], int] = 1,
+        target_latency: float = 1.0,
+        initial_batch: int = 4,
+        min_batch: int = 1,
+        max_batch: int = 256,
+        max_failures: int = 3,
+        eject_base: float = 5.0,
+        eject_max: float = 120.0,
+        straggler_factor: float = 3.0,
+        throttle_wait: float = 1.0,
+        stall_timeout: float | None = 600.0,
+        recheck: float = 1.0,
+        on_progress: Callable[[Progress], None] | None = None,
+    ):
+        """`providers`: a registry (the pool follows its changes for `role`) or a fixed list
+        (change it mid-job with `add`/`remove`). `eligible(provider)` is asked before every
+        pull (the router's "may serve now", clearance included). `admission(provider)` is
+        awaited for a cloud provider BEFORE it pulls items and returns a permit with
+        `release()` and `throttled(retry_after, kind)` (sync or async): the pool calls
+        `release()` once per permit, after `throttled(...)` when the call was rate-limited, and
+        at once if the queue emptied while it waited. Locals never ask it; an exception from
+        it pauses that provider for `throttle_wait`.
+        `lanes(provider)`: batches one provider may have in flight at once."""
+        if not 1 <= min_batch <= initial_batch <= max_batch:
+            raise ValueError("need 1 <= min_batch <= initial_batch <= max_batch")
+        if isinstance(providers, ProviderRegistry):
+            if role is None:
+                raise ValueError("a pool over a registry needs the role it embeds for")
+            self.registry: ProviderRegistry | None = providers
+            self._static: list[Provider] = []
+        else:
+            self.registry = None
+            self._static = list(providers)
+        self.role = Role(role) if role is not None else None
+        self.clock = clock or (self.registry.clock if self.registry else SystemClock())
+        self._eligible = eligible or (lambda p: True)
+        self._reserve = cloud_reserve_only if callable(cloud_reserve_only) else (lambda: cloud_reserve_only)
+        self.admission = admission
+        self._lanes = lanes if callable(lanes) else (lambda p: lanes)
+        self.target_latency = target_latency
+        self.initial_batch, self.min_batch, self.max_batch = initial_batch, min_batch, max_batch
+        self.max_failures = max_failures
+        self.eject_base, self.eject_max = eject_base, eject_max
+        self.straggler_factor = straggler_factor
+        self.throttle_wait = throttle_wait
+        self.stall_timeout = stall_timeout
+        self.recheck = recheck
+        self.on_progress = on_progress
+        self._sizing: dict[str, _Sizing] = {}
+        self._members: dict[str, _Member] = {}
+        self._departed: list[_Member] = []  # replaced members whose lanes may still unwind
+        self._job: _Job | None = None
+        self._changed = asyncio.Event()
+
+    # -- public ------------------------------------------------------------------------
+
+    async def run(self, texts: Sequence[str], sink: Sink, *,
+                  on_progress: Callable[[Progress], Any] | None = None) -> PoolReport:
+        """Embed every text; `sink(indices, vectors, provider)` is awaited once per finished
+        batch, one at a time, and every index reaches it exactly once. Raises the sink's
+        exception if a write fails, `PoolStalled` if nothing could make progress."""
+        if self._job is not None:
+            raise RuntimeError("a pool runs one job at a time")
+        job = _Job(texts, sink, self.clock.now(), on_progress or self.on_progress)
+        if job.total == 0:
+            return job.report
+        self._job = job
+        self._changed = asyncio.Event()
+        unsubscribe = None
+        try:
+            if self.registry is not None:
+                unsubscribe = self.registry.subscribe(self._on_registry)
+                initial = self.registry.list(self.role)
+            else:
+                initial = [p for p in self._static if self.role is None or self.role in p.info.roles]
+                if not initial:
+                    raise NoProviderAvailable("the embedding pool was given no provider to pull with")
+            for p in initial:
+                self._join(p)
+            await self._supervise(job)
+            job.report.elapsed = self.clock.now() - job.started
+            return job.report
+        finally:
+            if unsubscribe:
+                unsubscribe()
+            await self._stop_all()
+            self._job = None
+
+    def add(self, provider: Provider) -> None:
+        """A provider joins the running job (and later ones, for a fixed list)."""
+        if self.registry is None and provider not in self._static:
+            self._static.append(provider)
+        if self._job is not None and (self.role is None or self.role in provider.info.roles):
+            self._join(provider)
+
+    def remove(self, provider_id: str) -> None:
+        """A provider leaves: its in-flight batches go back to the queue, nothing is lost."""
+        self._static = [p for p in self._static if p.id != provider_id]
+        self._leave(provider_id)
+
+    def nudge(self) -> None:
+        """Make every lane look again (e.g. a provider's clearance changed)."""
+        self._notify()
+
+    @property
+    def progress(self) -> Progress | None:
+        return self._progress(self._job) if self._job else None
+
+    # -- membership --------------------------------------------------------------------
+
+    def _on_registry(self, change: RegistryChange) -> None:
+        if change.kind is ChangeKind.ADDED:
+            if self.role is None or self.role in change.provider.info.roles:
+                self._join(change.provider)
+        elif change.kind is ChangeKind.REMOVED:
+            m = self._members.get(change.provider.id)
+            if m is not None and m.provider is change.provider:
+                self._leave(change.provider.id)
+        self._notify()
+
+    def _join(self, provider: Provider) -> None:
+        job = self._job
+        if job is None:
+            return
+        existing = self._members.get(provider.id)
+        if existing is not None and existing.present:
+            if existing.provider is provider:
+                return
+            self._leave(provider.id)
+        if existing is not None:
+            self._departed.append(existing)
+        sizing = self._sizing.setdefault(provider.id, _Sizing(self.initial_batch))
+        m = _Member(provider, sizing, max(1, int(self._lanes(provider))))
+        self._members[provider.id] = m
+        for i in range(m.lanes):
+            task = asyncio.get_running_loop().create_task(
+                self._lane(m), name=f"pool-lane:{provider.id}:{i}")
+            m.tasks[task] = _Phase.IDLE
+        self._notify()
+
+    def _leave(self, provider_id: str) -> None:
+        m = self._members.get(provider_id)
+        if m is None or not m.present:
+            return
+        m.present = False
+        for task, phase in list(m.tasks.items()):
+            # A lane in the middle of writing finishes its write (the rows are good); every
+            # other lane stops now, and its batch returns to the queue as it unwinds.
+            if phase is not _Phase.DELIVER:
+                task.cancel()
+        self._notify()
+
+    async def _stop_all(self) -> None:
+        members = [*self._members.values(), *self._departed]
+        tasks = [t for m in members for t in m.tasks]
+        for m in members:
+            m.present = False
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._members.clear()
+        self._departed.clear()
+
+    # -- supervision -------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def _wait(self, until: float | None) -> None:
+        timeout = None if until is None else max(0.0, until - self.clock.now())
+        await wait_event(self.clock, self._changed, timeout)
+
+    async def _supervise(self, job: _Job) -> None:
+        while not job.finished:
+            if job.error is not None:
+                raise job.error
+            until = None
+            if self.stall_timeout is not None:
+                until = job.last_progress + self.stall_timeout
+                if self.clock.now() >= until:
+                    now = self.clock.now()
+                    raise PoolStalled(job.done, job.total, now - job.last_progress,
+                                      {m.id: m.describe(now) for m in self._members.values()})
+            await self._wait(until)
+        if job.error is not None:
+            raise job.error
+
+    # -- one lane ----------------------------------------------------------------------
+
+    async def _lane(self, m: _Member) -> None:
+        try:
+            await self._pull_loop(m)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # A sink failure is already recorded; anything else is a bug that must fail the
+            # job loudly rather than leave its items stranded in a dead lane.
+            job = self._job
+            if job is not None and job.error is None:
+                job.error = exc
+                self._notify()
+            raise
+
+    async def _pull_loop(self, m: _Member) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        while True:
+            plan = self._plan(m)
+            if plan.action == "exit":
+                return
+            if plan.action == "wait":
+                await self._wait(plan.until)
+                continue
+            permit = None
+            if m.is_cloud and self.admission is not None:
+                # Wait for the budget holding no items: the queue stays available to the
+                # locals for as long as this wait lasts.
+                try:
+                    permit = await self.admission(m.provider)
+                except Exception as exc:  # a budget refusal pauses this provider, not the job
+                    log.warning("pool: %s could not get a cloud permit (%s: %s); pausing",
+                                m.id, type(exc).__name__, exc)
+                    m.cooldown_until = self.clock.now() + self.throttle_wait
+                    continue
+                plan = self._plan(m)  # the world moved while we waited
+                if plan.action not in ("pull", "dup"):
+                    await _settle(permit, "release")
+                    continue
+            attempt = self._start(m, plan)
+            m.tasks[me] = _Phase.EMBED
+            try:
+                await self._attempt(m, attempt, permit)
+            finally:
+                if me in m.tasks:
+                    m.tasks[me] = _Phase.IDLE
+
+    def _plan(self, m: _Member) -> _Plan:
+        job = self._job
+        if job is None or job.finished or job.error is not None or not m.present:
+            return _EXIT
+        now = self.clock.now()
+        if not self._eligible(m.provider):
+            # Clearance or registry health can lapse or return with no event; look again.
+            return _Plan("wait", until=now + self.recheck)
+        probe = False
+        if m.ejected_until is not None:
+            if now < m.ejected_until:
+                return _Plan("wait", until=m.ejected_until)
+            if m.probing:
+                return _WAIT
+            probe = True
+        if now < m.cooldown_until:
+            return _Plan("wait", until=m.cooldown_until)
+        if m.is_cloud and self._reserve() and self._local_can_serve():
+            # Backup holds the cloud in reserve; a local's clearance can lapse silently, so
+            # look again now and then as well as on every change.
+            return _Plan("wait", until=now + self.recheck)
+        if job.queue:
+            return _Plan("pull", size=self._size(m, probe), probe=probe)
+        if probe:
+            return _WAIT
+        work, next_at = self._straggler(m, now)
+        if work is not None:
+            return _Plan("dup", work=work)
+        return _Plan("wait", until=next_at)
+
+    def _local_can_serve(self) -> bool:
+        return any(
+            not m.is_cloud and m.present and m.ejected_until is None and self._eligible(m.provider)
+            for m in self._members.values()
+        )
+
+    def _size(self, m: _Member, probe: bool) -> int:
+        job = self._job
+        assert job is not None
+        if probe:
+            return self.min_batch
+        n = m.sizing.batch_size
+        # End game: pull no more than this lane's share of what is left, by measured speed,
+        # so the slowest provider is not the one holding the last big batch.
+        if m.sizing.spi is not None and len(job.queue) < self._pull_capacity():
+            total_rate = 0.0
+            now = self.clock.now()
+            reserve_held = self._reserve() and self._local_can_serve()
+            for o in self._members.values():
+                if (o.present and o.ejected_until is None and now >= o.cooldown_until
+                        and o.sizing.spi is not None and self._eligible(o.provider)
+                        and not (o.is_cloud and reserve_held)):
+                    total_rate += o.lanes / max(o.sizing.spi, 1e-9)
+            mine = 1.0 / max(m.sizing.spi, 1e-9)
+            if total_rate > 0:
+                n = min(n, max(self.min_batch, math.ceil(len(job.queue) * mine / total_rate)))
+        return max(1, min(n, len(job.queue)))
+
+    def _pull_capacity(self) -> int:
+        return sum(m.sizing.batch_size * m.lanes for m in self._members.values() if m.present)
+
+    def _expected(self, m: _Member, n: int) -> float:
+        if m.sizing.spi is None:
+            return self.target_latency
+        return n * m.sizing.spi
+
+    def _straggler(self, m: _Member, now: float) -> tuple[_Work | None, float | None]:
+        """The batch this idle lane should duplicate now, or when to look again."""
+        job = self._job
+        assert job is not None
+        best: _Work | None = None
+        best_started = math.inf
+        next_at: float | None = None
+        for work in job.live:
+            if work.done or work.has_result or work.copies != 1:
+                continue
+            (a,) = work.attempts
+            if a.member is m:
+                continue
+            # Overdue against its own provider's history, and this lane expects to finish
+            # it sooner than the straggler has already taken.
+            at = max(a.started + self.straggler_factor * a.expected,
+                     a.started + (self._expected(m, len(work.indices)) if m.sizing.spi is not None else 0.0))
+            if now >= at:
+                if a.started < best_started:
+                    best, best_started = work, a.started
+            elif next_at is None or at < next_at:
+                next_at = at
+        return best, next_at
+
+    def _start(self, m: _Member, plan: _Plan) -> _Attempt:
+        job = self._job
+        assert job is not None
+        now = self.clock.now()
+        if plan.action == "pull":
+            n = min(plan.size, len(job.queue))
+            work = _Work([job.queue.popleft() for _ in range(n)])
+            job.live.add(work)
+        else:
+            assert plan.work is not None
+            work = plan.work
+            job.report.duplicates += 1
+            log.info("pool: %s duplicates a straggling batch of %d from %s",
+                     m.id, len(work.indices), work.attempts[0].member.id)
+        a = _Attempt(work, m, now, self._expected(m, len(work.indices)), plan.probe)
+        work.copies += 1
+        work.attempts.append(a)
+        m.attempts.add(a)
+        if plan.probe:
+            m.probing = True
+        self._notify()
+        return a
+
+    def _end(self, a: _Attempt) -> None:
+        """An attempt is over (written, failed, superseded or cancelled). When it was the
+        work's last copy and the work is not written, its items return to the queue front."""
+        job = self._job
+        work, m = a.work, a.member
+        if a in m.attempts:
+            m.attempts.discard(a)
+        if a in work.attempts:
+            work.attempts.remove(a)
+            work.copies -= 1
+        if a.probe:
+            m.probing = False
+        if work.copies == 0 and job is not None:
+            job.live.discard(work)
+            if not work.done:
+                job.queue.extendleft(reversed(work.indices))
+        self._notify()
+
+    async def _attempt(self, m: _Member, a: _Attempt, permit: Any) -> None:
+        job = self._job
+        assert job is not None
+        texts = [job.texts[i] for i in a.work.indices]
+        a.task = asyncio.ensure_future(m.provider.embed(texts))
+        try:
+            raw = await a.task
+            vectors = _check(m.provider, raw, len(texts))
+        except asyncio.CancelledError:
+            self._end(a)
+            me = asyncio.current_task()
+            if permit is not None:
+                await _settle(permit, "release", background=True)
+            if a.superseded and me is not None and not me.cancelling():
+                return  # the other copy was written first; this lane carries on
+            raise
+        except Exception as exc:
+            self._end(a)
+            await self._failed(m, a, exc, permit)
+            return
+        if permit is not None:
+            await _settle(permit, "release")
+        self._learn(m, len(texts), self.clock.now() - a.started)
+        if a.probe or m.ejected_until is not None:
+            log.info("pool: %s passed its re-probe and pulls again", m.id)
+        m.failures, m.ejections, m.ejected_until = 0, 0, None
+        a.work.has_result = True
+        try:
+            await self._deliver(m, a, vectors)
+        finally:
+            if not a.work.done:
+                a.work.has_result = False
+            self._end(a)
+
+    async def _deliver(self, m: _Member, a: _Attempt, vectors: np.ndarray) -> None:
+        job = self._job
+        assert job is not None
+        me = asyncio.current_task()
+        async with job.sink_lock:
+            work = a.work
+            if work.done:
+                job.report.discarded += len(work.indices)
+                return
+            if me is not None and me in m.tasks:
+                m.tasks[me] = _Phase.DELIVER
+            try:
+                await job.sink(list(work.indices), vectors, m.provider)
+            except BaseException as exc:
+                if not isinstance(exc, asyncio.CancelledError):
+                    job.error = exc
+                    self._notify()
+                raise
+            work.done = True
+            job.done += len(work.indices)
+            job.last_progress = self.clock.now()
+            _bump(job.report.per_provider, m.id, len(work.indices))
+            _bump(job.report.batches, m.id)
+            if job.on_progress is not None:
+                try:  # under the lock, so reports arrive in order, one per written batch
+                    job.on_progress(self._progress(job))
+                except Exception:  # a progress bar must never fail an index job
+                    log.exception("pool: progress callback failed")
+        # The losing copy, if any, stops now instead of finishing work nobody will write.
+        for other in list(work.attempts):
+            if other is not a and other.task is not None and not other.task.done():
+                other.superseded = True
+                other.task.cancel()
+        self._notify()
+
+    async def _failed(self, m: _Member, a: _Attempt, exc: Exception, permit: Any) -> None:
+        job = self._job
+        assert job is not None
+        now = self.clock.now()
+        if is_throttle(exc):
+            retry_after = getattr(exc, "retry_after", None)
+            wait = retry_after if retry_after is not None and retry_after > 0 else self.throttle_wait
+            m.cooldown_until = max(m.cooldown_until, now + wait)
+            _bump(job.report.throttles, m.id)
+            log.info("pool: %s rate-limited (%s), pauses %.1fs holding no work",
+                     m.id, getattr(exc, "throttle_kind", "?"), wait)
+            if permit is not None:
+                await _settle(permit, "throttled", retry_after, getattr(exc, "throttle_kind", None))
+                await _settle(permit, "release")
+            self._notify()
+            return
+        if permit is not None:
+            await _settle(permit, "release")
+        _bump(job.report.failures, m.id)
+        m.failures += 1
+        m.sizing.batch_size = max(self.min_batch, m.sizing.batch_size // 2)
+        retryable = getattr(exc, "retryable", True)
+        if a.probe or not retryable or m.failures >= self.max_failures:
+            m.ejections += 1
+            backoff = min(self.eject_max, self.eject_base * 2 ** (m.ejections - 1))
+            m.ejected_until = now + backoff
+            m.eject_reason = f"{type(exc).__name__}: {exc}"
+            _bump(job.report.ejections, m.id)
+            log.warning("pool: %s ejected for %.0fs after %d failure(s): %s",
+                        m.id, backoff, m.failures, m.eject_reason)
+        self._notify()
+
+    def _learn(self, m: _Member, n: int, latency: float) -> None:
+        s = m.sizing
+        sample = max(0.0, latency) / n
+        s.spi = sample if s.spi is None else 0.5 * sample + 0.5 * s.spi
+        want = self.max_batch if s.spi <= 0 else int(self.target_latency / s.spi)
+        # Grow at most by doubling (one good batch is thin evidence); shrink at once.
+        s.batch_size = max(self.min_batch, min(self.max_batch, want, 2 * max(s.batch_size, n)))
+
+    def _progress(self, job: _Job) -> Progress:
+        now = self.clock.now()
+        elapsed = now - job.started
+        return Progress(
+            done=job.done, total=job.total, elapsed=elapsed,
+            rate=job.done / elapsed if elapsed > 0 else 0.0,
+            per_provider=dict(job.report.per_provider),
+            in_flight=sum(len(w.indices) for w in job.live if not w.done),
+            queued=len(job.queue),
+            ejected=tuple(sorted(m.id for m in self._members.values()
+                                 if m.present and m.ejected_until is not None)),
+            cooling=tuple(sorted(m.id for m in self._members.values()
+                                 if m.present and now < m.cooldown_until)),
+        )
+
+
+def _check(provider: Provider, raw: Any, n: int) -> np.ndarray:
+    arr = np.asarray(raw, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise MalformedBatch(provider.id, f"expected {n} vectors, got shape {arr.shape}")
+    width = provider.info.width
+    if width is not None and arr.shape[1] != width:
+        raise MalformedBatch(provider.id, f"expected width {width}, got {arr.shape[1]}")
+    if not np.isfinite(arr).all():
+        raise MalformedBatch(provider.id, "non-finite values")
+    return arr
+
+
+async def _settle(permit: Any, method: str, *args: Any, background: bool = False) -> None:
+    """Call a permit method that may be sync or async; never let a permit error fail a job."""
+    fn = getattr(permit, method, None)
+    if fn is None:
+        return
+    try:
+        r = fn(*args)
+        if inspect.isawaitable(r):
+            if background:
+                asyncio.ensure_future(r)
+            else:
+                await r
+    except Exception:
+        log.exception("pool: permit.%s failed", method)
