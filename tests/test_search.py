@@ -187,3 +187,18 @@ async def test_real_encoder_hybrid_search(tmp_path, minilm_path):
     assert hits[0].path == "net/socket.py"
     hits = await search(store, encoder, "p", "run_query", k=2)
     assert hits[0].path == "db/query.py"
+
+
+def test_keyword_search_finds_camel_case_parts_and_paths(store):
+    chunks = [
+        Chunk("src/auth/session_store.go", "go", "code", 3, 14, "SessionStore.getUserName",
+              "func (s *SessionStore) getUserName(id int) string {\n\treturn s.names[id]\n}"),
+        Chunk("src/ui/button.ts", "typescript", "code", 1, 6, "Button",
+              "export class Button {\n  click() {}\n}"),
+    ]
+    store.open_table("p", "code", SPACE)
+    store.write("p", "code", chunks, clustered(2, seed=2), CLEARED)
+    for query in ["getUserName", "user name", "session store", "auth"]:
+        hits = store.text_search("p", "code", query, 2)
+        assert hits and hits[0].chunk_id == chunks[0].chunk_id, query
+    assert store.text_search("p", "code", "button", 1)[0].path == "src/ui/button.ts"

@@ -287,6 +287,22 @@ def validate_rows(table: str, rows: Sequence[Chunk]) -> None:
             )
 
 
+_IDENT = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def keywords_of(path: str, symbol: str | None, text: str) -> str:
+    """The text full-text search indexes: the chunk's symbol, path and text, plus the words
+    inside camelCase identifiers (`getUserName` is then found by `user name` as well as by
+    `getUserName`). snake_case needs nothing: the tokenizer splits on `_` already."""
+    extra = []
+    for ident in sorted(set(_IDENT.findall(f"{symbol or ''} {path} {text}"))):
+        parts = _PARTS.findall(ident)
+        if len(parts) > 1:
+            extra.extend(parts)
+    return "\n".join([symbol or "", path.replace("/", " "), text, " ".join(extra)])
+
+
 def snippet_of(text: str) -> str:
     lines = text.splitlines()[:SNIPPET_LINES]
     out = "\n".join(lines)
@@ -472,6 +488,7 @@ def _schema(space: Space) -> pa.Schema:
             ("end_line", pa.int32()),
             ("symbol", pa.string()),
             ("text", pa.string()),
+            ("keywords", pa.string()),  # what full-text search indexes: see keywords_of()
             ("vector", pa.list_(pa.float32(), space.width)),
             ("provider_id", pa.string()),
             ("verdict_id", pa.string()),
@@ -626,7 +643,7 @@ class LanceStore(Store):
         tbl = db.create_table(name, schema=_schema(space))
         # The keyword index exists from birth: LanceDB answers full-text queries only on a
         # table with one, and then also searches rows added since the index was last updated.
-        tbl.create_index("text", config=_fts_config(), replace=True)
+        tbl.create_index("keywords", config=_fts_config(), replace=True)
         self._tables[(self.slug(project), name)] = tbl
         return name
 
@@ -748,7 +765,7 @@ class LanceStore(Store):
         # keyword index (LanceDB updates indexes incrementally here).
         tbl.optimize()
         if not any(i.index_type == "FTS" for i in tbl.list_indices()):
-            tbl.create_index("text", config=_fts_config(), replace=True)
+            tbl.create_index("keywords", config=_fts_config(), replace=True)
         n = tbl.count_rows()
         if n == 0:
             return
@@ -783,6 +800,8 @@ class LanceStore(Store):
         tbl = self._table(project, name)  # type: ignore[arg-type]
         width = matrix.shape[1]
         n = len(rows)
+        # Lone surrogates (from undecodable files) cannot be stored as UTF-8.
+        texts = [c.text.encode("utf-8", "replace").decode("utf-8") for c in rows]
         data = pa.table(
             {
                 "chunk_id": [c.chunk_id for c in rows],
@@ -792,7 +811,9 @@ class LanceStore(Store):
                 "start_line": pa.array([c.start_line for c in rows], pa.int32()),
                 "end_line": pa.array([c.end_line for c in rows], pa.int32()),
                 "symbol": [c.symbol for c in rows],
-                "text": [c.text.encode("utf-8", "replace").decode("utf-8") for c in rows],
+                "text": texts,
+                "keywords": [keywords_of(c.path, c.symbol, t) for c, t in zip(rows, texts,
+                                                                              strict=True)],
                 "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), width),
                 "provider_id": [provenance.provider_id] * n,
                 "verdict_id": pa.array([provenance.verdict_id] * n, pa.string()),
@@ -1148,3 +1169,14 @@ def open_store(settings: Any = None, clearance: Clearance | None = None, **kwarg
             "the embedded LanceDB store"
         )
     return LanceStore(Path(url) if url else settings.lance_dir, clearance, **kwargs)
+
+
+def open_store_url(url_or_path: str | Path, clearance: Clearance | None = None,
+                   **kwargs: Any) -> Store:
+    """The store a URL names: `postgresql://…` (or `postgres://…`) opens the PostgreSQL +
+    pgvector backend, anything else is a LanceDB folder."""
+    if isinstance(url_or_path, str) and url_or_path.startswith(("postgresql://", "postgres://")):
+        from fathom.index.pgstore import PostgresStore  # local: psycopg only when used
+
+        return PostgresStore(url_or_path, clearance, **kwargs)
+    return LanceStore(Path(url_or_path), clearance, **kwargs)
