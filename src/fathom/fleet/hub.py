@@ -350,7 +350,25 @@ class Hub:
             link.key_present = present
             if not present and link.approved and link.cloud_capable:
                 log.warning("key missing on %s: its cloud routes are unavailable until the key is pushed", link.name)
+            self._mark_key_health(link)
             self._notify()
+
+    def _mark_key_health(self, link: _Link) -> None:
+        """Mirror "key missing" into the registry's health flags, so whoever lists available
+        providers (router, pool, status) skips these cloud routes and shows the reason. Only a
+        flag this hub set is lifted: a gate quarantine stays."""
+        reg = self.registry
+        if reg is None or not hasattr(reg, "quarantine"):
+            return
+        reason = f"key missing on {link.name}"
+        for pid, prov in link.providers.items():
+            if prov.route != "cloud" or pid not in reg:
+                continue
+            health = reg.health(pid)
+            if not link.key_present and health.state == "ok":
+                reg.quarantine(pid, reason)
+            elif link.key_present and health.reason == reason:
+                reg.restore(pid)
 
     # ---- lifecycle: activate, drop, approve, revoke ---------------------------------------
 
@@ -408,6 +426,7 @@ class Hub:
                 self._registry_add(prov)
                 changed = True
         if changed:
+            self._mark_key_health(link)
             self._notify()
 
     async def _drop(self, link: _Link, reason: str) -> None:
