@@ -30,6 +30,7 @@ to know what a permit is made of (the budget's `admission` hands them out), or t
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import math
@@ -206,6 +207,9 @@ class _Job:
         self.on_progress = on_progress
         self.report = PoolReport(total=self.total, elapsed=0.0)
         self.sink_lock = asyncio.Lock()
+        # The caller's context (e.g. the budget's `current_project`), given to every lane,
+        # including lanes of providers that join later from another task's context.
+        self.context = contextvars.copy_context()
 
     @property
     def finished(self) -> bool:
@@ -257,10 +261,12 @@ class Pool:
         (change it mid-job with `add`/`remove`). `eligible(provider)` is asked before every
         pull (the router's "may serve now", clearance included). `admission(provider)` is
         awaited for a cloud provider BEFORE it pulls items and returns a permit with
-        `release()` and `throttled(retry_after, kind)` (sync or async): the pool calls
-        `release()` once per permit, after `throttled(...)` when the call was rate-limited, and
-        at once if the queue emptied while it waited. Locals never ask it; an exception from
-        it pauses that provider for `throttle_wait`.
+        `release()` and `throttled(retry_after, kind)` (sync or async), e.g.
+        `CloudBudget.admission`, which also binds the permit so a `BudgetedProvider` uses it
+        instead of taking a second. The pool calls `throttled(...)` on a rate-limited call
+        (unless the permit already recorded it), then `release()` once per permit
+        (`record_rtt=False` when it carried no request). Locals never ask it; an exception
+        from it pauses that provider for `throttle_wait`.
         `lanes(provider)`: batches one provider may have in flight at once."""
         if not 1 <= min_batch <= initial_batch <= max_batch:
             raise ValueError("need 1 <= min_batch <= initial_batch <= max_batch")
@@ -375,7 +381,7 @@ class Pool:
         self._members[provider.id] = m
         for i in range(m.lanes):
             task = asyncio.get_running_loop().create_task(
-                self._lane(m), name=f"pool-lane:{provider.id}:{i}")
+                self._lane(m), name=f"pool-lane:{provider.id}:{i}", context=job.context.copy())
             m.tasks[task] = _Phase.IDLE
         self._notify()
 
@@ -467,7 +473,7 @@ class Pool:
                     continue
                 plan = self._plan(m)  # the world moved while we waited
                 if plan.action not in ("pull", "dup"):
-                    await _settle(permit, "release")
+                    await _release(permit, used=False)
                     continue
             attempt = self._start(m, plan)
             m.tasks[me] = _Phase.EMBED
@@ -620,7 +626,7 @@ class Pool:
             self._end(a)
             me = asyncio.current_task()
             if permit is not None:
-                await _settle(permit, "release", background=True)
+                await _release(permit, used=False, background=True)
             if a.superseded and me is not None and not me.cancelling():
                 return  # the other copy was written first; this lane carries on
             raise
@@ -629,7 +635,7 @@ class Pool:
             await self._failed(m, a, exc, permit)
             return
         if permit is not None:
-            await _settle(permit, "release")
+            await _release(permit)
         self._learn(m, len(texts), self.clock.now() - a.started)
         if a.probe or m.ejected_until is not None:
             log.info("pool: %s passed its re-probe and pulls again", m.id)
@@ -689,12 +695,14 @@ class Pool:
             log.info("pool: %s rate-limited (%s), pauses %.1fs holding no work",
                      m.id, getattr(exc, "throttle_kind", "?"), wait)
             if permit is not None:
-                await _settle(permit, "throttled", retry_after, getattr(exc, "throttle_kind", None))
-                await _settle(permit, "release")
+                # A budget-wrapped provider already told its permit; say it once.
+                if not getattr(permit, "throttles", 0):
+                    await _settle(permit, "throttled", retry_after, getattr(exc, "throttle_kind", None))
+                await _release(permit)
             self._notify()
             return
         if permit is not None:
-            await _settle(permit, "release")
+            await _release(permit)
         _bump(job.report.failures, m.id)
         m.failures += 1
         m.sizing.batch_size = max(self.min_batch, m.sizing.batch_size // 2)
@@ -745,13 +753,28 @@ def _check(provider: Provider, raw: Any, n: int) -> np.ndarray:
     return arr
 
 
-async def _settle(permit: Any, method: str, *args: Any, background: bool = False) -> None:
+async def _release(permit: Any, *, used: bool = True, background: bool = False) -> None:
+    """Give a permit back. One that carried no request (the queue emptied while it was
+    awaited, or the call was cancelled) must not count as a round trip: a ~0 s sample would
+    drag the budget's Little's-law estimate down."""
+    fn = getattr(permit, "release", None)
+    kwargs: dict[str, Any] = {}
+    if fn is not None and not used:
+        try:
+            if "record_rtt" in inspect.signature(fn).parameters:
+                kwargs["record_rtt"] = False
+        except (TypeError, ValueError):
+            pass
+    await _settle(permit, "release", background=background, **kwargs)
+
+
+async def _settle(permit: Any, method: str, *args: Any, background: bool = False, **kwargs: Any) -> None:
     """Call a permit method that may be sync or async; never let a permit error fail a job."""
     fn = getattr(permit, method, None)
     if fn is None:
         return
     try:
-        r = fn(*args)
+        r = fn(*args, **kwargs)
         if inspect.isawaitable(r):
             if background:
                 asyncio.ensure_future(r)
