@@ -896,9 +896,11 @@ class LanceStore(Store):
         name = self._slot_name(project, table, slot)
         if name is None:
             return []
-        data = self._table(project, name).to_arrow().select(["chunk_id", "content_hash", "path"])
-        return [ManifestEntry(*row) for row in zip(*(data[c].to_pylist() for c in data.column_names),
-                                                  strict=True)]
+        data = (self._table(project, name).search().select(["chunk_id", "content_hash", "path"])
+                .limit(None).to_arrow())
+        return [ManifestEntry(*row) for row in zip(data["chunk_id"].to_pylist(),
+                                                  data["content_hash"].to_pylist(),
+                                                  data["path"].to_pylist(), strict=True)]
 
     # ---- search
 
@@ -1109,7 +1111,8 @@ class LanceStore(Store):
         name = self._slot_name(project, table, slot)
         if name is None:
             return {}
-        data = self._table(project, name).to_arrow().select(["provider_id", "verdict_id"])
+        data = (self._table(project, name).search().select(["provider_id", "verdict_id"])
+                .limit(None).to_arrow())
         counts: dict[tuple[str, str | None], int] = {}
         for key in zip(data["provider_id"].to_pylist(), data["verdict_id"].to_pylist(),
                        strict=True):
