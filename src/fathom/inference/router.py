@@ -15,6 +15,7 @@ spend cloud budget (the budget does), or to decide whether two encoders agree (t
 
 from __future__ import annotations
 
+import math
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
 
@@ -314,7 +315,8 @@ class Router:
             parts = []
             for p in down:
                 h = self.registry.health(p.id)
-                parts.append(f"{p.id} {h.state} ({h.reason or 'no reason'}) for {h.until - now:.0f}s")
+                left = "until restored" if math.isinf(h.until) else f"for {h.until - now:.0f}s more"
+                parts.append(f"{p.id} {h.state} ({h.reason or 'no reason'}) {left}")
             return f"every {label} for role {role} is out of service: " + "; ".join(parts)
         return f"no {label} can serve role {role}"
 
