@@ -1,0 +1,125 @@
+"""How the stateless roles (reranker, code-assistant, rlm) reach a provider.
+
+This module owns the one door the agents and the reranker stage use: `call_role(router, role,
+fn)` runs `fn(provider)` on a provider the `Router` picks for the role (aggregate: least
+loaded; backup: local first, cloud on failure; local / cloud: strict), charges the request to
+the current project for the budget's fairness, and checks the fallback mode a second time at
+the moment of the call: under `FallbackMode.LOCAL_ONLY` a cloud provider is refused even if a
+routing bug handed it over. It also builds the cloud route of a stateless role
+(`cloud_provider`, always wrapped in `BudgetedProvider`, so its calls take the key's permits),
+and states what a role's fallback mode means (`fallback_status`) for status output and the
+dashboard.
+
+It refuses to decide who may serve (the router reads the policy table), to retry on its own
+(the router fails over, the budget never retries), and to build an unbudgeted cloud route.
+
+API:
+    await call_role(router, role, fn, *, project=None) -> Served[T]     (.value, .provider)
+    cloud_provider(client, role, budget, *, model=None, upstream=None) -> BudgetedProvider
+    fallback_status(role_route, role=None) -> str
+    local_only(router, role) -> bool
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Awaitable, Callable, Generic, TypeVar
+
+from fathom.config import RoleRoute
+from fathom.errors import FathomError
+from fathom.inference.budget import BudgetedProvider, CloudBudget, current_project
+from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
+from fathom.inference.provider import Provider
+from fathom.inference.router import Router
+from fathom.policy import BEHAVIOUR, Policy
+from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role
+
+T = TypeVar("T")
+
+
+class CloudForbidden(FathomError):
+    """A cloud provider reached a role whose fallback mode is local-only. Not a
+    `ProviderError` on purpose: the router must not fail over past it as if a provider had
+    failed; it is a routing bug, and nothing was sent."""
+
+    def __init__(self, role: Role, provider_id: str):
+        self.role, self.provider_id = role, provider_id
+        super().__init__(
+            f"refused to send a {role} request to cloud provider {provider_id}: role {role} is "
+            f"in fallback mode local-only, so it never calls the cloud whatever its policy"
+        )
+
+
+@dataclass(frozen=True)
+class Served(Generic[T]):
+    value: T
+    provider: Provider
+
+
+def local_only(router: Router, role: Role) -> bool:
+    return router.route(role).fallback is FallbackMode.LOCAL_ONLY
+
+
+async def call_role(router: Router, role: Role, fn: Callable[[Provider], Awaitable[T]], *,
+                    project: str | None = None) -> Served[T]:
+    """`fn(provider)` on the first provider of `router.order(role)` that serves it.
+
+    Raises the router's `NoRoute` (a `NoProviderAvailable` naming every reason) when none can.
+    """
+    role = Role.parse(role)
+    served: list[Provider] = []
+
+    async def attempt(provider: Provider) -> T:
+        if provider.info.is_cloud and local_only(router, role):
+            raise CloudForbidden(role, provider.id)
+        result = await fn(provider)
+        served.append(provider)
+        return result
+
+    token = current_project.set(project) if project else None
+    try:
+        value = await router.call(role, attempt)
+    finally:
+        if token is not None:
+            current_project.reset(token)
+    return Served(value, served[-1])
+
+
+def cloud_provider(client: OpenRouterClient, role: Role, budget: CloudBudget, *,
+                   model: str | None = None, upstream: str | None = None) -> BudgetedProvider:
+    """The OpenRouter route of a stateless role, behind the key's budget.
+
+    Unpinned by default: reranking and chat write nothing, so two upstreams serving the same
+    model id cannot split a vector space (R4 pins embedding routes only)."""
+    role = Role.parse(role)
+    if role in EMBEDDING_ROLES:
+        raise ValueError(f"role {role} writes a table; its cloud route goes through the gate")
+    model = model or DEFAULTS[role].model
+    inner = OpenRouterProvider(client, model=model, roles=[role], upstream=upstream)
+    return BudgetedProvider(inner, budget)
+
+
+def fallback_status(role_route: RoleRoute, role: Role | str | None = None) -> str:
+    """One line for status output and the dashboard: what this route's fallback mode means.
+
+    Local-only must be stated plainly, because the policy column alone would suggest the
+    cloud may serve: under local-only the role never calls the cloud, whatever its policy."""
+    who = f"role {Role.parse(role)}" if role is not None else "this role"
+    policy: Policy = role_route.policy
+    behaviour = BEHAVIOUR[policy]
+    if role_route.fallback is FallbackMode.LOCAL_ONLY:
+        line = (f"fallback local-only: {who} never calls the cloud, whatever its policy "
+                f"({policy}); only local GPUs and sidecar hosts serve it")
+        if not behaviour.local:
+            line += ("; its policy allows no local provider, so it cannot run until the policy "
+                     "or the fallback mode changes")
+        return line + ". Switch with `fathom policy set <role> --fallback any`."
+    if not behaviour.cloud:
+        return f"fallback any: {who} is local-only by policy ({policy}); nothing leaves the network."
+    if behaviour.cloud_reserve_only:
+        return (f"fallback any: {who} may call the cloud under policy {policy}, only while no "
+                f"local provider can serve; every cloud call takes a budget permit.")
+    if not behaviour.local:
+        return f"fallback any: {who} is served by the cloud only ({policy}); every call takes a budget permit."
+    return (f"fallback any: {who} may call the cloud under policy {policy} (least-loaded of local "
+            f"and cloud); every cloud call takes a budget permit.")

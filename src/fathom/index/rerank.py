@@ -1,0 +1,237 @@
+"""The reranker stage of the search pipeline.
+
+What it owns: taking the hybrid search's candidates (vector top-k fused with keyword BM25 by
+RRF, `fathom.index.search`), handing their full chunk texts to the reranker role's provider
+(`provider.rerank(query, docs)` returns one score per document, in the documents' order), and
+ordering the candidates by those scores. The reranker is stateless (it scores a list and
+writes nothing), so any provider the router allows may serve: a sidecar's TEI `/rerank`, the
+in-process `CosineReranker`, or OpenRouter's `/api/v1/rerank` (default
+`qwen/qwen3-reranker-8b`, unpinned) through the key's budget.
+
+When no reranker can serve — none is configured, none is allowed by the policy, or the one
+asked failed or answered garbage — search still answers, in retrieval order, and says so:
+`SearchResults.reranked` is False and `reason` names why. Every hit carries `reranked` too.
+
+It refuses to drop a hit it could not score, to trust a score list of the wrong length or
+with non-finite values, and to let a reranker failure fail the search.
+
+API:
+    await search(fathom, query, project=None, table="code", k=10, *, reranker=None,
+                 depth=None) -> SearchResults
+    await RerankStage(reranker).apply(query, candidates, k, *, project=None) -> SearchResults
+    CosineReranker(encoder)       a local Provider scoring by the encoder's cosine
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from fathom.errors import ConfigError, FathomError, StoreError
+from fathom.index import search as search_mod
+from fathom.index.store import UnknownProject
+from fathom.inference.provider import Kind, Provider, ProviderInfo
+from fathom.inference.router import Router
+from fathom.roles import Role
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fathom.service import Fathom, SearchHit
+
+# The reranker reads whole chunks, but one huge chunk must not blow a cloud request's size.
+MAX_DOC_CHARS = 4000
+MAX_DEPTH = 100
+
+
+class RerankFailed(FathomError):
+    """The reranker answered something unusable; search falls back to retrieval order."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    hit: SearchHit
+    text: str  # the full chunk text the reranker reads (the snippet when the store has none)
+
+
+@dataclass(frozen=True)
+class RankedHit:
+    hit: SearchHit  # `score` is the rerank score when reranked, else the retrieval score
+    reranked: bool
+    retrieval_score: float
+    rerank_score: float | None = None
+    retrieval_rank: int = 0  # 1-based position before reranking
+    text: str = field(default="", repr=False)  # the chunk text that was scored; not sent out
+
+    def __getattr__(self, name: str) -> Any:
+        # A ranked hit reads like its hit (path, start_line, snippet...), so tools take either.
+        if name == "hit":
+            raise AttributeError(name)
+        return getattr(self.hit, name)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.hit.as_dict() | {
+            "reranked": self.reranked,
+            "retrieval_score": self.retrieval_score,
+            "rerank_score": self.rerank_score,
+            "retrieval_rank": self.retrieval_rank,
+        }
+
+
+@dataclass(frozen=True)
+class SearchResults:
+    hits: list[RankedHit]
+    reranked: bool
+    reason: str | None = None  # why not reranked
+    reranker: str | None = None  # the provider id that scored them
+    candidates: int = 0
+
+    def __iter__(self):
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reranked": self.reranked, "reason": self.reason, "reranker": self.reranker,
+                "candidates": self.candidates, "hits": [h.as_dict() for h in self.hits]}
+
+
+class RerankStage:
+    """Rescores candidates with `reranker`: a `Router` (the reranker role's route: policy,
+    failover, budget-wrapped cloud providers), a single `Provider`, or None (not configured)."""
+
+    def __init__(self, reranker: Router | Provider | None):
+        self.reranker = reranker
+
+    async def apply(self, query: str, candidates: Sequence[Candidate], k: int, *,
+                    project: str | None = None) -> SearchResults:
+        cands = list(candidates)
+        if not cands:
+            return SearchResults([], reranked=False, reason="no candidates to rerank")
+        if self.reranker is None:
+            return _unranked(cands, k, "no reranker is configured for role reranker")
+        docs = [c.text[:MAX_DOC_CHARS] for c in cands]
+        try:
+            scores, provider_id = await self._score(query, docs, project)
+            _check_scores(scores, len(docs), provider_id)
+        except FathomError as exc:
+            # A reranker is an improvement, never a precondition: search still answers.
+            return _unranked(cands, k, f"not reranked: {exc}")
+        order = sorted(range(len(cands)), key=lambda i: -scores[i])  # stable: ties keep retrieval order
+        hits = [RankedHit(replace(cands[i].hit, score=round(float(scores[i]), 6)), True,
+                          cands[i].hit.score, float(scores[i]), i + 1, cands[i].text)
+                for i in order[:k]]
+        return SearchResults(hits, reranked=True, reranker=provider_id, candidates=len(cands))
+
+    async def _score(self, query: str, docs: list[str], project: str | None) -> tuple[list[float], str]:
+        if isinstance(self.reranker, Router):
+            from fathom.agents.routes import call_role  # the agents' door to a role
+
+            served = await call_role(self.reranker, Role.RERANKER,
+                                     lambda p: p.rerank(query, docs), project=project)
+            return list(served.value), served.provider.id
+        assert self.reranker is not None
+        return list(await self.reranker.rerank(query, docs)), self.reranker.id
+
+
+def _check_scores(scores: list[float], n: int, provider_id: str) -> None:
+    if len(scores) != n:
+        raise RerankFailed(f"reranker {provider_id} returned {len(scores)} scores for {n} documents")
+    bad = [i for i, s in enumerate(scores) if not isinstance(s, (int, float)) or not math.isfinite(s)]
+    if bad:
+        raise RerankFailed(f"reranker {provider_id} returned non-finite scores at {bad[:5]}")
+
+
+def _unranked(cands: list[Candidate], k: int, reason: str) -> SearchResults:
+    hits = [RankedHit(c.hit, False, c.hit.score, None, i + 1, c.text) for i, c in enumerate(cands[:k])]
+    return SearchResults(hits, reranked=False, reason=reason, candidates=len(cands))
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+def _names(fathom: Fathom, project: str | None, table: str) -> list[str]:
+    store = fathom.store
+    if project is not None:
+        if not isinstance(project, str) or not project:
+            raise ConfigError("project must be a non-empty name; see `fathom projects`")
+        if not store.has_project(project):
+            raise UnknownProject(project, [p.name for p in store.list_projects()])
+        return [project]
+    names = [p.name for p in store.list_projects()
+             if table in p.tables and p.tables[table].space is not None]
+    if not names:
+        raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
+    return names
+
+
+async def candidates(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
+                     depth: int = 40) -> list[Candidate]:
+    """The hybrid search's best `depth` chunks over one project (or all), with full texts."""
+    from fathom.service import SearchHit, check_k, check_table
+
+    check_table(table)
+    check_k(depth)
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError("the search query is empty: give a few words or an identifier")
+    names = await asyncio.to_thread(_names, fathom, project, table)
+    encoder = fathom.encoder_for(table)
+    found: list[tuple[str, Any]] = []
+    for name in names:
+        hits = await search_mod.search(fathom.store, encoder, name, query, table=table, k=depth)
+        found.extend((name, h) for h in hits)
+    found.sort(key=lambda nh: -nh[1].score)  # RRF scores share one scale (ranks) across projects
+    found = found[:depth]
+    texts: dict[tuple[str, str], str] = {}
+    for name in {n for n, _ in found}:
+        ids = [h.chunk_id for n, h in found if n == name]
+        try:
+            got = await asyncio.to_thread(fathom.store.chunk_texts, name, table, ids)
+        except StoreError:
+            got = {}  # a backend without stored texts: the snippet is the best we have
+        texts.update({(name, cid): t for cid, t in got.items()})
+    return [Candidate(SearchHit.of(n, h), texts.get((n, h.chunk_id), h.snippet)) for n, h in found]
+
+
+async def search(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
+                 k: int = 10, *, reranker: Router | Provider | None = None,
+                 depth: int | None = None) -> SearchResults:
+    """Hybrid search, then the reranker stage: the best `k` of `depth` candidates."""
+    from fathom.service import check_k
+
+    check_k(k)
+    depth = min(MAX_DEPTH, max(depth or 3 * k, k, 20))
+    cands = await candidates(fathom, query, project, table, depth)
+    return await RerankStage(reranker).apply(query, cands, k, project=project)
+
+
+# --------------------------------------------------------------------------- a local backend
+
+
+class CosineReranker(Provider):
+    """A local reranker from any embedding provider: score = cosine(query, document).
+
+    It is a bi-encoder, not a cross-encoder, so it is weaker than a real reranker; it gives
+    the stage a local backend that needs no extra model and no network (the embedded default
+    and tests). A sidecar's TEI `/rerank` is the local backend meant for production."""
+
+    def __init__(self, encoder: Provider, *, provider_id: str | None = None):
+        self.encoder = encoder
+        self.info = ProviderInfo(
+            id=provider_id or f"rerank-cosine:{encoder.id}", kind=Kind.LOCAL,
+            roles=frozenset({Role.RERANKER}), model=encoder.info.model, width=None,
+            host=encoder.info.host,
+        )
+
+    async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
+        if not documents:
+            return []
+        vecs = np.asarray(await self.encoder.embed([query, *documents]), dtype=np.float32)
+        norms = np.linalg.norm(vecs, axis=1)
+        norms[norms == 0] = 1.0
+        unit = vecs / norms[:, None]
+        return [float(s) for s in unit[1:] @ unit[0]]
+
