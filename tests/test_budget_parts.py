@@ -293,7 +293,7 @@ def test_window_unarmed_admits_everything_but_still_counts():
 
 
 def test_window_blocks_the_rpm_plus_first_start_until_the_oldest_expires():
-    w = RpmWindow(window_s=60)
+    w = RpmWindow(window_s=60, margin_s=0)
     w.arm(10)
     for i in range(10):
         assert w.admits(float(i))
@@ -302,6 +302,16 @@ def test_window_blocks_the_rpm_plus_first_start_until_the_oldest_expires():
     assert w.next_free_at(30.0) == 60.0
     assert not w.admits(59.999)
     assert w.admits(60.0) and w.count(60.0) == 9
+
+
+def test_window_holds_starts_a_margin_longer_than_the_account_does():
+    w = RpmWindow(window_s=60)  # one second a minute by default
+    w.arm(1)
+    w.record(0.0)
+    assert w.next_free_at(10.0) == 61.0 and not w.admits(60.5) and w.admits(61.0)
+    assert RpmWindow(window_s=6.0).margin_s == pytest.approx(0.1)
+    with pytest.raises(ValueError):
+        RpmWindow(window_s=60, margin_s=-1)
 
 
 def test_scaled_window_allowance():

@@ -122,6 +122,7 @@ class BudgetState:
     rtt_measured: bool
     waiting: dict[str, int] = field(default_factory=dict)
     granted_total: int = 0
+    granted_by_project: dict[str, int] = field(default_factory=dict)
     throttled_total: dict[str, int] = field(default_factory=dict)
     halvings: int = 0
 
@@ -154,7 +155,8 @@ class Permit:
     def budget(self) -> "CloudBudget":
         return self._budget
 
-    def throttled(self, retry_after: float | None = None, kind: str = "429") -> None:
+    def throttled(self, retry_after: float | None = None, kind: str | None = "429") -> None:
+        kind = "429" if kind is None else str(kind)
         if kind not in THROTTLE_KINDS:
             raise ValueError(f"throttle kind must be one of {THROTTLE_KINDS}, got {kind!r}")
         self.throttles += 1
@@ -230,7 +232,14 @@ _TIMER_SLACK_S = 1e-6
 
 
 class CloudBudget:
-    """One per OpenRouter key, above every cloud provider that uses the key."""
+    """One per OpenRouter key, above every cloud provider that uses the key.
+
+    `override` (1..256) and `rpm` (explicitly configured, hence trusted) come from the
+    operator; `discover()` feeds what the key reports. Until the first round trip is measured,
+    Little's law assumes `assumed_rtt_s`. `window_s` is the RPM window (60 s; scaled down only
+    in tests and benchmarks), `clean_window_s` the stretch without throttling that earns one
+    permit back, `base_backoff_s` the shortest cooldown, `jitter` its spread.
+    """
 
     def __init__(
         self,
@@ -239,6 +248,7 @@ class CloudBudget:
         rpm: float | None = None,
         report: KeyReport | Mapping[str, Any] | None = None,
         window_s: float = 60.0,
+        window_margin_s: float | None = None,
         clean_window_s: float = 10.0,
         base_backoff_s: float = 1.0,
         jitter: float = 0.5,
@@ -255,7 +265,7 @@ class CloudBudget:
         self._report: KeyReport | None = None
         self._trusted: TrustedRpm | None = trusted_rpm(rpm, None)
         self._rtt = RoundTrip(alpha=rtt_alpha, assumed_s=assumed_rtt_s)
-        self._window = RpmWindow(window_s=window_s)
+        self._window = RpmWindow(window_s=window_s, margin_s=window_margin_s)
         self._ceiling = Ceiling(DEFAULT_PERMITS, CeilingSource.DEFAULT)  # until _rederive
         self._effective = EffectiveLimit(
             1,
@@ -268,6 +278,7 @@ class CloudBudget:
         self._in_flight = 0
         self._peak = 0
         self._granted = 0
+        self._granted_by_project: dict[str, int] = {}
         self._throttle_counts: dict[str, int] = {k: 0 for k in THROTTLE_KINDS}
         self._last_throttle: tuple[str, float | None, float, bool] | None = None
         self._timer: asyncio.Task | None = None
@@ -294,7 +305,9 @@ class CloudBudget:
         self._dispatch()
 
     def set_rpm(self, rpm: float | None) -> None:
-        """Configure the key's RPM explicitly (trusted), or None to go back to discovery."""
+        """Configure the key's RPM explicitly (trusted), or None to go back to discovery.
+        A bad value is refused (`InvalidRpm`) and changes nothing."""
+        trusted_rpm(rpm, None)
         self._configured_rpm = rpm
         self._rederive()
         self._dispatch()
@@ -351,6 +364,7 @@ class CloudBudget:
             rtt_measured=self._rtt.measured,
             waiting=self._line.waiting(),
             granted_total=self._granted,
+            granted_by_project=dict(self._granted_by_project),
             throttled_total=dict(self._throttle_counts),
             halvings=self._effective.halvings,
         )
@@ -380,6 +394,15 @@ class CloudBudget:
                 self._line.leave(project, fut)
             raise
 
+    async def admission(self, provider: Any = None) -> Permit:
+        """The pool's hook: a permit for the current project, taken BEFORE a batch is pulled,
+        and bound in the caller's context so the `BudgetedProvider` it then calls (even from
+        a child task) uses it rather than taking a second one. The caller releases it; once
+        released, the binding is inert."""
+        permit = await self.acquire()
+        _bound.set(permit)
+        return permit
+
     def _can_grant(self, now: float) -> bool:
         return (
             not self._effective.in_cooldown(now)
@@ -400,6 +423,7 @@ class CloudBudget:
             self._in_flight += 1
             self._peak = max(self._peak, self._in_flight)
             self._granted += 1
+            self._granted_by_project[project] = self._granted_by_project.get(project, 0) + 1
             self._window.record(now)
             self._effective.note_traffic()
             fut.set_result(permit)
