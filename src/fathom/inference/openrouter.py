@@ -76,6 +76,7 @@ class RateLimited(OpenRouterError):
     """429: wait `retry_after` seconds (from the Retry-After header) when given."""
 
     retryable = True
+    throttle_kind = "429"  # what the pool's is_throttle and the budget's throttle_of read
 
     def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any):
         super().__init__(message, **kw)
@@ -87,6 +88,7 @@ class InFlightBudgetExhausted(OpenRouterError):
     balance. Transient: wait `retry_after` and send less at once."""
 
     retryable = True
+    throttle_kind = "402"
 
     def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any):
         super().__init__(message, **kw)
