@@ -17,7 +17,7 @@ from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 TOOLS = {"search_code", "search_docs", "find_similar", "index_project", "list_projects",
-         "index_status"}
+         "index_status", "ask", "explore"}
 
 
 @pytest.fixture(scope="module")

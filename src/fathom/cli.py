@@ -284,6 +284,13 @@ def mcp(ctx: typer.Context) -> None:
     run(run_stdio(fathom))
 
 
+# ---------------------------------------------------------------- ask / explore (fathom.agents)
+
+from fathom.agents.commands import register as _register_agent_commands  # noqa: E402
+
+_register_agent_commands(app)
+
+
 def entry() -> None:  # pragma: no cover - `python -m fathom.cli`
     app()
 

@@ -18,21 +18,26 @@ API:
     cloud_provider(client, role, budget, *, model=None, upstream=None) -> BudgetedProvider
     fallback_status(role_route, role=None) -> str
     local_only(router, role) -> bool
+    standalone_router(fathom, registry=None) -> Router
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Awaitable, Callable, Generic, TypeVar
 
 from fathom.config import RoleRoute
 from fathom.errors import FathomError
 from fathom.inference.budget import BudgetedProvider, CloudBudget, current_project
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
 from fathom.inference.provider import Provider
+from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fathom.service import Fathom
 
 T = TypeVar("T")
 
@@ -123,3 +128,16 @@ def fallback_status(role_route: RoleRoute, role: Role | str | None = None) -> st
         return f"fallback any: {who} is served by the cloud only ({policy}); every call takes a budget permit."
     return (f"fallback any: {who} may call the cloud under policy {policy} (least-loaded of local "
             f"and cloud); every cloud call takes a budget permit.")
+
+
+def standalone_router(fathom: Fathom, registry: ProviderRegistry | None = None) -> Router:
+    """The router a front end without a server uses (`fathom ask`, `fathom mcp`): the routing
+    state from the data dir, read at every request, over `registry` (empty by default: the
+    in-process encoder serves no stateless role). The server builds its own router over the
+    fleet's registry and passes it in instead.
+
+    No cosine reranker is added by default on purpose: it would re-sort by the same encoder
+    the vector search used and undo the keyword rescue of the hybrid search."""
+    return Router(fathom.routing.load, registry or ProviderRegistry(),
+                  # Stateless roles write no table: the gate's clearance never applies.
+                  is_cleared=lambda role, provider: False)

@@ -123,9 +123,10 @@ def _tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     return wrapper
 
 
-def build_mcp_server(fathom: Fathom) -> MCPServer:
+def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio` / `run_http`, or
-    mount `server.streamable_http_app()` in the ASGI app."""
+    mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
+    of `ask` and `explore` (the server passes its own; None: the standalone router)."""
     server = MCPServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
                        log_level="WARNING")
 
@@ -187,6 +188,9 @@ def build_mcp_server(fathom: Fathom) -> MCPServer:
                                  tables={t: TableStatus(**v) for t, v in s.tables.items()},
                                  last_run=s.last_run, jobs=s.jobs)
 
+    from fathom.agents.mcp import register_agent_tools  # ask (code-assistant), explore (rlm)
+
+    register_agent_tools(server, fathom, router)
     return server
 
 
