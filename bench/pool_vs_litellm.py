@@ -1,0 +1,244 @@
+"""Fathom's pull pool against LiteLLM's Router on the same heterogeneous endpoints.
+
+    .venv/bin/pip install -e '.[bench]'          # LiteLLM: a benchmark-only extra
+    .venv/bin/python bench/pool_vs_litellm.py [--quick] [--seconds S] [--batch B]
+
+Three OpenRouter emulators on 127.0.0.1 stand for three upstreams of one embedding model:
+`fast` and `slow` differ in latency, `limited` is as fast as `fast` but enforces a request
+rate (a sliding window scaled down to `--window` seconds so a run is short) and answers 429
+with Retry-After beyond it. Each also caps its concurrency (more in flight is a 429). The same
+N chunks go through each contender in turn, with the emulators reset in between:
+
+- Fathom: `Pool` over one `OpenRouterProvider` per endpoint (pinned upstream), lanes = the
+  endpoint's concurrency, batches adapting up to `--batch`;
+- LiteLLM `Router`, strategies simple-shuffle, least-busy and latency-based-routing, with one
+  deployment per endpoint (OpenAI-compatible, `max_parallel_requests` = the endpoint's
+  concurrency, the same pin in `extra_body`), driven the way a user would: batches of
+  `--batch`, as many concurrent calls as the deployments' slots add up to, the Router's own
+  retries (`num_retries=3`), and a failed batch put back after one second.
+
+Neither side is told the rate limit: both learn it from 429s (rate-limit adherence with a
+known RPM is `bench/rate_limit.py`). The ideal is every endpoint busy all the job at `--batch`
+items per request within its concurrency and rate limit, with no tail:
+    ideal items/s = sum over endpoints of min(c × B / (base + B × per_item), rate × B).
+Efficiency = items/s / ideal. The upstreams answer with hashed vectors (see
+`_common.use_hash_encoders`): what a request costs is the emulator's configured latency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+
+import _common as c
+
+from fathom.devtools.emulator import MINILM  # noqa: E402
+from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider  # noqa: E402
+from fathom.inference.pool import Pool  # noqa: E402
+from fathom.roles import Role  # noqa: E402
+
+WIDTH = 64
+PIN = "alpha"
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    concurrency: int
+    base_s: float
+    per_item_s: float
+    window_allowance: int | None = None  # requests per window (None: no rate limit)
+
+    def capacity(self, batch: int, window_s: float) -> float:
+        """Best steady items/s at `batch` items per request."""
+        by_latency = self.concurrency * batch / (self.base_s + batch * self.per_item_s)
+        if self.window_allowance is None:
+            return by_latency
+        return min(by_latency, self.window_allowance / window_s * batch)
+
+
+ENDPOINTS = [
+    Endpoint("fast", 4, 0.10, 0.004),
+    Endpoint("slow", 4, 0.30, 0.012),
+    Endpoint("limited", 4, 0.10, 0.004, window_allowance=20),
+]
+
+
+class Fleet:
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self.emus = {e.name: c.start_emulator(e.name) for e in ENDPOINTS}
+
+    def reset(self) -> None:
+        for e in ENDPOINTS:
+            ctl = self.emus[e.name].control
+            ctl.reset()
+            ctl.latency(base_ms=e.base_s * 1000, per_item_ms=e.per_item_s * 1000)
+            ctl.set_limits(concurrency=e.concurrency,
+                           **({"rpm": e.window_allowance, "window": self.window_s}
+                              if e.window_allowance else {}))
+
+    def counters(self) -> dict[str, dict]:
+        return {name: emu.control.counters() for name, emu in self.emus.items()}
+
+    def stop(self) -> None:
+        for emu in self.emus.values():
+            emu.stop()
+
+
+@dataclass
+class Outcome:
+    name: str
+    wall_s: float
+    items: int
+    written_once: bool
+    client_errors: int = 0  # failures the caller saw (after the Router's own retries)
+    note: str = ""
+
+
+async def run_fathom(fleet: Fleet, chunks: list[str], batch: int) -> Outcome:
+    providers = []
+    lanes = {}
+    for e in ENDPOINTS:
+        client = OpenRouterClient(c.BENCH_KEY, base_url=fleet.emus[e.name].base_url)
+        p = OpenRouterProvider(client, model=MINILM, roles=[Role.CODE_EMBEDDING], upstream=PIN,
+                               width=WIDTH, provider_id=f"openrouter:{e.name}")
+        providers.append(p)
+        lanes[p.id] = e.concurrency
+    pool = Pool(providers, lanes=lambda p: lanes[p.id], max_batch=batch, stall_timeout=120.0)
+    seen: Counter[int] = Counter()
+
+    async def sink(indices, vectors, provider):
+        seen.update(indices)
+
+    t0 = time.perf_counter()
+    try:
+        report = await pool.run(chunks, sink)
+    finally:
+        for p in providers:
+            await p.aclose()
+    wall = time.perf_counter() - t0
+    once = len(seen) == len(chunks) and max(seen.values()) == 1
+    note = f"straggler copies {report.duplicates}" if report.duplicates else ""
+    return Outcome("Fathom Pool", wall, len(chunks), once, sum(report.failures.values()), note)
+
+
+async def run_litellm(fleet: Fleet, chunks: list[str], batch: int, strategy: str) -> Outcome:
+    litellm = c.import_litellm()
+    model_list = [{
+        "model_name": "code-embedding",
+        "litellm_params": {
+            "model": "openai/" + MINILM,
+            "api_base": fleet.emus[e.name].base_url,
+            "api_key": c.BENCH_KEY,
+            "max_parallel_requests": e.concurrency,
+            "extra_body": {"provider": {"order": [PIN], "allow_fallbacks": False}},
+        },
+    } for e in ENDPOINTS]
+    router = litellm.Router(model_list=model_list, routing_strategy=strategy, num_retries=3)
+    batches = deque(range(0, len(chunks), batch))
+    done: Counter[int] = Counter()
+    errors = 0
+
+    async def worker() -> None:
+        nonlocal errors
+        while batches:
+            start = batches.popleft()
+            part = chunks[start:start + batch]
+            try:
+                resp = await router.aembedding(model="code-embedding", input=part)
+                if len(resp.data) != len(part):
+                    raise RuntimeError(f"{len(resp.data)} vectors for {len(part)} texts")
+            except Exception:  # noqa: BLE001 - what a caller does: count it, retry the batch later
+                errors += 1
+                await asyncio.sleep(1.0)
+                batches.appendleft(start)
+                continue
+            done.update(range(start, start + len(part)))
+
+    slots = sum(e.concurrency for e in ENDPOINTS)
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(slots)))
+    wall = time.perf_counter() - t0
+    once = len(done) == len(chunks) and max(done.values()) == 1
+    return Outcome(f"LiteLLM {strategy}", wall, len(chunks), once, errors)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=20.0, help="ideal job length (sets N)")
+    ap.add_argument("--batch", type=int, default=64, help="items per request (both sides' maximum)")
+    ap.add_argument("--window", type=float, default=10.0, help="the limited endpoint's window, s")
+    ap.add_argument("--quick", action="store_true", help="a ~30 s run (6 s ideal jobs)")
+    ap.add_argument("--only", choices=["fathom", "litellm"], default=None)
+    args = ap.parse_args()
+    if args.quick:
+        args.seconds = 6.0
+    c.use_hash_encoders(WIDTH)
+    print(c.machine())
+    print(f"LiteLLM {c.litellm_version()}")
+
+    ideal = sum(e.capacity(args.batch, args.window) for e in ENDPOINTS)
+    n = int(ideal * args.seconds)
+    chunks = c.texts(n)
+    print("\nEndpoints (each one OpenRouter emulator; one model, upstream pinned):")
+    print(c.table(["endpoint", "concurrency", "latency", "rate limit", f"best items/s at {args.batch}"],
+                  [(e.name, e.concurrency, f"{e.base_s * 1000:.0f} ms + {e.per_item_s * 1000:g} ms/item",
+                    f"{e.window_allowance} req / {args.window:g} s" if e.window_allowance else "none",
+                    e.capacity(args.batch, args.window)) for e in ENDPOINTS]))
+    print(f"\nN = {n} chunks, ideal {ideal:.0f} items/s ({args.seconds:g} s with no tail)\n")
+
+    contenders: list[tuple[str, object]] = []
+    if args.only in (None, "fathom"):
+        contenders.append(("fathom", None))
+    if args.only in (None, "litellm"):
+        contenders += [("litellm", s) for s in ("simple-shuffle", "least-busy", "latency-based-routing")]
+
+    fleet = Fleet(args.window)
+    rows = []
+    results = {}
+    try:
+        for kind, strategy in contenders:
+            fleet.reset()
+            limit = 20 * args.seconds + 60  # every run stops by itself
+            if kind == "fathom":
+                coro = run_fathom(fleet, chunks, args.batch)
+            else:
+                coro = run_litellm(fleet, chunks, args.batch, strategy)  # type: ignore[arg-type]
+            try:
+                out = asyncio.run(asyncio.wait_for(coro, limit))
+            except (asyncio.TimeoutError, TimeoutError):
+                name = "Fathom Pool" if kind == "fathom" else f"LiteLLM {strategy}"
+                rows.append((name, f"> {limit:.0f}", "–", "–", "–", "–", "–", "–", "did not finish"))
+                continue
+            counters = fleet.counters()
+            served = {k: v["served"].get("embeddings", 0) for k, v in counters.items()}
+            r429 = sum(v["rate_limited"] for v in counters.values())
+            requests = sum(v["requests"].get("embeddings", 0) for v in counters.values())
+            pins = {u for v in counters.values() for u in v["by_upstream"]}
+            rate = out.items / out.wall_s
+            results[out.name] = rate / ideal
+            note = "; ".join(x for x in (out.note, "" if pins <= {PIN} else f"PIN NOT HONOURED {pins}",
+                                         "" if out.written_once else "NOT EXACTLY ONCE") if x)
+            rows.append((out.name, out.wall_s, rate, rate / ideal, r429,
+                         f"{100 * r429 / max(1, requests):.1f} %",
+                         " / ".join(str(served[e.name]) for e in ENDPOINTS),
+                         out.client_errors, note or "ok"))
+    finally:
+        fleet.stop()
+
+    print(c.table(["contender", "wall s", "items/s", "÷ ideal", "429s", "429 % of requests",
+                   "requests served fast / slow / limited", "caller-visible failures", "notes"], rows))
+    fathom = results.get("Fathom Pool")
+    if fathom is not None:
+        print()
+        for name, eff in results.items():
+            if name != "Fathom Pool" and eff > 0:
+                print(f"Fathom Pool throughput ÷ {name}: {fathom / eff:.2f}×")
+
+
+if __name__ == "__main__":
+    main()
