@@ -291,6 +291,12 @@ from fathom.agents.commands import register as _register_agent_commands  # noqa:
 _register_agent_commands(app)
 
 
+# Operator commands against a running server: policy, key, fleet, gate, budget, jobs.
+from fathom.cli_admin import register as _register_operator_commands  # noqa: E402
+
+_register_operator_commands(app)
+
+
 def entry() -> None:  # pragma: no cover - `python -m fathom.cli`
     app()
 

@@ -1,26 +1,46 @@
 """Assembling the fathom server's ASGI app.
 
-This module owns one function, `create_app`, that puts the parts together: the provider
-registry, the fleet hub with its `/sidecar` WebSocket, and the admin router. Each part works
-without it (tests construct them directly); this is only where they meet, in the spirit of
-Starlette: explicit objects, no magic.
+This module owns one function, `create_app`, that puts the parts together: the settings, the
+routing store, the provider registry, the fleet hub with its `/sidecar` WebSocket, the gate,
+the cloud budget, the `Fathom` service, the router, the metrics, the admin API and the
+dashboard. Each part works without it (tests construct them directly, and any of them can be
+injected here); this is only where they meet, in the spirit of Starlette: explicit objects, no
+magic. `app.state` holds every part by name (`settings`, `routing`, `registry`, `hub`, `gate`,
+`budget`, `service`, `router`, `metrics`, `jobs`, `admin_auth`, `scrape_auth`, `operator`).
+
+Auth: every route needs the admin bearer token except `GET /health` (and its older spelling
+`/healthz`), the dashboard's static page and assets (they carry no data: the page asks for the
+token and sends it on each of its API calls), and the `/sidecar` WebSocket (a join token, see
+`fleet.hub`). `/openapi.json` needs the admin token too. `/metrics` takes the admin token or a
+scrape-only token (`FATHOM_METRICS_TOKEN`), so a Prometheus server never holds a token that
+could push a key or change a policy.
 
 It refuses to run without the secret scrubber: `logsafe.install()` is the first thing it does,
-so no log record of the server process can carry a key-shaped string or a frame's content.
+so no log record of the server process can carry a key-shaped string or a frame's content. A
+request that fails validation answers 400 listing each field's problem, never the input itself.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
 
 from fathom import __version__, logsafe
-from fathom.config import Settings
+from fathom.config import RoutingStore, Settings
 from fathom.fleet.hub import Hub
-from fathom.server.admin import AdminAuth, admin_router
+from fathom.server.admin import (
+    AdminAuth, BudgetRecord, IndexJobs, OperatorParts, ScrapeAuth, admin_dependency, admin_router,
+    body_problems, operator_router, scrape_dependency,
+)
+from fathom.server.metrics import Metrics
 
 
 def create_app(
@@ -30,10 +50,19 @@ def create_app(
     hub: Hub | None = None,
     admin_token: str | None = None,
     join_token: str | None = None,
+    metrics_token: str | None = None,
+    routing: RoutingStore | None = None,
+    gate: Any = None,
+    budget: Any = None,
+    service: Any = None,
+    router: Any = None,
+    metrics: Metrics | None = None,
 ) -> FastAPI:
-    """The server app. `admin_token`/`join_token` default to `FATHOM_ADMIN_TOKEN` /
-    `FATHOM_JOIN_TOKEN`; either is kept only as a hash under the data dir. `app.state` exposes
-    `settings`, `registry`, `hub` and `admin_auth` for the parts added later (MCP, dashboard)."""
+    """The server app. `admin_token` / `join_token` / `metrics_token` default to
+    `FATHOM_ADMIN_TOKEN` / `FATHOM_JOIN_TOKEN` / `FATHOM_METRICS_TOKEN`; each is kept only as a
+    hash under the data dir. Parts not given are built from `settings`: `Gate(data_dir)`,
+    `CloudBudget(override=<the stored override>)`, `Fathom(settings)` (its model loads on first
+    use), a `Router` over the registry with the gate's clearance."""
     logsafe.install()
     settings = settings or Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -41,26 +70,119 @@ def create_app(
         from fathom.inference.registry import ProviderRegistry
 
         registry = ProviderRegistry()
+    routing = routing or (hub.routing if hub is not None else RoutingStore(settings.data_dir))
     join = join_token or os.environ.get("FATHOM_JOIN_TOKEN")
-    hub = hub or Hub(settings.data_dir, registry=registry, join_tokens=(join,) if join else ())
+    hub = hub or Hub(settings.data_dir, registry=registry, routing=routing, join_tokens=(join,) if join else ())
     admin = admin_token or os.environ.get("FATHOM_ADMIN_TOKEN")
     admin_auth = AdminAuth(settings.data_dir, tokens=(admin,) if admin else ())
+    scrape = metrics_token or os.environ.get("FATHOM_METRICS_TOKEN")
+    scrape_auth = ScrapeAuth(settings.data_dir, tokens=(scrape,) if scrape else ())
+
+    owned: list[Any] = []  # parts built here, closed here
+    if service is None:
+        from fathom.service import Fathom
+
+        service = Fathom(settings)
+        owned.append(service)
+    if gate is None:
+        from fathom.inference.gate import Gate
+
+        gate = Gate(settings.data_dir)
+    budget_record = BudgetRecord(settings.data_dir)
+    if budget is None:
+        from fathom.inference.budget import CloudBudget
+
+        budget = CloudBudget(override=budget_record.load())
+        owned.append(budget)
+    # The gate judges against live providers: the registry's (sidecars, cloud routes), and the
+    # service's in-process encoder, the tables' reference. The integrator decides whether that
+    # encoder also joins the registry's pools; the gate needs it either way.
+    gate.attach(service.encoder)
+    unbind_gate = gate.bind(registry)
+    if router is None:
+        from fathom.inference.router import Router
+
+        router = Router(routing.load, registry,
+                        is_cleared=gate.for_router(lambda role: service.space(role.table)))
+    metrics = metrics or Metrics()
+    metrics.watch(budget=budget, gate=gate, hub=hub, registry=registry, jobs=lambda: list(service.jobs.values()))
+    jobs = IndexJobs(service)
+    parts = OperatorParts(settings=settings, routing=routing, hub=hub, registry=registry, gate=gate,
+                          budget=budget, service=service, router=router, jobs=jobs,
+                          budget_record=budget_record, metrics=metrics)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
-        await hub.aclose()
+        stop = asyncio.Event()
+        rechecks = gate.start_rechecks(stop=stop)  # periodic re-probes against the golden vectors
+        try:
+            yield
+        finally:
+            stop.set()
+            rechecks.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await rechecks
+            await jobs.aclose()
+            await hub.aclose()
+            unbind_gate()
+            for part in owned:
+                with contextlib.suppress(Exception):
+                    await part.aclose()
 
-    app = FastAPI(title="fathom", version=__version__, lifespan=lifespan)
-    app.state.settings = settings
-    app.state.registry = registry
-    app.state.hub = hub
-    app.state.admin_auth = admin_auth
+    app = FastAPI(title="fathom", version=__version__, lifespan=lifespan,
+                  description="Fathom's admin API. Every route needs `Authorization: Bearer <admin token>` "
+                              "except GET /health.",
+                  openapi_url=None, docs_url=None, redoc_url=None)
+    for name, value in (("settings", settings), ("routing", routing), ("registry", registry), ("hub", hub),
+                        ("gate", gate), ("budget", budget), ("service", service), ("router", router),
+                        ("metrics", metrics), ("jobs", jobs), ("admin_auth", admin_auth),
+                        ("scrape_auth", scrape_auth), ("operator", parts)):
+        setattr(app.state, name, value)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = body_problems(exc)
+        return JSONResponse(status_code=400, content={"detail": {
+            "message": f"invalid request: {'; '.join(problems[:3])}", "problems": problems}})
+
     hub.mount(app)
     app.include_router(admin_router(hub, admin_auth, registry=registry))
+    app.include_router(operator_router(parts, admin_auth))
 
-    @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
+    @app.get("/health", tags=["health"], openapi_extra={"security": []})
+    async def health() -> dict[str, Any]:
+        """Liveness, without auth: the version and how many sidecars are connected."""
         return {"ok": True, "version": __version__, "sidecars": len(hub.connected())}
 
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, Any]:
+        return await health()
+
+    @app.get("/metrics", tags=["metrics"], response_class=Response,
+             dependencies=[Depends(scrape_dependency(admin_auth, scrape_auth))])
+    async def prometheus() -> Response:
+        """Prometheus exposition: throughput, latency and errors per role and provider, throttles,
+        the budget's state, verdict counts, the fleet and the jobs. Admin or scrape token."""
+        body, content_type = await asyncio.to_thread(metrics.render)
+        return Response(body, media_type=content_type)
+
+    @app.get("/openapi.json", include_in_schema=False, dependencies=[Depends(admin_dependency(admin_auth))])
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    def schema() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, description=app.description,
+                              routes=app.routes)
+            doc.setdefault("components", {})["securitySchemes"] = {
+                "admin": {"type": "http", "scheme": "bearer", "description": "the admin token"}}
+            doc["security"] = [{"admin": []}]
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = schema  # type: ignore[method-assign]
+
+    from fathom.server.dashboard import mount as mount_dashboard
+
+    mount_dashboard(app)
     return app

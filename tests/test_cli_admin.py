@@ -1,0 +1,190 @@
+"""The operator CLI against a running server: output, refusals with every problem, exit codes,
+and the key never taken from argv nor printed."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from fathom.cli_admin import register
+from tests.admin_fixtures import FakeEncoder, build_operator_app, make_project
+from tests.fleet_fixtures import ADMIN, ThreadedServer, free_port
+
+
+@pytest.fixture
+def cli_app() -> typer.Typer:
+    app = typer.Typer(no_args_is_help=True)
+
+    @app.callback()
+    def main() -> None:
+        """fathom (operator commands only)."""
+
+    register(app)
+    return app
+
+
+class Server:
+    def __init__(self, running: ThreadedServer, url: str, data_dir: Path, tmp: Path):
+        self.running, self.url, self.data_dir, self.tmp = running, url, data_dir, tmp
+
+    @property
+    def app(self):
+        return self.running.app
+
+    def add_provider(self, provider) -> None:
+        async def add() -> None:
+            self.app.state.registry.add(provider)
+        self.running.call(add())
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    running = ThreadedServer(build_operator_app(tmp_path / "data"))
+    url = running.start()
+    try:
+        yield Server(running, url, tmp_path / "data", tmp_path)
+    finally:
+        running.stop()
+
+
+def invoke(cli_app: typer.Typer, server: Server | str, args: list[str], *, token: str = ADMIN,
+           input: str | None = None):
+    url = server if isinstance(server, str) else server.url
+    result = CliRunner().invoke(cli_app, args, input=input, catch_exceptions=False,
+                                env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": token, "COLUMNS": "200"})
+    return result
+
+
+def words(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def test_policy_show_and_set(cli_app, server: Server):
+    r = invoke(cli_app, server, ["policy", "show"])
+    assert r.exit_code == 0
+    for role in ("embedding", "code-embedding", "reranker", "code-assistant", "rlm"):
+        assert role in r.stdout
+    r = invoke(cli_app, server, ["policy", "set", "rlm", "--policy", "local", "--model", "acme/small"])
+    assert r.exit_code == 0, r.output
+    assert "applied to rlm" in r.stdout and "pushed to: no sidecar" in r.stdout
+    routing = server.data_dir / "routing.json"
+    stored = json.loads(routing.read_text())["roles"]["rlm"]
+    assert stored["policy"] == "local" and stored["model"] == "acme/small"
+
+
+def test_a_refused_policy_prints_every_problem_and_exits_2(cli_app, server: Server):
+    routing = server.data_dir / "routing.json"
+    r = invoke(cli_app, server, ["policy", "set", "code-embedding", "--policy", "cloud", "--width", "99"])
+    assert r.exit_code == 2
+    out = words(r.output)
+    assert "error: policy change refused (2 problems); nothing was written" in out
+    assert "• code-embedding: policy cloud can send embeddings to OpenRouter but no upstream is pinned" in out
+    assert "• code-embedding: width 99 does not match the code table's reference encoder (8-d)" in out
+    assert not routing.exists()
+    r = invoke(cli_app, server, ["policy", "set", "rlm"])
+    assert r.exit_code == 2 and "nothing to change" in r.output
+    r = invoke(cli_app, server, ["policy", "set", "wizard", "--policy", "local"])
+    assert r.exit_code == 2 and "unknown role 'wizard'" in r.output
+
+
+def test_key_push_reads_stdin_never_argv_and_never_prints_the_key(cli_app, server: Server):
+    canary = "sk-or-v1-" + "5eed" * 16
+    r = invoke(cli_app, server, ["key", "push"], input=canary + "\n")
+    assert canary not in r.output
+    assert r.exit_code == 1 and "no sidecar acknowledged the push" in words(r.output)
+    last = json.loads((server.data_dir / "routing.json").read_text())["last_push"]
+    assert last["acked"] == [] and canary not in json.dumps(last)
+    r = invoke(cli_app, server, ["key", "push", "--key", canary])
+    assert r.exit_code == 2 and "refusing a key on the command line" in words(r.output)
+    assert canary not in r.output
+    r = invoke(cli_app, server, ["key", "push"], input="\n")
+    assert r.exit_code == 2 and "no key given" in r.output
+    r = invoke(cli_app, server, ["key", "push", "--without-key"])
+    assert r.exit_code == 0 and "pushed to: no sidecar" in r.output
+
+
+def test_fleet_list_approve_revoke_token(cli_app, server: Server):
+    r = invoke(cli_app, server, ["fleet"])
+    assert r.exit_code == 0 and "Fleet" in r.stdout and "no key has been pushed yet" in r.stdout
+    r = invoke(cli_app, server, ["fleet", "approve", "gpu-z"])
+    assert r.exit_code == 0 and "gpu-z: approved (not connected now)" in r.stdout
+    r = invoke(cli_app, server, ["fleet", "list"])
+    assert "gpu-z" in r.stdout and "sidecar gpu-z is offline" in r.stdout
+    r = invoke(cli_app, server, ["fleet", "revoke", "gpu-z"])
+    assert r.exit_code == 0 and "gpu-z: revoked" in r.stdout
+    r = invoke(cli_app, server, ["fleet", "approve", "not a name"])
+    assert r.exit_code == 2
+    r = invoke(cli_app, server, ["fleet", "token", "--name", "gpu-h"])
+    assert r.exit_code == 0 and re.search(r"host token .*: \S{20,}", r.stdout)
+
+
+def test_gate_verdicts_verify_and_audit(cli_app, server: Server):
+    r = invoke(cli_app, server, ["gate", "verdicts"])
+    assert r.exit_code == 0 and "no verdict yet" in r.stdout
+    server.add_provider(FakeEncoder("fake:twin"))
+    server.add_provider(FakeEncoder("fake:skewed", skew=0.6))
+    r = invoke(cli_app, server, ["gate", "verify", "fake:twin", "--table", "code"])
+    assert r.exit_code == 0, r.output
+    assert "cleared" in r.stdout and "1.0000" in r.stdout and "cosine per probe" in r.stdout
+    r = invoke(cli_app, server, ["gate", "verify", "fake:skewed", "--table", "code"])
+    assert r.exit_code == 1
+    out = words(r.output)
+    assert "refused" in out and "error: the gate refused fake:skewed" in out and "minimum cosine 0." in out
+    r = invoke(cli_app, server, ["gate", "verify", "nobody"])
+    assert r.exit_code == 2 and "no live provider 'nobody'" in r.output
+    r = invoke(cli_app, server, ["gate", "verdicts"])
+    assert r.exit_code == 0 and "1 cleared, 1 refused, 0 quarantined" in r.stdout
+    r = invoke(cli_app, server, ["gate", "audit", "ghost"])
+    assert r.exit_code == 2 and "no project 'ghost'" in r.output
+
+
+def test_budget_show_and_override(cli_app, server: Server):
+    r = invoke(cli_app, server, ["budget"])
+    assert r.exit_code == 0 and "4 (default)" in r.stdout and "cooldown left" in r.stdout
+    r = invoke(cli_app, server, ["budget", "--override", "300"])
+    assert r.exit_code == 2 and "from 1 to 256" in words(r.output)
+    r = invoke(cli_app, server, ["budget", "--override", "16"])
+    assert r.exit_code == 0 and "16 (override)" in r.stdout
+    r = invoke(cli_app, server, ["budget", "--clear"])
+    assert r.exit_code == 0 and "4 (default)" in r.stdout
+
+
+def test_jobs_start_watch_list_and_refusals(cli_app, server: Server):
+    project = make_project(server.tmp / "demo")
+    r = invoke(cli_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"])
+    assert r.exit_code == 0, r.output
+    job_id = re.search(r"started job (\w+)", r.stdout).group(1)
+    assert "done" in r.stdout
+    r = invoke(cli_app, server, ["jobs"])
+    assert r.exit_code == 0 and job_id in r.stdout and "demo" in r.stdout
+    r = invoke(cli_app, server, ["jobs", "pause", job_id])
+    assert r.exit_code == 2 and f"job {job_id} is done; there is nothing to pause" in r.output
+    r = invoke(cli_app, server, ["jobs", "show", job_id])
+    assert r.exit_code == 0 and "done" in r.stdout
+    r = invoke(cli_app, server, ["jobs", "start", str(server.tmp / "missing")])
+    assert r.exit_code == 2 and "no such folder" in r.output
+    r = invoke(cli_app, server, ["gate", "audit", "demo"])
+    assert r.exit_code == 0 and "hash:test/hash-embedder" in r.stdout
+
+
+def test_a_wrong_token_or_no_server_exits_1(cli_app, server: Server):
+    r = invoke(cli_app, server, ["budget"], token="fa_wrong")
+    assert r.exit_code == 1 and "refused the admin token" in words(r.output)
+    r = invoke(cli_app, f"http://127.0.0.1:{free_port()}", ["fleet"])
+    assert r.exit_code == 1 and "cannot reach the fathom server" in words(r.output)
+
+
+def test_the_fathom_command_carries_the_operator_commands(server: Server):
+    from fathom.cli import app as fathom_app
+
+    r = invoke(fathom_app, server, ["budget"])
+    assert r.exit_code == 0 and "4 (default)" in r.stdout
+    r = invoke(fathom_app, server, ["--help"])
+    for group in ("policy", "key", "fleet", "gate", "budget", "jobs"):
+        assert group in r.stdout
