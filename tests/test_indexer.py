@@ -184,3 +184,63 @@ async def test_pause_resume_and_cancel(store, local_encoder, sample_project):  #
         await indexer.run(job2)
     assert job2.state is JobState.CANCELLED
     assert store.table_info("shop", "code").rows == report.tables["code"]
+
+
+@pytest.mark.slow
+async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
+        store, local_encoder, sample_project, tmp_path):  # noqa: F811
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from fathom.config import Settings
+    from fathom.service import Fathom
+
+    for i in range(30):  # enough batches of 2 that the kill lands mid-run
+        (sample_project / "gen" / f"mod_{i}.py").parent.mkdir(exist_ok=True)
+        (sample_project / "gen" / f"mod_{i}.py").write_text(
+            f'def step_{i}(x):\n    """Advance state number {i} by one step."""\n    return x + {i}\n')
+    data = tmp_path / "data"
+    fathom = Fathom(Settings(data_dir=data), encoder=local_encoder)
+    await fathom.index(sample_project, "shop")
+    disk = fathom.store
+    before = manifest(disk)
+    query_before = [h.chunk_id for h in await search(disk, local_encoder, "shop", "password hash", k=5)]
+    for path in sample_project.rglob("*.py"):
+        path.write_text(path.read_text() + "\n# revised\n")
+
+    env = dict(os.environ, HF_HUB_OFFLINE="1", FATHOM_LOCAL_BATCH_SIZE="2")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "index", str(sample_project),
+         "--project", "shop", "--full"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(1200):  # bounded: at most ~4 minutes of polling
+            shadow = disk.table_info("shop", "code").shadow_rows or 0
+            if shadow >= 4 or proc.poll() is not None:
+                break
+            await asyncio.sleep(0.2)
+        assert proc.poll() is None, "the run finished before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
+
+    assert manifest(disk) == before
+    assert [h.chunk_id for h in await search(disk, local_encoder, "shop", "password hash", k=5)] \
+        == query_before
+    kept = len(disk.chunk_ids("shop", "code", Slot.SHADOW)) + len(disk.chunk_ids("shop", "docs", Slot.SHADOW))
+    assert kept >= 4
+
+    counting = CountingEncoder(local_encoder)
+    resumed = Fathom(Settings(data_dir=data), encoder=counting, store=disk)
+    report = await resumed.index(sample_project, "shop", full=True)
+    assert report.resumed and report.reused == kept
+    assert report.embedded == len(counting.texts) == report.chunks - report.reused
+    assert disk.table_info("shop", "code").shadow_rows is None
+    after = manifest(disk)
+    assert after != before
+    assert sum(len(v) for v in after.values()) == report.chunks
