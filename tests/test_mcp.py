@@ -42,7 +42,7 @@ async def test_stdio_session_lists_tools_searches_and_survives_bad_calls(indexed
     async with asyncio.timeout(240):
         async with Client(params, read_timeout_seconds=180) as client:
             tools = await client.list_tools()
-            assert {t.name for t in tools.tools} == TOOLS
+            assert TOOLS <= {t.name for t in tools.tools}
             schema = next(t for t in tools.tools if t.name == "search_code").input_schema
             assert "query" in schema["required"]
 
