@@ -8,6 +8,7 @@ reference, a tiny project to index, and fake providers at the Provider cut-off f
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,10 @@ def build_operator_app(data_dir: Path, *, encoder: Provider | None = None) -> An
     registry = ProviderRegistry()
     hub = Hub(data_dir, registry=registry, join_tokens=(JOIN,))
     settings = Settings(data_dir=data_dir)
-    service = Fathom(settings, encoder=encoder or HashEmbedder(width=8))
+    encoder = encoder or HashEmbedder(width=8)
+    # The server's in-process encoder serves the embedding roles only (as LocalEncoder does).
+    encoder.info = dataclasses.replace(encoder.info, roles=frozenset(EMBEDDING_ROLES))
+    service = Fathom(settings, encoder=encoder, registry=registry)
     return create_app(settings, registry=registry, hub=hub, admin_token=ADMIN, metrics_token=METRICS,
                       service=service)
 

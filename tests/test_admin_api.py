@@ -104,6 +104,11 @@ async def test_policies_show_each_role_with_its_serving_providers(operator: Oper
     operator.app.state.registry.add(twin)
     async with operator.client() as admin:
         roles = (await admin.get("/admin/policies")).json()["roles"]
+        # The in-process reference is registered, but serves nothing before the gate judged it.
+        assert REFERENCE not in roles[CE]["serving"]
+        await operator.app.state.service.gate.verify(operator.app.state.service.space("code"),
+                                                     operator.app.state.service.encoder, "aggregate")
+        roles = (await admin.get("/admin/policies")).json()["roles"]
         assert set(roles) == {r.value for r in Role}
         ce = roles[CE]
         assert ce["policy"] == "aggregate" and ce["table"] == "code" and ce["stateful"]
@@ -387,6 +392,12 @@ async def test_pause_resume_and_cancel_a_running_job(tmp_path: Path):
     async with serve_in_loop(app) as url:
         op = Operator(url, app, tmp_path / "data", tmp_path)
         project = make_project(tmp_path / "demo")
+        # The gate judges the reference before a job embeds anything; do it up front, so the
+        # first embed the job makes below is an index batch, not a probe.
+        encoder.gate = None
+        for table in ("code", "docs"):
+            await app.state.service.verify_providers(table)
+        encoder.gate, encoder.started = held, asyncio.Event()
         async with op.client() as admin:
             job = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo"})).json()
             await asyncio.wait_for(encoder.started.wait(), 30)  # a batch is in flight

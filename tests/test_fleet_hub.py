@@ -175,7 +175,9 @@ async def test_drop_mid_command_fails_fast_and_pool_loses_nothing(fleet: Fleet):
             assert np.allclose(v, HashEmbedder.vector(texts[i], 8))
             written[i] = provider.id
 
-    pool = Pool(fleet.registry, role=CE, initial_batch=3, max_batch=3, stall_timeout=60)
+    # The sidecars only: the server's own in-process encoder is in the registry too.
+    pool = Pool(fleet.registry, role=CE, initial_batch=3, max_batch=3, stall_timeout=60,
+                eligible=lambda p: p.id.startswith("sidecar:"))
     job = asyncio.create_task(pool.run(texts, sink))
     await asyncio.wait_for(doomed.started.wait(), 10)
     await asyncio.wait_for(healthy.started.wait(), 10)

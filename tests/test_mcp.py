@@ -77,7 +77,10 @@ async def test_tools_in_process(indexed, tmp_path):
         assert not status.is_error
         tables = status.structured_content["tables"]
         assert tables["code"]["rows"] > 0 and tables["code"]["width"] == 384
-        assert tables["code"]["provenance"] == {f"{encoder.id}|-": tables["code"]["rows"]}
+        # Every row names the encoder and the gate verdict that cleared it for this table.
+        verdict = fathom.gate.verdict_for(fathom.space("code"), encoder)
+        assert verdict is not None and verdict.cleared
+        assert tables["code"]["provenance"] == {f"{encoder.id}|{verdict.verdict_id}": tables["code"]["rows"]}
 
         similar = await client.call_tool("find_similar", {"project": "shop",
                                                           "path": "auth/password.py", "line": 9})

@@ -108,7 +108,8 @@ async def test_the_scrape_reads_budget_gate_fleet_providers_and_jobs(operator: O
     assert value(text, "fathom_budget_effective_limit") is not None
     assert value(text, "fathom_budget_in_flight") == 0
     assert value(text, "fathom_budget_throttled_total", kind="429") == 0
-    assert value(text, "fathom_gate_verdicts", table="code", status="cleared", coverage="full") == 1
+    # fake:twin verified by hand, and the sidecar's route judged by the job before it pulled.
+    assert value(text, "fathom_gate_verdicts", table="code", status="cleared", coverage="full") == 2
     assert value(text, "fathom_sidecars", state="approved", connected="true") == 1
     assert value(text, "fathom_provider_up", provider="fake:twin", kind="local", health="ok") == 1
     assert value(text, "fathom_index_jobs", state="done") == 1

@@ -1,10 +1,18 @@
 """The composition root: one `Fathom` object that the CLI, the MCP tools and the HTTP server
 share.
 
-It owns wiring, not mechanisms: the settings, the persisted routing state, the reference
-encoder of each table (the embedded local encoder here), the store, the indexer and the jobs
-it runs, plus the few records only this layer needs (each project's root folder and its last
-run, in `projects.json` under the data dir). Every public method validates its arguments and
+It owns wiring, not mechanisms: the settings, the persisted routing state, the live provider
+registry (the in-process local encoder, sidecars and cloud routes), the gate that clears them
+per table, the cloud budget above every cloud route, the router that reads the policy table,
+the store (whose writes the gate's clearance guards), the indexer and the jobs it runs, plus
+the few records only this layer needs (each project's root folder and its last run, in
+`projects.json` under the data dir).
+
+An index job embeds through the role's pull pool (`Router.pool`): every provider the policy
+allows and the gate cleared pulls from one queue, cloud ones only after taking a budget permit,
+and every row is written with the verdict that cleared its provider. A query is encoded by the
+table's own reference encoder (the one recorded in the table's space), never by whichever
+provider happens to be free. Every public method validates its arguments and
 raises a typed `FathomError` that names the problem and the fix, so each front end can show
 one clear line instead of a traceback.
 
@@ -16,7 +24,11 @@ worker threads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
+import os
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -24,12 +36,25 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fathom.config import RoutingStore, Settings, atomic_write_text
-from fathom.errors import ConfigError
+from fathom.errors import ConfigError, FathomError, NoProviderAvailable, ProviderError
 from fathom.index import search as search_mod
 from fathom.index.indexer import IndexProgress, IndexReport, Indexer, Job, space_for
 from fathom.index.store import TABLE_KINDS, Hit, Store, UnknownProject, open_store
+from fathom.inference.budget import CloudBudget, current_project
+from fathom.inference.gate import Gate, GateClearance
+from fathom.inference.gate.core import choose_anchor
 from fathom.inference.local import LocalEncoder
-from fathom.inference.provider import Provider
+from fathom.inference.provider import Kind, Provider
+from fathom.inference.registry import ProviderRegistry
+from fathom.inference.router import Router
+from fathom.policy import Policy
+from fathom.roles import Role
+from fathom.space import Provenance, Space
+
+log = logging.getLogger(__name__)
+
+# Which embedding role writes (and encodes the queries of) each table.
+ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 
 MAX_K = 100
 
@@ -116,31 +141,120 @@ class Fathom:
     """
 
     def __init__(self, settings: Settings | None = None, *, encoder: Provider | None = None,
-                 store: Store | None = None, clock: Callable[[], float] = time.monotonic):
+                 store: Store | None = None, clock: Callable[[], float] = time.monotonic,
+                 registry: ProviderRegistry | None = None, gate: Gate | None = None,
+                 budget: CloudBudget | None = None, router: Router | None = None,
+                 routing: RoutingStore | None = None):
         self.settings = settings or Settings()
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.routing = RoutingStore(self.settings.data_dir)
+        self.routing = routing or RoutingStore(self.settings.data_dir)
         self.encoder: Provider = encoder or LocalEncoder.from_settings(self.settings)
         self._store = store
         self.clock = clock
         self.records = ProjectRecords(self.settings.data_dir)
         self.jobs: dict[str, Job] = {}
         self._index_lock: dict[str, asyncio.Lock] = {}
+        self.registry = registry if registry is not None else ProviderRegistry()
+        self.gate = gate if gate is not None else Gate(self.settings.data_dir)
+        self.budget = budget if budget is not None else CloudBudget()
+        # The in-process encoder is a local provider like any sidecar: it pulls from the
+        # embedding pools, and it is the default reference of every table it defines.
+        self.gate.attach(self.encoder)
+        if self.encoder.id not in self.registry:
+            self.registry.add(self.encoder)
+        self._unbind_gate = self.gate.bind(self.registry)
+        self.router = router or Router(self.routing.load, self.registry,
+                                       is_cleared=self.gate.for_router(self._current_space))
 
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(self.settings)
+            self._store = open_store(self.settings, clearance=GateClearance(self.gate))
         return self._store
 
-    def encoder_for(self, table: str) -> Provider:
-        """The table's reference encoder: the one that encodes its queries."""
+    # ---- spaces: which encoder defines (and queries) each table
+
+    def _current_space(self, role: Role) -> Space | None:
+        try:
+            return self.space(role.table)
+        except FathomError:
+            return None
+
+    def space(self, table: str) -> Space:
+        """The space a new build of `table` gets under the role's current policy: the local
+        encoder's under local/aggregate/backup (agreement with local rows is the property);
+        under `cloud` no local vector is written, so the deterministic cloud anchor's."""
         check_table(table)
-        return self.encoder
+        role = ROLE_OF_TABLE[table]
+        route = self.routing.load().roles[role]
+        if route.policy is not Policy.CLOUD:
+            return space_for(self.encoder, table)
+        clouds = self.registry.list(role, kind=Kind.CLOUD)
+        model = route.model or (clouds[0].info.model if clouds else None)
+        anchor = self.registry.get(choose_anchor(clouds, model, role) or "") if model else None
+        if anchor is None:
+            raise NoProviderAvailable(
+                f"role {role} is under policy cloud but no pinned cloud route for "
+                f"{model or 'its model'} is connected: join a sidecar with the key pushed, or "
+                f"set `fathom policy set {role} --policy local`")
+        width = anchor.info.width or route.width
+        return Space(table=table, model=anchor.info.model, width=int(width), reference=anchor.id)
+
+    def encoder_for(self, table: str, project: str | None = None) -> Provider:
+        """The encoder of `project`'s `table` queries: the table's own reference encoder, as
+        recorded in its space; under a cloud reference that cannot answer, another provider the
+        gate cleared for the same space (never an unjudged one)."""
+        check_table(table)
+        space = self.store.space_of(project, table) if project else None
+        if space is None or space.reference == self.encoder.id:
+            return self.encoder
+        role = ROLE_OF_TABLE[table]
+        reference = self.registry.get(space.reference)
+        candidates = ([reference] if reference is not None else []) + [
+            p for p in self.registry.list(role) if p.id != space.reference]
+        for p in candidates:
+            if self.registry.available(p.id) and self.gate.is_cleared(space, p):
+                return p
+        raise NoProviderAvailable(
+            f"the {table} table of {project} was built by {space.reference}, which is not "
+            f"connected, and no other provider is cleared for its space: reconnect it, or "
+            f"re-index the project with `fathom index PATH --full`")
+
+    def provenance(self, provider: Provider, space: Space) -> Provenance:
+        verdict = self.gate.verdict_for(space, provider)
+        return Provenance(provider.id, verdict.verdict_id if verdict is not None else None)
+
+    async def verify_providers(self, table: str) -> list:
+        """Judge, for the table's current space, every provider that could serve its role and
+        has no verdict yet (the reference first: it records the golden vectors). A refusal is
+        recorded, not raised: the router simply never lets that provider pull."""
+        space = self.space(table)
+        role = ROLE_OF_TABLE[table]
+        policy = self.routing.load().roles[role].policy
+        reference = self.registry.get(space.reference) or self.encoder
+        allowed = (lambda p: self.router.cloud_allowed(role) if p.info.is_cloud
+                   else self.router.behaviour(role).local)
+        others = [p for p in self.registry.list(role) if p.id != reference.id and allowed(p)]
+        verdicts = []
+        for p in [reference, *others]:
+            if self.gate.verdict_for(space, p) is not None:
+                continue
+            try:
+                verdicts.append(await self.gate.verify(space, p, policy))
+            except (ConfigError, ProviderError, NoProviderAvailable, FathomError) as exc:
+                # Unpinned (R4), or its reference could not answer: it stays uncleared.
+                log.warning("gate: %s not verified for the %s table: %s", p.id, table, exc)
+        return verdicts
 
     def indexer(self) -> Indexer:
         batch = getattr(self.encoder, "batch_size", self.settings.local_batch_size)
-        return Indexer(self.store, self.encoder, batch_size=batch, clock=self.clock)
+        return Indexer(self.store, self.encoder, batch_size=batch, clock=self.clock,
+                       runner=self._runner, provenance=self.provenance, space_of=self.space)
+
+    def _runner(self, table: str):
+        """The role's pull pool: cloud providers take a budget permit before they pull."""
+        return self.router.pool(ROLE_OF_TABLE[table], admission=self.budget.admission,
+                                lanes=lambda p: 4 if p.info.is_cloud else 1)
 
     # ---- indexing
 
@@ -155,14 +269,29 @@ class Fathom:
         job = job or indexer.job(name, root, full=full)
         self.jobs[job.id] = job
         lock = self._index_lock.setdefault(name, asyncio.Lock())
-        async with lock:  # two runs of one project in one process would race on its slots
-            report = await indexer.run(job, progress)
+        token = current_project.set(name)  # the budget serves waiting projects round-robin
+        try:
+            async with lock:  # two runs of one project in one process would race on its slots
+                for table in TABLE_KINDS:
+                    await self.verify_providers(table)
+                with self._project_lock(name):
+                    report = await indexer.run(job, progress)
+        finally:
+            current_project.reset(token)
         self.records.put(name, {
             "root": report.root,
             "last_run": {k: v for k, v in asdict(report).items() if k != "project"}
             | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")},
         })
         return report
+
+    def _project_lock(self, project: str):
+        """A store shared by several servers (PostgreSQL) locks the project for the job, so
+        two servers never index it at once; the embedded store has one writer process."""
+        lock = getattr(self.store, "project_lock", None)
+        if lock is None:
+            return contextlib.nullcontext()
+        return lock(project, holder=f"fathom@{socket.gethostname()}:{os.getpid()}")
 
     # ---- search
 
@@ -189,9 +318,9 @@ class Fathom:
         if not isinstance(query, str) or not query.strip():
             raise ConfigError("the search query is empty: give a few words or an identifier")
         names = await asyncio.to_thread(self._searchable, project, table)
-        encoder = self.encoder_for(table)
         out: list[SearchHit] = []
         for name in names:
+            encoder = self.encoder_for(table, name)
             hits = await search_mod.search(self.store, encoder, name, query, table=table, k=k)
             out.extend(SearchHit.of(name, h) for h in hits)
         # RRF scores of different projects are on one scale (ranks), so a merge by score is fair.
@@ -214,7 +343,7 @@ class Fathom:
             path = path.replace("\\", "/").removeprefix("./")
         hits = await search_mod.find_similar(self.store, project, table=table, path=path,
                                              line=line, snippet=snippet,
-                                             encoder=self.encoder_for(table), k=k)
+                                             encoder=self.encoder_for(table, project), k=k)
         return [SearchHit.of(project, h) for h in hits]
 
     # ---- projects
@@ -259,6 +388,7 @@ class Fathom:
         return space_for(self.encoder_for(table), table)
 
     async def aclose(self) -> None:
+        self._unbind_gate()
         await self.encoder.aclose()
         if self._store is not None:
             self._store.close()

@@ -182,9 +182,13 @@ class Hub:
         heartbeat_timeout: float = 45.0,
         max_frame_bytes: int = p.MAX_FRAME_BYTES,
         path: str = "/sidecar",
+        wrap: Callable[[Any], Any] | None = None,
     ):
         self.data_dir = Path(data_dir)
         self.registry = registry
+        # How a sidecar's provider enters the registry: the server wraps cloud routes in the
+        # key's budget (every cloud call takes a permit) and every route in its metrics.
+        self.wrap = wrap
         self.auth = auth or FleetAuth(self.data_dir, join_tokens=join_tokens)
         self.routing = routing or RoutingStore(self.data_dir)
         self.clock = clock
@@ -676,7 +680,7 @@ class Hub:
 
     def _registry_add(self, provider: SidecarProvider) -> None:
         if self.registry is not None:
-            self.registry.add(provider)
+            self.registry.add(self.wrap(provider) if self.wrap is not None else provider)
 
     def _registry_remove(self, provider: SidecarProvider) -> None:
         if self.registry is not None:

@@ -210,15 +210,17 @@ def _default_provenance(provider: Provider, space: Space) -> Provenance:
 class Indexer:
     """Runs index jobs into one store, with one reference encoder per table.
 
-    `runner` is an optional `Pool` (anything with `run(texts, sink)`); without one the
-    reference encoder embeds directly, `batch_size` texts per call. `provenance` maps the
-    provider that embedded a batch to the provenance written with it (the gate supplies
-    verdict ids there).
+    `runner` is an optional `Pool` (anything with `run(texts, sink)`), or a function of the
+    table kind returning one (each table has its own role's pool); without one the reference
+    encoder embeds directly, `batch_size` texts per call. `provenance` maps the provider that
+    embedded a batch to the provenance written with it (the gate supplies verdict ids there).
+    `space_of(table)` is the space a new build of a table gets (default: the encoder's).
     """
 
     def __init__(self, store: Store, encoder: Provider, *, batch_size: int = 64,
-                 runner: EmbedRunner | None = None,
+                 runner: EmbedRunner | Callable[[str], EmbedRunner] | None = None,
                  provenance: Callable[[Provider, Space], Provenance] = _default_provenance,
+                 space_of: Callable[[str], Space] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  discover_fn: Callable[[Path], Discovered] = discover):
         self.store = store
@@ -226,6 +228,7 @@ class Indexer:
         self.batch_size = max(1, int(batch_size))
         self.runner = runner
         self.provenance = provenance
+        self.space_of = space_of or (lambda table: space_for(self.encoder, table))
         self.clock = clock
         self.discover = discover_fn
 
@@ -331,7 +334,7 @@ class Indexer:
     # ---- planning: what to embed, into which slot
 
     def _plan(self, job: Job, table: str, chunks: list[Chunk]) -> _Plan:
-        space = space_for(self.encoder, table)
+        space = self.space_of(table)
         project = job.project
         active = self.store.space_of(project, table, Slot.ACTIVE)
         if not chunks and active is None:
@@ -383,8 +386,11 @@ class Indexer:
             await job.checkpoint()
 
         try:
-            if self.runner is not None:
-                await self.runner.run(texts, sink)
+            runner = self.runner
+            if runner is not None and not hasattr(runner, "run"):
+                runner = runner(plan.table)
+            if runner is not None:
+                await runner.run(texts, sink)
             else:
                 for start in range(0, len(texts), self.batch_size):
                     await job.checkpoint()

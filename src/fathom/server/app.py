@@ -66,45 +66,53 @@ def create_app(
     logsafe.install()
     settings = settings or Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    if registry is None:
-        from fathom.inference.registry import ProviderRegistry
-
-        registry = ProviderRegistry()
-    routing = routing or (hub.routing if hub is not None else RoutingStore(settings.data_dir))
-    join = join_token or os.environ.get("FATHOM_JOIN_TOKEN")
-    hub = hub or Hub(settings.data_dir, registry=registry, routing=routing, join_tokens=(join,) if join else ())
     admin = admin_token or os.environ.get("FATHOM_ADMIN_TOKEN")
     admin_auth = AdminAuth(settings.data_dir, tokens=(admin,) if admin else ())
     scrape = metrics_token or os.environ.get("FATHOM_METRICS_TOKEN")
     scrape_auth = ScrapeAuth(settings.data_dir, tokens=(scrape,) if scrape else ())
+    metrics = metrics or Metrics()
 
+    # One registry, gate, budget and router for the whole server: the service's. The hub adds
+    # sidecars to that registry, the router routes over it, the gate judges it, and the pools
+    # of index jobs pull from it. Two of any of them would be two truths.
     owned: list[Any] = []  # parts built here, closed here
+    budget_record = BudgetRecord(settings.data_dir)
     if service is None:
+        from fathom.inference.budget import CloudBudget
+        from fathom.inference.registry import ProviderRegistry
         from fathom.service import Fathom
 
-        service = Fathom(settings)
+        if registry is None:
+            registry = hub.registry if hub is not None and hub.registry is not None else ProviderRegistry()
+        routing = routing or (hub.routing if hub is not None else None)
+        service = Fathom(settings, registry=registry, gate=gate, router=router, routing=routing,
+                         budget=budget or CloudBudget(override=budget_record.load()))
         owned.append(service)
-    if gate is None:
-        from fathom.inference.gate import Gate
+    for name, given, own in (("registry", registry, service.registry), ("gate", gate, service.gate),
+                             ("budget", budget, service.budget), ("router", router, service.router)):
+        if given is not None and given is not own:
+            raise ValueError(f"create_app: the {name} given is not the service's own; build the "
+                             f"service with it (Fathom(..., {name}=...)) or pass only the service")
+    registry, gate, budget, router, routing = (service.registry, service.gate, service.budget,
+                                               service.router, service.routing)
+    if budget_record.load() is not None and budget.state().ceiling_source != "override":
+        budget.set_override(budget_record.load())
 
-        gate = Gate(settings.data_dir)
-    budget_record = BudgetRecord(settings.data_dir)
-    if budget is None:
-        from fathom.inference.budget import CloudBudget
+    def wrap(provider: Any) -> Any:
+        from fathom.inference.budget import BudgetedProvider
 
-        budget = CloudBudget(override=budget_record.load())
-        owned.append(budget)
-    # The gate judges against live providers: the registry's (sidecars, cloud routes), and the
-    # service's in-process encoder, the tables' reference. The integrator decides whether that
-    # encoder also joins the registry's pools; the gate needs it either way.
-    gate.attach(service.encoder)
-    unbind_gate = gate.bind(registry)
-    if router is None:
-        from fathom.inference.router import Router
+        budgeted = BudgetedProvider(provider, budget) if provider.info.is_cloud else provider
+        return metrics.instrument(budgeted)
 
-        router = Router(routing.load, registry,
-                        is_cleared=gate.for_router(lambda role: service.space(role.table)))
-    metrics = metrics or Metrics()
+    join = join_token or os.environ.get("FATHOM_JOIN_TOKEN")
+    if hub is None:
+        hub = Hub(settings.data_dir, registry=registry, routing=routing,
+                  join_tokens=(join,) if join else (), wrap=wrap)
+    elif hub.registry is not registry:
+        raise ValueError("create_app: the hub's registry is not the service's; build the hub "
+                         "with registry=service.registry")
+    elif hub.wrap is None:
+        hub.wrap = wrap
     metrics.watch(budget=budget, gate=gate, hub=hub, registry=registry, jobs=lambda: list(service.jobs.values()))
     jobs = IndexJobs(service)
     parts = OperatorParts(settings=settings, routing=routing, hub=hub, registry=registry, gate=gate,
@@ -124,7 +132,6 @@ def create_app(
                 await rechecks
             await jobs.aclose()
             await hub.aclose()
-            unbind_gate()
             for part in owned:
                 with contextlib.suppress(Exception):
                     await part.aclose()
