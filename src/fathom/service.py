@@ -188,7 +188,18 @@ class Fathom:
         role = ROLE_OF_TABLE[table]
         route = self.routing.load().roles[role]
         if route.policy is not Policy.CLOUD:
-            return space_for(self.encoder, table)
+            if not route.model or route.model == self.encoder.info.model:
+                return space_for(self.encoder, table)
+            # The operator chose another model for this table: its reference is the local
+            # provider (a sidecar) serving that model, the smallest id so every server agrees.
+            locals_ = [p for p in self.registry.list(role, kind=Kind.LOCAL)
+                       if p.info.model == route.model and p.info.width]
+            if not locals_:
+                raise NoProviderAvailable(
+                    f"role {role} is set to model {route.model}, but no local provider serving "
+                    f"it is connected: join a sidecar serving {route.model}, or set the role's "
+                    f"model back to {self.encoder.info.model}")
+            return space_for(locals_[0], table)
         clouds = self.registry.list(role, kind=Kind.CLOUD)
         model = route.model or (clouds[0].info.model if clouds else None)
         anchor = self.registry.get(choose_anchor(clouds, model, role) or "") if model else None
