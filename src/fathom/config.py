@@ -51,7 +51,9 @@ class Settings(BaseSettings):
     local_width: int = 384
     local_device: str = "cpu"
     local_batch_size: int = 64
-    store_url: str | None = None  # None: LanceDB under data_dir; postgresql://… for pgvector
+    # None: LanceDB under data_dir; postgresql://… for pgvector. It may carry a password, so it
+    # is left out of the settings' repr (shown only through `redact_url`).
+    store_url: str | None = Field(default=None, repr=False)
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765
@@ -119,7 +121,7 @@ class RoutingState(BaseModel):
                     )
                 if route.width is not None and not 1 <= route.width <= 16384:
                     out.append(f"{role}: width {route.width} is out of range 1..16384")
-            if not route.model and not (role in EMBEDDING_ROLES and route.policy is Policy.LOCAL):
+            if not route.model and role not in EMBEDDING_ROLES:
                 out.append(f"{role}: no model set")
         return out
 

@@ -58,10 +58,12 @@ class RoleDefaults:
 
 
 # One source of truth for the defaults. Embedding models are chosen per deployment because
-# that choice defines what the index is, so they default to the embedded local encoder.
+# that choice defines what the index is: None means "the server's in-process encoder"
+# (`Settings.local_model_name`, MiniLM by default); naming another model makes the local
+# sidecar serving it (or, under `cloud`, the cloud anchor serving it) the table's reference.
 DEFAULTS: dict[Role, RoleDefaults] = {
-    Role.EMBEDDING: RoleDefaults(model="sentence-transformers/all-minilm-l6-v2"),
-    Role.CODE_EMBEDDING: RoleDefaults(model="sentence-transformers/all-minilm-l6-v2"),
+    Role.EMBEDDING: RoleDefaults(model=None),
+    Role.CODE_EMBEDDING: RoleDefaults(model=None),
     Role.RERANKER: RoleDefaults(model="qwen/qwen3-reranker-8b"),
     Role.CODE_ASSISTANT: RoleDefaults(model="poolside/laguna-s-2.1"),
     Role.RLM: RoleDefaults(model="deepseek/deepseek-v4-flash", fallback=FallbackMode.LOCAL_ONLY),

@@ -11,13 +11,11 @@ API:
 
 from __future__ import annotations
 
-import functools
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from fathom.errors import FathomError
+from fathom.server.mcp_tools import tool_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from mcp.server.mcpserver import MCPServer
@@ -25,8 +23,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from fathom.inference.router import Router
     from fathom.service import Fathom
 
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 class AskResult(BaseModel):
@@ -61,17 +57,6 @@ class ExploreResult(BaseModel):
     trace: list[TraceEntry]
 
 
-def _tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await fn(*args, **kwargs)
-        except FathomError as exc:
-            raise ToolError(str(exc)) from exc
-
-    return wrapper
-
-
 def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | None = None) -> None:
     from fathom.agents.assistant import CodeAssistant
     from fathom.agents.rlm import Explorer, Limits
@@ -86,7 +71,7 @@ def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | Non
 
     @server.tool(description="Answer a question about indexed code from retrieved code and "
                              "docs, citing the path:start-end ranges it used.")
-    @_tool_errors
+    @tool_errors
     async def ask(question: str, project: str | None = None) -> AskResult:
         r = route()
         a = await CodeAssistant(fathom, r, reranker=r).ask(question, project)
@@ -97,7 +82,7 @@ def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | Non
     @server.tool(description="Explore one indexed project step by step (search, read files, "
                              "grep, sub-questions) to answer a hard question; bounded in "
                              "depth, steps, tokens and time. Returns the answer and the trace.")
-    @_tool_errors
+    @tool_errors
     async def explore(question: str, project: str, max_steps: int = 12,
                       max_depth: int = 2) -> ExploreResult:
         r = route()

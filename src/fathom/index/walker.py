@@ -14,7 +14,6 @@ guess at languages beyond `chunking.detect_language`.
 from __future__ import annotations
 
 import os
-import stat
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field

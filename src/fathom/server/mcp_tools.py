@@ -110,7 +110,7 @@ class IndexStatusResult(BaseModel):
     jobs: list[dict[str, Any]]
 
 
-def _tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     """A `FathomError` is anticipated: its message (which names the fix) goes to the client."""
 
     @functools.wraps(fn)
@@ -132,21 +132,21 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
 
     @server.tool(description="Search indexed source code by meaning and keywords. Returns "
                              "file paths with line ranges, the symbol and a snippet.")
-    @_tool_errors
+    @tool_errors
     async def search_code(query: str, project: str | None = None, k: int = 10) -> SearchResults:
         hits = await fathom.search(query, project=project, table="code", k=k)
         return SearchResults(query=query, table="code", results=[Result.of(h) for h in hits])
 
     @server.tool(description="Search indexed documentation (README, Markdown, reST, "
                              "docstrings) by meaning and keywords.")
-    @_tool_errors
+    @tool_errors
     async def search_docs(query: str, project: str | None = None, k: int = 10) -> SearchResults:
         hits = await fathom.search(query, project=project, table="docs", k=k)
         return SearchResults(query=query, table="docs", results=[Result.of(h) for h in hits])
 
     @server.tool(description="Find code similar to the chunk at a file and line of a project "
                              "(path relative to the project root), or to a snippet.")
-    @_tool_errors
+    @tool_errors
     async def find_similar(project: str, path: str | None = None, line: int | None = None,
                            snippet: str | None = None, k: int = 10,
                            table: Literal["code", "docs"] = "code") -> SearchResults:
@@ -158,7 +158,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     @server.tool(description="Index (or re-index) a project folder on the server's machine. "
                              "Incremental by default: only changed chunks are embedded; "
                              "full=true rebuilds the index and swaps it in atomically.")
-    @_tool_errors
+    @tool_errors
     async def index_project(path: str, project: str | None = None,
                             full: bool = False) -> IndexSummary:
         r = await fathom.index(path, project, full=full)
@@ -169,7 +169,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
                             docs_chunks=r.tables.get("docs", 0))
 
     @server.tool(description="List the indexed projects with their chunk counts.")
-    @_tool_errors
+    @tool_errors
     async def list_projects() -> ProjectList:
         projects = await asyncio.to_thread(fathom.projects)
         return ProjectList(projects=[
@@ -181,7 +181,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     @server.tool(description="The index state of one project: rows per table, the encoder "
                              "that defines each table, provenance counts, the last run and "
                              "running jobs.")
-    @_tool_errors
+    @tool_errors
     async def index_status(project: str) -> IndexStatusResult:
         s = await asyncio.to_thread(fathom.index_status, project)
         return IndexStatusResult(project=s.project, root=s.root,
