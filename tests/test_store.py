@@ -8,7 +8,6 @@ import numpy as np
 
 from fathom.errors import NotCleared
 from fathom.index.store import (
-    LanceStore,
     Slot,
     validate_vectors,
 )
@@ -25,18 +24,6 @@ from tests.store_fixtures import (  # noqa: F401
     make_chunks,
     store,
 )
-
-
-def lance_tables(store: LanceStore, project: str) -> set[str]:
-    return {p.name.removesuffix(".lance") for p in store._dir(project).glob("*.lance")}
-
-
-def indexed(store: LanceStore, project: str = "p", n: int = 20, seed: int = 0):
-    chunks = make_chunks(n)
-    vecs = clustered(n, seed=seed)
-    store.open_table(project, "code", SPACE)
-    store.write(project, "code", chunks, vecs, CLEARED)
-    return chunks, vecs
 
 
 # ---------------------------------------------------------------- spaces
