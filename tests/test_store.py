@@ -8,6 +8,7 @@ import numpy as np
 
 from fathom.errors import NotCleared
 from fathom.index.store import (
+    LanceStore,
     Slot,
     validate_vectors,
 )
@@ -24,6 +25,14 @@ from tests.store_fixtures import (  # noqa: F401
     make_chunks,
     store,
 )
+
+
+def indexed(store, project: str = "p", n: int = 20, seed: int = 0):
+    chunks = make_chunks(n)
+    vecs = clustered(n, seed=seed)
+    store.open_table(project, "code", SPACE)
+    store.write(project, "code", chunks, vecs, CLEARED)
+    return chunks, vecs
 
 
 # ---------------------------------------------------------------- spaces
