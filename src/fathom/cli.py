@@ -284,6 +284,34 @@ def mcp(ctx: typer.Context) -> None:
     run(run_stdio(fathom))
 
 
+# ---------------------------------------------------------------- the fleet: server and sidecar
+
+# Both take their own argparse options (the same ones `python -m fathom.server` and
+# `python -m fathom.fleet.agent` take), passed through untouched, `--help` included, so the
+# two spellings never drift apart.
+PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+
+
+@app.command(context_settings=PASS_THROUGH, add_help_option=False)
+def server(ctx: typer.Context) -> None:
+    """Run the fathom server: admin API, sidecar WebSocket, MCP at /mcp (see --help)."""
+    from fathom.server.__main__ import main as server_main
+
+    args = list(ctx.args)
+    data_dir = (ctx.find_root().obj or {}).get("data_dir")
+    if data_dir and "--data-dir" not in args and not any(a.startswith("--data-dir=") for a in args):
+        args = ["--data-dir", str(data_dir), *args]  # the global option, for `fathom --data-dir X server`
+    raise typer.Exit(server_main(args))
+
+
+@app.command(context_settings=PASS_THROUGH, add_help_option=False)
+def sidecar(ctx: typer.Context) -> None:
+    """Join a server's fleet as a sidecar: --server wss://HOST --serve ROLE=BACKEND (see --help)."""
+    from fathom.fleet.agent import main as agent_main
+
+    raise typer.Exit(agent_main(list(ctx.args)))
+
+
 # ---------------------------------------------------------------- ask / explore (fathom.agents)
 
 from fathom.agents.commands import register as _register_agent_commands  # noqa: E402

@@ -395,9 +395,6 @@ class Fathom:
         jobs = [j.as_dict() for j in self.jobs.values() if j.project == project]
         return IndexStatus(project, record.get("root"), tables, record.get("last_run"), jobs)
 
-    def space(self, table: str):
-        return space_for(self.encoder_for(table), table)
-
     async def aclose(self) -> None:
         self._unbind_gate()
         await self.encoder.aclose()

@@ -2,11 +2,12 @@
 
 This module owns one function, `create_app`, that puts the parts together: the settings, the
 routing store, the provider registry, the fleet hub with its `/sidecar` WebSocket, the gate,
-the cloud budget, the `Fathom` service, the router, the metrics, the admin API and the
-dashboard. Each part works without it (tests construct them directly, and any of them can be
-injected here); this is only where they meet, in the spirit of Starlette: explicit objects, no
-magic. `app.state` holds every part by name (`settings`, `routing`, `registry`, `hub`, `gate`,
-`budget`, `service`, `router`, `metrics`, `jobs`, `admin_auth`, `scrape_auth`, `operator`).
+the cloud budget, the `Fathom` service, the router, the metrics, the admin API, the MCP tools
+at `/mcp` (streamable HTTP, admin token) and the dashboard. Each part works without it (tests
+construct them directly, and any of them can be injected here); this is only where they meet,
+in the spirit of Starlette: explicit objects, no magic. `app.state` holds every part by name
+(`settings`, `routing`, `registry`, `hub`, `gate`, `budget`, `service`, `router`, `metrics`,
+`jobs`, `admin_auth`, `scrape_auth`, `operator`, `mcp`).
 
 Auth: every route needs the admin bearer token except `GET /health` (and its older spelling
 `/healthz`), the dashboard's static page and assets (they carry no data: the page asks for the
@@ -115,6 +116,14 @@ def create_app(
         hub.wrap = wrap
     metrics.watch(budget=budget, gate=gate, hub=hub, registry=registry, jobs=lambda: list(service.jobs.values()))
     jobs = IndexJobs(service)
+    # The MCP tools over streamable HTTP at /mcp, on the same service (one registry, gate,
+    # budget and router for MCP clients, the admin API and the sidecars), admin token required.
+    from fathom.server.admin import bearer_token
+    from fathom.server.mcp_http import MCP_PATH, MCPEndpoint
+    from fathom.server.mcp_tools import build_mcp_server
+
+    mcp_endpoint = MCPEndpoint(build_mcp_server(service, router=router),
+                               lambda request: admin_auth.check(bearer_token(request)), host=settings.host)
     parts = OperatorParts(settings=settings, routing=routing, hub=hub, registry=registry, gate=gate,
                           budget=budget, service=service, router=router, jobs=jobs,
                           budget_record=budget_record, metrics=metrics)
@@ -124,7 +133,8 @@ def create_app(
         stop = asyncio.Event()
         rechecks = gate.start_rechecks(stop=stop)  # periodic re-probes against the golden vectors
         try:
-            yield
+            async with mcp_endpoint.running():
+                yield
         finally:
             stop.set()
             rechecks.cancel()
@@ -143,7 +153,7 @@ def create_app(
     for name, value in (("settings", settings), ("routing", routing), ("registry", registry), ("hub", hub),
                         ("gate", gate), ("budget", budget), ("service", service), ("router", router),
                         ("metrics", metrics), ("jobs", jobs), ("admin_auth", admin_auth),
-                        ("scrape_auth", scrape_auth), ("operator", parts)):
+                        ("scrape_auth", scrape_auth), ("operator", parts), ("mcp", mcp_endpoint)):
         setattr(app.state, name, value)
 
     @app.exception_handler(RequestValidationError)
@@ -153,6 +163,7 @@ def create_app(
             "message": f"invalid request: {'; '.join(problems[:3])}", "problems": problems}})
 
     hub.mount(app)
+    app.add_route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     app.include_router(admin_router(hub, admin_auth, registry=registry))
     app.include_router(operator_router(parts, admin_auth))
 
