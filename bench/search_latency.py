@@ -9,6 +9,10 @@ slot, validated and cleared, then `promote`, which builds the keyword index), un
 of the embedded MiniLM encoder, so the last measurement is the whole `Fathom.search` a user
 runs: MiniLM query encoding + vector top-k + full-text search + reciprocal rank fusion.
 Target: p50 < 50 ms.
+
+`--store postgresql://…` runs the same measurement on PostgreSQL + pgvector (the `bench`
+project is dropped there before and after). For 100k x 384-d and 50k x 2560-d (halfvec) beside
+LanceDB in one run, see bench/search_latency_pg.py.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from fathom.config import Settings  # noqa: E402
 from fathom.index.chunk import Chunk  # noqa: E402
 from fathom.index.indexer import space_for  # noqa: E402
 from fathom.index.search import hybrid_search  # noqa: E402
-from fathom.index.store import LanceStore, Slot  # noqa: E402
+from fathom.index.store import LanceStore, Slot, open_store_url  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 from fathom.space import Provenance  # noqa: E402
@@ -84,6 +88,9 @@ async def main() -> None:
                     help="noise per dimension around a centre, relative to the centre (0.8 "
                          "gives ~0.6 cosine between rows of one cluster, like related code)")
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--store", default=None,
+                    help="postgresql://… to measure PostgreSQL + pgvector (default: LanceDB in a "
+                         "temporary folder)")
     args = ap.parse_args()
 
     rng = np.random.default_rng(args.seed)
@@ -96,7 +103,9 @@ async def main() -> None:
         x, labels, centres = clustered(rng, args.rows, width, args.clusters, args.spread)
         rows = rows_for(labels, rng)
 
-        store = LanceStore(settings.lance_dir)
+        store = open_store_url(args.store) if args.store else LanceStore(settings.lance_dir)
+        if store.has_project("bench"):
+            store.drop_project("bench")
         t0 = time.perf_counter()
         store.begin_shadow("bench", "code", space)
         prov = Provenance(encoder.id, None)
@@ -133,6 +142,7 @@ async def main() -> None:
             await fathom.search(qtext[i], project="bench", k=10)
             full.append((time.perf_counter() - t0) * 1000)
 
+        print(f"store   : {getattr(store, 'url', None) or 'LanceDB (temporary folder)'}")
         print(f"machine : {platform.machine()}, {os.cpu_count()} CPUs, python "
               f"{sys.version.split()[0]}, one query at a time")
         print(f"rows    : {args.rows} x {width}-d, {args.clusters} clusters (spread "
@@ -145,6 +155,8 @@ async def main() -> None:
               f"(min {min(recall):.2f})")
         print(f"target  : p50 < 50 ms -> {'met' if pct(full, 50) < 50 else 'NOT met'} "
               f"for the full search")
+        if args.store:
+            store.drop_project("bench")
         store.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)

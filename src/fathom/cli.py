@@ -312,6 +312,82 @@ def sidecar(ctx: typer.Context) -> None:
     raise typer.Exit(agent_main(list(ctx.args)))
 
 
+# ---------------------------------------------------------------- store
+
+
+store_app = typer.Typer(help="The index store: move an index from LanceDB to PostgreSQL.",
+                        no_args_is_help=True)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("migrate")
+def store_migrate(
+    ctx: typer.Context,
+    to: Annotated[str, typer.Option(
+        "--to", envvar="FATHOM_STORE_URL", show_default=False,
+        help="The PostgreSQL database: postgresql://user:password@host:port/database "
+             "(default: FATHOM_STORE_URL, which keeps the password off the command line).")],
+    project: Annotated[list[str] | None, typer.Option(
+        "--project", "-p", help="Only this project (repeatable; default: every project).")]
+    = None,
+    source: Annotated[Path | None, typer.Option(
+        "--from", help="The LanceDB folder to copy from (default: <data dir>/lance).")] = None,
+    gate_state: Annotated[bool, typer.Option(
+        "--gate-state/--no-gate-state",
+        help="Also copy the gate's verdicts and golden vectors and the routing state.")] = True,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 1000,
+) -> None:
+    """Copy an index from LanceDB into PostgreSQL + pgvector, provenance preserved.
+
+    Rows keep provider, verdict and write time; a copy is promoted only when its counts match.
+    """
+    from fathom.index.migrate import migrate, migrate_gate_state
+    from fathom.index.pgstore import PostgresStore, is_postgres_url, redact_url
+    from fathom.index.store import LanceStore
+
+    settings = settings_of(ctx)
+    if not is_postgres_url(to):
+        raise ConfigError(f"--to must be a postgresql://… URL, got {redact_url(to)!r}")
+    folder = (source or settings.lance_dir).expanduser()
+    if not (folder / "projects").is_dir():
+        raise ConfigError(f"no LanceDB index at {folder}: pass --from FOLDER (the `lance` folder "
+                          f"under the data dir that `fathom index` wrote)")
+    lance = LanceStore(folder)
+    target = PostgresStore(to)
+    try:
+        with Progress(TextColumn("[bold blue]{task.description:<20}"), BarColumn(),
+                      MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn(),
+                      console=err_console) as bar:
+            tasks: dict[tuple[str, str], Any] = {}
+
+            def on_progress(name: str, table: str, done: int, total: int) -> None:
+                key = (name, table)
+                if key not in tasks:
+                    tasks[key] = bar.add_task(f"{name}/{table}", total=total or None)
+                bar.update(tasks[key], completed=done)
+
+            report = migrate(lance, target, projects=project or None, batch_size=batch_size,
+                             progress=on_progress)
+        table = Table(title=f"migrated into {target.url}")
+        for col in ("project", "table", "rows", "copied now", "provenance (provider | verdict: rows)"):
+            table.add_column(col, overflow="fold")
+        for t in report.tables:
+            groups = "\n".join(f"{p} | {v or '-'}: {n}" for (p, v), n in
+                               sorted(t.provenance.items(), key=lambda kv: str(kv[0])))
+            table.add_row(t.project, t.table, str(t.rows),
+                          str(t.copied) + (" (resumed)" if t.resumed else ""), groups)
+        console.print(table)
+        if gate_state:
+            g = migrate_gate_state(settings.data_dir, target)
+            console.print(f"gate: {g.verdicts} verdicts, {g.golden} golden vector sets; routing "
+                          f"state {'copied' if g.routing else 'not found (defaults apply)'}")
+        console.print(f"done: {report.rows} rows in {len(report.tables)} tables. Serve from it "
+                      f"with FATHOM_STORE_URL={target.url} (password as before)")
+    finally:
+        target.close()
+        lance.close()
+
+
 # ---------------------------------------------------------------- ask / explore (fathom.agents)
 
 from fathom.agents.commands import register as _register_agent_commands  # noqa: E402

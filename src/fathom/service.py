@@ -6,7 +6,9 @@ registry (the in-process local encoder, sidecars and cloud routes), the gate tha
 per table, the cloud budget above every cloud route, the router that reads the policy table,
 the store (whose writes the gate's clearance guards), the indexer and the jobs it runs, plus
 the few records only this layer needs (each project's root folder and its last run, in
-`projects.json` under the data dir).
+`projects.json` under the data dir). When the store URL is PostgreSQL, the gate's verdicts and
+golden vectors and the routing state live in that database instead of the data dir, so every
+server on it sees the same cleared encoders and routes.
 
 An index job embeds through the role's pull pool (`Router.pool`): every provider the policy
 allows and the gate cleared pulls from one queue, cloud ones only after taking a budget permit,
@@ -96,6 +98,7 @@ class IndexStatus:
     tables: dict[str, dict[str, Any]]
     last_run: dict[str, Any] | None
     jobs: list[dict[str, Any]] = field(default_factory=list)
+    store: str | None = None  # where the index lives (a URL's password redacted)
 
 
 def check_k(k: Any) -> int:
@@ -133,6 +136,43 @@ class ProjectRecords:
         atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
 
 
+class _SharedState:
+    """The gate and routing stores of a PostgreSQL store URL, on one lazily connecting
+    `Database` (one connection per thread, opened on first use)."""
+
+    def __init__(self, url: str):
+        from fathom.index.pgstore import Database
+
+        self.db = Database(url)
+
+    def routing(self) -> RoutingStore:
+        from fathom.index.pgstore import PgRoutingStore
+
+        return PgRoutingStore(self.db)
+
+    def gate(self) -> Gate:
+        from fathom.index.pgstore import PgGoldenStore, PgVerdictStore
+
+        return Gate(verdicts=PgVerdictStore(self.db), golden=PgGoldenStore(self.db))
+
+
+def _shared_state(store_url: str | None) -> _SharedState | None:
+    if store_url and store_url.startswith(("postgresql://", "postgres://")):
+        return _SharedState(store_url)
+    return None
+
+
+def store_location(settings: Settings) -> str:
+    """Where the index lives, for status output: a PostgreSQL URL with its password redacted,
+    or the LanceDB folder."""
+    url = settings.store_url
+    if url and url.startswith(("postgresql://", "postgres://")):
+        from fathom.index.pgstore import redact_url
+
+        return redact_url(url)
+    return str(url or settings.lance_dir)
+
+
 class Fathom:
     """Everything a front end needs, built from `Settings`.
 
@@ -147,7 +187,13 @@ class Fathom:
                  routing: RoutingStore | None = None):
         self.settings = settings or Settings()
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
-        self.routing = routing or RoutingStore(self.settings.data_dir)
+        # On a shared PostgreSQL store the gate's verdicts and golden vectors and the routing
+        # state live in that database, so every server on it sees the same cleared encoders and
+        # the same routes. Built before the store (whose clearance is this gate); nothing
+        # connects until first used, so `fathom projects` stays as quick as before.
+        shared = self._shared = _shared_state(self.settings.store_url)
+        self.routing = routing or (shared.routing() if shared else
+                                   RoutingStore(self.settings.data_dir))
         self.encoder: Provider = encoder or LocalEncoder.from_settings(self.settings)
         self._store = store
         self.clock = clock
@@ -155,7 +201,9 @@ class Fathom:
         self.jobs: dict[str, Job] = {}
         self._index_lock: dict[str, asyncio.Lock] = {}
         self.registry = registry if registry is not None else ProviderRegistry()
-        self.gate = gate if gate is not None else Gate(self.settings.data_dir)
+        if gate is None:
+            gate = shared.gate() if shared else Gate(self.settings.data_dir)
+        self.gate = gate
         self.budget = budget if budget is not None else CloudBudget()
         # The in-process encoder is a local provider like any sidecar: it pulls from the
         # embedding pools, and it is the default reference of every table it defines.
@@ -393,10 +441,13 @@ class Fathom:
                                self.store.provenance_counts(project, t).items()},
             }
         jobs = [j.as_dict() for j in self.jobs.values() if j.project == project]
-        return IndexStatus(project, record.get("root"), tables, record.get("last_run"), jobs)
+        return IndexStatus(project, record.get("root"), tables, record.get("last_run"), jobs,
+                           store_location(self.settings))
 
     async def aclose(self) -> None:
         self._unbind_gate()
         await self.encoder.aclose()
         if self._store is not None:
             self._store.close()
+        if self._shared is not None:
+            self._shared.db.close()

@@ -9,7 +9,7 @@ read) or `Slot.SHADOW` (a full re-index being built).
 
     store = LanceStore(root: Path, clearance: Clearance | None = None, *, clock=time.time,
                        matrix_cache_bytes=1 << 30, ann_min_rows=20_000)
-    store = open_store(settings)                        # LanceDB under settings.lance_dir
+    store = open_store(settings)   # PostgreSQL if settings.store_url is postgresql://…, else LanceDB
 
     # spaces and slots
     store.open_table(project, table, space) -> TableInfo        # creates; SpaceMismatch if other space
@@ -1160,18 +1160,14 @@ class LanceStore(Store):
 
 
 def open_store(settings: Any = None, clearance: Clearance | None = None, **kwargs: Any) -> Store:
-    """The store named by settings: LanceDB under `settings.lance_dir` unless `store_url`
-    points at PostgreSQL (not built yet: issue 11)."""
+    """The store named by settings: PostgreSQL + pgvector when `store_url` (FATHOM_STORE_URL)
+    is a `postgresql://…` URL, a LanceDB folder when it is a path, else LanceDB under
+    `settings.lance_dir`."""
     from fathom.config import Settings
 
     settings = settings or Settings()
     url = getattr(settings, "store_url", None)
-    if url and url.startswith(("postgresql://", "postgres://")):
-        raise ConfigError(
-            "the PostgreSQL store is not available in this build; unset FATHOM_STORE_URL to use "
-            "the embedded LanceDB store"
-        )
-    return LanceStore(Path(url) if url else settings.lance_dir, clearance, **kwargs)
+    return open_store_url(url or settings.lance_dir, clearance, **kwargs)
 
 
 def open_store_url(url_or_path: str | Path, clearance: Clearance | None = None,
