@@ -123,6 +123,16 @@ def audit(gate: Gate, store: AuditableStore, project: str) -> AuditReport:
             since = v.last_good_check if v.last_good_check is not None else v.decided_at
             rows = store.written_since(project, table,
                                        datetime.fromtimestamp(since, tz=UTC), v.key.provider_id)
+            # The window closes at the provider's next verdict in this space: the lock refused
+            # this one from its revocation on, so rows it wrote since that decision (a sole
+            # provider re-cleared and re-embedding its own suspect rows) are not suspect.
+            until = min((w.decided_at for w in gate.verdicts.all()
+                         if w.key.space == space.key and w.key.provider_id == v.key.provider_id
+                         and w.decided_at > v.decided_at), default=None)
+            if until is not None:
+                newer = {r.chunk_id for r in store.written_since(
+                    project, table, datetime.fromtimestamp(until, tz=UTC), v.key.provider_id)}
+                rows = [r for r in rows if r.chunk_id not in newer]
             fresh = [r for r in rows if (v.key.provider_id, r.chunk_id) not in seen]
             seen.update((v.key.provider_id, r.chunk_id) for r in fresh)
             suspects.append(SuspectRows(
