@@ -51,6 +51,9 @@ async def test_stdio_session_lists_tools_searches_and_survives_bad_calls(indexed
             hits = result.structured_content["results"]
             assert hits and hits[0]["path"] == "auth/password.py"
             assert all(1 <= h["start_line"] <= h["end_line"] for h in hits)
+            # No reranker is configured here: the results say so instead of failing.
+            assert result.structured_content["reranked"] is False
+            assert "reranker" in result.structured_content["reason"]
 
             # A bad argument and an unknown project are tool errors with a clear message.
             bad = await client.call_tool("search_code", {"query": "x", "k": "many"})

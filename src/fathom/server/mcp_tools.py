@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from fathom import __version__
-from fathom.errors import FathomError
+from fathom.errors import ConfigError, FathomError
 from fathom.service import Fathom, SearchHit
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,9 @@ class SearchResults(BaseModel):
     query: str
     table: str
     results: list[Result]
+    reranked: bool | None = Field(None, description="whether the reranker role rescored the "
+                                  "results (false: retrieval order, see reason)")
+    reason: str | None = Field(None, description="why the results were not reranked")
 
 
 class ProjectEntry(BaseModel):
@@ -130,19 +133,29 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     server = MCPServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
                        log_level="WARNING")
 
+    async def reranked_search(query: str, project: str | None, table: str, k: int) -> SearchResults:
+        # Vector + keyword candidates, rescored by the reranker role when one can serve; when
+        # none can, the results still come back, flagged not reranked with the reason.
+        from fathom.index import rerank
+
+        if not isinstance(query, str) or not query.strip():
+            raise ConfigError("the search query is empty: give a few words or an identifier")
+        found = await rerank.search(fathom, query, project, table, k,
+                                    reranker=router if router is not None else getattr(fathom, "router", None))
+        return SearchResults(query=query, table=table, results=[Result.of(h) for h in found.hits],
+                             reranked=found.reranked, reason=found.reason)
+
     @server.tool(description="Search indexed source code by meaning and keywords. Returns "
                              "file paths with line ranges, the symbol and a snippet.")
     @tool_errors
     async def search_code(query: str, project: str | None = None, k: int = 10) -> SearchResults:
-        hits = await fathom.search(query, project=project, table="code", k=k)
-        return SearchResults(query=query, table="code", results=[Result.of(h) for h in hits])
+        return await reranked_search(query, project, "code", k)
 
     @server.tool(description="Search indexed documentation (README, Markdown, reST, "
                              "docstrings) by meaning and keywords.")
     @tool_errors
     async def search_docs(query: str, project: str | None = None, k: int = 10) -> SearchResults:
-        hits = await fathom.search(query, project=project, table="docs", k=k)
-        return SearchResults(query=query, table="docs", results=[Result.of(h) for h in hits])
+        return await reranked_search(query, project, "docs", k)
 
     @server.tool(description="Find code similar to the chunk at a file and line of a project "
                              "(path relative to the project root), or to a snippet.")
