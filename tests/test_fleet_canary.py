@@ -119,6 +119,16 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
     old_level = root.level
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
+    # Every logger that could carry a frame or the key logs at DEBUG into the capture, whatever
+    # an earlier server in this process (uvicorn's default config) set them to.
+    noisy = {name: (logging.getLogger(name).level, logging.getLogger(name).disabled,
+                    logging.getLogger(name).propagate)
+             for name in ("uvicorn", "uvicorn.error", "websockets", "fathom", "httpx", "httpcore")}
+    for name in noisy:
+        lg = logging.getLogger(name)
+        lg.setLevel(logging.DEBUG)
+        lg.disabled = False
+        lg.propagate = True
     emu_port = free_port()
     try:
         spawn_emulator(group, emu_port)
@@ -190,6 +200,11 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
     finally:
         root.removeHandler(handler)
         root.setLevel(old_level)
+        for name, (level, disabled, propagate) in noisy.items():
+            lg = logging.getLogger(name)
+            lg.setLevel(level)
+            lg.disabled = disabled
+            lg.propagate = propagate
         group.stop()
 
     # The DEBUG logs of the server (this process) and of both sidecars (all three runs).
