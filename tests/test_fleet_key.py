@@ -129,6 +129,11 @@ async def test_bad_key_push_is_refused_without_echo(fleet: Fleet):
         assert r.status_code == 400 and "has space" not in r.text
         r = await admin.post("/admin/key", json={"roles": {"embedding": {"policy": "cloud"}}})
         assert r.status_code == 400 and "upstream" in r.text  # unpinned cloud embedding: refused
+        # A valid key beside a key pasted into a route field: refused, and neither echoed.
+        key = new_key()
+        r = await admin.post("/admin/key", json={"key": key, "roles": {"rlm": {"key": key, "model": 3}}})
+        assert r.status_code == 400 and "rlm" in r.text
+        assert key not in r.text and key[8:] not in r.text
 
 
 async def test_cloud_embedding_and_throttles_reach_the_budget(fleet: Fleet, emulator):

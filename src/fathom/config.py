@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fathom.errors import ConfigError
@@ -159,8 +159,13 @@ class RoutingStore:
             try:
                 merged = state.roles[role].model_dump() | fields
                 state.roles[role] = RoleRoute.model_validate(merged)
-            except ValueError as exc:
-                problems.append(f"{role}: {exc}")
+            except ValidationError as exc:
+                # Name the field and the rule, never the value: a refused request may carry a
+                # secret pasted into the wrong field, and this text goes back to the caller.
+                problems += [f"{role}: {'.'.join(map(str, e['loc'])) or 'route'}: {e['msg']}"
+                             for e in exc.errors(include_input=False, include_url=False)]
+            except (TypeError, ValueError):
+                problems.append(f"{role}: the change must be an object of route fields")
         problems += state.problems(changes.keys())
         if problems:
             raise ConfigError("routing change refused: " + "; ".join(problems), problems)

@@ -324,6 +324,7 @@ class Fathom:
         name = project or root.resolve().name
         if not name:
             raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
+        await asyncio.to_thread(getattr, self, "store")  # opening it blocks (imports, connects)
         indexer = self.indexer()
         job = job or indexer.job(name, root, full=full)
         self.jobs[job.id] = job
@@ -333,8 +334,13 @@ class Fathom:
             async with lock:  # two runs of one project in one process would race on its slots
                 for table in TABLE_KINDS:
                     await self.verify_providers(table)
-                with self._project_lock(name):
+                lock = self._project_lock(name)
+                # A shared store's lock is a database round trip: taken and released off the loop.
+                await asyncio.to_thread(lock.__enter__)
+                try:
                     report = await indexer.run(job, progress)
+                finally:
+                    await asyncio.to_thread(lock.__exit__, None, None, None)
         finally:
             current_project.reset(token)
         self.records.put(name, {

@@ -900,13 +900,17 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
     async def put_budget(body: BudgetChange) -> dict[str, Any]:
         """Set the manual ceiling override (1-256 permits), or remove it with null. Out of range
         is refused (400) and changes nothing."""
+        from fathom.inference.budget.ceiling import validate_override
+
         budget = parts.need("budget")
         try:
-            budget.set_override(body.override)
+            override = validate_override(body.override)
         except ConfigError as exc:
             raise refusal(400, str(exc)) from None
+        # Persist first, then apply: a failed save leaves the live budget as it was.
         if parts.budget_record is not None:
-            parts.budget_record.save(body.override)
+            await asyncio.to_thread(parts.budget_record.save, override)
+        budget.set_override(override)
         log.info("cloud budget override %s by the operator",
                  "removed" if body.override is None else f"set to {body.override}")
         return budget_view(budget)
