@@ -16,6 +16,7 @@ from fathom.index.store import Hit, LanceStore, Slot
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.roles import EMBEDDING_ROLES
 from fathom.space import Provenance, Space
+from tests.test_store_conformance import haystack  # noqa: F401  (the same haystack, on this module's store)
 from tests.store_fixtures import (  # noqa: F401
     CLEARED,
     SPACE,
@@ -47,19 +48,6 @@ def test_rrf_fuse_rewards_agreement():
 def test_rrf_fuse_ties_keep_vector_order_first():
     fused = rrf_fuse([[hit("a")], [hit("b")]])
     assert [h.chunk_id for h in fused] == ["a", "b"]
-
-
-@pytest.fixture
-def haystack(store):
-    """200 chunks in clusters; one holds a rare identifier but sits in an unrelated cluster."""
-    chunks = make_chunks(200, files=20, lines=8)
-    vecs = clustered(200, clusters=6, seed=3)
-    needle = Chunk("pkg/registry.py", "python", "code", 41, 57, "Registry.frobnicate_registry",
-                   "def frobnicate_registry(self, entries):\n    return merge(entries)\n")
-    needle_vec = clustered(1, clusters=1, seed=99)
-    store.open_table("p", "code", SPACE)
-    store.write("p", "code", [*chunks, needle], np.vstack([vecs, needle_vec]), CLEARED)
-    return chunks, vecs, needle, needle_vec[0]
 
 
 def test_exact_keyword_match_ranks_high(store, haystack):

@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 
-from fathom.errors import NotCleared
 from fathom.index.store import (
     LanceStore,
     Slot,
@@ -49,19 +48,6 @@ def test_space_lives_in_the_lance_table_metadata(store):
 
 
 # ---------------------------------------------------------------- refused writes
-
-
-class AllowList:
-    """A real `Clearance`: the gate will provide one keyed on verdicts."""
-
-    def __init__(self, allowed: set[tuple[str, str | None]]):
-        self.allowed = allowed
-        self.asked: list[tuple[Space, Provenance]] = []
-
-    def check(self, space: Space, provenance: Provenance) -> None:
-        self.asked.append((space, provenance))
-        if (provenance.provider_id, provenance.verdict_id) not in self.allowed:
-            raise NotCleared(space.table, provenance.provider_id, provenance.verdict_id)
 
 
 # ---------------------------------------------------------------- blue/green
