@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fathom.config import RoutingStore, Settings, atomic_write_text
-from fathom.errors import ConfigError, FathomError, NoProviderAvailable, ProviderError
+from fathom.errors import ConfigError, FathomError, NoProviderAvailable
 from fathom.index import search as search_mod
 from fathom.index.indexer import IndexProgress, IndexReport, Indexer, Job, space_for
 from fathom.index.store import TABLE_KINDS, Hit, Store, UnknownProject, open_store
 from fathom.inference.budget import CloudBudget, current_project
-from fathom.inference.gate import Gate, GateClearance
+from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
 from fathom.inference.local import LocalEncoder
 from fathom.inference.provider import Kind, Provider
@@ -283,7 +283,7 @@ class Fathom:
         verdict = self.gate.verdict_for(space, provider)
         return Provenance(provider.id, verdict.verdict_id if verdict is not None else None)
 
-    async def verify_providers(self, table: str) -> list:
+    async def verify_providers(self, table: str) -> list[Verdict]:
         """Judge, for the table's current space, every provider that could serve its role and
         has no verdict yet (the reference first: it records the golden vectors). A refusal is
         recorded, not raised: the router simply never lets that provider pull."""
@@ -300,7 +300,7 @@ class Fathom:
                 continue
             try:
                 verdicts.append(await self.gate.verify(space, p, policy))
-            except (ConfigError, ProviderError, NoProviderAvailable, FathomError) as exc:
+            except FathomError as exc:
                 # Unpinned (R4), or its reference could not answer: it stays uncleared.
                 log.warning("gate: %s not verified for the %s table: %s", p.id, table, exc)
         return verdicts

@@ -311,7 +311,7 @@ class Gate:
 
     async def _decide(self, space: Space, candidate: Provider, regime: Reference) -> Verdict:
         started = self._now()
-        ids, texts, width = self.probes.ids, self.probes.texts, space.width
+        ids, width = self.probes.ids, space.width
         golden = self.golden_for(space)
         gvec = golden.vectors if golden is not None else None
         is_reference = candidate.id == space.reference
