@@ -373,6 +373,8 @@ async def test_job_start_refusals(operator: Operator):
     (operator.tmp / "file.txt").write_text("x")
     async with operator.client() as admin:
         for body, words in (({"path": "relative/dir", "project": "p"}, "relative path"),
+                            # `~name` of a user this machine lacks: pathlib raises, the API refuses
+                            ({"path": "~no-such-user-fathom/x", "project": "p"}, "relative path"),
                             ({"path": str(operator.tmp / "missing"), "project": "p"}, "no such folder"),
                             ({"path": str(operator.tmp / "file.txt"), "project": "p"}, "not a folder"),
                             ({"path": str(operator.tmp), "project": "bad\nname"}, "invalid project name"),

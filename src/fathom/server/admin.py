@@ -387,12 +387,15 @@ class IndexJobs:
         from fathom.index.indexer import Job, ProjectPathError
         from fathom.index.store import check_project_name
 
-        root = Path(path).expanduser()
         problems = []
         try:
             check_project_name(project)
         except ConfigError as exc:
             problems.append(str(exc))
+        try:
+            root = Path(path).expanduser()
+        except RuntimeError:  # `~name` of a user this machine does not have
+            root = Path(path)
         if not root.is_absolute():
             problems.append(f"{path} is a relative path; give the absolute path of the project folder as the "
                             f"server sees it (the CLI resolves it for you)")
