@@ -27,6 +27,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from fathom.devtools.emulator.chat import content_pieces, tool_call_fragments
 from fathom.devtools.emulator.encoders import VARIANTS, encoder
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow, retry_after_header
 from fathom.devtools.emulator.state import (
@@ -305,10 +306,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         try:
             yield ": OPENROUTER PROCESSING\n\n"
             yield chunk({"role": "assistant", "content": ""})
-            words = (turn.content or "").split(" ")
-            pieces = [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)] if turn.content else []
             err = turn.stream_error
-            for n, piece in enumerate(pieces):
+            for n, piece in enumerate(content_pieces(turn.content)):
                 if err is not None and n >= int(err.get("after_chunks", 0)):
                     break
                 yield chunk({"content": piece})
@@ -318,12 +317,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
                      "metadata": {"error_type": err.get("error_type", "provider_unavailable")}}
                 yield (f"data: {json.dumps({'id': gen_id, 'object': 'chat.completion.chunk', 'created': created, 'model': model, 'provider': CHAT_UPSTREAM, 'error': e, 'choices': [{'index': 0, 'delta': {'content': ''}, 'finish_reason': 'error'}]})}\n\n")
                 return
-            for i, call in enumerate(calls):
-                args = call["function"]["arguments"]
-                half = len(args) // 2  # arguments arrive in fragments, as real streams do
-                yield chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                             "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
-                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
+            for delta in tool_call_fragments(calls):
+                yield chunk(delta)
             yield chunk({}, finish, usage=usage)
             yield "data: [DONE]\n\n"
         finally:
