@@ -34,11 +34,13 @@ from fathom.fleet.backends import (BackendUnavailable, OpenAICompatibleChat, Ope
                                    TEIBackend, open_backend, parse_serve)
 from fathom.inference.openrouter import (BadRequest, ContextLengthExceeded, ModelNotFound, OpenRouterClient,
                                          StreamError, UpstreamError)
+from fathom.inference.budget import CloudBudget
 from fathom.inference.provider import Kind
-from fathom.roles import Role
+from fathom.policy import Policy
+from fathom.roles import FallbackMode, Role
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from tests.agents_fixtures import indexed_shop  # noqa: F401
+from tests.agents_fixtures import cloud, indexed_shop, make_router, routing  # noqa: F401
 from tests.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.fleet_fixtures import free_port, wait_for
 from tests.localserver_fixtures import local_llm, local_llm_server  # noqa: F401
@@ -375,3 +377,22 @@ async def test_each_step_is_reported_before_the_next_model_turn(indexed_shop, lo
                                         .json()["requests"]["chat"])))
     result = await explorer.explore("what is here?")
     assert result.complete and heard == [(1, 1), (2, 2)]  # step n heard after n model turns, not at the end
+
+
+@pytest.mark.parametrize("rlm_fallback, cloud_reranks", [(FallbackMode.LOCAL_ONLY, 0), (FallbackMode.ANY, 1)])
+async def test_a_local_only_exploration_never_reranks_in_the_cloud(indexed_shop, local_llm, emulator,  # noqa: F811
+                                                                    rlm_fallback, cloud_reranks):
+    # The reranker role may use the cloud (aggregate, fallback any), and only a cloud reranker is
+    # registered. rlm is served locally either way (policy local); only its fallback mode differs.
+    local_llm.control.script([{"tool_calls": [{"name": "search_code", "arguments": {"query": "password"}}]},
+                              {"content": "auth/password.py:8-12"}])
+    chat = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model)
+    router = make_router(routing(rlm=(Policy.LOCAL, rlm_fallback), reranker=(Policy.AGGREGATE, FallbackMode.ANY)),
+                         [chat, cloud(emulator, Role.RERANKER, CloudBudget())])
+    try:
+        result = await Explorer.for_project(indexed_shop.fathom, router, "shop", reranker=router).explore("where?")
+    finally:
+        await chat.aclose()
+    assert result.complete and result.trace[0].ok
+    assert emulator.control.counters()["requests"].get("rerank", 0) == cloud_reranks
+    assert set(emulator.control.counters()["requests"]) <= {"rerank"}

@@ -52,7 +52,7 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, TypeVar
 
-from fathom.agents.routes import call_role, local_only
+from fathom.agents.routes import call_role, local_only, local_reranker
 from fathom.agents.tools import TOOL_NAMES, TOOL_SPECS, ProjectTools, Span, ToolOutcome, find_spans
 from fathom.clock import Clock, SystemClock
 from fathom.errors import ConfigError, NoProviderAvailable
@@ -212,7 +212,11 @@ class Explorer:
                               f"`fathom index PATH --project {project}` first")
 
         async def search(query: str, table: str, k: int) -> list[Any]:
-            return (await rerank.search(fathom, query, project, table, k, reranker=reranker)).hits
+            ranker = reranker
+            if isinstance(reranker, Router) and local_only(router, Role.RLM):
+                # A local-only exploration sends no code to the cloud, its searches included.
+                ranker = local_reranker(reranker)
+            return (await rerank.search(fathom, query, project, table, k, reranker=ranker)).hits
 
         return cls(router, ProjectTools(record["root"], search=search), limits=limits,
                    clock=clock, project=project, on_step=on_step)

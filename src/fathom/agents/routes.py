@@ -21,6 +21,7 @@ API:
     fallback_status(role_route, role=None) -> str
     local_only(router, role) -> bool
     local_chat_providers(settings) -> list[Provider]
+    local_reranker(router) -> Router
     standalone_router(fathom, registry=None) -> Router
 """
 
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Generic, TypeVar
 
-from fathom.config import RoleRoute, Settings
+from fathom.config import RoleRoute, RoutingState, Settings
 from fathom.errors import FathomError
 from fathom.inference.budget import BudgetedProvider, CloudBudget, current_project
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
@@ -177,6 +178,18 @@ def standalone_router(fathom: Fathom, registry: ProviderRegistry | None = None) 
     return Router(fathom.routing.load, registry,
                   # Stateless roles write no table: the gate's clearance never applies.
                   is_cleared=lambda role, provider: False, local_fix=local_chat_fix)
+
+
+def local_reranker(router: Router) -> Router:
+    """The reranker role of `router` held to local providers (its policy kept, its fallback
+    made local-only): what the search tool of a local-only exploration reranks with, so that
+    such an exploration sends nothing to the cloud, not even code to a cloud reranker."""
+
+    def routing() -> RoutingState:
+        route = router.route(Role.RERANKER).model_copy(update={"fallback": FallbackMode.LOCAL_ONLY})
+        return RoutingState(roles={Role.RERANKER: route})
+
+    return Router(routing, router.registry, is_cleared=router.is_cleared, clock=router.clock)
 
 
 async def close_providers(router: Router) -> None:
