@@ -13,8 +13,8 @@ not exist."); a prompt plus `max_tokens` beyond its context is a 400 in vLLM's w
 message that answers no earlier tool call, or an assistant tool call whose arguments are not a
 JSON string, is a 400; a scripted tool call for a request that offered no `tools` is a 400 (a
 client that dropped the tools on the way must not pass). Faults (any status, once or a number
-of times) and a delay before answering are set through /control; every request is recorded
-for tests to read back.
+of times), a delay before answering and the context window are set through /control; every
+request is recorded for tests to read back.
 
 It refuses to be a product: it binds to 127.0.0.1 only and its control API has no auth.
 """
