@@ -42,7 +42,7 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.agents_fixtures import cloud, indexed_shop, make_router, routing  # noqa: F401
 from tests.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.fleet_fixtures import free_port, wait_for
+from tests.fleet_fixtures import fleet, free_port, wait_for  # noqa: F401
 from tests.localserver_fixtures import local_llm, local_llm_server  # noqa: F401
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
@@ -396,3 +396,41 @@ async def test_a_local_only_exploration_never_reranks_in_the_cloud(indexed_shop,
     assert result.complete and result.trace[0].ok
     assert emulator.control.counters()["requests"].get("rerank", 0) == cloud_reranks
     assert set(emulator.control.counters()["requests"]) <= {"rerank"}
+
+
+async def test_through_a_sidecar_mistakes_stay_marked_and_refusals_stay_typed(fleet, local_llm):  # noqa: F811
+    backend = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model)
+    fleet.hub.auth.approve("gpu-llm")
+    await fleet.start_sidecar("gpu-llm", {Role.RLM: backend}, backend_kinds={Role.RLM: "openai-compatible"})
+    await wait_for(lambda: "sidecar:gpu-llm:rlm:local" in fleet.registry, what="the sidecar's rlm route")
+    provider = fleet.registry.get("sidecar:gpu-llm:rlm:local")
+    assert provider.info.kind is Kind.LOCAL
+
+    local_llm.control.script([{"tool_calls": [{"name": "grep", "arguments": "{oops"}]}])
+    result = await provider.chat(ASK, tools=TOOL_SPECS, max_tokens=100)
+    (call,) = result.tool_calls
+    assert call.name == "grep" and "not valid JSON" in call.problem  # the model's mistake, marked
+    assert local_llm.control.requests()[-1]["tools"] == TOOL_SPECS  # passed through the fleet
+
+    local_llm.control.context(50)
+    with pytest.raises(ContextLengthExceeded, match="sidecar gpu-llm: .*maximum context length is 50"):
+        await provider.chat(ASK, max_tokens=100)
+
+
+async def test_requests_too_long_for_the_model_never_eject_it(local_llm):  # noqa: F811
+    from fathom.agents.routes import call_role
+    from fathom.inference.router import NoRoute
+
+    backend = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model)
+    router = make_router(routing(rlm=(Policy.LOCAL, FallbackMode.LOCAL_ONLY)), [backend])
+    local_llm.control.context(50)
+    try:
+        for _ in range(router.eject_after + 1):  # more than enough failures to eject a sick provider
+            with pytest.raises(NoRoute) as info:
+                await call_role(router, Role.RLM, lambda p: p.chat(ASK, max_tokens=100))
+            assert isinstance(info.value.__cause__, ContextLengthExceeded)
+        assert router.registry.available(backend.id)  # still in service: the requests were too long
+        local_llm.control.context(8192)
+        assert (await call_role(router, Role.RLM, lambda p: p.chat(ASK))).value.content.startswith("echo:")
+    finally:
+        await backend.aclose()

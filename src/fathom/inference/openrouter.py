@@ -122,7 +122,9 @@ class ModelNotFound(BadRequest):
 class ContextLengthExceeded(BadRequest):
     """The request does not fit the model's context window. Waiting does not help; a shorter
     request (fewer or smaller messages, a lower max_tokens) or a model with a longer context
-    does."""
+    does. The request's fault, not the provider's: it never counts towards an ejection."""
+
+    provider_fault = False
 
 
 class UpstreamUnavailable(OpenRouterError):

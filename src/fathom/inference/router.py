@@ -194,7 +194,9 @@ class Router:
             except ProviderError as exc:
                 last = exc
                 attempts.append((provider.id, _describe(exc)))
-                if not is_throttle(exc):
+                # A throttle is the account's, and a refusal of the request itself (too long
+                # for the model's context) is the caller's: neither says the provider is sick.
+                if not is_throttle(exc) and getattr(exc, "provider_fault", True):
                     self.registry.record_failure(
                         provider.id, _describe(exc),
                         eject_after=self.eject_after, eject_for=self.eject_for,
