@@ -19,22 +19,20 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 
 from fathom.config import Settings
 from fathom.devtools.emulator import EmulatorControl
 from fathom.roles import DEFAULTS, Role
 from fathom.service import Fathom
-from tests.fleet_fixtures import ADMIN, JOIN, PY, ProcessGroup, free_port, spawn_sidecar, wait_http
+from tests.fleet_fixtures import (ADMIN, JOIN, PY, ProcessGroup, free_port, mcp_calls, server_mcp, spawn_sidecar,
+                                  wait_http, wait_until)
 from tests.localserver_fixtures import MODEL, spawn_local_llm
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
@@ -50,36 +48,6 @@ EXPLORE = [
                                                         "end_line": 19}}]},
     {"content": "Hashed with PBKDF2 and checked in constant time (auth/password.py:15-19)."},
 ]
-
-
-def wait_until(cond, what: str, procs=(), timeout: float = 180.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in procs:
-            if proc.popen.poll() is not None:
-                raise AssertionError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-async def mcp_calls(client: Client, calls: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    out = []
-    for tool, args in calls:
-        result = await client.call_tool(tool, args)
-        assert not result.is_error, f"{tool}: {result.content[0].text}"
-        out.append(result.structured_content)
-    return out
-
-
-def server_mcp(url: str, *calls: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    async def go() -> list[dict[str, Any]]:
-        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120)
-        async with asyncio.timeout(180), http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as c:
-            return await mcp_calls(c, list(calls))
-    return asyncio.run(go())
 
 
 def check_ask(answer: dict[str, Any], root: Path) -> None:
@@ -124,13 +92,13 @@ def fleet(tmp_path_factory):
         def states() -> dict[str, str]:
             return {s["name"]: s["state"] for s in admin.get("/admin/fleet").json()["sidecars"] if s["connected"]}
 
-        wait_until(lambda: states().get(SIDECAR) == "pending", "the sidecar to connect", procs)
+        wait_until(lambda: states().get(SIDECAR) == "pending", "the sidecar to connect", procs=procs)
         assert admin.post(f"/admin/fleet/{SIDECAR}/approve").json()["state"] == "approved"
         root = write_project(base / "shop")
         job = admin.post("/admin/jobs", json={"path": str(root), "project": "shop"})
         assert job.status_code == 202, job.text
         view = wait_until(lambda: (v := admin.get(f"/admin/jobs/{job.json()['id']}").json())["state"]
-                          in ("done", "failed") and v, "the index job", procs)
+                          in ("done", "failed") and v, "the index job", procs=procs)
         assert view["state"] == "done", view
         yield {"url": f"http://127.0.0.1:{port}", "admin": admin, "llm": llm, "root": root, "procs": procs,
                "emulator": EmulatorControl(f"http://127.0.0.1:{emu_port}")}
@@ -190,7 +158,7 @@ def test_rlm_under_local_only_sends_nothing_to_the_cloud_with_a_key_pushed(fleet
     assert r.status_code == 200, r.text
     wait_until(lambda: any(p["id"].endswith(":rlm:cloud:auto") and p["serving"] for p in
                            admin.get("/admin/policies").json()["roles"]["rlm"]["providers"]),
-               "the sidecar's cloud route for rlm", fleet["procs"], timeout=30)
+               "the sidecar's cloud route for rlm", procs=fleet["procs"], timeout=30)
     try:
         (cloud,) = server_mcp(fleet["url"], ("explore", {"question": "anything", "project": "shop"}))
         assert cloud["answer"] == "from the cloud"

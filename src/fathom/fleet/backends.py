@@ -32,14 +32,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import httpx
 import numpy as np
 
 from fathom.errors import ConfigError, ProviderError, ProviderUnavailable
-from fathom.inference.chatwire import (ChatStream, error_text, parse_completion,
-                                       says_context_exceeded, says_model_missing, sse_data)
+from fathom.inference.chatwire import (ChatStream, OnDelta, error_text, parse_completion,
+                                       says_context_exceeded, says_model_missing, sse_payloads)
 from fathom.inference.openrouter import (BadRequest, ContextLengthExceeded, ModelNotFound, OpenRouterError,
                                          StreamError, UpstreamError)
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo
@@ -267,7 +267,7 @@ class OpenAICompatibleChat(_HttpBackend):
 
     async def chat(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
                    **options: Any) -> ChatResult:
-        on_delta: Callable[[str], Awaitable[None] | None] | None = options.pop("on_delta", None)
+        on_delta: OnDelta | None = options.pop("on_delta", None)
         stream = bool(options.pop("stream", self.stream))
         body: dict[str, Any] = {**options, "model": self.info.model, "messages": [dict(m) for m in messages]}
         if tools:
@@ -292,17 +292,12 @@ class OpenAICompatibleChat(_HttpBackend):
             raise BackendUnavailable(url, type(exc).__name__) from None
 
     async def _stream(self, url: str, body: dict[str, Any],
-                      on_delta: Callable[[str], Awaitable[None] | None] | None) -> ChatResult:
+                      on_delta: OnDelta | None) -> ChatResult:
         assembled = ChatStream(self.info.model)
         async with self._http.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
                 raise self._refusal(resp.status_code, (await resp.aread()).decode("utf-8", "replace"))
-            async for line in resp.aiter_lines():
-                payload = sse_data(line)
-                if not payload:
-                    continue
-                if payload == "[DONE]":
-                    break
+            async for payload in sse_payloads(resp.aiter_lines()):
                 try:
                     chunk = json.loads(payload)
                 except ValueError:
@@ -311,11 +306,7 @@ class OpenAICompatibleChat(_HttpBackend):
                     raise BackendError(url, "a streamed chunk is not a JSON object")
                 if chunk.get("error") is not None or chunk.get("object") == "error":
                     raise self._refusal(200, payload, partial=assembled.text)
-                piece = assembled.feed(chunk)
-                if piece and on_delta is not None:
-                    maybe = on_delta(piece)
-                    if maybe is not None:
-                        await maybe
+                await assembled.take(chunk, on_delta)
         return assembled.result()
 
     def _refusal(self, status: int, body: str, *, partial: str | None = None) -> OpenRouterError:

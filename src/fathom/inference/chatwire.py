@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from typing import Any, AsyncIterable, AsyncIterator, Awaitable, Callable, Mapping
 
 from fathom.inference.provider import ChatResult, ToolCall
+
+# Hears each piece of a streamed answer's content as it arrives.
+OnDelta = Callable[[str], Awaitable[None] | None]
 
 
 class ChatWireError(ValueError):
@@ -83,12 +86,16 @@ def parse_completion(data: Mapping[str, Any], model: str) -> ChatResult:
     )
 
 
-def sse_data(line: str) -> str | None:
-    """The payload of one server-sent-events line, or None for a blank line, a comment
-    (": OPENROUTER PROCESSING" keeps a connection alive) or another field."""
-    if not line.startswith("data:"):
-        return None
-    return line[5:].strip()
+async def sse_payloads(lines: AsyncIterable[str]) -> AsyncIterator[str]:
+    """The data payloads of a server-sent-events stream, up to `[DONE]`. Blank lines, comments
+    (": OPENROUTER PROCESSING" keeps a connection alive) and other fields are skipped."""
+    async for line in lines:
+        payload = line[5:].strip() if line.startswith("data:") else ""
+        if not payload:
+            continue
+        if payload == "[DONE]":
+            return
+        yield payload
 
 
 class ChatStream:
@@ -134,6 +141,14 @@ class ChatStream:
                 self.finish = choice["finish_reason"]
         self.pieces += added
         return "".join(added)
+
+    async def take(self, chunk: Mapping[str, Any], on_delta: OnDelta | None) -> None:
+        """`feed`, then hand the new content to `on_delta` (sync or async) when there is some."""
+        piece = self.feed(chunk)
+        if piece and on_delta is not None:
+            maybe = on_delta(piece)
+            if maybe is not None:
+                await maybe
 
     def result(self) -> ChatResult:
         calls = tuple(tool_call(c["id"] or f"call_{i}", c["name"], c["arguments"])

@@ -32,7 +32,7 @@ import numpy as np
 
 from fathom.errors import ProviderError
 from fathom.inference.chatwire import (ChatStream, ChatWireError, parse_completion, says_context_exceeded,
-                                       says_model_missing, sse_data)
+                                       says_model_missing, sse_payloads)
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo
 from fathom.roles import Role
 
@@ -506,12 +506,7 @@ class OpenRouterClient:
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode("utf-8", "replace")
                     raise self._error_from(resp.status_code, resp.headers, text, "/chat/completions")
-                async for line in resp.aiter_lines():
-                    payload = sse_data(line)
-                    if not payload:
-                        continue
-                    if payload == "[DONE]":
-                        break
+                async for payload in sse_payloads(resp.aiter_lines()):
                     try:
                         chunk = json.loads(payload)
                     except ValueError:
@@ -529,11 +524,7 @@ class OpenRouterClient:
                             partial=stream.text,
                             retryable=not (isinstance(code, int) and 400 <= code < 500 and code not in (408, 429)),
                         )
-                    piece = stream.feed(chunk)
-                    if piece and on_delta is not None:
-                        maybe = on_delta(piece)
-                        if maybe is not None:
-                            await maybe
+                    await stream.take(chunk, on_delta)
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"the chat stream from {model} stalled ({type(exc).__name__}); retry") from None
         except httpx.TransportError as exc:

@@ -27,6 +27,7 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from fathom.devtools.control_api import add_control_routes, bad, body_of
 from fathom.devtools.emulator.chat import content_pieces, tool_call_fragments
 from fathom.devtools.emulator.encoders import VARIANTS, encoder
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow, retry_after_header
@@ -350,21 +351,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
 
     # ------------------------------------------------------------------ control API
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        return json.loads(raw) if raw else {}
-
-    def bad(message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=400)
-
-    @app.post("/control/reset")
-    async def control_reset() -> dict[str, Any]:
-        state.reset()
-        return {"ok": True}
-
-    @app.get("/control/counters")
-    async def control_counters() -> dict[str, Any]:
-        return state.counters()
+    add_control_routes(app, state)  # reset, counters, chat script
 
     @app.get("/control/state")
     async def control_state() -> dict[str, Any]:
@@ -482,14 +469,5 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         if "down" in b:
             (state.down.add if b["down"] else state.down.discard)(name)
         return state.snapshot()
-
-    @app.post("/control/chat/script")
-    async def control_script(request: Request) -> Any:
-        b = await body_of(request)
-        try:
-            n = state.chat.load(list(b.get("turns", [])), append=bool(b.get("append", False)))
-        except (TypeError, ValueError) as exc:
-            return bad(str(exc))
-        return {"turns": n}
 
     return app

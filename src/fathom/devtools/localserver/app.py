@@ -32,6 +32,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from fathom.devtools.control_api import add_control_routes, body_of
 from fathom.devtools.emulator.chat import ScriptedChat, content_pieces, tool_call_fragments
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -284,31 +285,11 @@ def create_app(config: LocalServerConfig | None = None) -> FastAPI:
 
     # ------------------------------------------------------------------ control API
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        return json.loads(raw) if raw else {}
-
-    @app.post("/control/reset")
-    async def control_reset() -> dict[str, Any]:
-        state.reset()
-        return {"ok": True}
-
-    @app.get("/control/counters")
-    async def control_counters() -> dict[str, Any]:
-        return state.counters()
+    add_control_routes(app, state)  # reset, counters, chat script
 
     @app.get("/control/requests")
     async def control_requests() -> dict[str, Any]:
         return {"requests": list(state.log)}
-
-    @app.post("/control/chat/script")
-    async def control_script(request: Request) -> Any:
-        b = await body_of(request)
-        try:
-            n = state.chat.load(list(b.get("turns", [])), append=bool(b.get("append", False)))
-        except (TypeError, ValueError) as exc:
-            return JSONResponse({"error": str(exc)}, status_code=400)
-        return {"turns": n}
 
     @app.post("/control/fail")
     async def control_fail(request: Request) -> Any:
