@@ -434,3 +434,15 @@ async def test_requests_too_long_for_the_model_never_eject_it(local_llm):  # noq
         assert (await call_role(router, Role.RLM, lambda p: p.chat(ASK))).value.content.startswith("echo:")
     finally:
         await backend.aclose()
+
+
+def test_stream_and_timeout_come_from_the_settings_or_the_backend(monkeypatch, tmp_path):
+    monkeypatch.setenv("FATHOM_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("FATHOM_LOCAL_CHAT_URL", "http://127.0.0.1:11434/v1")
+    monkeypatch.setenv("FATHOM_LOCAL_CHAT_MODEL", "m")
+    (default,) = local_chat_providers(Settings())
+    assert default.stream is True and default._http.timeout.read == 300.0
+    monkeypatch.setenv("FATHOM_LOCAL_CHAT_STREAM", "false")
+    monkeypatch.setenv("FATHOM_LOCAL_CHAT_TIMEOUT", "42")
+    (tuned,) = local_chat_providers(Settings())
+    assert tuned.stream is False and tuned._http.timeout.read == 42.0

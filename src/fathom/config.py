@@ -67,8 +67,9 @@ class Settings(BaseSettings):
     local_code_assistant_model: str | None = None
     local_rlm_url: str | None = None
     local_rlm_model: str | None = None
-    local_chat_stream: bool = True
-    local_chat_timeout: float = Field(default=300.0, gt=0)
+    # None: the chat backend's own defaults (streamed; 300 s for each piece of an answer).
+    local_chat_stream: bool | None = None
+    local_chat_timeout: float | None = Field(default=None, gt=0)
 
     @property
     def lance_dir(self) -> Path:

@@ -148,9 +148,9 @@ def local_chat_providers(settings: Settings) -> list[Provider]:
         target = settings.local_chat(role)
         if target is not None:
             wanted.setdefault(target, []).append(role)
-    return [OpenAICompatibleChat(url, roles=roles, model=model, stream=settings.local_chat_stream,
-                                 timeout=settings.local_chat_timeout)
-            for (url, model), roles in wanted.items()]
+    options = {name: value for name, value in (("stream", settings.local_chat_stream),
+                                               ("timeout", settings.local_chat_timeout)) if value is not None}
+    return [OpenAICompatibleChat(url, roles=roles, model=model, **options) for (url, model), roles in wanted.items()]
 
 
 def local_chat_fix(role: Role) -> str:

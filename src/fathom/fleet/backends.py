@@ -367,9 +367,12 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
         model = spec.model or await _openai_model(base, http)
         backend: _HttpBackend
         if spec.role in CHAT_ROLES:
-            return OpenAICompatibleChat(base, roles=[spec.role], model=model, http=http,
-                                        stream=spec.options.get("stream", "true").lower() == "true",
-                                        timeout=float(spec.options.get("timeout", CHAT_TIMEOUT)))
+            options: dict[str, Any] = {}
+            if "stream" in spec.options:
+                options["stream"] = spec.options["stream"].lower() == "true"
+            if "timeout" in spec.options:
+                options["timeout"] = float(spec.options["timeout"])
+            return OpenAICompatibleChat(base, roles=[spec.role], model=model, http=http, **options)
         if spec.role is Role.RERANKER:
             backend = OpenAICompatibleReranker(base, model=model, http=http)
         else:
