@@ -263,6 +263,44 @@ class ProcessGroup:
                 proc.popen.wait(timeout=10)
 
 
+def wait_until(cond: Any, what: str, timeout: float = 180.0, procs: Sequence[Proc] = ()) -> Any:
+    """Poll `cond()` until it returns something true, and return it; bounded, and failing at
+    once (with its output) if one of `procs` exits meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if proc.popen.poll() is not None:
+                raise AssertionError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def mcp_calls(client: Any, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Call MCP tools in one open session; each must succeed. Their structured results."""
+    out = []
+    for tool, args in calls:
+        result = await client.call_tool(tool, args)
+        assert not result.is_error, f"{tool}: {result.content[0].text}"
+        out.append(result.structured_content)
+    return out
+
+
+def server_mcp(url: str, *calls: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Call MCP tools over streamable HTTP at a server's /mcp (admin token), in one session."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def go() -> list[dict[str, Any]]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120)
+        async with asyncio.timeout(180), http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as c:
+            return await mcp_calls(c, calls)
+    return asyncio.run(go())
+
+
 def wait_http(url: str, *, timeout: float = 90.0, proc: Proc | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

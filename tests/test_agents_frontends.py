@@ -47,12 +47,14 @@ async def test_mcp_ask_and_explore(indexed_shop, emulator):  # noqa: F811
     assert budget.state().granted_total == 4
 
 
-async def test_mcp_explore_default_route_is_local_only(indexed_shop, emulator):  # noqa: F811
-    async with Client(build_mcp_server(indexed_shop.fathom)) as client:  # the standalone router
+async def test_standalone_mcp_lists_no_agent_tool_without_a_local_llm(indexed_shop, emulator):  # noqa: F811
+    # The standalone router (no server, no FATHOM_LOCAL_CHAT_URL): nothing may serve ask or
+    # explore, so neither is listed; the other tools are.
+    async with Client(build_mcp_server(indexed_shop.fathom)) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "search_code" in names and not {"ask", "explore"} & names
         result = await client.call_tool("explore", {"question": "x", "project": "shop"})
         assert result.is_error
-        assert "local-only" in result.content[0].text
-        assert "never calls the cloud whatever its policy" in result.content[0].text
     assert emulator.control.counters()["requests"] == {}
 
 
@@ -64,8 +66,10 @@ def test_cli_ask_and_explore_refuse_in_one_line(indexed_shop):  # noqa: F811
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert "error: explore cannot run: role rlm is in fallback mode local-only" in result.output
+    assert "set FATHOM_LOCAL_CHAT_URL and FATHOM_LOCAL_CHAT_MODEL (or FATHOM_LOCAL_RLM_URL" in result.output
 
     result = runner.invoke(app, ["ask", "how are passwords hashed?", "-p", "shop"], obj=obj,
                            env={"COLUMNS": "200"})
     assert result.exit_code == 1, result.output
     assert "no provider can serve role code-assistant" in result.output
+    assert "FATHOM_LOCAL_CODE_ASSISTANT_URL" in result.output

@@ -57,10 +57,42 @@ class Settings(BaseSettings):
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765
+    # On one machine without a server (`fathom mcp`, `fathom serve`, `fathom ask`/`explore`):
+    # a local OpenAI-compatible chat server (Ollama, vLLM, llama.cpp, LM Studio) for the chat
+    # roles, FATHOM_LOCAL_CHAT_URL and FATHOM_LOCAL_CHAT_MODEL; a role may have its own
+    # (FATHOM_LOCAL_RLM_URL / _MODEL, FATHOM_LOCAL_CODE_ASSISTANT_URL / _MODEL).
+    local_chat_url: str | None = None
+    local_chat_model: str | None = None
+    local_code_assistant_url: str | None = None
+    local_code_assistant_model: str | None = None
+    local_rlm_url: str | None = None
+    local_rlm_model: str | None = None
+    # None: the chat backend's own defaults (streamed; 300 s for each piece of an answer).
+    local_chat_stream: bool | None = None
+    local_chat_timeout: float | None = Field(default=None, gt=0)
 
     @property
     def lance_dir(self) -> Path:
         return self.data_dir / "lance"
+
+    def local_chat(self, role: Role) -> tuple[str, str] | None:
+        """The (URL, model) of this machine's local LLM for a chat role, the role's own
+        variables first; None when no URL is set. A URL without a model is refused: which
+        model a server should run is the operator's choice, never a guess."""
+        role = Role.parse(role)
+        if role not in (Role.CODE_ASSISTANT, Role.RLM):
+            raise ConfigError(f"role {role} is not served by a chat model")
+        prefix = "local_" + role.value.replace("-", "_")
+        url = getattr(self, f"{prefix}_url") or self.local_chat_url
+        model = getattr(self, f"{prefix}_model") or self.local_chat_model
+        if not url:
+            return None
+        if not model:
+            var = f"FATHOM_{prefix.upper()}_MODEL"
+            raise ConfigError(f"a local LLM URL is set for role {role} but no model: set "
+                              f"FATHOM_LOCAL_CHAT_MODEL (or {var}) to a model the server serves, "
+                              f"e.g. qwen2.5-coder:7b for Ollama")
+        return url, model
 
 
 class RoleRoute(BaseModel):

@@ -3,7 +3,9 @@
 What it owns: the two tools' argument and result shapes (structured output), and turning a
 `FathomError` (no provider for the role, local-only with no local LLM, an unknown project, a
 bad limit) into the SDK's `ToolError`, whose message names the fix. The answers and traces
-come from `assistant.py` and `rlm.py`; this module holds no logic of its own.
+come from `assistant.py` and `rlm.py`; this module holds no logic of its own. Without a server
+(`fathom mcp`, `fathom serve`) a tool is listed only when this machine has a local LLM its role
+may use (`FATHOM_LOCAL_CHAT_URL`, see `routes.local_chat_providers`).
 
 API:
     register_agent_tools(server, fathom, router=None) -> None
@@ -95,3 +97,12 @@ def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | Non
             limits_hit=e.limits_hit, sub_questions=e.sub_questions, tokens_used=e.tokens_used,
             trace=[TraceEntry(depth=s.depth, step=s.step, tool=s.tool, args=s.args,
                               summary=s.summary, ok=s.ok) for s in e.trace])
+
+    if router is None:
+        # One machine without a server: its local LLMs are fixed when it starts, so a tool that
+        # nothing may serve is not listed at all (`fathom ask`/`explore` name the variable to set).
+        from fathom.roles import Role
+
+        for name, role in (("ask", Role.CODE_ASSISTANT), ("explore", Role.RLM)):
+            if not route().candidates(role):
+                server.remove_tool(name)
