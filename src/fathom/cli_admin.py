@@ -327,9 +327,14 @@ def fleet_list(ctx: typer.Context, server: LocalServerOpt = None, token: TokenOp
 
 @fleet_app.command("approve")
 @handled
-def fleet_approve(ctx: typer.Context, name: str, server: LocalServerOpt = None, token: TokenOpt = None) -> None:
-    """Approve a sidecar: it gets work and config pushes from now on."""
-    s = _conn(ctx, server, token).call("POST", f"/admin/fleet/{quote(name, safe='')}/approve")
+def fleet_approve(ctx: typer.Context, name: str,
+                  rebind: Annotated[bool, typer.Option(
+                      help="Hand the name to the host connected under it now, which another host's "
+                           "credential holds (a replaced or reinstalled host).")] = False,
+                  server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+    """Approve a sidecar: it gets work and config pushes from now on, bound to its host's credential."""
+    path = f"/admin/fleet/{quote(name, safe='')}/approve" + ("?rebind=true" if rebind else "")
+    s = _conn(ctx, server, token).call("POST", path)
     console.print(f"{name}: [green]{s['state']}[/]" + ("" if s["connected"] else " (not connected now)"))
 
 

@@ -710,8 +710,16 @@ def admin_router(hub: Hub, auth: AdminAuth, *, registry: Any = None,
         return fleet_view(hub)
 
     @router.post("/fleet/{name}/approve")
-    async def approve(name: str) -> dict[str, Any]:
-        return (await hub.approve(_name(name))).to_dict()
+    async def approve(name: str, rebind: bool = False) -> dict[str, Any]:
+        """Approve a sidecar, bound to the credential of the host connected under the name now.
+        A host claiming a name bound to another host is approved only with `rebind=true` (it
+        replaces that host); 409 otherwise."""
+        from fathom.fleet.hub import NameClaimed
+
+        try:
+            return (await hub.approve(_name(name), rebind=rebind)).to_dict()
+        except NameClaimed as exc:
+            raise refusal(409, str(exc)) from None
 
     @router.post("/fleet/{name}/revoke")
     async def revoke(name: str) -> dict[str, Any]:
