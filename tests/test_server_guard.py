@@ -25,14 +25,16 @@ MB = 1024 * 1024
 
 
 async def raw_request(url: str, head: str, body_bytes: int = 0, *, chunk: int = 256 * 1024,
-                      timeout: float = 60.0) -> tuple[int, bytes, int]:
+                      timeout: float = 60.0, keep_sending: bool = False) -> tuple[int, bytes, int, int]:
     """Send `head`, then up to `body_bytes` of body (chunked if `head` says so), reading the
-    reply at the same time; stop sending as soon as a reply arrives or the server closes.
-    Returns (status, reply bytes, body bytes sent before the reply)."""
+    reply at the same time; stop sending as soon as a reply arrives (or, with `keep_sending`,
+    go on like a hostile client until the body is all sent or the server closes).
+    Returns (status, reply bytes, body bytes sent before the reply, body bytes sent in all)."""
     chunked = "Transfer-Encoding: chunked" in head
     host, port = url.removeprefix("http://").split(":")
     reader, writer = await asyncio.open_connection(host, int(port))
     sent = 0
+    before_reply: int | None = None
     reply = bytearray()
     got_reply = asyncio.Event()
 
@@ -50,7 +52,9 @@ async def raw_request(url: str, head: str, body_bytes: int = 0, *, chunk: int = 
         async with asyncio.timeout(timeout):
             writer.write(head.encode())
             await writer.drain()
-            while sent < body_bytes and not got_reply.is_set():
+            while sent < body_bytes and (keep_sending or not got_reply.is_set()):
+                if got_reply.is_set() and before_reply is None:
+                    before_reply = sent
                 n = min(chunk, body_bytes - sent)
                 data = payload[:n]
                 writer.write(b"%x\r\n%s\r\n" % (n, data) if chunked else data)
@@ -68,7 +72,7 @@ async def raw_request(url: str, head: str, body_bytes: int = 0, *, chunk: int = 
         writer.close()
         await asyncio.gather(writer.wait_closed(), return_exceptions=True)
     status = int(reply.split(b" ", 2)[1]) if reply.startswith(b"HTTP/") else 0
-    return status, bytes(reply), sent
+    return status, bytes(reply), sent if before_reply is None else before_reply, sent
 
 
 def head(method: str, path: str, *, length: int | None = None, chunked: bool = False, token: str | None = None) -> str:
@@ -94,7 +98,7 @@ async def test_malformed_json_without_a_token_gets_401(operator: Operator):
 
 
 async def test_an_unauthenticated_body_is_refused_before_it_is_sent(operator: Operator):
-    status, reply, sent = await raw_request(operator.url, head("POST", "/admin/jobs", length=250 * MB), 0,
+    status, reply, sent, _ = await raw_request(operator.url, head("POST", "/admin/jobs", length=250 * MB), 0,
                                             timeout=10)
     assert status == 401 and sent == 0, reply[:300]
 
@@ -103,16 +107,16 @@ async def test_every_route_has_a_body_limit_enforced_while_streaming(operator: O
     from fathom.server.guard import DEFAULT_BODY_LIMIT
 
     # Declared too large: refused from the headers alone, before any byte of body.
-    status, reply, sent = await raw_request(operator.url, head("POST", "/admin/jobs", length=5 * MB,
+    status, reply, sent, _ = await raw_request(operator.url, head("POST", "/admin/jobs", length=5 * MB,
                                                                token=operator_token()), 0, timeout=10)
     assert status == 413 and sent == 0, reply[:300]
     assert b"limit" in reply
     # Chunked (no length): cut off once the route's limit is passed, not after reading it all.
-    status, reply, sent = await raw_request(operator.url, head("POST", "/admin/jobs", chunked=True,
+    status, reply, sent, _ = await raw_request(operator.url, head("POST", "/admin/jobs", chunked=True,
                                                                token=operator_token()), 64 * MB, timeout=30)
     assert status == 413 and sent < 8 * MB, (status, sent)
     # The server-wide default covers routes without a tighter limit (here /mcp).
-    status, _, sent = await raw_request(operator.url, head("POST", "/mcp", chunked=True, token=operator_token()),
+    status, _, sent, _ = await raw_request(operator.url, head("POST", "/mcp", chunked=True, token=operator_token()),
                                         DEFAULT_BODY_LIMIT * 8, timeout=30)
     assert status == 413 and sent < DEFAULT_BODY_LIMIT * 4, (status, sent)
     # A route's own limit is tighter than the default.
@@ -168,10 +172,10 @@ async def test_four_concurrent_unauthenticated_250_mb_bodies_leave_the_server_me
         started = time.monotonic()
         try:
             results = await asyncio.wait_for(asyncio.gather(
-                raw_request(url, head("POST", "/admin/jobs", length=size), size, timeout=90),
-                raw_request(url, head("POST", "/admin/jobs", length=size), size, timeout=90),
-                raw_request(url, head("POST", "/admin/jobs", chunked=True), size, timeout=90),
-                raw_request(url, head("PUT", "/admin/policies", chunked=True), size, timeout=90),
+                raw_request(url, head("POST", "/admin/jobs", length=size), size, timeout=90, keep_sending=True),
+                raw_request(url, head("POST", "/admin/jobs", length=size), size, timeout=90, keep_sending=True),
+                raw_request(url, head("POST", "/admin/jobs", chunked=True), size, timeout=90, keep_sending=True),
+                raw_request(url, head("PUT", "/admin/policies", chunked=True), size, timeout=90, keep_sending=True),
             ), 120)
         finally:
             await asyncio.sleep(0.5)
@@ -181,8 +185,8 @@ async def test_four_concurrent_unauthenticated_250_mb_bodies_leave_the_server_me
         elapsed = time.monotonic() - started
         growth_mb = (max(peak[0], after) - before) / 1024
         print(f"server RSS before {before / 1024:.1f} MB, peak {peak[0] / 1024:.1f} MB, after {after / 1024:.1f} MB"
-              f" (growth {growth_mb:.1f} MB) in {elapsed:.1f}s; body bytes sent before each reply:"
-              f" {[r[2] for r in results]}")
+              f" (growth {growth_mb:.1f} MB) in {elapsed:.1f}s; body MB sent before each reply:"
+              f" {[round(r[2] / MB, 1) for r in results]}, in all: {[round(r[3] / MB, 1) for r in results]}")
         assert [r[0] for r in results] == [401, 401, 401, 401], [r[1][:200] for r in results]
         assert growth_mb < 50, growth_mb
         assert all(r[2] < 8 * MB for r in results), [r[2] for r in results]

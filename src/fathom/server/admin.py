@@ -118,13 +118,13 @@ def bearer_token(request: Request) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-def _unauthorized() -> HTTPException:
+def unauthorized() -> HTTPException:
     return HTTPException(401, "admin token missing or wrong: send `Authorization: Bearer <admin token>` "
                               "(the token `python -m fathom.server` printed once, or FATHOM_ADMIN_TOKEN)",
                          headers={"WWW-Authenticate": "Bearer"})
 
 
-def _no_token_configured() -> HTTPException:
+def no_token_configured() -> HTTPException:
     return HTTPException(503, "no admin token is configured: set FATHOM_ADMIN_TOKEN, or start "
                               "`python -m fathom.server` once to have one issued")
 
@@ -133,9 +133,9 @@ def admin_dependency(auth: AdminAuth) -> Callable[[Request], None]:
     """The check every admin endpoint depends on."""
     def require_admin(request: Request) -> None:
         if not auth.configured:
-            raise _no_token_configured()
+            raise no_token_configured()
         if not auth.check(bearer_token(request)):
-            raise _unauthorized()
+            raise unauthorized()
     return require_admin
 
 
@@ -146,8 +146,8 @@ def scrape_dependency(auth: AdminAuth, scrape: ScrapeAuth | None) -> Callable[[R
         if auth.check(token) or (scrape is not None and scrape.check(token)):
             return
         if not auth.configured and not (scrape is not None and scrape.configured):
-            raise _no_token_configured()
-        raise _unauthorized()
+            raise no_token_configured()
+        raise unauthorized()
     return require_scraper
 
 

@@ -14,7 +14,8 @@ Auth: every route needs the admin bearer token except `GET /health` (and its old
 token and sends it on each of its API calls), and the `/sidecar` WebSocket (a join token, see
 `fleet.hub`). `/openapi.json` needs the admin token too. `/metrics` takes the admin token or a
 scrape-only token (`FATHOM_METRICS_TOKEN`), so a Prometheus server never holds a token that
-could push a key or change a policy.
+could push a key or change a policy. The token is checked, and the route's body-size limit
+applied, before any body is read (`server.guard`, the outermost part of the app).
 
 It refuses to run without the secret scrubber: `logsafe.install()` is the first thing it does,
 so no log record of the server process can carry a key-shaped string or a frame's content. A
@@ -41,6 +42,7 @@ from fathom.server.admin import (
     AdminAuth, BudgetRecord, IndexJobs, OperatorParts, ScrapeAuth, admin_dependency, admin_router,
     body_problems, operator_router, scrape_dependency,
 )
+from fathom.server.guard import Access, BodyLimits, RequestGuard
 from fathom.server.metrics import Metrics
 
 
@@ -162,6 +164,10 @@ def create_app(
         return JSONResponse(status_code=400, content={"detail": {
             "message": f"invalid request: {'; '.join(problems[:3])}", "problems": problems}})
 
+    # Auth before bodies: no route, and no framework layer, reads a request body before the
+    # token is checked and the route's size limit applied.
+    app.add_middleware(RequestGuard, access=Access(admin_auth, scrape_auth),
+                       limits=BodyLimits(default=settings.max_body_bytes))
     hub.mount(app)
     app.add_route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     app.include_router(admin_router(hub, admin_auth, registry=registry))
