@@ -686,8 +686,9 @@ class Hub:
         out = []
         try:
             cloud_wanted = bool(cloud_routes(self.routing.load()))
-        except ConfigError as exc:
-            return [str(exc)]
+        except ConfigError as exc:  # said once, and the fleet's other problems still listed
+            out.append(str(exc))
+            cloud_wanted = False
         for link in sorted(self._links.values(), key=lambda x: x.name):
             if link.approved and link.cloud_capable and cloud_wanted and not link.key_present:
                 out.append(f"key missing on {link.name}")

@@ -45,7 +45,7 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fathom import __version__
-from fathom.config import RoleRoute, RoutingState, RoutingStore, Settings, atomic_write_text
+from fathom.config import RoleRoute, RoutingState, RoutingStateDamaged, RoutingStore, Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError, PinRequired
 from fathom.fleet.auth import hash_token
 from fathom.fleet.hub import Hub
@@ -154,6 +154,11 @@ def scrape_dependency(auth: AdminAuth, scrape: ScrapeAuth | None) -> Callable[[R
 def refusal(status: int, message: str, problems: list[str] | None = None) -> HTTPException:
     """The one shape of a refusal: a message and every problem (each with its fix)."""
     return HTTPException(status, {"message": message, "problems": list(problems or [message])})
+
+
+def damaged(exc: RoutingStateDamaged) -> HTTPException:
+    """A state file the server cannot read: 503 (the request was fine), naming the fix."""
+    return refusal(503, str(exc), exc.problems)
 
 
 def describe_body(exc: ValidationError) -> str:
@@ -676,16 +681,24 @@ class OperatorParts:
     # -- overview ----------------------------------------------------------------------
 
     def overview(self) -> dict[str, Any]:
+        """Every section the dashboard shows; a section whose state cannot be read says why
+        (`{"error": {message, problems}}`) and the others are still there."""
         fleet = fleet_view(self.hub)
+        try:
+            policies: dict[str, Any] = self.policies()
+        except RoutingStateDamaged as exc:
+            policies = {"error": {"message": str(exc), "problems": exc.problems}}
         out: dict[str, Any] = {
             "version": __version__, "uptime_s": round(time.time() - self.started_at, 1),
-            "policies": self.policies(), "fleet": fleet,
+            "policies": policies, "fleet": fleet,
             "gate": self.verdicts() if self.gate is not None else None,
             "budget": budget_view(self.budget) if self.budget is not None else None,
             "jobs": [job_view(j) for j in self.jobs.all()] if self.jobs is not None else [],
         }
         problems = list(fleet["problems"])
-        for role, r in out["policies"]["roles"].items():
+        if "error" in policies and policies["error"]["message"] not in problems:
+            problems.append(policies["error"]["message"])
+        for role, r in policies.get("roles", {}).items():
             if not r["serving"]:
                 problems.append(f"role {role} has no provider serving it"
                                 + (f": {'; '.join(r['unavailable'])}" if r["unavailable"] else ""))
@@ -773,6 +786,8 @@ def admin_router(hub: Hub, auth: AdminAuth, *, registry: Any = None,
         try:
             roles = {Role.parse(r): fields for r, fields in (body.roles or {}).items()}
             outcome = await hub.push_config(roles or None, body.key, forget_key=body.forget_key)
+        except RoutingStateDamaged as exc:
+            raise damaged(exc) from None
         except ConfigError as exc:
             raise HTTPException(400, {"message": str(exc), "problems": exc.problems}) from None
         finally:
@@ -813,7 +828,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
             state = parts.routing.load()
             widths, refs = await asyncio.to_thread(parts.table_widths)
         except ConfigError as exc:
-            raise refusal(503, str(exc)) from None
+            raise refusal(503, str(exc), exc.problems) from None
         changes, problems = check_policy_changes(body, state, table_widths=widths, reference_widths=refs)
         if problems:
             raise refusal(400, f"policy change refused ({len(problems)} problem"
@@ -857,6 +872,8 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
             try:
                 space = service.space(role.table)
                 verdict = await gate.verify(space, provider, state.roles[role].policy, force=body.force)
+            except RoutingStateDamaged:
+                raise
             except PinRequired as exc:
                 raise refusal(400, str(exc)) from None
             except GateUnavailable as exc:

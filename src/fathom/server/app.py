@@ -36,11 +36,11 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 
 from fathom import __version__, logsafe
-from fathom.config import RoutingStore, Settings
+from fathom.config import RoutingStateDamaged, RoutingStore, Settings
 from fathom.fleet.hub import Hub
 from fathom.server.admin import (
     AdminAuth, BudgetRecord, IndexJobs, OperatorParts, ScrapeAuth, admin_dependency, admin_router,
-    body_problems, operator_router, scrape_dependency,
+    body_problems, damaged, operator_router, scrape_dependency,
 )
 from fathom.server.guard import Access, BodyLimits, RequestGuard
 from fathom.server.metrics import Metrics
@@ -157,6 +157,11 @@ def create_app(
                         ("metrics", metrics), ("jobs", jobs), ("admin_auth", admin_auth),
                         ("scrape_auth", scrape_auth), ("operator", parts), ("mcp", mcp_endpoint)):
         setattr(app.state, name, value)
+
+    @app.exception_handler(RoutingStateDamaged)
+    async def state_damaged(request: Request, exc: RoutingStateDamaged) -> JSONResponse:
+        # Whichever route met it: the server's own state file is damaged, which no request fixes.
+        return JSONResponse(status_code=503, content={"detail": damaged(exc).detail})
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:

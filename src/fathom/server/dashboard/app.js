@@ -119,7 +119,7 @@ function fillPolicyForm(pol) {
 }
 
 function loadRoleIntoForm() {
-  if (!overview) return;
+  if (!overview || !overview.policies.roles) return;
   const role = $("pf-role").value;
   const r = overview.policies.roles[role];
   formRole = role;
@@ -232,10 +232,20 @@ function renderJobs(jobs) {
   }
 }
 
+// A section the server could not read comes as {error: {message, problems}}: say so in its
+// card, and render every other section as usual.
+function renderSectionError(box, error) {
+  box.hidden = !error;
+  if (error) showResult(box, false, error.message, error.problems.filter((p) => p !== error.message));
+}
+
 function render(o) {
   renderProblems(o.problems);
-  renderRoles(o.policies);
-  fillPolicyForm(o.policies);
+  renderSectionError($("roles-error"), o.policies.error);
+  if (!o.policies.error) {
+    renderRoles(o.policies);
+    fillPolicyForm(o.policies);
+  }
   renderFleet(o.fleet);
   renderVerdicts(o.gate);
   renderBudget(o.budget);
@@ -288,6 +298,8 @@ function logout(message) {
 async function applyPolicy(ev) {
   ev.preventDefault();
   const role = $("pf-role").value;
+  const box = $("policy-result");
+  if (!overview.policies.roles) { showResult(box, false, overview.policies.error.message, []); return; }
   const cur = overview.policies.roles[role];
   const change = {};
   const policy = $("pf-policy").value;
@@ -304,7 +316,6 @@ async function applyPolicy(ev) {
     const now = cur.width === null ? "" : String(cur.width);
     if (w !== now) change.width = w === "" ? null : Number(w);
   }
-  const box = $("policy-result");
   if (Object.keys(change).length === 0) { showResult(box, false, "Nothing changed for " + role + ".", []); return; }
   const r = await api("PUT", "/admin/policies", { [role]: change });
   if (r.ok) {
