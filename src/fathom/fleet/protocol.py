@@ -85,7 +85,7 @@ class Register(_Frame):
 class Heartbeat(_Frame):
     type: Literal["heartbeat"] = "heartbeat"
     load: float = Field(ge=0, le=1e6)
-    in_flight: int = Field(ge=0)
+    in_flight: int = Field(ge=0, le=1_000_000)
     key_present: bool = False
     versions: dict[str, str] = Field(default_factory=dict, max_length=32)
 
