@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765
+    # Resume, at start, the index jobs a crash or a stop interrupted (`server.job_records`).
+    resume_jobs: bool = True
     # The server-wide limit on a request body (routes have tighter ones): `server.guard`.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3)
 

@@ -30,6 +30,8 @@ routing store validates and writes, the budget sizes, the indexer runs; this is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -51,6 +53,7 @@ from fathom.fleet.auth import hash_token
 from fathom.fleet.hub import Hub
 from fathom.fleet.protocol import NAME_PATTERN, describe
 from fathom.policy import BEHAVIOUR, Policy
+from fathom.server.job_records import JobLedger, JobRecord
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 
 log = logging.getLogger("fathom.server.admin")
@@ -378,17 +381,49 @@ class BudgetRecord:
 
 
 class IndexJobs:
-    """Index jobs started over the API, running in this server's event loop.
+    """Index jobs started over the API, running in this server's event loop, and kept across
+    restarts.
 
     Jobs live in the service's own `jobs` table (so `fathom status` and the MCP tools see the
-    same ones); this keeps their tasks, so a failed job's exception is retrieved and logged,
-    and shutdown cancels what still runs (the shadow table keeps its work for a later run)."""
+    same ones); this keeps their tasks, so a failed job's exception is retrieved and logged, and
+    their records in the `JobLedger` (`jobs.json`), saved on every change of state. Shutdown
+    stops what still runs and records it as interrupted (the shadow table keeps its work); at
+    the next start (`restore`) interrupted jobs are listed, and those the ledger says may are
+    resumed; the operator resumes any other one (`act(id, "resume")`)."""
 
-    def __init__(self, service: Any):
+    def __init__(self, service: Any, *, ledger: JobLedger | None = None, resume_on_start: bool = True):
         self.service = service
+        self.ledger = ledger
+        self.resume_on_start = resume_on_start
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._records: dict[str, JobRecord] = {}
+        self._saving = asyncio.Lock()
 
-    def start(self, path: str, project: str, full: bool = False) -> Any:
+    @property
+    def problem(self) -> str | None:
+        """Why jobs are not kept across restarts, when they are not."""
+        return self.ledger.damaged if self.ledger is not None else None
+
+    async def restore(self) -> None:
+        """At start: list the jobs the ledger kept, and resume the interrupted ones it may."""
+        if self.ledger is None:
+            return
+        records = await asyncio.to_thread(self.ledger.restore)
+        for record in records:
+            self._records[record.id] = record
+            self.service.jobs.setdefault(record.id, self._job_of(record))
+        await self._save()
+        for record in records:
+            if record.state == "interrupted":
+                log.warning("index job %s (%s) was %s", record.id, record.project, record.error)
+                if self.resume_on_start and record.resumes_on_start:
+                    job = self._job_for_run(record)
+                    self._launch(job)
+                    # Saved as running at once: if it takes the server down again, the next
+                    # start counts that against it instead of resuming it forever.
+                    await self._saved(job)
+
+    async def start(self, path: str, project: str, full: bool = False) -> Any:
         from fathom.index.indexer import Job, ProjectPathError
         from fathom.index.store import check_project_name
 
@@ -408,12 +443,19 @@ class IndexJobs:
         if problems:
             raise ConfigError("cannot start the index job: " + "; ".join(problems), problems)
         job = Job(project, root, full=full, clock=self.service.clock)
+        now = self.ledger.now() if self.ledger is not None else datetime.now(tz=UTC)
+        self._records[job.id] = JobRecord(id=job.id, project=project, root=str(root), full=full,
+                                          state=job.state.value, created_at=now, updated_at=now)
+        self._launch(job)
+        log.info("index job %s started: project %s from %s%s", job.id, project, root, " (full)" if full else "")
+        await self._save()
+        return job
+
+    def _launch(self, job: Any) -> None:
         self.service.jobs[job.id] = job
         task = asyncio.get_running_loop().create_task(self._run(job), name=f"fathom.index:{job.id}")
         self._tasks[job.id] = task
         task.add_done_callback(lambda t, jid=job.id: self._tasks.pop(jid, None))
-        log.info("index job %s started: project %s from %s%s", job.id, project, root, " (full)" if full else "")
-        return job
 
     async def _run(self, job: Any) -> None:
         from fathom.index.indexer import JobCancelled, JobState
@@ -441,6 +483,8 @@ class IndexJobs:
             if not job.finished:  # failed before the indexer took it (e.g. the store would not open)
                 job.state, job.error = JobState.FAILED, str(exc) or type(exc).__name__
             log.warning("index job %s (%s) failed: %s", job.id, job.project, job.error)
+        finally:
+            await self._saved(job)
 
     def all(self) -> list[Any]:
         return list(self.service.jobs.values())
@@ -451,17 +495,109 @@ class IndexJobs:
             raise refusal(404, f"no index job {job_id!r}; see GET /admin/jobs")
         return job
 
+    async def act(self, job_id: str, action: str) -> Any:
+        """Pause (between batches), resume (a paused job, or an interrupted one: a new run under
+        the same id), or cancel; 409 for an action that does not apply to the job's state."""
+        from fathom.index.indexer import JobState
+
+        job = self.get(job_id)
+        state = str(job.state.value)
+        if state == "interrupted" and job_id in self._records:
+            if action == "pause":
+                raise refusal(409, f"job {job_id} is interrupted, not running; resume it with POST "
+                                   f"/admin/jobs/{job_id}/resume, or cancel it")
+            if action == "resume":
+                job = self._job_for_run(self._records[job_id])
+                self._launch(job)
+            else:
+                job.state, job.error = JobState.CANCELLED, None
+            await self._saved(job)
+            return job
+        if job.finished:
+            raise refusal(409, f"job {job_id} is {state}; there is nothing to {action}")
+        if action == "resume" and state != "paused":
+            raise refusal(409, f"job {job_id} is {state}, not paused; there is nothing to resume")
+        if action == "pause" and state == "paused":
+            raise refusal(409, f"job {job_id} is already paused; resume it with POST /admin/jobs/{job_id}/resume")
+        getattr(job, action)()
+        await self._saved(job)
+        return job
+
+    # -- records -------------------------------------------------------------------------
+
+    def _job_of(self, record: JobRecord) -> Any:
+        """A `Job` showing what a record says (a finished or interrupted job of an earlier run)."""
+        from fathom.index.indexer import IndexProgress, IndexReport, Job, JobState
+
+        job = Job(record.project, record.root, full=record.full, clock=self.service.clock)
+        job.id = record.id
+        job.state = JobState(record.state)
+        job.error = record.error
+        progress = {k: v for k, v in record.progress.items()
+                    if k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
+        job.progress = IndexProgress(record.project, **{"phase": record.state, **progress})
+        if record.report:
+            with contextlib.suppress(TypeError):
+                job.report = IndexReport(**record.report)
+        return job
+
+    def _job_for_run(self, record: JobRecord) -> Any:
+        """A new run of an interrupted job, under its id (a full run resumes its shadow table)."""
+        from fathom.index.indexer import Job
+
+        job = Job(record.project, record.root, full=record.full, clock=self.service.clock)
+        job.id = record.id
+        record.paused, record.error = False, None
+        log.info("index job %s (%s) resumed", record.id, record.project)
+        return job
+
+    async def _saved(self, job: Any) -> None:
+        """Record `job`'s state (and progress, report) in its ledger record, and save."""
+        record = self._records.get(job.id)
+        if record is None:
+            return  # a job this registry did not start (an MCP call's): not kept
+        view = job.as_dict()
+        record.state, record.error = view["state"], view["error"]
+        record.progress = {k: view[k] for k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
+        if getattr(job, "report", None) is not None:
+            record.report = dataclasses.asdict(job.report)
+        if self.ledger is not None:
+            record.updated_at = self.ledger.now()
+        await self._save()
+
+    async def _save(self) -> None:
+        if self.ledger is None:
+            return
+        async with self._saving:  # one write at a time, in the order of the changes
+            records = [r.model_copy(deep=True) for r in self._records.values()]
+            try:
+                await asyncio.to_thread(self.ledger.save, records)
+            except OSError as exc:
+                log.error("could not save the index jobs to %s: %s", self.ledger.path, exc.strerror or exc)
+
     async def aclose(self, timeout: float = 10.0) -> None:
+        """Stop what runs; record it as interrupted (paused jobs held), to resume at next start."""
+        from fathom.index.indexer import JobState
+
         tasks = list(self._tasks.values())
-        for job in self.all():
-            if not job.finished:
-                job.cancel()
+        stopped = [j for j in self.all() if not j.finished and j.state is not JobState.INTERRUPTED]
+        for job in stopped:
+            record = self._records.get(job.id)
+            if record is not None:
+                record.paused = job.state is JobState.PAUSED
+            job.cancel()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=timeout)
+        for job in stopped:
+            record = self._records.get(job.id)
+            if record is not None:
+                record.interrupted_by("the server was stopped while it ran")
+                job.state, job.error = JobState.INTERRUPTED, record.error
+        await self._save()
 
 
 def job_view(job: Any) -> dict[str, Any]:
@@ -696,6 +832,8 @@ class OperatorParts:
             "jobs": [job_view(j) for j in self.jobs.all()] if self.jobs is not None else [],
         }
         problems = list(fleet["problems"])
+        if self.jobs is not None and self.jobs.problem:
+            problems.append(self.jobs.problem)
         if "error" in policies and policies["error"]["message"] not in problems:
             problems.append(policies["error"]["message"])
         for role, r in policies.get("roles", {}).items():
@@ -947,7 +1085,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         """Start indexing a folder (absolute path on the server) into a project."""
         jobs = parts.need("jobs")
         try:
-            job = jobs.start(body.path, body.project, body.full)
+            job = await jobs.start(body.path, body.project, body.full)
         except ConfigError as exc:
             raise refusal(400, str(exc), exc.problems) from None
         return job_view(job)
@@ -963,17 +1101,10 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
 
     @router.post("/jobs/{job_id}/{action}", tags=["jobs"])
     async def control_job(job_id: str, action: Literal["pause", "resume", "cancel"]) -> dict[str, Any]:
-        """Pause (between batches), resume, or cancel (the active table is unchanged; a later
-        full run resumes from the rows already embedded)."""
-        job = parts.need("jobs").get(job_id)
-        state = str(job.state.value)
-        if job.finished:
-            raise refusal(409, f"job {job_id} is {state}; there is nothing to {action}")
-        if action == "resume" and state != "paused":
-            raise refusal(409, f"job {job_id} is {state}, not paused; there is nothing to resume")
-        if action == "pause" and state == "paused":
-            raise refusal(409, f"job {job_id} is already paused; resume it with POST /admin/jobs/{job_id}/resume")
-        getattr(job, action)()
+        """Pause (between batches), resume (a paused job, or one a server stop interrupted), or
+        cancel (the active table is unchanged; a later full run resumes from the rows already
+        embedded)."""
+        job = await parts.need("jobs").act(job_id, action)
         log.info("index job %s: %s by the operator", job_id, action)
         return job_view(job)
 

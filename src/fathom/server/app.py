@@ -117,7 +117,9 @@ def create_app(
     elif hub.wrap is None:
         hub.wrap = wrap
     metrics.watch(budget=budget, gate=gate, hub=hub, registry=registry, jobs=lambda: list(service.jobs.values()))
-    jobs = IndexJobs(service)
+    from fathom.server.job_records import JobLedger
+
+    jobs = IndexJobs(service, ledger=JobLedger(settings.data_dir), resume_on_start=settings.resume_jobs)
     # The MCP tools over streamable HTTP at /mcp, on the same service (one registry, gate,
     # budget and router for MCP clients, the admin API and the sidecars), admin token required.
     from fathom.server.admin import bearer_token
@@ -134,6 +136,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
         rechecks = gate.start_rechecks(stop=stop)  # periodic re-probes against the golden vectors
+        await jobs.restore()  # jobs a crash or a stop interrupted: listed, and resumed where they may be
         try:
             async with mcp_endpoint.running():
                 yield

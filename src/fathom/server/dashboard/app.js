@@ -210,13 +210,13 @@ function renderJobs(jobs) {
   const tbody = $("jobs").tBodies[0];
   tbody.replaceChildren();
   if (jobs.length === 0) {
-    tbody.append(el("tr", {}, el("td", { colspan: "8", class: "muted", text: "no job has run in this server yet" })));
+    tbody.append(el("tr", {}, el("td", { colspan: "8", class: "muted", text: "no job has run on this server yet" })));
   }
   for (const j of jobs.slice().reverse()) {
     const bar = el("progress", { max: "100", value: String(j.percent) });
     const actions = el("td");
     if (!j.finished) {
-      if (j.state === "paused") actions.append(el("button", { type: "button", text: "Resume", onclick: () => jobAction(j.id, "resume") }));
+      if (j.state === "paused" || j.state === "interrupted") actions.append(el("button", { type: "button", text: "Resume", onclick: () => jobAction(j.id, "resume") }));
       else actions.append(el("button", { type: "button", text: "Pause", onclick: () => jobAction(j.id, "pause") }));
       actions.append(el("button", { type: "button", class: "danger", text: "Cancel", onclick: () => jobAction(j.id, "cancel") }));
     }
