@@ -140,7 +140,12 @@ function renderFleet(fleet) {
   for (const s of fleet.sidecars) {
     const key = s.key_present === null ? "—" : (s.key_present ? "present" : "missing");
     const action = el("td");
-    if (s.state === "pending") action.append(el("button", { type: "button", text: "Approve", onclick: () => fleetAction(s.name, "approve") }));
+    if (s.state === "pending" && s.claimed) {
+      // Another host's credential holds this name: handing it over is a deliberate act.
+      action.append(el("button", { type: "button", class: "danger", text: "Give this host the name", onclick: () => {
+        if (confirm(s.name + " belongs to another host. Give the name to the host connected now? The other host is locked out.")) fleetAction(s.name, "approve?rebind=true");
+      } }));
+    } else if (s.state === "pending") action.append(el("button", { type: "button", text: "Approve", onclick: () => fleetAction(s.name, "approve") }));
     else if (s.state === "approved") action.append(el("button", { type: "button", class: "danger", text: "Revoke", onclick: () => fleetAction(s.name, "revoke") }));
     tbody.append(el("tr", { "data-sidecar": s.name },
       el("th", { text: s.name }),
