@@ -115,7 +115,7 @@ def _record(job_id: str, root: Path, state: str, crashes: int = 0) -> dict[str, 
 
 async def test_jobs_the_server_died_under_resume_once_then_wait_for_the_operator(tmp_path: Path):
     from tests.admin_fixtures import build_operator_app, make_project
-    from tests.fleet_fixtures import serve_in_loop
+    from tests.fleet_fixtures import HashEmbedder, serve_in_loop
 
     data = tmp_path / "data"
     data.mkdir()
@@ -124,11 +124,19 @@ async def test_jobs_the_server_died_under_resume_once_then_wait_for_the_operator
         _record("crashedonce", root, "running"),           # the server died under it once: resumes
         _record("crashedtwice", root, "running", crashes=1),  # a second time: held
         _record("finished", root, "done")]}))
-    async with serve_in_loop(build_operator_app(data)) as url:
+    gate = asyncio.Event()
+    encoder = HashEmbedder(width=8, gate=gate)  # holds the resumed run in its first batch
+    async with serve_in_loop(build_operator_app(data, encoder=encoder)) as url:
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
             async def state(job_id: str) -> dict[str, Any]:
                 return (await admin.get(f"/admin/jobs/{job_id}")).json()
 
+            await asyncio.wait_for(encoder.started.wait(), 60)
+            # While it runs again, the file says so: a crash now would count against it.
+            on_disk = {r["id"]: r for r in json.loads((data / "jobs.json").read_text())["jobs"]}
+            assert on_disk["crashedonce"]["state"] in ("pending", "running"), on_disk["crashedonce"]
+            assert on_disk["crashedonce"]["crashes"] == 1
+            gate.set()
             deadline = time.monotonic() + 60
             while (await state("crashedonce"))["state"] != "done":
                 assert time.monotonic() < deadline, await state("crashedonce")
