@@ -33,6 +33,7 @@ import uvicorn
 from fathom.config import Settings
 from fathom.fleet.agent import Backoff, Sidecar
 from fathom.fleet.hub import Hub
+from fathom.fleet.identity import new_credential
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
@@ -129,6 +130,9 @@ class Fleet:
     registry: ProviderRegistry
     data_dir: Path
     sidecars: list[tuple[Sidecar, asyncio.Task, asyncio.Event]] = field(default_factory=list)
+    # One identity per sidecar name, as a host's state dir keeps it: a restarted sidecar of the
+    # same name is the same host (an impostor is built without `start_sidecar`).
+    credentials: dict[str, str] = field(default_factory=dict)
 
     @property
     def ws_url(self) -> str:
@@ -139,6 +143,7 @@ class Fleet:
 
     async def start_sidecar(self, name: str, backends: dict[Role, Provider] | None = None, *,
                             token: str = JOIN, wait: bool = True, **kwargs: Any) -> tuple[Sidecar, asyncio.Task]:
+        kwargs.setdefault("credential", self.credentials.setdefault(name, new_credential()))
         sidecar = Sidecar(name, backends or {}, heartbeat_interval=kwargs.pop("heartbeat_interval", 0.2), **kwargs)
         stop = asyncio.Event()
         task = asyncio.create_task(sidecar.run(self.url, token, stop=stop,
@@ -329,6 +334,9 @@ def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str
             "--name", name, "--heartbeat", "0.5", "--log-level", log_level]
     for s in serve:
         argv += ["--serve", s]
+    # Each sidecar keeps its identity under the test's folder (never the user's home); a
+    # restarted one finds the same credential there.
+    env = {"FATHOM_SIDECAR_STATE_DIR": str(group.folder / f"sidecar-state-{name}"), **(env or {})}
     return group.spawn(f"sidecar-{name}", [*argv, *extra], env=env)
 
 

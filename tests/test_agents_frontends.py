@@ -43,7 +43,7 @@ async def test_mcp_ask_and_explore(indexed_shop, emulator):  # noqa: F811
         assert not e["trace"][0]["ok"] and "absolute" in e["trace"][0]["summary"]
 
         bad = await client.call_tool("explore", {"question": "x", "project": "shop", "max_steps": 0})
-        assert bad.is_error and "limits must be positive" in bad.content[0].text
+        assert bad.is_error and "max_steps must be a whole number from 1 to" in bad.content[0].text
     assert budget.state().granted_total == 4
 
 

@@ -70,6 +70,10 @@ class Settings(BaseSettings):
     # None: the chat backend's own defaults (streamed; 300 s for each piece of an answer).
     local_chat_stream: bool | None = None
     local_chat_timeout: float | None = Field(default=None, gt=0)
+    # Resume, at start, the index jobs a crash or a stop interrupted (`server.job_records`).
+    resume_jobs: bool = True
+    # The server-wide limit on a request body (routes have tighter ones): `server.guard`.
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3)
 
     @property
     def lance_dir(self) -> Path:
@@ -158,6 +162,15 @@ class RoutingState(BaseModel):
         return out
 
 
+class RoutingStateDamaged(ConfigError):
+    """The stored routing state cannot be read. Not bad input: the server's own file (or row)
+    is damaged, so whoever answers says so (503) and names the fix. Never read as "no routes"."""
+
+    def __init__(self, where: str, defect: str, fix: str):
+        self.where, self.defect = where, defect
+        super().__init__(f"{where} is not a valid routing state ({defect}); {fix}")
+
+
 class RoutingStore:
     """Loads and atomically saves `RoutingState` as `routing.json` under the data dir."""
 
@@ -173,7 +186,10 @@ class RoutingStore:
             data = json.loads(self.path.read_text())
             state = RoutingState.model_validate(data)
         except (ValueError, OSError) as exc:
-            raise ConfigError(f"{self.path} is not a valid routing state: {exc}; fix or remove it") from exc
+            raise RoutingStateDamaged(
+                str(self.path), state_defect(exc),
+                "fix it (restore it from a backup, or correct the JSON), or move it aside to start "
+                "again from the default routes, then set the policies again (`fathom policy set`)") from None
         # Roles added since the file was written get their defaults.
         for role, route in default_routes().items():
             state.roles.setdefault(role, route)
@@ -203,6 +219,21 @@ class RoutingStore:
             raise ConfigError("routing change refused: " + "; ".join(problems), problems)
         self.save(state)
         return state
+
+
+def state_defect(exc: BaseException) -> str:
+    """What is wrong with a state file, without echoing its content."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors(include_input=False, include_url=False)[0]
+        where = ".".join(map(str, first.get("loc", ()))) or "the top level"
+        return f"{exc.error_count()} invalid field(s), first at {where}: {first.get('msg', 'invalid')}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start})"
+    if isinstance(exc, OSError):
+        return f"unreadable: {exc.strerror or type(exc).__name__}"
+    return type(exc).__name__
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fathom.config import RoutingStore, Settings, atomic_write_text
-from fathom.errors import ConfigError, FathomError, NoProviderAvailable
+from fathom.errors import ConfigError, FathomError, NoProviderAvailable, whole_number
 from fathom.index import search as search_mod
 from fathom.index.indexer import IndexProgress, IndexReport, Indexer, Job, space_for
 from fathom.index.store import TABLE_KINDS, Hit, Store, UnknownProject, open_store
@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 
 MAX_K = 100
+MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
 
 
 @dataclass(frozen=True)
@@ -102,9 +103,7 @@ class IndexStatus:
 
 
 def check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise ConfigError(f"k must be a whole number from 1 to {MAX_K}, got {k!r}")
-    return k
+    return whole_number("k", k, 1, MAX_K)
 
 
 def check_table(table: str) -> str:
@@ -401,8 +400,8 @@ class Fathom:
             raise ConfigError("find_similar needs either path and line, or a snippet")
         if path is not None and snippet:
             raise ConfigError("find_similar takes path and line, or a snippet, not both")
-        if line is not None and (isinstance(line, bool) or not isinstance(line, int) or line < 1):
-            raise ConfigError(f"line must be a 1-based line number, got {line!r}")
+        if line is not None:
+            whole_number("line", line, 1, MAX_LINE)
         await asyncio.to_thread(self._require_project, project)
         if path is not None:
             path = path.replace("\\", "/").removeprefix("./")

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, TypeVar
 from fathom.agents.routes import call_role, local_only, local_reranker
 from fathom.agents.tools import TOOL_NAMES, TOOL_SPECS, ProjectTools, Span, ToolOutcome, find_spans
 from fathom.clock import Clock, SystemClock
-from fathom.errors import ConfigError, NoProviderAvailable
+from fathom.errors import ConfigError, NoProviderAvailable, whole_number
 from fathom.inference.openrouter import ContextLengthExceeded
 from fathom.inference.provider import ChatResult, ToolCall
 from fathom.inference.router import NoRoute, Router
@@ -108,6 +108,14 @@ class ExploreUnavailable(NoProviderAvailable):
         super().__init__(head + str(cause))
 
 
+# The ceilings an explore request may ask for: a loop deeper or longer than these is a runaway.
+MAX_DEPTH = 5
+MAX_STEPS = 200
+MAX_TOKENS = 2_000_000
+MAX_SECONDS = 3600.0
+MAX_CORRECTIONS = 20
+
+
 @dataclass(frozen=True)
 class Limits:
     max_depth: int = 2
@@ -118,9 +126,12 @@ class Limits:
     max_corrections: int = 3  # corrective messages per loop for tool calls that cannot run
 
     def __post_init__(self) -> None:
-        if self.max_depth < 0 or self.max_steps < 1 or self.max_tokens < 1 or not self.max_seconds > 0 \
-                or self.max_corrections < 0:
-            raise ConfigError(f"explore limits must be positive (depth and corrections may be 0), got {self}")
+        whole_number("max_depth", self.max_depth, 0, MAX_DEPTH)
+        whole_number("max_steps", self.max_steps, 1, MAX_STEPS)
+        whole_number("max_tokens", self.max_tokens, 1, MAX_TOKENS)
+        whole_number("max_corrections", self.max_corrections, 0, MAX_CORRECTIONS)
+        if not 0 < self.max_seconds <= MAX_SECONDS:
+            raise ConfigError(f"max_seconds must be from 0 (excluded) to {MAX_SECONDS:g}, got {self.max_seconds!r}")
         if not 0 < self.sub_share <= 1:
             raise ConfigError(f"sub_share must be in (0, 1], got {self.sub_share}")
 

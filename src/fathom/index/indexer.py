@@ -54,6 +54,7 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
     DONE = "done"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"  # the server stopped while it ran; resumable (`server.job_records`)
 
 
 class JobCancelled(FathomError):

@@ -71,7 +71,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from fathom.config import RoutingState, RoutingStore, default_routes
+from fathom.config import RoutingState, RoutingStateDamaged, RoutingStore, default_routes, state_defect
 from fathom.errors import ConfigError, StoreError
 from fathom.index.chunk import Chunk
 from fathom.index.store import (
@@ -1286,7 +1286,9 @@ class PgRoutingStore(RoutingStore):
         try:
             state = RoutingState.model_validate(row[0])
         except ValueError as exc:
-            raise ConfigError(f"the routing state in {self.db.url} is not valid: {exc}") from exc
+            raise RoutingStateDamaged(
+                f"the routing row in {self.db.url}", state_defect(exc),
+                "correct it, or delete the row to start again from the default routes") from None
         for role, route in default_routes().items():
             state.roles.setdefault(role, route)
         return state

@@ -30,6 +30,8 @@ routing store validates and writes, the budget sizes, the indexer runs; this is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -45,12 +47,13 @@ from fastapi import APIRouter, Depends, HTTPException, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fathom import __version__
-from fathom.config import RoleRoute, RoutingState, RoutingStore, Settings, atomic_write_text
+from fathom.config import RoleRoute, RoutingState, RoutingStateDamaged, RoutingStore, Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError, PinRequired
 from fathom.fleet.auth import hash_token
 from fathom.fleet.hub import Hub
 from fathom.fleet.protocol import NAME_PATTERN, describe
 from fathom.policy import BEHAVIOUR, Policy
+from fathom.server.job_records import JobLedger, JobRecord
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 
 log = logging.getLogger("fathom.server.admin")
@@ -118,13 +121,13 @@ def bearer_token(request: Request) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-def _unauthorized() -> HTTPException:
+def unauthorized() -> HTTPException:
     return HTTPException(401, "admin token missing or wrong: send `Authorization: Bearer <admin token>` "
                               "(the token `python -m fathom.server` printed once, or FATHOM_ADMIN_TOKEN)",
                          headers={"WWW-Authenticate": "Bearer"})
 
 
-def _no_token_configured() -> HTTPException:
+def no_token_configured() -> HTTPException:
     return HTTPException(503, "no admin token is configured: set FATHOM_ADMIN_TOKEN, or start "
                               "`python -m fathom.server` once to have one issued")
 
@@ -133,9 +136,9 @@ def admin_dependency(auth: AdminAuth) -> Callable[[Request], None]:
     """The check every admin endpoint depends on."""
     def require_admin(request: Request) -> None:
         if not auth.configured:
-            raise _no_token_configured()
+            raise no_token_configured()
         if not auth.check(bearer_token(request)):
-            raise _unauthorized()
+            raise unauthorized()
     return require_admin
 
 
@@ -146,14 +149,19 @@ def scrape_dependency(auth: AdminAuth, scrape: ScrapeAuth | None) -> Callable[[R
         if auth.check(token) or (scrape is not None and scrape.check(token)):
             return
         if not auth.configured and not (scrape is not None and scrape.configured):
-            raise _no_token_configured()
-        raise _unauthorized()
+            raise no_token_configured()
+        raise unauthorized()
     return require_scraper
 
 
 def refusal(status: int, message: str, problems: list[str] | None = None) -> HTTPException:
     """The one shape of a refusal: a message and every problem (each with its fix)."""
     return HTTPException(status, {"message": message, "problems": list(problems or [message])})
+
+
+def damaged(exc: RoutingStateDamaged) -> HTTPException:
+    """A state file the server cannot read: 503 (the request was fine), naming the fix."""
+    return refusal(503, str(exc), exc.problems)
 
 
 def describe_body(exc: ValidationError) -> str:
@@ -373,17 +381,49 @@ class BudgetRecord:
 
 
 class IndexJobs:
-    """Index jobs started over the API, running in this server's event loop.
+    """Index jobs started over the API, running in this server's event loop, and kept across
+    restarts.
 
     Jobs live in the service's own `jobs` table (so `fathom status` and the MCP tools see the
-    same ones); this keeps their tasks, so a failed job's exception is retrieved and logged,
-    and shutdown cancels what still runs (the shadow table keeps its work for a later run)."""
+    same ones); this keeps their tasks, so a failed job's exception is retrieved and logged, and
+    their records in the `JobLedger` (`jobs.json`), saved on every change of state. Shutdown
+    stops what still runs and records it as interrupted (the shadow table keeps its work); at
+    the next start (`restore`) interrupted jobs are listed, and those the ledger says may are
+    resumed; the operator resumes any other one (`act(id, "resume")`)."""
 
-    def __init__(self, service: Any):
+    def __init__(self, service: Any, *, ledger: JobLedger | None = None, resume_on_start: bool = True):
         self.service = service
+        self.ledger = ledger
+        self.resume_on_start = resume_on_start
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._records: dict[str, JobRecord] = {}
+        self._saving = asyncio.Lock()
 
-    def start(self, path: str, project: str, full: bool = False) -> Any:
+    @property
+    def problem(self) -> str | None:
+        """Why jobs are not kept across restarts, when they are not."""
+        return self.ledger.damaged if self.ledger is not None else None
+
+    async def restore(self) -> None:
+        """At start: list the jobs the ledger kept, and resume the interrupted ones it may."""
+        if self.ledger is None:
+            return
+        records = await asyncio.to_thread(self.ledger.restore)
+        for record in records:
+            self._records[record.id] = record
+            self.service.jobs.setdefault(record.id, self._job_of(record))
+        await self._save()
+        for record in records:
+            if record.state == "interrupted":
+                log.warning("index job %s (%s) was %s", record.id, record.project, record.error)
+                if self.resume_on_start and record.resumes_on_start:
+                    job = self._job_for_run(record)
+                    self._launch(job)
+                    # Saved as running at once: if it takes the server down again, the next
+                    # start counts that against it instead of resuming it forever.
+                    await self._saved(job)
+
+    async def start(self, path: str, project: str, full: bool = False) -> Any:
         from fathom.index.indexer import Job, ProjectPathError
         from fathom.index.store import check_project_name
 
@@ -406,12 +446,19 @@ class IndexJobs:
         if problems:
             raise ConfigError("cannot start the index job: " + "; ".join(problems), problems)
         job = Job(project, root, full=full, clock=self.service.clock)
+        now = self.ledger.now() if self.ledger is not None else datetime.now(tz=UTC)
+        self._records[job.id] = JobRecord(id=job.id, project=project, root=str(root), full=full,
+                                          state=job.state.value, created_at=now, updated_at=now)
+        self._launch(job)
+        log.info("index job %s started: project %s from %s%s", job.id, project, root, " (full)" if full else "")
+        await self._save()
+        return job
+
+    def _launch(self, job: Any) -> None:
         self.service.jobs[job.id] = job
         task = asyncio.get_running_loop().create_task(self._run(job), name=f"fathom.index:{job.id}")
         self._tasks[job.id] = task
         task.add_done_callback(lambda t, jid=job.id: self._tasks.pop(jid, None))
-        log.info("index job %s started: project %s from %s%s", job.id, project, root, " (full)" if full else "")
-        return job
 
     async def _run(self, job: Any) -> None:
         from fathom.index.indexer import JobCancelled, JobState
@@ -439,6 +486,8 @@ class IndexJobs:
             if not job.finished:  # failed before the indexer took it (e.g. the store would not open)
                 job.state, job.error = JobState.FAILED, str(exc) or type(exc).__name__
             log.warning("index job %s (%s) failed: %s", job.id, job.project, job.error)
+        finally:
+            await self._saved(job)
 
     def all(self) -> list[Any]:
         return list(self.service.jobs.values())
@@ -449,17 +498,109 @@ class IndexJobs:
             raise refusal(404, f"no index job {job_id!r}; see GET /admin/jobs")
         return job
 
+    async def act(self, job_id: str, action: str) -> Any:
+        """Pause (between batches), resume (a paused job, or an interrupted one: a new run under
+        the same id), or cancel; 409 for an action that does not apply to the job's state."""
+        from fathom.index.indexer import JobState
+
+        job = self.get(job_id)
+        state = str(job.state.value)
+        if state == "interrupted" and job_id in self._records:
+            if action == "pause":
+                raise refusal(409, f"job {job_id} is interrupted, not running; resume it with POST "
+                                   f"/admin/jobs/{job_id}/resume, or cancel it")
+            if action == "resume":
+                job = self._job_for_run(self._records[job_id])
+                self._launch(job)
+            else:
+                job.state, job.error = JobState.CANCELLED, None
+            await self._saved(job)
+            return job
+        if job.finished:
+            raise refusal(409, f"job {job_id} is {state}; there is nothing to {action}")
+        if action == "resume" and state != "paused":
+            raise refusal(409, f"job {job_id} is {state}, not paused; there is nothing to resume")
+        if action == "pause" and state == "paused":
+            raise refusal(409, f"job {job_id} is already paused; resume it with POST /admin/jobs/{job_id}/resume")
+        getattr(job, action)()
+        await self._saved(job)
+        return job
+
+    # -- records -------------------------------------------------------------------------
+
+    def _job_of(self, record: JobRecord) -> Any:
+        """A `Job` showing what a record says (a finished or interrupted job of an earlier run)."""
+        from fathom.index.indexer import IndexProgress, IndexReport, Job, JobState
+
+        job = Job(record.project, record.root, full=record.full, clock=self.service.clock)
+        job.id = record.id
+        job.state = JobState(record.state)
+        job.error = record.error
+        progress = {k: v for k, v in record.progress.items()
+                    if k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
+        job.progress = IndexProgress(record.project, **{"phase": record.state, **progress})
+        if record.report:
+            with contextlib.suppress(TypeError):
+                job.report = IndexReport(**record.report)
+        return job
+
+    def _job_for_run(self, record: JobRecord) -> Any:
+        """A new run of an interrupted job, under its id (a full run resumes its shadow table)."""
+        from fathom.index.indexer import Job
+
+        job = Job(record.project, record.root, full=record.full, clock=self.service.clock)
+        job.id = record.id
+        record.paused, record.error = False, None
+        log.info("index job %s (%s) resumed", record.id, record.project)
+        return job
+
+    async def _saved(self, job: Any) -> None:
+        """Record `job`'s state (and progress, report) in its ledger record, and save."""
+        record = self._records.get(job.id)
+        if record is None:
+            return  # a job this registry did not start (an MCP call's): not kept
+        view = job.as_dict()
+        record.state, record.error = view["state"], view["error"]
+        record.progress = {k: view[k] for k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
+        if getattr(job, "report", None) is not None:
+            record.report = dataclasses.asdict(job.report)
+        if self.ledger is not None:
+            record.updated_at = self.ledger.now()
+        await self._save()
+
+    async def _save(self) -> None:
+        if self.ledger is None:
+            return
+        async with self._saving:  # one write at a time, in the order of the changes
+            records = [r.model_copy(deep=True) for r in self._records.values()]
+            try:
+                await asyncio.to_thread(self.ledger.save, records)
+            except OSError as exc:
+                log.error("could not save the index jobs to %s: %s", self.ledger.path, exc.strerror or exc)
+
     async def aclose(self, timeout: float = 10.0) -> None:
+        """Stop what runs; record it as interrupted (paused jobs held), to resume at next start."""
+        from fathom.index.indexer import JobState
+
         tasks = list(self._tasks.values())
-        for job in self.all():
-            if not job.finished:
-                job.cancel()
+        stopped = [j for j in self.all() if not j.finished and j.state is not JobState.INTERRUPTED]
+        for job in stopped:
+            record = self._records.get(job.id)
+            if record is not None:
+                record.paused = job.state is JobState.PAUSED
+            job.cancel()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=timeout)
+        for job in stopped:
+            record = self._records.get(job.id)
+            if record is not None:
+                record.interrupted_by("the server was stopped while it ran")
+                job.state, job.error = JobState.INTERRUPTED, record.error
+        await self._save()
 
 
 def job_view(job: Any) -> dict[str, Any]:
@@ -679,16 +820,26 @@ class OperatorParts:
     # -- overview ----------------------------------------------------------------------
 
     def overview(self) -> dict[str, Any]:
+        """Every section the dashboard shows; a section whose state cannot be read says why
+        (`{"error": {message, problems}}`) and the others are still there."""
         fleet = fleet_view(self.hub)
+        try:
+            policies: dict[str, Any] = self.policies()
+        except RoutingStateDamaged as exc:
+            policies = {"error": {"message": str(exc), "problems": exc.problems}}
         out: dict[str, Any] = {
             "version": __version__, "uptime_s": round(time.time() - self.started_at, 1),
-            "policies": self.policies(), "fleet": fleet,
+            "policies": policies, "fleet": fleet,
             "gate": self.verdicts() if self.gate is not None else None,
             "budget": budget_view(self.budget) if self.budget is not None else None,
             "jobs": [job_view(j) for j in self.jobs.all()] if self.jobs is not None else [],
         }
         problems = list(fleet["problems"])
-        for role, r in out["policies"]["roles"].items():
+        if self.jobs is not None and self.jobs.problem:
+            problems.append(self.jobs.problem)
+        if "error" in policies and policies["error"]["message"] not in problems:
+            problems.append(policies["error"]["message"])
+        for role, r in policies.get("roles", {}).items():
             if not r["serving"]:
                 problems.append(f"role {role} has no provider serving it"
                                 + (f": {'; '.join(r['unavailable'])}" if r["unavailable"] else ""))
@@ -713,8 +864,16 @@ def admin_router(hub: Hub, auth: AdminAuth, *, registry: Any = None,
         return fleet_view(hub)
 
     @router.post("/fleet/{name}/approve")
-    async def approve(name: str) -> dict[str, Any]:
-        return (await hub.approve(_name(name))).to_dict()
+    async def approve(name: str, rebind: bool = False) -> dict[str, Any]:
+        """Approve a sidecar, bound to the credential of the host connected under the name now.
+        A host claiming a name bound to another host is approved only with `rebind=true` (it
+        replaces that host); 409 otherwise."""
+        from fathom.fleet.hub import NameClaimed
+
+        try:
+            return (await hub.approve(_name(name), rebind=rebind)).to_dict()
+        except NameClaimed as exc:
+            raise refusal(409, str(exc)) from None
 
     @router.post("/fleet/{name}/revoke")
     async def revoke(name: str) -> dict[str, Any]:
@@ -768,6 +927,8 @@ def admin_router(hub: Hub, auth: AdminAuth, *, registry: Any = None,
         try:
             roles = {Role.parse(r): fields for r, fields in (body.roles or {}).items()}
             outcome = await hub.push_config(roles or None, body.key, forget_key=body.forget_key)
+        except RoutingStateDamaged as exc:
+            raise damaged(exc) from None
         except ConfigError as exc:
             raise HTTPException(400, {"message": str(exc), "problems": exc.problems}) from None
         finally:
@@ -808,7 +969,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
             state = parts.routing.load()
             widths, refs = await asyncio.to_thread(parts.table_widths)
         except ConfigError as exc:
-            raise refusal(503, str(exc)) from None
+            raise refusal(503, str(exc), exc.problems) from None
         changes, problems = check_policy_changes(body, state, table_widths=widths, reference_widths=refs)
         if problems:
             raise refusal(400, f"policy change refused ({len(problems)} problem"
@@ -852,6 +1013,8 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
             try:
                 space = service.space(role.table)
                 verdict = await gate.verify(space, provider, state.roles[role].policy, force=body.force)
+            except RoutingStateDamaged:
+                raise
             except PinRequired as exc:
                 raise refusal(400, str(exc)) from None
             except GateUnavailable as exc:
@@ -925,7 +1088,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         """Start indexing a folder (absolute path on the server) into a project."""
         jobs = parts.need("jobs")
         try:
-            job = jobs.start(body.path, body.project, body.full)
+            job = await jobs.start(body.path, body.project, body.full)
         except ConfigError as exc:
             raise refusal(400, str(exc), exc.problems) from None
         return job_view(job)
@@ -941,17 +1104,10 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
 
     @router.post("/jobs/{job_id}/{action}", tags=["jobs"])
     async def control_job(job_id: str, action: Literal["pause", "resume", "cancel"]) -> dict[str, Any]:
-        """Pause (between batches), resume, or cancel (the active table is unchanged; a later
-        full run resumes from the rows already embedded)."""
-        job = parts.need("jobs").get(job_id)
-        state = str(job.state.value)
-        if job.finished:
-            raise refusal(409, f"job {job_id} is {state}; there is nothing to {action}")
-        if action == "resume" and state != "paused":
-            raise refusal(409, f"job {job_id} is {state}, not paused; there is nothing to resume")
-        if action == "pause" and state == "paused":
-            raise refusal(409, f"job {job_id} is already paused; resume it with POST /admin/jobs/{job_id}/resume")
-        getattr(job, action)()
+        """Pause (between batches), resume (a paused job, or one a server stop interrupted), or
+        cancel (the active table is unchanged; a later full run resumes from the rows already
+        embedded)."""
+        job = await parts.need("jobs").act(job_id, action)
         log.info("index job %s: %s by the operator", job_id, action)
         return job_view(job)
 

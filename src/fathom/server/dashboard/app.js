@@ -119,7 +119,7 @@ function fillPolicyForm(pol) {
 }
 
 function loadRoleIntoForm() {
-  if (!overview) return;
+  if (!overview || !overview.policies.roles) return;
   const role = $("pf-role").value;
   const r = overview.policies.roles[role];
   formRole = role;
@@ -140,7 +140,12 @@ function renderFleet(fleet) {
   for (const s of fleet.sidecars) {
     const key = s.key_present === null ? "—" : (s.key_present ? "present" : "missing");
     const action = el("td");
-    if (s.state === "pending") action.append(el("button", { type: "button", text: "Approve", onclick: () => fleetAction(s.name, "approve") }));
+    if (s.state === "pending" && s.claimed) {
+      // Another host's credential holds this name: handing it over is a deliberate act.
+      action.append(el("button", { type: "button", class: "danger", text: "Give this host the name", onclick: () => {
+        if (confirm(s.name + " belongs to another host. Give the name to the host connected now? The other host is locked out.")) fleetAction(s.name, "approve?rebind=true");
+      } }));
+    } else if (s.state === "pending") action.append(el("button", { type: "button", text: "Approve", onclick: () => fleetAction(s.name, "approve") }));
     else if (s.state === "approved") action.append(el("button", { type: "button", class: "danger", text: "Revoke", onclick: () => fleetAction(s.name, "revoke") }));
     tbody.append(el("tr", { "data-sidecar": s.name },
       el("th", { text: s.name }),
@@ -210,13 +215,13 @@ function renderJobs(jobs) {
   const tbody = $("jobs").tBodies[0];
   tbody.replaceChildren();
   if (jobs.length === 0) {
-    tbody.append(el("tr", {}, el("td", { colspan: "8", class: "muted", text: "no job has run in this server yet" })));
+    tbody.append(el("tr", {}, el("td", { colspan: "8", class: "muted", text: "no job has run on this server yet" })));
   }
   for (const j of jobs.slice().reverse()) {
     const bar = el("progress", { max: "100", value: String(j.percent) });
     const actions = el("td");
     if (!j.finished) {
-      if (j.state === "paused") actions.append(el("button", { type: "button", text: "Resume", onclick: () => jobAction(j.id, "resume") }));
+      if (j.state === "paused" || j.state === "interrupted") actions.append(el("button", { type: "button", text: "Resume", onclick: () => jobAction(j.id, "resume") }));
       else actions.append(el("button", { type: "button", text: "Pause", onclick: () => jobAction(j.id, "pause") }));
       actions.append(el("button", { type: "button", class: "danger", text: "Cancel", onclick: () => jobAction(j.id, "cancel") }));
     }
@@ -232,10 +237,20 @@ function renderJobs(jobs) {
   }
 }
 
+// A section the server could not read comes as {error: {message, problems}}: say so in its
+// card, and render every other section as usual.
+function renderSectionError(box, error) {
+  box.hidden = !error;
+  if (error) showResult(box, false, error.message, error.problems.filter((p) => p !== error.message));
+}
+
 function render(o) {
   renderProblems(o.problems);
-  renderRoles(o.policies);
-  fillPolicyForm(o.policies);
+  renderSectionError($("roles-error"), o.policies.error);
+  if (!o.policies.error) {
+    renderRoles(o.policies);
+    fillPolicyForm(o.policies);
+  }
   renderFleet(o.fleet);
   renderVerdicts(o.gate);
   renderBudget(o.budget);
@@ -288,6 +303,8 @@ function logout(message) {
 async function applyPolicy(ev) {
   ev.preventDefault();
   const role = $("pf-role").value;
+  const box = $("policy-result");
+  if (!overview.policies.roles) { showResult(box, false, overview.policies.error.message, []); return; }
   const cur = overview.policies.roles[role];
   const change = {};
   const policy = $("pf-policy").value;
@@ -304,7 +321,6 @@ async function applyPolicy(ev) {
     const now = cur.width === null ? "" : String(cur.width);
     if (w !== now) change.width = w === "" ? null : Number(w);
   }
-  const box = $("policy-result");
   if (Object.keys(change).length === 0) { showResult(box, false, "Nothing changed for " + role + ".", []); return; }
   const r = await api("PUT", "/admin/policies", { [role]: change });
   if (r.ok) {
