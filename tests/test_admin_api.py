@@ -412,6 +412,8 @@ async def test_pause_resume_and_cancel_a_running_job(tmp_path: Path):
             assert (await op.wait_job(admin, job["id"]))["state"] == "done"
 
             # A second run, full, cancelled while paused: it ends cancelled, the table unchanged.
+            # (A new file: a full run embeds only text the table lacks, the rest is reused.)
+            (project / "more.py").write_text("def more(x):\n    return x * 2\n")
             held.clear()
             encoder.started.clear()
             second = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo",
