@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765
+    # Live sync: `fathom mcp`, `serve` and `server` watch the folders of the projects they
+    # serve (FATHOM_WATCH=0 or --no-watch turns it off; each project also has its own setting).
+    watch: bool = True
 
     @property
     def lance_dir(self) -> Path:
