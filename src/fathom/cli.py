@@ -397,7 +397,10 @@ def watch(
         finally:
             await fathom.aclose()
 
-    run(main())
+    try:
+        run(main())
+    except KeyboardInterrupt:  # the way to stop it: not an interruption of anything
+        err_console.print(f"stopped watching {name}; its index is current as of the last sync")
 
 
 @app.command()

@@ -45,7 +45,7 @@ from fathom.errors import ConfigError, FathomError, NoProviderAvailable
 from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
 from fathom.index.indexer import (
-    IndexProgress, IndexReport, Indexer, Job, discover, space_for,
+    IndexProgress, IndexReport, Indexer, Job, JobState, discover, space_for,
 )
 from fathom.index.store import TABLE_KINDS, Hit, Store, UnknownProject, open_store
 from fathom.inference.budget import CloudBudget, current_project
@@ -416,15 +416,15 @@ class Fathom:
             if progress is not None:
                 progress(job.progress)
 
-        starting("opening store")
-        await asyncio.to_thread(getattr, self, "store")  # opening it blocks (imports, connects)
-        if include is not None:
-            await asyncio.to_thread(self.records.update, name, include=list(include))
-        selection = await asyncio.to_thread(self.selection_of, name, root)
-        indexer = self.indexer(**selection)
-        lock = self._index_lock.setdefault(name, asyncio.Lock())
         token = current_project.set(name)  # the budget serves waiting projects round-robin
         try:
+            starting("opening store")
+            await asyncio.to_thread(getattr, self, "store")  # opening it blocks (imports, connects)
+            if include is not None:
+                await asyncio.to_thread(self.records.update, name, include=list(include))
+            selection = await asyncio.to_thread(self.selection_of, name, root)
+            indexer = self.indexer(**selection)
+            lock = self._index_lock.setdefault(name, asyncio.Lock())
             async with lock:  # two runs of one project in one process would race on its slots
                 if self._must_load(job):
                     starting("loading model")
@@ -439,6 +439,14 @@ class Fathom:
                     report = await indexer.run(job, progress)
                 finally:
                     await asyncio.to_thread(lock.__exit__, None, None, None)
+        except BaseException as exc:
+            if not job.finished:  # refused before the indexer took it (a lock, a missing encoder)
+                job.state = (JobState.CANCELLED if isinstance(exc, asyncio.CancelledError)
+                             else JobState.FAILED)
+                job.error = None if job.state is JobState.CANCELLED else (
+                    str(exc) or type(exc).__name__)
+                job.finished_at = self.clock()
+            raise
         finally:
             current_project.reset(token)
         await asyncio.to_thread(

@@ -225,19 +225,23 @@ class Selection:
             return GITIGNORED, False
         return None, False
 
-    def admits(self, rel: str) -> bool:
-        """Whether a walk would consider the file at `rel` (relative, POSIX): the watcher's
-        filter. Ignore files themselves are admitted: a change to one changes the selection."""
+    def admits(self, rel: str, is_dir: bool = False) -> bool:
+        """Whether a walk would consider the file (or folder) at `rel` (relative, POSIX): the
+        watcher's filter. Ignore files themselves are admitted: a change to one changes the
+        selection."""
         parts = [p for p in rel.split("/") if p]
         if not parts:
             return False
         scope = self._cached_scope("", Path(self.root), None)
-        for i, name in enumerate(parts[:-1]):
+        last = len(parts) if is_dir else len(parts) - 1
+        for i, name in enumerate(parts[:last]):
             sub = "/".join(parts[: i + 1])
             reason, restricted = self.directory(name, sub, str(self.root / sub), scope)
             if reason is not None:
                 return False
             scope = self._cached_scope(sub, self.root / sub, scope, restricted)
+        if is_dir:
+            return True
         if parts[-1] in IGNORE_FILES:
             return True
         reason, forced = self.file(parts[-1], rel, scope)

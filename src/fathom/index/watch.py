@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -159,7 +160,13 @@ class ProjectSync:
             return False
         if Path(path).name in IGNORE_FILES:
             self.selection.forget()  # the rules changed: read them again
-        return self.selection.admits(rel)
+        if os.path.isdir(path):
+            return self.selection.admits(rel, is_dir=True)
+        if os.path.lexists(path):
+            return self.selection.admits(rel)
+        # Gone: a deleted file or folder (a folder's rename reports only the folder). Either
+        # reading must admit it; a path missed here is still caught by the next sync's diff.
+        return self.selection.admits(rel) and self.selection.admits(rel, is_dir=True)
 
     def note(self, paths: set[str]) -> None:
         """A batch of changed paths: remembered until a sync has taken them."""

@@ -295,8 +295,8 @@ class ProgressReporter:
         if p is None or self.ctx is None:
             return
         total = p.chunks_total or None
-        if p.phase == "embedding":
-            message = (f"embedding: {p.chunks_done} of {p.chunks_total} chunks, "
+        if p.chunks_total:
+            message = (f"{p.phase}: {p.chunks_done} of {p.chunks_total} chunks embedded, "
                        f"{p.rate:.1f} chunks/s"
                        + (f", {p.chunks_carried} reused by content" if p.chunks_carried else ""))
         else:
