@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import httpx
-import pytest
 from typer.testing import CliRunner
 
 from fathom.cli import app

@@ -19,6 +19,7 @@ from fathom.index.chunking import chunk_file
 from fathom.inference.provider import Provider
 from fathom.roles import Role
 from fathom.service import Fathom
+from tests.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -330,5 +331,3 @@ async def test_two_servers_on_one_database_sync_a_project_one_at_a_time(tmp_path
         for fathom, _ in servers:
             await fathom.aclose()
 
-
-from tests.pg_fixtures import pg_server, pg_url  # noqa: E402, F401
