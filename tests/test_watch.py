@@ -178,6 +178,44 @@ async def test_a_git_checkout_is_one_job_that_embeds_only_what_differs(tmp_path,
         await fathom.aclose()
 
 
+async def test_a_burst_with_pauses_shorter_than_the_quiet_period_is_one_job(tmp_path, local_encoder):  # noqa: F811
+    """Writes 0.15 s apart arrive as separate event batches (the watcher closes a batch after
+    50 ms without events); the quiet period (1 s here) gathers them into one job."""
+    root = write_project(tmp_path / "shop")
+    fathom = Fathom(Settings(data_dir=tmp_path / "data", watch=True), encoder=local_encoder)
+    try:
+        await fathom.index(root, "shop")
+        await fathom.start_watching(**(OPTIONS | {"quiet_s": 1.0}))
+        await settled(fathom)
+        before = len(syncs(fathom))
+        batches = fathom.watcher.syncs["shop"].events
+        for i in range(6):
+            (root / f"step_{i}.py").write_text(f"def step_{i}(x):\n    return x + {i}\n")
+            await asyncio.sleep(0.15)
+        await wait_for(lambda: len(syncs(fathom)) > before, what="a sync")
+        await settled(fathom)
+        assert fathom.watcher.syncs["shop"].events - batches >= 2  # several event batches...
+        jobs = syncs(fathom)[before:]
+        assert len(jobs) == 1 and jobs[0].report.embedded == 6  # ...one job
+    finally:
+        await fathom.aclose()
+
+
+async def test_a_project_turned_off_elsewhere_stops_and_can_be_turned_on_again(watched):
+    fathom, root = watched
+    # Another process (the CLI on this data dir) turns the project's live sync off.
+    fathom.records.update("shop", watch=False)
+    (root / "one.py").write_text("def first_after_off():\n    return 1\n")
+    await wait_for(lambda: fathom.watch_state("shop")["state"] == "off", what="the watch off")
+    await asyncio.sleep(1.0)
+    assert "one.py" not in paths_indexed(fathom)
+    state = await fathom.set_watch("shop", True)  # on again, here: a catch-up sync first
+    assert state["enabled"]
+    await wait_for(lambda: "one.py" in paths_indexed(fathom), what="the catch-up sync")
+    (root / "two.py").write_text("def second_after_on():\n    return 2\n")
+    await wait_for(lambda: "two.py" in paths_indexed(fathom), what="a sync after turning it on")
+
+
 async def test_ignored_and_skipped_paths_start_no_sync(watched):
     fathom, root = watched
     (root / ".gitignore").write_text("*.log\nbuild-out/\n")

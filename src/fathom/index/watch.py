@@ -204,6 +204,7 @@ class ProjectSync:
             record = await asyncio.to_thread(self.fathom.records.get, self.project)
             if (record or {}).get("watch", True) is False and not self.forced:
                 self.state = "off"  # turned off by another process since this one started
+                self._stop.set()  # and the watcher with it
                 return
             await self._sync(taken)
 
@@ -303,7 +304,8 @@ class Watcher:
             return
         root = Path(root).resolve()
         current = self.syncs.get(project)
-        if current is not None and current.root == root and current.state != "stopped":
+        if current is not None and current.root == root and current.state not in ("stopped",
+                                                                                   "off"):
             return
         if current is not None:
             asyncio.get_running_loop().create_task(current.stop())
