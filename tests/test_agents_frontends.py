@@ -27,6 +27,12 @@ async def test_mcp_ask_and_explore(indexed_shop, emulator):  # noqa: F811
         {"content": "PBKDF2 in auth/password.py:10."},
     ])
     async with Client(build_mcp_server(indexed_shop.fathom, router=router)) as client:
+        # A route serves both roles here: both tools are listed, every parameter described.
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        for name in ("ask", "explore"):
+            assert listed[name].title and listed[name].annotations.read_only_hint
+            props = listed[name].input_schema["properties"]
+            assert props and all(p.get("description") for p in props.values()), name
         asked = await client.call_tool("ask", {"question": "how are passwords hashed?",
                                                "project": "shop"})
         assert not asked.is_error
@@ -47,14 +53,17 @@ async def test_mcp_ask_and_explore(indexed_shop, emulator):  # noqa: F811
     assert budget.state().granted_total == 4
 
 
-async def test_standalone_mcp_lists_no_agent_tool_without_a_local_llm(indexed_shop, emulator):  # noqa: F811
-    # The standalone router (no server, no FATHOM_LOCAL_CHAT_URL): nothing may serve ask or
-    # explore, so neither is listed; the other tools are.
-    async with Client(build_mcp_server(indexed_shop.fathom)) as client:
+async def test_mcp_explore_default_route_is_local_only(indexed_shop, emulator):  # noqa: F811
+    async with Client(build_mcp_server(indexed_shop.fathom)) as client:  # the standalone router
+        # No route can serve either role on this machine: neither tool is listed...
         names = {t.name for t in (await client.list_tools()).tools}
-        assert "search_code" in names and not {"ask", "explore"} & names
+        assert not names & {"ask", "explore"} and "search_code" in names
+        # ...and one called anyway says why, and what to configure here.
         result = await client.call_tool("explore", {"question": "x", "project": "shop"})
         assert result.is_error
+        assert "local-only" in result.content[0].text
+        assert "never calls the cloud whatever its policy" in result.content[0].text
+        assert "FATHOM_LOCAL_CHAT_URL" in result.content[0].text
     assert emulator.control.counters()["requests"] == {}
 
 

@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     resume_jobs: bool = True
     # The server-wide limit on a request body (routes have tighter ones): `server.guard`.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3)
+    # Live sync: `fathom mcp`, `serve` and `server` watch the folders of the projects they
+    # serve (FATHOM_WATCH=0 or --no-watch turns it off; each project also has its own setting).
+    watch: bool = True
 
     @property
     def lance_dir(self) -> Path:

@@ -33,6 +33,7 @@ import numpy as np
 
 from fathom.errors import ConfigError, FathomError, StoreError
 from fathom.index import search as search_mod
+from fathom.index.filters import SearchFilter
 from fathom.index.store import UnknownProject
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.router import Router
@@ -169,8 +170,9 @@ def _names(fathom: Fathom, project: str | None, table: str) -> list[str]:
 
 
 async def candidates(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
-                     depth: int = 40) -> list[Candidate]:
-    """The hybrid search's best `depth` chunks over one project (or all), with full texts."""
+                     depth: int = 40, *, where: SearchFilter | None = None) -> list[Candidate]:
+    """The hybrid search's best `depth` chunks over one project (or all), with full texts;
+    `where` filters inside the store, before each top `depth` is cut."""
     from fathom.service import SearchHit, check_k, check_table
 
     check_table(table)
@@ -181,7 +183,8 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
     encoder = fathom.encoder_for(table)
     found: list[tuple[str, Any]] = []
     for name in names:
-        hits = await search_mod.search(fathom.store, encoder, name, query, table=table, k=depth)
+        hits = await search_mod.search(fathom.store, encoder, name, query, table=table, k=depth,
+                                       where=where)
         found.extend((name, h) for h in hits)
     found.sort(key=lambda nh: -nh[1].score)  # RRF scores share one scale (ranks) across projects
     found = found[:depth]
@@ -198,13 +201,13 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
 
 async def search(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
                  k: int = 10, *, reranker: Router | Provider | None = None,
-                 depth: int | None = None) -> SearchResults:
+                 depth: int | None = None, where: SearchFilter | None = None) -> SearchResults:
     """Hybrid search, then the reranker stage: the best `k` of `depth` candidates."""
     from fathom.service import check_k
 
     check_k(k)
     depth = min(MAX_DEPTH, max(depth or 3 * k, k, 20))
-    cands = await candidates(fathom, query, project, table, depth)
+    cands = await candidates(fathom, query, project, table, depth, where=where)
     return await RerankStage(reranker).apply(query, cands, k, project=project)
 
 

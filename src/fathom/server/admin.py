@@ -9,6 +9,8 @@ This module owns the `/admin` routers and their token checks:
 - gate: verdicts with their evidence, verify a provider now, audit a project, re-embed;
 - budget: the cloud budget's state, and the manual override (1-256, or none);
 - jobs: start an index job, its live progress, pause, resume, cancel;
+- projects: what is indexed, each project's status and live sync (watch) state, turning its
+  sync on or off, and dropping a project with everything of it;
 - an overview (all of the above at once) for the dashboard's polling.
 
 Every endpoint needs the admin token (`Authorization: Bearer ...`); tokens are kept only as
@@ -38,7 +40,7 @@ import logging
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -234,6 +236,12 @@ class JobStart(BaseModel):
     path: str = Field(min_length=1, max_length=4096, description="absolute path of the project folder, on the server")
     project: str = Field(min_length=1, max_length=200)
     full: bool = Field(default=False, description="rebuild in a shadow table instead of an incremental run")
+
+
+class WatchChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(description="whether the project's index follows its files (live sync)")
 
 
 ROUTE_FIELDS = ("policy", "model", "upstream", "width", "fallback")
@@ -1110,6 +1118,45 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         job = await parts.need("jobs").act(job_id, action)
         log.info("index job %s: %s by the operator", job_id, action)
         return job_view(job)
+
+    # -- projects ----------------------------------------------------------------------
+
+    @router.get("/projects", tags=["projects"])
+    async def list_projects() -> dict[str, Any]:
+        """Every indexed project: rows per table, last indexed, its root folder and its live
+        sync (watch) state."""
+        service = parts.need("service")
+
+        def load() -> list[dict[str, Any]]:
+            return [{"name": p.name, "root": p.root, "tables": p.tables,
+                     "last_indexed": p.last_indexed, "indexing": p.indexing,
+                     "watch": service.watch_state(p.name)} for p in service.projects()]
+
+        return {"projects": await asyncio.to_thread(load)}
+
+    @router.get("/projects/{project}", tags=["projects"])
+    async def project_status(project: str) -> dict[str, Any]:
+        """One project's index status: tables, provenance, last run, jobs, watch state."""
+        service = parts.need("service")
+        await _require_project(service, project)
+        return asdict(await asyncio.to_thread(service.index_status, project))
+
+    @router.delete("/projects/{project}", tags=["projects"])
+    async def drop_project(project: str) -> dict[str, Any]:
+        """Remove a project and everything of it (both tables, its record, its jobs, its live
+        sync); its folder is not touched. A running job of it is cancelled first."""
+        service = parts.need("service")
+        await _require_project(service, project)
+        result = await service.drop(project)
+        log.info("project %s dropped by the operator", project)
+        return result
+
+    @router.put("/projects/{project}/watch", tags=["projects"])
+    async def set_watch(project: str, body: WatchChange) -> dict[str, Any]:
+        """Turn the project's live sync on or off (remembered across restarts)."""
+        service = parts.need("service")
+        await _require_project(service, project)
+        return {"project": project, "watch": await service.set_watch(project, body.enabled)}
 
     # -- overview ----------------------------------------------------------------------
 

@@ -7,7 +7,9 @@ at `/mcp` (streamable HTTP, admin token) and the dashboard. Each part works with
 construct them directly, and any of them can be injected here); this is only where they meet,
 in the spirit of Starlette: explicit objects, no magic. `app.state` holds every part by name
 (`settings`, `routing`, `registry`, `hub`, `gate`, `budget`, `service`, `router`, `metrics`,
-`jobs`, `admin_auth`, `scrape_auth`, `operator`, `mcp`).
+`jobs`, `admin_auth`, `scrape_auth`, `operator`, `mcp`). Unless `settings.watch` is off
+(`--no-watch`, FATHOM_WATCH=0), the lifespan starts the service's live sync, so the indexes of
+the projects the server holds follow their folders.
 
 Auth: every route needs the admin bearer token except `GET /health` (and its older spelling
 `/healthz`), the dashboard's static page and assets (they carry no data: the page asks for the
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -44,6 +47,8 @@ from fathom.server.admin import (
 )
 from fathom.server.guard import Access, BodyLimits, RequestGuard
 from fathom.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 
 def create_app(
@@ -137,6 +142,13 @@ def create_app(
         stop = asyncio.Event()
         rechecks = gate.start_rechecks(stop=stop)  # periodic re-probes against the golden vectors
         await jobs.restore()  # jobs a crash or a stop interrupted: listed, and resumed where they may be
+        if settings.watch:
+            # Live sync: the indexes of the projects this server holds follow their folders.
+            # Failures only delay a project's sync (retried); they never stop the server.
+            try:
+                await service.start_watching()
+            except Exception:  # noqa: BLE001
+                log.exception("live sync could not start; indexes change only when re-indexed")
         try:
             async with mcp_endpoint.running():
                 yield

@@ -244,6 +244,31 @@ function renderSectionError(box, error) {
   if (error) showResult(box, false, error.message, error.problems.filter((p) => p !== error.message));
 }
 
+function renderProjects(projects) {
+  const tbody = $("projects").tBodies[0];
+  tbody.replaceChildren();
+  if (projects.length === 0) {
+    tbody.append(el("tr", {}, el("td", { colspan: "7", class: "muted", text: "no project is indexed yet" })));
+  }
+  for (const p of projects) {
+    const w = p.watch;
+    const sync = w.enabled ? w.state + (w.last_sync ? ", last " + w.last_sync : "") : "off";
+    const actions = el("td");
+    actions.append(el("button", { type: "button", text: w.enabled ? "Stop sync" : "Sync",
+      onclick: () => setWatch(p.name, !w.enabled) }));
+    actions.append(el("button", { type: "button", class: "danger", text: "Drop",
+      onclick: () => dropProject(p.name) }));
+    tbody.append(el("tr", { "data-project": p.name },
+      el("th", { text: p.name + (p.indexing ? " (indexing)" : "") }),
+      el("td", { class: "num", text: String(p.tables.code || 0) }),
+      el("td", { class: "num", text: String(p.tables.docs || 0) }),
+      el("td", { text: p.last_indexed || "—" }),
+      el("td", { class: "watch " + (w.last_error ? "bad" : ""), title: w.last_error || w.detail || "", text: sync }),
+      el("td", { class: "mono", text: p.root || "—" }),
+      actions));
+  }
+}
+
 function render(o) {
   renderProblems(o.problems);
   renderSectionError($("roles-error"), o.policies.error);
@@ -269,6 +294,8 @@ async function refresh() {
     }
     overview = r.data;
     render(overview);
+    const projects = await api("GET", "/admin/projects");
+    if (projects.ok) renderProjects(projects.data.projects);
     $("status").textContent = "connected, fathom " + overview.version + ", updated " + new Date().toLocaleTimeString();
     $("status").className = "status good";
   } catch (e) {
@@ -354,6 +381,24 @@ async function jobAction(id, action) {
   const r = await api("POST", "/admin/jobs/" + encodeURIComponent(id) + "/" + action);
   const box = $("job-result");
   if (!r.ok) { const p = problemsOf(r.data); showResult(box, false, p.message, p.problems); }
+  await refresh();
+}
+
+async function dropProject(name) {
+  // Destructive: the operator confirms, naming the project.
+  if (!confirm("Remove project " + name + " and all of its index? Its folder is not touched.")) return;
+  const r = await api("DELETE", "/admin/projects/" + encodeURIComponent(name));
+  const box = $("project-result");
+  if (r.ok) showResult(box, true, "Dropped " + name + ".", []);
+  else { const p = problemsOf(r.data); showResult(box, false, "Refused: " + p.message, p.problems); }
+  await refresh();
+}
+
+async function setWatch(name, enabled) {
+  const r = await api("PUT", "/admin/projects/" + encodeURIComponent(name) + "/watch", { enabled });
+  const box = $("project-result");
+  if (r.ok) showResult(box, true, "Live sync of " + name + (enabled ? " on." : " off."), []);
+  else { const p = problemsOf(r.data); showResult(box, false, "Refused: " + p.message, p.problems); }
   await refresh();
 }
 
