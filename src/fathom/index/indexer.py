@@ -194,6 +194,10 @@ def discover(root: Path) -> Discovered:
     return Discovered(files, unique, dict(walked.skipped))
 
 
+def embedding_text(chunk: Chunk) -> str:
+    return chunk.text
+
+
 def space_for(encoder: Provider, table: str) -> Space:
     """A table's vector space as defined by its reference encoder."""
     info = encoder.info
@@ -367,7 +371,7 @@ class Indexer:
         # Similar lengths in one batch waste less padding (what SentenceTransformer.encode
         # does internally within one call, done here across the whole run).
         todo = sorted(plan.todo, key=lambda c: len(c.text))
-        texts = [c.text for c in todo]
+        texts = [embedding_text(c) for c in todo]
         pending: asyncio.Task[None] | None = None
 
         async def sink(indices: list[int], vectors: np.ndarray, provider: Provider) -> None:

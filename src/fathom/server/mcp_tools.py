@@ -18,7 +18,7 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -27,6 +27,9 @@ from pydantic import BaseModel, Field
 from fathom import __version__
 from fathom.errors import ConfigError, FathomError
 from fathom.service import Fathom, SearchHit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fathom.index.rerank import RankedHit
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +52,28 @@ class Result(BaseModel):
     language: str
     score: float
     snippet: str
+    vector_rank: int | None = Field(None, description="place (1 = best) in the vector search "
+                                    "by meaning; null: not among its candidates")
+    keyword_rank: int | None = Field(None, description="place (1 = best) in the keyword "
+                                     "(full-text) search; null: not among its candidates")
+    vector_score: float | None = Field(None, description="cosine similarity to the query")
+    keyword_score: float | None = Field(None, description="full-text relevance (BM25-like; "
+                                        "its scale depends on the store)")
+    match: str | None = Field(None, description="'symbol', 'path' or 'symbol+path' when the "
+                              "query named this definition or file (ranked first for it)")
+    rerank_score: float | None = Field(None, description="the reranker's score when the "
+                                       "results were reranked (then also `score`)")
+    retrieval_rank: int | None = Field(None, description="place (1 = best) before reranking")
 
     @classmethod
-    def of(cls, hit: SearchHit) -> Result:
+    def of(cls, hit: SearchHit | RankedHit) -> Result:
         return cls(project=hit.project, path=hit.path, start_line=hit.start_line,
                    end_line=hit.end_line, symbol=hit.symbol, language=hit.language,
-                   score=hit.score, snippet=hit.snippet)
+                   score=hit.score, snippet=hit.snippet, vector_rank=hit.vector_rank,
+                   keyword_rank=hit.text_rank, vector_score=hit.vector_score,
+                   keyword_score=hit.text_score, match=hit.match,
+                   rerank_score=getattr(hit, "rerank_score", None),
+                   retrieval_rank=getattr(hit, "retrieval_rank", None))
 
 
 class SearchResults(BaseModel):
@@ -64,6 +83,7 @@ class SearchResults(BaseModel):
     reranked: bool | None = Field(None, description="whether the reranker role rescored the "
                                   "results (false: retrieval order, see reason)")
     reason: str | None = Field(None, description="why the results were not reranked")
+    reranker: str | None = Field(None, description="the provider that reranked them")
 
 
 class ProjectEntry(BaseModel):
@@ -143,7 +163,8 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
         found = await rerank.search(fathom, query, project, table, k,
                                     reranker=router if router is not None else getattr(fathom, "router", None))
         return SearchResults(query=query, table=table, results=[Result.of(h) for h in found.hits],
-                             reranked=found.reranked, reason=found.reason)
+                             reranked=found.reranked, reason=found.reason,
+                             reranker=found.reranker)
 
     @server.tool(description="Search indexed source code by meaning and keywords. Returns "
                              "file paths with line ranges, the symbol and a snippet.")
