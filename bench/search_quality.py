@@ -1,36 +1,40 @@
 """Search quality on real code and real queries: vector-only, keyword-only and Fathom's search
 as shipped, side by side in one run.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/search_quality.py            # ~5-8 min on 2 cores
-    .venv/bin/python bench/search_quality.py --quick                      # 600 functions, ~2 min
-    .venv/bin/python bench/search_quality.py --fusions                    # + fusion alternatives
-    .venv/bin/python bench/search_quality.py --headers                    # + chunks embedded with/without a header
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/search_quality.py            # ~6-9 min on 2 cores
+    .venv/bin/python bench/search_quality.py --quick                      # ~2-3 min
+    .venv/bin/python bench/search_quality.py --fusions                    # + the fusion rules considered
+    .venv/bin/python bench/search_quality.py --headers                    # + chunks embedded with a header
 
-Two query sets, each over its own indexed project:
+Three query sets over two indexed projects:
 
-* **docstring** (CodeSearchNet's method): every function or method with a docstring in a few
-  installed libraries (no tests, no dunder methods, at least 3 lines of code, a first sentence
-  of at least 3 words, no duplicate query or body). The query is the docstring's first
-  sentence; the target is the function with its docstring removed, written into a corpus of
-  files that mirrors the library's modules (one file per module, functions one after another,
-  methods dedented to the top level as CodeSearchNet stores them). Every other function of the
-  corpus is a distractor.
-* **identifier**: hand-written identifier-style queries (`bench/identifier_queries.py`) over
-  the real sources of httpx and click as installed, each aimed at one definition.
+* **docstring** (CodeSearchNet's method): every function or method with a docstring in a dozen
+  installed libraries (no tests, no dunder methods, at least 2 lines of code after the
+  docstring, a first sentence of at least 3 words, no duplicate query or body), over 2,000 of
+  them. The query is the docstring's first sentence; the target is the function with its
+  docstring removed, written into a corpus of files that mirrors each library's modules (one
+  file per module, functions one after another, methods dedented to the top level as
+  CodeSearchNet stores them). Every function of the corpus stays in the index as a
+  distractor; `--queries` of them are asked (default 1000, evenly spread).
+* **natural**: hand-written web-search-style questions (CoSQA's kind: the asker's words, no
+  identifier) over the same corpus (`bench/quality_queries.py`). Here the keyword half is
+  weak and the vector half strong: the case where equal-weight rank fusion lost to the vector
+  half alone.
+* **identifier**: hand-written identifier-style queries (`bench/quality_queries.py`) over the
+  real sources of httpx and click as installed, each aimed at one definition.
 
-A query is answered by `Fathom.index`-built projects (MiniLM, the LanceDB store by default) in
-three ways: the store's vector top-10 (the query encoded by the same MiniLM), the store's
-keyword top-10 (full-text BM25), and `search_code` over an in-process MCP session (what an
-agent gets: hybrid retrieval, fusion, then the reranker stage, which finds no reranker here
-and keeps retrieval order). A hit is the target when it is in the target's file and its line
-range holds the target's `def`/`class` line. Printed per set and ranking: MRR@10, hit@1,
-hit@5, and per-query latency (p50/p95; the vector column's latency includes query encoding).
+Each query is answered three ways, one at a time: the store's vector top-10 (the query encoded
+by the same MiniLM; its latency includes that encoding), the store's keyword top-10
+(full-text), and `search_code` over an in-process MCP session (what an agent gets: hybrid
+retrieval, fusion, then the reranker stage, which finds no reranker here and keeps retrieval
+order). A hit is the target when it is in the target's file and its line range holds the
+target's `def`/`class` line. Printed per set: MRR@10, hit@1, hit@5 and latency p50/p95.
 
 `--fusions` also prints the fusion rules considered, computed from the same depth-40 vector and
-keyword lists the shipped search fuses (so the comparison is exact, not re-run).
-`--headers` indexes the docstring corpus a second time with the other choice of what is
-embedded (a short path/symbol/signature header before each chunk, or the raw chunk) and
-prints both.
+keyword lists the shipped search fuses (an exact comparison, not a re-run). `--headers`
+indexes both corpora a second time with a path/symbol/signature header above each chunk's
+text (by swapping `fathom.index.indexer.embedding_text` in this process) and measures them the
+same way. `--store postgresql://…` runs on PostgreSQL + pgvector.
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ import argparse
 import ast
 import asyncio
 import importlib
+import importlib.util
 import os
 import re
 import shutil
-import statistics
 import sys
 import tempfile
 import textwrap
@@ -61,18 +65,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import numpy as np  # noqa: E402
-
 from bench._common import machine, percentile, table  # noqa: E402
 from bench.quality_queries import IDENTIFIER, NATURAL  # noqa: E402
 from fathom.config import Settings  # noqa: E402
-from fathom.index import search as search_mod  # noqa: E402
+from fathom.index import fusion  # noqa: E402
+from fathom.index import indexer as indexer_mod  # noqa: E402
+from fathom.index.chunk import Chunk  # noqa: E402
+from fathom.index.chunking import chunk_file  # noqa: E402
 from fathom.index.store import Hit  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 
 DOCSTRING_LIBS = ("rich", "werkzeug", "jinja2", "requests", "websockets", "packaging",
-                  "psycopg", "urllib3", "anyio", "attr", "markdown_it", "pygments")
+                  "psycopg", "urllib3", "anyio", "attr", "markdown_it", "pygments", "tqdm")
 IDENTIFIER_LIBS = ("httpx", "click")
 K = 10
 DEPTH = 40  # what the hybrid search asks of each half (search_mod.hybrid_search's default)
@@ -264,43 +269,6 @@ class Lists:
     text: list[Hit]
 
 
-async def evaluate(fathom: Fathom, encoder: LocalEncoder, project: str, queries: list[Query],
-                   *, keep_lists: bool) -> tuple[dict[str, Tally], list[Lists]]:
-    from mcp import Client
-
-    from fathom.server.mcp_tools import build_mcp_server
-
-    store = fathom.store
-    tallies = {name: Tally([], []) for name in ("vector", "keyword", "shipped")}
-    lists: list[Lists] = []
-    encoder.encode_sync(["warm up"])
-    store.vector_search(project, "code", encoder.encode_sync(["warm up"])[0], K)  # load the matrix
-    async with Client(build_mcp_server(fathom)) as client:
-        await client.call_tool("search_code", {"query": "warm up", "project": project, "k": K})
-        for q in queries:
-            def vector_only() -> list[Hit]:
-                vec = encoder.encode_sync([q.text])[0]
-                return store.vector_search(project, "code", vec, DEPTH if keep_lists else K)
-
-            vhits, vms = timed(vector_only)
-            thits, tms = timed(lambda: store.text_search(project, "code", q.text,
-                                                         DEPTH if keep_lists else K))
-            t0 = time.perf_counter()
-            res = await client.call_tool("search_code", {"query": q.text, "project": project,
-                                                         "k": K})
-            sms = (time.perf_counter() - t0) * 1000
-            if res.is_error:
-                raise RuntimeError(f"search_code failed for {q.text!r}: {res.content}")
-            shits = [_Shown(**r) for r in res.structured_content["results"]]
-            for name, hits, ms in (("vector", vhits, vms), ("keyword", thits, tms),
-                                   ("shipped", shits, sms)):
-                tallies[name].ranks.append(rank_of(hits, q.target))
-                tallies[name].ms.append(ms)
-            if keep_lists:
-                lists.append(Lists(vhits, thits))
-    return tallies, lists
-
-
 @dataclass
 class _Shown:
     """A result as `search_code` returns it (only what scoring reads)."""
@@ -309,16 +277,119 @@ class _Shown:
     start_line: int
     end_line: int
 
-    def __init__(self, path: str, start_line: int, end_line: int, **_: Any):
-        self.path, self.start_line, self.end_line = path, start_line, end_line
+
+async def evaluate(fathom: Fathom, encoder: LocalEncoder, project: str, queries: list[Query],
+                   *, keep_lists: bool) -> tuple[dict[str, Tally], list[Lists]]:
+    """Each query three ways, one query at a time: vector only, keyword only, and
+    `search_code` over an in-process MCP session (the shipped path)."""
+    from mcp import Client
+
+    from fathom.server.mcp_tools import build_mcp_server
+
+    store = fathom.store
+    tallies = {name: Tally([], []) for name in ("vector", "keyword", "shipped")}
+    lists: list[Lists] = []
+    depth = DEPTH if keep_lists else K
+    store.vector_search(project, "code", encoder.encode_sync(["warm up"])[0], K)  # load the matrix
+    async with Client(build_mcp_server(fathom)) as client:
+        await client.call_tool("search_code", {"query": "warm up", "project": project, "k": K})
+        for q in queries:
+            vhits, vms = timed(lambda: store.vector_search(
+                project, "code", encoder.encode_sync([q.text])[0], depth))
+            thits, tms = timed(lambda: store.text_search(project, "code", q.text, depth))
+            t0 = time.perf_counter()
+            res = await client.call_tool("search_code", {"query": q.text, "project": project,
+                                                         "k": K})
+            sms = (time.perf_counter() - t0) * 1000
+            if res.is_error:
+                raise RuntimeError(f"search_code failed for {q.text!r}: {res.content}")
+            shown = [_Shown(r["path"], r["start_line"], r["end_line"])
+                     for r in res.structured_content["results"]]
+            for name, hits, ms in (("vector", vhits, vms), ("keyword", thits, tms),
+                                   ("shipped", shown, sms)):
+                tallies[name].ranks.append(rank_of(hits, q.target))
+                tallies[name].ms.append(ms)
+            if keep_lists:
+                lists.append(Lists(vhits, thits))
+    return tallies, lists
+
+
+def _weighted_rrf(vector: Sequence[Hit], text: Sequence[Hit], query: str) -> list[Hit]:
+    w = fusion.query_shape(query).keyword_weight
+    score: dict[str, float] = {}
+    first: dict[str, Hit] = {}
+    for weight, ranking in ((1 - w, vector), (w, text)):
+        for rank, h in enumerate(ranking, start=1):
+            score[h.chunk_id] = score.get(h.chunk_id, 0.0) + weight / (fusion.RRF_K + rank)
+            first.setdefault(h.chunk_id, h)
+    return sorted(first.values(), key=lambda h: -score[h.chunk_id])
+
+
+def _convex(weight: float) -> Callable[[Sequence[Hit], Sequence[Hit], str], list[Hit]]:
+    def rule(vector: Sequence[Hit], text: Sequence[Hit], query: str) -> list[Hit]:
+        shape = fusion.query_shape(query)
+        flat = fusion.QueryShape(shape.tokens, 0)  # no names, no paths: no boosts
+        return _with_weight(weight, lambda: fusion.fuse(vector, text, query, shape=flat))
+    return rule
+
+
+def _with_weight(weight: float, call: Callable[[], list[Hit]]) -> list[Hit]:
+    saved = fusion.NATURAL_WEIGHT
+    fusion.NATURAL_WEIGHT = weight
+    try:
+        return call()
+    finally:
+        fusion.NATURAL_WEIGHT = saved
+
+
+def _no_boosts(vector: Sequence[Hit], text: Sequence[Hit], query: str) -> list[Hit]:
+    shape = fusion.query_shape(query)
+    bare = fusion.QueryShape(shape.tokens, shape.code_tokens, frozenset(), shape.words, ())
+    return fusion.fuse(vector, text, query, shape=bare)
+
+
+# The rules considered, computed on the same depth-40 lists the shipped search fuses.
+FUSION_RULES: dict[str, Callable[[Sequence[Hit], Sequence[Hit], str], list[Hit]]] = {
+    "RRF, equal weights (k=60; the previous rule)": lambda v, t, q: fusion.rrf_fuse([v, t]),
+    "RRF weighted by query shape": _weighted_rrf,
+    "convex, keyword weight 0.2 for every query": _convex(0.2),
+    "convex, keyword weight 0.4 for every query": _convex(0.4),
+    "convex by query shape, no name/path boosts": _no_boosts,
+    "convex by query shape + boosts (shipped)": lambda v, t, q: fusion.fuse(v, t, q),
+}
 
 
 def fusion_rows(queries: list[Query], lists: list[Lists]) -> list[list[str]]:
     rows = []
-    for name, fuse in search_mod.FUSION_CANDIDATES.items():
-        ranks = [rank_of(fuse(l.vector, l.text, q.text), q.target) for q, l in zip(queries, lists)]
+    for name, rule in FUSION_RULES.items():
+        ranks = [rank_of(rule(lst.vector, lst.text, q.text), q.target)
+                 for q, lst in zip(queries, lists, strict=True)]
         rows.append(Tally(ranks, []).row(name)[:4])
     return rows
+
+
+def with_header(chunk: Chunk) -> str:
+    """The alternative `--headers` measures: a line naming the chunk's path and symbol, and
+    for a later window of a long definition its signature, above the chunk's text."""
+    head = f"{chunk.path} {chunk.symbol}" if chunk.symbol else chunk.path
+    signature = _SIGNATURES.get((chunk.path, chunk.symbol))
+    if signature and not chunk.text.lstrip().startswith(signature.strip()):
+        head += "\n" + signature
+    return f"{head}\n{chunk.text}"
+
+
+_SIGNATURES: dict[tuple[str, str | None], str] = {}
+
+
+def _collect_signatures(root: Path) -> None:
+    """The first line of each definition's first window, for `with_header`."""
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        chunks = sorted(chunk_file(rel, path.read_text("utf-8")), key=lambda c: c.start_line)
+        for c in chunks:
+            if c.table == "code" and c.symbol and (c.path, c.symbol) not in _SIGNATURES:
+                _SIGNATURES[(c.path, c.symbol)] = next(
+                    (line for line in c.text.splitlines() if line.strip()), "")
 
 
 async def index(fathom: Fathom, root: Path, project: str) -> tuple[int, float]:
@@ -327,57 +398,92 @@ async def index(fathom: Fathom, root: Path, project: str) -> tuple[int, float]:
     return report.chunks, time.perf_counter() - t0
 
 
+def report(name: str, queries: list[Query], chunks: int, tallies: dict[str, Tally]) -> float:
+    libs = sorted({q.library for q in queries})
+    print(f"\n## {name}: {len(queries)} queries over {chunks} code chunks ({', '.join(libs)})")
+    print(table(["ranking", "MRR@10", "hit@1", "hit@5", "latency p50 / p95 ms"],
+                [tallies[n].row(label) for n, label in (
+                    ("vector", "vector only (MiniLM cosine; query encoding included)"),
+                    ("keyword", "keyword only (full-text)"),
+                    ("shipped", "Fathom search_code over MCP (as shipped)"))]))
+    best = max(tallies["vector"].mrr, tallies["keyword"].mrr)
+    gain = tallies["shipped"].mrr - best
+    print(f"shipped - better half: {gain:+.3f} MRR@10")
+    return gain
+
+
+async def run_sets(fathom: Fathom, encoder: LocalEncoder, work: Path,
+                   sets: list[tuple[str, str, list[Query]]], *, fusions: bool,
+                   suffix: str = "") -> None:
+    chunks: dict[str, int] = {}
+    for project in dict.fromkeys(p for _, p, _ in sets):
+        n, secs = await index(fathom, work / project, project + suffix)
+        chunks[project] = n
+        print(f"indexed {project}{suffix}: {n} chunks in {secs:.0f} s")
+    for name, project, queries in sets:
+        code_chunks = fathom.store.table_info(project + suffix, "code").rows
+        tallies, lists = await evaluate(fathom, encoder, project + suffix, queries,
+                                        keep_lists=fusions)
+        report(name + suffix, queries, code_chunks, tallies)
+        if fusions:
+            print(table(["fusion rule (same depth-40 lists)", "MRR@10", "hit@1", "hit@5"],
+                        fusion_rows(queries, lists)))
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--libs", default=",".join(DOCSTRING_LIBS),
                     help="installed packages the docstring corpus is drawn from")
     ap.add_argument("--limit", type=int, default=None,
                     help="at most this many functions in the docstring corpus (default: all)")
-    ap.add_argument("--quick", action="store_true", help="--limit 600")
+    ap.add_argument("--queries", type=int, default=1000,
+                    help="docstring queries asked, evenly spread over the corpus (default 1000; "
+                         "every function stays in the corpus as a distractor)")
+    ap.add_argument("--quick", action="store_true", help="--limit 600 --queries 300")
     ap.add_argument("--fusions", action="store_true",
                     help="also print the fusion rules considered, on the same lists")
     ap.add_argument("--headers", action="store_true",
-                    help="also index the docstring corpus with the other embedding text")
+                    help="also index both corpora with a path/symbol/signature header "
+                         "before each chunk's text, and measure them the same way")
     ap.add_argument("--store", default=None,
                     help="postgresql://… to run on PostgreSQL + pgvector (default: LanceDB)")
     args = ap.parse_args()
     limit = 600 if args.quick and args.limit is None else args.limit
+    asked = 300 if args.quick else args.queries
     started = time.perf_counter()
     print(machine())
     work = Path(tempfile.mkdtemp(prefix="fathom-quality-"))
     try:
-        docs = docstring_corpus(args.libs.split(","), work / "docstring", limit)
-        idents, missing = identifier_corpus(work / "identifier")
-        if missing:
-            print(f"identifier targets not found in the installed versions (skipped): {missing}")
+        libs = [lib for lib in args.libs.split(",") if importlib.util.find_spec(lib)]
+        if missing_libs := sorted(set(args.libs.split(",")) - set(libs)):
+            print(f"not installed, left out of the docstring corpus: {missing_libs}")
+        docs, natural, missing = docstring_corpus(libs, work / "docstring", limit)
+        idents, missing_ids = identifier_corpus(work / "identifier")
+        if missing or missing_ids:
+            print(f"targets not found in the installed versions (skipped): {missing + missing_ids}")
+        print(f"docstring corpus: {len(docs)} functions from {len(libs)} libraries")
+        step = max(1, len(docs) // asked) if asked else 1
+        sample = docs[::step][:asked]
+        sets = [("docstring", "docstring", sample), ("natural", "docstring", natural),
+                ("identifier", "identifier", idents)]
         settings = Settings(data_dir=work / "data", store_url=args.store)
         encoder = LocalEncoder.from_settings(settings)
         fathom = Fathom(settings, encoder=encoder)
-        for name in ("docstring", "identifier"):
-            if fathom.store.has_project(name):
-                fathom.store.drop_project(name)
-        sets = [("docstring", work / "docstring", docs), ("identifier", work / "identifier", idents)]
-        for name, root, queries in sets:
-            chunks, secs = await index(fathom, root, name)
-            libs = sorted({q.library for q in queries})
-            print(f"\n## {name}: {len(queries)} queries over {chunks} chunks "
-                  f"({', '.join(libs)}); indexed in {secs:.0f} s")
-            tallies, lists = await evaluate(fathom, encoder, name, queries,
-                                            keep_lists=args.fusions)
-            print(table(["ranking", "MRR@10", "hit@1", "hit@5", "latency p50 / p95 ms"],
-                        [tallies[n].row(label) for n, label in (
-                            ("vector", "vector only (MiniLM cosine)"),
-                            ("keyword", "keyword only (full-text)"),
-                            ("shipped", "Fathom search_code (as shipped)"))]))
-            best = max(tallies["vector"].mrr, tallies["keyword"].mrr)
-            print(f"shipped - best half: {tallies['shipped'].mrr - best:+.3f} MRR@10")
-            if args.fusions:
-                print(table(["fusion rule (same lists)", "MRR@10", "hit@1", "hit@5"],
-                            fusion_rows(queries, lists)))
+        projects = ["docstring", "identifier"]
+        projects += [p + "-header" for p in projects] if args.headers else []
+        for project in projects:
+            if fathom.store.has_project(project):
+                fathom.store.drop_project(project)
+        await run_sets(fathom, encoder, work, sets, fusions=args.fusions)
+        if args.headers:
+            for project in ("docstring", "identifier"):
+                _collect_signatures(work / project)
+            indexer_mod.embedding_text = with_header
+            await run_sets(fathom, encoder, work, sets, fusions=False, suffix="-header")
         print(f"\nwall time {time.perf_counter() - started:.0f} s")
         if args.store:
-            for name in ("docstring", "identifier"):
-                fathom.store.drop_project(name)
+            for project in projects:
+                fathom.store.drop_project(project)
         fathom.store.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -51,6 +51,7 @@ CODE_WEIGHT = 0.6
 SYMBOL_BOOST = 1.0  # above any fused score (those lie in [0, 1])
 SYMBOL_PART_BOOST = 0.5  # per further dotted part named: `GZipDecoder.decode` over `GZipDecoder`
 PATH_BOOST = 0.5
+SHORT_QUERY = 6  # tokens: a query this short that names a definition is looking it up
 RRF_K = 60  # Cormack et al.'s constant, for rrf_fuse
 
 _TOKEN = re.compile(r"`[^`]+`|\"[^\"]+\"|'[^'\s]+'|\S+")
@@ -62,8 +63,12 @@ _CAMEL = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2,}[a-z]")
 _HEADER = re.compile(r"^[A-Z][a-z]+(-[A-Z][a-z]*)+$")  # Retry-After, Content-Encoding
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CAMEL_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-_DEFINER = {"def", "class", "function", "func", "fn", "method", "struct", "interface", "type",
-            "enum", "trait"}
+# Keywords that introduce a definition: the next token is a name (`def parse`, `class Timeout`).
+# English words ("function", "method", "type") are left out: "python function to read csv"
+# is a question, not a lookup. A class name must be capitalised ("class of problems" names
+# nothing).
+_DEFINER = {"def", "class", "func", "fn", "struct", "interface", "trait", "enum", "impl"}
+_NAMELIKE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*[:(]?$")
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,13 @@ def keyword_weight(shape: QueryShape) -> float:
 
 
 def name_weight(shape: QueryShape) -> float:
-    return min(1.0, 2 * shape.code_share)
+    """How far the name and path boosts apply: fully for a short query (naming something in
+    a few words is a lookup: "where is build_request defined"); for a long sentence, in
+    proportion to how much of it is code ("works like `parse_expression` but a comma makes
+    a tuple node" is about another function, one the name only relates to)."""
+    if shape.tokens <= SHORT_QUERY:
+        return 1.0
+    return min(1.0, 3 * shape.code_share)
 
 
 def _is_path(token: str) -> bool:
@@ -123,6 +134,12 @@ def _looks_like_code(raw: str, token: str) -> bool:
             or bool(re.search(r"[A-Za-z0-9]\.[A-Za-z_]", token)) or _is_path(token))
 
 
+def _names_after(definer: str, raw: str) -> bool:
+    if not _NAMELIKE.match(raw):
+        return False
+    return raw[0].isupper() if definer == "class" else raw.lower() not in {"self", "cls", "the", "a"}
+
+
 def query_shape(query: str) -> QueryShape:
     """Read the query's shape. A lone token counts as a name: one word typed into a code
     search is almost always a symbol (`confirm`, `echo`)."""
@@ -132,12 +149,14 @@ def query_shape(query: str) -> QueryShape:
     paths: list[str] = []
     code = 0
     after_definer = False
+    previous = ""
     for raw in raws:
         token = raw.strip(_STRIP)
         parts = [p.lower() for p in _NAME.findall(token)]
         words.update(parts)
-        is_code = _looks_like_code(raw, token) or (after_definer and bool(parts))
+        is_code = _looks_like_code(raw, token) or (after_definer and _names_after(previous, raw))
         after_definer = token.lower() in _DEFINER
+        previous = token.lower()
         if not is_code:
             continue
         code += 1

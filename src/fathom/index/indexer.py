@@ -195,6 +195,14 @@ def discover(root: Path) -> Discovered:
 
 
 def embedding_text(chunk: Chunk) -> str:
+    """What is embedded for a chunk: its raw text, nothing prepended.
+
+    A header naming the chunk's path and symbol (and, for a later window of a long
+    definition, its signature) was measured with `bench/search_quality.py --headers`: it
+    helped identifier queries on the vector half alone but cost natural-language questions
+    more than it gave (docs/benchmarks.md), so it is not added. This is the one definition of
+    the embedded text: a row's vector means this text, so changing it changes what every
+    existing index means, and would need every table re-embedded (a full re-index)."""
     return chunk.text
 
 
