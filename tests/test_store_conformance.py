@@ -447,14 +447,21 @@ def test_a_query_naming_a_function_finds_its_definition_first(store, haystack):
     # vector points at them. The fused search puts the definition first, on either backend,
     # and says why.
     chunks, vecs, needle, _ = haystack
-    callers = [Chunk(f"pkg/use_{i}.py", "python", "code", 1, 6, f"use_{i}",
-                     f"def use_{i}(reg):\n    reg.frobnicate_registry(1)\n"
-                     f"    reg.frobnicate_registry(2)\n    return reg.frobnicate_registry(3)\n")
+    callers = [Chunk(f"pkg/registry_use_{i}.py", "python", "code", 1, 6,
+                     f"RegistryUse.frobnicate_registry_twice_{i}",
+                     f"def frobnicate_registry_twice_{i}(registry):\n"
+                     f"    registry.frobnicate_registry(1)\n"
+                     f"    registry.frobnicate_registry(2)\n"
+                     f"    return registry.frobnicate_registry(3)\n")
                for i in range(3)]
-    caller_vecs = clustered(3, clusters=1, seed=5)
+    # Weaker keyword matches, so the callers' keyword scores sit near the top of the list.
+    callers += [Chunk(f"pkg/notes_{i}.py", "python", "code", 1, 3, f"note_{i}",
+                      f"def note_{i}():\n    return 'see the registry docs'\n") for i in range(5)]
+    caller_vecs = clustered(len(callers), clusters=1, seed=5)
     store.write("p", "code", callers, caller_vecs, CLEARED)
     store.refresh("p", "code")
-    # The question's vector lies among the callers: equal-weight RRF ranks a caller first.
+    # The question's vector lies among the callers, which the keyword half also holds:
+    # equal-weight RRF ranks a caller first.
     lists = [store.vector_search("p", "code", caller_vecs[0], 40),
              store.text_search("p", "code", "frobnicate_registry", 40)]
     assert rrf_fuse(lists)[0].chunk_id != needle.chunk_id

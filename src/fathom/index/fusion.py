@@ -48,7 +48,7 @@ from fathom.index.store import Hit
 # Keyword weights, chosen on bench/search_quality.py (docs/benchmarks.md has the sweep).
 NATURAL_WEIGHT = 0.2
 CODE_WEIGHT = 0.6
-SYMBOL_BOOST = 1.0  # above any fused score (those lie in [0, 1])
+SYMBOL_BOOST = 1.25  # strictly above any fused score (those lie in [0, 1]), ties included
 SYMBOL_PART_BOOST = 0.5  # per further dotted part named: `GZipDecoder.decode` over `GZipDecoder`
 PATH_BOOST = 0.5
 SHORT_QUERY = 6  # tokens: a query this short that names a definition is looking it up
