@@ -409,6 +409,13 @@ def report(name: str, queries: list[Query], chunks: int, tallies: dict[str, Tall
     best = max(tallies["vector"].mrr, tallies["keyword"].mrr)
     gain = tallies["shipped"].mrr - best
     print(f"shipped - better half: {gain:+.3f} MRR@10")
+    if len(libs) <= 3:  # the hand-written sets: each library's share of the shipped figure
+        parts = []
+        for lib in libs:
+            ranks = [r for q, r in zip(queries, tallies["shipped"].ranks, strict=True)
+                     if q.library == lib]
+            parts.append(f"{lib} {Tally(ranks, []).mrr:.3f} ({len(ranks)})")
+        print("shipped MRR@10 by library: " + ", ".join(parts))
     return gain
 
 

@@ -254,7 +254,8 @@ def fuse(vector_hits: Sequence[Hit], text_hits: Sequence[Hit], query: str, *,
         if in_path:
             score += shape.name_weight * PATH_BOOST
         fused[cid] = score
-        match[cid] = "+".join(m for m, on in (("symbol", named), ("path", in_path)) if on) or None
+        match[cid] = (("symbol+path" if in_path else "symbol") if named
+                      else ("path" if in_path else None))
     head = _heads(first, fused)
     # Stable: ties keep first-seen order (the vector list's, then the keyword list's).
     order = sorted(first, key=lambda cid: (-fused[cid], cid not in head))
