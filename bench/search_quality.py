@@ -15,7 +15,7 @@ Three query sets over two indexed projects:
   docstring removed, written into a corpus of files that mirrors each library's modules (one
   file per module, functions one after another, methods dedented to the top level as
   CodeSearchNet stores them). Every function of the corpus stays in the index as a
-  distractor; `--queries` of them are asked (default 1000, evenly spread).
+  distractor; `--queries` of them are asked (default 600, evenly spread).
 * **natural**: hand-written web-search-style questions (CoSQA's kind: the asker's words, no
   identifier) over the same corpus (`bench/quality_queries.py`). Here the keyword half is
   weak and the vector half strong: the case where equal-weight rank fusion lost to the vector
@@ -30,8 +30,9 @@ retrieval, fusion, then the reranker stage, which finds no reranker here and kee
 order). A hit is the target when it is in the target's file and its line range holds the
 target's `def`/`class` line. Printed per set: MRR@10, hit@1, hit@5 and latency p50/p95.
 
-`--fusions` also prints the fusion rules considered, computed from the same depth-40 vector and
-keyword lists the shipped search fuses (an exact comparison, not a re-run). `--headers`
+Only the code table is embedded (`search_code` never reads the docs table). `--fusions` also
+prints the fusion rules considered, computed from the same depth-40 vector and keyword lists
+the shipped search fuses (an exact comparison, not a re-run). `--headers`
 indexes both corpora a second time with a path/symbol/signature header above each chunk's
 text (by swapping `fathom.index.indexer.embedding_text` in this process) and measures them the
 same way. `--store postgresql://…` runs on PostgreSQL + pgvector.
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -392,6 +394,24 @@ def _collect_signatures(root: Path) -> None:
                     (line for line in c.text.splitlines() if line.strip()), "")
 
 
+def code_only(fathom: Fathom) -> None:
+    """Index the code table only: `search_code` never reads the docs table (here, mostly
+    httpx's and click's docstrings), and embedding it would cost a third of the identifier
+    project's indexing time. The code table is built exactly as `fathom index` builds it."""
+    build = fathom.indexer
+
+    def indexer() -> indexer_mod.Indexer:
+        ix = build()
+        ix.discover = lambda root: _code_chunks(indexer_mod.discover(root))
+        return ix
+
+    fathom.indexer = indexer  # type: ignore[method-assign]
+
+
+def _code_chunks(found: indexer_mod.Discovered) -> indexer_mod.Discovered:
+    return dataclasses.replace(found, chunks=[c for c in found.chunks if c.table == "code"])
+
+
 async def index(fathom: Fathom, root: Path, project: str) -> tuple[int, float]:
     t0 = time.perf_counter()
     report = await fathom.index(root, project, full=True)
@@ -443,8 +463,8 @@ async def main() -> None:
                     help="installed packages the docstring corpus is drawn from")
     ap.add_argument("--limit", type=int, default=None,
                     help="at most this many functions in the docstring corpus (default: all)")
-    ap.add_argument("--queries", type=int, default=1000,
-                    help="docstring queries asked, evenly spread over the corpus (default 1000; "
+    ap.add_argument("--queries", type=int, default=600,
+                    help="docstring queries asked, evenly spread over the corpus (default 600; "
                          "every function stays in the corpus as a distractor)")
     ap.add_argument("--quick", action="store_true", help="--limit 600 --queries 300")
     ap.add_argument("--fusions", action="store_true",
@@ -476,6 +496,7 @@ async def main() -> None:
         settings = Settings(data_dir=work / "data", store_url=args.store)
         encoder = LocalEncoder.from_settings(settings)
         fathom = Fathom(settings, encoder=encoder)
+        code_only(fathom)
         projects = ["docstring", "identifier"]
         projects += [p + "-header" for p in projects] if args.headers else []
         for project in projects:
