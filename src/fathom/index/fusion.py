@@ -12,7 +12,10 @@ weight, comes from the query's shape: `NATURAL_WEIGHT` for plain language, `CODE
 the query carries code. A chunk whose symbol the query names (`build_request`,
 `Client.send`, "`GZipDecoder` decode") gets `SYMBOL_BOOST`, more when more of its dotted
 parts are named, and a chunk in a file the query names (`_transports/default.py`) gets
-`PATH_BOOST`, so a query naming a definition finds it first.
+`PATH_BOOST`, so a query naming a definition finds it first. The boosts apply in full to a
+short query (a lookup) and in proportion to its code to a long sentence that only mentions
+a name. A definition too long for one chunk is cut into windows; its first window (the one
+with the signature) is shown first, at the group's best score.
 
 Why this and not reciprocal rank fusion (RRF), measured by `bench/search_quality.py`: RRF
 adds 1/(60 + rank) from each list, so ranks 1, 2 and 3 are worth almost the same and any
@@ -43,6 +46,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fathom.index.store import _PARTS as _CAMEL_PARTS  # the keyword index's own word split
 from fathom.index.store import Hit
 
 # Keyword weights, chosen on bench/search_quality.py (docs/benchmarks.md has the sweep).
@@ -62,7 +66,6 @@ _EXTENSIONS = re.compile(
 _CAMEL = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2,}[a-z]")
 _HEADER = re.compile(r"^[A-Z][a-z]+(-[A-Z][a-z]*)+$")  # Retry-After, Content-Encoding
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_CAMEL_PARTS = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 # Keywords that introduce a definition: the next token is a name (`def parse`, `class Timeout`).
 # English words ("function", "method", "type") are left out: "python function to read csv"
 # is a question, not a lookup. A class name must be capitalised ("class of problems" names
