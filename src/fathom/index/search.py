@@ -7,7 +7,7 @@ combination weighted by how much the query looks like code, with boosts for the 
 paths it names). Fusion is backend-neutral and works on any `Store` (LanceDB, PostgreSQL).
 Also `find_similar`: neighbours of the chunk at a file and line, or of a snippet.
 
-Concurrency: `hybrid_search` and `rrf_fuse` are synchronous (the store is blocking;
+Concurrency: `hybrid_search` is synchronous (the store is blocking;
 `hybrid_search` runs its keyword half on a small module thread pool beside the vector half);
 `search` and `find_similar` are async and run the store calls in a worker thread
 (`asyncio.to_thread`), so the event loop never blocks on LanceDB.
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from fathom.errors import ConfigError
-from fathom.index.fusion import fuse, rrf_fuse  # noqa: F401 - rrf_fuse: the previous rule
+from fathom.index.fusion import fuse
 from fathom.index.store import Hit, Store, check_table_kind
 from fathom.inference.provider import Provider
 
