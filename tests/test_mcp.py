@@ -113,3 +113,29 @@ async def test_tools_in_process(indexed, tmp_path):
         again = await client.call_tool("index_project", {"path": str(root), "project": "shop"})
         assert not again.is_error
         assert again.structured_content["embedded"] == 0
+
+
+async def test_search_code_says_why_each_hit_ranked(indexed):
+    data, _, encoder = indexed
+    fathom = Fathom(Settings(data_dir=data), encoder=encoder)
+    async with Client(build_mcp_server(fathom)) as client:
+        # A query naming a function: its definition first, flagged as named.
+        named = await client.call_tool("search_code", {"query": "verify_password", "k": 5})
+        top = named.structured_content["results"][0]
+        assert (top["symbol"], top["match"]) == ("verify_password", "symbol")
+        assert top["keyword_rank"] is not None and top["keyword_score"] > 0
+        assert top["vector_rank"] is not None and -1 <= top["cosine"] <= 1
+        # A question in plain words: ranked by meaning, no name matched; every hit carries
+        # its places in the two lists (null where a list did not hold it).
+        asked = await client.call_tool("search_code", {"query": "sleep longer after each failure",
+                                                       "k": 5})
+        hits = asked.structured_content["results"]
+        assert hits[0]["path"] == "net/retry.py" and all(h["match"] is None for h in hits)
+        assert all({"vector_rank", "keyword_rank", "cosine", "keyword_score"} <= h.keys()
+                   for h in hits)
+        assert any(h["vector_rank"] == 1 for h in hits)
+        # Not reranked here: no reranker score, no place before reranking.
+        assert all(h["rerank_score"] is None for h in hits)
+        tool = next(t for t in (await client.list_tools()).tools if t.name == "search_code")
+        fields = tool.output_schema["$defs"]["Result"]["properties"]
+        assert "description" in fields["vector_rank"] and "description" in fields["match"]

@@ -126,7 +126,7 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
             assert top["fused_score"] > 0 and -1 <= top["cosine"] <= 1
             assert top["path"] == "auth/password.py" and top["kind"] == "function"
             schema = by_name["search_code"].output_schema["$defs"]["Result"]["properties"]
-            assert "reciprocal rank fusion" in schema["fused_score"]["description"]
+            assert "fused" in schema["fused_score"]["description"] and "normalised" in schema["fused_score"]["description"]
             assert "Cosine similarity" in schema["cosine"]["description"]
 
             # Filters, inside the store: still k results when the filter is narrow.

@@ -24,7 +24,7 @@ from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
 # Keyword matches pull a chunk up in the fused ranking that the semantic scorer puts lower,
 # so the reranker visibly reorders this one (checked below, not assumed).
-QUERY = "def self items"
+QUERY = "cart items total"
 
 
 def key(h) -> tuple[str, int, int]:

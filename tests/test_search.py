@@ -1,4 +1,5 @@
-"""Hybrid search: RRF fusion, keyword rescue, hits with line ranges, find_similar."""
+"""Hybrid search: the previous rule (RRF) kept for comparison, keyword rescue, hits with line
+ranges, find_similar. The shipped fusion has its own tests in test_fusion.py."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import pytest
 
 from fathom.errors import ConfigError
 from fathom.index.chunk import Chunk
-from fathom.index.search import find_similar, hybrid_search, rrf_fuse, search
+from fathom.index.fusion import rrf_fuse
+from fathom.index.search import find_similar, hybrid_search, search
 from fathom.index.store import Hit, LanceStore, Slot
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.roles import EMBEDDING_ROLES

@@ -22,6 +22,7 @@ import pytest
 
 from fathom.errors import ConfigError, NotCleared, StoreError, WidthMismatch
 from fathom.index.chunk import Chunk
+from fathom.index.fusion import rrf_fuse
 from fathom.index.search import hybrid_search
 from fathom.index.store import (
     LanceStore,
@@ -440,6 +441,71 @@ def test_hybrid_search_returns_the_exact_keyword_match(store, haystack):
     assert top.text_score is not None and top.text_score > 0
     assert (top.path, top.start_line, top.end_line, top.symbol) == \
         (needle.path, 41, 57, "Registry.frobnicate_registry")
+
+
+def test_a_query_naming_a_function_finds_its_definition_first(store, haystack):
+    # Callers mention the name more often than its definition does, and the question's
+    # vector points at them. The fused search puts the definition first, on either backend,
+    # and says why.
+    chunks, vecs, needle, _ = haystack
+    callers = [Chunk(f"pkg/registry_use_{i}.py", "python", "code", 1, 6,
+                     f"RegistryUse.frobnicate_registry_twice_{i}",
+                     f"def frobnicate_registry_twice_{i}(registry):\n"
+                     f"    registry.frobnicate_registry(1)\n"
+                     f"    registry.frobnicate_registry(2)\n"
+                     f"    return registry.frobnicate_registry(3)\n")
+               for i in range(3)]
+    # Weaker keyword matches, so the callers' keyword scores sit near the top of the list.
+    callers += [Chunk(f"pkg/notes_{i}.py", "python", "code", 1, 3, f"note_{i}",
+                      f"def note_{i}():\n    return 'see the registry docs'\n") for i in range(5)]
+    caller_vecs = clustered(len(callers), clusters=1, seed=5)
+    store.write("p", "code", callers, caller_vecs, CLEARED)
+    store.refresh("p", "code")
+    # The question's vector lies among the callers, which the keyword half also holds:
+    # equal-weight RRF ranks a caller first.
+    lists = [store.vector_search("p", "code", caller_vecs[0], 40),
+             store.text_search("p", "code", "frobnicate_registry", 40)]
+    assert rrf_fuse(lists)[0].chunk_id != needle.chunk_id
+    for query in ("frobnicate_registry", "`frobnicate_registry`",
+                  "Registry.frobnicate_registry", "where is frobnicate_registry defined"):
+        top = hybrid_search(store, "p", "code", caller_vecs[0], query, k=5)[0]
+        assert (top.chunk_id, top.match) == (needle.chunk_id, "symbol"), query
+        assert top.text_rank is not None and top.text_score is not None
+
+
+def test_natural_language_never_drags_a_clear_vector_first_down(store):
+    # `a` is the vector half's clear first and shares no word with the question; `b`, a
+    # little further in meaning, holds every word of it. Equal-weight RRF puts `b` first (the
+    # drag measured on natural-language queries); the shipped fusion keeps `a` first, with
+    # `b` right behind, on either backend.
+    rng = np.random.default_rng(11)
+    q = rng.standard_normal(WIDTH).astype(np.float32)
+    q /= np.linalg.norm(q)
+
+    def near(cos: float) -> np.ndarray:
+        noise = rng.standard_normal(WIDTH)
+        noise -= noise @ q * q
+        v = cos * q + np.sqrt(1 - cos ** 2) * noise / np.linalg.norm(noise)
+        return v.astype(np.float32)
+
+    a = Chunk("pkg/clean.py", "python", "code", 1, 4, "strip_markup",
+              "def strip_markup(value):\n    return _PATTERN.sub(' ', value).strip()\n")
+    b = Chunk("pkg/listing.py", "python", "code", 1, 4, "tags_for",
+              "def tags_for(html_string):\n    # remove nothing: list the html tags of a string\n"
+              "    return re.findall('<(\\w+)', html_string)\n")
+    others = make_chunks(30, prefix="o")
+    rows = [a, b, *others]
+    vectors = np.vstack([near(0.80), near(0.60), *[near(c) for c in np.linspace(0.55, 0.1, 30)]])
+    store.open_table("p", "code", SPACE)
+    store.write("p", "code", rows, vectors, CLEARED)
+    query = "remove html tags from a string"
+    vector = store.vector_search("p", "code", q, 40)
+    text = store.text_search("p", "code", query, 40)
+    assert vector[0].chunk_id == a.chunk_id and text[0].chunk_id == b.chunk_id
+    assert rrf_fuse([vector, text])[0].chunk_id == b.chunk_id
+    fused = hybrid_search(store, "p", "code", q, query, k=5)
+    assert [h.chunk_id for h in fused[:2]] == [a.chunk_id, b.chunk_id]
+    assert (fused[0].vector_rank, fused[0].text_rank, fused[1].text_rank) == (1, None, 1)
 
 
 def test_vector_search_is_exact_on_small_tables_and_scored_by_cosine(store, haystack):

@@ -81,19 +81,31 @@ class SearchHit:
     score: float
     snippet: str
     # The cosine similarity of the query and the chunk when the vector search found it
-    # (None when only the keyword search did); `score` is the fused rank score.
+    # (None when only the keyword search did); `score` is the fused score.
     cosine: float | None = None
     kind: str | None = None  # symbol kind: "function", "method", "class"
+    # Why it ranked (`fathom.index.fusion`): its place in the vector and the keyword list and
+    # its keyword score (None where that list did not hold it), and whether the query named it.
+    vector_rank: int | None = None
+    text_rank: int | None = None
+    text_score: float | None = None
+    match: str | None = None
 
     @classmethod
     def of(cls, project: str, hit: Hit) -> SearchHit:
         snippet = docs_snippet(hit.snippet) if hit.table == "docs" else hit.snippet
-        cosine = None if hit.vector_score is None else round(float(hit.vector_score), 6)
         return cls(project, hit.table, hit.path, hit.start_line, hit.end_line, hit.symbol,
-                   hit.language, round(float(hit.score), 6), snippet, cosine, hit.kind)
+                   hit.language, round(float(hit.score), 6), snippet,
+                   cosine=_rounded(hit.vector_score), kind=hit.kind,
+                   vector_rank=hit.vector_rank, text_rank=hit.text_rank,
+                   text_score=_rounded(hit.text_score), match=hit.match)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _rounded(score: float | None) -> float | None:
+    return None if score is None else round(float(score), 6)
 
 
 @dataclass(frozen=True)
@@ -591,7 +603,8 @@ class Fathom:
             hits = await search_mod.search(self.store, encoder, name, query, table=table, k=k,
                                            where=where)
             out.extend(SearchHit.of(name, h) for h in hits)
-        # RRF scores of different projects are on one scale (ranks), so a merge by score is fair.
+        # Fused scores of different projects are on one scale (each list normalised to
+        # [0, 1], plus the same boosts), so a merge by score is fair.
         out.sort(key=lambda h: -h.score)
         return out[:k]
 

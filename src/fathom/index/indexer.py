@@ -246,6 +246,18 @@ def discover(root: Path, *, include: Sequence[str] = (), extra_ignores: Sequence
                       {k: list(v) for k, v in walked.skipped_dirs.items()})
 
 
+def embedding_text(chunk: Chunk) -> str:
+    """What is embedded for a chunk: its raw text, nothing prepended.
+
+    A header naming the chunk's path and symbol (and, for a later window of a long
+    definition, its signature) was measured with `bench/search_quality.py --headers`: it
+    helped identifier queries on the vector half alone but cost natural-language questions
+    more than it gave (docs/benchmarks.md), so it is not added. This is the one definition of
+    the embedded text: a row's vector means this text, so changing it changes what every
+    existing index means, and would need every table re-embedded (a full re-index)."""
+    return chunk.text
+
+
 def space_for(encoder: Provider, table: str) -> Space:
     """A table's vector space as defined by its reference encoder."""
     info = encoder.info
@@ -448,7 +460,7 @@ class Indexer:
         # Similar lengths in one batch waste less padding (what SentenceTransformer.encode
         # does internally within one call, done here across the whole run).
         todo = sorted(plan.todo, key=lambda c: len(c.text))
-        texts = [c.text for c in todo]
+        texts = [embedding_text(c) for c in todo]
         pending: asyncio.Task[None] | None = None
 
         async def sink(indices: list[int], vectors: np.ndarray, provider: Provider) -> None:

@@ -1,7 +1,7 @@
 """The reranker stage of the search pipeline.
 
-What it owns: taking the hybrid search's candidates (vector top-k fused with keyword BM25 by
-RRF, `fathom.index.search`), handing their full chunk texts to the reranker role's provider
+What it owns: taking the hybrid search's candidates (vector top-k fused with keyword BM25,
+`fathom.index.search` and `fathom.index.fusion`), handing their full chunk texts to the reranker role's provider
 (`provider.rerank(query, docs)` returns one score per document, in the documents' order), and
 ordering the candidates by those scores. The reranker is stateless (it scores a list and
 writes nothing), so any provider the router allows may serve: a sidecar's TEI `/rerank`, the
@@ -186,7 +186,7 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
         hits = await search_mod.search(fathom.store, encoder, name, query, table=table, k=depth,
                                        where=where)
         found.extend((name, h) for h in hits)
-    found.sort(key=lambda nh: -nh[1].score)  # RRF scores share one scale (ranks) across projects
+    found.sort(key=lambda nh: -nh[1].score)  # fused scores share one scale across projects
     found = found[:depth]
     texts: dict[tuple[str, str], str] = {}
     for name in {n for n, _ in found}:

@@ -168,7 +168,9 @@ class Slot(str, Enum):
 @dataclass(frozen=True)
 class Hit:
     """One search result. `score` is the ranking score of the search that produced it
-    (cosine for vector search, BM25 for text search, RRF for fused search)."""
+    (cosine for vector search, BM25 for text search, the fused score for hybrid search, see
+    `fathom.index.fusion`). A fused hit also says why it ranked: its place and raw score in
+    each list (None where that list did not hold it) and whether the query named it."""
 
     chunk_id: str
     path: str
@@ -183,6 +185,9 @@ class Hit:
     vector_score: float | None = None
     text_score: float | None = None
     kind: str | None = None  # symbol kind: "function", "method", "class" or None
+    vector_rank: int | None = None
+    text_rank: int | None = None
+    match: str | None = None  # "symbol", "path" or "symbol+path": the query named this chunk
 
 
 @dataclass(frozen=True)

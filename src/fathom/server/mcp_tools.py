@@ -24,7 +24,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, ParamSpec, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -35,6 +35,9 @@ from fathom import __version__
 from fathom.errors import ConfigError, FathomError, OutOfRange
 from fathom.index.filters import SearchFilter
 from fathom.service import MAX_K, MAX_LINE, Fathom, SearchHit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fathom.index.rerank import RankedHit
 
 log = logging.getLogger(__name__)
 
@@ -52,10 +55,12 @@ INSTRUCTIONS = (
 # One meaning per score field, stated once and used in every schema that carries it.
 SCORES = {
     "fused_score": (
-        "Fused rank score of this chunk: reciprocal rank fusion of the vector (cosine) ranking "
-        "and the keyword (BM25) ranking, sum of 1/(60 + rank) over the rankings that found it "
-        "(at most about 0.033). It orders search results when they are not reranked; it "
-        "compares chunks within one response, not across responses. Null in find_similar."),
+        "Fused score of this chunk: the vector (cosine) ranking and the keyword (full-text) "
+        "ranking fused, each list's scores normalised to 0..1 and combined with a keyword "
+        "weight of 0.2 for a plain-language query and 0.6 for one that looks like code; a "
+        "chunk whose symbol or file the query names gets a boost above 1 (see `match`). It "
+        "orders search results when they are not reranked; it compares chunks within one "
+        "response, not across responses. Null in find_similar."),
     "cosine": (
         "Cosine similarity between the query's (or the origin chunk's) vector and this chunk's "
         "vector, from -1 to 1, higher is closer; comparable across responses of one project "
@@ -110,16 +115,31 @@ class Result(BaseModel):
     fused_score: float | None = Field(None, description=SCORES["fused_score"])
     cosine: float | None = Field(None, description=SCORES["cosine"])
     rerank_score: float | None = Field(None, description=SCORES["rerank_score"])
+    # Why it ranked: its place in each of the two rankings the fusion combined.
+    vector_rank: int | None = Field(None, description="place (1 = best) in the vector search "
+                                    "by meaning; null: not among its candidates")
+    keyword_rank: int | None = Field(None, description="place (1 = best) in the keyword "
+                                     "(full-text) search; null: not among its candidates")
+    keyword_score: float | None = Field(None, description="full-text relevance (BM25-like; "
+                                        "its scale depends on the store); null: not found by it")
+    match: str | None = Field(None, description="'symbol', 'path' or 'symbol+path' when the "
+                              "query named this definition or file (ranked first for it)")
+    retrieval_rank: int | None = Field(None, description="place (1 = best) before reranking; "
+                                       "null when not reranked")
     snippet: str = Field(description="the chunk's first lines (docs: from its first line of "
                                      "words, without docstring or comment delimiters)")
 
     @classmethod
-    def of(cls, hit: SearchHit, rank: int, *, fused: float | None = None,
-           rerank: float | None = None) -> Result:
+    def of(cls, hit: SearchHit | RankedHit, rank: int, *, fused: float | None = None) -> Result:
+        reranked = getattr(hit, "reranked", False)
         return cls(project=hit.project, path=hit.path, start_line=hit.start_line,
                    end_line=hit.end_line, symbol=hit.symbol, kind=hit.kind,
                    language=hit.language, rank=rank, fused_score=fused, cosine=hit.cosine,
-                   rerank_score=rerank, snippet=hit.snippet)
+                   rerank_score=getattr(hit, "rerank_score", None),
+                   vector_rank=hit.vector_rank, keyword_rank=hit.text_rank,
+                   keyword_score=hit.text_score, match=hit.match,
+                   retrieval_rank=getattr(hit, "retrieval_rank", None) if reranked else None,
+                   snippet=hit.snippet)
 
 
 class SearchResults(BaseModel):
@@ -131,6 +151,7 @@ class SearchResults(BaseModel):
     reason: str | None = Field(None, description="why the response is as it is, for the whole "
                                "response (e.g. why it is not reranked); stated once here, not "
                                "on each result")
+    reranker: str | None = Field(None, description="the provider that reranked the results")
     filters: str | None = Field(None, description="the filters applied, if any")
 
 
@@ -361,11 +382,12 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
             raise ConfigError("the search query is empty: give a few words or an identifier")
         found = await rerank.search(fathom, query, project, table, k, where=where,
                                     reranker=router if router is not None else getattr(fathom, "router", None))
-        results = [Result.of(h.hit, i, fused=h.retrieval_score, rerank=h.rerank_score)
+        results = [Result.of(h, i, fused=h.retrieval_score)
                    for i, h in enumerate(found.hits, start=1)]
         return SearchResults(query=query, table=table,  # type: ignore[arg-type]
                              ordered_by="rerank_score" if found.reranked else "fused_score",
                              results=results, reranked=found.reranked, reason=found.reason,
+                             reranker=found.reranker,
                              filters=where.describe() if where else None)
 
     @server.tool(title="Search code", annotations=READ_ONLY,
