@@ -74,6 +74,19 @@ class Settings(BaseSettings):
     resume_jobs: bool = True
     # The server-wide limit on a request body (routes have tighter ones): `server.guard`.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3)
+    # The folders under which an MCP token allowed to index may index (FATHOM_INDEX_ROOTS,
+    # separated like PATH); none: no folder may be indexed over MCP except with the admin token.
+    index_roots: str = ""
+    # Host names the MCP endpoint answers to besides loopback and this machine's own names
+    # (FATHOM_ALLOWED_HOSTS, comma-separated), e.g. the name a reverse proxy passes on; every
+    # other Host header is refused (DNS-rebinding protection).
+    allowed_hosts: str = ""
+
+    def index_root_list(self) -> list[str]:
+        return [p.strip() for p in self.index_roots.split(os.pathsep) if p.strip()]
+
+    def allowed_host_list(self) -> list[str]:
+        return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
 
     @property
     def lance_dir(self) -> Path:
