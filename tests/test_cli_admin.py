@@ -112,7 +112,13 @@ def test_key_push_reads_stdin_never_argv_and_never_prints_the_key(cli_app, serve
 def test_fleet_list_approve_revoke_token(cli_app, server: Server):
     r = invoke(cli_app, server, ["fleet"])
     assert r.exit_code == 0 and "Fleet" in r.stdout and "no key has been pushed yet" in r.stdout
+    # A name no sidecar has connected under: a typo is refused, a pre-approval is explicit.
     r = invoke(cli_app, server, ["fleet", "approve", "gpu-z"])
+    assert r.exit_code == 2 and "no sidecar named 'gpu-z' has connected" in r.output
+    assert "fathom fleet approve gpu-z --pre-approve" in r.output
+    r = invoke(cli_app, server, ["fleet", "list"])
+    assert "gpu-z" not in r.stdout
+    r = invoke(cli_app, server, ["fleet", "approve", "gpu-z", "--pre-approve"])
     assert r.exit_code == 0 and "gpu-z: approved (not connected now)" in r.stdout
     r = invoke(cli_app, server, ["fleet", "list"])
     assert "gpu-z" in r.stdout and "sidecar gpu-z is offline" in r.stdout

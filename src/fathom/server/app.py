@@ -126,7 +126,7 @@ def create_app(
     # The MCP tools over streamable HTTP at /mcp, on the same service (one registry, gate,
     # budget and router for MCP clients, the admin API and the sidecars): the admin token, or an
     # MCP token scoped to its projects. Every admin action goes to the audit log.
-    from fathom.server.mcp_http import MCP_PATH, MCPEndpoint, not_oauth, resolve_roots
+    from fathom.server.mcp_http import MCP_PATH, MCPEndpoint, not_oauth_routes, resolve_roots
     from fathom.server.mcp_tools import build_mcp_server
 
     mcp_tokens = McpTokens(settings.data_dir)
@@ -186,7 +186,8 @@ def create_app(
     app.add_middleware(RequestGuard, access=access, limits=BodyLimits(default=settings.max_body_bytes), audit=audit)
     hub.mount(app)
     app.add_route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
-    app.add_route("/.well-known/{rest:path}", not_oauth, methods=["GET"], include_in_schema=False)
+    for route in not_oauth_routes():
+        app.router.routes.append(route)
     app.include_router(admin_router(hub, admin_auth, registry=registry))
     app.include_router(operator_router(parts, admin_auth))
     app.include_router(tokens_router(mcp_tokens, audit, admin_dependency(admin_auth),

@@ -6,8 +6,8 @@ the body is read:
 
 - who may call this path: `Access.refusal`, the one check (the admin token everywhere; an MCP
   token (`server.tokens`) on `/mcp` and nowhere else; the admin or a scrape-only token for
-  `/metrics`; nothing for `/health`, the dashboard's static page and assets, and `/.well-known/`,
-  which carry no data);
+  `/metrics`; nothing for `/health`, the dashboard's static page and assets, `/.well-known/` and
+  OAuth's default endpoints, which carry no data);
 - how much body the route takes: `BodyLimits`, one server-wide default (`FATHOM_MAX_BODY_BYTES`,
   1 MiB) and a tighter limit per route.
 
@@ -59,6 +59,10 @@ DEFAULT_BODY_LIMIT = 1024 * KIB
 PUBLIC_PATHS = frozenset({"/health", "/healthz", "/"})
 PUBLIC_PREFIXES = ("/dashboard/", "/.well-known/")
 SCRAPE_PATHS = frozenset({"/metrics"})
+# OAuth's default endpoints, which clients of an older MCP authorization revision try at the
+# server's root when discovery finds nothing: answered 404 by `mcp_http.not_oauth` (no token
+# needed) with the same advice, instead of an admin 401 the client would misread.
+OAUTH_PATHS = frozenset({"/register", "/authorize", "/token"})
 MCP_PATH = "/mcp"
 PRINCIPAL = "fathom.principal"  # the ASGI scope key of a request's `Principal`
 AUDIT_NOTE = "fathom.audit"  # a route's own words for what it did, for the audit log
@@ -152,6 +156,8 @@ class Access:
         """None if the request may proceed; else the refusal to answer, unread."""
         if method in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)):
             return None
+        if path in OAUTH_PATHS and method in ("GET", "POST"):
+            return None
         if is_mcp_path(path):
             return None if self.mcp_principal(token) is not None else mcp_unauthorized(bool(token), url or MCP_PATH)
         principal = self.principal(token)
@@ -180,6 +186,7 @@ class BodyLimits:
         ("POST", "/admin/jobs"): 16 * KIB,
         ("POST", "/admin/fleet/tokens"): 1 * KIB,
         ("POST", "/admin/tokens"): 8 * KIB,
+        **{("POST", path): 16 * KIB for path in OAUTH_PATHS},  # never read: answered 404
         ("POST", "/admin/fleet/probe"): 256 * KIB,
         ("POST", "/admin/gate/verify"): 4 * KIB,
     })

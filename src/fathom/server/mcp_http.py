@@ -263,12 +263,23 @@ class MCPEndpoint:
 
 
 async def not_oauth(request: Request) -> JSONResponse:
-    """`/.well-known/*`: nothing here; OAuth discovery in particular finds no authorization server."""
+    """`/.well-known/*` and OAuth's default endpoints (`/register`, `/authorize`, `/token`):
+    nothing here. OAuth discovery finds no authorization server, and a client that falls back
+    to registering anyway is told, in OAuth's own error shape, what to configure instead."""
     return JSONResponse(status_code=404, content={
         "error": "not_found",
         "error_description": "This Fathom server uses static bearer tokens, not OAuth: there is no authorization "
                              "server to discover. Send `Authorization: Bearer <token>` with a token the operator "
                              "gives you (`fathom tokens create --name YOU`)."})
+
+
+def not_oauth_routes() -> list[Any]:
+    from starlette.routing import Route
+
+    from fathom.server.guard import OAUTH_PATHS
+
+    return [Route("/.well-known/{rest:path}", not_oauth, methods=["GET"]),
+            *(Route(path, not_oauth, methods=["GET", "POST"]) for path in sorted(OAUTH_PATHS))]
 
 
 def standalone_app(server: Any, *, token: str | None, host: str, allowed_hosts: Sequence[str] = ()) -> ASGIApp:
@@ -289,5 +300,5 @@ def standalone_app(server: Any, *, token: str | None, host: str, allowed_hosts: 
             yield
 
     app = Starlette(routes=[Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]),
-                            Route("/.well-known/{rest:path}", not_oauth, methods=["GET"])], lifespan=lifespan)
+                            *not_oauth_routes()], lifespan=lifespan)
     return RequestGuard(app, access=access, limits=BodyLimits())
