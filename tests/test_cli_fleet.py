@@ -1,5 +1,5 @@
 """`fathom server` and `fathom sidecar` on the command line, and the MCP tools the server serves
-at `/mcp` (streamable HTTP, behind the admin token)."""
+at `/mcp` (streamable HTTP, behind the admin token or an MCP token)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ async def test_server_serves_the_mcp_tools_at_mcp_behind_the_admin_token(fleet: 
     url = f"{fleet.url}/mcp"
     async with httpx.AsyncClient(timeout=30) as plain:
         r = await plain.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        assert r.status_code == 401 and "admin token" in r.text
+        assert r.status_code == 401 and "Fathom needs a token" in r.text
         r = await plain.post(url, json={}, headers={"Authorization": "Bearer fa_wrong"})
         assert r.status_code == 401
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60)

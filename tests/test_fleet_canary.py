@@ -250,3 +250,89 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
             assert not credential.in_text(text), proc.name
     sidecar_logs = [p.output() for p in group.procs if p.name.startswith("sidecar")]
     assert any("key held" in t for t in sidecar_logs)  # their DEBUG logs did cover the push
+
+
+async def test_canary_key_is_in_no_token_route_no_audit_entry_and_no_mcp_answer(tmp_path: Path):
+    """The operator's newer surface, after a canary key went through the server to a sidecar:
+    MCP tokens created, listed and revoked (API and CLI), an MCP session on a token, the audit
+    log (API, `fathom audit-log`, and its file). The key is in none of them, nor in any file of
+    the data dir, the server's log or its live objects; no token is in the audit log either."""
+    import httpx
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    canary = Canary()
+    data_dir = tmp_path / "data"
+    group = ProcessGroup(tmp_path / "logs")
+    capture = io.StringIO()
+    handler = logging.StreamHandler(capture)
+    handler.setLevel(logging.DEBUG)
+    fathom_log = logging.getLogger("fathom")
+    old_level = fathom_log.level
+    fathom_log.addHandler(handler)
+    fathom_log.setLevel(logging.DEBUG)
+    emu_port = free_port()
+    outputs: list[str] = []
+    try:
+        spawn_emulator(group, emu_port)
+        app, hub, registry = build_app(data_dir)
+        async with serve_in_loop(app) as url:
+            port = int(url.rsplit(":", 1)[1])
+            hub.auth.approve("sc-1")
+            spawn_sidecar(group, "sc-1", port, [], extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"])
+            await wait_for(lambda: "sc-1" in hub.connected(), timeout=60, what="the sidecar")
+            poster = await asyncio.to_thread(
+                subprocess.run, [PY, "-c", POSTER, url, ADMIN], capture_output=True, text=True, timeout=120,
+                env={"K1": canary.h1, "K2": canary.h2, "PATH": "/usr/bin:/bin"})
+            assert poster.stdout.startswith("200"), poster.stdout + poster.stderr
+            assert json.loads(poster.stdout.partition("\n")[2])["acked"] == ["sc-1"]
+
+            async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
+                created = (await admin.post("/admin/tokens", json={"name": "dev", "projects": ["api"]})).json()
+                token = created["token"]
+                await admin.post("/admin/tokens", json={"name": "gone"})
+                await admin.post("/admin/tokens/gone/revoke")
+                responses = [created, (await admin.get("/admin/tokens")).json(),
+                             (await admin.get("/admin/audit")).json()]
+                for path in ("/admin/tokens", "/admin/audit?limit=1000", "/admin/overview"):
+                    responses.append((await admin.get(path)).text)
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            async with http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+                listed = await client.call_tool("list_projects", {})
+                refused = await client.call_tool("index_project", {"path": str(tmp_path)})
+                responses += [listed.structured_content, refused.content[0].text]
+            cli_env = {**os.environ, "FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"}
+            for argv in (["audit-log", "--limit", "200"], ["tokens", "list"]):
+                done = await asyncio.to_thread(subprocess.run, [PY, "-m", "fathom.cli", *argv], capture_output=True,
+                                               text=True, timeout=120, env=cli_env)
+                assert done.returncode == 0, done.stdout + done.stderr
+                outputs.append(done.stdout + done.stderr)
+            assert "POST /admin/key" in outputs[0] and "created MCP token dev" in outputs[0]
+
+            for answer in responses:
+                text = answer if isinstance(answer, str) else json.dumps(answer)
+                assert not canary.in_text(text)
+            for text in outputs:
+                assert not canary.in_text(text) and token not in text and ADMIN not in text
+            holders = live_objects_holding(canary)
+            assert holders == [], holders
+            for path in data_dir.rglob("*"):
+                if path.is_file():
+                    assert not canary.in_bytes(path.read_bytes()), path
+                    assert token.encode() not in path.read_bytes(), path
+            audit = (data_dir / "audit.log").read_text()
+            entries = [json.loads(line) for line in audit.splitlines()]
+            assert {"who": "admin", "what": "POST /admin/key", "outcome": "ok"}.items() <= entries[0].items()
+            assert any(e["who"] == "mcp:dev" and e["what"].startswith("MCP index_project(") for e in entries)
+            assert ADMIN not in audit and JOIN not in audit
+        emulator = EmulatorControl(f"http://127.0.0.1:{emu_port}")
+        emulator.close()
+    finally:
+        fathom_log.removeHandler(handler)
+        fathom_log.setLevel(old_level)
+        group.stop()
+    server_log = capture.getvalue()
+    assert not canary.in_text(server_log) and token not in server_log and ADMIN not in server_log
+    for proc in group.procs:
+        assert not canary.in_text(proc.output()), proc.name

@@ -61,3 +61,13 @@ def test_install_is_idempotent():
     logsafe.install()
     assert logsafe.installed()
     assert "sk-or-***" in capture("x", "sk-or-v1-abc")
+
+
+def test_fathom_tokens_are_scrubbed_wherever_they_appear():
+    from fathom.fleet.auth import new_token
+
+    for prefix in ("fa", "fj", "fh", "fm", "fs"):
+        token = new_token(prefix)
+        out = capture("anything", "issued %s for dev", token)
+        assert token not in out and f"{prefix}_***" in out
+    assert "fm_short" in capture("anything", "fm_short is not token-shaped")  # names stay readable

@@ -322,15 +322,56 @@ def serve(
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
     no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", envvar="FATHOM_MCP_TOKEN_FILE", show_default=False,
+        help="A file holding the token clients must send (else FATHOM_MCP_TOKEN). Required on any "
+             "address but loopback.")] = None,
 ) -> None:
     """Serve the MCP tools over streamable HTTP (at /mcp), keeping indexes in sync.
 
     The served projects' indexes follow their files as they change (unless --no-watch)."""
-    from fathom.server.mcp_tools import run_http
+    import uvicorn
 
+    from fathom.server.mcp_http import is_loopback, standalone_app
+    from fathom.server.mcp_tools import build_mcp_server
+
+    token = mcp_token(token_file)
+    if token is None and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve MCP on {host} without a token: anyone who can reach that address could read, "
+            f"and index, code on this machine. Set FATHOM_MCP_TOKEN to a long random string (e.g. `export "
+            f"FATHOM_MCP_TOKEN=fm_$(openssl rand -hex 32)`) or put one in a file and pass --token-file FILE; clients "
+            f"then send `Authorization: Bearer <token>`. Or serve on 127.0.0.1")
     fathom = fathom_of(ctx)
-    err_console.print(f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp")
-    run(run_http(fathom, host=host, port=port, watch=_watching(ctx, no_watch)))
+    settings = settings_of(ctx)
+    mcp_app = standalone_app(build_mcp_server(fathom), token=token, host=host,
+                             allowed_hosts=settings.allowed_host_list(),
+                             on_start=fathom.start_watching if _watching(ctx, no_watch) else None)
+    err_console.print(f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp"
+                      + ("" if token is None else " (bearer token required)"))
+    uvicorn.Server(uvicorn.Config(mcp_app, host=host, port=port, log_level="warning")).run()
+
+
+def mcp_token(token_file: Path | None) -> str | None:
+    """The token `fathom serve` requires: from `--token-file` (FATHOM_MCP_TOKEN_FILE), else
+    FATHOM_MCP_TOKEN; None when neither is set."""
+    if token_file is not None:
+        try:
+            token = token_file.expanduser().read_text().strip()
+            mode = token_file.expanduser().stat().st_mode
+        except OSError as exc:
+            raise ConfigError(f"cannot read the token file {token_file}: {exc.strerror or exc}") from None
+        if not token:
+            raise ConfigError(f"the token file {token_file} is empty: put the token clients must send in it")
+        if mode & 0o077:
+            err_console.print(f"warning: {token_file} can be read by other users of this machine; "
+                              f"`chmod 600 {token_file}`")
+    else:
+        token = os.environ.get("FATHOM_MCP_TOKEN", "").strip()
+    if token and (len(token) < 16 or any(c.isspace() for c in token)):
+        raise ConfigError("the MCP token must be at least 16 characters without spaces; use a long random "
+                          "string, e.g. fm_$(openssl rand -hex 32)")
+    return token or None
 
 
 @app.command()

@@ -1,4 +1,5 @@
-"""The operator's commands against a running fathom server: policy, key, fleet, gate, budget, jobs.
+"""The operator's commands against a running fathom server: policy, key, fleet, gate, budget, jobs,
+MCP tokens and the audit log.
 
 Each command is one admin API call (or a few, for `--watch`) over HTTP, with the server from
 `--server` / `FATHOM_SERVER` (default http://127.0.0.1:8765) and the admin token from
@@ -331,9 +332,13 @@ def fleet_approve(ctx: typer.Context, name: str,
                   rebind: Annotated[bool, typer.Option(
                       help="Hand the name to the host connected under it now, which another host's "
                            "credential holds (a replaced or reinstalled host).")] = False,
+                  pre_approve: Annotated[bool, typer.Option(
+                      "--pre-approve", help="Approve a name no sidecar has connected under yet; the first host "
+                                            "to connect under it is bound to it.")] = False,
                   server: LocalServerOpt = None, token: TokenOpt = None) -> None:
     """Approve a sidecar: it gets work and config pushes from now on, bound to its host's credential."""
-    path = f"/admin/fleet/{quote(name, safe='')}/approve" + ("?rebind=true" if rebind else "")
+    query = "&".join(q for q, on in (("rebind=true", rebind), ("pre_approve=true", pre_approve)) if on)
+    path = f"/admin/fleet/{quote(name, safe='')}/approve" + (f"?{query}" if query else "")
     s = _conn(ctx, server, token).call("POST", path)
     console.print(f"{name}: [green]{s['state']}[/]" + ("" if s["connected"] else " (not connected now)"))
 
@@ -571,6 +576,76 @@ for _action in ("pause", "resume", "cancel"):
     jobs_app.command(_action)(_job_action(_action))
 
 
+# ---------------------------------------------------------------------------- MCP tokens
+
+tokens_app = typer.Typer(help="MCP tokens for developers' MCP clients: create, list, revoke.", no_args_is_help=True)
+
+
+def print_tokens(data: dict[str, Any]) -> None:
+    t = Table(title="MCP tokens", title_justify="left")
+    for col in ("name", "projects", "may index", "created"):
+        t.add_column(col, overflow="fold")
+    for r in data["tokens"]:
+        t.add_row(r["name"], ", ".join(r["projects"]) if r["projects"] else "every project",
+                  "yes" if r["can_index"] else "no", r["created_at"])
+    console.print(t if data["tokens"] else "no MCP token yet: `fathom tokens create --name NAME`")
+    roots = data.get("index_roots") or []
+    console.print("index roots (FATHOM_INDEX_ROOTS): " + (", ".join(roots) if roots else
+                                                           "none: no folder can be indexed over MCP"))
+
+
+@tokens_app.command("create")
+@handled
+def tokens_create(
+    name: Annotated[str, typer.Option("--name", help="Who the token is for (the audit log names it).")],
+    project: Annotated[list[str] | None, typer.Option(
+        "--project", "-p", help="A project it sees (repeatable; none: every project).")] = None,
+    can_index: Annotated[bool, typer.Option(
+        "--can-index", help="It may call index_project, under FATHOM_INDEX_ROOTS only.")] = False,
+    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
+) -> None:
+    """Create an MCP token; it is printed once, and only its hash is kept."""
+    created = connect(server, token).call("POST", "/admin/tokens", {"name": name, "projects": project or None,
+                                                                     "can_index": can_index})
+    scope = ", ".join(created["projects"]) if created["projects"] else "every project"
+    console.print(f"MCP token for {created['name']} (shown once; only its hash is kept): {created['token']}")
+    console.print(f"it sees: {scope}; " + ("it may index under FATHOM_INDEX_ROOTS" if created["can_index"]
+                                           else "read-only"))
+    console.print(f"use it: claude mcp add --transport http fathom {server.rstrip('/')}/mcp "
+                  f"--header \"Authorization: Bearer {created['token']}\"")
+
+
+@tokens_app.command("list")
+@handled
+def tokens_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+    """Every MCP token: name, projects, whether it may index. Never a token."""
+    print_tokens(connect(server, token).call("GET", "/admin/tokens"))
+
+
+@tokens_app.command("revoke")
+@handled
+def tokens_revoke(name: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+    """Revoke an MCP token: its next request is refused."""
+    connect(server, token).call("POST", f"/admin/tokens/{quote(name, safe='')}/revoke")
+    console.print(f"{name}: [red]revoked[/]")
+
+
+@handled
+def audit_log(limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000,
+                                                 help="How many of the latest entries.")] = 50,
+              server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+    """The audit log: every admin action on the server, who (which token) did it and when."""
+    data = connect(server, token).call("GET", f"/admin/audit?limit={limit}")
+    t = Table(title=f"Audit log ({data['path']})", title_justify="left")
+    for col in ("when", "who", "what", "outcome"):
+        t.add_column(col, overflow="fold")
+    for e in data["entries"]:
+        outcome = str(e.get("outcome"))
+        t.add_row(dash(e.get("at")), dash(e.get("who")), dash(e.get("what")),
+                  Text(outcome, style="green" if outcome == "ok" else "red"))
+    console.print(t if data["entries"] else "the audit log is empty: no admin action yet")
+
+
 # ---------------------------------------------------------------------------- wiring
 
 
@@ -581,4 +656,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(fleet_app, name="fleet")
     app.add_typer(gate_app, name="gate")
     app.add_typer(jobs_app, name="jobs")
+    app.add_typer(tokens_app, name="tokens")
     app.command("budget")(budget)
+    app.command("audit-log")(audit_log)

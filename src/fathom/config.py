@@ -77,6 +77,19 @@ class Settings(BaseSettings):
     # Live sync: `fathom mcp`, `serve` and `server` watch the folders of the projects they
     # serve (FATHOM_WATCH=0 or --no-watch turns it off; each project also has its own setting).
     watch: bool = True
+    # The folders under which an MCP token allowed to index may index (FATHOM_INDEX_ROOTS,
+    # separated like PATH); none: no folder may be indexed over MCP except with the admin token.
+    index_roots: str = ""
+    # Host names the MCP endpoint answers to besides loopback and this machine's own names
+    # (FATHOM_ALLOWED_HOSTS, comma-separated), e.g. the name a reverse proxy passes on; every
+    # other Host header is refused (DNS-rebinding protection).
+    allowed_hosts: str = ""
+
+    def index_root_list(self) -> list[str]:
+        return [p.strip() for p in self.index_roots.split(os.pathsep) if p.strip()]
+
+    def allowed_host_list(self) -> list[str]:
+        return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
 
     @property
     def lance_dir(self) -> Path:

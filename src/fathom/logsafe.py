@@ -2,8 +2,8 @@
 
 This module owns one guarantee: no log record emitted in a process that called `install()`
 carries anything shaped like an OpenRouter key (`sk-or-...`), a bearer credential (websockets
-dumps handshake headers, `Authorization` included, at DEBUG) or a sidecar credential
-(`fsc_...`), and no WebSocket frame dump
+dumps handshake headers, `Authorization` included, at DEBUG), one of Fathom's tokens (`fa_`,
+`fj_`, `fh_`, `fm_`, `fs_`) or a sidecar credential (`fsc_...`), and no WebSocket frame dump
 (websockets and uvicorn log every frame at DEBUG, payload included) carries frame content.
 It works at record creation (a record factory), so it covers loggers and handlers that did not
 exist yet when it was installed — pytest's capture, uvicorn's own handlers, a user's
@@ -28,6 +28,9 @@ REDACTED = "sk-or-***"
 BEARER_RE = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]+")
 # A sidecar's own credential (`fleet.identity`): never logged on purpose; scrubbed if it slips.
 CREDENTIAL_RE = re.compile(r"\bfsc_[A-Za-z0-9_\-]+")
+# Fathom's own tokens wherever they appear, not only after "Bearer": admin (fa_), join (fj_),
+# host (fh_), MCP (fm_) and scrape (fs_) tokens, as issued (32 random bytes, URL-safe).
+TOKEN_RE = re.compile(r"\b(f[ajhms])_[A-Za-z0-9_\-]{16,}")
 
 # Loggers whose DEBUG frame dumps ("> TEXT '{...}' [n bytes]") would carry frame payloads:
 # command texts, and the key inside a config frame. Their frame lines are kept, content elided.
@@ -40,11 +43,13 @@ _installed = False
 
 def scrub(text: str) -> str:
     """`text` with every key-shaped substring, bearer credential and sidecar credential replaced."""
-    return CREDENTIAL_RE.sub("fsc_***", BEARER_RE.sub(r"\1***", SECRET_RE.sub(REDACTED, text)))
+    text = CREDENTIAL_RE.sub("fsc_***", BEARER_RE.sub(r"\1***", SECRET_RE.sub(REDACTED, text)))
+    return TOKEN_RE.sub(r"\1_***", text)
 
 
 def _needs_scrub(text: str) -> bool:
-    return bool(SECRET_RE.search(text) or BEARER_RE.search(text) or CREDENTIAL_RE.search(text))
+    return bool(SECRET_RE.search(text) or BEARER_RE.search(text) or CREDENTIAL_RE.search(text)
+                or TOKEN_RE.search(text))
 
 
 def _is_frame_dump(record: logging.LogRecord) -> bool:

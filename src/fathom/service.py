@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from fathom import scope
 from fathom.config import RoutingStore, Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError, NoProviderAvailable, whole_number
 from fathom.index import search as search_mod
@@ -289,9 +290,11 @@ class Fathom:
 
     @property
     def store(self) -> Store:
+        """The store, as the current caller may see it (`scope`: a scoped MCP token sees only
+        its projects; everyone else, the whole store)."""
         if self._store is None:
             self._store = open_store(self.settings, clearance=GateClearance(self.gate))
-        return self._store
+        return scope.confine(self._store)
 
     # ---- spaces: which encoder defines (and queries) each table
 

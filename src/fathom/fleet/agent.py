@@ -526,8 +526,11 @@ async def run_sidecar(
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="fathom sidecar", description="Join a Fathom server's fleet as a sidecar.")
     ap.add_argument("--server", required=True, help="wss://HOST[:PORT] (plain ws:// only to loopback)")
-    ap.add_argument("--token", default=os.environ.get("FATHOM_SIDECAR_TOKEN"),
-                    help="join token or host token (default: $FATHOM_SIDECAR_TOKEN)")
+    ap.add_argument("--token", default=None,
+                    help="join token or host token; better in $FATHOM_SIDECAR_TOKEN or a file (--token-file): "
+                         "on the command line every user of this host sees it in `ps`")
+    ap.add_argument("--token-file", type=Path, default=os.environ.get("FATHOM_SIDECAR_TOKEN_FILE"),
+                    help="a file holding the join or host token (default: $FATHOM_SIDECAR_TOKEN_FILE)")
     ap.add_argument("--name", default=socket.gethostname().split(".")[0], help="sidecar name (default: host name)")
     ap.add_argument("--serve", action="append", default=[], metavar="ROLE=BACKEND",
                     help="e.g. code-embedding=in-process, embedding=openai-compatible:http://127.0.0.1:8000/v1, "
@@ -544,13 +547,39 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
+    """The sidecar's join (or host) token: from a file, the environment (FATHOM_SIDECAR_TOKEN) or,
+    with a warning, the command line. `ConfigError` when none is given."""
+    if on_argv:
+        print("fathom sidecar: warning: the token given with --token is visible to every user of this host "
+              "(ps, /proc/PID/cmdline); pass it in FATHOM_SIDECAR_TOKEN or a file (--token-file) instead",
+              file=sys.stderr)
+        return on_argv.strip()
+    if token_file:
+        path = Path(token_file).expanduser()
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
+        if not token:
+            raise ConfigError(f"the token file {path} is empty: put the join token `fathom server` printed in it")
+        return token
+    token = os.environ.get("FATHOM_SIDECAR_TOKEN", "").strip()
+    if not token:
+        raise ConfigError("a join token is required: set FATHOM_SIDECAR_TOKEN, or pass --token-file FILE "
+                          "(the join token `fathom server` printed, or a host token from `fathom fleet token`)")
+    return token
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logsafe.install()
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if not args.token:
-        print("fathom sidecar: --token (or FATHOM_SIDECAR_TOKEN) is required", file=sys.stderr)
+    try:
+        token = join_token(args.token, args.token_file)
+    except ConfigError as exc:
+        print(f"fathom sidecar: {exc}", file=sys.stderr)
         return 2
 
     async def _main() -> None:
@@ -559,7 +588,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
-        await run_sidecar(args.server, args.token, args.name, args.serve, openrouter_base_url=args.openrouter_url,
+        await run_sidecar(args.server, token, args.name, args.serve, openrouter_base_url=args.openrouter_url,
                           cloud=not args.no_cloud, heartbeat_interval=args.heartbeat, stop=stop,
                           state_dir=args.state_dir)
 

@@ -145,6 +145,17 @@ class FleetAuth:
             self._save()
         return IssuedToken(token=token, name=None)
 
+    def replace_join_tokens(self, token: str | None = None) -> IssuedToken | None:
+        """Rotation: every join token known so far stops working (host tokens and approvals
+        stay). `token` (one set in the environment) becomes the only one; without it a fresh one
+        is issued and returned, to be shown once."""
+        if token is None:
+            fresh = IssuedToken(token=new_token("fj"), name=None)
+        with self._lock:
+            self._record.join_token_hashes = [hash_token(token if token is not None else fresh.token)]
+            self._save()
+        return None if token is not None else fresh
+
     def issue_host_token(self, name: str) -> IssuedToken:
         """A token that pre-approves exactly `name`."""
         token = new_token("fh")

@@ -93,11 +93,23 @@ class AdminAuth:
     def configured(self) -> bool:
         return bool(self._hashes)
 
+    PREFIX = "fa"
+
     def issue(self) -> str:
-        token = f"fa_{secrets.token_urlsafe(32)}"
+        token = f"{self.PREFIX}_{secrets.token_urlsafe(32)}"
         self._hashes.append(hash_token(token))
         self._save()
         return token
+
+    def replace(self, token: str | None = None) -> str | None:
+        """Rotation: every token known so far stops working. `token` (one the operator set in the
+        environment) becomes the only one; without it a fresh one is issued and returned, to be
+        shown once."""
+        self._hashes = [hash_token(token)] if token else []
+        if token:
+            self._save()
+            return None
+        return self.issue()
 
     def check(self, token: str | None) -> bool:
         if not token:
@@ -110,12 +122,7 @@ class ScrapeAuth(AdminAuth):
     """Scrape-only tokens (`FATHOM_METRICS_TOKEN`): they open `/metrics` and nothing else."""
 
     FILENAME = "metrics.json"
-
-    def issue(self) -> str:
-        token = f"fm_{secrets.token_urlsafe(32)}"
-        self._hashes.append(hash_token(token))
-        self._save()
-        return token
+    PREFIX = "fs"  # (`fm_` is an MCP token's)
 
 
 def bearer_token(request: Request) -> str | None:
@@ -872,12 +879,21 @@ def admin_router(hub: Hub, auth: AdminAuth, *, registry: Any = None,
         return fleet_view(hub)
 
     @router.post("/fleet/{name}/approve")
-    async def approve(name: str, rebind: bool = False) -> dict[str, Any]:
+    async def approve(name: str, rebind: bool = False, pre_approve: bool = False) -> dict[str, Any]:
         """Approve a sidecar, bound to the credential of the host connected under the name now.
         A host claiming a name bound to another host is approved only with `rebind=true` (it
-        replaces that host); 409 otherwise."""
+        replaces that host); 409 otherwise. A name no sidecar has connected under is approved
+        only with `pre_approve=true` (the first host to connect under it is bound to it), so a
+        typo is refused (409) instead of waiting for whoever takes the name."""
         from fathom.fleet.hub import NameClaimed
 
+        known = {s.name for s in hub.sidecars()}
+        if not pre_approve and _name(name) not in known and not hub.auth.is_revoked(name):
+            raise refusal(409, f"no sidecar named {name!r} has connected to this server", [
+                f"no sidecar named {name!r} has connected to this server"
+                + (f" (the sidecars: {', '.join(sorted(known))})" if known else "")
+                + f"; check the name, or approve it before its first connection with `fathom fleet approve "
+                  f"{name} --pre-approve` (the first host to connect under it is bound to it)"])
         try:
             return (await hub.approve(_name(name), rebind=rebind)).to_dict()
         except NameClaimed as exc:

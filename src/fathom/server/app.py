@@ -2,19 +2,20 @@
 
 This module owns one function, `create_app`, that puts the parts together: the settings, the
 routing store, the provider registry, the fleet hub with its `/sidecar` WebSocket, the gate,
-the cloud budget, the `Fathom` service, the router, the metrics, the admin API, the MCP tools
-at `/mcp` (streamable HTTP, admin token) and the dashboard. Each part works without it (tests
+the cloud budget, the `Fathom` service, the router, the metrics, the admin API, the MCP tokens
+and the audit log, the MCP tools at `/mcp` (streamable HTTP: the admin token, or an MCP token
+scoped to its projects) and the dashboard. Each part works without it (tests
 construct them directly, and any of them can be injected here); this is only where they meet,
 in the spirit of Starlette: explicit objects, no magic. `app.state` holds every part by name
 (`settings`, `routing`, `registry`, `hub`, `gate`, `budget`, `service`, `router`, `metrics`,
-`jobs`, `admin_auth`, `scrape_auth`, `operator`, `mcp`). Unless `settings.watch` is off
-(`--no-watch`, FATHOM_WATCH=0), the lifespan starts the service's live sync, so the indexes of
-the projects the server holds follow their folders.
+`jobs`, `admin_auth`, `scrape_auth`, `operator`, `mcp`, `mcp_tokens`, `audit`). Unless
+`settings.watch` is off (`--no-watch`, FATHOM_WATCH=0), the lifespan starts the service's live
+sync, so the indexes of the projects the server holds follow their folders.
 
 Auth: every route needs the admin bearer token except `GET /health` (and its older spelling
 `/healthz`), the dashboard's static page and assets (they carry no data: the page asks for the
-token and sends it on each of its API calls), and the `/sidecar` WebSocket (a join token, see
-`fleet.hub`). `/openapi.json` needs the admin token too. `/metrics` takes the admin token or a
+token and sends it on each of its API calls), `/.well-known/` (404s: no OAuth here), `/mcp`
+(the admin or an MCP token) and the `/sidecar` WebSocket (a join token, see `fleet.hub`). `/openapi.json` needs the admin token too. `/metrics` takes the admin token or a
 scrape-only token (`FATHOM_METRICS_TOKEN`), so a Prometheus server never holds a token that
 could push a key or change a policy. The token is checked, and the route's body-size limit
 applied, before any body is read (`server.guard`, the outermost part of the app).
@@ -45,8 +46,10 @@ from fathom.server.admin import (
     AdminAuth, BudgetRecord, IndexJobs, OperatorParts, ScrapeAuth, admin_dependency, admin_router,
     body_problems, damaged, operator_router, scrape_dependency,
 )
+from fathom.server.audit import AuditLog
 from fathom.server.guard import Access, BodyLimits, RequestGuard
 from fathom.server.metrics import Metrics
+from fathom.server.tokens import McpTokens, tokens_router
 
 log = logging.getLogger(__name__)
 
@@ -126,13 +129,18 @@ def create_app(
 
     jobs = IndexJobs(service, ledger=JobLedger(settings.data_dir), resume_on_start=settings.resume_jobs)
     # The MCP tools over streamable HTTP at /mcp, on the same service (one registry, gate,
-    # budget and router for MCP clients, the admin API and the sidecars), admin token required.
-    from fathom.server.admin import bearer_token
-    from fathom.server.mcp_http import MCP_PATH, MCPEndpoint
+    # budget and router for MCP clients, the admin API and the sidecars): the admin token, or an
+    # MCP token scoped to its projects. Every admin action goes to the audit log.
+    from fathom.server.mcp_http import MCP_PATH, MCPEndpoint, not_oauth_routes, resolve_roots
     from fathom.server.mcp_tools import build_mcp_server
 
-    mcp_endpoint = MCPEndpoint(build_mcp_server(service, router=router),
-                               lambda request: admin_auth.check(bearer_token(request)), host=settings.host)
+    mcp_tokens = McpTokens(settings.data_dir)
+    audit = AuditLog(settings.data_dir)
+    access = Access(admin_auth, scrape_auth, mcp_tokens)
+    index_roots = resolve_roots(settings.index_root_list())
+    mcp_endpoint = MCPEndpoint(build_mcp_server(service, router=router), access, host=settings.host,
+                               allowed_hosts=settings.allowed_host_list(), index_roots=lambda: index_roots,
+                               audit=audit)
     parts = OperatorParts(settings=settings, routing=routing, hub=hub, registry=registry, gate=gate,
                           budget=budget, service=service, router=router, jobs=jobs,
                           budget_record=budget_record, metrics=metrics)
@@ -170,7 +178,8 @@ def create_app(
     for name, value in (("settings", settings), ("routing", routing), ("registry", registry), ("hub", hub),
                         ("gate", gate), ("budget", budget), ("service", service), ("router", router),
                         ("metrics", metrics), ("jobs", jobs), ("admin_auth", admin_auth),
-                        ("scrape_auth", scrape_auth), ("operator", parts), ("mcp", mcp_endpoint)):
+                        ("scrape_auth", scrape_auth), ("operator", parts), ("mcp", mcp_endpoint),
+                        ("mcp_tokens", mcp_tokens), ("audit", audit)):
         setattr(app.state, name, value)
 
     @app.exception_handler(RoutingStateDamaged)
@@ -186,12 +195,15 @@ def create_app(
 
     # Auth before bodies: no route, and no framework layer, reads a request body before the
     # token is checked and the route's size limit applied.
-    app.add_middleware(RequestGuard, access=Access(admin_auth, scrape_auth),
-                       limits=BodyLimits(default=settings.max_body_bytes))
+    app.add_middleware(RequestGuard, access=access, limits=BodyLimits(default=settings.max_body_bytes), audit=audit)
     hub.mount(app)
     app.add_route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    for route in not_oauth_routes():
+        app.router.routes.append(route)
     app.include_router(admin_router(hub, admin_auth, registry=registry))
     app.include_router(operator_router(parts, admin_auth))
+    app.include_router(tokens_router(mcp_tokens, audit, admin_dependency(admin_auth),
+                                     lambda: [str(r) for r in index_roots]))
 
     @app.get("/health", tags=["health"], openapi_extra={"security": []})
     async def health() -> dict[str, Any]:

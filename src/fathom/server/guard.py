@@ -4,17 +4,27 @@ app reads it.
 This module owns two decisions, made on the request line and headers alone, before a byte of
 the body is read:
 
-- who may call this path: `Access.refusal`, the one check (the admin token everywhere; the
-  admin or a scrape-only token for `/metrics`; nothing for `/health` and the dashboard's static
-  page and assets, which carry no data);
+- who may call this path: `Access.refusal`, the one check (the admin token everywhere; an MCP
+  token (`server.tokens`) on `/mcp` and nowhere else; the admin or a scrape-only token for
+  `/metrics`; nothing for `/health`, the dashboard's static page and assets, `/.well-known/` and
+  OAuth's default endpoints, which carry no data);
 - how much body the route takes: `BodyLimits`, one server-wide default (`FATHOM_MAX_BODY_BYTES`,
   1 MiB) and a tighter limit per route.
 
-A refused request is answered at once (401 or 503; 413 for a declared length over the limit)
-and its body is never read: uvicorn discards whatever the client still sends. A body without a
-declared length is counted as it streams in and cut off with 413 the moment it passes the
-limit, never after it was read whole. So an unauthenticated client cannot make the server hold
-its body, and an authenticated one cannot make it hold more than the route allows.
+A refused request is answered at once (401, 403 or 503; 413 for a declared length over the
+limit) and its body is never read: uvicorn discards whatever the client still sends. A body
+without a declared length is counted as it streams in and cut off with 413 the moment it passes
+the limit, never after it was read whole. So an unauthenticated client cannot make the server
+hold its body, and an authenticated one cannot make it hold more than the route allows.
+
+`/mcp` refusals speak to MCP clients (`mcp_unauthorized`): a 401 whose `WWW-Authenticate` is a
+plain RFC 6750 Bearer challenge with no `resource_metadata` (this server uses static bearer
+tokens, not OAuth, so it advertises no authorization server and answers 404 on the OAuth
+discovery documents), and whose body is a JSON-RPC error that says how to configure a token.
+
+The request's principal (who its token is) is left in the ASGI scope (`PRINCIPAL`) for the parts
+behind; every authenticated write to the admin API, and every refused attempt of an MCP token on
+it, is written to the audit log (`server.audit`) with who, what and the outcome, never a body.
 
 It refuses to know what a route does. The routes keep their own token checks (a router mounted
 without this gate still refuses a missing token); this decides only whether a request may be
@@ -23,8 +33,11 @@ read at all. WebSocket and lifespan traffic passes untouched (the hub checks its
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastapi import HTTPException
 from starlette.requests import Request
@@ -33,34 +46,129 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fathom.server.admin import (
     MAX_KEY_BODY, MAX_POLICY_BODY, AdminAuth, ScrapeAuth, bearer_token, no_token_configured, refusal, unauthorized,
 )
+from fathom.server.audit import AuditLog
+from fathom.server.tokens import McpTokens, Principal
+
+log = logging.getLogger("fathom.server.guard")
 
 KIB = 1024
 DEFAULT_BODY_LIMIT = 1024 * KIB
 
-# Paths anyone may GET: liveness and the dashboard's static page (it asks for the token).
+# Paths anyone may GET: liveness and the dashboard's static page (it asks for the token), and
+# /.well-known/ (404s that tell OAuth-discovering clients this server takes a static token).
 PUBLIC_PATHS = frozenset({"/health", "/healthz", "/"})
-PUBLIC_PREFIXES = ("/dashboard/",)
+PUBLIC_PREFIXES = ("/dashboard/", "/.well-known/")
 SCRAPE_PATHS = frozenset({"/metrics"})
+# OAuth's default endpoints, which clients of an older MCP authorization revision try at the
+# server's root when discovery finds nothing: answered 404 by `mcp_http.not_oauth` (no token
+# needed) with the same advice, instead of an admin 401 the client would misread.
+OAUTH_PATHS = frozenset({"/register", "/authorize", "/token"})
+MCP_PATH = "/mcp"
+PRINCIPAL = "fathom.principal"  # the ASGI scope key of a request's `Principal`
+AUDIT_NOTE = "fathom.audit"  # a route's own words for what it did, for the audit log
+REALM = "fathom"
+WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class StaticToken:
+    """One token given at start (`fathom serve` with FATHOM_MCP_TOKEN): the same `check` and
+    `configured` as `AdminAuth`, held as a hash, never written anywhere."""
+
+    def __init__(self, token: str):
+        from fathom.fleet.auth import hash_token
+
+        self._hash = hash_token(token)
+
+    configured = True
+
+    def check(self, token: str | None) -> bool:
+        import hmac
+
+        from fathom.fleet.auth import hash_token
+
+        return bool(token) and hmac.compare_digest(hash_token(token), self._hash)
+
+
+class McpRefusal(HTTPException):
+    """A refusal on `/mcp`: its body is a JSON-RPC error, which MCP clients show as it is."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(status, message, headers=headers)
+        self.content = {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": message}}
+
+
+def mcp_unauthorized(token_sent: bool, url: str = "http://SERVER/mcp") -> McpRefusal:
+    """The 401 MCP clients get without a valid token: how to configure one, and no OAuth.
+
+    RFC 6750: a request with no credentials gets the bare challenge (no error code); a wrong one
+    gets `error="invalid_token"` with a description. No `resource_metadata`: this server is not
+    an OAuth resource server (MCP authorization is optional; a server using static tokens does
+    not advertise an authorization server), so a client has nothing to discover."""
+    how = (f"Configure your MCP client to send the header `Authorization: Bearer <token>` with a token the "
+           f"server's operator gives you (`fathom tokens create --name YOU`), e.g. `claude mcp add --transport http "
+           f"fathom {url} --header \"Authorization: Bearer fm_...\"`. This server uses static bearer tokens, not OAuth.")
+    if token_sent:
+        message = f"The token sent to Fathom was refused: it is unknown, revoked or mistyped. {how}"
+        challenge = (f'Bearer realm="{REALM}", error="invalid_token", error_description="the bearer token is '
+                     f'unknown, revoked or mistyped; ask the operator for an MCP token"')
+    else:
+        message = f"Fathom needs a token. {how}"
+        challenge = f'Bearer realm="{REALM}"'
+    return McpRefusal(401, message, headers={"WWW-Authenticate": challenge})
+
+
+def mcp_only(principal: Principal, method: str, path: str) -> HTTPException:
+    return refusal(403, f"{method} {path} needs the admin token; the MCP token {principal.name!r} opens {MCP_PATH} "
+                        f"and nothing else")
+
+
+def is_mcp_path(path: str) -> bool:
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
 class Access:
-    """Who may call which path. One function, `refusal`, so a later kind of token (scoped MCP
-    tokens, say) is added in one place."""
+    """Who may call which path. One function, `refusal`, decides; `principal` says who a token
+    is. `open_mcp`: `/mcp` needs no token (one machine on loopback, nothing configured)."""
 
-    def __init__(self, admin: AdminAuth, scrape: ScrapeAuth | None = None):
+    def __init__(self, admin: AdminAuth | StaticToken | None, scrape: ScrapeAuth | None = None,
+                 mcp: McpTokens | None = None, *, open_mcp: bool = False):
         self.admin = admin
         self.scrape = scrape
+        self.mcp = mcp
+        self.open_mcp = open_mcp
 
-    def refusal(self, method: str, path: str, token: str | None) -> HTTPException | None:
+    def principal(self, token: str | None) -> Principal | None:
+        """The admin, an MCP token's principal, or None for a missing or unknown token."""
+        if self.admin is not None and self.admin.check(token):
+            return Principal.operator()
+        record = self.mcp.find(token) if self.mcp is not None else None
+        return record.principal() if record is not None else None
+
+    def mcp_principal(self, token: str | None) -> Principal | None:
+        """Who a request to `/mcp` acts as: its token's principal, or the local operator when
+        `/mcp` is open; None: refuse it."""
+        found = self.principal(token)
+        if found is None and self.open_mcp:
+            return Principal.operator("local")
+        return found
+
+    def refusal(self, method: str, path: str, token: str | None, *, url: str | None = None) -> HTTPException | None:
         """None if the request may proceed; else the refusal to answer, unread."""
         if method in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)):
             return None
-        if self.admin.check(token):
+        if path in OAUTH_PATHS and method in ("GET", "POST"):
+            return None
+        if is_mcp_path(path):
+            return None if self.mcp_principal(token) is not None else mcp_unauthorized(bool(token), url or MCP_PATH)
+        principal = self.principal(token)
+        if principal is not None and principal.admin:
             return None
         if path in SCRAPE_PATHS and self.scrape is not None and self.scrape.check(token):
             return None
-        configured = self.admin.configured or (path in SCRAPE_PATHS and self.scrape is not None
-                                               and self.scrape.configured)
+        if principal is not None:
+            return mcp_only(principal, method, path)
+        configured = (self.admin is not None and self.admin.configured) or (
+            path in SCRAPE_PATHS and self.scrape is not None and self.scrape.configured)
         return unauthorized() if configured else no_token_configured()
 
 
@@ -77,6 +185,8 @@ class BodyLimits:
         ("PUT", "/admin/budget"): 1 * KIB,
         ("POST", "/admin/jobs"): 16 * KIB,
         ("POST", "/admin/fleet/tokens"): 1 * KIB,
+        ("POST", "/admin/tokens"): 8 * KIB,
+        **{("POST", path): 16 * KIB for path in OAUTH_PATHS},  # never read: answered 404
         ("POST", "/admin/fleet/probe"): 256 * KIB,
         ("POST", "/admin/gate/verify"): 4 * KIB,
     })
@@ -84,6 +194,7 @@ class BodyLimits:
         ("POST", "/admin/gate/reembed/", 4 * KIB),
         ("POST", "/admin/jobs/", 1 * KIB),  # pause, resume, cancel: no body
         ("POST", "/admin/fleet/", 1 * KIB),  # approve, revoke: no body
+        ("POST", "/admin/tokens/", 1 * KIB),  # revoke: no body
     )
     bodyless: int = 1 * KIB  # GET, HEAD, DELETE: a few bytes of a client's habit, no more
 
@@ -101,12 +212,15 @@ class _BodyTooLarge(Exception):
 
 
 class RequestGuard:
-    """ASGI middleware: `Access` then `BodyLimits`, before the app sees a request."""
+    """ASGI middleware: `Access` then `BodyLimits`, before the app sees a request; then the
+    audit log, once the app has answered an admin write."""
 
-    def __init__(self, app: ASGIApp, *, access: Access, limits: BodyLimits | None = None):
+    def __init__(self, app: ASGIApp, *, access: Access, limits: BodyLimits | None = None,
+                 audit: AuditLog | None = None):
         self.app = app
         self.access = access
         self.limits = limits or BodyLimits()
+        self.audit = audit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -114,10 +228,16 @@ class RequestGuard:
             return
         request = Request(scope)  # headers only: nothing here reads the body
         method, path = scope["method"], scope["path"]
-        denied = self.access.refusal(method, path, bearer_token(request))
+        token = bearer_token(request)
+        denied = self.access.refusal(method, path, token, url=_mcp_url(request))
+        principal = self.access.principal(token) if token else None
         if denied is not None:
+            if principal is not None and denied.status_code == 403:
+                await self._audit(principal, method, path, scope, f"refused {denied.status_code}: {_reason(denied)}")
             await _answer(send, denied)
             return
+        if principal is not None:
+            scope[PRINCIPAL] = principal
         limit = self.limits.of(method, path)
         declared = request.headers.get("content-length")
         if declared is not None:
@@ -127,10 +247,28 @@ class RequestGuard:
             if int(declared) > limit:
                 await _answer(send, _too_large(method, path, limit))
                 return
-        await self._app_within(limit, method, path, scope, receive, send)
+        status: dict[str, Any] = {}
+        try:
+            await self._app_within(limit, method, path, scope, receive, send, status)
+        finally:
+            if principal is not None and method in WRITE_METHODS and path.startswith("/admin/"):
+                code = status.get("code")
+                outcome = "ok" if code is not None and code < 400 else f"refused {code}" if code else "failed"
+                await self._audit(principal, method, path, scope, outcome)
+
+    async def _audit(self, principal: Principal, method: str, path: str, scope: Scope, outcome: str) -> None:
+        if self.audit is None:
+            return
+        query = scope.get("query_string", b"").decode("latin-1")
+        what = f"{method} {path}" + (f"?{query}" if query else "")
+        note = scope.get(AUDIT_NOTE)
+        try:
+            await asyncio.to_thread(self.audit.record, principal.who, what + (f": {note}" if note else ""), outcome)
+        except OSError as exc:
+            log.error("could not write the audit log %s: %s", self.audit.path, exc.strerror or exc)
 
     async def _app_within(self, limit: int, method: str, path: str, scope: Scope, receive: Receive,
-                          send: Send) -> None:
+                          send: Send, status: dict[str, Any]) -> None:
         """Run the app, counting the body as it streams in; past `limit`, answer 413 at once."""
         state = {"read": 0, "started": False, "refused": False}
 
@@ -141,6 +279,7 @@ class RequestGuard:
                 if state["read"] > limit:
                     if not state["started"]:
                         state["refused"] = True
+                        status["code"] = 413
                         await _answer(send, _too_large(method, path, limit))
                     raise _BodyTooLarge
             return message
@@ -150,6 +289,7 @@ class RequestGuard:
                 return  # the 413 is the answer; whatever the app says after it is dropped
             if message["type"] == "http.response.start":
                 state["started"] = True
+                status["code"] = message["status"]
             await send(message)
 
         try:
@@ -157,6 +297,18 @@ class RequestGuard:
         except _BodyTooLarge:
             if not state["refused"]:
                 raise  # the app had already answered: end the connection
+
+
+def _mcp_url(request: Request) -> str:
+    """The MCP URL as the client dialled it (for the configure-a-token line)."""
+    host = request.headers.get("host") or "SERVER"
+    scheme = request.headers.get("x-forwarded-proto") or request.url.scheme
+    return f"{scheme}://{host}{MCP_PATH}"
+
+
+def _reason(exc: HTTPException) -> str:
+    detail = exc.detail
+    return str(detail.get("message") if isinstance(detail, dict) else detail)
 
 
 def _too_large(method: str, path: str, limit: int) -> HTTPException:
@@ -170,7 +322,8 @@ def _size(n: int) -> str:
 
 
 async def _answer(send: Send, exc: HTTPException) -> None:
-    body = json.dumps({"detail": exc.detail}).encode()
+    content = getattr(exc, "content", None)
+    body = json.dumps(content if content is not None else {"detail": exc.detail}).encode()
     headers: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json"),
                                           (b"content-length", str(len(body)).encode())]
     for k, v in (exc.headers or {}).items():

@@ -366,7 +366,7 @@ class ProgressReporter:
 
 
 def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
-    """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio` / `run_http`, or
+    """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio`, or
     mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
     of `ask` and `explore` (the server passes its own; None: the standalone router)."""
     server = ToolServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
@@ -531,11 +531,3 @@ async def run_stdio(fathom: Fathom, *, watch: bool = True) -> None:
     if watch:
         await fathom.start_watching()
     await build_mcp_server(fathom).run_stdio_async()
-
-
-async def run_http(fathom: Fathom, host: str = "127.0.0.1", port: int = 8765,
-                   path: str = "/mcp", *, watch: bool = True) -> None:
-    if watch:
-        await fathom.start_watching()
-    await build_mcp_server(fathom).run_streamable_http_async(host=host, port=port,
-                                                             streamable_http_path=path)

@@ -237,6 +237,41 @@ function renderJobs(jobs) {
   }
 }
 
+function renderTokens(data) {
+  const tbody = $("tokens").tBodies[0];
+  tbody.replaceChildren();
+  $("index-roots").textContent = data.index_roots.length ? data.index_roots.join(", ")
+    : "no folder (FATHOM_INDEX_ROOTS is not set)";
+  if (data.tokens.length === 0) {
+    tbody.append(el("tr", {}, el("td", { colspan: "5", class: "muted", text: "no MCP token yet" })));
+  }
+  for (const t of data.tokens) {
+    tbody.append(el("tr", { "data-token": t.name },
+      el("th", { text: t.name }),
+      el("td", { text: t.projects ? t.projects.join(", ") : "every project" }),
+      el("td", { text: t.can_index ? "yes" : "no" }),
+      el("td", { text: t.created_at }),
+      el("td", {}, el("button", { type: "button", class: "danger", text: "Revoke", onclick: () => {
+        if (confirm("Revoke the MCP token " + t.name + "? Its next request is refused.")) revokeToken(t.name);
+      } }))));
+  }
+}
+
+function renderAudit(entries) {
+  const tbody = $("audit").tBodies[0];
+  tbody.replaceChildren();
+  if (entries.length === 0) {
+    tbody.append(el("tr", {}, el("td", { colspan: "4", class: "muted", text: "no admin action yet" })));
+  }
+  for (const e of entries.slice().reverse()) {
+    tbody.append(el("tr", {},
+      el("td", { text: e.at || "—" }),
+      el("td", { text: e.who }),
+      el("td", { class: "mono", text: e.what }),
+      el("td", { class: e.outcome === "ok" ? "good" : "bad", text: e.outcome })));
+  }
+}
+
 // A section the server could not read comes as {error: {message, problems}}: say so in its
 // card, and render every other section as usual.
 function renderSectionError(box, error) {
@@ -296,6 +331,9 @@ async function refresh() {
     render(overview);
     const projects = await api("GET", "/admin/projects");
     if (projects.ok) renderProjects(projects.data.projects);
+    const [tokens, audit] = await Promise.all([api("GET", "/admin/tokens"), api("GET", "/admin/audit?limit=20")]);
+    if (tokens.ok) renderTokens(tokens.data);
+    if (audit.ok) renderAudit(audit.data.entries);
     $("status").textContent = "connected, fathom " + overview.version + ", updated " + new Date().toLocaleTimeString();
     $("status").className = "status good";
   } catch (e) {
@@ -412,6 +450,36 @@ async function startJob(ev) {
   await refresh();
 }
 
+async function createToken(ev) {
+  ev.preventDefault();
+  const projects = $("tf-projects").value.split(",").map((p) => p.trim()).filter((p) => p);
+  const body = { name: $("tf-name").value.trim(), projects: projects.length ? projects : null, can_index: $("tf-index").checked };
+  const r = await api("POST", "/admin/tokens", body);
+  const box = $("token-result");
+  if (r.ok) {
+    // Shown once, here only: the server keeps its hash.
+    showResult(box, true, "MCP token for " + r.data.name + " (shown once; copy it now):", []);
+    box.append(el("p", {}, el("code", { class: "mono secret", text: r.data.token })));
+    box.append(el("p", { class: "muted", text: "claude mcp add --transport http fathom " + location.origin
+      + "/mcp --header \"Authorization: Bearer " + r.data.token + "\"" }));
+    $("tf-name").value = "";
+    $("tf-projects").value = "";
+    $("tf-index").checked = false;
+  } else {
+    const p = problemsOf(r.data);
+    showResult(box, false, "Refused: " + p.message, p.problems);
+  }
+  await refresh();
+}
+
+async function revokeToken(name) {
+  const r = await api("POST", "/admin/tokens/" + encodeURIComponent(name) + "/revoke");
+  const box = $("token-result");
+  if (r.ok) showResult(box, true, "Revoked " + name + ".", []);
+  else { const p = problemsOf(r.data); showResult(box, false, "Refused: " + p.message, p.problems); }
+  await refresh();
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   $("login-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -431,5 +499,6 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   $("bf-clear").addEventListener("click", () => setOverride(null));
   $("job-form").addEventListener("submit", startJob);
+  $("token-form").addEventListener("submit", createToken);
   if (token()) start();
 });
