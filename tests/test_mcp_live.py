@@ -184,3 +184,55 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
             assert "ask" not in by_name
             asked = await client.call_tool("ask", {"question": "how are passwords hashed?"})
             assert asked.is_error and "FATHOM_LOCAL_CHAT_URL" in asked.content[0].text
+
+
+async def test_serve_over_http_follows_edits_without_a_reindex(indexed):
+    # `fathom serve` (its own app, behind the same guard as the server) watches too.
+    import socket
+    import subprocess
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    data, root = indexed
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen(
+        [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--port", str(port)],
+        env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        async with asyncio.timeout(300):
+            async def up():
+                assert server.poll() is None, server.stderr.read().decode()
+                try:
+                    async with httpx2.AsyncClient() as http:
+                        await http.get(f"http://127.0.0.1:{port}/mcp", timeout=2)
+                    return True
+                except httpx2.TransportError:
+                    return False
+
+            await until(up, timeout=180, what="fathom serve to listen")
+            async with httpx2.AsyncClient(timeout=120) as http, Client(streamable_http_client(
+                    f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
+                async def watching():
+                    status = await client.call_tool("index_status", {"project": "shop"})
+                    return status.structured_content["watch"]["state"] == "watching"
+
+                await until(watching, what="the project to be watched")
+                with (root / "net" / "retry.py").open("a") as fh:
+                    fh.write('\n\ndef jitter_delay(value):\n    """Random jitter added to a retry '
+                             'delay."""\n    return value\n')
+
+                async def appended():
+                    hits = (await search(client, "Random jitter added to a retry delay.", k=5))
+                    return any(h["symbol"] == "jitter_delay" for h in hits["results"])
+
+                await until(appended, what="jitter_delay in search_code over HTTP")
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(timeout=30)
