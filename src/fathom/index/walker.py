@@ -7,6 +7,14 @@ minified, generated and lock files, data dumps. Text that is not UTF-8 is still 
 replacement characters or as Latin-1) and reported. Every file left out is counted under
 its reason, so the CLI can say what it skipped and why.
 
+It trusts nothing on disk. Only regular files are opened (ignore files included): FIFOs,
+sockets and devices are skipped and counted, and the check is made on the opened descriptor
+(`O_NONBLOCK | O_NOFOLLOW`, then `fstat`), so a file swapped for a FIFO between the listing
+and the read cannot hang the walk. Every read is bounded in size and in time. A walk stops
+between entries when its `cancel` event is set. A file whose name is not valid UTF-8 is kept,
+under its name with the bad bytes escaped (`caf\\xe9.py`), and reported. System folders
+(`/`, `/proc`, `/sys`, `/dev`, `/etc` by default) are refused as a root, even through a link.
+
 Refuses: to follow symbolic links (a link can leave the project or loop), to chunk, and to
 guess at languages beyond `chunking.detect_language`.
 """
@@ -14,16 +22,23 @@ guess at languages beyond `chunking.detect_language`.
 from __future__ import annotations
 
 import os
+import stat
+import threading
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pathspec
 
+from fathom.config import REFUSED_ROOTS
+from fathom.errors import ConfigError, FathomError
 from fathom.index.chunking import detect_language
 
 MAX_FILE_BYTES = 1_000_000
+MAX_IGNORE_BYTES = 1_000_000  # a .gitignore larger than this is not a .gitignore
+READ_SECONDS = 10.0  # one file's read; a slower one (a dying disk, a stalled mount) is skipped
 
 # Directories never worth indexing: VCS metadata, dependencies, virtualenvs, build output
 # and tool caches. Vendored code is someone else's project; it drowns the project's own hits.
@@ -82,9 +97,44 @@ MINIFIED = "minified"
 DATA = "data"
 EMPTY = "empty"
 SYMLINK = "symlink"
+SPECIAL = "special-file"  # FIFOs, sockets, devices: never opened for reading
 UNREADABLE = "unreadable"
+SLOW = "slow-read"  # a read that did not finish within READ_SECONDS
 # Not a skip: files read with replacement characters or as Latin-1 (kept, but reported).
 DECODED_WITH_REPLACEMENT = "decoded-with-replacement"
+# Not a skip: files kept under a name whose undecodable bytes were escaped (reported).
+ESCAPED_NAME = "escaped-name"
+
+
+class WalkCancelled(FathomError):
+    """The walk was cancelled between two entries (its job was cancelled)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        super().__init__(f"the walk of {root} was cancelled")
+
+
+class RefusedRoot(ConfigError):
+    def __init__(self, path: str, refused: str):
+        self.path, self.refused = path, refused
+        via = "" if os.path.realpath(path) == path else f" (it leads to {os.path.realpath(path)})"
+        super().__init__(
+            f"refusing to index {path}{via}: {refused} is a system folder, not a project. "
+            f"Give the path of a project folder (the refused folders are set by "
+            f"FATHOM_REFUSED_ROOTS)."
+        )
+
+
+def check_root(root: Path | str, refused: Iterable[str] = REFUSED_ROOTS) -> Path:
+    """`root` resolved (links followed), or `RefusedRoot` when it is a system folder or lies
+    inside one. `/` refuses only itself: every path lies under it."""
+    given = str(root)
+    real = Path(os.path.realpath(os.path.expanduser(given)))
+    for folder in refused:
+        base = Path(os.path.realpath(folder))
+        if real == base or (base != Path(base.anchor) and base in real.parents):
+            raise RefusedRoot(given, str(folder))
+    return real
 
 
 @dataclass(frozen=True)
@@ -109,11 +159,17 @@ class WalkResult:
     files: list[SourceFile] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     decoded_with_replacement: list[str] = field(default_factory=list)  # paths, also on .notes
+    escaped_names: list[str] = field(default_factory=list)  # paths, also on .notes
 
     @property
     def notes(self) -> Counter[str]:
-        """Kept-but-noteworthy counts (today: decoded-with-replacement)."""
-        return Counter({DECODED_WITH_REPLACEMENT: len(self.decoded_with_replacement)}) if self.decoded_with_replacement else Counter()
+        """Kept-but-noteworthy counts (decoded-with-replacement, escaped-name)."""
+        out: Counter[str] = Counter()
+        if self.decoded_with_replacement:
+            out[DECODED_WITH_REPLACEMENT] = len(self.decoded_with_replacement)
+        if self.escaped_names:
+            out[ESCAPED_NAME] = len(self.escaped_names)
+        return out
 
     def __iter__(self) -> Iterator[SourceFile]:
         return iter(self.files)
@@ -127,33 +183,83 @@ def walk(
     *,
     max_file_bytes: int = MAX_FILE_BYTES,
     extra_ignores: Iterable[str] = (),
+    cancel: threading.Event | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> WalkResult:
     """Every indexable file under `root`, sorted by path, with skipped files counted.
 
     `extra_ignores` are gitwildmatch patterns relative to `root` (as in a root .gitignore,
-    but they win over every .gitignore, negations included).
+    but they win over every .gitignore, negations included). When `cancel` is set the walk
+    raises `WalkCancelled` before its next entry.
     """
     root = Path(root)
     result = WalkResult()
-    extra = pathspec.GitIgnoreSpec.from_lines(list(extra_ignores))
+    walker = _Walk(root, pathspec.GitIgnoreSpec.from_lines(list(extra_ignores)), max_file_bytes,
+                   result, cancel, clock)
     rules: list[tuple[str, pathspec.GitIgnoreSpec]] = []
-    exclude = root / ".git" / "info" / "exclude"
-    base = _read_spec(exclude)
+    base = walker.read_spec(root / ".git" / "info" / "exclude")
     if base is not None:
         rules.append(("", base))
-    _walk_dir(root, "", rules, extra, max_file_bytes, result)
+    walker.walk_dir(root, "", rules)
     result.files.sort(key=lambda f: f.path)
     result.decoded_with_replacement.sort()
+    result.escaped_names.sort()
     return result
 
 
-def _read_spec(path: Path) -> pathspec.GitIgnoreSpec | None:
+class _Unreadable(Exception):
+    """One file could not be read; `reason` is the skip reason it is counted under."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int, *, seconds: float = READ_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> bytes:
+    """The bytes of a regular file, read without trusting what the listing said about it.
+
+    Opened non-blocking and without following a link, then checked on the descriptor: a FIFO,
+    a socket or a device is refused (`SPECIAL`) before a single read could hang. More than
+    `max_bytes` is `TOO_LARGE`; a read slower than `seconds` is `SLOW`."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _Unreadable(SYMLINK if exc.errno == 40 else UNREADABLE) from None  # 40: ELOOP
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Unreadable(SPECIAL)
+        if info.st_size > max_bytes:
+            raise _Unreadable(TOO_LARGE)
+        deadline = clock() + seconds
+        parts: list[bytes] = []
+        got = 0
+        while True:
+            part = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+            if got > max_bytes:
+                raise _Unreadable(TOO_LARGE)  # it grew while we read
+            if clock() > deadline:
+                raise _Unreadable(SLOW)
+        return b"".join(parts)
     except OSError:
-        return None
-    lines = raw.decode("utf-8", "replace").splitlines()
-    return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+        raise _Unreadable(UNREADABLE) from None
+    finally:
+        os.close(fd)
+
+
+def _display(name: str) -> str:
+    """A file name as stored and shown: names that are not valid UTF-8 reach Python with their
+    bad bytes as lone surrogates, which no database column (UTF-8) accepts; they become
+    backslash escapes (`caf\\xe9.py`) instead of aborting the whole project."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], rel: str, is_dir: bool) -> bool:
@@ -167,105 +273,121 @@ def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], rel: str, is_dir: 
     return False
 
 
-def _walk_dir(
-    directory: Path,
-    rel: str,
-    rules: list[tuple[str, pathspec.GitIgnoreSpec]],
-    extra: pathspec.GitIgnoreSpec,
-    max_file_bytes: int,
-    result: WalkResult,
-) -> None:
-    spec = _read_spec(directory / ".gitignore")
-    if spec is not None:
-        rules = [*rules, (rel, spec)]
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
-        result.skipped[UNREADABLE] += 1
-        return
-    for entry in entries:
-        child_rel = f"{rel}/{entry.name}" if rel else entry.name
+@dataclass
+class _Walk:
+    root: Path
+    extra: pathspec.GitIgnoreSpec
+    max_file_bytes: int
+    result: WalkResult
+    cancel: threading.Event | None
+    clock: Callable[[], float]
+
+    def read_spec(self, path: Path) -> pathspec.GitIgnoreSpec | None:
+        """An ignore file's rules; a missing one is None, one that is not a regular file (a
+        FIFO named .gitignore) is skipped and counted, never read."""
+        if not os.path.lexists(path):
+            return None
         try:
-            if entry.is_symlink():
-                result.skipped[SYMLINK] += 1
-                continue
-            is_dir = entry.is_dir(follow_symlinks=False)
-            is_file = entry.is_file(follow_symlinks=False)
+            raw = read_regular(path, MAX_IGNORE_BYTES, clock=self.clock)
+        except _Unreadable as exc:
+            self.result.skipped[exc.reason] += 1
+            return None
+        lines = raw.decode("utf-8", "replace").splitlines()
+        return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+
+    def walk_dir(self, directory: Path, rel: str,
+                 rules: list[tuple[str, pathspec.GitIgnoreSpec]], escaped: bool = False) -> None:
+        result = self.result
+        spec = self.read_spec(directory / ".gitignore")
+        if spec is not None:
+            rules = [*rules, (rel, spec)]
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
         except OSError:
             result.skipped[UNREADABLE] += 1
-            continue
-        if is_dir:
-            # A skipped directory is counted once: walking node_modules to count it costs
-            # more than indexing the project.
-            if entry.name in ALWAYS_SKIP_DIRS or entry.name.endswith(".egg-info") or _is_virtualenv(entry.path):
-                result.skipped[IGNORED_DIR] += 1
-            elif extra.match_file(child_rel + "/"):
+            return
+        for entry in entries:
+            if self.cancel is not None and self.cancel.is_set():
+                raise WalkCancelled(self.root)
+            name = _display(entry.name)
+            child_rel = f"{rel}/{name}" if rel else name
+            child_escaped = escaped or name != entry.name
+            try:
+                if entry.is_symlink():
+                    result.skipped[SYMLINK] += 1
+                    continue
+                is_dir = entry.is_dir(follow_symlinks=False)
+                is_file = entry.is_file(follow_symlinks=False)
+            except OSError:
+                result.skipped[UNREADABLE] += 1
+                continue
+            if is_dir:
+                # A skipped directory is counted once: walking node_modules to count it costs
+                # more than indexing the project.
+                if entry.name in ALWAYS_SKIP_DIRS or entry.name.endswith(".egg-info") or _is_virtualenv(entry.path):
+                    result.skipped[IGNORED_DIR] += 1
+                elif self.extra.match_file(child_rel + "/"):
+                    result.skipped[EXCLUDED] += 1
+                elif _ignored(rules, child_rel, is_dir=True):
+                    result.skipped[GITIGNORED] += 1
+                else:
+                    self.walk_dir(Path(entry.path), child_rel, rules, child_escaped)
+                continue
+            if entry.name == ".gitignore":
+                continue  # read as rules above (or counted there); not content
+            if not is_file:
+                result.skipped[SPECIAL] += 1  # sockets, fifos, devices
+                continue
+            if self.extra.match_file(child_rel):
                 result.skipped[EXCLUDED] += 1
-            elif _ignored(rules, child_rel, is_dir=True):
+                continue
+            if _ignored(rules, child_rel, is_dir=False):
                 result.skipped[GITIGNORED] += 1
-            else:
-                _walk_dir(Path(entry.path), child_rel, rules, extra, max_file_bytes, result)
-            continue
-        if not is_file:
-            continue  # sockets, fifos, devices
-        if entry.name == ".gitignore":
-            continue  # read as rules above; not content
-        if extra.match_file(child_rel):
-            result.skipped[EXCLUDED] += 1
-            continue
-        if _ignored(rules, child_rel, is_dir=False):
-            result.skipped[GITIGNORED] += 1
-            continue
-        _consider_file(Path(entry.path), child_rel, entry, max_file_bytes, result)
+                continue
+            self.consider_file(entry, child_rel, child_escaped)
+
+    def consider_file(self, entry: os.DirEntry, rel: str, escaped: bool) -> None:
+        result = self.result
+        reason = _reason_by_name(entry.name.lower())
+        if reason is not None:
+            result.skipped[reason] += 1
+            return
+        try:
+            raw = read_regular(entry.path, self.max_file_bytes, clock=self.clock)
+        except _Unreadable as exc:
+            result.skipped[exc.reason] += 1
+            return
+        if not raw:
+            result.skipped[EMPTY] += 1
+            return
+        decoded = decode(raw)
+        if decoded is None:
+            result.skipped[BINARY] += 1
+            return
+        text, encoding = decoded
+        if not text.strip():
+            result.skipped[EMPTY] += 1
+            return
+        head = text[:1000].lower()
+        if GENERATED_TAG in head or any(a in head and b in head for a, b in GENERATED_MARKERS):
+            result.skipped[GENERATED] += 1
+            return
+        if _minified(text):
+            result.skipped[MINIFIED] += 1
+            return
+        language, table = detect_language(rel)
+        source = SourceFile(path=rel, text=text, language=language, table=table, size=len(raw),
+                            encoding=encoding)
+        if source.lossy:
+            result.decoded_with_replacement.append(rel)
+        if escaped:
+            result.escaped_names.append(rel)
+        result.files.append(source)
 
 
 def _is_virtualenv(path: str) -> bool:
     # Virtualenvs go by any name (env/, .env-3.11/); the pyvenv.cfg file gives them away.
     return os.path.isfile(os.path.join(path, "pyvenv.cfg"))
-
-
-def _consider_file(path: Path, rel: str, entry: os.DirEntry, max_file_bytes: int, result: WalkResult) -> None:
-    name = entry.name.lower()
-    reason = _reason_by_name(name)
-    if reason is not None:
-        result.skipped[reason] += 1
-        return
-    try:
-        size = entry.stat(follow_symlinks=False).st_size
-    except OSError:
-        result.skipped[UNREADABLE] += 1
-        return
-    if size > max_file_bytes:
-        result.skipped[TOO_LARGE] += 1
-        return
-    if size == 0:
-        result.skipped[EMPTY] += 1
-        return
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        result.skipped[UNREADABLE] += 1
-        return
-    decoded = decode(raw)
-    if decoded is None:
-        result.skipped[BINARY] += 1
-        return
-    text, encoding = decoded
-    if not text.strip():
-        result.skipped[EMPTY] += 1
-        return
-    head = text[:1000].lower()
-    if GENERATED_TAG in head or any(a in head and b in head for a, b in GENERATED_MARKERS):
-        result.skipped[GENERATED] += 1
-        return
-    if _minified(text):
-        result.skipped[MINIFIED] += 1
-        return
-    language, table = detect_language(rel)
-    source = SourceFile(path=rel, text=text, language=language, table=table, size=size, encoding=encoding)
-    if source.lossy:
-        result.decoded_with_replacement.append(rel)
-    result.files.append(source)
 
 
 def _reason_by_name(name: str) -> str | None:

@@ -16,6 +16,7 @@ import uvicorn
 
 from fathom import logsafe
 from fathom.config import Settings
+from fathom.errors import ConfigError, failure_of
 from fathom.fleet.protocol import MAX_FRAME_BYTES
 from fathom.server.app import create_app
 
@@ -32,11 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings.model_copy(update={"data_dir": args.data_dir, "host": args.host, "port": args.port})
-    app = create_app(settings)
-    if not app.state.hub.auth.has_join_token:
-        print(f"sidecar join token (shown once): {app.state.hub.auth.issue_join_token().token}", flush=True)
-    if not app.state.admin_auth.configured:
-        print(f"admin token (shown once): {app.state.admin_auth.issue()}", flush=True)
+    try:
+        app = create_app(settings)
+        if not app.state.hub.auth.has_join_token:
+            print(f"sidecar join token (shown once): {app.state.hub.auth.issue_join_token().token}", flush=True)
+        if not app.state.admin_auth.configured:
+            print(f"admin token (shown once): {app.state.admin_auth.issue()}", flush=True)
+    except Exception as exc:
+        # A full disk or a damaged state file at start is one line naming the fix, not a traceback.
+        failure = failure_of(exc)
+        if failure is None:
+            raise
+        print(f"error: {' '.join(str(failure).split())}", file=sys.stderr, flush=True)
+        return 2 if isinstance(failure, ConfigError) else 1
     print(f"fathom server on http://{args.host}:{args.port} (data dir {args.data_dir})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                 ws="websockets-sansio", ws_max_size=MAX_FRAME_BYTES + 4096, log_config=None)

@@ -25,7 +25,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from fathom import __version__
-from fathom.errors import ConfigError, FathomError
+from fathom.errors import ConfigError, FathomError, failure_of
 from fathom.service import Fathom, SearchHit
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,8 @@ class SearchResults(BaseModel):
     reranked: bool | None = Field(None, description="whether the reranker role rescored the "
                                   "results (false: retrieval order, see reason)")
     reason: str | None = Field(None, description="why the results were not reranked")
+    notes: list[str] = Field(default_factory=list, description="what the reader must know "
+                             "besides the results, e.g. a damaged project the search skipped")
 
 
 class ProjectEntry(BaseModel):
@@ -73,6 +75,8 @@ class ProjectEntry(BaseModel):
     docs_chunks: int
     last_indexed: str | None
     indexing: bool
+    damaged: str | None = Field(None, description="why the project cannot be read (searches "
+                                "skip it); `fathom store verify NAME --repair` fixes it")
 
 
 class ProjectList(BaseModel):
@@ -122,6 +126,11 @@ def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             return await fn(*args, **kwargs)
         except FathomError as exc:
             raise ToolError(str(exc)) from exc
+        except Exception as exc:
+            failure = failure_of(exc)  # a full disk, a lost database: anticipated, named
+            if failure is None:
+                raise
+            raise ToolError(str(failure)) from exc
 
     return wrapper
 
@@ -143,7 +152,8 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
         found = await rerank.search(fathom, query, project, table, k,
                                     reranker=router if router is not None else getattr(fathom, "router", None))
         return SearchResults(query=query, table=table, results=[Result.of(h) for h in found.hits],
-                             reranked=found.reranked, reason=found.reason)
+                             reranked=found.reranked, reason=found.reason,
+                             notes=list(found.notes))
 
     @server.tool(description="Search indexed source code by meaning and keywords. Returns "
                              "file paths with line ranges, the symbol and a snippet.")
@@ -188,7 +198,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
         return ProjectList(projects=[
             ProjectEntry(name=p.name, root=p.root, code_chunks=p.tables.get("code", 0),
                          docs_chunks=p.tables.get("docs", 0), last_indexed=p.last_indexed,
-                         indexing=p.indexing)
+                         indexing=p.indexing, damaged=p.damaged)
             for p in projects])
 
     @server.tool(description="The index state of one project: rows per table, the encoder "
