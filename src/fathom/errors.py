@@ -125,8 +125,8 @@ def failure_of(exc: BaseException) -> FathomError | None:
         return exc
     if is_disk_full(exc):
         return DiskFull(" ".join(str(exc).split())[:200])
-    if type(exc).__module__.split(".")[0] == "psycopg" and type(exc).__name__ in (
-            "OperationalError", "InterfaceError"):
+    if any(k.__module__.split(".")[0] == "psycopg" and k.__name__ in (
+            "OperationalError", "InterfaceError") for k in type(exc).__mro__):
         # The connection dropped mid-operation (the server stopped, the network went away).
         # libpq's text names host and port, never the password.
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
