@@ -203,15 +203,18 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, local_encoder): 
 
 
 def test_project_records_are_locked_across_processes(tmp_path):
+    """Four processes finishing runs at once, each writing its project's record (a last-run
+    summary of a few KB, as a real one): no record is lost to another's read-modify-write."""
     script = ("import sys\nfrom pathlib import Path\nfrom fathom.service import ProjectRecords\n"
               "r = ProjectRecords(Path(sys.argv[1]))\n"
-              "for i in range(40):\n    r.put(f'{sys.argv[2]}{i}', {'root': str(i)})\n")
+              "for i in range(60):\n"
+              "    r.put(f'{sys.argv[2]}{i}', {'root': str(i), 'last_run': {'n': 'x' * 4000}})\n")
     procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), tag], cwd=REPO)
-             for tag in ("a", "b", "c")]
+             for tag in ("a", "b", "c", "d")]
     for p in procs:
-        assert p.wait(120) == 0
+        assert p.wait(180) == 0
     records = ProjectRecords(tmp_path).load()
-    assert len(records) == 120, f"{120 - len(records)} records lost"
+    assert len(records) == 240, f"{240 - len(records)} records lost"
 
 
 # ---------------------------------------------------------------- damaged projects
@@ -330,15 +333,17 @@ def test_a_truncated_data_or_manifest_file_is_a_typed_error(two_projects, damage
 
 
 def _corrupt_vector_bytes(table_dir: Path, vectors: list[np.ndarray]) -> int:
-    """Overwrite these vectors' bytes inside the table's data files (flipped bytes on disk)."""
+    """Overwrite these vectors' bytes inside the table's data files (flipped bytes on disk):
+    the first becomes NaNs, the second 37k-scale floats."""
     hit = 0
+    garbage = [b"\x00\x00\xc0\x7f" * 16, b"\xff\x7f\x13\x47" * 16]
     for f in (table_dir / "data").glob("*.lance"):
         raw = bytearray(f.read_bytes())
-        for vec in vectors:
+        for vec, junk in zip(vectors, garbage):
             needle = np.asarray(vec, np.float32).tobytes()
             at = raw.find(needle)
             if at >= 0:
-                raw[at:at + 64] = b"\xff\x7f\x13\x47" * 16  # NaN and 37k-scale floats
+                raw[at:at + 64] = junk
                 hit += 1
         f.write_bytes(bytes(raw))
     return hit
@@ -363,10 +368,13 @@ def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_dupl
     tbl.add(dup)
     store.close()
 
-    # Searching still answers (a damaged row never ranks), and the verify names every problem.
+    # Searching still answers, a NaN row never ranks, and the verify names every problem.
     fathom = fresh()
     result = cli(fathom, "search", "hash a password", "--project", "shop", "-k", "3")
     assert result.exit_code == 0, result.output
+    hits = fathom.store.vector_search("shop", "code", wanted[victims[0]], k=50)
+    assert hits and victims[0] not in [h.chunk_id for h in hits]
+    assert all(np.isfinite(h.score) for h in hits)
     result = cli(fresh(), "store", "verify", "shop")
     assert result.exit_code == 1, result.output
     for kind in ("bad-vectors", "fts-missing", "duplicate-ids"):
@@ -390,6 +398,19 @@ def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_dupl
     store.close()
     result = cli(fresh(), "search", "sample shop", "--docs", "--project", "shop")
     assert "README.md" in result.output
+
+
+def test_stored_vectors_are_unit_length_whoever_encoded_them(tmp_path):
+    """What makes "not unit-length" a sign of damage for `fathom store verify`."""
+    from fathom.index.chunk import Chunk
+    from fathom.space import Provenance, Space
+
+    store = LanceStore(tmp_path / "lance")
+    store.open_table("p", "code", Space("code", "m", 4, "ref"))
+    store.write("p", "code", [Chunk("a.py", "python", "code", 1, 2, None, "x = 1")],
+                np.array([[3.0, 4.0, 0.0, 0.0]]), Provenance("ref", None))
+    vec = next(read_rows(store, "p", "code")).vectors[0]
+    assert np.allclose(vec, [0.6, 0.8, 0.0, 0.0])
 
 
 def test_a_shadow_with_duplicate_ids_is_never_promoted(tmp_path):

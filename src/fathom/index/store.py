@@ -17,6 +17,8 @@ read) or `Slot.SHADOW` (a full re-index being built).
     store.begin_shadow(project, table, space) -> ShadowInfo     # resumes a same-space shadow
     store.chunk_ids(project, table, slot=Slot.ACTIVE) -> set[str]   # resume: what is already there
     store.promote(project, table) -> TableInfo                  # atomic switch, old version dropped
+    store.promote_together(project, tables) -> list[TableInfo]  # several tables in ONE switch
+    with store.project_lock(project, holder=None) as LockHolder: ...  # one writer per project
     store.abandon_shadow(project, table) -> None
 
     # writes: validated, then cleared, BEFORE anything is written (WidthMismatch / StoreError /
@@ -42,8 +44,11 @@ read) or `Slot.SHADOW` (a full re-index being built).
     store.written_since(project, table, since: datetime, provider_id=None) -> list[ManifestEntry]
     store.chunk_texts(project, table, chunk_ids, slot=Slot.ACTIVE) -> dict[chunk_id, text]
 
-Errors: `WidthMismatch`, `NotCleared` (fathom.errors), `SpaceMismatch`, `UnknownProject`,
-`NoShadow` (here; all `StoreError`).
+Errors: `WidthMismatch`, `NotCleared`, `DiskFull` (fathom.errors), `SpaceMismatch`,
+`UnknownProject`, `NoShadow`, `DamagedProject`, `DuplicateChunks`, `ProjectLocked` (here; all
+`StoreError`). LanceStore reports what LanceDB or the filesystem says about a project's files
+(a table folder gone, a truncated or corrupt file, a garbled state.json) as `DamagedProject`,
+never as an empty project; `list_projects` lists a damaged project with its `damage`.
 
 What this module owns
 ---------------------
@@ -57,7 +62,10 @@ What this module owns
   database in ``projects/<slug>/`` holding tables named ``<kind>_<n>_<random>``. The Space is also
   stored in each Lance table's Arrow schema metadata (``fathom.space``), so a table carries
   its identity on its own. Promotion rewrites state.json with `atomic_write_text` (a rename):
-  readers see the old active table or the new one, never a half-built one.
+  readers see the old active tables or the new ones, never a half-built one, and never the code
+  table of one run with the docs table of another. ``projects/<slug>/.index.lock`` is the
+  project's index lock (flock, holder recorded in the file); ``.lock`` serialises state.json
+  read-modify-writes.
 
 Search speed: the choice. LanceDB's flat vector path is ~20-40x slower than a numpy matmul
 (ARCHITECTURE.md), and an IVF-PQ index costs minutes to build per promotion and loses recall.
