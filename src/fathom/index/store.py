@@ -339,8 +339,13 @@ def validate_vectors(space: Space, table: str, vectors: Any, n: int) -> np.ndarr
         err.rows = bad  # type: ignore[attr-defined]
         raise err
     # Stored rows are unit vectors, whoever encoded them (cosine does not change), so a
-    # vector of another length in a table is damage that `fathom store verify` can name.
-    return np.ascontiguousarray(arr / norms[:, None], dtype=np.float32)
+    # vector of another length in a table is damage that `fathom store verify` can name. Rows
+    # already unit (to float32 rounding) are kept bit for bit.
+    off = np.abs(norms - 1.0) > 1e-5
+    if off.any():
+        arr = arr.copy()
+        arr[off] /= norms[off, None]
+    return arr
 
 
 def validate_rows(table: str, rows: Sequence[Chunk]) -> None:
