@@ -184,6 +184,18 @@ async def test_cancelled_server_jobs_stop_their_walks_and_walks_are_bounded(tmp_
             await asyncio.sleep(0.05)
         assert not _threads_in_walk()
 
+        # A caller that goes away (an MCP client cancelling its request) stops the walk too.
+        task = asyncio.create_task(app_.state.service.index(big, "big-gone"))
+        await _walking_threads_when_busy()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        for _ in range(100):
+            if not _threads_in_walk():
+                break
+            await asyncio.sleep(0.05)
+        assert not _threads_in_walk()
+
 
 def _threads_in_walk() -> list[str]:
     names = {t.ident: t.name for t in threading.enumerate()}

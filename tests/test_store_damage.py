@@ -400,6 +400,23 @@ def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_dupl
     assert "README.md" in result.output
 
 
+def test_verify_names_a_row_count_that_disagrees_with_the_manifest(two_projects, monkeypatch):
+    """LanceDB itself refuses most files that would make the two disagree (they read as
+    unreadable instead), so the manifest's count is made to claim three rows more."""
+    data, _, fresh = two_projects
+    real = LanceStore.table_info
+
+    def claims_more(self, project, table):
+        info = real(self, project, table)
+        return info if project != "shop" or table != "code" else \
+            __import__("dataclasses").replace(info, rows=info.rows + 3)
+
+    monkeypatch.setattr(LanceStore, "table_info", claims_more)
+    result = cli(fresh(), "store", "verify")
+    assert result.exit_code == 1 and "count-mismatch" in result.output, result.output
+    assert "manifest counts" in " ".join(result.output.split())
+
+
 def test_stored_vectors_are_unit_length_whoever_encoded_them(tmp_path):
     """What makes "not unit-length" a sign of damage for `fathom store verify`."""
     from fathom.index.chunk import Chunk
