@@ -147,9 +147,15 @@ def references(runs: Runs, tmp_path: Path) -> tuple[dict[str, Snapshot], dict[st
     return refs, events, took
 
 
-def test_sigkill_at_seeded_random_moments_never_damages_the_index(runs, tmp_path):
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory) -> tuple[dict[str, Snapshot], dict[str, list[str]], float]:
+    base = tmp_path_factory.mktemp("clean")
+    return references(Runs(base, base / "shop"), base)
+
+
+def test_sigkill_at_seeded_random_moments_never_damages_the_index(runs, tmp_path, clean):
     rng = random.Random(SEED)
-    refs, events, took = references(runs, tmp_path)
+    refs, events, took = clean
     data = tmp_path / "data"
     write_corpus(runs.root, CORPUS_A)
     runs.ok(data)
@@ -198,7 +204,7 @@ def test_sigkill_at_seeded_random_moments_never_damages_the_index(runs, tmp_path
           + "\n  ".join(modes))
 
 
-def test_a_kill_between_the_two_promotions_leaves_both_tables_in_step(runs, tmp_path):
+def test_a_kill_between_the_two_promotions_leaves_both_tables_in_step(runs, tmp_path, clean):
     """The kill lands right after the first rename of the pointer file that switches an active
     table. Both tables switch in that one rename; the next run re-embeds nothing."""
     data = tmp_path / "data"
@@ -206,7 +212,8 @@ def test_a_kill_between_the_two_promotions_leaves_both_tables_in_step(runs, tmp_
     runs.ok(data)
     before = snapshot(data)
     write_corpus(runs.root, CORPUS_B)
-    at = _first_state_write(runs, tmp_path)
+    promotion = [x for x in clean[1]["B"] if x.startswith("promote:")]
+    at = promotion.index("promote:_write_state")  # the first pointer-file write it makes
     proc = runs.run(data, plan={"phase": "promote", "at": at, "when": "after"})
     assert proc.exitcode == -9
     after = snapshot(data)
@@ -215,17 +222,6 @@ def test_a_kill_between_the_two_promotions_leaves_both_tables_in_step(runs, tmp_
     assert code_new and docs_new, "the code and docs tables are out of step"
     out = runs.ok(data, full=False)
     assert re.search(r"embedded\s+0 in", out), out
-
-
-def _first_state_write(runs: Runs, tmp_path: Path) -> int:
-    """The index, among the promotion's events, of its first pointer-file write (from a probe
-    run of the same corpus into an empty data dir)."""
-    import json
-
-    proc = runs.run(tmp_path / "probe", events=True)
-    assert proc.exitcode == 0, proc.log.read_text()[-3000:]
-    labels = [x for x in json.loads(proc.events.read_text()) if x.startswith("promote:")]
-    return labels.index("promote:_write_state")
 
 
 # ---------------------------------------------------------------- a full disk
@@ -267,16 +263,14 @@ def fill(disk: Path, leave: int) -> Path:
 
 
 def test_a_full_disk_is_one_clear_line_and_the_next_run_completes(runs, tmp_path, small_disk,
-                                                                  local_encoder):  # noqa: F811
-    write_corpus(runs.root, CORPUS_B)
-    runs.ok(tmp_path / "refB")
-    ref_b = snapshot(tmp_path / "refB")
+                                                                  clean, local_encoder):  # noqa: F811
+    ref_b = clean[0]["B"]
     data = small_disk / "data"
     write_corpus(runs.root, CORPUS_A)
     runs.ok(data)
     snap_a = snapshot(data)
     write_corpus(runs.root, CORPUS_B)
-    for leave in (0, 48 * 1024, 256 * 1024):
+    for leave in (0, 16 * 1024, 64 * 1024):
         filler = fill(small_disk, leave)
         proc = runs.run(data)
         out = proc.log.read_text()
@@ -287,6 +281,7 @@ def test_a_full_disk_is_one_clear_line_and_the_next_run_completes(runs, tmp_path
         assert errors[0].startswith("error: no space left on the disk holding Fathom's data"), errors
         assert "free some space" in errors[0] and "active index is unchanged" in errors[0]
         assert identical(snapshot(data), snap_a), f"the active index changed ({leave} bytes left)"
+        print(f"\n{leave} bytes free: {errors[0][:160]}")
         filler.unlink()
 
     # The same failure through an MCP session and at a server start.

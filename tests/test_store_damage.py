@@ -64,12 +64,13 @@ def active_table(data: Path, project: str, table: str) -> Path:
     return lance_dir(data, project) / f"{state['tables'][table]['active']}.lance"
 
 
-@pytest.fixture
-def two_projects(tmp_path, local_encoder):  # noqa: F811
-    """`shop` and `other`, indexed; returns (data dir, shop root, a fresh-Fathom factory)."""
-    data = tmp_path / "data"
-    shop = write_project(tmp_path / "shop")
-    other = write_project(tmp_path / "other", {"lib/queue.py": (
+@pytest.fixture(scope="module")
+def indexed_pair(tmp_path_factory, local_encoder):  # noqa: F811
+    """`shop` and `other`, indexed once for the module (each test damages its own copy)."""
+    base = tmp_path_factory.mktemp("pair")
+    data = base / "data"
+    shop = write_project(base / "shop")
+    other = write_project(base / "other", {"lib/queue.py": (
         '"""A bounded work queue."""\n\n\ndef enqueue(queue, item, limit=10):\n    """Put an item '
         'on the queue unless it is full."""\n    if len(queue) >= limit:\n        raise OverflowError'
         '("queue full")\n    queue.append(item)\n')})
@@ -77,6 +78,15 @@ def two_projects(tmp_path, local_encoder):  # noqa: F811
     assert cli(fathom, "index", str(shop), "--project", "shop").exit_code == 0
     assert cli(fathom, "index", str(other), "--project", "other").exit_code == 0
     fathom.store.close()
+    return data, shop
+
+
+@pytest.fixture
+def two_projects(indexed_pair, tmp_path, local_encoder):  # noqa: F811
+    """A copy of the indexed pair: (data dir, shop root, a fresh-Fathom factory)."""
+    template, shop = indexed_pair
+    data = tmp_path / "data"
+    shutil.copytree(template, data)
 
     def fresh() -> Fathom:
         return Fathom(Settings(data_dir=data), encoder=local_encoder)
