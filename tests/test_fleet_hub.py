@@ -13,6 +13,7 @@ import websockets
 
 from fathom.fleet import protocol as p
 from fathom.fleet.agent import Backoff, Sidecar, SidecarRefused
+from fathom.fleet.identity import new_credential
 from fathom.fleet.remote import SidecarUnavailable
 from fathom.inference.pool import Pool
 from fathom.roles import Role
@@ -63,7 +64,7 @@ async def test_wrong_token_refused_at_connect(fleet: Fleet):
         assert ws.close_code == 4401
     # No token at all is refused too; a right token in the register frame is admitted (pending).
     async with websockets.connect(fleet.ws_url, compression=None, proxy=None) as ws:
-        await ws.send(p.encode(p.Register(name="headerless", token=JOIN)))
+        await ws.send(p.encode(p.Register(name="headerless", token=JOIN, credential=new_credential())))
         status = p.parse_frame(await ws.recv())
         assert isinstance(status, p.Status) and status.state == "pending"
         assert fleet.hub.status_of("headerless").state == "pending"

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from websockets.sync.client import connect
 
 from fathom.fleet import protocol as p
+from fathom.fleet.identity import new_credential
 from fathom.roles import Role
 from tests.fleet_fixtures import JOIN, ThreadedServer, build_app
 
@@ -121,7 +122,7 @@ def live_hub(tmp_path_factory):
     url = server.start()
     ws = connect(url.replace("http", "ws") + "/sidecar", additional_headers={"Authorization": f"Bearer {JOIN}"},
                  compression=None, proxy=None, open_timeout=10)
-    ws.send(p.encode(p.Register(name="fuzzer")))
+    ws.send(p.encode(p.Register(name="fuzzer", credential=new_credential())))
     status = p.parse_frame(ws.recv(timeout=10))
     assert isinstance(status, p.Status) and status.state == "pending"
     yield server, hub, ws

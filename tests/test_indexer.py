@@ -104,9 +104,10 @@ async def test_killed_full_reindex_leaves_active_intact_and_resumes(store, local
     before = manifest(store)
     query_before = await search(store, local_encoder, "shop", "invoice total with tax", k=5)
 
-    # Every chunk changes, so the full run has all of them to embed; it dies after 2 batches.
+    # Every chunk of the code changes (trailing spaces on every line), so the full run has all
+    # of them to embed; it dies after 2 batches.
     for path in sample_project.rglob("*.py"):
-        path.write_text(path.read_text() + "\n# revised\n")
+        path.write_text(path.read_text().replace("\n", "  \n"))
     dying = CountingEncoder(local_encoder, fail_after_batches=2)
     with pytest.raises(RuntimeError, match="killed"):
         await index(store, dying, sample_project, full=True, batch_size=2)
@@ -117,12 +118,17 @@ async def test_killed_full_reindex_leaves_active_intact_and_resumes(store, local
     assert [(h.chunk_id, h.path) for h in query_after] == [(h.chunk_id, h.path) for h in query_before]
     in_shadow = len(store.chunk_ids("shop", "code", Slot.SHADOW)) + len(
         store.chunk_ids("shop", "docs", Slot.SHADOW))
-    assert in_shadow == len(dying.texts) == 4
+    # The text of the other files is unchanged: their rows came over with their vectors.
+    prose = {c for t in before for c, _, p in before[t] if not p.endswith(".py")}
+    carried = prose & (store.chunk_ids("shop", "code", Slot.SHADOW)
+                       | store.chunk_ids("shop", "docs", Slot.SHADOW))
+    assert carried == prose and prose
+    assert in_shadow == len(dying.texts) + len(prose) and len(dying.texts) == 4
 
     # The next full run resumes: only what the shadow lacks is embedded, then it is promoted.
     resumed = CountingEncoder(local_encoder)
     report, _ = await index(store, resumed, sample_project, full=True, batch_size=2)
-    assert report.resumed and report.reused >= 4
+    assert report.resumed and report.reused >= 4 + len(prose)
     assert report.embedded == len(resumed.texts) == report.chunks - report.reused
     assert not set(dying.texts) & set(resumed.texts)
     after = manifest(store)
@@ -239,7 +245,8 @@ async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
     resumed = Fathom(Settings(data_dir=data), encoder=counting, store=disk)
     report = await resumed.index(sample_project, "shop", full=True)
     assert report.resumed and report.reused == kept
-    assert report.embedded == len(counting.texts) == report.chunks - report.reused
+    # Whatever unchanged text the killed run had not carried over yet is carried now.
+    assert report.embedded == len(counting.texts) == report.chunks - report.reused - report.carried
     assert disk.table_info("shop", "code").shadow_rows is None
     after = manifest(disk)
     assert after != before

@@ -17,7 +17,8 @@ from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 TOOLS = {"search_code", "search_docs", "find_similar", "index_project", "list_projects",
-         "index_status", "ask", "explore"}
+         "index_status", "drop_project"}
+AGENT_TOOLS = {"ask", "explore"}  # listed only where a route can serve their roles
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ async def test_stdio_session_lists_tools_searches_and_survives_bad_calls(indexed
     async with asyncio.timeout(240):
         async with Client(params, read_timeout_seconds=180) as client:
             tools = await client.list_tools()
-            assert TOOLS <= {t.name for t in tools.tools}
+            assert {t.name for t in tools.tools} == TOOLS  # no LLM route here: no ask/explore
             schema = next(t for t in tools.tools if t.name == "search_code").input_schema
             assert "query" in schema["required"]
 

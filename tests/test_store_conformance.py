@@ -8,6 +8,7 @@ test_pgstore.py (PostgreSQL).
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -571,3 +572,118 @@ def test_fake_clock_drives_written_at(store, clock):
                                                                           tz=UTC))) == 1
     assert store.written_since("p", "code", datetime.fromtimestamp(1_900_000_001.0,
                                                                       tz=UTC)) == []
+
+
+# ---------------------------------------------------------------- content reuse
+
+
+def test_carry_vectors_reuses_same_space_vectors_with_their_own_provenance(backend, clock):
+    from datetime import timedelta
+
+    allow = AllowList({(REFERENCE, None), ("alpha", "v-alpha")})
+    store = backend.open(allow)
+    store.open_table("p", "code", SPACE)
+    a, b = make_chunks(2)
+    vecs = clustered(2, seed=3)
+    store.write("p", "code", [a], vecs[:1], CLEARED)
+    written_b = clock.now = clock.now + 60
+    store.write("p", "code", [b], vecs[1:], Provenance("alpha", "v-alpha"))
+    clock.now += 3600  # the carry happens an hour later
+
+    # a's lines shifted, b's file was renamed, c is new text.
+    a2 = Chunk(a.path, a.language, "code", a.start_line + 1, a.end_line + 1, a.symbol, a.text,
+               kind="function")
+    b2 = Chunk("pkg/renamed.py", b.language, "code", b.start_line, b.end_line, b.symbol, b.text)
+    c = Chunk("pkg/new.py", "python", "code", 1, 2, "c", "def c():\n    return 'new text'\n")
+    assert store.carry_vectors("p", "code", [a2, b2, c]) == {a2.chunk_id, b2.chunk_id}
+    assert store.provenance_counts("p", "code") == {(REFERENCE, None): 2, ("alpha", "v-alpha"): 2}
+    hits = {h.chunk_id: h for h in store.vector_search("p", "code", vecs[1], k=4)}
+    assert hits[b2.chunk_id].path == "pkg/renamed.py" and hits[b2.chunk_id].provider_id == "alpha"
+    assert hits[b2.chunk_id].score == pytest.approx(1.0, abs=1e-5)  # the very same vector
+    assert hits[a2.chunk_id].kind == "function"
+    # The carried row keeps the write time of its vector, so an audit of alpha's rows since
+    # then finds it (and a window after it does not).
+    since = datetime.fromtimestamp(written_b, tz=UTC)
+    assert {e.chunk_id for e in store.written_since("p", "code", since, "alpha")} == {
+        b.chunk_id, b2.chunk_id}
+    assert store.written_since("p", "code", since + timedelta(seconds=1), "alpha") == []
+
+    # alpha's verdict revoked: its vector is no longer carried (the caller embeds again).
+    allow.allowed.discard(("alpha", "v-alpha"))
+    b3 = Chunk("pkg/again.py", b.language, "code", 1, b.end_line, b.symbol, b.text)
+    assert store.carry_vectors("p", "code", [b3]) == set()
+    # Into a shadow of another space nothing is carried.
+    store.begin_shadow("p", "code", Space("code", "other", WIDTH, "local:other"))
+    assert store.carry_vectors("p", "code", [b3], slot=Slot.SHADOW) == set()
+
+
+# ---------------------------------------------------------------- filters inside the store
+
+
+def _filter_fixture(store):
+    """40 Python functions around the query, 5 Go classes far from it, 5 Go methods under
+    cmd/: a filter that ran after the top k would find none of the Go ones."""
+    rng = np.random.default_rng(7)
+    query = rng.standard_normal(WIDTH).astype(np.float32)
+    query /= np.linalg.norm(query)
+    chunks, vecs = [], []
+    for i in range(50):
+        lang, kind, path = (("python", "function", f"src/py_{i}.py") if i < 40 else
+                            ("go", "class", f"pkg/go_{i}.go") if i < 45 else
+                            ("go", "method", f"cmd/tool/go_{i}.go"))
+        near = 0.2 if i < 40 else 2.0 + i / 10  # every Python chunk beats every Go one
+        v = query + near * rng.standard_normal(WIDTH)
+        vecs.append(v / np.linalg.norm(v))
+        chunks.append(Chunk(path, lang, "code", 1, 3, f"s{i}",
+                            f"widget handler number {i} for the {lang} side", kind=kind))
+    store.open_table("p", "code", SPACE)
+    store.write("p", "code", chunks, np.asarray(vecs, np.float32), CLEARED)
+    store.refresh("p", "code")
+    return query, chunks, np.asarray(vecs, np.float32)
+
+
+@pytest.mark.parametrize("where_the_vectors_are", ["cache or exact", "index"])
+def test_filters_are_applied_before_the_top_k_is_cut(backend, where_the_vectors_are):
+    from fathom.index.filters import SearchFilter
+
+    options = {}
+    if where_the_vectors_are == "index":  # LanceDB without its matrix cache; pgvector's HNSW
+        # (pgvector: a search list far smaller than the table, as on a big table.)
+        options = ({"matrix_cache_bytes": 0} if backend.name == "lance" else
+                   {"ann_min_rows": 1, "ef_search": 5, "refine": 1})
+    store = backend.open(**options)
+    query, chunks, vecs = _filter_fixture(store)
+    cos = vecs @ query
+
+    def expected(keep):
+        idx = [i for i, c in enumerate(chunks) if keep(c)]
+        return [chunks[i].chunk_id for i in sorted(idx, key=lambda i: -cos[i])]
+
+    unfiltered = store.vector_search("p", "code", query, k=5)
+    assert all(h.language == "python" for h in unfiltered)
+    for where, keep in [
+        (SearchFilter.of(language="go"), lambda c: c.language == "go"),
+        (SearchFilter.of(kind="method"), lambda c: c.kind == "method"),
+        (SearchFilter.of(path="cmd/"), lambda c: c.path.startswith("cmd/")),
+        (SearchFilter.of(path="*.go", kind="class"), lambda c: c.path.endswith(".go") and c.kind == "class"),
+        (SearchFilter.of(path="src/py_1*.py"), lambda c: re.fullmatch(r"src/py_1\d*\.py", c.path)),
+    ]:
+        hits = store.vector_search("p", "code", query, k=5, where=where)
+        # The best five that pass, in cosine order: the filter ran before the cut.
+        assert [h.chunk_id for h in hits] == expected(keep)[:5], where
+        text = store.text_search("p", "code", "widget handler", k=5, where=where)
+        assert len(text) == min(5, len(expected(keep))) and all(keep(_chunk(chunks, h)) for h in text)
+    assert store.vector_search("p", "code", query, k=5, where=SearchFilter.of(language="rust")) == []
+
+
+def _chunk(chunks, hit):
+    return next(c for c in chunks if c.chunk_id == hit.chunk_id)
+
+
+def test_hybrid_search_passes_the_filter_to_both_rankings(store):
+    from fathom.index.filters import SearchFilter
+
+    query, chunks, _ = _filter_fixture(store)
+    hits = hybrid_search(store, "p", "code", query, "widget handler go", k=5,
+                         where=SearchFilter.of(language="go"))
+    assert len(hits) == 5 and all(h.language == "go" for h in hits)

@@ -192,3 +192,55 @@ def test_walk_and_chunk_fathoms_own_source():
             assert chunk.path == source.path and 1 <= chunk.start_line <= chunk.end_line <= len(lines)
     symbols = {c.symbol for c in chunk_file("walker.py", (root / "fathom/index/walker.py").read_text())}
     assert "walk" in symbols and "decode" in symbols
+
+
+def test_fathomignore_excludes_and_re_includes_over_the_built_in_skips(tmp_path):
+    write(tmp_path, ".gitignore", "generated/\n")
+    write(tmp_path, ".fathomignore", "!build/\nscratch/\n*.tmp.py\n!generated/keep.py\n")
+    write(tmp_path, "app.py")
+    write(tmp_path, "build/tool.py")  # a built-in skip, taken back by .fathomignore
+    write(tmp_path, "scratch/notes.py")  # excluded by .fathomignore only
+    write(tmp_path, "draft.tmp.py")
+    write(tmp_path, "generated/keep.py")  # gitignored folder: git rules keep it out anyway
+    write(tmp_path, "node_modules/x/index.js")
+    write(tmp_path, "pkg/.fathomignore", "local_only.py\n")  # nested, like .gitignore
+    write(tmp_path, "pkg/local_only.py")
+    write(tmp_path, "pkg/shared.py")
+    result = walk(tmp_path)
+    assert paths(result) == ["app.py", "build/tool.py", "pkg/shared.py"]
+    assert result.skipped["fathomignored"] == 3  # scratch/ (once), draft.tmp.py, pkg/local_only.py
+    # Skipped folders are named, by reason.
+    assert result.skipped_dirs == {"fathomignored": ["scratch"], "gitignored": ["generated"],
+                                   "ignored-dir": ["node_modules"]}
+
+
+def test_include_globs_take_back_skipped_folders_and_files(tmp_path):
+    write(tmp_path, ".gitignore", "gen/\n")
+    write(tmp_path, "app.py")
+    write(tmp_path, "vendor/mylib/core.py")
+    write(tmp_path, "vendor/other/big.py")
+    write(tmp_path, "gen/api.py")
+    write(tmp_path, "poetry.lock", "[[package]]\nname = 'x'\n")
+    plain = walk(tmp_path)
+    assert paths(plain) == ["app.py"]
+    assert plain.skipped_dirs == {"gitignored": ["gen"], "ignored-dir": ["vendor"]}
+    result = walk(tmp_path, include=["vendor/mylib/", "gen", "poetry.lock"])
+    # Only what was asked for: vendor/other stays out.
+    assert paths(result) == ["app.py", "gen/api.py", "poetry.lock", "vendor/mylib/core.py"]
+    assert result.skipped_dirs == {}
+
+
+def test_the_watchers_filter_agrees_with_the_walk(tmp_path):
+    write(tmp_path, ".gitignore", "*.log\nout/\n")
+    write(tmp_path, ".fathomignore", "!dist/\nprivate/\n")
+    files = ["a.py", "app.log", "out/x.py", "dist/bundle.py", "private/k.py", "vendor/v.py",
+             "vendor/keep/k.py", "src/m.py", "src/__pycache__/m.pyc", ".git/config",
+             "node_modules/n.js", "yarn.lock", "docs/guide.md"]
+    for rel in files:
+        write(tmp_path, rel)
+    selection = walker.Selection(tmp_path, include=["vendor/keep/"])
+    walked = set(paths(walk(tmp_path, selection=selection)))
+    for rel in files:
+        assert selection.admits(rel) == (rel in walked), rel
+    assert selection.admits("src", is_dir=True) and not selection.admits("out", is_dir=True)
+    assert selection.admits(".gitignore") and selection.admits("sub/.fathomignore")

@@ -1,7 +1,8 @@
 """The `fathom` command line (typer + rich).
 
-What it owns: parsing, presentation (progress bars with rate and ETA, result tables, a
-summary that names skipped files by reason) and the error contract: a `FathomError` is shown
+What it owns: parsing, presentation (progress bars with rate and ETA that say what start-up
+is doing, result tables, a summary that names skipped files by reason and skipped folders by
+name, a line per live sync under `fathom watch`) and the error contract: a `FathomError` is shown
 as one line, `error: <what went wrong and the fix>`, with exit code 2 for bad input or
 configuration (`ConfigError`) and 1 for everything else Fathom refuses. No traceback reaches
 a user for an anticipated failure.
@@ -153,16 +154,32 @@ def _eta(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
-async def index_with_progress(fathom, path: Path, project: str | None, full: bool):
-    """Index with a rich progress bar on stderr; returns the report."""
+async def index_with_progress(fathom, path: Path, project: str | None, full: bool,
+                              include: list[str] | None = None):
+    """Index with a rich progress bar on stderr; returns the report. Start-up shows as what
+    it is (opening the store, loading the model, checking the encoders), and the elapsed
+    time counts it."""
     with _progress_bar() as bar:
-        task = bar.add_task("index", total=None, phase="walking", rate=0.0, eta="--:--")
+        task = bar.add_task("index", total=None, phase="starting", rate=0.0, eta="--:--")
 
         def on_progress(p) -> None:
             bar.update(task, total=p.chunks_total or None, completed=p.chunks_done,
                        phase=p.phase, rate=p.rate, eta=_eta(p.eta_s))
 
-        return await fathom.index(path, project, full=full, progress=on_progress)
+        return await fathom.index(path, project, full=full, progress=on_progress,
+                                  include=include)
+
+
+def skipped_folders_line(skipped_dirs: dict[str, list[str]], limit: int = 8) -> str:
+    """`node_modules/, vendor/ (built-in skip); dist/ (gitignored)`: folders named, not counted."""
+    labels = {"ignored-dir": "built-in skip", "gitignored": "gitignored",
+              "fathomignored": ".fathomignore", "excluded": "excluded"}
+    parts = []
+    for reason, folders in sorted(skipped_dirs.items()):
+        shown = ", ".join(f"{f}/" for f in folders[:limit])
+        more = f" and {len(folders) - limit} more" if len(folders) > limit else ""
+        parts.append(f"{shown}{more} ({labels.get(reason, reason)})")
+    return "; ".join(parts)
 
 
 def print_report(report) -> None:
@@ -176,17 +193,25 @@ def print_report(report) -> None:
     table.add_row("chunks", f"{report.chunks} (code {report.tables.get('code', 0)}, "
                             f"docs {report.tables.get('docs', 0)})")
     table.add_row("embedded", f"{report.embedded} in {report.embed_s:.1f}s"
-                  + (f" ({report.rate:.1f} chunks/s)" if report.embedded else ""))
+                  + (f" ({report.rate:.1f} chunks/s)" if report.embedded else "")
+                  + (" (only chunks whose text is new)" if not report.full or report.carried
+                     else ""))
+    if report.carried:
+        table.add_row("reused", f"{report.carried} vectors of unchanged text at new lines or "
+                                f"paths (not embedded)")
     table.add_row("unchanged", str(report.reused))
     table.add_row("deleted", str(report.deleted))
     skipped = sum(report.skipped.values())
     detail = ", ".join(f"{reason} {n}" for reason, n in
                        sorted(report.skipped.items(), key=lambda kv: -kv[1]))
     table.add_row("skipped files", f"{skipped}" + (f" ({detail})" if detail else ""))
+    folders = skipped_folders_line(getattr(report, "skipped_dirs", {}) or {})
+    if folders:
+        table.add_row("skipped folders", folders)
     notes = getattr(report, "notes", None)
     if notes:
         table.add_row("kept, noted", ", ".join(f"{kind} {n}" for kind, n in sorted(notes.items())))
-    table.add_row("elapsed", f"{report.elapsed_s:.1f}s")
+    table.add_row("elapsed", f"{report.elapsed_s:.1f}s (start-up included)")
     console.print(table)
 
 
@@ -199,10 +224,22 @@ def index(
     full: Annotated[bool, typer.Option(
         "--full", help="Rebuild the whole index in a shadow table and swap it in atomically.")]
     = False,
+    include: Annotated[list[str] | None, typer.Option(
+        "--include", metavar="GLOB",
+        help="Index what the built-in skips (build/, vendor/, node_modules/...) or .gitignore "
+             "leave out, e.g. --include 'vendor/mylib/' (repeatable; remembered for the "
+             "project's later runs and syncs).")] = None,
+    no_include: Annotated[bool, typer.Option(
+        "--no-include", help="Forget the project's --include globs.")] = False,
 ) -> None:
-    """Index a project folder: code along syntax, docs along headings."""
+    """Index a project folder: code along syntax, docs along headings.
+
+    Vectors are keyed by content: a re-index embeds only chunks whose text is new."""
+    if include and no_include:
+        raise ConfigError("--include and --no-include contradict each other: give one")
     fathom = fathom_of(ctx)
-    report = run(index_with_progress(fathom, path, project, full))
+    report = run(index_with_progress(fathom, path, project, full,
+                                     [] if no_include else include or None))
     print_report(report)
 
 
@@ -239,13 +276,24 @@ def search(
     query: Annotated[str, typer.Argument(help="What to look for, in words or identifiers.")],
     project: Annotated[str | None, typer.Option("--project", "-p")] = None,
     docs: Annotated[bool, typer.Option("--docs", help="Search the docs table.")] = False,
-    k: Annotated[int, typer.Option("-k", help="Number of results.")] = 10,
+    k: Annotated[int, typer.Option("-k", help="Number of results (1-100).")] = 10,
+    language: Annotated[str | None, typer.Option(
+        "--language", help="Only chunks in this language (python, go, markdown, ...).")] = None,
+    path_glob: Annotated[str | None, typer.Option(
+        "--path", help="Only files matching this glob (`src/**`, `*.py`).")] = None,
+    kind: Annotated[str | None, typer.Option(
+        "--kind", help="Only chunks defining a function, method or class.")] = None,
 ) -> None:
-    """Search indexed code (or docs) by meaning and keywords."""
+    """Search indexed code (or docs) by meaning and keywords.
+
+    The score is the fused rank score of the vector and keyword rankings."""
+    from fathom.index.filters import SearchFilter
+
     fathom = fathom_of(ctx)
     table = "docs" if docs else "code"
-    hits = run(fathom.search(query, project=project, table=table, k=k))
-    print_hits(hits, f"{table}: {query}")
+    where = SearchFilter.of(language, path_glob, kind)
+    hits = run(fathom.search(query, project=project, table=table, k=k, where=where))
+    print_hits(hits, f"{table}: {query}" + (f" ({where.describe()})" if where else ""))
     for note in getattr(hits, "notes", ()):
         err_console.print(Text("note: ", style="yellow") + Text(note))
 
@@ -280,28 +328,140 @@ def projects(ctx: typer.Context) -> None:
 # ---------------------------------------------------------------- MCP
 
 
+NO_WATCH_HELP = ("Do not watch the projects' folders (their indexes then change only when "
+                 "re-indexed). FATHOM_WATCH=0 does the same.")
+
+
+def _watching(ctx: typer.Context, no_watch: bool) -> bool:
+    return not no_watch and settings_of(ctx).watch
+
+
 @app.command()
 def serve(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
+    no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
 ) -> None:
-    """Serve the MCP tools over streamable HTTP (at /mcp)."""
+    """Serve the MCP tools over streamable HTTP (at /mcp), keeping indexes in sync.
+
+    The served projects' indexes follow their files as they change (unless --no-watch)."""
     from fathom.server.mcp_tools import run_http
 
     fathom = fathom_of(ctx)
     err_console.print(f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp")
-    run(run_http(fathom, host=host, port=port))
+    run(run_http(fathom, host=host, port=port, watch=_watching(ctx, no_watch)))
 
 
 @app.command()
-def mcp(ctx: typer.Context) -> None:
-    """Serve the MCP tools over stdio (for an MCP host that spawns fathom)."""
+def mcp(
+    ctx: typer.Context,
+    no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
+) -> None:
+    """Serve the MCP tools over stdio (for an MCP host that spawns fathom).
+
+    The served projects' indexes follow their files as they change (unless --no-watch)."""
     from fathom.server.mcp_tools import run_stdio
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     fathom = fathom_of(ctx)
-    run(run_stdio(fathom))
+    run(run_stdio(fathom, watch=_watching(ctx, no_watch)))
+
+
+# ---------------------------------------------------------------- live sync and managing
+
+
+def print_sync(project: str, report, error) -> None:
+    """One line per live sync: what changed in the index, or why it will be retried."""
+    from datetime import datetime
+
+    stamp = datetime.now().strftime("%H:%M:%S")
+    if error is not None:
+        err_console.print(Text(f"{stamp} {project}: sync failed, will retry: ", style="yellow")
+                          + Text(" ".join((str(error) or type(error).__name__).split())))
+        return
+    changes = [f"{report.embedded} embedded"]
+    if report.carried:
+        changes.append(f"{report.carried} moved (vectors reused)")
+    if report.deleted:
+        changes.append(f"{report.deleted} removed")
+    quiet = not (report.embedded or report.carried or report.deleted)
+    console.print(f"{stamp} {project}: " + ("up to date" if quiet else ", ".join(changes))
+                  + f" in {report.elapsed_s:.2f}s ({report.chunks} chunks)")
+
+
+@app.command()
+def watch(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="The project folder to keep indexed.")],
+    project: Annotated[str | None, typer.Option(
+        "--project", "-p", help="Project name (default: the folder's name).")] = None,
+) -> None:
+    """Index a folder, then keep its index current as its files change (Ctrl-C stops).
+
+    Prints a line per sync. A burst of changes (a checkout, a formatter) is one sync."""
+    from fathom.index.watch import Watcher
+
+    fathom = fathom_of(ctx)
+    root = path.expanduser()
+    name = project or root.resolve().name
+
+    async def main() -> None:
+        report = await index_with_progress(fathom, root, name, False)
+        print_report(report)
+        fathom.watcher = Watcher(fathom, on_sync=print_sync)
+        fathom.watcher.ensure(name, root.resolve(), force=True)
+        err_console.print(f"watching {root.resolve()} as {name}: Ctrl-C stops")
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await fathom.aclose()
+
+    try:
+        run(main())
+    except KeyboardInterrupt:  # the way to stop it: not an interruption of anything
+        err_console.print(f"stopped watching {name}; its index is current as of the last sync")
+
+
+@app.command()
+def watching(
+    ctx: typer.Context,
+    project: Annotated[str, typer.Argument(help="The project.")],
+    on: Annotated[bool | None, typer.Option(
+        "--on/--off", help="Turn live sync of the project on or off (default: show it).")]
+    = None,
+) -> None:
+    """Show, or set, whether a project's index follows its files (live sync).
+
+    The per-project setting that `fathom mcp`, `serve` and `server` read when they start."""
+    fathom = fathom_of(ctx)
+    state = run(fathom.set_watch(project, on)) if on is not None else fathom.watch_state(project)
+    console.print(f"{project}: live sync {'on' if state['enabled'] else 'off'}"
+                  + (f" ({state['state']})" if state["enabled"] else ""))
+
+
+@app.command()
+def drop(
+    ctx: typer.Context,
+    project: Annotated[str, typer.Argument(help="The project to remove from the index.")],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+    = False,
+) -> None:
+    """Remove a project and everything of it from the index (asks first unless --yes).
+
+    Both tables, its record, its jobs and its live sync go. Its folder is not touched;
+    `fathom index` brings it back."""
+    fathom = fathom_of(ctx)
+    if not fathom.store.has_project(project) and fathom.records.get(project) is None:
+        from fathom.index.store import UnknownProject
+
+        raise UnknownProject(project, [p.name for p in fathom.store.list_projects()])
+    if not yes:  # without an answer (no terminal, end of input) nothing is dropped
+        typer.confirm(f"Remove project {project!r} and all of its index?", abort=True,
+                      err=True)
+    result = run(fathom.drop(project))
+    rows = ", ".join(f"{t} {n}" for t, n in result["rows"].items()) or "no rows"
+    console.print(f"dropped {project} ({rows})")
 
 
 # ---------------------------------------------------------------- the fleet: server and sidecar

@@ -327,9 +327,14 @@ def fleet_list(ctx: typer.Context, server: LocalServerOpt = None, token: TokenOp
 
 @fleet_app.command("approve")
 @handled
-def fleet_approve(ctx: typer.Context, name: str, server: LocalServerOpt = None, token: TokenOpt = None) -> None:
-    """Approve a sidecar: it gets work and config pushes from now on."""
-    s = _conn(ctx, server, token).call("POST", f"/admin/fleet/{quote(name, safe='')}/approve")
+def fleet_approve(ctx: typer.Context, name: str,
+                  rebind: Annotated[bool, typer.Option(
+                      help="Hand the name to the host connected under it now, which another host's "
+                           "credential holds (a replaced or reinstalled host).")] = False,
+                  server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+    """Approve a sidecar: it gets work and config pushes from now on, bound to its host's credential."""
+    path = f"/admin/fleet/{quote(name, safe='')}/approve" + ("?rebind=true" if rebind else "")
+    s = _conn(ctx, server, token).call("POST", path)
     console.print(f"{name}: [green]{s['state']}[/]" + ("" if s["connected"] else " (not connected now)"))
 
 
@@ -487,14 +492,14 @@ def print_jobs(jobs: list[dict[str, Any]]) -> None:
         t.add_row(j["id"], j["project"], j["state"] + (f": {j['error']}" if j["error"] else ""), j["phase"],
                   f"{j['chunks_done']}/{j['chunks_total']} ({j['percent']:.0f}%)",
                   f"{j['rate']:.1f}/s" if j["rate"] else "-", ago(j["eta_s"]))
-    console.print(t if jobs else "no index job has run on this server since it started")
+    console.print(t if jobs else "no index job has run on this server yet")
 
 
 def watch(client: AdminClient, job: dict[str, Any], interval: float = 0.5) -> dict[str, Any]:
     with Progress(TextColumn("[bold blue]{task.fields[phase]:<13}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task(job["project"], total=None, phase=job["phase"], rate="")
-        while not job["finished"]:
+        while not job["finished"] and job["state"] != "interrupted":
             time.sleep(interval)
             job = client.call("GET", f"/admin/jobs/{job['id']}")
             bar.update(task, total=job["chunks_total"] or None, completed=job["chunks_done"], phase=job["phase"],
@@ -556,7 +561,8 @@ def _job_action(action: str) -> Callable[..., None]:
     def command(ctx: typer.Context, job_id: str, server: LocalServerOpt = None, token: TokenOpt = None) -> None:
         job = _conn(ctx, server, token).call("POST", f"/admin/jobs/{quote(job_id, safe='')}/{action}")
         console.print(f"job {job_id}: {action} requested; now {job['state']}")
-    command.__doc__ = {"pause": "Pause a job (it stops between batches).", "resume": "Resume a paused job.",
+    command.__doc__ = {"pause": "Pause a job (it stops between batches).",
+                       "resume": "Resume a paused job, or one a server stop or crash interrupted.",
                        "cancel": "Cancel a job (the active table is unchanged)."}[action]
     return command
 

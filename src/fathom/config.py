@@ -62,6 +62,26 @@ class Settings(BaseSettings):
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765
+    # On one machine without a server (`fathom mcp`, `fathom serve`, `fathom ask`/`explore`):
+    # a local OpenAI-compatible chat server (Ollama, vLLM, llama.cpp, LM Studio) for the chat
+    # roles, FATHOM_LOCAL_CHAT_URL and FATHOM_LOCAL_CHAT_MODEL; a role may have its own
+    # (FATHOM_LOCAL_RLM_URL / _MODEL, FATHOM_LOCAL_CODE_ASSISTANT_URL / _MODEL).
+    local_chat_url: str | None = None
+    local_chat_model: str | None = None
+    local_code_assistant_url: str | None = None
+    local_code_assistant_model: str | None = None
+    local_rlm_url: str | None = None
+    local_rlm_model: str | None = None
+    # None: the chat backend's own defaults (streamed; 300 s for each piece of an answer).
+    local_chat_stream: bool | None = None
+    local_chat_timeout: float | None = Field(default=None, gt=0)
+    # Resume, at start, the index jobs a crash or a stop interrupted (`server.job_records`).
+    resume_jobs: bool = True
+    # The server-wide limit on a request body (routes have tighter ones): `server.guard`.
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3)
+    # Live sync: `fathom mcp`, `serve` and `server` watch the folders of the projects they
+    # serve (FATHOM_WATCH=0 or --no-watch turns it off; each project also has its own setting).
+    watch: bool = True
     # System folders refused as an index root (and what lies under them, `/` excepted), also
     # when reached through a link. FATHOM_REFUSED_ROOTS='["/", "/proc", "/srv/secrets"]'.
     refused_roots: list[str] = Field(default_factory=lambda: list(REFUSED_ROOTS))
@@ -69,6 +89,25 @@ class Settings(BaseSettings):
     @property
     def lance_dir(self) -> Path:
         return self.data_dir / "lance"
+
+    def local_chat(self, role: Role) -> tuple[str, str] | None:
+        """The (URL, model) of this machine's local LLM for a chat role, the role's own
+        variables first; None when no URL is set. A URL without a model is refused: which
+        model a server should run is the operator's choice, never a guess."""
+        role = Role.parse(role)
+        if role not in (Role.CODE_ASSISTANT, Role.RLM):
+            raise ConfigError(f"role {role} is not served by a chat model")
+        prefix = "local_" + role.value.replace("-", "_")
+        url = getattr(self, f"{prefix}_url") or self.local_chat_url
+        model = getattr(self, f"{prefix}_model") or self.local_chat_model
+        if not url:
+            return None
+        if not model:
+            var = f"FATHOM_{prefix.upper()}_MODEL"
+            raise ConfigError(f"a local LLM URL is set for role {role} but no model: set "
+                              f"FATHOM_LOCAL_CHAT_MODEL (or {var}) to a model the server serves, "
+                              f"e.g. qwen2.5-coder:7b for Ollama")
+        return url, model
 
 
 class RoleRoute(BaseModel):
@@ -134,6 +173,15 @@ class RoutingState(BaseModel):
         return out
 
 
+class RoutingStateDamaged(ConfigError):
+    """The stored routing state cannot be read. Not bad input: the server's own file (or row)
+    is damaged, so whoever answers says so (503) and names the fix. Never read as "no routes"."""
+
+    def __init__(self, where: str, defect: str, fix: str):
+        self.where, self.defect = where, defect
+        super().__init__(f"{where} is not a valid routing state ({defect}); {fix}")
+
+
 class RoutingStore:
     """Loads and atomically saves `RoutingState` as `routing.json` under the data dir."""
 
@@ -149,7 +197,10 @@ class RoutingStore:
             data = json.loads(self.path.read_text())
             state = RoutingState.model_validate(data)
         except (ValueError, OSError) as exc:
-            raise ConfigError(f"{self.path} is not a valid routing state: {exc}; fix or remove it") from exc
+            raise RoutingStateDamaged(
+                str(self.path), state_defect(exc),
+                "fix it (restore it from a backup, or correct the JSON), or move it aside to start "
+                "again from the default routes, then set the policies again (`fathom policy set`)") from None
         # Roles added since the file was written get their defaults.
         for role, route in default_routes().items():
             state.roles.setdefault(role, route)
@@ -179,6 +230,21 @@ class RoutingStore:
             raise ConfigError("routing change refused: " + "; ".join(problems), problems)
         self.save(state)
         return state
+
+
+def state_defect(exc: BaseException) -> str:
+    """What is wrong with a state file, without echoing its content."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors(include_input=False, include_url=False)[0]
+        where = ".".join(map(str, first.get("loc", ()))) or "the top level"
+        return f"{exc.error_count()} invalid field(s), first at {where}: {first.get('msg', 'invalid')}"
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 text (byte {exc.start})"
+    if isinstance(exc, OSError):
+        return f"unreadable: {exc.strerror or type(exc).__name__}"
+    return type(exc).__name__
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -20,6 +20,22 @@ class ConfigError(FathomError):
         self.problems = problems or [message]
 
 
+class OutOfRange(ConfigError):
+    """A numeric argument outside its bounds (a tool's `line`, a search's `k`, a limit)."""
+
+    def __init__(self, name: str, value: object, low: int, high: int):
+        self.name, self.value, self.low, self.high = name, value, low, high
+        shown = repr(value) if len(repr(value)) <= 40 else f"a value of {len(repr(value))} characters"
+        super().__init__(f"{name} must be a whole number from {low} to {high}, got {shown}")
+
+
+def whole_number(name: str, value: object, low: int, high: int) -> int:
+    """`value` if it is an int (not a bool) within [low, high]; `OutOfRange` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise OutOfRange(name, value, low, high)
+    return value
+
+
 class InvalidRole(ConfigError):
     pass
 

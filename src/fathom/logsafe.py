@@ -1,8 +1,9 @@
 """Keeping secrets out of log records, whichever logger or handler they pass through.
 
 This module owns one guarantee: no log record emitted in a process that called `install()`
-carries anything shaped like an OpenRouter key (`sk-or-...`) or a bearer credential (websockets
-dumps handshake headers, `Authorization` included, at DEBUG), and no WebSocket frame dump
+carries anything shaped like an OpenRouter key (`sk-or-...`), a bearer credential (websockets
+dumps handshake headers, `Authorization` included, at DEBUG) or a sidecar credential
+(`fsc_...`), and no WebSocket frame dump
 (websockets and uvicorn log every frame at DEBUG, payload included) carries frame content.
 It works at record creation (a record factory), so it covers loggers and handlers that did not
 exist yet when it was installed — pytest's capture, uvicorn's own handlers, a user's
@@ -25,6 +26,8 @@ SECRET_RE = re.compile(r"sk-or-[A-Za-z0-9_\-]*")
 REDACTED = "sk-or-***"
 # Bearer credentials (join, host and admin tokens): websockets dumps handshake headers at DEBUG.
 BEARER_RE = re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=\-]+")
+# A sidecar's own credential (`fleet.identity`): never logged on purpose; scrubbed if it slips.
+CREDENTIAL_RE = re.compile(r"\bfsc_[A-Za-z0-9_\-]+")
 
 # Loggers whose DEBUG frame dumps ("> TEXT '{...}' [n bytes]") would carry frame payloads:
 # command texts, and the key inside a config frame. Their frame lines are kept, content elided.
@@ -36,12 +39,12 @@ _installed = False
 
 
 def scrub(text: str) -> str:
-    """`text` with every key-shaped substring and bearer credential replaced."""
-    return BEARER_RE.sub(r"\1***", SECRET_RE.sub(REDACTED, text))
+    """`text` with every key-shaped substring, bearer credential and sidecar credential replaced."""
+    return CREDENTIAL_RE.sub("fsc_***", BEARER_RE.sub(r"\1***", SECRET_RE.sub(REDACTED, text)))
 
 
 def _needs_scrub(text: str) -> bool:
-    return bool(SECRET_RE.search(text) or BEARER_RE.search(text))
+    return bool(SECRET_RE.search(text) or BEARER_RE.search(text) or CREDENTIAL_RE.search(text))
 
 
 def _is_frame_dump(record: logging.LogRecord) -> bool:

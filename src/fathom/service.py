@@ -5,8 +5,9 @@ It owns wiring, not mechanisms: the settings, the persisted routing state, the l
 registry (the in-process local encoder, sidecars and cloud routes), the gate that clears them
 per table, the cloud budget above every cloud route, the router that reads the policy table,
 the store (whose writes the gate's clearance guards), the indexer and the jobs it runs, plus
-the few records only this layer needs (each project's root folder and its last run, in
-`projects.json` under the data dir). When the store URL is PostgreSQL, the gate's verdicts and
+the few records only this layer needs (each project's root folder, its last run, its
+`include` globs and whether it is watched, in `projects.json` under the data dir), and the
+live sync (`fathom.index.watch.Watcher`) when a front end turns it on. When the store URL is PostgreSQL, the gate's verdicts and
 golden vectors and the routing state live in that database instead of the data dir, so every
 server on it sees the same cleared encoders and routes.
 
@@ -27,22 +28,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
+import re
 import socket
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 from filelock import FileLock, Timeout
 
 from fathom.config import RoutingStore, Settings, atomic_write_text
-from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of
+from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
 from fathom.index import search as search_mod
-from fathom.index.indexer import IndexProgress, IndexReport, Indexer, Job, JobState, space_for
+from fathom.index.filters import SearchFilter
+from fathom.index.indexer import (
+    IndexProgress, IndexReport, Indexer, Job, JobState, discover, space_for,
+)
 from fathom.index.store import (
     TABLE_KINDS,
     DamagedProject,
@@ -69,6 +75,8 @@ log = logging.getLogger(__name__)
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 
 MAX_K = 100
+MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
+SYNC_JOBS_KEPT = 5  # finished live-sync jobs remembered per project
 
 
 @dataclass(frozen=True)
@@ -82,11 +90,17 @@ class SearchHit:
     language: str
     score: float
     snippet: str
+    # The cosine similarity of the query and the chunk when the vector search found it
+    # (None when only the keyword search did); `score` is the fused rank score.
+    cosine: float | None = None
+    kind: str | None = None  # symbol kind: "function", "method", "class"
 
     @classmethod
     def of(cls, project: str, hit: Hit) -> SearchHit:
+        snippet = docs_snippet(hit.snippet) if hit.table == "docs" else hit.snippet
+        cosine = None if hit.vector_score is None else round(float(hit.vector_score), 6)
         return cls(project, hit.table, hit.path, hit.start_line, hit.end_line, hit.symbol,
-                   hit.language, round(float(hit.score), 6), hit.snippet)
+                   hit.language, round(float(hit.score), 6), snippet, cosine, hit.kind)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -124,12 +138,45 @@ class IndexStatus:
     last_run: dict[str, Any] | None
     jobs: list[dict[str, Any]] = field(default_factory=list)
     store: str | None = None  # where the index lives (a URL's password redacted)
+    watch: dict[str, Any] = field(default_factory=dict)  # live sync: Fathom.watch_state
+    include: list[str] = field(default_factory=list)  # the project's include globs
+
+
+# What opens a docstring or a doc comment, and adornment lines that carry no words.
+_OPENERS = re.compile(r"^\s*(?:[rRbBuUfF]{0,2}(?:\"{3}|'{3})|/\*\*?|\*/|\*(?!\*)|//[/!]|<!--|-->)\s*")
+_CLOSERS = re.compile(r"(?:\"{3}|'{3}|\*/|-->)\s*$")
+_ADORNMENT = re.compile(r"^\s*([-=~:^*#_`])\1*\s*$")
+
+
+def docs_snippet(snippet: str) -> str:
+    """A docs snippet that opens on words: a docstring's or a doc comment's delimiter (three
+    quotes, `/**`, `///`), adornment lines and blank lines are dropped from its head, so the
+    first line an agent reads says something. Headings (`# Install`) are words: kept."""
+    lines = snippet.splitlines()
+    while lines:
+        head = _CLOSERS.sub("", _OPENERS.sub("", lines[0], count=1)).rstrip()
+        if head.strip() and not _ADORNMENT.match(head):
+            lines[0] = head.strip()
+            break
+        lines.pop(0)
+    return "\n".join(lines)
 
 
 def check_k(k: Any) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise ConfigError(f"k must be a whole number from 1 to {MAX_K}, got {k!r}")
-    return k
+    return whole_number("k", k, 1, MAX_K)
+
+
+MAX_INCLUDES = 50
+
+
+def check_includes(include: Any) -> list[str]:
+    """`include` globs as given to `fathom index --include`: strings, gitignore syntax."""
+    if isinstance(include, str) or not isinstance(include, (list, tuple)) or len(include) > MAX_INCLUDES \
+            or not all(isinstance(g, str) and g.strip() and len(g) <= 500 and "\x00" not in g
+                       for g in include):
+        raise ConfigError(f"include must be a list of at most {MAX_INCLUDES} globs (gitignore "
+                          f"syntax, e.g. `vendor/mylib/` or `build/**/*.py`)")
+    return [g.strip() for g in include]
 
 
 def check_table(table: str) -> str:
@@ -160,16 +207,35 @@ class ProjectRecords:
     def get(self, project: str) -> dict[str, Any] | None:
         return self.load().get(project)
 
-    def put(self, project: str, record: dict[str, Any]) -> None:
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """The records for one read-modify-write, under the lock; written back on exit."""
         try:
             with self._lock:
                 records = self.load()
-                records[project] = record
-                atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
+                before = json.dumps(records, sort_keys=True)
+                yield records
+                if json.dumps(records, sort_keys=True) != before:
+                    atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
         except Timeout:
             raise ConfigError(
                 f"{self.path} stayed locked for {self.LOCK_SECONDS:.0f}s by another Fathom "
                 f"process; if none is running, remove {self._lock.lock_file}") from None
+
+    def put(self, project: str, record: dict[str, Any]) -> None:
+        with self._changing() as records:
+            records[project] = record
+
+    def update(self, project: str, **fields: Any) -> dict[str, Any]:
+        """Merge `fields` into the project's record (other fields kept)."""
+        with self._changing() as records:
+            record = (records.get(project) or {}) | fields
+            records[project] = record
+        return record
+
+    def remove(self, project: str) -> None:
+        with self._changing() as records:
+            records.pop(project, None)
 
 
 class _SharedState:
@@ -236,6 +302,7 @@ class Fathom:
         self.records = ProjectRecords(self.settings.data_dir)
         self.jobs: dict[str, Job] = {}
         self._index_lock: dict[str, asyncio.Lock] = {}
+        self.watcher: Any = None  # a fathom.index.watch.Watcher once a front end turns sync on
         self.registry = registry if registry is not None else ProviderRegistry()
         if gate is None:
             gate = shared.gate() if shared else Gate(self.settings.data_dir)
@@ -341,11 +408,25 @@ class Fathom:
                 log.warning("gate: %s not verified for the %s table: %s", p.id, table, exc)
         return verdicts
 
-    def indexer(self) -> Indexer:
+    def indexer(self, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = ()) -> Indexer:
         batch = getattr(self.encoder, "batch_size", self.settings.local_batch_size)
         return Indexer(self.store, self.encoder, batch_size=batch, clock=self.clock,
                        runner=self._runner, provenance=self.provenance, space_of=self.space,
+                       discover_fn=functools.partial(discover, include=tuple(include),
+                                                     extra_ignores=tuple(extra_ignores)),
                        refused_roots=self.settings.refused_roots)
+
+    def selection_of(self, project: str, root: Path) -> dict[str, list[str]]:
+        """What a walk of `project` takes beyond the built-in rules: its `include` globs (from
+        its record) and the data dir when it lies inside the project (never index Fathom's
+        own tables, nor let the watcher see their writes as edits)."""
+        record = self.records.get(project) or {}
+        extra: list[str] = []
+        with contextlib.suppress(ValueError, OSError):
+            inside = self.settings.data_dir.expanduser().resolve().relative_to(root.resolve())
+            if str(inside) != ".":
+                extra.append(f"/{inside.as_posix()}/")
+        return {"include": list(record.get("include") or []), "extra_ignores": extra}
 
     def _runner(self, table: str):
         """The role's pull pool: cloud providers take a budget permit before they pull."""
@@ -356,46 +437,170 @@ class Fathom:
 
     async def index(self, path: str | Path, project: str | None = None, *, full: bool = False,
                     progress: Callable[[IndexProgress], None] | None = None,
-                    job: Job | None = None) -> IndexReport:
+                    job: Job | None = None, include: Sequence[str] | None = None,
+                    reason: str | None = None) -> IndexReport:
+        """Index `path` as `project`. `include` globs (None: the project's stored ones)
+        take back folders and files the built-in skips and .gitignore leave out, and are
+        remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's)."""
         root = Path(path).expanduser()
         check_root(root, self.settings.refused_roots)  # before anything is probed or loaded
         name = project or root.resolve().name
         if not name:
             raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
-        await asyncio.to_thread(getattr, self, "store")  # opening it blocks (imports, connects)
-        indexer = self.indexer()
-        job = job or indexer.job(name, root, full=full)
+        if include is not None:
+            include = check_includes(include)
+        job = job or Job(name, root, full=full, clock=self.clock, reason=reason)
         self.jobs[job.id] = job
+
+        def starting(phase: str) -> None:
+            # Start-up is shown as what it is (opening the store, loading the model, the
+            # gate's checks), not as a walk that has not begun.
+            job.progress = IndexProgress(name, phase, elapsed_s=self.clock() - job.created_at)
+            if progress is not None:
+                progress(job.progress)
+
         token = current_project.set(name)  # the budget serves waiting projects round-robin
         try:
-            # One writer per project, whoever asks (CLI, server job, MCP tool, a watcher): the
+            starting("opening store")
+            await asyncio.to_thread(getattr, self, "store")  # opening it blocks (imports, connects)
+            # One writer per project, whoever asks (CLI, server job, MCP tool, the watcher): the
             # project lock is taken first, so a second writer is refused at once, before any
             # provider is probed or a model loaded. Taken and released off the loop (a
             # PostgreSQL lock is a database round trip).
             lock = self._project_lock(name)
             await asyncio.to_thread(lock.__enter__)
             try:
+                if include is not None:
+                    await asyncio.to_thread(self.records.update, name, include=list(include))
+                selection = await asyncio.to_thread(self.selection_of, name, root)
+                indexer = self.indexer(**selection)
+                # Two runs of one project in one process would race on its slots.
                 async with self._index_lock.setdefault(name, asyncio.Lock()):
+                    if self._must_load(job):
+                        starting("loading model")
+                        await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]
+                    starting("checking encoders")
                     for table in TABLE_KINDS:
                         await self.verify_providers(table)
                     report = await indexer.run(job, progress)
             finally:
                 await asyncio.to_thread(lock.__exit__, None, None, None)
-        except Exception as exc:
-            failure = failure_of(exc)
-            if not job.finished:  # refused before the indexer took it (the lock, the store)
-                job.state, job.error = JobState.FAILED, str(failure or exc)
+        except BaseException as exc:
+            failure = failure_of(exc) if isinstance(exc, Exception) else None
+            if not job.finished:  # refused before the indexer took it (a lock, a missing encoder)
+                job.state = (JobState.CANCELLED if isinstance(exc, asyncio.CancelledError)
+                             else JobState.FAILED)
+                job.error = None if job.state is JobState.CANCELLED else (
+                    str(failure or exc) or type(exc).__name__)
+                job.finished_at = self.clock()
             if failure is not None and failure is not exc:
                 raise failure from exc
             raise
         finally:
             current_project.reset(token)
-        self.records.put(name, {
-            "root": report.root,
-            "last_run": {k: v for k, v in asdict(report).items() if k != "project"}
-            | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")},
-        })
+        await asyncio.to_thread(
+            self.records.update, name, root=report.root,
+            last_run={k: v for k, v in asdict(report).items() if k != "project"}
+            | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")})
+        if self.watcher is not None and reason != "sync":
+            self.watcher.ensure(name, Path(report.root))  # a new project is watched from now on
+        self._forget_old_syncs(name)
         return report
+
+    def _forget_old_syncs(self, project: str, keep: int = SYNC_JOBS_KEPT) -> None:
+        """A watched project syncs all day: only its last few finished sync jobs are kept."""
+        syncs = [j for j in self.jobs.values()
+                 if j.project == project and j.reason == "sync" and j.finished]
+        for job in syncs[:-keep]:
+            self.jobs.pop(job.id, None)
+
+    def _must_load(self, job: Job) -> bool:
+        """Whether the gate's check will need the in-process model (a table whose reference
+        has no verdict yet), so start-up says it is loading it."""
+        if getattr(self.encoder, "loaded", True) or not callable(getattr(self.encoder, "load", None)):
+            return False
+        for table in TABLE_KINDS:
+            try:
+                space = self.space(table)
+            except FathomError:
+                continue
+            if space.reference == self.encoder.id and self.gate.verdict_for(space, self.encoder) is None:
+                return True
+        return False
+
+    # ---- managing what is indexed
+
+    async def drop(self, project: str) -> dict[str, Any]:
+        """Remove `project` and everything of it: its tables (both slots), its record, its
+        jobs and its watch. A running index job of it is cancelled first; another server
+        indexing it holds the project lock and the drop waits for it, never tearing a job's
+        tables away under it."""
+        if not isinstance(project, str) or not project:
+            raise ConfigError("project must be a non-empty name; see `fathom projects`")
+        known = await asyncio.to_thread(self.store.has_project, project)
+        recorded = await asyncio.to_thread(self.records.get, project)
+        if not known and recorded is None:
+            names = [p.name for p in await asyncio.to_thread(self.store.list_projects)]
+            raise UnknownProject(project, names)
+        if self.watcher is not None:
+            await self.watcher.stop(project)
+        for job in list(self.jobs.values()):
+            if job.project == project and not job.finished:
+                job.cancel()
+        rows: dict[str, int] = {}
+        async with self._index_lock.setdefault(project, asyncio.Lock()):
+            if known:
+                for t in TABLE_KINDS:
+                    with contextlib.suppress(UnknownProject):
+                        info = await asyncio.to_thread(self.store.table_info, project, t)
+                        rows[t] = info.rows
+                lock = self._project_lock(project)
+                await asyncio.to_thread(lock.__enter__)
+                try:
+                    with contextlib.suppress(UnknownProject):  # dropped meanwhile elsewhere
+                        await asyncio.to_thread(self.store.drop_project, project)
+                finally:
+                    await asyncio.to_thread(lock.__exit__, None, None, None)
+            await asyncio.to_thread(self.records.remove, project)
+        for job_id in [j.id for j in self.jobs.values() if j.project == project and j.finished]:
+            del self.jobs[job_id]
+        log.info("project %s dropped (%s)", project,
+                 ", ".join(f"{t} {n} rows" for t, n in rows.items()) or "no tables")
+        return {"project": project, "dropped": True, "rows": rows,
+                "root": (recorded or {}).get("root")}
+
+    async def set_watch(self, project: str, enabled: bool) -> dict[str, Any]:
+        """Turn live sync of one project on or off (remembered in its record)."""
+        await asyncio.to_thread(self._require_project, project)
+        record = await asyncio.to_thread(self.records.update, project, watch=bool(enabled))
+        if self.watcher is not None:
+            if enabled and record.get("root"):
+                self.watcher.ensure(project, Path(record["root"]))
+            elif not enabled:
+                await self.watcher.stop(project, off=True)
+        return self.watch_state(project)
+
+    def watch_state(self, project: str) -> dict[str, Any]:
+        """The project's live sync: enabled (its setting), state (watching, syncing,
+        waiting to retry, off, not running in this process…), last sync, last error."""
+        record = self.records.get(project) or {}
+        enabled = record.get("watch", True) is not False
+        if self.watcher is not None:
+            return self.watcher.state(project, enabled=enabled)
+        return {"enabled": enabled, "state": "off" if not enabled else "not watched",
+                "detail": None if not enabled else
+                "this process does not watch (fathom index / ask); `fathom mcp`, `fathom serve`,"
+                " `fathom server` and `fathom watch` do"}
+
+    async def start_watching(self, **options: Any) -> Any:
+        """Turn live sync on in this process: every project with a root folder here, whose
+        setting is on, is watched; projects indexed later join."""
+        from fathom.index.watch import Watcher
+
+        if self.watcher is None:
+            self.watcher = Watcher(self, **options)
+        await self.watcher.start_all()
+        return self.watcher
 
     def _project_lock(self, project: str):
         """The project's index lock, held for a whole run: an OS file lock on LanceDB, a
@@ -428,7 +633,7 @@ class Fathom:
         return names, notes
 
     async def search(self, query: str, project: str | None = None, table: str = "code",
-                     k: int = 10) -> list[SearchHit]:
+                     k: int = 10, *, where: SearchFilter | None = None) -> list[SearchHit]:
         check_table(table)
         check_k(k)
         if not isinstance(query, str) or not query.strip():
@@ -439,7 +644,7 @@ class Fathom:
             try:
                 encoder = self.encoder_for(table, name)
                 hits = await search_mod.search(self.store, encoder, name, query, table=table,
-                                               k=k)
+                                               k=k, where=where)
             except DamagedProject as exc:
                 if project is not None:
                     raise
@@ -459,8 +664,8 @@ class Fathom:
             raise ConfigError("find_similar needs either path and line, or a snippet")
         if path is not None and snippet:
             raise ConfigError("find_similar takes path and line, or a snippet, not both")
-        if line is not None and (isinstance(line, bool) or not isinstance(line, int) or line < 1):
-            raise ConfigError(f"line must be a 1-based line number, got {line!r}")
+        if line is not None:
+            whole_number("line", line, 1, MAX_LINE)
         await asyncio.to_thread(self._require_project, project)
         if path is not None:
             path = path.replace("\\", "/").removeprefix("./")
@@ -539,9 +744,12 @@ class Fathom:
             }
         jobs = [j.as_dict() for j in self.jobs.values() if j.project == project]
         return IndexStatus(project, record.get("root"), tables, record.get("last_run"), jobs,
-                           store_location(self.settings))
+                           store_location(self.settings), self.watch_state(project),
+                           list(record.get("include") or []))
 
     async def aclose(self) -> None:
+        if self.watcher is not None:
+            await self.watcher.aclose()
         self._unbind_gate()
         await self.encoder.aclose()
         if self._store is not None:

@@ -1,11 +1,12 @@
 """`fathom ask` and `fathom explore`: the two LLM roles on the command line.
 
 What it owns: the two commands' options and their presentation (the answer, its citations,
-the refused citations, and for explore the trace as a table and the limit that stopped it).
-They run inside the CLI's error contract (`fathom.cli.FathomGroup`): a refusal such as "rlm is
-local-only and no local LLM can serve it" is one line and an exit code, never a traceback.
-Routing is the standalone router's (`routes.standalone_router`): the routing state in the data
-dir over the providers this process has.
+the refused citations, and for explore each step printed as it happens and the limit that
+stopped it). They run inside the CLI's error contract (`fathom.cli.FathomGroup`): a refusal
+such as "rlm is local-only and no local LLM can serve it" is one line and an exit code, never a
+traceback, and names what to set. Routing is the standalone router's
+(`routes.standalone_router`): the routing state in the data dir over this machine's local LLMs
+(FATHOM_LOCAL_CHAT_URL and its per-role overrides).
 
 API:
     register(app) -> None     (attaches the two commands to the `fathom` typer app)
@@ -13,11 +14,35 @@ API:
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Awaitable
 
 import typer
-from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fathom.agents.rlm import TraceStep
+    from fathom.inference.router import Router
+
+
+async def _closing(router: Router, work: Awaitable[Any]) -> Any:
+    """`work`, then the HTTP connections of the router's local LLMs closed."""
+    from fathom.agents.routes import close_providers
+
+    try:
+        return await work
+    finally:
+        await close_providers(router)
+
+
+def show_step(step: TraceStep) -> None:
+    """One line per step of the loop, printed the moment it ends."""
+    from fathom.cli import console
+
+    args = ", ".join(f"{k}={v!r}" for k, v in step.args.items())
+    line = Text(f"{'  ' * step.depth}{step.depth}.{step.step} ", style="dim")
+    line.append(f"{step.tool}({args})", style="bold" if step.ok else "yellow")
+    line.append(f"  {step.summary}", style="" if step.ok else "yellow")
+    console.print(line)
 
 
 def register(app: typer.Typer) -> None:
@@ -34,7 +59,7 @@ def register(app: typer.Typer) -> None:
 
         fathom = fathom_of(ctx)
         router = standalone_router(fathom)
-        answer = run(CodeAssistant(fathom, router, reranker=router).ask(question, project))
+        answer = run(_closing(router, CodeAssistant(fathom, router, reranker=router).ask(question, project)))
         console.print(Text(answer.answer))
         if answer.citations:
             console.print(Text("citations: " + ", ".join(str(c) for c in answer.citations),
@@ -49,7 +74,7 @@ def register(app: typer.Typer) -> None:
         project: Annotated[str, typer.Option("--project", "-p", help="The indexed project.")],
         max_steps: Annotated[int, typer.Option(help="Tool calls allowed at the top level.")] = 12,
         max_depth: Annotated[int, typer.Option(help="Levels of sub-questions allowed.")] = 2,
-        trace: Annotated[bool, typer.Option(help="Show every step.")] = True,
+        trace: Annotated[bool, typer.Option(help="Show every step as it happens.")] = True,
     ) -> None:
         """Explore a project step by step with read-only tools (rlm role), bounded in depth,
         steps, tokens and time."""
@@ -60,17 +85,10 @@ def register(app: typer.Typer) -> None:
         fathom = fathom_of(ctx)
         router = standalone_router(fathom)
         explorer = Explorer.for_project(fathom, router, project, reranker=router,
-                                        limits=Limits(max_depth=max_depth, max_steps=max_steps))
-        result = run(explorer.explore(question))
-        if trace and result.trace:
-            table = Table(title="trace")
-            for col in ("depth", "step", "tool", "arguments", "result"):
-                table.add_column(col, overflow="fold")
-            for s in result.trace:
-                args = ", ".join(f"{k}={v!r}" for k, v in s.args.items())
-                table.add_row(str(s.depth), str(s.step), s.tool, args,
-                              Text(s.summary, style="" if s.ok else "yellow"))
-            console.print(table)
+                                        limits=Limits(max_depth=max_depth, max_steps=max_steps),
+                                        on_step=show_step if trace else None)
+        with console.status(f"exploring {project} …"):
+            result = run(_closing(router, explorer.explore(question)))
         console.print(Text(result.answer, style="yellow" if result.stopped else ""))
         if result.citations:
             console.print(Text("citations: " + ", ".join(str(c) for c in result.citations),

@@ -8,7 +8,9 @@ the moment of the call: under `FallbackMode.LOCAL_ONLY` a cloud provider is refu
 routing bug handed it over. It also builds the cloud route of a stateless role
 (`cloud_provider`, always wrapped in `BudgetedProvider`, so its calls take the key's permits),
 and states what a role's fallback mode means (`fallback_status`) for status output and the
-dashboard.
+dashboard. On one machine without a server it builds the local LLM providers the settings name
+(`local_chat_providers`: FATHOM_LOCAL_CHAT_URL and its per-role overrides), which are local
+providers like a sidecar's: the policies count them as local, and a local-only role may use them.
 
 It refuses to decide who may serve (the router reads the policy table), to retry on its own
 (the router fails over, the budget never retries), and to build an unbudgeted cloud route.
@@ -18,6 +20,8 @@ API:
     cloud_provider(client, role, budget, *, model=None, upstream=None) -> BudgetedProvider
     fallback_status(role_route, role=None) -> str
     local_only(router, role) -> bool
+    local_chat_providers(settings) -> list[Provider]
+    local_reranker(router) -> Router
     standalone_router(fathom, registry=None) -> Router
 """
 
@@ -26,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable, Generic, TypeVar
 
-from fathom.config import RoleRoute
+from fathom.config import RoleRoute, RoutingState, Settings
 from fathom.errors import FathomError
 from fathom.inference.budget import BudgetedProvider, CloudBudget, current_project
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
@@ -130,14 +134,65 @@ def fallback_status(role_route: RoleRoute, role: Role | str | None = None) -> st
             f"and cloud); every cloud call takes a budget permit.")
 
 
+CHAT_ROLES = (Role.CODE_ASSISTANT, Role.RLM)
+
+
+def local_chat_providers(settings: Settings) -> list[Provider]:
+    """This machine's local LLMs for the chat roles, from the settings: one provider per
+    (URL, model), serving every chat role that names it. `ConfigError` for a URL without a
+    model."""
+    from fathom.fleet.backends import OpenAICompatibleChat
+
+    wanted: dict[tuple[str, str], list[Role]] = {}
+    for role in CHAT_ROLES:
+        target = settings.local_chat(role)
+        if target is not None:
+            wanted.setdefault(target, []).append(role)
+    options = {name: value for name, value in (("stream", settings.local_chat_stream),
+                                               ("timeout", settings.local_chat_timeout)) if value is not None}
+    return [OpenAICompatibleChat(url, roles=roles, model=model, **options) for (url, model), roles in wanted.items()]
+
+
+def local_chat_fix(role: Role) -> str:
+    """What to set so that one machine has a local LLM for `role` (named in refusals)."""
+    own = f"FATHOM_LOCAL_{Role.parse(role).value.replace('-', '_').upper()}"
+    return (f"for a local LLM on this machine, set FATHOM_LOCAL_CHAT_URL and "
+            f"FATHOM_LOCAL_CHAT_MODEL (or {own}_URL and {own}_MODEL) to an OpenAI-compatible "
+            f"server such as Ollama (http://127.0.0.1:11434/v1) or vLLM "
+            f"(http://127.0.0.1:8000/v1); or run a fathom server with a sidecar serving {role}")
+
+
 def standalone_router(fathom: Fathom, registry: ProviderRegistry | None = None) -> Router:
-    """The router a front end without a server uses (`fathom ask`, `fathom mcp`): the routing
-    state from the data dir, read at every request, over `registry` (empty by default: the
-    in-process encoder serves no stateless role). The server builds its own router over the
-    fleet's registry and passes it in instead.
+    """The router a front end without a server uses (`fathom ask`, `fathom mcp`, `fathom
+    serve`): the routing state from the data dir, read at every request, over `registry`; by
+    default a registry of this machine's local LLMs (`local_chat_providers`), empty when none is
+    configured (the in-process encoder serves no stateless role). The server builds its own
+    router over the fleet's registry and passes it in instead.
 
     No cosine reranker is added by default on purpose: it would re-sort by the same encoder
     the vector search used and undo the keyword rescue of the hybrid search."""
-    return Router(fathom.routing.load, registry or ProviderRegistry(),
+    if registry is None:
+        registry = ProviderRegistry()
+        for provider in local_chat_providers(fathom.settings):
+            registry.add(provider)
+    return Router(fathom.routing.load, registry,
                   # Stateless roles write no table: the gate's clearance never applies.
-                  is_cleared=lambda role, provider: False)
+                  is_cleared=lambda role, provider: False, local_fix=local_chat_fix)
+
+
+def local_reranker(router: Router) -> Router:
+    """The reranker role of `router` held to local providers (its policy kept, its fallback
+    made local-only): what the search tool of a local-only exploration reranks with, so that
+    such an exploration sends nothing to the cloud, not even code to a cloud reranker."""
+
+    def routing() -> RoutingState:
+        route = router.route(Role.RERANKER).model_copy(update={"fallback": FallbackMode.LOCAL_ONLY})
+        return RoutingState(roles={Role.RERANKER: route})
+
+    return Router(routing, router.registry, is_cleared=router.is_cleared, clock=router.clock)
+
+
+async def close_providers(router: Router) -> None:
+    """Close what a standalone router's providers hold open (their HTTP connections)."""
+    for provider in router.registry:
+        await provider.aclose()

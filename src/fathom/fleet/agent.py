@@ -11,7 +11,8 @@ It refuses to persist or show the key: it lives in memory only, in one holder wh
 it, and in the OpenRouter client built from it; a config frame without a key merges into the
 held config and keeps the key; a restarted sidecar has none and says so (`key_present=False`
 in every heartbeat, `KeyMissing` for every cloud command). Frame dumps and key-shaped strings
-are scrubbed from its logs (`fathom.logsafe`). A wrong join token is fatal (no retry loop
+are scrubbed from its logs (`fathom.logsafe`). Its identity is a credential of its own, kept in
+its state dir (`fleet.identity`) and sent in every register frame, never logged. A wrong join token is fatal (no retry loop
 hammering the server); a dropped connection is not.
 
 Entry points: `run_sidecar(...)` (async), `main(argv)` (`python -m fathom.fleet.agent`), which
@@ -34,6 +35,7 @@ import socket
 import sys
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -43,6 +45,7 @@ from fathom import __version__, logsafe
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
 from fathom.fleet.backends import BackendSpec, open_backend, parse_serve
+from fathom.fleet.identity import STATE_DIR_ENV, default_state_dir, load_or_create_credential, new_credential
 from fathom.fleet.remote import chat_payload
 from fathom.inference.provider import Provider
 from fathom.roles import Role
@@ -129,7 +132,8 @@ class Backoff:
 
 
 class _Key:
-    """The OpenRouter key in memory; no repr, str or pickle shows it."""
+    """A secret in memory (the OpenRouter key, the sidecar's credential); no repr, str or
+    pickle shows it."""
 
     __slots__ = ("_value",)
 
@@ -140,12 +144,12 @@ class _Key:
         return self._value
 
     def __repr__(self) -> str:
-        return "<key held>"
+        return "<secret held>"
 
     __str__ = __repr__
 
     def __reduce__(self):
-        raise TypeError("the OpenRouter key cannot be pickled")
+        raise TypeError("a secret cannot be pickled")
 
 
 def error_info(exc: BaseException) -> p.ErrorInfo:
@@ -198,8 +202,12 @@ class Sidecar:
         heartbeat_interval: float = 5.0,
         max_frame_bytes: int = p.MAX_FRAME_BYTES,
         load: Callable[[], float] | None = None,
+        credential: str | None = None,
     ):
         self.name = name
+        # Who this sidecar is to the server. Without one from a state dir, an identity that
+        # lasts as long as this object (an embedded or test sidecar).
+        self._credential = _Key(credential or new_credential())
         self.backends = dict(backends)
         self.backend_kinds = dict(backend_kinds or {})
         self.openrouter_base_url = openrouter_base_url
@@ -241,7 +249,7 @@ class Sidecar:
             routes.append(p.RouteDecl(role=role, backend=self.backend_kinds.get(role, "in-process"),
                                       model=backend.info.model, width=backend.info.width))
         return p.Register(name=self.name, routes=routes, cloud=self.cloud, key_present=self.key_present,
-                          versions=_versions())
+                          versions=_versions(), credential=self._credential.reveal())
 
     def heartbeat_frame(self) -> p.Heartbeat:
         return p.Heartbeat(load=max(0.0, float(self._load())), in_flight=self.in_flight,
@@ -496,13 +504,17 @@ async def run_sidecar(
     stop: asyncio.Event | None = None,
     backoff: Backoff | None = None,
     on_ready: Callable[[Sidecar], None] | None = None,
+    state_dir: Path | None = None,
 ) -> None:
-    """Open the backends of `serve`, then connect to `server` and serve until `stop` is set.
-    Raises `SidecarRefused` (wrong token) or `ConfigError` (bad --serve, insecure URL)."""
+    """Open the backends of `serve`, then connect to `server` and serve until `stop` is set,
+    under the credential kept in `state_dir` (default: `default_state_dir()`). Raises
+    `SidecarRefused` (wrong token) or `ConfigError` (bad --serve, insecure URL, unusable state dir)."""
     server_url(server)  # refuse a bad or insecure URL before loading any model
+    credential = load_or_create_credential(state_dir or default_state_dir())
     backends, kinds = await open_backends(serve)
     sidecar = Sidecar(name, backends, backend_kinds=kinds, openrouter_base_url=openrouter_base_url, cloud=cloud,
-                      heartbeat_interval=heartbeat_interval)
+                      heartbeat_interval=heartbeat_interval, credential=credential)
+    credential = None  # noqa: F841 - the sidecar holds it now, hidden from every repr
     if on_ready is not None:
         on_ready(sidecar)
     try:
@@ -519,11 +531,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--name", default=socket.gethostname().split(".")[0], help="sidecar name (default: host name)")
     ap.add_argument("--serve", action="append", default=[], metavar="ROLE=BACKEND",
                     help="e.g. code-embedding=in-process, embedding=openai-compatible:http://127.0.0.1:8000/v1, "
-                         "reranker=tei:http://127.0.0.1:8080 (repeatable)")
+                         "reranker=tei:http://127.0.0.1:8080, "
+                         "rlm=openai-compatible:http://127.0.0.1:11434/v1,model=NAME (repeatable)")
     ap.add_argument("--openrouter-url", default=os.environ.get("FATHOM_OPENROUTER_BASE_URL"),
                     help="OpenRouter API base URL (default: https://openrouter.ai/api/v1)")
     ap.add_argument("--no-cloud", action="store_true", help="never serve OpenRouter routes from this host")
     ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
+    ap.add_argument("--state-dir", type=Path, default=None,
+                    help=f"where this sidecar keeps its identity credential (default: ${STATE_DIR_ENV}, "
+                         f"else ~/.fathom-sidecar)")
     ap.add_argument("--log-level", default=os.environ.get("FATHOM_LOG_LEVEL", "INFO"))
     return ap
 
@@ -544,7 +560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, stop.set)
         await run_sidecar(args.server, args.token, args.name, args.serve, openrouter_base_url=args.openrouter_url,
-                          cloud=not args.no_cloud, heartbeat_interval=args.heartbeat, stop=stop)
+                          cloud=not args.no_cloud, heartbeat_interval=args.heartbeat, stop=stop,
+                          state_dir=args.state_dir)
 
     try:
         asyncio.run(_main())

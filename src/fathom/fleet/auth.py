@@ -1,17 +1,26 @@
-"""Who may join the fleet: join tokens, per-host tokens, and the operator's approvals.
+"""Who may join the fleet: join tokens, per-host tokens, the operator's approvals, and the
+sidecar credentials approvals are bound to.
 
-This module owns one decision — what a sidecar presenting (name, token) becomes: refused,
-pending, or approved — and the file that remembers approvals (`fleet.json` under the data dir).
+This module owns one decision — what a sidecar presenting (name, token, credential) becomes:
+refused, pending, approved, or a claimant of a name bound to another host — and the file that
+remembers approvals (`fleet.json` under the data dir). It also owns the limit on failed joins
+per address (`FailedJoins`).
 
 - A join token lets a sidecar connect; it then waits, pending, until an operator approves its
-  name. Approval is per name and persists across reconnects and server restarts.
+  name. Approval persists across reconnects and server restarts.
+- An approval is bound to the sidecar's own credential (`fleet.identity`): the one connected
+  when the operator approved it, or, for a name approved before any sidecar connected under it
+  (or by a host token), the first one that connects. A connection under an approved name with
+  another credential is a claim: it stays pending, never approved, until an operator hands the
+  name to that host explicitly (`approve(..., rebind)`).
 - A per-host token is bound to one sidecar name and pre-approves it.
-- Revoking a name withdraws its approval and deletes its host tokens; a revoked sidecar that
-  reconnects with the join token is pending again until an operator re-approves it.
+- Revoking a name withdraws its approval, its credential binding and its host tokens; a revoked
+  sidecar that reconnects with the join token is pending again until an operator re-approves it.
 
-It refuses to store a secret: tokens are kept only as SHA-256 hashes (tokens are random 256-bit
-strings, so a plain hash is enough) and compared in constant time. A token is shown once, when
-issued, and never again.
+It refuses to store a secret: tokens and credentials are kept only as SHA-256 hashes (both are
+random 256-bit strings, so a plain hash is enough) and compared in constant time. A token is
+shown once, when issued, and never again; a credential never leaves its sidecar but as its
+register frame.
 """
 
 from __future__ import annotations
@@ -19,8 +28,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import StrEnum
@@ -36,6 +47,7 @@ from fathom.errors import ConfigError, FathomError
 class Admission(StrEnum):
     PENDING = "pending"
     APPROVED = "approved"
+    CLAIMED = "claimed"  # an approved name, presented with a credential it is not bound to
 
 
 class JoinRefused(FathomError):
@@ -62,6 +74,8 @@ class Approval(BaseModel):
 
     at: datetime
     via: str  # "operator" or "host-token"
+    # The hash of the credential of the host this name belongs to; None until one binds it.
+    credential_hash: str | None = None
 
 
 class FleetRecord(BaseModel):
@@ -146,11 +160,15 @@ class FleetAuth:
         hashes = [*rec.join_token_hashes, *(x for xs in rec.host_token_hashes.values() for x in xs)]
         return any(hmac.compare_digest(h, x) for x in hashes)
 
-    def admit(self, name: str, token: str | None) -> Admission:
-        """What a sidecar presenting `token` under `name` becomes; `JoinRefused` if neither a
-        join token nor a host token bound to `name`."""
+    def admit(self, name: str, token: str | None, credential_hash: str | None) -> Admission:
+        """What a sidecar presenting `token` under `name` with the credential hashed as
+        `credential_hash` becomes; `JoinRefused` if neither a join token nor a host token bound
+        to `name`, or no credential."""
         if not token:
             raise JoinRefused(name, "no join token presented")
+        if not credential_hash:
+            raise JoinRefused(name, "no sidecar credential presented (a sidecar older than this server?); "
+                                    "upgrade the sidecar")
         h = hash_token(token)
         with self._lock:
             rec = self._record
@@ -159,12 +177,30 @@ class FleetAuth:
                     rec.approved[name] = Approval(at=self._now(), via="host-token")
                     rec.revoked.pop(name, None)
                     self._save()
-                return Admission.APPROVED
+                return self._bind(name, credential_hash)
             if any(hmac.compare_digest(h, x) for hashes in rec.host_token_hashes.values() for x in hashes):
                 raise JoinRefused(name, "this host token is bound to another sidecar name")
             if not any(hmac.compare_digest(h, x) for x in rec.join_token_hashes):
                 raise JoinRefused(name, "wrong join token")
-            return Admission.APPROVED if name in rec.approved else Admission.PENDING
+            return self._bind(name, credential_hash) if name in rec.approved else Admission.PENDING
+
+    def _bind(self, name: str, credential_hash: str) -> Admission:
+        """An approved name meets a credential: the first one binds it (the approval was given
+        before any host connected under it); afterwards only that one is approved."""
+        approval = self._record.approved[name]
+        if approval.credential_hash is None:
+            approval.credential_hash = credential_hash
+            self._save()
+            return Admission.APPROVED
+        if hmac.compare_digest(approval.credential_hash, credential_hash):
+            return Admission.APPROVED
+        return Admission.CLAIMED
+
+    def bound_to(self, name: str, credential_hash: str) -> bool:
+        """Whether `name` is approved and bound to exactly this credential."""
+        approval = self._record.approved.get(name)
+        return bool(approval and approval.credential_hash
+                    and hmac.compare_digest(approval.credential_hash, credential_hash))
 
     # ---- approvals ------------------------------------------------------------------------
 
@@ -180,9 +216,13 @@ class FleetAuth:
     def approval(self, name: str) -> Approval | None:
         return self._record.approved.get(name)
 
-    def approve(self, name: str) -> None:
+    def approve(self, name: str, credential_hash: str | None = None) -> None:
+        """Approve `name`, bound to `credential_hash` (the host connected under it now), or, with
+        none, to the binding it already has (the first host to connect, if it has none yet)."""
         with self._lock:
-            self._record.approved[name] = Approval(at=self._now(), via="operator")
+            held = self._record.approved.get(name)
+            bound = credential_hash or (held.credential_hash if held else None)
+            self._record.approved[name] = Approval(at=self._now(), via="operator", credential_hash=bound)
             self._record.revoked.pop(name, None)
             self._save()
 
@@ -192,3 +232,71 @@ class FleetAuth:
             self._record.host_token_hashes.pop(name, None)
             self._record.revoked[name] = self._now()
             self._save()
+
+
+def hash_credential(credential: str) -> str:
+    """What the server keeps of a sidecar credential (random 256 bits: a plain hash is enough)."""
+    return hash_token(credential)
+
+
+class FailedJoins:
+    """Failed joins per address: a burst is allowed, then joins from that address are refused
+    for `block_s` without being looked at. What the log gets is collapsed: the first failure of
+    a window, one line when an address is blocked, and one count of what was refused while it
+    was — never a line per attempt (a flood of wrong tokens would otherwise be a flood of
+    WARNINGs). Memory is bounded: at most `max_addresses` are remembered, oldest dropped first.
+    """
+
+    def __init__(self, *, clock: Callable[[], float], log: logging.Logger, burst: int = 10,
+                 window_s: float = 60.0, block_s: float = 300.0, max_addresses: int = 4096):
+        self.clock, self.log = clock, log
+        self.burst, self.window_s, self.block_s, self.max_addresses = burst, window_s, block_s, max_addresses
+        self._seen: OrderedDict[str, _Failures] = OrderedDict()
+
+    def blocked(self, address: str) -> float | None:
+        """Seconds left on `address`'s block (the attempt is counted), or None if it may try."""
+        f = self._seen.get(address)
+        if f is None or f.blocked_until is None:
+            return None
+        left = f.blocked_until - self.clock()
+        if left > 0:
+            f.refused_while_blocked += 1
+            return left
+        self._unblock(address, f)
+        return None
+
+    def failed(self, address: str, reason: str) -> None:
+        """Record a failed join from `address` for `reason` (which names no secret)."""
+        now = self.clock()
+        f = self._seen.get(address)
+        if f is not None and f.blocked_until is not None and now >= f.blocked_until:
+            self._unblock(address, f)
+            f = None
+        if f is None or now - f.window_start > self.window_s:
+            f = self._seen[address] = _Failures(window_start=now)
+            self._seen.move_to_end(address)
+            while len(self._seen) > self.max_addresses:
+                self._seen.popitem(last=False)
+        f.count += 1
+        if f.count == 1:
+            self.log.warning("sidecar join from %s refused: %s", address, reason)
+        elif f.count >= self.burst:
+            f.blocked_until = now + self.block_s
+            self.log.warning("refusing sidecar joins from %s for %.0fs: %d failed joins within %.0fs (last: %s)",
+                             address, self.block_s, f.count, now - f.window_start, reason)
+        else:
+            self.log.debug("sidecar join from %s refused: %s", address, reason)
+
+    def _unblock(self, address: str, f: _Failures) -> None:
+        if f.refused_while_blocked:
+            self.log.warning("sidecar joins from %s: %d refused while blocked; the block has ended",
+                             address, f.refused_while_blocked)
+        self._seen.pop(address, None)
+
+
+@dataclass
+class _Failures:
+    window_start: float
+    count: int = 0
+    blocked_until: float | None = None
+    refused_while_blocked: int = 0

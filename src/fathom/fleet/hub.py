@@ -3,8 +3,13 @@ connected sidecars, command/result correlation, and the config (and key) push.
 
 This module owns:
 - admission: a join token is required (Authorization header, or the register frame); a wrong
-  one is refused at connect. A sidecar stays pending until an operator approves its name or a
-  host token pre-approves it (`fleet.auth`). Only approved sidecars get commands or config.
+  one is refused at connect, and an address that keeps failing is refused for a while without
+  being looked at (`FailedJoins`, logged as a summary). A sidecar stays pending until an
+  operator approves its name or a host token pre-approves it, and an approval holds only for
+  the credential it is bound to (`fleet.auth`): another host under an approved name is a
+  claimant, held pending and shown to the operator ("gpu-1: a different host claims this
+  name"), and the name's own host, when it connects, takes the name back from it. Only approved
+  sidecars get commands or config.
 - the live set of sidecars with their health (last frame, load, in flight, key present), and
   the `SidecarProvider`s each approved sidecar contributes to the `ProviderRegistry`; they are
   removed the moment the sidecar drops or is revoked, and its pending commands fail at once
@@ -35,9 +40,9 @@ from typing import Any, Callable
 from fastapi import APIRouter, FastAPI, WebSocket
 
 from fathom.config import PushRecord, RoutingState, RoutingStore
-from fathom.errors import ConfigError
+from fathom.errors import ConfigError, FathomError
 from fathom.fleet import protocol as p
-from fathom.fleet.auth import Admission, FleetAuth, JoinRefused
+from fathom.fleet.auth import Admission, FailedJoins, FleetAuth, JoinRefused, hash_credential
 from fathom.fleet.remote import CommandTimeout, SidecarProvider, SidecarUnavailable, error_from_info
 from fathom.inference.provider import Provider
 from fathom.roles import Role
@@ -49,11 +54,27 @@ CLOSE_UNAUTHORIZED = 4401
 CLOSE_REVOKED = 4403
 CLOSE_STALE = 4408
 CLOSE_NAME_IN_USE = 4409
+CLOSE_TOO_MANY_FAILURES = 4429  # an address that keeps failing to join: the sidecar retries later
 CLOSE_POLICY = 1008
 
 # How many refused frames in a row a connection may send before it is closed (cleanly):
 # one bad frame is a bug worth an error frame; a stream of them is noise worth cutting.
 MAX_BAD_FRAMES = 64
+# How long a refused claim on a connected sidecar's name stays among the fleet's problems.
+CLAIM_MEMORY_S = 600.0
+
+
+class NameClaimed(FathomError):
+    """An approval that would hand a sidecar name to another host without the operator saying
+    so (or a rebind with no other host to hand it to)."""
+
+    def __init__(self, name: str, message: str):
+        self.name = name
+        super().__init__(message)
+
+
+def claim_problem(name: str) -> str:
+    return f"{name}: a different host claims this name"
 
 
 def _new_id() -> str:
@@ -85,9 +106,11 @@ class PushOutcome:
 class _Link:
     """One live connection of one sidecar."""
 
-    def __init__(self, ws: WebSocket, reg: p.Register, admission: Admission, now: float):
+    def __init__(self, ws: WebSocket, reg: p.Register, admission: Admission, now: float, credential_hash: str):
         self.ws = ws
         self.name = reg.name
+        self.credential_hash = credential_hash  # what the sidecar's approval is bound to; never the credential
+        self.claimed = admission is Admission.CLAIMED  # an approved name, another host's credential
         self.routes = list(reg.routes)
         self.cloud_capable = reg.cloud
         self.key_present = reg.key_present
@@ -144,6 +167,7 @@ class SidecarStatus:
     versions: dict[str, str] = field(default_factory=dict)
     providers: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    claimed: bool = False  # the host connected under this name is not the one it is bound to
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -200,6 +224,8 @@ class Hub:
         self.max_frame_bytes = max_frame_bytes
         self.path = path
         self._links: dict[str, _Link] = {}
+        self._claims: dict[str, float] = {}  # name -> when another host last claimed it (clock)
+        self.failed_joins = FailedJoins(clock=clock, log=log)
         self._tasks: set[asyncio.Task] = set()
         self._reaper: asyncio.Task | None = None
         self._listeners: list[Callable[[], None]] = []
@@ -216,14 +242,24 @@ class Hub:
     # ---- the WebSocket endpoint -----------------------------------------------------------
 
     async def serve(self, ws: WebSocket) -> None:
-        peer = f"{ws.client.host}:{ws.client.port}" if ws.client else "?"
+        host = ws.client.host if ws.client else "?"
+        peer = f"{host}:{ws.client.port}" if ws.client else "?"
+        wait = self.failed_joins.blocked(host)
+        if wait is not None:
+            # Accepted only to be closed with a code the sidecar retries on (a refused handshake
+            # reads as a wrong token to it, which it does not retry); nothing is read or logged.
+            with contextlib.suppress(Exception):
+                await ws.accept()
+                await ws.close(code=CLOSE_TOO_MANY_FAILURES,
+                               reason=f"too many failed joins from {host}; retry in {wait:.0f}s")
+            return
         header_token = _bearer(ws.headers.get("authorization"))
         if header_token is not None and not self.auth.recognizes(header_token):
-            log.warning("refused a sidecar connection from %s: wrong join token", peer)
+            self.failed_joins.failed(host, "wrong join token")
             await ws.close(code=CLOSE_UNAUTHORIZED)  # before accept: the handshake gets HTTP 403
             return
         await ws.accept()
-        link = await self._admit(ws, header_token, peer)
+        link = await self._admit(ws, header_token, peer, host)
         if link is None:
             return
         try:
@@ -231,7 +267,7 @@ class Hub:
         finally:
             await self._drop(link, "disconnected")
 
-    async def _admit(self, ws: WebSocket, header_token: str | None, peer: str) -> _Link | None:
+    async def _admit(self, ws: WebSocket, header_token: str | None, peer: str, host: str) -> _Link | None:
         try:
             message = await asyncio.wait_for(ws.receive(), self.register_timeout)
         except (TimeoutError, asyncio.TimeoutError):
@@ -248,31 +284,49 @@ class Hub:
             await self._refuse(ws, code, msg, CLOSE_POLICY)
             return None
         token = header_token or (frame.token.get_secret_value() if frame.token else None)
+        credential = hash_credential(frame.credential.get_secret_value()) if frame.credential else None
         try:
-            admission = self.auth.admit(frame.name, token)
+            admission = self.auth.admit(frame.name, token, credential)
         except JoinRefused as exc:
-            log.warning("sidecar %s from %s refused: %s", frame.name, peer, exc.reason)
+            self.failed_joins.failed(host, f"sidecar {frame.name}: {exc.reason}")
             await self._refuse(ws, "join_refused", str(exc), CLOSE_UNAUTHORIZED)
             return None
         finally:
             token = None  # noqa: F841 - the join token is a secret too; do not keep it in this frame
+            frame = frame.model_copy(update={"token": None, "credential": None})  # nor the credential
         roles = [r.role for r in frame.routes]
         if len(set(roles)) != len(roles):
             await self._refuse(ws, "duplicate_role", "each role may be declared once per sidecar", CLOSE_POLICY)
             return None
-        if frame.name in self._links:
-            log.warning("sidecar %s from %s refused: that name is already connected", frame.name, peer)
+        if admission is Admission.CLAIMED:
+            self._note_claim(frame.name, peer)
+        held = self._links.get(frame.name)
+        if held is not None and held.claimed and admission is Admission.APPROVED:
+            # The name's own host is back: the claimant holding its name gives way.
+            log.warning("sidecar %s connected from %s with its own credential: disconnecting the host "
+                        "that claimed its name", frame.name, peer)
+            await self._drop(held, "disconnected: the host this name belongs to connected")
+            await self._close(held, CLOSE_NAME_IN_USE, "name taken by its own host")
+        elif held is not None:
+            log.log(logging.DEBUG if admission is Admission.CLAIMED else logging.WARNING,
+                    "sidecar %s from %s refused: that name is already connected", frame.name, peer)
             await self._refuse(ws, "name_in_use", f"a sidecar named {frame.name} is already connected", CLOSE_NAME_IN_USE)
             return None
-        link = _Link(ws, frame, admission, self.clock())
+        link = _Link(ws, frame, admission, self.clock(), credential or "")
         self._links[link.name] = link
         self._ensure_reaper()
-        log.info("sidecar %s connected from %s (%s; routes: %s)", link.name, peer, link.state,
+        log.info("sidecar %s connected from %s (%s; routes: %s)", link.name, peer,
+                 "claims an approved name" if link.claimed else link.state,
                  ", ".join(f"{r.role}={r.backend}" for r in link.routes) or "none")
         try:
             if link.state == "approved":
                 await link.send(p.encode(p.Status(state="approved")))
                 self._activate(link)
+            elif link.claimed:
+                await link.send(p.encode(p.Status(
+                    state="pending", message=f"the name {link.name} belongs to another host (another "
+                                             f"credential); an operator must hand it to this host "
+                                             f"(`fathom fleet approve {link.name} --rebind`)")))
             else:
                 await link.send(p.encode(p.Status(
                     state="pending", message=f"waiting for an operator to approve {link.name} "
@@ -448,10 +502,44 @@ class Hub:
         with contextlib.suppress(Exception):
             await link.ws.close(code=code, reason=reason)
 
-    async def approve(self, name: str) -> SidecarStatus:
-        self.auth.approve(name)
+    def _note_claim(self, name: str, peer: str) -> None:
+        """Remember (and log, once per `CLAIM_MEMORY_S`) that another host claimed `name`."""
+        now = self.clock()
+        last = self._claims.get(name)
+        self._claims[name] = now
+        if last is None or now - last > CLAIM_MEMORY_S:
+            log.warning("sidecar %s from %s presents another credential than the host %s is bound to: "
+                        "held pending (a different host claims this name)", name, peer, name)
+
+    def _claimed(self, name: str) -> bool:
         link = self._links.get(name)
-        if link is not None and link.state != "approved" and not link.closed:
+        if link is not None and link.claimed and not link.closed:
+            return True
+        at = self._claims.get(name)
+        return at is not None and self.clock() - at <= CLAIM_MEMORY_S
+
+    async def approve(self, name: str, *, rebind: bool = False) -> SidecarStatus:
+        """Approve `name`, bound to the host connected under it now (or to its binding). A host
+        claiming a name bound to another is approved only with `rebind` (it replaces that host);
+        `NameClaimed` otherwise."""
+        link = self._links.get(name)
+        if link is not None and link.closed:
+            link = None
+        if link is not None and link.claimed and not rebind:
+            raise NameClaimed(name, f"{claim_problem(name)}: the name is bound to another host's credential. "
+                                    f"If this host replaced it, approve it with rebind (`fathom fleet approve "
+                                    f"{name} --rebind`); if not, leave it pending, or revoke the name "
+                                    f"(`fathom fleet revoke {name}`) and approve its own host again")
+        if rebind and (link is None or link.state == "approved"):
+            raise NameClaimed(name, f"{name}: no other host is connected under this name, so there is nothing "
+                                    f"to rebind; a rebind hands the name to the host connected under it now")
+        self.auth.approve(name, link.credential_hash if link is not None and link.state != "approved" else None)
+        if rebind:
+            log.warning("sidecar name %s handed to the host connected from %s by the operator", name,
+                        f"{link.ws.client.host}" if link is not None and link.ws.client else "?")
+            self._claims.pop(name, None)
+        if link is not None and link.state != "approved":
+            link.claimed = False
             log.info("sidecar %s approved by the operator", name)
             with contextlib.suppress(SidecarUnavailable):
                 await link.send(p.encode(p.Status(state="approved")))
@@ -462,6 +550,7 @@ class Hub:
         """Withdraw approval; a connected sidecar loses its providers and pending work at once
         and is disconnected."""
         self.auth.revoke(name)
+        self._claims.pop(name, None)
         link = self._links.get(name)
         if link is not None:
             log.info("sidecar %s revoked by the operator", name)
@@ -597,15 +686,19 @@ class Hub:
         out = []
         try:
             cloud_wanted = bool(cloud_routes(self.routing.load()))
-        except ConfigError as exc:
-            return [str(exc)]
+        except ConfigError as exc:  # said once, and the fleet's other problems still listed
+            out.append(str(exc))
+            cloud_wanted = False
         for link in sorted(self._links.values(), key=lambda x: x.name):
             if link.approved and link.cloud_capable and cloud_wanted and not link.key_present:
                 out.append(f"key missing on {link.name}")
-            if link.state == "pending":
+            if link.state == "pending" and not link.claimed:
                 out.append(f"sidecar {link.name} is waiting for approval")
+        for name in sorted(n for n in self._claims if self._claimed(n)):
+            out.append(claim_problem(name))
         for name in self.auth.approved_names():
-            if name not in self._links:
+            link = self._links.get(name)
+            if link is None or link.claimed:
                 out.append(f"sidecar {name} is offline")
         return out
 
@@ -617,7 +710,8 @@ class Hub:
             return SidecarStatus(name=name, state=state, connected=False,
                                  approved_via=approval.via if approval else None,
                                  problems=[f"sidecar {name} is offline"] if approval else [])
-        problems = [x for x in self.problems() if x.endswith(f" {name}") or f" {name} " in x]
+        problems = [x for x in self.problems()
+                    if x.endswith(f" {name}") or f" {name} " in x or x.startswith(f"{name}: ")]
         return SidecarStatus(
             name=name, state=link.state, connected=not link.closed,
             approved_via=approval.via if approval else None,
@@ -625,7 +719,7 @@ class Hub:
             cloud_capable=link.cloud_capable, key_present=link.key_present,
             last_seen_s=round(max(0.0, self.clock() - link.last_seen), 3),
             load=link.load, in_flight=len(link.pending), versions=dict(link.versions),
-            providers=sorted(link.providers), problems=problems,
+            providers=sorted(link.providers), problems=problems, claimed=link.claimed,
         )
 
     def sidecars(self) -> list[SidecarStatus]:

@@ -64,7 +64,8 @@ class RouteDecl(_Model):
 
 class Register(_Frame):
     """First frame of a connection. `token` is the join token for clients that cannot set an
-    Authorization header; it is excluded from every repr."""
+    Authorization header; `credential` is the sidecar's own secret (`fleet.identity`), which
+    the server binds an approval to. Both are excluded from every repr."""
 
     type: Literal["register"] = "register"
     name: str = Field(pattern=NAME_PATTERN)
@@ -73,17 +74,18 @@ class Register(_Frame):
     key_present: bool = False  # a reconnecting (not restarted) sidecar still holds its key
     versions: dict[str, str] = Field(default_factory=dict, max_length=32)
     token: SecretStr | None = None
+    credential: SecretStr | None = Field(default=None, max_length=128)
 
-    @field_serializer("token", when_used="json")
-    def _reveal_token(self, token: SecretStr | None) -> str | None:
-        # The join token must reach the server in the JSON text; repr and str still hide it.
-        return token.get_secret_value() if token is not None else None
+    @field_serializer("token", "credential", when_used="json")
+    def _reveal_secret(self, secret: SecretStr | None) -> str | None:
+        # Both must reach the server in the JSON text; repr and str still hide them.
+        return secret.get_secret_value() if secret is not None else None
 
 
 class Heartbeat(_Frame):
     type: Literal["heartbeat"] = "heartbeat"
     load: float = Field(ge=0, le=1e6)
-    in_flight: int = Field(ge=0)
+    in_flight: int = Field(ge=0, le=1_000_000)
     key_present: bool = False
     versions: dict[str, str] = Field(default_factory=dict, max_length=32)
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from fathom.errors import ProviderError, ProviderUnavailable
 from fathom.fleet.protocol import ErrorInfo, RouteKind, decode_vectors
+from fathom.inference.openrouter import ContextLengthExceeded, ModelNotFound
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo, ToolCall
 from fathom.roles import Role
 
@@ -92,12 +93,20 @@ def error_from_info(sidecar: str, info: ErrorInfo) -> ProviderError:
     """The typed error a failed result becomes on the server."""
     if info.code == "KeyMissing":
         return KeyMissing(sidecar)
+    if info.code in _MODEL_REFUSALS:
+        # The model's refusal, from a local server or the sidecar's cloud route: the same type
+        # on this side as the cloud client raises, so the agents can tell it from a failure.
+        return _MODEL_REFUSALS[info.code](f"sidecar {sidecar}: {info.message}")
     if info.throttle_kind:
         return SidecarThrottled(sidecar, info.code, info.message, info.throttle_kind, info.retry_after,
                                 info.retryable)
     if info.code in ("SidecarUnavailable", "ProviderUnavailable", "BackendUnavailable"):
         return SidecarUnavailable(sidecar, f"cannot serve: {info.message}")
     return SidecarError(sidecar, info.code, info.message, info.retryable)
+
+
+_MODEL_REFUSALS: dict[str, type[ProviderError]] = {"ModelNotFound": ModelNotFound,
+                                                   "ContextLengthExceeded": ContextLengthExceeded}
 
 
 # ---- the provider -------------------------------------------------------------------------
@@ -167,7 +176,8 @@ class SidecarProvider(Provider):
         payload = await self._call("chat", {"messages": list(messages), "tools": list(tools) if tools else None,
                                             "options": options})
         try:
-            calls = tuple(ToolCall(id=str(c["id"]), name=str(c["name"]), arguments=dict(c.get("arguments") or {}))
+            calls = tuple(ToolCall(id=str(c["id"]), name=str(c["name"]), arguments=dict(c.get("arguments") or {}),
+                                   problem=str(c["problem"]) if c.get("problem") else None)
                           for c in payload.get("tool_calls") or ())
             return ChatResult(
                 content=payload.get("content"),
@@ -184,7 +194,8 @@ def chat_payload(result: ChatResult) -> dict[str, Any]:
     """The sidecar's encoding of a ChatResult (the inverse of `SidecarProvider.chat`)."""
     return {
         "content": result.content,
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in result.tool_calls],
+        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                       | ({"problem": c.problem} if c.problem else {}) for c in result.tool_calls],
         "finish_reason": result.finish_reason,
         "usage": dict(result.usage),
         "model": result.model,

@@ -15,10 +15,17 @@ class Chunk:
     end_line: int  # 1-based, inclusive
     symbol: str | None  # "Class.method", a heading path, or None for a line window
     text: str
+    # What the symbol is: "function", "method" or "class" (classes, structs, interfaces,
+    # traits, enums), for the searches' symbol-kind filter; None for a gap or a docs section.
+    # Location metadata like the path and the lines: not part of the content key.
+    kind: str | None = None
 
     @property
     def content_hash(self) -> str:
-        """Changes when the text changes; an incremental re-index re-embeds only these."""
+        """The content key of the chunk's vector: the hash of exactly what is embedded (the
+        text; nothing is prepended to it). A chunk whose key is already in the table reuses
+        that vector wherever its lines moved; only a new key is embedded. If context is ever
+        embedded with the text, it must enter this key too."""
         return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
 
     @property

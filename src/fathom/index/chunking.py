@@ -15,6 +15,7 @@ a file goes unindexed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import threading
@@ -89,6 +90,8 @@ _DOC_STEMS = frozenset({
     "security", "code_of_conduct", "governance", "maintainers", "thanks", "usage",
 })
 DOC_LANGUAGES = frozenset({"markdown", "rst"})
+# Every language name a chunk can carry (what the searches' language filter accepts).
+LANGUAGES = frozenset(_EXTENSIONS.values()) | frozenset(_FILENAMES.values()) | {"text"}
 
 
 def detect_language(path: str | PurePosixPath) -> tuple[str, str]:
@@ -189,6 +192,7 @@ class _Piece:
     end: int  # 0-based row, inclusive
     symbol: str | None
     kind: str  # "def" (a definition or section) or "gap" (code between definitions)
+    symbol_kind: str | None = None  # "function", "method" or "class" (see SYMBOL_KINDS)
 
 
 @dataclass
@@ -218,12 +222,13 @@ class _Doc:
     def blank(self, row: int) -> bool:
         return not self.lines[row].strip()
 
-    def chunk(self, start: int, end: int, symbol: str | None, text: str | None = None) -> Chunk:
+    def chunk(self, start: int, end: int, symbol: str | None, text: str | None = None,
+              kind: str | None = None) -> Chunk:
         if text is None:
             text = "\n".join(self.lines[start : end + 1])
         return Chunk(
             path=self.path, language=self.language, table=self.table,
-            start_line=start + 1, end_line=end + 1, symbol=symbol, text=text,
+            start_line=start + 1, end_line=end + 1, symbol=symbol, text=text, kind=kind,
         )
 
     def windows_of_file(self) -> list[Chunk]:
@@ -243,9 +248,10 @@ class _Doc:
             if start > end:
                 continue
             if self.fits(start, end):
-                out.append(self.chunk(start, end, piece.symbol))
+                out.append(self.chunk(start, end, piece.symbol, kind=piece.symbol_kind))
             else:
-                out.extend(self.windows(start, end, piece.symbol, self.limits.max_lines))
+                out.extend(self.windows(start, end, piece.symbol, self.limits.max_lines,
+                                        kind=piece.symbol_kind))
         return out
 
     def trim(self, start: int, end: int) -> tuple[int, int]:
@@ -255,10 +261,12 @@ class _Doc:
             end -= 1
         return start, end
 
-    def windows(self, start: int, end: int, symbol: str | None, max_lines: int) -> list[Chunk]:
+    def windows(self, start: int, end: int, symbol: str | None, max_lines: int, *,
+                kind: str | None = None) -> list[Chunk]:
         """Overlapping windows over rows start..end, cut at blank lines when one is near."""
         limits = self.limits
         out: list[Chunk] = []
+        chunk = functools.partial(self.chunk, kind=kind)
         row = start
         while row <= end:
             if self.blank(row):
@@ -269,7 +277,7 @@ class _Doc:
                 # One line longer than a whole chunk (minified code, a data blob): slice it,
                 # so no single chunk outgrows what an encoder reads.
                 for at in range(0, len(line), limits.max_chars):
-                    out.append(self.chunk(row, row, symbol, line[at : at + limits.max_chars]))
+                    out.append(chunk(row, row, symbol, line[at : at + limits.max_chars]))
                 row += 1
                 continue
             last, size = row, len(line)
@@ -286,18 +294,18 @@ class _Doc:
                 for probe in range(last, row + (last - row) // 2, -1):
                     if self.blank(probe):
                         s, e = self.trim(row, probe)
-                        out.append(self.chunk(s, e, symbol))
+                        out.append(chunk(s, e, symbol))
                         row = probe + 1
                         break
                 else:
                     s, e = self.trim(row, last)
-                    out.append(self.chunk(s, e, symbol))
+                    out.append(chunk(s, e, symbol))
                     # Overlap at most a quarter of the window, so windows cut short by long
                     # lines do not repeat each other.
                     row = last + 1 - min(limits.overlap, (last - row) // 4)
                 continue
             s, e = self.trim(row, last)
-            out.append(self.chunk(s, e, symbol))
+            out.append(chunk(s, e, symbol))
             row = last + 1
         return out
 
@@ -489,6 +497,52 @@ def _first_descendant(node, kind: str):
         if current.type == kind:
             return current
         stack.extend(reversed(current.named_children))
+    return None
+
+
+# --- symbol kinds ----------------------------------------------------------------------
+
+# What a definition is, for the searches' symbol-kind filter: one table over every grammar's
+# node types. A function defined inside a class-like type is a method.
+SYMBOL_KINDS = ("function", "method", "class")
+_CLASS_NODES = frozenset({
+    "class_definition", "class_declaration", "class", "abstract_class_declaration",
+    "interface_declaration", "enum_declaration", "record_declaration",
+    "annotation_type_declaration", "struct_item", "enum_item", "union_item", "trait_item",
+    "impl_item", "class_specifier", "struct_specifier", "union_specifier", "enum_specifier",
+    "type_definition", "type_declaration",
+})
+_METHOD_NODES = frozenset({
+    "method_definition", "method_declaration", "constructor_declaration",
+    "compact_constructor_declaration", "abstract_method_signature",
+})
+_FUNCTION_NODES = frozenset({
+    "function_definition", "function_declaration", "generator_function_declaration",
+    "function_item", "function_signature_item", "function_signature",
+})
+
+
+def symbol_kind(node, in_type: bool = False) -> str | None:
+    """"function", "method", "class" or None (a namespace, a macro, a type alias...)."""
+    kind = node.type
+    if kind in ("lexical_declaration", "variable_declaration", "expression_statement"):
+        # `const f = () => …` defines a function; `const C = class …` a class.
+        value = None
+        if kind == "expression_statement":
+            inner = node.named_children[0] if node.named_children else None
+            value = inner.child_by_field_name("right") if inner is not None else None
+        else:
+            declarators = [c for c in node.named_children if c.type == "variable_declarator"]
+            value = declarators[0].child_by_field_name("value") if declarators else None
+        if value is None or value.type not in _FUNCTION_VALUES:
+            return None
+        return "class" if value.type == "class" else ("method" if in_type else "function")
+    if kind in _CLASS_NODES:
+        return "class"
+    if kind in _METHOD_NODES:
+        return "method"
+    if kind in _FUNCTION_NODES:
+        return "method" if in_type else "function"
     return None
 
 
@@ -693,8 +747,10 @@ def _chunk_code(doc: _Doc, spec: _Spec) -> list[Chunk]:
     return chunks
 
 
-def _cover(doc: _Doc, spec: _Spec, container, lo: int, hi: int, scope: str | None, out: list[_Piece], depth: int) -> None:
-    """Pieces for rows lo..hi of a container: one per definition, gaps for the rest."""
+def _cover(doc: _Doc, spec: _Spec, container, lo: int, hi: int, scope: str | None, out: list[_Piece], depth: int,
+           in_type: bool = False) -> None:
+    """Pieces for rows lo..hi of a container: one per definition, gaps for the rest.
+    `in_type`: the container is a class-like type, so its functions are methods."""
     covered: list[tuple[int, int]] = []
     attach_from: int | None = None  # first row of the leading comments run, if any
     attach_end = -2
@@ -717,13 +773,15 @@ def _cover(doc: _Doc, spec: _Spec, container, lo: int, hi: int, scope: str | Non
             continue
         name = (spec.namer or _name_field)(definition) or "<anonymous>"
         symbol = f"{scope}.{name}" if scope else name
+        kind = symbol_kind(definition, in_type)
         covered.append((start, end))
         if depth >= MAX_DEPTH or (doc.fits(start, end) and definition.type not in spec.scopes):
-            out.append(_Piece(start, end, symbol, "def"))
+            out.append(_Piece(start, end, symbol, "def", kind))
         elif definition.type in spec.containers:
-            _cover(doc, spec, definition, start, end, symbol, out, depth + 1)
+            _cover(doc, spec, definition, start, end, symbol, out, depth + 1,
+                   in_type=kind == "class")
         else:
-            out.append(_Piece(start, end, symbol, "def"))
+            out.append(_Piece(start, end, symbol, "def", kind))
     # Whatever no definition claimed (imports, constants, a class header, a closing brace)
     # is indexed too, under the container's symbol.
     row = lo
@@ -736,7 +794,7 @@ def _cover(doc: _Doc, spec: _Spec, container, lo: int, hi: int, scope: str | Non
 
 def _python_docstrings(doc: _Doc, root) -> list[Chunk]:
     """Module, class and function docstrings, also as docs-table chunks (prose about code)."""
-    found: list[tuple[int, int, str | None]] = []
+    found: list[tuple[int, int, str | None, str | None]] = []
 
     def first_string(block) -> object | None:
         statements = [c for c in block.named_children if c.type != "comment"] if block is not None else []
@@ -747,7 +805,7 @@ def _python_docstrings(doc: _Doc, root) -> list[Chunk]:
             return first.named_children[0]
         return None
 
-    def visit(node, scope: str | None, depth: int) -> None:
+    def visit(node, scope: str | None, depth: int, in_type: bool = False) -> None:
         if depth > MAX_DEPTH:
             return
         for child in node.named_children:
@@ -757,25 +815,26 @@ def _python_docstrings(doc: _Doc, root) -> list[Chunk]:
             name = _name_field(target) or "<anonymous>"
             symbol = f"{scope}.{name}" if scope else name
             body = target.child_by_field_name("body")
+            kind = symbol_kind(target, in_type)
             string = first_string(body)
             if string is not None:
-                found.append((string.start_point.row, _end_row(string), symbol))
+                found.append((string.start_point.row, _end_row(string), symbol, kind))
             if body is not None:
-                visit(body, symbol, depth + 1)
+                visit(body, symbol, depth + 1, in_type=kind == "class")
 
     module_doc = first_string(root)
     if module_doc is not None:
-        found.append((module_doc.start_point.row, _end_row(module_doc), None))
+        found.append((module_doc.start_point.row, _end_row(module_doc), None, None))
     visit(root, None, 0)
     docs = _Doc(path=doc.path, language=doc.language, table=DOCS, lines=doc.lines, limits=doc.limits)
     out: list[Chunk] = []
-    for start, end, symbol in sorted(found, key=lambda f: f[0]):
+    for start, end, symbol, kind in sorted(found, key=lambda f: f[0]):
         if docs.solid(start, end) < TINY_CHARS:
             continue
         if docs.fits(start, end):
-            out.append(docs.chunk(start, end, symbol))
+            out.append(docs.chunk(start, end, symbol, kind=kind))
         else:
-            out.extend(docs.windows(start, end, symbol, docs.limits.max_lines))
+            out.extend(docs.windows(start, end, symbol, docs.limits.max_lines, kind=kind))
     return out
 
 

@@ -7,9 +7,13 @@ What this module owns: the order of an indexing run and its crash behaviour.
   written to the shadow as it completes, so a killed run keeps its work; the next full run
   resumes the same-space shadow and skips the chunk ids already there.
 * An incremental run compares the project's chunks with the active table's manifest: only
-  chunks whose id changed (ids hash the path, line range and content) are embedded; rows of
+  chunks whose id changed (ids hash the path, line range and content) are written; rows of
   removed or changed chunks are deleted after their replacements are written, so a crash
   between the two leaves stale extra rows for the next run to delete, never a missing one.
+* Vectors are keyed by content. A chunk whose text already has a vector in the active table
+  (its lines shifted, its file was renamed, or a full rebuild in the same space) is written
+  with that vector and the provenance it was written under (`Store.carry_vectors`), not
+  embedded again: an edit costs the chunks whose text changed.
 * Promotion: every table rebuilt through a shadow is promoted in ONE step
   (`Store.promote_together`), after every table is embedded: a kill at any moment leaves the
   previous active tables, all of them, or the new ones, all of them.
@@ -29,10 +33,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -70,6 +75,7 @@ class JobState(StrEnum):
     CANCELLED = "cancelled"
     DONE = "done"
     FAILED = "failed"
+    INTERRUPTED = "interrupted"  # the server stopped while it ran; resumable (`server.job_records`)
 
 
 class JobCancelled(FathomError):
@@ -93,12 +99,14 @@ class IndexProgress:
     unchanged chunks are `chunks_reused`, not part of the total)."""
 
     project: str
-    phase: str  # "walking", "chunking", "loading model", "embedding", "promoting", "done"
+    phase: str  # "starting", "loading model", "checking encoders", "walking", "chunking",
+    #             "reusing vectors", "embedding", "promoting", "done"
     files: int = 0
     chunks_total: int = 0
     chunks_done: int = 0
     chunks_reused: int = 0
     chunks_deleted: int = 0
+    chunks_carried: int = 0  # written with a vector reused by content (moved, renamed)
     elapsed_s: float = 0.0
     rate: float = 0.0  # chunks per second over the embedding phase
     eta_s: float | None = None
@@ -113,9 +121,9 @@ class IndexReport:
     resumed: bool
     files: int
     chunks: int  # chunks in the project now (both tables)
-    embedded: int  # chunks embedded by this run
+    embedded: int  # chunks embedded by this run: only those whose text is new to the table
     reused: int  # chunks already in place (unchanged, or resumed from an earlier run)
-    deleted: int  # rows removed (changed or vanished chunks)
+    deleted: int  # rows removed whose text is gone (changed or vanished chunks)
     skipped: dict[str, int]
     elapsed_s: float
     embed_s: float
@@ -123,6 +131,9 @@ class IndexReport:
     tables: dict[str, int]  # active rows per table after the run
     providers: dict[str, int] = field(default_factory=dict)  # chunks embedded per provider id
     notes: dict[str, int] = field(default_factory=dict)  # files kept but worth saying, by kind
+    carried: int = 0  # chunks written with a stored vector of the same text (lines moved,
+    #                   file renamed, full rebuild in the same space): not embedded
+    skipped_dirs: dict[str, list[str]] = field(default_factory=dict)  # folders left out, by reason
 
 
 class Job:
@@ -134,12 +145,13 @@ class Job:
     """
 
     def __init__(self, project: str, root: Path | str, *, full: bool = False,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, reason: str | None = None):
         self.id = uuid.uuid4().hex[:12]
         self.project = project
         self.root = Path(root)
         self.full = full
         self.clock = clock
+        self.reason = reason  # why it runs: None when asked for, "sync" when the watcher started it
         self.state = JobState.PENDING
         self.progress = IndexProgress(project, "pending")
         self.report: IndexReport | None = None
@@ -183,9 +195,10 @@ class Job:
         p = self.progress
         return {
             "id": self.id, "project": self.project, "root": str(self.root), "full": self.full,
-            "state": self.state.value, "error": self.error,
+            "reason": self.reason, "state": self.state.value, "error": self.error,
             "phase": p.phase, "files": p.files, "chunks_total": p.chunks_total,
             "chunks_done": p.chunks_done, "chunks_reused": p.chunks_reused,
+            "chunks_carried": p.chunks_carried,
             "rate": round(p.rate, 2), "eta_s": None if p.eta_s is None else round(p.eta_s, 1),
             "skipped": dict(p.skipped),
         }
@@ -196,26 +209,65 @@ class Discovered:
     files: int
     chunks: list[Chunk]
     skipped: dict[str, int]
+    skipped_dirs: dict[str, list[str]] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)  # kept, but worth saying (walker.notes)
 
 
-def discover(root: Path, *, cancel: threading.Event | None = None) -> Discovered:
-    """Walk and chunk a project (blocking: run it in a thread). Stops with `WalkCancelled`
-    between two files once `cancel` is set."""
+class ChunkCache:
+    """The chunks of files already chunked, by (path, text): a sync after an edit re-parses
+    the edited files only. Bounded by the text it holds; least recently used goes first."""
+
+    def __init__(self, max_chars: int = 64 << 20):
+        self.max_chars = max_chars
+        self._items: OrderedDict[tuple[str, str], tuple[int, list[Chunk]]] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def chunks(self, path: str, text: str) -> list[Chunk]:
+        from fathom.index.chunking import chunk_file
+
+        key = (path, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit[1]
+        chunks = chunk_file(path, text)
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = (len(text), chunks)
+                self._chars += len(text)
+            while self._chars > self.max_chars and len(self._items) > 1:
+                _, (n, _) = self._items.popitem(last=False)
+                self._chars -= n
+        return chunks
+
+
+_CHUNKS = ChunkCache()
+
+
+def discover(root: Path, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = (),
+             cache: ChunkCache | None = _CHUNKS,
+             cancel: threading.Event | None = None) -> Discovered:
+    """Walk and chunk a project (blocking: run it in a thread). `include` globs take back
+    what the built-in skips and .gitignore leave out; `extra_ignores` leave more out. Stops
+    with `WalkCancelled` between two entries once `cancel` is set."""
     from fathom.index.chunking import chunk_file
     from fathom.index.walker import WalkCancelled, walk
 
-    walked = walk(root, cancel=cancel)
+    walked = walk(root, include=include, extra_ignores=extra_ignores, cancel=cancel)
     chunks: list[Chunk] = []
     files = 0
     for item in walked.files:
         if cancel is not None and cancel.is_set():
             raise WalkCancelled(root)
         files += 1
-        chunks.extend(chunk_file(item.path, item.text))
+        chunks.extend(cache.chunks(item.path, item.text) if cache is not None
+                      else chunk_file(item.path, item.text))
     # One row per chunk id: identical (path, lines, text) twice would be the same row anyway.
     unique = list({c.chunk_id: c for c in chunks}.values())
-    return Discovered(files, unique, dict(walked.skipped), dict(walked.notes))
+    return Discovered(files, unique, dict(walked.skipped),
+                      {k: list(v) for k, v in walked.skipped_dirs.items()}, dict(walked.notes))
 
 
 def space_for(encoder: Provider, table: str) -> Space:
@@ -286,7 +338,9 @@ class Indexer:
         return report
 
     async def _run(self, job: Job, progress: Callable[[IndexProgress], None] | None) -> IndexReport:
-        started = self.clock()
+        # Elapsed time counts from the job's creation: start-up (opening the store, loading
+        # the model, the gate's checks) is part of what the operator waited for.
+        started = job.created_at if job.clock is self.clock else self.clock()
         root = job.root.expanduser()
         if not root.exists():
             raise ProjectPathError(str(root), "no such folder")
@@ -319,16 +373,23 @@ class Indexer:
 
         # Plan every table before embedding anything, so the total (and the ETA) is known.
         plans = [await asyncio.to_thread(self._plan, job, t, by_table[t]) for t in TABLE_KINDS]
-        total = sum(len(p.todo) for p in plans)
         reused = sum(p.reused for p in plans)
+        if any(p.reusable for p in plans):
+            emit(phase="reusing vectors", chunks_reused=reused)
+            for plan in plans:
+                await job.checkpoint()
+                await asyncio.to_thread(self._carry, job, plan)
+        carried = sum(p.carried for p in plans)
+        total = sum(len(p.todo) for p in plans)
         if total:
             # Load the model before the clock starts: a rate that includes a one-off load
             # would mislead the ETA. Only in-process encoders have a `load`.
             load = getattr(self.encoder, "load", None)
             if callable(load):
-                emit(phase="loading model", chunks_total=total, chunks_reused=reused)
+                emit(phase="loading model", chunks_total=total, chunks_reused=reused,
+                     chunks_carried=carried)
                 await asyncio.to_thread(load)
-        emit(phase="embedding", chunks_total=total, chunks_reused=reused)
+        emit(phase="embedding", chunks_total=total, chunks_reused=reused, chunks_carried=carried)
 
         embed_started = self.clock()
         counts = {"done": 0}
@@ -361,10 +422,10 @@ class Indexer:
             project=job.project, root=str(root), full=job.full,
             resumed=any(p.resumed for p in plans), files=found.files,
             chunks=len(found.chunks), embedded=counts["done"], reused=reused, deleted=deleted,
-            skipped=dict(found.skipped), notes=dict(found.notes), elapsed_s=elapsed,
-            embed_s=embed_s,
+            skipped=dict(found.skipped), elapsed_s=elapsed, embed_s=embed_s,
             rate=counts["done"] / embed_s if embed_s > 0 and counts["done"] else 0.0,
-            tables=tables, providers=dict(providers),
+            tables=tables, providers=dict(providers), carried=carried,
+            skipped_dirs=found.skipped_dirs, notes=dict(found.notes),
         )
 
     # ---- planning: what to embed, into which slot
@@ -376,24 +437,43 @@ class Indexer:
         if not chunks and active is None:
             return _Plan(table, space, Slot.ACTIVE, [], 0, set(), shadow=False, resumed=False,
                          skip=True)
+        wanted = {c.chunk_id for c in chunks}
+        texts = {c.content_hash for c in chunks}
         if job.full or active is None:
             # A full build goes through a shadow, even the very first one: a killed first run
             # leaves no half-built table visible, and the next run resumes it.
             shadow = self.store.begin_shadow(project, table, space)
             have = self.store.chunk_ids(project, table, Slot.SHADOW) if shadow.resumed else set()
-            wanted = {c.chunk_id for c in chunks}
             # Rows of chunks that changed since the interrupted run must not be promoted.
             stale = have - wanted
             todo = [c for c in chunks if c.chunk_id not in have]
+            # Vectors of unchanged text come over from the active table of the same space.
+            stored = ({e.content_hash for e in self.store.manifest(project, table, Slot.ACTIVE)}
+                      if active == space else set())
             return _Plan(table, space, Slot.SHADOW, todo, len(chunks) - len(todo), stale,
-                         shadow=True, resumed=shadow.resumed)
+                         shadow=True, resumed=shadow.resumed, stored=stored)
         # Incremental: the active table's own space must be ours (SpaceMismatch otherwise).
         self.store.open_table(project, table, space)
-        have = {e.chunk_id for e in self.store.manifest(project, table, Slot.ACTIVE)}
-        wanted = {c.chunk_id for c in chunks}
+        entries = self.store.manifest(project, table, Slot.ACTIVE)
+        have = {e.chunk_id for e in entries}
         todo = [c for c in chunks if c.chunk_id not in have]
-        return _Plan(table, space, Slot.ACTIVE, todo, len(chunks) - len(todo), have - wanted,
-                     shadow=False, resumed=False)
+        stale = have - wanted
+        # A stale row whose text lives on elsewhere (moved lines, a renamed file) is not a
+        # deletion of content: its vector is carried to the new location first.
+        moved = {e.chunk_id for e in entries if e.chunk_id in stale and e.content_hash in texts}
+        return _Plan(table, space, Slot.ACTIVE, todo, len(chunks) - len(todo), stale,
+                     shadow=False, resumed=False, stored={e.content_hash for e in entries},
+                     relocated=moved)
+
+    def _carry(self, job: Job, plan: _Plan) -> None:
+        """Write the planned chunks whose text already has a vector, with that vector."""
+        candidates = [c for c in plan.todo if c.content_hash in plan.stored]
+        if not candidates:
+            return
+        carried = self.store.carry_vectors(job.project, plan.table, candidates, slot=plan.slot,
+                                           source=Slot.ACTIVE)
+        plan.todo = [c for c in plan.todo if c.chunk_id not in carried]
+        plan.carried = len(carried)
 
     # ---- embedding: batches written as they finish
 
@@ -447,9 +527,10 @@ class Indexer:
             if plan.stale:
                 removed = self.store.delete(job.project, plan.table,
                                             chunk_ids=sorted(plan.stale), slot=plan.slot)
-            if not plan.shadow and (plan.todo or removed):
+            if not plan.shadow and (plan.todo or plan.carried or removed):
                 self.store.refresh(job.project, plan.table)
-            deleted += removed
+            # Rows whose text moved elsewhere were replaced, not lost: only gone text counts.
+            deleted += max(0, removed - len(plan.relocated))
         shadows = [p.table for p in plans if p.shadow and not p.skip]
         if shadows:
             self.store.promote_together(job.project, shadows)
@@ -467,3 +548,10 @@ class _Plan:
     shadow: bool
     resumed: bool
     skip: bool = False
+    stored: set[str] = field(default_factory=set)  # content hashes with a vector in the active slot
+    relocated: set[str] = field(default_factory=set)  # stale ids whose text lives on elsewhere
+    carried: int = 0
+
+    @property
+    def reusable(self) -> bool:
+        return any(c.content_hash in self.stored for c in self.todo)

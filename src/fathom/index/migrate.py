@@ -120,7 +120,7 @@ def read_rows(store: Store, project: str, table: str, batch_size: int = 1000,
             vectors=np.ascontiguousarray(vec, dtype=np.float32),
             provider_ids=cols["provider_id"], verdict_ids=cols["verdict_id"],
             written_at=[w if w is None or w.tzinfo else w.replace(tzinfo=UTC)
-                        for w in cols["written_at"]])
+                        for w in cols["written_at"]], kinds=cols.get("kind"))
 
 
 def _take(batch: RowBatch, keep: list[int]) -> RowBatch:
@@ -128,7 +128,7 @@ def _take(batch: RowBatch, keep: list[int]) -> RowBatch:
         [getattr(batch, f)[i] for i in keep] if f != "vectors" else batch.vectors[keep]
         for f in ("chunk_ids", "content_hashes", "paths", "languages", "start_lines",
                   "end_lines", "symbols", "texts", "vectors", "provider_ids", "verdict_ids",
-                  "written_at")))
+                  "written_at")), kinds=[batch.kind(i) for i in keep])
 
 
 def migrate_table(source: Store, target: PostgresStore, project: str, table: str, *,

@@ -71,9 +71,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from fathom.config import RoutingState, RoutingStore, default_routes
+from fathom.config import RoutingState, RoutingStateDamaged, RoutingStore, default_routes, state_defect
 from fathom.errors import ConfigError, StoreError
 from fathom.index.chunk import Chunk
+from fathom.index.filters import SearchFilter
 from fathom.index.store import (
     Hit,
     LockHolder,
@@ -85,6 +86,7 @@ from fathom.index.store import (
     Slot,
     SpaceMismatch,
     Store,
+    StoredVector,
     TableInfo,
     UnknownProject,
     check_project_name,
@@ -104,11 +106,11 @@ HNSW_MAX_HALFVEC = 4000  # pgvector: widest `halfvec` an HNSW index accepts
 LOCK_NAMESPACE = 0x46415448  # "FATH": the first key of every Fathom advisory lock
 _BOOTSTRAP_LOCK = 0x46415449
 _HIT_COLUMNS = ("chunk_id", "path", "start_line", "end_line", "symbol", "language", "text",
-                "provider_id")
+                "provider_id", "kind")
 _ROW_COLUMNS = ("chunk_id", "content_hash", "path", "language", "start_line", "end_line",
-                "symbol", "text", "vector", "provider_id", "verdict_id", "written_at")
+                "symbol", "text", "vector", "provider_id", "verdict_id", "written_at", "kind")
 _ROW_TYPES = ("text", "text", "text", "text", "int4", "int4", "text", "text", "vector", "text",
-              "text", "timestamptz")
+              "text", "timestamptz", "text")
 
 
 # --------------------------------------------------------------------------- secrets
@@ -204,9 +206,13 @@ class RowBatch:
     provider_ids: list[str]
     verdict_ids: list[str | None]
     written_at: list[datetime]
+    kinds: list[str | None] | None = None  # symbol kinds (None: rows from before them)
 
     def __len__(self) -> int:
         return len(self.chunk_ids)
+
+    def kind(self, i: int) -> str | None:
+        return self.kinds[i] if self.kinds else None
 
 
 def _pg_text(value: str | None) -> str | None:
@@ -472,12 +478,14 @@ class PostgresStore(Store):
             " symbol text, text text NOT NULL,"
             f" vector vector({width}) NOT NULL,"
             " provider_id text NOT NULL, verdict_id text, written_at timestamptz NOT NULL,"
+            " kind text,"
             " tsv tsvector GENERATED ALWAYS AS ("
             "  setweight(to_tsvector('simple', {s}.code_words(symbol)), 'A') ||"
             "  setweight(to_tsvector('simple', {s}.code_words(path)), 'B') ||"
             "  to_tsvector('simple', {s}.code_words(text))) STORED)", t=name))
         conn.execute(self._q("CREATE INDEX ON {t} (path)", t=name))
         conn.execute(self._q("CREATE INDEX ON {t} (written_at)", t=name))
+        conn.execute(self._q("CREATE INDEX ON {t} (content_hash)", t=name))  # content reuse
         conn.execute(self._q(
             "INSERT INTO {s}.vector_tables (name, project, kind, space, width) "
             "VALUES (%s, %s, %s, %s, %s)"),
@@ -561,6 +569,9 @@ class PostgresStore(Store):
                 stored = self._table_space(conn, ptr["active"])
                 if stored != space:
                     raise SpaceMismatch(project, table, stored or space, space)
+                # A table from before symbol kinds gains the column (empty until re-indexed).
+                conn.execute(self._q("ALTER TABLE {t} ADD COLUMN IF NOT EXISTS kind text",
+                                     t=ptr["active"]))
         return self.table_info(project, table)
 
     def space_of(self, project: str, table: str, slot: Slot = Slot.ACTIVE) -> Space | None:
@@ -681,7 +692,7 @@ class PostgresStore(Store):
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS fathom_stage (chunk_id text, "
                      "content_hash text, path text, language text, start_line int, "
                      "end_line int, symbol text, text text, vector vector, provider_id text, "
-                     "verdict_id text, written_at timestamptz) ON COMMIT DELETE ROWS")
+                     "verdict_id text, written_at timestamptz, kind text) ON COMMIT DELETE ROWS")
         cols = sql.SQL(", ").join(sql.Identifier(c) for c in _ROW_COLUMNS)
         with conn.cursor() as cur, cur.copy(
                 sql.SQL("COPY pg_temp.fathom_stage ({}) FROM STDIN WITH (FORMAT BINARY)")
@@ -693,6 +704,7 @@ class PostgresStore(Store):
                     batch.languages[i], int(batch.start_lines[i]), int(batch.end_lines[i]),
                     _pg_text(batch.symbols[i]), _pg_text(batch.texts[i]), batch.vectors[i],
                     batch.provider_ids[i], batch.verdict_ids[i], batch.written_at[i],
+                    batch.kind(i),
                 ))
         updates = sql.SQL(", ").join(
             sql.SQL("{0} = EXCLUDED.{0}").format(sql.Identifier(c)) for c in _ROW_COLUMNS[1:])
@@ -719,14 +731,37 @@ class PostgresStore(Store):
     def _upsert(self, project: str, table: str, slot: Slot, rows: list[Chunk],
                 matrix: np.ndarray, provenance: Provenance, written_at: datetime) -> None:
         n = len(rows)
+        self._upsert_rows(project, table, slot, rows, matrix, [provenance] * n, [written_at] * n)
+
+    def _upsert_rows(self, project: str, table: str, slot: Slot, rows: list[Chunk],
+                     matrix: np.ndarray, provenances: list[Provenance],
+                     written_at: list[datetime]) -> None:
         batch = RowBatch(
             chunk_ids=[c.chunk_id for c in rows], content_hashes=[c.content_hash for c in rows],
             paths=[c.path for c in rows], languages=[c.language for c in rows],
             start_lines=[c.start_line for c in rows], end_lines=[c.end_line for c in rows],
             symbols=[c.symbol for c in rows], texts=[c.text for c in rows], vectors=matrix,
-            provider_ids=[provenance.provider_id] * n, verdict_ids=[provenance.verdict_id] * n,
-            written_at=[written_at] * n)
-        self._write_batch(project, table, slot, batch, written_at)
+            provider_ids=[p.provider_id for p in provenances],
+            verdict_ids=[p.verdict_id for p in provenances], written_at=list(written_at),
+            kinds=[c.kind for c in rows])
+        self._write_batch(project, table, slot, batch, max(written_at))
+
+    def _stored_vectors(self, project: str, table: str, slot: Slot,
+                        content_hashes: Sequence[str]) -> dict[str, StoredVector]:
+        hashes = list(content_hashes)
+
+        def read(conn: Any) -> dict[str, StoredVector]:
+            name = self._slot_name(conn, project, table, slot)
+            if name is None or not hashes:
+                return {}
+            rows = conn.execute(self._q(
+                "SELECT DISTINCT ON (content_hash) content_hash, vector, provider_id, "
+                "verdict_id, written_at FROM {t} WHERE content_hash = ANY(%s) "
+                "ORDER BY content_hash, written_at", t=name), (hashes,)).fetchall()
+            return {h: StoredVector(_as_array(v), Provenance(p, vid), _utc(at))  # type: ignore[arg-type]
+                    for h, v, p, vid, at in rows}
+
+        return self._retrying(read)
 
     def copy_rows(self, project: str, table: str, batch: RowBatch, *,
                   slot: Slot = Slot.SHADOW) -> int:
@@ -832,13 +867,27 @@ class PostgresStore(Store):
 
     @staticmethod
     def _hit(row: Sequence[Any], table: str, kind: str) -> Hit:
-        chunk_id, path, start, end, symbol, language, text, provider_id, score = row[:9]
+        chunk_id, path, start, end, symbol, language, text, provider_id, symbol_kind, score = \
+            row[:10]
         score = float(score)
         return Hit(chunk_id=chunk_id, path=path, start_line=int(start), end_line=int(end),
                    symbol=symbol, language=language, score=score,
                    snippet=snippet_of(text or ""), provider_id=provider_id, table=table,
                    vector_score=score if kind == "vector" else None,
-                   text_score=score if kind == "text" else None)
+                   text_score=score if kind == "text" else None, kind=symbol_kind)
+
+    @staticmethod
+    def _filter_sql(where: SearchFilter | None, alias: str = "") -> tuple[str, dict[str, Any]]:
+        """` AND …` conditions for a search filter, with their named parameters."""
+        if where is None:
+            return "", {}
+        col = f"{alias}." if alias else ""
+        values = {"language": where.language, "kind": where.kind, "path": where.path_regex}
+        ops = {"language": "=", "kind": "=", "path": "~"}
+        params = {f"f_{k}": v for k, v in values.items() if v is not None}
+        sql = "".join(f" AND {col}{k} {ops[k]} %(f_{k})s" for k, v in values.items()
+                      if v is not None)
+        return sql, params
 
     def _query_vector(self, space: Space | None, table: str, vector: Any) -> np.ndarray:
         from fathom.errors import WidthMismatch
@@ -850,22 +899,29 @@ class PostgresStore(Store):
             raise StoreError("the query vector is zero or not finite; check the encoder")
         return q / np.linalg.norm(q)
 
-    def _vector_sql(self, name: str, width: int) -> Any:
+    def _vector_sql(self, name: str, width: int, where: SearchFilter | None = None) -> Any:
         cols = ", ".join(_HIT_COLUMNS)
+        # Filter conditions sit inside the index scan's WHERE: pgvector's iterative scan (see
+        # `_tune_ann`) keeps reading the index until k rows pass, so the top k stay the top k.
+        cond = self._filter_sql(where)[0]
+        cond = f" WHERE TRUE{cond}" if cond else ""
         if self._vector_index_kind(width) == "halfvec":
             # Candidates by the half-precision index, then exact full-precision cosine: the
             # order returned is the exact cosine order of the candidates.
             return self._q(
                 f"SELECT {cols}, 1 - (c.vector <=> %(q)s) AS score FROM ("
-                f" SELECT {cols}, vector FROM {{t}}"
+                f" SELECT {cols}, vector FROM {{t}}{cond}"
                 f" ORDER BY (vector::halfvec({width})) <=> (%(q)s::halfvec({width}))"
                 f" LIMIT %(cand)s) AS c ORDER BY c.vector <=> %(q)s LIMIT %(k)s", t=name)
-        return self._q(f"SELECT {cols}, 1 - (vector <=> %(q)s) AS score FROM {{t}} "
+        return self._q(f"SELECT {cols}, 1 - (vector <=> %(q)s) AS score FROM {{t}}{cond} "
                        f"ORDER BY vector <=> %(q)s LIMIT %(k)s", t=name)
 
-    def _vector_params(self, q: np.ndarray, k: int) -> tuple[dict[str, Any], int]:
+    def _vector_params(self, q: np.ndarray, k: int,
+                       where: SearchFilter | None = None) -> tuple[dict[str, Any], int]:
         cand = k * self.refine
-        return {"q": q, "k": k, "cand": cand}, max(self.ef_search, cand)
+        params = {"q": q, "k": k, "cand": cand}
+        params |= self._filter_sql(where)[1]
+        return params, max(self.ef_search, cand)
 
     def _tune_ann(self, conn: Any, name: str, ef: int) -> None:
         """Transaction-local planner settings for one vector query.
@@ -878,10 +934,14 @@ class PostgresStore(Store):
         conn.execute(
             "SELECT set_config('hnsw.ef_search', %s, true), set_config('enable_seqscan', "
             "CASE WHEN (SELECT reltuples FROM pg_class WHERE oid = %s::regclass) >= %s "
-            "THEN 'off' ELSE 'on' END, true)",
+            "THEN 'off' ELSE 'on' END, true), "
+            # A filtered query must not return the filtered remains of ef_search candidates:
+            # the iterative scan reads on until enough rows pass (pgvector 0.8+).
+            "set_config('hnsw.iterative_scan', 'strict_order', true)",
             (str(ef), f'"{self.db.schema}"."{name}"', self.ann_min_rows))
 
-    def vector_search(self, project: str, table: str, vector: Any, k: int = 10) -> list[Hit]:
+    def vector_search(self, project: str, table: str, vector: Any, k: int = 10, *,
+                      where: SearchFilter | None = None) -> list[Hit]:
         check_table_kind(table)
 
         def read(conn: Any) -> list[Hit]:
@@ -890,10 +950,10 @@ class PostgresStore(Store):
             q = self._query_vector(space, table, vector)
             if ptr is None or ptr["active"] is None or k <= 0:
                 return []
-            params, ef = self._vector_params(q, k)
+            params, ef = self._vector_params(q, k, where)
             with conn.transaction():
                 self._tune_ann(conn, ptr["active"], ef)
-                rows = conn.execute(self._vector_sql(ptr["active"], space.width),  # type: ignore[union-attr]
+                rows = conn.execute(self._vector_sql(ptr["active"], space.width, where),  # type: ignore[union-attr]
                                     params).fetchall()
             return [self._hit(r, table, "vector") for r in rows]
 
@@ -916,11 +976,13 @@ class PostgresStore(Store):
                                 params).fetchall()
         return "\n".join(r[0] for r in rows)
 
-    def text_search(self, project: str, table: str, query: str, k: int = 10) -> list[Hit]:
+    def text_search(self, project: str, table: str, query: str, k: int = 10, *,
+                    where: SearchFilter | None = None) -> list[Hit]:
         check_table_kind(table)
         if not query or not query.strip() or k <= 0:
             return []
         cols = ", ".join(f"t.{c}" for c in _HIT_COLUMNS)
+        cond, cond_params = self._filter_sql(where, "t")
 
         def read(conn: Any) -> list[Hit]:
             ptr = self._active_or_raise(conn, project, table)
@@ -928,9 +990,9 @@ class PostgresStore(Store):
                 return []
             rows = conn.execute(self._q(
                 f"SELECT {cols}, ts_rank(t.tsv, q.q) AS score FROM {{t}} AS t, "
-                f"(SELECT {{s}}.or_query(%s) AS q) AS q WHERE t.tsv @@ q.q "
-                f"ORDER BY score DESC, t.chunk_id LIMIT %s", t=ptr["active"]),
-                (_pg_text(query), k)).fetchall()
+                f"(SELECT {{s}}.or_query(%(query)s) AS q) AS q WHERE t.tsv @@ q.q{cond} "
+                f"ORDER BY score DESC, t.chunk_id LIMIT %(k)s", t=ptr["active"]),
+                {"query": _pg_text(query), "k": k} | cond_params).fetchall()
             return [self._hit(r, table, "text") for r in rows]
 
         return self._retrying(read)
@@ -951,7 +1013,7 @@ class PostgresStore(Store):
             if row is None:
                 return None
             # The innermost chunk (a method rather than its class) is the one meant.
-            return self._hit(row, table, "vector"), _as_array(row[9])
+            return self._hit(row, table, "vector"), _as_array(row[10])
 
         return self._retrying(read)
 
@@ -1077,7 +1139,7 @@ class PostgresStore(Store):
                 symbols=list(cols_[6]), texts=list(cols_[7]),
                 vectors=np.vstack([_as_array(v) for v in cols_[8]]),
                 provider_ids=list(cols_[9]), verdict_ids=list(cols_[10]),
-                written_at=[_utc(w) for w in cols_[11]])  # type: ignore[misc]
+                written_at=[_utc(w) for w in cols_[11]], kinds=list(cols_[12]))  # type: ignore[misc]
             after = rows[-1][0]
 
     # ---- one indexer per project across servers
@@ -1274,7 +1336,9 @@ class PgRoutingStore(RoutingStore):
         try:
             state = RoutingState.model_validate(row[0])
         except ValueError as exc:
-            raise ConfigError(f"the routing state in {self.db.url} is not valid: {exc}") from exc
+            raise RoutingStateDamaged(
+                f"the routing row in {self.db.url}", state_defect(exc),
+                "correct it, or delete the row to start again from the default routes") from None
         for role, route in default_routes().items():
             state.roles.setdefault(role, route)
         return state

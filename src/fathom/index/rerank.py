@@ -33,6 +33,7 @@ import numpy as np
 
 from fathom.errors import ConfigError, FathomError, StoreError
 from fathom.index import search as search_mod
+from fathom.index.filters import SearchFilter
 from fathom.index.store import DamagedProject
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.router import Router
@@ -156,8 +157,9 @@ def _unranked(cands: list[Candidate], k: int, reason: str) -> SearchResults:
 
 
 async def candidates(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
-                     depth: int = 40) -> list[Candidate]:
-    """The hybrid search's best `depth` chunks over one project (or all), with full texts."""
+                     depth: int = 40, *, where: SearchFilter | None = None) -> list[Candidate]:
+    """The hybrid search's best `depth` chunks over one project (or all), with full texts;
+    `where` filters inside the store, before each top `depth` is cut."""
     from fathom.service import SearchHit, check_k, check_table
 
     check_table(table)
@@ -172,7 +174,7 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
     for name in names:
         try:
             hits = await search_mod.search(fathom.store, encoder, name, query, table=table,
-                                           k=depth)
+                                           k=depth, where=where)
         except DamagedProject as exc:
             if project is not None:
                 raise
@@ -195,13 +197,13 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
 
 async def search(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
                  k: int = 10, *, reranker: Router | Provider | None = None,
-                 depth: int | None = None) -> SearchResults:
+                 depth: int | None = None, where: SearchFilter | None = None) -> SearchResults:
     """Hybrid search, then the reranker stage: the best `k` of `depth` candidates."""
     from fathom.service import check_k
 
     check_k(k)
     depth = min(MAX_DEPTH, max(depth or 3 * k, k, 20))
-    cands = await candidates(fathom, query, project, table, depth)
+    cands = await candidates(fathom, query, project, table, depth, where=where)
     found = await RerankStage(reranker).apply(query, cands, k, project=project)
     return replace(found, notes=tuple(getattr(cands, "notes", ())))
 

@@ -17,9 +17,12 @@ different scales; RRF uses ranks only), or search a shadow slot.
 API:
     rrf_fuse(rankings: Sequence[Sequence[Hit]], *, k: int = 60, limit: int | None = None)
         -> list[Hit]
-    hybrid_search(store, project, table, vector, query, k=10, *, depth=None, rrf_k=60)
-        -> list[Hit]
-    async search(store, encoder: Provider, project, query, *, table="code", k=10) -> list[Hit]
+    hybrid_search(store, project, table, vector, query, k=10, *, depth=None, rrf_k=60,
+                  where=None) -> list[Hit]
+    async search(store, encoder: Provider, project, query, *, table="code", k=10,
+                 where=None) -> list[Hit]
+    (`where`: a `fathom.index.filters.SearchFilter`, passed to both halves: the store applies
+    it before cutting each top k)
     async find_similar(store, project, *, table="code", path=None, line=None, snippet=None,
                        encoder=None, k=10) -> list[Hit]
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
 from typing import Any
@@ -35,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from fathom.errors import ConfigError
+from fathom.index.filters import SearchFilter
 from fathom.index.store import Hit, Store, check_table_kind
 from fathom.inference.provider import Provider
 
@@ -69,7 +74,8 @@ def rrf_fuse(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K,
 
 
 def hybrid_search(store: Store, project: str, table: str, vector: Any, query: str,
-                  k: int = 10, *, depth: int | None = None, rrf_k: int = RRF_K) -> list[Hit]:
+                  k: int = 10, *, depth: int | None = None, rrf_k: int = RRF_K,
+                  where: SearchFilter | None = None) -> list[Hit]:
     """Vector top-`depth` and full-text top-`depth`, fused by RRF, best `k` returned."""
     check_table_kind(table)
     if k <= 0:
@@ -79,11 +85,11 @@ def hybrid_search(store: Store, project: str, table: str, vector: Any, query: st
     if query and query.strip():
         # The keyword half runs beside the vector half: both release the GIL (LanceDB's Rust
         # engine, numpy's BLAS), so on two cores a hybrid query costs about the slower half.
-        text = _KEYWORD_POOL.submit(store.text_search, project, table, query, depth)
+        text = _KEYWORD_POOL.submit(store.text_search, project, table, query, depth, where=where)
     rankings = []
     if vector is not None:
         # If this raises, the keyword half finishes on its own and is dropped.
-        rankings.append(store.vector_search(project, table, vector, depth))
+        rankings.append(store.vector_search(project, table, vector, depth, where=where))
     if text is not None:
         rankings.append(text.result())
     return rrf_fuse(rankings, k=rrf_k, limit=k)
@@ -100,13 +106,15 @@ async def _encode(encoder: Provider, text: str) -> np.ndarray:
 
 
 async def search(store: Store, encoder: Provider, project: str, query: str, *,
-                 table: str = "code", k: int = 10) -> list[Hit]:
+                 table: str = "code", k: int = 10,
+                 where: SearchFilter | None = None) -> list[Hit]:
     """Encode `query` with the table's encoder and run the hybrid search off the event loop."""
     check_table_kind(table)
     if not query or not query.strip():
         raise ConfigError("the search query is empty: give a few words or an identifier")
     vector = await _encode(encoder, query)
-    return await asyncio.to_thread(hybrid_search, store, project, table, vector, query, k)
+    return await asyncio.to_thread(functools.partial(hybrid_search, where=where), store,
+                                   project, table, vector, query, k)
 
 
 async def find_similar(store: Store, project: str, *, table: str = "code",

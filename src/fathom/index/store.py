@@ -26,13 +26,17 @@ read) or `Slot.SHADOW` (a full re-index being built).
     store.write(project, table, rows: Sequence[Chunk], vectors: np.ndarray, provenance,
                 *, slot=Slot.ACTIVE) -> int
     store.replace_vectors(project, table, chunk_ids, vectors, provenance, *, slot=Slot.ACTIVE) -> int
+    store.carry_vectors(project, table, rows, *, slot=Slot.ACTIVE, source=Slot.ACTIVE) -> set[str]
+        # content-keyed reuse: rows whose text already has a vector in `source` (same space)
+        # are written with that vector and its own provenance; returns their chunk ids
     store.delete(project, table, *, chunk_ids=(), paths=(), slot=Slot.ACTIVE) -> int
     store.manifest(project, table, slot=Slot.ACTIVE) -> list[ManifestEntry]  # chunk_id, content_hash, path
     store.refresh(project, table) -> None       # rebuild keyword/ANN indexes after incremental writes
 
     # search primitives (fusion lives in fathom.index.search)
-    store.vector_search(project, table, vector, k) -> list[Hit]   # cosine, best first
-    store.text_search(project, table, query, k) -> list[Hit]      # full-text (BM25), best first
+    store.vector_search(project, table, vector, k, *, where=None) -> list[Hit]   # cosine, best first
+    store.text_search(project, table, query, k, *, where=None) -> list[Hit]      # BM25, best first
+        # `where`: a fathom.index.filters.SearchFilter, applied before the top k is cut
     store.chunk_at(project, table, path, line) -> tuple[Hit, np.ndarray] | None   # find_similar
 
     # projects and provenance audit
@@ -118,8 +122,17 @@ import numpy as np
 import pyarrow as pa
 
 from fathom.config import atomic_write_text
-from fathom.errors import ConfigError, DiskFull, FathomError, StoreError, WidthMismatch, is_disk_full
+from fathom.errors import (
+    ConfigError,
+    DiskFull,
+    FathomError,
+    NotCleared,
+    StoreError,
+    WidthMismatch,
+    is_disk_full,
+)
 from fathom.index.chunk import Chunk
+from fathom.index.filters import SearchFilter
 from fathom.space import Clearance, Provenance, ReferenceOnlyClearance, Space
 
 log = logging.getLogger(__name__)
@@ -241,6 +254,16 @@ class Hit:
     table: str = "code"
     vector_score: float | None = None
     text_score: float | None = None
+    kind: str | None = None  # symbol kind: "function", "method", "class" or None
+
+
+@dataclass(frozen=True)
+class StoredVector:
+    """A vector already in a table, with the provenance it was written under (content reuse)."""
+
+    vector: np.ndarray
+    provenance: Provenance
+    written_at: datetime
 
 
 @dataclass(frozen=True)
@@ -445,6 +468,50 @@ class Store(ABC):
         return self._replace_vectors(project, table, slot, chunk_ids, matrix, provenance,
                                      written_at)
 
+    def carry_vectors(self, project: str, table: str, rows: Sequence[Chunk], *,
+                      slot: Slot = Slot.ACTIVE, source: Slot = Slot.ACTIVE) -> set[str]:
+        """Content-keyed reuse: write each of `rows` whose text (its content hash) already has
+        a vector in the `source` slot, with that vector, so it is not embedded again. Returns
+        the chunk ids written; the others are left for the caller to embed.
+
+        Only within one space (the source slot's space must be the target's: the same
+        encoder, model and width). A carried row keeps the provenance its vector was written
+        under (provider, verdict, time), and that provenance must still pass the clearance
+        like any write: a vector whose verdict was since revoked or superseded is not carried,
+        it is embedded again."""
+        check_project_name(project)
+        check_table_kind(table)
+        rows = list(rows)
+        validate_rows(table, rows)
+        space = self._require_space(project, table, slot)
+        if not rows or self.space_of(project, table, source) != space:
+            return set()
+        stored = self._stored_vectors(project, table, source, sorted({c.content_hash
+                                                                     for c in rows}))
+        allowed: dict[Provenance, bool] = {}
+        chosen: list[tuple[Chunk, StoredVector]] = []
+        for chunk in rows:
+            found = stored.get(chunk.content_hash)
+            if found is None:
+                continue
+            if found.provenance not in allowed:
+                try:
+                    self.clearance.check(space, found.provenance)
+                    allowed[found.provenance] = True
+                except NotCleared:
+                    allowed[found.provenance] = False
+            if allowed[found.provenance]:
+                chosen.append((chunk, found))
+        if not chosen:
+            return set()
+        last = {c.chunk_id: i for i, (c, _) in enumerate(chosen)}  # one row per chunk id
+        chosen = [chosen[i] for i in sorted(last.values())]
+        matrix = validate_vectors(space, table, np.vstack([v.vector for _, v in chosen]),
+                                  len(chosen))
+        self._upsert_rows(project, table, slot, [c for c, _ in chosen], matrix,
+                          [v.provenance for _, v in chosen], [v.written_at for _, v in chosen])
+        return {c.chunk_id for c, _ in chosen}
+
     def _require_space(self, project: str, table: str, slot: Slot) -> Space:
         space = self.space_of(project, table, slot)
         if space is None:
@@ -466,6 +533,23 @@ class Store(ABC):
     def _replace_vectors(self, project: str, table: str, slot: Slot, chunk_ids: list[str],
                          matrix: np.ndarray, provenance: Provenance,
                          written_at: datetime) -> int: ...
+
+    def _upsert_rows(self, project: str, table: str, slot: Slot, rows: list[Chunk],
+                     matrix: np.ndarray, provenances: list[Provenance],
+                     written_at: list[datetime]) -> None:
+        """Upsert rows that each carry their own provenance and write time (content reuse).
+        This default groups them into `_upsert` calls; a backend may do it in one write."""
+        groups: dict[tuple[Provenance, datetime], list[int]] = {}
+        for i, key in enumerate(zip(provenances, written_at, strict=True)):
+            groups.setdefault(key, []).append(i)
+        for (provenance, stamp), idx in groups.items():
+            self._upsert(project, table, slot, [rows[i] for i in idx], matrix[idx], provenance,
+                         stamp)
+
+    def _stored_vectors(self, project: str, table: str, slot: Slot,
+                        content_hashes: Sequence[str]) -> dict[str, StoredVector]:
+        """One stored vector per content hash found in the slot (any one of equal texts)."""
+        return {}  # a backend that cannot look vectors up by content simply embeds again
 
     # ---- spaces and slots
 
@@ -509,10 +593,12 @@ class Store(ABC):
     # ---- search primitives
 
     @abstractmethod
-    def vector_search(self, project: str, table: str, vector: Any, k: int = 10) -> list[Hit]: ...
+    def vector_search(self, project: str, table: str, vector: Any, k: int = 10, *,
+                      where: SearchFilter | None = None) -> list[Hit]: ...
 
     @abstractmethod
-    def text_search(self, project: str, table: str, query: str, k: int = 10) -> list[Hit]: ...
+    def text_search(self, project: str, table: str, query: str, k: int = 10, *,
+                    where: SearchFilter | None = None) -> list[Hit]: ...
 
     @abstractmethod
     def chunk_at(self, project: str, table: str, path: str,
@@ -571,13 +657,24 @@ def _schema(space: Space) -> pa.Schema:
             ("provider_id", pa.string()),
             ("verdict_id", pa.string()),
             ("written_at", pa.timestamp("us", tz="UTC")),
+            ("kind", pa.string()),  # symbol kind (last: tables from before it gain it there)
         ],
         metadata={b"fathom.space": json.dumps(space_to_json(space)).encode()},
     )
 
 
 _HIT_COLUMNS = ["chunk_id", "path", "start_line", "end_line", "symbol", "language", "text",
-                "provider_id"]
+                "provider_id", "kind"]
+
+
+def _with_kind(tbl: Any) -> Any:
+    """A table written before symbol kinds existed gains the column (empty: its chunks have
+    no kind until a re-index writes them; `fathom index --full` reuses every vector)."""
+    if "kind" not in tbl.schema.names:
+        with contextlib.suppress(Exception):  # another process added it first
+            tbl.add_columns({"kind": "CAST(NULL AS STRING)"})
+        tbl.checkout_latest()
+    return tbl
 
 
 def _sql_str(value: str) -> str:
@@ -795,7 +892,7 @@ class LanceStore(Store):
         key = (self.slug(project), name)
         tbl = self._tables.get(key)
         if tbl is None:
-            tbl = self._db(project).open_table(name)
+            tbl = _with_kind(self._db(project).open_table(name))
             self._tables[key] = tbl
         elif latest:
             # Another process may have written since this handle was opened.
@@ -1006,10 +1103,16 @@ class LanceStore(Store):
     @_guarded
     def _upsert(self, project: str, table: str, slot: Slot, rows: list[Chunk],
                 matrix: np.ndarray, provenance: Provenance, written_at: datetime) -> None:
+        n = len(rows)
+        self._upsert_rows(project, table, slot, rows, matrix, [provenance] * n, [written_at] * n)
+
+    @_guarded
+    def _upsert_rows(self, project: str, table: str, slot: Slot, rows: list[Chunk],
+                     matrix: np.ndarray, provenances: list[Provenance],
+                     written_at: list[datetime]) -> None:
         name = self._slot_name(project, table, slot)
         tbl = self._table(project, name)  # type: ignore[arg-type]
         width = matrix.shape[1]
-        n = len(rows)
         # Lone surrogates (from undecodable files) cannot be stored as UTF-8.
         texts = [c.text.encode("utf-8", "replace").decode("utf-8") for c in rows]
         data = pa.table(
@@ -1025,15 +1128,39 @@ class LanceStore(Store):
                 "keywords": [keywords_of(c.path, c.symbol, t) for c, t in zip(rows, texts,
                                                                               strict=True)],
                 "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), width),
-                "provider_id": [provenance.provider_id] * n,
-                "verdict_id": pa.array([provenance.verdict_id] * n, pa.string()),
-                "written_at": pa.array([written_at] * n, pa.timestamp("us", tz="UTC")),
+                "provider_id": [p.provider_id for p in provenances],
+                "verdict_id": pa.array([p.verdict_id for p in provenances], pa.string()),
+                "written_at": pa.array(written_at, pa.timestamp("us", tz="UTC")),
+                "kind": pa.array([c.kind for c in rows], pa.string()),
             },
             schema=tbl.schema,
         )
         self._merge(tbl, data)
         if slot is Slot.ACTIVE:
             self._bump(project, table)
+
+    @_guarded
+    def _stored_vectors(self, project: str, table: str, slot: Slot,
+                        content_hashes: Sequence[str]) -> dict[str, StoredVector]:
+        name = self._slot_name(project, table, slot)
+        if name is None or not content_hashes:
+            return {}
+        tbl = self._table(project, name)
+        out: dict[str, StoredVector] = {}
+        hashes = list(content_hashes)
+        for i in range(0, len(hashes), self.BATCH):
+            res = self._rows_where(tbl, _in_list("content_hash", hashes[i:i + self.BATCH]),
+                                   ["content_hash", "vector", "provider_id", "verdict_id",
+                                    "written_at"])
+            width = tbl.schema.field("vector").type.list_size
+            vectors = (res["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
+                       .reshape(-1, width))
+            for j, (h, pid, vid, at) in enumerate(zip(
+                    res["content_hash"].to_pylist(), res["provider_id"].to_pylist(),
+                    res["verdict_id"].to_pylist(), res["written_at"].to_pylist(), strict=True)):
+                out.setdefault(h, StoredVector(np.array(vectors[j], dtype=np.float32),
+                                               Provenance(pid, vid), at))
+        return out
 
     @staticmethod
     def _merge(tbl: Any, data: pa.Table) -> None:
@@ -1136,7 +1263,7 @@ class LanceStore(Store):
         with self._mutex:
             tbl = self._tables.get(key)
             if tbl is None:
-                tbl = self._db(project).open_table(name)
+                tbl = _with_kind(self._db(project).open_table(name))
                 self._tables[key] = tbl
             elif self._seen.get(key) != generation:
                 tbl.checkout_latest()
@@ -1207,6 +1334,7 @@ class LanceStore(Store):
                 table=table,
                 vector_score=float(score) if kind == "vector" else None,
                 text_score=float(score) if kind == "text" else None,
+                kind=(cols.get("kind") or [None] * (i + 1))[i],
             ))
         return out
 
@@ -1220,35 +1348,44 @@ class LanceStore(Store):
         return q / np.linalg.norm(q)
 
     @_guarded
-    def vector_search(self, project: str, table: str, vector: Any, k: int = 10) -> list[Hit]:
+    def vector_search(self, project: str, table: str, vector: Any, k: int = 10, *,
+                      where: SearchFilter | None = None) -> list[Hit]:
         check_table_kind(table)
         q = self._query_vector(project, table, vector)
         cached, tbl = self._matrix(project, table)
         if tbl is None or k <= 0:
             return []
         if cached is not None:
-            n = cached.matrix.shape[0]
+            rows = np.arange(cached.matrix.shape[0])
+            if where is not None:
+                # The filter picks the candidate rows first; the top k is cut among them.
+                meta = cached.meta
+                rows = np.flatnonzero(where.mask(meta["language"].to_pylist(),
+                                                 meta["path"].to_pylist(),
+                                                 meta["kind"].to_pylist()))
+            if cached.dead is not None:
+                rows = np.setdiff1d(rows, cached.dead, assume_unique=True)  # damaged: never rank
+            n = len(rows)
             if n == 0:
                 return []
-            scores = cached.matrix @ q
-            if cached.dead is not None:
-                scores[cached.dead] = -np.inf
-                n -= len(cached.dead)
-                if n <= 0:
-                    return []
+            subset = where is not None or cached.dead is not None
+            scores = (cached.matrix[rows] if subset else cached.matrix) @ q
             k = min(k, n)
             top = np.argpartition(-scores, k - 1)[:k]
             top = top[np.argsort(-scores[top], kind="stable")]
-            return self._hits_from(cached.meta.take(pa.array(top)), table, scores[top].tolist(),
-                                   "vector")
-        res = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
-               .nprobes(32).refine_factor(10).limit(k).select([*_HIT_COLUMNS, "_distance"])
-               .to_arrow())
+            return self._hits_from(cached.meta.take(pa.array(rows[top])), table,
+                                   scores[top].tolist(), "vector")
+        search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
+                  .nprobes(32).refine_factor(10))
+        if where is not None:
+            search = search.where(where.lance_sql(), prefilter=True)
+        res = search.limit(k).select([*_HIT_COLUMNS, "_distance"]).to_arrow()
         scores = [1.0 - d for d in res["_distance"].to_pylist()]
         return self._hits_from(res, table, scores, "vector")
 
     @_guarded
-    def text_search(self, project: str, table: str, query: str, k: int = 10) -> list[Hit]:
+    def text_search(self, project: str, table: str, query: str, k: int = 10, *,
+                    where: SearchFilter | None = None) -> list[Hit]:
         check_table_kind(table)
         text = _fts_query(query)
         if not text or k <= 0:
@@ -1258,8 +1395,10 @@ class LanceStore(Store):
             if name is None:
                 return []
             try:
-                res = (tbl.search(text, query_type="fts").limit(k)
-                       .select([*_HIT_COLUMNS, "_score"]).to_arrow())
+                search = tbl.search(text, query_type="fts")
+                if where is not None:
+                    search = search.where(where.lance_sql(), prefilter=True)
+                res = search.limit(k).select([*_HIT_COLUMNS, "_score"]).to_arrow()
                 break
             except Exception as exc:  # noqa: BLE001
                 if attempt == 1 and self._active(project, table)[0] != name:

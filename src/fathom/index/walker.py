@@ -5,7 +5,13 @@ via `pathspec`'s gitwildmatch rules), the directories no project wants indexed (
 virtualenvs, dependency and build output), and the per-file refusals: binaries, huge files,
 minified, generated and lock files, data dumps. Text that is not UTF-8 is still read (with
 replacement characters or as Latin-1) and reported. Every file left out is counted under
-its reason, so the CLI can say what it skipped and why.
+its reason, and every folder left out is named, so the CLI can say what it skipped and why.
+
+The project's own word comes first: `.fathomignore` files (gitignore syntax, any folder)
+exclude what they match and re-include (`!build/`) what the built-in skips or `.gitignore`
+would leave out, and `include` globs (`fathom index --include GLOB`) bring back folders and
+files the built-in skips or `.gitignore` leave out. `Selection` holds these decisions once,
+for the walk and for the watcher, which asks `Selection.admits(path)` of every changed file.
 
 It trusts nothing on disk. Only regular files are opened (ignore files included): FIFOs,
 sockets and devices are skipped and counted, and the check is made on the opened descriptor
@@ -90,6 +96,7 @@ GENERATED_MARKERS = (("generated", "do not edit"), ("generated", "do not modify"
 IGNORED_DIR = "ignored-dir"  # a directory from ALWAYS_SKIP_DIRS or a virtualenv: counted once
 GITIGNORED = "gitignored"  # a file or a whole directory (counted once) matched by .gitignore
 EXCLUDED = "excluded"  # matched by the caller's extra_ignores
+FATHOMIGNORED = "fathomignored"  # a file or a whole directory matched by .fathomignore
 BINARY = "binary"
 TOO_LARGE = "too-large"
 GENERATED = "generated"
@@ -160,6 +167,8 @@ class WalkResult:
     skipped: Counter[str] = field(default_factory=Counter)
     decoded_with_replacement: list[str] = field(default_factory=list)  # paths, also on .notes
     escaped_names: list[str] = field(default_factory=list)  # paths, also on .notes
+    # Folders left out whole, by reason: {"ignored-dir": ["node_modules", "web/dist"], ...}.
+    skipped_dirs: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def notes(self) -> Counter[str]:
@@ -178,33 +187,187 @@ class WalkResult:
         return len(self.files)
 
 
+Rules = list[tuple[str, pathspec.GitIgnoreSpec]]
+FATHOMIGNORE = ".fathomignore"
+IGNORE_FILES = frozenset({".gitignore", FATHOMIGNORE})
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """The rules in force in one directory: .gitignore and .fathomignore files from the root
+    down, and whether only explicitly included paths are taken here (inside a skipped
+    directory that an include glob reaches into)."""
+
+    git: Rules
+    fathom: Rules
+    restricted: bool = False
+
+
+class Selection:
+    """Which paths of a project a walk takes: the built-in skips, `.gitignore`,
+    `.fathomignore`, the `include` globs and the caller's `extra_ignores`. Decisions are by
+    path and name only; the walker adds the refusals that need the file's bytes."""
+
+    def __init__(self, root: Path, *, include: Iterable[str] = (),
+                 extra_ignores: Iterable[str] = ()):
+        self.root = Path(root)
+        self.include = [g.strip().replace("\\", "/") for g in include if g and g.strip()]
+        self._include = pathspec.GitIgnoreSpec.from_lines(self.include)
+        # The literal folders an include glob names before its first wildcard: a skipped
+        # folder on the way to one of them is entered, taking only what the glob includes.
+        self._prefixes = [_literal_prefix(g) for g in self.include]
+        self.extra = pathspec.GitIgnoreSpec.from_lines(list(extra_ignores))
+        self._scopes: dict[str, _Scope] = {}
+
+    def forget(self) -> None:
+        """Drop the cached ignore files (one changed)."""
+        self._scopes.clear()
+
+    def top(self, skipped: Counter[str] | None = None) -> _Scope:
+        base = _read_spec(self.root / ".git" / "info" / "exclude", skipped)
+        return _Scope([("", base)] if base is not None else [], [])
+
+    def scope(self, directory: Path, rel: str, parent: _Scope,
+              restricted: bool | None = None, skipped: Counter[str] | None = None) -> _Scope:
+        git, fathom = parent.git, parent.fathom
+        spec = _read_spec(directory / ".gitignore", skipped)
+        if spec is not None:
+            git = [*git, (rel, spec)]
+        spec = _read_spec(directory / FATHOMIGNORE, skipped)
+        if spec is not None:
+            fathom = [*fathom, (rel, spec)]
+        return _Scope(git, fathom, parent.restricted if restricted is None else restricted)
+
+    def included(self, rel: str, is_dir: bool) -> bool:
+        return bool(self.include) and self._include.match_file(rel + "/" if is_dir else rel)
+
+    def _reaches_into(self, rel: str) -> bool:
+        return any(p == rel or p.startswith(rel + "/") for p in self._prefixes if p)
+
+    def directory(self, name: str, rel: str, path: str, scope: _Scope) -> tuple[str | None, bool]:
+        """(skip reason or None, restricted) for a directory: None enters it."""
+        verdict = _verdict(scope.fathom, rel, is_dir=True)
+        if verdict is True:
+            return FATHOMIGNORED, False
+        if verdict is False or self.included(rel, True):
+            return None, False  # the project's word wins over every skip below
+        if self.extra.match_file(rel + "/"):
+            return EXCLUDED, False
+        if name in ALWAYS_SKIP_DIRS or name.endswith(".egg-info") or _is_virtualenv(path):
+            reason = IGNORED_DIR
+        elif _verdict(scope.git, rel, is_dir=True):
+            reason = GITIGNORED
+        elif scope.restricted and not self._reaches_into(rel):
+            return IGNORED_DIR, True  # inside a skipped folder, outside every include
+        else:
+            return None, scope.restricted
+        if self._reaches_into(rel):
+            return None, True
+        return reason, False
+
+    def file(self, name: str, rel: str, scope: _Scope) -> tuple[str | None, bool]:
+        """(skip reason or None, forced): forced when the project included it explicitly,
+        which overrides the refusals by name (lock, generated and data file names)."""
+        verdict = _verdict(scope.fathom, rel, is_dir=False)
+        if verdict is True:
+            return FATHOMIGNORED, False
+        if verdict is False or self.included(rel, False):
+            return None, True
+        if self.extra.match_file(rel):
+            return EXCLUDED, False
+        if scope.restricted:
+            return IGNORED_DIR, False
+        if _verdict(scope.git, rel, is_dir=False):
+            return GITIGNORED, False
+        return None, False
+
+    def admits(self, rel: str, is_dir: bool = False) -> bool:
+        """Whether a walk would consider the file (or folder) at `rel` (relative, POSIX): the
+        watcher's filter. Ignore files themselves are admitted: a change to one changes the
+        selection."""
+        parts = [p for p in rel.split("/") if p]
+        if not parts:
+            return False
+        scope = self._cached_scope("", Path(self.root), None)
+        last = len(parts) if is_dir else len(parts) - 1
+        for i, name in enumerate(parts[:last]):
+            sub = "/".join(parts[: i + 1])
+            reason, restricted = self.directory(name, sub, str(self.root / sub), scope)
+            if reason is not None:
+                return False
+            scope = self._cached_scope(sub, self.root / sub, scope, restricted)
+        if is_dir:
+            return True
+        if parts[-1] in IGNORE_FILES:
+            return True
+        reason, forced = self.file(parts[-1], rel, scope)
+        return reason is None and (forced or _reason_by_name(parts[-1].lower()) is None)
+
+    def _cached_scope(self, rel: str, directory: Path, parent: _Scope | None,
+                      restricted: bool | None = None) -> _Scope:
+        key = f"{rel}|{restricted}"
+        scope = self._scopes.get(key)
+        if scope is None:
+            scope = self.scope(directory, rel, parent or self.top(), restricted)
+            self._scopes[key] = scope
+        return scope
+
+
+def _literal_prefix(glob: str) -> str:
+    """The folders a glob names before its first wildcard: `vendor/lib/**` -> `vendor/lib`."""
+    parts = []
+    for part in glob.strip("/").split("/"):
+        if any(c in part for c in "*?[!"):
+            break
+        parts.append(part)
+    if parts and "/" not in glob.strip("/") and not glob.endswith("/"):
+        return ""  # a bare name matches at any depth, like gitignore: no fixed folder
+    return "/".join(parts)
+
+
 def walk(
     root: Path,
     *,
     max_file_bytes: int = MAX_FILE_BYTES,
     extra_ignores: Iterable[str] = (),
+    include: Iterable[str] = (),
+    selection: Selection | None = None,
     cancel: threading.Event | None = None,
-    clock: Callable[[], float] = time.monotonic,
 ) -> WalkResult:
-    """Every indexable file under `root`, sorted by path, with skipped files counted.
+    """Every indexable file under `root`, sorted by path, with skipped files counted and
+    skipped folders named.
 
     `extra_ignores` are gitwildmatch patterns relative to `root` (as in a root .gitignore,
-    but they win over every .gitignore, negations included). When `cancel` is set the walk
+    but they win over every .gitignore, negations included). `include` globs (gitwildmatch)
+    take back what the built-in skips and .gitignore leave out. When `cancel` is set the walk
     raises `WalkCancelled` before its next entry.
     """
     root = Path(root)
     result = WalkResult()
-    walker = _Walk(root, pathspec.GitIgnoreSpec.from_lines(list(extra_ignores)), max_file_bytes,
-                   result, cancel, clock)
-    rules: list[tuple[str, pathspec.GitIgnoreSpec]] = []
-    base = walker.read_spec(root / ".git" / "info" / "exclude")
-    if base is not None:
-        rules.append(("", base))
-    walker.walk_dir(root, "", rules)
+    selection = selection or Selection(root, include=include, extra_ignores=extra_ignores)
+    _walk_dir(root, "", selection.top(result.skipped), selection, max_file_bytes, result,
+              cancel=cancel)
     result.files.sort(key=lambda f: f.path)
     result.decoded_with_replacement.sort()
     result.escaped_names.sort()
+    for folders in result.skipped_dirs.values():
+        folders.sort()
     return result
+
+
+def _read_spec(path: Path, skipped: Counter[str] | None = None) -> pathspec.GitIgnoreSpec | None:
+    """An ignore file's rules; a missing one is None, one that is not a regular file (a FIFO
+    named .gitignore) is skipped (and counted in `skipped`), never read."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        raw = read_regular(path, MAX_IGNORE_BYTES)
+    except _Unreadable as exc:
+        if skipped is not None:
+            skipped[exc.reason] += 1
+        return None
+    lines = raw.decode("utf-8", "replace").splitlines()
+    return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
 
 
 class _Unreadable(Exception):
@@ -262,132 +425,119 @@ def _display(name: str) -> str:
         return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
-def _ignored(rules: list[tuple[str, pathspec.GitIgnoreSpec]], rel: str, is_dir: bool) -> bool:
-    """Git's answer for one path: the deepest .gitignore with a matching rule decides, and
-    within a file the last matching rule (so `!keep.log` re-includes)."""
+def _verdict(rules: Rules, rel: str, is_dir: bool) -> bool | None:
+    """Git's answer for one path: the deepest ignore file with a matching rule decides, and
+    within a file the last matching rule (so `!keep.log` re-includes); None if none match."""
     for base, spec in reversed(rules):
         local = rel[len(base) + 1 :] if base else rel
         verdict = spec.check_file(local + "/" if is_dir else local).include
         if verdict is not None:
             return verdict
-    return False
+    return None
 
 
-@dataclass
-class _Walk:
-    root: Path
-    extra: pathspec.GitIgnoreSpec
-    max_file_bytes: int
-    result: WalkResult
-    cancel: threading.Event | None
-    clock: Callable[[], float]
-
-    def read_spec(self, path: Path) -> pathspec.GitIgnoreSpec | None:
-        """An ignore file's rules; a missing one is None, one that is not a regular file (a
-        FIFO named .gitignore) is skipped and counted, never read."""
-        if not os.path.lexists(path):
-            return None
+def _walk_dir(
+    directory: Path,
+    rel: str,
+    parent: _Scope,
+    selection: Selection,
+    max_file_bytes: int,
+    result: WalkResult,
+    restricted: bool = False,
+    *,
+    cancel: threading.Event | None = None,
+    escaped: bool = False,
+) -> None:
+    scope = selection.scope(directory, rel, parent, restricted, result.skipped)
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        result.skipped[UNREADABLE] += 1
+        return
+    for entry in entries:
+        if cancel is not None and cancel.is_set():
+            raise WalkCancelled(Path(directory))
+        name = _display(entry.name)
+        child_rel = f"{rel}/{name}" if rel else name
+        child_escaped = escaped or name != entry.name
         try:
-            raw = read_regular(path, MAX_IGNORE_BYTES, clock=self.clock)
-        except _Unreadable as exc:
-            self.result.skipped[exc.reason] += 1
-            return None
-        lines = raw.decode("utf-8", "replace").splitlines()
-        return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
-
-    def walk_dir(self, directory: Path, rel: str,
-                 rules: list[tuple[str, pathspec.GitIgnoreSpec]], escaped: bool = False) -> None:
-        result = self.result
-        spec = self.read_spec(directory / ".gitignore")
-        if spec is not None:
-            rules = [*rules, (rel, spec)]
-        try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            if entry.is_symlink():
+                result.skipped[SYMLINK] += 1
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            is_file = entry.is_file(follow_symlinks=False)
         except OSError:
             result.skipped[UNREADABLE] += 1
-            return
-        for entry in entries:
-            if self.cancel is not None and self.cancel.is_set():
-                raise WalkCancelled(self.root)
-            name = _display(entry.name)
-            child_rel = f"{rel}/{name}" if rel else name
-            child_escaped = escaped or name != entry.name
-            try:
-                if entry.is_symlink():
-                    result.skipped[SYMLINK] += 1
-                    continue
-                is_dir = entry.is_dir(follow_symlinks=False)
-                is_file = entry.is_file(follow_symlinks=False)
-            except OSError:
-                result.skipped[UNREADABLE] += 1
-                continue
-            if is_dir:
-                # A skipped directory is counted once: walking node_modules to count it costs
-                # more than indexing the project.
-                if entry.name in ALWAYS_SKIP_DIRS or entry.name.endswith(".egg-info") or _is_virtualenv(entry.path):
-                    result.skipped[IGNORED_DIR] += 1
-                elif self.extra.match_file(child_rel + "/"):
-                    result.skipped[EXCLUDED] += 1
-                elif _ignored(rules, child_rel, is_dir=True):
-                    result.skipped[GITIGNORED] += 1
-                else:
-                    self.walk_dir(Path(entry.path), child_rel, rules, child_escaped)
-                continue
-            if entry.name == ".gitignore":
-                continue  # read as rules above (or counted there); not content
-            if not is_file:
+            continue
+        if is_dir:
+            # A skipped directory is counted once, and named: walking node_modules to count
+            # it costs more than indexing the project.
+            reason, inner = selection.directory(entry.name, child_rel, entry.path, scope)
+            if reason is None:
+                _walk_dir(Path(entry.path), child_rel, scope, selection, max_file_bytes, result,
+                          inner, cancel=cancel, escaped=child_escaped)
+            elif not scope.restricted:  # inside a skipped folder nothing more is named
+                result.skipped[reason] += 1
+                result.skipped_dirs.setdefault(reason, []).append(child_rel)
+            continue
+        if entry.name in IGNORE_FILES:
+            continue  # read as rules above (or counted there); not content
+        if not is_file:
+            if not scope.restricted:
                 result.skipped[SPECIAL] += 1  # sockets, fifos, devices
-                continue
-            if self.extra.match_file(child_rel):
-                result.skipped[EXCLUDED] += 1
-                continue
-            if _ignored(rules, child_rel, is_dir=False):
-                result.skipped[GITIGNORED] += 1
-                continue
-            self.consider_file(entry, child_rel, child_escaped)
-
-    def consider_file(self, entry: os.DirEntry, rel: str, escaped: bool) -> None:
-        result = self.result
-        reason = _reason_by_name(entry.name.lower())
+            continue
+        reason, forced = selection.file(entry.name, child_rel, scope)
         if reason is not None:
-            result.skipped[reason] += 1
-            return
-        try:
-            raw = read_regular(entry.path, self.max_file_bytes, clock=self.clock)
-        except _Unreadable as exc:
-            result.skipped[exc.reason] += 1
-            return
-        if not raw:
-            result.skipped[EMPTY] += 1
-            return
-        decoded = decode(raw)
-        if decoded is None:
-            result.skipped[BINARY] += 1
-            return
-        text, encoding = decoded
-        if not text.strip():
-            result.skipped[EMPTY] += 1
-            return
-        head = text[:1000].lower()
-        if GENERATED_TAG in head or any(a in head and b in head for a, b in GENERATED_MARKERS):
-            result.skipped[GENERATED] += 1
-            return
-        if _minified(text):
-            result.skipped[MINIFIED] += 1
-            return
-        language, table = detect_language(rel)
-        source = SourceFile(path=rel, text=text, language=language, table=table, size=len(raw),
-                            encoding=encoding)
-        if source.lossy:
-            result.decoded_with_replacement.append(rel)
-        if escaped:
-            result.escaped_names.append(rel)
-        result.files.append(source)
+            if not scope.restricted:
+                result.skipped[reason] += 1
+            continue
+        _consider_file(Path(entry.path), child_rel, entry, max_file_bytes, result, forced,
+                       child_escaped)
 
 
 def _is_virtualenv(path: str) -> bool:
     # Virtualenvs go by any name (env/, .env-3.11/); the pyvenv.cfg file gives them away.
     return os.path.isfile(os.path.join(path, "pyvenv.cfg"))
+
+
+def _consider_file(path: Path, rel: str, entry: os.DirEntry, max_file_bytes: int, result: WalkResult,
+                   forced: bool = False, escaped: bool = False) -> None:
+    name = entry.name.lower()
+    reason = None if forced else _reason_by_name(name)
+    if reason is not None:
+        result.skipped[reason] += 1
+        return
+    try:
+        raw = read_regular(path, max_file_bytes)
+    except _Unreadable as exc:
+        result.skipped[exc.reason] += 1
+        return
+    size = len(raw)
+    if size == 0:
+        result.skipped[EMPTY] += 1
+        return
+    decoded = decode(raw)
+    if decoded is None:
+        result.skipped[BINARY] += 1
+        return
+    text, encoding = decoded
+    if not text.strip():
+        result.skipped[EMPTY] += 1
+        return
+    head = text[:1000].lower()
+    if GENERATED_TAG in head or any(a in head and b in head for a, b in GENERATED_MARKERS):
+        result.skipped[GENERATED] += 1
+        return
+    if _minified(text):
+        result.skipped[MINIFIED] += 1
+        return
+    language, table = detect_language(rel)
+    source = SourceFile(path=rel, text=text, language=language, table=table, size=size, encoding=encoding)
+    if source.lossy:
+        result.decoded_with_replacement.append(rel)
+    if escaped:
+        result.escaped_names.append(rel)
+    result.files.append(source)
 
 
 def _reason_by_name(name: str) -> str | None:

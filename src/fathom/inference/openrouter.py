@@ -31,7 +31,9 @@ import httpx
 import numpy as np
 
 from fathom.errors import ProviderError
-from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo, ToolCall
+from fathom.inference.chatwire import (ChatStream, ChatWireError, parse_completion, says_context_exceeded,
+                                       says_model_missing, sse_payloads)
+from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo
 from fathom.roles import Role
 
 DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
@@ -109,6 +111,20 @@ class Forbidden(OpenRouterError):
 
 class BadRequest(OpenRouterError):
     """400 (or a 404/4xx that is not about routing): the request itself is wrong."""
+
+
+class ModelNotFound(BadRequest):
+    """The model asked for is not served there (OpenRouter: not a valid model ID; a local
+    server: not pulled, not loaded, another served name). Waiting does not help; naming a
+    model the server serves does."""
+
+
+class ContextLengthExceeded(BadRequest):
+    """The request does not fit the model's context window. Waiting does not help; a shorter
+    request (fewer or smaller messages, a lower max_tokens) or a model with a longer context
+    does. The request's fault, not the provider's: it never counts towards an ejection."""
+
+    provider_fault = False
 
 
 class UpstreamUnavailable(OpenRouterError):
@@ -484,29 +500,18 @@ class OpenRouterClient:
     async def _stream_chat(self, body: dict[str, Any], model: str,
                            on_delta: Callable[[str], Awaitable[None] | None] | None) -> ChatResult:
         url = self.base_url + "/chat/completions"
-        content: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        finish: str | None = None
-        usage: dict[str, Any] = {}
-        served_model: str | None = None
+        stream = ChatStream(model)
         try:
             async with self._http.stream("POST", url, json=body, headers=self._headers()) as resp:
                 if resp.status_code != 200:
                     text = (await resp.aread()).decode("utf-8", "replace")
                     raise self._error_from(resp.status_code, resp.headers, text, "/chat/completions")
-                async for line in resp.aiter_lines():
-                    # SSE: comments (": OPENROUTER PROCESSING") keep the connection alive.
-                    if not line or line.startswith(":") or not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        break
+                async for payload in sse_payloads(resp.aiter_lines()):
                     try:
                         chunk = json.loads(payload)
                     except ValueError:
                         raise InvalidResponse("a streamed chat chunk is not JSON", expected="JSON",
                                               got=self.__key.scrub(payload[:200]), model=model) from None
-                    served_model = chunk.get("model") or served_model
                     if isinstance(chunk.get("error"), dict):
                         err = chunk["error"]
                         meta = err.get("metadata") if isinstance(err.get("metadata"), dict) else {}
@@ -516,43 +521,15 @@ class OpenRouterClient:
                             f"the streamed chat from {model} failed mid-stream (code {code}): {msg}; "
                             f"the partial answer was dropped, retry the request",
                             status=200, code=code, metadata=meta, upstream_message=msg,
-                            partial="".join(content),
+                            partial=stream.text,
                             retryable=not (isinstance(code, int) and 400 <= code < 500 and code not in (408, 429)),
                         )
-                    if chunk.get("usage"):
-                        usage = dict(chunk["usage"])
-                    for choice in chunk.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        piece = delta.get("content")
-                        if piece:
-                            content.append(piece)
-                            if on_delta is not None:
-                                maybe = on_delta(piece)
-                                if maybe is not None:
-                                    await maybe
-                        for tc in delta.get("tool_calls") or []:
-                            slot = calls.setdefault(int(tc.get("index", 0)), {"id": None, "name": "", "arguments": ""})
-                            slot["id"] = tc.get("id") or slot["id"]
-                            fn = tc.get("function") or {}
-                            slot["name"] += fn.get("name") or ""
-                            slot["arguments"] += fn.get("arguments") or ""
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
+                    await stream.take(chunk, on_delta)
         except httpx.TimeoutException as exc:
             raise UpstreamError(f"the chat stream from {model} stalled ({type(exc).__name__}); retry") from None
         except httpx.TransportError as exc:
             raise UpstreamError(f"the chat stream from {model} broke ({type(exc).__name__}); retry") from None
-        tool_calls = tuple(
-            _tool_call(c["id"] or f"call_{i}", c["name"], c["arguments"], model)
-            for i, c in sorted(calls.items())
-        )
-        return ChatResult(
-            content="".join(content) if content else None,
-            tool_calls=tool_calls,
-            finish_reason=finish,
-            usage={k: v for k, v in usage.items() if isinstance(v, int)},
-            model=served_model or model,
-        )
+        return stream.result()
 
     def _error_from(self, status: int, headers: httpx.Headers | Mapping[str, str], text: str,
                     path: str) -> OpenRouterError:
@@ -576,6 +553,11 @@ class OpenRouterClient:
         kw = dict(status=status, code=code, metadata=metadata, upstream_message=message)
         said = f": {message}" if message else ""
         where = f"OpenRouter {path} answered {status}{said}"
+        if status in (400, 413) and says_context_exceeded(message):
+            return ContextLengthExceeded(f"{where}. The request does not fit the model's context; "
+                                         f"send less, or choose a model with a longer context.", **kw)
+        if status in (400, 404) and says_model_missing(message) and "no endpoints found" not in message.lower():
+            return ModelNotFound(f"{where}. Set the role's model to one OpenRouter serves.", **kw)
         if status == 400:
             return BadRequest(f"{where}. The request is malformed; fix the parameters.", **kw)
         if status == 401:
@@ -681,43 +663,11 @@ def _validate_embeddings(
     return matrix
 
 
-def _tool_call(call_id: str, name: str, arguments: Any, model: str) -> ToolCall:
-    if isinstance(arguments, dict):
-        args = arguments
-    else:
-        text = arguments or "{}"
-        try:
-            args = json.loads(text)
-        except ValueError:
-            raise InvalidResponse("tool call arguments are not JSON", expected="JSON object",
-                                  got=str(text)[:200], model=model) from None
-        if not isinstance(args, dict):
-            raise InvalidResponse("tool call arguments are not an object", expected="object",
-                                  got=type(args).__name__, model=model)
-    if not name:
-        raise InvalidResponse("tool call without a function name", expected="name", got=None, model=model)
-    return ToolCall(id=call_id, name=name, arguments=args)
-
-
 def _parse_chat(data: Mapping[str, Any], model: str) -> ChatResult:
-    choices = data.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise InvalidResponse("chat completion has no choices", expected="choices[0]", got=choices, model=model)
-    choice = choices[0]
-    msg = choice.get("message") or {}
-    calls = tuple(
-        _tool_call(tc.get("id") or f"call_{i}", (tc.get("function") or {}).get("name") or "",
-                   (tc.get("function") or {}).get("arguments"), model)
-        for i, tc in enumerate(msg.get("tool_calls") or [])
-    )
-    usage = data.get("usage") or {}
-    return ChatResult(
-        content=msg.get("content"),
-        tool_calls=calls,
-        finish_reason=choice.get("finish_reason"),
-        usage={k: v for k, v in usage.items() if isinstance(v, int)},
-        model=_str_or_none(data.get("model")) or model,
-    )
+    try:
+        return parse_completion(data, model)
+    except ChatWireError as exc:
+        raise InvalidResponse(exc.problem, expected=exc.expected, got=exc.got, model=model) from None
 
 
 def _slug_norm(name: str) -> str:

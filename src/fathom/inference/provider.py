@@ -48,9 +48,14 @@ class ProviderInfo:
 
 @dataclass(frozen=True)
 class ToolCall:
+    """One tool call as the model made it. `problem` says why it cannot run as made (arguments
+    that are not a JSON object, no function name; `arguments` is then empty): that is the
+    model's mistake, not the provider's, so it comes back here for the caller to correct."""
+
     id: str
     name: str
     arguments: dict[str, Any]
+    problem: str | None = None
 
 
 @dataclass(frozen=True)

@@ -78,9 +78,13 @@ class Router:
         clock: Clock | None = None,
         eject_after: int = 3,
         eject_for: float = 30.0,
+        local_fix: Callable[[Role], str] | None = None,
     ):
         # A callable is read on every decision, so a policy change applies to the next request.
         self._routing = routing if callable(routing) else (lambda: routing)
+        # How to add a local provider for a role, in a refusal: a server's fleet takes a
+        # sidecar; one machine without a server takes a local LLM's URL (`standalone_router`).
+        self.local_fix = local_fix or (lambda role: "start a sidecar for it")
         self.registry = registry
         self.is_cleared = is_cleared
         self.clock = clock or registry.clock
@@ -190,7 +194,9 @@ class Router:
             except ProviderError as exc:
                 last = exc
                 attempts.append((provider.id, _describe(exc)))
-                if not is_throttle(exc):
+                # A throttle is the account's, and a refusal of the request itself (too long
+                # for the model's context) is the caller's: neither says the provider is sick.
+                if not is_throttle(exc) and getattr(exc, "provider_fault", True):
                     self.registry.record_failure(
                         provider.id, _describe(exc),
                         eject_after=self.eject_after, eject_for=self.eject_for,
@@ -292,7 +298,7 @@ class Router:
         label = "local provider (in-process model or sidecar)" if kind is Kind.LOCAL else "cloud route"
         if not registered:
             if kind is Kind.LOCAL:
-                return f"no {label} is registered for role {role}: start a sidecar for it"
+                return f"no {label} is registered for role {role}: {self.local_fix(role)}"
             state = self._routing()
             why = f"no {label} is registered for role {role}"
             if state.last_push is None or not state.last_push.pushed:

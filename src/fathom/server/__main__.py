@@ -28,11 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=settings.port)
     ap.add_argument("--data-dir", type=Path, default=settings.data_dir)
     ap.add_argument("--log-level", default=os.environ.get("FATHOM_LOG_LEVEL", "INFO"))
+    ap.add_argument("--no-watch", action="store_true",
+                    help="do not watch the projects' folders: their indexes then change only "
+                         "when re-indexed (FATHOM_WATCH=0 does the same)")
     args = ap.parse_args(argv)
     logsafe.install()
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = settings.model_copy(update={"data_dir": args.data_dir, "host": args.host, "port": args.port})
+    settings = settings.model_copy(update={"data_dir": args.data_dir, "host": args.host, "port": args.port,
+                                           "watch": settings.watch and not args.no_watch})
     try:
         app = create_app(settings)
         if not app.state.hub.auth.has_join_token:

@@ -9,6 +9,8 @@ This module owns the `/admin` routers and their token checks:
 - gate: verdicts with their evidence, verify a provider now, audit a project, re-embed;
 - budget: the cloud budget's state, and the manual override (1-256, or none);
 - jobs: start an index job, its live progress, pause, resume, cancel;
+- projects: what is indexed, each project's status and live sync (watch) state, turning its
+  sync on or off, and dropping a project with everything of it;
 - an overview (all of the above at once) for the dashboard's polling.
 
 Every endpoint needs the admin token (`Authorization: Bearer ...`); tokens are kept only as
@@ -30,13 +32,15 @@ routing store validates and writes, the budget sizes, the indexer runs; this is 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import hmac
 import json
 import logging
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable, Literal
@@ -46,12 +50,13 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fathom import __version__
-from fathom.config import RoleRoute, RoutingState, RoutingStore, Settings, atomic_write_text
+from fathom.config import RoleRoute, RoutingState, RoutingStateDamaged, RoutingStore, Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError, PinRequired
 from fathom.fleet.auth import hash_token
 from fathom.fleet.hub import Hub
 from fathom.fleet.protocol import NAME_PATTERN, describe
 from fathom.policy import BEHAVIOUR, Policy
+from fathom.server.job_records import JobLedger, JobRecord
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 
 log = logging.getLogger("fathom.server.admin")
@@ -119,13 +124,13 @@ def bearer_token(request: Request) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-def _unauthorized() -> HTTPException:
+def unauthorized() -> HTTPException:
     return HTTPException(401, "admin token missing or wrong: send `Authorization: Bearer <admin token>` "
                               "(the token `python -m fathom.server` printed once, or FATHOM_ADMIN_TOKEN)",
                          headers={"WWW-Authenticate": "Bearer"})
 
 
-def _no_token_configured() -> HTTPException:
+def no_token_configured() -> HTTPException:
     return HTTPException(503, "no admin token is configured: set FATHOM_ADMIN_TOKEN, or start "
                               "`python -m fathom.server` once to have one issued")
 
@@ -134,9 +139,9 @@ def admin_dependency(auth: AdminAuth) -> Callable[[Request], None]:
     """The check every admin endpoint depends on."""
     def require_admin(request: Request) -> None:
         if not auth.configured:
-            raise _no_token_configured()
+            raise no_token_configured()
         if not auth.check(bearer_token(request)):
-            raise _unauthorized()
+            raise unauthorized()
     return require_admin
 
 
@@ -147,14 +152,19 @@ def scrape_dependency(auth: AdminAuth, scrape: ScrapeAuth | None) -> Callable[[R
         if auth.check(token) or (scrape is not None and scrape.check(token)):
             return
         if not auth.configured and not (scrape is not None and scrape.configured):
-            raise _no_token_configured()
-        raise _unauthorized()
+            raise no_token_configured()
+        raise unauthorized()
     return require_scraper
 
 
 def refusal(status: int, message: str, problems: list[str] | None = None) -> HTTPException:
     """The one shape of a refusal: a message and every problem (each with its fix)."""
     return HTTPException(status, {"message": message, "problems": list(problems or [message])})
+
+
+def damaged(exc: RoutingStateDamaged) -> HTTPException:
+    """A state file the server cannot read: 503 (the request was fine), naming the fix."""
+    return refusal(503, str(exc), exc.problems)
 
 
 def failure_status(exc: FathomError) -> int:
@@ -167,6 +177,8 @@ def failure_status(exc: FathomError) -> int:
         return 404
     if isinstance(exc, (ProjectLocked, DamagedProject)):
         return 409
+    if isinstance(exc, RoutingStateDamaged):
+        return 503  # the server's own state file: the request was fine
     if isinstance(exc, ConfigError):
         return 400
     if isinstance(exc, (DiskFull, StoreLost, NoProviderAvailable)) or \
@@ -251,6 +263,12 @@ class JobStart(BaseModel):
     path: str = Field(min_length=1, max_length=4096, description="absolute path of the project folder, on the server")
     project: str = Field(min_length=1, max_length=200)
     full: bool = Field(default=False, description="rebuild in a shadow table instead of an incremental run")
+
+
+class WatchChange(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(description="whether the project's index follows its files (live sync)")
 
 
 ROUTE_FIELDS = ("policy", "model", "upstream", "width", "fallback")
@@ -408,26 +426,61 @@ def _refused_root(root: Path, refused: list[str]) -> str | None:
 
 
 class IndexJobs:
-    """Index jobs started over the API, running in this server's event loop.
+    """Index jobs started over the API, running in this server's event loop, and kept across
+    restarts.
 
     Jobs live in the service's own `jobs` table (so `fathom status` and the MCP tools see the
-    same ones); this keeps their tasks, so a failed job's exception is retrieved and logged,
-    and shutdown cancels what still runs (the shadow table keeps its work for a later run)."""
+    same ones); this keeps their tasks, so a failed job's exception is retrieved and logged, and
+    their records in the `JobLedger` (`jobs.json`), saved on every change of state. Shutdown
+    stops what still runs and records it as interrupted (the shadow table keeps its work); at
+    the next start (`restore`) interrupted jobs are listed, and those the ledger says may are
+    resumed; the operator resumes any other one (`act(id, "resume")`)."""
 
-    def __init__(self, service: Any):
+    def __init__(self, service: Any, *, ledger: JobLedger | None = None, resume_on_start: bool = True):
         self.service = service
+        self.ledger = ledger
+        self.resume_on_start = resume_on_start
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._records: dict[str, JobRecord] = {}
+        self._saving = asyncio.Lock()
 
-    def start(self, path: str, project: str, full: bool = False) -> Any:
+    @property
+    def problem(self) -> str | None:
+        """Why jobs are not kept across restarts, when they are not."""
+        return self.ledger.damaged if self.ledger is not None else None
+
+    async def restore(self) -> None:
+        """At start: list the jobs the ledger kept, and resume the interrupted ones it may."""
+        if self.ledger is None:
+            return
+        records = await asyncio.to_thread(self.ledger.restore)
+        for record in records:
+            self._records[record.id] = record
+            self.service.jobs.setdefault(record.id, self._job_of(record))
+        await self._save()
+        for record in records:
+            if record.state == "interrupted":
+                log.warning("index job %s (%s) was %s", record.id, record.project, record.error)
+                if self.resume_on_start and record.resumes_on_start:
+                    job = self._job_for_run(record)
+                    self._launch(job)
+                    # Saved as running at once: if it takes the server down again, the next
+                    # start counts that against it instead of resuming it forever.
+                    await self._saved(job)
+
+    async def start(self, path: str, project: str, full: bool = False) -> Any:
         from fathom.index.indexer import Job, ProjectPathError
         from fathom.index.store import check_project_name
 
-        root = Path(path).expanduser()
         problems = []
         try:
             check_project_name(project)
         except ConfigError as exc:
             problems.append(str(exc))
+        try:
+            root = Path(path).expanduser()
+        except RuntimeError:  # `~name` of a user this machine does not have
+            root = Path(path)
         if not root.is_absolute():
             problems.append(f"{path} is a relative path; give the absolute path of the project folder as the "
                             f"server sees it (the CLI resolves it for you)")
@@ -440,12 +493,19 @@ class IndexJobs:
         if problems:
             raise ConfigError("cannot start the index job: " + "; ".join(problems), problems)
         job = Job(project, root, full=full, clock=self.service.clock)
+        now = self.ledger.now() if self.ledger is not None else datetime.now(tz=UTC)
+        self._records[job.id] = JobRecord(id=job.id, project=project, root=str(root), full=full,
+                                          state=job.state.value, created_at=now, updated_at=now)
+        self._launch(job)
+        log.info("index job %s started: project %s from %s%s", job.id, project, root, " (full)" if full else "")
+        await self._save()
+        return job
+
+    def _launch(self, job: Any) -> None:
         self.service.jobs[job.id] = job
         task = asyncio.get_running_loop().create_task(self._run(job), name=f"fathom.index:{job.id}")
         self._tasks[job.id] = task
         task.add_done_callback(lambda t, jid=job.id: self._tasks.pop(jid, None))
-        log.info("index job %s started: project %s from %s%s", job.id, project, root, " (full)" if full else "")
-        return job
 
     async def _run(self, job: Any) -> None:
         from fathom.index.indexer import JobCancelled, JobState
@@ -473,6 +533,8 @@ class IndexJobs:
             if not job.finished:  # failed before the indexer took it (e.g. the store would not open)
                 job.state, job.error = JobState.FAILED, str(exc) or type(exc).__name__
             log.warning("index job %s (%s) failed: %s", job.id, job.project, job.error)
+        finally:
+            await self._saved(job)
 
     def all(self) -> list[Any]:
         return list(self.service.jobs.values())
@@ -483,17 +545,109 @@ class IndexJobs:
             raise refusal(404, f"no index job {job_id!r}; see GET /admin/jobs")
         return job
 
+    async def act(self, job_id: str, action: str) -> Any:
+        """Pause (between batches), resume (a paused job, or an interrupted one: a new run under
+        the same id), or cancel; 409 for an action that does not apply to the job's state."""
+        from fathom.index.indexer import JobState
+
+        job = self.get(job_id)
+        state = str(job.state.value)
+        if state == "interrupted" and job_id in self._records:
+            if action == "pause":
+                raise refusal(409, f"job {job_id} is interrupted, not running; resume it with POST "
+                                   f"/admin/jobs/{job_id}/resume, or cancel it")
+            if action == "resume":
+                job = self._job_for_run(self._records[job_id])
+                self._launch(job)
+            else:
+                job.state, job.error = JobState.CANCELLED, None
+            await self._saved(job)
+            return job
+        if job.finished:
+            raise refusal(409, f"job {job_id} is {state}; there is nothing to {action}")
+        if action == "resume" and state != "paused":
+            raise refusal(409, f"job {job_id} is {state}, not paused; there is nothing to resume")
+        if action == "pause" and state == "paused":
+            raise refusal(409, f"job {job_id} is already paused; resume it with POST /admin/jobs/{job_id}/resume")
+        getattr(job, action)()
+        await self._saved(job)
+        return job
+
+    # -- records -------------------------------------------------------------------------
+
+    def _job_of(self, record: JobRecord) -> Any:
+        """A `Job` showing what a record says (a finished or interrupted job of an earlier run)."""
+        from fathom.index.indexer import IndexProgress, IndexReport, Job, JobState
+
+        job = Job(record.project, record.root, full=record.full, clock=self.service.clock)
+        job.id = record.id
+        job.state = JobState(record.state)
+        job.error = record.error
+        progress = {k: v for k, v in record.progress.items()
+                    if k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
+        job.progress = IndexProgress(record.project, **{"phase": record.state, **progress})
+        if record.report:
+            with contextlib.suppress(TypeError):
+                job.report = IndexReport(**record.report)
+        return job
+
+    def _job_for_run(self, record: JobRecord) -> Any:
+        """A new run of an interrupted job, under its id (a full run resumes its shadow table)."""
+        from fathom.index.indexer import Job
+
+        job = Job(record.project, record.root, full=record.full, clock=self.service.clock)
+        job.id = record.id
+        record.paused, record.error = False, None
+        log.info("index job %s (%s) resumed", record.id, record.project)
+        return job
+
+    async def _saved(self, job: Any) -> None:
+        """Record `job`'s state (and progress, report) in its ledger record, and save."""
+        record = self._records.get(job.id)
+        if record is None:
+            return  # a job this registry did not start (an MCP call's): not kept
+        view = job.as_dict()
+        record.state, record.error = view["state"], view["error"]
+        record.progress = {k: view[k] for k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
+        if getattr(job, "report", None) is not None:
+            record.report = dataclasses.asdict(job.report)
+        if self.ledger is not None:
+            record.updated_at = self.ledger.now()
+        await self._save()
+
+    async def _save(self) -> None:
+        if self.ledger is None:
+            return
+        async with self._saving:  # one write at a time, in the order of the changes
+            records = [r.model_copy(deep=True) for r in self._records.values()]
+            try:
+                await asyncio.to_thread(self.ledger.save, records)
+            except OSError as exc:
+                log.error("could not save the index jobs to %s: %s", self.ledger.path, exc.strerror or exc)
+
     async def aclose(self, timeout: float = 10.0) -> None:
+        """Stop what runs; record it as interrupted (paused jobs held), to resume at next start."""
+        from fathom.index.indexer import JobState
+
         tasks = list(self._tasks.values())
-        for job in self.all():
-            if not job.finished:
-                job.cancel()
+        stopped = [j for j in self.all() if not j.finished and j.state is not JobState.INTERRUPTED]
+        for job in stopped:
+            record = self._records.get(job.id)
+            if record is not None:
+                record.paused = job.state is JobState.PAUSED
+            job.cancel()
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             for task in pending:
                 task.cancel()
             if pending:
                 await asyncio.wait(pending, timeout=timeout)
+        for job in stopped:
+            record = self._records.get(job.id)
+            if record is not None:
+                record.interrupted_by("the server was stopped while it ran")
+                job.state, job.error = JobState.INTERRUPTED, record.error
+        await self._save()
 
 
 def job_view(job: Any) -> dict[str, Any]:
@@ -713,16 +867,26 @@ class OperatorParts:
     # -- overview ----------------------------------------------------------------------
 
     def overview(self) -> dict[str, Any]:
+        """Every section the dashboard shows; a section whose state cannot be read says why
+        (`{"error": {message, problems}}`) and the others are still there."""
         fleet = fleet_view(self.hub)
+        try:
+            policies: dict[str, Any] = self.policies()
+        except RoutingStateDamaged as exc:
+            policies = {"error": {"message": str(exc), "problems": exc.problems}}
         out: dict[str, Any] = {
             "version": __version__, "uptime_s": round(time.time() - self.started_at, 1),
-            "policies": self.policies(), "fleet": fleet,
+            "policies": policies, "fleet": fleet,
             "gate": self.verdicts() if self.gate is not None else None,
             "budget": budget_view(self.budget) if self.budget is not None else None,
             "jobs": [job_view(j) for j in self.jobs.all()] if self.jobs is not None else [],
         }
         problems = list(fleet["problems"])
-        for role, r in out["policies"]["roles"].items():
+        if self.jobs is not None and self.jobs.problem:
+            problems.append(self.jobs.problem)
+        if "error" in policies and policies["error"]["message"] not in problems:
+            problems.append(policies["error"]["message"])
+        for role, r in policies.get("roles", {}).items():
             if not r["serving"]:
                 problems.append(f"role {role} has no provider serving it"
                                 + (f": {'; '.join(r['unavailable'])}" if r["unavailable"] else ""))
@@ -747,8 +911,16 @@ def admin_router(hub: Hub, auth: AdminAuth, *, registry: Any = None,
         return fleet_view(hub)
 
     @router.post("/fleet/{name}/approve")
-    async def approve(name: str) -> dict[str, Any]:
-        return (await hub.approve(_name(name))).to_dict()
+    async def approve(name: str, rebind: bool = False) -> dict[str, Any]:
+        """Approve a sidecar, bound to the credential of the host connected under the name now.
+        A host claiming a name bound to another host is approved only with `rebind=true` (it
+        replaces that host); 409 otherwise."""
+        from fathom.fleet.hub import NameClaimed
+
+        try:
+            return (await hub.approve(_name(name), rebind=rebind)).to_dict()
+        except NameClaimed as exc:
+            raise refusal(409, str(exc)) from None
 
     @router.post("/fleet/{name}/revoke")
     async def revoke(name: str) -> dict[str, Any]:
@@ -802,6 +974,8 @@ def admin_router(hub: Hub, auth: AdminAuth, *, registry: Any = None,
         try:
             roles = {Role.parse(r): fields for r, fields in (body.roles or {}).items()}
             outcome = await hub.push_config(roles or None, body.key, forget_key=body.forget_key)
+        except RoutingStateDamaged as exc:
+            raise damaged(exc) from None
         except ConfigError as exc:
             raise HTTPException(400, {"message": str(exc), "problems": exc.problems}) from None
         finally:
@@ -842,7 +1016,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
             state = parts.routing.load()
             widths, refs = await asyncio.to_thread(parts.table_widths)
         except ConfigError as exc:
-            raise refusal(503, str(exc)) from None
+            raise refusal(503, str(exc), exc.problems) from None
         changes, problems = check_policy_changes(body, state, table_widths=widths, reference_widths=refs)
         if problems:
             raise refusal(400, f"policy change refused ({len(problems)} problem"
@@ -886,6 +1060,8 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
             try:
                 space = service.space(role.table)
                 verdict = await gate.verify(space, provider, state.roles[role].policy, force=body.force)
+            except RoutingStateDamaged:
+                raise
             except PinRequired as exc:
                 raise refusal(400, str(exc)) from None
             except GateUnavailable as exc:
@@ -959,7 +1135,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         """Start indexing a folder (absolute path on the server) into a project."""
         jobs = parts.need("jobs")
         try:
-            job = jobs.start(body.path, body.project, body.full)
+            job = await jobs.start(body.path, body.project, body.full)
         except ConfigError as exc:
             raise refusal(400, str(exc), exc.problems) from None
         return job_view(job)
@@ -975,19 +1151,51 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
 
     @router.post("/jobs/{job_id}/{action}", tags=["jobs"])
     async def control_job(job_id: str, action: Literal["pause", "resume", "cancel"]) -> dict[str, Any]:
-        """Pause (between batches), resume, or cancel (the active table is unchanged; a later
-        full run resumes from the rows already embedded)."""
-        job = parts.need("jobs").get(job_id)
-        state = str(job.state.value)
-        if job.finished:
-            raise refusal(409, f"job {job_id} is {state}; there is nothing to {action}")
-        if action == "resume" and state != "paused":
-            raise refusal(409, f"job {job_id} is {state}, not paused; there is nothing to resume")
-        if action == "pause" and state == "paused":
-            raise refusal(409, f"job {job_id} is already paused; resume it with POST /admin/jobs/{job_id}/resume")
-        getattr(job, action)()
+        """Pause (between batches), resume (a paused job, or one a server stop interrupted), or
+        cancel (the active table is unchanged; a later full run resumes from the rows already
+        embedded)."""
+        job = await parts.need("jobs").act(job_id, action)
         log.info("index job %s: %s by the operator", job_id, action)
         return job_view(job)
+
+    # -- projects ----------------------------------------------------------------------
+
+    @router.get("/projects", tags=["projects"])
+    async def list_projects() -> dict[str, Any]:
+        """Every indexed project: rows per table, last indexed, its root folder and its live
+        sync (watch) state."""
+        service = parts.need("service")
+
+        def load() -> list[dict[str, Any]]:
+            return [{"name": p.name, "root": p.root, "tables": p.tables,
+                     "last_indexed": p.last_indexed, "indexing": p.indexing,
+                     "watch": service.watch_state(p.name)} for p in service.projects()]
+
+        return {"projects": await asyncio.to_thread(load)}
+
+    @router.get("/projects/{project}", tags=["projects"])
+    async def project_status(project: str) -> dict[str, Any]:
+        """One project's index status: tables, provenance, last run, jobs, watch state."""
+        service = parts.need("service")
+        await _require_project(service, project)
+        return asdict(await asyncio.to_thread(service.index_status, project))
+
+    @router.delete("/projects/{project}", tags=["projects"])
+    async def drop_project(project: str) -> dict[str, Any]:
+        """Remove a project and everything of it (both tables, its record, its jobs, its live
+        sync); its folder is not touched. A running job of it is cancelled first."""
+        service = parts.need("service")
+        await _require_project(service, project)
+        result = await service.drop(project)
+        log.info("project %s dropped by the operator", project)
+        return result
+
+    @router.put("/projects/{project}/watch", tags=["projects"])
+    async def set_watch(project: str, body: WatchChange) -> dict[str, Any]:
+        """Turn the project's live sync on or off (remembered across restarts)."""
+        service = parts.need("service")
+        await _require_project(service, project)
+        return {"project": project, "watch": await service.set_watch(project, body.enabled)}
 
     # -- overview ----------------------------------------------------------------------
 

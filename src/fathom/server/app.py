@@ -7,14 +7,17 @@ at `/mcp` (streamable HTTP, admin token) and the dashboard. Each part works with
 construct them directly, and any of them can be injected here); this is only where they meet,
 in the spirit of Starlette: explicit objects, no magic. `app.state` holds every part by name
 (`settings`, `routing`, `registry`, `hub`, `gate`, `budget`, `service`, `router`, `metrics`,
-`jobs`, `admin_auth`, `scrape_auth`, `operator`, `mcp`).
+`jobs`, `admin_auth`, `scrape_auth`, `operator`, `mcp`). Unless `settings.watch` is off
+(`--no-watch`, FATHOM_WATCH=0), the lifespan starts the service's live sync, so the indexes of
+the projects the server holds follow their folders.
 
 Auth: every route needs the admin bearer token except `GET /health` (and its older spelling
 `/healthz`), the dashboard's static page and assets (they carry no data: the page asks for the
 token and sends it on each of its API calls), and the `/sidecar` WebSocket (a join token, see
 `fleet.hub`). `/openapi.json` needs the admin token too. `/metrics` takes the admin token or a
 scrape-only token (`FATHOM_METRICS_TOKEN`), so a Prometheus server never holds a token that
-could push a key or change a policy.
+could push a key or change a policy. The token is checked, and the route's body-size limit
+applied, before any body is read (`server.guard`, the outermost part of the app).
 
 It refuses to run without the secret scrubber: `logsafe.install()` is the first thing it does,
 so no log record of the server process can carry a key-shaped string or a frame's content. A
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
@@ -35,15 +39,18 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
 
 from fathom import __version__, logsafe
-from fathom.config import RoutingStore, Settings
+from fathom.config import RoutingStateDamaged, RoutingStore, Settings
 from fathom.errors import FathomError, failure_of
 from fathom.fleet.hub import Hub
 from fathom.server.admin import (
     failure_response,
     AdminAuth, BudgetRecord, IndexJobs, OperatorParts, ScrapeAuth, admin_dependency, admin_router,
-    body_problems, operator_router, scrape_dependency,
+    body_problems, damaged, operator_router, scrape_dependency,
 )
+from fathom.server.guard import Access, BodyLimits, RequestGuard
 from fathom.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
 
 
 def create_app(
@@ -117,7 +124,9 @@ def create_app(
     elif hub.wrap is None:
         hub.wrap = wrap
     metrics.watch(budget=budget, gate=gate, hub=hub, registry=registry, jobs=lambda: list(service.jobs.values()))
-    jobs = IndexJobs(service)
+    from fathom.server.job_records import JobLedger
+
+    jobs = IndexJobs(service, ledger=JobLedger(settings.data_dir), resume_on_start=settings.resume_jobs)
     # The MCP tools over streamable HTTP at /mcp, on the same service (one registry, gate,
     # budget and router for MCP clients, the admin API and the sidecars), admin token required.
     from fathom.server.admin import bearer_token
@@ -134,6 +143,14 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
         rechecks = gate.start_rechecks(stop=stop)  # periodic re-probes against the golden vectors
+        await jobs.restore()  # jobs a crash or a stop interrupted: listed, and resumed where they may be
+        if settings.watch:
+            # Live sync: the indexes of the projects this server holds follow their folders.
+            # Failures only delay a project's sync (retried); they never stop the server.
+            try:
+                await service.start_watching()
+            except Exception:  # noqa: BLE001
+                log.exception("live sync could not start; indexes change only when re-indexed")
         try:
             async with mcp_endpoint.running():
                 yield
@@ -158,6 +175,11 @@ def create_app(
                         ("scrape_auth", scrape_auth), ("operator", parts), ("mcp", mcp_endpoint)):
         setattr(app.state, name, value)
 
+    @app.exception_handler(RoutingStateDamaged)
+    async def state_damaged(request: Request, exc: RoutingStateDamaged) -> JSONResponse:
+        # Whichever route met it: the server's own state file is damaged, which no request fixes.
+        return JSONResponse(status_code=503, content={"detail": damaged(exc).detail})
+
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = body_problems(exc)
@@ -177,6 +199,10 @@ def create_app(
             raise exc
         return failure_response(failure)
 
+    # Auth before bodies: no route, and no framework layer, reads a request body before the
+    # token is checked and the route's size limit applied.
+    app.add_middleware(RequestGuard, access=Access(admin_auth, scrape_auth),
+                       limits=BodyLimits(default=settings.max_body_bytes))
     hub.mount(app)
     app.add_route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     app.include_router(admin_router(hub, admin_auth, registry=registry))

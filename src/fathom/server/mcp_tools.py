@@ -1,10 +1,15 @@
-"""The MCP face of Fathom: six tools on the official `mcp` SDK (v2), over stdio or streamable
+"""The MCP face of Fathom: its tools on the official `mcp` SDK (v2), over stdio or streamable
 HTTP.
 
-What it owns: the tool names, their argument and result shapes (structured output, described
-for the model), and the translation of every anticipated failure — a bad argument, an unknown
-project, a path that is not a folder, a refusal by the store — into the SDK's `ToolError`,
-whose message reaches the client as an `is_error` result. The server keeps serving after one.
+What it owns: the tool names, their argument and result shapes (structured output), and how
+they read to the agent that calls them: every parameter described with its default and
+bounds, a title and annotations on every tool (read-only searches, the destructive
+`drop_project`), one meaning per score field (`SCORES`), a reason that concerns a whole
+response stated once in it, docs hits that open on words, progress notifications while
+`index_project` runs, and `ask`/`explore` listed only while some route can serve them. Also
+the translation of every anticipated failure — a bad argument, an unknown project, a path
+that is not a folder, a refusal by the store — into the SDK's `ToolError`, whose message
+reaches the client as an `is_error` result. The server keeps serving after one.
 
 What it refuses to do: hold any logic of its own (every tool is one call on the `Fathom`
 composition root), write anything to stdout in stdio mode (that stream is the protocol), or
@@ -15,18 +20,21 @@ tool …", and is logged on stderr).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
 
 from fathom import __version__
-from fathom.errors import ConfigError, FathomError, failure_of
-from fathom.service import Fathom, SearchHit
+from fathom.errors import ConfigError, FathomError, OutOfRange, failure_of
+from fathom.index.filters import SearchFilter
+from fathom.service import MAX_K, MAX_LINE, Fathom, SearchHit
 
 log = logging.getLogger(__name__)
 
@@ -36,45 +44,108 @@ R = TypeVar("R")
 INSTRUCTIONS = (
     "Fathom searches indexed codebases by meaning. Use search_code for functions and classes, "
     "search_docs for READMEs and documentation, find_similar to find code like a given file "
-    "line or snippet. list_projects shows what is indexed; index_project adds or refreshes one."
+    "line or snippet. list_projects shows what is indexed; index_project adds or refreshes one. "
+    "Indexes of watched projects follow file edits within seconds, with no re-index needed."
 )
 
 
+# One meaning per score field, stated once and used in every schema that carries it.
+SCORES = {
+    "fused_score": (
+        "Fused rank score of this chunk: reciprocal rank fusion of the vector (cosine) ranking "
+        "and the keyword (BM25) ranking, sum of 1/(60 + rank) over the rankings that found it "
+        "(at most about 0.033). It orders search results when they are not reranked; it "
+        "compares chunks within one response, not across responses. Null in find_similar."),
+    "cosine": (
+        "Cosine similarity between the query's (or the origin chunk's) vector and this chunk's "
+        "vector, from -1 to 1, higher is closer; comparable across responses of one project "
+        "table. Null when only the keyword search found the chunk."),
+    "rerank_score": (
+        "The reranker's relevance score for this chunk, on the reranker model's own scale; "
+        "null when the response is not reranked (see `reranked` and `reason`)."),
+}
+ORDERED_BY = ("What the results are ordered by: `rerank_score` when a reranker rescored them, "
+              "else `fused_score` (search_code, search_docs) or `cosine` (find_similar).")
+
+READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,
+                            openWorldHint=False)
+
+# Parameters, described for the agent that reads the tool list (default and bounds included).
+Query = Annotated[str, Field(description="What to look for: a few words, a question or an "
+                                         "identifier, e.g. `retry with backoff`.",
+                             min_length=1, max_length=2000)]
+ProjectOpt = Annotated[str | None, Field(
+    description="The indexed project to search (see list_projects). Default null: every "
+                "indexed project.")]
+ProjectName = Annotated[str, Field(description="The project's name, as list_projects shows it.",
+                                   min_length=1, max_length=200)]
+K = Annotated[int, Field(description=f"How many results to return, 1 to {MAX_K}. Default 10.",
+                         ge=1, le=MAX_K)]
+Language = Annotated[str | None, Field(
+    description="Only chunks in this language, lower case as results name it (`python`, "
+                "`typescript`, `go`, `markdown`…). Default null: any language.",
+    max_length=40)]
+PathGlob = Annotated[str | None, Field(
+    description="Only chunks of files matching this glob, relative to the project root: `*` "
+                "within a folder, `**` across folders; a glob without `/` matches file names "
+                "at any depth (`*.py`, `test_*`), a trailing `/` a whole folder (`src/`). "
+                "Default null: any file.", max_length=500)]
+Kind = Annotated[Literal["function", "method", "class"] | None, Field(
+    description="Only chunks that define this kind of symbol: `function`, `method` (a "
+                "function defined in a class-like type) or `class` (classes, structs, "
+                "interfaces, traits, enums). Default null: any chunk, including code between "
+                "definitions.")]
+
+
 class Result(BaseModel):
-    project: str
+    project: str = Field(description="the project the chunk belongs to")
     path: str = Field(description="file path relative to the project root")
     start_line: int = Field(description="first line of the chunk, 1-based")
     end_line: int = Field(description="last line of the chunk, inclusive")
     symbol: str | None = Field(None, description="function, class or heading the chunk covers")
-    language: str
-    score: float
-    snippet: str
+    kind: str | None = Field(None, description="what the symbol is: function, method or class; "
+                                               "null for code between definitions and for prose")
+    language: str = Field(description="the chunk's language, as the `language` filter takes it")
+    rank: int = Field(description="1-based position in this response")
+    fused_score: float | None = Field(None, description=SCORES["fused_score"])
+    cosine: float | None = Field(None, description=SCORES["cosine"])
+    rerank_score: float | None = Field(None, description=SCORES["rerank_score"])
+    snippet: str = Field(description="the chunk's first lines (docs: from its first line of "
+                                     "words, without docstring or comment delimiters)")
 
     @classmethod
-    def of(cls, hit: SearchHit) -> Result:
+    def of(cls, hit: SearchHit, rank: int, *, fused: float | None = None,
+           rerank: float | None = None) -> Result:
         return cls(project=hit.project, path=hit.path, start_line=hit.start_line,
-                   end_line=hit.end_line, symbol=hit.symbol, language=hit.language,
-                   score=hit.score, snippet=hit.snippet)
+                   end_line=hit.end_line, symbol=hit.symbol, kind=hit.kind,
+                   language=hit.language, rank=rank, fused_score=fused, cosine=hit.cosine,
+                   rerank_score=rerank, snippet=hit.snippet)
 
 
 class SearchResults(BaseModel):
-    query: str
-    table: str
-    results: list[Result]
-    reranked: bool | None = Field(None, description="whether the reranker role rescored the "
-                                  "results (false: retrieval order, see reason)")
-    reason: str | None = Field(None, description="why the results were not reranked")
+    query: str = Field(description="the query, or `path:line` for find_similar from a file")
+    table: Literal["code", "docs"] = Field(description="the table searched")
+    ordered_by: Literal["rerank_score", "fused_score", "cosine"] = Field(description=ORDERED_BY)
+    results: list[Result] = Field(description="best first")
+    reranked: bool = Field(description="whether the reranker role rescored these results")
+    reason: str | None = Field(None, description="why the response is as it is, for the whole "
+                               "response (e.g. why it is not reranked); stated once here, not "
+                               "on each result")
+    filters: str | None = Field(None, description="the filters applied, if any")
     notes: list[str] = Field(default_factory=list, description="what the reader must know "
                              "besides the results, e.g. a damaged project the search skipped")
 
 
 class ProjectEntry(BaseModel):
     name: str
-    root: str | None
+    root: str | None = Field(description="the project folder on the server's machine")
     code_chunks: int
     docs_chunks: int
-    last_indexed: str | None
-    indexing: bool
+    last_indexed: str | None = Field(description="ISO 8601, UTC")
+    indexing: bool = Field(description="a full re-index is being built (searches still answer "
+                                       "from the current index)")
+    watch: str = Field(description="live sync: watching, syncing, waiting (a failed sync is "
+                                   "retried), off, or not watched by this server")
     damaged: str | None = Field(None, description="why the project cannot be read (searches "
                                 "skip it); `fathom store verify NAME --repair` fixes it")
 
@@ -86,14 +157,20 @@ class ProjectList(BaseModel):
 class IndexSummary(BaseModel):
     project: str
     root: str
-    full: bool
-    resumed: bool
+    full: bool = Field(description="a full rebuild (else incremental)")
+    resumed: bool = Field(description="a full rebuild that resumed an interrupted one")
     files: int
-    chunks: int
-    embedded: int
-    reused: int
-    deleted: int
-    skipped: dict[str, int]
+    chunks: int = Field(description="chunks in the project now, both tables")
+    embedded: int = Field(description="chunks embedded by this run: only those whose text is "
+                                      "new to the index")
+    reused: int = Field(description="chunks already in place, untouched")
+    carried: int = Field(description="chunks whose text was already indexed elsewhere (moved "
+                                     "lines, a renamed file): their vector was reused, not "
+                                     "embedded")
+    deleted: int = Field(description="chunks removed because their text is gone")
+    skipped: dict[str, int] = Field(description="files left out, counted by reason")
+    skipped_folders: dict[str, list[str]] = Field(description="folders left out whole, by "
+                                                              "reason (first 50 of each)")
     seconds: float
     code_chunks: int
     docs_chunks: int
@@ -106,7 +183,21 @@ class TableStatus(BaseModel):
     reference: str | None
     last_indexed: str | None
     shadow_rows: int | None
-    provenance: dict[str, int]
+    provenance: dict[str, int] = Field(description="rows per `provider|verdict` that wrote them")
+
+
+class WatchStatus(BaseModel):
+    enabled: bool = Field(description="the project's live sync setting")
+    state: str = Field(description="watching, syncing, waiting (retrying a failed sync), "
+                                   "missing (folder not found), off, or not watched")
+    detail: str | None = None
+    root: str | None = None
+    pending: int | None = Field(None, description="changed files not yet synced")
+    syncs: int | None = Field(None, description="sync jobs finished since the watch began")
+    last_sync: str | None = Field(None, description="ISO 8601, UTC")
+    last_job: str | None = None
+    last_error: str | None = None
+    retry_at: str | None = Field(None, description="when a failed sync is retried, ISO 8601")
 
 
 class IndexStatusResult(BaseModel):
@@ -115,6 +206,15 @@ class IndexStatusResult(BaseModel):
     tables: dict[str, TableStatus]
     last_run: dict[str, Any] | None
     jobs: list[dict[str, Any]]
+    watch: WatchStatus
+    include: list[str] = Field(description="the project's include globs")
+
+
+class DropResult(BaseModel):
+    project: str
+    dropped: bool
+    rows: dict[str, int] = Field(description="rows removed per table")
+    root: str | None = Field(description="the folder it was indexed from (left untouched)")
 
 
 def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -135,81 +235,279 @@ def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     return wrapper
 
 
+_BOUND_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than",
+                 "int_type", "int_parsing", "int_from_float"}
+
+
+def _bounds(schema: dict[str, Any], name: str) -> tuple[int, int] | None:
+    """The integer bounds the tool's input schema gives parameter `name`, if it has both."""
+    prop = schema.get("properties", {}).get(name, {})
+    for part in [prop, *prop.get("anyOf", [])]:
+        if part.get("type") == "integer" and "minimum" in part and "maximum" in part:
+            return int(part["minimum"]), int(part["maximum"])
+    return None
+
+
+def argument_problems(tool: str, schema: dict[str, Any], exc: ValidationError) -> str:
+    """One line naming every argument of a `tool` call that failed its schema, and why."""
+    problems = []
+    for err in exc.errors():
+        name = ".".join(str(part) for part in err["loc"]) or "arguments"
+        bounds = _bounds(schema, str(err["loc"][0])) if err["loc"] else None
+        if bounds is not None and err["type"] in _BOUND_ERRORS:
+            problems.append(str(OutOfRange(name, err.get("input"), *bounds)))
+        else:
+            msg = err["msg"]
+            problems.append(f"{name}: {msg[:1].lower()}{msg[1:]}")
+    return f"invalid arguments for {tool}: " + "; ".join(problems)
+
+
+class ToolServer(MCPServer):
+    """An `MCPServer` whose tools may be listed conditionally: a tool registered with
+    `only_when(name, predicate)` appears in tools/list only while the predicate holds (it
+    still answers a call, with its refusal)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._conditions: dict[str, Callable[[], bool]] = {}
+
+    def only_when(self, name: str, predicate: Callable[[], bool]) -> None:
+        self._conditions[name] = predicate
+
+    async def list_tools(self) -> list[Any]:
+        tools = await super().list_tools()
+        return [t for t in tools if self._listed(t.name)]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            # Arguments that fail the schema the client was shown: the SDK's text is pydantic's
+            # report; say it the way every other refusal is said, naming argument and bounds.
+            if isinstance(exc.__cause__, ValidationError):
+                tool = self._tool_manager.get_tool(name)
+                schema = tool.parameters if tool is not None else {}
+                raise ToolError(argument_problems(name, schema, exc.__cause__)) from None
+            raise
+
+    def _listed(self, name: str) -> bool:
+        predicate = self._conditions.get(name)
+        if predicate is None:
+            return True
+        try:
+            return bool(predicate())
+        except Exception:  # noqa: BLE001 - a broken check hides the tool, never the list
+            log.exception("listing check of tool %s failed", name)
+            return False
+
+
+class ProgressReporter:
+    """Index progress as MCP progress notifications: chunks done of the total and the rate,
+    at most `per_s` a second (the last one always), sent from one task so a slow client never
+    stalls the job."""
+
+    def __init__(self, ctx: Context | None, per_s: float = 4.0):
+        self.ctx = ctx
+        self.interval = 1.0 / per_s
+        self._latest: Any = None
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def __call__(self, progress: Any) -> None:
+        self._latest = progress
+        self._changed.set()
+
+    async def __aenter__(self) -> ProgressReporter:
+        if self.ctx is not None:
+            self._task = asyncio.create_task(self._send())
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+            with contextlib.suppress(Exception):
+                await self._report()  # the final state, whatever the throttle said
+
+    async def _send(self) -> None:
+        while True:
+            await self._changed.wait()
+            self._changed.clear()
+            with contextlib.suppress(Exception):  # a client that left must not fail the job
+                await self._report()
+            await asyncio.sleep(self.interval)
+
+    async def _report(self) -> None:
+        p = self._latest
+        if p is None or self.ctx is None:
+            return
+        total = p.chunks_total or None
+        if p.chunks_total:
+            message = (f"{p.phase}: {p.chunks_done} of {p.chunks_total} chunks embedded, "
+                       f"{p.rate:.1f} chunks/s"
+                       + (f", {p.chunks_carried} reused by content" if p.chunks_carried else ""))
+        else:
+            message = f"{p.phase}: {p.files} files" if p.files else p.phase
+        await self.ctx.report_progress(float(p.chunks_done), float(total) if total else None,
+                                       message)
+
+
 def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio` / `run_http`, or
     mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
     of `ask` and `explore` (the server passes its own; None: the standalone router)."""
-    server = MCPServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
-                       log_level="WARNING")
+    server = ToolServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
+                        log_level="WARNING")
 
-    async def reranked_search(query: str, project: str | None, table: str, k: int) -> SearchResults:
+    async def reranked_search(query: str, project: str | None, table: str, k: int,
+                              where: SearchFilter | None) -> SearchResults:
         # Vector + keyword candidates, rescored by the reranker role when one can serve; when
         # none can, the results still come back, flagged not reranked with the reason.
         from fathom.index import rerank
 
         if not isinstance(query, str) or not query.strip():
             raise ConfigError("the search query is empty: give a few words or an identifier")
-        found = await rerank.search(fathom, query, project, table, k,
+        found = await rerank.search(fathom, query, project, table, k, where=where,
                                     reranker=router if router is not None else getattr(fathom, "router", None))
-        return SearchResults(query=query, table=table, results=[Result.of(h) for h in found.hits],
-                             reranked=found.reranked, reason=found.reason,
+        results = [Result.of(h.hit, i, fused=h.retrieval_score, rerank=h.rerank_score)
+                   for i, h in enumerate(found.hits, start=1)]
+        return SearchResults(query=query, table=table,  # type: ignore[arg-type]
+                             ordered_by="rerank_score" if found.reranked else "fused_score",
+                             results=results, reranked=found.reranked, reason=found.reason,
+                             filters=where.describe() if where else None,
                              notes=list(found.notes))
 
-    @server.tool(description="Search indexed source code by meaning and keywords. Returns "
-                             "file paths with line ranges, the symbol and a snippet.")
+    @server.tool(title="Search code", annotations=READ_ONLY,
+                 description="Search indexed source code by meaning and keywords (vector and "
+                             "keyword rankings fused). Returns file paths with line ranges, "
+                             "the symbol, scores (see each field) and a snippet, best first. "
+                             "Filters by language, path glob and symbol kind apply before the "
+                             "top k is taken.")
     @tool_errors
-    async def search_code(query: str, project: str | None = None, k: int = 10) -> SearchResults:
-        return await reranked_search(query, project, "code", k)
+    async def search_code(query: Query, project: ProjectOpt = None, k: K = 10,
+                          language: Language = None, path: PathGlob = None,
+                          kind: Kind = None) -> SearchResults:
+        return await reranked_search(query, project, "code", k,
+                                     SearchFilter.of(language, path, kind))
 
-    @server.tool(description="Search indexed documentation (README, Markdown, reST, "
-                             "docstrings) by meaning and keywords.")
+    @server.tool(title="Search documentation", annotations=READ_ONLY,
+                 description="Search indexed documentation (README, Markdown, reST, docstrings) "
+                             "by meaning and keywords. Same result shape and filters as "
+                             "search_code; `kind` matches the symbol a docstring documents.")
     @tool_errors
-    async def search_docs(query: str, project: str | None = None, k: int = 10) -> SearchResults:
-        return await reranked_search(query, project, "docs", k)
+    async def search_docs(query: Query, project: ProjectOpt = None, k: K = 10,
+                          language: Language = None, path: PathGlob = None,
+                          kind: Kind = None) -> SearchResults:
+        return await reranked_search(query, project, "docs", k,
+                                     SearchFilter.of(language, path, kind))
 
-    @server.tool(description="Find code similar to the chunk at a file and line of a project "
-                             "(path relative to the project root), or to a snippet.")
+    @server.tool(title="Find similar code", annotations=READ_ONLY,
+                 description="Find the chunks whose vectors lie nearest to the chunk at a file "
+                             "and line of a project, or to a snippet. Give `path` and `line`, "
+                             "or `snippet`. Ordered by cosine similarity; the origin chunk "
+                             "itself is left out.")
     @tool_errors
-    async def find_similar(project: str, path: str | None = None, line: int | None = None,
-                           snippet: str | None = None, k: int = 10,
-                           table: Literal["code", "docs"] = "code") -> SearchResults:
+    async def find_similar(
+        project: ProjectName,
+        path: Annotated[str | None, Field(
+            description="A file path relative to the project root (as search results give "
+                        "it); needs `line`. Default null: use `snippet`.", max_length=1000)]
+        = None,
+        line: Annotated[int | None, Field(
+            description="A 1-based line in `path`; the innermost chunk covering it is the "
+                        "origin. Default null.", ge=1, le=MAX_LINE)] = None,
+        snippet: Annotated[str | None, Field(
+            description="Code or text to find similar chunks to, instead of path and line. "
+                        "Default null.", max_length=20000)] = None,
+        k: K = 10,
+        table: Annotated[Literal["code", "docs"], Field(
+            description="The table to search: `code` (default) or `docs`.")] = "code",
+    ) -> SearchResults:
         hits = await fathom.find_similar(project, path=path, line=line, snippet=snippet, k=k,
                                          table=table)
         query = snippet if snippet is not None else f"{path}:{line}"
-        return SearchResults(query=query, table=table, results=[Result.of(h) for h in hits])
+        return SearchResults(
+            query=query, table=table, ordered_by="cosine",
+            results=[Result.of(h, i) for i, h in enumerate(hits, start=1)], reranked=False,
+            reason="find_similar ranks by vector similarity alone: no keyword fusion, no "
+                   "reranking")
 
-    @server.tool(description="Index (or re-index) a project folder on the server's machine. "
-                             "Incremental by default: only changed chunks are embedded; "
-                             "full=true rebuilds the index and swaps it in atomically.")
+    @server.tool(title="Index a project",
+                 annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
+                                             idempotentHint=True, openWorldHint=False),
+                 description="Index (or re-index) a project folder on the server's machine, "
+                             "then keep it in sync as its files change. Incremental by "
+                             "default: only chunks whose text is new are embedded (moved or "
+                             "renamed text reuses its vectors); full=true rebuilds the index "
+                             "and swaps it in atomically. Sends progress notifications (chunks "
+                             "done of total, rate) while it runs.")
     @tool_errors
-    async def index_project(path: str, project: str | None = None,
-                            full: bool = False) -> IndexSummary:
-        r = await fathom.index(path, project, full=full)
+    async def index_project(
+        path: Annotated[str, Field(description="The project folder: an absolute path on the "
+                                               "server's machine.", min_length=1,
+                                   max_length=4096)],
+        project: Annotated[str | None, Field(
+            description="The project's name. Default null: the folder's name.",
+            max_length=200)] = None,
+        full: Annotated[bool, Field(
+            description="Rebuild the whole index in a shadow table and swap it in atomically "
+                        "(searches answer from the old one meanwhile). Default false: "
+                        "incremental.")] = False,
+        include: Annotated[list[str] | None, Field(
+            description="Globs (gitignore syntax) to index although the built-in skips "
+                        "(build/, vendor/, node_modules/…) or .gitignore leave them out, e.g. "
+                        "[\"vendor/mylib/\"]; remembered for later runs. Default null: keep the "
+                        "project's current ones.", max_length=50)] = None,
+        ctx: Context | None = None,
+    ) -> IndexSummary:
+        async with ProgressReporter(ctx) as report_progress:
+            r = await fathom.index(path, project, full=full, include=include,
+                                   progress=report_progress)
         return IndexSummary(project=r.project, root=r.root, full=r.full, resumed=r.resumed,
                             files=r.files, chunks=r.chunks, embedded=r.embedded, reused=r.reused,
-                            deleted=r.deleted, skipped=r.skipped, seconds=round(r.elapsed_s, 2),
-                            code_chunks=r.tables.get("code", 0),
+                            carried=r.carried, deleted=r.deleted, skipped=r.skipped,
+                            skipped_folders={k: v[:50] for k, v in r.skipped_dirs.items()},
+                            seconds=round(r.elapsed_s, 2), code_chunks=r.tables.get("code", 0),
                             docs_chunks=r.tables.get("docs", 0))
 
-    @server.tool(description="List the indexed projects with their chunk counts.")
+    @server.tool(title="List projects", annotations=READ_ONLY,
+                 description="List the indexed projects with their chunk counts, when each was "
+                             "last indexed and its live sync state.")
     @tool_errors
     async def list_projects() -> ProjectList:
-        projects = await asyncio.to_thread(fathom.projects)
-        return ProjectList(projects=[
-            ProjectEntry(name=p.name, root=p.root, code_chunks=p.tables.get("code", 0),
-                         docs_chunks=p.tables.get("docs", 0), last_indexed=p.last_indexed,
-                         indexing=p.indexing, damaged=p.damaged)
-            for p in projects])
+        def load() -> ProjectList:
+            return ProjectList(projects=[
+                ProjectEntry(name=p.name, root=p.root, code_chunks=p.tables.get("code", 0),
+                             docs_chunks=p.tables.get("docs", 0), last_indexed=p.last_indexed,
+                             indexing=p.indexing, watch=fathom.watch_state(p.name)["state"],
+                             damaged=p.damaged)
+                for p in fathom.projects()])
 
-    @server.tool(description="The index state of one project: rows per table, the encoder "
-                             "that defines each table, provenance counts, the last run and "
-                             "running jobs.")
+        return await asyncio.to_thread(load)
+
+    @server.tool(title="Index status", annotations=READ_ONLY,
+                 description="The index state of one project: rows per table, the encoder "
+                             "that defines each table, provenance counts, the last run, "
+                             "running jobs and its live sync (watch) state.")
     @tool_errors
-    async def index_status(project: str) -> IndexStatusResult:
+    async def index_status(project: ProjectName) -> IndexStatusResult:
         s = await asyncio.to_thread(fathom.index_status, project)
         return IndexStatusResult(project=s.project, root=s.root,
                                  tables={t: TableStatus(**v) for t, v in s.tables.items()},
-                                 last_run=s.last_run, jobs=s.jobs)
+                                 last_run=s.last_run, jobs=s.jobs,
+                                 watch=WatchStatus(**s.watch), include=s.include)
+
+    @server.tool(title="Drop a project",
+                 annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True,
+                                             idempotentHint=True, openWorldHint=False),
+                 description="Remove a project from the index, and everything of it: both "
+                             "tables, its record, its jobs and its live sync. The project's "
+                             "folder is not touched; index_project brings it back. Cannot be "
+                             "undone.")
+    @tool_errors
+    async def drop_project(project: ProjectName) -> DropResult:
+        return DropResult(**await fathom.drop(project))
 
     from fathom.agents.mcp import register_agent_tools  # ask (code-assistant), explore (rlm)
 
@@ -217,11 +515,16 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     return server
 
 
-async def run_stdio(fathom: Fathom) -> None:
+async def run_stdio(fathom: Fathom, *, watch: bool = True) -> None:
+    """Serve over stdio; with `watch`, the served projects' indexes follow their files."""
+    if watch:
+        await fathom.start_watching()
     await build_mcp_server(fathom).run_stdio_async()
 
 
 async def run_http(fathom: Fathom, host: str = "127.0.0.1", port: int = 8765,
-                   path: str = "/mcp") -> None:
+                   path: str = "/mcp", *, watch: bool = True) -> None:
+    if watch:
+        await fathom.start_watching()
     await build_mcp_server(fathom).run_streamable_http_async(host=host, port=port,
                                                              streamable_http_path=path)

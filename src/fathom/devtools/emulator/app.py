@@ -27,6 +27,8 @@ import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from fathom.devtools.control_api import add_control_routes, bad, body_of
+from fathom.devtools.emulator.chat import content_pieces, tool_call_fragments
 from fathom.devtools.emulator.encoders import VARIANTS, encoder
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow, retry_after_header
 from fathom.devtools.emulator.state import (
@@ -305,10 +307,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         try:
             yield ": OPENROUTER PROCESSING\n\n"
             yield chunk({"role": "assistant", "content": ""})
-            words = (turn.content or "").split(" ")
-            pieces = [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)] if turn.content else []
             err = turn.stream_error
-            for n, piece in enumerate(pieces):
+            for n, piece in enumerate(content_pieces(turn.content)):
                 if err is not None and n >= int(err.get("after_chunks", 0)):
                     break
                 yield chunk({"content": piece})
@@ -318,12 +318,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
                      "metadata": {"error_type": err.get("error_type", "provider_unavailable")}}
                 yield (f"data: {json.dumps({'id': gen_id, 'object': 'chat.completion.chunk', 'created': created, 'model': model, 'provider': CHAT_UPSTREAM, 'error': e, 'choices': [{'index': 0, 'delta': {'content': ''}, 'finish_reason': 'error'}]})}\n\n")
                 return
-            for i, call in enumerate(calls):
-                args = call["function"]["arguments"]
-                half = len(args) // 2  # arguments arrive in fragments, as real streams do
-                yield chunk({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                             "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
-                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
+            for delta in tool_call_fragments(calls):
+                yield chunk(delta)
             yield chunk({}, finish, usage=usage)
             yield "data: [DONE]\n\n"
         finally:
@@ -355,21 +351,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
 
     # ------------------------------------------------------------------ control API
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        return json.loads(raw) if raw else {}
-
-    def bad(message: str) -> JSONResponse:
-        return JSONResponse({"error": message}, status_code=400)
-
-    @app.post("/control/reset")
-    async def control_reset() -> dict[str, Any]:
-        state.reset()
-        return {"ok": True}
-
-    @app.get("/control/counters")
-    async def control_counters() -> dict[str, Any]:
-        return state.counters()
+    add_control_routes(app, state)  # reset, counters, chat script
 
     @app.get("/control/state")
     async def control_state() -> dict[str, Any]:
@@ -487,14 +469,5 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         if "down" in b:
             (state.down.add if b["down"] else state.down.discard)(name)
         return state.snapshot()
-
-    @app.post("/control/chat/script")
-    async def control_script(request: Request) -> Any:
-        b = await body_of(request)
-        try:
-            n = state.chat.load(list(b.get("turns", [])), append=bool(b.get("append", False)))
-        except (TypeError, ValueError) as exc:
-            return bad(str(exc))
-        return {"turns": n}
 
     return app

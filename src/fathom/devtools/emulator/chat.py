@@ -7,6 +7,9 @@ for that model; default any) and `stream_error` ({"after_chunks", "code", "messa
 request streams, the stream breaks after that many content chunks with OpenRouter's documented
 mid-stream error event). Turns without `match` are consumed in order, per model. With no turn
 left, the model echoes the last user message, so an unscripted test still gets an answer.
+
+The scripted local server (`fathom.devtools.localserver`) plays the same scripts, and both
+stream a turn the same way (`content_pieces`, `tool_call_fragments`).
 """
 
 from __future__ import annotations
@@ -83,3 +86,24 @@ class ScriptedChat:
                 "function": {"name": tc["name"], "arguments": args if isinstance(args, str) else json.dumps(args)},
             })
         return out
+
+
+def content_pieces(content: str | None) -> list[str]:
+    """A turn's content as a stream sends it: word by word, the spaces kept."""
+    if not content:
+        return []
+    words = content.split(" ")
+    return [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
+
+
+def tool_call_fragments(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream deltas of a turn's tool calls: each call in two pieces, its arguments split
+    in the middle, as real streams deliver them (the client must join them by index)."""
+    out = []
+    for i, call in enumerate(calls):
+        args = call["function"]["arguments"]
+        half = len(args) // 2
+        out.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
+                                    "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
+        out.append({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
+    return out

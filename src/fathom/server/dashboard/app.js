@@ -119,7 +119,7 @@ function fillPolicyForm(pol) {
 }
 
 function loadRoleIntoForm() {
-  if (!overview) return;
+  if (!overview || !overview.policies.roles) return;
   const role = $("pf-role").value;
   const r = overview.policies.roles[role];
   formRole = role;
@@ -140,7 +140,12 @@ function renderFleet(fleet) {
   for (const s of fleet.sidecars) {
     const key = s.key_present === null ? "—" : (s.key_present ? "present" : "missing");
     const action = el("td");
-    if (s.state === "pending") action.append(el("button", { type: "button", text: "Approve", onclick: () => fleetAction(s.name, "approve") }));
+    if (s.state === "pending" && s.claimed) {
+      // Another host's credential holds this name: handing it over is a deliberate act.
+      action.append(el("button", { type: "button", class: "danger", text: "Give this host the name", onclick: () => {
+        if (confirm(s.name + " belongs to another host. Give the name to the host connected now? The other host is locked out.")) fleetAction(s.name, "approve?rebind=true");
+      } }));
+    } else if (s.state === "pending") action.append(el("button", { type: "button", text: "Approve", onclick: () => fleetAction(s.name, "approve") }));
     else if (s.state === "approved") action.append(el("button", { type: "button", class: "danger", text: "Revoke", onclick: () => fleetAction(s.name, "revoke") }));
     tbody.append(el("tr", { "data-sidecar": s.name },
       el("th", { text: s.name }),
@@ -210,13 +215,13 @@ function renderJobs(jobs) {
   const tbody = $("jobs").tBodies[0];
   tbody.replaceChildren();
   if (jobs.length === 0) {
-    tbody.append(el("tr", {}, el("td", { colspan: "8", class: "muted", text: "no job has run in this server yet" })));
+    tbody.append(el("tr", {}, el("td", { colspan: "8", class: "muted", text: "no job has run on this server yet" })));
   }
   for (const j of jobs.slice().reverse()) {
     const bar = el("progress", { max: "100", value: String(j.percent) });
     const actions = el("td");
     if (!j.finished) {
-      if (j.state === "paused") actions.append(el("button", { type: "button", text: "Resume", onclick: () => jobAction(j.id, "resume") }));
+      if (j.state === "paused" || j.state === "interrupted") actions.append(el("button", { type: "button", text: "Resume", onclick: () => jobAction(j.id, "resume") }));
       else actions.append(el("button", { type: "button", text: "Pause", onclick: () => jobAction(j.id, "pause") }));
       actions.append(el("button", { type: "button", class: "danger", text: "Cancel", onclick: () => jobAction(j.id, "cancel") }));
     }
@@ -232,10 +237,45 @@ function renderJobs(jobs) {
   }
 }
 
+// A section the server could not read comes as {error: {message, problems}}: say so in its
+// card, and render every other section as usual.
+function renderSectionError(box, error) {
+  box.hidden = !error;
+  if (error) showResult(box, false, error.message, error.problems.filter((p) => p !== error.message));
+}
+
+function renderProjects(projects) {
+  const tbody = $("projects").tBodies[0];
+  tbody.replaceChildren();
+  if (projects.length === 0) {
+    tbody.append(el("tr", {}, el("td", { colspan: "7", class: "muted", text: "no project is indexed yet" })));
+  }
+  for (const p of projects) {
+    const w = p.watch;
+    const sync = w.enabled ? w.state + (w.last_sync ? ", last " + w.last_sync : "") : "off";
+    const actions = el("td");
+    actions.append(el("button", { type: "button", text: w.enabled ? "Stop sync" : "Sync",
+      onclick: () => setWatch(p.name, !w.enabled) }));
+    actions.append(el("button", { type: "button", class: "danger", text: "Drop",
+      onclick: () => dropProject(p.name) }));
+    tbody.append(el("tr", { "data-project": p.name },
+      el("th", { text: p.name + (p.indexing ? " (indexing)" : "") }),
+      el("td", { class: "num", text: String(p.tables.code || 0) }),
+      el("td", { class: "num", text: String(p.tables.docs || 0) }),
+      el("td", { text: p.last_indexed || "—" }),
+      el("td", { class: "watch " + (w.last_error ? "bad" : ""), title: w.last_error || w.detail || "", text: sync }),
+      el("td", { class: "mono", text: p.root || "—" }),
+      actions));
+  }
+}
+
 function render(o) {
   renderProblems(o.problems);
-  renderRoles(o.policies);
-  fillPolicyForm(o.policies);
+  renderSectionError($("roles-error"), o.policies.error);
+  if (!o.policies.error) {
+    renderRoles(o.policies);
+    fillPolicyForm(o.policies);
+  }
   renderFleet(o.fleet);
   renderVerdicts(o.gate);
   renderBudget(o.budget);
@@ -254,6 +294,8 @@ async function refresh() {
     }
     overview = r.data;
     render(overview);
+    const projects = await api("GET", "/admin/projects");
+    if (projects.ok) renderProjects(projects.data.projects);
     $("status").textContent = "connected, fathom " + overview.version + ", updated " + new Date().toLocaleTimeString();
     $("status").className = "status good";
   } catch (e) {
@@ -288,6 +330,8 @@ function logout(message) {
 async function applyPolicy(ev) {
   ev.preventDefault();
   const role = $("pf-role").value;
+  const box = $("policy-result");
+  if (!overview.policies.roles) { showResult(box, false, overview.policies.error.message, []); return; }
   const cur = overview.policies.roles[role];
   const change = {};
   const policy = $("pf-policy").value;
@@ -304,7 +348,6 @@ async function applyPolicy(ev) {
     const now = cur.width === null ? "" : String(cur.width);
     if (w !== now) change.width = w === "" ? null : Number(w);
   }
-  const box = $("policy-result");
   if (Object.keys(change).length === 0) { showResult(box, false, "Nothing changed for " + role + ".", []); return; }
   const r = await api("PUT", "/admin/policies", { [role]: change });
   if (r.ok) {
@@ -338,6 +381,24 @@ async function jobAction(id, action) {
   const r = await api("POST", "/admin/jobs/" + encodeURIComponent(id) + "/" + action);
   const box = $("job-result");
   if (!r.ok) { const p = problemsOf(r.data); showResult(box, false, p.message, p.problems); }
+  await refresh();
+}
+
+async function dropProject(name) {
+  // Destructive: the operator confirms, naming the project.
+  if (!confirm("Remove project " + name + " and all of its index? Its folder is not touched.")) return;
+  const r = await api("DELETE", "/admin/projects/" + encodeURIComponent(name));
+  const box = $("project-result");
+  if (r.ok) showResult(box, true, "Dropped " + name + ".", []);
+  else { const p = problemsOf(r.data); showResult(box, false, "Refused: " + p.message, p.problems); }
+  await refresh();
+}
+
+async function setWatch(name, enabled) {
+  const r = await api("PUT", "/admin/projects/" + encodeURIComponent(name) + "/watch", { enabled });
+  const box = $("project-result");
+  if (r.ok) showResult(box, true, "Live sync of " + name + (enabled ? " on." : " off."), []);
+  else { const p = problemsOf(r.data); showResult(box, false, "Refused: " + p.message, p.problems); }
   await refresh();
 }
 
