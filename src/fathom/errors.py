@@ -95,3 +95,68 @@ class NotCleared(StoreError):
             + (f" ({reason})" if reason else "")
             + ". Run `fathom gate verify` for this provider first."
         )
+
+
+class DiskFull(StoreError):
+    """The disk (or quota) holding Fathom's data is full. Nothing half-written is ever made
+    active: the write that failed belonged to a shadow slot or an atomic rename."""
+
+    def __init__(self, detail: str = ""):
+        self.detail = detail
+        super().__init__(
+            "no space left on the disk holding Fathom's data"
+            + (f" ({detail})" if detail else "")
+            + ": free some space (or point --data-dir / FATHOM_DATA_DIR at a larger disk), "
+            "then run the same command again. The active index is unchanged; a full run "
+            "resumes from the rows already written."
+        )
+
+
+_DISK_FULL_ERRNOS = {28, 122}  # ENOSPC, EDQUOT
+_DISK_FULL_TEXTS = ("no space left on device", "os error 28", "disk quota exceeded",
+                    "os error 122")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """True for the failures a full disk or an exhausted quota produce, whether they come as
+    an OSError or wrapped in another library's error (LanceDB reports `os error 28` in text)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+            return True
+        if any(t in str(exc).lower() for t in _DISK_FULL_TEXTS):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+def failure_of(exc: BaseException) -> FathomError | None:
+    """The typed error an anticipated failure stands for, or None for a genuine bug.
+
+    Front ends (the CLI, the admin API, the MCP tools, index jobs) call this on an exception
+    that is not already a `FathomError`, so a full disk or a lost database reads as one line
+    naming the fix, never as a traceback."""
+    if isinstance(exc, FathomError):
+        return exc
+    if is_disk_full(exc):
+        return DiskFull(" ".join(str(exc).split())[:200])
+    if any(k.__module__.split(".")[0] == "psycopg" and k.__name__ in (
+            "OperationalError", "InterfaceError") for k in type(exc).__mro__):
+        # The connection dropped mid-operation (the server stopped, the network went away).
+        # libpq's text names host and port, never the password.
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return StoreLost(first[:200])
+    return None
+
+
+class StoreLost(StoreError):
+    """The database went away in the middle of an operation."""
+
+    def __init__(self, detail: str):
+        self.detail = detail
+        super().__init__(
+            f"lost the connection to the PostgreSQL store mid-operation ({detail}). Check that "
+            f"the database is running and reachable, then run the same command again: the "
+            f"active index is unchanged and a full run resumes from the rows already written."
+        )

@@ -38,17 +38,27 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
+
+from filelock import FileLock, Timeout
 
 from fathom import scope
 from fathom.config import RoutingStore, Settings, atomic_write_text
-from fathom.errors import ConfigError, FathomError, NoProviderAvailable, whole_number
+from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
 from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
 from fathom.index.indexer import (
     IndexProgress, IndexReport, Indexer, Job, JobState, discover, space_for,
 )
-from fathom.index.store import TABLE_KINDS, Hit, Store, UnknownProject, open_store
+from fathom.index.store import (
+    TABLE_KINDS,
+    DamagedProject,
+    Hit,
+    Store,
+    UnknownProject,
+    open_store,
+)
+from fathom.index.walker import check_root
 from fathom.inference.budget import CloudBudget, current_project
 from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
@@ -116,6 +126,21 @@ class ProjectSummary:
     tables: dict[str, int]  # active rows per table
     last_indexed: str | None  # ISO 8601, UTC
     indexing: bool = False  # a shadow (an unfinished full run) exists
+    damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
+
+
+class Noted(list):
+    """Results, with the notes a reader must see beside them (e.g. a project a search over
+    every project skipped because it is damaged)."""
+
+    def __init__(self, items: Any = (), notes: Any = ()):
+        super().__init__(items)
+        self.notes: list[str] = list(notes)
+
+
+def skipped_note(project: str, detail: str) -> str:
+    return (f"skipped project {project!r}, which is damaged ({detail}); run `fathom store "
+            f"verify {project} --repair`")
 
 
 @dataclass(frozen=True)
@@ -174,10 +199,15 @@ def check_table(table: str) -> str:
 
 
 class ProjectRecords:
-    """Each project's root folder and last run summary, in `projects.json` (atomic writes)."""
+    """Each project's root folder and last run summary, in `projects.json`: atomic writes, and
+    each read-modify-write under a lock file, so two processes finishing runs at once (a CLI
+    and a server) never lose each other's record."""
+
+    LOCK_SECONDS = 30.0
 
     def __init__(self, data_dir: Path):
         self.path = Path(data_dir) / "projects.json"
+        self._lock = FileLock(str(self.path) + ".lock", timeout=self.LOCK_SECONDS)
 
     def load(self) -> dict[str, dict[str, Any]]:
         try:
@@ -190,23 +220,35 @@ class ProjectRecords:
     def get(self, project: str) -> dict[str, Any] | None:
         return self.load().get(project)
 
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """The records for one read-modify-write, under the lock; written back on exit."""
+        try:
+            with self._lock:
+                records = self.load()
+                before = json.dumps(records, sort_keys=True)
+                yield records
+                if json.dumps(records, sort_keys=True) != before:
+                    atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
+        except Timeout:
+            raise ConfigError(
+                f"{self.path} stayed locked for {self.LOCK_SECONDS:.0f}s by another Fathom "
+                f"process; if none is running, remove {self._lock.lock_file}") from None
+
     def put(self, project: str, record: dict[str, Any]) -> None:
-        records = self.load()
-        records[project] = record
-        atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
+        with self._changing() as records:
+            records[project] = record
 
     def update(self, project: str, **fields: Any) -> dict[str, Any]:
         """Merge `fields` into the project's record (other fields kept)."""
-        records = self.load()
-        record = (records.get(project) or {}) | fields
-        records[project] = record
-        atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
+        with self._changing() as records:
+            record = (records.get(project) or {}) | fields
+            records[project] = record
         return record
 
     def remove(self, project: str) -> None:
-        records = self.load()
-        if records.pop(project, None) is not None:
-            atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
+        with self._changing() as records:
+            records.pop(project, None)
 
 
 class _SharedState:
@@ -386,7 +428,8 @@ class Fathom:
         return Indexer(self.store, self.encoder, batch_size=batch, clock=self.clock,
                        runner=self._runner, provenance=self.provenance, space_of=self.space,
                        discover_fn=functools.partial(discover, include=tuple(include),
-                                                     extra_ignores=tuple(extra_ignores)))
+                                                     extra_ignores=tuple(extra_ignores)),
+                       refused_roots=self.settings.refused_roots)
 
     def selection_of(self, project: str, root: Path) -> dict[str, list[str]]:
         """What a walk of `project` takes beyond the built-in rules: its `include` globs (from
@@ -415,6 +458,7 @@ class Fathom:
         take back folders and files the built-in skips and .gitignore leave out, and are
         remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's)."""
         root = Path(path).expanduser()
+        check_root(root, self.settings.refused_roots)  # before anything is probed or loaded
         name = project or root.resolve().name
         if not name:
             raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
@@ -434,32 +478,38 @@ class Fathom:
         try:
             starting("opening store")
             await asyncio.to_thread(getattr, self, "store")  # opening it blocks (imports, connects)
-            if include is not None:
-                await asyncio.to_thread(self.records.update, name, include=list(include))
-            selection = await asyncio.to_thread(self.selection_of, name, root)
-            indexer = self.indexer(**selection)
-            lock = self._index_lock.setdefault(name, asyncio.Lock())
-            async with lock:  # two runs of one project in one process would race on its slots
-                if self._must_load(job):
-                    starting("loading model")
-                    await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]
-                starting("checking encoders")
-                for table in TABLE_KINDS:
-                    await self.verify_providers(table)
-                lock = self._project_lock(name)
-                # A shared store's lock is a database round trip: taken and released off the loop.
-                await asyncio.to_thread(lock.__enter__)
-                try:
+            # One writer per project, whoever asks (CLI, server job, MCP tool, the watcher): the
+            # project lock is taken first, so a second writer is refused at once, before any
+            # provider is probed or a model loaded. Taken and released off the loop (a
+            # PostgreSQL lock is a database round trip).
+            lock = self._project_lock(name)
+            await asyncio.to_thread(lock.__enter__)
+            try:
+                if include is not None:
+                    await asyncio.to_thread(self.records.update, name, include=list(include))
+                selection = await asyncio.to_thread(self.selection_of, name, root)
+                indexer = self.indexer(**selection)
+                # Two runs of one project in one process would race on its slots.
+                async with self._index_lock.setdefault(name, asyncio.Lock()):
+                    if self._must_load(job):
+                        starting("loading model")
+                        await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]
+                    starting("checking encoders")
+                    for table in TABLE_KINDS:
+                        await self.verify_providers(table)
                     report = await indexer.run(job, progress)
-                finally:
-                    await asyncio.to_thread(lock.__exit__, None, None, None)
+            finally:
+                await asyncio.to_thread(lock.__exit__, None, None, None)
         except BaseException as exc:
+            failure = failure_of(exc) if isinstance(exc, Exception) else None
             if not job.finished:  # refused before the indexer took it (a lock, a missing encoder)
                 job.state = (JobState.CANCELLED if isinstance(exc, asyncio.CancelledError)
                              else JobState.FAILED)
                 job.error = None if job.state is JobState.CANCELLED else (
-                    str(exc) or type(exc).__name__)
+                    str(failure or exc) or type(exc).__name__)
                 job.finished_at = self.clock()
+            if failure is not None and failure is not exc:
+                raise failure from exc
             raise
         finally:
             current_project.reset(token)
@@ -568,8 +618,8 @@ class Fathom:
         return self.watcher
 
     def _project_lock(self, project: str):
-        """A store shared by several servers (PostgreSQL) locks the project for the job, so
-        two servers never index it at once; the embedded store has one writer process."""
+        """The project's index lock, held for a whole run: an OS file lock on LanceDB, a
+        PostgreSQL advisory lock on a shared database. The one place every writer passes."""
         lock = getattr(self.store, "project_lock", None)
         if lock is None:
             return contextlib.nullcontext()
@@ -583,15 +633,19 @@ class Fathom:
         if not self.store.has_project(project):
             raise UnknownProject(project, [p.name for p in self.store.list_projects()])
 
-    def _searchable(self, project: str | None, table: str) -> list[str]:
+    def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]:
+        """The projects a search reads, and notes on those it skips: a search over every
+        project leaves a damaged one out (and says so) instead of failing for all."""
         if project is not None:
             self._require_project(project)
-            return [project]
-        names = [p.name for p in self.store.list_projects() if table in p.tables
+            return [project], []
+        projects = self.store.list_projects()
+        notes = [skipped_note(p.name, p.damage) for p in projects if p.damage]
+        names = [p.name for p in projects if not p.damage and table in p.tables
                  and p.tables[table].space is not None]
-        if not names:
+        if not names and not notes:
             raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
-        return names
+        return names, notes
 
     async def search(self, query: str, project: str | None = None, table: str = "code",
                      k: int = 10, *, where: SearchFilter | None = None) -> list[SearchHit]:
@@ -599,17 +653,23 @@ class Fathom:
         check_k(k)
         if not isinstance(query, str) or not query.strip():
             raise ConfigError("the search query is empty: give a few words or an identifier")
-        names = await asyncio.to_thread(self._searchable, project, table)
+        names, notes = await asyncio.to_thread(self.searchable, project, table)
         out: list[SearchHit] = []
         for name in names:
-            encoder = self.encoder_for(table, name)
-            hits = await search_mod.search(self.store, encoder, name, query, table=table, k=k,
-                                           where=where)
+            try:
+                encoder = self.encoder_for(table, name)
+                hits = await search_mod.search(self.store, encoder, name, query, table=table,
+                                               k=k, where=where)
+            except DamagedProject as exc:
+                if project is not None:
+                    raise
+                notes.append(skipped_note(name, exc.detail))  # found damaged only on reading
+                continue
             out.extend(SearchHit.of(name, h) for h in hits)
         # Fused scores of different projects are on one scale (each list normalised to
         # [0, 1], plus the same boosts), so a merge by score is fair.
         out.sort(key=lambda h: -h.score)
-        return out[:k]
+        return Noted(out[:k], notes)
 
     async def find_similar(self, project: str, *, path: str | None = None,
                            line: int | None = None, snippet: str | None = None, k: int = 10,
@@ -633,9 +693,17 @@ class Fathom:
     # ---- projects
 
     def projects(self) -> list[ProjectSummary]:
-        records = self.records.load()
+        try:
+            records = self.records.load()
+        except ConfigError as exc:
+            log.warning("%s", exc)  # roots unknown; the projects themselves are still listed
+            records = {}
         out = []
         for p in self.store.list_projects():
+            if p.damage:
+                out.append(ProjectSummary(name=p.name, root=(records.get(p.name) or {}).get("root"),
+                                          tables={}, last_indexed=None, damaged=p.damage))
+                continue
             last = [t.last_indexed for t in p.tables.values() if t.last_indexed is not None]
             out.append(ProjectSummary(
                 name=p.name,
@@ -645,6 +713,31 @@ class Fathom:
                 indexing=any(info.shadow_rows is not None for info in p.tables.values()),
             ))
         return out
+
+    async def verify_store(self, project: str | None = None, *,
+                           repair: bool = False) -> list[Any]:
+        """Check one project's stored tables (or every project's, damaged ones included) and,
+        with `repair`, fix what can be fixed; returns a `verify.ProjectCheck` per project."""
+        from fathom.index.verify import check_project, repair_project
+
+        store = await asyncio.to_thread(getattr, self, "store")
+        if project is not None:
+            try:
+                known = await asyncio.to_thread(store.has_project, project)
+            except DamagedProject:
+                known = True
+            if not known:
+                raise UnknownProject(project, [p.name for p in store.list_projects()])
+            names = [project]
+        else:
+            names = [p.name for p in await asyncio.to_thread(store.list_projects)]
+        checks = []
+        for name in names:
+            check = await asyncio.to_thread(check_project, store, name)
+            if repair and check.problems:
+                await repair_project(self, check)
+            checks.append(check)
+        return checks
 
     def index_status(self, project: str) -> IndexStatus:
         self._require_project(project)

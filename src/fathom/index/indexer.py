@@ -14,6 +14,13 @@ What this module owns: the order of an indexing run and its crash behaviour.
   (its lines shifted, its file was renamed, or a full rebuild in the same space) is written
   with that vector and the provenance it was written under (`Store.carry_vectors`), not
   embedded again: an edit costs the chunks whose text changed.
+* Promotion: every table rebuilt through a shadow is promoted in ONE step
+  (`Store.promote_together`), after every table is embedded: a kill at any moment leaves the
+  previous active tables, all of them, or the new ones, all of them.
+* The walk runs on its own small thread pool (`MAX_WALKS` at once), so a flood of index calls
+  queues there instead of exhausting the executor that serves searches; a cancelled job (or
+  a cancelled caller) stops its walk between two entries. System folders are refused as a
+  root (`walker.check_root`).
 * Progress (files, chunks done/total, chunks/s, ETA, skipped files by reason) and a `Job`
   with pause / resume / cancel, which the admin API exposes.
 
@@ -25,12 +32,14 @@ is given), or read the filesystem itself beyond what the walker returns.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -38,13 +47,19 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fathom.errors import ConfigError, FathomError
+from fathom.errors import ConfigError, FathomError, failure_of
 from fathom.index.chunk import Chunk
 from fathom.index.store import TABLE_KINDS, Slot, Store
 from fathom.inference.provider import Provider
 from fathom.space import Provenance, Space
 
 Sink = Callable[[list[int], np.ndarray, Provider], Awaitable[None]]
+
+# Walks (with chunking) at once in this process. Each holds a thread for as long as its
+# project's disk takes; more would only fight for the same disk, and they must never take
+# the default executor's threads, which serve searches.
+MAX_WALKS = 2
+_WALK_POOL = ThreadPoolExecutor(max_workers=MAX_WALKS, thread_name_prefix="fathom-walk")
 
 
 class EmbedRunner(Protocol):
@@ -115,6 +130,7 @@ class IndexReport:
     rate: float  # chunks embedded per second of the embedding phase
     tables: dict[str, int]  # active rows per table after the run
     providers: dict[str, int] = field(default_factory=dict)  # chunks embedded per provider id
+    notes: dict[str, int] = field(default_factory=dict)  # files kept but worth saying, by kind
     carried: int = 0  # chunks written with a stored vector of the same text (lines moved,
     #                   file renamed, full rebuild in the same space): not embedded
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)  # folders left out, by reason
@@ -145,6 +161,8 @@ class Job:
         self._running = asyncio.Event()
         self._running.set()
         self._cancelled = False
+        # Seen by the worker thread walking the project, which cannot await anything.
+        self.stop = threading.Event()
 
     def pause(self) -> None:
         if self.state in (JobState.PENDING, JobState.RUNNING):
@@ -159,6 +177,7 @@ class Job:
     def cancel(self) -> None:
         if not self.finished:
             self._cancelled = True
+            self.stop.set()
             self._running.set()  # a paused job must wake up to notice
 
     @property
@@ -191,6 +210,7 @@ class Discovered:
     chunks: list[Chunk]
     skipped: dict[str, int]
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)
+    notes: dict[str, int] = field(default_factory=dict)  # kept, but worth saying (walker.notes)
 
 
 class ChunkCache:
@@ -227,23 +247,27 @@ _CHUNKS = ChunkCache()
 
 
 def discover(root: Path, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = (),
-             cache: ChunkCache | None = _CHUNKS) -> Discovered:
+             cache: ChunkCache | None = _CHUNKS,
+             cancel: threading.Event | None = None) -> Discovered:
     """Walk and chunk a project (blocking: run it in a thread). `include` globs take back
-    what the built-in skips and .gitignore leave out; `extra_ignores` leave more out."""
+    what the built-in skips and .gitignore leave out; `extra_ignores` leave more out. Stops
+    with `WalkCancelled` between two entries once `cancel` is set."""
     from fathom.index.chunking import chunk_file
-    from fathom.index.walker import walk
+    from fathom.index.walker import WalkCancelled, walk
 
-    walked = walk(root, include=include, extra_ignores=extra_ignores)
+    walked = walk(root, include=include, extra_ignores=extra_ignores, cancel=cancel)
     chunks: list[Chunk] = []
     files = 0
     for item in walked.files:
+        if cancel is not None and cancel.is_set():
+            raise WalkCancelled(root)
         files += 1
         chunks.extend(cache.chunks(item.path, item.text) if cache is not None
                       else chunk_file(item.path, item.text))
     # One row per chunk id: identical (path, lines, text) twice would be the same row anyway.
     unique = list({c.chunk_id: c for c in chunks}.values())
     return Discovered(files, unique, dict(walked.skipped),
-                      {k: list(v) for k, v in walked.skipped_dirs.items()})
+                      {k: list(v) for k, v in walked.skipped_dirs.items()}, dict(walked.notes))
 
 
 def embedding_text(chunk: Chunk) -> str:
@@ -286,7 +310,8 @@ class Indexer:
                  provenance: Callable[[Provider, Space], Provenance] = _default_provenance,
                  space_of: Callable[[str], Space] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 discover_fn: Callable[[Path], Discovered] = discover):
+                 discover_fn: Callable[..., Discovered] = discover,
+                 refused_roots: Iterable[str] | None = None):
         self.store = store
         self.encoder = encoder
         self.batch_size = max(1, int(batch_size))
@@ -295,6 +320,7 @@ class Indexer:
         self.space_of = space_of or (lambda table: space_for(self.encoder, table))
         self.clock = clock
         self.discover = discover_fn
+        self.refused_roots = tuple(refused_roots) if refused_roots is not None else None
 
     def job(self, project: str, root: Path | str, *, full: bool = False) -> Job:
         return Job(project, root, full=full, clock=self.clock)
@@ -305,14 +331,18 @@ class Indexer:
         job.state = JobState.RUNNING if job.state is not JobState.PAUSED else job.state
         try:
             report = await self._run(job, progress)
-        except JobCancelled:
+        except (JobCancelled, asyncio.CancelledError):
+            job.stop.set()  # a walk still running in its thread stops at its next entry
             job.state = JobState.CANCELLED
             job.finished_at = self.clock()
             raise
         except BaseException as exc:
+            failure = failure_of(exc) if isinstance(exc, Exception) else None
             job.state = JobState.FAILED
-            job.error = str(exc) or type(exc).__name__
+            job.error = str(failure or exc) or type(exc).__name__
             job.finished_at = self.clock()
+            if failure is not None and failure is not exc:
+                raise failure from exc
             raise
         job.report = report
         job.state = JobState.DONE
@@ -328,7 +358,9 @@ class Indexer:
             raise ProjectPathError(str(root), "no such folder")
         if not root.is_dir():
             raise ProjectPathError(str(root), "it is a file, not a folder")
-        root = root.resolve()
+        from fathom.index.walker import REFUSED_ROOTS, WalkCancelled, check_root
+
+        root = check_root(root, REFUSED_ROOTS if self.refused_roots is None else self.refused_roots)
 
         state = {"p": IndexProgress(job.project, "walking")}
 
@@ -341,7 +373,11 @@ class Indexer:
 
         emit()
         await job.checkpoint()
-        found = await asyncio.to_thread(self.discover, root)
+        try:
+            found = await asyncio.get_running_loop().run_in_executor(
+                _WALK_POOL, functools.partial(self.discover, root, cancel=job.stop))
+        except WalkCancelled:
+            raise JobCancelled(job.id, job.project) from None
         emit(phase="chunking", files=found.files, skipped=found.skipped)
         by_table: dict[str, list[Chunk]] = {t: [] for t in TABLE_KINDS}
         for chunk in found.chunks:
@@ -381,10 +417,9 @@ class Indexer:
 
         for plan in plans:
             await self._embed(job, plan, on_batch)
-        # Promotions come after every table is embedded, so a killed run changes neither.
-        deleted = 0
-        for plan in plans:
-            deleted += await asyncio.to_thread(self._finish, job, plan)
+        # Promotion comes after every table is embedded, and is one step for all of them, so
+        # a killed run changes no table or every table.
+        deleted = await asyncio.to_thread(self._finish, job, plans)
         embed_s = self.clock() - embed_started
         emit(phase="promoting" if any(p.shadow for p in plans) else "done", chunks_deleted=deleted)
 
@@ -402,7 +437,7 @@ class Indexer:
             skipped=dict(found.skipped), elapsed_s=elapsed, embed_s=embed_s,
             rate=counts["done"] / embed_s if embed_s > 0 and counts["done"] else 0.0,
             tables=tables, providers=dict(providers), carried=carried,
-            skipped_dirs=found.skipped_dirs,
+            skipped_dirs=found.skipped_dirs, notes=dict(found.notes),
         )
 
     # ---- planning: what to embed, into which slot
@@ -495,19 +530,23 @@ class Indexer:
                 # A batch already encoded is still written: a killed run keeps it.
                 await asyncio.shield(pending)
 
-    def _finish(self, job: Job, plan: _Plan) -> int:
-        if plan.skip:
-            return 0
+    def _finish(self, job: Job, plans: list[_Plan]) -> int:
         deleted = 0
-        if plan.stale:
-            deleted = self.store.delete(job.project, plan.table, chunk_ids=sorted(plan.stale),
-                                        slot=plan.slot)
-        if plan.shadow:
-            self.store.promote(job.project, plan.table)
-        elif plan.todo or plan.carried or deleted:
-            self.store.refresh(job.project, plan.table)
-        # Rows whose text moved elsewhere were replaced, not lost: only gone text counts.
-        return max(0, deleted - len(plan.relocated))
+        for plan in plans:
+            if plan.skip:
+                continue
+            removed = 0
+            if plan.stale:
+                removed = self.store.delete(job.project, plan.table,
+                                            chunk_ids=sorted(plan.stale), slot=plan.slot)
+            if not plan.shadow and (plan.todo or plan.carried or removed):
+                self.store.refresh(job.project, plan.table)
+            # Rows whose text moved elsewhere were replaced, not lost: only gone text counts.
+            deleted += max(0, removed - len(plan.relocated))
+        shadows = [p.table for p in plans if p.shadow and not p.skip]
+        if shadows:
+            self.store.promote_together(job.project, shadows)
+        return deleted
 
 
 @dataclass

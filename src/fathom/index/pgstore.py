@@ -77,9 +77,11 @@ from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
 from fathom.index.store import (
     Hit,
+    LockHolder,
     ManifestEntry,
     NoShadow,
     ProjectInfo,
+    ProjectLocked,
     ShadowInfo,
     Slot,
     SpaceMismatch,
@@ -182,32 +184,6 @@ class ExtensionMissing(StoreError):
             f"the database at {url} has no pgvector extension and this user may not create it "
             f"({detail}). Ask a database administrator to run `CREATE EXTENSION vector;` in "
             f"this database once (pgvector 0.7 or later for halfvec indexes)."
-        )
-
-
-@dataclass(frozen=True)
-class LockHolder:
-    project: str
-    holder: str  # the server's name (FATHOM host name and pid unless given)
-    host: str
-    pid: int
-    since: datetime
-
-
-class ProjectLocked(StoreError):
-    """Another Fathom server is indexing this project now (advisory lock held)."""
-
-    def __init__(self, project: str, holder: LockHolder | None):
-        self.project, self.holder = project, holder
-        if holder is not None:
-            who = (f"Fathom server {holder.holder!r} (host {holder.host}, pid {holder.pid}), "
-                   f"indexing since {holder.since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
-        else:
-            who = "another Fathom server (it did not record its name)"
-        super().__init__(
-            f"project {project!r} is being indexed by {who}. Two servers never index one "
-            f"project at once: wait for that job to finish, or stop it on that server, then "
-            f"retry. Searching the project works meanwhile."
         )
 
 
@@ -629,37 +605,49 @@ class PostgresStore(Store):
                 last_indexed: datetime | None = None) -> TableInfo:
         """Switch searches to the shadow in one transaction; the old table is dropped in the
         same transaction. `last_indexed` (default: now) lets a migration keep the source's."""
-        check_table_kind(table)
+        return self._promote(project, [table], last_indexed)[0]
+
+    def promote_together(self, project: str, tables: Sequence[str]) -> list[TableInfo]:
+        return self._promote(project, list(tables), None)
+
+    def _promote(self, project: str, tables: list[str],
+                 last_indexed: datetime | None) -> list[TableInfo]:
         conn = self.db.conn()
-        ptr = self._pointer(conn, project, table)
-        if ptr is None:
-            if not self._project_exists(conn, project):
-                raise UnknownProject(project, self._known(conn))
-            raise NoShadow(project, table)
-        name = ptr["shadow"]
-        if name is None:
-            raise NoShadow(project, table)
-        space = space_from_json(ptr["shadow_space"])
-        # Indexes first, outside the switch, so the first search after promotion is as fast
-        # as the last one before it, and the pointer row is locked only for an instant.
-        with conn.transaction():
-            conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
-                         (self.index_build_mem,))
-            self._build_indexes(conn, name, space.width)  # type: ignore[union-attr]
-        conn.execute(self._q("ANALYZE {t}", t=name))
-        stamp = _utc(last_indexed) or datetime.fromtimestamp(self.clock(), tz=UTC)
-        with conn.transaction():
-            ptr = self._pointer(conn, project, table, for_update=True)
-            if ptr is None or ptr["shadow"] != name:
+        names: dict[str, str] = {}
+        for table in tables:
+            check_table_kind(table)
+            ptr = self._pointer(conn, project, table)
+            if ptr is None:
+                if not self._project_exists(conn, project):
+                    raise UnknownProject(project, self._known(conn))
                 raise NoShadow(project, table)
-            old = ptr["active"]
-            conn.execute(self._q(
-                "UPDATE {s}.slots SET active = shadow, space = shadow_space, shadow = NULL, "
-                "shadow_space = NULL, generation = generation + 1, last_indexed = %s "
-                "WHERE project = %s AND kind = %s"), (stamp, project, table))
-            if old is not None:
-                self._drop_table(conn, old)
-        return self.table_info(project, table)
+            name = ptr["shadow"]
+            if name is None:
+                raise NoShadow(project, table)
+            space = space_from_json(ptr["shadow_space"])
+            # Indexes first, outside the switch, so the first search after promotion is as
+            # fast as the last one before it, and the pointer rows are locked for an instant.
+            with conn.transaction():
+                conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
+                             (self.index_build_mem,))
+                self._build_indexes(conn, name, space.width)  # type: ignore[union-attr]
+            conn.execute(self._q("ANALYZE {t}", t=name))
+            names[table] = name
+        stamp = _utc(last_indexed) or datetime.fromtimestamp(self.clock(), tz=UTC)
+        # One transaction switches every table: searches see all old tables or all new ones.
+        with conn.transaction():
+            for table, name in names.items():
+                ptr = self._pointer(conn, project, table, for_update=True)
+                if ptr is None or ptr["shadow"] != name:
+                    raise NoShadow(project, table)
+                old = ptr["active"]
+                conn.execute(self._q(
+                    "UPDATE {s}.slots SET active = shadow, space = shadow_space, shadow = NULL, "
+                    "shadow_space = NULL, generation = generation + 1, last_indexed = %s "
+                    "WHERE project = %s AND kind = %s"), (stamp, project, table))
+                if old is not None:
+                    self._drop_table(conn, old)
+        return [self.table_info(project, table) for table in names]
 
     def abandon_shadow(self, project: str, table: str) -> None:
         check_table_kind(table)

@@ -34,7 +34,7 @@ import numpy as np
 from fathom.errors import ConfigError, FathomError, StoreError
 from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
-from fathom.index.store import UnknownProject
+from fathom.index.store import DamagedProject
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.router import Router
 from fathom.roles import Role
@@ -88,6 +88,7 @@ class SearchResults:
     reason: str | None = None  # why not reranked
     reranker: str | None = None  # the provider id that scored them
     candidates: int = 0
+    notes: tuple[str, ...] = ()  # e.g. projects skipped as damaged
 
     def __iter__(self):
         return iter(self.hits)
@@ -97,7 +98,8 @@ class SearchResults:
 
     def as_dict(self) -> dict[str, Any]:
         return {"reranked": self.reranked, "reason": self.reason, "reranker": self.reranker,
-                "candidates": self.candidates, "hits": [h.as_dict() for h in self.hits]}
+                "candidates": self.candidates, "hits": [h.as_dict() for h in self.hits],
+                "notes": list(self.notes)}
 
 
 class RerankStage:
@@ -154,21 +156,6 @@ def _unranked(cands: list[Candidate], k: int, reason: str) -> SearchResults:
 # --------------------------------------------------------------------------- the pipeline
 
 
-def _names(fathom: Fathom, project: str | None, table: str) -> list[str]:
-    store = fathom.store
-    if project is not None:
-        if not isinstance(project, str) or not project:
-            raise ConfigError("project must be a non-empty name; see `fathom projects`")
-        if not store.has_project(project):
-            raise UnknownProject(project, [p.name for p in store.list_projects()])
-        return [project]
-    names = [p.name for p in store.list_projects()
-             if table in p.tables and p.tables[table].space is not None]
-    if not names:
-        raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
-    return names
-
-
 async def candidates(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
                      depth: int = 40, *, where: SearchFilter | None = None) -> list[Candidate]:
     """The hybrid search's best `depth` chunks over one project (or all), with full texts;
@@ -179,12 +166,20 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
     check_k(depth)
     if not isinstance(query, str) or not query.strip():
         raise ConfigError("the search query is empty: give a few words or an identifier")
-    names = await asyncio.to_thread(_names, fathom, project, table)
+    from fathom.service import Noted, skipped_note
+
+    names, notes = await asyncio.to_thread(fathom.searchable, project, table)
     encoder = fathom.encoder_for(table)
     found: list[tuple[str, Any]] = []
     for name in names:
-        hits = await search_mod.search(fathom.store, encoder, name, query, table=table, k=depth,
-                                       where=where)
+        try:
+            hits = await search_mod.search(fathom.store, encoder, name, query, table=table,
+                                           k=depth, where=where)
+        except DamagedProject as exc:
+            if project is not None:
+                raise
+            notes.append(skipped_note(name, exc.detail))  # found damaged only on reading
+            continue
         found.extend((name, h) for h in hits)
     found.sort(key=lambda nh: -nh[1].score)  # fused scores share one scale across projects
     found = found[:depth]
@@ -196,7 +191,8 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
         except StoreError:
             got = {}  # a backend without stored texts: the snippet is the best we have
         texts.update({(name, cid): t for cid, t in got.items()})
-    return [Candidate(SearchHit.of(n, h), texts.get((n, h.chunk_id), h.snippet)) for n, h in found]
+    return Noted([Candidate(SearchHit.of(n, h), texts.get((n, h.chunk_id), h.snippet))
+                  for n, h in found], notes)
 
 
 async def search(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
@@ -208,7 +204,8 @@ async def search(fathom: Fathom, query: str, project: str | None = None, table: 
     check_k(k)
     depth = min(MAX_DEPTH, max(depth or 3 * k, k, 20))
     cands = await candidates(fathom, query, project, table, depth, where=where)
-    return await RerankStage(reranker).apply(query, cands, k, project=project)
+    found = await RerankStage(reranker).apply(query, cands, k, project=project)
+    return replace(found, notes=tuple(getattr(cands, "notes", ())))
 
 
 # --------------------------------------------------------------------------- a local backend

@@ -17,6 +17,8 @@ read) or `Slot.SHADOW` (a full re-index being built).
     store.begin_shadow(project, table, space) -> ShadowInfo     # resumes a same-space shadow
     store.chunk_ids(project, table, slot=Slot.ACTIVE) -> set[str]   # resume: what is already there
     store.promote(project, table) -> TableInfo                  # atomic switch, old version dropped
+    store.promote_together(project, tables) -> list[TableInfo]  # several tables in ONE switch
+    with store.project_lock(project, holder=None) as LockHolder: ...  # one writer per project
     store.abandon_shadow(project, table) -> None
 
     # writes: validated, then cleared, BEFORE anything is written (WidthMismatch / StoreError /
@@ -46,8 +48,11 @@ read) or `Slot.SHADOW` (a full re-index being built).
     store.written_since(project, table, since: datetime, provider_id=None) -> list[ManifestEntry]
     store.chunk_texts(project, table, chunk_ids, slot=Slot.ACTIVE) -> dict[chunk_id, text]
 
-Errors: `WidthMismatch`, `NotCleared` (fathom.errors), `SpaceMismatch`, `UnknownProject`,
-`NoShadow` (here; all `StoreError`).
+Errors: `WidthMismatch`, `NotCleared`, `DiskFull` (fathom.errors), `SpaceMismatch`,
+`UnknownProject`, `NoShadow`, `DamagedProject`, `DuplicateChunks`, `ProjectLocked` (here; all
+`StoreError`). LanceStore reports what LanceDB or the filesystem says about a project's files
+(a table folder gone, a truncated or corrupt file, a garbled state.json) as `DamagedProject`,
+never as an empty project; `list_projects` lists a damaged project with its `damage`.
 
 What this module owns
 ---------------------
@@ -61,7 +66,10 @@ What this module owns
   database in ``projects/<slug>/`` holding tables named ``<kind>_<n>_<random>``. The Space is also
   stored in each Lance table's Arrow schema metadata (``fathom.space``), so a table carries
   its identity on its own. Promotion rewrites state.json with `atomic_write_text` (a rename):
-  readers see the old active table or the new one, never a half-built one.
+  readers see the old active tables or the new ones, never a half-built one, and never the code
+  table of one run with the docs table of another. ``projects/<slug>/.index.lock`` is the
+  project's index lock (flock, holder recorded in the file); ``.lock`` serialises state.json
+  read-modify-writes.
 
 Search speed: the choice. LanceDB's flat vector path is ~20-40x slower than a numpy matmul
 (ARCHITECTURE.md), and an IVF-PQ index costs minutes to build per promotion and loses recall.
@@ -88,12 +96,16 @@ mix two spaces in one table, or let a search see a shadow slot.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import functools
 import hashlib
 import json
 import logging
+import os
 import re
 import shutil
+import socket
 import threading
 import time
 import uuid
@@ -110,7 +122,15 @@ import numpy as np
 import pyarrow as pa
 
 from fathom.config import atomic_write_text
-from fathom.errors import ConfigError, NotCleared, StoreError, WidthMismatch
+from fathom.errors import (
+    ConfigError,
+    DiskFull,
+    FathomError,
+    NotCleared,
+    StoreError,
+    WidthMismatch,
+    is_disk_full,
+)
 from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
 from fathom.space import Clearance, Provenance, ReferenceOnlyClearance, Space
@@ -145,6 +165,58 @@ class UnknownProject(StoreError):
         super().__init__(
             f"no project {project!r} in the store. Index it first (`fathom index PATH "
             f"--project {project}`).{hint}"
+        )
+
+
+class DamagedProject(StoreError):
+    """A project's stored state cannot be read as it should: a garbled state.json, a table
+    folder gone, a data or manifest file truncated or corrupt. Never read as "empty"."""
+
+    def __init__(self, project: str, detail: str):
+        self.project, self.detail = project, detail
+        super().__init__(
+            f"project {project!r} is damaged: {detail}. Run `fathom store verify {project} "
+            f"--repair` to fix what can be fixed (then `fathom index ROOT --project {project}` "
+            f"re-embeds only what is missing). Other projects are unaffected."
+        )
+
+
+class DuplicateChunks(StoreError):
+    """A shadow slot holds one chunk id more than once (two writers raced, or damage): it is
+    never promoted."""
+
+    def __init__(self, project: str, table: str, rows: int, ids: int):
+        self.project, self.table, self.rows, self.ids = project, table, rows, ids
+        super().__init__(
+            f"project {project!r} table {table!r}: the rebuilt table holds {rows} rows for "
+            f"{ids} chunk ids, so it was not promoted and was discarded; the active index is "
+            f"unchanged. Run the same `fathom index --full` again to rebuild it."
+        )
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    project: str
+    holder: str  # the process's name (`fathom@HOST:PID` unless given)
+    host: str
+    pid: int
+    since: datetime
+
+
+class ProjectLocked(StoreError):
+    """Another Fathom process (a server, a CLI run) is indexing this project now."""
+
+    def __init__(self, project: str, holder: LockHolder | None):
+        self.project, self.holder = project, holder
+        if holder is not None:
+            who = (f"Fathom process {holder.holder!r} (host {holder.host}, pid {holder.pid}), "
+                   f"indexing since {holder.since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+        else:
+            who = "another Fathom process (it did not record its name)"
+        super().__init__(
+            f"project {project!r} is being indexed by {who}. Two writers never index one "
+            f"project at once: wait for that job to finish, or stop it, then retry. "
+            f"Searching the project works meanwhile."
         )
 
 
@@ -230,6 +302,7 @@ class ShadowInfo:
 class ProjectInfo:
     name: str
     tables: dict[str, TableInfo] = field(default_factory=dict)
+    damage: str | None = None  # why the project cannot be read (DamagedProject's message)
 
 
 # --------------------------------------------------------------------------- neutral rules
@@ -293,6 +366,13 @@ def validate_vectors(space: Space, table: str, vectors: Any, n: int) -> np.ndarr
         )
         err.rows = bad  # type: ignore[attr-defined]
         raise err
+    # Stored rows are unit vectors, whoever encoded them (cosine does not change), so a
+    # vector of another length in a table is damage that `fathom store verify` can name. Rows
+    # already unit (to float32 rounding) are kept bit for bit.
+    off = np.abs(norms - 1.0) > 1e-5
+    if off.any():
+        arr = arr.copy()
+        arr[off] /= norms[off, None]
     return arr
 
 
@@ -491,6 +571,12 @@ class Store(ABC):
     def promote(self, project: str, table: str) -> TableInfo: ...
 
     @abstractmethod
+    def promote_together(self, project: str, tables: Sequence[str]) -> list[TableInfo]:
+        """Promote the shadows of several tables as ONE step: searches see every old table or
+        every new one, never code from one run and docs from another (a kill in between would
+        otherwise leave them out of step and make the next run re-embed a whole table)."""
+
+    @abstractmethod
     def abandon_shadow(self, project: str, table: str) -> None: ...
 
     @abstractmethod
@@ -617,6 +703,34 @@ def _fts_query(query: str) -> str:
     return " ".join(query.replace('"', " ").split())
 
 
+_RUST_SOURCE = re.compile(r",?\s*/\S+\.rs:\d+:\d+")
+
+
+def _short(exc: BaseException) -> str:
+    """An exception as one short line, without the Rust source locations LanceDB appends."""
+    text = " ".join(_RUST_SOURCE.sub("", str(exc) or type(exc).__name__).split())
+    return text[:300]
+
+
+def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A LanceStore operation on one project whose storage failures come out typed: a full
+    disk as `DiskFull`, anything LanceDB or the filesystem reports about the project's files
+    (a table folder gone, a truncated data file, a corrupt manifest) as `DamagedProject`."""
+
+    @functools.wraps(method)
+    def wrapper(self: LanceStore, project: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, project, *args, **kwargs)
+        except FathomError:
+            raise
+        except (OSError, RuntimeError, ValueError, KeyError, pa.ArrowException) as exc:
+            if is_disk_full(exc):
+                raise DiskFull(_short(exc)) from exc
+            raise DamagedProject(project, _short(exc)) from exc
+
+    return wrapper
+
+
 @dataclass
 class _Matrix:
     """The in-memory copy of one active table used for exact vector search."""
@@ -624,6 +738,7 @@ class _Matrix:
     key: tuple[str, str, int]  # (lance table name, kind, generation)
     matrix: np.ndarray  # (n, width) float32, rows L2-normalised
     meta: pa.Table  # _HIT_COLUMNS, same row order
+    dead: np.ndarray | None = None  # indices of damaged rows (non-finite or zero vectors)
 
     @property
     def nbytes(self) -> int:
@@ -669,10 +784,19 @@ class LanceStore(Store):
         return self._dir(project) / "state.json"
 
     def _read_state(self, project: str) -> dict[str, Any] | None:
+        """The project's pointer file; None only when there is none. A garbled one is damage,
+        never "no project": reading it as empty would hide (or overwrite) a whole index."""
+        path = self._state_path(project)
         try:
-            return json.loads(self._state_path(project).read_text())
+            state = json.loads(path.read_text())
         except FileNotFoundError:
             return None
+        except (OSError, ValueError) as exc:
+            raise DamagedProject(project, f"{path} is unreadable ({_short(exc)})") from None
+        if not (isinstance(state, dict) and isinstance(state.get("tables"), dict)
+                and isinstance(state.get("next"), int)):
+            raise DamagedProject(project, f"{path} does not hold a project state")
+        return state
 
     def _write_state(self, project: str, state: dict[str, Any]) -> None:
         atomic_write_text(self._state_path(project), json.dumps(state, indent=2, sort_keys=True))
@@ -694,6 +818,72 @@ class LanceStore(Store):
                     self._write_state(project, state)
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+    @contextlib.contextmanager
+    def project_lock(self, project: str, holder: str | None = None) -> Iterator[LockHolder]:
+        """Hold the index lock of `project` for the block: one writer per project across
+        processes (CLI runs, servers, a file watcher).
+
+        An OS lock (flock) on `.index.lock` in the project's folder, taken without waiting: a
+        second writer gets `ProjectLocked` at once, naming the holder recorded in the file.
+        The kernel releases the lock when its holder dies, however it dies, so a stale file
+        from a killed run is simply taken over (its record is overwritten)."""
+        host = socket.gethostname()
+        holder = holder or f"fathom@{host}:{os.getpid()}"
+        d = self._dir(project)
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / ".index.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                raise ProjectLocked(project, self._lock_record(project, path)) from None
+            since = datetime.fromtimestamp(self.clock(), tz=UTC)
+            info = LockHolder(project, holder, host, os.getpid(), since)
+            record = json.dumps({"holder": holder, "host": host, "pid": info.pid,
+                                 "since": since.isoformat()}).encode()
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, record, 0)
+            try:
+                yield info
+            finally:
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def lock_holder(self, project: str) -> LockHolder | None:
+        """Who holds the index lock of `project` now, or None."""
+        path = self._dir(project) / ".index.lock"
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return self._lock_record(project, path)
+        finally:
+            os.close(fd)  # closing drops a lock this probe took
+        return None
+
+    @staticmethod
+    def _lock_record(project: str, path: Path) -> LockHolder | None:
+        # The holder writes its record right after taking the lock; give it a moment.
+        for _ in range(20):
+            try:
+                data = json.loads(path.read_text() or "null")
+                if data:
+                    return LockHolder(project, str(data["holder"]), str(data["host"]),
+                                      int(data["pid"]), datetime.fromisoformat(data["since"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            time.sleep(0.01)
+        return None
 
     def _db(self, project: str) -> Any:
         slug = self.slug(project)
@@ -750,6 +940,7 @@ class LanceStore(Store):
 
     # ---- spaces and slots
 
+    @_guarded
     def open_table(self, project: str, table: str, space: Space) -> TableInfo:
         check_table_kind(table)
         self._check_space_kind(table, space)
@@ -778,6 +969,7 @@ class LanceStore(Store):
         if stored != space:
             raise SpaceMismatch(project, space.table, stored or space, space)
 
+    @_guarded
     def space_of(self, project: str, table: str, slot: Slot = Slot.ACTIVE) -> Space | None:
         check_table_kind(table)
         state = self._read_state(project)
@@ -789,6 +981,7 @@ class LanceStore(Store):
         key = "space" if slot is Slot.ACTIVE else "shadow_space"
         return space_from_json(entry.get(key))
 
+    @_guarded
     def begin_shadow(self, project: str, table: str, space: Space) -> ShadowInfo:
         check_table_kind(table)
         self._check_space_kind(table, space)
@@ -806,31 +999,54 @@ class LanceStore(Store):
         return ShadowInfo(project, table, space, 0, resumed=False)
 
     def promote(self, project: str, table: str) -> TableInfo:
-        check_table_kind(table)
-        entry = self._entry(project, table)
-        name = entry.get("shadow")
-        if name is None:
-            raise NoShadow(project, table)
-        # Indexes are built on the shadow before the switch, so the first search after
-        # promotion is as fast as the last one before it.
-        self._build_indexes(project, name)
-        with self._locked(project) as state:
-            entry = state["tables"].setdefault(table, {})
-            if entry.get("shadow") != name:
-                raise NoShadow(project, table)
-            old = entry.get("active")
-            entry["active"] = name
-            entry["space"] = entry.pop("shadow_space")
-            entry["shadow"] = None
-            entry["generation"] = entry.get("generation", 0) + 1
-            entry["last_indexed"] = self.clock()
-            # The pointer file is rewritten (atomically) when this block exits: that rename
-            # is the promotion. Dropping the old version happens after it.
-        if old is not None:
-            self._drop(project, old)
-        self._collect_garbage(project)
-        return self.table_info(project, table)
+        return self.promote_together(project, [table])[0]
 
+    @_guarded
+    def promote_together(self, project: str, tables: Sequence[str]) -> list[TableInfo]:
+        names: dict[str, str] = {}
+        for table in tables:
+            check_table_kind(table)
+            name = self._entry(project, table).get("shadow")
+            if name is None:
+                raise NoShadow(project, table)
+            names[table] = name
+        for table, name in names.items():
+            # Self-check: a shadow holding one chunk id twice (two writers raced, or damage)
+            # must never become what searches read.
+            rows, ids = self._id_counts(project, name)
+            if rows != ids:
+                self.abandon_shadow(project, table)
+                raise DuplicateChunks(project, table, rows, ids)
+            # Indexes are built on the shadow before the switch, so the first search after
+            # promotion is as fast as the last one before it.
+            self._build_indexes(project, name)
+        old: list[str] = []
+        with self._locked(project) as state:
+            for table, name in names.items():
+                if state["tables"].get(table, {}).get("shadow") != name:
+                    raise NoShadow(project, table)
+            for table, name in names.items():
+                entry = state["tables"][table]
+                if entry.get("active") is not None:
+                    old.append(entry["active"])
+                entry["active"] = name
+                entry["space"] = entry.pop("shadow_space")
+                entry["shadow"] = None
+                entry["generation"] = entry.get("generation", 0) + 1
+                entry["last_indexed"] = self.clock()
+            # The pointer file is rewritten (atomically) when this block exits: that one
+            # rename is the promotion of every table. Dropping the old versions comes after.
+        for name in old:
+            self._drop(project, name)
+        self._collect_garbage(project)
+        return [self.table_info(project, table) for table in names]
+
+    def _id_counts(self, project: str, name: str) -> tuple[int, int]:
+        ids = (self._table(project, name).search().select(["chunk_id"]).limit(None)
+               .to_arrow()["chunk_id"])
+        return len(ids), len(ids.unique())
+
+    @_guarded
     def abandon_shadow(self, project: str, table: str) -> None:
         check_table_kind(table)
         with self._locked(project) as state:
@@ -841,6 +1057,7 @@ class LanceStore(Store):
         if name is not None:
             self._drop(project, name)
 
+    @_guarded
     def refresh(self, project: str, table: str) -> None:
         check_table_kind(table)
         name = self._entry(project, table).get("active")
@@ -888,11 +1105,13 @@ class LanceStore(Store):
 
     # ---- writes
 
+    @_guarded
     def _upsert(self, project: str, table: str, slot: Slot, rows: list[Chunk],
                 matrix: np.ndarray, provenance: Provenance, written_at: datetime) -> None:
         n = len(rows)
         self._upsert_rows(project, table, slot, rows, matrix, [provenance] * n, [written_at] * n)
 
+    @_guarded
     def _upsert_rows(self, project: str, table: str, slot: Slot, rows: list[Chunk],
                      matrix: np.ndarray, provenances: list[Provenance],
                      written_at: list[datetime]) -> None:
@@ -925,6 +1144,7 @@ class LanceStore(Store):
         if slot is Slot.ACTIVE:
             self._bump(project, table)
 
+    @_guarded
     def _stored_vectors(self, project: str, table: str, slot: Slot,
                         content_hashes: Sequence[str]) -> dict[str, StoredVector]:
         name = self._slot_name(project, table, slot)
@@ -964,6 +1184,7 @@ class LanceStore(Store):
             q = q.select(columns)
         return q.limit(None).to_arrow() if hasattr(q, "limit") else q.to_arrow()
 
+    @_guarded
     def _replace_vectors(self, project: str, table: str, slot: Slot, chunk_ids: list[str],
                          matrix: np.ndarray, provenance: Provenance,
                          written_at: datetime) -> int:
@@ -996,6 +1217,7 @@ class LanceStore(Store):
             self._bump(project, table)
         return n
 
+    @_guarded
     def delete(self, project: str, table: str, *, chunk_ids: Iterable[str] = (),
                paths: Iterable[str] = (), slot: Slot = Slot.ACTIVE) -> int:
         check_table_kind(table)
@@ -1012,6 +1234,7 @@ class LanceStore(Store):
             self._bump(project, table)
         return removed
 
+    @_guarded
     def manifest(self, project: str, table: str,
                  slot: Slot = Slot.ACTIVE) -> list[ManifestEntry]:
         check_table_kind(table)
@@ -1078,9 +1301,20 @@ class LanceStore(Store):
             data = tbl.search().select(["vector", *_HIT_COLUMNS]).limit(None).to_arrow()
             vec = data["vector"].combine_chunks()
             matrix = vec.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-            matrix = matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
+            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+            bad = ~np.isfinite(norms[:, 0]) | (norms[:, 0] == 0)
+            if bad.any():
+                # Damaged rows (a corrupt data file) never rank: zeroed, and named in the log.
+                log.warning("project %s table %s: %d rows hold non-finite or zero vectors; "
+                            "they are left out of vector search. Run `fathom store verify %s "
+                            "--repair`.", project, table, int(bad.sum()), project)
+                matrix = np.where(bad[:, None], 0.0, matrix)
+                norms = np.where(bad[:, None], 1.0, norms)
+            with np.errstate(invalid="ignore", over="ignore"):
+                matrix = np.nan_to_num(matrix / norms, nan=0.0, posinf=0.0, neginf=0.0)
             meta = data.drop_columns(["vector"]).combine_chunks()
-            entry = _Matrix(key, np.ascontiguousarray(matrix, np.float32), meta)
+            entry = _Matrix(key, np.ascontiguousarray(matrix, np.float32), meta,
+                            np.flatnonzero(bad) if bad.any() else None)
             with self._mutex:
                 self._matrices[(slug, table)] = entry
                 self._evict()
@@ -1118,6 +1352,7 @@ class LanceStore(Store):
             raise StoreError("the query vector is zero or not finite; check the encoder")
         return q / np.linalg.norm(q)
 
+    @_guarded
     def vector_search(self, project: str, table: str, vector: Any, k: int = 10, *,
                       where: SearchFilter | None = None) -> list[Hit]:
         check_table_kind(table)
@@ -1133,10 +1368,13 @@ class LanceStore(Store):
                 rows = np.flatnonzero(where.mask(meta["language"].to_pylist(),
                                                  meta["path"].to_pylist(),
                                                  meta["kind"].to_pylist()))
+            if cached.dead is not None:
+                rows = np.setdiff1d(rows, cached.dead, assume_unique=True)  # damaged: never rank
             n = len(rows)
             if n == 0:
                 return []
-            scores = (cached.matrix[rows] if where is not None else cached.matrix) @ q
+            subset = where is not None or cached.dead is not None
+            scores = (cached.matrix[rows] if subset else cached.matrix) @ q
             k = min(k, n)
             top = np.argpartition(-scores, k - 1)[:k]
             top = top[np.argsort(-scores[top], kind="stable")]
@@ -1150,6 +1388,7 @@ class LanceStore(Store):
         scores = [1.0 - d for d in res["_distance"].to_pylist()]
         return self._hits_from(res, table, scores, "vector")
 
+    @_guarded
     def text_search(self, project: str, table: str, query: str, k: int = 10, *,
                     where: SearchFilter | None = None) -> list[Hit]:
         check_table_kind(table)
@@ -1174,6 +1413,7 @@ class LanceStore(Store):
                 return []
         return self._hits_from(res, table, res["_score"].to_pylist(), "text")
 
+    @_guarded
     def chunk_at(self, project: str, table: str, path: str,
                  line: int) -> tuple[Hit, np.ndarray] | None:
         check_table_kind(table)
@@ -1196,6 +1436,7 @@ class LanceStore(Store):
 
     # ---- projects and audit
 
+    @_guarded
     def table_info(self, project: str, table: str) -> TableInfo:
         entry = self._entry(project, table)
         rows = 0
@@ -1212,23 +1453,37 @@ class LanceStore(Store):
         )
 
     def list_projects(self) -> list[ProjectInfo]:
+        """Every project, a damaged one included (with `damage` saying why): one broken
+        project must not hide the others, nor hide itself."""
         out = []
         for state_file in sorted((self.root / "projects").glob("*/state.json")):
+            name = state_file.parent.name  # until the file itself names the project
             try:
-                state = json.loads(state_file.read_text())
-            except (OSError, ValueError):
-                continue
-            name = state["project"]
-            tables = {t: self.table_info(name, t) for t in state["tables"]
-                      if state["tables"][t].get("active") or state["tables"][t].get("shadow")}
-            out.append(ProjectInfo(name, tables))
+                with contextlib.suppress(OSError, ValueError, AttributeError):
+                    name = str(json.loads(state_file.read_text()).get("project") or name)
+                state = self._read_state(name)
+                if state is None:
+                    continue  # dropped meanwhile
+                tables = {t: self.table_info(name, t) for t, e in state["tables"].items()
+                          if e.get("active") or e.get("shadow")}
+                out.append(ProjectInfo(name, tables))
+            except StoreError as exc:
+                if isinstance(exc, DiskFull):
+                    raise
+                detail = exc.detail if isinstance(exc, DamagedProject) else str(exc)
+                out.append(ProjectInfo(name, {}, damage=detail))
         return sorted(out, key=lambda p: p.name)
 
     def has_project(self, project: str) -> bool:
         return self._read_state(project) is not None
 
+    @_guarded
     def drop_project(self, project: str) -> None:
-        if self._read_state(project) is None:
+        try:
+            known = self._read_state(project) is not None
+        except DamagedProject:
+            known = True  # dropping is one way out of damage
+        if not known:
             raise UnknownProject(project, [p.name for p in self.list_projects()])
         slug = self.slug(project)
         with self._mutex:
@@ -1241,6 +1496,7 @@ class LanceStore(Store):
             self._state_path(project).unlink(missing_ok=True)
             shutil.rmtree(self._dir(project), ignore_errors=True)
 
+    @_guarded
     def provenance_counts(self, project: str, table: str,
                           slot: Slot = Slot.ACTIVE) -> dict[tuple[str, str | None], int]:
         check_table_kind(table)
@@ -1255,6 +1511,7 @@ class LanceStore(Store):
             counts[key] = counts.get(key, 0) + 1
         return counts
 
+    @_guarded
     def written_since(self, project: str, table: str, since: datetime,
                       provider_id: str | None = None) -> list[ManifestEntry]:
         check_table_kind(table)
@@ -1273,6 +1530,7 @@ class LanceStore(Store):
                                                   res["content_hash"].to_pylist(),
                                                   res["path"].to_pylist(), strict=True)]
 
+    @_guarded
     def chunk_texts(self, project: str, table: str, chunk_ids: Sequence[str],
                     slot: Slot = Slot.ACTIVE) -> dict[str, str]:
         check_table_kind(table)

@@ -13,6 +13,14 @@ would leave out, and `include` globs (`fathom index --include GLOB`) bring back 
 files the built-in skips or `.gitignore` leave out. `Selection` holds these decisions once,
 for the walk and for the watcher, which asks `Selection.admits(path)` of every changed file.
 
+It trusts nothing on disk. Only regular files are opened (ignore files included): FIFOs,
+sockets and devices are skipped and counted, and the check is made on the opened descriptor
+(`O_NONBLOCK | O_NOFOLLOW`, then `fstat`), so a file swapped for a FIFO between the listing
+and the read cannot hang the walk. Every read is bounded in size and in time. A walk stops
+between entries when its `cancel` event is set. A file whose name is not valid UTF-8 is kept,
+under its name with the bad bytes escaped (`caf\\xe9.py`), and reported. System folders
+(`/`, `/proc`, `/sys`, `/dev`, `/etc` by default) are refused as a root, even through a link.
+
 Refuses: to follow symbolic links (a link can leave the project or loop), to chunk, and to
 guess at languages beyond `chunking.detect_language`.
 """
@@ -20,16 +28,23 @@ guess at languages beyond `chunking.detect_language`.
 from __future__ import annotations
 
 import os
+import stat
+import threading
+import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pathspec
 
+from fathom.config import REFUSED_ROOTS
+from fathom.errors import ConfigError, FathomError
 from fathom.index.chunking import detect_language
 
 MAX_FILE_BYTES = 1_000_000
+MAX_IGNORE_BYTES = 1_000_000  # a .gitignore larger than this is not a .gitignore
+READ_SECONDS = 10.0  # one file's read; a slower one (a dying disk, a stalled mount) is skipped
 
 # Directories never worth indexing: VCS metadata, dependencies, virtualenvs, build output
 # and tool caches. Vendored code is someone else's project; it drowns the project's own hits.
@@ -89,9 +104,44 @@ MINIFIED = "minified"
 DATA = "data"
 EMPTY = "empty"
 SYMLINK = "symlink"
+SPECIAL = "special-file"  # FIFOs, sockets, devices: never opened for reading
 UNREADABLE = "unreadable"
+SLOW = "slow-read"  # a read that did not finish within READ_SECONDS
 # Not a skip: files read with replacement characters or as Latin-1 (kept, but reported).
 DECODED_WITH_REPLACEMENT = "decoded-with-replacement"
+# Not a skip: files kept under a name whose undecodable bytes were escaped (reported).
+ESCAPED_NAME = "escaped-name"
+
+
+class WalkCancelled(FathomError):
+    """The walk was cancelled between two entries (its job was cancelled)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        super().__init__(f"the walk of {root} was cancelled")
+
+
+class RefusedRoot(ConfigError):
+    def __init__(self, path: str, refused: str):
+        self.path, self.refused = path, refused
+        via = "" if os.path.realpath(path) == path else f" (it leads to {os.path.realpath(path)})"
+        super().__init__(
+            f"refusing to index {path}{via}: {refused} is a system folder, not a project. "
+            f"Give the path of a project folder (the refused folders are set by "
+            f"FATHOM_REFUSED_ROOTS)."
+        )
+
+
+def check_root(root: Path | str, refused: Iterable[str] = REFUSED_ROOTS) -> Path:
+    """`root` resolved (links followed), or `RefusedRoot` when it is a system folder or lies
+    inside one. `/` refuses only itself: every path lies under it."""
+    given = str(root)
+    real = Path(os.path.realpath(os.path.expanduser(given)))
+    for folder in refused:
+        base = Path(os.path.realpath(folder))
+        if real == base or (base != Path(base.anchor) and base in real.parents):
+            raise RefusedRoot(given, str(folder))
+    return real
 
 
 @dataclass(frozen=True)
@@ -116,13 +166,19 @@ class WalkResult:
     files: list[SourceFile] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     decoded_with_replacement: list[str] = field(default_factory=list)  # paths, also on .notes
+    escaped_names: list[str] = field(default_factory=list)  # paths, also on .notes
     # Folders left out whole, by reason: {"ignored-dir": ["node_modules", "web/dist"], ...}.
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def notes(self) -> Counter[str]:
-        """Kept-but-noteworthy counts (today: decoded-with-replacement)."""
-        return Counter({DECODED_WITH_REPLACEMENT: len(self.decoded_with_replacement)}) if self.decoded_with_replacement else Counter()
+        """Kept-but-noteworthy counts (decoded-with-replacement, escaped-name)."""
+        out: Counter[str] = Counter()
+        if self.decoded_with_replacement:
+            out[DECODED_WITH_REPLACEMENT] = len(self.decoded_with_replacement)
+        if self.escaped_names:
+            out[ESCAPED_NAME] = len(self.escaped_names)
+        return out
 
     def __iter__(self) -> Iterator[SourceFile]:
         return iter(self.files)
@@ -167,17 +223,17 @@ class Selection:
         """Drop the cached ignore files (one changed)."""
         self._scopes.clear()
 
-    def top(self) -> _Scope:
-        base = _read_spec(self.root / ".git" / "info" / "exclude")
+    def top(self, skipped: Counter[str] | None = None) -> _Scope:
+        base = _read_spec(self.root / ".git" / "info" / "exclude", skipped)
         return _Scope([("", base)] if base is not None else [], [])
 
     def scope(self, directory: Path, rel: str, parent: _Scope,
-              restricted: bool | None = None) -> _Scope:
+              restricted: bool | None = None, skipped: Counter[str] | None = None) -> _Scope:
         git, fathom = parent.git, parent.fathom
-        spec = _read_spec(directory / ".gitignore")
+        spec = _read_spec(directory / ".gitignore", skipped)
         if spec is not None:
             git = [*git, (rel, spec)]
-        spec = _read_spec(directory / FATHOMIGNORE)
+        spec = _read_spec(directory / FATHOMIGNORE, skipped)
         if spec is not None:
             fathom = [*fathom, (rel, spec)]
         return _Scope(git, fathom, parent.restricted if restricted is None else restricted)
@@ -276,32 +332,97 @@ def walk(
     extra_ignores: Iterable[str] = (),
     include: Iterable[str] = (),
     selection: Selection | None = None,
+    cancel: threading.Event | None = None,
 ) -> WalkResult:
     """Every indexable file under `root`, sorted by path, with skipped files counted and
     skipped folders named.
 
     `extra_ignores` are gitwildmatch patterns relative to `root` (as in a root .gitignore,
     but they win over every .gitignore, negations included). `include` globs (gitwildmatch)
-    take back what the built-in skips and .gitignore leave out.
+    take back what the built-in skips and .gitignore leave out. When `cancel` is set the walk
+    raises `WalkCancelled` before its next entry.
     """
     root = Path(root)
     result = WalkResult()
     selection = selection or Selection(root, include=include, extra_ignores=extra_ignores)
-    _walk_dir(root, "", selection.top(), selection, max_file_bytes, result)
+    _walk_dir(root, "", selection.top(result.skipped), selection, max_file_bytes, result,
+              cancel=cancel)
     result.files.sort(key=lambda f: f.path)
     result.decoded_with_replacement.sort()
+    result.escaped_names.sort()
     for folders in result.skipped_dirs.values():
         folders.sort()
     return result
 
 
-def _read_spec(path: Path) -> pathspec.GitIgnoreSpec | None:
+def _read_spec(path: Path, skipped: Counter[str] | None = None) -> pathspec.GitIgnoreSpec | None:
+    """An ignore file's rules; a missing one is None, one that is not a regular file (a FIFO
+    named .gitignore) is skipped (and counted in `skipped`), never read."""
+    if not os.path.lexists(path):
+        return None
     try:
-        raw = path.read_bytes()
-    except OSError:
+        raw = read_regular(path, MAX_IGNORE_BYTES)
+    except _Unreadable as exc:
+        if skipped is not None:
+            skipped[exc.reason] += 1
         return None
     lines = raw.decode("utf-8", "replace").splitlines()
     return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+
+
+class _Unreadable(Exception):
+    """One file could not be read; `reason` is the skip reason it is counted under."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int, *, seconds: float = READ_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> bytes:
+    """The bytes of a regular file, read without trusting what the listing said about it.
+
+    Opened non-blocking and without following a link, then checked on the descriptor: a FIFO,
+    a socket or a device is refused (`SPECIAL`) before a single read could hang. More than
+    `max_bytes` is `TOO_LARGE`; a read slower than `seconds` is `SLOW`."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _Unreadable(SYMLINK if exc.errno == 40 else UNREADABLE) from None  # 40: ELOOP
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Unreadable(SPECIAL)
+        if info.st_size > max_bytes:
+            raise _Unreadable(TOO_LARGE)
+        deadline = clock() + seconds
+        parts: list[bytes] = []
+        got = 0
+        while True:
+            part = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+            if got > max_bytes:
+                raise _Unreadable(TOO_LARGE)  # it grew while we read
+            if clock() > deadline:
+                raise _Unreadable(SLOW)
+        return b"".join(parts)
+    except OSError:
+        raise _Unreadable(UNREADABLE) from None
+    finally:
+        os.close(fd)
+
+
+def _display(name: str) -> str:
+    """A file name as stored and shown: names that are not valid UTF-8 reach Python with their
+    bad bytes as lone surrogates, which no database column (UTF-8) accepts; they become
+    backslash escapes (`caf\\xe9.py`) instead of aborting the whole project."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def _verdict(rules: Rules, rel: str, is_dir: bool) -> bool | None:
@@ -323,15 +444,22 @@ def _walk_dir(
     max_file_bytes: int,
     result: WalkResult,
     restricted: bool = False,
+    *,
+    cancel: threading.Event | None = None,
+    escaped: bool = False,
 ) -> None:
-    scope = selection.scope(directory, rel, parent, restricted)
+    scope = selection.scope(directory, rel, parent, restricted, result.skipped)
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
         result.skipped[UNREADABLE] += 1
         return
     for entry in entries:
-        child_rel = f"{rel}/{entry.name}" if rel else entry.name
+        if cancel is not None and cancel.is_set():
+            raise WalkCancelled(Path(directory))
+        name = _display(entry.name)
+        child_rel = f"{rel}/{name}" if rel else name
+        child_escaped = escaped or name != entry.name
         try:
             if entry.is_symlink():
                 result.skipped[SYMLINK] += 1
@@ -347,21 +475,24 @@ def _walk_dir(
             reason, inner = selection.directory(entry.name, child_rel, entry.path, scope)
             if reason is None:
                 _walk_dir(Path(entry.path), child_rel, scope, selection, max_file_bytes, result,
-                          inner)
+                          inner, cancel=cancel, escaped=child_escaped)
             elif not scope.restricted:  # inside a skipped folder nothing more is named
                 result.skipped[reason] += 1
                 result.skipped_dirs.setdefault(reason, []).append(child_rel)
             continue
-        if not is_file:
-            continue  # sockets, fifos, devices
         if entry.name in IGNORE_FILES:
-            continue  # read as rules above; not content
+            continue  # read as rules above (or counted there); not content
+        if not is_file:
+            if not scope.restricted:
+                result.skipped[SPECIAL] += 1  # sockets, fifos, devices
+            continue
         reason, forced = selection.file(entry.name, child_rel, scope)
         if reason is not None:
             if not scope.restricted:
                 result.skipped[reason] += 1
             continue
-        _consider_file(Path(entry.path), child_rel, entry, max_file_bytes, result, forced)
+        _consider_file(Path(entry.path), child_rel, entry, max_file_bytes, result, forced,
+                       child_escaped)
 
 
 def _is_virtualenv(path: str) -> bool:
@@ -370,27 +501,20 @@ def _is_virtualenv(path: str) -> bool:
 
 
 def _consider_file(path: Path, rel: str, entry: os.DirEntry, max_file_bytes: int, result: WalkResult,
-                   forced: bool = False) -> None:
+                   forced: bool = False, escaped: bool = False) -> None:
     name = entry.name.lower()
     reason = None if forced else _reason_by_name(name)
     if reason is not None:
         result.skipped[reason] += 1
         return
     try:
-        size = entry.stat(follow_symlinks=False).st_size
-    except OSError:
-        result.skipped[UNREADABLE] += 1
+        raw = read_regular(path, max_file_bytes)
+    except _Unreadable as exc:
+        result.skipped[exc.reason] += 1
         return
-    if size > max_file_bytes:
-        result.skipped[TOO_LARGE] += 1
-        return
+    size = len(raw)
     if size == 0:
         result.skipped[EMPTY] += 1
-        return
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        result.skipped[UNREADABLE] += 1
         return
     decoded = decode(raw)
     if decoded is None:
@@ -411,6 +535,8 @@ def _consider_file(path: Path, rel: str, entry: os.DirEntry, max_file_bytes: int
     source = SourceFile(path=rel, text=text, language=language, table=table, size=size, encoding=encoding)
     if source.lossy:
         result.decoded_with_replacement.append(rel)
+    if escaped:
+        result.escaped_names.append(rel)
     result.files.append(source)
 
 

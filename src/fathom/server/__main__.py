@@ -22,7 +22,7 @@ import uvicorn
 
 from fathom import logsafe
 from fathom.config import Settings
-from fathom.errors import FathomError
+from fathom.errors import ConfigError, failure_of
 from fathom.fleet.protocol import MAX_FRAME_BYTES
 
 
@@ -77,10 +77,14 @@ def main(argv: list[str] | None = None) -> int:
         app = create_app(settings)
         for line in issue_tokens(app, rotate_admin=args.rotate_admin_token, rotate_join=args.rotate_join_token):
             print(line, flush=True)
-    except FathomError as exc:
+    except Exception as exc:
+        # A full disk or a damaged state file at start is one line naming the fix, not a traceback.
+        failure = failure_of(exc)
+        if failure is None:
+            raise
         sock.close()
-        print(f"fathom server: {exc}", file=sys.stderr)
-        return 2
+        print(f"error: {' '.join(str(failure).split())}", file=sys.stderr, flush=True)
+        return 2 if isinstance(failure, ConfigError) else 1
     print(f"fathom server on http://{args.host}:{args.port} (data dir {args.data_dir})", flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
                             ws="websockets-sansio", ws_max_size=MAX_FRAME_BYTES + 4096, log_config=None)

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fathom import __version__
@@ -171,6 +172,32 @@ def refusal(status: int, message: str, problems: list[str] | None = None) -> HTT
 def damaged(exc: RoutingStateDamaged) -> HTTPException:
     """A state file the server cannot read: 503 (the request was fine), naming the fix."""
     return refusal(503, str(exc), exc.problems)
+
+
+def failure_status(exc: FathomError) -> int:
+    """The HTTP status of a typed failure: the caller's mistake is 4xx, storage that cannot
+    serve now (a full disk, a lost database, no provider) is 503."""
+    from fathom.errors import DiskFull, NoProviderAvailable, StoreLost
+    from fathom.index.store import DamagedProject, ProjectLocked, UnknownProject
+
+    if isinstance(exc, UnknownProject):
+        return 404
+    if isinstance(exc, (ProjectLocked, DamagedProject)):
+        return 409
+    if isinstance(exc, RoutingStateDamaged):
+        return 503  # the server's own state file: the request was fine
+    if isinstance(exc, ConfigError):
+        return 400
+    if isinstance(exc, (DiskFull, StoreLost, NoProviderAvailable)) or \
+            type(exc).__name__ == "StoreUnavailable":
+        return 503
+    return 409
+
+
+def failure_response(exc: FathomError) -> JSONResponse:
+    message = str(exc)
+    return JSONResponse(status_code=failure_status(exc),
+                        content={"detail": {"message": message, "problems": [message]}})
 
 
 def describe_body(exc: ValidationError) -> str:
@@ -395,6 +422,16 @@ class BudgetRecord:
 # ---------------------------------------------------------------------------- jobs
 
 
+def _refused_root(root: Path, refused: list[str]) -> str | None:
+    from fathom.index.walker import RefusedRoot, check_root
+
+    try:
+        check_root(root, refused)
+    except RefusedRoot as exc:
+        return str(exc)
+    return None
+
+
 class IndexJobs:
     """Index jobs started over the API, running in this server's event loop, and kept across
     restarts.
@@ -454,6 +491,8 @@ class IndexJobs:
         if not root.is_absolute():
             problems.append(f"{path} is a relative path; give the absolute path of the project folder as the "
                             f"server sees it (the CLI resolves it for you)")
+        elif (refused := _refused_root(root, self.service.settings.refused_roots)) is not None:
+            problems.append(refused)
         elif not root.exists():
             problems.append(str(ProjectPathError(path, "no such folder on the server")))
         elif not root.is_dir():

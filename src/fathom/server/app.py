@@ -41,8 +41,10 @@ from fastapi.responses import JSONResponse, Response
 
 from fathom import __version__, logsafe
 from fathom.config import RoutingStateDamaged, RoutingStore, Settings
+from fathom.errors import FathomError, failure_of
 from fathom.fleet.hub import Hub
 from fathom.server.admin import (
+    failure_response,
     AdminAuth, BudgetRecord, IndexJobs, OperatorParts, ScrapeAuth, admin_dependency, admin_router,
     body_problems, damaged, operator_router, scrape_dependency,
 )
@@ -192,6 +194,19 @@ def create_app(
         problems = body_problems(exc)
         return JSONResponse(status_code=400, content={"detail": {
             "message": f"invalid request: {'; '.join(problems[:3])}", "problems": problems}})
+
+    # An anticipated failure a route did not turn into a refusal itself (a damaged project, a
+    # full disk, a lost database) is still a typed answer naming the fix, never a bare 500.
+    @app.exception_handler(FathomError)
+    async def fathom_failure(request: Request, exc: FathomError) -> JSONResponse:
+        return failure_response(exc)
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        failure = failure_of(exc)
+        if failure is None:
+            raise exc
+        return failure_response(failure)
 
     # Auth before bodies: no route, and no framework layer, reads a request body before the
     # token is checked and the route's size limit applied.

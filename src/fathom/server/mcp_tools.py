@@ -32,7 +32,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from fathom import __version__
-from fathom.errors import ConfigError, FathomError, OutOfRange
+from fathom.errors import ConfigError, FathomError, OutOfRange, failure_of
 from fathom.index.filters import SearchFilter
 from fathom.service import MAX_K, MAX_LINE, Fathom, SearchHit
 
@@ -153,6 +153,8 @@ class SearchResults(BaseModel):
                                "on each result")
     reranker: str | None = Field(None, description="the provider that reranked the results")
     filters: str | None = Field(None, description="the filters applied, if any")
+    notes: list[str] = Field(default_factory=list, description="what the reader must know "
+                             "besides the results, e.g. a damaged project the search skipped")
 
 
 class ProjectEntry(BaseModel):
@@ -165,6 +167,8 @@ class ProjectEntry(BaseModel):
                                        "from the current index)")
     watch: str = Field(description="live sync: watching, syncing, waiting (a failed sync is "
                                    "retried), off, or not watched by this server")
+    damaged: str | None = Field(None, description="why the project cannot be read (searches "
+                                "skip it); `fathom store verify NAME --repair` fixes it")
 
 
 class ProjectList(BaseModel):
@@ -243,6 +247,11 @@ def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
             return await fn(*args, **kwargs)
         except FathomError as exc:
             raise ToolError(str(exc)) from exc
+        except Exception as exc:
+            failure = failure_of(exc)  # a full disk, a lost database: anticipated, named
+            if failure is None:
+                raise
+            raise ToolError(str(failure)) from exc
 
     return wrapper
 
@@ -388,7 +397,8 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
                              ordered_by="rerank_score" if found.reranked else "fused_score",
                              results=results, reranked=found.reranked, reason=found.reason,
                              reranker=found.reranker,
-                             filters=where.describe() if where else None)
+                             filters=where.describe() if where else None,
+                             notes=list(found.notes))
 
     @server.tool(title="Search code", annotations=READ_ONLY,
                  description="Search indexed source code by meaning and keywords (vector and "
@@ -492,7 +502,8 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
             return ProjectList(projects=[
                 ProjectEntry(name=p.name, root=p.root, code_chunks=p.tables.get("code", 0),
                              docs_chunks=p.tables.get("docs", 0), last_indexed=p.last_indexed,
-                             indexing=p.indexing, watch=fathom.watch_state(p.name)["state"])
+                             indexing=p.indexing, watch=fathom.watch_state(p.name)["state"],
+                             damaged=p.damaged)
                 for p in fathom.projects()])
 
         return await asyncio.to_thread(load)

@@ -1,0 +1,348 @@
+"""`fathom store verify [PROJECT] [--repair]`: find damage in stored tables, and fix what can be.
+
+What it owns: reading every row of a project's active tables and naming what is wrong, then
+(on `--repair`) fixing it with the least work that restores a correct index.
+
+The checks, per active table:
+* the project's pointer file (state.json) is readable (`state`);
+* the table can be opened and read in full (`unreadable`), and the rows read agree with the
+  count its manifest records (`count-mismatch`);
+* every chunk id is stored once (`duplicate-ids`);
+* every vector is finite and of unit length (`bad-vectors`): the store writes unit vectors only;
+* every row is what it claims to be (`damaged-rows`): its content hash is the hash of its text,
+  and its chunk id the hash of its path, lines and content hash;
+* the full-text index exists and answers (`fts-missing`): without it every query silently
+  becomes vector-only.
+
+The repairs: a garbled state.json is rebuilt from the tables on disk (the newest table of each
+kind becomes a resumable shadow, so the next `fathom index` embeds only what is missing); a
+table that cannot be read is set aside (the next `fathom index` rebuilds it); duplicate ids keep
+their one healthy row; rows whose identity is broken are deleted (the next index re-adds them
+from the files); bad vectors are re-embedded from the stored text by an encoder the gate has
+cleared for the table, written through the store's clearance check like any other row; the
+full-text and vector indexes are rebuilt.
+
+What it refuses to do: write without the project's index lock (a repair is a writer like any
+index run), re-embed through an encoder the gate has not cleared, or guess a project's files
+(rows it cannot trust are removed, never invented).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fathom.errors import FathomError
+from fathom.index.chunk import Chunk
+from fathom.index.store import (
+    TABLE_KINDS,
+    DamagedProject,
+    LanceStore,
+    Slot,
+    Store,
+    space_from_json,
+    space_to_json,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from fathom.service import Fathom
+
+UNIT_TOLERANCE = 1e-3  # float32 rounding of a unit vector stays far inside this
+
+STATE = "state"
+UNREADABLE = "unreadable"
+COUNT_MISMATCH = "count-mismatch"
+DUPLICATE_IDS = "duplicate-ids"
+BAD_VECTORS = "bad-vectors"
+DAMAGED_ROWS = "damaged-rows"
+FTS_MISSING = "fts-missing"
+
+
+@dataclass
+class Problem:
+    project: str
+    table: str | None  # None: the whole project (its state file)
+    kind: str
+    detail: str
+    chunk_ids: list[str] = field(default_factory=list)  # the rows concerned, when known
+    repaired: str | None = None  # what --repair did about it
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "table": self.table, "kind": self.kind,
+                "detail": self.detail, "rows": len(self.chunk_ids), "repaired": self.repaired}
+
+
+@dataclass
+class ProjectCheck:
+    project: str
+    tables: dict[str, int] = field(default_factory=dict)  # rows read per active table
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return all(p.repaired for p in self.problems)
+
+
+def _short(exc: BaseException) -> str:
+    return str(exc.detail) if isinstance(exc, DamagedProject) else \
+        " ".join(re.sub(r",?\s*/\S+\.rs:\d+:\d+", "", str(exc)).split())[:300]
+
+
+def check_project(store: Store, project: str) -> ProjectCheck:
+    """Every problem of one project's active tables (blocking)."""
+    from fathom.index.migrate import read_rows
+
+    out = ProjectCheck(project)
+    if isinstance(store, LanceStore):
+        try:
+            state = store._read_state(project)
+        except DamagedProject as exc:
+            out.problems.append(Problem(project, None, STATE, exc.detail))
+            return out
+        kinds = [t for t in TABLE_KINDS if state and state["tables"].get(t, {}).get("active")]
+    else:
+        kinds = [t for t in TABLE_KINDS if store.space_of(project, t) is not None]
+    for table in kinds:
+        ids: list[str] = []
+        bad_vectors: list[str] = []
+        damaged: list[str] = []
+        try:
+            expected = store.table_info(project, table).rows
+            for batch in read_rows(store, project, table):
+                ids += batch.chunk_ids
+                norms = np.linalg.norm(batch.vectors, axis=1)
+                off = ~np.isfinite(batch.vectors).all(axis=1) | (np.abs(norms - 1) > UNIT_TOLERANCE)
+                bad_vectors += [c for c, o in zip(batch.chunk_ids, off, strict=True) if o]
+                for i, cid in enumerate(batch.chunk_ids):
+                    if not _identity_holds(cid, batch.content_hashes[i], batch.paths[i],
+                                           batch.start_lines[i], batch.end_lines[i],
+                                           batch.texts[i]):
+                        damaged.append(cid)
+        except (FathomError, OSError, RuntimeError, ValueError) as exc:
+            out.problems.append(Problem(project, table, UNREADABLE,
+                                        f"the {table} table cannot be read in full: {_short(exc)}"))
+            continue
+        out.tables[table] = len(ids)
+        if len(ids) != expected:
+            out.problems.append(Problem(
+                project, table, COUNT_MISMATCH,
+                f"the {table} table's manifest counts {expected} rows but {len(ids)} were read"))
+        dups = sorted(c for c, n in Counter(ids).items() if n > 1)
+        if dups:
+            out.problems.append(Problem(
+                project, table, DUPLICATE_IDS,
+                f"{len(dups)} chunk ids are stored more than once ({len(ids)} rows for "
+                f"{len(set(ids))} ids)", dups))
+        damaged_set = set(damaged)
+        if damaged:
+            out.problems.append(Problem(
+                project, table, DAMAGED_ROWS,
+                f"{len(damaged_set)} rows do not match their own content hash or chunk id "
+                f"(damaged text or identity)", sorted(damaged_set)))
+        bad = sorted(set(bad_vectors) - damaged_set)
+        if bad:
+            out.problems.append(Problem(
+                project, table, BAD_VECTORS,
+                f"{len(bad)} rows hold vectors that are not finite or not unit-length", bad))
+        if isinstance(store, LanceStore):
+            fts = _fts_problem(store, project, table)
+            if fts:
+                out.problems.append(Problem(project, table, FTS_MISSING, fts))
+    return out
+
+
+def _identity_holds(chunk_id: str, content_hash: str, path: str, start: int, end: int,
+                    text: str | None) -> bool:
+    if text is None:
+        return False
+    own_hash = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if own_hash != content_hash:
+        return False
+    # The chunk id is derived from exactly these fields (see Chunk.chunk_id).
+    probe = Chunk(path=path, language="", table="code", start_line=int(start), end_line=int(end),
+                  symbol=None, text=text)
+    return probe.chunk_id == chunk_id
+
+
+def _fts_problem(store: LanceStore, project: str, table: str) -> str | None:
+    name = store._slot_name(project, table, Slot.ACTIVE)
+    if name is None:
+        return None
+    tbl = store._table(project, name)
+    if not any(i.index_type == "FTS" for i in tbl.list_indices()):
+        return f"the {table} table has no full-text index: every query is vector-only"
+    try:
+        tbl.search("fathom", query_type="fts").limit(1).to_arrow()
+    except Exception as exc:  # noqa: BLE001 - any failure means keyword search is gone
+        return f"the {table} table's full-text index does not answer ({_short(exc)})"
+    return None
+
+
+# --------------------------------------------------------------------------- repair
+
+
+async def repair_project(fathom: Fathom, check: ProjectCheck) -> None:
+    """Fix what `check` found, under the project's index lock; marks each problem repaired."""
+    import asyncio
+
+    store = fathom.store
+    project = check.project
+    lock = fathom._project_lock(project)
+    await asyncio.to_thread(lock.__enter__)
+    try:
+        for problem in check.problems:
+            if problem.kind == STATE and isinstance(store, LanceStore):
+                problem.repaired = await asyncio.to_thread(_rebuild_state, store, project)
+            elif problem.kind in (UNREADABLE, COUNT_MISMATCH) and isinstance(store, LanceStore):
+                if problem.kind == COUNT_MISMATCH and any(
+                        p.kind == UNREADABLE and p.table == problem.table for p in check.problems):
+                    continue
+                problem.repaired = await asyncio.to_thread(_set_aside, store, project,
+                                                           problem.table)
+            elif problem.kind == DUPLICATE_IDS and isinstance(store, LanceStore):
+                problem.repaired = await asyncio.to_thread(_dedupe, store, project,
+                                                           problem.table, problem.chunk_ids)
+            elif problem.kind == DAMAGED_ROWS:
+                n = await asyncio.to_thread(store.delete, project, problem.table,
+                                            chunk_ids=problem.chunk_ids)
+                problem.repaired = (f"deleted {n} damaged rows; the next `fathom index` "
+                                    f"re-embeds them from the files")
+            elif problem.kind == BAD_VECTORS:
+                problem.repaired = await _reembed(fathom, project, problem.table,
+                                                  problem.chunk_ids)
+        for table in {p.table for p in check.problems
+                      if p.table and p.kind in (FTS_MISSING, DUPLICATE_IDS, DAMAGED_ROWS,
+                                                BAD_VECTORS)}:
+            await asyncio.to_thread(_rebuild_indexes, store, project, table)
+            for p in check.problems:
+                if p.table == table and p.kind == FTS_MISSING:
+                    p.repaired = "rebuilt the full-text index"
+    finally:
+        await asyncio.to_thread(lock.__exit__, None, None, None)
+
+
+def _rebuild_state(store: LanceStore, project: str) -> str:
+    """A new pointer file from the tables on disk: the newest table of each kind (by the
+    number in its name) becomes a shadow of the space its own schema records, so the next
+    index run resumes it (embedding only the chunks it lacks) and promotes it."""
+    d = store._dir(project)
+    path = d / "state.json"
+    aside = path.with_name(f"state.json.damaged-{int(store.clock())}")
+    path.replace(aside)
+    state: dict[str, Any] = {"project": project, "tables": {}, "next": 1}
+    found: dict[str, tuple[int, str]] = {}
+    for folder in d.glob("*.lance"):
+        m = re.fullmatch(r"(code|docs)_(\d+)_[0-9a-f]+", folder.stem)
+        if m:
+            kind, n = m.group(1), int(m.group(2))
+            state["next"] = max(state["next"], n + 1)
+            if n > found.get(kind, (-1, ""))[0]:
+                found[kind] = (n, folder.stem)
+    kept = []
+    for kind, (_, name) in found.items():
+        try:
+            meta = store._db(project).open_table(name).schema.metadata or {}
+            space = space_from_json(json.loads(meta[b"fathom.space"]))
+        except Exception:  # noqa: BLE001 - an unreadable table is left for collection
+            continue
+        if space is None or space.table != kind:
+            continue
+        state["tables"][kind] = {"active": None, "shadow": name,
+                                 "shadow_space": space_to_json(space), "generation": 1}
+        kept.append(f"{kind} ({name})")
+    store._write_state(project, state)
+    with store._mutex:
+        store._tables.clear()
+        store._matrices.clear()
+    return (f"rebuilt state.json (the damaged one kept as {aside.name}); kept "
+            f"{', '.join(kept) or 'no table'} to resume: run `fathom index ROOT --project "
+            f"{project}` to finish (only missing chunks are embedded)")
+
+
+def _set_aside(store: LanceStore, project: str, table: str | None) -> str:
+    """A table that cannot be read in full stops being what searches read: its pointer is
+    dropped and its folder collected, and the next index run rebuilds the table."""
+    assert table is not None
+    with store._locked(project) as state:
+        entry = state["tables"].get(table, {})
+        name = entry.get("active")
+        entry["active"] = None
+        entry.pop("space", None)
+        entry["generation"] = entry.get("generation", 0) + 1
+    if name:
+        store._drop(project, name)
+    return (f"set the unreadable {table} table aside; run `fathom index ROOT --project "
+            f"{project}` to rebuild it")
+
+
+def _dedupe(store: LanceStore, project: str, table: str | None, chunk_ids: list[str]) -> str:
+    """Keep one row per duplicated id: the first whose identity holds and whose vector is
+    sound; ids with no sound row lose all of them (the next index re-embeds them)."""
+    import pyarrow as pa
+
+    from fathom.index.store import _in_list
+
+    assert table is not None
+    name = store._slot_name(project, table, Slot.ACTIVE)
+    tbl = store._table(project, name)  # type: ignore[arg-type]
+    keep = []
+    for i in range(0, len(chunk_ids), store.BATCH):
+        rows = store._rows_where(tbl, _in_list("chunk_id", chunk_ids[i:i + store.BATCH]))
+        seen: set[str] = set()
+        for j in range(rows.num_rows):
+            row = rows.slice(j, 1)
+            cid = row["chunk_id"][0].as_py()
+            vec = np.asarray(row["vector"][0].as_py(), dtype=np.float32)
+            sound = (np.isfinite(vec).all() and abs(float(np.linalg.norm(vec)) - 1) <= UNIT_TOLERANCE
+                     and _identity_holds(cid, row["content_hash"][0].as_py(), row["path"][0].as_py(),
+                                         row["start_line"][0].as_py(), row["end_line"][0].as_py(),
+                                         row["text"][0].as_py()))
+            if sound and cid not in seen:
+                seen.add(cid)
+                keep.append(row)
+    store.delete(project, table, chunk_ids=chunk_ids)
+    if keep:
+        tbl.add(pa.concat_tables(keep))
+    store._bump(project, table)
+    return (f"kept one row for {len(keep)} of {len(chunk_ids)} duplicated ids"
+            + (f"; {len(chunk_ids) - len(keep)} are re-embedded by the next `fathom index`"
+               if len(keep) < len(chunk_ids) else ""))
+
+
+async def _reembed(fathom: Fathom, project: str, table: str | None, chunk_ids: list[str]) -> str:
+    """New vectors for rows whose vectors are damaged, from their stored text, by the table's
+    own encoder once the gate has cleared it; the store checks that clearance again."""
+    import asyncio
+
+    assert table is not None
+    await fathom.verify_providers(table)
+    encoder = fathom.encoder_for(table, project)
+    space = await asyncio.to_thread(fathom.store.space_of, project, table)
+    assert space is not None
+    provenance = fathom.provenance(encoder, space)
+    texts = await asyncio.to_thread(fathom.store.chunk_texts, project, table, chunk_ids)
+    present = [c for c in chunk_ids if c in texts]
+    done = 0
+    for i in range(0, len(present), 64):
+        batch = present[i:i + 64]
+        vectors = await encoder.embed([texts[c] for c in batch])
+        done += await asyncio.to_thread(fathom.store.replace_vectors, project, table, batch,
+                                        vectors, provenance)
+    return f"re-embedded {done} rows with {encoder.id} (verdict {provenance.verdict_id or '-'})"
+
+
+def _rebuild_indexes(store: Store, project: str, table: str) -> None:
+    if isinstance(store, LanceStore):
+        from fathom.index.store import _fts_config
+
+        name = store._slot_name(project, table, Slot.ACTIVE)
+        if name is None:
+            return
+        store._table(project, name).create_index("keywords", config=_fts_config(), replace=True)
+    store.refresh(project, table)
