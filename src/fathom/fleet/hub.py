@@ -44,6 +44,7 @@ from fathom.errors import ConfigError, FathomError
 from fathom.fleet import protocol as p
 from fathom.fleet.auth import Admission, FailedJoins, FleetAuth, JoinRefused, hash_credential
 from fathom.fleet.remote import CommandTimeout, SidecarProvider, SidecarUnavailable, error_from_info
+from fathom.inference.cloud_health import CloudHealth, Outcome
 from fathom.inference.provider import Provider
 from fathom.roles import Role
 
@@ -168,6 +169,7 @@ class SidecarStatus:
     providers: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     claimed: bool = False  # the host connected under this name is not the one it is bound to
+    cloud: list[dict[str, Any]] = field(default_factory=list)  # each cloud route's real health
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -217,6 +219,9 @@ class Hub:
         self.routing = routing or RoutingStore(self.data_dir)
         self.clock = clock
         self.now = now
+        # What calls through each cloud route (and key checks, once a sidecar reports them)
+        # found: a route is "serving" only after one succeeded.
+        self.cloud_health = CloudHealth(now=now)
         self.command_timeout = command_timeout
         self.ack_timeout = ack_timeout
         self.register_timeout = register_timeout
@@ -652,6 +657,8 @@ class Hub:
         outcome.acked.sort()
         if key_sent:
             self._record_push(outcome)
+            for name in outcome.acked:  # a new key (or none): what was known of the old one is void
+                self.cloud_health.note(name, Outcome.RESET, "key pushed" if not forget_key else "key forgotten")
         log.info("config push (%s): acked by %s; offline: %s; failed: %s",
                  "with key" if key_sent else "without key", outcome.acked or "none",
                  outcome.offline or "none", sorted(outcome.failed) or "none")
@@ -720,6 +727,8 @@ class Hub:
             last_seen_s=round(max(0.0, self.clock() - link.last_seen), 3),
             load=link.load, in_flight=len(link.pending), versions=dict(link.versions),
             providers=sorted(link.providers), problems=problems, claimed=link.claimed,
+            cloud=[{"provider": pid} | self.cloud_health.of(pid, name).to_dict()
+                   for pid, prov in sorted(link.providers.items()) if prov.route == "cloud"],
         )
 
     def sidecars(self) -> list[SidecarStatus]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from fathom.errors import ProviderError, ProviderUnavailable
 from fathom.fleet.protocol import ErrorInfo, RouteKind, decode_vectors
+from fathom.inference.cloud_health import Outcome
 from fathom.inference.openrouter import ContextLengthExceeded, ModelNotFound
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo, ToolCall
 from fathom.roles import Role
@@ -146,7 +147,16 @@ class SidecarProvider(Provider):
     async def _call(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
         if self.route == "cloud" and not self.hub.key_present(self.sidecar):
             raise KeyMissing(self.sidecar)
-        return await self.hub.command(self.sidecar, op, self.role, self.route, payload)
+        if self.route != "cloud":
+            return await self.hub.command(self.sidecar, op, self.role, self.route, payload)
+        # A cloud route's health is what its calls find: serving only after one succeeded.
+        try:
+            result = await self.hub.command(self.sidecar, op, self.role, self.route, payload)
+        except ProviderError as exc:
+            self.hub.cloud_health.note_failure(self.id, exc)
+            raise
+        self.hub.cloud_health.note(self.id, Outcome.OK)
+        return result
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)

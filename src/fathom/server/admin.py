@@ -57,6 +57,7 @@ from fathom.fleet.hub import Hub
 from fathom.fleet.protocol import NAME_PATTERN, describe
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.server.job_records import JobLedger, JobRecord
+from fathom.server.metrics import provider_health
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 
 log = logging.getLogger("fathom.server.admin")
@@ -787,15 +788,20 @@ class OperatorParts:
                     except NoRoute as exc:
                         unavailable = list(exc.reasons)
             providers = []
+            cloud = getattr(self.hub, "cloud_health", None)
             for p in (self.registry.list(role) if self.registry is not None else []):
                 health = self.registry.health(p.id)
+                word, up = provider_health(self.registry, p, cloud)
+                record = cloud.of(p.id, p.info.host) if cloud is not None and p.info.is_cloud else None
                 providers.append({
                     "id": p.id, "kind": p.info.kind.value, "host": p.info.host, "model": p.info.model,
                     "upstream": p.info.upstream, "width": p.info.width,
-                    "health": str(getattr(health.state, "value", health.state)), "reason": health.reason or None,
+                    "health": word, "reason": health.reason or (record.advice if record else None),
+                    "cloud_health": record.to_dict() if record else None, "up": up,
                     "available": self.registry.available(p.id), "cleared": self.cleared_for(role, p),
                     "permitted": self.router.permits(role, p) if self.router is not None else None,
-                    "serving": p.id in serving,
+                    # Eligible by the router, and (a cloud route) seen serving by a real call.
+                    "serving": p.id in serving and up,
                 })
             reference = self._reference_encoder(role)
             if reference is not None and all(p["id"] != reference.id for p in providers):
