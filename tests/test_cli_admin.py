@@ -225,3 +225,40 @@ def test_tokens_create_list_revoke_and_the_audit_log(cli_app, server: Server):
     assert "created MCP token alice (projects: api, web; read-only)" in log and "revoked MCP token alice" in log
     assert "refused 404" in log and "mcp:bob" in log and "refused 403" in log
     assert token not in r.stdout and bob not in r.stdout
+
+
+def test_provider_ids_print_byte_for_byte_as_the_api_returns_them(cli_app, tmp_path: Path):
+    """An id holding an emoji code (`:cloud:`) and brackets is printed as the API returns it:
+    never an emoji, never eaten as markup, in `policy show`, `gate verdicts` and `gate audit`."""
+    import httpx
+
+    from tests.fleet_fixtures import ADMIN as TOKEN
+
+    reference = FakeEncoder("sidecar:sc1:code-embedding:cloud:alpha")
+    twin = FakeEncoder("sidecar:sc1:embedding:cloud:[bold]beta[/]")
+    running = ThreadedServer(build_operator_app(tmp_path / "data", encoder=reference))
+    url = running.start()
+    server = Server(running, url, tmp_path / "data", tmp_path)
+    try:
+        server.add_provider(twin)
+        project = make_project(tmp_path / "demo")
+        assert invoke(cli_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"]).exit_code == 0
+        assert invoke(cli_app, server, ["gate", "verify", twin.id, "--table", "code"]).exit_code == 0
+        api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"})
+        ids = {
+            "policy show": {p["id"] for r in api.get("/admin/policies").json()["roles"].values()
+                            for p in r["providers"]},
+            "gate verdicts": {v["provider"] for v in api.get("/admin/gate/verdicts").json()["verdicts"]},
+            "gate audit demo": {c["provider"] for c in api.get("/admin/gate/audit/demo").json()["counts"]},
+        }
+        api.close()
+        assert reference.id in ids["policy show"] and twin.id in ids["policy show"]
+        assert twin.id in ids["gate verdicts"] and reference.id in ids["gate audit demo"]
+        for command, expected in ids.items():
+            r = invoke(cli_app, server, command.split())
+            assert r.exit_code == 0, r.output
+            for pid in expected:
+                assert pid in r.stdout, f"{command} does not print {pid!r} as it is:\n{r.stdout}"
+            assert "☁" not in r.stdout
+    finally:
+        running.stop()

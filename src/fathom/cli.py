@@ -40,8 +40,26 @@ from typer.core import TyperGroup
 
 from fathom.errors import ConfigError, FathomError, failure_of
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+# Data is printed as it is: no emoji codes (`:cloud:` inside a provider id stays text), no
+# highlighting; data goes through `Text`, so brackets in it are never read as markup.
+console = Console(emoji=False, highlight=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
+
+
+def _no_type_after_flags() -> None:
+    """typer shows a type (`<bool>`) after every option in --help; for a switch that takes no
+    value it is noise, so flags show none."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: click.Context) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_no_type_after_flags()
 
 
 def exit_code(exc: FathomError) -> int:
@@ -182,6 +200,13 @@ def skipped_folders_line(skipped_dirs: dict[str, list[str]], limit: int = 8) -> 
     return "; ".join(parts)
 
 
+def skipped_files(skipped: dict[str, int], skipped_dirs: dict[str, list[str]]) -> dict[str, int]:
+    """The walker's skip counts less the folders it skipped whole (those are named on their own
+    line, not counted as files)."""
+    out = {reason: n - len(skipped_dirs.get(reason, ())) for reason, n in skipped.items()}
+    return {reason: n for reason, n in out.items() if n > 0}
+
+
 def print_report(report) -> None:
     table = Table(title=f"indexed {report.project}", show_header=False, box=None)
     table.add_column(style="bold")
@@ -201,11 +226,11 @@ def print_report(report) -> None:
                                 f"paths (not embedded)")
     table.add_row("unchanged", str(report.reused))
     table.add_row("deleted", str(report.deleted))
-    skipped = sum(report.skipped.values())
-    detail = ", ".join(f"{reason} {n}" for reason, n in
-                       sorted(report.skipped.items(), key=lambda kv: -kv[1]))
-    table.add_row("skipped files", f"{skipped}" + (f" ({detail})" if detail else ""))
-    folders = skipped_folders_line(getattr(report, "skipped_dirs", {}) or {})
+    skipped_dirs = getattr(report, "skipped_dirs", {}) or {}
+    files = skipped_files(report.skipped, skipped_dirs)
+    detail = ", ".join(f"{reason} {n}" for reason, n in sorted(files.items(), key=lambda kv: -kv[1]))
+    table.add_row("skipped files", f"{sum(files.values())}" + (f" ({detail})" if detail else ""))
+    folders = skipped_folders_line(skipped_dirs)
     if folders:
         table.add_row("skipped folders", folders)
     notes = getattr(report, "notes", None)
@@ -274,7 +299,8 @@ def print_hits(hits, title: str) -> None:
 def search(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="What to look for, in words or identifiers.")],
-    project: Annotated[str | None, typer.Option("--project", "-p")] = None,
+    project: Annotated[str | None, typer.Option(
+        "--project", "-p", help="Only this project (default: every indexed project).")] = None,
     docs: Annotated[bool, typer.Option("--docs", help="Search the docs table.")] = False,
     k: Annotated[int, typer.Option("-k", help="Number of results (1-100).")] = 10,
     language: Annotated[str | None, typer.Option(
@@ -314,9 +340,11 @@ def projects(ctx: typer.Context) -> None:
         if p.damaged:
             table.add_row(Text(p.name + " (damaged)", style="red"), "-", "-", "-", p.root or "-")
             continue
-        table.add_row(p.name + (" (indexing)" if p.indexing else ""),
+        # A shadow table outlives a cancelled full run (the next one resumes it): say that,
+        # rather than "indexing", which reads as a job running now.
+        table.add_row(Text(p.name + (" (unfinished full run)" if p.indexing else "")),
                       str(p.tables.get("code", 0)), str(p.tables.get("docs", 0)),
-                      p.last_indexed or "-", p.root or "-")
+                      Text(p.last_indexed or "-"), Text(p.root or "-"))
     console.print(table)
     for p in items:
         if p.damaged:

@@ -50,7 +50,8 @@ def register(app: typer.Typer) -> None:
     def ask(
         ctx: typer.Context,
         question: Annotated[str, typer.Argument(help="A question about the indexed code.")],
-        project: Annotated[str | None, typer.Option("--project", "-p")] = None,
+        project: Annotated[str | None, typer.Option(
+            "--project", "-p", help="Only this project (default: every indexed project).")] = None,
     ) -> None:
         """Answer a question from retrieved code and docs, citing path:line ranges."""
         from fathom.agents.assistant import CodeAssistant

@@ -296,6 +296,7 @@ class Router:
     def _why_not(self, role: Role, kind: Kind, embedding: bool) -> str:
         registered = self.registry.list(role, kind=kind)
         label = "local provider (in-process model or sidecar)" if kind is Kind.LOCAL else "cloud route"
+        labels = "local providers (in-process models or sidecars)" if kind is Kind.LOCAL else "cloud routes"
         if not registered:
             if kind is Kind.LOCAL:
                 return f"no {label} is registered for role {role}: {self.local_fix(role)}"
@@ -312,7 +313,7 @@ class Router:
             cleared = [p for p in registered if self.is_cleared(role, p)]
             if not cleared:
                 ids = ", ".join(p.id for p in registered)
-                return (f"none of the registered {label}s ({ids}) is cleared by the gate for "
+                return (f"none of the registered {labels} ({ids}) is cleared by the gate for "
                         f"the {role.table} table: run `fathom gate verify`")
             registered = cleared
         now = self.clock.now()
