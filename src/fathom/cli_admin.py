@@ -52,7 +52,7 @@ class AdminError(FathomError):
 
     def __init__(self, message: str, problems: list[str] | None = None, status: int | None = None):
         super().__init__(message)
-        self.problems = [p for p in (problems or []) if p != message]
+        self.problems = [p for p in (problems or []) if p not in message]  # said once
         self.status = status
 
 

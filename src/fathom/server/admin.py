@@ -279,6 +279,17 @@ class WatchChange(BaseModel):
     enabled: bool = Field(description="whether the project's index follows its files (live sync)")
 
 
+class SearchRequest(BaseModel):
+    """The dashboard's search box: the same search as the MCP tools `search_code` / `search_docs`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=2000, description="words or an identifier")
+    project: str | None = Field(None, max_length=200, description="one project (default: every project)")
+    table: Literal["code", "docs"] = Field("code", description="code (search_code) or docs (search_docs)")
+    k: int = Field(10, ge=1, le=50, description="how many hits")
+
+
 ROUTE_FIELDS = ("policy", "model", "upstream", "width", "fallback")
 _ROLE_CHANGE_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -1189,11 +1200,25 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         service = parts.need("service")
 
         def load() -> list[dict[str, Any]]:
-            return [{"name": p.name, "root": p.root, "tables": p.tables,
-                     "last_indexed": p.last_indexed, "indexing": p.indexing,
-                     "watch": service.watch_state(p.name)} for p in service.projects()]
+            return [project_view(service, p) for p in service.projects()]
 
         return {"projects": await asyncio.to_thread(load)}
+
+    @router.post("/search", tags=["projects"])
+    async def search(body: SearchRequest) -> dict[str, Any]:
+        """Search as an MCP client would (`search_code`, or `search_docs` with table docs): the
+        hits with why they ranked (vector and keyword ranks, cosine, match, rerank score)."""
+        from fathom.server.mcp_tools import search_results
+
+        service = parts.need("service")
+        if body.project is not None:
+            await _require_project(service, body.project)
+        try:
+            found = await search_results(service, body.query, body.project, body.table, body.k,
+                                         reranker=parts.router)
+        except ConfigError as exc:
+            raise refusal(400, str(exc)) from None
+        return found.model_dump(mode="json")
 
     @router.get("/projects/{project}", tags=["projects"])
     async def project_status(project: str) -> dict[str, Any]:
@@ -1227,6 +1252,35 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         return parts.overview()
 
     return router
+
+
+ENDED_JOB_STATES = frozenset({"done", "failed", "cancelled"})
+
+
+def project_view(service: Any, summary: Any) -> dict[str, Any]:
+    """One project as the projects view shows it (blocking: reads the store): rows, model and
+    width per table, the last run with its outcome and skips, the provenance, the live sync."""
+    view: dict[str, Any] = {"name": summary.name, "root": summary.root, "tables": summary.tables,
+                            "last_indexed": summary.last_indexed, "indexing": False,
+                            "unfinished_full_run": summary.indexing, "damaged": summary.damaged,
+                            "details": {}, "last_run": None, "watch": {}}
+    if summary.damaged:
+        return view
+    status = service.index_status(summary.name)
+    view["details"] = status.tables
+    view["watch"] = status.watch
+    # "indexing" means a job of it runs now; a shadow table a cancelled full run left is not that.
+    view["indexing"] = any(j["state"] not in ENDED_JOB_STATES for j in status.jobs)
+    run = status.last_run
+    if run:  # the last completed run (kept with the project)
+        view["last_run"] = {k: run.get(k) for k in ("full", "files", "chunks", "embedded", "deleted", "skipped",
+                                                    "skipped_dirs", "elapsed_s", "notes", "finished_at")}
+        view["last_run"]["outcome"] = "done"
+    if status.jobs and status.jobs[-1]["state"] != "done":  # a later job that did not complete
+        last = status.jobs[-1]
+        view["last_run"] = (view["last_run"] or {}) | {
+            "outcome": last["state"] + (f": {last['error']}" if last["error"] else ""), "job": last["id"]}
+    return view
 
 
 async def _require_project(service: Any, project: str) -> None:

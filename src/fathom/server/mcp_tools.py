@@ -374,6 +374,24 @@ class ProgressReporter:
                                        message)
 
 
+async def search_results(fathom: Fathom, query: str, project: str | None, table: str, k: int, *,
+                         where: SearchFilter | None = None, reranker: Any = None) -> SearchResults:
+    """What `search_code` and `search_docs` answer (the dashboard's search box shows the same):
+    vector + keyword candidates, rescored by the reranker role when one can serve; when none
+    can, the results still come back, flagged not reranked with the reason."""
+    from fathom.index import rerank
+
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError("the search query is empty: give a few words or an identifier")
+    found = await rerank.search(fathom, query, project, table, k, where=where, reranker=reranker)
+    results = [Result.of(h, i, fused=h.retrieval_score) for i, h in enumerate(found.hits, start=1)]
+    return SearchResults(query=query, table=table,  # type: ignore[arg-type]
+                         ordered_by="rerank_score" if found.reranked else "fused_score",
+                         results=results, reranked=found.reranked, reason=found.reason,
+                         reranker=found.reranker, filters=where.describe() if where else None,
+                         notes=list(found.notes))
+
+
 def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio`, or
     mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
@@ -383,22 +401,8 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
 
     async def reranked_search(query: str, project: str | None, table: str, k: int,
                               where: SearchFilter | None) -> SearchResults:
-        # Vector + keyword candidates, rescored by the reranker role when one can serve; when
-        # none can, the results still come back, flagged not reranked with the reason.
-        from fathom.index import rerank
-
-        if not isinstance(query, str) or not query.strip():
-            raise ConfigError("the search query is empty: give a few words or an identifier")
-        found = await rerank.search(fathom, query, project, table, k, where=where,
+        return await search_results(fathom, query, project, table, k, where=where,
                                     reranker=router if router is not None else getattr(fathom, "router", None))
-        results = [Result.of(h, i, fused=h.retrieval_score)
-                   for i, h in enumerate(found.hits, start=1)]
-        return SearchResults(query=query, table=table,  # type: ignore[arg-type]
-                             ordered_by="rerank_score" if found.reranked else "fused_score",
-                             results=results, reranked=found.reranked, reason=found.reason,
-                             reranker=found.reranker,
-                             filters=where.describe() if where else None,
-                             notes=list(found.notes))
 
     @server.tool(title="Search code", annotations=READ_ONLY,
                  description="Search indexed source code by meaning and keywords (vector and "
