@@ -544,6 +544,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"where this sidecar keeps its identity credential (default: ${STATE_DIR_ENV}, "
                          f"else ~/.fathom-sidecar)")
     ap.add_argument("--log-level", default=os.environ.get("FATHOM_LOG_LEVEL", "INFO"))
+    ap.add_argument("--log-format", choices=logsafe.LOG_FORMATS, default=os.environ.get("FATHOM_LOG_FORMAT", "text"),
+                    help="text lines, or one JSON object per line for a log collector (default text)")
     return ap
 
 
@@ -573,9 +575,7 @@ def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logsafe.install()
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logsafe.configure(args.log_level, args.log_format)
     try:
         token = join_token(args.token, args.token_file)
     except ConfigError as exc:

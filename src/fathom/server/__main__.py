@@ -12,7 +12,6 @@ written to the audit log (never the token).
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import socket
 import sys
@@ -49,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--port", type=int, default=settings.port)
     ap.add_argument("--data-dir", type=Path, default=settings.data_dir)
     ap.add_argument("--log-level", default=os.environ.get("FATHOM_LOG_LEVEL", "INFO"))
+    ap.add_argument("--log-format", choices=logsafe.LOG_FORMATS, default=os.environ.get("FATHOM_LOG_FORMAT", "text"),
+                    help="text lines, or one JSON object per line for a log collector (default text)")
     ap.add_argument("--no-watch", action="store_true",
                     help="do not watch the projects' folders: their indexes then change only "
                          "when re-indexed (FATHOM_WATCH=0 does the same)")
@@ -59,9 +60,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="replace every sidecar join token with a fresh one, printed once (host tokens and "
                          "approvals stay); with FATHOM_JOIN_TOKEN set, that one becomes the only join token")
     args = ap.parse_args(argv)
-    logsafe.install()
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logsafe.configure(args.log_level, args.log_format)
     settings = settings.model_copy(update={"data_dir": args.data_dir, "host": args.host, "port": args.port,
                                            "watch": settings.watch and not args.no_watch})
     # Bound before any token is issued: a start that cannot listen leaves nothing behind.
