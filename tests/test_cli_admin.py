@@ -194,6 +194,12 @@ def test_the_fathom_command_carries_the_operator_commands(server: Server):
     r = invoke(fathom_app, server, ["--help"])
     for group in ("policy", "key", "fleet", "gate", "budget", "jobs"):
         assert group in r.stdout
+    # Help that reads right: every option says what it is for, and a flag shows no `<bool>`.
+    for command, said in ((["jobs", "start"], "Rebuild in a shadow table"), (["search"], "Only this project"),
+                          (["ask"], "Only this project"), (["jobs", "list"], "List every job")):
+        r = invoke(fathom_app, server, [*command, "--help"])
+        assert r.exit_code == 0 and said in words(r.stdout), (command, r.stdout)
+        assert "<bool>" not in r.stdout, (command, r.stdout)
 
 
 def test_tokens_create_list_revoke_and_the_audit_log(cli_app, server: Server):

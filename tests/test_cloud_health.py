@@ -73,3 +73,36 @@ def test_never_serving_before_a_success_and_the_latest_word_wins():
     assert book.of(ROUTE, "gpu-1").state is CloudState.NO_CREDITS
     assert book.of("sidecar:gpu-1:rlm:cloud:auto", "gpu-1").serving
     assert book.of(ROUTE).state is CloudState.NO_CREDITS  # without its sidecar: its own record
+
+
+def test_the_metric_says_up_only_for_a_cloud_route_seen_serving():
+    from fathom.inference.provider import Kind
+    from fathom.inference.registry import ProviderRegistry
+    from fathom.server.metrics import Metrics, provider_health
+    from tests.admin_fixtures import FakeEncoder
+
+    registry, book = ProviderRegistry(), CloudHealth()
+    cloud = FakeEncoder(ROUTE, kind=Kind.CLOUD, upstream="alpha")
+    local = FakeEncoder("sidecar:gpu-1:code-embedding:local")
+    registry.add(cloud)
+    registry.add(local)
+    assert provider_health(registry, local, book) == ("ok", True)
+    assert provider_health(registry, cloud, book) == ("unchecked", False)
+    book.note(ROUTE, Outcome.OK)
+    assert provider_health(registry, cloud, book) == ("serving", True)
+    book.note(ROUTE, Outcome.REJECTED)
+
+    class Hub:  # what the metrics read of the hub: its book
+        cloud_health = book
+
+        def sidecars(self):
+            return []
+
+        def problems(self):
+            return []
+
+    metrics = Metrics()
+    metrics.watch(registry=registry, hub=Hub())
+    text = metrics.render()[0].decode()
+    assert f'fathom_provider_up{{health="key_rejected",kind="cloud",provider="{ROUTE}"}} 0.0' in text
+    assert 'fathom_provider_up{health="ok",kind="local",provider="sidecar:gpu-1:code-embedding:local"} 1.0' in text

@@ -333,7 +333,8 @@ def projects(ctx: typer.Context) -> None:
         console.print("no projects indexed yet: run `fathom index PATH`")
         return
     table = Table(title="projects")
-    for col in ("name", "code chunks", "docs chunks", "last indexed"):
+    table.add_column("name", overflow="fold")  # a long name wraps, never cut
+    for col in ("code chunks", "docs chunks", "last indexed"):
         table.add_column(col, no_wrap=True)
     table.add_column("root", overflow="fold")
     for p in items:
