@@ -20,7 +20,7 @@ from tests.fleet_fixtures import ADMIN, Fleet, HashEmbedder, serve_in_loop, wait
 
 REFERENCE = "hash:test/hash-embedder"  # the service's encoder: both tables' reference
 CE = Role.CODE_EMBEDDING
-OPEN = {"/health", "/healthz", "/", "/dashboard/app.js", "/dashboard/style.css"}
+OPEN = {"/health", "/healthz", "/", "/dashboard/app.js", "/dashboard/style.css", "/dashboard/favicon.svg", "/favicon.ico"}
 
 
 def _routes() -> list[tuple[str, str]]:

@@ -639,6 +639,10 @@ class Hub:
             else:
                 waiting[cid] = fut
                 names[cid] = link.name
+                if key_sent or forget_key:
+                    # A new key (or none): what was known of the old one is void. Noted as it is
+                    # sent, so the key check the sidecar makes on receiving it comes after.
+                    self.cloud_health.note(link.name, Outcome.RESET, "key forgotten" if forget_key else "key pushed")
         key = None  # noqa: F841 - nothing below needs the key: drop this frame's reference now
         if waiting:
             await asyncio.wait(waiting.values(), timeout=self.ack_timeout if timeout is None else timeout)
@@ -657,8 +661,6 @@ class Hub:
         outcome.acked.sort()
         if key_sent:
             self._record_push(outcome)
-            for name in outcome.acked:  # a new key (or none): what was known of the old one is void
-                self.cloud_health.note(name, Outcome.RESET, "key pushed" if not forget_key else "key forgotten")
         log.info("config push (%s): acked by %s; offline: %s; failed: %s",
                  "with key" if key_sent else "without key", outcome.acked or "none",
                  outcome.offline or "none", sorted(outcome.failed) or "none")
