@@ -229,7 +229,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             upstream = route(model, body.get("provider"))
             await before_serving("embeddings", len(inputs))
             variant = state.upstreams[model][upstream]
-            vectors = await asyncio.to_thread(encoder(variant).encode, inputs)
+            vectors = await cfg.offload(encoder(variant).encode, inputs)
             state.by_upstream[upstream] += 1
             state.by_model[model] += 1
             data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
@@ -277,7 +277,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             texts = [d if isinstance(d, str) else str((d or {}).get("text", "")) for d in docs]
             await before_serving("rerank", len(texts))
             enc = encoder(cfg.rerank_variant)
-            vecs = await asyncio.to_thread(enc.encode, [query, *texts])
+            vecs = await cfg.offload(enc.encode, [query, *texts])
             scores = (vecs[1:] @ vecs[0]).astype(float)
             order = sorted(range(len(texts)), key=lambda i: -scores[i])
             top_n = body.get("top_n")

@@ -64,6 +64,9 @@ class EmulatorConfig:
     # and the app called in-process (httpx's ASGI transport), rate limits and latency run in
     # virtual time: a minute of traffic is exact and takes milliseconds.
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
+    # How an encoder runs off the event loop. A virtual-time test runs it inline instead: a
+    # thread looks idle to a virtual clock, which would jump while the encoder works.
+    offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
     rerank_variant: str = "fp32"
 
 
