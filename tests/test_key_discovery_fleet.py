@@ -6,6 +6,7 @@ says where its ceiling came from, and the requests in flight at the upstream fol
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Iterator
@@ -166,4 +167,19 @@ def test_cloud_lanes_follow_the_budget_from_a_degenerate_key_to_an_override(live
     peak = index("override")
     print(f"\npeak in flight at the upstream: 4 under the default, {peak} under --override 16")
     assert 12 <= peak <= 16
+
+    # Outside index jobs too (a query, a probe, a rerank), the server's sidecar cloud route
+    # is the budget's: six calls at once under an override of 2 put 2 in flight upstream.
+    assert live.http.put("/admin/budget", json={"override": 2}).status_code == 200
+    emulator.control.reset()
+    emulator.control.latency(base_ms=300)
+    route = live.app.state.registry.get(CLOUD_CODE)
+    granted = live.budget.state().granted_total
+
+    async def six_at_once() -> None:
+        await asyncio.gather(*(route.embed([f"query {i}"]) for i in range(6)))
+
+    live.running.call(six_at_once())
+    assert emulator.control.counters()["peak_concurrency"] == 2
+    assert live.budget.state().granted_total == granted + 6
     assert json.dumps(live.budget.state().to_dict()).count(KEY) == 0
