@@ -237,7 +237,6 @@ class Sidecar:
         self._key_check_due: p.KeyCheckReason | None = None
         self._key_check_wake = asyncio.Event()
         self._storm = ThrottleStorm()
-        self.key_checks: Counter[str] = Counter()  # key checks sent, by outcome
 
     def __repr__(self) -> str:
         return f"<Sidecar {self.name} key={'held' if self._key else 'missing'}>"
@@ -335,9 +334,7 @@ class Sidecar:
         """Read the held key's limits and credits; None when no key is held or no cloud is served."""
         if not (self.cloud and self.key_present):
             return None
-        frame = await read_key(self._openrouter_client(), reason)
-        self.key_checks[frame.outcome] += 1
-        return frame
+        return await read_key(self._openrouter_client(), reason)
 
     async def _key_check_loop(self, send: Callable[[str], Any]) -> None:
         while True:
