@@ -20,6 +20,8 @@ business (`inference.budget.ceiling`, `effective`): a report only ever moves the
 from __future__ import annotations
 
 import logging
+import math
+import re
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,18 +52,29 @@ def outcome_of(exc: BaseException) -> p.KeyOutcome:
     return "unreachable"
 
 
+def _figure(v: Any) -> float | None:
+    """A reported number as the frame carries it; anything else (absent, not finite, absurd)
+    counts as not reported rather than failing the whole check."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and abs(f) <= 1e12 else None
+
+
 def facts_of(info: Any, credits: Any) -> p.KeyFacts:
     """The non-secret figures of the client's `KeyInfo` and `Credits` (None: not readable)."""
     rl = getattr(info, "rate_limit", None)
+    interval = None if rl is None else str(rl.interval)
     return p.KeyFacts(
-        rate_limit_requests=None if rl is None else float(rl.requests),
-        rate_limit_interval=None if rl is None else (str(rl.interval)[:16] or None),
-        limit=info.limit,
-        limit_remaining=info.limit_remaining,
-        usage=info.usage,
+        rate_limit_requests=None if rl is None else _figure(rl.requests),
+        rate_limit_interval=interval if interval and re.fullmatch(p.INTERVAL_PATTERN, interval) else None,
+        limit=_figure(info.limit),
+        limit_remaining=_figure(info.limit_remaining),
+        usage=_figure(info.usage),
         is_free_tier=info.is_free_tier,
-        total_credits=None if credits is None else credits.total_credits,
-        total_usage=None if credits is None else credits.total_usage,
+        total_credits=None if credits is None else _figure(credits.total_credits),
+        total_usage=None if credits is None else _figure(credits.total_usage),
     )
 
 
