@@ -268,3 +268,23 @@ def test_provider_ids_print_byte_for_byte_as_the_api_returns_them(cli_app, tmp_p
             assert "☁" not in r.stdout
     finally:
         running.stop()
+
+
+def test_fleet_rows_read_right_and_skipped_folders_are_not_counted_as_files(monkeypatch):
+    from rich.console import Console
+
+    from fathom import cli_admin
+    from fathom.cli import skipped_files
+
+    sidecar = {"name": "gpu-1", "state": "approved", "connected": True, "key_present": True, "last_seen_s": 0.4,
+               "load": 3.1123046875, "in_flight": 0, "routes": [], "problems": [],
+               "cloud": [{"provider": "sidecar:gpu-1:embedding:cloud:alpha", "state": "no_credits"},
+                         {"provider": "sidecar:gpu-1:rlm:cloud:auto", "state": "no_credits"}]}
+    monkeypatch.setattr(cli_admin, "console", Console(width=250, emoji=False, highlight=False))
+    with cli_admin.console.capture() as shown:
+        cli_admin.print_fleet({"sidecars": [sidecar], "problems": [], "last_push": None})
+    out = shown.get()
+    assert "3.11" in out and "3.1123" not in out and "no credits" in out
+    # node_modules/ and dist/ are named on their own line, not counted among the skipped files.
+    assert skipped_files({"ignored-dir": 2, "binary": 3, "gitignored": 1},
+                         {"ignored-dir": ["node_modules", "web/node_modules"], "gitignored": ["dist"]}) == {"binary": 3}
