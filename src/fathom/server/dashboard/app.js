@@ -94,7 +94,7 @@ function renderRoles(pol) {
         class: "provider " + p.kind + (p.serving ? " serving" : " idle"),
         "data-provider": p.id,
         title: (p.reason || p.health) + (p.cleared === false ? "; not cleared by the gate" : ""),
-      }, p.id);
+      }, el("span", { class: "pid", text: p.id }));
       // A cloud route is only as good as what its calls found: say it beside the id.
       if (p.kind === "cloud") tag.append(el("span", { class: "health health-" + p.health, text: words(p.health) }));
       serving.append(tag, " ");
