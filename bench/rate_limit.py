@@ -284,6 +284,11 @@ def main() -> None:
             m = asyncio.run(asyncio.wait_for(drive(make, emu, ph), ph.total + 60))
             rows.append(summarise(m, per_window, ph))
             print(f"  {m.name}: done", flush=True)
+            # Requests the stopped contender left at the emulator finish before the next reset:
+            # one that ended after it would count down the next contender's in-flight figure.
+            deadline = time.monotonic() + 30
+            while emu.control.counters()["in_flight"] > 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
     finally:
         emu.stop()
 

@@ -193,3 +193,13 @@ def test_a_key_check_frame_has_no_room_for_a_secret():
         assert KEY[:16] not in str(refused) and "sk-or" not in str(refused)
     assert isinstance(p.parse_frame(json.dumps({"v": 1, "type": "key_check", "outcome": "maybe",
                                                 "reason": "push"})), p.FrameError)
+
+
+def test_a_key_check_interval_of_zero_or_less_is_refused_before_anything_starts():
+    from fathom.errors import ConfigError
+    from fathom.fleet.agent import Sidecar, main
+
+    for bad in (0, -5, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="key-check-interval must be a positive"):
+            Sidecar("gpu-1", {}, key_check_interval=bad)
+    assert main(["--server", "ws://127.0.0.1:9", "--token", "fj_x", "--key-check-interval", "0"]) == 2

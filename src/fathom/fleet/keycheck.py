@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable
 
+from fathom.errors import ConfigError
 from fathom.fleet import protocol as p
 from fathom.inference.budget.ceiling import KeyReport, RateLimit
 
@@ -38,6 +39,20 @@ DEFAULT_INTERVAL_S = 300.0
 # A storm: this many 429s/402s within this many seconds; one re-check per storm at most.
 STORM_COUNT = 5
 STORM_WINDOW_S = 30.0
+
+
+class BadKeyCheckInterval(ConfigError):
+    def __init__(self, value: object):
+        super().__init__(f"--key-check-interval must be a positive number of seconds; got {value!r}. "
+                         f"Give e.g. 300 (the default: every five minutes).")
+
+
+def check_interval(value: float) -> float:
+    """The key-check interval, or `BadKeyCheckInterval` (zero or less would poll OpenRouter
+    in a busy loop)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+        raise BadKeyCheckInterval(value)
+    return float(value)
 
 
 def outcome_of(exc: BaseException) -> p.KeyOutcome:
