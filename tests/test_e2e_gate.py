@@ -26,7 +26,7 @@ import pytest
 
 from fathom.errors import NoProviderAvailable, NotCleared, PinRequired
 from fathom.index.chunk import Chunk
-from fathom.inference.gate import Coverage, Gate, GateClearance, Status
+from fathom.inference.gate import Coverage, Gate, GateClearance, Status, audit, reembed
 from fathom.inference.openrouter import OpenRouterClient
 from fathom.inference.provider import Kind
 from fathom.policy import Policy, Reference
@@ -223,9 +223,9 @@ async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_r
     with pytest.raises(NoProviderAvailable):
         await service.search("retry with backoff", "shop")
 
-    audit = service.gate.audit(service.store, "shop")
-    print("\n".join(audit.lines()))
-    [suspect] = [s for s in audit.suspects if s.provider_id == gamma.id]
+    report = audit(service.gate, service.store, "shop")
+    print("\n".join(report.lines()))
+    [suspect] = [s for s in report.suspects if s.provider_id == gamma.id]
     assert set(suspect.chunk_ids) == written_after  # exactly the rows since its last good check
     assert suspect.paths == ("net/retry.py",)
     assert suspect.last_good_check == good.last_good_check
@@ -236,9 +236,9 @@ async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_r
     again = await service.gate.verify(space, gamma, Policy.CLOUD, force=True)
     assert again.cleared and again.golden_compared and again.verdict_id != first.verdict_id
     assert service.registry.available(gamma.id)
-    done = await service.gate.reembed(service.store, "shop", gamma)
+    done = await reembed(service.gate, service.store, "shop", gamma)
     assert done.rows == {"code": len(written_after)}
-    after = service.gate.audit(service.store, "shop")
+    after = audit(service.gate, service.store, "shop")
     assert after.suspect_count == 0
     counts = service.store.provenance_counts("shop", "code")
     assert counts[(gamma.id, again.verdict_id)] == len(written_after)
@@ -353,7 +353,7 @@ async def test_rows_a_requalified_provider_rewrites_after_its_quarantine_are_not
     clock["t"] += 10
     await gate.recheck_all()
     assert gate.verdict_by_id(v1.verdict_id).status is Status.QUARANTINED
-    suspects = {c for s in gate.audit(store, "proj").suspects for c in s.chunk_ids}
+    suspects = {c for s in audit(gate, store, "proj").suspects for c in s.chunk_ids}
     assert suspects == {c.chunk_id for c in rows[1:]}
 
     sole.stack = None
@@ -361,8 +361,8 @@ async def test_rows_a_requalified_provider_rewrites_after_its_quarantine_are_not
     v2 = await gate.verify(space, sole, Policy.CLOUD, force=True)
     assert v2.cleared
     clock["t"] += 10
-    done = await gate.reembed(store, "proj", sole)
+    done = await reembed(gate, store, "proj", sole)
     assert done.rows == {"code": 2}
-    assert gate.audit(store, "proj").suspect_count == 0
+    assert audit(gate, store, "proj").suspect_count == 0
     assert store.provenance_counts("proj", "code") == {(sole.id, v1.verdict_id): 1,
                                                        (sole.id, v2.verdict_id): 2}

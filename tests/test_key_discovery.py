@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 import numpy as np
 import pytest
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.devtools.emulator import MINILM
 from fathom.fleet import protocol as p
 from fathom.fleet.keycheck import KeyCheckRecord, ThrottleStorm, feed_budget, read_key

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.errors import NoProviderAvailable
 from fathom.inference.pool import Pool, PoolStalled, Progress
 from fathom.inference.provider import Kind

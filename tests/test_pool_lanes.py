@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.inference.budget import BudgetedProvider, CloudBudget
 from fathom.inference.pool import Pool
 from fathom.roles import Role

@@ -5,12 +5,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.config import PushRecord, RoleRoute, RoutingState
 from fathom.errors import NoProviderAvailable, ProviderUnavailable
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.registry import ChangeKind, HealthState, ProviderRegistry
-from fathom.inference.router import ClearedFlags, NoRoute, Router
+from fathom.inference.router import NoRoute, Router
+from tests.pool_fixtures import ClearedFlags
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 from tests.pool_fixtures import Collector, FakeEmbedder, Throttled, texts_for

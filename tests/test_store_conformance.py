@@ -31,8 +31,8 @@ from fathom.index.store import (
     SpaceMismatch,
     Store,
     UnknownProject,
-    open_store_url,
 )
+from fathom.index.backend import open_store_url
 from fathom.space import Provenance, Space
 from tests.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.store_fixtures import (  # noqa: F401
@@ -268,7 +268,8 @@ def test_interrupted_shadow_leaves_active_intact_and_resumes(backend, store):
 
 _WRITER = """
 import sys, time
-from fathom.index.store import Slot, open_store_url
+from fathom.index.backend import open_store_url
+from fathom.index.store import Slot
 from tests.store_fixtures import SPACE, CLEARED, make_chunks, clustered
 store = open_store_url(sys.argv[1])
 store.begin_shadow("p", "code", SPACE)

@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Callable, Sequence
 import httpx
 import numpy as np
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.devtools.emulator import EmulatorConfig, create_app
 from fathom.devtools.emulator import encoders as emu
 

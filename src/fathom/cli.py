@@ -677,7 +677,7 @@ def store_migrate(
 
 from fathom.agents.commands import register as _register_agent_commands  # noqa: E402
 
-_register_agent_commands(app)
+_register_agent_commands(app, console=console, fathom_of=fathom_of, run=run)
 
 
 # Operator commands against a running server: policy, key, fleet, gate, budget, jobs.

@@ -84,14 +84,6 @@ def sanitize(record: logging.LogRecord) -> logging.LogRecord:
     return record
 
 
-class SecretScrubber(logging.Filter):
-    """The same scrub as a handler filter, for handlers in processes that did not `install()`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        sanitize(record)
-        return True
-
-
 def install() -> None:
     """Make every log record of this process pass through `sanitize` (idempotent)."""
     global _installed

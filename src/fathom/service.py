@@ -32,7 +32,6 @@ import functools
 import json
 import logging
 import os
-import re
 import socket
 import time
 from dataclasses import asdict, dataclass, field
@@ -46,17 +45,23 @@ from fathom import scope
 from fathom.config import RoutingStore, Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
 from fathom.index import search as search_mod
+from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
+from fathom.index.results import (
+    Noted,
+    SearchHit,
+    check_k,
+    check_table,
+    skipped_note,
+)
 from fathom.index.indexer import (
     IndexProgress, IndexReport, Indexer, Job, JobState, discover, space_for,
 )
 from fathom.index.store import (
     TABLE_KINDS,
     DamagedProject,
-    Hit,
     Store,
     UnknownProject,
-    open_store,
 )
 from fathom.index.walker import check_root
 from fathom.inference.budget import CloudBudget, current_project
@@ -66,7 +71,7 @@ from fathom.inference.local import LocalEncoder
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
-from fathom.policy import Policy
+from fathom.policy import BEHAVIOUR, Reference
 from fathom.roles import Role
 from fathom.space import Provenance, Space
 
@@ -75,48 +80,8 @@ log = logging.getLogger(__name__)
 # Which embedding role writes (and encodes the queries of) each table.
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 
-MAX_K = 100
 MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
 SYNC_JOBS_KEPT = 5  # finished live-sync jobs remembered per project
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    project: str
-    table: str
-    path: str
-    start_line: int
-    end_line: int
-    symbol: str | None
-    language: str
-    score: float
-    snippet: str
-    # The cosine similarity of the query and the chunk when the vector search found it
-    # (None when only the keyword search did); `score` is the fused score.
-    cosine: float | None = None
-    kind: str | None = None  # symbol kind: "function", "method", "class"
-    # Why it ranked (`fathom.index.fusion`): its place in the vector and the keyword list and
-    # its keyword score (None where that list did not hold it), and whether the query named it.
-    vector_rank: int | None = None
-    text_rank: int | None = None
-    text_score: float | None = None
-    match: str | None = None
-
-    @classmethod
-    def of(cls, project: str, hit: Hit) -> SearchHit:
-        snippet = docs_snippet(hit.snippet) if hit.table == "docs" else hit.snippet
-        return cls(project, hit.table, hit.path, hit.start_line, hit.end_line, hit.symbol,
-                   hit.language, round(float(hit.score), 6), snippet,
-                   cosine=_rounded(hit.vector_score), kind=hit.kind,
-                   vector_rank=hit.vector_rank, text_rank=hit.text_rank,
-                   text_score=_rounded(hit.text_score), match=hit.match)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _rounded(score: float | None) -> float | None:
-    return None if score is None else round(float(score), 6)
 
 
 @dataclass(frozen=True)
@@ -127,20 +92,6 @@ class ProjectSummary:
     last_indexed: str | None  # ISO 8601, UTC
     indexing: bool = False  # a shadow (an unfinished full run) exists
     damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
-
-
-class Noted(list):
-    """Results, with the notes a reader must see beside them (e.g. a project a search over
-    every project skipped because it is damaged)."""
-
-    def __init__(self, items: Any = (), notes: Any = ()):
-        super().__init__(items)
-        self.notes: list[str] = list(notes)
-
-
-def skipped_note(project: str, detail: str) -> str:
-    return (f"skipped project {project!r}, which is damaged ({detail}); run `fathom store "
-            f"verify {project} --repair`")
 
 
 @dataclass(frozen=True)
@@ -155,30 +106,6 @@ class IndexStatus:
     include: list[str] = field(default_factory=list)  # the project's include globs
 
 
-# What opens a docstring or a doc comment, and adornment lines that carry no words.
-_OPENERS = re.compile(r"^\s*(?:[rRbBuUfF]{0,2}(?:\"{3}|'{3})|/\*\*?|\*/|\*(?!\*)|//[/!]|<!--|-->)\s*")
-_CLOSERS = re.compile(r"(?:\"{3}|'{3}|\*/|-->)\s*$")
-_ADORNMENT = re.compile(r"^\s*([-=~:^*#_`])\1*\s*$")
-
-
-def docs_snippet(snippet: str) -> str:
-    """A docs snippet that opens on words: a docstring's or a doc comment's delimiter (three
-    quotes, `/**`, `///`), adornment lines and blank lines are dropped from its head, so the
-    first line an agent reads says something. Headings (`# Install`) are words: kept."""
-    lines = snippet.splitlines()
-    while lines:
-        head = _CLOSERS.sub("", _OPENERS.sub("", lines[0], count=1)).rstrip()
-        if head.strip() and not _ADORNMENT.match(head):
-            lines[0] = head.strip()
-            break
-        lines.pop(0)
-    return "\n".join(lines)
-
-
-def check_k(k: Any) -> int:
-    return whole_number("k", k, 1, MAX_K)
-
-
 MAX_INCLUDES = 50
 
 
@@ -190,12 +117,6 @@ def check_includes(include: Any) -> list[str]:
         raise ConfigError(f"include must be a list of at most {MAX_INCLUDES} globs (gitignore "
                           f"syntax, e.g. `vendor/mylib/` or `build/**/*.py`)")
     return [g.strip() for g in include]
-
-
-def check_table(table: str) -> str:
-    if table not in TABLE_KINDS:
-        raise ConfigError(f"unknown table {table!r}: use 'code' or 'docs'")
-    return table
 
 
 class ProjectRecords:
@@ -353,7 +274,7 @@ class Fathom:
         check_table(table)
         role = ROLE_OF_TABLE[table]
         route = self.routing.load().roles[role]
-        if route.policy is not Policy.CLOUD:
+        if BEHAVIOUR[route.policy].reference is Reference.LOCAL:
             if not route.model or route.model == self.encoder.info.model:
                 return space_for(self.encoder, table)
             # The operator chose another model for this table: its reference is the local

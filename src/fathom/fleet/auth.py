@@ -215,9 +215,6 @@ class FleetAuth:
 
     # ---- approvals ------------------------------------------------------------------------
 
-    def is_approved(self, name: str) -> bool:
-        return name in self._record.approved
-
     def is_revoked(self, name: str) -> bool:
         return name in self._record.revoked
 

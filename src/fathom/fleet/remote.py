@@ -17,19 +17,30 @@ shape is an error, never a padded or truncated array.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from fathom.errors import ProviderError, ProviderUnavailable
 from fathom.fleet.protocol import ErrorInfo, RouteKind, decode_vectors
-from fathom.inference.cloud_health import Outcome
+from fathom.inference.cloud_health import CloudHealth, Outcome
 from fathom.inference.openrouter import ContextLengthExceeded, ModelNotFound
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo, ToolCall
 from fathom.roles import Role
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fathom.fleet.hub import Hub
+
+class Hub(Protocol):
+    """What a `SidecarProvider` needs of the hub (`fathom.fleet.hub.Hub`), named here so that
+    this module does not import the hub that imports it."""
+
+    cloud_health: CloudHealth
+
+    def key_present(self, name: str) -> bool: ...
+
+    def route_unavailable_reason(self, provider: SidecarProvider) -> str | None: ...
+
+    async def command(self, name: str, op: str, role: Role, route: str, payload: dict[str, Any],
+                      *, timeout: float | None = None) -> dict[str, Any]: ...
 
 
 # ---- errors -------------------------------------------------------------------------------

@@ -291,7 +291,8 @@ def space_for(encoder: Provider, table: str) -> Space:
 
 
 def _default_provenance(provider: Provider, space: Space) -> Provenance:
-    # Until the gate lands only the reference encoder writes, and it needs no verdict.
+    # An indexer without a gate (tests, tools) writes with its reference encoder only, which
+    # needs no verdict; the service passes `Fathom.provenance`, which records the gate's.
     return Provenance(provider.id, None)
 
 

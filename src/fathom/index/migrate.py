@@ -22,7 +22,7 @@ API:
     python -m fathom.index.migrate SOURCE_DIR postgresql://… [--project NAME ...] [--data-dir D]
 
 What it refuses to do: re-decide admission of rows the source already admitted (see
-`PostgresStore.copy_rows`), write into another space than the source table's, promote a copy
+`PostgresStore._copy_rows`, which only this module calls), write into another space than the source table's, promote a copy
 whose counts differ from the source, or print a password (store errors and `target.url` are redacted).
 """
 
@@ -144,7 +144,7 @@ def migrate_table(source: Store, target: PostgresStore, project: str, table: str
         if not keep:
             continue
         part = batch if len(keep) == len(batch) else _take(batch, keep)
-        copied += target.copy_rows(project, table, part, slot=Slot.SHADOW)
+        copied += target._copy_rows(project, table, part, slot=Slot.SHADOW)  # noqa: SLF001 - migration's own door
         done += len(part)
         if progress is not None:
             progress(project, table, done, total)

@@ -14,7 +14,6 @@ API (blocking calls, like the LanceDB store; async callers use `asyncio.to_threa
     with store.project_lock(project, holder=None) as lock: ...   # ProjectLocked if taken
     store.lock_holder(project) -> LockHolder | None
     store.export_rows(project, table, slot=Slot.ACTIVE, batch_size=1000) -> Iterator[RowBatch]
-    store.copy_rows(project, table, batch: RowBatch, *, slot=Slot.SHADOW) -> int   # migration
     store.explain_vector_search(project, table, vector, k=10) -> str
     PgVerdictStore(store) / PgGoldenStore(store) / PgRoutingStore(store)   # gate + routing state
     redact_url(url) -> str
@@ -763,10 +762,10 @@ class PostgresStore(Store):
 
         return self._retrying(read)
 
-    def copy_rows(self, project: str, table: str, batch: RowBatch, *,
-                  slot: Slot = Slot.SHADOW) -> int:
+    def _copy_rows(self, project: str, table: str, batch: RowBatch, *,
+                   slot: Slot = Slot.SHADOW) -> int:
         """Copy already-stored rows (from another store) with their own provenance and
-        written_at, for `fathom store migrate`.
+        written_at: private to `fathom.index.migrate` (`fathom store migrate`), its only caller.
 
         Width, finiteness and the table's space are validated like any write; the clearance
         is NOT asked again: these rows were admitted by the source store's lock, and rows of a

@@ -27,20 +27,32 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from fathom.errors import ConfigError, FathomError, StoreError
 from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
-from fathom.index.store import DamagedProject
+from fathom.index.results import Noted, SearchHit, check_k, check_table, skipped_note
+from fathom.index.store import DamagedProject, Store
+from fathom.inference.calls import call_role
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.router import Router
 from fathom.roles import Role
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fathom.service import Fathom, SearchHit
+
+class Searchable(Protocol):
+    """What the pipeline needs of the service (`fathom.service.Fathom`): the store as the
+    caller sees it, the projects a search reads, and each table's query encoder. Named here so
+    that retrieval does not import the service above it."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]: ...
+
+    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
 
 # The reranker reads whole chunks, but one huge chunk must not blow a cloud request's size.
 MAX_DOC_CHARS = 4000
@@ -131,8 +143,6 @@ class RerankStage:
 
     async def _score(self, query: str, docs: list[str], project: str | None) -> tuple[list[float], str]:
         if isinstance(self.reranker, Router):
-            from fathom.agents.routes import call_role  # the agents' door to a role
-
             served = await call_role(self.reranker, Role.RERANKER,
                                      lambda p: p.rerank(query, docs), project=project)
             return list(served.value), served.provider.id
@@ -156,17 +166,14 @@ def _unranked(cands: list[Candidate], k: int, reason: str) -> SearchResults:
 # --------------------------------------------------------------------------- the pipeline
 
 
-async def candidates(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
+async def candidates(fathom: Searchable, query: str, project: str | None = None, table: str = "code",
                      depth: int = 40, *, where: SearchFilter | None = None) -> list[Candidate]:
     """The hybrid search's best `depth` chunks over one project (or all), with full texts;
     `where` filters inside the store, before each top `depth` is cut."""
-    from fathom.service import SearchHit, check_k, check_table
-
     check_table(table)
     check_k(depth)
     if not isinstance(query, str) or not query.strip():
         raise ConfigError("the search query is empty: give a few words or an identifier")
-    from fathom.service import Noted, skipped_note
 
     names, notes = await asyncio.to_thread(fathom.searchable, project, table)
     encoder = fathom.encoder_for(table)
@@ -195,12 +202,10 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
                   for n, h in found], notes)
 
 
-async def search(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
+async def search(fathom: Searchable, query: str, project: str | None = None, table: str = "code",
                  k: int = 10, *, reranker: Router | Provider | None = None,
                  depth: int | None = None, where: SearchFilter | None = None) -> SearchResults:
     """Hybrid search, then the reranker stage: the best `k` of `depth` candidates."""
-    from fathom.service import check_k
-
     check_k(k)
     depth = min(MAX_DEPTH, max(depth or 3 * k, k, 20))
     cands = await candidates(fathom, query, project, table, depth, where=where)

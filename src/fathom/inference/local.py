@@ -109,10 +109,6 @@ class LocalEncoder(Provider):
             batch_size=settings.local_batch_size,
         )
 
-    @property
-    def loaded(self) -> bool:
-        return self._model is not None
-
     def load(self) -> SentenceTransformer:
         """Load the model (once) and check its width against the configured one."""
         if self._model is not None:

@@ -346,10 +346,6 @@ class Pool:
         self._static = [p for p in self._static if p.id != provider_id]
         self._leave(provider_id)
 
-    def nudge(self) -> None:
-        """Make every lane look again (e.g. a provider's clearance changed)."""
-        self._notify()
-
     @property
     def progress(self) -> Progress | None:
         return self._progress(self._job) if self._job else None

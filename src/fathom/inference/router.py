@@ -6,7 +6,7 @@ in (with failover), the encoder a query must go through, and the pool an index j
 What each policy allows is read from `fathom.policy.BEHAVIOUR` and nowhere else.
 
 Embedding roles write a table, so only providers the gate cleared for that table may serve
-them; `is_cleared` is injected (an explicit flag set until the gate's verdicts replace it).
+them; `is_cleared` is injected (the service hands it the gate's verdicts, `Gate.is_cleared`).
 Stateless roles (reranker, code-assistant, rlm) write nothing and fail over per request.
 
 It refuses to embed, rerank or chat itself (providers do), to size batches (the pool does), to
@@ -49,23 +49,6 @@ class NoRoute(NoProviderAvailable):
             f"no provider can serve role {role} under policy {policy}: "
             + ("; ".join(self.reasons) or "every allowed provider failed") + tried
         )
-
-
-class ClearedFlags:
-    """The explicit cleared flag used until gate verdicts decide: (role, provider id) pairs an
-    operator or a test granted. Callable as the router's `is_cleared`."""
-
-    def __init__(self, pairs: Sequence[tuple[Role, str]] = ()):
-        self._pairs: set[tuple[Role, str]] = set(pairs)
-
-    def grant(self, role: Role, provider_id: str) -> None:
-        self._pairs.add((Role(role), provider_id))
-
-    def revoke(self, role: Role, provider_id: str) -> None:
-        self._pairs.discard((Role(role), provider_id))
-
-    def __call__(self, role: Role, provider: Provider) -> bool:
-        return (Role(role), provider.id) in self._pairs
 
 
 class Router:
@@ -154,9 +137,6 @@ class Router:
         if self.behaviour(role).cloud_reserve_only:
             return sorted(ps, key=lambda p: (p.info.is_cloud, load(p.id), p.id))
         return sorted(ps, key=lambda p: (load(p.id), p.info.is_cloud, p.id))
-
-    def pick(self, role: Role) -> Provider:
-        return self.order(role)[0]
 
     def load(self, provider_id: str) -> int:
         return self._in_flight.get(provider_id, 0)

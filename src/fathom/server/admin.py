@@ -55,6 +55,8 @@ from fathom.errors import ConfigError, FathomError, PinRequired
 from fathom.fleet.auth import hash_token
 from fathom.fleet.hub import Hub
 from fathom.fleet.protocol import NAME_PATTERN, describe
+from fathom.inference.gate.audit import audit as audit_rows
+from fathom.inference.gate.audit import reembed as reembed_rows
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.server.job_records import JobLedger, JobRecord
 from fathom.server.metrics import provider_health
@@ -1110,7 +1112,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         since its last good check."""
         gate, service = parts.need("gate"), parts.need("service")
         await _require_project(service, project)
-        report = await asyncio.to_thread(gate.audit, service.store, project)
+        report = await asyncio.to_thread(audit_rows, gate, service.store, project)
         return {
             "project": project, "lines": report.lines(), "suspect_count": report.suspect_count,
             "counts": [{"table": c.table, "provider": c.provider_id, "verdict_id": c.verdict_id,
@@ -1128,7 +1130,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         await _require_project(service, project)
         encoder = parts.find_provider(body.encoder) if body and body.encoder else service.encoder
         try:
-            report = await gate.reembed(service.store, project, encoder)
+            report = await reembed_rows(gate, service.store, project, encoder)
         except FathomError as exc:
             raise refusal(400, str(exc)) from None
         return {"project": project, "encoder": report.encoder_id, "rows": dict(report.rows),

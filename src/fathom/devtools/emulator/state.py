@@ -60,7 +60,7 @@ class EmulatorConfig:
     management_keys: list[str] = field(default_factory=list)
     seed: int = 0
     clock: Callable[[], float] = time.monotonic
-    # How latency is served. With a virtual clock's `now` and `sleep` (`fathom.clock.FakeClock`)
+    # How latency is served. With a virtual clock's `now` and `sleep` (the tests' `FakeClock`)
     # and the app called in-process (httpx's ASGI transport), rate limits and latency run in
     # virtual time: a minute of traffic is exact and takes milliseconds.
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep

@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError, ProviderUnavailable
 from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
@@ -33,9 +33,6 @@ from fathom.inference.provider import Provider
 from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import EMBEDDING_ROLES, Role
 from fathom.space import Space
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fathom.inference.gate.audit import AuditReport, AuditableStore, ReembedReport
 
 log = logging.getLogger(__name__)
 
@@ -574,18 +571,6 @@ class Gate:
                     await result
             except Exception:  # noqa: BLE001 - one broken listener must not stop a quarantine
                 log.exception("gate: listener failed on %s", event.kind)
-
-    # -- audit and repair (see audit.py) ---------------------------------------------------
-
-    def audit(self, store: AuditableStore, project: str) -> AuditReport:
-        from fathom.inference.gate.audit import audit
-
-        return audit(self, store, project)
-
-    async def reembed(self, store: AuditableStore, project: str, encoder: Provider, **kw: Any) -> ReembedReport:
-        from fathom.inference.gate.audit import reembed
-
-        return await reembed(self, store, project, encoder, **kw)
 
 
 def raise_if_refused(verdict: Verdict) -> Verdict:
