@@ -163,6 +163,30 @@ async def test_under_cloud_with_gamma_as_anchor_delta_is_refused(service, client
     assert emulator.control.counters()["by_upstream"] == {"gamma": 2, "delta": 1}
 
 
+async def test_queries_go_to_the_tables_reference_then_a_cleared_peer_never_a_refused_one(
+        service, client, emulator):
+    """`Fathom.encoder_for`, the one choice of query encoder: a table's own reference
+    encoder as recorded in its space, then a peer the gate cleared for that space."""
+    assert service.encoder_for("code") is service.encoder  # no table yet: the local reference
+    service.routing.update(cloud_e5())
+    gamma = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"),
+                        roles={Role.CODE_EMBEDDING})
+    twin = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("b", "gamma"),
+                       roles={Role.CODE_EMBEDDING})
+    delta = cloud_route(service, client, "delta", model=E5, provider_id=sidecar_id("c", "delta"),
+                        roles={Role.CODE_EMBEDDING})
+    space = service.space("code")
+    await service.verify_providers("code")
+    assert service.gate.is_cleared(space, twin) and not service.gate.is_cleared(space, delta)
+    service.store.open_table("shop", "code", space)
+    assert service.encoder_for("code", "shop") is gamma
+    service.registry.eject(gamma.id, until=float("inf"), reason="down")
+    assert service.encoder_for("code", "shop") is twin
+    service.registry.eject(twin.id, until=float("inf"), reason="down")
+    with pytest.raises(NoProviderAvailable, match="no other provider is cleared for its space"):
+        service.encoder_for("code", "shop")  # delta serves the model, but the gate refused it
+
+
 @slow
 async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_reembed(
         service, client, emulator, tmp_path):
