@@ -104,7 +104,7 @@ async def test_beta_pinned_is_refused_and_receives_no_index_chunk(service, clien
         await service.verify_providers(table)
     code = service.gate.verdict_for(service.space("code"), beta)
     print(f"\nbeta (MiniLM int8 @beta) against local MiniLM: min cosine {code.min_cosine:.4f}, "
-          f"mean {code.evidence.mean_cosine:.4f}; {code.reason}")
+          f"mean {np.mean(list(code.evidence.cosines.values())):.4f}; {code.reason}")
     assert code.status is Status.REFUSED
     assert 0.75 < code.min_cosine < 0.97
     assert code.widths_seen == (384,) and code.finite_ok and code.count_ok

@@ -105,7 +105,7 @@ async def test_restart_reports_key_missing_and_reconnect_keeps_key(fleet: Fleet,
     assert not fresh.key_present
     assert "key missing on gpu-1" in fleet.hub.problems()
     provider = fleet.registry.get(cloud_id("gpu-1"))
-    assert provider.unavailable_reason == "key missing on gpu-1"
+    assert fleet.hub.route_unavailable_reason(provider) == "key missing on gpu-1"
     assert not fleet.registry.available(cloud_id("gpu-1")) and fleet.registry.available(cloud_id("gpu-2"))
     with pytest.raises(KeyMissing, match="key missing on gpu-1"):
         await provider.chat(HELLO)

@@ -150,11 +150,6 @@ class SidecarProvider(Provider):
             host=sidecar,
         )
 
-    @property
-    def unavailable_reason(self) -> str | None:
-        """Why this route cannot serve right now (None when it can): status output reads it."""
-        return self.hub.route_unavailable_reason(self)
-
     async def _call(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
         if self.route == "cloud" and not self.hub.key_present(self.sidecar):
             raise KeyMissing(self.sidecar)
