@@ -23,7 +23,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Lowest first. A module belongs to the first layer one of whose prefixes it starts with.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("vocabulary", ("fathom", "fathom.errors", "fathom.roles", "fathom.policy", "fathom.space",
-                    "fathom.clock", "fathom.logsafe", "fathom.config")),
+                    "fathom.clock", "fathom.logsafe", "fathom.config",
+                    # the long-running commands' shared log set-up (server and sidecar use it)
+                    "fathom.commandline")),
     ("inference", ("fathom.inference",)),
     ("retrieval", ("fathom.index", "fathom.scope")),
     ("fleet", ("fathom.fleet",)),
@@ -93,7 +95,7 @@ def imports(mods: dict[str, tuple[Path, bool]]) -> list[tuple[str, str, int, boo
                     base = ".".join(up + ([node.module] if node.module else []))
                 if base.split(".")[0] == "fathom":
                     targets = [resolve(f"{base}.{a.name}") for a in node.names]
-            edges.extend((name, t, node.lineno, type_only) for t in targets if t != name)
+            edges.extend((name, t, node.lineno, type_only) for t in dict.fromkeys(targets) if t != name)
             walk(node, type_only)
 
         walk(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)

@@ -109,6 +109,12 @@ class LocalEncoder(Provider):
             batch_size=settings.local_batch_size,
         )
 
+    @property
+    def loaded(self) -> bool:
+        """Whether the model is in memory: `Fathom._must_load` reads it, so that an index
+        run's start-up says "loading model" only when it will."""
+        return self._model is not None
+
     def load(self) -> SentenceTransformer:
         """Load the model (once) and check its width against the configured one."""
         if self._model is not None:
