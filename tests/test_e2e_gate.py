@@ -21,10 +21,13 @@ id, so `gamma` on sidecar `a` is the anchor and `delta` on sidecar `b` its peer.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 from fathom.errors import NoProviderAvailable, NotCleared, PinRequired
+from fathom.index import rerank
 from fathom.index.chunk import Chunk
 from fathom.inference.gate import Coverage, Gate, GateClearance, Status, audit, reembed
 from fathom.inference.openrouter import OpenRouterClient
@@ -164,9 +167,10 @@ async def test_under_cloud_with_gamma_as_anchor_delta_is_refused(service, client
 
 
 async def test_queries_go_to_the_tables_reference_then_a_cleared_peer_never_a_refused_one(
-        service, client, emulator):
-    """`Fathom.encoder_for`, the one choice of query encoder: a table's own reference
-    encoder as recorded in its space, then a peer the gate cleared for that space."""
+        service, client, emulator, tmp_path):
+    """`Fathom.encoder_for`, the one choice of query encoder, for both search paths (the
+    service's and the reranker stage's): a table's own reference encoder as recorded in its
+    space, then a peer the gate cleared for that space."""
     assert service.encoder_for("code") is service.encoder  # no table yet: the local reference
     service.routing.update(cloud_e5())
     gamma = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"),
@@ -178,8 +182,13 @@ async def test_queries_go_to_the_tables_reference_then_a_cleared_peer_never_a_re
     space = service.space("code")
     await service.verify_providers("code")
     assert service.gate.is_cleared(space, twin) and not service.gate.is_cleared(space, delta)
-    service.store.open_table("shop", "code", space)
+    await service.index(write_project(tmp_path / "shop"), "shop")
     assert service.encoder_for("code", "shop") is gamma
+    for search in (service.search, functools.partial(rerank.search, service)):
+        queries = embedding_calls(emulator, "gamma")
+        hits = await search("retry a flaky call with exponential backoff", None, k=3)
+        assert embedding_calls(emulator, "gamma") == queries + 1  # the query, by the anchor
+        assert list(hits)[0].path == "net/retry.py"
     service.registry.eject(gamma.id, until=float("inf"), reason="down")
     assert service.encoder_for("code", "shop") is twin
     service.registry.eject(twin.id, until=float("inf"), reason="down")

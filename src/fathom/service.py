@@ -47,6 +47,7 @@ from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
+from fathom.index.rerank import hybrid
 from fathom.index.results import (
     Noted,
     SearchHit,
@@ -572,27 +573,8 @@ class Fathom:
 
     async def search(self, query: str, project: str | None = None, table: str = "code",
                      k: int = 10, *, where: SearchFilter | None = None) -> list[SearchHit]:
-        check_table(table)
-        check_k(k)
-        if not isinstance(query, str) or not query.strip():
-            raise ConfigError("the search query is empty: give a few words or an identifier")
-        names, notes = await asyncio.to_thread(self.searchable, project, table)
-        out: list[SearchHit] = []
-        for name in names:
-            try:
-                encoder = self.encoder_for(table, name)
-                hits = await search_mod.search(self.store, encoder, name, query, table=table,
-                                               k=k, where=where)
-            except DamagedProject as exc:
-                if project is not None:
-                    raise
-                notes.append(skipped_note(name, exc.detail))  # found damaged only on reading
-                continue
-            out.extend(SearchHit.of(name, h) for h in hits)
-        # Fused scores of different projects are on one scale (each list normalised to
-        # [0, 1], plus the same boosts), so a merge by score is fair.
-        out.sort(key=lambda h: -h.score)
-        return Noted(out[:k], notes)
+        found = await hybrid(self, query, project, table, k, where=where)
+        return Noted([SearchHit.of(name, h) for name, h in found], found.notes)
 
     async def find_similar(self, project: str, *, path: str | None = None,
                            line: int | None = None, snippet: str | None = None, k: int = 10,

@@ -166,30 +166,38 @@ def _unranked(cands: list[Candidate], k: int, reason: str) -> SearchResults:
 # --------------------------------------------------------------------------- the pipeline
 
 
-async def candidates(fathom: Searchable, query: str, project: str | None = None, table: str = "code",
-                     depth: int = 40, *, where: SearchFilter | None = None) -> list[Candidate]:
-    """The hybrid search's best `depth` chunks over one project (or all), with full texts;
-    `where` filters inside the store, before each top `depth` is cut."""
+async def hybrid(fathom: Searchable, query: str, project: str | None, table: str, k: int, *,
+                 where: SearchFilter | None = None) -> Noted:
+    """The best `k` (project, `Hit`) pairs of the hybrid search over one project (or every
+    searchable one), each project's query encoded by its table's own reference encoder; a
+    damaged project a search over all of them meets is skipped, and noted."""
     check_table(table)
-    check_k(depth)
+    check_k(k)
     if not isinstance(query, str) or not query.strip():
         raise ConfigError("the search query is empty: give a few words or an identifier")
-
     names, notes = await asyncio.to_thread(fathom.searchable, project, table)
-    encoder = fathom.encoder_for(table)
     found: list[tuple[str, Any]] = []
     for name in names:
         try:
-            hits = await search_mod.search(fathom.store, encoder, name, query, table=table,
-                                           k=depth, where=where)
+            hits = await search_mod.search(fathom.store, fathom.encoder_for(table, name), name,
+                                           query, table=table, k=k, where=where)
         except DamagedProject as exc:
             if project is not None:
                 raise
             notes.append(skipped_note(name, exc.detail))  # found damaged only on reading
             continue
         found.extend((name, h) for h in hits)
-    found.sort(key=lambda nh: -nh[1].score)  # fused scores share one scale across projects
-    found = found[:depth]
+    # Fused scores of different projects are on one scale (each list normalised to [0, 1],
+    # plus the same boosts), so a merge by score is fair.
+    found.sort(key=lambda nh: -nh[1].score)
+    return Noted(found[:k], notes)
+
+
+async def candidates(fathom: Searchable, query: str, project: str | None = None, table: str = "code",
+                     depth: int = 40, *, where: SearchFilter | None = None) -> list[Candidate]:
+    """The hybrid search's best `depth` chunks over one project (or all), with full texts;
+    `where` filters inside the store, before each top `depth` is cut."""
+    found = await hybrid(fathom, query, project, table, depth, where=where)
     texts: dict[tuple[str, str], str] = {}
     for name in {n for n, _ in found}:
         ids = [h.chunk_id for n, h in found if n == name]
@@ -199,7 +207,7 @@ async def candidates(fathom: Searchable, query: str, project: str | None = None,
             got = {}  # a backend without stored texts: the snippet is the best we have
         texts.update({(name, cid): t for cid, t in got.items()})
     return Noted([Candidate(SearchHit.of(n, h), texts.get((n, h.chunk_id), h.snippet))
-                  for n, h in found], notes)
+                  for n, h in found], found.notes)
 
 
 async def search(fathom: Searchable, query: str, project: str | None = None, table: str = "code",
