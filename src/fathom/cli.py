@@ -87,12 +87,24 @@ app = typer.Typer(
 )
 
 
+def show_version(value: bool) -> None:
+    """`fathom --version`: eager, so it answers before any other option is checked."""
+    if value:
+        from fathom import __version__
+
+        console.print(f"fathom {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", envvar="FATHOM_DATA_DIR",
         help="Where indexes and state live (default ~/.fathom).")] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=show_version, is_eager=True,
+        help="Print the version and exit.")] = False,
 ) -> None:
     # Merged, not replaced: a caller (a test, an embedding program) may pass obj={"fathom": ...}.
     ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
