@@ -21,7 +21,6 @@ Entry points: `run_sidecar(...)` (async), `main(argv)` (`python -m fathom.fleet.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ipaddress
@@ -36,16 +35,18 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Annotated, Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+import typer
 from pydantic import ValidationError
 
 from fathom import __version__, logsafe
+from fathom.config import Settings
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
 from fathom.fleet.backends import BackendSpec, open_backend, parse_serve
-from fathom.fleet.identity import STATE_DIR_ENV, default_state_dir, load_or_create_credential, new_credential
+from fathom.fleet.identity import default_state_dir, load_or_create_credential, new_credential
 from fathom.fleet.remote import chat_payload
 from fathom.inference.provider import Provider
 from fathom.roles import Role
@@ -523,28 +524,62 @@ async def run_sidecar(
         await sidecar.aclose()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="fathom sidecar", description="Join a Fathom server's fleet as a sidecar.")
-    ap.add_argument("--server", required=True, help="wss://HOST[:PORT] (plain ws:// only to loopback)")
-    ap.add_argument("--token", default=None,
-                    help="join token or host token; better in $FATHOM_SIDECAR_TOKEN or a file (--token-file): "
-                         "on the command line every user of this host sees it in `ps`")
-    ap.add_argument("--token-file", type=Path, default=os.environ.get("FATHOM_SIDECAR_TOKEN_FILE"),
-                    help="a file holding the join or host token (default: $FATHOM_SIDECAR_TOKEN_FILE)")
-    ap.add_argument("--name", default=socket.gethostname().split(".")[0], help="sidecar name (default: host name)")
-    ap.add_argument("--serve", action="append", default=[], metavar="ROLE=BACKEND",
-                    help="e.g. code-embedding=in-process, embedding=openai-compatible:http://127.0.0.1:8000/v1, "
-                         "reranker=tei:http://127.0.0.1:8080, reranker=in-process,model=/models/cross-encoder, "
-                         "rlm=openai-compatible:http://127.0.0.1:11434/v1,model=NAME (repeatable)")
-    ap.add_argument("--openrouter-url", default=os.environ.get("FATHOM_OPENROUTER_BASE_URL"),
-                    help="OpenRouter API base URL (default: https://openrouter.ai/api/v1)")
-    ap.add_argument("--no-cloud", action="store_true", help="never serve OpenRouter routes from this host")
-    ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
-    ap.add_argument("--state-dir", type=Path, default=None,
-                    help=f"where this sidecar keeps its identity credential (default: ${STATE_DIR_ENV}, "
-                         f"else ~/.fathom-sidecar)")
-    ap.add_argument("--log-level", default=os.environ.get("FATHOM_LOG_LEVEL", "INFO"))
-    return ap
+def sidecar(
+    server: Annotated[str, typer.Option(
+        help="The fleet server: wss://HOST[:PORT] (plain ws:// only to loopback).", show_default=False)],
+    token: Annotated[str | None, typer.Option(
+        show_default=False,
+        help="A join token or host token; better in FATHOM_SIDECAR_TOKEN or a file (--token-file): on the "
+             "command line every user of this host sees it in `ps`.")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        envvar="FATHOM_SIDECAR_TOKEN_FILE", show_envvar=True, show_default=False,
+        help="A file holding the join or host token.")] = None,
+    name: Annotated[str | None, typer.Option(
+        show_default=False, help="This sidecar's name (default: the host name).")] = None,
+    serve: Annotated[list[str] | None, typer.Option(
+        metavar="ROLE=BACKEND", show_default=False,
+        help="What this host serves, repeatable: e.g. code-embedding=in-process, "
+             "embedding=openai-compatible:http://127.0.0.1:8000/v1, reranker=tei:http://127.0.0.1:8080, "
+             "reranker=in-process,model=/models/cross-encoder, "
+             "rlm=openai-compatible:http://127.0.0.1:11434/v1,model=NAME.")] = None,
+    openrouter_url: Annotated[str | None, typer.Option(
+        envvar="FATHOM_OPENROUTER_BASE_URL", show_envvar=True, show_default=False,
+        help="The OpenRouter API base URL (default https://openrouter.ai/api/v1).")] = None,
+    no_cloud: Annotated[bool, typer.Option(
+        "--no-cloud", help="Never serve OpenRouter routes from this host.")] = False,
+    heartbeat: Annotated[float, typer.Option(min=0.1, help="Seconds between heartbeats.")] = 5.0,
+    state_dir: Annotated[Path | None, typer.Option(
+        envvar="FATHOM_SIDECAR_STATE_DIR", show_envvar=True, show_default=False,
+        help="Where this sidecar keeps its identity credential (default ~/.fathom-sidecar).")] = None,
+    log_level: Annotated[str, typer.Option(
+        envvar="FATHOM_LOG_LEVEL", show_envvar=True,
+        help="DEBUG, INFO, WARNING or ERROR (logs go to stderr).")] = "INFO",
+) -> None:
+    """Join a Fathom server's fleet as a sidecar: --server wss://HOST --serve ROLE=BACKEND."""
+    logsafe.install()
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        secret = join_token(token, token_file)
+    except ConfigError as exc:
+        print(f"fathom sidecar: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+    async def _main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await run_sidecar(server, secret, name or socket.gethostname().split(".")[0], serve or [],
+                          openrouter_base_url=openrouter_url, cloud=not no_cloud, heartbeat_interval=heartbeat,
+                          stop=stop, state_dir=state_dir)
+
+    try:
+        asyncio.run(_main())
+    except (SidecarRefused, ConfigError) as exc:
+        print(f"fathom sidecar: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
 
 
 def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
@@ -564,7 +599,7 @@ def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
         if not token:
             raise ConfigError(f"the token file {path} is empty: put the join token `fathom server` printed in it")
         return token
-    token = os.environ.get("FATHOM_SIDECAR_TOKEN", "").strip()
+    token = Settings.secret(Settings().sidecar_token) or ""
     if not token:
         raise ConfigError("a join token is required: set FATHOM_SIDECAR_TOKEN, or pass --token-file FILE "
                           "(the join token `fathom server` printed, or a host token from `fathom fleet token`)")
@@ -572,32 +607,10 @@ def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logsafe.install()
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        token = join_token(args.token, args.token_file)
-    except ConfigError as exc:
-        print(f"fathom sidecar: {exc}", file=sys.stderr)
-        return 2
+    """`python -m fathom.fleet.agent [OPTIONS]`: the same command as `fathom sidecar`."""
+    from fathom.commandline import run_command
 
-    async def _main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
-        await run_sidecar(args.server, token, args.name, args.serve, openrouter_base_url=args.openrouter_url,
-                          cloud=not args.no_cloud, heartbeat_interval=args.heartbeat, stop=stop,
-                          state_dir=args.state_dir)
-
-    try:
-        asyncio.run(_main())
-    except (SidecarRefused, ConfigError) as exc:
-        print(f"fathom sidecar: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_command(sidecar, argv, prog="python -m fathom.fleet.agent")
 
 
 if __name__ == "__main__":
