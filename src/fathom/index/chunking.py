@@ -19,10 +19,11 @@ import functools
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import PurePosixPath
+from typing import Protocol
 
 from fathom.index.chunk import Chunk
 
@@ -32,7 +33,8 @@ CODE = "code"
 DOCS = "docs"
 
 # A chunk should fit an encoder's context window: MiniLM reads 256 word pieces, which is
-# roughly 1000-1500 characters of code. Bigger units are cut into overlapping windows.
+# roughly 1000-1500 characters of code. Bigger units are cut into overlapping windows; with a
+# `TokenCounter` (the encoder's own tokenizer) every chunk is then held to its token limit.
 MAX_CHARS = 1500
 MAX_LINES = 60
 OVERLAP_LINES = 5
@@ -152,13 +154,32 @@ class Limits:
         object.__setattr__(self, "overlap", max(0, min(self.overlap, self.window_lines // 2)))
 
 
+class TokenCounter(Protocol):
+    """An encoder's tokenizer, as chunking needs it. `limit` is the longest input the encoder
+    reads, special tokens included; `key` names tokenizer and limit (chunks cached under one
+    key are valid for that key only)."""
+
+    limit: int
+    key: str
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        """Tokens of each text as the encoder reads it, special tokens included (one batch)."""
+        ...
+
+    def prefix(self, text: str, tokens: int) -> int:
+        """How many characters of `text` its first `tokens` tokens (no special ones) cover."""
+        ...
+
+
 def chunk_file(
     path: str, text: str, language: str | None = None, *, limits: Limits | None = None
 ) -> list[Chunk]:
     """Cut one file into chunks, in line order (docs chunks of a code file come last).
 
     `path` is the project-relative POSIX path, stored on every chunk. `language` overrides
-    detection from the path. Never raises: unparseable code falls back to line windows.
+    detection from the path. Sizes are in characters and lines; `fit_tokens` then holds the
+    chunks to an encoder's token limit. Never raises: unparseable code falls back to line
+    windows.
     """
     limits = limits or Limits()
     detected, detected_table = detect_language(path)
@@ -181,6 +202,74 @@ def chunk_file(
     except Exception:  # noqa: BLE001 - the contract is "never raise"; windows index everything
         log.warning("chunking %s as %s failed; indexing it as line windows", path, language, exc_info=True)
         return doc.windows_of_file()
+
+
+def fit_tokens(chunks: list[Chunk], tokens: TokenCounter) -> tuple[list[Chunk], int]:
+    """The chunks with each one over `tokens.limit` cut at line boundaries (a single line too
+    long, at a token boundary inside it), and how many had to be cut. Sizing in characters is
+    only a guess at tokens: a chunk of dense code can hold twice the tokens of prose, and an
+    encoder silently drops what is past its limit. One batch counts every chunk of the file."""
+    counts = tokens.count([c.text for c in chunks])
+    out: list[Chunk] = []
+    split = 0
+    for chunk, n in zip(chunks, counts):
+        if n <= tokens.limit:
+            out.append(chunk)
+        else:
+            split += 1
+            out.extend(_cut_to_tokens(chunk, tokens))
+    return out, split
+
+
+def _cut_to_tokens(chunk: Chunk, tokens: TokenCounter) -> list[Chunk]:
+    """Greedy runs of whole lines that fit, each checked by a count of the run itself; a line
+    that alone is over the limit is sliced by the tokenizer's offsets."""
+    lines = chunk.text.split("\n")
+    # Per-line counts (special tokens off) are a close estimate of a run's count; the run is
+    # counted again as a whole before it is kept, so the estimate never decides alone.
+    special = tokens.count([""])[0]
+    sizes = [n - special for n in tokens.count(lines)]
+    budget = tokens.limit - special
+    out: list[Chunk] = []
+    row = 0
+    while row < len(lines):
+        if not lines[row].strip():
+            row += 1
+            continue
+        if sizes[row] > budget:
+            out.extend(_slices(chunk, row, lines[row], tokens, budget))
+            row += 1
+            continue
+        last, size = row, sizes[row]
+        while last + 1 < len(lines) and size + sizes[last + 1] <= budget:
+            last += 1
+            size += sizes[last]
+        while last > row and tokens.count(["\n".join(lines[row : last + 1])])[0] > tokens.limit:
+            last -= 1  # a run the tokenizer reads longer than its lines add up to
+        while last > row and not lines[last].strip():
+            last -= 1
+        out.append(replace(chunk, start_line=chunk.start_line + row, end_line=chunk.start_line + last,
+                           text="\n".join(lines[row : last + 1])))
+        row = last + 1
+    return out
+
+
+def _slices(chunk: Chunk, row: int, line: str, tokens: TokenCounter, budget: int) -> list[Chunk]:
+    out: list[Chunk] = []
+    at = 0
+    while at < len(line):
+        take = budget
+        while True:
+            end = at + max(1, tokens.prefix(line[at:], take))
+            if take <= 1 or tokens.count([line[at:end]])[0] <= tokens.limit:
+                break
+            take = max(1, take * 9 // 10)  # re-tokenized alone, a slice can read longer
+        piece = line[at:end]
+        if piece.strip():
+            out.append(replace(chunk, start_line=chunk.start_line + row, end_line=chunk.start_line + row, text=piece))
+        at = end
+    return out
+
 
 
 # --- pieces and windows ----------------------------------------------------------------
