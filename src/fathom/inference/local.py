@@ -228,7 +228,6 @@ class TokenizerCounter:
         with self._lock:
             return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=True)]
 
-    def prefix(self, text: str, tokens: int) -> int:
+    def offsets(self, text: str) -> list[tuple[int, int]]:
         with self._lock:
-            offsets = self._tok.encode(text, add_special_tokens=False).offsets
-        return offsets[tokens - 1][1] if 0 < tokens < len(offsets) else len(text)
+            return list(self._tok.encode(text, add_special_tokens=False).offsets)
