@@ -79,3 +79,35 @@ def test_an_index_run_reports_the_chunks_it_split(tmp_path):
     report = asyncio.run(run())
     assert report.split == over and report.max_tokens == 256
     assert report.chunks > len(found.chunks)
+
+
+def test_an_encoder_that_declares_only_its_limit_gets_chunks_within_an_estimate():
+    """A sidecar's or a cloud model's limit travels in its provider info; without its tokenizer
+    here, chunks are held to a conservative estimate of it."""
+    from fathom.index.chunking import EstimatedTokens
+
+    estimate = EstimatedTokens(128, key="sidecar:gpu-1:code-embedding:local")
+    for path, text in corpus():
+        chunks, _ = fit_tokens(chunk_file(path, text), estimate)
+        assert all(len(c.text) <= 128 * EstimatedTokens.CHARS for c in chunks), path
+
+
+async def test_a_sidecar_route_carries_its_token_limit_to_the_server():
+    """`--serve ROLE=in-process` declares the model's own limit (MiniLM: 256), `,max_tokens=N`
+    another; the register frame carries it, and the server's provider for the route holds it."""
+    from fathom.fleet.agent import Sidecar
+    from fathom.fleet.backends import open_backend, parse_serve
+    from fathom.fleet.remote import SidecarProvider
+
+    own = await open_backend(parse_serve("code-embedding=in-process"), shared={})
+    set_ = await open_backend(parse_serve("embedding=in-process,max_tokens=128"), shared={})
+    assert own.info.max_tokens == 256 and set_.info.max_tokens == 128
+    sidecar = Sidecar("gpu-1", {next(iter(own.info.roles)): own, next(iter(set_.info.roles)): set_})
+    routes = {r.role: r for r in sidecar.register_frame().routes}
+    assert sorted(r.max_tokens for r in routes.values()) == [128, 256]
+    for r in routes.values():
+        provider = SidecarProvider(None, "gpu-1", r.role, "local", model=r.model, width=r.width,  # type: ignore[arg-type]
+                                   max_tokens=r.max_tokens)
+        assert provider.info.max_tokens == r.max_tokens
+    with pytest.raises(Exception, match="max_tokens"):
+        parse_serve("embedding=in-process,max_tokens=many")

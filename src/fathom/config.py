@@ -165,6 +165,7 @@ class RoleRoute(BaseModel):
     upstream: str | None = None  # OpenRouter upstream pin; required for embedding via cloud
     fallback: FallbackMode = FallbackMode.ANY
     width: int | None = None  # embedding roles: the table's width
+    max_tokens: int | None = Field(default=None, ge=16)  # embedding roles: the model's input limit
 
 
 class PushRecord(BaseModel):

@@ -248,7 +248,8 @@ class Sidecar:
         routes = []
         for role, backend in sorted(self.backends.items()):
             routes.append(p.RouteDecl(role=role, backend=self.backend_kinds.get(role, "in-process"),
-                                      model=backend.info.model, width=backend.info.width))
+                                      model=backend.info.model, width=backend.info.width,
+                                      max_tokens=backend.info.max_tokens))
         return p.Register(name=self.name, routes=routes, cloud=self.cloud, key_present=self.key_present,
                           versions=_versions(), credential=self._credential.reveal())
 
@@ -300,7 +301,7 @@ class Sidecar:
             if self._client is None:
                 self._client = OpenRouterClient(self._key.reveal(), base_url=self.openrouter_base_url or DEFAULT_BASE_URL)
             prov = OpenRouterProvider(self._client, model=cfg.model or "", roles=[role], upstream=cfg.upstream,
-                                      width=cfg.width)
+                                      width=cfg.width, max_tokens=cfg.max_tokens)
             self._cloud[role] = prov
         return prov
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from fathom.errors import ConfigError, FathomError, failure_of
 from fathom.index.chunk import Chunk
-from fathom.index.chunking import TokenCounter, chunk_file, fit_tokens
+from fathom.index.chunking import EstimatedTokens, TokenCounter, chunk_file, fit_tokens
 from fathom.index.store import TABLE_KINDS, Slot, Store
 from fathom.inference.provider import Provider
 from fathom.space import Provenance, Space
@@ -333,6 +333,17 @@ class Indexer:
         self.discover = discover_fn
         self.refused_roots = tuple(refused_roots) if refused_roots is not None else None
 
+    async def _token_counter(self) -> TokenCounter | None:
+        """What chunks are sized by: the encoder's own tokenizer when it has one (an in-process
+        model: loaded here unless the service's start-up loaded it), else an estimate against
+        the limit its provider info declares (a sidecar's or a cloud model); None when it
+        declares none (sized in characters only)."""
+        counter = getattr(self.encoder, "token_counter", None)
+        if callable(counter):
+            return await asyncio.to_thread(counter)
+        limit = self.encoder.info.max_tokens
+        return EstimatedTokens(limit, key=self.encoder.info.id) if limit else None
+
     def job(self, project: str, root: Path | str, *, full: bool = False) -> Job:
         return Job(project, root, full=full, clock=self.clock)
 
@@ -384,9 +395,7 @@ class Indexer:
 
         emit()
         await job.checkpoint()
-        # Chunks are sized with the encoder's own tokenizer when it has one (in-process models).
-        counter = getattr(self.encoder, "token_counter", None)
-        tokens = await asyncio.to_thread(counter) if callable(counter) else None
+        tokens = await self._token_counter()
         walk = functools.partial(self.discover, root, cancel=job.stop)
         if tokens is not None:
             walk = functools.partial(walk, tokens=tokens)
