@@ -79,6 +79,11 @@ def test_an_index_run_reports_the_chunks_it_split(tmp_path):
     report = asyncio.run(run())
     assert report.split == over and report.max_tokens == 256
     assert report.chunks > len(found.chunks)
+    from fathom.cli import console, print_report
+
+    with console.capture() as shown:
+        print_report(report)
+    assert f"{over} chunks cut to fit the encoder's 256 tokens" in shown.get()
 
 
 def test_an_encoder_that_declares_only_its_limit_gets_chunks_within_an_estimate():

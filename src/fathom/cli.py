@@ -211,6 +211,8 @@ def print_report(report) -> None:
     if report.carried:
         table.add_row("reused", f"{report.carried} vectors of unchanged text at new lines or "
                                 f"paths (not embedded)")
+    if getattr(report, "max_tokens", None):
+        table.add_row("split", f"{report.split} chunks cut to fit the encoder's {report.max_tokens} tokens")
     table.add_row("unchanged", str(report.reused))
     table.add_row("deleted", str(report.deleted))
     skipped = sum(report.skipped.values())
