@@ -29,21 +29,13 @@ from fathom.config import Settings  # noqa: E402
 from fathom.index.indexer import discover  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
+from index_throughput import subset  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 
 class CharsOnly(LocalEncoder):
     """The same encoder without a tokenizer for chunking: chunks sized in characters only."""
 
     token_counter = None  # type: ignore[assignment]
-
-
-def subset(src: Path, n: int, dst: Path) -> Path:
-    files = sorted(p for p in src.rglob("*.py") if "__pycache__" not in p.parts)[:n]
-    for f in files:
-        target = dst / f.relative_to(src)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, target)
-    return dst
 
 
 async def main() -> None:

@@ -1,13 +1,30 @@
-"""One typer command run on its own, for the `python -m` spellings of `fathom server` and
-`fathom sidecar`: the same function, options and help as under `fathom`, so the two never
-drift apart, and an exit code back instead of `SystemExit`."""
+"""What the long-running commands (`fathom server`, `fathom sidecar`) share: their log set-up,
+and one typer command run on its own for their `python -m` spellings (the same function,
+options and help as under `fathom`, so the two never drift apart, and an exit code back
+instead of `SystemExit`)."""
 
 from __future__ import annotations
 
+import logging
+import sys
 from collections.abc import Callable, Sequence
+from typing import Annotated
 
 import click
 import typer
+
+from fathom import logsafe
+
+# `--log-level` of the long-running commands (`server`, `sidecar`).
+LogLevel = Annotated[str, typer.Option(
+    envvar="FATHOM_LOG_LEVEL", show_envvar=True, help="DEBUG, INFO, WARNING or ERROR (logs go to stderr).")]
+
+
+def setup_logging(level: str) -> None:
+    """Logs to stderr at `level`, every record through the secret filter first."""
+    logsafe.install()
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
 def run_command(command: Callable[..., None], argv: Sequence[str] | None, *, prog: str) -> int:

@@ -42,6 +42,7 @@ import typer
 from pydantic import ValidationError
 
 from fathom import __version__, logsafe
+from fathom.commandline import LogLevel, run_command, setup_logging
 from fathom.config import Settings
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
@@ -552,14 +553,10 @@ def sidecar(
     state_dir: Annotated[Path | None, typer.Option(
         envvar="FATHOM_SIDECAR_STATE_DIR", show_envvar=True, show_default=False,
         help="Where this sidecar keeps its identity credential (default ~/.fathom-sidecar).")] = None,
-    log_level: Annotated[str, typer.Option(
-        envvar="FATHOM_LOG_LEVEL", show_envvar=True,
-        help="DEBUG, INFO, WARNING or ERROR (logs go to stderr).")] = "INFO",
+    log_level: LogLevel = "INFO",
 ) -> None:
     """Join a Fathom server's fleet as a sidecar: --server wss://HOST --serve ROLE=BACKEND."""
-    logsafe.install()
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     try:
         secret = join_token(token, token_file)
     except ConfigError as exc:
@@ -609,8 +606,6 @@ def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m fathom.fleet.agent [OPTIONS]`: the same command as `fathom sidecar`."""
-    from fathom.commandline import run_command
-
     return run_command(sidecar, argv, prog="python -m fathom.fleet.agent")
 
 

@@ -11,7 +11,6 @@ written to the audit log (never the token).
 
 from __future__ import annotations
 
-import logging
 import socket
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Annotated
 
 import typer
 
-from fathom import logsafe
+from fathom.commandline import LogLevel, run_command, setup_logging
 from fathom.config import Settings
 from fathom.errors import ConfigError, failure_of
 
@@ -51,9 +50,7 @@ def server(
     data_dir: Annotated[Path | None, typer.Option(
         envvar="FATHOM_DATA_DIR", show_envvar=True, show_default=False,
         help="Where indexes, tokens' hashes and state live (default ~/.fathom).")] = None,
-    log_level: Annotated[str, typer.Option(
-        envvar="FATHOM_LOG_LEVEL", show_envvar=True,
-        help="DEBUG, INFO, WARNING or ERROR (logs go to stderr).")] = "INFO",
+    log_level: LogLevel = "INFO",
     no_watch: Annotated[bool, typer.Option(
         "--no-watch",
         help="Do not watch the projects' folders: their indexes then change only when re-indexed "
@@ -81,9 +78,7 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
 
     from fathom.fleet.protocol import MAX_FRAME_BYTES
 
-    logsafe.install()
-    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(log_level)
     settings = Settings()
     settings = settings.model_copy(update={"data_dir": data_dir or settings.data_dir, "host": host, "port": port,
                                            "watch": settings.watch and watch})
@@ -141,8 +136,6 @@ def issue_tokens(app: object, settings: Settings, *, rotate_admin: bool = False,
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m fathom.server [OPTIONS]`: the same command as `fathom server`."""
-    from fathom.commandline import run_command
-
     return run_command(server, argv, prog="python -m fathom.server")
 
 
