@@ -275,8 +275,9 @@ def discover(root: Path, *, include: Sequence[str] = (), extra_ignores: Sequence
                     else chunk_and_fit(item.path, item.text, tokens))
         chunks.extend(got)
         split += cut
-    # One row per chunk id: identical (path, lines, text) twice would be the same row anyway.
-    unique = list({c.chunk_id: c for c in chunks}.values())
+    # One row per chunk id in each table: identical (path, lines, text) twice would be the same
+    # row anyway. The table is part of the key: a docstring's lines can be a code chunk too.
+    unique = list({(c.table, c.chunk_id): c for c in chunks}.values())
     return Discovered(files, unique, dict(walked.skipped),
                       {k: list(v) for k, v in walked.skipped_dirs.items()}, dict(walked.notes), split)
 
@@ -335,14 +336,15 @@ class Indexer:
 
     async def _token_counter(self) -> TokenCounter | None:
         """What chunks are sized by: the encoder's own tokenizer when it has one (an in-process
-        model: loaded here unless the service's start-up loaded it), else an estimate against
-        the limit its provider info declares (a sidecar's or a cloud model); None when it
-        declares none (sized in characters only)."""
+        model: loaded here unless the service's start-up loaded it; wrappers pass it through),
+        else, for a sidecar's or a cloud model, an estimate against the limit its provider info
+        declares; None otherwise (sized in characters only)."""
         counter = getattr(self.encoder, "token_counter", None)
         if callable(counter):
             return await asyncio.to_thread(counter)
-        limit = self.encoder.info.max_tokens
-        return EstimatedTokens(limit, key=self.encoder.info.id) if limit else None
+        info = self.encoder.info
+        remote = info.host is not None or info.is_cloud
+        return EstimatedTokens(info.max_tokens, key=info.id) if remote and info.max_tokens else None
 
     def job(self, project: str, root: Path | str, *, full: bool = False) -> Job:
         return Job(project, root, full=full, clock=self.clock)
