@@ -76,3 +76,34 @@ def test_tokens_never_show_in_the_settings_repr(monkeypatch):
     settings = Settings()
     assert Settings.secret(settings.admin_token) == "fa_secret-value"
     assert "secret-value" not in repr(settings) and "secret-value" not in str(settings.model_dump())
+
+
+def test_a_malformed_variable_is_one_line_naming_it_never_its_value(monkeypatch, tmp_path):
+    from typer.testing import CliRunner
+
+    from fathom.cli import app
+    from fathom.errors import ConfigError
+
+    monkeypatch.setenv("FATHOM_LOCAL_WIDTH", "wide-secret-ish")
+    try:
+        Settings()
+    except ConfigError as exc:
+        assert "FATHOM_LOCAL_WIDTH" in str(exc) and "wide-secret-ish" not in str(exc)
+    else:
+        raise AssertionError("a malformed FATHOM_LOCAL_WIDTH was accepted")
+    result = CliRunner().invoke(app, ["--data-dir", str(tmp_path), "projects"], env={"COLUMNS": "200"})
+    assert result.exit_code == 2 and "error: bad setting: FATHOM_LOCAL_WIDTH" in result.output
+    assert "Traceback" not in result.output and "wide-secret-ish" not in result.output
+
+
+def test_the_server_refuses_a_malformed_variable_in_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, FATHOM_MAX_BODY_BYTES="lots", FATHOM_DATA_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-m", "fathom.server", "--port", "0"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: bad setting: FATHOM_MAX_BODY_BYTES")
+    assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())  # no token issued, nothing kept

@@ -14,7 +14,7 @@ import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -52,6 +52,17 @@ class Settings(BaseSettings):
     are `SecretStr`: no repr, log line or error message shows them."""
 
     model_config = SettingsConfigDict(env_prefix="FATHOM_", extra="ignore")
+
+    def __init__(self, **values: Any):
+        # A malformed variable is bad configuration, said in one line that names it and the
+        # rule, never its value (it may be a token): not a pydantic traceback at start.
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            problems = [f"{self.env_name(str(e['loc'][0])) if e['loc'] else 'FATHOM_*'}: {e['msg']}"
+                        for e in exc.errors(include_input=False, include_url=False)]
+            raise ConfigError("bad setting: " + "; ".join(problems)
+                              + " (docs/configuration.md lists each variable)", problems) from None
 
     data_dir: Path = Field(default_factory=lambda: Path.home() / ".fathom")
     # The embedded local encoder: a model folder (or name) and its width. A GPU deployment

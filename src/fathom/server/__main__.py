@@ -79,9 +79,6 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
     from fathom.fleet.protocol import MAX_FRAME_BYTES
 
     setup_logging(log_level)
-    settings = Settings()
-    settings = settings.model_copy(update={"data_dir": data_dir or settings.data_dir, "host": host, "port": port,
-                                           "watch": settings.watch and watch})
     # Bound before any token is issued: a start that cannot listen leaves nothing behind.
     try:
         sock = listen(host, port)
@@ -92,6 +89,9 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
     try:
         from fathom.server.app import create_app
 
+        settings = Settings()  # a malformed FATHOM_* variable is a ConfigError: the one line below
+        settings = settings.model_copy(update={"data_dir": data_dir or settings.data_dir, "host": host,
+                                               "port": port, "watch": settings.watch and watch})
         app = create_app(settings)
         for line in issue_tokens(app, settings, rotate_admin=rotate_admin, rotate_join=rotate_join):
             print(line, flush=True)
