@@ -138,6 +138,11 @@ class CountingEncoder:
                 self.texts: list[str] = []
                 self.batches = 0
 
+            def __getattr__(self, name):
+                # Transparent like the product's wrappers: the inner model's tokenizer (chunk
+                # sizes), batch size and the rest come from the encoder it wraps.
+                return getattr(inner, name)
+
             async def embed(self, texts):
                 if fail_after_batches is not None and self.batches >= fail_after_batches:
                     raise RuntimeError("encoder process killed (injected)")

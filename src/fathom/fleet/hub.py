@@ -181,7 +181,8 @@ class SidecarStatus:
 
 def role_configs(state: RoutingState) -> dict[Role, p.RoleConfig]:
     return {
-        role: p.RoleConfig(policy=r.policy, model=r.model, upstream=r.upstream, fallback=r.fallback, width=r.width)
+        role: p.RoleConfig(policy=r.policy, model=r.model, upstream=r.upstream, fallback=r.fallback, width=r.width,
+                           max_tokens=r.max_tokens)
         for role, r in state.roles.items()
     }
 
@@ -492,7 +493,8 @@ class Hub:
     def _desired_providers(self, link: _Link, state: RoutingState | None = None) -> dict[str, SidecarProvider]:
         out: dict[str, SidecarProvider] = {}
         for r in link.routes:
-            prov = SidecarProvider(self, link.name, r.role, "local", model=r.model, width=r.width, backend=r.backend)
+            prov = SidecarProvider(self, link.name, r.role, "local", model=r.model, width=r.width, backend=r.backend,
+                                   max_tokens=r.max_tokens)
             out[prov.id] = prov
         if link.cloud_capable:
             if state is None:
@@ -503,7 +505,7 @@ class Hub:
                     state = None
             for role, route in (cloud_routes(state) if state else {}).items():
                 prov = SidecarProvider(self, link.name, role, "cloud", model=route.model, width=route.width,
-                                       upstream=route.upstream)
+                                       upstream=route.upstream, max_tokens=route.max_tokens)
                 out[prov.id] = prov
         return out
 
