@@ -32,7 +32,7 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
 from fathom.server.app import create_app
 from fathom.service import Fathom
-from tests.e2e_fixtures import KEY, MINILM, memo_emulator_encoders, memo_local  # noqa: F401
+from tests.e2e_fixtures import E5, KEY, MINILM, memo_emulator_encoders, memo_local  # noqa: F401
 from tests.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.fleet_fixtures import ADMIN, JOIN, Fleet, free_port, serve_in_loop, wait_for
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
@@ -172,4 +172,48 @@ async def test_drift_is_caught_after_a_sidecar_restart_a_server_restart_and_a_fo
             assert late and all(s["provider"] == ALPHA for s in late), report["lines"]
     finally:
         if fleet is not None:
+            await fleet.close()
+
+
+@pytest.mark.slow
+async def test_changing_a_roles_model_makes_a_new_provider_with_no_verdict_until_probed(
+        tmp_path, memo_local, memo_emulator_encoders, emulator):
+    """Issue 14, point 6: the server's cloud route follows a `policy set` of the model at once
+    (not when the sidecar next reconnects), so no verdict of the old model clears it and no
+    row is written naming the wrong model."""
+    data = tmp_path / "data"
+    RoutingStore(data).update({
+        Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+        Role.EMBEDDING: {"policy": "local"}})
+    async with server(data, memo_local, 0) as one, one.client() as client:
+        fleet = Fleet(one.url, one.hub, one.service.registry, data)
+        try:
+            one.hub.auth.approve("gpu-1")
+            sidecar, _ = await fleet.start_sidecar("gpu-1", openrouter_base_url=emulator.base_url)
+            await wait_for(lambda: ALPHA in one.service.registry, what="the cloud route")
+            assert (await client.post("/admin/key", json={"key": KEY})).status_code == 200
+            await index(client, write_project(tmp_path / "shop"))
+            old_space = one.service.space("code")
+            assert await alpha_status(client) == "cleared"
+
+            r = await client.put("/admin/policies", json={"code-embedding": {"model": E5}})
+            assert r.status_code == 200, r.text
+            route = one.service.registry.get(ALPHA)
+            views = r.json()["roles"]["code-embedding"]["providers"]
+            assert [v["model"] for v in views if v["id"] == ALPHA] == [E5]
+            assert route.info.model == E5 and sidecar.config[Role.CODE_EMBEDDING].model == E5
+            new_space = one.service.space("code")
+            assert new_space.model == E5 and new_space != old_space
+            assert one.service.gate.verdict_for(new_space, route) is None
+            assert not one.service.router.permits(Role.CODE_EMBEDDING, route)
+
+            # Back to the model that was judged: the verdict of that stack holds again, after
+            # a re-probe (a changed route is a new connection for the gate).
+            r = await client.put("/admin/policies", json={"code-embedding": {"model": MINILM}})
+            assert r.status_code == 200, r.text
+            await one.service.gate.drain()
+            route = one.service.registry.get(ALPHA)
+            assert route.info.model == MINILM and one.service.space("code") == old_space
+            assert one.service.router.permits(Role.CODE_EMBEDDING, route)
+        finally:
             await fleet.close()
