@@ -32,7 +32,9 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
 from fathom.server.app import create_app
 from fathom.service import Fathom
-from tests.e2e_fixtures import E5, KEY, MINILM, memo_emulator_encoders, memo_local  # noqa: F401
+from tests.e2e_fixtures import (  # noqa: F401
+    E5, KEY, MINILM, memo_emulator_encoders, memo_local, write_functions,
+)
 from tests.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.fleet_fixtures import ADMIN, JOIN, Fleet, free_port, serve_in_loop, wait_for
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
@@ -215,5 +217,37 @@ async def test_changing_a_roles_model_makes_a_new_provider_with_no_verdict_until
             route = one.service.registry.get(ALPHA)
             assert route.info.model == MINILM and one.service.space("code") == old_space
             assert one.service.router.permits(Role.CODE_EMBEDDING, route)
+        finally:
+            await fleet.close()
+
+
+@pytest.mark.slow
+async def test_one_failing_burst_on_a_cloud_route_is_one_ejection_episode(
+        tmp_path, memo_local, memo_emulator_encoders, emulator, caplog):
+    """Issue 14, point 8, through the server: the upstream answers 500 to the batches the
+    route's four lanes have in flight at once. That is one failure episode: one back-off of
+    5 s (it was 5 and 10 s, and up to 40 s with more lanes), after which the job finishes."""
+    data = tmp_path / "data"
+    RoutingStore(data).update({
+        Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+        Role.EMBEDDING: {"policy": "local"}})
+    root = write_functions(tmp_path / "shop", 1, 2, docstrings=False)
+    async with server(data, memo_local, 0) as one, one.client() as client:
+        fleet = Fleet(one.url, one.hub, one.service.registry, data)
+        try:
+            one.hub.auth.approve("gpu-1")
+            await fleet.start_sidecar("gpu-1", openrouter_base_url=emulator.base_url)
+            await wait_for(lambda: ALPHA in one.service.registry, what="the cloud route")
+            assert (await client.post("/admin/key", json={"key": KEY})).status_code == 200
+            await index(client, root)  # clears alpha (its probes are not part of the burst)
+            write_functions(root, 4, 8, tag="b", docstrings=False)  # 32 new code chunks
+            emulator.control.fail(status=500, count=4, endpoints=["embeddings"])
+            with caplog.at_level("WARNING", logger="fathom.inference.pool"):
+                job = await index(client, root)
+            ejections = [r.getMessage() for r in caplog.records
+                         if "ejected for" in r.getMessage() and ALPHA in r.getMessage()]
+            assert emulator.control.counters()["issued"]["500"] == 4
+            assert len(ejections) == 1 and "ejected for 5s" in ejections[0], ejections
+            assert job["state"] == "done"
         finally:
             await fleet.close()
