@@ -295,7 +295,11 @@ class Gate:
         running = self._reprobing.get(provider.id)
         if running is not None and not running.done() and not again:
             return
-        task = asyncio.get_running_loop().create_task(self.on_reconnect(provider))
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): it stays pending; `verify` re-probes
+            return
+        task = loop.create_task(self.on_reconnect(provider))
         self._reprobing[provider.id] = task
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
