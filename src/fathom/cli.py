@@ -105,12 +105,24 @@ app = typer.Typer(
 )
 
 
+def show_version(value: bool) -> None:
+    """`fathom --version`: eager, so it answers before any other option is checked."""
+    if value:
+        from fathom import __version__
+
+        console.print(f"fathom {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", envvar="FATHOM_DATA_DIR",
         help="Where indexes and state live (default ~/.fathom).")] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=show_version, is_eager=True,
+        help="Print the version and exit.")] = False,
 ) -> None:
     # Merged, not replaced: a caller (a test, an embedding program) may pass obj={"fathom": ...}.
     ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
@@ -224,6 +236,8 @@ def print_report(report) -> None:
     if report.carried:
         table.add_row("reused", f"{report.carried} vectors of unchanged text at new lines or "
                                 f"paths (not embedded)")
+    if getattr(report, "max_tokens", None):
+        table.add_row("split", f"{report.split} chunks cut to fit the encoder's {report.max_tokens} tokens")
     table.add_row("unchanged", str(report.reused))
     table.add_row("deleted", str(report.deleted))
     skipped_dirs = getattr(report, "skipped_dirs", {}) or {}
@@ -416,7 +430,9 @@ def mcp_token(token_file: Path | None) -> str | None:
             err_console.print(f"warning: {token_file} can be read by other users of this machine; "
                               f"`chmod 600 {token_file}`")
     else:
-        token = os.environ.get("FATHOM_MCP_TOKEN", "").strip()
+        from fathom.config import Settings
+
+        token = Settings.secret(Settings().mcp_token) or ""
     if token and (len(token) < 16 or any(c.isspace() for c in token)):
         raise ConfigError("the MCP token must be at least 16 characters without spaces; use a long random "
                           "string, e.g. fm_$(openssl rand -hex 32)")
@@ -536,30 +552,13 @@ def drop(
 
 # ---------------------------------------------------------------- the fleet: server and sidecar
 
-# Both take their own argparse options (the same ones `python -m fathom.server` and
-# `python -m fathom.fleet.agent` take), passed through untouched, `--help` included, so the
-# two spellings never drift apart.
-PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+# Each is one typer command defined next to what it runs (`python -m fathom.server` and
+# `python -m fathom.fleet.agent` run the same functions), so the two spellings never drift apart.
+from fathom.fleet.agent import sidecar as _sidecar  # noqa: E402
+from fathom.server.__main__ import server as _server  # noqa: E402
 
-
-@app.command(context_settings=PASS_THROUGH, add_help_option=False)
-def server(ctx: typer.Context) -> None:
-    """Run the fathom server: admin API, sidecar WebSocket, MCP at /mcp (see --help)."""
-    from fathom.server.__main__ import main as server_main
-
-    args = list(ctx.args)
-    data_dir = (ctx.find_root().obj or {}).get("data_dir")
-    if data_dir and "--data-dir" not in args and not any(a.startswith("--data-dir=") for a in args):
-        args = ["--data-dir", str(data_dir), *args]  # the global option, for `fathom --data-dir X server`
-    raise typer.Exit(server_main(args))
-
-
-@app.command(context_settings=PASS_THROUGH, add_help_option=False)
-def sidecar(ctx: typer.Context) -> None:
-    """Join a server's fleet as a sidecar: --server wss://HOST --serve ROLE=BACKEND (see --help)."""
-    from fathom.fleet.agent import main as agent_main
-
-    raise typer.Exit(agent_main(list(ctx.args)))
+app.command("server")(_server)
+app.command("sidecar")(_sidecar)
 
 
 # ---------------------------------------------------------------- store

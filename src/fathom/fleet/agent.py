@@ -24,7 +24,6 @@ Entry points: `run_sidecar(...)` (async), `main(argv)` (`python -m fathom.fleet.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ipaddress
@@ -40,16 +39,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Annotated, Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+import typer
 from pydantic import ValidationError
 
 from fathom import __version__, logsafe
+from fathom.commandline import LogFormat, LogLevel, run_command, setup_logging
+from fathom.config import Settings
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
 from fathom.fleet.backends import BackendSpec, open_backend, parse_serve
-from fathom.fleet.identity import STATE_DIR_ENV, default_state_dir, load_or_create_credential, new_credential
+from fathom.fleet.identity import default_state_dir, load_or_create_credential, new_credential
 from fathom.fleet.keycheck import DEFAULT_INTERVAL_S, ThrottleStorm, check_interval, read_key
 from fathom.fleet.remote import chat_payload
 from fathom.inference.provider import Provider
@@ -259,7 +261,8 @@ class Sidecar:
         routes = []
         for role, backend in sorted(self.backends.items()):
             routes.append(p.RouteDecl(role=role, backend=self.backend_kinds.get(role, "in-process"),
-                                      model=backend.info.model, width=backend.info.width))
+                                      model=backend.info.model, width=backend.info.width,
+                                      max_tokens=backend.info.max_tokens))
         return p.Register(name=self.name, routes=routes, cloud=self.cloud, key_present=self.key_present,
                           versions=_versions(), credential=self._credential.reveal())
 
@@ -309,7 +312,7 @@ class Sidecar:
             from fathom.inference.openrouter import OpenRouterProvider
 
             prov = OpenRouterProvider(self._openrouter_client(), model=cfg.model or "", roles=[role],
-                                      upstream=cfg.upstream, width=cfg.width)
+                                      upstream=cfg.upstream, width=cfg.width, max_tokens=cfg.max_tokens)
             self._cloud[role] = prov
         return prov
 
@@ -574,35 +577,63 @@ async def run_sidecar(
         await sidecar.aclose()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="fathom sidecar", description="Join a Fathom server's fleet as a sidecar.")
-    ap.add_argument("--server", required=True, help="wss://HOST[:PORT] (plain ws:// only to loopback)")
-    ap.add_argument("--token", default=None,
-                    help="join token or host token; better in $FATHOM_SIDECAR_TOKEN or a file (--token-file): "
-                         "on the command line every user of this host sees it in `ps`")
-    ap.add_argument("--token-file", type=Path, default=os.environ.get("FATHOM_SIDECAR_TOKEN_FILE"),
-                    help="a file holding the join or host token (default: $FATHOM_SIDECAR_TOKEN_FILE)")
-    ap.add_argument("--name", default=socket.gethostname().split(".")[0], help="sidecar name (default: host name)")
-    ap.add_argument("--serve", action="append", default=[], metavar="ROLE=BACKEND",
-                    help="e.g. code-embedding=in-process, embedding=openai-compatible:http://127.0.0.1:8000/v1, "
-                         "reranker=tei:http://127.0.0.1:8080, reranker=in-process,model=/models/cross-encoder, "
-                         "rlm=openai-compatible:http://127.0.0.1:11434/v1,model=NAME (repeatable)")
-    ap.add_argument("--openrouter-url", default=os.environ.get("FATHOM_OPENROUTER_BASE_URL"),
-                    help="OpenRouter API base URL (default: https://openrouter.ai/api/v1)")
-    ap.add_argument("--no-cloud", action="store_true", help="never serve OpenRouter routes from this host")
-    ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
-    ap.add_argument("--key-check-interval", type=float,
-                    default=float(os.environ.get("FATHOM_KEY_CHECK_INTERVAL", DEFAULT_INTERVAL_S)),
-                    help="seconds between reads of the key's limits and credits, reported to the server's "
-                         "budget (default: $FATHOM_KEY_CHECK_INTERVAL, else 300); also read on every key push "
-                         "and after a storm of 429s/402s")
-    ap.add_argument("--state-dir", type=Path, default=None,
-                    help=f"where this sidecar keeps its identity credential (default: ${STATE_DIR_ENV}, "
-                         f"else ~/.fathom-sidecar)")
-    ap.add_argument("--log-level", default=os.environ.get("FATHOM_LOG_LEVEL", "INFO"))
-    ap.add_argument("--log-format", choices=logsafe.LOG_FORMATS, default=os.environ.get("FATHOM_LOG_FORMAT", "text"),
-                    help="text lines, or one JSON object per line for a log collector (default text)")
-    return ap
+def sidecar(
+    server: Annotated[str, typer.Option(
+        help="The fleet server: wss://HOST[:PORT] (plain ws:// only to loopback).", show_default=False)],
+    token: Annotated[str | None, typer.Option(
+        show_default=False,
+        help="A join token or host token; better in FATHOM_SIDECAR_TOKEN or a file (--token-file): on the "
+             "command line every user of this host sees it in `ps`.")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        envvar="FATHOM_SIDECAR_TOKEN_FILE", show_envvar=True, show_default=False,
+        help="A file holding the join or host token.")] = None,
+    name: Annotated[str | None, typer.Option(
+        show_default=False, help="This sidecar's name (default: the host name).")] = None,
+    serve: Annotated[list[str] | None, typer.Option(
+        metavar="ROLE=BACKEND", show_default=False,
+        help="What this host serves, repeatable: e.g. code-embedding=in-process, "
+             "embedding=openai-compatible:http://127.0.0.1:8000/v1, reranker=tei:http://127.0.0.1:8080, "
+             "reranker=in-process,model=/models/cross-encoder, "
+             "rlm=openai-compatible:http://127.0.0.1:11434/v1,model=NAME.")] = None,
+    openrouter_url: Annotated[str | None, typer.Option(
+        envvar="FATHOM_OPENROUTER_BASE_URL", show_envvar=True, show_default=False,
+        help="The OpenRouter API base URL (default https://openrouter.ai/api/v1).")] = None,
+    no_cloud: Annotated[bool, typer.Option(
+        "--no-cloud", help="Never serve OpenRouter routes from this host.")] = False,
+    heartbeat: Annotated[float, typer.Option(min=0.1, help="Seconds between heartbeats.")] = 5.0,
+    key_check_interval: Annotated[float, typer.Option(
+        envvar="FATHOM_KEY_CHECK_INTERVAL", show_envvar=True,
+        help="Seconds between reads of the key's limits and credits, reported to the server's budget; "
+             "also read on every key push and after a storm of 429s/402s.")] = DEFAULT_INTERVAL_S,
+    state_dir: Annotated[Path | None, typer.Option(
+        envvar="FATHOM_SIDECAR_STATE_DIR", show_envvar=True, show_default=False,
+        help="Where this sidecar keeps its identity credential (default ~/.fathom-sidecar).")] = None,
+    log_level: LogLevel = "INFO",
+    log_format: LogFormat = "text",
+) -> None:
+    """Join a Fathom server's fleet as a sidecar: --server wss://HOST --serve ROLE=BACKEND."""
+    setup_logging(log_level, log_format)
+    try:
+        secret = join_token(token, token_file)
+    except ConfigError as exc:
+        print(f"fathom sidecar: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+    async def _main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await run_sidecar(server, secret, name or socket.gethostname().split(".")[0], serve or [],
+                          openrouter_base_url=openrouter_url, cloud=not no_cloud, heartbeat_interval=heartbeat,
+                          stop=stop, state_dir=state_dir, key_check_interval=key_check_interval)
+
+    try:
+        asyncio.run(_main())
+    except (SidecarRefused, ConfigError) as exc:
+        print(f"fathom sidecar: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
 
 
 def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
@@ -622,7 +653,7 @@ def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
         if not token:
             raise ConfigError(f"the token file {path} is empty: put the join token `fathom server` printed in it")
         return token
-    token = os.environ.get("FATHOM_SIDECAR_TOKEN", "").strip()
+    token = Settings.secret(Settings().sidecar_token) or ""
     if not token:
         raise ConfigError("a join token is required: set FATHOM_SIDECAR_TOKEN, or pass --token-file FILE "
                           "(the join token `fathom server` printed, or a host token from `fathom fleet token`)")
@@ -630,30 +661,8 @@ def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logsafe.configure(args.log_level, args.log_format)
-    try:
-        token = join_token(args.token, args.token_file)
-    except ConfigError as exc:
-        print(f"fathom sidecar: {exc}", file=sys.stderr)
-        return 2
-
-    async def _main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
-        await run_sidecar(args.server, token, args.name, args.serve, openrouter_base_url=args.openrouter_url,
-                          cloud=not args.no_cloud, heartbeat_interval=args.heartbeat, stop=stop,
-                          state_dir=args.state_dir, key_check_interval=args.key_check_interval)
-
-    try:
-        asyncio.run(_main())
-    except (SidecarRefused, ConfigError) as exc:
-        print(f"fathom sidecar: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    """`python -m fathom.fleet.agent [OPTIONS]`: the same command as `fathom sidecar`."""
+    return run_command(sidecar, argv, prog="python -m fathom.fleet.agent")
 
 
 if __name__ == "__main__":

@@ -181,7 +181,8 @@ class SidecarStatus:
 
 def role_configs(state: RoutingState) -> dict[Role, p.RoleConfig]:
     return {
-        role: p.RoleConfig(policy=r.policy, model=r.model, upstream=r.upstream, fallback=r.fallback, width=r.width)
+        role: p.RoleConfig(policy=r.policy, model=r.model, upstream=r.upstream, fallback=r.fallback, width=r.width,
+                           max_tokens=r.max_tokens)
         for role, r in state.roles.items()
     }
 
@@ -492,7 +493,8 @@ class Hub:
     def _desired_providers(self, link: _Link, state: RoutingState | None = None) -> dict[str, SidecarProvider]:
         out: dict[str, SidecarProvider] = {}
         for r in link.routes:
-            prov = SidecarProvider(self, link.name, r.role, "local", model=r.model, width=r.width, backend=r.backend)
+            prov = SidecarProvider(self, link.name, r.role, "local", model=r.model, width=r.width, backend=r.backend,
+                                   max_tokens=r.max_tokens)
             out[prov.id] = prov
         if link.cloud_capable:
             if state is None:
@@ -503,7 +505,7 @@ class Hub:
                     state = None
             for role, route in (cloud_routes(state) if state else {}).items():
                 prov = SidecarProvider(self, link.name, role, "cloud", model=route.model, width=route.width,
-                                       upstream=route.upstream)
+                                       upstream=route.upstream, max_tokens=route.max_tokens)
                 out[prov.id] = prov
         return out
 
@@ -515,7 +517,10 @@ class Hub:
                 self._registry_remove(link.providers.pop(pid))
                 changed = True
         for pid, prov in desired.items():
-            if pid not in link.providers:
+            current = link.providers.get(pid)
+            if current is None or _identity(current) != _identity(prov):
+                # New, or the same route now serving another model, pin or width: another
+                # provider, which replaces the old one and has no verdict until it is probed.
                 link.providers[pid] = prov
                 self._registry_add(prov)
                 changed = True
@@ -825,6 +830,13 @@ class Hub:
     def _registry_remove(self, provider: SidecarProvider) -> None:
         if self.registry is not None:
             self.registry.remove(provider.id)
+
+
+def _identity(provider: Provider) -> tuple[str, str, str | None, int | None]:
+    """What a route is, for the gate: id, model, pin and width. A change to any of them makes
+    another provider (a verdict is about one stack, and provenance names its model)."""
+    i = provider.info
+    return (i.id, i.model, i.upstream, i.width)
 
 
 def _bearer(header: str | None) -> str | None:

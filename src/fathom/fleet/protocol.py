@@ -62,6 +62,8 @@ class RouteDecl(_Model):
     backend: BackendKind
     model: str = Field(min_length=1, max_length=256)
     width: int | None = Field(default=None, ge=1, le=16384)
+    # The longest input the backend reads, in its tokens: chunks are sized to it.
+    max_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
 
 
 class Register(_Frame):
@@ -187,6 +189,7 @@ class RoleConfig(_Model):
     upstream: str | None = None
     fallback: FallbackMode | None = None
     width: int | None = Field(default=None, ge=1, le=16384)
+    max_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
 
     def cloud_allowed(self, role: Role) -> bool:
         """Whether this routing lets an OpenRouter route serve `role`: the policy's behaviour

@@ -134,7 +134,8 @@ class SidecarProvider(Provider):
     """One route on one sidecar. Holds no socket: every call is a command through the hub."""
 
     def __init__(self, hub: Hub, sidecar: str, role: Role, route: RouteKind, *, model: str,
-                 width: int | None = None, upstream: str | None = None, backend: str | None = None):
+                 width: int | None = None, upstream: str | None = None, backend: str | None = None,
+                 max_tokens: int | None = None):
         self.hub = hub
         self.sidecar = sidecar
         self.role = role
@@ -148,6 +149,7 @@ class SidecarProvider(Provider):
             width=width,
             upstream=upstream,
             host=sidecar,
+            max_tokens=max_tokens,
         )
 
     async def _call(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:

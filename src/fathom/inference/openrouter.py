@@ -672,6 +672,7 @@ class OpenRouterProvider(Provider):
         width: int | None = None,
         provider_id: str | None = None,
         pin_mode: Literal["order", "only"] = "order",
+        max_tokens: int | None = None,
     ):
         self.client = client
         self.pin_mode = pin_mode
@@ -683,6 +684,7 @@ class OpenRouterProvider(Provider):
             model=model,
             width=width,
             upstream=upstream,
+            max_tokens=max_tokens,
         )
 
     @property
