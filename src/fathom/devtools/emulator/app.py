@@ -38,6 +38,7 @@ from fathom.devtools.emulator.state import (
     EmulatorState,
     Fault,
     key_hash,
+    pinned_upstream,
 )
 
 
@@ -161,6 +162,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
                 raise _Refusal(400, "Request body is not valid JSON", {"error_type": "invalid_request"}) from None
             if not isinstance(body, dict):
                 raise _Refusal(400, "Request body must be a JSON object", {"error_type": "invalid_request"})
+            if endpoint == "embeddings" and pinned_upstream(body.get("provider")) is None:
+                state.unpinned_embeddings += 1  # counted before admission: it reached us
             admit(endpoint)
         except _Refusal as r:
             return _error(r.status, r.message, r.metadata, r.headers)
@@ -352,6 +355,13 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     # ------------------------------------------------------------------ control API
 
     add_control_routes(app, state)  # reset, counters, chat script
+
+    @app.post("/control/peak")
+    async def control_peak() -> dict[str, Any]:
+        """The peak of requests in flight since the last call (or the start), and how many are
+        in flight now; the next period starts from those."""
+        in_flight = state.concurrency.in_flight
+        return {"peak": state.concurrency.take_peak(), "in_flight": in_flight}
 
     @app.get("/control/state")
     async def control_state() -> dict[str, Any]:
