@@ -292,7 +292,7 @@ class Walk:
             if field_ == "model":
                 self.refused_model()
             else:
-                body = {role: {field_: value} for role in EMBEDDING_ROLES}
+                body = {role: {"upstream" if field_ == "pin" else field_: value} for role in EMBEDDING_ROLES}
                 rig.ok("PUT", "/admin/policies", json=body)
         elif name == "outage_429":
             rig.emulator.set_limits(rpm=1, window=3.0)
