@@ -50,10 +50,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bound_socket() -> socket.socket:
+def _bound_socket(port: int = 0) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     return sock
 
 
@@ -63,9 +63,10 @@ def _uvicorn(app: Any, log_level: str = "warning") -> uvicorn.Server:
 
 
 @contextlib.asynccontextmanager
-async def serve_in_loop(app: Any, log_level: str = "warning") -> AsyncIterator[str]:
-    """Serve `app` on 127.0.0.1 inside the running loop; yields http://127.0.0.1:PORT."""
-    sock = _bound_socket()
+async def serve_in_loop(app: Any, log_level: str = "warning", *, port: int = 0) -> AsyncIterator[str]:
+    """Serve `app` on 127.0.0.1 inside the running loop; yields http://127.0.0.1:PORT. `port`:
+    a fixed one (a restarted server on the port its sidecars reconnect to); 0 picks a free one."""
+    sock = _bound_socket(port)
     server = _uvicorn(app, log_level)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     for _ in range(500):

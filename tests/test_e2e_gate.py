@@ -270,7 +270,7 @@ async def test_unpinned_embedding_route_is_refused_before_any_request(service, c
 
 
 @slow
-async def test_verdicts_survive_a_restart_and_a_changed_pin_or_model_invalidates_them(
+async def test_verdicts_survive_a_restart_are_reprobed_and_a_changed_pin_or_model_invalidates_them(
         tmp_path, memo_local, memo_emulator_encoders, client, emulator):
     data = tmp_path / "data"
     first = make_fathom(data, memo_local)
@@ -281,7 +281,7 @@ async def test_verdicts_survive_a_restart_and_a_changed_pin_or_model_invalidates
     cleared = first.gate.verdict_for(space, alpha)
     assert cleared.cleared
     await first.aclose()
-    sent = emulator.control.counters()["requests"]
+    sent_alpha = embedding_calls(emulator, "alpha")
 
     second = make_fathom(data, memo_local)  # a restart: new gate, registry and routes
     try:
@@ -290,8 +290,14 @@ async def test_verdicts_survive_a_restart_and_a_changed_pin_or_model_invalidates
         kept = second.gate.verdict_for(space, alpha2)
         assert kept is not None and kept.verdict_id == cleared.verdict_id and kept.cleared
         assert second.gate.golden_for(space) is not None
+        # Cleared before the restart, so re-probed once before it counts as cleared again (the
+        # stack behind the same id may have changed while the server was down).
+        assert second.gate.awaiting_reprobe(alpha2)
+        assert not second.router.permits(Role.CODE_EMBEDDING, alpha2)
         await second.verify_providers("code")
-        assert emulator.control.counters()["requests"] == sent  # nothing re-probed
+        assert embedding_calls(emulator, "alpha") > sent_alpha
+        assert second.gate.verdict_for(space, alpha2).verdict_id == cleared.verdict_id
+        assert second.router.permits(Role.CODE_EMBEDDING, alpha2)
 
         # The same route id re-pinned to another upstream, or serving another model, is not the
         # stack that was judged: no verdict holds for it.

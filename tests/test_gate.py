@@ -157,7 +157,7 @@ def test_rerank_routes_need_no_pin():
 # ------------------------------------------------------------------------------ persistence
 
 
-async def test_verdicts_survive_a_restart_without_new_probes(tmp_path, wall):
+async def test_verdicts_survive_a_restart_and_cleared_providers_are_reprobed_first(tmp_path, wall):
     ref, cand = FakeEncoder("local:ref"), cloud("openrouter:fake@a", upstream="a")
     space = local_space()
     g1 = Gate(tmp_path, now=wall)
@@ -169,9 +169,17 @@ async def test_verdicts_survive_a_restart_without_new_probes(tmp_path, wall):
     v2 = g2.verdict_for(space, cand)
     assert v2 is not None and v2.verdict_id == v1.verdict_id and v2.cleared
     assert v2.cosines == v1.cosines and v2.key == v1.key
-    assert g2.is_cleared(space, cand)
+    # Cleared before the restart, so watched again, and not cleared until re-probed: the stack
+    # behind the same id may have changed while the server was down.
+    assert [(w.space, w.provider_id) for w in g2.verdicts.watched()] == [(space, cand.id)]
+    assert g2.awaiting_reprobe(cand) and not g2.is_cleared(space, cand)
+    wall.t += 60
     again = await g2.verify(space, cand, Policy.AGGREGATE)
-    assert again.verdict_id == v1.verdict_id and cand.calls == calls
+    assert again.verdict_id == v1.verdict_id and cand.calls == calls + 1  # one re-probe
+    assert again.last_good_check > v1.last_good_check
+    assert g2.is_cleared(space, cand)
+    [watched] = Gate(tmp_path, now=wall).verdicts.watched()
+    assert watched.last_checked == again.last_good_check
     GateClearance(g2).check(space, Provenance(cand.id, v1.verdict_id))
 
     text = (tmp_path / "gate" / "verdicts.json").read_text()
@@ -342,13 +350,18 @@ async def test_reprobe_after_reconnect_catches_a_changed_stack(gate):
     assert not gate.is_cleared(local_space(), back)
 
 
-async def test_unreachable_provider_is_not_judged_by_a_recheck(gate):
+async def test_an_unreachable_providers_recheck_is_deferred_until_it_answers(gate):
     gate.attach(FakeEncoder("local:ref"))
     cand = FakeEncoder("sidecar:gpu1")
     v = await gate.verify(local_space(), cand, Policy.AGGREGATE)
     cand.down = True
-    [same] = await gate.recheck_all()
+    assert await gate.recheck_all() == []  # deferred, not dropped: it stays uncleared meanwhile
+    same = gate.verdict_for(local_space(), cand)
     assert same.cleared and same.last_good_check == v.last_good_check
+    assert gate.awaiting_reprobe(cand) and not gate.is_cleared(local_space(), cand)
+    cand.down = False
+    [back] = await gate.recheck_all()
+    assert back.cleared and gate.is_cleared(local_space(), cand)
 
 
 async def test_recheck_compares_with_the_live_reference_too(gate):

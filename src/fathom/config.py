@@ -77,6 +77,10 @@ class Settings(BaseSettings):
     local_chat_timeout: float | None = Field(default=None, gt=0)
     # Resume, at start, the index jobs a crash or a stop interrupted (`server.job_records`).
     resume_jobs: bool = True
+    # How often the server re-probes every cleared encoder against the golden vectors
+    # (FATHOM_RECHECK_INTERVAL_S, seconds; `inference.gate`). Shorter catches a redeployed
+    # upstream sooner, at the cost of one probe set per encoder per round.
+    recheck_interval_s: float = Field(default=3600.0, gt=0)
     # The server-wide limit on a request body (routes have tighter ones): `server.guard`.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3)
     # Live sync: `fathom mcp`, `serve` and `server` watch the folders of the projects they

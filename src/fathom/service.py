@@ -403,7 +403,7 @@ class Fathom:
 
     async def verify_providers(self, table: str) -> list[Verdict]:
         """Judge, for the table's current space, every provider that could serve its role and
-        has no verdict yet (the reference first: it records the golden vectors). A refusal is
+        has no verdict yet, or owes a re-probe (the reference first: it records the golden vectors). A refusal is
         recorded, not raised: the router simply never lets that provider pull."""
         space = self.space(table)
         role = ROLE_OF_TABLE[table]
@@ -414,8 +414,8 @@ class Fathom:
         others = [p for p in self.registry.list(role) if p.id != reference.id and allowed(p)]
         verdicts = []
         for p in [reference, *others]:
-            if self.gate.verdict_for(space, p) is not None:
-                continue
+            if self.gate.verdict_for(space, p) is not None and not self.gate.awaiting_reprobe(p):
+                continue  # judged, and no re-probe owed (after a reconnect or restart)
             try:
                 verdicts.append(await self.gate.verify(space, p, policy))
             except FathomError as exc:

@@ -100,7 +100,7 @@ from fathom.space import Clearance, Provenance, Space
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: the gate's watch list (gate_watch)
 HNSW_MAX_VECTOR = 2000  # pgvector: widest `vector` an HNSW index accepts
 HNSW_MAX_HALFVEC = 4000  # pgvector: widest `halfvec` an HNSW index accepts
 LOCK_NAMESPACE = 0x46415448  # "FATH": the first key of every Fathom advisory lock
@@ -374,6 +374,8 @@ _SCHEMA_DDL = (
     " seq bigint GENERATED ALWAYS AS IDENTITY, body jsonb NOT NULL,"
     " updated_at timestamptz NOT NULL DEFAULT now())",
     "CREATE TABLE IF NOT EXISTS {s}.golden (space text PRIMARY KEY, body jsonb NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.gate_watch (space text NOT NULL, provider_id text NOT NULL,"
+    " body jsonb NOT NULL, PRIMARY KEY (space, provider_id))",
     "CREATE TABLE IF NOT EXISTS {s}.routing (id int PRIMARY KEY CHECK (id = 1),"
     " state jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())",
     # Code words: every run of letters/digits (so `a.b_c` gives a, b, c) plus camelCase parts
@@ -1264,6 +1266,24 @@ class PgVerdictStore:
         rows = self.db.conn().execute(self._q(
             "SELECT body FROM {s}.verdicts ORDER BY seq")).fetchall()
         return [Verdict.from_json(r[0]) for r in rows]
+
+    def watch(self, watched: Any) -> None:
+        self.db.conn().execute(self._q(
+            "INSERT INTO {s}.gate_watch (space, provider_id, body) VALUES (%s, %s, %s) "
+            "ON CONFLICT (space, provider_id) DO UPDATE SET body = EXCLUDED.body"),
+            (watched.space.key, watched.provider_id, json.dumps(watched.to_json())))
+
+    def unwatch(self, space_key: str, provider_id: str) -> None:
+        self.db.conn().execute(self._q(
+            "DELETE FROM {s}.gate_watch WHERE space = %s AND provider_id = %s"),
+            (space_key, provider_id))
+
+    def watched(self) -> list[Any]:
+        from fathom.inference.gate.verdict import Watched
+
+        rows = self.db.conn().execute(self._q(
+            "SELECT body FROM {s}.gate_watch ORDER BY space, provider_id")).fetchall()
+        return [Watched.from_json(r[0]) for r in rows]
 
 
 class PgGoldenStore:

@@ -12,7 +12,8 @@ What the pool guarantees, whatever fails:
   BEFORE items are pulled (`admission`), and after a 429/402 the batch goes back to the queue
   and that provider pauses pulling for the cooldown, while the locals keep pulling.
 - A provider that keeps failing (other than rate limits) is ejected and re-probed later with
-  one small batch, on an exponential backoff.
+  one small batch, on an exponential backoff that grows once per failure episode (the batches
+  its other lanes had in flight when it was ejected fail with it, and count as that episode).
 - The end of a job is not held hostage: near the end a provider pulls no more than its share
   of what is left, and when the queue is empty an idle provider duplicates a batch that has
   been in flight much longer than its provider's own history predicts.
@@ -170,6 +171,7 @@ class _Member:
         self.failures = 0  # consecutive
         self.ejections = 0
         self.ejected_until: float | None = None
+        self.ejected_at: float | None = None  # when the current failure episode ejected it
         self.eject_reason = ""
         self.probing = False
         self.cooldown_until = -math.inf
@@ -639,7 +641,7 @@ class Pool:
         self._learn(m, len(texts), self.clock.now() - a.started)
         if a.probe or m.ejected_until is not None:
             log.info("pool: %s passed its re-probe and pulls again", m.id)
-        m.failures, m.ejections, m.ejected_until = 0, 0, None
+        m.failures, m.ejections, m.ejected_until, m.ejected_at = 0, 0, None, None
         a.work.has_result = True
         try:
             await self._deliver(m, a, vectors)
@@ -707,8 +709,14 @@ class Pool:
         m.failures += 1
         m.sizing.batch_size = max(self.min_batch, m.sizing.batch_size // 2)
         retryable = getattr(exc, "retryable", True)
+        if m.ejected_at is not None and a.started <= m.ejected_at and not a.probe:
+            # A batch that was already in flight when this episode ejected the provider: the
+            # same failure, seen by another lane. The back-off grows once per episode.
+            self._notify()
+            return
         if a.probe or not retryable or m.failures >= self.max_failures:
             m.ejections += 1
+            m.ejected_at = now
             backoff = min(self.eject_max, self.eject_base * 2 ** (m.ejections - 1))
             m.ejected_until = now + backoff
             m.eject_reason = f"{type(exc).__name__}: {exc}"

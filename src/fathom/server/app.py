@@ -150,7 +150,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        rechecks = gate.start_rechecks(stop=stop)  # periodic re-probes against the golden vectors
+        gate.resume()  # whoever was cleared before this start is re-probed before it writes again
+        rechecks = gate.start_rechecks(settings.recheck_interval_s, stop=stop)  # periodic re-probes against the golden vectors
         await jobs.restore()  # jobs a crash or a stop interrupted: listed, and resumed where they may be
         if settings.watch:
             # Live sync: the indexes of the projects this server holds follow their folders.

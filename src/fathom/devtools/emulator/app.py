@@ -56,6 +56,9 @@ def _error(status: int, message: str, metadata: dict[str, Any] | None = None,
     return JSONResponse({"error": err}, status_code=status, headers=headers)
 
 
+CORRUPT_MODES = ("truncate", "drop", "nan", "reverse", "duplicate_index", "not_json", "other_upstream")
+
+
 def _raw_json(payload: Any) -> Response:
     # allow_nan: a broken upstream may really send NaN; the client must refuse it.
     return Response(json.dumps(payload, allow_nan=True), media_type="application/json")
@@ -203,7 +206,13 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             state.by_upstream[upstream] += 1
             state.by_model[model] += 1
             data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
-            data = corrupt(data)
+            mode = corruption()
+            if mode == "not_json":  # a proxy's error page answered with a 200
+                return Response("<html><body>502 Bad Gateway</body></html>", status_code=200,
+                                media_type="text/html")
+            if mode == "other_upstream":  # served by another upstream than the one pinned
+                upstream = next((u for u in state.upstreams[model] if u != upstream), f"not-{upstream}")
+            data = corrupt(data, mode)
             for item in data:
                 vec = np.asarray(item["embedding"], dtype="<f4")
                 item["embedding"] = (base64.b64encode(vec.tobytes()).decode() if fmt == "base64"
@@ -217,10 +226,13 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
 
         return await guarded(request, "embeddings", serve)
 
-    def corrupt(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def corruption() -> str | None:
+        """The corrupt mode this embedding response gets, if the switch fires for it."""
         if not state.corrupt.fires("embeddings", state.rng):
-            return data
-        mode = state.corrupt.params.get("mode")
+            return None
+        return state.corrupt.params.get("mode")
+
+    def corrupt(data: list[dict[str, Any]], mode: str | None) -> list[dict[str, Any]]:
         if mode == "truncate":
             for item in data:
                 item["embedding"] = item["embedding"][:-1]
@@ -448,12 +460,14 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
 
     @app.post("/control/corrupt")
     async def control_corrupt(request: Request) -> Any:
-        """Make embedding responses wrong: mode truncate | drop | nan | reverse |
-        duplicate_index, for the next `count` responses (null: all)."""
+        """Make embedding responses wrong: mode truncate | drop (one vector fewer than inputs)
+        | nan | reverse | duplicate_index | not_json (a 200 whose body is an HTML page) |
+        other_upstream (the response names an upstream other than the one that was pinned),
+        for the next `count` responses (null: all)."""
         b = await body_of(request)
         mode = b.get("mode")
-        if mode not in ("truncate", "drop", "nan", "reverse", "duplicate_index"):
-            return bad("mode must be truncate, drop, nan, reverse or duplicate_index")
+        if mode not in CORRUPT_MODES:
+            return bad(f"mode must be one of {', '.join(CORRUPT_MODES)}")
         state.corrupt = fault_from(b, mode=mode)
         return {"ok": True}
 
