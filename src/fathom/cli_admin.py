@@ -474,7 +474,7 @@ def budget(override: Annotated[int | None, typer.Option(help="Set the ceiling ov
     window = f"{b['window']['count']} / {b['window']['allowance']} in {b['window']['seconds']:g}s" \
         if b["window"]["armed"] else "not armed"
     last = b["last_429"]
-    for k, v in (("ceiling", f"{b['ceiling']} ({b['ceiling_source']})"), ("effective limit", b["effective"]),
+    for k, v in (("ceiling", f"{b['ceiling']} ({b.get('ceiling_origin') or b['ceiling_source']})"), ("effective limit", b["effective"]),
                  ("in flight", b["in_flight"]), ("waiting", sum(b["waiting"].values())), ("RPM window", window),
                  ("cooldown left", f"{b['cooldown_left_s']:.1f}s" if b["in_cooldown"] else "none"),
                  ("last 429", f"{last['kind']} {ago(last['ago_s'])} ago" + (" (halved)" if last["halved"] else "")

@@ -444,9 +444,11 @@ class Fathom:
         return {"include": list(record.get("include") or []), "extra_ignores": extra}
 
     def _runner(self, table: str):
-        """The role's pull pool: cloud providers take a budget permit before they pull."""
+        """The role's pull pool: cloud providers take a budget permit before they pull, and
+        each runs as many lanes as the budget's effective limit allows in flight (an override
+        of 16 puts 16 requests at the upstream, a halving half as many); locals run one."""
         return self.router.pool(ROLE_OF_TABLE[table], admission=self.budget.admission,
-                                lanes=lambda p: 4 if p.info.is_cloud else 1)
+                                lanes=lambda p: self.budget.effective_limit if p.info.is_cloud else 1)
 
     # ---- indexing
 

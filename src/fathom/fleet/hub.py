@@ -15,6 +15,8 @@ This module owns:
   removed the moment the sidecar drops or is revoked, and its pending commands fail at once
   with `SidecarUnavailable`, so the pool puts their texts back in its queue.
 - the push: a config frame to every approved, connected sidecar, each acknowledgement awaited.
+- key checks: the non-secret limits a sidecar read for its key (`fleet.keycheck`), kept per
+  sidecar (`key_check(name)`) and handed to whoever listens (`on_key_check`: the server's budget).
 
 What it refuses:
 - to hold the OpenRouter key. The key is a local of `push_config` on its way into the JSON text
@@ -43,6 +45,7 @@ from fathom.config import PushRecord, RoutingState, RoutingStore
 from fathom.errors import ConfigError, FathomError
 from fathom.fleet import protocol as p
 from fathom.fleet.auth import Admission, FailedJoins, FleetAuth, JoinRefused, hash_credential
+from fathom.fleet.keycheck import KeyCheckRecord
 from fathom.fleet.remote import CommandTimeout, SidecarProvider, SidecarUnavailable, error_from_info
 from fathom.inference.provider import Provider
 from fathom.roles import Role
@@ -168,6 +171,7 @@ class SidecarStatus:
     providers: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     claimed: bool = False  # the host connected under this name is not the one it is bound to
+    key_check: dict[str, Any] | None = None  # the last key check it reported (outcome, when, why)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -229,6 +233,8 @@ class Hub:
         self._tasks: set[asyncio.Task] = set()
         self._reaper: asyncio.Task | None = None
         self._listeners: list[Callable[[], None]] = []
+        self._key_checks: dict[str, KeyCheckRecord] = {}
+        self._key_listeners: list[Callable[[KeyCheckRecord], None]] = []
         self.router = APIRouter()
         self.router.add_api_websocket_route(path, self.serve)
 
@@ -378,6 +384,25 @@ class Hub:
             except Exception:  # noqa: BLE001 - one bad frame must never take the hub down
                 log.exception("sidecar %s: failed to handle a %s frame", link.name, frame.type)
 
+    def on_key_check(self, listener: Callable[[KeyCheckRecord], None]) -> None:
+        """Call `listener(record)` for every key check a sidecar reports."""
+        self._key_listeners.append(listener)
+
+    def key_check(self, name: str) -> KeyCheckRecord | None:
+        """The last key check sidecar `name` reported (kept after it disconnects), or None."""
+        return self._key_checks.get(name)
+
+    def _key_checked(self, link: _Link, frame: p.KeyCheck) -> None:
+        record = KeyCheckRecord(sidecar=link.name, outcome=frame.outcome, reason=frame.reason,
+                                at=self.now(), facts=frame.facts)
+        self._key_checks[link.name] = record
+        log.info("key check on %s (%s): %s", link.name, frame.reason, frame.outcome)
+        for listener in list(self._key_listeners):
+            try:
+                listener(record)
+            except Exception:  # noqa: BLE001
+                log.exception("key check listener failed")
+
     async def _dispatch(self, link: _Link, frame: p.Frame) -> None:
         if isinstance(frame, p.Heartbeat):
             link.load, link.in_flight, link.versions = frame.load, frame.in_flight, dict(frame.versions)
@@ -393,6 +418,9 @@ class Hub:
             self._set_key_present(link, frame.key_present)
             if fut is not None and not fut.done():
                 fut.set_result(frame)
+        elif isinstance(frame, p.KeyCheck):
+            if link.approved:  # only a sidecar the server gave the key speaks for the key
+                self._key_checked(link, frame)
         elif isinstance(frame, p.Error):
             log.warning("sidecar %s reported error %s%s: %s", link.name, frame.code,
                         f" (re {frame.ref})" if frame.ref else "", frame.message)
@@ -705,11 +733,14 @@ class Hub:
     def status_of(self, name: str) -> SidecarStatus:
         link = self._links.get(name)
         approval = self.auth.approval(name)
+        checked = self._key_checks.get(name)
+        key_check = checked.to_dict() if checked is not None else None
         if link is None:
             state = "approved" if approval else ("revoked" if self.auth.is_revoked(name) else "pending")
             return SidecarStatus(name=name, state=state, connected=False,
                                  approved_via=approval.via if approval else None,
-                                 problems=[f"sidecar {name} is offline"] if approval else [])
+                                 problems=[f"sidecar {name} is offline"] if approval else [],
+                                 key_check=key_check)
         problems = [x for x in self.problems()
                     if x.endswith(f" {name}") or f" {name} " in x or x.startswith(f"{name}: ")]
         return SidecarStatus(
@@ -720,6 +751,7 @@ class Hub:
             last_seen_s=round(max(0.0, self.clock() - link.last_seen), 3),
             load=link.load, in_flight=len(link.pending), versions=dict(link.versions),
             providers=sorted(link.providers), problems=problems, claimed=link.claimed,
+            key_check=key_check,
         )
 
     def sidecars(self) -> list[SidecarStatus]:

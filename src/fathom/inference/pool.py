@@ -269,7 +269,8 @@ class Pool:
         (unless the permit already recorded it), then `release()` once per permit
         (`record_rtt=False` when it carried no request). Locals never ask it; an exception
         from it pauses that provider for `throttle_wait`.
-        `lanes(provider)`: batches one provider may have in flight at once."""
+        `lanes(provider)`: batches one provider may have in flight at once, asked again
+        before every pull, so a cloud provider's lanes follow the budget's effective limit."""
         if not 1 <= min_batch <= initial_batch <= max_batch:
             raise ValueError("need 1 <= min_batch <= initial_batch <= max_batch")
         if isinstance(providers, ProviderRegistry):
@@ -379,13 +380,36 @@ class Pool:
         if existing is not None:
             self._departed.append(existing)
         sizing = self._sizing.setdefault(provider.id, _Sizing(self.initial_batch))
-        m = _Member(provider, sizing, max(1, int(self._lanes(provider))))
+        m = _Member(provider, sizing, self._wanted_lanes(provider))
         self._members[provider.id] = m
-        for i in range(m.lanes):
-            task = asyncio.get_running_loop().create_task(
-                self._lane(m), name=f"pool-lane:{provider.id}:{i}", context=job.context.copy())
-            m.tasks[task] = _Phase.IDLE
+        self._spawn_lanes(m, m.lanes)
         self._notify()
+
+    def _wanted_lanes(self, provider: Provider) -> int:
+        return max(1, int(self._lanes(provider)))
+
+    def _spawn_lanes(self, m: _Member, n: int) -> None:
+        job = self._job
+        assert job is not None
+        for _ in range(n):
+            task = asyncio.get_running_loop().create_task(
+                self._lane(m), name=f"pool-lane:{m.id}:{len(m.tasks)}", context=job.context.copy())
+            m.tasks[task] = _Phase.IDLE
+
+    def _follow_lanes(self, m: _Member, me: asyncio.Task[Any]) -> bool:
+        """Match the member's lane count to `lanes(provider)` as it is now (for a cloud
+        provider: the budget's effective limit, which an override, a discovery or a halving
+        moves mid-job). Grows at once; shrinks by letting this lane go. False: this lane
+        must exit."""
+        want = self._wanted_lanes(m.provider)
+        live = [t for t in m.tasks if not t.done()]
+        m.lanes = want
+        if len(live) < want:
+            self._spawn_lanes(m, want - len(live))
+        elif len(live) > want:
+            m.tasks.pop(me, None)
+            return False
+        return True
 
     def _leave(self, provider_id: str) -> None:
         m = self._members.get(provider_id)
@@ -456,6 +480,8 @@ class Pool:
         me = asyncio.current_task()
         assert me is not None
         while True:
+            if not self._follow_lanes(m, me):
+                return
             plan = self._plan(m)
             if plan.action == "exit":
                 return

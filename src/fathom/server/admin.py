@@ -709,7 +709,7 @@ def budget_view(budget: Any) -> dict[str, Any]:
     last = s.last_throttle
     cooldown = round(s.cooldown_remaining_s, 3)
     return {
-        "ceiling_source": s.ceiling_source, "ceiling": s.ceiling,
+        "ceiling_source": s.ceiling_source, "ceiling": s.ceiling, "ceiling_origin": s.ceiling_origin,
         "override": s.ceiling if s.ceiling_source == "override" else None,
         "effective": s.effective_limit, "in_flight": s.in_flight, "peak_in_flight": s.peak_in_flight,
         "waiting": dict(s.waiting),

@@ -126,6 +126,10 @@ def create_app(
                          "with registry=service.registry")
     elif hub.wrap is None:
         hub.wrap = wrap
+    # Key discovery: the sidecars holding the key read its limits; the budget learns them.
+    from fathom.fleet.keycheck import feed_budget
+
+    hub.on_key_check(feed_budget(budget))
     metrics.watch(budget=budget, gate=gate, hub=hub, registry=registry, jobs=lambda: list(service.jobs.values()))
     from fathom.server.job_records import JobLedger
 

@@ -64,6 +64,39 @@ def _raw_json(payload: Any) -> Response:
     return Response(json.dumps(payload, allow_nan=True), media_type="application/json")
 
 
+# What OpenRouter answers on each refusal of a key read: message and `error_type`.
+KEY_FAILURES = {
+    401: ("User not found.", "authentication"),
+    402: ("Insufficient credits. Add more using https://openrouter.ai/credits", "payment_required"),
+    429: ("Rate limit exceeded", "rate_limit_exceeded"),
+}
+
+
+def _number_or_null(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def key_report_problem(b: dict[str, Any]) -> str | None:
+    """Why a `/control/key` body would make GET /key answer something OpenRouter never
+    sends, or None. `rate_limit`: {requests: number, interval: "10s"}, null, or "absent"
+    (degenerate figures such as 0 or -1 requests are allowed: real keys report them)."""
+    for k in ("limit", "limit_remaining", "usage", "usage_daily", "usage_weekly", "usage_monthly"):
+        if k in b and not _number_or_null(b[k]):
+            return f"{k} must be a number or null"
+    for k in ("is_free_tier", "is_management_key", "include_byok_in_limit"):
+        if k in b and not isinstance(b[k], bool):
+            return f"{k} must be true or false"
+    if "rate_limit" in b:
+        rl = b["rate_limit"]
+        if rl is None or rl == "absent":
+            return None
+        if not (isinstance(rl, dict) and set(rl) <= {"requests", "interval", "note"}
+                and _number_or_null(rl.get("requests")) and rl.get("requests") is not None
+                and isinstance(rl.get("interval"), str)):
+            return 'rate_limit must be {"requests": number, "interval": "10s"}, null or "absent"'
+    return None
+
+
 def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     cfg = config or EmulatorConfig()
     state = EmulatorState(cfg)
@@ -122,7 +155,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
                            {"error_type": "server" if status == 500 else "provider_unavailable"})
         delay = state.latency_base + state.latency_per_item * items
         if delay > 0:
-            await asyncio.sleep(delay)
+            await cfg.sleep(delay)
 
     def route(model: str, provider: dict[str, Any] | None) -> str:
         """OpenRouter's provider routing over this model's upstreams: `only`/`ignore` filter,
@@ -202,7 +235,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             upstream = route(model, body.get("provider"))
             await before_serving("embeddings", len(inputs))
             variant = state.upstreams[model][upstream]
-            vectors = await asyncio.to_thread(encoder(variant).encode, inputs)
+            vectors = await cfg.offload(encoder(variant).encode, inputs)
             state.by_upstream[upstream] += 1
             state.by_model[model] += 1
             data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
@@ -259,7 +292,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             texts = [d if isinstance(d, str) else str((d or {}).get("text", "")) for d in docs]
             await before_serving("rerank", len(texts))
             enc = encoder(cfg.rerank_variant)
-            vecs = await asyncio.to_thread(enc.encode, [query, *texts])
+            vecs = await cfg.offload(enc.encode, [query, *texts])
             scores = (vecs[1:] @ vecs[0]).astype(float)
             order = sorted(range(len(texts)), key=lambda i: -scores[i])
             top_n = body.get("top_n")
@@ -340,10 +373,23 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         finally:
             state.concurrency.leave()
 
+    def key_refusal(endpoint: str) -> _Refusal | None:
+        """The answer `/control/key-fail` set for the key-info and credits reads, if it fires."""
+        if not state.key_fail.fires(endpoint, state.rng):
+            return None
+        status = int(state.key_fail.params["status"])
+        state.issued[f"{status}_{endpoint}"] += 1
+        message, kind = KEY_FAILURES.get(status, ("Internal Server Error", "server"))
+        return _Refusal(status, message, {"error_type": kind},
+                        {"Retry-After": "1"} if status == 429 else None)
+
     @app.get("/api/v1/key")
     async def key(request: Request) -> Response:
         try:
             auth(request, "key")
+            refused = key_refusal("key")
+            if refused is not None:
+                raise refused
         except _Refusal as r:
             return _error(r.status, r.message, r.metadata, r.headers)
         state.served["key"] += 1
@@ -356,6 +402,9 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     async def credits(request: Request) -> Response:
         try:
             header = auth(request, "credits")
+            refused = key_refusal("credits")
+            if refused is not None:
+                raise refused
         except _Refusal as r:
             return _error(r.status, r.message, r.metadata, r.headers)
         if not state.is_management(header):
@@ -387,8 +436,25 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         unknown = set(b) - set(state.key_report) - {"rate_limit"}
         if unknown:
             return bad(f"unknown key fields {sorted(unknown)}")
+        problem = key_report_problem(b)
+        if problem:
+            return bad(problem)
         state.key_report.update(b)
         return {"key": state.key_report}
+
+    @app.post("/control/key-fail")
+    async def control_key_fail(request: Request) -> Any:
+        """Make GET /key (and, with `endpoints`, GET /credits) answer `status` — 401, 402, 429
+        or 5xx — for the next `count` reads (null: all)."""
+        b = await body_of(request)
+        status = int(b.get("status", 401))
+        if status not in KEY_FAILURES and not 500 <= status <= 599:
+            return bad(f"status must be one of {sorted(KEY_FAILURES)} or 5xx")
+        eps = b.get("endpoints") or ["key"]
+        if set(eps) - {"key", "credits"}:
+            return bad("endpoints may name only key and credits")
+        state.key_fail = fault_from({**b, "endpoints": eps}, status=status)
+        return {"ok": True}
 
     @app.put("/control/credits")
     async def control_credits(request: Request) -> Any:

@@ -8,12 +8,13 @@ the state keeps sha256 hashes only, for both the keys it accepts and the keys it
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from fathom.devtools.emulator.chat import ScriptedChat
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow
@@ -59,6 +60,13 @@ class EmulatorConfig:
     management_keys: list[str] = field(default_factory=list)
     seed: int = 0
     clock: Callable[[], float] = time.monotonic
+    # How latency is served. With a virtual clock's `now` and `sleep` (`fathom.clock.FakeClock`)
+    # and the app called in-process (httpx's ASGI transport), rate limits and latency run in
+    # virtual time: a minute of traffic is exact and takes milliseconds.
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
+    # How an encoder runs off the event loop. A virtual-time test runs it inline instead: a
+    # thread looks idle to a virtual clock, which would jump while the encoder works.
+    offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
     rerank_variant: str = "fp32"
 
 
@@ -123,6 +131,7 @@ class EmulatorState:
         self.fail = Fault()
         self.in_flight_402 = Fault()
         self.credits_402 = Fault()
+        self.key_fail = Fault()  # GET /key and /credits answering 401/402/429/5xx
         self.corrupt = Fault()
         self.latency_base = 0.0
         self.latency_per_item = 0.0
