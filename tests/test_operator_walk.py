@@ -312,6 +312,7 @@ class Walk:
             self.episodes[-1].detected = started
         self.done.append(step)
         self.check(before, settle=due)
+        print(f"step {len(self.done):2d} {step:24s} {time.time() - started:5.1f}s", flush=True)
 
     def add_file(self) -> None:
         self.files += 1
@@ -408,23 +409,27 @@ class Walk:
             if audit["suspect_count"] < len(must_revoke) or missing:
                 problems.append(f"(a) `gate audit` lists {audit['suspect_count']} suspect rows, but "
                                 f"{len(must_revoke)} drifted rows must be listed (paths not listed: {missing})")
-        # A live provider serving drifted vectors must not hold a cleared verdict once its
-        # re-probe was due (alpha during a detected drift), and beta (int8) never.
-        latest = rig.latest_verdicts()
+        # A live provider serving drifted vectors must not count as cleared (the gate's own
+        # answer, pending re-probes included) once its re-probe was due: alpha during a detected
+        # drift, and beta (int8 behind its pin) ever.
         episode = self.episodes[-1] if self.episodes else None
         drifted_due = world.drifted and episode is not None and episode.detected is not None
-        for v in latest:
-            pid = v["provider"]
-            if not v["cleared"] or ":cloud:" not in pid:
-                continue
-            if pid.endswith(f":cloud:{BAD_PIN}"):
-                problems.append(f"(a) {pid} (int8 behind the pin) holds a cleared verdict for the {v['table']} "
-                                f"table: {v['status_line']}")
-            elif drifted_due and pid == cloud_id(_role_of(v["table"]), GOOD_PIN) and world.alpha_live():
-                problems.append(f"(a) {pid} serves drifted vectors and its re-probe was due, yet it holds a cleared "
-                                f"verdict for the {v['table']} table ({v['verdict_id']}, last good check "
-                                f"{v['last_good_check']})")
+        roles = rig.policies()
+        for role in EMBEDDING_ROLES:
+            for prov in roles[role]["providers"]:
+                pid = prov["id"]
+                if prov["kind"] != "cloud" or not prov["cleared"]:
+                    continue
+                if pid.endswith(f":cloud:{BAD_PIN}"):
+                    problems.append(f"(a) {pid} (int8 behind its pin) counts as cleared for {role}")
+                elif drifted_due and pid == cloud_id(role, GOOD_PIN):
+                    problems.append(f"(a) {pid} serves drifted vectors and its re-probe was due, yet it counts as "
+                                    f"cleared for {role} (latest verdict: {self.latest_line(pid)})")
         return problems
+
+    def latest_line(self, pid: str) -> str:
+        found = [v for v in self.rig.latest_verdicts() if v["provider"] == pid]
+        return "; ".join(v["status_line"] for v in found) or "none"
 
     def episode_of(self, row: Row) -> Episode | None:
         for e in self.episodes:
@@ -441,10 +446,6 @@ class Walk:
             f"replay: FATHOM_WALK_REPLAY='{','.join(self.done)}' pytest tests/test_operator_walk.py",
             f"logs under {self.rig.group.folder}",
         ])
-
-
-def _role_of(table: str) -> str:
-    return "code-embedding" if table == "code" else "embedding"
 
 
 # ---------------------------------------------------------------------------- the test
