@@ -347,8 +347,8 @@ def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str
     return group.spawn(log_name or f"sidecar-{name}", [*argv, *extra], env=env)
 
 
-def spawn_emulator(group: ProcessGroup, port: int) -> Proc:
-    proc = group.spawn("emulator", [PY, "-m", "fathom.devtools.emulator", "--port", str(port)])
+def spawn_emulator(group: ProcessGroup, port: int, extra: Sequence[str] = ()) -> Proc:
+    proc = group.spawn("emulator", [PY, "-m", "fathom.devtools.emulator", "--port", str(port), *extra])
     wait_http(f"http://127.0.0.1:{port}/control/state", proc=proc)
     return proc
 

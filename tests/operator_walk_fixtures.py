@@ -76,7 +76,7 @@ class Rig:
     # -- processes ---------------------------------------------------------------------
 
     def start(self) -> None:
-        spawn_emulator(self.group, self.emu_port)
+        spawn_emulator(self.group, self.emu_port, ["--remember"])  # the gate's probes are sent again and again
         self.start_server()
         # Approved before it first connects, as an operator who knows the host would.
         self.ok("POST", f"/admin/fleet/{SIDECAR}/approve", params={"pre_approve": "true"})

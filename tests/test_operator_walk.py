@@ -224,6 +224,7 @@ class Walk:
         self.reference: dict[str, np.ndarray] = {}
         self.drifted_rows_seen = 0
         self.p3_rows: int | None = None  # drifted rows alive when a forced verify was due (point 3)
+        self.notes: list[str] = []  # what the last step's jobs did
 
     # -- steps -------------------------------------------------------------------------
 
@@ -252,13 +253,14 @@ class Walk:
         rig, world = self.rig, self.world
         name, _, arg = step.partition(":")
         started = time.time()
+        self.notes = []
         before = rig.budget()
         drifted = world.drifted
         if name == "add_file":
             self.add_file()
         elif name == "index":
-            job = rig.index()
-            assert job["state"] in ("done", "failed"), job
+            self.index_job(exposed=world.alpha_live() and world.key_held and world.drifted and world.alpha_cleared
+                           and world.policy == "aggregate")
         elif name == "drift":
             rig.emulator.drift(GOOD_PIN, "int8")
             self.episodes.append(Episode(start=time.time()))
@@ -298,8 +300,7 @@ class Walk:
             rig.emulator.set_limits(rpm=1, window=3.0)
             try:
                 self.add_file()
-                job = rig.index()
-                assert job["state"] in ("done", "failed"), job
+                self.index_job()
             finally:
                 rig.emulator.set_limits(rpm=None)
         elif name == "budget":
@@ -312,7 +313,22 @@ class Walk:
             self.episodes[-1].detected = started
         self.done.append(step)
         self.check(before, settle=due)
-        print(f"step {len(self.done):2d} {step:24s} {time.time() - started:5.1f}s", flush=True)
+        print(f"step {len(self.done):2d} {step:24s} {time.time() - started:5.1f}s {'; '.join(self.notes)}", flush=True)
+
+    def index_job(self, *, exposed: bool = False) -> None:
+        """An index job. While a cleared upstream is drifted (`exposed`) the cloud routes must
+        take part for the walk to test what becomes of drifted rows; the pool decides who pulls
+        what, so a job they sat out is followed by another with one more new file (at most
+        twice). Every job must end: done, or failed with its reason."""
+        for attempt in range(3):
+            job = self.rig.index()
+            assert job["state"] in ("done", "failed"), job
+            by = (job.get("report") or {}).get("providers", {})
+            self.notes.append(f"index {job['state']}: " + ", ".join(f"{k.split(':')[-3] if k.startswith('sidecar') else 'local'}"
+                                                                     f"={v}" for k, v in sorted(by.items())))
+            if not exposed or any(k.endswith(f":cloud:{GOOD_PIN}") and v for k, v in by.items()) or attempt == 2:
+                return
+            self.add_file()
 
     def add_file(self) -> None:
         self.files += 1

@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from fathom.devtools.control_api import add_control_routes, bad, body_of
 from fathom.devtools.emulator.chat import content_pieces, tool_call_fragments
-from fathom.devtools.emulator.encoders import VARIANTS, encoder
+from fathom.devtools.emulator.encoders import VARIANTS, Remembering, encoder
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow, retry_after_header
 from fathom.devtools.emulator.state import (
     CHAT_UPSTREAM,
@@ -100,6 +100,7 @@ def key_report_problem(b: dict[str, Any]) -> str | None:
 def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     cfg = config or EmulatorConfig()
     state = EmulatorState(cfg)
+    remembered = Remembering() if cfg.remember else None
     app = FastAPI(title="OpenRouter emulator (dev/test only)", docs_url=None, redoc_url=None)
     app.state.emulator = state
 
@@ -235,7 +236,10 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             upstream = route(model, body.get("provider"))
             await before_serving("embeddings", len(inputs))
             variant = state.upstreams[model][upstream]
-            vectors = await cfg.offload(encoder(variant).encode, inputs)
+            if remembered is not None:
+                vectors = await cfg.offload(remembered.encode, variant, inputs)
+            else:
+                vectors = await cfg.offload(encoder(variant).encode, inputs)
             state.by_upstream[upstream] += 1
             state.by_model[model] += 1
             data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]

@@ -68,6 +68,7 @@ class EmulatorConfig:
     # thread looks idle to a virtual clock, which would jump while the encoder works.
     offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
     rerank_variant: str = "fp32"
+    remember: bool = False  # answer an embedding text seen before (per variant) from memory
 
 
 @dataclass
