@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from fathom.errors import NotCleared, PinRequired
 from fathom.inference.gate import (
     MIN_COSINE, Coverage, Gate, GateClearance, GateRefused, GateUnavailable, Status, check_pin,
-    choose_anchor, identity, load_probes,
+    choose_anchor, identity, inspect, load_probes,
 )
 from fathom.policy import Policy, Reference
 from fathom.roles import Role
@@ -106,6 +107,28 @@ async def test_refusal_names_the_probes_that_fail(gate):
     assert set(v.evidence.failing) == zh and len(zh) >= 2
     assert all(c > 0.999 for pid, c in v.cosines.items() if pid not in zh)
     assert not v.passed and "zh-" in v.reason
+
+
+def test_the_floor_is_strict_a_cosine_of_exactly_0_99_is_refused():
+    """R3: strictly above 0.99 on every probe. The pair below has a cosine of exactly 0.99 in
+    floating point; a cosine just above it passes."""
+    ref = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    at_floor = [0.99, math.sqrt(1 - 0.99**2)]
+    above = [0.9905, math.sqrt(1 - 0.9905**2)]
+    evidence = inspect(["at", "above", "same"], np.array([at_floor, above, [1.0, 0.0]]), 2,
+                       reference=ref)
+    assert evidence.cosines["at"] == MIN_COSINE == 0.99
+    assert list(evidence.failing) == ["at"] and not evidence.passed
+    assert inspect(["above"], np.array([above]), 2, reference=ref[:1]).passed
+
+
+async def test_a_stack_a_little_above_the_floor_is_cleared(gate):
+    """The floor is not stricter than the design: an interchangeable stack at 0.995 (a
+    different build of the same weights) is cleared."""
+    gate.attach(FakeEncoder("local:ref"))
+    cand = FakeEncoder("sidecar:close", stack=rotated_all(0.995))
+    v = await gate.verify(local_space(), cand, Policy.AGGREGATE)
+    assert v.cleared and 0.99 < v.min_cosine < 0.996
 
 
 @pytest.mark.parametrize("stack,expect", [

@@ -32,7 +32,9 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
 from fathom.server.app import create_app
 from fathom.service import Fathom
-from tests.e2e_fixtures import KEY, MINILM, memo_emulator_encoders, memo_local  # noqa: F401
+from tests.e2e_fixtures import (  # noqa: F401
+    E5, KEY, MINILM, memo_emulator_encoders, memo_local, write_functions,
+)
 from tests.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.fleet_fixtures import ADMIN, JOIN, Fleet, free_port, serve_in_loop, wait_for
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
@@ -172,4 +174,80 @@ async def test_drift_is_caught_after_a_sidecar_restart_a_server_restart_and_a_fo
             assert late and all(s["provider"] == ALPHA for s in late), report["lines"]
     finally:
         if fleet is not None:
+            await fleet.close()
+
+
+@pytest.mark.slow
+async def test_changing_a_roles_model_makes_a_new_provider_with_no_verdict_until_probed(
+        tmp_path, memo_local, memo_emulator_encoders, emulator):
+    """Issue 14, point 6: the server's cloud route follows a `policy set` of the model at once
+    (not when the sidecar next reconnects), so no verdict of the old model clears it and no
+    row is written naming the wrong model."""
+    data = tmp_path / "data"
+    RoutingStore(data).update({
+        Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+        Role.EMBEDDING: {"policy": "local"}})
+    async with server(data, memo_local, 0) as one, one.client() as client:
+        fleet = Fleet(one.url, one.hub, one.service.registry, data)
+        try:
+            one.hub.auth.approve("gpu-1")
+            sidecar, _ = await fleet.start_sidecar("gpu-1", openrouter_base_url=emulator.base_url)
+            await wait_for(lambda: ALPHA in one.service.registry, what="the cloud route")
+            assert (await client.post("/admin/key", json={"key": KEY})).status_code == 200
+            await index(client, write_project(tmp_path / "shop"))
+            old_space = one.service.space("code")
+            assert await alpha_status(client) == "cleared"
+
+            r = await client.put("/admin/policies", json={"code-embedding": {"model": E5}})
+            assert r.status_code == 200, r.text
+            route = one.service.registry.get(ALPHA)
+            views = r.json()["roles"]["code-embedding"]["providers"]
+            assert [v["model"] for v in views if v["id"] == ALPHA] == [E5]
+            assert route.info.model == E5 and sidecar.config[Role.CODE_EMBEDDING].model == E5
+            new_space = one.service.space("code")
+            assert new_space.model == E5 and new_space != old_space
+            assert one.service.gate.verdict_for(new_space, route) is None
+            assert not one.service.router.permits(Role.CODE_EMBEDDING, route)
+
+            # Back to the model that was judged: the verdict of that stack holds again, after
+            # a re-probe (a changed route is a new connection for the gate).
+            r = await client.put("/admin/policies", json={"code-embedding": {"model": MINILM}})
+            assert r.status_code == 200, r.text
+            await one.service.gate.drain()
+            route = one.service.registry.get(ALPHA)
+            assert route.info.model == MINILM and one.service.space("code") == old_space
+            assert one.service.router.permits(Role.CODE_EMBEDDING, route)
+        finally:
+            await fleet.close()
+
+
+@pytest.mark.slow
+async def test_one_failing_burst_on_a_cloud_route_is_one_ejection_episode(
+        tmp_path, memo_local, memo_emulator_encoders, emulator, caplog):
+    """Issue 14, point 8, through the server: the upstream answers 500 to the batches the
+    route's four lanes have in flight at once. That is one failure episode: one back-off of
+    5 s (it was 5 and 10 s, and up to 40 s with more lanes), after which the job finishes."""
+    data = tmp_path / "data"
+    RoutingStore(data).update({
+        Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+        Role.EMBEDDING: {"policy": "local"}})
+    root = write_functions(tmp_path / "shop", 1, 2, docstrings=False)
+    async with server(data, memo_local, 0) as one, one.client() as client:
+        fleet = Fleet(one.url, one.hub, one.service.registry, data)
+        try:
+            one.hub.auth.approve("gpu-1")
+            await fleet.start_sidecar("gpu-1", openrouter_base_url=emulator.base_url)
+            await wait_for(lambda: ALPHA in one.service.registry, what="the cloud route")
+            assert (await client.post("/admin/key", json={"key": KEY})).status_code == 200
+            await index(client, root)  # clears alpha (its probes are not part of the burst)
+            write_functions(root, 4, 8, tag="b", docstrings=False)  # 32 new code chunks
+            emulator.control.fail(status=500, count=4, endpoints=["embeddings"])
+            with caplog.at_level("WARNING", logger="fathom.inference.pool"):
+                job = await index(client, root)
+            ejections = [r.getMessage() for r in caplog.records
+                         if "ejected for" in r.getMessage() and ALPHA in r.getMessage()]
+            assert emulator.control.counters()["issued"]["500"] == 4
+            assert len(ejections) == 1 and "ejected for 5s" in ejections[0], ejections
+            assert job["state"] == "done"
+        finally:
             await fleet.close()

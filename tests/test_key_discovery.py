@@ -180,3 +180,26 @@ async def test_a_discovered_limit_is_held_by_a_cloud_only_job_of_over_a_minute()
         assert report.throttles.get(cloud.id, 0) == counters["rate_limited"]
         await budget.aclose()
         await client.aclose()
+
+
+def test_a_key_check_frame_has_no_room_for_a_secret():
+    """The frame admits only the named figures: a label, a key or free text in the interval
+    is refused, and the refusal does not echo it."""
+    for facts in ({"label": KEY}, {"key": KEY}, {"rate_limit_interval": KEY[:16]},
+                  {"rate_limit_interval": "1 minute, sk-or"}):
+        wire = json.dumps({"v": 1, "type": "key_check", "outcome": "ok", "reason": "push", "facts": facts})
+        refused = p.parse_frame(wire)
+        assert isinstance(refused, p.FrameError) and refused.code == "invalid", facts
+        assert KEY[:16] not in str(refused) and "sk-or" not in str(refused)
+    assert isinstance(p.parse_frame(json.dumps({"v": 1, "type": "key_check", "outcome": "maybe",
+                                                "reason": "push"})), p.FrameError)
+
+
+def test_a_key_check_interval_of_zero_or_less_is_refused_before_anything_starts():
+    from fathom.errors import ConfigError
+    from fathom.fleet.agent import Sidecar, main
+
+    for bad in (0, -5, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="key-check-interval must be a positive"):
+            Sidecar("gpu-1", {}, key_check_interval=bad)
+    assert main(["--server", "ws://127.0.0.1:9", "--token", "fj_x", "--key-check-interval", "0"]) == 2

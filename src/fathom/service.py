@@ -66,7 +66,7 @@ from fathom.inference.local import LocalEncoder
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
-from fathom.policy import Policy
+from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import Role
 from fathom.space import Provenance, Space
 
@@ -358,8 +358,7 @@ class Fathom:
                 return space_for(self.encoder, table)
             # The operator chose another model for this table: its reference is the local
             # provider (a sidecar) serving that model, the smallest id so every server agrees.
-            locals_ = [p for p in self.registry.list(role, kind=Kind.LOCAL)
-                       if p.info.model == route.model and p.info.width]
+            locals_ = self._local_references(role, route.model)
             if not locals_:
                 raise NoProviderAvailable(
                     f"role {role} is set to model {route.model}, but no local provider serving "
@@ -376,6 +375,23 @@ class Fathom:
                 f"set `fathom policy set {role} --policy local`")
         width = anchor.info.width or route.width
         return Space(table=table, model=anchor.info.model, width=int(width), reference=anchor.id)
+
+    def _local_references(self, role: Role, model: str) -> list[Provider]:
+        return [p for p in self.registry.list(role, kind=Kind.LOCAL)
+                if p.info.model == model and p.info.width]
+
+    def reference_problem(self, role: Role, policy: Policy, model: str | None) -> str | None:
+        """Why no reference could judge `role`'s table under `policy` with `model`, or None.
+        Under local, aggregate and backup the reference is local: the in-process encoder, or a
+        connected local provider serving the model. `policy set` asks before it writes, so a
+        change that would break every build of the table is refused, not stored."""
+        if role not in ROLE_OF_TABLE.values() or BEHAVIOUR[policy].reference is not Reference.LOCAL:
+            return None
+        if not model or model == self.encoder.info.model or self._local_references(role, model):
+            return None
+        return (f"{role}: no local encoder serves model {model}, and under policy {policy} the "
+                f"{role.table} table's reference must be local: join a sidecar serving {model} "
+                f"first, use policy cloud, or keep model {self.encoder.info.model}")
 
     def encoder_for(self, table: str, project: str | None = None) -> Provider:
         """The encoder of `project`'s `table` queries: the table's own reference encoder, as

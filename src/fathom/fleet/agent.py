@@ -50,7 +50,7 @@ from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
 from fathom.fleet.backends import BackendSpec, open_backend, parse_serve
 from fathom.fleet.identity import STATE_DIR_ENV, default_state_dir, load_or_create_credential, new_credential
-from fathom.fleet.keycheck import DEFAULT_INTERVAL_S, ThrottleStorm, read_key
+from fathom.fleet.keycheck import DEFAULT_INTERVAL_S, ThrottleStorm, check_interval, read_key
 from fathom.fleet.remote import chat_payload
 from fathom.inference.provider import Provider
 from fathom.roles import Role
@@ -233,11 +233,10 @@ class Sidecar:
         self._send_lock: asyncio.Lock | None = None
         # Key discovery: what the held key may do is read on a push, on connect, every
         # `key_check_interval` seconds and after a storm of throttles, and reported to the server.
-        self.key_check_interval = key_check_interval
+        self.key_check_interval = check_interval(key_check_interval)
         self._key_check_due: p.KeyCheckReason | None = None
         self._key_check_wake = asyncio.Event()
         self._storm = ThrottleStorm()
-        self.key_checks: Counter[str] = Counter()  # key checks sent, by outcome
 
     def __repr__(self) -> str:
         return f"<Sidecar {self.name} key={'held' if self._key else 'missing'}>"
@@ -335,9 +334,7 @@ class Sidecar:
         """Read the held key's limits and credits; None when no key is held or no cloud is served."""
         if not (self.cloud and self.key_present):
             return None
-        frame = await read_key(self._openrouter_client(), reason)
-        self.key_checks[frame.outcome] += 1
-        return frame
+        return await read_key(self._openrouter_client(), reason)
 
     async def _key_check_loop(self, send: Callable[[str], Any]) -> None:
         while True:
@@ -562,6 +559,7 @@ async def run_sidecar(
     under the credential kept in `state_dir` (default: `default_state_dir()`). Raises
     `SidecarRefused` (wrong token) or `ConfigError` (bad --serve, insecure URL, unusable state dir)."""
     server_url(server)  # refuse a bad or insecure URL before loading any model
+    check_interval(key_check_interval)
     credential = load_or_create_credential(state_dir or default_state_dir())
     backends, kinds = await open_backends(serve)
     sidecar = Sidecar(name, backends, backend_kinds=kinds, openrouter_base_url=openrouter_base_url, cloud=cloud,

@@ -507,7 +507,10 @@ class Hub:
                 self._registry_remove(link.providers.pop(pid))
                 changed = True
         for pid, prov in desired.items():
-            if pid not in link.providers:
+            current = link.providers.get(pid)
+            if current is None or _identity(current) != _identity(prov):
+                # New, or the same route now serving another model, pin or width: another
+                # provider, which replaces the old one and has no verdict until it is probed.
                 link.providers[pid] = prov
                 self._registry_add(prov)
                 changed = True
@@ -811,6 +814,13 @@ class Hub:
     def _registry_remove(self, provider: SidecarProvider) -> None:
         if self.registry is not None:
             self.registry.remove(provider.id)
+
+
+def _identity(provider: Provider) -> tuple[str, str, str | None, int | None]:
+    """What a route is, for the gate: id, model, pin and width. A change to any of them makes
+    another provider (a verdict is about one stack, and provenance names its model)."""
+    i = provider.info
+    return (i.id, i.model, i.upstream, i.width)
 
 
 def _bearer(header: str | None) -> str | None:

@@ -20,11 +20,14 @@ business (`inference.budget.ceiling`, `effective`): a report only ever moves the
 from __future__ import annotations
 
 import logging
+import math
+import re
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Callable
 
+from fathom.errors import ConfigError
 from fathom.fleet import protocol as p
 from fathom.inference.budget.ceiling import KeyReport, RateLimit
 
@@ -36,6 +39,20 @@ DEFAULT_INTERVAL_S = 300.0
 # A storm: this many 429s/402s within this many seconds; one re-check per storm at most.
 STORM_COUNT = 5
 STORM_WINDOW_S = 30.0
+
+
+class BadKeyCheckInterval(ConfigError):
+    def __init__(self, value: object):
+        super().__init__(f"--key-check-interval must be a positive number of seconds; got {value!r}. "
+                         f"Give e.g. 300 (the default: every five minutes).")
+
+
+def check_interval(value: float) -> float:
+    """The key-check interval, or `BadKeyCheckInterval` (zero or less would poll OpenRouter
+    in a busy loop)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < math.inf):
+        raise BadKeyCheckInterval(value)
+    return float(value)
 
 
 def outcome_of(exc: BaseException) -> p.KeyOutcome:
@@ -50,18 +67,29 @@ def outcome_of(exc: BaseException) -> p.KeyOutcome:
     return "unreachable"
 
 
+def _figure(v: Any) -> float | None:
+    """A reported number as the frame carries it; anything else (absent, not finite, absurd)
+    counts as not reported rather than failing the whole check."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and abs(f) <= 1e12 else None
+
+
 def facts_of(info: Any, credits: Any) -> p.KeyFacts:
     """The non-secret figures of the client's `KeyInfo` and `Credits` (None: not readable)."""
     rl = getattr(info, "rate_limit", None)
+    interval = None if rl is None else str(rl.interval)
     return p.KeyFacts(
-        rate_limit_requests=None if rl is None else float(rl.requests),
-        rate_limit_interval=None if rl is None else (str(rl.interval)[:16] or None),
-        limit=info.limit,
-        limit_remaining=info.limit_remaining,
-        usage=info.usage,
+        rate_limit_requests=None if rl is None else _figure(rl.requests),
+        rate_limit_interval=interval if interval and re.fullmatch(p.INTERVAL_PATTERN, interval) else None,
+        limit=_figure(info.limit),
+        limit_remaining=_figure(info.limit_remaining),
+        usage=_figure(info.usage),
         is_free_tier=info.is_free_tier,
-        total_credits=None if credits is None else credits.total_credits,
-        total_usage=None if credits is None else credits.total_usage,
+        total_credits=None if credits is None else _figure(credits.total_credits),
+        total_usage=None if credits is None else _figure(credits.total_usage),
     )
 
 

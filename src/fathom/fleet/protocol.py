@@ -128,14 +128,17 @@ class Ack(_Frame):
     cloud_roles: list[Role] = Field(default_factory=list)
 
 
+INTERVAL_PATTERN = r"^[0-9A-Za-z. ]{0,16}$"  # "10s", "1m", "1h": never free text
+
+
 class KeyFacts(_Model):
     """What OpenRouter's `GET /api/v1/key` and `GET /api/v1/credits` said about the key, minus
     everything secret: no key, no label (OpenRouter's masked rendering of it), no account id.
     Every figure is optional; an absent one was not reported (or not readable: only management
     keys may read the credits)."""
 
-    rate_limit_requests: float | None = Field(default=None, ge=-1, le=1e9)
-    rate_limit_interval: str | None = Field(default=None, max_length=16, pattern=r"^[0-9A-Za-z. ]*$")
+    rate_limit_requests: float | None = Field(default=None, ge=-1e12, le=1e12)
+    rate_limit_interval: str | None = Field(default=None, max_length=16, pattern=INTERVAL_PATTERN)
     limit: float | None = Field(default=None, ge=-1e12, le=1e12)  # the key's credit cap
     limit_remaining: float | None = Field(default=None, ge=-1e12, le=1e12)
     usage: float | None = Field(default=None, ge=-1e12, le=1e12)

@@ -174,10 +174,25 @@ def damaged(exc: RoutingStateDamaged) -> HTTPException:
     return refusal(503, str(exc), exc.problems)
 
 
+def reference_problems(service: Any, state: RoutingState, changes: dict[Role, dict[str, Any]]) -> list[str]:
+    """Each changed embedding role whose merged route no reference could judge (a model no
+    local encoder serves under a policy whose reference is local)."""
+    out = []
+    for role, fields in changes.items():
+        current = state.roles[role]
+        policy = Policy.parse(fields.get("policy", current.policy))
+        model = fields["model"] if "model" in fields else current.model
+        problem = service.reference_problem(role, policy, model)
+        if problem is not None:
+            out.append(problem)
+    return out
+
+
 def failure_status(exc: FathomError) -> int:
-    """The HTTP status of a typed failure: the caller's mistake is 4xx, storage that cannot
-    serve now (a full disk, a lost database, no provider) is 503."""
-    from fathom.errors import DiskFull, NoProviderAvailable, StoreLost
+    """The HTTP status of a typed failure: the caller's mistake is 400, a request the current
+    state cannot serve (no provider for the role's model, a locked or damaged project) 409,
+    storage that cannot serve now (a full disk, a lost database) 503."""
+    from fathom.errors import DiskFull, StoreLost
     from fathom.index.store import DamagedProject, ProjectLocked, UnknownProject
 
     if isinstance(exc, UnknownProject):
@@ -188,10 +203,9 @@ def failure_status(exc: FathomError) -> int:
         return 503  # the server's own state file: the request was fine
     if isinstance(exc, ConfigError):
         return 400
-    if isinstance(exc, (DiskFull, StoreLost, NoProviderAvailable)) or \
-            type(exc).__name__ == "StoreUnavailable":
+    if isinstance(exc, (DiskFull, StoreLost)) or type(exc).__name__ == "StoreUnavailable":
         return 503
-    return 409
+    return 409  # the request is fine but conflicts with the state (no provider serves it, ...)
 
 
 def failure_response(exc: FathomError) -> JSONResponse:
@@ -1034,6 +1048,8 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         except ConfigError as exc:
             raise refusal(503, str(exc), exc.problems) from None
         changes, problems = check_policy_changes(body, state, table_widths=widths, reference_widths=refs)
+        if parts.service is not None:
+            problems += reference_problems(parts.service, state, changes)
         if problems:
             raise refusal(400, f"policy change refused ({len(problems)} problem"
                                f"{'s' if len(problems) != 1 else ''}); nothing was written", problems)
@@ -1081,7 +1097,9 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
             except PinRequired as exc:
                 raise refusal(400, str(exc)) from None
             except GateUnavailable as exc:
-                raise refusal(503, str(exc), [str(exc)] + [f"{k}: {v}" for k, v in exc.attempts.items()]) from None
+                raise refusal(409, str(exc), [str(exc)] + [f"{k}: {v}" for k, v in exc.attempts.items()]) from None
+            except FathomError as exc:  # e.g. no provider serves the role's model: say so
+                raise refusal(failure_status(exc), str(exc)) from None
             except ConfigError as exc:
                 raise refusal(400, str(exc), exc.problems) from None
             out.append(verdict_view(verdict))

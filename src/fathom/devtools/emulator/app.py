@@ -8,7 +8,11 @@ budget 402 carries `metadata.reason = "in_flight_budget_exhausted"` (and
 `limit_source = "openrouter_in_flight_budget"`) with `Retry-After`; a pin that no upstream
 satisfies is a 404 "No endpoints found …", a pinned upstream that is down a 503; the `provider`
 field of a response names the upstream that served; a streamed chat may end in the documented
-mid-stream error chunk with `finish_reason: "error"`.
+mid-stream error chunk with `finish_reason: "error"`. `GET /key` answers `{"data": {label,
+limit, limit_remaining, usage…, is_free_tier, rate_limit?}}` (`PUT /control/key` sets it and
+refuses a shape OpenRouter never sends; a degenerate `rate_limit` — 0, -1, 1/min, null or
+absent — is allowed, as real keys report them); `GET /credits` answers only a management key
+(403 otherwise); `POST /control/key-fail` makes either answer 401, 402, 429 or 5xx.
 
 It refuses to be a product: it binds where it is told (127.0.0.1 in every fixture), has no
 persistence, and the control API has no auth because it must never face a network.
