@@ -14,7 +14,6 @@ under the rig's folder; `close()` stops each by its pid. Every wait is bounded.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import subprocess
@@ -229,4 +228,4 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 __all__ = ["Rig", "Row", "write_module", "cosine_rows", "cloud_id", "SIDECAR", "PROJECT", "TABLES",
-           "EMBEDDING_ROLES", "GOOD_PIN", "BAD_PIN", "MINILM", "json"]
+           "EMBEDDING_ROLES", "GOOD_PIN", "BAD_PIN", "MINILM"]

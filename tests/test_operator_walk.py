@@ -40,7 +40,7 @@ import numpy as np
 import pytest
 
 from tests.e2e_fixtures import write_functions
-from tests.operator_walk_fixtures import (BAD_PIN, EMBEDDING_ROLES, GOOD_PIN, MINILM, PROJECT, Rig, Row,
+from tests.operator_walk_fixtures import (BAD_PIN, EMBEDDING_ROLES, GOOD_PIN, MINILM, PROJECT, SIDECAR, Rig, Row,
                                           cloud_id, cosine_rows, write_module)
 
 pytestmark = pytest.mark.slow
@@ -247,7 +247,7 @@ class Walk:
 
     def push_key(self) -> None:
         out = self.cli_ok("key", "push", stdin=self.rig.key)
-        assert "gpu1" in out, f"the sidecar did not acknowledge the key push:\n{out}"
+        assert SIDECAR in out, f"the sidecar did not acknowledge the key push:\n{out}"
 
     def run(self, step: str) -> None:
         rig, world = self.rig, self.world
