@@ -356,6 +356,23 @@ async def test_golden_drift_quarantines_at_once_and_notifies(tmp_path, wall):
     assert Gate(tmp_path, now=wall).verdict_for(space, sole).status is Status.QUARANTINED
 
 
+async def test_a_forced_refusal_revokes_the_earlier_clearance_of_the_same_stack_only(gate):
+    gate.attach(FakeEncoder("local:ref"))
+    cand = cloud("openrouter:fake@a", upstream="a")
+    first = await gate.verify(local_space(), cand, Policy.AGGREGATE)
+    cand.stack = rotated_all(0.95)  # the upstream drifted behind the same pin
+    refused = await gate.verify(local_space(), cand, Policy.AGGREGATE, force=True)
+    assert not refused.passed
+    old = gate.verdict_by_id(first.verdict_id)
+    assert old.status is Status.QUARANTINED and refused.verdict_id in old.revoked_reason
+    assert old.last_good_check == first.last_good_check  # the audit's window starts there
+    # The same id re-pinned is another provider: its refusal leaves the old pin's rows alone.
+    kept = await gate.verify(local_space(), cloud("openrouter:x", upstream="a"), Policy.AGGREGATE)
+    repinned = cloud("openrouter:x", upstream="b", stack=rotated_all(0.95))
+    assert not (await gate.verify(local_space(), repinned, Policy.AGGREGATE)).passed
+    assert gate.verdict_by_id(kept.verdict_id).revoked_at is None
+
+
 async def test_reprobe_after_reconnect_catches_a_changed_stack(gate):
     ref = FakeEncoder("local:ref")
     await gate.verify(local_space(), ref, Policy.AGGREGATE)  # records golden vectors

@@ -5,8 +5,8 @@ probe set through candidate and reference, turn the comparison into a persisted 
 record golden vectors the first time a space's reference answers, re-probe cleared providers
 (periodically, after each reconnect, and after a restart: the watch list of cleared providers
 is persisted beside the verdicts), and quarantine one at once when it drifts. A refused or
-quarantined verdict revokes every earlier cleared verdict of the same provider in the same
-space, so the audit sees the rows written since the last good check whichever path found the
+quarantined verdict revokes every earlier cleared verdict of the same provider (id, model and
+pin) in the same space, so the audit sees the rows written since the last good check whichever path found the
 drift. A re-probe that cannot run yet (the provider is unreachable, or its key is missing) is
 deferred, never dropped: the provider stays uncleared until it runs and passes.
 
@@ -366,9 +366,8 @@ class Gate:
                 if verdict.cleared:
                     self._track(space, provider.id, verdict.decided_at)
                 else:
-                    self._revoke_earlier(space, provider.id, verdict.verdict_id,
-                                         f"superseded by refused verdict {verdict.verdict_id}: "
-                                         f"{verdict.reason}", verdict.evidence)
+                    self._revoke_earlier(space, verdict, f"superseded by refused verdict "
+                                         f"{verdict.verdict_id}: {verdict.reason}", verdict.evidence)
                     self._untrack(space, provider.id)
         if verdict is None:
             await self.on_reconnect(provider)
@@ -520,8 +519,9 @@ class Gate:
         """Re-probe one cleared provider against the golden vectors and, when its verdict
         named a live reference that still agrees with them, against that reference too. A
         failure quarantines it at once. An unreachable provider is not judged (returns its
-        verdict unchanged) but becomes pending: the re-probe is deferred until it can run (a
-        reconnect, the key pushed again, the next round, the next index job's check)."""
+        verdict unchanged) but becomes pending, and `_Deferred` is raised: the re-probe waits
+        until it can run (a reconnect, the key pushed again, the next round, the next index
+        job's check)."""
         verdict = self.verdict_for(space, provider)
         if verdict is None or not verdict.cleared:
             return verdict
@@ -653,30 +653,29 @@ class Gate:
                           evidence: Evidence | None) -> Verdict:
         revoked = verdict.revoked(self._now(), reason, evidence)
         self.verdicts.put(revoked)
-        self._revoke_earlier(space, verdict.key.provider_id, verdict.verdict_id,
-                             f"superseded by quarantined verdict {verdict.verdict_id}: {reason}",
-                             evidence)
+        self._revoke_earlier(space, verdict, f"superseded by quarantined verdict "
+                             f"{verdict.verdict_id}: {reason}", evidence)
         self._untrack(space, verdict.key.provider_id)
         log.warning("gate: QUARANTINED %s for the %s table: %s (last good check %s)",
                     verdict.key.provider_id, space.table, reason, verdict.last_good_check)
         await self._emit(GateEvent("quarantined", space, verdict.key.provider_id, revoked))
         return revoked
 
-    def _revoke_earlier(self, space: Space, provider_id: str, verdict_id: str, reason: str,
-                        evidence: Evidence | None) -> list[Verdict]:
-        """Revoke every cleared verdict of `provider_id` in `space` but `verdict_id` (whatever
-        model or pin it was decided for): a refusal or a quarantine means its rows since their
-        last good check are suspect, and the audit lists the rows of revoked verdicts."""
-        out = []
+    def _revoke_earlier(self, space: Space, decided: Verdict, reason: str,
+                        evidence: Evidence | None) -> None:
+        """Revoke every other cleared verdict of the provider `decided` judged, in its space:
+        the same id, model and pin (a provider's identity; a re-pinned route is another
+        provider, whose refusal says nothing of the rows the old pin wrote). A refusal or a
+        quarantine makes its rows since their last good check suspect, and the audit lists the
+        rows of revoked verdicts."""
+        k = decided.key
         for v in self.verdicts.all():
-            if (v.key.space == space.key and v.key.provider_id == provider_id
-                    and v.verdict_id != verdict_id and v.cleared):
-                revoked = v.revoked(self._now(), reason, evidence)
-                self.verdicts.put(revoked)
-                out.append(revoked)
+            if (v.key.space == space.key and v.key.provider_id == k.provider_id
+                    and (v.key.model, v.key.upstream) == (k.model, k.upstream)
+                    and v.verdict_id != decided.verdict_id and v.cleared):
+                self.verdicts.put(v.revoked(self._now(), reason, evidence))
                 log.warning("gate: revoked %s of %s for the %s table: %s", v.verdict_id,
-                            provider_id, space.table, reason)
-        return out
+                            k.provider_id, space.table, reason)
 
     async def _emit(self, event: GateEvent) -> None:
         for listener in list(self._listeners):
