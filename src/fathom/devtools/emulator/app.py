@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from fathom.devtools.control_api import add_control_routes, bad, body_of
 from fathom.devtools.emulator.chat import content_pieces, tool_call_fragments
-from fathom.devtools.emulator.encoders import VARIANTS, encoder
+from fathom.devtools.emulator.encoders import VARIANTS, Remembering, encoder
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow, retry_after_header
 from fathom.devtools.emulator.state import (
     CHAT_UPSTREAM,
@@ -42,6 +42,7 @@ from fathom.devtools.emulator.state import (
     EmulatorState,
     Fault,
     key_hash,
+    pinned_upstream,
 )
 
 
@@ -103,6 +104,7 @@ def key_report_problem(b: dict[str, Any]) -> str | None:
 def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     cfg = config or EmulatorConfig()
     state = EmulatorState(cfg)
+    remembered = Remembering() if cfg.remember else None
     app = FastAPI(title="OpenRouter emulator (dev/test only)", docs_url=None, redoc_url=None)
     app.state.emulator = state
 
@@ -201,6 +203,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
                 raise _Refusal(400, "Request body is not valid JSON", {"error_type": "invalid_request"}) from None
             if not isinstance(body, dict):
                 raise _Refusal(400, "Request body must be a JSON object", {"error_type": "invalid_request"})
+            if endpoint == "embeddings" and pinned_upstream(body.get("provider")) is None:
+                state.unpinned_embeddings += 1  # counted before admission: it reached us
             admit(endpoint)
         except _Refusal as r:
             return _error(r.status, r.message, r.metadata, r.headers)
@@ -236,7 +240,10 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             upstream = route(model, body.get("provider"))
             await before_serving("embeddings", len(inputs))
             variant = state.upstreams[model][upstream]
-            vectors = await cfg.offload(encoder(variant).encode, inputs)
+            if remembered is not None:
+                vectors = await cfg.offload(remembered.encode, variant, inputs)
+            else:
+                vectors = await cfg.offload(encoder(variant).encode, inputs)
             state.by_upstream[upstream] += 1
             state.by_model[model] += 1
             data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
@@ -417,6 +424,13 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     # ------------------------------------------------------------------ control API
 
     add_control_routes(app, state)  # reset, counters, chat script
+
+    @app.post("/control/peak")
+    async def control_peak() -> dict[str, Any]:
+        """The peak of requests in flight since the last call (or the start), and how many are
+        in flight now; the next period starts from those."""
+        in_flight = state.concurrency.in_flight
+        return {"peak": state.concurrency.take_peak(), "in_flight": in_flight}
 
     @app.get("/control/state")
     async def control_state() -> dict[str, Any]:

@@ -26,6 +26,10 @@ class EmulatorControl:
     def counters(self) -> dict[str, Any]:
         return self._call("GET", "/counters")
 
+    def take_peak(self) -> dict[str, Any]:
+        """{"peak", "in_flight"}: the peak in flight since the last call; starts a new period."""
+        return self._call("POST", "/peak")
+
     def state(self) -> dict[str, Any]:
         return self._call("GET", "/state")
 

@@ -68,6 +68,7 @@ class EmulatorConfig:
     # thread looks idle to a virtual clock, which would jump while the encoder works.
     offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
     rerank_variant: str = "fp32"
+    remember: bool = False  # answer an embedding text seen before (per variant) from memory
 
 
 @dataclass
@@ -91,6 +92,22 @@ class Fault:
             self.remaining -= 1
             return True
         return False
+
+
+def pinned_upstream(prefs: Any) -> str | None:
+    """The one upstream a request's provider routing allows, or None when it allows more than
+    one (no `only`/`order`, several slugs, or fallbacks left on for an `order`): R4's pin."""
+    if not isinstance(prefs, dict):
+        return None
+    only, order = prefs.get("only"), prefs.get("order")
+    if only is not None:
+        allowed = set(only)
+    elif order and prefs.get("allow_fallbacks", True) is False:
+        allowed = set(order)
+    else:
+        return None
+    allowed -= set(prefs.get("ignore") or ())
+    return next(iter(allowed)) if len(allowed) == 1 else None
 
 
 class EmulatorState:
@@ -127,6 +144,7 @@ class EmulatorState:
         self.issued: Counter[str] = Counter()  # 401, 402s, 429s, injected 5xx by kind
         self.keys_seen: set[str] = set()
         self.accepted_at: list[float] = []  # clock times of admitted inference requests
+        self.unpinned_embeddings = 0  # embedding requests that more than one upstream could serve
 
     # -- keys
 
@@ -158,6 +176,7 @@ class EmulatorState:
             "in_flight": self.concurrency.in_flight,
             "key_hashes": sorted(self.keys_seen),
             "accepted_at": list(self.accepted_at),
+            "unpinned_embeddings": self.unpinned_embeddings,
         }
 
     def snapshot(self) -> dict[str, Any]:
