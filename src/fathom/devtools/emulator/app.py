@@ -20,7 +20,6 @@ persistence, and the control API has no auth because it must never face a networ
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import time
