@@ -160,7 +160,8 @@ def test_a_sidecar_cross_encoder_reorders_search_code_results(tmp_path, cross_en
             assert admin.post("/admin/fleet/ce/approve").json()["state"] == "approved"
             routes = {s["name"]: s["routes"] for s in admin.get("/admin/fleet").json()["sidecars"]}
             assert routes["ce"] == [{"role": "reranker", "backend": "in-process",
-                                     "model": "tiny-cross-encoder", "width": None}]
+                                     "model": "tiny-cross-encoder", "width": None,
+                                     "max_tokens": None}]
             job = admin.post("/admin/jobs", json={"path": str(root), "project": "shop"})
             assert job.status_code == 202, job.text
             job_id = job.json()["id"]

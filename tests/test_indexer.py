@@ -58,6 +58,17 @@ async def test_first_index_writes_both_tables_with_provenance(store, local_encod
     assert hits[0].path == "auth/password.py"
 
 
+async def test_a_folder_of_empty_files_is_a_clean_run_with_no_rows(store, local_encoder, tmp_path):  # noqa: F811
+    """Nothing to chunk makes no table; the run still ends with its report, not UnknownProject."""
+    root = tmp_path / "empty"
+    root.mkdir()
+    for i in range(3):
+        (root / f"f{i}.py").write_bytes(b"")
+    report, job = await index(store, local_encoder, root)
+    assert job.state is JobState.DONE
+    assert report.chunks == 0 and report.tables == {"code": 0, "docs": 0}
+
+
 async def test_skipped_files_are_counted_by_reason(store, local_encoder, sample_project):  # noqa: F811
     (sample_project / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
     report, _ = await index(store, local_encoder, sample_project)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -95,3 +96,36 @@ def test_server_and_sidecar_log_json_lines_without_the_canary_key(tmp_path: Path
         assert JOIN not in text and ADMIN not in text, who
     assert any("config push (with key)" in e["message"] for e in _json_lines(logs["server"], "server"))
     assert any("key held" in e["message"] for e in _json_lines(logs["sidecar"], "sidecar"))
+
+
+def test_configure_keeps_other_handlers_and_writes_to_stderr_as_it_is_now(capsys):
+    """A server or sidecar started in-process (a CLI test, an embedding program) must not take
+    the root's other handlers away, nor keep writing to a stderr that was swapped and closed."""
+    import io
+    import logging
+
+    root = logging.getLogger()
+    other = logging.StreamHandler(io.StringIO())
+    root.addHandler(other)
+    level = root.level
+    try:
+        logsafe.configure("INFO", "text")
+        logsafe.configure("WARNING", "json")
+        ours = [h for h in root.handlers if h is logsafe._handler]
+        assert other in root.handlers and len(ours) == 1
+        swapped = io.StringIO()
+        real, sys.stderr = sys.stderr, swapped
+        try:
+            logging.getLogger("fathom.test").warning("to the stderr of now")
+        finally:
+            sys.stderr = real
+        assert json.loads(swapped.getvalue().splitlines()[0])["message"] == "to the stderr of now"
+        swapped.close()
+        logging.getLogger("fathom.test").warning("the old stream is closed")  # no logging error
+        assert "Logging error" not in capsys.readouterr().err
+    finally:
+        root.removeHandler(other)
+        if logsafe._handler is not None:
+            root.removeHandler(logsafe._handler)
+            logsafe._handler = None
+        root.setLevel(level)

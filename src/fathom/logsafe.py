@@ -123,15 +123,39 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)  # one line: newlines inside are escaped
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to `sys.stderr` as it is at each record, not as it was at start-up (a stream
+    swapped and closed since, as a command run in-process leaves it, is never written to)."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+_handler: logging.Handler | None = None
+
+
 def configure(level: str = "INFO", log_format: str = "text") -> None:
     """The logging of a server or sidecar process: scrubbed (`install`), on stderr, as text lines
     or one JSON object per line (`--log-format json`)."""
     if log_format not in LOG_FORMATS:
         raise ValueError(f"unknown log format {log_format!r}: use text or json")
+    global _handler
     install()
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
-    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
+    root = logging.getLogger()
+    root.setLevel(level.upper())
+    # Replace only the handler an earlier call installed: the root's other handlers (a test
+    # runner's capture, an embedding program's own) are not ours to remove.
+    if _handler is not None:
+        root.removeHandler(_handler)
+    root.addHandler(handler)
+    _handler = handler
 
 
 def installed() -> bool:

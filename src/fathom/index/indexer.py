@@ -50,7 +50,7 @@ import numpy as np
 from fathom.errors import ConfigError, FathomError, failure_of
 from fathom.index.chunk import Chunk
 from fathom.index.chunking import EstimatedTokens, TokenCounter, chunk_file, fit_tokens
-from fathom.index.store import TABLE_KINDS, Slot, Store
+from fathom.index.store import TABLE_KINDS, Slot, Store, UnknownProject
 from fathom.inference.provider import Provider
 from fathom.space import Provenance, Space
 
@@ -453,8 +453,11 @@ class Indexer:
 
         tables = {}
         for t in TABLE_KINDS:
-            info = await asyncio.to_thread(self.store.table_info, job.project, t) \
-                if hasattr(self.store, "table_info") else None
+            try:
+                info = await asyncio.to_thread(self.store.table_info, job.project, t) \
+                    if hasattr(self.store, "table_info") else None
+            except UnknownProject:
+                info = None  # a folder with nothing to index: no table was made
             tables[t] = info.rows if info is not None else 0
         elapsed = self.clock() - started
         emit(phase="done")
