@@ -731,6 +731,34 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# The ANN path (tables too big for the matrix cache). Measured at 1M x 384 on clustered
+# vectors (docs/benchmarks.md): see `_build_ann` for the index and these for the search.
+ANN_NPROBES = 32
+# Rows the PQ search hands to an exact re-ranking on full vectors, whatever k is
+# (refine_factor = this / k): PQ codes alone rank the near neighbours of a query poorly
+# (recall@10 0.59 at 200k with refine_factor 10, 1.0 with 50).
+ANN_CANDIDATES = 500
+# A cached matrix used within this many seconds is never evicted to make room for another
+# table: a search over more projects than the cache holds then serves the overflow through
+# LanceDB instead of evicting (and reloading) the hot tables on every query.
+CACHE_IDLE_S = 60.0
+
+
+@dataclass
+class CacheStats:
+    """What the matrix cache did: `hits` (answered from memory), `loads` (read a table into
+    memory), `bypassed` (did not fit beside the tables in use; answered by LanceDB)."""
+
+    hits: int = 0
+    loads: int = 0
+    bypassed: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.loads + self.bypassed
+        return self.hits / total if total else 0.0
+
+
 @dataclass
 class _Matrix:
     """The in-memory copy of one active table used for exact vector search."""
@@ -739,6 +767,7 @@ class _Matrix:
     matrix: np.ndarray  # (n, width) float32, rows L2-normalised
     meta: pa.Table  # _HIT_COLUMNS, same row order
     dead: np.ndarray | None = None  # indices of damaged rows (non-finite or zero vectors)
+    used: float = 0.0  # the store clock at its last search
 
     @property
     def nbytes(self) -> int:
@@ -752,15 +781,27 @@ class LanceStore(Store):
 
     def __init__(self, root: Path | str, clearance: Clearance | None = None, *,
                  clock: Callable[[], float] = time.time, matrix_cache_bytes: int = 1 << 30,
-                 ann_min_rows: int = 20_000):
+                 ann_min_rows: int = 20_000, ann_nprobes: int = ANN_NPROBES,
+                 ann_candidates: int = ANN_CANDIDATES, ann_background: bool = True,
+                 cache_idle_s: float = CACHE_IDLE_S):
         super().__init__(clearance, clock=clock)
         import lancedb  # local: keeps `import fathom` light for CLIs that never open a store
 
         self._lancedb = lancedb
         self.root = Path(root)
         (self.root / "projects").mkdir(parents=True, exist_ok=True)
+        if matrix_cache_bytes < 0:
+            raise ConfigError(f"matrix_cache_bytes must be 0 or more, got {matrix_cache_bytes}")
         self.matrix_cache_bytes = matrix_cache_bytes
         self.ann_min_rows = ann_min_rows
+        self.ann_nprobes = ann_nprobes
+        self.ann_candidates = ann_candidates
+        self.ann_background = ann_background
+        self.cache_idle_s = cache_idle_s
+        self.cache_stats = CacheStats()
+        self._ann_jobs: dict[tuple[str, str], threading.Thread] = {}
+        self._ann_ready: set[tuple[str, str]] = set()
+        self._meta_row_bytes = 0  # the largest hit-column bytes per row seen (see _matrix)
         self._mutex = threading.RLock()
         self._dbs: dict[str, Any] = {}
         self._tables: dict[tuple[str, str], Any] = {}  # (slug, lance name) -> handle
@@ -1069,27 +1110,77 @@ class LanceStore(Store):
             entry["generation"] = entry.get("generation", 0) + 1
 
     def _build_indexes(self, project: str, name: str) -> None:
-        from lancedb.index import IvfPq
-
         tbl = self._table(project, name)
         # Merges the small fragments left by batch writes and folds new rows into the
         # keyword index (LanceDB updates indexes incrementally here).
         tbl.optimize()
         if not any(i.index_type == "FTS" for i in tbl.list_indices()):
             tbl.create_index("keywords", config=_fts_config(), replace=True)
+        if self._needs_ann(tbl):
+            # Too big for the in-memory matrix. The ANN index takes minutes at a million rows,
+            # so it is built after the switch, in the background: meanwhile LanceDB answers
+            # exactly (a flat scan) on a new table, or with the previous index plus a flat
+            # scan of the rows added since on a refreshed one.
+            self._ann_later(project, name)
+
+    def _needs_ann(self, tbl: Any) -> bool:
         n = tbl.count_rows()
-        if n == 0:
-            return
         width = tbl.schema.field("vector").type.list_size
-        if n >= self.ann_min_rows and n * width * 4 > self.matrix_cache_bytes:
-            # Too big for the in-memory matrix: give LanceDB an ANN index instead of its slow
-            # flat scan. Sub-vectors of 8..16 dims keep PQ's error small enough for
-            # refine_factor to restore recall.
-            sub = next((s for s in (width // 16, width // 8, width // 4) if s and width % s == 0),
-                       1)
-            # Partition count is LanceDB's own choice (it sizes partitions from the row count).
+        return n >= self.ann_min_rows and n * width * 4 > self.matrix_cache_bytes
+
+    def _ann_later(self, project: str, name: str) -> None:
+        """Build (or rebuild) the table's ANN index: in a daemon thread, one per table at a
+        time in this process, or right here when `ann_background` is off."""
+        key = (self.slug(project), name)
+        if not self.ann_background:
+            self._build_ann(project, name)
+            return
+        with self._mutex:
+            job = self._ann_jobs.get(key)
+            if job is not None and job.is_alive():
+                return
+            job = threading.Thread(target=self._build_ann, args=(project, name), daemon=True,
+                                   name=f"fathom-ann-{name}")
+            self._ann_jobs[key] = job
+        job.start()
+
+    def _build_ann(self, project: str, name: str) -> None:
+        from lancedb.index import IvfPq
+
+        key = (self.slug(project), name)
+        try:
+            tbl = self._table(project, name)
+            width = tbl.schema.field("vector").type.list_size
+            # Sub-vectors of 8..16 dims keep PQ's error small enough for refine_factor to
+            # restore recall; the partition count is LanceDB's own (~sqrt of the rows).
+            sub = next((s for s in (width // 16, width // 8, width // 4)
+                        if s and width % s == 0), 1)
             tbl.create_index("vector", config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
                              replace=True)
+        except Exception as exc:  # noqa: BLE001 - dropped meanwhile, or another process won
+            log.info("ANN index for %s of %s not built: %s", name, project, _short(exc))
+            return
+        with self._mutex:
+            self._ann_ready.add(key)
+        # Searchers (this process and others) reopen the table at the next generation and
+        # find the index.
+        with contextlib.suppress(StoreError), self._locked(project) as state:
+            for entry in state["tables"].values():
+                if entry.get("active") == name:
+                    entry["generation"] = entry.get("generation", 0) + 1
+
+    def ann_pending(self, project: str, table: str) -> bool:
+        """Whether the active table's ANN index is being built in this process now."""
+        name, _ = self._active(project, table)
+        job = self._ann_jobs.get((self.slug(project), name or ""))
+        return job is not None and job.is_alive()
+
+    def wait_for_ann(self, timeout: float | None = None) -> bool:
+        """Wait for the ANN builds this process started; True when none is left running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for job in list(self._ann_jobs.values()):
+            job.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(j.is_alive() for j in self._ann_jobs.values())
 
     def _collect_garbage(self, project: str) -> None:
         state = self._read_state(project) or {"tables": {}}
@@ -1276,8 +1367,14 @@ class LanceStore(Store):
         return name, generation, tbl
 
     def _matrix(self, project: str, table: str) -> tuple[_Matrix | None, Any]:
-        """The cached matrix for the active table (loading it if needed), or None when the
-        table is too big for the cache; plus the Lance handle of the active table."""
+        """The cached matrix for the active table (loading it if it fits), or None when the
+        table is answered by LanceDB; plus the Lance handle of the active table.
+
+        The cache never holds more than `matrix_cache_bytes` (matrix plus hit columns). To
+        make room it evicts the least recently used tables, but only those idle for
+        `cache_idle_s`: a table that does not fit beside the ones in use is answered by
+        LanceDB (counted as `bypassed`), so a search over more projects than the cache holds
+        never turns every query into a reload."""
         name, generation, tbl = self._active_handle(project, table)
         if name is None:
             return None, None
@@ -1287,43 +1384,73 @@ class LanceStore(Store):
             load_lock = self._load_locks.setdefault((slug, table), threading.Lock())
         # One loader per table; other tables' searches and all writes go on meanwhile.
         with load_lock:
+            now = self.clock()
             with self._mutex:
                 cached = self._matrices.get((slug, table))
                 if cached is not None and cached.key == key:
                     self._matrices.move_to_end((slug, table))
+                    cached.used = now
+                    self.cache_stats.hits += 1
                     return cached, tbl
+                if cached is not None:  # a stale generation: its memory is free again
+                    del self._matrices[(slug, table)]
             width = tbl.schema.field("vector").type.list_size
             n = tbl.count_rows()
-            if n * width * 4 > self.matrix_cache_bytes:
+            # The hit columns' size is known after loading; the mean of the tables loaded so
+            # far (per row, the largest seen) is the estimate before.
+            if not self._make_room(n * (width * 4 + self._meta_row_bytes), now):
                 with self._mutex:
-                    self._matrices.pop((slug, table), None)
+                    self.cache_stats.bypassed += 1
                 return None, tbl
-            data = tbl.search().select(["vector", *_HIT_COLUMNS]).limit(None).to_arrow()
-            vec = data["vector"].combine_chunks()
-            matrix = vec.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            bad = ~np.isfinite(norms[:, 0]) | (norms[:, 0] == 0)
-            if bad.any():
-                # Damaged rows (a corrupt data file) never rank: zeroed, and named in the log.
-                log.warning("project %s table %s: %d rows hold non-finite or zero vectors; "
-                            "they are left out of vector search. Run `fathom store verify %s "
-                            "--repair`.", project, table, int(bad.sum()), project)
-                matrix = np.where(bad[:, None], 0.0, matrix)
-                norms = np.where(bad[:, None], 1.0, norms)
-            with np.errstate(invalid="ignore", over="ignore"):
-                matrix = np.nan_to_num(matrix / norms, nan=0.0, posinf=0.0, neginf=0.0)
-            meta = data.drop_columns(["vector"]).combine_chunks()
-            entry = _Matrix(key, np.ascontiguousarray(matrix, np.float32), meta,
-                            np.flatnonzero(bad) if bad.any() else None)
+            entry = self._load_matrix(project, table, tbl, key, width)
+            entry.used = now
             with self._mutex:
+                rows = max(1, entry.matrix.shape[0])
+                self._meta_row_bytes = max(self._meta_row_bytes, entry.meta.nbytes // rows)
+                if not self._make_room(entry.nbytes, now):
+                    self.cache_stats.bypassed += 1
+                    return entry, tbl  # the hit columns tipped it over: used once, not kept
+                self.cache_stats.loads += 1
                 self._matrices[(slug, table)] = entry
-                self._evict()
             return entry, tbl
 
-    def _evict(self) -> None:
-        while (sum(m.nbytes for m in self._matrices.values()) > self.matrix_cache_bytes
-               and len(self._matrices) > 1):
-            self._matrices.popitem(last=False)
+    def _make_room(self, nbytes: int, now: float) -> bool:
+        """Evict idle tables (least recently used first) until `nbytes` more fit the bound;
+        False, evicting nothing, when they cannot."""
+        with self._mutex:
+            held = sum(m.nbytes for m in self._matrices.values())
+            idle = [k for k, m in self._matrices.items() if now - m.used >= self.cache_idle_s]
+            freeable = sum(self._matrices[k].nbytes for k in idle)
+            if held - freeable + nbytes > self.matrix_cache_bytes:
+                return False
+            for k in idle:  # OrderedDict order: least recently used first
+                if held + nbytes <= self.matrix_cache_bytes:
+                    break
+                held -= self._matrices.pop(k).nbytes
+            return True
+
+    @staticmethod
+    def _load_matrix(project: str, table: str, tbl: Any, key: tuple[str, str, int],
+                     width: int) -> _Matrix:
+        data = tbl.search().select(["vector", *_HIT_COLUMNS]).limit(None).to_arrow()
+        vec = data["vector"].combine_chunks()
+        matrix = np.array(vec.flatten().to_numpy(zero_copy_only=False), dtype=np.float32,
+                          copy=True).reshape(-1, width)
+        meta = data.drop_columns(["vector"]).combine_chunks()
+        del data, vec
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        bad = ~np.isfinite(norms[:, 0]) | (norms[:, 0] == 0)
+        if bad.any():
+            # Damaged rows (a corrupt data file) never rank: zeroed, and named in the log.
+            log.warning("project %s table %s: %d rows hold non-finite or zero vectors; "
+                        "they are left out of vector search. Run `fathom store verify %s "
+                        "--repair`.", project, table, int(bad.sum()), project)
+            matrix[bad] = 0.0
+            norms[bad] = 1.0
+        with np.errstate(invalid="ignore", over="ignore"):
+            matrix /= norms  # in place: loading holds one copy of the matrix, not three
+        np.nan_to_num(matrix, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        return _Matrix(key, matrix, meta, np.flatnonzero(bad) if bad.any() else None)
 
     @staticmethod
     def _hits_from(meta: pa.Table | dict[str, list[Any]], table: str, scores: Sequence[float],
@@ -1380,13 +1507,28 @@ class LanceStore(Store):
             top = top[np.argsort(-scores[top], kind="stable")]
             return self._hits_from(cached.meta.take(pa.array(rows[top])), table,
                                    scores[top].tolist(), "vector")
+        self._ensure_ann(project, tbl)
         search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
-                  .nprobes(32).refine_factor(10))
+                  .nprobes(self.ann_nprobes)
+                  .refine_factor(max(1, -(-self.ann_candidates // k))))
         if where is not None:
             search = search.where(where.lance_sql(), prefilter=True)
         res = search.limit(k).select([*_HIT_COLUMNS, "_distance"]).to_arrow()
         scores = [1.0 - d for d in res["_distance"].to_pylist()]
         return self._hits_from(res, table, scores, "vector")
+
+    def _ensure_ann(self, project: str, tbl: Any) -> None:
+        """A big table without its ANN index (the process that promoted it stopped before
+        the build finished) gets one built here, in the background; LanceDB answers exactly
+        meanwhile."""
+        key = (self.slug(project), tbl.name)
+        if key in self._ann_ready or not self._needs_ann(tbl):
+            return
+        if any(i.columns == ["vector"] for i in tbl.list_indices()):
+            with self._mutex:
+                self._ann_ready.add(key)
+            return
+        self._ann_later(project, tbl.name)
 
     @_guarded
     def text_search(self, project: str, table: str, query: str, k: int = 10, *,
@@ -1561,6 +1703,8 @@ def open_store(settings: Any = None, clearance: Clearance | None = None, **kwarg
 
     settings = settings or Settings()
     url = getattr(settings, "store_url", None)
+    if not (url or "").startswith(("postgresql://", "postgres://")):
+        kwargs.setdefault("matrix_cache_bytes", getattr(settings, "matrix_cache_bytes", 1 << 30))
     return open_store_url(url or settings.lance_dir, clearance, **kwargs)
 
 
