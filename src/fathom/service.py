@@ -654,20 +654,32 @@ class Fathom:
         if not isinstance(query, str) or not query.strip():
             raise ConfigError("the search query is empty: give a few words or an identifier")
         names, notes = await asyncio.to_thread(self.searchable, project, table)
-        out: list[SearchHit] = []
+        if project is not None:
+            encoder = self.encoder_for(table, project)
+            hits = await search_mod.search(self.store, encoder, project, query, table=table,
+                                           k=k, where=where)
+            return Noted([SearchHit.of(project, h) for h in hits], notes)
+        # Every project at once: those of one space share one query vector and one fusion
+        # (`hybrid_search_many`), so their scores are one scale. Projects of different
+        # spaces (another encoder) are fused apart and merged by fused score, each group
+        # normalised to [0, 1] with the same boosts.
+        groups: dict[tuple[Any, str], tuple[Provider, list[str]]] = {}
         for name in names:
             try:
-                encoder = self.encoder_for(table, name)
-                hits = await search_mod.search(self.store, encoder, name, query, table=table,
-                                               k=k, where=where)
+                space = await asyncio.to_thread(self.store.space_of, name, table)
             except DamagedProject as exc:
-                if project is not None:
-                    raise
-                notes.append(skipped_note(name, exc.detail))  # found damaged only on reading
+                notes.append(skipped_note(name, exc.detail))
                 continue
-            out.extend(SearchHit.of(name, h) for h in hits)
-        # Fused scores of different projects are on one scale (each list normalised to
-        # [0, 1], plus the same boosts), so a merge by score is fair.
+            encoder = self.encoder_for(table, name)
+            groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
+        out: list[SearchHit] = []
+        for encoder, members in groups.values():
+            vector = await search_mod.encode_query(encoder, query)
+            hits, damaged = await asyncio.to_thread(
+                functools.partial(search_mod.hybrid_search_many, where=where), self.store,
+                members, table, vector, query, k)
+            notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
+            out.extend(SearchHit.of(h.project or "", h) for h in hits)
         out.sort(key=lambda h: -h.score)
         return Noted(out[:k], notes)
 

@@ -260,6 +260,7 @@ class Hit:
     vector_rank: int | None = None
     text_rank: int | None = None
     match: str | None = None  # "symbol", "path" or "symbol+path": the query named this chunk
+    project: str | None = None  # set by a search over several projects (chunk ids may repeat)
 
 
 @dataclass(frozen=True)
