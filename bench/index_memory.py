@@ -3,7 +3,8 @@
     nice -n 10 .venv/bin/python bench/index_memory.py [--chunks 200000]
 
 Writes a synthetic Python project (files of 40 small functions, each ~0.7 KB with a
-docstring, so two chunks per function: the code and the docstring) to a temporary folder, then runs a full `fathom index` job
+docstring, so two chunks per function: the code and the docstring) to a temporary folder,
+then runs a full `fathom index` job
 (`Indexer.run`: walk, chunk, plan, embed in batches, write to a shadow slot, promote) into a
 LanceDB store with a hash encoder standing in for the model (deterministic 384-d unit vectors
 from each text's CRC: microseconds per chunk, no torch), so the figure is the indexer's and

@@ -8,7 +8,10 @@ Everything below is a *blocking* call (LanceDB is synchronous); async callers wr
 read) or `Slot.SHADOW` (a full re-index being built).
 
     store = LanceStore(root: Path, clearance: Clearance | None = None, *, clock=time.time,
-                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000)
+                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000, ann_nprobes=32,
+                       ann_candidates=500, ann_background=True, cache_idle_s=60.0)
+    store.cache_stats -> CacheStats(hits, loads, bypassed)     # the matrix cache, LanceDB only
+    store.ann_pending(project, table) -> bool; store.wait_for_ann(timeout) -> bool
     store = open_store(settings)   # PostgreSQL if settings.store_url is postgresql://…, else LanceDB
 
     # spaces and slots
@@ -74,19 +77,28 @@ What this module owns
 Search speed: the choice. LanceDB's flat vector path is ~20-40x slower than a numpy matmul
 (ARCHITECTURE.md), and an IVF-PQ index costs minutes to build per promotion and loses recall.
 So every active table whose float32 matrix fits in `matrix_cache_bytes` (1 GiB by default,
-LRU over tables; ~700k chunks at 384-d) is answered from memory: the L2-normalised matrix plus
-the hit columns, exact cosine by one matmul (exact recall). Measured by hand at 50k x 384-d
-on the shared 2-core machine *under load average ~6*: matmul + top-k 25-37 ms, store
-`vector_search` within ~3 ms of the raw matmul, `text_search` 11-15 ms, `hybrid_search`
-(both halves in parallel) p50 ~26 ms; loading the cache once after a change ~0.8 s. The
-raw matmul alone is ~5 ms at 50k on an idle machine, so the hybrid p50 there is ~10 ms.
-Tables too big for the cache are searched through LanceDB with an IVF-PQ index (built by
-`promote`/`refresh` once a table has `ann_min_rows` rows; 50k x 384 took ~2 min under load)
-with `nprobes`/`refine_factor` for recall. Keyword search is LanceDB's native full-text index
-(`FTS`, offline; the tantivy variant is not used), created with each table and folded forward
-by `promote`/`refresh` (`optimize`); rows written since are still found (LanceDB searches
-unindexed rows flat). The cache is invalidated by a generation number in state.json that every
-write to the active slot bumps, so a server process sees writes made by a CLI process.
+`Settings.matrix_cache_bytes` / FATHOM_MATRIX_CACHE_BYTES; ~500k chunks of ~0.5 KB at 384-d) is answered from
+memory: the L2-normalised matrix plus the hit columns, exact cosine by one matmul (exact recall).
+The bound counts the matrices and their hit columns and is never exceeded; room is made by
+evicting the least recently used tables idle for `cache_idle_s`, and a table that does not fit
+beside the ones in use is answered by LanceDB instead (`cache_stats.bypassed`), so a search
+over more projects than the cache holds does not reload every table on every query. numpy's
+BLAS runs single-threaded (`single_threaded_blas`): searches are parallel already. Measured by
+hand at 50k x 384-d on the shared 2-core machine *under load average ~6*: matmul + top-k 25-37
+ms, store `vector_search` within ~3 ms of the raw matmul, `text_search` 11-15 ms,
+`hybrid_search` (both halves in parallel) p50 ~26 ms; loading the cache once after a change
+~0.8 s. Tables too big for the cache are searched through LanceDB with an IVF-PQ index from
+`ann_min_rows` rows on, probing `ann_nprobes` partitions and re-ranking `ann_candidates`
+rows on their full vectors (refine_factor = candidates / k). `promote`/`refresh` start that
+build in a background thread after the switch (minutes at a million rows; LanceDB answers
+exactly by a flat scan meanwhile, or with the previous index plus a flat scan of newer rows
+on a refreshed table); a searcher that finds a big table without its index starts the build
+itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md. Keyword search is LanceDB's
+native full-text index (`FTS`, offline; the tantivy variant is not used), created with each
+table and folded forward by `promote`/`refresh` (`optimize`); rows written since are still
+found (LanceDB searches unindexed rows flat). The cache is invalidated by a generation number
+in state.json that every write to the active slot bumps (and a finished ANN build), so a
+server process sees writes made by a CLI process.
 
 What it refuses to do: embed anything (vectors come from the caller), decide who is cleared
 (the injected `Clearance` decides; the default clears only the space's reference encoder),
