@@ -256,8 +256,8 @@ async def main() -> None:
         if hasattr(store, "ann_nprobes") and building:
             default = (store.ann_nprobes, store.ann_candidates)
             m = min(args.queries, 100)
-            for nprobes, candidates in [(16, 100), (16, 300), (32, 300), (16, 500), (32, 500),
-                                        (64, 500), (32, 1000)]:
+            for nprobes, candidates in [(16, 100), (32, 100), (16, 200), (32, 200), (64, 200),
+                                        (32, 300), (32, 500)]:
                 store.ann_nprobes, store.ann_candidates = nprobes, candidates
                 rec = [recall_of(i, store.vector_search("bench", "code", q[i], 10)) for i in range(m)]
                 lat = timed(lambda i: store.vector_search("bench", "code", q[i], 10), m)
