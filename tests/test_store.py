@@ -181,6 +181,22 @@ def test_the_matrix_cache_stays_under_its_bound_and_keeps_the_tables_in_use(tmp_
     assert store.cache_stats.hit_rate == 3 / 7
 
 
+def test_a_table_the_cache_has_no_room_for_gets_an_ann_index(tmp_path):
+    writer = LanceStore(tmp_path, ann_min_rows=500)
+    _, vecs = _big_table(writer, "a")
+    _big_table(writer, "b")
+    assert _vector_indexes(writer, "a") == _vector_indexes(writer, "b") == []  # they fit
+    probe = LanceStore(tmp_path)
+    probe.vector_search("a", "code", vecs[0], 1)
+    one = next(iter(probe._matrices.values())).nbytes
+    store = LanceStore(tmp_path, ann_min_rows=500, matrix_cache_bytes=int(1.5 * one))
+    store.vector_search("a", "code", vecs[0], 10)  # held
+    store.vector_search("b", "code", vecs[0], 10)  # no room beside "a": LanceDB answers
+    assert store.cache_stats.bypassed == 1 and store.wait_for_ann(timeout=120)
+    assert _vector_indexes(store, "a") == []
+    assert [i.index_type for i in _vector_indexes(store, "b")] == ["IvfPq"]
+
+
 def test_validate_vectors_accepts_one_row_as_a_flat_vector():
     assert validate_vectors(SPACE, "code", np.ones(WIDTH), 1).shape == (1, WIDTH)
 

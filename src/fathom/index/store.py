@@ -832,6 +832,7 @@ class LanceStore(Store):
         self.cache_stats = CacheStats()
         self._ann_jobs: dict[tuple[str, str], threading.Thread] = {}
         self._ann_ready: set[tuple[str, str]] = set()
+        self._ann_slots = threading.Semaphore(1)
         self._meta_row_bytes = 0  # the largest hit-column bytes per row seen (see _matrix)
         self._mutex = threading.RLock()
         self._dbs: dict[str, Any] = {}
@@ -1154,10 +1155,13 @@ class LanceStore(Store):
             # scan of the rows added since on a refreshed one.
             self._ann_later(project, name)
 
-    def _needs_ann(self, tbl: Any) -> bool:
+    def _needs_ann(self, tbl: Any, *, uncached: bool = False) -> bool:
+        """Whether the table deserves an ANN index: from `ann_min_rows` rows, when it is too
+        big for the cache, or (`uncached`) when the cache had no room for it beside the
+        tables in use (many projects: their overflow is searched through LanceDB too)."""
         n = tbl.count_rows()
         width = tbl.schema.field("vector").type.list_size
-        return n >= self.ann_min_rows and n * width * 4 > self.matrix_cache_bytes
+        return n >= self.ann_min_rows and (uncached or n * width * 4 > self.matrix_cache_bytes)
 
     def _ann_later(self, project: str, name: str) -> None:
         """Build (or rebuild) the table's ANN index: in a daemon thread, one per table at a
@@ -1187,8 +1191,10 @@ class LanceStore(Store):
             # from 500 candidates at 1M x 384). The partition count is LanceDB's own.
             sub = next((s for s in (width // 4, width // 8, width // 16)
                         if s and width % s == 0), 1)
-            tbl.create_index("vector", config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
-                             replace=True)
+            with self._ann_slots:  # one build at a time: each one takes the cores it finds
+                tbl.create_index("vector",
+                                 config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
+                                 replace=True)
         except Exception as exc:  # noqa: BLE001 - dropped meanwhile, or another process won
             log.info("ANN index for %s of %s not built: %s", name, project, _short(exc))
             return
@@ -1550,11 +1556,11 @@ class LanceStore(Store):
         return self._hits_from(res, table, scores, "vector")
 
     def _ensure_ann(self, project: str, tbl: Any) -> None:
-        """A big table without its ANN index (the process that promoted it stopped before
-        the build finished) gets one built here, in the background; LanceDB answers exactly
-        meanwhile."""
+        """A table searched through LanceDB without an ANN index (the process that promoted
+        it stopped before the build finished, or the cache had no room for it) gets one built
+        here, in the background; LanceDB answers exactly meanwhile."""
         key = (self.slug(project), tbl.name)
-        if key in self._ann_ready or not self._needs_ann(tbl):
+        if key in self._ann_ready or not self._needs_ann(tbl, uncached=True):
             return
         if any(i.columns == ["vector"] for i in tbl.list_indices()):
             with self._mutex:
