@@ -1434,8 +1434,8 @@ class LanceStore(Store):
                     del self._matrices[(slug, table)]
             width = tbl.schema.field("vector").type.list_size
             n = tbl.count_rows()
-            # The hit columns' size is known after loading; the mean of the tables loaded so
-            # far (per row, the largest seen) is the estimate before.
+            # The hit columns' size is known only after loading: before, the largest size
+            # per row among the tables loaded so far is the estimate.
             if not self._make_room(n * (width * 4 + self._meta_row_bytes), now):
                 with self._mutex:
                     self.cache_stats.bypassed += 1
