@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import numpy as np  # noqa: E402
 
 from _common import machine, peak_rss_mib  # noqa: E402
-from search_latency import BATCH, pct, rows_for, timed, unit, vocabulary  # noqa: E402
+from search_latency import BATCH, latency_line, pct, rows_for, timed, unit, vocabulary  # noqa: E402
 
 from fathom.config import Settings  # noqa: E402
 from fathom.index.indexer import space_for  # noqa: E402
@@ -57,8 +56,7 @@ def serial_all(store, names, q, text, k=10):
 
 
 def line(name: str, v: list[float]) -> str:
-    return (f"{name:<52} p50 {pct(v, 50):8.2f} ms   p95 {pct(v, 95):8.2f} ms   "
-            f"mean {statistics.fmean(v):8.2f} ms")
+    return latency_line(name, v, 52)
 
 
 async def main() -> None:

@@ -136,8 +136,8 @@ def timed(fn, n: int) -> list[float]:
     return out
 
 
-def latency_line(name: str, v: list[float]) -> str:
-    return (f"{name:<44} p50 {pct(v, 50):8.2f} ms   p95 {pct(v, 95):8.2f} ms   "
+def latency_line(name: str, v: list[float], width: int = 44) -> str:
+    return (f"{name:<{width}} p50 {pct(v, 50):8.2f} ms   p95 {pct(v, 95):8.2f} ms   "
             f"mean {statistics.fmean(v):8.2f} ms")
 
 
