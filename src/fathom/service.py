@@ -315,6 +315,7 @@ class Fathom:
         self.records = ProjectRecords(self.settings.data_dir)
         self.jobs: dict[str, Job] = {}
         self._index_lock: dict[str, asyncio.Lock] = {}
+        self._batch_history: dict[str, dict[str, Any]] = {}  # table -> Pool(history=)
         self.watcher: Any = None  # a fathom.index.watch.Watcher once a front end turns sync on
         self.registry = registry if registry is not None else ProviderRegistry()
         if gate is None:
@@ -445,8 +446,13 @@ class Fathom:
 
     def _runner(self, table: str):
         """The role's pull pool: cloud providers take a budget permit before they pull."""
+        # Each provider's batch size starts where its last job left it (`Pool(history=)`),
+        # for as long as this process runs. Seam: persisting it in the routing state, and
+        # sizing cloud batches from a key's discovered rate limit, belong with the budget's
+        # key discovery (issue 14).
         return self.router.pool(ROLE_OF_TABLE[table], admission=self.budget.admission,
-                                lanes=lambda p: 4 if p.info.is_cloud else 1)
+                                lanes=lambda p: 4 if p.info.is_cloud else 1,
+                                history=self._batch_history.setdefault(table, {}))
 
     # ---- indexing
 
