@@ -146,6 +146,27 @@ def test_a_big_table_left_without_its_ann_index_gets_one_from_the_next_searcher(
     assert [i.index_type for i in _vector_indexes(server)] == ["IvfPq"]
 
 
+def test_a_failed_ann_build_is_not_retried_by_every_search(tmp_path, caplog):
+    caplog.set_level("INFO", logger="fathom.index.store")
+    writer = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
+    writer._build_ann = lambda project, name: None  # the promoting process stopped first
+    _, vecs = _big_table(writer)
+    server = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
+    name = server._active("p", "code")[0]
+    tbl = server._table("p", name)
+    calls = []
+
+    def refused(*args, **kwargs):
+        calls.append(args)
+        raise OSError("disk full")
+
+    tbl.create_index = refused
+    for _ in range(3):
+        assert len(server.vector_search("p", "code", vecs[0], 10)) == 10  # exact meanwhile
+        assert server.wait_for_ann(timeout=60)
+    assert len(calls) == 1 and "not built" in caplog.text and "disk full" in caplog.text
+
+
 def test_the_matrix_cache_stays_under_its_bound_and_keeps_the_tables_in_use(tmp_path):
     clock = FakeClock()
     writer = LanceStore(tmp_path, clock=clock)

@@ -833,6 +833,7 @@ class LanceStore(Store):
         self._ann_jobs: dict[tuple[str, str], threading.Thread] = {}
         self._ann_ready: set[tuple[str, str]] = set()
         self._ann_slots = threading.Semaphore(1)
+        self._ann_failed: set[tuple[str, str]] = set()
         self._meta_row_bytes = 0  # the largest hit-column bytes per row seen (see _matrix)
         self._mutex = threading.RLock()
         self._dbs: dict[str, Any] = {}
@@ -1197,6 +1198,8 @@ class LanceStore(Store):
                                  replace=True)
         except Exception as exc:  # noqa: BLE001 - dropped meanwhile, or another process won
             log.info("ANN index for %s of %s not built: %s", name, project, _short(exc))
+            with self._mutex:
+                self._ann_failed.add(key)  # searches do not retry it; refresh/promote do
             return
         with self._mutex:
             self._ann_ready.add(key)
@@ -1560,7 +1563,9 @@ class LanceStore(Store):
         it stopped before the build finished, or the cache had no room for it) gets one built
         here, in the background; LanceDB answers exactly meanwhile."""
         key = (self.slug(project), tbl.name)
-        if key in self._ann_ready or not self._needs_ann(tbl, uncached=True):
+        if key in self._ann_ready or key in self._ann_failed:
+            return
+        if not self._needs_ann(tbl, uncached=True):
             return
         if any(i.columns == ["vector"] for i in tbl.list_indices()):
             with self._mutex:
