@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast install system-deps mcp-inspector bench clean
+.PHONY: demo test test-fast install system-deps mcp-inspector bench dist clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -56,5 +56,9 @@ test: install system-deps mcp-inspector
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
+# A wheel and an sdist of fathom-code-search under dist/ (tests/test_install.py installs one).
+dist: install
+	$(BIN)/python -m build --no-isolation --outdir dist .
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) dist build

@@ -63,7 +63,7 @@ async def main() -> None:
         encoder = LocalEncoder.from_settings(settings)
         model = encoder.load()
         model.encode(["warm up the kernels"] * 8, batch_size=8)
-        texts = [c.text for c in discover(root).chunks]
+        texts = [c.text for c in discover(root, tokens=encoder.token_counter()).chunks]  # as indexed
 
         raw: list[float] = []
         full: list[float] = []

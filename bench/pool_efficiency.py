@@ -26,8 +26,10 @@ from typing import Sequence
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_clock
 
-from fathom.clock import Clock, FakeClock, SystemClock  # noqa: E402
+from fathom.clock import Clock, SystemClock  # noqa: E402
+from tests.fake_clock import FakeClock  # noqa: E402
 from fathom.inference.pool import Pool  # noqa: E402
 from fathom.inference.provider import Kind, Provider, ProviderInfo  # noqa: E402
 from fathom.roles import Role  # noqa: E402

@@ -17,6 +17,10 @@ job through the three of them, in three phases:
 Contenders (the emulator is reset in between):
 - Fathom: `Pool` over three `BudgetedProvider(OpenRouterProvider)` with one `CloudBudget`
   (rpm = R, configured, hence trusted: Little's law ceiling + the RPM window + AIMD), 8 lanes each;
+- Fathom, discovered: nothing configured; the emulator's key reports R (`GET /key`), read the
+  way a sidecar reads it (`fleet.keycheck.read_key`) and fed to the budget the way the server's
+  hub does (`feed_budget`); each provider's lanes follow the budget's effective limit, as the
+  service's index pools do;
 - fixed 3 × 8: the same pool without the budget (per-provider caps only; a 429 still pauses
   that provider for Retry-After, so this is the pool's own reaction, not a naive retry loop);
 - LiteLLM Router, three deployments on the same endpoint and key, each `rpm = R / 3` (LiteLLM
@@ -89,10 +93,15 @@ class Contender:
 
 
 class FathomPool(Contender):
-    def __init__(self, base_url: str, rpm: float | None, window_s: float, budgeted: bool):
+    def __init__(self, base_url: str, rpm: float | None, window_s: float, budgeted: bool,
+                 discovered: bool = False):
         self.budgeted = budgeted
-        self.name = "Fathom CloudBudget (rpm known)" if budgeted else "fixed 3 × 8 (pool, no budget)"
+        self.discovered = discovered
+        self.name = ("Fathom CloudBudget (rpm discovered)" if discovered else
+                     "Fathom CloudBudget (rpm known)" if budgeted else "fixed 3 × 8 (pool, no budget)")
         self.client = OpenRouterClient(c.BENCH_KEY, base_url=base_url)
+        if discovered:
+            rpm = None  # the budget learns it from the key
         scale = window_s / 60.0
         self.budget = CloudBudget(rpm=rpm, window_s=window_s, clean_window_s=10.0 * scale,
                                   base_backoff_s=max(0.25, 1.0 * scale)) if budgeted else None
@@ -100,7 +109,9 @@ class FathomPool(Contender):
                                     upstream=PIN, width=WIDTH, provider_id=f"openrouter:sidecar-{i}")
                  for i in range(PROVIDERS)]
         providers = [BudgetedProvider(p, self.budget) for p in inner] if self.budget else inner
-        self.pool = Pool(providers, lanes=LANES, max_batch=BATCH, initial_batch=BATCH,
+        budget = self.budget
+        lanes = (lambda p: budget.effective_limit) if discovered and budget else LANES
+        self.pool = Pool(providers, lanes=lanes, max_batch=BATCH, initial_batch=BATCH,
                          min_batch=1, admission=self.budget.admission if self.budget else None,
                          stall_timeout=None)
         self.task: asyncio.Task | None = None
@@ -109,6 +120,14 @@ class FathomPool(Contender):
         async def sink(indices, vectors, provider):
             pass
 
+        if self.discovered:
+            from datetime import datetime, timezone
+
+            from fathom.fleet.keycheck import KeyCheckRecord, feed_budget, read_key
+
+            check = await read_key(self.client, "push")
+            feed_budget(self.budget)(KeyCheckRecord("bench", check.outcome, check.reason,
+                                                    datetime.now(timezone.utc), check.facts))
         self.task = asyncio.create_task(self.pool.run(c.texts(200_000), sink))
 
     async def stop(self) -> str:
@@ -116,7 +135,7 @@ class FathomPool(Contender):
         note = ""
         if self.budget is not None:
             st = self.budget.state()
-            note = (f"ceiling {st.ceiling} ({st.ceiling_source}), effective {st.effective_limit}, "
+            note = (f"ceiling {st.ceiling} ({st.ceiling_origin}), effective {st.effective_limit}, "
                     f"halvings {st.halvings}, rtt {st.rtt_s * 1000:.0f} ms")
         self.task.cancel()
         try:
@@ -216,8 +235,11 @@ def summarise(m: Measure, per_window: int, ph: Phases) -> tuple:
     first = next((t - end for t in acc if t >= end), math.nan)
     recovered = between(end, m.marks["recovery"]) / (rate * ph.recovery_s)
     rec_429 = r429("recovery") - r429("outage")
+    in_steady = [t for t in acc if m.marks["warm"] <= t < m.marks["steady"]]
+    stall = max((b - a for a, b in zip([m.marks["warm"], *in_steady], [*in_steady, m.marks["steady"]])),
+                default=math.nan)
     return (m.name, achieved, steady_429, f"{100 * steady_429 / max(1, steady_req):.1f} %",
-            m.counts["steady"]["peak_concurrency"], outage_429, first,
+            m.counts["steady"]["peak_concurrency"], round(stall, 2), outage_429, first,
             recovered, rec_429, m.note)
 
 
@@ -244,6 +266,7 @@ def main() -> None:
     rpm = per_window * 60.0 / ph.window_s
     makers = [
         lambda: FathomPool(base, rpm, ph.window_s, budgeted=True),
+        lambda: FathomPool(base, None, ph.window_s, budgeted=True, discovered=True),
         lambda: FathomPool(base, None, ph.window_s, budgeted=False),
     ]
     if not args.skip_litellm:
@@ -255,15 +278,23 @@ def main() -> None:
             emu.control.reset()
             emu.control.latency(base_ms=args.latency_ms, per_item_ms=2.0)
             emu.control.set_limits(rpm=per_window, window=ph.window_s)
+            # The key reports the limit it is held to (what "discovered" reads; the others
+            # are told the rpm or ignore it).
+            emu.control.set_key(rate_limit={"requests": per_window, "interval": f"{ph.window_s:g}s"})
             m = asyncio.run(asyncio.wait_for(drive(make, emu, ph), ph.total + 60))
             rows.append(summarise(m, per_window, ph))
             print(f"  {m.name}: done", flush=True)
+            # Requests the stopped contender left at the emulator finish before the next reset:
+            # one that ended after it would count down the next contender's in-flight figure.
+            deadline = time.monotonic() + 30
+            while emu.control.counters()["in_flight"] > 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
     finally:
         emu.stop()
 
     print()
     print(c.table(["contender", "achieved ÷ limit", "429s (steady)", "429 % (steady)",
-                   "peak in flight", "429s in outage", "first success after outage, s",
+                   "peak in flight", "longest gap (steady), s", "429s in outage", "first success after outage, s",
                    "accepted ÷ limit in recovery", "429s in recovery", "notes"], rows))
     if args.quick:
         print("\n(--quick: LiteLLM counts rpm per calendar minute; its rows are not comparable here)")

@@ -52,7 +52,8 @@ from fathom.index.chunk import Chunk  # noqa: E402
 from fathom.index.indexer import space_for  # noqa: E402
 from fathom.index.fusion import fuse, rrf_fuse  # noqa: E402
 from fathom.index.search import hybrid_search  # noqa: E402
-from fathom.index.store import LanceStore, Slot, open_store_url  # noqa: E402
+from fathom.index.backend import open_store_url  # noqa: E402
+from fathom.index.store import LanceStore, Slot  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 from fathom.space import Provenance, Space  # noqa: E402

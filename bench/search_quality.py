@@ -402,7 +402,7 @@ def code_only(fathom: Fathom) -> None:
 
     def indexer() -> indexer_mod.Indexer:
         ix = build()
-        ix.discover = lambda root: _code_chunks(indexer_mod.discover(root))
+        ix.discover = lambda root, **kw: _code_chunks(indexer_mod.discover(root, **kw))
         return ix
 
     fathom.indexer = indexer  # type: ignore[method-assign]

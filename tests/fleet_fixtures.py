@@ -50,10 +50,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _bound_socket() -> socket.socket:
+def _bound_socket(port: int = 0) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     return sock
 
 
@@ -63,9 +63,10 @@ def _uvicorn(app: Any, log_level: str = "warning") -> uvicorn.Server:
 
 
 @contextlib.asynccontextmanager
-async def serve_in_loop(app: Any, log_level: str = "warning") -> AsyncIterator[str]:
-    """Serve `app` on 127.0.0.1 inside the running loop; yields http://127.0.0.1:PORT."""
-    sock = _bound_socket()
+async def serve_in_loop(app: Any, log_level: str = "warning", *, port: int = 0) -> AsyncIterator[str]:
+    """Serve `app` on 127.0.0.1 inside the running loop; yields http://127.0.0.1:PORT. `port`:
+    a fixed one (a restarted server on the port its sidecars reconnect to); 0 picks a free one."""
+    sock = _bound_socket(port)
     server = _uvicorn(app, log_level)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     for _ in range(500):
@@ -320,16 +321,20 @@ def wait_http(url: str, *, timeout: float = 90.0, proc: Proc | None = None) -> N
     raise RuntimeError(f"{url} did not come up within {timeout}s" + (f":\n{proc.output()[-3000:]}" if proc else ""))
 
 
-def spawn_server(group: ProcessGroup, data_dir: Path, port: int, *, log_level: str = "INFO") -> Proc:
-    proc = group.spawn("server", [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data_dir),
-                                  "--log-level", log_level],
+def spawn_server(group: ProcessGroup, data_dir: Path, port: int, *, log_level: str = "INFO",
+                 extra: Sequence[str] = (), log_name: str = "server") -> Proc:
+    """A real `fathom server` process; `log_name` names its log file (one per incarnation
+    when a test restarts it)."""
+    proc = group.spawn(log_name, [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data_dir),
+                                  "--log-level", log_level, *extra],
                        env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN})
     wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
     return proc
 
 
 def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str], *, token: str = JOIN,
-                  extra: Sequence[str] = (), env: dict[str, str] | None = None, log_level: str = "INFO") -> Proc:
+                  extra: Sequence[str] = (), env: dict[str, str] | None = None, log_level: str = "INFO",
+                  log_name: str | None = None) -> Proc:
     argv = [PY, "-m", "fathom.fleet.agent", "--server", f"ws://127.0.0.1:{port}",
             "--name", name, "--heartbeat", "0.5", "--log-level", log_level]
     for s in serve:
@@ -339,11 +344,11 @@ def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str
     # an operator should pass it (never on the command line, where `ps` shows it).
     env = {"FATHOM_SIDECAR_STATE_DIR": str(group.folder / f"sidecar-state-{name}"), "FATHOM_SIDECAR_TOKEN": token,
            **(env or {})}
-    return group.spawn(f"sidecar-{name}", [*argv, *extra], env=env)
+    return group.spawn(log_name or f"sidecar-{name}", [*argv, *extra], env=env)
 
 
-def spawn_emulator(group: ProcessGroup, port: int) -> Proc:
-    proc = group.spawn("emulator", [PY, "-m", "fathom.devtools.emulator", "--port", str(port)])
+def spawn_emulator(group: ProcessGroup, port: int, extra: Sequence[str] = ()) -> Proc:
+    proc = group.spawn("emulator", [PY, "-m", "fathom.devtools.emulator", "--port", str(port), *extra])
     wait_http(f"http://127.0.0.1:{port}/control/state", proc=proc)
     return proc
 

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.errors import ProviderError, ProviderUnavailable
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.roles import Role
@@ -145,3 +145,20 @@ def window(fail_from: float, fail_until: float, action: str = "fail") -> Script:
 
 def nth(calls: set[int], action: str) -> Script:
     return lambda n, now: action if n in calls else None
+
+
+class ClearedFlags:
+    """A router's `is_cleared` for tests of routing alone: the (role, provider id) pairs a test
+    granted, instead of the gate's verdicts."""
+
+    def __init__(self, pairs: Sequence[tuple[Role, str]] = ()):
+        self._pairs: set[tuple[Role, str]] = set(pairs)
+
+    def grant(self, role: Role, provider_id: str) -> None:
+        self._pairs.add((Role(role), provider_id))
+
+    def revoke(self, role: Role, provider_id: str) -> None:
+        self._pairs.discard((Role(role), provider_id))
+
+    def __call__(self, role: Role, provider: Provider) -> bool:
+        return (Role(role), provider.id) in self._pairs

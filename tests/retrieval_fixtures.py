@@ -123,7 +123,9 @@ def sample_project(tmp_path: Path) -> Path:
 
 class CountingEncoder:
     """Wraps a real encoder at the Provider cut-off: counts the texts it embeds, and can fail
-    after a number of batches (a process dying mid-run, as the indexer sees it)."""
+    after a number of batches (a process dying mid-run, as the indexer sees it). The gate's
+    probe set is counted apart, in `probes` (a restarted service re-probes the encoder it
+    cleared before it writes again), so `texts` and `batches` are the index work alone."""
 
     def __new__(cls, inner, *, fail_after_batches: int | None = None, provider_id: str | None = None):
         import dataclasses
@@ -137,8 +139,19 @@ class CountingEncoder:
                              else dataclasses.replace(inner.info, id=provider_id))
                 self.texts: list[str] = []
                 self.batches = 0
+                self.probes = 0
+
+            def __getattr__(self, name):
+                # Transparent like the product's wrappers: the inner model's tokenizer (chunk
+                # sizes), batch size and the rest come from the encoder it wraps.
+                return getattr(inner, name)
 
             async def embed(self, texts):
+                from fathom.inference.probes import load_probes
+
+                if list(texts) == list(load_probes().texts):
+                    self.probes += 1
+                    return await inner.embed(texts)
                 if fail_after_batches is not None and self.batches >= fail_after_batches:
                     raise RuntimeError("encoder process killed (injected)")
                 self.batches += 1

@@ -20,7 +20,7 @@ from tests.fleet_fixtures import ADMIN, Fleet, HashEmbedder, serve_in_loop, wait
 
 REFERENCE = "hash:test/hash-embedder"  # the service's encoder: both tables' reference
 CE = Role.CODE_EMBEDDING
-OPEN = {"/health", "/healthz", "/", "/dashboard/app.js", "/dashboard/style.css"}
+OPEN = {"/health", "/healthz", "/", "/dashboard/app.js", "/dashboard/style.css", "/dashboard/favicon.svg", "/favicon.ico"}
 
 
 def _routes() -> list[tuple[str, str]]:
@@ -520,3 +520,27 @@ async def test_a_drop_cancels_the_running_job_first(tmp_path: Path):
             assert not app.state.service.store.has_project("demo")
             # Its jobs went with it.
             assert (await admin.get(f"/admin/jobs/{job['id']}")).status_code == 404
+
+
+async def test_the_projects_view_says_what_is_indexed_and_the_search_answers_as_search_code(operator: Operator):
+    project = make_project(operator.tmp / "demo")
+    async with operator.client() as admin:
+        job = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo"})).json()
+        assert (await operator.wait_job(admin, job["id"]))["state"] == "done"
+        view = (await admin.get("/admin/projects")).json()["projects"][0]
+        assert view["indexing"] is False and view["unfinished_full_run"] is False  # the job ended
+        assert view["details"]["code"]["rows"] == 2 and view["details"]["code"]["width"] == 8
+        assert view["details"]["code"]["model"] == "test/hash-embedder"
+        assert sum(view["details"]["code"]["provenance"].values()) == 2
+        assert view["last_run"]["outcome"] == "done" and view["last_run"]["files"] == 2
+        found = await admin.post("/admin/search", json={"query": "add two numbers", "project": "demo"})
+        assert found.status_code == 200, found.text
+        hits = found.json()["results"]
+        add = next(h for h in hits if h["symbol"] == "add")
+        assert add["path"] == "app.py" and add["keyword_rank"] == 1 and add["rank"] >= 1
+        docs = await admin.post("/admin/search", json={"query": "usage", "table": "docs"})
+        assert docs.status_code == 200 and docs.json()["table"] == "docs" and docs.json()["results"]
+        for body, status in (({"query": " "}, 400), ({"query": "x", "project": "ghost"}, 404),
+                             ({"query": "x", "k": 0}, 400), ({"query": "x", "table": "images"}, 400)):
+            r = await admin.post("/admin/search", json=body)
+            assert r.status_code == status, (body, r.text)

@@ -4,6 +4,11 @@ The schema comes from the app itself; the requests go to a real server on 127.0.
 thread), so index jobs a fuzzed request starts run in the server's loop like in production.
 A fuzzed job path is pointed at a tiny project: a fuzzer that guessed `/` must not index the
 machine. The example count is bounded per operation.
+
+The server is fuzzed in a state that once answered 500s: the code table's role set (behind
+`policy set`'s back, as a routing file from an older server could be) to a model no local
+reference serves under `aggregate`, so every build of that table and every verify for it is
+refused, with a 4xx naming the fix.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 
+import httpx
+
+from fathom.config import RoutingStore
+from fathom.roles import Role
 from tests.admin_fixtures import AUTH, build_operator_app, make_project
 from tests.fleet_fixtures import ThreadedServer
 
@@ -33,6 +42,8 @@ schema = schemathesis.openapi.from_dict(_schema())
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     base = tmp_path_factory.mktemp("fuzz")
     project = make_project(base / "project")
+    RoutingStore(base / "data").update({Role.CODE_EMBEDDING: {
+        "policy": "aggregate", "model": "other/unserved-model", "upstream": "alpha"}})
     running = ThreadedServer(build_operator_app(base / "data"))
     url = running.start()
     try:
@@ -49,3 +60,25 @@ def test_no_server_error(case, server):
             and isinstance(case.body.get("path"), str) and case.body["path"].startswith("/"):
         case.body["path"] = str(project)
     case.call_and_validate(base_url=url, headers=AUTH, checks=[not_a_server_error])
+
+
+def test_a_role_no_reference_serves_is_refused_with_4xx_naming_the_fix(server):
+    url, project = server
+    with httpx.Client(base_url=url, headers=AUTH, timeout=60) as client:
+        providers = client.get("/admin/policies").json()["roles"]["embedding"]["providers"]
+        encoder = next(p["id"] for p in providers if p["kind"] == "local")
+        r = client.post("/admin/gate/verify", json={"provider": encoder, "table": "code"})
+        assert r.status_code == 409 and "other/unserved-model" in r.text and "sidecar" in r.text, r.text
+        # `policy set` refuses to put a role in that state, and writes nothing.
+        before = client.get("/admin/policies").json()["roles"]["embedding"]
+        r = client.put("/admin/policies", json={"embedding": {"model": "other/unserved-model",
+                                                                  "upstream": "alpha"}})
+        assert r.status_code == 400 and "join a sidecar serving other/unserved-model" in r.text, r.text
+        assert client.get("/admin/policies").json()["roles"]["embedding"] == before
+        # Under `cloud` the reference is a pinned cloud route, not a local encoder: accepted.
+        r = client.put("/admin/policies", json={"embedding": {
+            "policy": "cloud", "model": "other/unserved-model", "upstream": "alpha"}})
+        assert r.status_code == 200, r.text
+        r = client.put("/admin/policies", json={"embedding": {"policy": "local", "model": None,
+                                                              "upstream": None}})
+        assert r.status_code == 200, r.text

@@ -16,7 +16,7 @@ from fathom.agents import (
     ProjectTools,
     fallback_status,
 )
-from fathom.agents.routes import CloudForbidden, call_role
+from fathom.inference.calls import CloudForbidden, call_role
 from fathom.config import RoleRoute
 from fathom.inference.budget import CloudBudget
 from fathom.inference.provider import ChatResult

@@ -194,6 +194,12 @@ def test_the_fathom_command_carries_the_operator_commands(server: Server):
     r = invoke(fathom_app, server, ["--help"])
     for group in ("policy", "key", "fleet", "gate", "budget", "jobs"):
         assert group in r.stdout
+    # Help that reads right: every option says what it is for, and a flag shows no `<bool>`.
+    for command, said in ((["jobs", "start"], "Rebuild in a shadow table"), (["search"], "Only this project"),
+                          (["ask"], "Only this project"), (["jobs", "list"], "List every job")):
+        r = invoke(fathom_app, server, [*command, "--help"])
+        assert r.exit_code == 0 and said in words(r.stdout), (command, r.stdout)
+        assert "<bool>" not in r.stdout, (command, r.stdout)
 
 
 def test_tokens_create_list_revoke_and_the_audit_log(cli_app, server: Server):
@@ -225,3 +231,60 @@ def test_tokens_create_list_revoke_and_the_audit_log(cli_app, server: Server):
     assert "created MCP token alice (projects: api, web; read-only)" in log and "revoked MCP token alice" in log
     assert "refused 404" in log and "mcp:bob" in log and "refused 403" in log
     assert token not in r.stdout and bob not in r.stdout
+
+
+def test_provider_ids_print_byte_for_byte_as_the_api_returns_them(cli_app, tmp_path: Path):
+    """An id holding an emoji code (`:cloud:`) and brackets is printed as the API returns it:
+    never an emoji, never eaten as markup, in `policy show`, `gate verdicts` and `gate audit`."""
+    import httpx
+
+    from tests.fleet_fixtures import ADMIN as TOKEN
+
+    reference = FakeEncoder("sidecar:sc1:code-embedding:cloud:alpha")
+    twin = FakeEncoder("sidecar:sc1:embedding:cloud:[bold]beta[/]")
+    running = ThreadedServer(build_operator_app(tmp_path / "data", encoder=reference))
+    url = running.start()
+    server = Server(running, url, tmp_path / "data", tmp_path)
+    try:
+        server.add_provider(twin)
+        project = make_project(tmp_path / "demo")
+        assert invoke(cli_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"]).exit_code == 0
+        assert invoke(cli_app, server, ["gate", "verify", twin.id, "--table", "code"]).exit_code == 0
+        api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"})
+        ids = {
+            "policy show": {p["id"] for r in api.get("/admin/policies").json()["roles"].values()
+                            for p in r["providers"]},
+            "gate verdicts": {v["provider"] for v in api.get("/admin/gate/verdicts").json()["verdicts"]},
+            "gate audit demo": {c["provider"] for c in api.get("/admin/gate/audit/demo").json()["counts"]},
+        }
+        api.close()
+        assert reference.id in ids["policy show"] and twin.id in ids["policy show"]
+        assert twin.id in ids["gate verdicts"] and reference.id in ids["gate audit demo"]
+        for command, expected in ids.items():
+            r = invoke(cli_app, server, command.split())
+            assert r.exit_code == 0, r.output
+            for pid in expected:
+                assert pid in r.stdout, f"{command} does not print {pid!r} as it is:\n{r.stdout}"
+            assert "☁" not in r.stdout
+    finally:
+        running.stop()
+
+
+def test_fleet_rows_read_right_and_skipped_folders_are_not_counted_as_files(monkeypatch):
+    from rich.console import Console
+
+    from fathom import cli_admin
+    from fathom.cli import skipped_files
+
+    sidecar = {"name": "gpu-1", "state": "approved", "connected": True, "key_present": True, "last_seen_s": 0.4,
+               "load": 3.1123046875, "in_flight": 0, "routes": [], "problems": [],
+               "cloud": [{"provider": "sidecar:gpu-1:embedding:cloud:alpha", "state": "no_credits"},
+                         {"provider": "sidecar:gpu-1:rlm:cloud:auto", "state": "no_credits"}]}
+    monkeypatch.setattr(cli_admin, "console", Console(width=250, emoji=False, highlight=False))
+    with cli_admin.console.capture() as shown:
+        cli_admin.print_fleet({"sidecars": [sidecar], "problems": [], "last_push": None})
+    out = shown.get()
+    assert "3.11" in out and "3.1123" not in out and "no credits" in out
+    # node_modules/ and dist/ are named on their own line, not counted among the skipped files.
+    assert skipped_files({"ignored-dir": 2, "binary": 3, "gitignored": 1},
+                         {"ignored-dir": ["node_modules", "web/node_modules"], "gitignored": ["dist"]}) == {"binary": 3}

@@ -56,3 +56,22 @@ async def test_server_serves_the_mcp_tools_at_mcp_behind_the_admin_token(fleet: 
         assert not listed.is_error and listed.structured_content == {"projects": []}
         unknown = await client.call_tool("index_status", {"project": "ghost"})
         assert unknown.is_error and "ghost" in unknown.content[0].text
+
+
+def test_server_and_sidecar_options_all_have_help_and_name_their_variable():
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for name in ("server", "sidecar"):
+        command = group.commands[name]
+        for param in command.params:
+            assert getattr(param, "help", None), f"fathom {name} {param.opts}: no help"
+            if param.envvar:
+                assert param.show_envvar and param.envvar.startswith("FATHOM_"), (name, param.opts)
+        read = {p.envvar for p in command.params if p.envvar}
+        wanted = {"server": {"FATHOM_HOST", "FATHOM_PORT", "FATHOM_DATA_DIR", "FATHOM_LOG_LEVEL"},
+                  "sidecar": {"FATHOM_SIDECAR_TOKEN_FILE", "FATHOM_OPENROUTER_BASE_URL",
+                              "FATHOM_SIDECAR_STATE_DIR", "FATHOM_LOG_LEVEL"}}[name]
+        assert wanted <= read, (name, wanted - read)
+    result = runner.invoke(app, ["server", "--help"], env={"COLUMNS": "200"})
+    assert "FATHOM_PORT" in result.output and "python -m" not in result.output

@@ -38,7 +38,7 @@ async def test_the_page_is_served_without_auth_behind_a_strict_policy(tmp_path: 
     assert page.headers["cache-control"] == "no-store"
     # The page carries no data: no token, no state, nothing from the server's parts.
     assert page.content == asset("index.html") and ADMIN not in page.text  # static, whatever the state
-    for ref in re.findall(r'(?:src|href)="(/[^"]+)"', page.text):
+    for ref in [*re.findall(r'(?:src|href)="(/[^"]+)"', page.text), "/favicon.ico"]:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as anon:
             assert (await anon.get(ref)).status_code == 200, ref
 
@@ -151,17 +151,52 @@ def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path,
                 assert (data / "routing.json").read_bytes() == routing_before
                 expect(page.locator('#roles tr[data-role="code-embedding"] td.policy')).to_have_text("aggregate")
 
+                # The cloud route served the gate's probes: serving, seen, not assumed.
+                chip = page.locator(f'#roles tr[data-role="embedding"] span.provider[data-provider="{cloud}"] .health')
+                expect(chip).to_have_text("serving")
                 page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+                # A key OpenRouter (the stand-in) answers 401: the sidecar's key check on the
+                # push finds it, and every view says "key rejected", never "serving"; a call
+                # through the route is refused the same way and says so too.
+                emulator_server.control.set_keys(accepted=["sk-or-v1-" + "beef" * 16])
+                bad = "sk-or-v1-" + "dead" * 16
+                assert admin.post("/admin/key", json={"key": bad}).json()["acked"] == ["gpu-1"]
+                expect(chip).to_have_text("key rejected", timeout=30_000)
+                assert admin.get("/admin/fleet").json()["sidecars"][0]["key_check"]["outcome"] == "rejected"
+                r = admin.post("/admin/fleet/probe", json={"provider": cloud, "texts": ["def add(a, b)"]})
+                assert r.status_code == 502 and "401" in r.text, r.text
+                expect(chip).to_have_text("key rejected")
+                expect(page.locator('#fleet tr[data-sidecar="gpu-1"] td.cloud-health')).to_contain_text("key rejected")
+                page.screenshot(path=str(ARTIFACTS / "dashboard-key-rejected.png"), full_page=True)
             finally:
                 browser.close()
+        up = re.search(r'fathom_provider_up\{health="([a-z_]+)",kind="cloud",provider="' + re.escape(cloud)
+                       + r'"\} (\S+)', admin.get("/metrics").text)
+        assert up is not None and up.groups() == ("key_rejected", "0.0"), up
+        route = next(p for p in admin.get("/admin/policies").json()["roles"]["embedding"]["providers"]
+                     if p["id"] == cloud)
+        assert route["health"] == "key_rejected" and not route["serving"] and not route["up"]
+        fleet = admin.get("/admin/fleet").json()["sidecars"][0]["cloud"]
+        states = {c["provider"]: c["state"] for c in fleet}
+        assert set(states.values()) == {"key_rejected"}, states  # the key check speaks for every cloud route
+        from typer.testing import CliRunner
+
+        from fathom.cli import app as cli
+        shown = CliRunner().invoke(cli, ["fleet"], env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN,
+                                                        "COLUMNS": "200"})
+        assert shown.exit_code == 0 and "key rejected" in shown.stdout, shown.output
+        for said in (admin.get("/metrics").text, shown.stdout, str(fleet), str(route)):
+            assert bad not in said
     finally:
+        emulator_server.control.set_keys(accepted=None)
         admin.close()
         group.stop()
         running.stop()
 
 
 @pytest.mark.slow
-def test_a_browser_drops_a_project_after_confirming(tmp_path: Path):
+def test_a_browser_sees_what_is_indexed_searches_it_and_drops_a_project(tmp_path: Path):
     from playwright.sync_api import expect, sync_playwright
 
     from tests.admin_fixtures import make_project
@@ -178,11 +213,39 @@ def test_a_browser_drops_a_project_after_confirming(tmp_path: Path):
             try:
                 page = browser.new_page(viewport={"width": 1440, "height": 1000})
                 page.goto(url + "/")
+                # Before login: the login card only, none of the app's empty skeleton.
+                expect(page.locator("#login")).to_be_visible()
+                expect(page.locator("#app")).to_be_hidden()
+                assert page.locator("#app").bounding_box() is None
+                page.screenshot(path=str(ARTIFACTS / "dashboard-login.png"), full_page=True)
                 page.fill("#token", ADMIN)
                 page.click("#login-form button")
                 row = page.locator('#projects tr[data-project="demo"]')
                 expect(row).to_contain_text("not watched")  # this server runs without live sync
                 expect(row).to_contain_text(str(project))
+                # What is indexed: rows, model and width per table, the last run, provenance.
+                expect(row.locator("td.last-run")).to_contain_text("done, 2 files")
+                details = page.locator('#projects tr[data-project-details="demo"]')
+                expect(details.locator('dd[data-table="code"]')).to_contain_text("2 rows, test/hash-embedder, width 8")
+                expect(details).to_contain_text("hash:test/hash-embedder")
+
+                # The search box answers as search_code does, with why each hit ranked.
+                page.fill("#sf-query", "add two numbers")
+                page.select_option("#sf-project", "demo")
+                page.click("#search-form button")
+                hits = page.locator("#search-results tr.hit")
+                add = hits.filter(has_text="demo/app.py:1-3")
+                expect(add).to_have_count(1)
+                expect(add.locator("td.why")).to_contain_text("keywords #1")
+                expect(page.locator("#search-result")).to_contain_text("for \u201cadd two numbers\u201d")
+                page.screenshot(path=str(ARTIFACTS / "dashboard-search.png"), full_page=True)
+
+                # A refusal says its message once: never again as its only bullet.
+                page.fill("#jf-path", str(tmp_path / "missing"))
+                page.fill("#jf-project", "ghost")
+                page.click("#job-form button")
+                expect(page.locator("#job-result")).to_contain_text("Refused:")
+                expect(page.locator("#job-result li")).to_have_count(0)
 
                 # Dismissing the confirmation drops nothing.
                 page.once("dialog", lambda d: d.dismiss())

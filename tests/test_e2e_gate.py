@@ -21,12 +21,15 @@ id, so `gamma` on sidecar `a` is the anchor and `delta` on sidecar `b` its peer.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
 from fathom.errors import NoProviderAvailable, NotCleared, PinRequired
+from fathom.index import rerank
 from fathom.index.chunk import Chunk
-from fathom.inference.gate import Coverage, Gate, GateClearance, Status
+from fathom.inference.gate import Coverage, Gate, GateClearance, Status, audit, reembed
 from fathom.inference.openrouter import OpenRouterClient
 from fathom.inference.provider import Kind
 from fathom.policy import Policy, Reference
@@ -104,7 +107,7 @@ async def test_beta_pinned_is_refused_and_receives_no_index_chunk(service, clien
         await service.verify_providers(table)
     code = service.gate.verdict_for(service.space("code"), beta)
     print(f"\nbeta (MiniLM int8 @beta) against local MiniLM: min cosine {code.min_cosine:.4f}, "
-          f"mean {code.evidence.mean_cosine:.4f}; {code.reason}")
+          f"mean {np.mean(list(code.evidence.cosines.values())):.4f}; {code.reason}")
     assert code.status is Status.REFUSED
     assert 0.75 < code.min_cosine < 0.97
     assert code.widths_seen == (384,) and code.finite_ok and code.count_ok
@@ -161,6 +164,36 @@ async def test_under_cloud_with_gamma_as_anchor_delta_is_refused(service, client
     assert not service.router.permits(Role.CODE_EMBEDDING, delta)
     assert service.router.permits(Role.CODE_EMBEDDING, gamma)
     assert emulator.control.counters()["by_upstream"] == {"gamma": 2, "delta": 1}
+
+
+async def test_queries_go_to_the_tables_reference_then_a_cleared_peer_never_a_refused_one(
+        service, client, emulator, tmp_path):
+    """`Fathom.encoder_for`, the one choice of query encoder, for both search paths (the
+    service's and the reranker stage's): a table's own reference encoder as recorded in its
+    space, then a peer the gate cleared for that space."""
+    assert service.encoder_for("code") is service.encoder  # no table yet: the local reference
+    service.routing.update(cloud_e5())
+    gamma = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"),
+                        roles={Role.CODE_EMBEDDING})
+    twin = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("b", "gamma"),
+                       roles={Role.CODE_EMBEDDING})
+    delta = cloud_route(service, client, "delta", model=E5, provider_id=sidecar_id("c", "delta"),
+                        roles={Role.CODE_EMBEDDING})
+    space = service.space("code")
+    await service.verify_providers("code")
+    assert service.gate.is_cleared(space, twin) and not service.gate.is_cleared(space, delta)
+    await service.index(write_project(tmp_path / "shop"), "shop")
+    assert service.encoder_for("code", "shop") is gamma
+    for search in (service.search, functools.partial(rerank.search, service)):
+        queries = embedding_calls(emulator, "gamma")
+        hits = await search("retry a flaky call with exponential backoff", None, k=3)
+        assert embedding_calls(emulator, "gamma") == queries + 1  # the query, by the anchor
+        assert list(hits)[0].path == "net/retry.py"
+    service.registry.eject(gamma.id, until=float("inf"), reason="down")
+    assert service.encoder_for("code", "shop") is twin
+    service.registry.eject(twin.id, until=float("inf"), reason="down")
+    with pytest.raises(NoProviderAvailable, match="no other provider is cleared for its space"):
+        service.encoder_for("code", "shop")  # delta serves the model, but the gate refused it
 
 
 @slow
@@ -223,9 +256,9 @@ async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_r
     with pytest.raises(NoProviderAvailable):
         await service.search("retry with backoff", "shop")
 
-    audit = service.gate.audit(service.store, "shop")
-    print("\n".join(audit.lines()))
-    [suspect] = [s for s in audit.suspects if s.provider_id == gamma.id]
+    report = audit(service.gate, service.store, "shop")
+    print("\n".join(report.lines()))
+    [suspect] = [s for s in report.suspects if s.provider_id == gamma.id]
     assert set(suspect.chunk_ids) == written_after  # exactly the rows since its last good check
     assert suspect.paths == ("net/retry.py",)
     assert suspect.last_good_check == good.last_good_check
@@ -236,9 +269,9 @@ async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_r
     again = await service.gate.verify(space, gamma, Policy.CLOUD, force=True)
     assert again.cleared and again.golden_compared and again.verdict_id != first.verdict_id
     assert service.registry.available(gamma.id)
-    done = await service.gate.reembed(service.store, "shop", gamma)
+    done = await reembed(service.gate, service.store, "shop", gamma)
     assert done.rows == {"code": len(written_after)}
-    after = service.gate.audit(service.store, "shop")
+    after = audit(service.gate, service.store, "shop")
     assert after.suspect_count == 0
     counts = service.store.provenance_counts("shop", "code")
     assert counts[(gamma.id, again.verdict_id)] == len(written_after)
@@ -270,7 +303,7 @@ async def test_unpinned_embedding_route_is_refused_before_any_request(service, c
 
 
 @slow
-async def test_verdicts_survive_a_restart_and_a_changed_pin_or_model_invalidates_them(
+async def test_verdicts_survive_a_restart_are_reprobed_and_a_changed_pin_or_model_invalidates_them(
         tmp_path, memo_local, memo_emulator_encoders, client, emulator):
     data = tmp_path / "data"
     first = make_fathom(data, memo_local)
@@ -281,7 +314,7 @@ async def test_verdicts_survive_a_restart_and_a_changed_pin_or_model_invalidates
     cleared = first.gate.verdict_for(space, alpha)
     assert cleared.cleared
     await first.aclose()
-    sent = emulator.control.counters()["requests"]
+    sent_alpha = embedding_calls(emulator, "alpha")
 
     second = make_fathom(data, memo_local)  # a restart: new gate, registry and routes
     try:
@@ -290,8 +323,14 @@ async def test_verdicts_survive_a_restart_and_a_changed_pin_or_model_invalidates
         kept = second.gate.verdict_for(space, alpha2)
         assert kept is not None and kept.verdict_id == cleared.verdict_id and kept.cleared
         assert second.gate.golden_for(space) is not None
+        # Cleared before the restart, so re-probed once before it counts as cleared again (the
+        # stack behind the same id may have changed while the server was down).
+        assert second.gate.awaiting_reprobe(alpha2)
+        assert not second.router.permits(Role.CODE_EMBEDDING, alpha2)
         await second.verify_providers("code")
-        assert emulator.control.counters()["requests"] == sent  # nothing re-probed
+        assert embedding_calls(emulator, "alpha") > sent_alpha
+        assert second.gate.verdict_for(space, alpha2).verdict_id == cleared.verdict_id
+        assert second.router.permits(Role.CODE_EMBEDDING, alpha2)
 
         # The same route id re-pinned to another upstream, or serving another model, is not the
         # stack that was judged: no verdict holds for it.
@@ -353,7 +392,7 @@ async def test_rows_a_requalified_provider_rewrites_after_its_quarantine_are_not
     clock["t"] += 10
     await gate.recheck_all()
     assert gate.verdict_by_id(v1.verdict_id).status is Status.QUARANTINED
-    suspects = {c for s in gate.audit(store, "proj").suspects for c in s.chunk_ids}
+    suspects = {c for s in audit(gate, store, "proj").suspects for c in s.chunk_ids}
     assert suspects == {c.chunk_id for c in rows[1:]}
 
     sole.stack = None
@@ -361,8 +400,8 @@ async def test_rows_a_requalified_provider_rewrites_after_its_quarantine_are_not
     v2 = await gate.verify(space, sole, Policy.CLOUD, force=True)
     assert v2.cleared
     clock["t"] += 10
-    done = await gate.reembed(store, "proj", sole)
+    done = await reembed(gate, store, "proj", sole)
     assert done.rows == {"code": 2}
-    assert gate.audit(store, "proj").suspect_count == 0
+    assert audit(gate, store, "proj").suspect_count == 0
     assert store.provenance_counts("proj", "code") == {(sole.id, v1.verdict_id): 1,
                                                        (sole.id, v2.verdict_id): 2}

@@ -33,7 +33,7 @@ import pytest
 
 from fathom.config import Settings
 from fathom.index.indexer import discover
-from fathom.index.store import open_store
+from fathom.index.backend import open_store
 from tests.fleet_fixtures import (ADMIN, JOIN, PY, Proc, ProcessGroup, free_port, server_mcp, spawn_sidecar,
                                   wait_http, wait_until)
 

@@ -70,7 +70,8 @@ async def test_push_reaches_both_and_both_use_it(fleet: Fleet, emulator):
 async def test_keyless_push_merges_and_keeps_the_key(fleet: Fleet, emulator):
     a, b = await two_cloud_sidecars(fleet, emulator)
     key = new_key()
-    assert (await fleet.hub.push_config(key=key)).acked == ["gpu-1", "gpu-2"]
+    pushed = await fleet.hub.push_config(key=key)
+    assert pushed.acked == ["gpu-1", "gpu-2"]
     # A mode/model change without a key: the sidecars merge it and keep their key.
     outcome = await fleet.hub.push_config({CA: {"model": "other/coder"}, Role.RERANKER: {"policy": "local"}})
     assert outcome.acked == ["gpu-1", "gpu-2"] and not outcome.key_sent
@@ -81,9 +82,37 @@ async def test_keyless_push_merges_and_keeps_the_key(fleet: Fleet, emulator):
     assert result.model in (None, "other/coder")
     counters = emulator.control.counters()
     assert counters["by_model"].get("other/coder") == 1 and counters["key_hashes"] == [key_hash(key)]
-    # Only the key push is recorded as a push.
+    # Only the key push is recorded as a push: a keyless one while gpu-2 is away changes
+    # nothing in the record (it would say gpu-2 is offline, and a later time).
+    await fleet.stop_sidecar(b)
+    await wait_for(lambda: "gpu-2" not in fleet.hub.connected(), what="gpu-2 gone")
+    keyless = await fleet.hub.push_config({CA: {"model": "third/coder"}})
+    assert keyless.offline == ["gpu-2"] and not keyless.key_sent
     record = RoutingStore(fleet.data_dir).load().last_push
-    assert record is not None and record.acked == ["gpu-1", "gpu-2"]
+    assert record is not None and record.acked == ["gpu-1", "gpu-2"] and record.offline == []
+    assert record.at == pushed.at
+
+
+async def test_forgetting_the_key_drops_it_on_every_sidecar_until_the_next_push(fleet: Fleet, emulator):
+    """`fathom key forget` (POST /admin/key with forget_key) through the hub: each sidecar
+    drops the key at once, its cloud routes say "key missing"; only a new push restores them."""
+    a, b = await two_cloud_sidecars(fleet, emulator)
+    await fleet.hub.push_config(key=new_key())
+    assert a.key_present and b.key_present
+    async with fleet.admin() as admin:
+        r = await admin.post("/admin/key", json={"forget_key": True})
+        assert r.status_code == 200, r.text
+    assert not a.key_present and not b.key_present
+    for name in ("gpu-1", "gpu-2"):
+        assert not fleet.registry.available(cloud_id(name))
+        with pytest.raises(KeyMissing):
+            await fleet.registry.get(cloud_id(name)).chat(HELLO)
+    # A keyless config push (a mode change) does not bring it back...
+    await fleet.hub.push_config({CA: {"model": "other/coder"}})
+    assert not a.key_present and not b.key_present
+    # ...a key push does.
+    await fleet.hub.push_config(key=new_key())
+    assert a.key_present and b.key_present and fleet.registry.available(cloud_id("gpu-1"))
 
 
 async def test_restart_reports_key_missing_and_reconnect_keeps_key(fleet: Fleet, emulator):
@@ -105,7 +134,7 @@ async def test_restart_reports_key_missing_and_reconnect_keeps_key(fleet: Fleet,
     assert not fresh.key_present
     assert "key missing on gpu-1" in fleet.hub.problems()
     provider = fleet.registry.get(cloud_id("gpu-1"))
-    assert provider.unavailable_reason == "key missing on gpu-1"
+    assert fleet.hub.route_unavailable_reason(provider) == "key missing on gpu-1"
     assert not fleet.registry.available(cloud_id("gpu-1")) and fleet.registry.available(cloud_id("gpu-2"))
     with pytest.raises(KeyMissing, match="key missing on gpu-1"):
         await provider.chat(HELLO)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from fathom.errors import NotCleared, PinRequired
 from fathom.inference.gate import (
     MIN_COSINE, Coverage, Gate, GateClearance, GateRefused, GateUnavailable, Status, check_pin,
-    choose_anchor, identity, load_probes,
+    choose_anchor, identity, inspect, load_probes,
 )
 from fathom.policy import Policy, Reference
 from fathom.roles import Role
@@ -108,6 +109,28 @@ async def test_refusal_names_the_probes_that_fail(gate):
     assert not v.passed and "zh-" in v.reason
 
 
+def test_the_floor_is_strict_a_cosine_of_exactly_0_99_is_refused():
+    """R3: strictly above 0.99 on every probe. The pair below has a cosine of exactly 0.99 in
+    floating point; a cosine just above it passes."""
+    ref = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    at_floor = [0.99, math.sqrt(1 - 0.99**2)]
+    above = [0.9905, math.sqrt(1 - 0.9905**2)]
+    evidence = inspect(["at", "above", "same"], np.array([at_floor, above, [1.0, 0.0]]), 2,
+                       reference=ref)
+    assert evidence.cosines["at"] == MIN_COSINE == 0.99
+    assert list(evidence.failing) == ["at"] and not evidence.passed
+    assert inspect(["above"], np.array([above]), 2, reference=ref[:1]).passed
+
+
+async def test_a_stack_a_little_above_the_floor_is_cleared(gate):
+    """The floor is not stricter than the design: an interchangeable stack at 0.995 (a
+    different build of the same weights) is cleared."""
+    gate.attach(FakeEncoder("local:ref"))
+    cand = FakeEncoder("sidecar:close", stack=rotated_all(0.995))
+    v = await gate.verify(local_space(), cand, Policy.AGGREGATE)
+    assert v.cleared and 0.99 < v.min_cosine < 0.996
+
+
 @pytest.mark.parametrize("stack,expect", [
     (lambda texts, m: m[:, : WIDTH - 4], "width 12"),
     (lambda texts, m: np.where(np.arange(m.size).reshape(m.shape) == 5, np.nan, m), "non-finite"),
@@ -157,7 +180,7 @@ def test_rerank_routes_need_no_pin():
 # ------------------------------------------------------------------------------ persistence
 
 
-async def test_verdicts_survive_a_restart_without_new_probes(tmp_path, wall):
+async def test_verdicts_survive_a_restart_and_cleared_providers_are_reprobed_first(tmp_path, wall):
     ref, cand = FakeEncoder("local:ref"), cloud("openrouter:fake@a", upstream="a")
     space = local_space()
     g1 = Gate(tmp_path, now=wall)
@@ -169,9 +192,17 @@ async def test_verdicts_survive_a_restart_without_new_probes(tmp_path, wall):
     v2 = g2.verdict_for(space, cand)
     assert v2 is not None and v2.verdict_id == v1.verdict_id and v2.cleared
     assert v2.cosines == v1.cosines and v2.key == v1.key
-    assert g2.is_cleared(space, cand)
+    # Cleared before the restart, so watched again, and not cleared until re-probed: the stack
+    # behind the same id may have changed while the server was down.
+    assert [(w.space, w.provider_id) for w in g2.verdicts.watched()] == [(space, cand.id)]
+    assert g2.awaiting_reprobe(cand) and not g2.is_cleared(space, cand)
+    wall.t += 60
     again = await g2.verify(space, cand, Policy.AGGREGATE)
-    assert again.verdict_id == v1.verdict_id and cand.calls == calls
+    assert again.verdict_id == v1.verdict_id and cand.calls == calls + 1  # one re-probe
+    assert again.last_good_check > v1.last_good_check
+    assert g2.is_cleared(space, cand)
+    [watched] = Gate(tmp_path, now=wall).verdicts.watched()
+    assert watched.last_checked == again.last_good_check
     GateClearance(g2).check(space, Provenance(cand.id, v1.verdict_id))
 
     text = (tmp_path / "gate" / "verdicts.json").read_text()
@@ -325,6 +356,23 @@ async def test_golden_drift_quarantines_at_once_and_notifies(tmp_path, wall):
     assert Gate(tmp_path, now=wall).verdict_for(space, sole).status is Status.QUARANTINED
 
 
+async def test_a_forced_refusal_revokes_the_earlier_clearance_of_the_same_stack_only(gate):
+    gate.attach(FakeEncoder("local:ref"))
+    cand = cloud("openrouter:fake@a", upstream="a")
+    first = await gate.verify(local_space(), cand, Policy.AGGREGATE)
+    cand.stack = rotated_all(0.95)  # the upstream drifted behind the same pin
+    refused = await gate.verify(local_space(), cand, Policy.AGGREGATE, force=True)
+    assert not refused.passed
+    old = gate.verdict_by_id(first.verdict_id)
+    assert old.status is Status.QUARANTINED and refused.verdict_id in old.revoked_reason
+    assert old.last_good_check == first.last_good_check  # the audit's window starts there
+    # The same id re-pinned is another provider: its refusal leaves the old pin's rows alone.
+    kept = await gate.verify(local_space(), cloud("openrouter:x", upstream="a"), Policy.AGGREGATE)
+    repinned = cloud("openrouter:x", upstream="b", stack=rotated_all(0.95))
+    assert not (await gate.verify(local_space(), repinned, Policy.AGGREGATE)).passed
+    assert gate.verdict_by_id(kept.verdict_id).revoked_at is None
+
+
 async def test_reprobe_after_reconnect_catches_a_changed_stack(gate):
     ref = FakeEncoder("local:ref")
     await gate.verify(local_space(), ref, Policy.AGGREGATE)  # records golden vectors
@@ -342,13 +390,18 @@ async def test_reprobe_after_reconnect_catches_a_changed_stack(gate):
     assert not gate.is_cleared(local_space(), back)
 
 
-async def test_unreachable_provider_is_not_judged_by_a_recheck(gate):
+async def test_an_unreachable_providers_recheck_is_deferred_until_it_answers(gate):
     gate.attach(FakeEncoder("local:ref"))
     cand = FakeEncoder("sidecar:gpu1")
     v = await gate.verify(local_space(), cand, Policy.AGGREGATE)
     cand.down = True
-    [same] = await gate.recheck_all()
+    assert await gate.recheck_all() == []  # deferred, not dropped: it stays uncleared meanwhile
+    same = gate.verdict_for(local_space(), cand)
     assert same.cleared and same.last_good_check == v.last_good_check
+    assert gate.awaiting_reprobe(cand) and not gate.is_cleared(local_space(), cand)
+    cand.down = False
+    [back] = await gate.recheck_all()
+    assert back.cleared and gate.is_cleared(local_space(), cand)
 
 
 async def test_recheck_compares_with_the_live_reference_too(gate):

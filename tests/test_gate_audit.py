@@ -10,7 +10,7 @@ import pytest
 from fathom.errors import NotCleared
 from fathom.index.chunk import Chunk
 from fathom.index.store import LanceStore
-from fathom.inference.gate import Gate, GateClearance, Status
+from fathom.inference.gate import Gate, GateClearance, Status, audit, reembed
 from fathom.policy import Policy
 from fathom.space import Provenance, Space
 from tests.gate_fixtures import WIDTH, FakeEncoder, base_vector, rotated_all
@@ -63,7 +63,7 @@ async def test_audit_lists_rows_since_last_good_check_and_reembed_repairs_them(t
     with pytest.raises(NotCleared, match="quarantined"):
         await write(store, gpu, v_gpu, chunks("late", 1))
 
-    report = gate.audit(store, "proj")
+    report = audit(gate, store, "proj")
     counts = {(c.provider_id, c.status): c.rows for c in report.counts}
     assert counts == {("local:ref", "cleared"): 3, ("sidecar:gpu1", "quarantined"): 6}
     [suspect] = report.suspects
@@ -74,11 +74,11 @@ async def test_audit_lists_rows_since_last_good_check_and_reembed_repairs_them(t
 
     # Re-embedding needs a cleared encoder...
     with pytest.raises(NotCleared):
-        await gate.reembed(store, "proj", gpu)
+        await reembed(gate, store, "proj", gpu)
     # ...and repairs exactly the suspect rows.
-    done = await gate.reembed(store, "proj", ref)
+    done = await reembed(gate, store, "proj", ref)
     assert done.rows == {"code": 4} and done.skipped == {"code": 0}
-    again = gate.audit(store, "proj")
+    again = audit(gate, store, "proj")
     assert again.suspect_count == 0
     counts = {(c.provider_id, c.status): c.rows for c in again.counts}
     assert counts == {("local:ref", "cleared"): 7, ("sidecar:gpu1", "quarantined"): 2}

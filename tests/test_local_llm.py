@@ -26,7 +26,7 @@ from fathom.agents import Explorer, Limits
 from fathom.agents.routes import local_chat_providers, standalone_router
 from fathom.agents.tools import TOOL_SPECS
 from fathom.cli import app
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.config import Settings
 from fathom.devtools.localserver.app import prompt_tokens
 from fathom.errors import ConfigError
@@ -418,7 +418,7 @@ async def test_through_a_sidecar_mistakes_stay_marked_and_refusals_stay_typed(fl
 
 
 async def test_requests_too_long_for_the_model_never_eject_it(local_llm):  # noqa: F811
-    from fathom.agents.routes import call_role
+    from fathom.inference.calls import call_role
     from fathom.inference.router import NoRoute
 
     backend = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model)

@@ -101,7 +101,12 @@ async def test_fathom_on_postgres_indexes_searches_and_shares_gate_and_routing(
         # A second server: its own data dir, the same database.
         two = Fathom(Settings(data_dir=tmp_path / "d2", store_url=pg_url), encoder=local_encoder)
         assert [v.verdict_id for v in two.gate.verdicts.all()] == ids
+        # The database's watch list: what the first server cleared, the second re-probes once
+        # before it counts as cleared there (same verdict, a new last good check).
+        assert not two.gate.is_cleared(two.space("code"), local_encoder)
+        await two.verify_providers("code")
         assert two.gate.is_cleared(two.space("code"), local_encoder)
+        assert [v.verdict_id for v in two.gate.verdicts.all()] == ids
         assert two.routing.load() == routes
         assert two.routing.load().roles[Role.RERANKER].policy.value == "local"
         assert two.router.serving(Role.CODE_EMBEDDING)  # cleared by the shared verdict

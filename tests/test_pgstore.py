@@ -30,7 +30,8 @@ from fathom.index.pgstore import (
     StoreUnavailable,
     redact_url,
 )
-from fathom.index.store import Slot, open_store_url
+from fathom.index.backend import open_store_url
+from fathom.index.store import Slot
 from fathom.roles import Role
 from fathom.space import Provenance, Space
 from tests.pg_fixtures import pg_server, pg_url  # noqa: F401
@@ -448,11 +449,11 @@ def test_copy_rows_validates_like_a_write(pg):
     good = RowBatch(["a"], ["h"], ["x.py"], ["python"], [1], [2], [None], ["t"],
                     clustered(1), ["sidecar:1"], ["v-1"],
                     [datetime(2030, 1, 1, tzinfo=UTC)])
-    assert pg.copy_rows("p", "code", good) == 1
+    assert pg._copy_rows("p", "code", good) == 1
     bad = RowBatch(["b"], ["h"], ["x.py"], ["python"], [1], [2], [None], ["t"],
                    np.ones((1, WIDTH + 1), np.float32), ["sidecar:1"], ["v-1"], [None])
     with pytest.raises(StoreError):
-        pg.copy_rows("p", "code", bad)
+        pg._copy_rows("p", "code", bad)
     assert pg.provenance_counts("p", "code", Slot.SHADOW) == {("sidecar:1", "v-1"): 1}
     (exported,) = pg.export_rows("p", "code", Slot.SHADOW)
     assert exported.written_at == [datetime(2030, 1, 1, tzinfo=UTC)]

@@ -109,13 +109,14 @@ def test_migration_preserves_provenance_and_resumes_after_an_interruption(lance,
 
 
 def test_gate_and_routing_state_move_too(tmp_path, pg_url):
-    from fathom.inference.gate import JsonVerdictStore
+    from fathom.inference.gate import JsonVerdictStore, Watched
 
     data = tmp_path / "data"
     v1, v2 = _verdict("sidecar:gpu1", SPACE), _verdict("sidecar:gpu2", SPACE, decided_at=2e9)
     json_verdicts = JsonVerdictStore(data / "gate" / "verdicts.json")
     json_verdicts.put(v1)
     json_verdicts.put(v2)
+    json_verdicts.watch(Watched(SPACE, "sidecar:gpu1", 1.5e9))
     RoutingStore(data).update({Role.EMBEDDING: {"policy": "local"}})
     target = PostgresStore(pg_url)
     report = migrate_gate_state(data, target)
@@ -123,6 +124,7 @@ def test_gate_and_routing_state_move_too(tmp_path, pg_url):
     assert [v.verdict_id for v in PgVerdictStore(target).all()] == [v1.verdict_id,
                                                                    v2.verdict_id]
     assert PgRoutingStore(target).load() == RoutingStore(data).load()
+    assert PgVerdictStore(target).watched() == [Watched(SPACE, "sidecar:gpu1", 1.5e9)]
     assert migrate_gate_state(data, target).verdicts == 2  # idempotent
     assert len(PgVerdictStore(target).all()) == 2
     target.close()

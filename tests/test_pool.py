@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.errors import NoProviderAvailable
 from fathom.inference.pool import Pool, PoolStalled, Progress
 from fathom.inference.provider import Kind
@@ -259,6 +259,25 @@ async def test_ejection_then_reprobe_with_one_small_batch(clock):
     assert bad.calls[4].outcome == "ok" and len(bad.calls) > 5
     assert report.ejections["bad"] == 2
     assert sink.count("bad") > 1
+
+
+async def test_one_bad_burst_on_many_lanes_is_one_ejection_episode(clock):
+    """Four lanes of one provider fail together: one episode, one 5 s back-off (not 5, 10, 20,
+    40 s from the four failing batches); the next episode, a failed probe, doubles it."""
+    good = FakeEmbedder("good", clock, rate=2)
+    bad = FakeEmbedder("bad", clock, rate=2, latency=1.0, script=window(0, 9, "fail"))
+    sink = Collector(clock)
+    report = await Pool([good, bad], clock=clock, max_failures=1, eject_base=5.0, min_batch=1,
+                        lanes=4).run(texts_for(200), sink)
+    sink.assert_exactly_once(200)
+    failed = [c for c in bad.calls if c.outcome == "failed"]
+    assert [c.start for c in failed[:4]] == [0.0] * 4  # one burst on four lanes
+    probes = [c.start for c in bad.calls if c.start > 0]
+    # The burst ends at 3 s: ejected once, for 5 s. The one-item probe at 8 s fails at 9.5 s
+    # (a second episode: 10 s); the probe at 19.5 s passes.
+    assert failed[0].end == 3.0 and probes[:2] == [8.0, 19.5]
+    assert bad.calls[5].outcome == "ok"
+    assert report.ejections["bad"] == 2
 
 
 async def test_a_hung_provider_does_not_block_completion(clock):

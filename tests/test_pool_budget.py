@@ -5,7 +5,7 @@ reported once, and a budget with no permit to give never idles the locals."""
 import asyncio
 import random
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.inference.budget import BudgetedProvider, CloudBudget, current_project
 from fathom.inference.pool import Pool
 from fathom.inference.provider import Kind

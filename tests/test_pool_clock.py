@@ -2,7 +2,8 @@
 
 import asyncio
 
-from fathom.clock import Clock, FakeClock, SystemClock, wait_event
+from fathom.clock import Clock, SystemClock, wait_event
+from tests.fake_clock import FakeClock
 
 
 async def test_time_jumps_to_the_next_sleeper_only_when_everything_waits():

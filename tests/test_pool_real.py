@@ -11,7 +11,8 @@ from fathom.errors import ProviderUnavailable
 from fathom.inference.local import LocalEncoder
 from fathom.inference.provider import Provider, ProviderInfo
 from fathom.inference.registry import ProviderRegistry
-from fathom.inference.router import ClearedFlags, Router
+from fathom.inference.router import Router
+from tests.pool_fixtures import ClearedFlags
 from fathom.roles import Role
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
 

@@ -5,12 +5,13 @@ import asyncio
 import numpy as np
 import pytest
 
-from fathom.clock import FakeClock
+from tests.fake_clock import FakeClock
 from fathom.config import PushRecord, RoleRoute, RoutingState
 from fathom.errors import NoProviderAvailable, ProviderUnavailable
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.registry import ChangeKind, HealthState, ProviderRegistry
-from fathom.inference.router import ClearedFlags, NoRoute, Router
+from fathom.inference.router import NoRoute, Router
+from tests.pool_fixtures import ClearedFlags
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 from tests.pool_fixtures import Collector, FakeEmbedder, Throttled, texts_for
@@ -124,7 +125,7 @@ def test_cloud_with_no_cleared_provider_names_the_reason(clock, registry):
     registry.add(FakeServer("openrouter:m@up", clock, Kind.CLOUD))
     router = Router(state(Policy.CLOUD, role), registry, is_cleared=ClearedFlags([(role, "local")]))
     with pytest.raises(NoRoute) as err:
-        router.query_encoder(role)
+        router.pool(role)
     assert "none of the registered cloud routes (openrouter:m@up) is cleared by the gate" in str(err.value)
     assert "fathom gate verify" in str(err.value)
 
@@ -221,40 +222,6 @@ async def test_throttles_fail_over_without_ejecting_but_failures_eject(clock, re
 
 
 # -- query encoding --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("policy", [Policy.LOCAL, Policy.AGGREGATE, Policy.BACKUP])
-def test_queries_use_the_local_reference_unless_cloud(policy, clock, registry):
-    role = Role.EMBEDDING
-    registry.add(FakeServer("sidecar", clock, host="gpu-1"))
-    registry.add(FakeServer("in-process", clock))
-    registry.add(FakeServer("cloud-a", clock, Kind.CLOUD))
-    cleared = ClearedFlags([(role, "sidecar"), (role, "in-process"), (role, "cloud-a")])
-    router = Router(state(policy, role), registry, is_cleared=cleared)
-    assert router.query_encoder(role).id == "in-process"
-    assert ids(router.query_encoders(role)) == ["in-process", "sidecar"]  # never the cloud
-
-
-async def test_cloud_anchor_is_deterministic_and_fails_over(clock, registry):
-    role = Role.CODE_EMBEDDING
-    anchor = FakeServer("openrouter:m@a", clock, Kind.CLOUD)
-    peer = FakeServer("openrouter:m@b", clock, Kind.CLOUD)
-    uncleared = FakeServer("openrouter:m@0", clock, Kind.CLOUD)
-    for p in (peer, uncleared, anchor, FakeServer("local", clock)):
-        registry.add(p)
-    cleared = ClearedFlags([(role, anchor.id), (role, peer.id), (role, "local")])
-    router = Router(state(Policy.CLOUD, role), registry, is_cleared=cleared)
-    assert router.query_encoder(role) is anchor
-    await router.encode_query(role, ["q"])
-    assert anchor.served == ["embed"]
-    anchor.fail = ProviderUnavailable("upstream down")
-    vec = await router.encode_query(role, ["q"])
-    assert vec.shape == (1, 4) and peer.served == ["embed"]
-    registry.eject(anchor.id, until=clock.now() + 60, reason="down")
-    assert router.query_encoder(role) is peer
-    cleared.revoke(role, peer.id)
-    with pytest.raises(NoRoute):
-        router.query_encoder(role)
 
 
 # -- the router's pool: the real path from policy to written rows ----------------------------

@@ -31,8 +31,8 @@ from fathom.index.store import (
     SpaceMismatch,
     Store,
     UnknownProject,
-    open_store_url,
 )
+from fathom.index.backend import open_store_url
 from fathom.space import Provenance, Space
 from tests.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.store_fixtures import (  # noqa: F401
@@ -268,7 +268,8 @@ def test_interrupted_shadow_leaves_active_intact_and_resumes(backend, store):
 
 _WRITER = """
 import sys, time
-from fathom.index.store import Slot, open_store_url
+from fathom.index.backend import open_store_url
+from fathom.index.store import Slot
 from tests.store_fixtures import SPACE, CLEARED, make_chunks, clustered
 store = open_store_url(sys.argv[1])
 store.begin_shadow("p", "code", SPACE)
@@ -753,3 +754,25 @@ def test_hybrid_search_passes_the_filter_to_both_rankings(store):
     hits = hybrid_search(store, "p", "code", query, "widget handler go", k=5,
                          where=SearchFilter.of(language="go"))
     assert len(hits) == 5 and all(h.language == "go" for h in hits)
+
+
+def test_the_gate_watch_list_persists_beside_the_verdicts(backend, tmp_path):
+    """Which providers the gate cleared, and when each was last checked, survive a restart in
+    both deployments: the data dir beside a LanceDB store, the database beside PostgreSQL."""
+    from fathom.inference.gate import JsonVerdictStore, Watched
+    from fathom.index.pgstore import PgVerdictStore
+
+    def open_verdicts():
+        if backend.name == "lance":
+            return JsonVerdictStore(tmp_path / "gate" / "verdicts.json")
+        return PgVerdictStore(backend.location)
+
+    first = open_verdicts()
+    other = Space(table="docs", model=SPACE.model, width=SPACE.width, reference=SPACE.reference)
+    first.watch(Watched(SPACE, "sidecar:gpu1:code-embedding:cloud:alpha", 100.0))
+    first.watch(Watched(other, "local:ref", None))
+    first.watch(Watched(SPACE, "sidecar:gpu1:code-embedding:cloud:alpha", 250.0))  # re-checked
+    first.unwatch(other.key, "local:ref")
+    first.unwatch(other.key, "never-watched")  # nothing to remove: no error
+    again = open_verdicts()  # a restart
+    assert again.watched() == [Watched(SPACE, "sidecar:gpu1:code-embedding:cloud:alpha", 250.0)]

@@ -40,8 +40,26 @@ from typer.core import TyperGroup
 
 from fathom.errors import ConfigError, FathomError, failure_of
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+# Data is printed as it is: no emoji codes (`:cloud:` inside a provider id stays text), no
+# highlighting; data goes through `Text`, so brackets in it are never read as markup.
+console = Console(emoji=False, highlight=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
+
+
+def _no_type_after_flags() -> None:
+    """typer shows a type (`<bool>`) after every option in --help; for a switch that takes no
+    value it is noise, so flags show none."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: click.Context) -> str | None:
+        return None if self.is_flag else shown(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_no_type_after_flags()
 
 
 def exit_code(exc: FathomError) -> int:
@@ -87,12 +105,24 @@ app = typer.Typer(
 )
 
 
+def show_version(value: bool) -> None:
+    """`fathom --version`: eager, so it answers before any other option is checked."""
+    if value:
+        from fathom import __version__
+
+        console.print(f"fathom {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", envvar="FATHOM_DATA_DIR",
         help="Where indexes and state live (default ~/.fathom).")] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=show_version, is_eager=True,
+        help="Print the version and exit.")] = False,
 ) -> None:
     # Merged, not replaced: a caller (a test, an embedding program) may pass obj={"fathom": ...}.
     ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
@@ -182,6 +212,13 @@ def skipped_folders_line(skipped_dirs: dict[str, list[str]], limit: int = 8) -> 
     return "; ".join(parts)
 
 
+def skipped_files(skipped: dict[str, int], skipped_dirs: dict[str, list[str]]) -> dict[str, int]:
+    """The walker's skip counts less the folders it skipped whole (those are named on their own
+    line, not counted as files)."""
+    out = {reason: n - len(skipped_dirs.get(reason, ())) for reason, n in skipped.items()}
+    return {reason: n for reason, n in out.items() if n > 0}
+
+
 def print_report(report) -> None:
     table = Table(title=f"indexed {report.project}", show_header=False, box=None)
     table.add_column(style="bold")
@@ -199,13 +236,15 @@ def print_report(report) -> None:
     if report.carried:
         table.add_row("reused", f"{report.carried} vectors of unchanged text at new lines or "
                                 f"paths (not embedded)")
+    if getattr(report, "max_tokens", None):
+        table.add_row("split", f"{report.split} chunks cut to fit the encoder's {report.max_tokens} tokens")
     table.add_row("unchanged", str(report.reused))
     table.add_row("deleted", str(report.deleted))
-    skipped = sum(report.skipped.values())
-    detail = ", ".join(f"{reason} {n}" for reason, n in
-                       sorted(report.skipped.items(), key=lambda kv: -kv[1]))
-    table.add_row("skipped files", f"{skipped}" + (f" ({detail})" if detail else ""))
-    folders = skipped_folders_line(getattr(report, "skipped_dirs", {}) or {})
+    skipped_dirs = getattr(report, "skipped_dirs", {}) or {}
+    files = skipped_files(report.skipped, skipped_dirs)
+    detail = ", ".join(f"{reason} {n}" for reason, n in sorted(files.items(), key=lambda kv: -kv[1]))
+    table.add_row("skipped files", f"{sum(files.values())}" + (f" ({detail})" if detail else ""))
+    folders = skipped_folders_line(skipped_dirs)
     if folders:
         table.add_row("skipped folders", folders)
     notes = getattr(report, "notes", None)
@@ -274,7 +313,8 @@ def print_hits(hits, title: str) -> None:
 def search(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="What to look for, in words or identifiers.")],
-    project: Annotated[str | None, typer.Option("--project", "-p")] = None,
+    project: Annotated[str | None, typer.Option(
+        "--project", "-p", help="Only this project (default: every indexed project).")] = None,
     docs: Annotated[bool, typer.Option("--docs", help="Search the docs table.")] = False,
     k: Annotated[int, typer.Option("-k", help="Number of results (1-100).")] = 10,
     language: Annotated[str | None, typer.Option(
@@ -307,16 +347,19 @@ def projects(ctx: typer.Context) -> None:
         console.print("no projects indexed yet: run `fathom index PATH`")
         return
     table = Table(title="projects")
-    for col in ("name", "code chunks", "docs chunks", "last indexed"):
+    table.add_column("name", overflow="fold")  # a long name wraps, never cut
+    for col in ("code chunks", "docs chunks", "last indexed"):
         table.add_column(col, no_wrap=True)
     table.add_column("root", overflow="fold")
     for p in items:
         if p.damaged:
             table.add_row(Text(p.name + " (damaged)", style="red"), "-", "-", "-", p.root or "-")
             continue
-        table.add_row(p.name + (" (indexing)" if p.indexing else ""),
+        # A shadow table outlives a cancelled full run (the next one resumes it): say that,
+        # rather than "indexing", which reads as a job running now.
+        table.add_row(Text(p.name + (" (unfinished full run)" if p.indexing else "")),
                       str(p.tables.get("code", 0)), str(p.tables.get("docs", 0)),
-                      p.last_indexed or "-", p.root or "-")
+                      Text(p.last_indexed or "-"), Text(p.root or "-"))
     console.print(table)
     for p in items:
         if p.damaged:
@@ -387,7 +430,9 @@ def mcp_token(token_file: Path | None) -> str | None:
             err_console.print(f"warning: {token_file} can be read by other users of this machine; "
                               f"`chmod 600 {token_file}`")
     else:
-        token = os.environ.get("FATHOM_MCP_TOKEN", "").strip()
+        from fathom.config import Settings
+
+        token = Settings.secret(Settings().mcp_token) or ""
     if token and (len(token) < 16 or any(c.isspace() for c in token)):
         raise ConfigError("the MCP token must be at least 16 characters without spaces; use a long random "
                           "string, e.g. fm_$(openssl rand -hex 32)")
@@ -507,30 +552,13 @@ def drop(
 
 # ---------------------------------------------------------------- the fleet: server and sidecar
 
-# Both take their own argparse options (the same ones `python -m fathom.server` and
-# `python -m fathom.fleet.agent` take), passed through untouched, `--help` included, so the
-# two spellings never drift apart.
-PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+# Each is one typer command defined next to what it runs (`python -m fathom.server` and
+# `python -m fathom.fleet.agent` run the same functions), so the two spellings never drift apart.
+from fathom.fleet.agent import sidecar as _sidecar  # noqa: E402
+from fathom.server.__main__ import server as _server  # noqa: E402
 
-
-@app.command(context_settings=PASS_THROUGH, add_help_option=False)
-def server(ctx: typer.Context) -> None:
-    """Run the fathom server: admin API, sidecar WebSocket, MCP at /mcp (see --help)."""
-    from fathom.server.__main__ import main as server_main
-
-    args = list(ctx.args)
-    data_dir = (ctx.find_root().obj or {}).get("data_dir")
-    if data_dir and "--data-dir" not in args and not any(a.startswith("--data-dir=") for a in args):
-        args = ["--data-dir", str(data_dir), *args]  # the global option, for `fathom --data-dir X server`
-    raise typer.Exit(server_main(args))
-
-
-@app.command(context_settings=PASS_THROUGH, add_help_option=False)
-def sidecar(ctx: typer.Context) -> None:
-    """Join a server's fleet as a sidecar: --server wss://HOST --serve ROLE=BACKEND (see --help)."""
-    from fathom.fleet.agent import main as agent_main
-
-    raise typer.Exit(agent_main(list(ctx.args)))
+app.command("server")(_server)
+app.command("sidecar")(_sidecar)
 
 
 # ---------------------------------------------------------------- store
@@ -648,7 +676,7 @@ def store_migrate(
 
 from fathom.agents.commands import register as _register_agent_commands  # noqa: E402
 
-_register_agent_commands(app)
+_register_agent_commands(app, console=console, fathom_of=fathom_of, run=run)
 
 
 # Operator commands against a running server: policy, key, fleet, gate, budget, jobs.

@@ -27,14 +27,17 @@ from urllib.parse import quote
 import httpx
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from fathom.errors import ConfigError, FathomError
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+# Ids, names and messages are printed byte for byte: no emoji codes (`:cloud:` in a provider id
+# stays text), no highlighting, and data goes in as `Text` (or escaped), never read as markup.
+console = Console(emoji=False, highlight=False)
+err_console = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 
@@ -49,7 +52,7 @@ class AdminError(FathomError):
 
     def __init__(self, message: str, problems: list[str] | None = None, status: int | None = None):
         super().__init__(message)
-        self.problems = [p for p in (problems or []) if p != message]
+        self.problems = [p for p in (problems or []) if p not in message]  # said once
         self.status = status
 
 
@@ -160,6 +163,16 @@ def dash(v: Any) -> str:
     return "-" if v is None or v == "" else str(v)
 
 
+def plain(v: Any, style: str = "") -> Text:
+    """A table cell holding data: shown as it is, whatever brackets or colons it has."""
+    return Text(dash(v), style=style)
+
+
+def eta(job: dict[str, Any]) -> str:
+    """A job's time left, only while it runs: a paused or finished job has no ETA."""
+    return ago(job["eta_s"]) if job["state"] == "running" else "-"
+
+
 def ago(s: float | None) -> str:
     if s is None:
         return "-"
@@ -168,11 +181,11 @@ def ago(s: float | None) -> str:
 
 def print_push(push: dict[str, Any]) -> None:
     acked, offline, failed, pending = push["acked"], push["offline"], push["failed"], push["pending"]
-    console.print(f"pushed to: [bold]{', '.join(acked) or 'no sidecar'}[/]"
-                  + (f"; offline: {', '.join(offline)}" if offline else "")
-                  + (f"; pending approval (sent nothing): {', '.join(pending)}" if pending else ""))
+    console.print(Text("pushed to: ") + Text(', '.join(acked) or 'no sidecar', style="bold")
+                  + Text((f"; offline: {', '.join(offline)}" if offline else "")
+                         + (f"; pending approval (sent nothing): {', '.join(pending)}" if pending else "")))
     for name, why in sorted(failed.items()):
-        console.print(f"  [red]no acknowledgement from {name}[/]: {why}")
+        console.print(Text(f"  no acknowledgement from {name}", style="red") + Text(f": {why}"))
 
 
 # ---------------------------------------------------------------------------- policy
@@ -188,11 +201,18 @@ def roles_table(roles: dict[str, Any], only: str | None = None) -> Table:
     for name, r in roles.items():
         if only and name != only:
             continue
-        serving = ", ".join(r["serving"]) or "[red]none[/]"
+        serving = Text("\n".join(serving_line(p) for p in r["providers"] if p["id"] in r["serving"])
+                       or "none", style="" if r["serving"] else "red")
         notes = "\n".join([*r["warnings"], *r["unavailable"]])
-        t.add_row(name, dash(r["table"]), f"[bold]{r['policy']}[/]", dash(r["model"]), dash(r["upstream"]),
-                  dash(r["width"]), r["fallback"], serving, Text(notes, style="yellow"))
+        t.add_row(plain(name), plain(r["table"]), plain(r["policy"], "bold"), plain(r["model"]),
+                  plain(r["upstream"]), plain(r["width"]), plain(r["fallback"]), serving,
+                  Text(notes, style="yellow"))
     return t
+
+
+def serving_line(p: dict[str, Any]) -> str:
+    """A provider id as the API gives it, and for a cloud route what its calls found."""
+    return p["id"] + (f" ({p['health'].replace('_', ' ')})" if p["kind"] == "cloud" else "")
 
 
 @policy_app.command("show")
@@ -228,7 +248,8 @@ def policy_set(
     if not change:
         raise AdminRefused(f"nothing to change for {role}: give --policy, --model, --upstream, --width or --fallback")
     data = connect(server, token).call("PUT", "/admin/policies", {role: change})
-    console.print(f"[green]applied[/] to {role}: " + ", ".join(f"{k} = {dash(v)}" for k, v in change.items()))
+    console.print(Text("applied", style="green")
+                  + Text(f" to {role}: " + ", ".join(f"{k} = {dash(v)}" for k, v in change.items())))
     print_push(data["push"])
     console.print(roles_table(data["roles"], role))
 
@@ -284,21 +305,36 @@ fleet_app = typer.Typer(help="Sidecars: list (default), approve, revoke, tokens.
 
 def print_fleet(data: dict[str, Any]) -> None:
     t = Table(title="Fleet", title_justify="left")
-    for col in ("sidecar", "state", "connected", "key", "last seen", "load", "in flight", "routes", "problems"):
+    for col in ("sidecar", "state", "connected", "key", "cloud", "last seen", "load", "in flight", "routes",
+                "problems"):
         t.add_column(col, overflow="fold")
     for s in data["sidecars"]:
-        key = "-" if s["key_present"] is None else ("present" if s["key_present"] else "[red]missing[/]")
+        key = plain("-") if s["key_present"] is None else (
+            plain("present") if s["key_present"] else plain("missing", "red"))
         state = {"approved": "green", "pending": "yellow", "revoked": "red"}.get(s["state"], "white")
-        t.add_row(s["name"], f"[{state}]{s['state']}[/]", "yes" if s["connected"] else "[red]no[/]", key,
-                  ago(s["last_seen_s"]), dash(s["load"]), str(s["in_flight"]),
-                  ", ".join(f"{r['role']}={r['backend']}" for r in s["routes"]) or "-",
+        t.add_row(plain(s["name"]), plain(s["state"], state), plain("yes") if s["connected"] else plain("no", "red"),
+                  key, cloud_cell(s.get("cloud") or []), ago(s["last_seen_s"]),
+                  "-" if s["load"] is None else f"{s['load']:.2f}", str(s["in_flight"]),
+                  plain(", ".join(f"{r['role']}={r['backend']}" for r in s["routes"])),
                   Text("; ".join(s["problems"]), style="red"))
     console.print(t)
     for p in data["problems"]:
-        console.print(f"[yellow]![/] {p}")
+        console.print(Text("! ", style="yellow") + Text(p))
     last = data.get("last_push")
-    console.print(f"last key push: {last['at']}, acked by {', '.join(last['acked']) or 'nobody'}"
+    console.print(Text(f"last key push: {last['at']}, acked by {', '.join(last['acked']) or 'nobody'}")
                   if last else "no key has been pushed yet (`fathom key push`)")
+
+
+def cloud_cell(routes: list[dict[str, Any]]) -> Text:
+    """What calls through the sidecar's cloud routes found: `serving`, `key rejected`... one
+    word when they agree, else per route (serving only after a call or key check succeeded)."""
+    if not routes:
+        return plain("-")
+    words = {r["state"].replace("_", " ") for r in routes}
+    if len(words) == 1:
+        word = words.pop()
+        return plain(word, "green" if word == "serving" else "red" if word != "unchecked" else "")
+    return Text("\n".join(f"{r['provider']}: {r['state'].replace('_', ' ')}" for r in routes))
 
 
 @fleet_app.callback()
@@ -340,7 +376,8 @@ def fleet_approve(ctx: typer.Context, name: str,
     query = "&".join(q for q, on in (("rebind=true", rebind), ("pre_approve=true", pre_approve)) if on)
     path = f"/admin/fleet/{quote(name, safe='')}/approve" + (f"?{query}" if query else "")
     s = _conn(ctx, server, token).call("POST", path)
-    console.print(f"{name}: [green]{s['state']}[/]" + ("" if s["connected"] else " (not connected now)"))
+    console.print(Text(f"{name}: ") + Text(s["state"], style="green")
+                  + Text("" if s["connected"] else " (not connected now)"))
 
 
 @fleet_app.command("revoke")
@@ -348,7 +385,7 @@ def fleet_approve(ctx: typer.Context, name: str,
 def fleet_revoke(ctx: typer.Context, name: str, server: LocalServerOpt = None, token: TokenOpt = None) -> None:
     """Revoke a sidecar: it loses its work at once and is disconnected."""
     s = _conn(ctx, server, token).call("POST", f"/admin/fleet/{quote(name, safe='')}/revoke")
-    console.print(f"{name}: [red]{s['state']}[/]")
+    console.print(Text(f"{name}: ") + Text(s["state"], style="red"))
 
 
 @fleet_app.command("token")
@@ -358,7 +395,7 @@ def fleet_token(ctx: typer.Context,
                 server: LocalServerOpt = None, token: TokenOpt = None) -> None:
     """Issue a join token (or a host token for one sidecar name); shown once."""
     issued = _conn(ctx, server, token).call("POST", "/admin/fleet/tokens", {"name": name} if name else None)
-    console.print(f"{issued['kind']} token (shown once; only its hash is kept): {issued['token']}")
+    console.print(Text(f"{issued['kind']} token (shown once; only its hash is kept): {issued['token']}"))
 
 
 # ---------------------------------------------------------------------------- gate
@@ -374,18 +411,19 @@ def print_verdicts(verdicts: list[dict[str, Any]], *, evidence: bool = False) ->
         style = {"cleared": "green", "refused": "red", "quarantined": "red"}[v["status"]]
         coverage = Text("REDUCED", style="bold yellow") if v["reduced_coverage"] else Text(v["coverage"])
         mc = "-" if v["min_cosine"] is None else f"{v['min_cosine']:.4f}"
-        t.add_row(v["table"], v["provider"], f"[{style}]{v['status']}[/]", v["regime"], coverage, mc,
-                  v["revoked_reason"] and f"revoked: {v['revoked_reason']}" or v["reason"])
+        t.add_row(plain(v["table"]), plain(v["provider"]), plain(v["status"], style), plain(v["regime"]), coverage,
+                  mc, plain(v["revoked_reason"] and f"revoked: {v['revoked_reason']}" or v["reason"]))
     console.print(t)
     for v in verdicts:
         if v["reduced_coverage"]:
             console.print(Text(f"! {v['provider']} ({v['table']}): {v['coverage_note']}", style="yellow"))
         if evidence and v["cosines"]:
-            c = Table(title=f"{v['provider']}: cosine per probe (floor {v['threshold']})", title_justify="left")
+            c = Table(title=escape(f"{v['provider']}: cosine per probe (floor {v['threshold']})"),
+                      title_justify="left")
             c.add_column("probe")
             c.add_column("cosine", justify="right")
             for probe, cos in sorted(v["cosines"].items(), key=lambda kv: kv[1]):
-                c.add_row(probe, Text(f"{cos:.4f}", style="green" if cos > v["threshold"] else "red"))
+                c.add_row(plain(probe), Text(f"{cos:.4f}", style="green" if cos > v["threshold"] else "red"))
             console.print(c)
 
 
@@ -428,15 +466,17 @@ def gate_verify(provider: Annotated[str, typer.Argument(help="A live provider id
 def gate_audit(project: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
     """Rows per verdict, and rows a quarantined provider wrote since its last good check."""
     data = connect(server, token).call("GET", f"/admin/gate/audit/{quote(project, safe='')}")
-    t = Table(title=f"Rows of {project} per verdict", title_justify="left")
+    t = Table(title=escape(f"Rows of {project} per verdict"), title_justify="left")
     for col in ("table", "provider", "verdict", "status", "rows"):
         t.add_column(col, overflow="fold")
     for c in data["counts"]:
-        t.add_row(c["table"], c["provider"], dash(c["verdict_id"]), c["status"], str(c["rows"]))
+        t.add_row(plain(c["table"]), plain(c["provider"]), plain(c["verdict_id"]), plain(c["status"]),
+                  str(c["rows"]))
     console.print(t)
     for s in data["suspects"]:
-        console.print(f"[red]{s['rows']} suspect rows[/] in {s['table']} by quarantined {s['provider']} since "
-                      f"{s['last_good_check'] or 'its first write'}: {s['reason']}")
+        console.print(Text(f"{s['rows']} suspect rows", style="red")
+                      + Text(f" in {s['table']} by quarantined {s['provider']} since "
+                             f"{s['last_good_check'] or 'its first write'}: {s['reason']}"))
     if data["suspect_count"]:
         console.print(f"re-embed them with a cleared encoder: `fathom gate reembed {project}`")
 
@@ -448,8 +488,8 @@ def gate_reembed(project: str, encoder: Annotated[str | None, typer.Option(help=
     """Re-embed exactly the suspect rows the audit lists."""
     data = connect(server, token).call("POST", f"/admin/gate/reembed/{quote(project, safe='')}",
                                        {"encoder": encoder} if encoder else None)
-    console.print(f"re-embedded {data['total']} rows with {data['encoder']}"
-                  + "".join(f"; {t}: {n}" for t, n in data["rows"].items()))
+    console.print(Text(f"re-embedded {data['total']} rows with {data['encoder']}"
+                       + "".join(f"; {t}: {n}" for t, n in data["rows"].items())))
 
 
 # ---------------------------------------------------------------------------- budget
@@ -474,12 +514,12 @@ def budget(override: Annotated[int | None, typer.Option(help="Set the ceiling ov
     window = f"{b['window']['count']} / {b['window']['allowance']} in {b['window']['seconds']:g}s" \
         if b["window"]["armed"] else "not armed"
     last = b["last_429"]
-    for k, v in (("ceiling", f"{b['ceiling']} ({b['ceiling_source']})"), ("effective limit", b["effective"]),
+    for k, v in (("ceiling", f"{b['ceiling']} ({b.get('ceiling_origin') or b['ceiling_source']})"), ("effective limit", b["effective"]),
                  ("in flight", b["in_flight"]), ("waiting", sum(b["waiting"].values())), ("RPM window", window),
                  ("cooldown left", f"{b['cooldown_left_s']:.1f}s" if b["in_cooldown"] else "none"),
                  ("last 429", f"{last['kind']} {ago(last['ago_s'])} ago" + (" (halved)" if last["halved"] else "")
                   if last else "never")):
-        t.add_row(k, str(v))
+        t.add_row(k, plain(v))
     console.print(t)
 
 
@@ -494,9 +534,9 @@ def print_jobs(jobs: list[dict[str, Any]]) -> None:
     for col in ("job", "project", "state", "phase", "progress", "rate", "eta"):
         t.add_column(col, overflow="fold")
     for j in jobs:
-        t.add_row(j["id"], j["project"], j["state"] + (f": {j['error']}" if j["error"] else ""), j["phase"],
-                  f"{j['chunks_done']}/{j['chunks_total']} ({j['percent']:.0f}%)",
-                  f"{j['rate']:.1f}/s" if j["rate"] else "-", ago(j["eta_s"]))
+        t.add_row(plain(j["id"]), plain(j["project"]), plain(j["state"] + (f": {j['error']}" if j["error"] else "")),
+                  plain(j["phase"]), f"{j['chunks_done']}/{j['chunks_total']} ({j['percent']:.0f}%)",
+                  f"{j['rate']:.1f}/s" if j["rate"] else "-", eta(j))
     console.print(t if jobs else "no index job has run on this server yet")
 
 
@@ -530,6 +570,7 @@ def jobs_main(ctx: typer.Context, server: ServerOpt = DEFAULT_SERVER, token: Tok
 @jobs_app.command("list")
 @handled
 def jobs_list(ctx: typer.Context, server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+    """List every job on the server with its progress (what `fathom jobs` alone prints)."""
     print_jobs(_conn(ctx, server, token).call("GET", "/admin/jobs")["jobs"])
 
 
@@ -545,7 +586,7 @@ def jobs_start(ctx: typer.Context,
     root = path.expanduser().resolve()
     client = _conn(ctx, server, token)
     job = client.call("POST", "/admin/jobs", {"path": str(root), "project": project or root.name, "full": full})
-    console.print(f"started job [bold]{job['id']}[/] for {job['project']} ({root})")
+    console.print(Text("started job ") + Text(job["id"], style="bold") + Text(f" for {job['project']} ({root})"))
     if watch_it:
         finish(watch(client, job))
 
@@ -565,7 +606,7 @@ def _job_action(action: str) -> Callable[..., None]:
     @handled
     def command(ctx: typer.Context, job_id: str, server: LocalServerOpt = None, token: TokenOpt = None) -> None:
         job = _conn(ctx, server, token).call("POST", f"/admin/jobs/{quote(job_id, safe='')}/{action}")
-        console.print(f"job {job_id}: {action} requested; now {job['state']}")
+        console.print(Text(f"job {job_id}: {action} requested; now {job['state']}"))
     command.__doc__ = {"pause": "Pause a job (it stops between batches).",
                        "resume": "Resume a paused job, or one a server stop or crash interrupted.",
                        "cancel": "Cancel a job (the active table is unchanged)."}[action]
@@ -586,8 +627,8 @@ def print_tokens(data: dict[str, Any]) -> None:
     for col in ("name", "projects", "may index", "created"):
         t.add_column(col, overflow="fold")
     for r in data["tokens"]:
-        t.add_row(r["name"], ", ".join(r["projects"]) if r["projects"] else "every project",
-                  "yes" if r["can_index"] else "no", r["created_at"])
+        t.add_row(plain(r["name"]), plain(", ".join(r["projects"]) if r["projects"] else "every project"),
+                  "yes" if r["can_index"] else "no", plain(r["created_at"]))
     console.print(t if data["tokens"] else "no MCP token yet: `fathom tokens create --name NAME`")
     roots = data.get("index_roots") or []
     console.print("index roots (FATHOM_INDEX_ROOTS): " + (", ".join(roots) if roots else
@@ -608,11 +649,11 @@ def tokens_create(
     created = connect(server, token).call("POST", "/admin/tokens", {"name": name, "projects": project or None,
                                                                      "can_index": can_index})
     scope = ", ".join(created["projects"]) if created["projects"] else "every project"
-    console.print(f"MCP token for {created['name']} (shown once; only its hash is kept): {created['token']}")
-    console.print(f"it sees: {scope}; " + ("it may index under FATHOM_INDEX_ROOTS" if created["can_index"]
-                                           else "read-only"))
-    console.print(f"use it: claude mcp add --transport http fathom {server.rstrip('/')}/mcp "
-                  f"--header \"Authorization: Bearer {created['token']}\"")
+    console.print(Text(f"MCP token for {created['name']} (shown once; only its hash is kept): {created['token']}"))
+    console.print(Text(f"it sees: {scope}; " + ("it may index under FATHOM_INDEX_ROOTS" if created["can_index"]
+                                                else "read-only")))
+    console.print(Text(f"use it: claude mcp add --transport http fathom {server.rstrip('/')}/mcp "
+                       f"--header \"Authorization: Bearer {created['token']}\""))
 
 
 @tokens_app.command("list")
@@ -627,7 +668,7 @@ def tokens_list(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> N
 def tokens_revoke(name: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
     """Revoke an MCP token: its next request is refused."""
     connect(server, token).call("POST", f"/admin/tokens/{quote(name, safe='')}/revoke")
-    console.print(f"{name}: [red]revoked[/]")
+    console.print(Text(f"{name}: ") + Text("revoked", style="red"))
 
 
 @handled
@@ -636,12 +677,12 @@ def audit_log(limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_
               server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
     """The audit log: every admin action on the server, who (which token) did it and when."""
     data = connect(server, token).call("GET", f"/admin/audit?limit={limit}")
-    t = Table(title=f"Audit log ({data['path']})", title_justify="left")
+    t = Table(title=escape(f"Audit log ({data['path']})"), title_justify="left")
     for col in ("when", "who", "what", "outcome"):
         t.add_column(col, overflow="fold")
     for e in data["entries"]:
         outcome = str(e.get("outcome"))
-        t.add_row(dash(e.get("at")), dash(e.get("who")), dash(e.get("what")),
+        t.add_row(plain(e.get("at")), plain(e.get("who")), plain(e.get("what")),
                   Text(outcome, style="green" if outcome == "ok" else "red"))
     console.print(t if data["entries"] else "the audit log is empty: no admin action yet")
 

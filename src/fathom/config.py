@@ -14,9 +14,9 @@ import os
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Iterable
+from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fathom.errors import ConfigError
@@ -44,9 +44,25 @@ def _default_model_path() -> str:
 
 
 class Settings(BaseSettings):
-    """Process settings, from the environment (`FATHOM_*`) or arguments."""
+    """Process settings, from the environment (`FATHOM_*`) or arguments.
+
+    Every `FATHOM_*` variable any part of Fathom reads is a field here (a command-line option
+    that also reads one names the same variable), and `docs/configuration.md` lists each with
+    its default and meaning; `tests/test_configuration.py` holds the three together. Tokens
+    are `SecretStr`: no repr, log line or error message shows them."""
 
     model_config = SettingsConfigDict(env_prefix="FATHOM_", extra="ignore")
+
+    def __init__(self, **values: Any):
+        # A malformed variable is bad configuration, said in one line that names it and the
+        # rule, never its value (it may be a token): not a pydantic traceback at start.
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            problems = [f"{self.env_name(str(e['loc'][0])) if e['loc'] else 'FATHOM_*'}: {e['msg']}"
+                        for e in exc.errors(include_input=False, include_url=False)]
+            raise ConfigError("bad setting: " + "; ".join(problems)
+                              + " (docs/configuration.md lists each variable)", problems) from None
 
     data_dir: Path = Field(default_factory=lambda: Path.home() / ".fathom")
     # The embedded local encoder: a model folder (or name) and its width. A GPU deployment
@@ -56,6 +72,9 @@ class Settings(BaseSettings):
     local_width: int = 384
     local_device: str = "cpu"
     local_batch_size: int = 64
+    # The longest input the local encoder reads, in its own tokens (special tokens included);
+    # None: the model's own maximum sequence length. Chunks are sized to fit it.
+    local_max_tokens: int | None = Field(default=None, ge=16)
     # None: LanceDB under data_dir; postgresql://… for pgvector. It may carry a password, so it
     # is left out of the settings' repr (shown only through `redact_url`).
     store_url: str | None = Field(default=None, repr=False)
@@ -82,6 +101,10 @@ class Settings(BaseSettings):
     local_chat_timeout: float | None = Field(default=None, gt=0)
     # Resume, at start, the index jobs a crash or a stop interrupted (`server.job_records`).
     resume_jobs: bool = True
+    # How often the server re-probes every cleared encoder against the golden vectors
+    # (FATHOM_RECHECK_INTERVAL_S, seconds; `inference.gate`). Shorter catches a redeployed
+    # upstream sooner, at the cost of one probe set per encoder per round.
+    recheck_interval_s: float = Field(default=3600.0, gt=0)
     # The server-wide limit on a request body (routes have tighter ones): `server.guard`.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3)
     # Live sync: `fathom mcp`, `serve` and `server` watch the folders of the projects they
@@ -94,6 +117,25 @@ class Settings(BaseSettings):
     # (FATHOM_ALLOWED_HOSTS, comma-separated), e.g. the name a reverse proxy passes on; every
     # other Host header is refused (DNS-rebinding protection).
     allowed_hosts: str = ""
+    log_level: str = "INFO"
+    # `text` lines, or `json`: one object per line for a log collector (server and sidecar).
+    log_format: Literal["text", "json"] = "text"
+    # Seconds between a sidecar's reads of the key's limits and credits (`fleet.keycheck`).
+    key_check_interval: float = Field(default=300.0, gt=0)
+    # Tokens given at start instead of issued ones (`fathom server`); each is kept only as a
+    # hash under the data dir. FATHOM_ADMIN_TOKEN is also the admin CLI's token.
+    admin_token: SecretStr | None = None
+    join_token: SecretStr | None = None
+    metrics_token: SecretStr | None = None
+    # The one token `fathom serve` requires of MCP clients, or a file holding it.
+    mcp_token: SecretStr | None = None
+    mcp_token_file: Path | None = None
+    # The server the admin commands talk to (`fathom policy`, `fleet`, `gate`, `budget`, ...).
+    server: str = "http://127.0.0.1:8765"
+    # A sidecar's join (or host) token, or a file holding it, and where it keeps its identity.
+    sidecar_token: SecretStr | None = None
+    sidecar_token_file: Path | None = None
+    sidecar_state_dir: Path = Field(default_factory=lambda: Path.home() / ".fathom-sidecar")
 
     def index_root_list(self) -> list[str]:
         return [p.strip() for p in self.index_roots.split(os.pathsep) if p.strip()]
@@ -103,6 +145,17 @@ class Settings(BaseSettings):
     # System folders refused as an index root (and what lies under them, `/` excepted), also
     # when reached through a link. FATHOM_REFUSED_ROOTS='["/", "/proc", "/srv/secrets"]'.
     refused_roots: list[str] = Field(default_factory=lambda: list(REFUSED_ROOTS))
+
+    @staticmethod
+    def env_name(field: str) -> str:
+        """The environment variable of a field: `data_dir` is FATHOM_DATA_DIR."""
+        return "FATHOM_" + field.upper()
+
+    @staticmethod
+    def secret(value: SecretStr | None) -> str | None:
+        """A token's value, or None when it is unset or blank."""
+        text = value.get_secret_value().strip() if value is not None else ""
+        return text or None
 
     @property
     def lance_dir(self) -> Path:
@@ -136,6 +189,7 @@ class RoleRoute(BaseModel):
     upstream: str | None = None  # OpenRouter upstream pin; required for embedding via cloud
     fallback: FallbackMode = FallbackMode.ANY
     width: int | None = None  # embedding roles: the table's width
+    max_tokens: int | None = Field(default=None, ge=16)  # embedding roles: the model's input limit
 
 
 class PushRecord(BaseModel):

@@ -48,8 +48,10 @@ def demo_codebase() -> Path:
 
 
 def demo_settings() -> Settings:
-    data_dir = os.environ.get("FATHOM_DATA_DIR") or str(Path.cwd() / ".fathom" / "demo")
-    return Settings(data_dir=Path(data_dir))
+    settings = Settings()
+    if "data_dir" in settings.model_fields_set:  # FATHOM_DATA_DIR given
+        return settings
+    return settings.model_copy(update={"data_dir": Path.cwd() / ".fathom" / "demo"})
 
 
 async def run_demo(settings: Settings, root: Path, *, k: int = 3) -> tuple[int, int]:

@@ -7,6 +7,8 @@ an exception constructor.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class FathomError(Exception):
     """Base of every error Fathom raises on purpose."""
@@ -38,6 +40,15 @@ def whole_number(name: str, value: object, low: int, high: int) -> int:
 
 class InvalidRole(ConfigError):
     pass
+
+
+def one_of(choices: Any, value: object, error: type[ConfigError], noun: str) -> Any:
+    """`choices(value)` for an enum of names (roles, policies), or `error` listing every name."""
+    try:
+        return choices(value)
+    except ValueError:
+        names = ", ".join(c.value for c in choices)
+        raise error(f"unknown {noun} {value!r}: use one of {names}") from None
 
 
 class InvalidPolicy(ConfigError):

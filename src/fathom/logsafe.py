@@ -15,9 +15,12 @@ in the first place. This is the net under that rule, not a substitute for it.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import sys
 import threading
+from datetime import datetime, timezone
 from typing import Any
 
 # OpenRouter keys look like `sk-or-v1-<64 hex>`. Match any `sk-or-` prefix and whatever
@@ -81,14 +84,6 @@ def sanitize(record: logging.LogRecord) -> logging.LogRecord:
     return record
 
 
-class SecretScrubber(logging.Filter):
-    """The same scrub as a handler filter, for handlers in processes that did not `install()`."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        sanitize(record)
-        return True
-
-
 def install() -> None:
     """Make every log record of this process pass through `sanitize` (idempotent)."""
     global _installed
@@ -103,6 +98,40 @@ def install() -> None:
         factory.fathom_logsafe = True  # type: ignore[attr-defined]
         logging.setLogRecordFactory(factory)
         _installed = True
+
+
+LOG_FORMATS = ("text", "json")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log collectors: time (UTC, ISO 8601), level, logger,
+    message, and the traceback when there is one. Records reach it already scrubbed (`install`);
+    the text is scrubbed again here, so a record made before `install()` is covered too."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname, "logger": record.name, "message": scrub(record.getMessage()),
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        if record.exc_text:
+            entry["exc"] = scrub(record.exc_text)
+        if record.stack_info:
+            entry["stack"] = scrub(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False)  # one line: newlines inside are escaped
+
+
+def configure(level: str = "INFO", log_format: str = "text") -> None:
+    """The logging of a server or sidecar process: scrubbed (`install`), on stderr, as text lines
+    or one JSON object per line (`--log-format json`)."""
+    if log_format not in LOG_FORMATS:
+        raise ValueError(f"unknown log format {log_format!r}: use text or json")
+    install()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)
 
 
 def installed() -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from fathom.errors import InvalidPolicy
+from fathom.errors import InvalidPolicy, one_of
 
 
 class Policy(StrEnum):
@@ -20,11 +20,7 @@ class Policy(StrEnum):
 
     @classmethod
     def parse(cls, value: str | Policy) -> Policy:
-        try:
-            return cls(value)
-        except ValueError:
-            names = ", ".join(p.value for p in cls)
-            raise InvalidPolicy(f"unknown policy {value!r}: use one of {names}") from None
+        return one_of(cls, value, InvalidPolicy, "policy")
 
 
 class Reference(StrEnum):

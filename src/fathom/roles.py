@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from fathom.errors import InvalidRole
+from fathom.errors import InvalidRole, one_of
 
 
 class Role(StrEnum):
@@ -21,11 +21,7 @@ class Role(StrEnum):
 
     @classmethod
     def parse(cls, value: str | Role) -> Role:
-        try:
-            return cls(value)
-        except ValueError:
-            names = ", ".join(r.value for r in cls)
-            raise InvalidRole(f"unknown role {value!r}: use one of {names}") from None
+        return one_of(cls, value, InvalidRole, "role")
 
     @property
     def stateful(self) -> bool:

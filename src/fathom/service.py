@@ -32,7 +32,6 @@ import functools
 import json
 import logging
 import os
-import re
 import socket
 import time
 from dataclasses import asdict, dataclass, field
@@ -46,17 +45,24 @@ from fathom import scope
 from fathom.config import RoutingStore, Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
 from fathom.index import search as search_mod
+from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
+from fathom.index.rerank import hybrid
+from fathom.index.results import (
+    Noted,
+    SearchHit,
+    check_k,
+    check_table,
+    skipped_note,
+)
 from fathom.index.indexer import (
     IndexProgress, IndexReport, Indexer, Job, JobState, discover, space_for,
 )
 from fathom.index.store import (
     TABLE_KINDS,
     DamagedProject,
-    Hit,
     Store,
     UnknownProject,
-    open_store,
 )
 from fathom.index.walker import check_root
 from fathom.inference.budget import CloudBudget, current_project
@@ -66,7 +72,7 @@ from fathom.inference.local import LocalEncoder
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
-from fathom.policy import Policy
+from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import Role
 from fathom.space import Provenance, Space
 
@@ -75,48 +81,8 @@ log = logging.getLogger(__name__)
 # Which embedding role writes (and encodes the queries of) each table.
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 
-MAX_K = 100
 MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
 SYNC_JOBS_KEPT = 5  # finished live-sync jobs remembered per project
-
-
-@dataclass(frozen=True)
-class SearchHit:
-    project: str
-    table: str
-    path: str
-    start_line: int
-    end_line: int
-    symbol: str | None
-    language: str
-    score: float
-    snippet: str
-    # The cosine similarity of the query and the chunk when the vector search found it
-    # (None when only the keyword search did); `score` is the fused score.
-    cosine: float | None = None
-    kind: str | None = None  # symbol kind: "function", "method", "class"
-    # Why it ranked (`fathom.index.fusion`): its place in the vector and the keyword list and
-    # its keyword score (None where that list did not hold it), and whether the query named it.
-    vector_rank: int | None = None
-    text_rank: int | None = None
-    text_score: float | None = None
-    match: str | None = None
-
-    @classmethod
-    def of(cls, project: str, hit: Hit) -> SearchHit:
-        snippet = docs_snippet(hit.snippet) if hit.table == "docs" else hit.snippet
-        return cls(project, hit.table, hit.path, hit.start_line, hit.end_line, hit.symbol,
-                   hit.language, round(float(hit.score), 6), snippet,
-                   cosine=_rounded(hit.vector_score), kind=hit.kind,
-                   vector_rank=hit.vector_rank, text_rank=hit.text_rank,
-                   text_score=_rounded(hit.text_score), match=hit.match)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _rounded(score: float | None) -> float | None:
-    return None if score is None else round(float(score), 6)
 
 
 @dataclass(frozen=True)
@@ -127,20 +93,6 @@ class ProjectSummary:
     last_indexed: str | None  # ISO 8601, UTC
     indexing: bool = False  # a shadow (an unfinished full run) exists
     damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
-
-
-class Noted(list):
-    """Results, with the notes a reader must see beside them (e.g. a project a search over
-    every project skipped because it is damaged)."""
-
-    def __init__(self, items: Any = (), notes: Any = ()):
-        super().__init__(items)
-        self.notes: list[str] = list(notes)
-
-
-def skipped_note(project: str, detail: str) -> str:
-    return (f"skipped project {project!r}, which is damaged ({detail}); run `fathom store "
-            f"verify {project} --repair`")
 
 
 @dataclass(frozen=True)
@@ -155,30 +107,6 @@ class IndexStatus:
     include: list[str] = field(default_factory=list)  # the project's include globs
 
 
-# What opens a docstring or a doc comment, and adornment lines that carry no words.
-_OPENERS = re.compile(r"^\s*(?:[rRbBuUfF]{0,2}(?:\"{3}|'{3})|/\*\*?|\*/|\*(?!\*)|//[/!]|<!--|-->)\s*")
-_CLOSERS = re.compile(r"(?:\"{3}|'{3}|\*/|-->)\s*$")
-_ADORNMENT = re.compile(r"^\s*([-=~:^*#_`])\1*\s*$")
-
-
-def docs_snippet(snippet: str) -> str:
-    """A docs snippet that opens on words: a docstring's or a doc comment's delimiter (three
-    quotes, `/**`, `///`), adornment lines and blank lines are dropped from its head, so the
-    first line an agent reads says something. Headings (`# Install`) are words: kept."""
-    lines = snippet.splitlines()
-    while lines:
-        head = _CLOSERS.sub("", _OPENERS.sub("", lines[0], count=1)).rstrip()
-        if head.strip() and not _ADORNMENT.match(head):
-            lines[0] = head.strip()
-            break
-        lines.pop(0)
-    return "\n".join(lines)
-
-
-def check_k(k: Any) -> int:
-    return whole_number("k", k, 1, MAX_K)
-
-
 MAX_INCLUDES = 50
 
 
@@ -190,12 +118,6 @@ def check_includes(include: Any) -> list[str]:
         raise ConfigError(f"include must be a list of at most {MAX_INCLUDES} globs (gitignore "
                           f"syntax, e.g. `vendor/mylib/` or `build/**/*.py`)")
     return [g.strip() for g in include]
-
-
-def check_table(table: str) -> str:
-    if table not in TABLE_KINDS:
-        raise ConfigError(f"unknown table {table!r}: use 'code' or 'docs'")
-    return table
 
 
 class ProjectRecords:
@@ -354,13 +276,12 @@ class Fathom:
         check_table(table)
         role = ROLE_OF_TABLE[table]
         route = self.routing.load().roles[role]
-        if route.policy is not Policy.CLOUD:
+        if BEHAVIOUR[route.policy].reference is Reference.LOCAL:
             if not route.model or route.model == self.encoder.info.model:
                 return space_for(self.encoder, table)
             # The operator chose another model for this table: its reference is the local
             # provider (a sidecar) serving that model, the smallest id so every server agrees.
-            locals_ = [p for p in self.registry.list(role, kind=Kind.LOCAL)
-                       if p.info.model == route.model and p.info.width]
+            locals_ = self._local_references(role, route.model)
             if not locals_:
                 raise NoProviderAvailable(
                     f"role {role} is set to model {route.model}, but no local provider serving "
@@ -377,6 +298,23 @@ class Fathom:
                 f"set `fathom policy set {role} --policy local`")
         width = anchor.info.width or route.width
         return Space(table=table, model=anchor.info.model, width=int(width), reference=anchor.id)
+
+    def _local_references(self, role: Role, model: str) -> list[Provider]:
+        return [p for p in self.registry.list(role, kind=Kind.LOCAL)
+                if p.info.model == model and p.info.width]
+
+    def reference_problem(self, role: Role, policy: Policy, model: str | None) -> str | None:
+        """Why no reference could judge `role`'s table under `policy` with `model`, or None.
+        Under local, aggregate and backup the reference is local: the in-process encoder, or a
+        connected local provider serving the model. `policy set` asks before it writes, so a
+        change that would break every build of the table is refused, not stored."""
+        if role not in ROLE_OF_TABLE.values() or BEHAVIOUR[policy].reference is not Reference.LOCAL:
+            return None
+        if not model or model == self.encoder.info.model or self._local_references(role, model):
+            return None
+        return (f"{role}: no local encoder serves model {model}, and under policy {policy} the "
+                f"{role.table} table's reference must be local: join a sidecar serving {model} "
+                f"first, use policy cloud, or keep model {self.encoder.info.model}")
 
     def encoder_for(self, table: str, project: str | None = None) -> Provider:
         """The encoder of `project`'s `table` queries: the table's own reference encoder, as
@@ -404,7 +342,7 @@ class Fathom:
 
     async def verify_providers(self, table: str) -> list[Verdict]:
         """Judge, for the table's current space, every provider that could serve its role and
-        has no verdict yet (the reference first: it records the golden vectors). A refusal is
+        has no verdict yet, or owes a re-probe (the reference first: it records the golden vectors). A refusal is
         recorded, not raised: the router simply never lets that provider pull."""
         space = self.space(table)
         role = ROLE_OF_TABLE[table]
@@ -415,8 +353,8 @@ class Fathom:
         others = [p for p in self.registry.list(role) if p.id != reference.id and allowed(p)]
         verdicts = []
         for p in [reference, *others]:
-            if self.gate.verdict_for(space, p) is not None:
-                continue
+            if self.gate.verdict_for(space, p) is not None and not self.gate.awaiting_reprobe(p):
+                continue  # judged, and no re-probe owed (after a reconnect or restart)
             try:
                 verdicts.append(await self.gate.verify(space, p, policy))
             except FathomError as exc:
@@ -445,13 +383,13 @@ class Fathom:
         return {"include": list(record.get("include") or []), "extra_ignores": extra}
 
     def _runner(self, table: str):
-        """The role's pull pool: cloud providers take a budget permit before they pull."""
-        # Each provider's batch size starts where its last job left it (`Pool(history=)`),
-        # for as long as this process runs. Seam: persisting it in the routing state, and
-        # sizing cloud batches from a key's discovered rate limit, belong with the budget's
-        # key discovery (issue 14).
+        """The role's pull pool: cloud providers take a budget permit before they pull, and
+        each runs as many lanes as the budget's effective limit allows in flight (an override
+        of 16 puts 16 requests at the upstream, a halving half as many); locals run one.
+        Each provider's batch size starts where its last job left it (`Pool(history=)`), for
+        as long as this process runs."""
         return self.router.pool(ROLE_OF_TABLE[table], admission=self.budget.admission,
-                                lanes=lambda p: 4 if p.info.is_cloud else 1,
+                                lanes=lambda p: self.budget.effective_limit if p.info.is_cloud else 1,
                                 history=self._batch_history.setdefault(table, {}))
 
     # ---- indexing
@@ -655,39 +593,8 @@ class Fathom:
 
     async def search(self, query: str, project: str | None = None, table: str = "code",
                      k: int = 10, *, where: SearchFilter | None = None) -> list[SearchHit]:
-        check_table(table)
-        check_k(k)
-        if not isinstance(query, str) or not query.strip():
-            raise ConfigError("the search query is empty: give a few words or an identifier")
-        names, notes = await asyncio.to_thread(self.searchable, project, table)
-        if project is not None:
-            encoder = self.encoder_for(table, project)
-            hits = await search_mod.search(self.store, encoder, project, query, table=table,
-                                           k=k, where=where)
-            return Noted([SearchHit.of(project, h) for h in hits], notes)
-        # Every project at once: those of one space share one query vector and one fusion
-        # (`hybrid_search_many`), so their scores are one scale. Projects of different
-        # spaces (another encoder) are fused apart and merged by fused score, each group
-        # normalised to [0, 1] with the same boosts.
-        groups: dict[tuple[Any, str], tuple[Provider, list[str]]] = {}
-        for name in names:
-            try:
-                space = await asyncio.to_thread(self.store.space_of, name, table)
-            except DamagedProject as exc:
-                notes.append(skipped_note(name, exc.detail))
-                continue
-            encoder = self.encoder_for(table, name)
-            groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
-        out: list[SearchHit] = []
-        for encoder, members in groups.values():
-            vector = await search_mod.encode_query(encoder, query)
-            hits, damaged = await asyncio.to_thread(
-                functools.partial(search_mod.hybrid_search_many, where=where), self.store,
-                members, table, vector, query, k)
-            notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
-            out.extend(SearchHit.of(h.project or "", h) for h in hits)
-        out.sort(key=lambda h: -h.score)
-        return Noted(out[:k], notes)
+        found = await hybrid(self, query, project, table, k, where=where)
+        return Noted([SearchHit.of(name, h) for name, h in found], found.notes)
 
     async def find_similar(self, project: str, *, path: str | None = None,
                            line: int | None = None, snippet: str | None = None, k: int = 10,

@@ -6,7 +6,8 @@ project root; `assistant` and `rlm` are the two front ends. Nothing here writes 
 or to the project.
 """
 
-from fathom.agents.routes import CloudForbidden, Served, call_role, cloud_provider, fallback_status
+from fathom.agents.routes import cloud_provider, fallback_status
+from fathom.inference.calls import CloudForbidden, Served, call_role
 from fathom.agents.tools import TOOL_SPECS, PathRefused, ProjectTools, Span, ToolError, ToolOutcome, find_spans
 from fathom.agents.assistant import Answer, Citation, CodeAssistant, ContextBlock, ask
 from fathom.agents.rlm import Exploration, ExploreUnavailable, Explorer, Limits, TraceStep, explore

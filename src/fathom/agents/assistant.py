@@ -24,7 +24,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fathom.agents.routes import call_role
+from fathom.inference.calls import call_role
 from fathom.agents.tools import Span, find_spans
 from fathom.errors import ConfigError, FathomError
 from fathom.index import rerank

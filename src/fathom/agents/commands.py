@@ -2,26 +2,32 @@
 
 What it owns: the two commands' options and their presentation (the answer, its citations,
 the refused citations, and for explore each step printed as it happens and the limit that
-stopped it). They run inside the CLI's error contract (`fathom.cli.FathomGroup`): a refusal
+stopped it). They run inside the CLI's error contract (`fathom.cli.FathomGroup`), and the CLI
+hands them its console, its `Fathom` of the context and its runner (so this module never
+imports the CLI that imports it): a refusal
 such as "rlm is local-only and no local LLM can serve it" is one line and an exit code, never a
 traceback, and names what to set. Routing is the standalone router's
 (`routes.standalone_router`): the routing state in the data dir over this machine's local LLMs
 (FATHOM_LOCAL_CHAT_URL and its per-role overrides).
 
 API:
-    register(app) -> None     (attaches the two commands to the `fathom` typer app)
+    register(app, *, console, fathom_of, run) -> None   (attaches the two commands to the
+                                                          `fathom` typer app)
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Awaitable
+import functools
+from typing import TYPE_CHECKING, Annotated, Any, Awaitable, Callable
 
 import typer
+from rich.console import Console
 from rich.text import Text
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.agents.rlm import TraceStep
     from fathom.inference.router import Router
+    from fathom.service import Fathom
 
 
 async def _closing(router: Router, work: Awaitable[Any]) -> Any:
@@ -34,10 +40,8 @@ async def _closing(router: Router, work: Awaitable[Any]) -> Any:
         await close_providers(router)
 
 
-def show_step(step: TraceStep) -> None:
+def show_step(console: Console, step: TraceStep) -> None:
     """One line per step of the loop, printed the moment it ends."""
-    from fathom.cli import console
-
     args = ", ".join(f"{k}={v!r}" for k, v in step.args.items())
     line = Text(f"{'  ' * step.depth}{step.depth}.{step.step} ", style="dim")
     line.append(f"{step.tool}({args})", style="bold" if step.ok else "yellow")
@@ -45,17 +49,18 @@ def show_step(step: TraceStep) -> None:
     console.print(line)
 
 
-def register(app: typer.Typer) -> None:
+def register(app: typer.Typer, *, console: Console, fathom_of: Callable[[typer.Context], Fathom],
+             run: Callable[[Awaitable[Any]], Any]) -> None:
     @app.command()
     def ask(
         ctx: typer.Context,
         question: Annotated[str, typer.Argument(help="A question about the indexed code.")],
-        project: Annotated[str | None, typer.Option("--project", "-p")] = None,
+        project: Annotated[str | None, typer.Option(
+            "--project", "-p", help="Only this project (default: every indexed project).")] = None,
     ) -> None:
         """Answer a question from retrieved code and docs, citing path:line ranges."""
         from fathom.agents.assistant import CodeAssistant
         from fathom.agents.routes import standalone_router
-        from fathom.cli import console, fathom_of, run
 
         fathom = fathom_of(ctx)
         router = standalone_router(fathom)
@@ -80,13 +85,12 @@ def register(app: typer.Typer) -> None:
         steps, tokens and time."""
         from fathom.agents.rlm import Explorer, Limits
         from fathom.agents.routes import standalone_router
-        from fathom.cli import console, fathom_of, run
 
         fathom = fathom_of(ctx)
         router = standalone_router(fathom)
         explorer = Explorer.for_project(fathom, router, project, reranker=router,
                                         limits=Limits(max_depth=max_depth, max_steps=max_steps),
-                                        on_step=show_step if trace else None)
+                                        on_step=functools.partial(show_step, console) if trace else None)
         with console.status(f"exploring {project} …"):
             result = run(_closing(router, explorer.explore(question)))
         console.print(Text(result.answer, style="yellow" if result.stopped else ""))

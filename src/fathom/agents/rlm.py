@@ -52,8 +52,9 @@ import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, TypeVar
 
-from fathom.agents.routes import call_role, local_only, local_reranker
-from fathom.agents.tools import TOOL_NAMES, TOOL_SPECS, ProjectTools, Span, ToolOutcome, find_spans
+from fathom.agents.routes import local_reranker
+from fathom.inference.calls import call_role, local_only
+from fathom.agents.tools import TOOL_SPECS, ProjectTools, Span, ToolOutcome, find_spans
 from fathom.clock import Clock, SystemClock
 from fathom.errors import ConfigError, NoProviderAvailable, whole_number
 from fathom.inference.openrouter import ContextLengthExceeded
@@ -88,7 +89,7 @@ WRITTEN_CALL = (
     "call is written in the reply. Call the tool that way, or answer in plain words and cite the "
     "evidence as path:start-end."
 )
-ALL_TOOLS = TOOL_NAMES | {"ask_subquestion"}
+ALL_TOOLS = frozenset(spec["function"]["name"] for spec in TOOL_SPECS) | {"ask_subquestion"}
 T = TypeVar("T")
 
 

@@ -1,11 +1,7 @@
 """How the stateless roles (reranker, code-assistant, rlm) reach a provider.
 
-This module owns the one door the agents and the reranker stage use: `call_role(router, role,
-fn)` runs `fn(provider)` on a provider the `Router` picks for the role (aggregate: least
-loaded; backup: local first, cloud on failure; local / cloud: strict), charges the request to
-the current project for the budget's fairness, and checks the fallback mode a second time at
-the moment of the call: under `FallbackMode.LOCAL_ONLY` a cloud provider is refused even if a
-routing bug handed it over. It also builds the cloud route of a stateless role
+The door itself, `call_role`, is `fathom.inference.calls` (the reranker stage uses it too).
+This module builds the cloud route of a stateless role
 (`cloud_provider`, always wrapped in `BudgetedProvider`, so its calls take the key's permits),
 and states what a role's fallback mode means (`fallback_status`) for status output and the
 dashboard. On one machine without a server it builds the local LLM providers the settings name
@@ -16,10 +12,8 @@ It refuses to decide who may serve (the router reads the policy table), to retry
 (the router fails over, the budget never retries), and to build an unbudgeted cloud route.
 
 API:
-    await call_role(router, role, fn, *, project=None) -> Served[T]     (.value, .provider)
     cloud_provider(client, role, budget, *, model=None, upstream=None) -> BudgetedProvider
     fallback_status(role_route, role=None) -> str
-    local_only(router, role) -> bool
     local_chat_providers(settings) -> list[Provider]
     local_reranker(router) -> Router
     standalone_router(fathom, registry=None) -> Router
@@ -27,12 +21,10 @@ API:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Awaitable, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING
 
 from fathom.config import RoleRoute, RoutingState, Settings
-from fathom.errors import FathomError
-from fathom.inference.budget import BudgetedProvider, CloudBudget, current_project
+from fathom.inference.budget import BudgetedProvider, CloudBudget
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
 from fathom.inference.provider import Provider
 from fathom.inference.registry import ProviderRegistry
@@ -42,57 +34,6 @@ from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.service import Fathom
-
-T = TypeVar("T")
-
-
-class CloudForbidden(FathomError):
-    """A cloud provider reached a role whose fallback mode is local-only. Not a
-    `ProviderError` on purpose: the router must not fail over past it as if a provider had
-    failed; it is a routing bug, and nothing was sent."""
-
-    def __init__(self, role: Role, provider_id: str):
-        self.role, self.provider_id = role, provider_id
-        super().__init__(
-            f"refused to send a {role} request to cloud provider {provider_id}: role {role} is "
-            f"in fallback mode local-only, so it never calls the cloud whatever its policy"
-        )
-
-
-@dataclass(frozen=True)
-class Served(Generic[T]):
-    value: T
-    provider: Provider
-
-
-def local_only(router: Router, role: Role) -> bool:
-    return router.route(role).fallback is FallbackMode.LOCAL_ONLY
-
-
-async def call_role(router: Router, role: Role, fn: Callable[[Provider], Awaitable[T]], *,
-                    project: str | None = None) -> Served[T]:
-    """`fn(provider)` on the first provider of `router.order(role)` that serves it.
-
-    Raises the router's `NoRoute` (a `NoProviderAvailable` naming every reason) when none can.
-    """
-    role = Role.parse(role)
-    served: list[Provider] = []
-
-    async def attempt(provider: Provider) -> T:
-        if provider.info.is_cloud and local_only(router, role):
-            raise CloudForbidden(role, provider.id)
-        result = await fn(provider)
-        served.append(provider)
-        return result
-
-    token = current_project.set(project) if project else None
-    try:
-        value = await router.call(role, attempt)
-    finally:
-        if token is not None:
-            current_project.reset(token)
-    return Served(value, served[-1])
-
 
 def cloud_provider(client: OpenRouterClient, role: Role, budget: CloudBudget, *,
                    model: str | None = None, upstream: str | None = None) -> BudgetedProvider:

@@ -97,7 +97,6 @@ TOOL_SPECS: list[dict[str, Any]] = [
         {"pattern": {"type": "string"}, "path": {"type": "string"},
          "ignore_case": {"type": "boolean"}}, ["pattern"]),
 ]
-TOOL_NAMES = frozenset(spec["function"]["name"] for spec in TOOL_SPECS)
 
 
 class ProjectTools:

@@ -5,7 +5,10 @@ plain ws only to a loopback address), registers the roles it serves and how, hea
 in flight, versions, whether it holds a key), executes commands concurrently, each answered by
 id, and reconnects with capped, jittered exponential backoff. It serves each role from a local
 backend (`fleet.backends`) and, once the server has pushed the OpenRouter key, the cloud route
-of every role whose pushed routing allows it (`RoleConfig.cloud_allowed`).
+of every role whose pushed routing allows it (`RoleConfig.cloud_allowed`). Holding the key, it
+is also the one that can read what the key may do: it reads OpenRouter's key-info and credits
+on every key push, on reconnect, periodically and after a storm of 429s/402s, and reports only
+the non-secret figures to the server's budget in a `key_check` frame (`fleet.keycheck`).
 
 It refuses to persist or show the key: it lives in memory only, in one holder whose repr hides
 it, and in the OpenRouter client built from it; a config frame without a key merges into the
@@ -21,7 +24,6 @@ Entry points: `run_sidecar(...)` (async), `main(argv)` (`python -m fathom.fleet.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ipaddress
@@ -33,19 +35,24 @@ import random
 import signal
 import socket
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Annotated, Any, Callable, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
+import typer
 from pydantic import ValidationError
 
 from fathom import __version__, logsafe
+from fathom.commandline import LogFormat, LogLevel, run_command, setup_logging
+from fathom.config import Settings
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
 from fathom.fleet.backends import BackendSpec, open_backend, parse_serve
-from fathom.fleet.identity import STATE_DIR_ENV, default_state_dir, load_or_create_credential, new_credential
+from fathom.fleet.identity import default_state_dir, load_or_create_credential, new_credential
+from fathom.fleet.keycheck import DEFAULT_INTERVAL_S, ThrottleStorm, check_interval, read_key
 from fathom.fleet.remote import chat_payload
 from fathom.inference.provider import Provider
 from fathom.roles import Role
@@ -203,6 +210,7 @@ class Sidecar:
         max_frame_bytes: int = p.MAX_FRAME_BYTES,
         load: Callable[[], float] | None = None,
         credential: str | None = None,
+        key_check_interval: float = DEFAULT_INTERVAL_S,
     ):
         self.name = name
         # Who this sidecar is to the server. Without one from a state dir, an identity that
@@ -225,6 +233,12 @@ class Sidecar:
         self.served: Counter[str] = Counter()  # commands answered ok, by "op:role:route"
         self.connected = asyncio.Event()
         self._send_lock: asyncio.Lock | None = None
+        # Key discovery: what the held key may do is read on a push, on connect, every
+        # `key_check_interval` seconds and after a storm of throttles, and reported to the server.
+        self.key_check_interval = check_interval(key_check_interval)
+        self._key_check_due: p.KeyCheckReason | None = None
+        self._key_check_wake = asyncio.Event()
+        self._storm = ThrottleStorm()
 
     def __repr__(self) -> str:
         return f"<Sidecar {self.name} key={'held' if self._key else 'missing'}>"
@@ -247,7 +261,8 @@ class Sidecar:
         routes = []
         for role, backend in sorted(self.backends.items()):
             routes.append(p.RouteDecl(role=role, backend=self.backend_kinds.get(role, "in-process"),
-                                      model=backend.info.model, width=backend.info.width))
+                                      model=backend.info.model, width=backend.info.width,
+                                      max_tokens=backend.info.max_tokens))
         return p.Register(name=self.name, routes=routes, cloud=self.cloud, key_present=self.key_present,
                           versions=_versions(), credential=self._credential.reveal())
 
@@ -271,6 +286,8 @@ class Sidecar:
         elif frame.key is not None:
             self._key = _Key(frame.key.get_secret_value())
         await self._reset_cloud()
+        if frame.key is not None and not frame.forget_key:
+            self.request_key_check("push")
         log.info("config applied (%d roles); key %s; cloud routes: %s", len(frame.roles),
                  "held" if self.key_present else "missing", ", ".join(self.cloud_roles()) or "none")
         return p.Ack(config_id=frame.id, key_present=self.key_present, cloud_roles=self.cloud_roles())
@@ -290,18 +307,47 @@ class Sidecar:
         if cfg is None or not cfg.cloud_allowed(role):
             raise NotServed(f"{self.name}: the routing of {role} does not allow a cloud route "
                             f"(policy, fallback, model or upstream pin)")
-        if self._key is None:
-            raise KeyMissing(self.name)
         prov = self._cloud.get(role)
         if prov is None:
-            from fathom.inference.openrouter import DEFAULT_BASE_URL, OpenRouterClient, OpenRouterProvider
+            from fathom.inference.openrouter import OpenRouterProvider
 
-            if self._client is None:
-                self._client = OpenRouterClient(self._key.reveal(), base_url=self.openrouter_base_url or DEFAULT_BASE_URL)
-            prov = OpenRouterProvider(self._client, model=cfg.model or "", roles=[role], upstream=cfg.upstream,
-                                      width=cfg.width)
+            prov = OpenRouterProvider(self._openrouter_client(), model=cfg.model or "", roles=[role],
+                                      upstream=cfg.upstream, width=cfg.width, max_tokens=cfg.max_tokens)
             self._cloud[role] = prov
         return prov
+
+    def _openrouter_client(self) -> Any:
+        """The OpenRouter client over the held key, built on first use; `KeyMissing` without one."""
+        if self._key is None:
+            raise KeyMissing(self.name)
+        if self._client is None:
+            from fathom.inference.openrouter import DEFAULT_BASE_URL, OpenRouterClient
+
+            self._client = OpenRouterClient(self._key.reveal(), base_url=self.openrouter_base_url or DEFAULT_BASE_URL)
+        return self._client
+
+    # ---- key discovery ----------------------------------------------------------------------
+
+    def request_key_check(self, reason: p.KeyCheckReason) -> None:
+        """Have the connection's key-check loop read the key's limits now."""
+        self._key_check_due = self._key_check_due or reason
+        self._key_check_wake.set()
+
+    async def check_key(self, reason: p.KeyCheckReason) -> p.KeyCheck | None:
+        """Read the held key's limits and credits; None when no key is held or no cloud is served."""
+        if not (self.cloud and self.key_present):
+            return None
+        return await read_key(self._openrouter_client(), reason)
+
+    async def _key_check_loop(self, send: Callable[[str], Any]) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
+                await asyncio.wait_for(self._key_check_wake.wait(), self.key_check_interval)
+            self._key_check_wake.clear()
+            reason, self._key_check_due = self._key_check_due or "periodic", None
+            frame = await self.check_key(reason)
+            if frame is not None:
+                await send(p.encode(frame))
 
     def _route(self, role: Role, route: str) -> Provider:
         if route == "cloud":
@@ -334,6 +380,8 @@ class Sidecar:
         except Exception as exc:  # noqa: BLE001 - a backend failure is an answer, not a crash
             info = error_info(exc)
             log.warning("%s %s (%s) failed: %s: %s", cmd.op, cmd.role, cmd.route, info.code, info.message)
+            if cmd.route == "cloud" and info.throttle_kind and self._storm.note(time.monotonic()):
+                self.request_key_check("storm")
             return p.Result(id=cmd.id, ok=False, error=info)
         finally:
             self.in_flight -= 1
@@ -418,7 +466,10 @@ class Sidecar:
             await ws.close(1001, "sidecar stopping")
 
         await send(p.encode(self.register_frame()))
-        helpers = [asyncio.create_task(heartbeats()), asyncio.create_task(stopper())]
+        if self.key_present:  # a reconnect: the server's budget may have restarted knowing nothing
+            self.request_key_check("connect")
+        helpers = [asyncio.create_task(heartbeats()), asyncio.create_task(stopper()),
+                   asyncio.create_task(self._key_check_loop(send))]
         try:
             async for message in ws:
                 frame = p.parse_frame(message, max_bytes=self.max_frame_bytes)
@@ -505,15 +556,18 @@ async def run_sidecar(
     backoff: Backoff | None = None,
     on_ready: Callable[[Sidecar], None] | None = None,
     state_dir: Path | None = None,
+    key_check_interval: float = DEFAULT_INTERVAL_S,
 ) -> None:
     """Open the backends of `serve`, then connect to `server` and serve until `stop` is set,
     under the credential kept in `state_dir` (default: `default_state_dir()`). Raises
     `SidecarRefused` (wrong token) or `ConfigError` (bad --serve, insecure URL, unusable state dir)."""
     server_url(server)  # refuse a bad or insecure URL before loading any model
+    check_interval(key_check_interval)
     credential = load_or_create_credential(state_dir or default_state_dir())
     backends, kinds = await open_backends(serve)
     sidecar = Sidecar(name, backends, backend_kinds=kinds, openrouter_base_url=openrouter_base_url, cloud=cloud,
-                      heartbeat_interval=heartbeat_interval, credential=credential)
+                      heartbeat_interval=heartbeat_interval, credential=credential,
+                      key_check_interval=key_check_interval)
     credential = None  # noqa: F841 - the sidecar holds it now, hidden from every repr
     if on_ready is not None:
         on_ready(sidecar)
@@ -523,28 +577,63 @@ async def run_sidecar(
         await sidecar.aclose()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="fathom sidecar", description="Join a Fathom server's fleet as a sidecar.")
-    ap.add_argument("--server", required=True, help="wss://HOST[:PORT] (plain ws:// only to loopback)")
-    ap.add_argument("--token", default=None,
-                    help="join token or host token; better in $FATHOM_SIDECAR_TOKEN or a file (--token-file): "
-                         "on the command line every user of this host sees it in `ps`")
-    ap.add_argument("--token-file", type=Path, default=os.environ.get("FATHOM_SIDECAR_TOKEN_FILE"),
-                    help="a file holding the join or host token (default: $FATHOM_SIDECAR_TOKEN_FILE)")
-    ap.add_argument("--name", default=socket.gethostname().split(".")[0], help="sidecar name (default: host name)")
-    ap.add_argument("--serve", action="append", default=[], metavar="ROLE=BACKEND",
-                    help="e.g. code-embedding=in-process, embedding=openai-compatible:http://127.0.0.1:8000/v1, "
-                         "reranker=tei:http://127.0.0.1:8080, reranker=in-process,model=/models/cross-encoder, "
-                         "rlm=openai-compatible:http://127.0.0.1:11434/v1,model=NAME (repeatable)")
-    ap.add_argument("--openrouter-url", default=os.environ.get("FATHOM_OPENROUTER_BASE_URL"),
-                    help="OpenRouter API base URL (default: https://openrouter.ai/api/v1)")
-    ap.add_argument("--no-cloud", action="store_true", help="never serve OpenRouter routes from this host")
-    ap.add_argument("--heartbeat", type=float, default=5.0, help="seconds between heartbeats")
-    ap.add_argument("--state-dir", type=Path, default=None,
-                    help=f"where this sidecar keeps its identity credential (default: ${STATE_DIR_ENV}, "
-                         f"else ~/.fathom-sidecar)")
-    ap.add_argument("--log-level", default=os.environ.get("FATHOM_LOG_LEVEL", "INFO"))
-    return ap
+def sidecar(
+    server: Annotated[str, typer.Option(
+        help="The fleet server: wss://HOST[:PORT] (plain ws:// only to loopback).", show_default=False)],
+    token: Annotated[str | None, typer.Option(
+        show_default=False,
+        help="A join token or host token; better in FATHOM_SIDECAR_TOKEN or a file (--token-file): on the "
+             "command line every user of this host sees it in `ps`.")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        envvar="FATHOM_SIDECAR_TOKEN_FILE", show_envvar=True, show_default=False,
+        help="A file holding the join or host token.")] = None,
+    name: Annotated[str | None, typer.Option(
+        show_default=False, help="This sidecar's name (default: the host name).")] = None,
+    serve: Annotated[list[str] | None, typer.Option(
+        metavar="ROLE=BACKEND", show_default=False,
+        help="What this host serves, repeatable: e.g. code-embedding=in-process, "
+             "embedding=openai-compatible:http://127.0.0.1:8000/v1, reranker=tei:http://127.0.0.1:8080, "
+             "reranker=in-process,model=/models/cross-encoder, "
+             "rlm=openai-compatible:http://127.0.0.1:11434/v1,model=NAME.")] = None,
+    openrouter_url: Annotated[str | None, typer.Option(
+        envvar="FATHOM_OPENROUTER_BASE_URL", show_envvar=True, show_default=False,
+        help="The OpenRouter API base URL (default https://openrouter.ai/api/v1).")] = None,
+    no_cloud: Annotated[bool, typer.Option(
+        "--no-cloud", help="Never serve OpenRouter routes from this host.")] = False,
+    heartbeat: Annotated[float, typer.Option(min=0.1, help="Seconds between heartbeats.")] = 5.0,
+    key_check_interval: Annotated[float, typer.Option(
+        envvar="FATHOM_KEY_CHECK_INTERVAL", show_envvar=True,
+        help="Seconds between reads of the key's limits and credits, reported to the server's budget; "
+             "also read on every key push and after a storm of 429s/402s.")] = DEFAULT_INTERVAL_S,
+    state_dir: Annotated[Path | None, typer.Option(
+        envvar="FATHOM_SIDECAR_STATE_DIR", show_envvar=True, show_default=False,
+        help="Where this sidecar keeps its identity credential (default ~/.fathom-sidecar).")] = None,
+    log_level: LogLevel = "INFO",
+    log_format: LogFormat = "text",
+) -> None:
+    """Join a Fathom server's fleet as a sidecar: --server wss://HOST --serve ROLE=BACKEND."""
+    setup_logging(log_level, log_format)
+    try:
+        secret = join_token(token, token_file)
+    except ConfigError as exc:
+        print(f"fathom sidecar: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+
+    async def _main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, stop.set)
+        await run_sidecar(server, secret, name or socket.gethostname().split(".")[0], serve or [],
+                          openrouter_base_url=openrouter_url, cloud=not no_cloud, heartbeat_interval=heartbeat,
+                          stop=stop, state_dir=state_dir, key_check_interval=key_check_interval)
+
+    try:
+        asyncio.run(_main())
+    except (SidecarRefused, ConfigError) as exc:
+        print(f"fathom sidecar: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
 
 
 def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
@@ -564,7 +653,7 @@ def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
         if not token:
             raise ConfigError(f"the token file {path} is empty: put the join token `fathom server` printed in it")
         return token
-    token = os.environ.get("FATHOM_SIDECAR_TOKEN", "").strip()
+    token = Settings.secret(Settings().sidecar_token) or ""
     if not token:
         raise ConfigError("a join token is required: set FATHOM_SIDECAR_TOKEN, or pass --token-file FILE "
                           "(the join token `fathom server` printed, or a host token from `fathom fleet token`)")
@@ -572,32 +661,8 @@ def join_token(on_argv: str | None, token_file: Path | str | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logsafe.install()
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        token = join_token(args.token, args.token_file)
-    except ConfigError as exc:
-        print(f"fathom sidecar: {exc}", file=sys.stderr)
-        return 2
-
-    async def _main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(sig, stop.set)
-        await run_sidecar(args.server, token, args.name, args.serve, openrouter_base_url=args.openrouter_url,
-                          cloud=not args.no_cloud, heartbeat_interval=args.heartbeat, stop=stop,
-                          state_dir=args.state_dir)
-
-    try:
-        asyncio.run(_main())
-    except (SidecarRefused, ConfigError) as exc:
-        print(f"fathom sidecar: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    """`python -m fathom.fleet.agent [OPTIONS]`: the same command as `fathom sidecar`."""
+    return run_command(sidecar, argv, prog="python -m fathom.fleet.agent")
 
 
 if __name__ == "__main__":

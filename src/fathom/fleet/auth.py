@@ -207,16 +207,7 @@ class FleetAuth:
             return Admission.APPROVED
         return Admission.CLAIMED
 
-    def bound_to(self, name: str, credential_hash: str) -> bool:
-        """Whether `name` is approved and bound to exactly this credential."""
-        approval = self._record.approved.get(name)
-        return bool(approval and approval.credential_hash
-                    and hmac.compare_digest(approval.credential_hash, credential_hash))
-
     # ---- approvals ------------------------------------------------------------------------
-
-    def is_approved(self, name: str) -> bool:
-        return name in self._record.approved
 
     def is_revoked(self, name: str) -> bool:
         return name in self._record.revoked

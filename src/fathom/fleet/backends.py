@@ -11,7 +11,7 @@ This module owns the three ways a sidecar host runs local inference, each as a `
   it;
 - `tei`: a Hugging Face text-embeddings-inference server (`POST /embed`, `POST /rerank`).
 
-A spec reads `ROLE=KIND[:TARGET][,model=NAME][,width=N][,input_type=query|passage]
+A spec reads `ROLE=KIND[:TARGET][,model=NAME][,width=N][,max_tokens=N][,input_type=query|passage]
 [,stream=true|false][,timeout=SECONDS]`, e.g.
 
     code-embedding=in-process                      (the embedded MiniLM)
@@ -23,7 +23,8 @@ It refuses to guess silently: an HTTP backend's model and width, when not given,
 the server at start (`GET /v1/models`, one probe embedding; a reranker is probed once too, so a
 server without `/rerank` is refused at start, not at the first search) and a server that cannot
 answer is a typed error naming the URL; a response with the wrong count or width is an error,
-never a padded array. A chat server's refusals become the cloud client's typed errors
+never a padded array. `max_tokens` is the model's input limit in its tokens (an in-process
+model knows its own); it travels in the route's provider info, and chunks are sized to it. A chat server's refusals become the cloud client's typed errors
 (`ModelNotFound`, `ContextLengthExceeded`, `UpstreamError` for a timeout or a 5xx), so the
 router and the agents treat a local model and OpenRouter alike. It knows nothing of the fleet
 protocol.
@@ -32,7 +33,7 @@ protocol.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Iterable, Sequence
 
 import httpx
@@ -81,6 +82,7 @@ class BackendSpec:
     model: str | None = None
     width: int | None = None
     options: dict[str, str] = field(default_factory=dict)
+    max_tokens: int | None = None  # the model's input limit in tokens (`,max_tokens=N`)
 
 
 def parse_serve(spec: str) -> BackendSpec:
@@ -106,6 +108,14 @@ def parse_serve(spec: str) -> BackendSpec:
         width_n = int(width) if width is not None else None
     except ValueError:
         raise ConfigError(f"--serve {spec!r}: width must be an integer") from None
+    max_tokens = options.pop("max_tokens", None)
+    try:
+        max_tokens_n = int(max_tokens) if max_tokens is not None else None
+        if max_tokens_n is not None and max_tokens_n < 16:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(f"--serve {spec!r}: max_tokens must be an integer of at least 16 (the model's "
+                          f"input limit in tokens)") from None
     if kind != "in-process" and not target:
         raise ConfigError(f"--serve {spec!r}: a {kind} backend needs a URL, e.g. {kind}:http://127.0.0.1:8000")
     if role in CHAT_ROLES and kind != "openai-compatible":
@@ -123,7 +133,7 @@ def parse_serve(spec: str) -> BackendSpec:
     except ValueError:
         raise ConfigError(f"--serve {spec!r}: timeout must be a positive number of seconds") from None
     return BackendSpec(role=role, kind=kind, target=target or None, model=options.pop("model", None),
-                       width=width_n, options=options)
+                       width=width_n, options=options, max_tokens=max_tokens_n)
 
 
 class _HttpBackend(Provider):
@@ -357,11 +367,11 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
         path = spec.target or settings.local_model_path
         name = spec.model or (settings.local_model_name if not spec.target else path.rstrip("/").split("/")[-1])
         width = spec.width or settings.local_width
-        key = ("in-process", path, name, width)
+        key = ("in-process", path, name, width, spec.max_tokens)
         enc = shared.get(key)
         if enc is None:
             enc = LocalEncoder(path, model_name=name, width=width, device=spec.options.get("device", settings.local_device),
-                               roles=[spec.role])
+                               roles=[spec.role], max_tokens=spec.max_tokens or settings.local_max_tokens)
             shared[key] = enc
         return enc
     assert spec.target is not None
@@ -384,6 +394,8 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
     else:
         model = spec.model or await _tei_model(spec.target.rstrip("/"), http)
         backend = TEIBackend(spec.target, role=spec.role, model=model, width=spec.width, http=http)
+    if spec.max_tokens is not None:
+        backend.info = replace(backend.info, max_tokens=spec.max_tokens)
     if backend.info.width is None and spec.role.stateful:
         probe = await backend.embed(["width probe"])
         backend.info = ProviderInfo(**{**backend.info.__dict__, "width": int(probe.shape[1])})

@@ -15,6 +15,8 @@ This module owns:
   removed the moment the sidecar drops or is revoked, and its pending commands fail at once
   with `SidecarUnavailable`, so the pool puts their texts back in its queue.
 - the push: a config frame to every approved, connected sidecar, each acknowledgement awaited.
+- key checks: the non-secret limits a sidecar read for its key (`fleet.keycheck`), kept per
+  sidecar (`key_check(name)`) and handed to whoever listens (`on_key_check`: the server's budget).
 
 What it refuses:
 - to hold the OpenRouter key. The key is a local of `push_config` on its way into the JSON text
@@ -43,7 +45,9 @@ from fathom.config import PushRecord, RoutingState, RoutingStore
 from fathom.errors import ConfigError, FathomError
 from fathom.fleet import protocol as p
 from fathom.fleet.auth import Admission, FailedJoins, FleetAuth, JoinRefused, hash_credential
+from fathom.fleet.keycheck import KeyCheckRecord
 from fathom.fleet.remote import CommandTimeout, SidecarProvider, SidecarUnavailable, error_from_info
+from fathom.inference.cloud_health import CloudHealth, Outcome
 from fathom.inference.provider import Provider
 from fathom.roles import Role
 
@@ -168,6 +172,8 @@ class SidecarStatus:
     providers: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     claimed: bool = False  # the host connected under this name is not the one it is bound to
+    key_check: dict[str, Any] | None = None  # the last key check it reported (outcome, when, why)
+    cloud: list[dict[str, Any]] = field(default_factory=list)  # each cloud route's real health
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -175,7 +181,8 @@ class SidecarStatus:
 
 def role_configs(state: RoutingState) -> dict[Role, p.RoleConfig]:
     return {
-        role: p.RoleConfig(policy=r.policy, model=r.model, upstream=r.upstream, fallback=r.fallback, width=r.width)
+        role: p.RoleConfig(policy=r.policy, model=r.model, upstream=r.upstream, fallback=r.fallback, width=r.width,
+                           max_tokens=r.max_tokens)
         for role, r in state.roles.items()
     }
 
@@ -217,6 +224,9 @@ class Hub:
         self.routing = routing or RoutingStore(self.data_dir)
         self.clock = clock
         self.now = now
+        # What calls through each cloud route (and key checks, once a sidecar reports them)
+        # found: a route is "serving" only after one succeeded.
+        self.cloud_health = CloudHealth(now=now)
         self.command_timeout = command_timeout
         self.ack_timeout = ack_timeout
         self.register_timeout = register_timeout
@@ -229,6 +239,8 @@ class Hub:
         self._tasks: set[asyncio.Task] = set()
         self._reaper: asyncio.Task | None = None
         self._listeners: list[Callable[[], None]] = []
+        self._key_checks: dict[str, KeyCheckRecord] = {}
+        self._key_listeners: list[Callable[[KeyCheckRecord], None]] = []
         self.router = APIRouter()
         self.router.add_api_websocket_route(path, self.serve)
 
@@ -378,6 +390,28 @@ class Hub:
             except Exception:  # noqa: BLE001 - one bad frame must never take the hub down
                 log.exception("sidecar %s: failed to handle a %s frame", link.name, frame.type)
 
+    def on_key_check(self, listener: Callable[[KeyCheckRecord], None]) -> None:
+        """Call `listener(record)` for every key check a sidecar reports."""
+        self._key_listeners.append(listener)
+
+    def key_check(self, name: str) -> KeyCheckRecord | None:
+        """The last key check sidecar `name` reported (kept after it disconnects), or None."""
+        return self._key_checks.get(name)
+
+    def _key_checked(self, link: _Link, frame: p.KeyCheck) -> None:
+        record = KeyCheckRecord(sidecar=link.name, outcome=frame.outcome, reason=frame.reason,
+                                at=self.now(), facts=frame.facts)
+        self._key_checks[link.name] = record
+        # The check speaks for every cloud route of this sidecar: "serving" on ok, else the
+        # refusal (a bad key shows as rejected within one check of the push).
+        self.cloud_health.note(link.name, frame.outcome, f"key check ({frame.reason})")
+        log.info("key check on %s (%s): %s", link.name, frame.reason, frame.outcome)
+        for listener in list(self._key_listeners):
+            try:
+                listener(record)
+            except Exception:  # noqa: BLE001
+                log.exception("key check listener failed")
+
     async def _dispatch(self, link: _Link, frame: p.Frame) -> None:
         if isinstance(frame, p.Heartbeat):
             link.load, link.in_flight, link.versions = frame.load, frame.in_flight, dict(frame.versions)
@@ -393,6 +427,9 @@ class Hub:
             self._set_key_present(link, frame.key_present)
             if fut is not None and not fut.done():
                 fut.set_result(frame)
+        elif isinstance(frame, p.KeyCheck):
+            if link.approved:  # only a sidecar the server gave the key speaks for the key
+                self._key_checked(link, frame)
         elif isinstance(frame, p.Error):
             log.warning("sidecar %s reported error %s%s: %s", link.name, frame.code,
                         f" (re {frame.ref})" if frame.ref else "", frame.message)
@@ -456,7 +493,8 @@ class Hub:
     def _desired_providers(self, link: _Link, state: RoutingState | None = None) -> dict[str, SidecarProvider]:
         out: dict[str, SidecarProvider] = {}
         for r in link.routes:
-            prov = SidecarProvider(self, link.name, r.role, "local", model=r.model, width=r.width, backend=r.backend)
+            prov = SidecarProvider(self, link.name, r.role, "local", model=r.model, width=r.width, backend=r.backend,
+                                   max_tokens=r.max_tokens)
             out[prov.id] = prov
         if link.cloud_capable:
             if state is None:
@@ -467,7 +505,7 @@ class Hub:
                     state = None
             for role, route in (cloud_routes(state) if state else {}).items():
                 prov = SidecarProvider(self, link.name, role, "cloud", model=route.model, width=route.width,
-                                       upstream=route.upstream)
+                                       upstream=route.upstream, max_tokens=route.max_tokens)
                 out[prov.id] = prov
         return out
 
@@ -479,7 +517,10 @@ class Hub:
                 self._registry_remove(link.providers.pop(pid))
                 changed = True
         for pid, prov in desired.items():
-            if pid not in link.providers:
+            current = link.providers.get(pid)
+            if current is None or _identity(current) != _identity(prov):
+                # New, or the same route now serving another model, pin or width: another
+                # provider, which replaces the old one and has no verdict until it is probed.
                 link.providers[pid] = prov
                 self._registry_add(prov)
                 changed = True
@@ -634,6 +675,10 @@ class Hub:
             else:
                 waiting[cid] = fut
                 names[cid] = link.name
+                if key_sent or forget_key:
+                    # A new key (or none): what was known of the old one is void. Noted as it is
+                    # sent, so the key check the sidecar makes on receiving it comes after.
+                    self.cloud_health.note(link.name, Outcome.RESET, "key forgotten" if forget_key else "key pushed")
         key = None  # noqa: F841 - nothing below needs the key: drop this frame's reference now
         if waiting:
             await asyncio.wait(waiting.values(), timeout=self.ack_timeout if timeout is None else timeout)
@@ -705,11 +750,14 @@ class Hub:
     def status_of(self, name: str) -> SidecarStatus:
         link = self._links.get(name)
         approval = self.auth.approval(name)
+        checked = self._key_checks.get(name)
+        key_check = checked.to_dict() if checked is not None else None
         if link is None:
             state = "approved" if approval else ("revoked" if self.auth.is_revoked(name) else "pending")
             return SidecarStatus(name=name, state=state, connected=False,
                                  approved_via=approval.via if approval else None,
-                                 problems=[f"sidecar {name} is offline"] if approval else [])
+                                 problems=[f"sidecar {name} is offline"] if approval else [],
+                                 key_check=key_check)
         problems = [x for x in self.problems()
                     if x.endswith(f" {name}") or f" {name} " in x or x.startswith(f"{name}: ")]
         return SidecarStatus(
@@ -720,6 +768,9 @@ class Hub:
             last_seen_s=round(max(0.0, self.clock() - link.last_seen), 3),
             load=link.load, in_flight=len(link.pending), versions=dict(link.versions),
             providers=sorted(link.providers), problems=problems, claimed=link.claimed,
+            key_check=key_check,
+            cloud=[{"provider": pid} | self.cloud_health.of(pid, name).to_dict()
+                   for pid, prov in sorted(link.providers.items()) if prov.route == "cloud"],
         )
 
     def sidecars(self) -> list[SidecarStatus]:
@@ -779,6 +830,13 @@ class Hub:
     def _registry_remove(self, provider: SidecarProvider) -> None:
         if self.registry is not None:
             self.registry.remove(provider.id)
+
+
+def _identity(provider: Provider) -> tuple[str, str, str | None, int | None]:
+    """What a route is, for the gate: id, model, pin and width. A change to any of them makes
+    another provider (a verdict is about one stack, and provenance names its model)."""
+    i = provider.info
+    return (i.id, i.model, i.upstream, i.width)
 
 
 def _bearer(header: str | None) -> str | None:

@@ -29,7 +29,9 @@ STATE_DIR_ENV = "FATHOM_SIDECAR_STATE_DIR"
 
 def default_state_dir() -> Path:
     """`$FATHOM_SIDECAR_STATE_DIR`, else `~/.fathom-sidecar`."""
-    return Path(os.environ.get(STATE_DIR_ENV) or Path.home() / ".fathom-sidecar").expanduser()
+    from fathom.config import Settings
+
+    return Settings().sidecar_state_dir.expanduser()
 
 
 def new_credential() -> str:

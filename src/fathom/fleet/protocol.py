@@ -4,7 +4,7 @@ This module owns the frame models, their size limit, and the one function that t
 the wire into a frame or a typed rejection (`parse_frame`). Every frame carries `v` (the
 protocol version) and `type` (the discriminator):
 
-    sidecar → server   register · heartbeat · result · ack · error
+    sidecar → server   register · heartbeat · result · ack · key_check · error
     server → sidecar   status · command · config · error
 
 It refuses three things. It never raises on hostile input: malformed JSON, an unknown type, a
@@ -39,7 +39,9 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 RouteKind = Literal["local", "cloud"]
 BackendKind = Literal["in-process", "openai-compatible", "tei", "openrouter"]
 Op = Literal["embed", "rerank", "chat"]
-FRAME_TYPES = ("register", "heartbeat", "status", "command", "result", "config", "ack", "error")
+FRAME_TYPES = ("register", "heartbeat", "status", "command", "result", "config", "ack", "key_check", "error")
+KeyOutcome = Literal["ok", "rejected", "no_credits", "throttled", "unreachable"]
+KeyCheckReason = Literal["push", "connect", "periodic", "storm"]
 
 
 class _Model(BaseModel):
@@ -60,6 +62,8 @@ class RouteDecl(_Model):
     backend: BackendKind
     model: str = Field(min_length=1, max_length=256)
     width: int | None = Field(default=None, ge=1, le=16384)
+    # The longest input the backend reads, in its tokens: chunks are sized to it.
+    max_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
 
 
 class Register(_Frame):
@@ -126,6 +130,36 @@ class Ack(_Frame):
     cloud_roles: list[Role] = Field(default_factory=list)
 
 
+INTERVAL_PATTERN = r"^[0-9A-Za-z. ]{0,16}$"  # "10s", "1m", "1h": never free text
+
+
+class KeyFacts(_Model):
+    """What OpenRouter's `GET /api/v1/key` and `GET /api/v1/credits` said about the key, minus
+    everything secret: no key, no label (OpenRouter's masked rendering of it), no account id.
+    Every figure is optional; an absent one was not reported (or not readable: only management
+    keys may read the credits)."""
+
+    rate_limit_requests: float | None = Field(default=None, ge=-1e12, le=1e12)
+    rate_limit_interval: str | None = Field(default=None, max_length=16, pattern=INTERVAL_PATTERN)
+    limit: float | None = Field(default=None, ge=-1e12, le=1e12)  # the key's credit cap
+    limit_remaining: float | None = Field(default=None, ge=-1e12, le=1e12)
+    usage: float | None = Field(default=None, ge=-1e12, le=1e12)
+    is_free_tier: bool | None = None
+    total_credits: float | None = Field(default=None, ge=-1e12, le=1e12)
+    total_usage: float | None = Field(default=None, ge=-1e12, le=1e12)
+
+
+class KeyCheck(_Frame):
+    """The sidecar read its key's limits (on a key push, on connect, periodically, and after a
+    storm of 429s or 402s). `outcome`: ok, rejected (401), no_credits (402), throttled (429)
+    or unreachable; `facts` only when ok. The server feeds the facts to the key's budget."""
+
+    type: Literal["key_check"] = "key_check"
+    outcome: KeyOutcome
+    reason: KeyCheckReason
+    facts: KeyFacts | None = None
+
+
 # ---- server → sidecar ---------------------------------------------------------------------
 
 
@@ -155,6 +189,7 @@ class RoleConfig(_Model):
     upstream: str | None = None
     fallback: FallbackMode | None = None
     width: int | None = Field(default=None, ge=1, le=16384)
+    max_tokens: int | None = Field(default=None, ge=16, le=1_000_000)
 
     def cloud_allowed(self, role: Role) -> bool:
         """Whether this routing lets an OpenRouter route serve `role`: the policy's behaviour
@@ -191,7 +226,7 @@ class Error(_Frame):
 
 
 Frame = Annotated[
-    Union[Register, Heartbeat, Status, Command, Result, Config, Ack, Error],
+    Union[Register, Heartbeat, Status, Command, Result, Config, Ack, KeyCheck, Error],
     Field(discriminator="type"),
 ]
 _FRAME = TypeAdapter(Frame)

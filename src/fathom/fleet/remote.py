@@ -17,18 +17,30 @@ shape is an error, never a padded or truncated array.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from fathom.errors import ProviderError, ProviderUnavailable
 from fathom.fleet.protocol import ErrorInfo, RouteKind, decode_vectors
+from fathom.inference.cloud_health import CloudHealth, Outcome
 from fathom.inference.openrouter import ContextLengthExceeded, ModelNotFound
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo, ToolCall
 from fathom.roles import Role
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fathom.fleet.hub import Hub
+
+class Hub(Protocol):
+    """What a `SidecarProvider` needs of the hub (`fathom.fleet.hub.Hub`), named here so that
+    this module does not import the hub that imports it."""
+
+    cloud_health: CloudHealth
+
+    def key_present(self, name: str) -> bool: ...
+
+    def route_unavailable_reason(self, provider: SidecarProvider) -> str | None: ...
+
+    async def command(self, name: str, op: str, role: Role, route: str, payload: dict[str, Any],
+                      *, timeout: float | None = None) -> dict[str, Any]: ...
 
 
 # ---- errors -------------------------------------------------------------------------------
@@ -122,7 +134,8 @@ class SidecarProvider(Provider):
     """One route on one sidecar. Holds no socket: every call is a command through the hub."""
 
     def __init__(self, hub: Hub, sidecar: str, role: Role, route: RouteKind, *, model: str,
-                 width: int | None = None, upstream: str | None = None, backend: str | None = None):
+                 width: int | None = None, upstream: str | None = None, backend: str | None = None,
+                 max_tokens: int | None = None):
         self.hub = hub
         self.sidecar = sidecar
         self.role = role
@@ -136,17 +149,22 @@ class SidecarProvider(Provider):
             width=width,
             upstream=upstream,
             host=sidecar,
+            max_tokens=max_tokens,
         )
-
-    @property
-    def unavailable_reason(self) -> str | None:
-        """Why this route cannot serve right now (None when it can): status output reads it."""
-        return self.hub.route_unavailable_reason(self)
 
     async def _call(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
         if self.route == "cloud" and not self.hub.key_present(self.sidecar):
             raise KeyMissing(self.sidecar)
-        return await self.hub.command(self.sidecar, op, self.role, self.route, payload)
+        if self.route != "cloud":
+            return await self.hub.command(self.sidecar, op, self.role, self.route, payload)
+        # A cloud route's health is what its calls find: serving only after one succeeded.
+        try:
+            result = await self.hub.command(self.sidecar, op, self.role, self.route, payload)
+        except ProviderError as exc:
+            self.hub.cloud_health.note_failure(self.id, exc)
+            raise
+        self.hub.cloud_health.note(self.id, Outcome.OK)
+        return result
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)

@@ -49,6 +49,7 @@ import numpy as np
 
 from fathom.errors import ConfigError, FathomError, failure_of
 from fathom.index.chunk import Chunk
+from fathom.index.chunking import EstimatedTokens, TokenCounter, chunk_file, fit_tokens
 from fathom.index.store import TABLE_KINDS, Slot, Store
 from fathom.inference.provider import Provider
 from fathom.space import Provenance, Space
@@ -134,6 +135,8 @@ class IndexReport:
     carried: int = 0  # chunks written with a stored vector of the same text (lines moved,
     #                   file renamed, full rebuild in the same space): not embedded
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)  # folders left out, by reason
+    split: int = 0  # chunks cut further to fit the encoder's token limit
+    max_tokens: int | None = None  # that limit; None: sized in characters only
 
 
 class Job:
@@ -211,6 +214,7 @@ class Discovered:
     skipped: dict[str, int]
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)  # kept, but worth saying (walker.notes)
+    split: int = 0  # chunks cut further to fit the encoder's token limit (`chunking.fit_tokens`)
 
 
 class ChunkCache:
@@ -219,28 +223,33 @@ class ChunkCache:
 
     def __init__(self, max_chars: int = 64 << 20):
         self.max_chars = max_chars
-        self._items: OrderedDict[tuple[str, str], tuple[int, list[Chunk]]] = OrderedDict()
+        self._items: OrderedDict[tuple[str, str, str], tuple[int, list[Chunk], int]] = OrderedDict()
         self._chars = 0
         self._lock = threading.Lock()
 
-    def chunks(self, path: str, text: str) -> list[Chunk]:
-        from fathom.index.chunking import chunk_file
-
-        key = (path, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest())
+    def chunks(self, path: str, text: str, tokens: TokenCounter | None = None) -> tuple[list[Chunk], int]:
+        """The file's chunks and how many were cut to fit `tokens` (cached per tokenizer)."""
+        key = (path, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+               tokens.key if tokens is not None else "")
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
-                return hit[1]
-        chunks = chunk_file(path, text)
+                return hit[1], hit[2]
+        chunks, split = chunk_and_fit(path, text, tokens)
         with self._lock:
             if key not in self._items:
-                self._items[key] = (len(text), chunks)
+                self._items[key] = (len(text), chunks, split)
                 self._chars += len(text)
             while self._chars > self.max_chars and len(self._items) > 1:
-                _, (n, _) = self._items.popitem(last=False)
+                _, (n, _, _) = self._items.popitem(last=False)
                 self._chars -= n
-        return chunks
+        return chunks, split
+
+
+def chunk_and_fit(path: str, text: str, tokens: TokenCounter | None) -> tuple[list[Chunk], int]:
+    chunks = chunk_file(path, text)
+    return fit_tokens(chunks, tokens) if tokens is not None and chunks else (chunks, 0)
 
 
 _CHUNKS = ChunkCache()
@@ -248,26 +257,29 @@ _CHUNKS = ChunkCache()
 
 def discover(root: Path, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = (),
              cache: ChunkCache | None = _CHUNKS,
-             cancel: threading.Event | None = None) -> Discovered:
+             cancel: threading.Event | None = None, tokens: TokenCounter | None = None) -> Discovered:
     """Walk and chunk a project (blocking: run it in a thread). `include` globs take back
-    what the built-in skips and .gitignore leave out; `extra_ignores` leave more out. Stops
-    with `WalkCancelled` between two entries once `cancel` is set."""
-    from fathom.index.chunking import chunk_file
+    what the built-in skips and .gitignore leave out; `extra_ignores` leave more out. With
+    `tokens` (the encoder's tokenizer) no chunk exceeds its token limit. Stops with
+    `WalkCancelled` between two entries once `cancel` is set."""
     from fathom.index.walker import WalkCancelled, walk
 
     walked = walk(root, include=include, extra_ignores=extra_ignores, cancel=cancel)
     chunks: list[Chunk] = []
-    files = 0
+    files = split = 0
     for item in walked.files:
         if cancel is not None and cancel.is_set():
             raise WalkCancelled(root)
         files += 1
-        chunks.extend(cache.chunks(item.path, item.text) if cache is not None
-                      else chunk_file(item.path, item.text))
-    # One row per chunk id: identical (path, lines, text) twice would be the same row anyway.
-    unique = list({c.chunk_id: c for c in chunks}.values())
+        got, cut = (cache.chunks(item.path, item.text, tokens) if cache is not None
+                    else chunk_and_fit(item.path, item.text, tokens))
+        chunks.extend(got)
+        split += cut
+    # One row per chunk id in each table: identical (path, lines, text) twice would be the same
+    # row anyway. The table is part of the key: a docstring's lines can be a code chunk too.
+    unique = list({(c.table, c.chunk_id): c for c in chunks}.values())
     return Discovered(files, unique, dict(walked.skipped),
-                      {k: list(v) for k, v in walked.skipped_dirs.items()}, dict(walked.notes))
+                      {k: list(v) for k, v in walked.skipped_dirs.items()}, dict(walked.notes), split)
 
 
 def embedding_text(chunk: Chunk) -> str:
@@ -291,7 +303,8 @@ def space_for(encoder: Provider, table: str) -> Space:
 
 
 def _default_provenance(provider: Provider, space: Space) -> Provenance:
-    # Until the gate lands only the reference encoder writes, and it needs no verdict.
+    # An indexer without a gate (tests, tools) writes with its reference encoder only, which
+    # needs no verdict; the service passes `Fathom.provenance`, which records the gate's.
     return Provenance(provider.id, None)
 
 
@@ -321,6 +334,18 @@ class Indexer:
         self.clock = clock
         self.discover = discover_fn
         self.refused_roots = tuple(refused_roots) if refused_roots is not None else None
+
+    async def _token_counter(self) -> TokenCounter | None:
+        """What chunks are sized by: the encoder's own tokenizer when it has one (an in-process
+        model: loaded here unless the service's start-up loaded it; wrappers pass it through),
+        else, for a sidecar's or a cloud model, an estimate against the limit its provider info
+        declares; None otherwise (sized in characters only)."""
+        counter = getattr(self.encoder, "token_counter", None)
+        if callable(counter):
+            return await asyncio.to_thread(counter)
+        info = self.encoder.info
+        remote = info.host is not None or info.is_cloud
+        return EstimatedTokens(info.max_tokens, key=info.id) if remote and info.max_tokens else None
 
     def job(self, project: str, root: Path | str, *, full: bool = False) -> Job:
         return Job(project, root, full=full, clock=self.clock)
@@ -373,9 +398,12 @@ class Indexer:
 
         emit()
         await job.checkpoint()
+        tokens = await self._token_counter()
+        walk = functools.partial(self.discover, root, cancel=job.stop)
+        if tokens is not None:
+            walk = functools.partial(walk, tokens=tokens)
         try:
-            found = await asyncio.get_running_loop().run_in_executor(
-                _WALK_POOL, functools.partial(self.discover, root, cancel=job.stop))
+            found = await asyncio.get_running_loop().run_in_executor(_WALK_POOL, walk)
         except WalkCancelled:
             raise JobCancelled(job.id, job.project) from None
         emit(phase="chunking", files=found.files, skipped=found.skipped)
@@ -438,6 +466,7 @@ class Indexer:
             rate=counts["done"] / embed_s if embed_s > 0 and counts["done"] else 0.0,
             tables=tables, providers=dict(providers), carried=carried,
             skipped_dirs=found.skipped_dirs, notes=dict(found.notes),
+            split=found.split, max_tokens=tokens.limit if tokens is not None else None,
         )
 
     # ---- planning: what to embed, into which slot

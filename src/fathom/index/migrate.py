@@ -22,7 +22,7 @@ API:
     python -m fathom.index.migrate SOURCE_DIR postgresql://… [--project NAME ...] [--data-dir D]
 
 What it refuses to do: re-decide admission of rows the source already admitted (see
-`PostgresStore.copy_rows`), write into another space than the source table's, promote a copy
+`PostgresStore._copy_rows`, which only this module calls), write into another space than the source table's, promote a copy
 whose counts differ from the source, or print a password (store errors and `target.url` are redacted).
 """
 
@@ -144,7 +144,7 @@ def migrate_table(source: Store, target: PostgresStore, project: str, table: str
         if not keep:
             continue
         part = batch if len(keep) == len(batch) else _take(batch, keep)
-        copied += target.copy_rows(project, table, part, slot=Slot.SHADOW)
+        copied += target._copy_rows(project, table, part, slot=Slot.SHADOW)  # noqa: SLF001 - migration's own door
         done += len(part)
         if progress is not None:
             progress(project, table, done, total)
@@ -175,8 +175,9 @@ def migrate(source: Store, target: PostgresStore, *, projects: Sequence[str] | N
 
 
 def migrate_gate_state(data_dir: Path | str, target: PostgresStore) -> GateStateReport:
-    """Copy the gate's verdicts and golden vectors and the routing state from the JSON files
-    under `data_dir` into the database (idempotent: verdicts upsert by id, keeping order)."""
+    """Copy the gate's verdicts (with the watch list of cleared providers) and golden vectors
+    and the routing state from the JSON files under `data_dir` into the database (idempotent:
+    verdicts upsert by id, keeping order)."""
     from fathom.config import RoutingStore
     from fathom.inference.gate import GoldenStore, JsonVerdictStore
 
@@ -184,10 +185,12 @@ def migrate_gate_state(data_dir: Path | str, target: PostgresStore) -> GateState
     verdicts = 0
     vfile = base / "gate" / "verdicts.json"
     if vfile.exists():
-        pg_verdicts = PgVerdictStore(target)
-        for v in JsonVerdictStore(vfile).all():
+        pg_verdicts, source = PgVerdictStore(target), JsonVerdictStore(vfile)
+        for v in source.all():
             pg_verdicts.put(v)
             verdicts += 1
+        for w in source.watched():  # whom a server on the database re-probes at its start
+            pg_verdicts.watch(w)
     golden = 0
     gdir = base / "gate" / "golden"
     if gdir.is_dir():

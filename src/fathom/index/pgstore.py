@@ -14,7 +14,6 @@ API (blocking calls, like the LanceDB store; async callers use `asyncio.to_threa
     with store.project_lock(project, holder=None) as lock: ...   # ProjectLocked if taken
     store.lock_holder(project) -> LockHolder | None
     store.export_rows(project, table, slot=Slot.ACTIVE, batch_size=1000) -> Iterator[RowBatch]
-    store.copy_rows(project, table, batch: RowBatch, *, slot=Slot.SHADOW) -> int   # migration
     store.explain_vector_search(project, table, vector, k=10) -> str
     PgVerdictStore(store) / PgGoldenStore(store) / PgRoutingStore(store)   # gate + routing state
     redact_url(url) -> str
@@ -100,7 +99,7 @@ from fathom.space import Clearance, Provenance, Space
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: the gate's watch list (gate_watch)
 HNSW_MAX_VECTOR = 2000  # pgvector: widest `vector` an HNSW index accepts
 HNSW_MAX_HALFVEC = 4000  # pgvector: widest `halfvec` an HNSW index accepts
 LOCK_NAMESPACE = 0x46415448  # "FATH": the first key of every Fathom advisory lock
@@ -374,6 +373,8 @@ _SCHEMA_DDL = (
     " seq bigint GENERATED ALWAYS AS IDENTITY, body jsonb NOT NULL,"
     " updated_at timestamptz NOT NULL DEFAULT now())",
     "CREATE TABLE IF NOT EXISTS {s}.golden (space text PRIMARY KEY, body jsonb NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS {s}.gate_watch (space text NOT NULL, provider_id text NOT NULL,"
+    " body jsonb NOT NULL, PRIMARY KEY (space, provider_id))",
     "CREATE TABLE IF NOT EXISTS {s}.routing (id int PRIMARY KEY CHECK (id = 1),"
     " state jsonb NOT NULL, updated_at timestamptz NOT NULL DEFAULT now())",
     # Code words: every run of letters/digits (so `a.b_c` gives a, b, c) plus camelCase parts
@@ -763,10 +764,10 @@ class PostgresStore(Store):
 
         return self._retrying(read)
 
-    def copy_rows(self, project: str, table: str, batch: RowBatch, *,
-                  slot: Slot = Slot.SHADOW) -> int:
+    def _copy_rows(self, project: str, table: str, batch: RowBatch, *,
+                   slot: Slot = Slot.SHADOW) -> int:
         """Copy already-stored rows (from another store) with their own provenance and
-        written_at, for `fathom store migrate`.
+        written_at: private to `fathom.index.migrate` (`fathom store migrate`), its only caller.
 
         Width, finiteness and the table's space are validated like any write; the clearance
         is NOT asked again: these rows were admitted by the source store's lock, and rows of a
@@ -1264,6 +1265,24 @@ class PgVerdictStore:
         rows = self.db.conn().execute(self._q(
             "SELECT body FROM {s}.verdicts ORDER BY seq")).fetchall()
         return [Verdict.from_json(r[0]) for r in rows]
+
+    def watch(self, watched: Any) -> None:
+        self.db.conn().execute(self._q(
+            "INSERT INTO {s}.gate_watch (space, provider_id, body) VALUES (%s, %s, %s) "
+            "ON CONFLICT (space, provider_id) DO UPDATE SET body = EXCLUDED.body"),
+            (watched.space.key, watched.provider_id, json.dumps(watched.to_json())))
+
+    def unwatch(self, space_key: str, provider_id: str) -> None:
+        self.db.conn().execute(self._q(
+            "DELETE FROM {s}.gate_watch WHERE space = %s AND provider_id = %s"),
+            (space_key, provider_id))
+
+    def watched(self) -> list[Any]:
+        from fathom.inference.gate.verdict import Watched
+
+        rows = self.db.conn().execute(self._q(
+            "SELECT body FROM {s}.gate_watch ORDER BY space, provider_id")).fetchall()
+        return [Watched.from_json(r[0]) for r in rows]
 
 
 class PgGoldenStore:

@@ -25,22 +25,35 @@ API:
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from fathom.errors import ConfigError, FathomError, StoreError
 from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
-from fathom.index.store import DamagedProject
+from fathom.index.results import Noted, SearchHit, check_k, check_table, skipped_note
+from fathom.index.store import DamagedProject, Store
+from fathom.inference.calls import call_role
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.router import Router
 from fathom.roles import Role
 
-if TYPE_CHECKING:  # pragma: no cover
-    from fathom.service import Fathom, SearchHit
+
+class Searchable(Protocol):
+    """What the pipeline needs of the service (`fathom.service.Fathom`): the store as the
+    caller sees it, the projects a search reads, and each table's query encoder. Named here so
+    that retrieval does not import the service above it."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]: ...
+
+    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
 
 # The reranker reads whole chunks, but one huge chunk must not blow a cloud request's size.
 MAX_DOC_CHARS = 4000
@@ -131,8 +144,6 @@ class RerankStage:
 
     async def _score(self, query: str, docs: list[str], project: str | None) -> tuple[list[float], str]:
         if isinstance(self.reranker, Router):
-            from fathom.agents.routes import call_role  # the agents' door to a role
-
             served = await call_role(self.reranker, Role.RERANKER,
                                      lambda p: p.rerank(query, docs), project=project)
             return list(served.value), served.provider.id
@@ -156,33 +167,51 @@ def _unranked(cands: list[Candidate], k: int, reason: str) -> SearchResults:
 # --------------------------------------------------------------------------- the pipeline
 
 
-async def candidates(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
+async def hybrid(fathom: Searchable, query: str, project: str | None, table: str, k: int, *,
+                 where: SearchFilter | None = None) -> Noted:
+    """The best `k` (project, `Hit`) pairs of the hybrid search over one project (or every
+    searchable one), each project's query encoded by its table's own reference encoder; a
+    damaged project a search over all of them meets is skipped, and noted."""
+    check_table(table)
+    check_k(k)
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError("the search query is empty: give a few words or an identifier")
+    names, notes = await asyncio.to_thread(fathom.searchable, project, table)
+    if project is not None:
+        hits = await search_mod.search(fathom.store, fathom.encoder_for(table, project), project,
+                                       query, table=table, k=k, where=where)
+        return Noted([(project, h) for h in hits], notes)
+    # Every project at once: those of one space share one query vector and one fusion
+    # (`hybrid_search_many`: the projects' halves fan out in parallel, and one fusion over the
+    # pooled lists puts every hit on one scale). Projects of different spaces (another
+    # encoder) are fused apart and merged by fused score, each group normalised to [0, 1]
+    # with the same boosts.
+    groups: dict[tuple[Any, str], tuple[Any, list[str]]] = {}
+    for name in names:
+        try:
+            space = await asyncio.to_thread(fathom.store.space_of, name, table)
+        except DamagedProject as exc:
+            notes.append(skipped_note(name, exc.detail))
+            continue
+        encoder = fathom.encoder_for(table, name)
+        groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
+    found: list[tuple[str, Any]] = []
+    for encoder, members in groups.values():
+        vector = await search_mod.encode_query(encoder, query)
+        hits, damaged = await asyncio.to_thread(
+            functools.partial(search_mod.hybrid_search_many, where=where), fathom.store,
+            members, table, vector, query, k)
+        notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
+        found.extend((h.project or "", h) for h in hits)
+    found.sort(key=lambda nh: -nh[1].score)
+    return Noted(found[:k], notes)
+
+
+async def candidates(fathom: Searchable, query: str, project: str | None = None, table: str = "code",
                      depth: int = 40, *, where: SearchFilter | None = None) -> list[Candidate]:
     """The hybrid search's best `depth` chunks over one project (or all), with full texts;
     `where` filters inside the store, before each top `depth` is cut."""
-    from fathom.service import SearchHit, check_k, check_table
-
-    check_table(table)
-    check_k(depth)
-    if not isinstance(query, str) or not query.strip():
-        raise ConfigError("the search query is empty: give a few words or an identifier")
-    from fathom.service import Noted, skipped_note
-
-    names, notes = await asyncio.to_thread(fathom.searchable, project, table)
-    encoder = fathom.encoder_for(table)
-    found: list[tuple[str, Any]] = []
-    for name in names:
-        try:
-            hits = await search_mod.search(fathom.store, encoder, name, query, table=table,
-                                           k=depth, where=where)
-        except DamagedProject as exc:
-            if project is not None:
-                raise
-            notes.append(skipped_note(name, exc.detail))  # found damaged only on reading
-            continue
-        found.extend((name, h) for h in hits)
-    found.sort(key=lambda nh: -nh[1].score)  # fused scores share one scale across projects
-    found = found[:depth]
+    found = await hybrid(fathom, query, project, table, depth, where=where)
     texts: dict[tuple[str, str], str] = {}
     for name in {n for n, _ in found}:
         ids = [h.chunk_id for n, h in found if n == name]
@@ -192,15 +221,13 @@ async def candidates(fathom: Fathom, query: str, project: str | None = None, tab
             got = {}  # a backend without stored texts: the snippet is the best we have
         texts.update({(name, cid): t for cid, t in got.items()})
     return Noted([Candidate(SearchHit.of(n, h), texts.get((n, h.chunk_id), h.snippet))
-                  for n, h in found], notes)
+                  for n, h in found], found.notes)
 
 
-async def search(fathom: Fathom, query: str, project: str | None = None, table: str = "code",
+async def search(fathom: Searchable, query: str, project: str | None = None, table: str = "code",
                  k: int = 10, *, reranker: Router | Provider | None = None,
                  depth: int | None = None, where: SearchFilter | None = None) -> SearchResults:
     """Hybrid search, then the reranker stage: the best `k` of `depth` candidates."""
-    from fathom.service import check_k
-
     check_k(k)
     depth = min(MAX_DEPTH, max(depth or 3 * k, k, 20))
     cands = await candidates(fathom, query, project, table, depth, where=where)

@@ -12,7 +12,7 @@ read) or `Slot.SHADOW` (a full re-index being built).
                        ann_candidates=500, ann_background=True, cache_idle_s=60.0)
     store.cache_stats -> CacheStats(hits, loads, bypassed)     # the matrix cache, LanceDB only
     store.ann_pending(project, table) -> bool; store.wait_for_ann(timeout) -> bool
-    store = open_store(settings)   # PostgreSQL if settings.store_url is postgresql://…, else LanceDB
+    store = open_store(settings)   # fathom.index.backend: PostgreSQL if settings.store_url is postgresql://…, else LanceDB
 
     # spaces and slots
     store.open_table(project, table, space) -> TableInfo        # creates; SpaceMismatch if other space
@@ -1736,27 +1736,3 @@ class LanceStore(Store):
             self._matrices.clear()
             self._tables.clear()
             self._dbs.clear()
-
-
-def open_store(settings: Any = None, clearance: Clearance | None = None, **kwargs: Any) -> Store:
-    """The store named by settings: PostgreSQL + pgvector when `store_url` (FATHOM_STORE_URL)
-    is a `postgresql://…` URL, a LanceDB folder when it is a path, else LanceDB under
-    `settings.lance_dir`."""
-    from fathom.config import Settings
-
-    settings = settings or Settings()
-    url = getattr(settings, "store_url", None)
-    if not (url or "").startswith(("postgresql://", "postgres://")):
-        kwargs.setdefault("matrix_cache_bytes", getattr(settings, "matrix_cache_bytes", 1 << 30))
-    return open_store_url(url or settings.lance_dir, clearance, **kwargs)
-
-
-def open_store_url(url_or_path: str | Path, clearance: Clearance | None = None,
-                   **kwargs: Any) -> Store:
-    """The store a URL names: `postgresql://…` (or `postgres://…`) opens the PostgreSQL +
-    pgvector backend, anything else is a LanceDB folder."""
-    if isinstance(url_or_path, str) and url_or_path.startswith(("postgresql://", "postgres://")):
-        from fathom.index.pgstore import PostgresStore  # local: psycopg only when used
-
-        return PostgresStore(url_or_path, clearance, **kwargs)
-    return LanceStore(Path(url_or_path), clearance, **kwargs)

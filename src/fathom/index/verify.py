@@ -84,10 +84,6 @@ class ProjectCheck:
     tables: dict[str, int] = field(default_factory=dict)  # rows read per active table
     problems: list[Problem] = field(default_factory=list)
 
-    @property
-    def healthy(self) -> bool:
-        return all(p.repaired for p in self.problems)
-
 
 def _short(exc: BaseException) -> str:
     return str(exc.detail) if isinstance(exc, DamagedProject) else \

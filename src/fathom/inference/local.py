@@ -77,6 +77,7 @@ class LocalEncoder(Provider):
         device: str = "cpu",
         batch_size: int = 64,
         roles: Iterable[Role] = EMBEDDING_ROLES,
+        max_tokens: int | None = None,
     ):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -85,13 +86,17 @@ class LocalEncoder(Provider):
         self.width = int(width)
         self.device = device
         self.batch_size = int(batch_size)
+        # None: the model's own maximum sequence length (its sentence-transformers config).
+        self.max_tokens = max_tokens or configured_max_tokens(self.model_path)
         self.info = ProviderInfo(
             id=local_provider_id(model_name),
             kind=Kind.LOCAL,
             roles=frozenset(roles),
             model=model_name,
             width=self.width,
+            max_tokens=self.max_tokens,
         )
+        self._tokens: TokenizerCounter | None = None
         self._model: SentenceTransformer | None = None
         self._load_lock = threading.Lock()
         self._encode_lock = threading.Lock()
@@ -107,10 +112,13 @@ class LocalEncoder(Provider):
             width=settings.local_width,
             device=settings.local_device,
             batch_size=settings.local_batch_size,
+            max_tokens=settings.local_max_tokens,
         )
 
     @property
     def loaded(self) -> bool:
+        """Whether the model is in memory: `Fathom._must_load` reads it, so that an index
+        run's start-up says "loading model" only when it will."""
         return self._model is not None
 
     def load(self) -> SentenceTransformer:
@@ -140,8 +148,27 @@ class LocalEncoder(Provider):
                 dim = int(model.encode(["width probe"], convert_to_numpy=True).shape[1])
             if int(dim) != self.width:
                 raise EncoderWidthMismatch(self.model_name, self.model_path, self.width, int(dim))
+            if self.max_tokens is not None:
+                self._apply_max_tokens(model)
             self._model = model
             return model
+
+    def _apply_max_tokens(self, model: SentenceTransformer) -> None:
+        """Make the model read `max_tokens`, refused past what its position embeddings hold."""
+        positions = getattr(getattr(model[0], "auto_model", None), "config", None)
+        ceiling = getattr(positions, "max_position_embeddings", None)
+        if ceiling is not None and self.max_tokens > int(ceiling):
+            raise ConfigError(f"FATHOM_LOCAL_MAX_TOKENS={self.max_tokens} is more than {self.model_name} can read "
+                              f"({ceiling} positions); set it to {ceiling} or less, or unset it for the model's own")
+        model.max_seq_length = self.max_tokens
+
+    def token_counter(self) -> TokenizerCounter:
+        """This encoder's tokenizer and token limit, for chunking (loads the model once)."""
+        if self._tokens is None:
+            model = self.load()
+            self._tokens = TokenizerCounter(model.tokenizer, int(model.max_seq_length),
+                                            key=f"{self.id}@{int(model.max_seq_length)}")
+        return self._tokens
 
     def encode_sync(self, texts: Sequence[str]) -> np.ndarray:
         """Encode in the calling thread (the bench and worker threads use this)."""
@@ -170,3 +197,39 @@ class LocalEncoder(Provider):
     async def embed_query(self, query: str) -> np.ndarray:
         """One query vector, shape (width,)."""
         return (await self.embed([query]))[0]
+
+
+def configured_max_tokens(model_path: str) -> int | None:
+    """The `max_seq_length` a sentence-transformers model folder declares, read without loading
+    the model; None when it declares none (the tokenizer's limit then applies at load)."""
+    import json
+    from pathlib import Path
+
+    try:
+        value = json.loads((Path(model_path) / "sentence_bert_config.json").read_text()).get("max_seq_length")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+class TokenizerCounter:
+    """A Hugging Face fast tokenizer as `chunking.TokenCounter`. It counts on its own copy of
+    the Rust tokenizer with truncation and padding off: the model's copy is switched to
+    truncate while it encodes, and would report every long chunk as exactly fitting."""
+
+    def __init__(self, tokenizer, limit: int, *, key: str):
+        from tokenizers import Tokenizer
+
+        self.limit, self.key = int(limit), key
+        self._tok = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        self._lock = threading.Lock()
+
+    def count(self, texts: Sequence[str]) -> list[int]:
+        with self._lock:
+            return [len(e.ids) for e in self._tok.encode_batch(list(texts), add_special_tokens=True)]
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        with self._lock:
+            return list(self._tok.encode(text, add_special_tokens=False).offsets)

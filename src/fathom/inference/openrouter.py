@@ -198,16 +198,7 @@ class RateLimitInfo:
     or degenerate like 1 per minute), never a ceiling to trust on its own."""
 
     requests: int
-    interval: str
-
-    @property
-    def interval_seconds(self) -> float | None:
-        return parse_interval(self.interval)
-
-    @property
-    def per_minute(self) -> float | None:
-        secs = self.interval_seconds
-        return None if not secs else self.requests * 60.0 / secs
+    interval: str  # read by `fathom.inference.budget.ceiling.interval_seconds`
 
 
 @dataclass(frozen=True)
@@ -229,20 +220,6 @@ class Credits:
     @property
     def remaining(self) -> float:
         return self.total_credits - self.total_usage
-
-
-def parse_interval(text: str | None) -> float | None:
-    """'10s', '1m', '1h', '1d' -> seconds; None when unreadable."""
-    if not text:
-        return None
-    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-    text = text.strip().lower()
-    try:
-        if text[-1] in units:
-            return float(text[:-1] or 1) * units[text[-1]]
-        return float(text)
-    except ValueError:
-        return None
 
 
 def pin(slug: str, mode: Literal["order", "only"] = "order") -> dict[str, Any]:
@@ -695,6 +672,7 @@ class OpenRouterProvider(Provider):
         width: int | None = None,
         provider_id: str | None = None,
         pin_mode: Literal["order", "only"] = "order",
+        max_tokens: int | None = None,
     ):
         self.client = client
         self.pin_mode = pin_mode
@@ -706,6 +684,7 @@ class OpenRouterProvider(Provider):
             model=model,
             width=width,
             upstream=upstream,
+            max_tokens=max_tokens,
         )
 
     @property

@@ -12,7 +12,8 @@ What the pool guarantees, whatever fails:
   BEFORE items are pulled (`admission`), and after a 429/402 the batch goes back to the queue
   and that provider pauses pulling for the cooldown, while the locals keep pulling.
 - A provider that keeps failing (other than rate limits) is ejected and re-probed later with
-  one small batch, on an exponential backoff.
+  one small batch, on an exponential backoff that grows once per failure episode (the batches
+  its other lanes had in flight when it was ejected fail with it, and count as that episode).
 - The end of a job is not held hostage: near the end a provider pulls no more than its share
   of what is left, and when the queue is empty an idle provider duplicates a batch that has
   been in flight much longer than its provider's own history predicts.
@@ -171,6 +172,7 @@ class _Member:
         self.failures = 0  # consecutive
         self.ejections = 0
         self.ejected_until: float | None = None
+        self.ejected_at: float | None = None  # when the current failure episode ejected it
         self.eject_reason = ""
         self.probing = False
         self.cooldown_until = -math.inf
@@ -269,7 +271,8 @@ class Pool:
         (unless the permit already recorded it), then `release()` once per permit
         (`record_rtt=False` when it carried no request). Locals never ask it; an exception
         from it pauses that provider for `throttle_wait`.
-        `lanes(provider)`: batches one provider may have in flight at once.
+        `lanes(provider)`: batches one provider may have in flight at once, asked again
+        before every pull, so a cloud provider's lanes follow the budget's effective limit.
         `history`: what earlier pools learned of each provider's speed (provider id ->
         `Sizing`), shared and updated in place, so a provider's first batch of the next job
         starts at the size its measured speed calls for instead of `initial_batch`."""
@@ -350,10 +353,6 @@ class Pool:
         self._static = [p for p in self._static if p.id != provider_id]
         self._leave(provider_id)
 
-    def nudge(self) -> None:
-        """Make every lane look again (e.g. a provider's clearance changed)."""
-        self._notify()
-
     @property
     def progress(self) -> Progress | None:
         return self._progress(self._job) if self._job else None
@@ -384,13 +383,36 @@ class Pool:
         sizing = self._sizing.setdefault(provider.id, Sizing(self.initial_batch))
         # Learned by another pool, perhaps with other bounds: within this one's.
         sizing.batch_size = max(self.min_batch, min(self.max_batch, sizing.batch_size))
-        m = _Member(provider, sizing, max(1, int(self._lanes(provider))))
+        m = _Member(provider, sizing, self._wanted_lanes(provider))
         self._members[provider.id] = m
-        for i in range(m.lanes):
-            task = asyncio.get_running_loop().create_task(
-                self._lane(m), name=f"pool-lane:{provider.id}:{i}", context=job.context.copy())
-            m.tasks[task] = _Phase.IDLE
+        self._spawn_lanes(m, m.lanes)
         self._notify()
+
+    def _wanted_lanes(self, provider: Provider) -> int:
+        return max(1, int(self._lanes(provider)))
+
+    def _spawn_lanes(self, m: _Member, n: int) -> None:
+        job = self._job
+        assert job is not None
+        for _ in range(n):
+            task = asyncio.get_running_loop().create_task(
+                self._lane(m), name=f"pool-lane:{m.id}:{len(m.tasks)}", context=job.context.copy())
+            m.tasks[task] = _Phase.IDLE
+
+    def _follow_lanes(self, m: _Member, me: asyncio.Task[Any]) -> bool:
+        """Match the member's lane count to `lanes(provider)` as it is now (for a cloud
+        provider: the budget's effective limit, which an override, a discovery or a halving
+        moves mid-job). Grows at once; shrinks by letting this lane go. False: this lane
+        must exit."""
+        want = self._wanted_lanes(m.provider)
+        live = [t for t in m.tasks if not t.done()]
+        m.lanes = want
+        if len(live) < want:
+            self._spawn_lanes(m, want - len(live))
+        elif len(live) > want:
+            m.tasks.pop(me, None)
+            return False
+        return True
 
     def _leave(self, provider_id: str) -> None:
         m = self._members.get(provider_id)
@@ -461,6 +483,8 @@ class Pool:
         me = asyncio.current_task()
         assert me is not None
         while True:
+            if not self._follow_lanes(m, me):
+                return
             plan = self._plan(m)
             if plan.action == "exit":
                 return
@@ -646,7 +670,7 @@ class Pool:
         self._learn(m, len(texts), self.clock.now() - a.started)
         if a.probe or m.ejected_until is not None:
             log.info("pool: %s passed its re-probe and pulls again", m.id)
-        m.failures, m.ejections, m.ejected_until = 0, 0, None
+        m.failures, m.ejections, m.ejected_until, m.ejected_at = 0, 0, None, None
         a.work.has_result = True
         try:
             await self._deliver(m, a, vectors)
@@ -714,8 +738,14 @@ class Pool:
         m.failures += 1
         m.sizing.batch_size = max(self.min_batch, m.sizing.batch_size // 2)
         retryable = getattr(exc, "retryable", True)
+        if m.ejected_at is not None and a.started <= m.ejected_at and not a.probe:
+            # A batch that was already in flight when this episode ejected the provider: the
+            # same failure, seen by another lane. The back-off grows once per episode.
+            self._notify()
+            return
         if a.probe or not retryable or m.failures >= self.max_failures:
             m.ejections += 1
+            m.ejected_at = now
             backoff = min(self.eject_max, self.eject_base * 2 ** (m.ejections - 1))
             m.ejected_until = now + backoff
             m.eject_reason = f"{type(exc).__name__}: {exc}"

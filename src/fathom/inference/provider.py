@@ -40,6 +40,9 @@ class ProviderInfo:
     width: int | None = None
     upstream: str | None = None
     host: str | None = None
+    # Encoders: the longest input read, in the model's own tokens (special ones included);
+    # None when unknown. Chunks are sized to it.
+    max_tokens: int | None = None
 
     @property
     def is_cloud(self) -> bool:

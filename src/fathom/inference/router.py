@@ -2,11 +2,12 @@
 
 The router owns the translation of one role's route (policy, fallback mode) and the live
 registry into providers: the set allowed to serve, the order a stateless request tries them
-in (with failover), the encoder a query must go through, and the pool an index job runs on.
+in (with failover), and the pool an index job runs on. The encoder a query goes through is
+the table's own reference, which `Fathom.encoder_for` reads from the table's space.
 What each policy allows is read from `fathom.policy.BEHAVIOUR` and nowhere else.
 
 Embedding roles write a table, so only providers the gate cleared for that table may serve
-them; `is_cleared` is injected (an explicit flag set until the gate's verdicts replace it).
+them; `is_cleared` is injected (the service hands it the gate's verdicts, `Gate.is_cleared`).
 Stateless roles (reranker, code-assistant, rlm) write nothing and fail over per request.
 
 It refuses to embed, rerank or chat itself (providers do), to size batches (the pool does), to
@@ -19,15 +20,13 @@ import math
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
 
-import numpy as np
-
 from fathom.clock import Clock
 from fathom.config import RoleRoute, RoutingState
 from fathom.errors import NoProviderAvailable, ProviderError
 from fathom.inference.pool import Pool, is_throttle
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
-from fathom.policy import BEHAVIOUR, Behaviour, Policy, Reference
+from fathom.policy import BEHAVIOUR, Behaviour, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 
 
@@ -49,23 +48,6 @@ class NoRoute(NoProviderAvailable):
             f"no provider can serve role {role} under policy {policy}: "
             + ("; ".join(self.reasons) or "every allowed provider failed") + tried
         )
-
-
-class ClearedFlags:
-    """The explicit cleared flag used until gate verdicts decide: (role, provider id) pairs an
-    operator or a test granted. Callable as the router's `is_cleared`."""
-
-    def __init__(self, pairs: Sequence[tuple[Role, str]] = ()):
-        self._pairs: set[tuple[Role, str]] = set(pairs)
-
-    def grant(self, role: Role, provider_id: str) -> None:
-        self._pairs.add((Role(role), provider_id))
-
-    def revoke(self, role: Role, provider_id: str) -> None:
-        self._pairs.discard((Role(role), provider_id))
-
-    def __call__(self, role: Role, provider: Provider) -> bool:
-        return (Role(role), provider.id) in self._pairs
 
 
 class Router:
@@ -155,9 +137,6 @@ class Router:
             return sorted(ps, key=lambda p: (p.info.is_cloud, load(p.id), p.id))
         return sorted(ps, key=lambda p: (load(p.id), p.info.is_cloud, p.id))
 
-    def pick(self, role: Role) -> Provider:
-        return self.order(role)[0]
-
     def load(self, provider_id: str) -> int:
         return self._in_flight.get(provider_id, 0)
 
@@ -212,42 +191,6 @@ class Router:
     async def chat(self, role: Role, messages: Sequence[dict[str, Any]], **options: Any):
         return await self.call(role, lambda p: p.chat(messages, **options))
 
-    # -- queries -----------------------------------------------------------------------
-
-    def query_encoders(self, role: Role) -> list[Provider]:
-        """The table's reference encoders for queries, in the order to try them.
-
-        Under local, aggregate and backup the reference is local (the rows it must agree with
-        were written against it): cleared local providers, the server's in-process one first.
-        Under cloud it is the cloud anchor, the first cleared cloud provider by id, then the
-        other cleared cloud providers of the table (the gate held them to the same anchor)."""
-        role = Role.parse(role)
-        if role not in EMBEDDING_ROLES:
-            raise ValueError(f"role {role} encodes no queries; it writes no table")
-        want_cloud = self.behaviour(role).reference is Reference.CLOUD
-        ps = [p for p in self.candidates(role) if p.info.is_cloud == want_cloud]
-        if not ps:
-            raise self._no_route(role, query=True)
-        return sorted(ps, key=_local_first)
-
-    def query_encoder(self, role: Role) -> Provider:
-        return self.query_encoders(role)[0]
-
-    async def encode_query(self, role: Role, texts: Sequence[str]) -> np.ndarray:
-        """Encode query texts with the reference encoder, failing over along
-        `query_encoders(role)`."""
-        role = Role.parse(role)
-        attempts: list[tuple[str, str]] = []
-        last: BaseException | None = None
-        for provider in self.query_encoders(role):
-            try:
-                async with self.lease(provider):
-                    return await provider.embed(list(texts))
-            except ProviderError as exc:
-                last = exc
-                attempts.append((provider.id, _describe(exc)))
-        raise NoRoute(role, self.policy(role), ["every reference encoder failed"], attempts) from last
-
     # -- bulk embedding ----------------------------------------------------------------
 
     def pool(self, role: Role, **options: Any) -> Pool:
@@ -271,19 +214,14 @@ class Router:
 
     # -- explanations ------------------------------------------------------------------
 
-    def _no_route(self, role: Role, *, query: bool = False) -> NoRoute:
+    def _no_route(self, role: Role) -> NoRoute:
         route = self.route(role)
         behaviour = BEHAVIOUR[route.policy]
         reasons: list[str] = []
         embedding = role in EMBEDDING_ROLES
-        want_local = behaviour.local and not (query and behaviour.reference is Reference.CLOUD)
-        want_cloud = behaviour.cloud and not (query and behaviour.reference is Reference.LOCAL)
-        if query:
-            ref = "cloud anchor" if behaviour.reference is Reference.CLOUD else "local encoder"
-            reasons.append(f"queries must be encoded by the table's reference ({ref})")
-        if want_local:
+        if behaviour.local:
             reasons.append(self._why_not(role, Kind.LOCAL, embedding))
-        if want_cloud:
+        if behaviour.cloud:
             if route.fallback is FallbackMode.LOCAL_ONLY:
                 reasons.append(
                     f"fallback mode local-only: role {role} never calls the cloud; switch it "
@@ -296,6 +234,7 @@ class Router:
     def _why_not(self, role: Role, kind: Kind, embedding: bool) -> str:
         registered = self.registry.list(role, kind=kind)
         label = "local provider (in-process model or sidecar)" if kind is Kind.LOCAL else "cloud route"
+        labels = "local providers (in-process models or sidecars)" if kind is Kind.LOCAL else "cloud routes"
         if not registered:
             if kind is Kind.LOCAL:
                 return f"no {label} is registered for role {role}: {self.local_fix(role)}"
@@ -312,7 +251,7 @@ class Router:
             cleared = [p for p in registered if self.is_cleared(role, p)]
             if not cleared:
                 ids = ", ".join(p.id for p in registered)
-                return (f"none of the registered {label}s ({ids}) is cleared by the gate for "
+                return (f"none of the registered {labels} ({ids}) is cleared by the gate for "
                         f"the {role.table} table: run `fathom gate verify`")
             registered = cleared
         now = self.clock.now()

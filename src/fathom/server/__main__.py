@@ -11,19 +11,16 @@ written to the audit log (never the token).
 
 from __future__ import annotations
 
-import argparse
-import logging
-import os
 import socket
 import sys
 from pathlib import Path
+from typing import Annotated
 
-import uvicorn
+import typer
 
-from fathom import logsafe
+from fathom.commandline import LogFormat, LogLevel, run_command, setup_logging
 from fathom.config import Settings
 from fathom.errors import ConfigError, failure_of
-from fathom.fleet.protocol import MAX_FRAME_BYTES
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -42,40 +39,64 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def main(argv: list[str] | None = None) -> int:
-    settings = Settings()
-    ap = argparse.ArgumentParser(prog="python -m fathom.server", description="Run the fathom server.")
-    ap.add_argument("--host", default=settings.host, help="bind address (default 127.0.0.1)")
-    ap.add_argument("--port", type=int, default=settings.port)
-    ap.add_argument("--data-dir", type=Path, default=settings.data_dir)
-    ap.add_argument("--log-level", default=os.environ.get("FATHOM_LOG_LEVEL", "INFO"))
-    ap.add_argument("--no-watch", action="store_true",
-                    help="do not watch the projects' folders: their indexes then change only "
-                         "when re-indexed (FATHOM_WATCH=0 does the same)")
-    ap.add_argument("--rotate-admin-token", action="store_true",
-                    help="replace every admin token with a fresh one, printed once (the old ones stop working); "
-                         "with FATHOM_ADMIN_TOKEN set, that one becomes the only admin token")
-    ap.add_argument("--rotate-join-token", action="store_true",
-                    help="replace every sidecar join token with a fresh one, printed once (host tokens and "
-                         "approvals stay); with FATHOM_JOIN_TOKEN set, that one becomes the only join token")
-    args = ap.parse_args(argv)
-    logsafe.install()
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = settings.model_copy(update={"data_dir": args.data_dir, "host": args.host, "port": args.port,
-                                           "watch": settings.watch and not args.no_watch})
+def server(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(
+        envvar="FATHOM_HOST", show_envvar=True,
+        help="The address to listen on; beyond loopback, every client needs a token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(
+        envvar="FATHOM_PORT", show_envvar=True, min=0, max=65535,
+        help="The port to listen on.")] = 8765,
+    data_dir: Annotated[Path | None, typer.Option(
+        envvar="FATHOM_DATA_DIR", show_envvar=True, show_default=False,
+        help="Where indexes, tokens' hashes and state live (default ~/.fathom).")] = None,
+    log_level: LogLevel = "INFO",
+    log_format: LogFormat = "text",
+    no_watch: Annotated[bool, typer.Option(
+        "--no-watch",
+        help="Do not watch the projects' folders: their indexes then change only when re-indexed "
+             "(FATHOM_WATCH=0 does the same).")] = False,
+    rotate_admin_token: Annotated[bool, typer.Option(
+        "--rotate-admin-token",
+        help="Replace every admin token with a fresh one, printed once (the old ones stop working); with "
+             "FATHOM_ADMIN_TOKEN set, that one becomes the only admin token.")] = False,
+    rotate_join_token: Annotated[bool, typer.Option(
+        "--rotate-join-token",
+        help="Replace every sidecar join token with a fresh one, printed once (host tokens and approvals "
+             "stay); with FATHOM_JOIN_TOKEN set, that one becomes the only join token.")] = False,
+) -> None:
+    """Run the fathom server: admin API, sidecar WebSocket, MCP at /mcp, dashboard."""
+    root = ctx.find_root().obj or {}
+    data_dir = data_dir or root.get("data_dir")  # `fathom --data-dir X server`
+    raise typer.Exit(serve(host, port, data_dir=data_dir, log_level=log_level, log_format=log_format,
+                           watch=not no_watch,
+                           rotate_admin=rotate_admin_token, rotate_join=rotate_join_token))
+
+
+def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str = "INFO", log_format: str = "text",
+          watch: bool = True,
+          rotate_admin: bool = False, rotate_join: bool = False) -> int:
+    """Bind, then build the app and issue tokens, then serve until stopped; the exit code."""
+    import uvicorn
+
+    from fathom.fleet.protocol import MAX_FRAME_BYTES
+
+    setup_logging(log_level, log_format)
     # Bound before any token is issued: a start that cannot listen leaves nothing behind.
     try:
-        sock = listen(args.host, args.port)
+        sock = listen(host, port)
     except OSError as exc:
-        print(f"fathom server: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}. Is another server "
+        print(f"fathom server: cannot listen on {host}:{port}: {exc.strerror or exc}. Is another server "
               f"running there? Stop it, or choose another --port. No token was issued.", file=sys.stderr)
         return 1
     try:
         from fathom.server.app import create_app
 
+        settings = Settings()  # a malformed FATHOM_* variable is a ConfigError: the one line below
+        settings = settings.model_copy(update={"data_dir": data_dir or settings.data_dir, "host": host,
+                                               "port": port, "watch": settings.watch and watch})
         app = create_app(settings)
-        for line in issue_tokens(app, rotate_admin=args.rotate_admin_token, rotate_join=args.rotate_join_token):
+        for line in issue_tokens(app, settings, rotate_admin=rotate_admin, rotate_join=rotate_join):
             print(line, flush=True)
     except Exception as exc:
         # A full disk or a damaged state file at start is one line naming the fix, not a traceback.
@@ -85,14 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         sock.close()
         print(f"error: {' '.join(str(failure).split())}", file=sys.stderr, flush=True)
         return 2 if isinstance(failure, ConfigError) else 1
-    print(f"fathom server on http://{args.host}:{args.port} (data dir {args.data_dir})", flush=True)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level.lower(),
+    print(f"fathom server on http://{host}:{port} (data dir {settings.data_dir})", flush=True)
+    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(),
                             ws="websockets-sansio", ws_max_size=MAX_FRAME_BYTES + 4096, log_config=None)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 
 
-def issue_tokens(app: object, *, rotate_admin: bool = False, rotate_join: bool = False) -> list[str]:
+def issue_tokens(app: object, settings: Settings, *, rotate_admin: bool = False, rotate_join: bool = False) -> list[str]:
     """The lines to print: each token issued now (first start or rotation), once."""
     from fathom.server.audit import COMMAND_LINE
 
@@ -100,20 +121,25 @@ def issue_tokens(app: object, *, rotate_admin: bool = False, rotate_join: bool =
     hub_auth, admin_auth, audit = state.hub.auth, state.admin_auth, state.audit
     lines = []
     if rotate_join:
-        issued = hub_auth.replace_join_tokens(os.environ.get("FATHOM_JOIN_TOKEN") or None)
+        issued = hub_auth.replace_join_tokens(settings.secret(settings.join_token))
         audit.record(COMMAND_LINE, "rotated the sidecar join token (every earlier join token stops working)")
         lines.append(f"sidecar join token (rotated; shown once): {issued.token}" if issued else
                      "sidecar join token rotated: FATHOM_JOIN_TOKEN is now the only join token")
     elif not hub_auth.has_join_token:
         lines.append(f"sidecar join token (shown once): {hub_auth.issue_join_token().token}")
     if rotate_admin:
-        token = admin_auth.replace(os.environ.get("FATHOM_ADMIN_TOKEN") or None)
+        token = admin_auth.replace(settings.secret(settings.admin_token))
         audit.record(COMMAND_LINE, "rotated the admin token (every earlier admin token stops working)")
         lines.append(f"admin token (rotated; shown once): {token}" if token else
                      "admin token rotated: FATHOM_ADMIN_TOKEN is now the only admin token")
     elif not admin_auth.configured:
         lines.append(f"admin token (shown once): {admin_auth.issue()}")
     return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m fathom.server [OPTIONS]`: the same command as `fathom server`."""
+    return run_command(server, argv, prog="python -m fathom.server")
 
 
 if __name__ == "__main__":

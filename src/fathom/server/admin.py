@@ -55,8 +55,11 @@ from fathom.errors import ConfigError, FathomError, PinRequired
 from fathom.fleet.auth import hash_token
 from fathom.fleet.hub import Hub
 from fathom.fleet.protocol import NAME_PATTERN, describe
+from fathom.inference.gate.audit import audit as audit_rows
+from fathom.inference.gate.audit import reembed as reembed_rows
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.server.job_records import JobLedger, JobRecord
+from fathom.server.metrics import provider_health
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 
 log = logging.getLogger("fathom.server.admin")
@@ -174,10 +177,25 @@ def damaged(exc: RoutingStateDamaged) -> HTTPException:
     return refusal(503, str(exc), exc.problems)
 
 
+def reference_problems(service: Any, state: RoutingState, changes: dict[Role, dict[str, Any]]) -> list[str]:
+    """Each changed embedding role whose merged route no reference could judge (a model no
+    local encoder serves under a policy whose reference is local)."""
+    out = []
+    for role, fields in changes.items():
+        current = state.roles[role]
+        policy = Policy.parse(fields.get("policy", current.policy))
+        model = fields["model"] if "model" in fields else current.model
+        problem = service.reference_problem(role, policy, model)
+        if problem is not None:
+            out.append(problem)
+    return out
+
+
 def failure_status(exc: FathomError) -> int:
-    """The HTTP status of a typed failure: the caller's mistake is 4xx, storage that cannot
-    serve now (a full disk, a lost database, no provider) is 503."""
-    from fathom.errors import DiskFull, NoProviderAvailable, StoreLost
+    """The HTTP status of a typed failure: the caller's mistake is 400, a request the current
+    state cannot serve (no provider for the role's model, a locked or damaged project) 409,
+    storage that cannot serve now (a full disk, a lost database) 503."""
+    from fathom.errors import DiskFull, StoreLost
     from fathom.index.store import DamagedProject, ProjectLocked, UnknownProject
 
     if isinstance(exc, UnknownProject):
@@ -188,10 +206,9 @@ def failure_status(exc: FathomError) -> int:
         return 503  # the server's own state file: the request was fine
     if isinstance(exc, ConfigError):
         return 400
-    if isinstance(exc, (DiskFull, StoreLost, NoProviderAvailable)) or \
-            type(exc).__name__ == "StoreUnavailable":
+    if isinstance(exc, (DiskFull, StoreLost)) or type(exc).__name__ == "StoreUnavailable":
         return 503
-    return 409
+    return 409  # the request is fine but conflicts with the state (no provider serves it, ...)
 
 
 def failure_response(exc: FathomError) -> JSONResponse:
@@ -276,6 +293,17 @@ class WatchChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(description="whether the project's index follows its files (live sync)")
+
+
+class SearchRequest(BaseModel):
+    """The dashboard's search box: the same search as the MCP tools `search_code` / `search_docs`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str = Field(min_length=1, max_length=2000, description="words or an identifier")
+    project: str | None = Field(None, max_length=200, description="one project (default: every project)")
+    table: Literal["code", "docs"] = Field("code", description="code (search_code) or docs (search_docs)")
+    k: int = Field(10, ge=1, le=50, description="how many hits")
 
 
 ROUTE_FIELDS = ("policy", "model", "upstream", "width", "fallback")
@@ -709,7 +737,7 @@ def budget_view(budget: Any) -> dict[str, Any]:
     last = s.last_throttle
     cooldown = round(s.cooldown_remaining_s, 3)
     return {
-        "ceiling_source": s.ceiling_source, "ceiling": s.ceiling,
+        "ceiling_source": s.ceiling_source, "ceiling": s.ceiling, "ceiling_origin": s.ceiling_origin,
         "override": s.ceiling if s.ceiling_source == "override" else None,
         "effective": s.effective_limit, "in_flight": s.in_flight, "peak_in_flight": s.peak_in_flight,
         "waiting": dict(s.waiting),
@@ -787,15 +815,20 @@ class OperatorParts:
                     except NoRoute as exc:
                         unavailable = list(exc.reasons)
             providers = []
+            cloud = getattr(self.hub, "cloud_health", None)
             for p in (self.registry.list(role) if self.registry is not None else []):
                 health = self.registry.health(p.id)
+                word, up = provider_health(self.registry, p, cloud)
+                record = cloud.of(p.id, p.info.host) if cloud is not None and p.info.is_cloud else None
                 providers.append({
                     "id": p.id, "kind": p.info.kind.value, "host": p.info.host, "model": p.info.model,
                     "upstream": p.info.upstream, "width": p.info.width,
-                    "health": str(getattr(health.state, "value", health.state)), "reason": health.reason or None,
+                    "health": word, "reason": health.reason or (record.advice if record else None),
+                    "cloud_health": record.to_dict() if record else None, "up": up,
                     "available": self.registry.available(p.id), "cleared": self.cleared_for(role, p),
                     "permitted": self.router.permits(role, p) if self.router is not None else None,
-                    "serving": p.id in serving,
+                    # Eligible by the router, and (a cloud route) seen serving by a real call.
+                    "serving": p.id in serving and up,
                 })
             reference = self._reference_encoder(role)
             if reference is not None and all(p["id"] != reference.id for p in providers):
@@ -1034,6 +1067,8 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         except ConfigError as exc:
             raise refusal(503, str(exc), exc.problems) from None
         changes, problems = check_policy_changes(body, state, table_widths=widths, reference_widths=refs)
+        if parts.service is not None:
+            problems += reference_problems(parts.service, state, changes)
         if problems:
             raise refusal(400, f"policy change refused ({len(problems)} problem"
                                f"{'s' if len(problems) != 1 else ''}); nothing was written", problems)
@@ -1081,7 +1116,9 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
             except PinRequired as exc:
                 raise refusal(400, str(exc)) from None
             except GateUnavailable as exc:
-                raise refusal(503, str(exc), [str(exc)] + [f"{k}: {v}" for k, v in exc.attempts.items()]) from None
+                raise refusal(409, str(exc), [str(exc)] + [f"{k}: {v}" for k, v in exc.attempts.items()]) from None
+            except FathomError as exc:  # e.g. no provider serves the role's model: say so
+                raise refusal(failure_status(exc), str(exc)) from None
             except ConfigError as exc:
                 raise refusal(400, str(exc), exc.problems) from None
             out.append(verdict_view(verdict))
@@ -1093,7 +1130,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         since its last good check."""
         gate, service = parts.need("gate"), parts.need("service")
         await _require_project(service, project)
-        report = await asyncio.to_thread(gate.audit, service.store, project)
+        report = await asyncio.to_thread(audit_rows, gate, service.store, project)
         return {
             "project": project, "lines": report.lines(), "suspect_count": report.suspect_count,
             "counts": [{"table": c.table, "provider": c.provider_id, "verdict_id": c.verdict_id,
@@ -1111,7 +1148,7 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         await _require_project(service, project)
         encoder = parts.find_provider(body.encoder) if body and body.encoder else service.encoder
         try:
-            report = await gate.reembed(service.store, project, encoder)
+            report = await reembed_rows(gate, service.store, project, encoder)
         except FathomError as exc:
             raise refusal(400, str(exc)) from None
         return {"project": project, "encoder": report.encoder_id, "rows": dict(report.rows),
@@ -1183,11 +1220,25 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         service = parts.need("service")
 
         def load() -> list[dict[str, Any]]:
-            return [{"name": p.name, "root": p.root, "tables": p.tables,
-                     "last_indexed": p.last_indexed, "indexing": p.indexing,
-                     "watch": service.watch_state(p.name)} for p in service.projects()]
+            return [project_view(service, p) for p in service.projects()]
 
         return {"projects": await asyncio.to_thread(load)}
+
+    @router.post("/search", tags=["projects"])
+    async def search(body: SearchRequest) -> dict[str, Any]:
+        """Search as an MCP client would (`search_code`, or `search_docs` with table docs): the
+        hits with why they ranked (vector and keyword ranks, cosine, match, rerank score)."""
+        from fathom.server.mcp_tools import search_results
+
+        service = parts.need("service")
+        if body.project is not None:
+            await _require_project(service, body.project)
+        try:
+            found = await search_results(service, body.query, body.project, body.table, body.k,
+                                         reranker=parts.router)
+        except ConfigError as exc:
+            raise refusal(400, str(exc)) from None
+        return found.model_dump(mode="json")
 
     @router.get("/projects/{project}", tags=["projects"])
     async def project_status(project: str) -> dict[str, Any]:
@@ -1221,6 +1272,35 @@ def operator_router(parts: OperatorParts, auth: AdminAuth) -> APIRouter:
         return parts.overview()
 
     return router
+
+
+ENDED_JOB_STATES = frozenset({"done", "failed", "cancelled"})
+
+
+def project_view(service: Any, summary: Any) -> dict[str, Any]:
+    """One project as the projects view shows it (blocking: reads the store): rows, model and
+    width per table, the last run with its outcome and skips, the provenance, the live sync."""
+    view: dict[str, Any] = {"name": summary.name, "root": summary.root, "tables": summary.tables,
+                            "last_indexed": summary.last_indexed, "indexing": False,
+                            "unfinished_full_run": summary.indexing, "damaged": summary.damaged,
+                            "details": {}, "last_run": None, "watch": {}}
+    if summary.damaged:
+        return view
+    status = service.index_status(summary.name)
+    view["details"] = status.tables
+    view["watch"] = status.watch
+    # "indexing" means a job of it runs now; a shadow table a cancelled full run left is not that.
+    view["indexing"] = any(j["state"] not in ENDED_JOB_STATES for j in status.jobs)
+    run = status.last_run
+    if run:  # the last completed run (kept with the project)
+        view["last_run"] = {k: run.get(k) for k in ("full", "files", "chunks", "embedded", "deleted", "skipped",
+                                                    "skipped_dirs", "elapsed_s", "notes", "finished_at")}
+        view["last_run"]["outcome"] = "done"
+    if status.jobs and status.jobs[-1]["state"] != "done":  # a later job that did not complete
+        last = status.jobs[-1]
+        view["last_run"] = (view["last_run"] or {}) | {
+            "outcome": last["state"] + (f": {last['error']}" if last["error"] else ""), "job": last["id"]}
+    return view
 
 
 async def _require_project(service: Any, project: str) -> None:

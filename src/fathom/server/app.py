@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -79,9 +78,9 @@ def create_app(
     logsafe.install()
     settings = settings or Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    admin = admin_token or os.environ.get("FATHOM_ADMIN_TOKEN")
+    admin = admin_token or settings.secret(settings.admin_token)
     admin_auth = AdminAuth(settings.data_dir, tokens=(admin,) if admin else ())
-    scrape = metrics_token or os.environ.get("FATHOM_METRICS_TOKEN")
+    scrape = metrics_token or settings.secret(settings.metrics_token)
     scrape_auth = ScrapeAuth(settings.data_dir, tokens=(scrape,) if scrape else ())
     metrics = metrics or Metrics()
 
@@ -117,7 +116,7 @@ def create_app(
         budgeted = BudgetedProvider(provider, budget) if provider.info.is_cloud else provider
         return metrics.instrument(budgeted)
 
-    join = join_token or os.environ.get("FATHOM_JOIN_TOKEN")
+    join = join_token or settings.secret(settings.join_token)
     if hub is None:
         hub = Hub(settings.data_dir, registry=registry, routing=routing,
                   join_tokens=(join,) if join else (), wrap=wrap)
@@ -126,6 +125,10 @@ def create_app(
                          "with registry=service.registry")
     elif hub.wrap is None:
         hub.wrap = wrap
+    # Key discovery: the sidecars holding the key read its limits; the budget learns them.
+    from fathom.fleet.keycheck import feed_budget
+
+    hub.on_key_check(feed_budget(budget))
     metrics.watch(budget=budget, gate=gate, hub=hub, registry=registry, jobs=lambda: list(service.jobs.values()))
     from fathom.server.job_records import JobLedger
 
@@ -150,7 +153,8 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        rechecks = gate.start_rechecks(stop=stop)  # periodic re-probes against the golden vectors
+        gate.resume()  # whoever was cleared before this start is re-probed before it writes again
+        rechecks = gate.start_rechecks(settings.recheck_interval_s, stop=stop)  # periodic re-probes against the golden vectors
         await jobs.restore()  # jobs a crash or a stop interrupted: listed, and resumed where they may be
         if settings.watch:
             # Live sync: the indexes of the projects this server holds follow their folders.

@@ -56,7 +56,7 @@ DEFAULT_BODY_LIMIT = 1024 * KIB
 
 # Paths anyone may GET: liveness and the dashboard's static page (it asks for the token), and
 # /.well-known/ (404s that tell OAuth-discovering clients this server takes a static token).
-PUBLIC_PATHS = frozenset({"/health", "/healthz", "/"})
+PUBLIC_PATHS = frozenset({"/health", "/healthz", "/", "/favicon.ico"})
 PUBLIC_PREFIXES = ("/dashboard/", "/.well-known/")
 SCRAPE_PATHS = frozenset({"/metrics"})
 # OAuth's default endpoints, which clients of an older MCP authorization revision try at the

@@ -31,7 +31,7 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, AsyncIterator
 

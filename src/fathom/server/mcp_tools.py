@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal, ParamSpec, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -32,17 +31,17 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from fathom import __version__
-from fathom.errors import ConfigError, FathomError, OutOfRange, failure_of
+from fathom.errors import ConfigError, OutOfRange
 from fathom.index.filters import SearchFilter
-from fathom.service import MAX_K, MAX_LINE, Fathom, SearchHit
+from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
+from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
+from fathom.index.results import MAX_K, SearchHit
+from fathom.service import MAX_LINE, Fathom
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.index.rerank import RankedHit
 
 log = logging.getLogger(__name__)
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 INSTRUCTIONS = (
     "Fathom searches indexed codebases by meaning. Use search_code for functions and classes, "
@@ -79,11 +78,6 @@ READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotent
 Query = Annotated[str, Field(description="What to look for: a few words, a question or an "
                                          "identifier, e.g. `retry with backoff`.",
                              min_length=1, max_length=2000)]
-ProjectOpt = Annotated[str | None, Field(
-    description="The indexed project to search (see list_projects). Default null: every "
-                "indexed project.")]
-ProjectName = Annotated[str, Field(description="The project's name, as list_projects shows it.",
-                                   min_length=1, max_length=200)]
 K = Annotated[int, Field(description=f"How many results to return, 1 to {MAX_K}. Default 10.",
                          ge=1, le=MAX_K)]
 Language = Annotated[str | None, Field(
@@ -238,24 +232,6 @@ class DropResult(BaseModel):
     root: str | None = Field(description="the folder it was indexed from (left untouched)")
 
 
-def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """A `FathomError` is anticipated: its message (which names the fix) goes to the client."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return await fn(*args, **kwargs)
-        except FathomError as exc:
-            raise ToolError(str(exc)) from exc
-        except Exception as exc:
-            failure = failure_of(exc)  # a full disk, a lost database: anticipated, named
-            if failure is None:
-                raise
-            raise ToolError(str(failure)) from exc
-
-    return wrapper
-
-
 _BOUND_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than",
                  "int_type", "int_parsing", "int_from_float"}
 
@@ -374,6 +350,24 @@ class ProgressReporter:
                                        message)
 
 
+async def search_results(fathom: Fathom, query: str, project: str | None, table: str, k: int, *,
+                         where: SearchFilter | None = None, reranker: Any = None) -> SearchResults:
+    """What `search_code` and `search_docs` answer (the dashboard's search box shows the same):
+    vector + keyword candidates, rescored by the reranker role when one can serve; when none
+    can, the results still come back, flagged not reranked with the reason."""
+    from fathom.index import rerank
+
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError("the search query is empty: give a few words or an identifier")
+    found = await rerank.search(fathom, query, project, table, k, where=where, reranker=reranker)
+    results = [Result.of(h, i, fused=h.retrieval_score) for i, h in enumerate(found.hits, start=1)]
+    return SearchResults(query=query, table=table,  # type: ignore[arg-type]
+                         ordered_by="rerank_score" if found.reranked else "fused_score",
+                         results=results, reranked=found.reranked, reason=found.reason,
+                         reranker=found.reranker, filters=where.describe() if where else None,
+                         notes=list(found.notes))
+
+
 def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio`, or
     mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
@@ -383,22 +377,8 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
 
     async def reranked_search(query: str, project: str | None, table: str, k: int,
                               where: SearchFilter | None) -> SearchResults:
-        # Vector + keyword candidates, rescored by the reranker role when one can serve; when
-        # none can, the results still come back, flagged not reranked with the reason.
-        from fathom.index import rerank
-
-        if not isinstance(query, str) or not query.strip():
-            raise ConfigError("the search query is empty: give a few words or an identifier")
-        found = await rerank.search(fathom, query, project, table, k, where=where,
+        return await search_results(fathom, query, project, table, k, where=where,
                                     reranker=router if router is not None else getattr(fathom, "router", None))
-        results = [Result.of(h, i, fused=h.retrieval_score)
-                   for i, h in enumerate(found.hits, start=1)]
-        return SearchResults(query=query, table=table,  # type: ignore[arg-type]
-                             ordered_by="rerank_score" if found.reranked else "fused_score",
-                             results=results, reranked=found.reranked, reason=found.reason,
-                             reranker=found.reranker,
-                             filters=where.describe() if where else None,
-                             notes=list(found.notes))
 
     @server.tool(title="Search code", annotations=READ_ONLY,
                  description="Search indexed source code by meaning and keywords (vector and "
@@ -530,8 +510,6 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     @tool_errors
     async def drop_project(project: ProjectName) -> DropResult:
         return DropResult(**await fathom.drop(project))
-
-    from fathom.agents.mcp import register_agent_tools  # ask (code-assistant), explore (rlm)
 
     register_agent_tools(server, fathom, router)
     return server

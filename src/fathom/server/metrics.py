@@ -234,13 +234,12 @@ class StateCollector:
     def _providers(self) -> Iterator[Metric]:
         if self.registry is None:
             return
-        g = GaugeMetricFamily("fathom_provider_up", "1 when a live provider may serve now, 0 when ejected "
-                              "or quarantined.", labels=["provider", "kind", "health"])
+        g = GaugeMetricFamily("fathom_provider_up", "1 when a live provider may serve now, 0 when ejected, "
+                              "quarantined, or a cloud route not seen serving (health: unchecked, key_rejected, "
+                              "no_credits, throttled, unreachable).", labels=["provider", "kind", "health"])
         for p in self.registry:
-            health = self.registry.health(p.id)
-            state = str(getattr(health.state, "value", health.state))
-            up = 1 if self.registry.available(p.id) else 0
-            g.add_metric([label(p.id), label(p.info.kind.value), label(state)], up)
+            state, up = provider_health(self.registry, p, getattr(self.hub, "cloud_health", None))
+            g.add_metric([label(p.id), label(p.info.kind.value), label(state)], 1 if up else 0)
         yield g
 
     def _jobs(self) -> Iterator[Metric]:
@@ -253,6 +252,19 @@ class StateCollector:
         for state, n in sorted(tally.items()):
             g.add_metric([label(state)], n)
         yield g
+
+
+def provider_health(registry: Any, provider: Any, cloud: Any = None) -> tuple[str, bool]:
+    """A live provider's health word and whether it may serve now. The registry's flag (ejected,
+    quarantined) comes first; a cloud route the registry lets serve is only as healthy as what
+    its calls found (`fathom.inference.cloud_health`): "serving" once one succeeded."""
+    health = registry.health(provider.id)
+    state = str(getattr(health.state, "value", health.state))
+    up = bool(registry.available(provider.id))
+    if cloud is not None and provider.info.is_cloud and state == "ok":
+        record = cloud.of(provider.id, provider.info.host)
+        return record.state.value, up and record.serving
+    return state, up
 
 
 def latest_verdicts(gate: Any) -> list[Any]:

@@ -8,7 +8,11 @@ budget 402 carries `metadata.reason = "in_flight_budget_exhausted"` (and
 `limit_source = "openrouter_in_flight_budget"`) with `Retry-After`; a pin that no upstream
 satisfies is a 404 "No endpoints found …", a pinned upstream that is down a 503; the `provider`
 field of a response names the upstream that served; a streamed chat may end in the documented
-mid-stream error chunk with `finish_reason: "error"`.
+mid-stream error chunk with `finish_reason: "error"`. `GET /key` answers `{"data": {label,
+limit, limit_remaining, usage…, is_free_tier, rate_limit?}}` (`PUT /control/key` sets it and
+refuses a shape OpenRouter never sends; a degenerate `rate_limit` — 0, -1, 1/min, null or
+absent — is allowed, as real keys report them); `GET /credits` answers only a management key
+(403 otherwise); `POST /control/key-fail` makes either answer 401, 402, 429 or 5xx.
 
 It refuses to be a product: it binds where it is told (127.0.0.1 in every fixture), has no
 persistence, and the control API has no auth because it must never face a network.
@@ -16,7 +20,6 @@ persistence, and the control API has no auth because it must never face a networ
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import time
@@ -29,7 +32,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from fathom.devtools.control_api import add_control_routes, bad, body_of
 from fathom.devtools.emulator.chat import content_pieces, tool_call_fragments
-from fathom.devtools.emulator.encoders import VARIANTS, encoder
+from fathom.devtools.emulator.encoders import VARIANTS, Remembering, encoder
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow, retry_after_header
 from fathom.devtools.emulator.state import (
     CHAT_UPSTREAM,
@@ -38,6 +41,7 @@ from fathom.devtools.emulator.state import (
     EmulatorState,
     Fault,
     key_hash,
+    pinned_upstream,
 )
 
 
@@ -55,14 +59,51 @@ def _error(status: int, message: str, metadata: dict[str, Any] | None = None,
     return JSONResponse({"error": err}, status_code=status, headers=headers)
 
 
+CORRUPT_MODES = ("truncate", "drop", "nan", "reverse", "duplicate_index", "not_json", "other_upstream")
+
+
 def _raw_json(payload: Any) -> Response:
     # allow_nan: a broken upstream may really send NaN; the client must refuse it.
     return Response(json.dumps(payload, allow_nan=True), media_type="application/json")
 
 
+# What OpenRouter answers on each refusal of a key read: message and `error_type`.
+KEY_FAILURES = {
+    401: ("User not found.", "authentication"),
+    402: ("Insufficient credits. Add more using https://openrouter.ai/credits", "payment_required"),
+    429: ("Rate limit exceeded", "rate_limit_exceeded"),
+}
+
+
+def _number_or_null(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+def key_report_problem(b: dict[str, Any]) -> str | None:
+    """Why a `/control/key` body would make GET /key answer something OpenRouter never
+    sends, or None. `rate_limit`: {requests: number, interval: "10s"}, null, or "absent"
+    (degenerate figures such as 0 or -1 requests are allowed: real keys report them)."""
+    for k in ("limit", "limit_remaining", "usage", "usage_daily", "usage_weekly", "usage_monthly"):
+        if k in b and not _number_or_null(b[k]):
+            return f"{k} must be a number or null"
+    for k in ("is_free_tier", "is_management_key", "include_byok_in_limit"):
+        if k in b and not isinstance(b[k], bool):
+            return f"{k} must be true or false"
+    if "rate_limit" in b:
+        rl = b["rate_limit"]
+        if rl is None or rl == "absent":
+            return None
+        if not (isinstance(rl, dict) and set(rl) <= {"requests", "interval", "note"}
+                and _number_or_null(rl.get("requests")) and rl.get("requests") is not None
+                and isinstance(rl.get("interval"), str)):
+            return 'rate_limit must be {"requests": number, "interval": "10s"}, null or "absent"'
+    return None
+
+
 def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     cfg = config or EmulatorConfig()
     state = EmulatorState(cfg)
+    remembered = Remembering() if cfg.remember else None
     app = FastAPI(title="OpenRouter emulator (dev/test only)", docs_url=None, redoc_url=None)
     app.state.emulator = state
 
@@ -118,7 +159,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
                            {"error_type": "server" if status == 500 else "provider_unavailable"})
         delay = state.latency_base + state.latency_per_item * items
         if delay > 0:
-            await asyncio.sleep(delay)
+            await cfg.sleep(delay)
 
     def route(model: str, provider: dict[str, Any] | None) -> str:
         """OpenRouter's provider routing over this model's upstreams: `only`/`ignore` filter,
@@ -161,6 +202,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
                 raise _Refusal(400, "Request body is not valid JSON", {"error_type": "invalid_request"}) from None
             if not isinstance(body, dict):
                 raise _Refusal(400, "Request body must be a JSON object", {"error_type": "invalid_request"})
+            if endpoint == "embeddings" and pinned_upstream(body.get("provider")) is None:
+                state.unpinned_embeddings += 1  # counted before admission: it reached us
             admit(endpoint)
         except _Refusal as r:
             return _error(r.status, r.message, r.metadata, r.headers)
@@ -196,11 +239,20 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             upstream = route(model, body.get("provider"))
             await before_serving("embeddings", len(inputs))
             variant = state.upstreams[model][upstream]
-            vectors = await asyncio.to_thread(encoder(variant).encode, inputs)
+            if remembered is not None:
+                vectors = await cfg.offload(remembered.encode, variant, inputs)
+            else:
+                vectors = await cfg.offload(encoder(variant).encode, inputs)
             state.by_upstream[upstream] += 1
             state.by_model[model] += 1
             data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
-            data = corrupt(data)
+            mode = corruption()
+            if mode == "not_json":  # a proxy's error page answered with a 200
+                return Response("<html><body>502 Bad Gateway</body></html>", status_code=200,
+                                media_type="text/html")
+            if mode == "other_upstream":  # served by another upstream than the one pinned
+                upstream = next((u for u in state.upstreams[model] if u != upstream), f"not-{upstream}")
+            data = corrupt(data, mode)
             for item in data:
                 vec = np.asarray(item["embedding"], dtype="<f4")
                 item["embedding"] = (base64.b64encode(vec.tobytes()).decode() if fmt == "base64"
@@ -214,10 +266,13 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
 
         return await guarded(request, "embeddings", serve)
 
-    def corrupt(data: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def corruption() -> str | None:
+        """The corrupt mode this embedding response gets, if the switch fires for it."""
         if not state.corrupt.fires("embeddings", state.rng):
-            return data
-        mode = state.corrupt.params.get("mode")
+            return None
+        return state.corrupt.params.get("mode")
+
+    def corrupt(data: list[dict[str, Any]], mode: str | None) -> list[dict[str, Any]]:
         if mode == "truncate":
             for item in data:
                 item["embedding"] = item["embedding"][:-1]
@@ -244,7 +299,7 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             texts = [d if isinstance(d, str) else str((d or {}).get("text", "")) for d in docs]
             await before_serving("rerank", len(texts))
             enc = encoder(cfg.rerank_variant)
-            vecs = await asyncio.to_thread(enc.encode, [query, *texts])
+            vecs = await cfg.offload(enc.encode, [query, *texts])
             scores = (vecs[1:] @ vecs[0]).astype(float)
             order = sorted(range(len(texts)), key=lambda i: -scores[i])
             top_n = body.get("top_n")
@@ -325,10 +380,23 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         finally:
             state.concurrency.leave()
 
+    def key_refusal(endpoint: str) -> _Refusal | None:
+        """The answer `/control/key-fail` set for the key-info and credits reads, if it fires."""
+        if not state.key_fail.fires(endpoint, state.rng):
+            return None
+        status = int(state.key_fail.params["status"])
+        state.issued[f"{status}_{endpoint}"] += 1
+        message, kind = KEY_FAILURES.get(status, ("Internal Server Error", "server"))
+        return _Refusal(status, message, {"error_type": kind},
+                        {"Retry-After": "1"} if status == 429 else None)
+
     @app.get("/api/v1/key")
     async def key(request: Request) -> Response:
         try:
             auth(request, "key")
+            refused = key_refusal("key")
+            if refused is not None:
+                raise refused
         except _Refusal as r:
             return _error(r.status, r.message, r.metadata, r.headers)
         state.served["key"] += 1
@@ -341,6 +409,9 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     async def credits(request: Request) -> Response:
         try:
             header = auth(request, "credits")
+            refused = key_refusal("credits")
+            if refused is not None:
+                raise refused
         except _Refusal as r:
             return _error(r.status, r.message, r.metadata, r.headers)
         if not state.is_management(header):
@@ -352,6 +423,13 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     # ------------------------------------------------------------------ control API
 
     add_control_routes(app, state)  # reset, counters, chat script
+
+    @app.post("/control/peak")
+    async def control_peak() -> dict[str, Any]:
+        """The peak of requests in flight since the last call (or the start), and how many are
+        in flight now; the next period starts from those."""
+        in_flight = state.concurrency.in_flight
+        return {"peak": state.concurrency.take_peak(), "in_flight": in_flight}
 
     @app.get("/control/state")
     async def control_state() -> dict[str, Any]:
@@ -365,8 +443,25 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
         unknown = set(b) - set(state.key_report) - {"rate_limit"}
         if unknown:
             return bad(f"unknown key fields {sorted(unknown)}")
+        problem = key_report_problem(b)
+        if problem:
+            return bad(problem)
         state.key_report.update(b)
         return {"key": state.key_report}
+
+    @app.post("/control/key-fail")
+    async def control_key_fail(request: Request) -> Any:
+        """Make GET /key (and, with `endpoints`, GET /credits) answer `status` — 401, 402, 429
+        or 5xx — for the next `count` reads (null: all)."""
+        b = await body_of(request)
+        status = int(b.get("status", 401))
+        if status not in KEY_FAILURES and not 500 <= status <= 599:
+            return bad(f"status must be one of {sorted(KEY_FAILURES)} or 5xx")
+        eps = b.get("endpoints") or ["key"]
+        if set(eps) - {"key", "credits"}:
+            return bad("endpoints may name only key and credits")
+        state.key_fail = fault_from({**b, "endpoints": eps}, status=status)
+        return {"ok": True}
 
     @app.put("/control/credits")
     async def control_credits(request: Request) -> Any:
@@ -438,12 +533,14 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
 
     @app.post("/control/corrupt")
     async def control_corrupt(request: Request) -> Any:
-        """Make embedding responses wrong: mode truncate | drop | nan | reverse |
-        duplicate_index, for the next `count` responses (null: all)."""
+        """Make embedding responses wrong: mode truncate | drop (one vector fewer than inputs)
+        | nan | reverse | duplicate_index | not_json (a 200 whose body is an HTML page) |
+        other_upstream (the response names an upstream other than the one that was pinned),
+        for the next `count` responses (null: all)."""
         b = await body_of(request)
         mode = b.get("mode")
-        if mode not in ("truncate", "drop", "nan", "reverse", "duplicate_index"):
-            return bad("mode must be truncate, drop, nan, reverse or duplicate_index")
+        if mode not in CORRUPT_MODES:
+            return bad(f"mode must be one of {', '.join(CORRUPT_MODES)}")
         state.corrupt = fault_from(b, mode=mode)
         return {"ok": True}
 

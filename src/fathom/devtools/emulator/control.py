@@ -26,6 +26,10 @@ class EmulatorControl:
     def counters(self) -> dict[str, Any]:
         return self._call("GET", "/counters")
 
+    def take_peak(self) -> dict[str, Any]:
+        """{"peak", "in_flight"}: the peak in flight since the last call; starts a new period."""
+        return self._call("POST", "/peak")
+
     def state(self) -> dict[str, Any]:
         return self._call("GET", "/state")
 
@@ -54,6 +58,10 @@ class EmulatorControl:
 
     def credits_402(self, count: int | None = 1, endpoints: list[str] | None = None) -> None:
         self._call("POST", "/credits-402", {"count": count, "endpoints": endpoints})
+
+    def key_fail(self, status: int = 401, count: int | None = 1, endpoints: list[str] | None = None) -> None:
+        """GET /key (and /credits, if named) answers `status` for the next `count` reads."""
+        self._call("POST", "/key-fail", {"status": status, "count": count, "endpoints": endpoints})
 
     def corrupt(self, mode: str, count: int | None = 1) -> None:
         self._call("POST", "/corrupt", {"mode": mode, "count": count})

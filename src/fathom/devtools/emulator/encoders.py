@@ -79,3 +79,27 @@ def encoder(variant: str) -> Encoder:
         if variant not in _cache:
             _cache[variant] = _build(variant)
         return _cache[variant]
+
+
+class Remembering:
+    """Encodes through `encoder(variant)`, answering a text it has already encoded under that
+    variant from memory: every vector is still the one the real model produced (the encoders
+    are deterministic), but a gate probe set sent again and again costs nothing after the
+    first. Opt-in (`--remember`), for long tests over a subprocess emulator."""
+
+    def __init__(self) -> None:
+        self._memo: dict[tuple[str, str], np.ndarray] = {}
+        self._lock = threading.Lock()
+
+    def encode(self, variant: str, texts: Sequence[str]) -> np.ndarray:
+        texts = list(texts)
+        with self._lock:
+            todo = [t for t in dict.fromkeys(texts) if (variant, t) not in self._memo]
+        if todo:
+            vectors = encoder(variant).encode(todo)
+            with self._lock:
+                self._memo.update({(variant, t): v for t, v in zip(todo, vectors)})
+        if not texts:
+            return np.zeros((0, WIDTH), np.float32)
+        with self._lock:
+            return np.stack([self._memo[(variant, t)] for t in texts])

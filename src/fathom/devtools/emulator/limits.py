@@ -65,6 +65,12 @@ class ConcurrencyGate:
     def leave(self) -> None:
         self.in_flight -= 1
 
+    def take_peak(self) -> int:
+        """The peak since the last call (or the start), then start a new period from the
+        requests in flight now: a test reads the peak of one step at a time."""
+        peak, self.peak = self.peak, self.in_flight
+        return peak
+
 
 def retry_after_header(seconds: float) -> str:
     """Retry-After is whole delay-seconds. The window is closed at its old end, so a request

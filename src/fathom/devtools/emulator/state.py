@@ -8,12 +8,13 @@ the state keeps sha256 hashes only, for both the keys it accepts and the keys it
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 from fathom.devtools.emulator.chat import ScriptedChat
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow
@@ -59,7 +60,15 @@ class EmulatorConfig:
     management_keys: list[str] = field(default_factory=list)
     seed: int = 0
     clock: Callable[[], float] = time.monotonic
+    # How latency is served. With a virtual clock's `now` and `sleep` (the tests' `FakeClock`)
+    # and the app called in-process (httpx's ASGI transport), rate limits and latency run in
+    # virtual time: a minute of traffic is exact and takes milliseconds.
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
+    # How an encoder runs off the event loop. A virtual-time test runs it inline instead: a
+    # thread looks idle to a virtual clock, which would jump while the encoder works.
+    offload: Callable[..., Awaitable[Any]] = asyncio.to_thread
     rerank_variant: str = "fp32"
+    remember: bool = False  # answer an embedding text seen before (per variant) from memory
 
 
 @dataclass
@@ -85,6 +94,22 @@ class Fault:
         return False
 
 
+def pinned_upstream(prefs: Any) -> str | None:
+    """The one upstream a request's provider routing allows, or None when it allows more than
+    one (no `only`/`order`, several slugs, or fallbacks left on for an `order`): R4's pin."""
+    if not isinstance(prefs, dict):
+        return None
+    only, order = prefs.get("only"), prefs.get("order")
+    if only is not None:
+        allowed = set(only)
+    elif order and prefs.get("allow_fallbacks", True) is False:
+        allowed = set(order)
+    else:
+        return None
+    allowed -= set(prefs.get("ignore") or ())
+    return next(iter(allowed)) if len(allowed) == 1 else None
+
+
 class EmulatorState:
     def __init__(self, config: EmulatorConfig):
         self.config = config
@@ -107,6 +132,7 @@ class EmulatorState:
         self.fail = Fault()
         self.in_flight_402 = Fault()
         self.credits_402 = Fault()
+        self.key_fail = Fault()  # GET /key and /credits answering 401/402/429/5xx
         self.corrupt = Fault()
         self.latency_base = 0.0
         self.latency_per_item = 0.0
@@ -118,6 +144,7 @@ class EmulatorState:
         self.issued: Counter[str] = Counter()  # 401, 402s, 429s, injected 5xx by kind
         self.keys_seen: set[str] = set()
         self.accepted_at: list[float] = []  # clock times of admitted inference requests
+        self.unpinned_embeddings = 0  # embedding requests that more than one upstream could serve
 
     # -- keys
 
@@ -149,6 +176,7 @@ class EmulatorState:
             "in_flight": self.concurrency.in_flight,
             "key_hashes": sorted(self.keys_seen),
             "accepted_at": list(self.accepted_at),
+            "unpinned_embeddings": self.unpinned_embeddings,
         }
 
     def snapshot(self) -> dict[str, Any]:

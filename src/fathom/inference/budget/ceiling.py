@@ -265,3 +265,16 @@ def derive_ceiling(
     if report is not None and report.funded:
         return Ceiling(min(HARD_CAP, credit_permits(report.balance or 0.0)), CeilingSource.CREDITS)
     return Ceiling(DEFAULT_PERMITS, CeilingSource.DEFAULT)
+
+
+def origin(ceiling: Ceiling, rpm: TrustedRpm | None, report: KeyReport | None) -> str:
+    """Where the ceiling came from, in words an operator reads in `fathom budget`:
+    "override", "discovered: 120 req/min", "configured: 600 req/min", "free tier: 20 req/min",
+    "credits: $12.00 balance" or "default"."""
+    if ceiling.source is CeilingSource.LITTLES_LAW and rpm is not None:
+        said = {RpmTrust.REPORTED: "discovered", RpmTrust.CONFIGURED: "configured",
+                RpmTrust.FREE_TIER: "free tier"}[rpm.trust]
+        return f"{said}: {rpm.rpm:g} req/min"
+    if ceiling.source is CeilingSource.CREDITS and report is not None and report.balance is not None:
+        return f"credits: ${report.balance:.2f} balance"
+    return ceiling.source.value

@@ -36,6 +36,7 @@ from fathom.inference.budget.ceiling import (
     KeyReport,
     TrustedRpm,
     derive_ceiling,
+    origin,
     trusted_rpm,
     validate_override,
 )
@@ -125,6 +126,7 @@ class BudgetState:
     granted_by_project: dict[str, int] = field(default_factory=dict)
     throttled_total: dict[str, int] = field(default_factory=dict)
     halvings: int = 0
+    ceiling_origin: str = ""  # in words: "discovered: 120 req/min", "override", "default", ...
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -367,6 +369,7 @@ class CloudBudget:
             granted_by_project=dict(self._granted_by_project),
             throttled_total=dict(self._throttle_counts),
             halvings=self._effective.halvings,
+            ceiling_origin=origin(self._ceiling, self._trusted, self._report),
         )
 
     # -- permits ---------------------------------------------------------------------------

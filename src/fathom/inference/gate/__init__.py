@@ -25,7 +25,7 @@ from fathom.inference.gate.core import (
 )
 from fathom.inference.gate.golden import Golden, GoldenStore
 from fathom.inference.gate.verdict import (
-    Coverage, JsonVerdictStore, Status, Verdict, VerdictKey, VerdictStore, verdict_id_for,
+    Coverage, JsonVerdictStore, Status, Verdict, VerdictKey, VerdictStore, Watched, verdict_id_for,
 )
 from fathom.inference.probes import Probe, ProbeSet, load_probes
 
@@ -33,7 +33,7 @@ __all__ = [
     "AuditReport", "AuditableStore", "Coverage", "DEFAULT_RECHECK_INTERVAL_S", "Evidence", "Gate",
     "GateClearance", "GateEvent", "GateRefused", "GateUnavailable", "Golden", "GoldenStore",
     "JsonVerdictStore", "MIN_COSINE", "Probe", "ProbeSet", "ReembedReport", "Status",
-    "SuspectRows", "Verdict", "VerdictKey", "VerdictRows", "VerdictStore", "audit", "check_pin",
+    "SuspectRows", "Verdict", "VerdictKey", "VerdictRows", "VerdictStore", "Watched", "audit", "check_pin",
     "choose_anchor", "identity", "inspect", "load_probes", "raise_if_refused", "reembed",
     "role_for", "verdict_id_for",
 ]

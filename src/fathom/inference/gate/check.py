@@ -51,10 +51,6 @@ class Evidence:
         return min(self.cosines.values()) if self.cosines else None
 
     @property
-    def mean_cosine(self) -> float | None:
-        return float(np.mean(list(self.cosines.values()))) if self.cosines else None
-
-    @property
     def failing(self) -> dict[str, float]:
         """Probes at or below the floor, worst first."""
         bad = {k: v for k, v in self.cosines.items() if not v > self.threshold}

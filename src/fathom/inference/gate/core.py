@@ -3,7 +3,12 @@
 It owns the decision and its lifecycle: pick the reference the policy calls for, embed the
 probe set through candidate and reference, turn the comparison into a persisted `Verdict`,
 record golden vectors the first time a space's reference answers, re-probe cleared providers
-(periodically and after each reconnect), and quarantine one at once when it drifts.
+(periodically, after each reconnect, and after a restart: the watch list of cleared providers
+is persisted beside the verdicts), and quarantine one at once when it drifts. A refused or
+quarantined verdict revokes every earlier cleared verdict of the same provider (id, model and
+pin) in the same space, so the audit sees the rows written since the last good check whichever path found the
+drift. A re-probe that cannot run yet (the provider is unreachable, or its key is missing) is
+deferred, never dropped: the provider stays uncleared until it runs and passes.
 
 It refuses to route, to batch index work, or to write rows: the pool asks `is_cleared` before
 a provider pulls work, and the store asks `GateClearance` before it writes a row. It never
@@ -20,22 +25,19 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError, ProviderUnavailable
 from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
 from fathom.inference.gate.golden import Golden, GoldenStore
 from fathom.inference.gate.verdict import (
-    Coverage, JsonVerdictStore, Verdict, VerdictKey, VerdictStore, verdict_id_for,
+    Coverage, JsonVerdictStore, Verdict, VerdictKey, VerdictStore, Watched, verdict_id_for,
 )
 from fathom.inference.probes import ProbeSet, load_probes
 from fathom.inference.provider import Provider
 from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import EMBEDDING_ROLES, Role
 from fathom.space import Space
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fathom.inference.gate.audit import AuditReport, AuditableStore, ReembedReport
 
 log = logging.getLogger(__name__)
 
@@ -152,11 +154,42 @@ class Gate:
         self.recheck_interval_s = recheck_interval_s
         self._providers: dict[str, Provider] = {}
         self._tracked: dict[tuple[str, str], Space] = {}  # (space key, provider id) -> space
+        self._restored = False  # whether the persisted watch list has been read (lazily)
         self._regime: dict[str, Reference] = {}  # space key -> regime last verified under
         self._listeners: list[Listener] = []
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._pending: set[str] = set()  # provider ids awaiting their post-reconnect re-probe
+        # Provider ids not cleared until a re-probe passes: after a reconnect, after a restart,
+        # or because their last re-probe could not run (deferred, never dropped).
+        self._pending: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._reprobing: dict[str, asyncio.Task[Any]] = {}  # provider id -> its running re-probe
+
+    # -- the watch list: who is cleared, and when each was last checked (persisted) -------
+
+    def _restore(self) -> None:
+        """Read the persisted watch list once (lazily: a PostgreSQL store connects on first
+        use). Every provider cleared before this process started is watched again and pending:
+        the stack behind the same id may have changed while nobody was looking."""
+        if self._restored:
+            return
+        self._restored = True
+        for w in self.verdicts.watched():
+            self._tracked.setdefault((w.space.key, w.provider_id), w.space)
+            self._pending.add(w.provider_id)
+
+    def _track(self, space: Space, provider_id: str, checked_at: float | None) -> None:
+        self._tracked[(space.key, provider_id)] = space
+        self.verdicts.watch(Watched(space, provider_id, checked_at))
+
+    def _untrack(self, space: Space, provider_id: str) -> None:
+        self._tracked.pop((space.key, provider_id), None)
+        self.verdicts.unwatch(space.key, provider_id)
+
+    def awaiting_reprobe(self, provider: Provider | str) -> bool:
+        """Whether the provider holds a cleared verdict that does not count until a re-probe
+        passes (reconnect, restart, or a deferred re-probe)."""
+        self._restore()
+        return (provider if isinstance(provider, str) else provider.id) in self._pending
 
     # -- the live fleet the gate may take references from ------------------------------
 
@@ -193,8 +226,8 @@ class Gate:
 
     def is_cleared(self, space: Space, provider: Provider) -> bool:
         """A cleared, unrevoked verdict for the provider as it is now, and no re-probe after
-        a reconnect still pending (a reconnected stack may not be the one that was judged)."""
-        if provider.id in self._pending:
+        a reconnect or a restart still pending (the stack may not be the one that was judged)."""
+        if self.awaiting_reprobe(provider):
             return False
         v = self.verdict_for(space, provider)
         return v is not None and v.cleared
@@ -218,15 +251,17 @@ class Gate:
         (it stops pulling), and a new clearance restores or touches it. Returns an unbind."""
         def on_change(change: Any) -> None:
             kind, provider = str(getattr(change.kind, "value", change.kind)), change.provider
+            self._restore()
             if kind == "added":
                 self.attach(provider)
-                if any(pid == provider.id for _, pid in self._tracked):
+                if self._watched(provider.id):
                     self._pending.add(provider.id)  # not cleared until the re-probe says so
-                    task = asyncio.get_running_loop().create_task(self.on_reconnect(provider))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
+                    self._spawn_reprobe(provider, again=True)
             elif kind == "removed":
                 self.detach(provider)
+            elif kind == "health" and provider.id in self._pending and registry.available(provider.id):
+                # A deferred re-probe can run now (e.g. the key was pushed again).
+                self._spawn_reprobe(provider, again=False)
 
         def on_verdict(event: GateEvent) -> None:
             if event.kind == "quarantined":
@@ -247,6 +282,33 @@ class Gate:
             unsubscribe()
             remove()
         return unbind
+
+    def _watched(self, provider_id: str) -> bool:
+        return any(pid == provider_id for _, pid in self._tracked)
+
+    def _spawn_reprobe(self, provider: Provider, *, again: bool) -> None:
+        """Start `on_reconnect(provider)` in the background. `again`: a new connection, whose
+        re-probe must run even while one for its previous connection is still out."""
+        running = self._reprobing.get(provider.id)
+        if running is not None and not running.done() and not again:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (a synchronous caller): it stays pending; `verify` re-probes
+            return
+        task = loop.create_task(self.on_reconnect(provider))
+        self._reprobing[provider.id] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def resume(self) -> None:
+        """Start the re-probe of every attached provider still pending (a server start: the
+        providers cleared before the restart, the in-process encoder among them)."""
+        self._restore()
+        for pid in sorted(self._pending):
+            provider = self._providers.get(pid)
+            if provider is not None and self._watched(pid):
+                self._spawn_reprobe(provider, again=False)
 
     def verdict_by_id(self, verdict_id: str | None) -> Verdict | None:
         return self.verdicts.get(verdict_id) if verdict_id else None
@@ -287,19 +349,30 @@ class Gate:
             self.attach(p)
         regime = BEHAVIOUR[policy].reference
         self._regime[space.key] = regime
+        self._restore()
         lock = self._locks.setdefault((space.key, provider.id), asyncio.Lock())
         async with lock:
             existing = self.verdict_for(space, provider)
             if existing is not None and not force:
-                if existing.cleared:
-                    self._tracked[(space.key, provider.id)] = space
-                return existing
-            verdict = await self._decide(space, provider, regime)
-            self.verdicts.put(verdict)
-            if verdict.cleared:
-                self._tracked[(space.key, provider.id)] = space
+                if not existing.cleared:
+                    return existing
+                if (space.key, provider.id) not in self._tracked:
+                    self._track(space, provider.id, existing.last_good_check)
+                if provider.id not in self._pending:
+                    return existing
+                verdict = None  # cleared before a reconnect or restart: re-probe it first
             else:
-                self._tracked.pop((space.key, provider.id), None)
+                verdict = await self._decide(space, provider, regime)
+                self.verdicts.put(verdict)
+                if verdict.cleared:
+                    self._track(space, provider.id, verdict.decided_at)
+                else:
+                    self._revoke_earlier(space, verdict, f"superseded by refused verdict "
+                                         f"{verdict.verdict_id}: {verdict.reason}", verdict.evidence)
+                    self._untrack(space, provider.id)
+        if verdict is None:
+            await self.on_reconnect(provider)
+            return self.verdict_for(space, provider)  # type: ignore[return-value]
         log.info("gate: %s", verdict.status_line())
         await self._emit(GateEvent("cleared" if verdict.cleared else "refused", space,
                                    provider.id, verdict))
@@ -437,10 +510,19 @@ class Gate:
     # -- re-probes and quarantine --------------------------------------------------------
 
     async def recheck(self, space: Space, provider: Provider) -> Verdict | None:
+        """`_recheck`, answering the verdict unchanged when the re-probe was deferred."""
+        try:
+            return await self._recheck(space, provider)
+        except _Deferred:
+            return self.verdict_for(space, provider)
+
+    async def _recheck(self, space: Space, provider: Provider) -> Verdict | None:
         """Re-probe one cleared provider against the golden vectors and, when its verdict
         named a live reference that still agrees with them, against that reference too. A
         failure quarantines it at once. An unreachable provider is not judged (returns its
-        verdict unchanged): a reconnect triggers the re-probe."""
+        verdict unchanged) but becomes pending, and `_Deferred` is raised: the re-probe waits
+        until it can run (a reconnect, the key pushed again, the next round, the next index
+        job's check)."""
         verdict = self.verdict_for(space, provider)
         if verdict is None or not verdict.cleared:
             return verdict
@@ -449,8 +531,10 @@ class Gate:
         try:
             vectors = await provider.embed(self.probes.texts)
         except ProviderError as exc:
-            log.warning("gate: re-probe of %s skipped, unreachable (%s)", provider.id, type(exc).__name__)
-            return verdict
+            self._pending.add(provider.id)
+            log.warning("gate: re-probe of %s deferred, it cannot answer now (%s); it stays "
+                        "uncleared until the re-probe runs", provider.id, type(exc).__name__)
+            raise _Deferred from exc
         evidence = inspect(ids, vectors, width, reference=golden.vectors if golden else None,
                            threshold=self.threshold)
         if not evidence.passed:
@@ -474,6 +558,7 @@ class Gate:
                             space, verdict, f"re-probe against {ref.id}: {versus.reason()}", versus)
         updated = verdict.checked_ok(self._now())
         self.verdicts.put(updated)
+        self._track(space, provider.id, updated.last_good_check)
         return updated
 
     def _live_reference(self, verdict: Verdict) -> Provider | None:
@@ -485,31 +570,40 @@ class Gate:
         return ref
 
     async def recheck_all(self) -> list[Verdict]:
-        """Re-probe every tracked cleared provider that is attached; returns their verdicts
-        after the re-probe (quarantined ones included)."""
+        """Re-probe every watched provider that is attached; returns their verdicts after the
+        re-probe (quarantined ones included)."""
+        self._restore()
         out: list[Verdict] = []
-        for (space_key, pid), space in list(self._tracked.items()):
+        for pid in sorted({pid for _, pid in self._tracked}):
             provider = self._providers.get(pid)
-            if provider is None:
-                continue
-            v = await self.recheck(space, provider)
-            if v is not None:
-                out.append(v)
+            if provider is not None:
+                out.extend(await self._reprobe(provider))
         return out
 
     async def on_reconnect(self, provider: Provider) -> list[Verdict]:
-        """A provider came back (sidecar reconnect, new connection): re-probe it for every
-        space it is cleared for before it pulls again."""
+        """A provider came back (sidecar reconnect, new connection, a server restart): re-probe
+        it for every space it is cleared for before it pulls again."""
+        self._restore()
         self.attach(provider)
         self._pending.add(provider.id)
-        out = []
-        try:
-            for (space_key, pid), space in list(self._tracked.items()):
-                if pid == provider.id:
-                    v = await self.recheck(space, provider)
-                    if v is not None:
-                        out.append(v)
-        finally:
+        return await self._reprobe(provider)
+
+    async def _reprobe(self, provider: Provider) -> list[Verdict]:
+        """Re-probe `provider` in every space it is watched in. It stops being pending only
+        when every one of them ran; one that could not run keeps it pending (deferred)."""
+        out: list[Verdict] = []
+        ran_all = True
+        for (_, pid), space in list(self._tracked.items()):
+            if pid != provider.id:
+                continue
+            try:
+                v = await self._recheck(space, provider)
+            except _Deferred:
+                ran_all = False
+                continue
+            if v is not None:
+                out.append(v)
+        if ran_all:
             self._pending.discard(provider.id)
         return out
 
@@ -560,11 +654,29 @@ class Gate:
                           evidence: Evidence | None) -> Verdict:
         revoked = verdict.revoked(self._now(), reason, evidence)
         self.verdicts.put(revoked)
-        self._tracked.pop((space.key, verdict.key.provider_id), None)
+        self._revoke_earlier(space, verdict, f"superseded by quarantined verdict "
+                             f"{verdict.verdict_id}: {reason}", evidence)
+        self._untrack(space, verdict.key.provider_id)
         log.warning("gate: QUARANTINED %s for the %s table: %s (last good check %s)",
                     verdict.key.provider_id, space.table, reason, verdict.last_good_check)
         await self._emit(GateEvent("quarantined", space, verdict.key.provider_id, revoked))
         return revoked
+
+    def _revoke_earlier(self, space: Space, decided: Verdict, reason: str,
+                        evidence: Evidence | None) -> None:
+        """Revoke every other cleared verdict of the provider `decided` judged, in its space:
+        the same id, model and pin (a provider's identity; a re-pinned route is another
+        provider, whose refusal says nothing of the rows the old pin wrote). A refusal or a
+        quarantine makes its rows since their last good check suspect, and the audit lists the
+        rows of revoked verdicts."""
+        k = decided.key
+        for v in self.verdicts.all():
+            if (v.key.space == space.key and v.key.provider_id == k.provider_id
+                    and (v.key.model, v.key.upstream) == (k.model, k.upstream)
+                    and v.verdict_id != decided.verdict_id and v.cleared):
+                self.verdicts.put(v.revoked(self._now(), reason, evidence))
+                log.warning("gate: revoked %s of %s for the %s table: %s", v.verdict_id,
+                            k.provider_id, space.table, reason)
 
     async def _emit(self, event: GateEvent) -> None:
         for listener in list(self._listeners):
@@ -575,17 +687,9 @@ class Gate:
             except Exception:  # noqa: BLE001 - one broken listener must not stop a quarantine
                 log.exception("gate: listener failed on %s", event.kind)
 
-    # -- audit and repair (see audit.py) ---------------------------------------------------
 
-    def audit(self, store: AuditableStore, project: str) -> AuditReport:
-        from fathom.inference.gate.audit import audit
-
-        return audit(self, store, project)
-
-    async def reembed(self, store: AuditableStore, project: str, encoder: Provider, **kw: Any) -> ReembedReport:
-        from fathom.inference.gate.audit import reembed
-
-        return await reembed(self, store, project, encoder, **kw)
+class _Deferred(Exception):
+    """A re-probe that could not run now (its provider cannot answer): deferred, not dropped."""
 
 
 def raise_if_refused(verdict: Verdict) -> Verdict:

@@ -6,10 +6,13 @@ the evidence worthless: the space, the provider id, its model, its upstream pin,
 (`local-ref` or `cloud-ref`), the reference's identity and the table width. A changed model or
 pin therefore finds no verdict and must be probed again.
 
-Persistence sits behind `VerdictStore` (put / get / all). `JsonVerdictStore` keeps every
-verdict ever decided in one JSON file under the data dir, written atomically; revoked and
-refused verdicts stay, because rows written under a verdict name it and the audit must still
-resolve them. Nothing secret is ever in a verdict: ids, model names, pins, numbers, words.
+Persistence sits behind `VerdictStore` (put / get / all, and the watch list). `JsonVerdictStore`
+keeps every verdict ever decided in one JSON file under the data dir, written atomically;
+revoked and refused verdicts stay, because rows written under a verdict name it and the audit
+must still resolve them. The watch list (`Watched`: which providers are cleared for which space,
+and when each was last checked) is kept beside them, so a restarted server knows whom to
+re-probe before they write again. Nothing secret is ever in either: ids, model names, pins,
+numbers, words.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from fathom.config import atomic_write_text
 from fathom.errors import ConfigError
 from fathom.inference.gate.check import Evidence
 from fathom.policy import Reference
+from fathom.space import Space
 
 
 class Coverage(StrEnum):
@@ -192,6 +196,25 @@ def verdict_id_for(key: VerdictKey, decided_at: float, attempt: int = 0) -> str:
     return "v-" + hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Watched:
+    """A provider the gate cleared for a space and keeps re-probing. Persisted, so the watch
+    survives a restart: a restarted gate treats every watched provider as unchecked until its
+    re-probe against the golden vectors passes."""
+
+    space: Space
+    provider_id: str
+    last_checked: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"space": asdict(self.space), "provider_id": self.provider_id,
+                "last_checked": self.last_checked}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Watched:
+        return cls(Space(**d["space"]), d["provider_id"], d.get("last_checked"))
+
+
 class VerdictStore(Protocol):
     """Where verdicts live. JSON file now; a PostgreSQL table for a multi-server deployment."""
 
@@ -205,6 +228,14 @@ class VerdictStore(Protocol):
         """Every verdict ever decided, in decision order (a replaced one keeps its place)."""
         ...
 
+    def watch(self, watched: Watched) -> None:
+        """Insert, or replace the entry for the same (space, provider)."""
+        ...
+
+    def unwatch(self, space_key: str, provider_id: str) -> None: ...
+
+    def watched(self) -> list[Watched]: ...
+
 
 class JsonVerdictStore:
     """All verdicts in one JSON file, rewritten atomically on every change."""
@@ -214,30 +245,49 @@ class JsonVerdictStore:
     def __init__(self, path: Path):
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._verdicts: dict[str, Verdict] = self._read()
+        self._verdicts, self._watched = self._read()
 
-    def _read(self) -> dict[str, Verdict]:
+    def _read(self) -> tuple[dict[str, Verdict], dict[tuple[str, str], Watched]]:
         if not self.path.exists():
-            return {}
+            return {}, {}
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             items = [Verdict.from_json(v) for v in data["verdicts"]]
+            watched = [Watched.from_json(w) for w in data.get("watched", [])]
         except (ValueError, KeyError, TypeError, OSError) as exc:
             # Fail closed: an unreadable file must not read as "no verdicts, start over" for
             # the clearance check (it would refuse everything, which is safe) nor be
             # overwritten silently (it would lose the audit trail).
             raise ConfigError(f"{self.path} is not a valid verdict file: {exc}; move it aside "
                               f"to re-verify every provider") from exc
-        return {v.verdict_id: v for v in items}
+        return ({v.verdict_id: v for v in items},
+                {(w.space.key, w.provider_id): w for w in watched})
+
+    def _write(self) -> None:
+        # Decision order is kept (a replaced verdict keeps its place): "latest" means last.
+        text = json.dumps({"format": self.FORMAT,
+                           "verdicts": [v.to_json() for v in self._verdicts.values()],
+                           "watched": [w.to_json() for w in self._watched.values()]},
+                          indent=1, ensure_ascii=False)
+        atomic_write_text(self.path, text)
 
     def put(self, verdict: Verdict) -> None:
         with self._lock:
             self._verdicts[verdict.verdict_id] = verdict
-            # Decision order is kept (a replaced verdict keeps its place): "latest" means last.
-            text = json.dumps({"format": self.FORMAT,
-                               "verdicts": [v.to_json() for v in self._verdicts.values()]},
-                              indent=1, ensure_ascii=False)
-            atomic_write_text(self.path, text)
+            self._write()
+
+    def watch(self, watched: Watched) -> None:
+        with self._lock:
+            self._watched[(watched.space.key, watched.provider_id)] = watched
+            self._write()
+
+    def unwatch(self, space_key: str, provider_id: str) -> None:
+        with self._lock:
+            if self._watched.pop((space_key, provider_id), None) is not None:
+                self._write()
+
+    def watched(self) -> list[Watched]:
+        return list(self._watched.values())
 
     def get(self, verdict_id: str) -> Verdict | None:
         return self._verdicts.get(verdict_id)

@@ -25,7 +25,8 @@ from fastapi.responses import Response
 
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'")
-ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8",
+          "favicon.svg": "image/svg+xml"}
 
 
 @lru_cache(maxsize=None)
@@ -48,6 +49,9 @@ def mount(app: FastAPI) -> None:
     for name, media_type in ASSETS.items():
         app.add_api_route(f"/dashboard/{name}", _serving(name, media_type), methods=["GET"],
                           include_in_schema=False)
+    # Browsers ask for /favicon.ico whatever the page links: the same icon, not a 404.
+    app.add_api_route("/favicon.ico", _serving("favicon.svg", ASSETS["favicon.svg"]), methods=["GET"],
+                      include_in_schema=False)
 
 
 def _serving(name: str, media_type: str):

@@ -45,7 +45,9 @@ function problemsOf(data) {
   const d = data && data.detail;
   if (!d) return { message: "the server gave no reason", problems: [] };
   if (typeof d === "string") return { message: d, problems: [] };
-  return { message: d.message || "refused", problems: d.problems || [] };
+  const message = d.message || "refused";
+  // A problem the message already says is said once, in the message.
+  return { message, problems: (d.problems || []).filter((p) => !message.includes(p)) };
 }
 
 function showResult(box, ok, message, problems) {
@@ -58,6 +60,8 @@ function showResult(box, ok, message, problems) {
     box.append(ul);
   }
 }
+
+function words(state) { return String(state).replace(/_/g, " "); }
 
 function fmt(n, digits) {
   if (n === null || n === undefined) return "—";
@@ -88,9 +92,11 @@ function renderRoles(pol) {
     for (const p of r.providers) {
       const tag = el("span", {
         class: "provider " + p.kind + (p.serving ? " serving" : " idle"),
+        "data-provider": p.id,
         title: (p.reason || p.health) + (p.cleared === false ? "; not cleared by the gate" : ""),
-        text: p.id,
-      });
+      }, el("span", { class: "pid", text: p.id }));
+      // A cloud route is only as good as what its calls found: say it beside the id.
+      if (p.kind === "cloud") tag.append(el("span", { class: "health health-" + p.health, text: words(p.health) }));
       serving.append(tag, " ");
     }
     const notes = el("td", { class: "notes" });
@@ -135,7 +141,7 @@ function renderFleet(fleet) {
   const tbody = $("fleet").tBodies[0];
   tbody.replaceChildren();
   if (fleet.sidecars.length === 0) {
-    tbody.append(el("tr", {}, el("td", { colspan: "10", class: "muted", text: "no sidecar has joined yet" })));
+    tbody.append(el("tr", {}, el("td", { colspan: "11", class: "muted", text: "no sidecar has joined yet" })));
   }
   for (const s of fleet.sidecars) {
     const key = s.key_present === null ? "—" : (s.key_present ? "present" : "missing");
@@ -152,6 +158,7 @@ function renderFleet(fleet) {
       el("td", { class: "state-" + s.state, text: s.state }),
       el("td", { class: s.connected ? "good" : "bad", text: s.connected ? "yes" : "no" }),
       el("td", { class: s.key_present === false ? "bad" : "", text: key }),
+      cloudCell(s.cloud || []),
       el("td", { text: s.last_seen_s === null ? "—" : secs(s.last_seen_s) + " ago" }),
       el("td", { text: s.load === null ? "—" : fmt(s.load, 2) }),
       el("td", { text: String(s.in_flight) }),
@@ -164,6 +171,17 @@ function renderFleet(fleet) {
     ? "Last key push " + lp.at + ": " + (lp.pushed ? "acknowledged by " + lp.acked.join(", ") : "nobody acknowledged")
       + (lp.offline.length ? "; offline: " + lp.offline.join(", ") : "")
     : "No key has been pushed yet (fathom key push).";
+}
+
+function cloudCell(routes) {
+  const td = el("td", { class: "cloud-health" });
+  if (routes.length === 0) { td.textContent = "—"; return td; }
+  for (const r of routes) {
+    td.append(el("div", { class: "health-" + r.state, "data-provider": r.provider,
+      title: r.advice + (r.detail ? " — " + r.detail : "") + (r.at ? " (" + r.at + ")" : ""),
+      text: words(r.state) + (routes.length > 1 ? ": " + r.provider : "") }));
+  }
+  return td;
 }
 
 function renderVerdicts(gate) {
@@ -232,7 +250,7 @@ function renderJobs(jobs) {
       el("td", { text: j.phase }),
       el("td", {}, bar, " " + j.chunks_done + " / " + j.chunks_total + " (" + fmt(j.percent, 0) + "%)"),
       el("td", { text: j.rate ? fmt(j.rate, 1) + " chunks/s" : "—" }),
-      el("td", { text: j.eta_s === null ? "—" : secs(j.eta_s) }),
+      el("td", { text: j.state === "running" && j.eta_s !== null ? secs(j.eta_s) : "—" }),
       actions));
   }
 }
@@ -279,29 +297,110 @@ function renderSectionError(box, error) {
   if (error) showResult(box, false, error.message, error.problems.filter((p) => p !== error.message));
 }
 
+function lastRunText(run) {
+  if (!run) return "—";
+  const skipped = Object.entries(run.skipped || {});
+  const dirs = Object.values(run.skipped_dirs || {}).reduce((a, l) => a + l.length, 0);
+  let text = run.outcome;
+  if (run.files !== undefined && run.files !== null) text += ", " + run.files + " files, " + run.embedded + " embedded";
+  if (skipped.length) text += "; skipped " + skipped.map(([k, n]) => k + " " + n).join(", ");
+  if (dirs) text += "; " + dirs + " folder" + (dirs === 1 ? "" : "s") + " left out";
+  return text;
+}
+
+function projectDetails(p) {
+  const dl = el("dl");
+  for (const [table, d] of Object.entries(p.details || {})) {
+    const prov = Object.entries(d.provenance || {}).map(([k, n]) => {
+      const [pid, verdict] = k.split("|");
+      return pid + " (verdict " + verdict + "): " + n;
+    }).join("; ");
+    dl.append(el("dt", { text: table }), el("dd", { "data-table": table,
+      text: d.rows + " rows, " + (d.model || "no model") + ", width " + (d.width === null ? "—" : d.width)
+        + (d.shadow_rows !== null ? "; unfinished full run: " + d.shadow_rows + " rows (the next full run resumes it)" : "") }));
+    dl.append(el("dt", { text: table + " provenance" }), el("dd", { class: "mono", text: prov || "—" }));
+  }
+  const run = p.last_run;
+  if (run && run.skipped_dirs) {
+    const named = Object.entries(run.skipped_dirs).map(([why, l]) => l.join(", ") + " (" + why + ")").join("; ");
+    if (named) dl.append(el("dt", { text: "folders left out" }), el("dd", { class: "mono", text: named }));
+  }
+  if (p.watch && p.watch.last_error) dl.append(el("dt", { text: "sync error" }), el("dd", { class: "bad", text: p.watch.last_error }));
+  return dl;
+}
+
 function renderProjects(projects) {
   const tbody = $("projects").tBodies[0];
   tbody.replaceChildren();
   if (projects.length === 0) {
-    tbody.append(el("tr", {}, el("td", { colspan: "7", class: "muted", text: "no project is indexed yet" })));
+    tbody.append(el("tr", {}, el("td", { colspan: "8", class: "muted", text: "no project is indexed yet" })));
   }
+  const select = $("sf-project");
+  const chosen = select.value;
+  select.replaceChildren(el("option", { value: "", text: "every project" }),
+    ...projects.map((p) => el("option", { value: p.name, text: p.name })));
+  select.value = projects.some((p) => p.name === chosen) ? chosen : "";
   for (const p of projects) {
-    const w = p.watch;
+    const w = p.watch || {};
     const sync = w.enabled ? w.state + (w.last_sync ? ", last " + w.last_sync : "") : "off";
     const actions = el("td");
     actions.append(el("button", { type: "button", text: w.enabled ? "Stop sync" : "Sync",
       onclick: () => setWatch(p.name, !w.enabled) }));
     actions.append(el("button", { type: "button", class: "danger", text: "Drop",
       onclick: () => dropProject(p.name) }));
+    const state = p.damaged ? " (damaged)" : p.indexing ? " (indexing)" : "";
     tbody.append(el("tr", { "data-project": p.name },
-      el("th", { text: p.name + (p.indexing ? " (indexing)" : "") }),
+      el("th", { class: p.damaged ? "bad" : "", title: p.damaged || "", text: p.name + state }),
       el("td", { class: "num", text: String(p.tables.code || 0) }),
       el("td", { class: "num", text: String(p.tables.docs || 0) }),
       el("td", { text: p.last_indexed || "—" }),
+      el("td", { class: "last-run" + (p.last_run && p.last_run.outcome !== "done" ? " warn" : ""), text: lastRunText(p.last_run) }),
       el("td", { class: "watch " + (w.last_error ? "bad" : ""), title: w.last_error || w.detail || "", text: sync }),
       el("td", { class: "mono", text: p.root || "—" }),
       actions));
+    tbody.append(el("tr", { class: "project-details", "data-project-details": p.name },
+      el("td", { colspan: "8" }, projectDetails(p))));
   }
+}
+
+function whyRanked(h) {
+  const parts = [];
+  if (h.match) parts.push("named by the query (" + h.match + ")");
+  if (h.rerank_score !== null) parts.push("rerank " + fmt(h.rerank_score, 3) + (h.retrieval_rank ? " (was #" + h.retrieval_rank + ")" : ""));
+  if (h.vector_rank !== null) parts.push("meaning #" + h.vector_rank + (h.cosine !== null ? " (cosine " + fmt(h.cosine, 3) + ")" : ""));
+  if (h.keyword_rank !== null) parts.push("keywords #" + h.keyword_rank);
+  if (h.fused_score !== null) parts.push("fused " + fmt(h.fused_score, 4));
+  return parts.join("; ");
+}
+
+async function runSearch(ev) {
+  ev.preventDefault();
+  const body = { query: $("sf-query").value.trim(), table: $("sf-table").value, k: 10 };
+  if ($("sf-project").value) body.project = $("sf-project").value;
+  const box = $("search-result");
+  const table = $("search-results");
+  const tbody = table.tBodies[0];
+  tbody.replaceChildren();
+  const r = await api("POST", "/admin/search", body);
+  if (!r.ok) {
+    table.hidden = true;
+    const p = problemsOf(r.data);
+    showResult(box, false, "Refused: " + p.message, p.problems);
+    return;
+  }
+  const d = r.data;
+  showResult(box, true, d.results.length + " hit" + (d.results.length === 1 ? "" : "s") + " in " + d.table
+    + " for \u201c" + d.query + "\u201d, ordered by " + d.ordered_by
+    + (d.reranked ? " (reranked by " + d.reranker + ")" : "") + (d.reason ? "; " + d.reason : ""), d.notes);
+  for (const h of d.results) {
+    tbody.append(el("tr", { class: "hit" },
+      el("td", { class: "num", text: String(h.rank) }),
+      el("td", { class: "mono", text: (h.project ? h.project + "/" : "") + h.path + ":" + h.start_line + "-" + h.end_line }),
+      el("td", { class: "mono", text: h.symbol || "—" }),
+      el("td", { class: "why", text: whyRanked(h) }),
+      el("td", { class: "snippet mono", text: h.snippet })));
+  }
+  table.hidden = d.results.length === 0;
 }
 
 function render(o) {
@@ -405,7 +504,11 @@ async function applyPolicy(ev) {
 async function setOverride(value) {
   const r = await api("PUT", "/admin/budget", { override: value });
   const box = $("budget-result");
-  if (r.ok) { showResult(box, true, value === null ? "Override removed." : "Override set to " + value + ".", []); await refresh(); }
+  if (r.ok) {
+    showResult(box, true, value === null ? "Override removed." : "Override set to " + value + ".", []);
+    $("bf-override").value = "";
+    await refresh();
+  }
   else { const p = problemsOf(r.data); showResult(box, false, "Refused: " + p.message, p.problems); }
 }
 
@@ -500,5 +603,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("bf-clear").addEventListener("click", () => setOverride(null));
   $("job-form").addEventListener("submit", startJob);
   $("token-form").addEventListener("submit", createToken);
+  $("search-form").addEventListener("submit", runSearch);
   if (token()) start();
 });

@@ -25,7 +25,7 @@ from pydantic import BaseModel, Field
 from fathom.agents.rlm import MAX_DEPTH, MAX_STEPS
 from fathom.errors import NoProviderAvailable
 from fathom.roles import Role
-from fathom.server.mcp_tools import ProjectName, ProjectOpt, tool_errors
+from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from mcp.server.mcpserver import MCPServer

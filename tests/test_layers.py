@@ -1,0 +1,197 @@
+"""The architecture in the imports: layers that only look down, and no import cycle.
+
+Every `import` and `from … import` of `src/fathom` is read with `ast` (module level and inside
+functions alike: a function-level import is still a dependency, only a later one), resolved to
+the module it names, and checked against the layers `docs/architecture.md` draws:
+
+    vocabulary < inference < retrieval < fleet < service < agents < server < cli
+
+`devtools` (the OpenRouter emulator, the scripted local LLM server) stands aside: it may use the
+product, and the product never imports it.
+
+Imports under `if TYPE_CHECKING:` never run; they are checked for direction too, with one
+named exception each (`EXEMPT_TYPE_ONLY`), and left out of the cycle check only for those.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+# Lowest first. A module belongs to the first layer one of whose prefixes it starts with.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("vocabulary", ("fathom", "fathom.errors", "fathom.roles", "fathom.policy", "fathom.space",
+                    "fathom.clock", "fathom.logsafe", "fathom.config",
+                    # the long-running commands' shared log set-up (server and sidecar use it)
+                    "fathom.commandline")),
+    ("inference", ("fathom.inference",)),
+    ("retrieval", ("fathom.index", "fathom.scope")),
+    ("fleet", ("fathom.fleet",)),
+    ("service", ("fathom.service",)),
+    ("agents", ("fathom.agents",)),
+    ("server", ("fathom.server",)),
+    ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.demo", "fathom.__main__")),
+]
+ASIDE = "devtools"
+ASIDE_PREFIX = "fathom.devtools"
+
+# Type-only imports (under TYPE_CHECKING) allowed to name a higher layer, and why.
+EXEMPT_TYPE_ONLY = {
+    # Live sync and repair are handed the `Fathom` that runs them (they call its index and
+    # lock methods); the annotation names its class, the code never imports it.
+    ("fathom.index.watch", "fathom.service"),
+    ("fathom.index.verify", "fathom.service"),
+}
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    """Every module of the package: dotted name -> (file, is a package's __init__)."""
+    found = {}
+    for path in (SRC / "fathom").rglob("*.py"):
+        parts = list(path.relative_to(SRC).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
+    return found
+
+
+def _type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
+        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def imports(mods: dict[str, tuple[Path, bool]]) -> list[tuple[str, str, int, bool]]:
+    """(importer, imported module, line, type-only) for every import of a fathom module."""
+    edges = []
+
+    def resolve(name: str) -> str:
+        while name not in mods:
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    for name, (path, is_pkg) in mods.items():
+        package = name if is_pkg else name.rsplit(".", 1)[0]
+
+        def walk(node: ast.AST, type_only: bool) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.If) and _type_checking(child):
+                    for sub in child.body:
+                        visit(sub, True)
+                    for sub in child.orelse:
+                        visit(sub, type_only)
+                else:
+                    visit(child, type_only)
+
+        def visit(node: ast.AST, type_only: bool) -> None:
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [resolve(a.name) for a in node.names if a.name.split(".")[0] == "fathom"]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                if base.split(".")[0] == "fathom":
+                    targets = [resolve(f"{base}.{a.name}") for a in node.names]
+            edges.extend((name, t, node.lineno, type_only) for t in dict.fromkeys(targets) if t != name)
+            walk(node, type_only)
+
+        walk(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)
+    return edges
+
+
+def layer_of(module: str) -> str:
+    if module == ASIDE_PREFIX or module.startswith(ASIDE_PREFIX + "."):
+        return ASIDE
+    best = None
+    for layer, prefixes in LAYERS:
+        for p in prefixes:
+            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
+                best = (layer, len(p))
+    assert best is not None, f"{module} is in no layer: add it to LAYERS"
+    return best[0]
+
+
+RANK = {layer: i for i, (layer, _) in enumerate(LAYERS)}
+
+
+def upward(edges: list[tuple[str, str, int, bool]]) -> list[str]:
+    """Every import that names a higher layer (or devtools, from the product)."""
+    bad = []
+    for src, dst, line, type_only in edges:
+        ls, ld = layer_of(src), layer_of(dst)
+        if ls == ASIDE:
+            continue
+        if ld == ASIDE or RANK[ld] > RANK[ls]:
+            if type_only and (src, dst) in EXEMPT_TYPE_ONLY:
+                continue
+            bad.append(f"{src}:{line} ({ls}) imports {dst} ({ld})"
+                       + (" under TYPE_CHECKING" if type_only else ""))
+    return bad
+
+
+def cycles(edges: list[tuple[str, str, int, bool]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for src, dst, _, type_only in edges:
+        if type_only and (src, dst) in EXEMPT_TYPE_ONLY:
+            continue
+        graph.setdefault(src, set()).add(dst)
+        graph.setdefault(dst, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    return found
+
+
+def test_every_module_has_a_layer():
+    assert {layer_of(m) for m in modules()} == {*RANK, ASIDE}
+
+
+def test_no_import_climbs_a_layer():
+    assert upward(imports(modules())) == []
+
+
+def test_no_import_cycle():
+    assert cycles(imports(modules())) == []
+
+
+def test_the_checks_see_function_level_and_type_only_imports():
+    """The reader is not blind to the imports the layering most often hides behind."""
+    edges = imports(modules())
+    assert ("fathom.service", "fathom.index.watch") in {(s, d) for s, d, _, t in edges if not t}
+    assert ("fathom.index.watch", "fathom.service") in {(s, d) for s, d, _, t in edges if t}
+    climb = [("fathom.index.rerank", "fathom.agents.routes", 1, False)]
+    assert upward(climb) == ["fathom.index.rerank:1 (retrieval) imports fathom.agents.routes (agents)"]
+    loop = [("fathom.index.store", "fathom.index.pgstore", 1, False),
+            ("fathom.index.pgstore", "fathom.index.store", 2, True)]
+    assert cycles(loop) == [["fathom.index.pgstore", "fathom.index.store"]]

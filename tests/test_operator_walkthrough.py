@@ -1,0 +1,182 @@
+"""docs/operator.md, followed literally: every command of its console blocks, in order, against a
+real server process, a real sidecar process (MiniLM in-process) and the OpenRouter stand-in
+(the emulator). Each output is compared loosely with what the docs show: the words of each
+shown line must be in the real output; ids, numbers, times and `…` are not compared.
+
+The few substitutions are those any reader makes: this test's port, data dir, project folder
+and key file for the docs' examples, the real tokens and job id for `fa_…`, `fj_…` and
+`3f2a9c0b1d4e`, the emulator's model and upstream for the placeholders, and `ws://` on
+loopback for the docs' `wss://` proxy. A command this test cannot run here (an interactive
+prompt, another host, a client outside Fathom) is listed in SKIPPED with the reason; any other
+command the docs gain is run, so the docs cannot drift from the product unseen.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.admin_fixtures import make_project
+from tests.fleet_fixtures import PY, ProcessGroup, free_port, spawn_emulator, wait_http, wait_until
+
+pytestmark = pytest.mark.slow
+
+DOCS = Path(__file__).parent.parent / "docs" / "operator.md"
+FATHOM = str(Path(PY).parent / "fathom")
+MINILM = "sentence-transformers/all-minilm-l6-v2"
+DOC_JOB = "3f2a9c0b1d4e"
+
+# Commands the docs show that cannot run in this test, and why (matched by their start).
+SKIPPED = {
+    "fathom server --port 8765 --data-dir ~/.fathom --rotate-admin-token":
+        "needs the running server stopped first (a rotation happens as a server starts)",
+    "fathom key push\n": "an interactive hidden prompt",
+    "fathom jobs pause": "the documented job finished already; pause, resume and cancel are tested in test_cli_admin",
+    "fathom jobs resume": "as above",
+    "fathom jobs cancel": "as above",
+    "claude mcp add": "a client outside Fathom (tested in test_mcp_clients)",
+    "FATHOM_MCP_TOKEN=fm_$(openssl rand -hex 32) fathom serve": "a server left running on 0.0.0.0",
+}
+# A block that shows another situation than the walkthrough's (another host claiming a name).
+SKIPPED_OUTPUT = {"gpu-1    pending  yes  -  …  gpu-1: a different host claims this name; sidecar gpu-1 is offline"}
+
+
+@dataclass
+class Step:
+    command: str
+    shown: list[str] = field(default_factory=list)
+
+
+def documented_steps() -> list[Step]:
+    """The console blocks of the docs: each `$ ` (or `host$ `) line a command (a trailing `\\`
+    continues it), the lines after it what the docs show it printing."""
+    steps: list[Step] = []
+    in_block = False
+    for line in DOCS.read_text().splitlines():
+        line = line.strip()  # a block inside a list item is indented
+        if line.startswith("```"):
+            in_block = line.strip() == "```console"
+            continue
+        if not in_block:
+            continue
+        m = re.match(r"^[\w-]*\$ (.*)$", line)
+        if m:
+            steps.append(Step(m.group(1)))
+        elif steps and steps[-1].command.endswith("\\"):
+            steps[-1].command = steps[-1].command[:-1].rstrip() + " " + line.strip()
+        elif steps and line.strip():
+            steps[-1].shown.append(line)
+    for s in steps:
+        s.command = re.sub(r"\s+#.*$", "", s.command).strip()  # a comment is not part of it
+    return steps
+
+
+def words(text: str) -> list[str]:
+    """The words worth comparing: no ids, numbers, times, tokens, `…` or table borders."""
+    out = []
+    for w in re.split(r"[\s│┃┏┓┗┛━─┡┩╇┼┃|]+", text):
+        w = w.strip("…,;:()`'\"")
+        if not w or "…" in w or re.search(r"\d", w) or re.match(r"^f[ajhms]_", w):
+            continue
+        out.append(w)
+    return out
+
+
+def check_shown(step: Step, output: str, subs: dict[str, str]) -> None:
+    got = set(words(output))
+    for line in step.shown:
+        if line.strip() in SKIPPED_OUTPUT:
+            continue
+        for doc, real in subs.items():
+            line = line.replace(doc, real)
+        missing = [w for w in words(line) if w not in got]
+        assert not missing, (f"`{step.command}` does not print what docs/operator.md shows:\n  shown: {line}\n"
+                             f"  missing words: {missing}\n  real output:\n{output}")
+
+
+def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
+    steps = documented_steps()
+    assert len(steps) > 20, "the docs' console blocks were not found"
+    group = ProcessGroup(tmp_path / "logs")
+    port, emu_port = free_port(), free_port()
+    data, project = tmp_path / "fathom-data", make_project(tmp_path / "src" / "api")
+    key_file = tmp_path / "openrouter-key"
+    key_file.write_text("sk-or-v1-" + "5eed" * 16 + "\n")
+    subs = {"/home/you/.fathom": str(data), "~/.fathom": str(data), "8765": str(port),
+            "wss://fathom.example.net": f"ws://127.0.0.1:{port}", "~/.secrets/openrouter": str(key_file),
+            "/home/you/src/api": str(project), "~/src/api": str(project),
+            "<openrouter-model-id>": MINILM, "<openrouter-provider-slug>": "alpha"}
+    env = {**os.environ, "COLUMNS": "250", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1"}
+    env.pop("FATHOM_SERVER", None)
+    env.pop("FATHOM_ADMIN_TOKEN", None)
+    ran: list[str] = []
+    try:
+        spawn_emulator(group, emu_port)
+        for step in steps:
+            command = step.command
+            for doc, real in subs.items():
+                command = command.replace(doc, real)
+            if any((step.command + "\n").startswith(s) for s in SKIPPED):
+                continue
+            ran.append(step.command)
+            if command.startswith("python -m fathom.server"):
+                server = group.spawn("server", [PY, *shlex.split(command)[1:], "--no-watch"], env={"COLUMNS": "250"})
+                wait_http(f"http://127.0.0.1:{port}/health", proc=server)
+                wait_until(lambda: "fathom server on" in server.output(), "the server's first lines", procs=[server])
+                output = server.output()
+                subs["fa_…"] = re.search(r"admin token \(shown once\): (fa_\S+)", output).group(1)
+                subs["fj_…"] = re.search(r"join token \(shown once\): (fj_\S+)", output).group(1)
+                check_shown(step, output, subs)
+                continue
+            if command.startswith("export "):
+                name, _, value = command[len("export "):].partition("=")
+                for doc, real in subs.items():
+                    value = value.replace(doc, real)
+                env[name] = value
+                continue
+            if command.startswith("python -m fathom.fleet.agent"):
+                # The docs' sidecar, with this test's stand-in for OpenRouter and its own state dir.
+                sidecar = group.spawn("sidecar", [PY, *shlex.split(command)[1:], "--heartbeat", "0.5",
+                                                  "--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"],
+                                      env={"FATHOM_SIDECAR_TOKEN": env["FATHOM_SIDECAR_TOKEN"],
+                                           "FATHOM_SIDECAR_STATE_DIR": str(tmp_path / "sidecar-state")})
+                admin = httpx.Client(base_url=env["FATHOM_SERVER"],
+                                     headers={"Authorization": f"Bearer {env['FATHOM_ADMIN_TOKEN']}"})
+                wait_until(lambda: admin.get("/admin/fleet").json()["sidecars"], "the sidecar to connect",
+                           procs=[sidecar])
+                admin.close()
+                continue
+            for doc, real in subs.items():
+                command = command.replace(doc, real)
+            stdin = None
+            if " < " in command:
+                command, _, source = command.partition(" < ")
+                stdin = Path(source.strip()).read_text()
+            argv = shlex.split(command)
+            if argv[0] == "fathom":
+                argv[0] = FATHOM
+            done = subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env, timeout=300)
+            output = done.stdout + done.stderr
+            check_shown(step, output, subs)
+            if "refuse" in " ".join(step.shown) or any(s.startswith("error:") for s in step.shown):
+                assert done.returncode != 0, f"`{step.command}` should have been refused:\n{output}"
+            else:
+                assert done.returncode == 0, f"`{step.command}` failed ({done.returncode}):\n{output}"
+            job = re.search(r"started job (\w+)", output)
+            if job:
+                subs[DOC_JOB] = job.group(1)
+    finally:
+        group.stop()
+    # The walkthrough did go through every part: server, sidecar, key, policy, gate, jobs, tokens.
+    for part in ("python -m fathom.server", "python -m fathom.fleet.agent", "fathom key push <",
+                 "fathom policy set code-embedding --policy cloud", "fathom gate verify", "fathom jobs start",
+                 "fathom tokens revoke", "fathom serve --host 0.0.0.0", "fathom audit-log"):
+        assert any(c.startswith(part) for c in ran), part
