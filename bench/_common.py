@@ -181,6 +181,32 @@ def litellm_version() -> str:
 # -- timing and tables ------------------------------------------------------------------------------
 
 
+def _status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def rss_mib() -> float:
+    """This process's resident memory now (MiB)."""
+    return _status_kib("VmRSS") / 1024
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory (MiB) since it started or since `reset_peak_rss`."""
+    return _status_kib("VmHWM") / 1024
+
+
+def reset_peak_rss() -> bool:
+    """Start a new peak-RSS window (Linux: writing 5 to clear_refs); False where refused."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
 def percentile(values: Iterable[float], q: float) -> float:
     arr = np.asarray(list(values), dtype=np.float64)
     return float(np.percentile(arr, q)) if arr.size else float("nan")

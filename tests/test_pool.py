@@ -53,6 +53,27 @@ async def test_batch_size_adapts_to_the_target_latency(clock):
     assert max(slow_sizes[2:]) <= 2  # 2 items/s at a 1 s target
 
 
+async def test_the_next_job_starts_each_provider_at_its_measured_batch_size(clock):
+    fast, slow = FakeEmbedder("fast", clock, rate=64), FakeEmbedder("slow", clock, rate=2)
+    history = {}
+    await Pool([fast, slow], clock=clock, initial_batch=4, max_batch=32,
+               history=history).run(texts_for(800), Collector(clock))
+    assert history["fast"].batch_size == 32 and history["slow"].batch_size <= 2
+    fast.calls.clear()
+    slow.calls.clear()
+    # A new pool (the next job) over the same history: no ramp from 4 again.
+    sink = Collector(clock)
+    await Pool([fast, slow], clock=clock, initial_batch=4, max_batch=32,
+               history=history).run(texts_for(400), sink)
+    sink.assert_exactly_once(400)
+    assert len(fast.calls[0].texts) == 32 and len(slow.calls[0].texts) <= 2
+    # Within a pool's own bounds, whatever another pool learned.
+    fast.calls.clear()
+    await Pool([fast], clock=clock, initial_batch=4, max_batch=16,
+               history=history).run(texts_for(64), Collector(clock))
+    assert len(fast.calls[0].texts) == 16
+
+
 async def test_a_provider_dying_mid_batch_loses_no_chunk(clock):
     n = 200
     steady = FakeEmbedder("steady", clock, rate=4)

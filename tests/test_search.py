@@ -192,3 +192,45 @@ def test_keyword_search_finds_camel_case_parts_and_paths(store):
         hits = store.text_search("p", "code", query, 2)
         assert hits and hits[0].chunk_id == chunks[0].chunk_id, query
     assert store.text_search("p", "code", "button", 1)[0].path == "src/ui/button.ts"
+
+
+# ---------------------------------------------------------------- many projects
+
+
+def test_a_search_over_many_projects_fans_out_and_ranks_on_one_scale(store, monkeypatch):
+    """Three projects of one space: searched at once, merged by one comparable score (a
+    project whose best is far from the query does not outrank another project's near hits),
+    and a chunk id both projects hold comes back once per project."""
+    import threading
+
+    from fathom.index.search import hybrid_search_many
+
+    rng = np.random.default_rng(5)
+    query = rng.standard_normal(WIDTH).astype(np.float32)
+    query /= np.linalg.norm(query)
+    shared = Chunk("vendor/util.py", "python", "code", 1, 3, "helper", "def helper(): pass")
+    near_of = {"near": 0.05, "mid": 0.6, "far": 3.0}  # noise around the query
+    for project, noise in near_of.items():
+        chunks = make_chunks(8, prefix=project) + [shared]
+        v = query + noise * rng.standard_normal((9, WIDTH))
+        v[-1] = query + 0.01 * rng.standard_normal(WIDTH)  # the shared chunk: nearest everywhere
+        store.open_table(project, "code", SPACE)
+        store.write(project, "code", chunks,
+                    (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32), CLEARED)
+    # Each project's vector half waits until all three have started: a serial loop would
+    # never get past the first.
+    barrier = threading.Barrier(3, timeout=20)
+    vector_search = store.vector_search
+
+    def together(*args, **kwargs):
+        barrier.wait()
+        return vector_search(*args, **kwargs)
+
+    monkeypatch.setattr(store, "vector_search", together)
+    hits, damaged = hybrid_search_many(store, list(near_of), "code", query, "", k=12)
+    assert damaged == {}
+    shared_hits = [h for h in hits if h.chunk_id == shared.chunk_id]
+    assert sorted(h.project for h in shared_hits) == sorted(near_of)
+    rest = [h.project for h in hits if h.chunk_id != shared.chunk_id]
+    assert rest[:8] == ["near"] * 8 and "far" not in rest
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)

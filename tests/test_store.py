@@ -75,6 +75,7 @@ def test_tables_over_the_cache_budget_use_an_ann_index(tmp_path):
     store.begin_shadow("p", "code", space)
     store.write("p", "code", chunks, vecs, Provenance("local:m", None), slot=Slot.SHADOW)
     store.promote("p", "code")
+    assert store.wait_for_ann(timeout=120)
     name = store._active("p", "code")[0]
     kinds = {i.index_type for i in store._table("p", name).list_indices()}
     assert "IvfPq" in kinds and "FTS" in kinds
@@ -88,6 +89,133 @@ def test_tables_over_the_cache_budget_use_an_ann_index(tmp_path):
         got = {h.chunk_id for h in store.vector_search("p", "code", q, 10)}
         recalls.append(len(got & {chunks[i].chunk_id for i in exact}) / 10)
     assert np.mean(recalls) >= 0.9
+
+
+def _big_table(store, project="p", n=1200, width=32):
+    space = Space("code", "m", width, "local:m")
+    chunks = make_chunks(n, prefix=project)
+    vecs = clustered(n, width=width, clusters=24, seed=7, spread=0.3)
+    store.begin_shadow(project, "code", space)
+    store.write(project, "code", chunks, vecs, Provenance("local:m", None), slot=Slot.SHADOW)
+    store.promote(project, "code")
+    return chunks, vecs
+
+
+def _vector_indexes(store, project="p"):
+    name = store._active(project, "code")[0]
+    tbl = store._table(project, name)
+    return [i for i in tbl.list_indices() if i.columns == ["vector"]]
+
+
+def test_the_ann_index_is_built_after_promotion_while_exact_search_serves(tmp_path):
+    import threading
+
+    store = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
+    gate = threading.Event()
+    build = store._build_ann
+
+    def held_build(project, name):  # the build takes as long as the test says
+        gate.wait(60)
+        build(project, name)
+
+    store._build_ann = held_build
+    chunks, vecs = _big_table(store)
+    generation = store._active("p", "code")[1]
+    # Promoted, and searchable at once: no index yet, LanceDB answers exactly meanwhile.
+    assert store.ann_pending("p", "code") and _vector_indexes(store) == []
+    for qi in (3, 500, 1100):
+        exact = np.argsort(-(vecs @ vecs[qi]))[:10]
+        got = [h.chunk_id for h in store.vector_search("p", "code", vecs[qi], 10)]
+        assert got == [chunks[i].chunk_id for i in exact]
+    gate.set()
+    assert store.wait_for_ann(timeout=120) and not store.ann_pending("p", "code")
+    assert [i.index_type for i in _vector_indexes(store)] == ["IvfPq"]
+    # The generation moved, so searchers in other processes reopen the table with its index.
+    assert store._active("p", "code")[1] == generation + 1
+
+
+def test_a_big_table_left_without_its_ann_index_gets_one_from_the_next_searcher(tmp_path):
+    writer = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
+    writer._build_ann = lambda project, name: None  # the promoting process stopped first
+    chunks, vecs = _big_table(writer)
+    assert _vector_indexes(writer) == []
+    server = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
+    hits = server.vector_search("p", "code", vecs[0], 10)
+    assert hits[0].chunk_id == chunks[0].chunk_id
+    assert server.wait_for_ann(timeout=120)
+    assert [i.index_type for i in _vector_indexes(server)] == ["IvfPq"]
+
+
+def test_a_failed_ann_build_is_not_retried_by_every_search(tmp_path, caplog):
+    caplog.set_level("INFO", logger="fathom.index.store")
+    writer = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
+    writer._build_ann = lambda project, name: None  # the promoting process stopped first
+    _, vecs = _big_table(writer)
+    server = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
+    name = server._active("p", "code")[0]
+    tbl = server._table("p", name)
+    calls = []
+
+    def refused(*args, **kwargs):
+        calls.append(args)
+        raise OSError("disk full")
+
+    tbl.create_index = refused
+    for _ in range(3):
+        assert len(server.vector_search("p", "code", vecs[0], 10)) == 10  # exact meanwhile
+        assert server.wait_for_ann(timeout=60)
+    assert len(calls) == 1 and "not built" in caplog.text and "disk full" in caplog.text
+
+
+def test_the_matrix_cache_stays_under_its_bound_and_keeps_the_tables_in_use(tmp_path):
+    clock = FakeClock()
+    writer = LanceStore(tmp_path, clock=clock)
+    for project in ("a", "b", "c"):
+        indexed(writer, project, n=200, seed=ord(project))
+    query = clustered(1, seed=9)[0]
+    probe = LanceStore(tmp_path)
+    probe.vector_search("a", "code", query, 1)
+    one = next(iter(probe._matrices.values())).nbytes  # the three tables are alike in size
+    store = LanceStore(tmp_path, clock=clock, matrix_cache_bytes=int(2.5 * one),
+                       cache_idle_s=60)
+
+    def held():
+        return sum(m.nbytes for m in store._matrices.values())
+
+    def top(project):
+        return [h.chunk_id for h in store.vector_search(project, "code", query, 5)]
+
+    expected = {p: top(p) for p in ("a", "b")}  # both loaded
+    assert store.cache_stats.loads == 2 and held() <= store.matrix_cache_bytes
+    # "c" does not fit beside two tables in use: LanceDB answers it, nothing is evicted.
+    from_lance = top("c")
+    assert store.cache_stats.bypassed == 1 and set(store._matrices) == {("a", "code"), ("b", "code")}
+    assert [top(p) for p in ("a", "b")] == [expected["a"], expected["b"]]
+    assert store.cache_stats.hits == 2
+    # A minute later "a" and "b" are idle: "c" loads in place of the least recently used.
+    clock.now += 61
+    top("b")
+    clock.now += 61
+    assert top("c") == from_lance
+    assert set(store._matrices) == {("b", "code"), ("c", "code")}
+    assert held() <= store.matrix_cache_bytes
+    assert store.cache_stats.hit_rate == 3 / 7
+
+
+def test_a_table_the_cache_has_no_room_for_gets_an_ann_index(tmp_path):
+    writer = LanceStore(tmp_path, ann_min_rows=500)
+    _, vecs = _big_table(writer, "a")
+    _big_table(writer, "b")
+    assert _vector_indexes(writer, "a") == _vector_indexes(writer, "b") == []  # they fit
+    probe = LanceStore(tmp_path)
+    probe.vector_search("a", "code", vecs[0], 1)
+    one = next(iter(probe._matrices.values())).nbytes
+    store = LanceStore(tmp_path, ann_min_rows=500, matrix_cache_bytes=int(1.5 * one))
+    store.vector_search("a", "code", vecs[0], 10)  # held
+    store.vector_search("b", "code", vecs[0], 10)  # no room beside "a": LanceDB answers
+    assert store.cache_stats.bypassed == 1 and store.wait_for_ann(timeout=120)
+    assert _vector_indexes(store, "a") == []
+    assert [i.index_type for i in _vector_indexes(store, "b")] == ["IvfPq"]
 
 
 def test_validate_vectors_accepts_one_row_as_a_flat_vector():

@@ -78,6 +78,11 @@ class Settings(BaseSettings):
     # None: LanceDB under data_dir; postgresql://… for pgvector. It may carry a password, so it
     # is left out of the settings' repr (shown only through `redact_url`).
     store_url: str | None = Field(default=None, repr=False)
+    # LanceDB: the most memory (bytes, FATHOM_MATRIX_CACHE_BYTES) the in-memory matrices for
+    # exact vector search may hold, hit columns included. Tables that do not fit beside the
+    # ones in use are searched through LanceDB (an ANN index from 20k rows). The process RSS
+    # while searching stays within about this plus 1 GiB (docs/benchmarks.md).
+    matrix_cache_bytes: int = Field(default=1 << 30, ge=0)
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765

@@ -237,6 +237,7 @@ class Fathom:
         self.records = ProjectRecords(self.settings.data_dir)
         self.jobs: dict[str, Job] = {}
         self._index_lock: dict[str, asyncio.Lock] = {}
+        self._batch_history: dict[str, dict[str, Any]] = {}  # table -> Pool(history=)
         self.watcher: Any = None  # a fathom.index.watch.Watcher once a front end turns sync on
         self.registry = registry if registry is not None else ProviderRegistry()
         if gate is None:
@@ -384,9 +385,12 @@ class Fathom:
     def _runner(self, table: str):
         """The role's pull pool: cloud providers take a budget permit before they pull, and
         each runs as many lanes as the budget's effective limit allows in flight (an override
-        of 16 puts 16 requests at the upstream, a halving half as many); locals run one."""
+        of 16 puts 16 requests at the upstream, a halving half as many); locals run one.
+        Each provider's batch size starts where its last job left it (`Pool(history=)`), for
+        as long as this process runs."""
         return self.router.pool(ROLE_OF_TABLE[table], admission=self.budget.admission,
-                                lanes=lambda p: self.budget.effective_limit if p.info.is_cloud else 1)
+                                lanes=lambda p: self.budget.effective_limit if p.info.is_cloud else 1,
+                                history=self._batch_history.setdefault(table, {}))
 
     # ---- indexing
 

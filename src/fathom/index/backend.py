@@ -27,6 +27,8 @@ def open_store(settings: Any = None, clearance: Clearance | None = None, **kwarg
 
     settings = settings or Settings()
     url = getattr(settings, "store_url", None)
+    if not (url or "").startswith(("postgresql://", "postgres://")):
+        kwargs.setdefault("matrix_cache_bytes", getattr(settings, "matrix_cache_bytes", 1 << 30))
     return open_store_url(url or settings.lance_dir, clearance, **kwargs)
 
 

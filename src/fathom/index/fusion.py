@@ -175,15 +175,24 @@ def query_shape(query: str) -> QueryShape:
     return QueryShape(len(raws), code, frozenset(names), frozenset(words), tuple(paths))
 
 
-def _normalised(hits: Sequence[Hit]) -> dict[str, float]:
+Key = tuple[str | None, str]
+
+
+def _key(hit: Hit) -> Key:
+    """A chunk's identity in a ranking: its id within its project (a search over several
+    projects may hold one chunk id twice, e.g. a vendored file)."""
+    return hit.project, hit.chunk_id
+
+
+def _normalised(hits: Sequence[Hit]) -> dict[Key, float]:
     """Min-max over one list: its best is 1, its last 0 (a list of equal scores: all 1)."""
     if not hits:
         return {}
     scores = [h.score for h in hits]
     lo, hi = min(scores), max(scores)
     if hi <= lo:
-        return {h.chunk_id: 1.0 for h in hits}
-    return {h.chunk_id: (h.score - lo) / (hi - lo) for h in hits}
+        return {_key(h): 1.0 for h in hits}
+    return {_key(h): (h.score - lo) / (hi - lo) for h in hits}
 
 
 def _pieces(part: str) -> list[str]:
@@ -233,21 +242,21 @@ def fuse(vector_hits: Sequence[Hit], text_hits: Sequence[Hit], query: str, *,
     shape = shape or query_shape(query)
     w = shape.keyword_weight
     v_norm, t_norm = _normalised(vector_hits), _normalised(text_hits)
-    first: dict[str, Hit] = {}
-    v_rank: dict[str, int] = {}
-    t_rank: dict[str, int] = {}
-    v_score: dict[str, float] = {}
-    t_score: dict[str, float] = {}
+    first: dict[Key, Hit] = {}
+    v_rank: dict[Key, int] = {}
+    t_rank: dict[Key, int] = {}
+    v_score: dict[Key, float] = {}
+    t_score: dict[Key, float] = {}
     for rank, h in enumerate(vector_hits, start=1):
-        first.setdefault(h.chunk_id, h)
-        v_rank.setdefault(h.chunk_id, rank)
-        v_score.setdefault(h.chunk_id, h.score)
+        first.setdefault(_key(h), h)
+        v_rank.setdefault(_key(h), rank)
+        v_score.setdefault(_key(h), h.score)
     for rank, h in enumerate(text_hits, start=1):
-        first.setdefault(h.chunk_id, h)
-        t_rank.setdefault(h.chunk_id, rank)
-        t_score.setdefault(h.chunk_id, h.score)
-    fused: dict[str, float] = {}
-    match: dict[str, str | None] = {}
+        first.setdefault(_key(h), h)
+        t_rank.setdefault(_key(h), rank)
+        t_score.setdefault(_key(h), h.score)
+    fused: dict[Key, float] = {}
+    match: dict[Key, str | None] = {}
     for cid, h in first.items():
         score = (1 - w) * v_norm.get(cid, 0.0) + w * t_norm.get(cid, 0.0)
         named = symbol_match(h.symbol, shape)
@@ -271,14 +280,14 @@ def fuse(vector_hits: Sequence[Hit], text_hits: Sequence[Hit], query: str, *,
             for cid in order]
 
 
-def _heads(hits: dict[str, Hit], fused: dict[str, float]) -> set[str]:
+def _heads(hits: dict[Key, Hit], fused: dict[Key, float]) -> set[Key]:
     """A definition too long for one chunk is cut into windows that share its path and
     symbol; the first window holds its signature, so it is the one to show. Each group's first
     window takes the group's best score (in place) and is ranked just before the others."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[str | None, str, str], list[Key]] = {}
     for cid, h in hits.items():
         if h.symbol:
-            groups.setdefault((h.path, h.symbol), []).append(cid)
+            groups.setdefault((h.project, h.path, h.symbol), []).append(cid)
     heads = set()
     for ids in groups.values():
         first_window = min(ids, key=lambda cid: hits[cid].start_line)

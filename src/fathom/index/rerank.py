@@ -25,6 +25,7 @@ API:
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, Sequence
@@ -176,19 +177,32 @@ async def hybrid(fathom: Searchable, query: str, project: str | None, table: str
     if not isinstance(query, str) or not query.strip():
         raise ConfigError("the search query is empty: give a few words or an identifier")
     names, notes = await asyncio.to_thread(fathom.searchable, project, table)
-    found: list[tuple[str, Any]] = []
+    if project is not None:
+        hits = await search_mod.search(fathom.store, fathom.encoder_for(table, project), project,
+                                       query, table=table, k=k, where=where)
+        return Noted([(project, h) for h in hits], notes)
+    # Every project at once: those of one space share one query vector and one fusion
+    # (`hybrid_search_many`: the projects' halves fan out in parallel, and one fusion over the
+    # pooled lists puts every hit on one scale). Projects of different spaces (another
+    # encoder) are fused apart and merged by fused score, each group normalised to [0, 1]
+    # with the same boosts.
+    groups: dict[tuple[Any, str], tuple[Any, list[str]]] = {}
     for name in names:
         try:
-            hits = await search_mod.search(fathom.store, fathom.encoder_for(table, name), name,
-                                           query, table=table, k=k, where=where)
+            space = await asyncio.to_thread(fathom.store.space_of, name, table)
         except DamagedProject as exc:
-            if project is not None:
-                raise
-            notes.append(skipped_note(name, exc.detail))  # found damaged only on reading
+            notes.append(skipped_note(name, exc.detail))
             continue
-        found.extend((name, h) for h in hits)
-    # Fused scores of different projects are on one scale (each list normalised to [0, 1],
-    # plus the same boosts), so a merge by score is fair.
+        encoder = fathom.encoder_for(table, name)
+        groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
+    found: list[tuple[str, Any]] = []
+    for encoder, members in groups.values():
+        vector = await search_mod.encode_query(encoder, query)
+        hits, damaged = await asyncio.to_thread(
+            functools.partial(search_mod.hybrid_search_many, where=where), fathom.store,
+            members, table, vector, query, k)
+        notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
+        found.extend((h.project or "", h) for h in hits)
     found.sort(key=lambda nh: -nh[1].score)
     return Noted(found[:k], notes)
 

@@ -18,6 +18,9 @@ different scales; fusion normalises each list first), or search a shadow slot.
 API:
     hybrid_search(store, project, table, vector, query, k=10, *, depth=None,
                   where=None) -> list[Hit]
+    hybrid_search_many(store, projects, table, vector, query, k=10, *, depth=None,
+                       where=None) -> (list[Hit], {project: DamagedProject})
+        (projects of one space searched in parallel, fused once: one comparable score)
     async search(store, encoder: Provider, project, query, *, table="code", k=10,
                  where=None) -> list[Hit]
     (`where`: a `fathom.index.filters.SearchFilter`, passed to both halves: the store applies
@@ -29,7 +32,9 @@ API:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -38,10 +43,13 @@ import numpy as np
 from fathom.errors import ConfigError
 from fathom.index.filters import SearchFilter
 from fathom.index.fusion import fuse
-from fathom.index.store import Hit, Store, check_table_kind
+from fathom.index.store import DamagedProject, Hit, Store, check_table_kind
 from fathom.inference.provider import Provider
 
 _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fathom-keyword")
+# A search over many projects: every project's two halves at once. Both halves release the
+# GIL, so a few threads per core keep the cores busy while one waits on its table's files.
+_FANOUT_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fathom-fanout")
 
 
 def hybrid_search(store: Store, project: str, table: str, vector: Any, query: str,
@@ -64,7 +72,41 @@ def hybrid_search(store: Store, project: str, table: str, vector: Any, query: st
     return fuse(vector_hits, text_hits, query, limit=k)
 
 
-async def _encode(encoder: Provider, text: str) -> np.ndarray:
+def hybrid_search_many(store: Store, projects: Sequence[str], table: str, vector: Any,
+                       query: str, k: int = 10, *, depth: int | None = None,
+                       where: SearchFilter | None = None,
+                       ) -> tuple[list[Hit], dict[str, DamagedProject]]:
+    """One hybrid search over several projects of ONE space: both halves of every project at
+    once (`_FANOUT_POOL`), then the vector lists pooled by cosine and the keyword lists by
+    BM25, each cut to `depth`, and fused once, so every hit's score is on one scale (as if the
+    projects were one index). Hits carry their `project`. A damaged project is left out and
+    returned beside the hits; any other error is raised."""
+    check_table_kind(table)
+    if k <= 0:
+        raise ConfigError(f"k must be a positive number of results, got {k}")
+    depth = depth or max(4 * k, 40)
+    has_text = bool(query and query.strip())
+    halves = {p: (_FANOUT_POOL.submit(store.vector_search, p, table, vector, depth, where=where),
+                  _FANOUT_POOL.submit(store.text_search, p, table, query, depth, where=where)
+                  if has_text else None)
+              for p in projects}
+    vector_hits: list[Hit] = []
+    text_hits: list[Hit] = []
+    damaged: dict[str, DamagedProject] = {}
+    for project, (vec, text) in halves.items():
+        try:
+            v, t = vec.result(), text.result() if text is not None else []
+        except DamagedProject as exc:
+            damaged[project] = exc
+            continue
+        vector_hits += [dataclasses.replace(h, project=project) for h in v]
+        text_hits += [dataclasses.replace(h, project=project) for h in t]
+    vector_hits.sort(key=lambda h: -h.score)  # stable: equal scores keep the projects' order
+    text_hits.sort(key=lambda h: -h.score)
+    return fuse(vector_hits[:depth], text_hits[:depth], query, limit=k), damaged
+
+
+async def encode_query(encoder: Provider, text: str) -> np.ndarray:
     # Encoders with a query form (E5's "query: " prefix) expose embed_query; others embed
     # the query like any passage.
     embed_query = getattr(encoder, "embed_query", None)
@@ -81,7 +123,7 @@ async def search(store: Store, encoder: Provider, project: str, query: str, *,
     check_table_kind(table)
     if not query or not query.strip():
         raise ConfigError("the search query is empty: give a few words or an identifier")
-    vector = await _encode(encoder, query)
+    vector = await encode_query(encoder, query)
     return await asyncio.to_thread(functools.partial(hybrid_search, where=where), store,
                                    project, table, vector, query, k)
 
@@ -110,6 +152,6 @@ async def find_similar(store: Store, project: str, *, table: str = "code",
     if snippet is not None and snippet.strip():
         if encoder is None:
             raise ConfigError("find_similar from a snippet needs the table's encoder")
-        vector = await _encode(encoder, snippet)
+        vector = await encode_query(encoder, snippet)
         return await asyncio.to_thread(store.vector_search, project, table, vector, k)
     raise ConfigError("find_similar needs either path and line, or a snippet")

@@ -8,7 +8,10 @@ Everything below is a *blocking* call (LanceDB is synchronous); async callers wr
 read) or `Slot.SHADOW` (a full re-index being built).
 
     store = LanceStore(root: Path, clearance: Clearance | None = None, *, clock=time.time,
-                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000)
+                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000, ann_nprobes=32,
+                       ann_candidates=500, ann_background=True, cache_idle_s=60.0)
+    store.cache_stats -> CacheStats(hits, loads, bypassed)     # the matrix cache, LanceDB only
+    store.ann_pending(project, table) -> bool; store.wait_for_ann(timeout) -> bool
     store = open_store(settings)   # fathom.index.backend: PostgreSQL if settings.store_url is postgresql://…, else LanceDB
 
     # spaces and slots
@@ -74,19 +77,28 @@ What this module owns
 Search speed: the choice. LanceDB's flat vector path is ~20-40x slower than a numpy matmul
 (ARCHITECTURE.md), and an IVF-PQ index costs minutes to build per promotion and loses recall.
 So every active table whose float32 matrix fits in `matrix_cache_bytes` (1 GiB by default,
-LRU over tables; ~700k chunks at 384-d) is answered from memory: the L2-normalised matrix plus
-the hit columns, exact cosine by one matmul (exact recall). Measured by hand at 50k x 384-d
-on the shared 2-core machine *under load average ~6*: matmul + top-k 25-37 ms, store
-`vector_search` within ~3 ms of the raw matmul, `text_search` 11-15 ms, `hybrid_search`
-(both halves in parallel) p50 ~26 ms; loading the cache once after a change ~0.8 s. The
-raw matmul alone is ~5 ms at 50k on an idle machine, so the hybrid p50 there is ~10 ms.
-Tables too big for the cache are searched through LanceDB with an IVF-PQ index (built by
-`promote`/`refresh` once a table has `ann_min_rows` rows; 50k x 384 took ~2 min under load)
-with `nprobes`/`refine_factor` for recall. Keyword search is LanceDB's native full-text index
-(`FTS`, offline; the tantivy variant is not used), created with each table and folded forward
-by `promote`/`refresh` (`optimize`); rows written since are still found (LanceDB searches
-unindexed rows flat). The cache is invalidated by a generation number in state.json that every
-write to the active slot bumps, so a server process sees writes made by a CLI process.
+`Settings.matrix_cache_bytes` / FATHOM_MATRIX_CACHE_BYTES; ~500k chunks of ~0.5 KB at 384-d) is answered from
+memory: the L2-normalised matrix plus the hit columns, exact cosine by one matmul (exact recall).
+The bound counts the matrices and their hit columns and is never exceeded; room is made by
+evicting the least recently used tables idle for `cache_idle_s`, and a table that does not fit
+beside the ones in use is answered by LanceDB instead (`cache_stats.bypassed`), so a search
+over more projects than the cache holds does not reload every table on every query. numpy's
+BLAS runs single-threaded (`single_threaded_blas`): searches are parallel already. Measured by
+hand at 50k x 384-d on the shared 2-core machine *under load average ~6*: matmul + top-k 25-37
+ms, store `vector_search` within ~3 ms of the raw matmul, `text_search` 11-15 ms,
+`hybrid_search` (both halves in parallel) p50 ~26 ms; loading the cache once after a change
+~0.8 s. Tables too big for the cache are searched through LanceDB with an IVF-PQ index from
+`ann_min_rows` rows on, probing `ann_nprobes` partitions and re-ranking `ann_candidates`
+rows on their full vectors (refine_factor = candidates / k). `promote`/`refresh` start that
+build in a background thread after the switch (minutes at a million rows; LanceDB answers
+exactly by a flat scan meanwhile, or with the previous index plus a flat scan of newer rows
+on a refreshed table); a searcher that finds a big table without its index starts the build
+itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md. Keyword search is LanceDB's
+native full-text index (`FTS`, offline; the tantivy variant is not used), created with each
+table and folded forward by `promote`/`refresh` (`optimize`); rows written since are still
+found (LanceDB searches unindexed rows flat). The cache is invalidated by a generation number
+in state.json that every write to the active slot bumps (and a finished ANN build), so a
+server process sees writes made by a CLI process.
 
 What it refuses to do: embed anything (vectors come from the caller), decide who is cleared
 (the injected `Clearance` decides; the default clears only the space's reference encoder),
@@ -260,6 +272,7 @@ class Hit:
     vector_rank: int | None = None
     text_rank: int | None = None
     match: str | None = None  # "symbol", "path" or "symbol+path": the query named this chunk
+    project: str | None = None  # set by a search over several projects (chunk ids may repeat)
 
 
 @dataclass(frozen=True)
@@ -731,6 +744,35 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# The ANN path (tables too big for the matrix cache). Measured at 1M x 384 on clustered
+# vectors (docs/benchmarks.md): see `_build_ann` for the index and these for the search.
+ANN_NPROBES = 32
+# Rows the PQ search hands to an exact re-ranking on full vectors, whatever k is
+# (refine_factor = this / k). With 4-dim sub-vectors, at 200k x 384 in clusters of 2,000
+# rows (as dense as 1M in 500): recall@10 0.953 from 100 candidates, 0.998 from 300; with
+# 16-dim sub-vectors it was 0.70 from 500 at 1M.
+ANN_CANDIDATES = 200
+# A cached matrix used within this many seconds is never evicted to make room for another
+# table: a search over more projects than the cache holds then serves the overflow through
+# LanceDB instead of evicting (and reloading) the hot tables on every query.
+CACHE_IDLE_S = 60.0
+
+
+@dataclass
+class CacheStats:
+    """What the matrix cache did: `hits` (answered from memory), `loads` (read a table into
+    memory), `bypassed` (did not fit beside the tables in use; answered by LanceDB)."""
+
+    hits: int = 0
+    loads: int = 0
+    bypassed: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        total = self.hits + self.loads + self.bypassed
+        return self.hits / total if total else 0.0
+
+
 @dataclass
 class _Matrix:
     """The in-memory copy of one active table used for exact vector search."""
@@ -739,10 +781,27 @@ class _Matrix:
     matrix: np.ndarray  # (n, width) float32, rows L2-normalised
     meta: pa.Table  # _HIT_COLUMNS, same row order
     dead: np.ndarray | None = None  # indices of damaged rows (non-finite or zero vectors)
+    used: float = 0.0  # the store clock at its last search
 
     @property
     def nbytes(self) -> int:
         return int(self.matrix.nbytes + self.meta.nbytes)
+
+
+@functools.cache
+def single_threaded_blas() -> None:
+    """numpy's BLAS runs each matrix product on the calling thread alone, process-wide.
+
+    Searches already run in parallel (both halves of a query, every project of a search over
+    all of them), and a vector search is one matrix-vector product, bound by memory: a BLAS
+    thread pool per product only fights those threads. Measured on the shared 2-core
+    machine: 8,000 x 384 took 6.5 ms with OpenBLAS's two threads and 0.77 ms with one; at
+    1M x 384 both took ~170 ms. torch (the local encoder) has its own thread pool."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - a dependency; the default is only slower
+        return
+    threadpool_limits(1, user_api="blas")
 
 
 class LanceStore(Store):
@@ -752,15 +811,30 @@ class LanceStore(Store):
 
     def __init__(self, root: Path | str, clearance: Clearance | None = None, *,
                  clock: Callable[[], float] = time.time, matrix_cache_bytes: int = 1 << 30,
-                 ann_min_rows: int = 20_000):
+                 ann_min_rows: int = 20_000, ann_nprobes: int = ANN_NPROBES,
+                 ann_candidates: int = ANN_CANDIDATES, ann_background: bool = True,
+                 cache_idle_s: float = CACHE_IDLE_S):
         super().__init__(clearance, clock=clock)
         import lancedb  # local: keeps `import fathom` light for CLIs that never open a store
 
         self._lancedb = lancedb
+        single_threaded_blas()
         self.root = Path(root)
         (self.root / "projects").mkdir(parents=True, exist_ok=True)
+        if matrix_cache_bytes < 0:
+            raise ConfigError(f"matrix_cache_bytes must be 0 or more, got {matrix_cache_bytes}")
         self.matrix_cache_bytes = matrix_cache_bytes
         self.ann_min_rows = ann_min_rows
+        self.ann_nprobes = ann_nprobes
+        self.ann_candidates = ann_candidates
+        self.ann_background = ann_background
+        self.cache_idle_s = cache_idle_s
+        self.cache_stats = CacheStats()
+        self._ann_jobs: dict[tuple[str, str], threading.Thread] = {}
+        self._ann_ready: set[tuple[str, str]] = set()
+        self._ann_slots = threading.Semaphore(1)
+        self._ann_failed: set[tuple[str, str]] = set()
+        self._meta_row_bytes = 0  # the largest hit-column bytes per row seen (see _matrix)
         self._mutex = threading.RLock()
         self._dbs: dict[str, Any] = {}
         self._tables: dict[tuple[str, str], Any] = {}  # (slug, lance name) -> handle
@@ -1069,27 +1143,85 @@ class LanceStore(Store):
             entry["generation"] = entry.get("generation", 0) + 1
 
     def _build_indexes(self, project: str, name: str) -> None:
-        from lancedb.index import IvfPq
-
         tbl = self._table(project, name)
         # Merges the small fragments left by batch writes and folds new rows into the
         # keyword index (LanceDB updates indexes incrementally here).
         tbl.optimize()
         if not any(i.index_type == "FTS" for i in tbl.list_indices()):
             tbl.create_index("keywords", config=_fts_config(), replace=True)
+        if self._needs_ann(tbl):
+            # Too big for the in-memory matrix. The ANN index takes minutes at a million rows,
+            # so it is built after the switch, in the background: meanwhile LanceDB answers
+            # exactly (a flat scan) on a new table, or with the previous index plus a flat
+            # scan of the rows added since on a refreshed one.
+            self._ann_later(project, name)
+
+    def _needs_ann(self, tbl: Any, *, uncached: bool = False) -> bool:
+        """Whether the table deserves an ANN index: from `ann_min_rows` rows, when it is too
+        big for the cache, or (`uncached`) when the cache had no room for it beside the
+        tables in use (many projects: their overflow is searched through LanceDB too)."""
         n = tbl.count_rows()
-        if n == 0:
-            return
         width = tbl.schema.field("vector").type.list_size
-        if n >= self.ann_min_rows and n * width * 4 > self.matrix_cache_bytes:
-            # Too big for the in-memory matrix: give LanceDB an ANN index instead of its slow
-            # flat scan. Sub-vectors of 8..16 dims keep PQ's error small enough for
-            # refine_factor to restore recall.
-            sub = next((s for s in (width // 16, width // 8, width // 4) if s and width % s == 0),
-                       1)
-            # Partition count is LanceDB's own choice (it sizes partitions from the row count).
-            tbl.create_index("vector", config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
-                             replace=True)
+        return n >= self.ann_min_rows and (uncached or n * width * 4 > self.matrix_cache_bytes)
+
+    def _ann_later(self, project: str, name: str) -> None:
+        """Build (or rebuild) the table's ANN index: in a daemon thread, one per table at a
+        time in this process, or right here when `ann_background` is off."""
+        key = (self.slug(project), name)
+        if not self.ann_background:
+            self._build_ann(project, name)
+            return
+        with self._mutex:
+            job = self._ann_jobs.get(key)
+            if job is not None and job.is_alive():
+                return
+            job = threading.Thread(target=self._build_ann, args=(project, name), daemon=True,
+                                   name=f"fathom-ann-{name}")
+            self._ann_jobs[key] = job
+        job.start()
+
+    def _build_ann(self, project: str, name: str) -> None:
+        from lancedb.index import IvfPq
+
+        key = (self.slug(project), name)
+        try:
+            tbl = self._table(project, name)
+            width = tbl.schema.field("vector").type.list_size
+            # Sub-vectors of 4 dims: PQ's ranking is then close enough for a re-ranking of a
+            # few hundred candidates to restore recall (16-dim ones left recall@10 at 0.70
+            # from 500 candidates at 1M x 384). The partition count is LanceDB's own.
+            sub = next((s for s in (width // 4, width // 8, width // 16)
+                        if s and width % s == 0), 1)
+            with self._ann_slots:  # one build at a time: each one takes the cores it finds
+                tbl.create_index("vector",
+                                 config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
+                                 replace=True)
+        except Exception as exc:  # noqa: BLE001 - dropped meanwhile, or another process won
+            log.info("ANN index for %s of %s not built: %s", name, project, _short(exc))
+            with self._mutex:
+                self._ann_failed.add(key)  # searches do not retry it; refresh/promote do
+            return
+        with self._mutex:
+            self._ann_ready.add(key)
+        # Searchers (this process and others) reopen the table at the next generation and
+        # find the index.
+        with contextlib.suppress(StoreError), self._locked(project) as state:
+            for entry in state["tables"].values():
+                if entry.get("active") == name:
+                    entry["generation"] = entry.get("generation", 0) + 1
+
+    def ann_pending(self, project: str, table: str) -> bool:
+        """Whether the active table's ANN index is being built in this process now."""
+        name, _ = self._active(project, table)
+        job = self._ann_jobs.get((self.slug(project), name or ""))
+        return job is not None and job.is_alive()
+
+    def wait_for_ann(self, timeout: float | None = None) -> bool:
+        """Wait for the ANN builds this process started; True when none is left running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for job in list(self._ann_jobs.values()):
+            job.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not any(j.is_alive() for j in self._ann_jobs.values())
 
     def _collect_garbage(self, project: str) -> None:
         state = self._read_state(project) or {"tables": {}}
@@ -1276,8 +1408,14 @@ class LanceStore(Store):
         return name, generation, tbl
 
     def _matrix(self, project: str, table: str) -> tuple[_Matrix | None, Any]:
-        """The cached matrix for the active table (loading it if needed), or None when the
-        table is too big for the cache; plus the Lance handle of the active table."""
+        """The cached matrix for the active table (loading it if it fits), or None when the
+        table is answered by LanceDB; plus the Lance handle of the active table.
+
+        The cache never holds more than `matrix_cache_bytes` (matrix plus hit columns). To
+        make room it evicts the least recently used tables, but only those idle for
+        `cache_idle_s`: a table that does not fit beside the ones in use is answered by
+        LanceDB (counted as `bypassed`), so a search over more projects than the cache holds
+        never turns every query into a reload."""
         name, generation, tbl = self._active_handle(project, table)
         if name is None:
             return None, None
@@ -1287,43 +1425,73 @@ class LanceStore(Store):
             load_lock = self._load_locks.setdefault((slug, table), threading.Lock())
         # One loader per table; other tables' searches and all writes go on meanwhile.
         with load_lock:
+            now = self.clock()
             with self._mutex:
                 cached = self._matrices.get((slug, table))
                 if cached is not None and cached.key == key:
                     self._matrices.move_to_end((slug, table))
+                    cached.used = now
+                    self.cache_stats.hits += 1
                     return cached, tbl
+                if cached is not None:  # a stale generation: its memory is free again
+                    del self._matrices[(slug, table)]
             width = tbl.schema.field("vector").type.list_size
             n = tbl.count_rows()
-            if n * width * 4 > self.matrix_cache_bytes:
+            # The hit columns' size is known only after loading: before, the largest size
+            # per row among the tables loaded so far is the estimate.
+            if not self._make_room(n * (width * 4 + self._meta_row_bytes), now):
                 with self._mutex:
-                    self._matrices.pop((slug, table), None)
+                    self.cache_stats.bypassed += 1
                 return None, tbl
-            data = tbl.search().select(["vector", *_HIT_COLUMNS]).limit(None).to_arrow()
-            vec = data["vector"].combine_chunks()
-            matrix = vec.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-            norms = np.linalg.norm(matrix, axis=1, keepdims=True)
-            bad = ~np.isfinite(norms[:, 0]) | (norms[:, 0] == 0)
-            if bad.any():
-                # Damaged rows (a corrupt data file) never rank: zeroed, and named in the log.
-                log.warning("project %s table %s: %d rows hold non-finite or zero vectors; "
-                            "they are left out of vector search. Run `fathom store verify %s "
-                            "--repair`.", project, table, int(bad.sum()), project)
-                matrix = np.where(bad[:, None], 0.0, matrix)
-                norms = np.where(bad[:, None], 1.0, norms)
-            with np.errstate(invalid="ignore", over="ignore"):
-                matrix = np.nan_to_num(matrix / norms, nan=0.0, posinf=0.0, neginf=0.0)
-            meta = data.drop_columns(["vector"]).combine_chunks()
-            entry = _Matrix(key, np.ascontiguousarray(matrix, np.float32), meta,
-                            np.flatnonzero(bad) if bad.any() else None)
+            entry = self._load_matrix(project, table, tbl, key, width)
+            entry.used = now
             with self._mutex:
+                rows = max(1, entry.matrix.shape[0])
+                self._meta_row_bytes = max(self._meta_row_bytes, entry.meta.nbytes // rows)
+                if not self._make_room(entry.nbytes, now):
+                    self.cache_stats.bypassed += 1
+                    return entry, tbl  # the hit columns tipped it over: used once, not kept
+                self.cache_stats.loads += 1
                 self._matrices[(slug, table)] = entry
-                self._evict()
             return entry, tbl
 
-    def _evict(self) -> None:
-        while (sum(m.nbytes for m in self._matrices.values()) > self.matrix_cache_bytes
-               and len(self._matrices) > 1):
-            self._matrices.popitem(last=False)
+    def _make_room(self, nbytes: int, now: float) -> bool:
+        """Evict idle tables (least recently used first) until `nbytes` more fit the bound;
+        False, evicting nothing, when they cannot."""
+        with self._mutex:
+            held = sum(m.nbytes for m in self._matrices.values())
+            idle = [k for k, m in self._matrices.items() if now - m.used >= self.cache_idle_s]
+            freeable = sum(self._matrices[k].nbytes for k in idle)
+            if held - freeable + nbytes > self.matrix_cache_bytes:
+                return False
+            for k in idle:  # OrderedDict order: least recently used first
+                if held + nbytes <= self.matrix_cache_bytes:
+                    break
+                held -= self._matrices.pop(k).nbytes
+            return True
+
+    @staticmethod
+    def _load_matrix(project: str, table: str, tbl: Any, key: tuple[str, str, int],
+                     width: int) -> _Matrix:
+        data = tbl.search().select(["vector", *_HIT_COLUMNS]).limit(None).to_arrow()
+        vec = data["vector"].combine_chunks()
+        matrix = np.array(vec.flatten().to_numpy(zero_copy_only=False), dtype=np.float32,
+                          copy=True).reshape(-1, width)
+        meta = data.drop_columns(["vector"]).combine_chunks()
+        del data, vec
+        norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+        bad = ~np.isfinite(norms[:, 0]) | (norms[:, 0] == 0)
+        if bad.any():
+            # Damaged rows (a corrupt data file) never rank: zeroed, and named in the log.
+            log.warning("project %s table %s: %d rows hold non-finite or zero vectors; "
+                        "they are left out of vector search. Run `fathom store verify %s "
+                        "--repair`.", project, table, int(bad.sum()), project)
+            matrix[bad] = 0.0
+            norms[bad] = 1.0
+        with np.errstate(invalid="ignore", over="ignore"):
+            matrix /= norms  # in place: loading holds one copy of the matrix, not three
+        np.nan_to_num(matrix, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+        return _Matrix(key, matrix, meta, np.flatnonzero(bad) if bad.any() else None)
 
     @staticmethod
     def _hits_from(meta: pa.Table | dict[str, list[Any]], table: str, scores: Sequence[float],
@@ -1380,13 +1548,30 @@ class LanceStore(Store):
             top = top[np.argsort(-scores[top], kind="stable")]
             return self._hits_from(cached.meta.take(pa.array(rows[top])), table,
                                    scores[top].tolist(), "vector")
+        self._ensure_ann(project, tbl)
         search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
-                  .nprobes(32).refine_factor(10))
+                  .nprobes(self.ann_nprobes)
+                  .refine_factor(max(1, -(-self.ann_candidates // k))))
         if where is not None:
             search = search.where(where.lance_sql(), prefilter=True)
         res = search.limit(k).select([*_HIT_COLUMNS, "_distance"]).to_arrow()
         scores = [1.0 - d for d in res["_distance"].to_pylist()]
         return self._hits_from(res, table, scores, "vector")
+
+    def _ensure_ann(self, project: str, tbl: Any) -> None:
+        """A table searched through LanceDB without an ANN index (the process that promoted
+        it stopped before the build finished, or the cache had no room for it) gets one built
+        here, in the background; LanceDB answers exactly meanwhile."""
+        key = (self.slug(project), tbl.name)
+        if key in self._ann_ready or key in self._ann_failed:
+            return
+        if not self._needs_ann(tbl, uncached=True):
+            return
+        if any(i.columns == ["vector"] for i in tbl.list_indices()):
+            with self._mutex:
+                self._ann_ready.add(key)
+            return
+        self._ann_later(project, tbl.name)
 
     @_guarded
     def text_search(self, project: str, table: str, query: str, k: int = 10, *,

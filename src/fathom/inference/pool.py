@@ -20,8 +20,9 @@ What the pool guarantees, whatever fails:
 - Under backup the cloud pulls only while no local provider can serve, and stops pulling
   (mid-job) as soon as one can again.
 
-Batch size adapts per provider to a target batch latency: it starts small, follows the
-measured seconds per item, at most doubling per batch, within [min_batch, max_batch].
+Batch size adapts per provider to a target batch latency: it starts small (or, given a
+`history`, where the provider's last job left it), follows the measured seconds per item, at
+most doubling per batch, within [min_batch, max_batch].
 
 The pool refuses to decide who may serve (its `eligible` predicate comes from the router),
 to know what a permit is made of (the budget's `admission` hands them out), or to write rows
@@ -153,15 +154,15 @@ class _Phase(Enum):
 
 
 @dataclass
-class _Sizing:
-    """What the pool has learned about a provider's speed; kept across jobs."""
+class Sizing:
+    """What the pool has learned about a provider's speed; kept across jobs (`history`)."""
 
     batch_size: int
     spi: float | None = None  # EWMA seconds per item
 
 
 class _Member:
-    def __init__(self, provider: Provider, sizing: _Sizing, lanes: int):
+    def __init__(self, provider: Provider, sizing: Sizing, lanes: int):
         self.provider = provider
         self.sizing = sizing
         self.lanes = lanes
@@ -258,6 +259,7 @@ class Pool:
         stall_timeout: float | None = 600.0,
         recheck: float = 1.0,
         on_progress: Callable[[Progress], None] | None = None,
+        history: dict[str, Sizing] | None = None,
     ):
         """`providers`: a registry (the pool follows its changes for `role`) or a fixed list
         (change it mid-job with `add`/`remove`). `eligible(provider)` is asked before every
@@ -270,7 +272,10 @@ class Pool:
         (`record_rtt=False` when it carried no request). Locals never ask it; an exception
         from it pauses that provider for `throttle_wait`.
         `lanes(provider)`: batches one provider may have in flight at once, asked again
-        before every pull, so a cloud provider's lanes follow the budget's effective limit."""
+        before every pull, so a cloud provider's lanes follow the budget's effective limit.
+        `history`: what earlier pools learned of each provider's speed (provider id ->
+        `Sizing`), shared and updated in place, so a provider's first batch of the next job
+        starts at the size its measured speed calls for instead of `initial_batch`."""
         if not 1 <= min_batch <= initial_batch <= max_batch:
             raise ValueError("need 1 <= min_batch <= initial_batch <= max_batch")
         if isinstance(providers, ProviderRegistry):
@@ -296,7 +301,7 @@ class Pool:
         self.stall_timeout = stall_timeout
         self.recheck = recheck
         self.on_progress = on_progress
-        self._sizing: dict[str, _Sizing] = {}
+        self._sizing: dict[str, Sizing] = {} if history is None else history
         self._members: dict[str, _Member] = {}
         self._departed: list[_Member] = []  # replaced members whose lanes may still unwind
         self._job: _Job | None = None
@@ -375,7 +380,9 @@ class Pool:
             self._leave(provider.id)
         if existing is not None:
             self._departed.append(existing)
-        sizing = self._sizing.setdefault(provider.id, _Sizing(self.initial_batch))
+        sizing = self._sizing.setdefault(provider.id, Sizing(self.initial_batch))
+        # Learned by another pool, perhaps with other bounds: within this one's.
+        sizing.batch_size = max(self.min_batch, min(self.max_batch, sizing.batch_size))
         m = _Member(provider, sizing, self._wanted_lanes(provider))
         self._members[provider.id] = m
         self._spawn_lanes(m, m.lanes)
