@@ -562,12 +562,14 @@ class Pool:
             total_rate = 0.0
             now = self.clock.now()
             reserve_held = self._reserve() and self._local_can_serve()
+            mine = 1.0 / max(m.sizing.spi, 1e-9)
             for o in self._members.values():
                 if (o.present and o.ejected_until is None and now >= o.cooldown_until
-                        and o.sizing.spi is not None and self._eligible(o.provider)
-                        and not (o.is_cloud and reserve_held)):
-                    total_rate += o.lanes / max(o.sizing.spi, 1e-9)
-            mine = 1.0 / max(m.sizing.spi, 1e-9)
+                        and self._eligible(o.provider) and not (o.is_cloud and reserve_held)):
+                    # A provider not measured yet (new to this pool and to its history) is
+                    # taken to be as fast as this one: a speed known from an earlier job
+                    # must not let one provider take the whole queue in its first pull.
+                    total_rate += o.lanes * (mine if o.sizing.spi is None else 1.0 / max(o.sizing.spi, 1e-9))
             if total_rate > 0:
                 n = min(n, max(self.min_batch, math.ceil(len(job.queue) * mine / total_rate)))
         return max(1, min(n, len(job.queue)))
