@@ -54,7 +54,7 @@ from fathom.index.indexer import space_for  # noqa: E402
 from fathom.index.fusion import fuse, rrf_fuse  # noqa: E402
 from fathom.index.search import hybrid_search  # noqa: E402
 from fathom.index.backend import open_store_url  # noqa: E402
-from fathom.index.store import _HIT_COLUMNS, LanceStore, Slot  # noqa: E402
+from fathom.index.store import _HIT_COLUMNS, LanceStore, Slot, ann_params  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 from fathom.space import Provenance, Space  # noqa: E402
@@ -272,16 +272,17 @@ async def main() -> None:
         # The ANN knobs side by side on the same index (store defaults marked).
         sweep = []
         if hasattr(store, "ann_nprobes") and building:
-            default = (store.ann_nprobes, store.ann_candidates)
+            kept = (store.ann_nprobes, store.ann_candidates)
+            default = (store.ann_nprobes or ann_params(width)[1], store.ann_candidates)
             m = min(args.queries, 100)
-            for nprobes, candidates in [(16, 100), (32, 100), (16, 200), (32, 200), (64, 200),
-                                        (32, 300), (32, 500)]:
+            for nprobes, candidates in [(8, 100), (16, 100), (32, 100), (8, 200), (16, 200),
+                                        (32, 200), (64, 200), (16, 300), (32, 300), (32, 500)]:
                 store.ann_nprobes, store.ann_candidates = nprobes, candidates
                 rec = [recall_of(i, store.vector_search("bench", "code", q[i], 10)) for i in range(m)]
                 lat = timed(lambda i: store.vector_search("bench", "code", q[i], 10), m)
                 sweep.append((nprobes, candidates, pct(lat, 50), statistics.fmean(rec),
                               (nprobes, candidates) == default))
-            store.ann_nprobes, store.ann_candidates = default
+            store.ann_nprobes, store.ann_candidates = kept
 
         # Exact numpy top-10 over the same matrix in memory (read after the searches, so it
         # is not in their RSS): one matrix-vector product and a partial sort.
@@ -302,6 +303,10 @@ async def main() -> None:
               f"(keyword index) {promote_s:.1f} s"
               + (f", ANN build (background) {ann_s:.1f} s" if ann_s is not None else ""))
         cache = getattr(store, "matrix_cache_bytes", None)
+        if building and isinstance(store, LanceStore):
+            sub, nprobes = ann_params(width)
+            print(f"index   : IVF-PQ, {sub} sub-vectors of {width // sub} dims, nprobes "
+                  f"{store.ann_nprobes or nprobes}, {store.ann_candidates} candidates re-ranked")
         if during:
             print(f"window  : the build thread's exact copy was ready {copy_s:.1f} s after "
                   f"promotion; RSS {window_rss:.0f} MiB after the searches below")

@@ -8,8 +8,8 @@ Everything below is a *blocking* call (LanceDB is synchronous); async callers wr
 read) or `Slot.SHADOW` (a full re-index being built).
 
     store = LanceStore(root: Path, clearance: Clearance | None = None, *, clock=time.time,
-                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000, ann_nprobes=32,
-                       ann_candidates=500, ann_background=True, cache_idle_s=60.0)
+                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000, ann_nprobes=None,
+                       ann_candidates=200, ann_background=True, cache_idle_s=60.0)
     store.cache_stats -> CacheStats(hits, loads, bypassed)     # the matrix cache, LanceDB only
     store.ann_pending(project, table) -> bool; store.wait_for_ann(timeout) -> bool
     store = open_store(settings)   # fathom.index.backend: PostgreSQL if settings.store_url is postgresql://…, else LanceDB
@@ -88,8 +88,9 @@ hand at 50k x 384-d on the shared 2-core machine *under load average ~6*: matmul
 ms, store `vector_search` within ~3 ms of the raw matmul, `text_search` 11-15 ms,
 `hybrid_search` (both halves in parallel) p50 ~26 ms; loading the cache once after a change
 ~0.8 s. Tables too big for the cache are searched through LanceDB with an IVF-PQ index from
-`ann_min_rows` rows on, probing `ann_nprobes` partitions and re-ranking `ann_candidates`
-rows on their full vectors (refine_factor = candidates / k). `promote`/`refresh` start that
+`ann_min_rows` rows on, probing `ann_nprobes` partitions (by default by width: 32 up to
+1024-d, 16 beyond, see `ann_params`, which also sizes the PQ codes) and re-ranking
+`ann_candidates` rows on their full vectors (refine_factor = candidates / k). `promote`/`refresh` start that
 build in a background thread after the switch (minutes at a million rows). Meanwhile a new
 table is searched exactly over a memory-mapped copy of its vectors that the build thread
 writes first (`fathom.index.window`: ~0.12 s at 1M x 384 against ~4.5 s for LanceDB's flat
@@ -747,9 +748,13 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-# The ANN path (tables too big for the matrix cache). Measured at 1M x 384 on clustered
-# vectors (docs/benchmarks.md): see `_build_ann` for the index and these for the search.
+# The ANN path (tables too big for the matrix cache), chosen by vector width from
+# measurements on clustered vectors (docs/benchmarks.md): `ann_params` for the index and the
+# probes, these for the rest.
 ANN_NPROBES = 32
+# From this width on, vectors take the wide settings (measured at 2560-d, Qwen3-Embedding-4B's).
+ANN_WIDE = 1024
+ANN_WIDE_NPROBES = 16
 # Rows the PQ search hands to an exact re-ranking on full vectors, whatever k is
 # (refine_factor = this / k). With 4-dim sub-vectors, at 200k x 384 in clusters of 2,000
 # rows (as dense as 1M in 500): recall@10 0.953 from 100 candidates, 0.998 from 300; with
@@ -759,6 +764,22 @@ ANN_CANDIDATES = 200
 # table: a search over more projects than the cache holds then serves the overflow through
 # LanceDB instead of evicting (and reloading) the hot tables on every query.
 CACHE_IDLE_S = 60.0
+
+
+def ann_params(width: int) -> tuple[int, int]:
+    """(PQ sub-vectors, partitions probed) for an IVF-PQ index on `width`-dim vectors.
+
+    Up to `ANN_WIDE` dims: sub-vectors of 4 dims and 32 probes (1M x 384: 96 codes per vector
+    order clustered neighbours well enough that re-ranking 200 candidates gives recall@10
+    0.987; 16-dim sub-vectors left it at 0.70 from 500). Wider: sub-vectors of 16 dims and 16
+    probes. What PQ's ranking needs is enough codes per vector, and 2560 / 16 = 160 codes is
+    more than 384-d gets; 4-dim ones (640 codes) cost a 35-minute build at 200k x 2560 and a
+    4x wider scan per probed row for the same recall (1.000), and 16 probes found the same
+    neighbours as 32 at 200k x 2560."""
+    dims, nprobes = (4, ANN_NPROBES) if width <= ANN_WIDE else (16, ANN_WIDE_NPROBES)
+    sub = next((s for s in (width // dims, width // (2 * dims), width // (4 * dims))
+                if s and width % s == 0), 1)
+    return sub, nprobes
 
 
 @dataclass
@@ -814,7 +835,7 @@ class LanceStore(Store):
 
     def __init__(self, root: Path | str, clearance: Clearance | None = None, *,
                  clock: Callable[[], float] = time.time, matrix_cache_bytes: int = 1 << 30,
-                 ann_min_rows: int = 20_000, ann_nprobes: int = ANN_NPROBES,
+                 ann_min_rows: int = 20_000, ann_nprobes: int | None = None,
                  ann_candidates: int = ANN_CANDIDATES, ann_background: bool = True,
                  cache_idle_s: float = CACHE_IDLE_S):
         super().__init__(clearance, clock=clock)
@@ -828,7 +849,7 @@ class LanceStore(Store):
             raise ConfigError(f"matrix_cache_bytes must be 0 or more, got {matrix_cache_bytes}")
         self.matrix_cache_bytes = matrix_cache_bytes
         self.ann_min_rows = ann_min_rows
-        self.ann_nprobes = ann_nprobes
+        self.ann_nprobes = ann_nprobes  # None: by the table's width (`ann_params`)
         self.ann_candidates = ann_candidates
         self.ann_background = ann_background
         self.cache_idle_s = cache_idle_s
@@ -1256,12 +1277,8 @@ class LanceStore(Store):
         key = (self.slug(project), name)
         try:
             tbl = self._table(project, name)
-            width = tbl.schema.field("vector").type.list_size
-            # Sub-vectors of 4 dims: PQ's ranking is then close enough for a re-ranking of a
-            # few hundred candidates to restore recall (16-dim ones left recall@10 at 0.70
-            # from 500 candidates at 1M x 384). The partition count is LanceDB's own.
-            sub = next((s for s in (width // 4, width // 8, width // 16)
-                        if s and width % s == 0), 1)
+            # The sub-vectors by width (`ann_params`); the partition count is LanceDB's own.
+            sub, _ = ann_params(tbl.schema.field("vector").type.list_size)
             with self._ann_slots:  # one build at a time: each one takes the cores it finds
                 tbl.create_index("vector",
                                  config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
@@ -1628,8 +1645,9 @@ class LanceStore(Store):
             if hits is not None:
                 return hits
         self._ensure_ann(project, tbl)
+        nprobes = self.ann_nprobes or ann_params(len(q))[1]
         search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
-                  .nprobes(self.ann_nprobes)
+                  .nprobes(nprobes)
                   .refine_factor(max(1, -(-self.ann_candidates // k))))
         if where is not None:
             search = search.where(where.lance_sql(), prefilter=True)
