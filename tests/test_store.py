@@ -9,6 +9,7 @@ import numpy as np
 from fathom.index.store import (
     LanceStore,
     Slot,
+    ann_params,
     validate_vectors,
 )
 from fathom.space import Provenance, Space
@@ -89,6 +90,17 @@ def test_tables_over_the_cache_budget_use_an_ann_index(tmp_path):
         got = {h.chunk_id for h in store.vector_search("p", "code", q, 10)}
         recalls.append(len(got & {chunks[i].chunk_id for i in exact}) / 10)
     assert np.mean(recalls) >= 0.9
+
+
+def test_ann_parameters_follow_the_vector_width():
+    """Measured settings (docs/benchmarks.md): narrow vectors keep 4-dim PQ codes and 32
+    probes (1M x 384), wide ones take 16-dim codes and 16 probes (200k x 2560)."""
+    assert ann_params(384) == (96, 32)
+    assert ann_params(1024) == (256, 32)
+    assert ann_params(2560) == (160, 16)
+    assert ann_params(4096) == (256, 16)
+    assert ann_params(1030) == (103, 16)  # no even 16-dim split: the next finer one
+    assert ann_params(32) == (8, 32)
 
 
 def _big_table(store, project="p", n=1200, width=32):

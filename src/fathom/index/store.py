@@ -777,8 +777,8 @@ def ann_params(width: int) -> tuple[int, int]:
     4x wider scan per probed row for the same recall (1.000), and 16 probes found the same
     neighbours as 32 at 200k x 2560."""
     dims, nprobes = (4, ANN_NPROBES) if width <= ANN_WIDE else (16, ANN_WIDE_NPROBES)
-    sub = next((s for s in (width // dims, width // (2 * dims), width // (4 * dims))
-                if s and width % s == 0), 1)
+    # PQ needs sub-vectors that split the width evenly: at least width / dims of them.
+    sub = next(s for s in range(max(1, width // dims), width + 1) if width % s == 0)
     return sub, nprobes
 
 
