@@ -233,7 +233,7 @@ async def main() -> None:
                 during_recall.append(recall_of(i, hits))
                 t0 = time.perf_counter()
                 tbl.search(q[i], vector_column_name="vector").distance_type("cosine") \
-                    .bypass_vector_index().limit(10).select(_HIT_COLUMNS).to_arrow()
+                    .bypass_vector_index().limit(10).select([*_HIT_COLUMNS, "_distance"]).to_arrow()
                 flat.append((time.perf_counter() - t0) * 1000)
             window_rss = rss_mib()
             if store.window_stats.served - served != len(during):
