@@ -88,16 +88,16 @@ hand at 50k x 384-d on the shared 2-core machine *under load average ~6*: matmul
 ms, store `vector_search` within ~3 ms of the raw matmul, `text_search` 11-15 ms,
 `hybrid_search` (both halves in parallel) p50 ~26 ms; loading the cache once after a change
 ~0.8 s. Tables too big for the cache are searched through LanceDB with an IVF-PQ index from
-`ann_min_rows` rows on, probing `ann_nprobes` partitions (by default by width: 32 up to
-1024-d, 16 beyond, see `ann_params`, which also sizes the PQ codes) and re-ranking
-`ann_candidates` rows on their full vectors (refine_factor = candidates / k). `promote`/`refresh` start that
-build in a background thread after the switch (minutes at a million rows). Meanwhile a new
-table is searched exactly over a memory-mapped copy of its vectors that the build thread
-writes first (`fathom.index.window`: ~0.12 s at 1M x 384 against ~4.5 s for LanceDB's flat
-scan; tied to the table's Lance version, dropped on any write and when the build ends); a
-refreshed table keeps its previous index plus a flat scan of newer rows. A searcher that
-finds a big table without its index starts the build itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md. Keyword search is LanceDB's
-native full-text index (`FTS`, offline; the tantivy variant is not used), created with each
+`ann_min_rows` rows on, probing `ann_nprobes` partitions (by default by width: 32 up to 1024-d,
+16 beyond, see `ann_params`, which also sizes the PQ codes) and re-ranking `ann_candidates` rows
+on their full vectors (refine_factor = candidates / k). `promote`/`refresh` start that build in
+a background thread after the switch (minutes at a million rows). Meanwhile a new table is
+searched exactly over a memory-mapped copy of its vectors that the build thread writes first
+(`fathom.index.window`: ~0.12 s at 1M x 384 against ~4.5 s for LanceDB's flat scan; tied to the
+table's Lance version, dropped on any write and when the build ends); a refreshed table keeps
+its previous index plus a flat scan of newer rows. A searcher that finds a big table without its
+index starts the build itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md.
+Keyword search is LanceDB's native full-text index (`FTS`, offline; the tantivy variant is not used), created with each
 table and folded forward by `promote`/`refresh` (`optimize`); rows written since are still
 found (LanceDB searches unindexed rows flat). The cache is invalidated by a generation number
 in state.json that every write to the active slot bumps (and a finished ANN build), so a
