@@ -20,10 +20,10 @@ beside it: what served that window before), the ANN build time, then p50/p95 of 
 hybrid searches, recall@10 of the vector search against exact search, a sweep of `nprobes` x
 `refine_factor`, the peak RSS during the searches (the configured cache bound plus 1 GiB is the
 limit) and over the whole run, and exact numpy top-10 over the same matrix (read into memory
-after the searches) in the same run for the ratio. `--vocab N` draws the chunk and query words from N words with a Zipf law
-(the 30 real words first): real code at a million chunks has a vocabulary of that order, while
-30 words would put every query word in a fifth of the rows. The last line reads
-`p50 <ms> ms, recall@10 <r>` for the vector search.
+after the searches) in the same run for the ratio. `--vocab N` draws the chunk and query words
+from N words with a Zipf law (the 30 real words first): real code at a million chunks has a
+vocabulary of that order, while 30 words would put every query word in a fifth of the rows. The
+last line reads `p50 <ms> ms, recall@10 <r>` for the vector search.
 
 `--store postgresql://…` runs the same measurement on PostgreSQL + pgvector (the `bench`
 project is dropped there before and after). For 100k x 384-d and 50k x 2560-d (halfvec) beside
