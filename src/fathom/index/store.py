@@ -99,9 +99,9 @@ its previous index plus a flat scan of newer rows. A searcher that finds a big t
 index starts the build itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md. Keyword
 search is LanceDB's native full-text index (`FTS`, offline; the tantivy variant is not used),
 created with each table and folded forward by `promote`/`refresh` (`optimize`); rows written
-since are still found (LanceDB searches unindexed rows flat). The cache is invalidated by a generation number
-in state.json that every write to the active slot bumps (and a finished ANN build), so a
-server process sees writes made by a CLI process.
+since are still found (LanceDB searches unindexed rows flat). The cache is invalidated by a
+generation number in state.json that every write to the active slot bumps (and a finished ANN
+build), so a server process sees writes made by a CLI process.
 
 What it refuses to do: embed anything (vectors come from the caller), decide who is cleared
 (the injected `Clearance` decides; the default clears only the space's reference encoder),
