@@ -213,6 +213,9 @@ def test_the_build_window_is_served_exactly_from_a_mapped_copy_then_by_the_index
         assert store.vector_search("p", "code", vecs[3], 10)[0].chunk_id == chunks[3].chunk_id
         assert len(lance) == 1 and store.window_stats.served == 3  # the ANN path now
         assert not copy.exists() and store.window_stats.dropped == 0
+        # A refresh rebuilds the index while the previous one serves: no copy is made.
+        store.refresh("p", "code")
+        assert store.wait_for_ann(timeout=120) and store.window_stats.written == 1
     finally:
         gate.set()
         store.wait_for_ann(timeout=120)
