@@ -273,10 +273,11 @@ async def main() -> None:
         sweep = []
         if hasattr(store, "ann_nprobes") and building:
             kept = (store.ann_nprobes, store.ann_candidates)
-            default = (store.ann_nprobes or ann_params(width)[1], store.ann_candidates)
+            _, by_width_p, by_width_c = ann_params(width)
+            default = (store.ann_nprobes or by_width_p, store.ann_candidates or by_width_c)
             m = min(args.queries, 100)
-            for nprobes, candidates in [(8, 100), (16, 100), (32, 100), (8, 200), (16, 200),
-                                        (32, 200), (64, 200), (16, 300), (32, 300), (32, 500)]:
+            for nprobes, candidates in [(16, 100), (8, 200), (16, 200), (32, 200), (16, 300),
+                                        (8, 400), (16, 400), (32, 400), (64, 400), (16, 500)]:
                 store.ann_nprobes, store.ann_candidates = nprobes, candidates
                 rec = [recall_of(i, store.vector_search("bench", "code", q[i], 10)) for i in range(m)]
                 lat = timed(lambda i: store.vector_search("bench", "code", q[i], 10), m)
@@ -304,9 +305,10 @@ async def main() -> None:
               + (f", ANN build (background) {ann_s:.1f} s" if ann_s is not None else ""))
         cache = getattr(store, "matrix_cache_bytes", None)
         if building and isinstance(store, LanceStore):
-            sub, nprobes = ann_params(width)
+            sub, nprobes, candidates = ann_params(width)
             print(f"index   : IVF-PQ, {sub} sub-vectors of {width // sub} dims, nprobes "
-                  f"{store.ann_nprobes or nprobes}, {store.ann_candidates} candidates re-ranked")
+                  f"{store.ann_nprobes or nprobes}, {store.ann_candidates or candidates} "
+                  "candidates re-ranked")
         if during:
             print(f"window  : the build thread's exact copy was ready {copy_s:.1f} s after "
                   f"promotion; RSS {window_rss:.0f} MiB after the searches below")

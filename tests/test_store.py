@@ -95,12 +95,12 @@ def test_tables_over_the_cache_budget_use_an_ann_index(tmp_path):
 def test_ann_parameters_follow_the_vector_width():
     """Measured settings (docs/benchmarks.md): narrow vectors keep 4-dim PQ codes and 32
     probes (1M x 384), wide ones take 16-dim codes and 16 probes (200k x 2560)."""
-    assert ann_params(384) == (96, 32)
-    assert ann_params(1024) == (256, 32)
-    assert ann_params(2560) == (160, 16)
-    assert ann_params(4096) == (256, 16)
-    assert ann_params(1030) == (103, 16)  # no even 16-dim split: the next finer one
-    assert ann_params(32) == (8, 32)
+    assert ann_params(384) == (96, 32, 200)
+    assert ann_params(1024) == (256, 32, 200)
+    assert ann_params(2560) == (160, 16, 400)
+    assert ann_params(4096) == (256, 16, 400)
+    assert ann_params(1030) == (103, 16, 400)  # no even 16-dim split: the next finer one
+    assert ann_params(32) == (8, 32, 200)
 
 
 def _big_table(store, project="p", n=1200, width=32):

@@ -9,7 +9,7 @@ read) or `Slot.SHADOW` (a full re-index being built).
 
     store = LanceStore(root: Path, clearance: Clearance | None = None, *, clock=time.time,
                        matrix_cache_bytes=1 << 30, ann_min_rows=20_000, ann_nprobes=None,
-                       ann_candidates=200, ann_background=True, cache_idle_s=60.0)
+                       ann_candidates=None, ann_background=True, cache_idle_s=60.0)
     store.cache_stats -> CacheStats(hits, loads, bypassed)     # the matrix cache, LanceDB only
     store.ann_pending(project, table) -> bool; store.wait_for_ann(timeout) -> bool
     store = open_store(settings)   # fathom.index.backend: PostgreSQL if settings.store_url is postgresql://…, else LanceDB
@@ -755,6 +755,7 @@ ANN_NPROBES = 32
 # From this width on, vectors take the wide settings (measured at 2560-d, Qwen3-Embedding-4B's).
 ANN_WIDE = 1024
 ANN_WIDE_NPROBES = 16
+ANN_WIDE_CANDIDATES = 400
 # Rows the PQ search hands to an exact re-ranking on full vectors, whatever k is
 # (refine_factor = this / k). With 4-dim sub-vectors, at 200k x 384 in clusters of 2,000
 # rows (as dense as 1M in 500): recall@10 0.953 from 100 candidates, 0.998 from 300; with
@@ -766,8 +767,9 @@ ANN_CANDIDATES = 200
 CACHE_IDLE_S = 60.0
 
 
-def ann_params(width: int) -> tuple[int, int]:
-    """(PQ sub-vectors, partitions probed) for an IVF-PQ index on `width`-dim vectors.
+def ann_params(width: int) -> tuple[int, int, int]:
+    """(PQ sub-vectors, partitions probed, candidates re-ranked) for an IVF-PQ index on
+    `width`-dim vectors.
 
     Up to `ANN_WIDE` dims: sub-vectors of 4 dims and 32 probes (1M x 384: 96 codes per vector
     order clustered neighbours well enough that re-ranking 200 candidates gives recall@10
@@ -776,10 +778,11 @@ def ann_params(width: int) -> tuple[int, int]:
     more than 384-d gets; 4-dim ones (640 codes) cost a 35-minute build at 200k x 2560 and a
     4x wider scan per probed row for the same recall (1.000), and 16 probes found the same
     neighbours as 32 at 200k x 2560."""
-    dims, nprobes = (4, ANN_NPROBES) if width <= ANN_WIDE else (16, ANN_WIDE_NPROBES)
+    dims, nprobes, candidates = ((4, ANN_NPROBES, ANN_CANDIDATES) if width <= ANN_WIDE
+                                 else (16, ANN_WIDE_NPROBES, ANN_WIDE_CANDIDATES))
     # PQ needs sub-vectors that split the width evenly: at least width / dims of them.
     sub = next(s for s in range(max(1, width // dims), width + 1) if width % s == 0)
-    return sub, nprobes
+    return sub, nprobes, candidates
 
 
 @dataclass
@@ -836,7 +839,7 @@ class LanceStore(Store):
     def __init__(self, root: Path | str, clearance: Clearance | None = None, *,
                  clock: Callable[[], float] = time.time, matrix_cache_bytes: int = 1 << 30,
                  ann_min_rows: int = 20_000, ann_nprobes: int | None = None,
-                 ann_candidates: int = ANN_CANDIDATES, ann_background: bool = True,
+                 ann_candidates: int | None = None, ann_background: bool = True,
                  cache_idle_s: float = CACHE_IDLE_S):
         super().__init__(clearance, clock=clock)
         import lancedb  # local: keeps `import fathom` light for CLIs that never open a store
@@ -849,7 +852,7 @@ class LanceStore(Store):
             raise ConfigError(f"matrix_cache_bytes must be 0 or more, got {matrix_cache_bytes}")
         self.matrix_cache_bytes = matrix_cache_bytes
         self.ann_min_rows = ann_min_rows
-        self.ann_nprobes = ann_nprobes  # None: by the table's width (`ann_params`)
+        self.ann_nprobes = ann_nprobes  # None (both): by the table's width (`ann_params`)
         self.ann_candidates = ann_candidates
         self.ann_background = ann_background
         self.cache_idle_s = cache_idle_s
@@ -1278,7 +1281,7 @@ class LanceStore(Store):
         try:
             tbl = self._table(project, name)
             # The sub-vectors by width (`ann_params`); the partition count is LanceDB's own.
-            sub, _ = ann_params(tbl.schema.field("vector").type.list_size)
+            sub, _, _ = ann_params(tbl.schema.field("vector").type.list_size)
             with self._ann_slots:  # one build at a time: each one takes the cores it finds
                 tbl.create_index("vector",
                                  config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
@@ -1645,10 +1648,10 @@ class LanceStore(Store):
             if hits is not None:
                 return hits
         self._ensure_ann(project, tbl)
-        nprobes = self.ann_nprobes or ann_params(len(q))[1]
+        _, nprobes, candidates = ann_params(len(q))
         search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
-                  .nprobes(nprobes)
-                  .refine_factor(max(1, -(-self.ann_candidates // k))))
+                  .nprobes(self.ann_nprobes or nprobes)
+                  .refine_factor(max(1, -(-(self.ann_candidates or candidates) // k))))
         if where is not None:
             search = search.where(where.lance_sql(), prefilter=True)
         res = search.limit(k).select([*_HIT_COLUMNS, "_distance"]).to_arrow()
