@@ -769,15 +769,16 @@ CACHE_IDLE_S = 60.0
 
 def ann_params(width: int) -> tuple[int, int, int]:
     """(PQ sub-vectors, partitions probed, candidates re-ranked) for an IVF-PQ index on
-    `width`-dim vectors.
+    `width`-dim vectors, from measurements on clustered vectors (docs/benchmarks.md).
 
-    Up to `ANN_WIDE` dims: sub-vectors of 4 dims and 32 probes (1M x 384: 96 codes per vector
-    order clustered neighbours well enough that re-ranking 200 candidates gives recall@10
-    0.987; 16-dim sub-vectors left it at 0.70 from 500). Wider: sub-vectors of 16 dims and 16
-    probes. What PQ's ranking needs is enough codes per vector, and 2560 / 16 = 160 codes is
-    more than 384-d gets; 4-dim ones (640 codes) cost a 35-minute build at 200k x 2560 and a
-    4x wider scan per probed row for the same recall (1.000), and 16 probes found the same
-    neighbours as 32 at 200k x 2560."""
+    Up to `ANN_WIDE` dims: sub-vectors of 4 dims, 32 probes, 200 candidates (1M x 384: recall@10
+    0.987, 21.6 ms; 16-dim sub-vectors left recall at 0.70 even from 500 candidates). Wider:
+    sub-vectors of 16 dims, 16 probes, 400 candidates. At 200k x 2560, 4-dim sub-vectors (640
+    codes a vector) took a 35-minute build and 76 ms p50; 16-dim ones build in a fraction of
+    that (161 s at 50k, where 8-dim ones had not finished in 14 min) and scan a quarter of the
+    codes per row, but rank more coarsely: recall@10 0.82 from 200 candidates, 0.95 from 300,
+    1.00 from 500. Probes changed latency, not recall (8 to 64 probes: same recall; 17, 30, 59
+    ms at 8, 16, 32 probes)."""
     dims, nprobes, candidates = ((4, ANN_NPROBES, ANN_CANDIDATES) if width <= ANN_WIDE
                                  else (16, ANN_WIDE_NPROBES, ANN_WIDE_CANDIDATES))
     # PQ needs sub-vectors that split the width evenly: at least width / dims of them.
