@@ -94,14 +94,15 @@ on their full vectors (refine_factor = candidates / k). `promote`/`refresh` star
 a background thread after the switch (minutes at a million rows). Meanwhile a new table is
 searched exactly over a memory-mapped copy of its vectors that the build thread writes first
 (`fathom.index.window`: ~0.12 s at 1M x 384 against ~4.5 s for LanceDB's flat scan; tied to the
-table's Lance version, dropped on any write and when the build ends); a refreshed table keeps
-its previous index plus a flat scan of newer rows. A searcher that finds a big table without its
-index starts the build itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md. Keyword
-search is LanceDB's native full-text index (`FTS`, offline; the tantivy variant is not used),
-created with each table and folded forward by `promote`/`refresh` (`optimize`); rows written
-since are still found (LanceDB searches unindexed rows flat). The cache is invalidated by a
-generation number in state.json that every write to the active slot bumps (and a finished ANN
-build), so a server process sees writes made by a CLI process.
+table's Lance version, dropped on any write and when the build ends; a filtered search goes to
+LanceDB); a refreshed table keeps its previous index plus a flat scan of newer rows. A searcher
+that finds a big table without its index starts the build itself. Figures at 1M x 384 and 200k x
+2560: docs/benchmarks.md. Keyword search is LanceDB's native full-text index (`FTS`, offline;
+the tantivy variant is not used), created with each table and folded forward by
+`promote`/`refresh` (`optimize`); rows written since are still found (LanceDB searches unindexed
+rows flat). The cache is invalidated by a generation number in state.json that every write to
+the active slot bumps (and a finished ANN build), so a server process sees writes made by a CLI
+process.
 
 What it refuses to do: embed anything (vectors come from the caller), decide who is cleared
 (the injected `Clearance` decides; the default clears only the space's reference encoder),
