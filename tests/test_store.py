@@ -9,6 +9,7 @@ import numpy as np
 from fathom.index.store import (
     LanceStore,
     Slot,
+    ann_params,
     validate_vectors,
 )
 from fathom.space import Provenance, Space
@@ -91,6 +92,17 @@ def test_tables_over_the_cache_budget_use_an_ann_index(tmp_path):
     assert np.mean(recalls) >= 0.9
 
 
+def test_ann_parameters_follow_the_vector_width():
+    """Measured settings (docs/benchmarks.md): narrow vectors keep 4-dim PQ codes and 32
+    probes (1M x 384), wide ones take 16-dim codes and 16 probes (200k x 2560)."""
+    assert ann_params(384) == (96, 32, 200)
+    assert ann_params(1024) == (256, 32, 200)
+    assert ann_params(2560) == (160, 16, 400)
+    assert ann_params(4096) == (256, 16, 400)
+    assert ann_params(1030) == (103, 16, 400)  # no even 16-dim split: the next finer one
+    assert ann_params(32) == (8, 32, 200)
+
+
 def _big_table(store, project="p", n=1200, width=32):
     space = Space("code", "m", width, "local:m")
     chunks = make_chunks(n, prefix=project)
@@ -132,6 +144,105 @@ def test_the_ann_index_is_built_after_promotion_while_exact_search_serves(tmp_pa
     assert [i.index_type for i in _vector_indexes(store)] == ["IvfPq"]
     # The generation moved, so searchers in other processes reopen the table with its index.
     assert store._active("p", "code")[1] == generation + 1
+
+
+def _held_store(tmp_path):
+    """A store whose background ANN build waits for `gate` once `started` (its exact copy
+    for the build window is written by then)."""
+    import threading
+
+    store = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
+    started, gate = threading.Event(), threading.Event()
+    build = store._build_ann
+
+    def held_build(project, name):
+        started.set()
+        gate.wait(60)
+        build(project, name)
+
+    store._build_ann = held_build
+    return store, started, gate
+
+
+def _lance_vector_calls(store, project="p"):
+    """Spy on the active handle's LanceDB vector queries: the list fills as they are made."""
+    tbl = store._table(project, store._active(project, "code")[0])
+    calls, search = [], tbl.search
+
+    def spy(query=None, *args, **kwargs):
+        if query is not None and not isinstance(query, str):
+            calls.append(query)
+        return search(query, *args, **kwargs)
+
+    tbl.search = spy
+    return calls
+
+
+def test_the_build_window_is_served_exactly_from_a_mapped_copy_then_by_the_index(tmp_path):
+    from fathom.index.verify import check_project
+
+    store, started, gate = _held_store(tmp_path)
+    try:
+        chunks, vecs = _big_table(store)
+        assert started.wait(60) and store.ann_pending("p", "code")
+        name = store._active("p", "code")[0]
+        copy = tmp_path / "projects" / "p" / ".exact" / name
+        assert (copy / "vectors.npy").is_file() and store.window_stats.written == 1
+        lance = _lance_vector_calls(store)
+        for served, qi in enumerate((3, 500, 1100), 1):
+            exact = np.argsort(-(vecs @ vecs[qi]), kind="stable")[:10]
+            hits = store.vector_search("p", "code", vecs[qi], 10)
+            assert [h.chunk_id for h in hits] == [chunks[i].chunk_id for i in exact]
+            assert [h.path for h in hits] == [chunks[i].path for i in exact]
+            np.testing.assert_allclose([h.score for h in hits], vecs[exact] @ vecs[qi],
+                                       atol=1e-5)
+            assert store.window_stats.served == served
+        assert lance == []  # not one query reached LanceDB's flat scan
+        # A filtered search is LanceDB's (the copy holds no filter columns).
+        from fathom.index.filters import SearchFilter
+        store.vector_search("p", "code", vecs[3], 5, where=SearchFilter(language="python"))
+        assert len(lance) == 1 and store.window_stats.served == 3
+        # The copy is no table: verify and garbage collection leave it be.
+        assert check_project(store, "p").problems == []
+        store._collect_garbage("p")
+        assert (copy / "vectors.npy").is_file()
+        gate.set()
+        assert store.wait_for_ann(timeout=120) and not copy.exists()
+        assert [i.index_type for i in _vector_indexes(store)] == ["IvfPq"]
+        lance = _lance_vector_calls(store)
+        assert store.vector_search("p", "code", vecs[3], 10)[0].chunk_id == chunks[3].chunk_id
+        assert len(lance) == 1 and store.window_stats.served == 3  # the ANN path now
+        assert not copy.exists() and store.window_stats.dropped == 0
+        # A refresh rebuilds the index while the previous one serves: no copy is made.
+        store.refresh("p", "code")
+        assert store.wait_for_ann(timeout=120) and store.window_stats.written == 1
+    finally:
+        gate.set()
+        store.wait_for_ann(timeout=120)
+
+
+def test_a_write_during_the_build_window_drops_the_copy(tmp_path):
+    store, started, gate = _held_store(tmp_path)
+    try:
+        chunks, vecs = _big_table(store)
+        assert started.wait(60)
+        name = store._active("p", "code")[0]
+        assert store.vector_search("p", "code", vecs[0], 10)[0].chunk_id == chunks[0].chunk_id
+        assert store.window_stats.served == 1
+        # Another process writes a new row: the copy is of an older version from then on.
+        other = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=10**9)
+        new = make_chunks(1, prefix="fresh")
+        fresh = clustered(1, width=32, seed=99)
+        other.write("p", "code", new, fresh, Provenance("local:m", None))
+        lance = _lance_vector_calls(store)
+        hits = store.vector_search("p", "code", fresh[0], 10)
+        assert hits[0].chunk_id == new[0].chunk_id
+        assert len(lance) == 1 and store.window_stats.served == 1
+        assert store.window_stats.dropped == 1
+        assert not (tmp_path / "projects" / "p" / ".exact" / name).exists()
+    finally:
+        gate.set()
+        store.wait_for_ann(timeout=120)
 
 
 def test_a_big_table_left_without_its_ann_index_gets_one_from_the_next_searcher(tmp_path):

@@ -8,8 +8,8 @@ Everything below is a *blocking* call (LanceDB is synchronous); async callers wr
 read) or `Slot.SHADOW` (a full re-index being built).
 
     store = LanceStore(root: Path, clearance: Clearance | None = None, *, clock=time.time,
-                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000, ann_nprobes=32,
-                       ann_candidates=500, ann_background=True, cache_idle_s=60.0)
+                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000, ann_nprobes=None,
+                       ann_candidates=None, ann_background=True, cache_idle_s=60.0)
     store.cache_stats -> CacheStats(hits, loads, bypassed)     # the matrix cache, LanceDB only
     store.ann_pending(project, table) -> bool; store.wait_for_ann(timeout) -> bool
     store = open_store(settings)   # fathom.index.backend: PostgreSQL if settings.store_url is postgresql://…, else LanceDB
@@ -88,17 +88,21 @@ hand at 50k x 384-d on the shared 2-core machine *under load average ~6*: matmul
 ms, store `vector_search` within ~3 ms of the raw matmul, `text_search` 11-15 ms,
 `hybrid_search` (both halves in parallel) p50 ~26 ms; loading the cache once after a change
 ~0.8 s. Tables too big for the cache are searched through LanceDB with an IVF-PQ index from
-`ann_min_rows` rows on, probing `ann_nprobes` partitions and re-ranking `ann_candidates`
-rows on their full vectors (refine_factor = candidates / k). `promote`/`refresh` start that
-build in a background thread after the switch (minutes at a million rows; LanceDB answers
-exactly by a flat scan meanwhile, or with the previous index plus a flat scan of newer rows
-on a refreshed table); a searcher that finds a big table without its index starts the build
-itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md. Keyword search is LanceDB's
-native full-text index (`FTS`, offline; the tantivy variant is not used), created with each
-table and folded forward by `promote`/`refresh` (`optimize`); rows written since are still
-found (LanceDB searches unindexed rows flat). The cache is invalidated by a generation number
-in state.json that every write to the active slot bumps (and a finished ANN build), so a
-server process sees writes made by a CLI process.
+`ann_min_rows` rows on, probing `ann_nprobes` partitions (by default by width: 32 up to 1024-d,
+16 beyond, see `ann_params`, which also sizes the PQ codes) and re-ranking `ann_candidates` rows
+on their full vectors (refine_factor = candidates / k). `promote`/`refresh` start that build in
+a background thread after the switch (minutes at a million rows). Meanwhile a new table is
+searched exactly over a memory-mapped copy of its vectors that the build thread writes first
+(`fathom.index.window`: ~0.12 s at 1M x 384 against ~4.5 s for LanceDB's flat scan; tied to the
+table's Lance version, dropped on any write and when the build ends; a filtered search goes to
+LanceDB); a refreshed table keeps its previous index plus a flat scan of newer rows. A searcher
+that finds a big table without its index starts the build itself. Figures at 1M x 384 and 200k x
+2560: docs/benchmarks.md. Keyword search is LanceDB's native full-text index (`FTS`, offline;
+the tantivy variant is not used), created with each table and folded forward by
+`promote`/`refresh` (`optimize`); rows written since are still found (LanceDB searches unindexed
+rows flat). The cache is invalidated by a generation number in state.json that every write to
+the active slot bumps (and a finished ANN build), so a server process sees writes made by a CLI
+process.
 
 What it refuses to do: embed anything (vectors come from the caller), decide who is cleared
 (the injected `Clearance` decides; the default clears only the space's reference encoder),
@@ -145,6 +149,7 @@ from fathom.errors import (
 )
 from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
+from fathom.index.window import MappedMatrix, StaleCopy, WindowStats
 from fathom.space import Clearance, Provenance, ReferenceOnlyClearance, Space
 
 log = logging.getLogger(__name__)
@@ -744,9 +749,14 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-# The ANN path (tables too big for the matrix cache). Measured at 1M x 384 on clustered
-# vectors (docs/benchmarks.md): see `_build_ann` for the index and these for the search.
+# The ANN path (tables too big for the matrix cache), chosen by vector width from
+# measurements on clustered vectors (docs/benchmarks.md): `ann_params` for the index and the
+# probes, these for the rest.
 ANN_NPROBES = 32
+# From this width on, vectors take the wide settings (measured at 2560-d, Qwen3-Embedding-4B's).
+ANN_WIDE = 1024
+ANN_WIDE_NPROBES = 16
+ANN_WIDE_CANDIDATES = 400
 # Rows the PQ search hands to an exact re-ranking on full vectors, whatever k is
 # (refine_factor = this / k). With 4-dim sub-vectors, at 200k x 384 in clusters of 2,000
 # rows (as dense as 1M in 500): recall@10 0.953 from 100 candidates, 0.998 from 300; with
@@ -756,6 +766,25 @@ ANN_CANDIDATES = 200
 # table: a search over more projects than the cache holds then serves the overflow through
 # LanceDB instead of evicting (and reloading) the hot tables on every query.
 CACHE_IDLE_S = 60.0
+
+
+def ann_params(width: int) -> tuple[int, int, int]:
+    """(PQ sub-vectors, partitions probed, candidates re-ranked) for an IVF-PQ index on
+    `width`-dim vectors, from measurements on clustered vectors (docs/benchmarks.md).
+
+    Up to `ANN_WIDE` dims: sub-vectors of 4 dims, 32 probes, 200 candidates (1M x 384: recall@10
+    0.987, 21.6 ms; 16-dim sub-vectors left recall at 0.70 even from 500 candidates). Wider:
+    sub-vectors of 16 dims, 16 probes, 400 candidates. At 200k x 2560, 4-dim sub-vectors (640
+    codes a vector) took a 35-minute build and 76 ms p50; 16-dim ones build in a fraction of
+    that (161 s at 50k, where 8-dim ones had not finished in 14 min) and scan a quarter of the
+    codes per row, but rank more coarsely: recall@10 0.82 from 200 candidates, 0.95 from 300,
+    1.00 from 500. Probes changed latency, not recall (8 to 64 probes: same recall; 17, 30, 59
+    ms at 8, 16, 32 probes)."""
+    dims, nprobes, candidates = ((4, ANN_NPROBES, ANN_CANDIDATES) if width <= ANN_WIDE
+                                 else (16, ANN_WIDE_NPROBES, ANN_WIDE_CANDIDATES))
+    # PQ needs sub-vectors that split the width evenly: at least width / dims of them.
+    sub = next(s for s in range(max(1, width // dims), width + 1) if width % s == 0)
+    return sub, nprobes, candidates
 
 
 @dataclass
@@ -811,8 +840,8 @@ class LanceStore(Store):
 
     def __init__(self, root: Path | str, clearance: Clearance | None = None, *,
                  clock: Callable[[], float] = time.time, matrix_cache_bytes: int = 1 << 30,
-                 ann_min_rows: int = 20_000, ann_nprobes: int = ANN_NPROBES,
-                 ann_candidates: int = ANN_CANDIDATES, ann_background: bool = True,
+                 ann_min_rows: int = 20_000, ann_nprobes: int | None = None,
+                 ann_candidates: int | None = None, ann_background: bool = True,
                  cache_idle_s: float = CACHE_IDLE_S):
         super().__init__(clearance, clock=clock)
         import lancedb  # local: keeps `import fathom` light for CLIs that never open a store
@@ -825,7 +854,7 @@ class LanceStore(Store):
             raise ConfigError(f"matrix_cache_bytes must be 0 or more, got {matrix_cache_bytes}")
         self.matrix_cache_bytes = matrix_cache_bytes
         self.ann_min_rows = ann_min_rows
-        self.ann_nprobes = ann_nprobes
+        self.ann_nprobes = ann_nprobes  # None (both): by the table's width (`ann_params`)
         self.ann_candidates = ann_candidates
         self.ann_background = ann_background
         self.cache_idle_s = cache_idle_s
@@ -834,6 +863,9 @@ class LanceStore(Store):
         self._ann_ready: set[tuple[str, str]] = set()
         self._ann_slots = threading.Semaphore(1)
         self._ann_failed: set[tuple[str, str]] = set()
+        # (slug, lance name) -> the exact copy searched while that table's ANN index builds
+        self._windows: dict[tuple[str, str], MappedMatrix] = {}
+        self.window_stats = WindowStats()
         self._meta_row_bytes = 0  # the largest hit-column bytes per row seen (see _matrix)
         self._mutex = threading.RLock()
         self._dbs: dict[str, Any] = {}
@@ -1151,9 +1183,9 @@ class LanceStore(Store):
             tbl.create_index("keywords", config=_fts_config(), replace=True)
         if self._needs_ann(tbl):
             # Too big for the in-memory matrix. The ANN index takes minutes at a million rows,
-            # so it is built after the switch, in the background: meanwhile LanceDB answers
-            # exactly (a flat scan) on a new table, or with the previous index plus a flat
-            # scan of the rows added since on a refreshed one.
+            # so it is built after the switch, in the background: meanwhile a new table is
+            # answered exactly from a memory-mapped copy (`_open_window`), a refreshed one by
+            # its previous index plus a flat scan of the rows added since.
             self._ann_later(project, name)
 
     def _needs_ann(self, tbl: Any, *, uncached: bool = False) -> bool:
@@ -1175,10 +1207,74 @@ class LanceStore(Store):
             job = self._ann_jobs.get(key)
             if job is not None and job.is_alive():
                 return
-            job = threading.Thread(target=self._build_ann, args=(project, name), daemon=True,
-                                   name=f"fathom-ann-{name}")
+            job = threading.Thread(target=self._build_in_background, args=(project, name),
+                                   daemon=True, name=f"fathom-ann-{name}")
             self._ann_jobs[key] = job
         job.start()
+
+    def _build_in_background(self, project: str, name: str) -> None:
+        """The background build: an exact memory-mapped copy serves the table's searches
+        until the index exists (see `fathom.index.window`), then goes."""
+        key = (self.slug(project), name)
+        try:
+            self._open_window(project, name)
+            self._build_ann(project, name)
+        finally:
+            self._close_window(key)
+
+    def _window_dir(self, project: str, name: str) -> Path:
+        # A hidden folder beside the tables: LanceDB lists `*.lance` folders only, and so
+        # do `store verify` and its repairs.
+        return self._dir(project) / ".exact" / name
+
+    def _open_window(self, project: str, name: str) -> None:
+        """Copy a table without a vector index for the build window. A refreshed table
+        keeps its previous index meanwhile (LanceDB scans only the rows added since), so it
+        gets no copy; nor does one whose copy fails (disk full): LanceDB's flat scan serves."""
+        try:
+            tbl = self._table(project, name)
+            if any(i.columns == ["vector"] for i in tbl.list_indices()):
+                return
+            window = MappedMatrix.write(self._window_dir(project, name), tbl)
+        except (StaleCopy, OSError, RuntimeError, ValueError) as exc:
+            log.info("no exact copy of %s of %s for its ANN build: %s", name, project,
+                     _short(exc))
+            return
+        with self._mutex:
+            self._windows[(self.slug(project), name)] = window
+            self.window_stats.written += 1
+
+    def _close_window(self, key: tuple[str, str], *, stale: bool = False) -> None:
+        with self._mutex:
+            window = self._windows.pop(key, None)
+            if window is not None and stale:
+                self.window_stats.dropped += 1
+        if window is not None:
+            window.remove()
+
+    def _window_search(self, project: str, table: str, tbl: Any, q: np.ndarray,
+                       k: int) -> list[Hit] | None:
+        """The exact top k from the table's build-window copy, or None when it has none
+        current: a copy of an older version (written to since) is dropped, never served."""
+        key = (self.slug(project), tbl.name)
+        window = self._windows.get(key)
+        if window is None:
+            return None
+        if tbl.version != window.version:
+            self._close_window(key, stale=True)
+            return None
+        rows, scores = window.top(q, k)
+        row_ids = window.row_ids[rows]
+        res = (tbl.take_row_ids(row_ids.tolist()).with_row_id()
+               .select(_HIT_COLUMNS).to_arrow())
+        where = {int(r): i for i, r in enumerate(res["_rowid"].to_pylist())}
+        if len(where) != len(row_ids) or any(int(r) not in where for r in row_ids):
+            self._close_window(key, stale=True)  # the rows moved: no longer this version
+            return None
+        res = res.take(pa.array([where[int(r)] for r in row_ids]))
+        with self._mutex:
+            self.window_stats.served += 1
+        return self._hits_from(res, table, scores.tolist(), "vector")
 
     def _build_ann(self, project: str, name: str) -> None:
         from lancedb.index import IvfPq
@@ -1186,12 +1282,8 @@ class LanceStore(Store):
         key = (self.slug(project), name)
         try:
             tbl = self._table(project, name)
-            width = tbl.schema.field("vector").type.list_size
-            # Sub-vectors of 4 dims: PQ's ranking is then close enough for a re-ranking of a
-            # few hundred candidates to restore recall (16-dim ones left recall@10 at 0.70
-            # from 500 candidates at 1M x 384). The partition count is LanceDB's own.
-            sub = next((s for s in (width // 4, width // 8, width // 16)
-                        if s and width % s == 0), 1)
+            # The sub-vectors by width (`ann_params`); the partition count is LanceDB's own.
+            sub, _, _ = ann_params(tbl.schema.field("vector").type.list_size)
             with self._ann_slots:  # one build at a time: each one takes the cores it finds
                 tbl.create_index("vector",
                                  config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
@@ -1234,6 +1326,11 @@ class LanceStore(Store):
         for name in names:
             if name not in live:
                 self._drop(project, name)
+        # Build-window copies of tables no longer live (a process stopped mid-build); a
+        # live table's copy is replaced by its next build and removed when that ends.
+        for folder in (self._dir(project) / ".exact").glob("*"):
+            if folder.name.removesuffix(".part") not in live:
+                shutil.rmtree(folder, ignore_errors=True)
 
     # ---- writes
 
@@ -1548,10 +1645,15 @@ class LanceStore(Store):
             top = top[np.argsort(-scores[top], kind="stable")]
             return self._hits_from(cached.meta.take(pa.array(rows[top])), table,
                                    scores[top].tolist(), "vector")
+        if where is None:
+            hits = self._window_search(project, table, tbl, q, k)
+            if hits is not None:
+                return hits
         self._ensure_ann(project, tbl)
+        _, nprobes, candidates = ann_params(len(q))
         search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
-                  .nprobes(self.ann_nprobes)
-                  .refine_factor(max(1, -(-self.ann_candidates // k))))
+                  .nprobes(self.ann_nprobes or nprobes)
+                  .refine_factor(max(1, -(-(self.ann_candidates or candidates) // k))))
         if where is not None:
             search = search.where(where.lance_sql(), prefilter=True)
         res = search.limit(k).select([*_HIT_COLUMNS, "_distance"]).to_arrow()
@@ -1561,7 +1663,7 @@ class LanceStore(Store):
     def _ensure_ann(self, project: str, tbl: Any) -> None:
         """A table searched through LanceDB without an ANN index (the process that promoted
         it stopped before the build finished, or the cache had no room for it) gets one built
-        here, in the background; LanceDB answers exactly meanwhile."""
+        here, in the background (served exactly meanwhile, see `_build_in_background`)."""
         key = (self.slug(project), tbl.name)
         if key in self._ann_ready or key in self._ann_failed:
             return
@@ -1677,6 +1779,8 @@ class LanceStore(Store):
                 del self._tables[key]
             for key in [k for k in self._matrices if k[0] == slug]:
                 del self._matrices[key]
+            for key in [k for k in self._windows if k[0] == slug]:
+                del self._windows[key]  # its files go with the folder below
             # state.json goes first: from that instant the project is unknown to readers.
             self._state_path(project).unlink(missing_ok=True)
             shutil.rmtree(self._dir(project), ignore_errors=True)
@@ -1732,6 +1836,10 @@ class LanceStore(Store):
         return out
 
     def close(self) -> None:
+        with self._mutex:
+            windows = list(self._windows)
+        for key in windows:
+            self._close_window(key)
         with self._mutex:
             self._matrices.clear()
             self._tables.clear()
