@@ -116,7 +116,8 @@ async def one(chunks: int, window: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", default="200000", help="a size, or sizes separated by commas")
-    ap.add_argument("--window", type=int, default=WINDOW, help="chunks planned and embedded at a time")
+    ap.add_argument("--window", type=int, default=WINDOW,
+                    help="chunks planned and embedded at a time")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: one size
     args = ap.parse_args()
     sizes = [int(n) for n in args.chunks.split(",")]

@@ -86,7 +86,8 @@ def write_corpus(root: Path) -> None:
         (root / f"pkg{f // 20}" / f"mod_{f:02d}.py").write_text(body)
     for d in range(3):
         (root / f"pkg{d}" / "README.md").write_text(
-            f"# Package {d}\n\nSteps that scale a value.\n\n## Usage\n\nCall step {d} with a value.\n")
+            f"# Package {d}\n\nSteps that scale a value.\n\n"
+            f"## Usage\n\nCall step {d} with a value.\n")
 
 
 @pytest.fixture
@@ -124,7 +125,8 @@ async def test_a_project_twenty_windows_long_is_indexed_a_window_at_a_time(
     # walked (this corpus is uniform: within a fifth of the truth), then exact at the end.
     embedding = [e for e in events if e.phase == "embedding"]
     early = [e for e in embedding if 0 < e.chunks_done <= report.chunks // 4]
-    assert early and all(abs(e.chunks_total - report.chunks) <= report.chunks // 5 for e in early), [(e.chunks_done, e.chunks_total) for e in early]
+    seen = [(e.chunks_done, e.chunks_total) for e in early]
+    assert early and all(abs(t - report.chunks) <= report.chunks // 5 for _, t in seen), seen
     assert any(e.eta_s is not None and e.chunks_done < e.chunks_total for e in early)
     assert embedding[-1].chunks_done == embedding[-1].chunks_total == report.embedded
 

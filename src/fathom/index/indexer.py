@@ -552,7 +552,8 @@ class Indexer:
             plan = _Plan(table, space, Slot.SHADOW, shadow=True)
             # Vectors of unchanged text come over from the active table of the same space.
             if active == space:
-                plan.stored = {e.content_hash for e in self.store.manifest(project, table, Slot.ACTIVE)}
+                plan.stored = {e.content_hash
+                               for e in self.store.manifest(project, table, Slot.ACTIVE)}
             if active is not None:
                 self._open(job, plan)
             return plan
@@ -560,7 +561,8 @@ class Indexer:
         self.store.open_table(project, table, space)
         plan = _Plan(table, space, Slot.ACTIVE, shadow=False, opened=True)
         plan.texts = set()
-        plan.have = {e.chunk_id: e.content_hash for e in self.store.manifest(project, table, Slot.ACTIVE)}
+        plan.have = {e.chunk_id: e.content_hash
+                     for e in self.store.manifest(project, table, Slot.ACTIVE)}
         plan.stored = set(plan.have.values())
         return plan
 
@@ -568,7 +570,8 @@ class Indexer:
         shadow = self.store.begin_shadow(job.project, plan.table, plan.space)
         plan.opened, plan.resumed = True, shadow.resumed
         if shadow.resumed:
-            plan.have = dict.fromkeys(self.store.chunk_ids(job.project, plan.table, Slot.SHADOW), "")
+            ids = self.store.chunk_ids(job.project, plan.table, Slot.SHADOW)
+            plan.have = dict.fromkeys(ids, "")
 
     def _admit(self, job: Job, plan: _Plan, chunks: list[Chunk]) -> list[Chunk]:
         """One window's chunks of a table: the new ones (each chunk id once per run) not already
@@ -743,7 +746,8 @@ class _Run:
             if got:
                 await job.checkpoint()
                 todo[table] = await asyncio.to_thread(ix._admit, job, self.plans[table], got)
-        self.walked(found, share, **({"phase": "reusing vectors"} if self.carried > carried else {}))
+        reusing = {"phase": "reusing vectors"} if self.carried > carried else {}
+        self.walked(found, share, **reusing)
         for table, rows in todo.items():
             if not rows:
                 continue

@@ -39,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pathspec
 
@@ -403,21 +404,13 @@ def survey(
     return Survey(root, candidates, result, max_file_bytes)
 
 
-def walk(
-    root: Path,
-    *,
-    max_file_bytes: int = MAX_FILE_BYTES,
-    extra_ignores: Iterable[str] = (),
-    include: Iterable[str] = (),
-    selection: Selection | None = None,
-    cancel: threading.Event | None = None,
-) -> WalkResult:
+def walk(root: Path, *, cancel: threading.Event | None = None, **options: Any) -> WalkResult:
     """Every indexable file under `root`, sorted by path, with skipped files counted and
-    skipped folders named: `survey`, then every file read (all held at once: an indexer
-    streams through `Survey.files` instead). Stops with `WalkCancelled` once `cancel` is set.
+    skipped folders named: `survey` (with its `options`), then every file read, all held at
+    once (an index job streams them instead: `indexer.Discovery`). Stops with `WalkCancelled` once
+    `cancel` is set.
     """
-    listed = survey(root, max_file_bytes=max_file_bytes, extra_ignores=extra_ignores,
-                    include=include, selection=selection, cancel=cancel)
+    listed = survey(root, cancel=cancel, **options)
     result = listed.result
     result.files.extend(listed.files(cancel))
     result.decoded_with_replacement.sort()
