@@ -18,8 +18,8 @@ from fathom.index.store import LanceStore, Slot
 from fathom.inference.provider import Provider
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
-WINDOW = 50
-FILES = 60
+WINDOW = 25
+FILES = 30
 PER_FILE = 20  # functions per file: one code chunk each
 
 
@@ -82,8 +82,8 @@ def write_corpus(root: Path) -> None:
         body = "\n\n".join(
             f"def step_{f}_{j}(value):\n    total = value * {j} + {f}\n    return total - {j % 5}\n"
             for j in range(PER_FILE))
-        (root / f"pkg{f // 20}").mkdir(parents=True, exist_ok=True)
-        (root / f"pkg{f // 20}" / f"mod_{f:02d}.py").write_text(body)
+        (root / f"pkg{f // 10}").mkdir(parents=True, exist_ok=True)
+        (root / f"pkg{f // 10}" / f"mod_{f:02d}.py").write_text(body)
     for d in range(3):
         (root / f"pkg{d}" / "README.md").write_text(
             f"# Package {d}\n\nSteps that scale a value.\n\n"
@@ -97,7 +97,7 @@ def store(tmp_path: Path) -> LanceStore:
     s.close()
 
 
-async def test_a_project_twenty_windows_long_is_indexed_a_window_at_a_time(
+async def test_a_project_24_windows_long_is_indexed_a_window_at_a_time(
         tmp_path, store, local_encoder):  # noqa: F811
     root = tmp_path / "proj"
     write_corpus(root)
@@ -135,7 +135,7 @@ async def test_a_project_twenty_windows_long_is_indexed_a_window_at_a_time(
     # content, not embedded), one function changed.
     (root / "pkg0" / "mod_01.py").unlink()
     (root / "pkg0" / "mod_02.py").rename(root / "pkg2" / "zz_moved.py")
-    last = root / "pkg2" / "mod_59.py"
+    last = root / "pkg2" / "mod_29.py"
     last.write_text(last.read_text().replace("return total - 4", "return total + 40", 1))
     watched = Watched()
     encoder = watched.encoder(local_encoder)
