@@ -43,7 +43,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
-import dataclasses
+import functools
 import importlib
 import importlib.util
 import os
@@ -402,14 +402,17 @@ def code_only(fathom: Fathom) -> None:
 
     def indexer() -> indexer_mod.Indexer:
         ix = build()
-        ix.discover = lambda root, **kw: _code_chunks(indexer_mod.discover(root, **kw))
+        ix.discover = functools.partial(_CodeOnly, *ix.discover.args, **ix.discover.keywords)
         return ix
 
     fathom.indexer = indexer  # type: ignore[method-assign]
 
 
-def _code_chunks(found: indexer_mod.Discovered) -> indexer_mod.Discovered:
-    return dataclasses.replace(found, chunks=[c for c in found.chunks if c.table == "code"])
+class _CodeOnly(indexer_mod.Discovery):
+    """The project's code chunks only, streamed like every index job's."""
+
+    def __iter__(self):
+        return (c for c in super().__iter__() if c.table == "code")
 
 
 async def index(fathom: Fathom, root: Path, project: str) -> tuple[int, float]:

@@ -56,7 +56,7 @@ from fathom.index.results import (
     skipped_note,
 )
 from fathom.index.indexer import (
-    IndexProgress, IndexReport, Indexer, Job, JobState, discover, space_for,
+    Discovery, IndexProgress, IndexReport, Indexer, Job, JobState, space_for,
 )
 from fathom.index.store import (
     TABLE_KINDS,
@@ -366,7 +366,7 @@ class Fathom:
         batch = getattr(self.encoder, "batch_size", self.settings.local_batch_size)
         return Indexer(self.store, self.encoder, batch_size=batch, clock=self.clock,
                        runner=self._runner, provenance=self.provenance, space_of=self.space,
-                       discover_fn=functools.partial(discover, include=tuple(include),
+                       discover_fn=functools.partial(Discovery, include=tuple(include),
                                                      extra_ignores=tuple(extra_ignores)),
                        refused_roots=self.settings.refused_roots)
 

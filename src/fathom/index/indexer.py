@@ -10,6 +10,13 @@ What this module owns: the order of an indexing run and its crash behaviour.
   chunks whose id changed (ids hash the path, line range and content) are written; rows of
   removed or changed chunks are deleted after their replacements are written, so a crash
   between the two leaves stale extra rows for the next run to delete, never a missing one.
+* A run streams: the walk lists the project's files, then reads and chunks them a window of
+  chunks at a time (`WINDOW`), each window planned (ids and content hashes against the
+  slot's), carried or embedded and written before the next, which the walk reads meanwhile.
+  Only ids and hashes are kept for the whole run (duplicates, rows to delete at the end);
+  texts and vectors are held a window at a time, so memory does not grow with the project.
+  Rows to delete (chunks gone since the last run) are known once the walk ends, and are
+  deleted then, after every replacement is written.
 * Vectors are keyed by content. A chunk whose text already has a vector in the active table
   (its lines shifted, its file was renamed, or a full rebuild in the same space) is written
   with that vector and the provenance it was written under (`Store.carry_vectors`), not
@@ -22,7 +29,9 @@ What this module owns: the order of an indexing run and its crash behaviour.
   a cancelled caller) stops its walk between two entries. System folders are refused as a
   root (`walker.check_root`).
 * Progress (files, chunks done/total, chunks/s, ETA, skipped files by reason) and a `Job`
-  with pause / resume / cancel, which the admin API exposes.
+  with pause / resume / cancel, which the admin API exposes. While the walk is still going,
+  the total is extrapolated from the share of the project's bytes walked; it is exact once
+  the walk ends.
 
 What it refuses to do: choose who may write into a table (the store's `Clearance` does, on
 every write), decide routing (it embeds through one `Provider`, or through a `Pool` when one
@@ -32,13 +41,13 @@ is given), or read the filesystem itself beyond what the walker returns.
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
+import itertools
 import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -61,6 +70,12 @@ Sink = Callable[[list[int], np.ndarray, Provider], Awaitable[None]]
 # the default executor's threads, which serve searches.
 MAX_WALKS = 2
 _WALK_POOL = ThreadPoolExecutor(max_workers=MAX_WALKS, thread_name_prefix="fathom-walk")
+# Chunks planned and embedded at a time: the walk reads the next window while this one is
+# embedded, so a run holds at most two windows of text (a few tens of MiB), whatever the
+# project's size. Within a window, chunks are embedded in order of length (less padding); a
+# pool runs one job per window, so a window large enough keeps its end game (straggler copies
+# while the last batches finish) rare.
+WINDOW = 8192
 
 
 class EmbedRunner(Protocol):
@@ -255,31 +270,84 @@ def chunk_and_fit(path: str, text: str, tokens: TokenCounter | None) -> tuple[li
 _CHUNKS = ChunkCache()
 
 
+class Discovery:
+    """A project's chunks, file by file, as the walk reads them: what an index job streams.
+
+    `survey()` lists the files (no file read; blocking: run it in a thread); iterating then
+    reads and chunks one file at a time, so at most one file's text and chunks are held here
+    whatever the project's size. The tallies (`files`, `skipped`, `notes`, `split`, and
+    `bytes_done` against `bytes_total`, which measure how far the walk has gone) grow as it
+    goes and are final once the iteration ends. `include` globs take back what the built-in
+    skips and .gitignore leave out; `extra_ignores` leave more out. With `tokens` (the
+    encoder's tokenizer) no chunk exceeds its token limit. Stops with `WalkCancelled`
+    between two files once `cancel` is set."""
+
+    def __init__(self, root: Path, *, include: Sequence[str] = (),
+                 extra_ignores: Sequence[str] = (), cache: ChunkCache | None = _CHUNKS,
+                 cancel: threading.Event | None = None, tokens: TokenCounter | None = None):
+        self.root, self.include, self.extra_ignores = Path(root), include, extra_ignores
+        self.cache, self.cancel, self.tokens = cache, cancel, tokens
+        self.files = self.split = self.bytes_done = self.bytes_total = 0
+        self._survey: Any = None
+
+    def survey(self) -> None:
+        from fathom.index.walker import survey
+
+        self._survey = survey(self.root, include=self.include, extra_ignores=self.extra_ignores,
+                              cancel=self.cancel)
+        self.bytes_total = self._survey.bytes
+
+    @property
+    def skipped(self) -> dict[str, int]:
+        return dict(self._survey.result.skipped) if self._survey is not None else {}
+
+    @property
+    def skipped_dirs(self) -> dict[str, list[str]]:
+        if self._survey is None:
+            return {}
+        return {k: list(v) for k, v in self._survey.result.skipped_dirs.items()}
+
+    @property
+    def notes(self) -> dict[str, int]:
+        return dict(self._survey.result.notes) if self._survey is not None else {}
+
+    def __iter__(self) -> Iterator[Chunk]:
+        from fathom.index.walker import WalkCancelled
+
+        if self._survey is None:
+            self.survey()
+        listed = self._survey
+        for candidate in listed.candidates:
+            if self.cancel is not None and self.cancel.is_set():
+                raise WalkCancelled(self.root)
+            start, weight = self.bytes_done, listed.weight(candidate)
+            item = listed.read(candidate)
+            got: list[Chunk] = []
+            if item is not None:
+                self.files += 1
+                got, cut = (self.cache.chunks(item.path, item.text, self.tokens) if self.cache
+                            is not None else chunk_and_fit(item.path, item.text, self.tokens))
+                self.split += cut
+            # A file's bytes are walked chunk by chunk: a window that ends inside a file has
+            # walked that share of it (what the progress total is extrapolated from).
+            for i, chunk in enumerate(got, 1):
+                self.bytes_done = start + weight * i // len(got)
+                yield chunk
+            self.bytes_done = start + weight
+
+
 def discover(root: Path, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = (),
              cache: ChunkCache | None = _CHUNKS,
              cancel: threading.Event | None = None, tokens: TokenCounter | None = None) -> Discovered:
-    """Walk and chunk a project (blocking: run it in a thread). `include` globs take back
-    what the built-in skips and .gitignore leave out; `extra_ignores` leave more out. With
-    `tokens` (the encoder's tokenizer) no chunk exceeds its token limit. Stops with
-    `WalkCancelled` between two entries once `cancel` is set."""
-    from fathom.index.walker import WalkCancelled, walk
-
-    walked = walk(root, include=include, extra_ignores=extra_ignores, cancel=cancel)
-    chunks: list[Chunk] = []
-    files = split = 0
-    for item in walked.files:
-        if cancel is not None and cancel.is_set():
-            raise WalkCancelled(root)
-        files += 1
-        got, cut = (cache.chunks(item.path, item.text, tokens) if cache is not None
-                    else chunk_and_fit(item.path, item.text, tokens))
-        chunks.extend(got)
-        split += cut
+    """Every chunk of a project at once (blocking: run it in a thread): `Discovery`, collected,
+    one row per chunk id in each table. For tools and tests; index jobs stream instead."""
+    found = Discovery(root, include=include, extra_ignores=extra_ignores, cache=cache,
+                      cancel=cancel, tokens=tokens)
     # One row per chunk id in each table: identical (path, lines, text) twice would be the same
     # row anyway. The table is part of the key: a docstring's lines can be a code chunk too.
-    unique = list({(c.table, c.chunk_id): c for c in chunks}.values())
-    return Discovered(files, unique, dict(walked.skipped),
-                      {k: list(v) for k, v in walked.skipped_dirs.items()}, dict(walked.notes), split)
+    unique = list({(c.table, c.chunk_id): c for c in found}.values())
+    return Discovered(found.files, unique, found.skipped, found.skipped_dirs, found.notes,
+                      found.split)
 
 
 def embedding_text(chunk: Chunk) -> str:
@@ -316,6 +384,8 @@ class Indexer:
     encoder embeds directly, `batch_size` texts per call. `provenance` maps the provider that
     embedded a batch to the provenance written with it (the gate supplies verdict ids there).
     `space_of(table)` is the space a new build of a table gets (default: the encoder's).
+    `discover_fn(root, cancel=, tokens=)` gives the project's `Discovery`; `window` is how many
+    chunks are planned and embedded at a time (`WINDOW`).
     """
 
     def __init__(self, store: Store, encoder: Provider, *, batch_size: int = 64,
@@ -323,8 +393,8 @@ class Indexer:
                  provenance: Callable[[Provider, Space], Provenance] = _default_provenance,
                  space_of: Callable[[str], Space] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 discover_fn: Callable[..., Discovered] = discover,
-                 refused_roots: Iterable[str] | None = None):
+                 discover_fn: Callable[..., Discovery] = Discovery,
+                 refused_roots: Iterable[str] | None = None, window: int = WINDOW):
         self.store = store
         self.encoder = encoder
         self.batch_size = max(1, int(batch_size))
@@ -333,6 +403,7 @@ class Indexer:
         self.space_of = space_of or (lambda table: space_for(self.encoder, table))
         self.clock = clock
         self.discover = discover_fn
+        self.window = max(1, int(window))
         self.refused_roots = tuple(refused_roots) if refused_roots is not None else None
 
     async def _token_counter(self) -> TokenCounter | None:
@@ -399,57 +470,49 @@ class Indexer:
         emit()
         await job.checkpoint()
         tokens = await self._token_counter()
-        walk = functools.partial(self.discover, root, cancel=job.stop)
-        if tokens is not None:
-            walk = functools.partial(walk, tokens=tokens)
+        found = self.discover(root, cancel=job.stop,
+                              **({"tokens": tokens} if tokens is not None else {}))
+        loop = asyncio.get_running_loop()
         try:
-            found = await asyncio.get_running_loop().run_in_executor(_WALK_POOL, walk)
+            await loop.run_in_executor(_WALK_POOL, found.survey)
         except WalkCancelled:
             raise JobCancelled(job.id, job.project) from None
-        emit(phase="chunking", files=found.files, skipped=found.skipped)
-        by_table: dict[str, list[Chunk]] = {t: [] for t in TABLE_KINDS}
-        for chunk in found.chunks:
-            by_table[chunk.table].append(chunk)
+        emit(phase="chunking", skipped=found.skipped)
+        plans = {t: await asyncio.to_thread(self._plan, job, t) for t in TABLE_KINDS}
+        run = _Run(self, job, plans, emit)
 
-        # Plan every table before embedding anything, so the total (and the ETA) is known.
-        plans = [await asyncio.to_thread(self._plan, job, t, by_table[t]) for t in TABLE_KINDS]
-        reused = sum(p.reused for p in plans)
-        if any(p.reusable for p in plans):
-            emit(phase="reusing vectors", chunks_reused=reused)
-            for plan in plans:
-                await job.checkpoint()
-                await asyncio.to_thread(self._carry, job, plan)
-        carried = sum(p.carried for p in plans)
-        total = sum(len(p.todo) for p in plans)
-        if total:
-            # Load the model before the clock starts: a rate that includes a one-off load
-            # would mislead the ETA. Only in-process encoders have a `load`.
-            load = getattr(self.encoder, "load", None)
-            if callable(load):
-                emit(phase="loading model", chunks_total=total, chunks_reused=reused,
-                     chunks_carried=carried)
-                await asyncio.to_thread(load)
-        emit(phase="embedding", chunks_total=total, chunks_reused=reused, chunks_carried=carried)
+        # Stream: the walk reads and chunks the next window in its thread while this one is
+        # planned and embedded, so at most two windows of chunks (and one file's) are held,
+        # however large the project. Rows are written as each batch finishes, as before.
+        chunks = iter(found)
 
-        embed_started = self.clock()
-        counts = {"done": 0}
-        providers: Counter[str] = Counter()
+        def take() -> tuple[list[Chunk], int]:
+            return list(itertools.islice(chunks, self.window)), found.bytes_done
 
-        def on_batch(n: int, provider_id: str) -> None:
-            counts["done"] += n
-            providers[provider_id] += n
-            spent = max(self.clock() - embed_started, 1e-9)
-            rate = counts["done"] / spent
-            left = total - counts["done"]
-            emit(chunks_done=counts["done"], rate=rate, eta_s=left / rate if rate > 0 else None)
+        def ahead() -> asyncio.Future[tuple[list[Chunk], int]]:
+            fut = loop.run_in_executor(_WALK_POOL, take)
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # seen below, or moot
+            return fut
 
-        for plan in plans:
-            await self._embed(job, plan, on_batch)
+        nxt = ahead()
+        while True:
+            try:
+                window, mark = await nxt
+            except WalkCancelled:
+                raise JobCancelled(job.id, job.project) from None
+            if not window:
+                break
+            nxt = ahead()
+            await job.checkpoint()
+            await run.window(window, found, mark / found.bytes_total if found.bytes_total else 1.0)
+            del window
+        run.walked(found, 1.0)
         # Promotion comes after every table is embedded, and is one step for all of them, so
         # a killed run changes no table or every table.
-        deleted = await asyncio.to_thread(self._finish, job, plans)
-        embed_s = self.clock() - embed_started
-        emit(phase="promoting" if any(p.shadow for p in plans) else "done", chunks_deleted=deleted)
+        deleted = await asyncio.to_thread(self._finish, job, list(plans.values()))
+        embed_s = self.clock() - (run.embed_started or self.clock())
+        emit(phase="promoting" if any(p.shadow for p in plans.values()) else "done",
+             chunks_deleted=deleted)
 
         tables = {}
         for t in TABLE_KINDS:
@@ -463,70 +526,86 @@ class Indexer:
         emit(phase="done")
         return IndexReport(
             project=job.project, root=str(root), full=job.full,
-            resumed=any(p.resumed for p in plans), files=found.files,
-            chunks=len(found.chunks), embedded=counts["done"], reused=reused, deleted=deleted,
-            skipped=dict(found.skipped), elapsed_s=elapsed, embed_s=embed_s,
-            rate=counts["done"] / embed_s if embed_s > 0 and counts["done"] else 0.0,
-            tables=tables, providers=dict(providers), carried=carried,
-            skipped_dirs=found.skipped_dirs, notes=dict(found.notes),
+            resumed=any(p.resumed for p in plans.values()), files=found.files,
+            chunks=sum(len(p.seen) for p in plans.values()), embedded=run.done,
+            reused=run.reused, deleted=deleted,
+            skipped=found.skipped, elapsed_s=elapsed, embed_s=embed_s,
+            rate=run.done / embed_s if embed_s > 0 and run.done else 0.0,
+            tables=tables, providers=dict(run.providers), carried=run.carried,
+            skipped_dirs=found.skipped_dirs, notes=found.notes,
             split=found.split, max_tokens=tokens.limit if tokens is not None else None,
         )
 
     # ---- planning: what to embed, into which slot
 
-    def _plan(self, job: Job, table: str, chunks: list[Chunk]) -> _Plan:
+    def _plan(self, job: Job, table: str) -> _Plan:
+        """The table's slot and what it already holds (ids and content hashes only: the chunks
+        come later, a window at a time, through `_admit`)."""
         space = self.space_of(table)
         project = job.project
         active = self.store.space_of(project, table, Slot.ACTIVE)
-        if not chunks and active is None:
-            return _Plan(table, space, Slot.ACTIVE, [], 0, set(), shadow=False, resumed=False,
-                         skip=True)
-        wanted = {c.chunk_id for c in chunks}
-        texts = {c.content_hash for c in chunks}
         if job.full or active is None:
             # A full build goes through a shadow, even the very first one: a killed first run
-            # leaves no half-built table visible, and the next run resumes it.
-            shadow = self.store.begin_shadow(project, table, space)
-            have = self.store.chunk_ids(project, table, Slot.SHADOW) if shadow.resumed else set()
-            # Rows of chunks that changed since the interrupted run must not be promoted.
-            stale = have - wanted
-            todo = [c for c in chunks if c.chunk_id not in have]
+            # leaves no half-built table visible, and the next run resumes it. A table that
+            # has none yet gets its shadow with its first chunk (a project without docs
+            # makes no docs table).
+            plan = _Plan(table, space, Slot.SHADOW, shadow=True)
             # Vectors of unchanged text come over from the active table of the same space.
-            stored = ({e.content_hash for e in self.store.manifest(project, table, Slot.ACTIVE)}
-                      if active == space else set())
-            return _Plan(table, space, Slot.SHADOW, todo, len(chunks) - len(todo), stale,
-                         shadow=True, resumed=shadow.resumed, stored=stored)
+            if active == space:
+                plan.stored = {e.content_hash
+                               for e in self.store.manifest(project, table, Slot.ACTIVE)}
+            if active is not None:
+                self._open(job, plan)
+            return plan
         # Incremental: the active table's own space must be ours (SpaceMismatch otherwise).
         self.store.open_table(project, table, space)
-        entries = self.store.manifest(project, table, Slot.ACTIVE)
-        have = {e.chunk_id for e in entries}
-        todo = [c for c in chunks if c.chunk_id not in have]
-        stale = have - wanted
-        # A stale row whose text lives on elsewhere (moved lines, a renamed file) is not a
-        # deletion of content: its vector is carried to the new location first.
-        moved = {e.chunk_id for e in entries if e.chunk_id in stale and e.content_hash in texts}
-        return _Plan(table, space, Slot.ACTIVE, todo, len(chunks) - len(todo), stale,
-                     shadow=False, resumed=False, stored={e.content_hash for e in entries},
-                     relocated=moved)
+        plan = _Plan(table, space, Slot.ACTIVE, shadow=False, opened=True)
+        plan.texts = set()
+        plan.have = {e.chunk_id: e.content_hash
+                     for e in self.store.manifest(project, table, Slot.ACTIVE)}
+        plan.stored = set(plan.have.values())
+        return plan
 
-    def _carry(self, job: Job, plan: _Plan) -> None:
-        """Write the planned chunks whose text already has a vector, with that vector."""
-        candidates = [c for c in plan.todo if c.content_hash in plan.stored]
-        if not candidates:
-            return
-        carried = self.store.carry_vectors(job.project, plan.table, candidates, slot=plan.slot,
-                                           source=Slot.ACTIVE)
-        plan.todo = [c for c in plan.todo if c.chunk_id not in carried]
-        plan.carried = len(carried)
+    def _open(self, job: Job, plan: _Plan) -> None:
+        shadow = self.store.begin_shadow(job.project, plan.table, plan.space)
+        plan.opened, plan.resumed = True, shadow.resumed
+        if shadow.resumed:
+            ids = self.store.chunk_ids(job.project, plan.table, Slot.SHADOW)
+            plan.have = dict.fromkeys(ids, "")
+
+    def _admit(self, job: Job, plan: _Plan, chunks: list[Chunk]) -> list[Chunk]:
+        """One window's chunks of a table: the new ones (each chunk id once per run) not already
+        in place, less those whose text already has a vector, which are written with it."""
+        fresh = plan.see(chunks)
+        if not fresh:
+            return []
+        if not plan.opened:
+            self._open(job, plan)
+        todo = [c for c in fresh if c.chunk_id not in plan.have]
+        plan.reused += len(fresh) - len(todo)
+        candidates = [c for c in todo if c.content_hash in plan.stored]
+        if candidates:
+            carried = self.store.carry_vectors(job.project, plan.table, candidates,
+                                               slot=plan.slot, source=Slot.ACTIVE)
+            if carried:
+                todo = [c for c in todo if c.chunk_id not in carried]
+                plan.carried += len(carried)
+        plan.embedded += len(todo)
+        return todo
 
     # ---- embedding: batches written as they finish
 
-    async def _embed(self, job: Job, plan: _Plan, on_batch: Callable[[int, str], None]) -> None:
-        if not plan.todo:
-            return
+    def runner_for(self, table: str) -> EmbedRunner | None:
+        runner = self.runner
+        if runner is not None and not hasattr(runner, "run"):
+            runner = runner(table)
+        return runner
+
+    async def _embed(self, job: Job, plan: _Plan, runner: EmbedRunner | None, todo: list[Chunk],
+                     on_batch: Callable[[int, str], None]) -> None:
         # Similar lengths in one batch waste less padding (what SentenceTransformer.encode
-        # does internally within one call, done here across the whole run).
-        todo = sorted(plan.todo, key=lambda c: len(c.text))
+        # does internally within one call, done here across the window).
+        todo = sorted(todo, key=lambda c: len(c.text))
         texts = [embedding_text(c) for c in todo]
         pending: asyncio.Task[None] | None = None
 
@@ -546,9 +625,6 @@ class Indexer:
             await job.checkpoint()
 
         try:
-            runner = self.runner
-            if runner is not None and not hasattr(runner, "run"):
-                runner = runner(plan.table)
             if runner is not None:
                 await runner.run(texts, sink)
             else:
@@ -565,17 +641,21 @@ class Indexer:
     def _finish(self, job: Job, plans: list[_Plan]) -> int:
         deleted = 0
         for plan in plans:
-            if plan.skip:
+            if not plan.opened:
                 continue
+            # Rows of chunks gone since the table (or the interrupted run's shadow) was written
+            # must not stay, nor be promoted.
+            stale = [i for i in plan.have if i not in plan.seen]
             removed = 0
-            if plan.stale:
-                removed = self.store.delete(job.project, plan.table,
-                                            chunk_ids=sorted(plan.stale), slot=plan.slot)
-            if not plan.shadow and (plan.todo or plan.carried or removed):
+            if stale:
+                removed = self.store.delete(job.project, plan.table, chunk_ids=sorted(stale),
+                                            slot=plan.slot)
+            if not plan.shadow and (plan.embedded or plan.carried or removed):
                 self.store.refresh(job.project, plan.table)
             # Rows whose text moved elsewhere were replaced, not lost: only gone text counts.
-            deleted += max(0, removed - len(plan.relocated))
-        shadows = [p.table for p in plans if p.shadow and not p.skip]
+            relocated = sum(1 for i in stale if plan.have[i] in plan.texts) if plan.texts else 0
+            deleted += max(0, removed - relocated)
+        shadows = [p.table for p in plans if p.shadow and p.opened]
         if shadows:
             self.store.promote_together(job.project, shadows)
         return deleted
@@ -583,19 +663,113 @@ class Indexer:
 
 @dataclass
 class _Plan:
+    """One table's run: its slot, and the ids and hashes that decide what to embed. Holds no
+    chunk text: windows of chunks pass through `Indexer._admit`."""
+
     table: str
     space: Space
     slot: Slot
-    todo: list[Chunk]
-    reused: int
-    stale: set[str]
     shadow: bool
-    resumed: bool
-    skip: bool = False
+    opened: bool = False  # the slot exists (a shadow is begun with the table's first chunk)
+    resumed: bool = False
+    have: dict[str, str] = field(default_factory=dict)  # chunk ids in the slot -> content hash
+    #                                                    ("" for a resumed shadow's rows)
     stored: set[str] = field(default_factory=set)  # content hashes with a vector in the active slot
-    relocated: set[str] = field(default_factory=set)  # stale ids whose text lives on elsewhere
+    texts: set[str] | None = None  # content hashes seen this run (incremental: moved rows)
+    seen: set[str] = field(default_factory=set)  # chunk ids seen this run
+    reused: int = 0
     carried: int = 0
+    embedded: int = 0
+
+    def see(self, chunks: list[Chunk]) -> list[Chunk]:
+        """The chunks not seen before in this run: one row per chunk id, identical (path,
+        lines, text) twice would be the same row anyway."""
+        fresh = []
+        for c in chunks:
+            cid = c.chunk_id
+            if cid not in self.seen:
+                self.seen.add(cid)
+                fresh.append(c)
+                if self.texts is not None:
+                    self.texts.add(c.content_hash)
+        return fresh
+
+
+class _Run:
+    """The tallies of one streamed run and its progress: the total to embed is known once the
+    walk ends; until then it is extrapolated from the share of the project's bytes walked."""
+
+    def __init__(self, indexer: Indexer, job: Job, plans: dict[str, _Plan],
+                 emit: Callable[..., None]):
+        self.indexer, self.job, self.plans, self.emit = indexer, job, plans, emit
+        self.runners: dict[str, EmbedRunner | None] = {}
+        self.providers: Counter[str] = Counter()
+        self.done = 0
+        self.share = 0.0  # of the project's bytes walked, up to the window being planned
+        self.embed_started: float | None = None
 
     @property
-    def reusable(self) -> bool:
-        return any(c.content_hash in self.stored for c in self.todo)
+    def planned(self) -> int:
+        return sum(p.embedded for p in self.plans.values())
+
+    @property
+    def reused(self) -> int:
+        return sum(p.reused for p in self.plans.values())
+
+    @property
+    def carried(self) -> int:
+        return sum(p.carried for p in self.plans.values())
+
+    def total(self) -> int:
+        planned = self.planned
+        if self.share >= 1.0 or self.share <= 0.0:
+            return planned
+        return max(planned, round(planned / self.share))
+
+    def walked(self, found: Discovery, share: float, **changes: Any) -> None:
+        """The walk has read `share` of the project's bytes, and every chunk in it is planned."""
+        self.share = share
+        self.emit(files=found.files, skipped=found.skipped, chunks_total=self.total(),
+                  chunks_reused=self.reused, chunks_carried=self.carried, **changes)
+
+    async def window(self, chunks: list[Chunk], found: Discovery, share: float) -> None:
+        """Plan a window for every table (carrying what can be carried), then embed the rest:
+        the vectors that cost nothing are written before any that cost an encoder's time.
+        `share`: of the project's bytes, what the walk had read up to this window's end."""
+        ix, job = self.indexer, self.job
+        by_table: dict[str, list[Chunk]] = {t: [] for t in self.plans}
+        for chunk in chunks:
+            by_table[chunk.table].append(chunk)
+        todo: dict[str, list[Chunk]] = {}
+        carried = self.carried
+        for table, got in by_table.items():
+            if got:
+                await job.checkpoint()
+                todo[table] = await asyncio.to_thread(ix._admit, job, self.plans[table], got)
+        reusing = {"phase": "reusing vectors"} if self.carried > carried else {}
+        self.walked(found, share, **reusing)
+        for table, rows in todo.items():
+            if not rows:
+                continue
+            if self.embed_started is None:
+                # Load the model before the clock starts: a rate that includes a one-off load
+                # would mislead the ETA. Only in-process encoders have a `load`.
+                load = getattr(ix.encoder, "load", None)
+                if callable(load):
+                    self.emit(phase="loading model", chunks_total=self.total())
+                    await asyncio.to_thread(load)
+                self.embed_started = ix.clock()
+            self.emit(phase="embedding", chunks_total=self.total(), chunks_reused=self.reused,
+                      chunks_carried=self.carried)
+            if table not in self.runners:
+                self.runners[table] = ix.runner_for(table)
+            await ix._embed(job, self.plans[table], self.runners[table], rows, self.on_batch)
+
+    def on_batch(self, n: int, provider_id: str) -> None:
+        self.done += n
+        self.providers[provider_id] += n
+        spent = max(self.indexer.clock() - (self.embed_started or 0.0), 1e-9)
+        rate = self.done / spent
+        total = self.total()
+        self.emit(phase="embedding", chunks_done=self.done, chunks_total=total, rate=rate,
+                  eta_s=(total - self.done) / rate if rate > 0 else None)

@@ -749,6 +749,9 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# LanceDB's cache of table metadata (manifests, file footers), shared by every project.
+LANCE_METADATA_CACHE_BYTES = 128 << 20
+
 # The ANN path (tables too big for the matrix cache), chosen by vector width from
 # measurements on clustered vectors (docs/benchmarks.md): `ann_params` for the index and the
 # probes, these for the rest.
@@ -847,6 +850,11 @@ class LanceStore(Store):
         import lancedb  # local: keeps `import fathom` light for CLIs that never open a store
 
         self._lancedb = lancedb
+        # One LanceDB session for every project, with its metadata cache bounded: left to
+        # itself each connection keeps up to 1 GiB of it, and an index job writing a batch at
+        # a time fills it with a manifest per version (hundreds of MiB at 200k rows, still
+        # growing at 1M: bench/index_memory.py). Searches read the latest version only.
+        self._session = lancedb.Session(metadata_cache_size_bytes=LANCE_METADATA_CACHE_BYTES)
         single_threaded_blas()
         self.root = Path(root)
         (self.root / "projects").mkdir(parents=True, exist_ok=True)
@@ -995,7 +1003,7 @@ class LanceStore(Store):
         slug = self.slug(project)
         db = self._dbs.get(slug)
         if db is None:
-            db = self._lancedb.connect(str(self._dir(project)))
+            db = self._lancedb.connect(str(self._dir(project)), session=self._session)
             self._dbs[slug] = db
         return db
 

@@ -21,6 +21,10 @@ between entries when its `cancel` event is set. A file whose name is not valid U
 under its name with the bad bytes escaped (`caf\\xe9.py`), and reported. System folders
 (`/`, `/proc`, `/sys`, `/dev`, `/etc` by default) are refused as a root, even through a link.
 
+A walk comes in two steps, so an indexer can stream a project of any size: `survey` lists the
+files it would read (names, sizes and the decisions by name, no file opened), and
+`Survey.read` reads one of them; `walk` is both at once, for callers that want every file.
+
 Refuses: to follow symbolic links (a link can leave the project or loop), to chunk, and to
 guess at languages beyond `chunking.detect_language`.
 """
@@ -35,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pathspec
 
@@ -159,6 +164,17 @@ class SourceFile:
     def lossy(self) -> bool:
         """True when the bytes were not valid in the encoding the text claims to be."""
         return self.encoding in ("utf-8+replace", "cp1252", "latin-1")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A file the listing admits by its path and name; whether it is indexed depends on its
+    bytes (`Survey.read`)."""
+
+    path: str  # on disk
+    rel: str  # relative to the project root, POSIX separators, bad bytes escaped
+    size: int  # bytes on disk when listed (0 if it could not be stat'ed; the read decides)
+    escaped: bool = False  # its path had undecodable bytes, escaped in `rel`
 
 
 @dataclass
@@ -325,7 +341,42 @@ def _literal_prefix(glob: str) -> str:
     return "/".join(parts)
 
 
-def walk(
+@dataclass
+class Survey:
+    """A project's listing: the files a walk would read, in path order, and the tallies so far
+    (`result`: what was left out by name and folder now; what `read` refuses is added as each
+    file is read). Holds paths and sizes only, never a file's text."""
+
+    root: Path
+    candidates: list[Candidate]
+    result: WalkResult
+    max_file_bytes: int = MAX_FILE_BYTES
+
+    @property
+    def bytes(self) -> int:
+        """The bytes reading every listed file goes through (a file over the size limit is
+        refused unread: it counts for the limit only)."""
+        return sum(self.weight(c) for c in self.candidates)
+
+    def weight(self, candidate: Candidate) -> int:
+        return min(candidate.size, self.max_file_bytes + 1)
+
+    def read(self, candidate: Candidate) -> SourceFile | None:
+        """The file as text, or None when its bytes refuse it (the reason is counted)."""
+        return _consider_file(candidate, self.max_file_bytes, self.result)
+
+    def files(self, cancel: threading.Event | None = None) -> Iterator[SourceFile]:
+        """Every indexable file, read one at a time; stops with `WalkCancelled` between two
+        files once `cancel` is set."""
+        for candidate in self.candidates:
+            if cancel is not None and cancel.is_set():
+                raise WalkCancelled(self.root)
+            source = self.read(candidate)
+            if source is not None:
+                yield source
+
+
+def survey(
     root: Path,
     *,
     max_file_bytes: int = MAX_FILE_BYTES,
@@ -333,25 +384,37 @@ def walk(
     include: Iterable[str] = (),
     selection: Selection | None = None,
     cancel: threading.Event | None = None,
-) -> WalkResult:
-    """Every indexable file under `root`, sorted by path, with skipped files counted and
-    skipped folders named.
+) -> Survey:
+    """List the files under `root` a walk would read, sorted by path, with skipped folders
+    counted and named; no file is opened (ignore files aside).
 
     `extra_ignores` are gitwildmatch patterns relative to `root` (as in a root .gitignore,
     but they win over every .gitignore, negations included). `include` globs (gitwildmatch)
-    take back what the built-in skips and .gitignore leave out. When `cancel` is set the walk
-    raises `WalkCancelled` before its next entry.
+    take back what the built-in skips and .gitignore leave out. When `cancel` is set the
+    listing raises `WalkCancelled` before its next entry.
     """
     root = Path(root)
     result = WalkResult()
     selection = selection or Selection(root, include=include, extra_ignores=extra_ignores)
-    _walk_dir(root, "", selection.top(result.skipped), selection, max_file_bytes, result,
-              cancel=cancel)
-    result.files.sort(key=lambda f: f.path)
-    result.decoded_with_replacement.sort()
-    result.escaped_names.sort()
+    candidates = list(_walk_dir(root, "", selection.top(result.skipped), selection, result,
+                                cancel=cancel))
+    candidates.sort(key=lambda c: c.rel)
     for folders in result.skipped_dirs.values():
         folders.sort()
+    return Survey(root, candidates, result, max_file_bytes)
+
+
+def walk(root: Path, *, cancel: threading.Event | None = None, **options: Any) -> WalkResult:
+    """Every indexable file under `root`, sorted by path, with skipped files counted and
+    skipped folders named: `survey` (with its `options`), then every file read, all held at
+    once (an index job streams them instead: `indexer.Discovery`). Stops with `WalkCancelled` once
+    `cancel` is set.
+    """
+    listed = survey(root, cancel=cancel, **options)
+    result = listed.result
+    result.files.extend(listed.files(cancel))
+    result.decoded_with_replacement.sort()
+    result.escaped_names.sort()
     return result
 
 
@@ -441,13 +504,12 @@ def _walk_dir(
     rel: str,
     parent: _Scope,
     selection: Selection,
-    max_file_bytes: int,
     result: WalkResult,
     restricted: bool = False,
     *,
     cancel: threading.Event | None = None,
     escaped: bool = False,
-) -> None:
+) -> Iterator[Candidate]:
     scope = selection.scope(directory, rel, parent, restricted, result.skipped)
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
@@ -474,8 +536,8 @@ def _walk_dir(
             # it costs more than indexing the project.
             reason, inner = selection.directory(entry.name, child_rel, entry.path, scope)
             if reason is None:
-                _walk_dir(Path(entry.path), child_rel, scope, selection, max_file_bytes, result,
-                          inner, cancel=cancel, escaped=child_escaped)
+                yield from _walk_dir(Path(entry.path), child_rel, scope, selection, result,
+                                     inner, cancel=cancel, escaped=child_escaped)
             elif not scope.restricted:  # inside a skipped folder nothing more is named
                 result.skipped[reason] += 1
                 result.skipped_dirs.setdefault(reason, []).append(child_rel)
@@ -491,8 +553,15 @@ def _walk_dir(
             if not scope.restricted:
                 result.skipped[reason] += 1
             continue
-        _consider_file(Path(entry.path), child_rel, entry, max_file_bytes, result, forced,
-                       child_escaped)
+        reason = None if forced else _reason_by_name(entry.name.lower())
+        if reason is not None:
+            result.skipped[reason] += 1
+            continue
+        try:
+            size = entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            size = 0  # the read will say why
+        yield Candidate(entry.path, child_rel, size, child_escaped)
 
 
 def _is_virtualenv(path: str) -> bool:
@@ -500,44 +569,40 @@ def _is_virtualenv(path: str) -> bool:
     return os.path.isfile(os.path.join(path, "pyvenv.cfg"))
 
 
-def _consider_file(path: Path, rel: str, entry: os.DirEntry, max_file_bytes: int, result: WalkResult,
-                   forced: bool = False, escaped: bool = False) -> None:
-    name = entry.name.lower()
-    reason = None if forced else _reason_by_name(name)
-    if reason is not None:
-        result.skipped[reason] += 1
-        return
+def _consider_file(candidate: Candidate, max_file_bytes: int,
+                   result: WalkResult) -> SourceFile | None:
+    rel = candidate.rel
     try:
-        raw = read_regular(path, max_file_bytes)
+        raw = read_regular(candidate.path, max_file_bytes)
     except _Unreadable as exc:
         result.skipped[exc.reason] += 1
-        return
+        return None
     size = len(raw)
     if size == 0:
         result.skipped[EMPTY] += 1
-        return
+        return None
     decoded = decode(raw)
     if decoded is None:
         result.skipped[BINARY] += 1
-        return
+        return None
     text, encoding = decoded
     if not text.strip():
         result.skipped[EMPTY] += 1
-        return
+        return None
     head = text[:1000].lower()
     if GENERATED_TAG in head or any(a in head and b in head for a, b in GENERATED_MARKERS):
         result.skipped[GENERATED] += 1
-        return
+        return None
     if _minified(text):
         result.skipped[MINIFIED] += 1
-        return
+        return None
     language, table = detect_language(rel)
     source = SourceFile(path=rel, text=text, language=language, table=table, size=size, encoding=encoding)
     if source.lossy:
         result.decoded_with_replacement.append(rel)
-    if escaped:
+    if candidate.escaped:
         result.escaped_names.append(rel)
-    result.files.append(source)
+    return source
 
 
 def _reason_by_name(name: str) -> str | None:
