@@ -9,16 +9,23 @@ rate (a sliding window scaled down to `--window` seconds so a run is short) and 
 with Retry-After beyond it. Each also caps its concurrency (more in flight is a 429). The same
 N chunks go through each contender in turn, with the emulators reset in between:
 
-- Fathom: `Pool` over one `OpenRouterProvider` per endpoint (pinned upstream), lanes = the
-  endpoint's concurrency, batches adapting up to `--batch`;
+- Fathom: `Pool` over one `OpenRouterProvider` per endpoint (pinned upstream), each with the
+  `CloudBudget` a server keeps for a key: an override of the endpoint's concurrency (so lanes
+  = concurrency, halved on a 429) and what `GET /api/v1/key` reports, read as a sidecar's key
+  check reads it (the `limited` endpoint reports its own rate limit; the others the default
+  "1000 per hour", which is not trusted). Batches adapt up to `--batch`. Two jobs, both timed:
+  the first with no history, the next starting from the batch history the first left,
+  written to and read back from a routing state (`routing.json`), as a restarted server
+  reads it;
 - LiteLLM `Router`, strategies simple-shuffle, least-busy and latency-based-routing, with one
   deployment per endpoint (OpenAI-compatible, `max_parallel_requests` = the endpoint's
   concurrency, the same pin in `extra_body`), driven the way a user would: batches of
   `--batch`, as many concurrent calls as the deployments' slots add up to, the Router's own
   retries (`num_retries=3`), and a failed batch put back after one second.
 
-Neither side is told the rate limit: both learn it from 429s (rate-limit adherence with a
-known RPM is `bench/rate_limit.py`). The ideal is every endpoint busy all the job at `--batch`
+Fathom learns the limited endpoint's rate limit from its key report, as key discovery does
+for a server; LiteLLM has no key discovery and learns it from 429s (rate-limit adherence with
+a configured RPM on both sides is `bench/rate_limit.py`). The ideal is every endpoint busy all the job at `--batch`
 items per request within its concurrency and rate limit, with no tail:
     ideal items/s = sum over endpoints of min(c × B / (base + B × per_item), rate × B).
 Efficiency = items/s / ideal. The upstreams answer with hashed vectors (see
@@ -29,19 +36,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import tempfile
 import time
 from collections import Counter, deque
 from dataclasses import dataclass
+from pathlib import Path
 
 import _common as c
 
+from fathom.config import RoutingStore  # noqa: E402
 from fathom.devtools.emulator import MINILM  # noqa: E402
+from fathom.inference.budget import CloudBudget  # noqa: E402
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider  # noqa: E402
-from fathom.inference.pool import Pool  # noqa: E402
+from fathom.inference.pool import Pool, Sizing  # noqa: E402
 from fathom.roles import Role  # noqa: E402
+from fathom.service import record_of, sizing_of  # noqa: E402
 
 WIDTH = 64
 PIN = "alpha"
+FIRST = "Fathom Pool, first job"
+NEXT = "Fathom Pool, next job (history)"
 
 
 @dataclass(frozen=True)
@@ -80,6 +94,9 @@ class Fleet:
             ctl.set_limits(concurrency=e.concurrency,
                            **({"rpm": e.window_allowance, "window": self.window_s}
                               if e.window_allowance else {}))
+            if e.window_allowance:  # what GET /api/v1/key says of the key's rate limit
+                ctl.set_key(rate_limit={"requests": e.window_allowance,
+                                        "interval": f"{self.window_s:g}s"})
 
     def counters(self) -> dict[str, dict]:
         return {name: emu.control.counters() for name, emu in self.emus.items()}
@@ -99,16 +116,22 @@ class Outcome:
     note: str = ""
 
 
-async def run_fathom(fleet: Fleet, chunks: list[str], batch: int) -> Outcome:
+async def run_fathom(fleet: Fleet, chunks: list[str], batch: int, history: dict[str, Sizing],
+                     name: str) -> Outcome:
     providers = []
-    lanes = {}
+    budgets: dict[str, CloudBudget] = {}
     for e in ENDPOINTS:
         client = OpenRouterClient(c.BENCH_KEY, base_url=fleet.emus[e.name].base_url)
         p = OpenRouterProvider(client, model=MINILM, roles=[Role.CODE_EMBEDDING], upstream=PIN,
                                width=WIDTH, provider_id=f"openrouter:{e.name}")
         providers.append(p)
-        lanes[p.id] = e.concurrency
-    pool = Pool(providers, lanes=lambda p: lanes[p.id], max_batch=batch, stall_timeout=120.0)
+        budget = CloudBudget(override=e.concurrency, window_s=fleet.window_s)
+        budget.discover(await client.key_info())
+        budgets[p.id] = budget
+    pool = Pool(providers, lanes=lambda p: budgets[p.id].effective_limit,
+                admission=lambda p: budgets[p.id].admission(p),
+                rate_limit=lambda p: budgets[p.id].key_rate(),
+                history=history, max_batch=batch, stall_timeout=120.0)
     seen: Counter[int] = Counter()
 
     async def sink(indices, vectors, provider):
@@ -120,10 +143,19 @@ async def run_fathom(fleet: Fleet, chunks: list[str], batch: int) -> Outcome:
     finally:
         for p in providers:
             await p.aclose()
+        for budget in budgets.values():
+            await budget.aclose()
     wall = time.perf_counter() - t0
     once = len(seen) == len(chunks) and max(seen.values()) == 1
     note = f"straggler copies {report.duplicates}" if report.duplicates else ""
-    return Outcome("Fathom Pool", wall, len(chunks), once, sum(report.failures.values()), note)
+    return Outcome(name, wall, len(chunks), once, sum(report.failures.values()), note)
+
+
+def through_routing_state(history: dict[str, Sizing], folder: Path) -> dict[str, Sizing]:
+    """The batch history as a restarted server gets it: written to `routing.json`, read back."""
+    RoutingStore(folder).record_batches("code", {pid: record_of(s) for pid, s in history.items()
+                                                 if s.spi is not None})
+    return {pid: sizing_of(r) for pid, r in RoutingStore(folder).load().batches["code"].items()}
 
 
 async def run_litellm(fleet: Fleet, chunks: list[str], batch: int, strategy: str) -> Outcome:
@@ -193,25 +225,31 @@ def main() -> None:
 
     contenders: list[tuple[str, object]] = []
     if args.only in (None, "fathom"):
-        contenders.append(("fathom", None))
+        contenders += [("fathom", FIRST), ("fathom", NEXT)]
     if args.only in (None, "litellm"):
         contenders += [("litellm", s) for s in ("simple-shuffle", "least-busy", "latency-based-routing")]
 
     fleet = Fleet(args.window)
     rows = []
     results = {}
+    history: dict[str, Sizing] = {}
+    state_dir = tempfile.TemporaryDirectory(prefix="fathom-bench-routing-")
     try:
         for kind, strategy in contenders:
             fleet.reset()
             limit = 20 * args.seconds + 60  # every run stops by itself
             if kind == "fathom":
-                coro = run_fathom(fleet, chunks, args.batch)
+                if strategy == NEXT:
+                    history = through_routing_state(history, Path(state_dir.name))
+                    print("batch history read back from routing.json: " + ", ".join(
+                        f"{pid.split(':')[-1]} {s.batch_size}" for pid, s in sorted(history.items())))
+                coro = run_fathom(fleet, chunks, args.batch, history, str(strategy))
             else:
                 coro = run_litellm(fleet, chunks, args.batch, strategy)  # type: ignore[arg-type]
             try:
                 out = asyncio.run(asyncio.wait_for(coro, limit))
             except (asyncio.TimeoutError, TimeoutError):
-                name = "Fathom Pool" if kind == "fathom" else f"LiteLLM {strategy}"
+                name = str(strategy) if kind == "fathom" else f"LiteLLM {strategy}"
                 rows.append((name, f"> {limit:.0f}", "–", "–", "–", "–", "–", "–", "did not finish"))
                 continue
             counters = fleet.counters()
@@ -229,15 +267,18 @@ def main() -> None:
                          out.client_errors, note or "ok"))
     finally:
         fleet.stop()
+        state_dir.cleanup()
 
     print(c.table(["contender", "wall s", "items/s", "÷ ideal", "429s", "429 % of requests",
                    "requests served fast / slow / limited", "caller-visible failures", "notes"], rows))
-    fathom = results.get("Fathom Pool")
-    if fathom is not None:
-        print()
+    print()
+    for mine in (FIRST, NEXT):
+        fathom = results.get(mine)
         for name, eff in results.items():
-            if name != "Fathom Pool" and eff > 0:
-                print(f"Fathom Pool throughput ÷ {name}: {fathom / eff:.2f}×")
+            if fathom is not None and not name.startswith("Fathom") and eff > 0:
+                print(f"{mine} throughput ÷ {name}: {fathom / eff:.2f}×")
+    if NEXT in results:
+        print(f"{NEXT}: {results[NEXT]:.3f} of ideal (target ≥ 0.95)")
 
 
 if __name__ == "__main__":
