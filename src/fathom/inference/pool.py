@@ -634,22 +634,28 @@ class Pool:
         assert job is not None
         if probe:
             return self.min_batch
-        n = max(m.sizing.batch_size, self._rate_floor(m))
+        floor = self._rate_floor(m)
+        n = max(m.sizing.batch_size, floor)
         if m.sizing.expected(1) is not None and len(job.queue) < self._pull_capacity():
-            n = min(n, self._end_share(m, len(job.queue)))
+            share = self._end_share(m, len(job.queue))
+            # Where requests are the scarce resource, a lane given any part takes a whole
+            # request's worth: splitting the tail would spend requests to save seconds.
+            n = min(n, share) if floor == 0 or share == 0 else n
         return min(n, len(job.queue))
 
     def _end_share(self, m: _Member, queued: int) -> int:
         """End game: this lane's part of what is left, such that every lane finishes the job
-        at the same moment. Each lane is free when its batch in flight is expected to end (now,
-        if idle), then takes its provider's latency line (a request's fixed cost plus its
-        cost per item) for its part. Shares by speed alone would cut the tail into ever
-        smaller batches, each paying the fixed cost again; a lane that would finish even one
-        item after the others finish everything takes none (0) and waits, unless no lane could
-        finish one item sooner."""
+        as early as it can, together. Each lane is free when its batch in flight is expected
+        to end (now, if idle), then works through batches of its provider's size, each
+        costing its latency line (a request's fixed cost plus its cost per item). The
+        earliest moment by which all lanes together can have done `queued` items is found by
+        bisection; this lane takes what it can do by then (at most one batch now). Shares by
+        speed alone would cut the tail into ever smaller batches, each paying the fixed cost
+        again. A lane that could do no item by then takes none (0) and waits, unless no lane
+        could finish one item sooner."""
         now = self.clock.now()
         reserve_held = self._reserve() and self._local_can_serve()
-        lanes: list[tuple[float, float]] = []  # (when it could start computing items, s/item)
+        lanes: list[tuple[float, float, float, int]] = []  # (free at, fixed s, s/item, batch)
         for o in self._members.values():
             if not (o.present and o.ejected_until is None and now >= o.cooldown_until
                     and self._eligible(o.provider) and not (o.is_cloud and reserve_held)):
@@ -658,29 +664,30 @@ class Pool:
             # as fast as this one: a speed known from an earlier job must not let one provider
             # take the whole queue in its first pull.
             base, per = self._line_of(o if o.sizing.expected(1) is not None else m)
+            size = max(1, o.sizing.batch_size, self._rate_floor(o))
             busy = [max(now, a.started + a.expected) for a in o.attempts]
-            lanes += [(t + base, per) for t in busy]
+            lanes += [(t, base, per, size) for t in busy]
             # A lane waiting for a cloud permit starts when the key allows: not counted on.
-            lanes += [(now + base, per)] * max(0, o.lanes - len(busy) - o.admitting)
-        if not lanes:
-            return queued
+            lanes += [(now, base, per, size)] * max(0, o.lanes - len(busy) - o.admitting)
         base, per = self._line_of(m)
-        mine = now + base
-        lanes.sort()
-        rate = weighted = 0.0  # sums of 1/per and start/per over the lanes that take a part
-        end = math.inf
-        for i, (start, p) in enumerate(lanes):
-            rate += 1.0 / p
-            weighted += start / p
-            end = (queued + weighted) / rate
-            if i + 1 == len(lanes) or lanes[i + 1][0] >= end:
+        mine = (now, base, per, max(1, m.sizing.batch_size, self._rate_floor(m)))
+        if mine not in lanes:
+            lanes.append(mine)
+        low = now
+        high = min(now + t for t in (_time_for(lane, queued) - now for lane in lanes))
+        for _ in range(40):
+            if high - low < 1e-6:
                 break
-        share = math.floor((end - mine) / per + 0.5)
+            mid = (low + high) / 2
+            if sum(_items_by(lane, mid) for lane in lanes) >= queued:
+                high = mid
+            else:
+                low = mid
+        share = _items_by(mine, high)
         if share >= 1:
             return share
         # Nobody's part rounds to an item: the lane that finishes one item first takes it.
-        first = min(start + p for start, p in lanes)
-        return 1 if mine + per <= first + 1e-9 else 0
+        return 1 if _time_for(mine, 1) <= min(_time_for(lane, 1) for lane in lanes) + 1e-9 else 0
 
     def _line_of(self, m: _Member) -> tuple[float, float]:
         """(fixed seconds, seconds per item) of a measured provider's batches."""
@@ -934,6 +941,23 @@ class Pool:
             cooling=tuple(sorted(m.id for m in self._members.values()
                                  if m.present and now < m.cooldown_until)),
         )
+
+
+def _items_by(lane: tuple[float, float, float, int], t: float) -> int:
+    """Items a lane (free at, fixed seconds, seconds per item, batch size) has done by `t`."""
+    free, base, per, size = lane
+    left = t - free
+    whole = base + per * size
+    batches = int(left // whole) if whole > 0 else 0
+    left -= batches * whole
+    extra = int((left - base) / per + 1e-9) if left > base else 0
+    return batches * size + max(0, min(size, extra))
+
+
+def _time_for(lane: tuple[float, float, float, int], n: int) -> float:
+    """When a lane would have done `n` items, batch after batch."""
+    free, base, per, size = lane
+    return free + math.ceil(n / size) * base + per * n
 
 
 def _check(provider: Provider, raw: Any, n: int) -> np.ndarray:
