@@ -223,6 +223,17 @@ async def test_a_batch_overdue_against_its_own_providers_history_is_still_duplic
     assert report.elapsed == pytest.approx(3 * 3.5 + 5 / 100)  # due at 3 × its expected 3.5 s
 
 
+async def test_an_end_game_sliver_does_not_shrink_the_size_the_next_job_starts_at(clock):
+    """98 items take 1 s (the target); the job's last 3 take 0.05 s, mostly the request's fixed
+    cost. That sliver informs the latency line, not the batch size kept for the next job."""
+    p = FakeEmbedder("p", clock, rate=100, latency=0.02)
+    history = {"p": Sizing(98, 0.0102, LatencyLine(0.02, 0.01))}
+    await Pool([p], clock=clock, max_batch=256, history=history).run(texts_for(101), Collector(clock))
+    assert [len(c.texts) for c in p.calls] == [98, 3]
+    assert history["p"].batch_size == 98
+    assert history["p"].line.base == pytest.approx(0.02)
+
+
 def test_the_latency_line_separates_a_requests_fixed_cost_from_its_items():
     line = LatencyLine()
     for n in (4, 8, 16, 32, 64, 64, 64):
