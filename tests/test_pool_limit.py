@@ -267,3 +267,15 @@ async def test_the_end_game_lets_every_lane_finish_together_without_slivers(cloc
     # The last second: at most one batch per lane, not a cascade of ever smaller ones.
     tail = [len(c.texts) for p in (fast, slow) for c in p.calls if c.start > report.elapsed - 1.0]
     assert len(tail) <= 8, tail
+
+
+async def test_the_end_game_spreads_a_fixed_cost_provider_over_every_lane(clock):
+    """All fixed cost, no measurable cost per item (a 400 ms round trip): any split of the tail
+    ends at the same moment, so it is spread evenly over the lanes the budget allows, as
+    before the plan existed, rather than piled on the first lanes to pull."""
+    cloud = FakeEmbedder("cloud", clock, rate=1e9, latency=0.4, kind=Kind.CLOUD)
+    history = {"cloud": Sizing(60, 0.4 / 60, LatencyLine(0.4, 0.0))}
+    report = await Pool([cloud], clock=clock, lanes=16, history=history).run(texts_for(160),
+                                                                             Collector(clock))
+    assert [len(c.texts) for c in cloud.calls] == [10] * 16 and cloud.peak_in_flight == 16
+    assert report.elapsed == pytest.approx(0.4)

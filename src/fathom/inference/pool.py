@@ -58,6 +58,9 @@ log = logging.getLogger(__name__)
 Sink = Callable[[list[int], np.ndarray, Provider], Awaitable[None]]
 FIXED_SHARE = 0.1  # a request's fixed cost the batch size aims to keep under (`_learn`)
 STRETCH = 2.0  # ... at batches of no more than this many target latencies
+# The least cost an item is taken to have: a provider measured at ~0 s an item (all fixed
+# cost) still gets an even part of the end game, not whatever one bisection step rounds to.
+MIN_PER_ITEM = 1e-6
 Admission = Callable[[Provider], Awaitable[Any]]
 
 
@@ -664,19 +667,23 @@ class Pool:
             # as fast as this one: a speed known from an earlier job must not let one provider
             # take the whole queue in its first pull.
             base, per = self._line_of(o if o.sizing.expected(1) is not None else m)
-            size = max(1, o.sizing.batch_size, self._rate_floor(o))
+            floor = self._rate_floor(o)
+            size = max(1, o.sizing.batch_size, floor)
             busy = [max(now, a.started + a.expected) for a in o.attempts]
             lanes += [(t, base, per, size) for t in busy]
-            # A lane waiting for a cloud permit starts when the key allows: not counted on.
-            lanes += [(now, base, per, size)] * max(0, o.lanes - len(busy) - o.admitting)
+            # A lane waiting for a permit under a known request rate starts when the key's
+            # window allows, perhaps seconds away: not counted on. Without one, a permit
+            # comes as a request ends (or is granted already and its lane not yet resumed).
+            waiting = o.admitting if floor else 0
+            lanes += [(now, base, per, size)] * max(0, o.lanes - len(busy) - waiting)
         base, per = self._line_of(m)
         mine = (now, base, per, max(1, m.sizing.batch_size, self._rate_floor(m)))
         if mine not in lanes:
             lanes.append(mine)
         low = now
         high = min(now + t for t in (_time_for(lane, queued) - now for lane in lanes))
-        for _ in range(40):
-            if high - low < 1e-6:
+        for _ in range(64):
+            if high - low < MIN_PER_ITEM / 10:  # finer than one item of the fastest lane
                 break
             mid = (low + high) / 2
             if sum(_items_by(lane, mid) for lane in lanes) >= queued:
@@ -694,8 +701,8 @@ class Pool:
         line, spi = m.sizing.line, m.sizing.spi
         if line.known:
             assert line.base is not None and line.per_item is not None
-            return line.base, max(line.per_item, 1e-9)
-        return 0.0, max(spi or 0.0, 1e-9)
+            return line.base, max(line.per_item, MIN_PER_ITEM)
+        return 0.0, max(spi or 0.0, MIN_PER_ITEM)
 
     def _rate_floor(self, m: _Member) -> int:
         """The smallest batch a cloud provider under a known request rate should send (0: no
