@@ -14,9 +14,11 @@ What the pool guarantees, whatever fails:
 - A provider that keeps failing (other than rate limits) is ejected and re-probed later with
   one small batch, on an exponential backoff that grows once per failure episode (the batches
   its other lanes had in flight when it was ejected fail with it, and count as that episode).
-- The end of a job is not held hostage: near the end a provider pulls no more than its share
-  of what is left, and when the queue is empty an idle provider duplicates a batch that has
-  been in flight much longer than its provider's own history predicts.
+- The end of a job is not held hostage: near the end each lane pulls its part of a plan in
+  which every lane finishes as early as it can, together (a lane that would finish after the
+  others finish everything pulls nothing), and when the queue is empty an idle provider
+  duplicates a batch that has been in flight much longer than its provider's own history
+  predicts for a batch of that size.
 - Under backup the cloud pulls only while no local provider can serve, and stops pulling
   (mid-job) as soon as one can again.
 
