@@ -29,11 +29,12 @@ a configured RPM on both sides is `bench/rate_limit.py`). The ideal is every end
 the job at `--batch` items per request within its concurrency and rate limit, with no tail:
     ideal items/s = sum over endpoints of min(c × B / (base + B × per_item), rate × B).
 Efficiency = items/s / ideal. The upstreams answer with hashed vectors (see
-`_common.use_hash_encoders`): what a request costs is the emulator's configured latency, as a
-floor: the emulators share this process (and its GIL) with the contenders, and on a loaded
-machine a request takes longer. So the run first measures the latency each endpoint delivers
-(`--calibrate` seconds, every endpoint driven at once at B a request by the simplest client)
-and also gives each contender's throughput ÷ the ideal at those latencies.
+`_common.use_hash_encoders`), each emulator in a process of its own (`_emulator_process.py`),
+so the client under test shares no GIL with them: what a request costs is the emulator's
+configured latency, as a floor that a loaded machine does not always reach. So the run first
+measures the latency each endpoint delivers (`--calibrate` seconds, every endpoint driven at
+once at B a request by the simplest client) and also gives each contender's throughput ÷ the
+ideal at those latencies.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ ENDPOINTS = [
 class Fleet:
     def __init__(self, window_s: float):
         self.window_s = window_s
-        self.emus = {e.name: c.start_emulator(e.name) for e in ENDPOINTS}
+        self.emus = {e.name: c.start_emulator_process(e.name, WIDTH) for e in ENDPOINTS}
 
     def reset(self) -> None:
         for e in ENDPOINTS:
@@ -249,7 +250,6 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.seconds = 6.0
-    c.use_hash_encoders(WIDTH)
     print(c.machine())
     print(f"LiteLLM {c.litellm_version()}")
 
