@@ -2,9 +2,10 @@
 sized from the key's trusted rate limit, no straggler copy of a batch whose provider is simply
 slow, and an end game that lets every lane finish together.
 
-Routing logic in FakeClock virtual time at the Provider cut-off; the rate limit also through
-the emulator's real HTTP app (virtual time) and over a socket (`emulator` fixture). The
-restart of a real server on its data dir is `test_pool_history_restart.py`.
+Routing logic in FakeClock virtual time at the Provider cut-off; the rate limit and the
+stragglers also through the emulator's real HTTP app (virtual time), the rate limit over a
+socket too (`emulator` fixture). The restart of a real server on its data dir is
+`test_pool_history_restart.py`.
 """
 
 from __future__ import annotations
@@ -232,6 +233,40 @@ async def test_an_end_game_sliver_does_not_shrink_the_size_the_next_job_starts_a
     assert [len(c.texts) for c in p.calls] == [98, 3]
     assert history["p"].batch_size == 98
     assert history["p"].line.base == pytest.approx(0.02)
+
+
+async def test_a_slow_upstreams_batch_is_not_copied_through_the_emulator(clock):
+    """The same through two emulators' HTTP apps in virtual time: `slow` (3 s a request plus
+    100 ms an item) holds the job's last 5 items, as its history says it takes; `fast`, idle,
+    sends nothing. Then `slow` stalls far past that: `fast` copies the batch and wins."""
+    async with virtual_emulator(clock) as slow_emu, virtual_emulator(clock) as fast_emu:
+        await slow_emu.control("PUT", "/latency", {"base_ms": 3000, "per_item_ms": 100})
+        clients = [OpenRouterClient("sk-or-v1-pool-straggler", base_url=VIRTUAL_BASE_URL, http=emu.http)
+                   for emu in (slow_emu, fast_emu)]
+        slow, fast = (OpenRouterProvider(client, model=MODEL, roles=[Role.CODE_EMBEDDING], upstream="alpha",
+                                         provider_id=f"openrouter:{name}")
+                      for client, name in zip(clients, ("slow", "fast")))
+        history = {"openrouter:slow": _slow_history()["slow"]}
+        try:
+            for stall, copies in ((0.0, 0), (60.0, 1)):
+                await slow_emu.control("PUT", "/latency", {"base_ms": 3000 + stall * 1000,
+                                                           "per_item_ms": 100})
+                pool = Pool([slow], clock=clock, straggler_factor=3.0, history=history)
+
+                async def join() -> None:
+                    await clock.sleep(0.5)
+                    pool.add(fast)
+
+                joining = asyncio.ensure_future(join())
+                report = await pool.run(texts_for(5), _count)
+                await joining
+                served = (await fast_emu.counters())["requests"].get("embeddings", 0)
+                assert (report.duplicates, served) == (copies, copies), stall
+                assert report.per_provider == {"openrouter:fast" if copies else "openrouter:slow": 5}
+                history["openrouter:slow"] = _slow_history()["slow"]  # the stall is not history
+        finally:
+            for client in clients:
+                await client.aclose()
 
 
 def test_the_latency_line_separates_a_requests_fixed_cost_from_its_items():
