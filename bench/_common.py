@@ -15,6 +15,7 @@ import logging
 import os
 import platform
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -139,6 +140,43 @@ class _Server:
         self.server.should_exit = True
         self.thread.join(timeout=10)
         self.sock.close()
+
+
+@dataclass
+class EmulatorProcess:
+    """An emulator in a child process (`_emulator_process.py`), driven over its HTTP control
+    API; the same attributes as `Emulator` but `state` (another process's memory)."""
+
+    name: str
+    root_url: str
+    base_url: str
+    control: EmulatorControl
+    _proc: subprocess.Popen
+
+    def stop(self) -> None:
+        self.control.close()
+        if self._proc.stdin:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+def start_emulator_process(name: str, width: int) -> EmulatorProcess:
+    """An emulator answering hashed vectors of `width`, in a process of its own on a free
+    127.0.0.1 port, until `stop()`."""
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_emulator_process.py")),
+                             "--width", str(width)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if not line.isdigit():
+        proc.kill()
+        raise RuntimeError(f"the emulator process {name} did not start")
+    root = f"http://127.0.0.1:{line}"
+    return EmulatorProcess(name, root, root + "/api/v1", EmulatorControl(root), proc)
 
 
 def start_emulator(name: str = "emulator", config: EmulatorConfig | None = None) -> Emulator:

@@ -318,8 +318,9 @@ class Walk:
     def index_job(self, *, exposed: bool = False) -> None:
         """An index job. While a cleared upstream is drifted (`exposed`) the cloud routes must
         take part for the walk to test what becomes of drifted rows; the pool decides who pulls
-        what, so a job they sat out is followed by another with one more new file (at most
-        twice). Every job must end: done, or failed with its reason."""
+        what (its end game leaves a small job to the lanes that finish it first), so a job they
+        sat out is followed by a larger one: 4, then 16 new files (at most twice). Every job
+        must end: done, or failed with its reason."""
         for attempt in range(3):
             job = self.rig.index()
             assert job["state"] in ("done", "failed"), job
@@ -328,7 +329,8 @@ class Walk:
                                                                      f"={v}" for k, v in sorted(by.items())))
             if not exposed or any(k.endswith(f":cloud:{GOOD_PIN}") and v for k, v in by.items()) or attempt == 2:
                 return
-            self.add_file()
+            for _ in range(4 ** (attempt + 1)):
+                self.add_file()
 
     def add_file(self) -> None:
         self.files += 1

@@ -19,7 +19,7 @@ import numpy as np
 import psycopg
 import pytest
 
-from fathom.config import RoutingState
+from fathom.config import BatchRecord, RoutingState
 from fathom.errors import ConfigError, NotCleared, StoreError
 from fathom.index.pgstore import (
     PgGoldenStore,
@@ -387,6 +387,12 @@ def test_routing_state_is_shared_and_validated(pg_url):
     assert a.load().roles[Role.EMBEDDING].policy.value == "local"
     b.update({Role.EMBEDDING: {"policy": "aggregate", "upstream": "deepinfra"}})
     assert a.load().roles[Role.EMBEDDING].upstream == "deepinfra"
+    # The pools' batch history lives in the same row: written by one server, read by another,
+    # without touching the routes.
+    a.record_batches("code", {"local:minilm": BatchRecord(batch_size=96, spi=0.01, base=0.02)})
+    seen = b.load()
+    assert seen.batches["code"]["local:minilm"].batch_size == 96
+    assert seen.roles[Role.EMBEDDING].upstream == "deepinfra"
 
 
 # ---------------------------------------------------------------- secrets

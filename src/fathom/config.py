@@ -1,8 +1,10 @@
 """Settings, and the routing state persisted in the data dir.
 
 What is persisted is only what is safe (R6): per role the policy, the model, the upstream pin
-of an embedding route and the fallback mode, plus the fact that a key push happened. There is
-no field for a key, and `RoutingState` refuses unknown fields, so no secret can be smuggled
+of an embedding route and the fallback mode, the fact that a key push happened, and what the
+embedding pools measured of each provider's speed (`BatchRecord`: sizes and seconds, so a
+restarted server's first job starts each provider at its batch size). There is no field for
+a key, and `RoutingState` refuses unknown fields, so no secret can be smuggled
 into the file. Writes are atomic (temp file + rename) and validated first: a refused update
 changes nothing.
 """
@@ -10,19 +12,22 @@ changes nothing.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import tempfile
+import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from fathom.errors import ConfigError
 from fathom.policy import BEHAVIOUR, DEFAULT_POLICY, Policy
 from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role
 
+log = logging.getLogger(__name__)
 
 # Folders no project lives in: indexing them would serve /etc/shadow back to a search, or walk
 # /proc forever. The default of `Settings.refused_roots`; `walker.check_root` applies it.
@@ -206,6 +211,69 @@ class PushRecord(BaseModel):
         return bool(self.acked)
 
 
+class BatchRecord(BaseModel):
+    """What an embedding pool measured of one provider (`inference.pool.Sizing`): the batch
+    size its next job starts at, its seconds per item, and its latency line (a request's
+    fixed seconds plus seconds per item). Figures only, nothing secret."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_size: int = Field(ge=1, le=65536)
+    spi: float | None = Field(default=None, ge=0, le=3600, allow_inf_nan=False)
+    base: float | None = Field(default=None, ge=0, le=3600, allow_inf_nan=False)
+    per_item: float | None = Field(default=None, ge=0, le=3600, allow_inf_nan=False)
+
+
+class BatchRecordDamaged(ConfigError):
+    """One stored batch record cannot be read. It is dropped (that provider starts its next
+    job at the default batch size and is measured again), never a reason to refuse routes."""
+
+    def __init__(self, where: str, defect: str):
+        self.where, self.defect = where, defect
+        super().__init__(f"the batch history of {where} in the routing state is damaged "
+                         f"({defect}); it is ignored, and that provider starts its next job at "
+                         f"the default batch size and is measured again")
+
+
+_MAX_KEY = 512  # a table name or provider id longer than this is not one Fathom wrote
+_reported: set[str] = set()  # damaged records already logged by this process
+
+
+def sound_batch_records(value: Any) -> dict[str, dict[str, BatchRecord]]:
+    """The readable part of a stored batch history: every damaged entry is dropped with a
+    `BatchRecordDamaged` warning (once per process), naming where and what, never the value."""
+    if value is None:
+        return {}
+    out: dict[str, dict[str, BatchRecord]] = {}
+    problems: list[BatchRecordDamaged] = []
+    if not isinstance(value, Mapping):
+        problems.append(BatchRecordDamaged("every table", "not an object of tables"))
+        value = {}
+    for table, providers in value.items():
+        if not isinstance(table, str) or not 0 < len(table) <= _MAX_KEY:
+            problems.append(BatchRecordDamaged("a table", "its name is not a short string"))
+            continue
+        if not isinstance(providers, Mapping):
+            problems.append(BatchRecordDamaged(f"the {table} table", "not an object of providers"))
+            continue
+        kept: dict[str, BatchRecord] = {}
+        for pid, raw in providers.items():
+            if not isinstance(pid, str) or not 0 < len(pid) <= _MAX_KEY:
+                problems.append(BatchRecordDamaged(f"a provider of the {table} table",
+                                                   "its id is not a short string"))
+                continue
+            try:
+                kept[pid] = raw if isinstance(raw, BatchRecord) else BatchRecord.model_validate(raw)
+            except ValidationError as exc:
+                problems.append(BatchRecordDamaged(f"{pid} for the {table} table", state_defect(exc)))
+        out[table] = kept
+    for problem in problems:
+        if str(problem) not in _reported:
+            _reported.add(str(problem))
+            log.warning("%s", problem)
+    return out
+
+
 def default_routes() -> dict[Role, RoleRoute]:
     return {
         role: RoleRoute(model=d.model, fallback=d.fallback, width=384 if role in EMBEDDING_ROLES else None)
@@ -218,6 +286,14 @@ class RoutingState(BaseModel):
 
     roles: dict[Role, RoleRoute] = Field(default_factory=default_routes)
     last_push: PushRecord | None = None
+    # Table -> provider id -> what the pools measured. Read leniently (`sound_batch_records`):
+    # a damaged entry is dropped, the routes are still served.
+    batches: dict[str, dict[str, BatchRecord]] = Field(default_factory=dict)
+
+    @field_validator("batches", mode="before")
+    @classmethod
+    def _readable_batches(cls, value: Any) -> dict[str, dict[str, BatchRecord]]:
+        return sound_batch_records(value)
 
     def problems(self, roles: Iterable[Role] | None = None) -> list[str]:
         """Every reason these roles' routes must not be written, so a refusal lists them all.
@@ -258,6 +334,9 @@ class RoutingStore:
     """Loads and atomically saves `RoutingState` as `routing.json` under the data dir."""
 
     FILENAME = "routing.json"
+    # Read-modify-writes in one process (a policy change, a job's batch history written from
+    # a worker thread) take turns, so neither loses the other's change.
+    _changing = threading.RLock()
 
     def __init__(self, data_dir: Path):
         self.path = Path(data_dir) / self.FILENAME
@@ -284,6 +363,21 @@ class RoutingStore:
     def update(self, changes: dict[Role, dict]) -> RoutingState:
         """Apply partial per-role changes, validate the changed roles, then write; a refusal
         lists every problem and writes nothing."""
+        with self._changing:
+            return self._update(changes)
+
+    def record_batches(self, table: str, records: Mapping[str, BatchRecord]) -> None:
+        """Merge what a job measured of each provider into `table`'s batch history and write
+        it; the routes are left as they are. Raises `RoutingStateDamaged` (nothing written)
+        when the stored state cannot be read."""
+        if not records:
+            return
+        with self._changing:
+            state = self.load()
+            state.batches[table] = {**state.batches.get(table, {}), **records}
+            self.save(state)
+
+    def _update(self, changes: dict[Role, dict]) -> RoutingState:
         state = self.load()
         problems: list[str] = []
         for role, fields in changes.items():

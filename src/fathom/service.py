@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterator, Sequence
 from filelock import FileLock, Timeout
 
 from fathom import scope
-from fathom.config import RoutingStore, Settings, atomic_write_text
+from fathom.config import BatchRecord, RoutingStore, Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
@@ -69,6 +69,7 @@ from fathom.inference.budget import CloudBudget, current_project
 from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
 from fathom.inference.local import LocalEncoder
+from fathom.inference.pool import LatencyLine, Sizing
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
@@ -210,6 +211,16 @@ def store_location(settings: Settings) -> str:
     return str(url or settings.lance_dir)
 
 
+def sizing_of(record: BatchRecord) -> Sizing:
+    """A stored batch record as the pool's `Sizing` (the line fitted afresh from it)."""
+    return Sizing(record.batch_size, record.spi, LatencyLine(record.base, record.per_item))
+
+
+def record_of(sizing: Sizing) -> BatchRecord:
+    return BatchRecord(batch_size=sizing.batch_size, spi=sizing.spi, base=sizing.line.base,
+                       per_item=sizing.line.per_item)
+
+
 class Fathom:
     """Everything a front end needs, built from `Settings`.
 
@@ -237,7 +248,9 @@ class Fathom:
         self.records = ProjectRecords(self.settings.data_dir)
         self.jobs: dict[str, Job] = {}
         self._index_lock: dict[str, asyncio.Lock] = {}
-        self._batch_history: dict[str, dict[str, Any]] = {}  # table -> Pool(history=)
+        # table -> Pool(history=): read from the routing state at a table's first job in this
+        # process, written back after every job, so a restart keeps each provider's batch size.
+        self._batch_history: dict[str, dict[str, Sizing]] = {}
         self.watcher: Any = None  # a fathom.index.watch.Watcher once a front end turns sync on
         self.registry = registry if registry is not None else ProviderRegistry()
         if gate is None:
@@ -386,11 +399,36 @@ class Fathom:
         """The role's pull pool: cloud providers take a budget permit before they pull, and
         each runs as many lanes as the budget's effective limit allows in flight (an override
         of 16 puts 16 requests at the upstream, a halving half as many); locals run one.
-        Each provider's batch size starts where its last job left it (`Pool(history=)`), for
-        as long as this process runs."""
+        Each provider's batch size starts where its last job left it (`Pool(history=)`, kept
+        in the routing state across restarts), and a cloud provider's batches are sized from
+        the key's trusted rate limit (`CloudBudget.key_rate`)."""
         return self.router.pool(ROLE_OF_TABLE[table], admission=self.budget.admission,
                                 lanes=lambda p: self.budget.effective_limit if p.info.is_cloud else 1,
-                                history=self._batch_history.setdefault(table, {}))
+                                history=self._history(table),
+                                rate_limit=lambda p: self.budget.key_rate())
+
+    def _history(self, table: str) -> dict[str, Sizing]:
+        """What the pools measured of each provider for `table`: from the routing state the
+        first time (a routing state that cannot be read at all starts every provider afresh;
+        the routes themselves say so where they are used), then kept and updated in place."""
+        if table not in self._batch_history:
+            try:
+                stored = self.routing.load().batches.get(table, {})
+            except ConfigError as exc:
+                log.warning("batch history not read: %s", exc)
+                stored = {}
+            self._batch_history[table] = {pid: sizing_of(r) for pid, r in stored.items()}
+        return self._batch_history[table]
+
+    def _remember_batches(self) -> None:
+        """Write what the pools measured to the routing state (after every job, whatever its
+        end). A failed write is logged, never the job's failure: the next job measures again."""
+        for table, history in self._batch_history.items():
+            try:
+                records = {pid: record_of(s) for pid, s in history.items() if s.spi is not None}
+                self.routing.record_batches(table, records)
+            except (ConfigError, OSError, ValueError) as exc:
+                log.warning("batch history of the %s table not saved: %s", table, exc)
 
     # ---- indexing
 
@@ -441,7 +479,10 @@ class Fathom:
                     starting("checking encoders")
                     for table in TABLE_KINDS:
                         await self.verify_providers(table)
-                    report = await indexer.run(job, progress)
+                    try:
+                        report = await indexer.run(job, progress)
+                    finally:
+                        await asyncio.shield(asyncio.to_thread(self._remember_batches))
             finally:
                 await asyncio.to_thread(lock.__exit__, None, None, None)
         except BaseException as exc:

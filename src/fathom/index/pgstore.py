@@ -1367,14 +1367,27 @@ class PgRoutingStore(RoutingStore):
             "INSERT INTO {s}.routing (id, state) VALUES (1, %s) ON CONFLICT (id) DO UPDATE "
             "SET state = EXCLUDED.state, updated_at = now()"), (state.model_dump_json(),))
 
-    def update(self, changes: dict[Any, dict]) -> RoutingState:
+    @contextlib.contextmanager
+    def _row_locked(self) -> Iterator[None]:
+        """One transaction holding the routing row, so read-modify-writes from two servers
+        (a policy change, a job's batch history) never lose each other's change."""
         conn = self.db.conn()
         with conn.transaction():
             conn.execute(self._q("INSERT INTO {s}.routing (id, state) VALUES (1, %s) "
                                  "ON CONFLICT (id) DO NOTHING"),
                          (RoutingState().model_dump_json(),))
             conn.execute(self._q("SELECT 1 FROM {s}.routing WHERE id = 1 FOR UPDATE"))
+            yield
+
+    def update(self, changes: dict[Any, dict]) -> RoutingState:
+        with self._row_locked():
             return super().update(changes)
+
+    def record_batches(self, table: str, records: Any) -> None:
+        if not records:
+            return
+        with self._row_locked():
+            super().record_batches(table, records)
 
 
 __all__ = [

@@ -14,15 +14,21 @@ What the pool guarantees, whatever fails:
 - A provider that keeps failing (other than rate limits) is ejected and re-probed later with
   one small batch, on an exponential backoff that grows once per failure episode (the batches
   its other lanes had in flight when it was ejected fail with it, and count as that episode).
-- The end of a job is not held hostage: near the end a provider pulls no more than its share
-  of what is left, and when the queue is empty an idle provider duplicates a batch that has
-  been in flight much longer than its provider's own history predicts.
+- The end of a job is not held hostage: near the end each lane pulls its part of a plan in
+  which every lane finishes as early as it can, together (a lane that would finish after the
+  others finish everything pulls nothing), and when the queue is empty an idle provider
+  duplicates a batch that has been in flight much longer than its provider's own history
+  predicts for a batch of that size.
 - Under backup the cloud pulls only while no local provider can serve, and stops pulling
   (mid-job) as soon as one can again.
 
 Batch size adapts per provider to a target batch latency: it starts small (or, given a
 `history`, where the provider's last job left it), follows the measured seconds per item, at
-most doubling per batch, within [min_batch, max_batch].
+most doubling per batch, within [min_batch, max_batch]. A cloud provider whose key has a
+known request rate sends batches large enough that its requests, not its lanes, are spent
+(`rate_limit`; up to max_batch for a low RPM). Each provider's latency is kept as a line,
+fixed cost plus cost per item, so a straggler is judged against what its own provider takes
+for a batch of that size.
 
 The pool refuses to decide who may serve (its `eligible` predicate comes from the router),
 to know what a permit is made of (the budget's `admission` hands them out), or to write rows
@@ -52,6 +58,11 @@ from fathom.roles import Role
 log = logging.getLogger(__name__)
 
 Sink = Callable[[list[int], np.ndarray, Provider], Awaitable[None]]
+FIXED_SHARE = 0.1  # a request's fixed cost the batch size aims to keep under (`_learn`)
+STRETCH = 2.0  # ... at batches of no more than this many target latencies
+# The least cost an item is taken to have: a provider measured at ~0 s an item (all fixed
+# cost) still gets an even part of the end game, not whatever one bisection step rounds to.
+MIN_PER_ITEM = 1e-6
 Admission = Callable[[Provider], Awaitable[Any]]
 
 
@@ -153,12 +164,68 @@ class _Phase(Enum):
     DELIVER = 2
 
 
+class LatencyLine:
+    """A provider's batch latency as `base + per_item × n`, fitted by exponentially weighted
+    least squares over its recent batches (each older batch weighs `DECAY` times less).
+
+    Why a line and not seconds per item: a request has a fixed cost (a round trip, a model
+    call) that a small batch pays in full, so `n × seconds-per-item` measured on whole
+    batches says an end-game sliver of 8 should take a tenth of what it does, and a healthy
+    slow provider's last batch looks overdue. Batches all of one size cannot separate the two
+    terms: the line then keeps its base and moves its slope to the latest latencies."""
+
+    DECAY = 0.8
+    SPREAD = 0.05  # sizes must differ by this share of their mean to fit both terms
+
+    def __init__(self, base: float | None = None, per_item: float | None = None):
+        self.base, self.per_item = base, per_item
+        self._w = self._n = self._l = self._nn = self._nl = 0.0
+
+    @property
+    def known(self) -> bool:
+        return self.base is not None and self.per_item is not None
+
+    def observe(self, n: int, latency: float) -> None:
+        d = self.DECAY
+        self._w = d * self._w + 1.0
+        self._n = d * self._n + n
+        self._l = d * self._l + latency
+        self._nn = d * self._nn + n * n
+        self._nl = d * self._nl + n * latency
+        mean_n, mean_l = self._n / self._w, self._l / self._w
+        var = self._nn / self._w - mean_n * mean_n
+        if var > (self.SPREAD * mean_n) ** 2:
+            slope = (self._nl / self._w - mean_n * mean_l) / var
+            # Noise can tilt the fit past what a latency can be: no negative cost.
+            slope = min(max(0.0, slope), mean_l / mean_n)
+            self.base, self.per_item = max(0.0, mean_l - slope * mean_n), slope
+        elif self.base is not None:
+            self.base = min(self.base, mean_l)
+            self.per_item = (mean_l - self.base) / mean_n
+
+    def at(self, n: int) -> float:
+        assert self.base is not None and self.per_item is not None
+        return self.base + self.per_item * n
+
+
 @dataclass
 class Sizing:
-    """What the pool has learned about a provider's speed; kept across jobs (`history`)."""
+    """What the pool has learned about a provider's speed; kept across jobs (`history`), and
+    by the service across restarts (`config.BatchRecord` in the routing state)."""
 
     batch_size: int
-    spi: float | None = None  # EWMA seconds per item
+    spi: float | None = None  # EWMA seconds per item, from batches of the size it pulls
+    line: LatencyLine = field(default_factory=LatencyLine, compare=False)
+
+    def expected(self, n: int) -> float | None:
+        """Seconds a batch of `n` should take by this history, erring long; None if unmeasured.
+        Without a line, a batch smaller than the usual one is given the usual one's time: a
+        smaller batch is never slower, and may be no faster (the request's fixed cost)."""
+        if self.line.known:
+            return self.line.at(n)
+        if self.spi is None:
+            return None
+        return self.spi * max(n, self.batch_size)
 
 
 class _Member:
@@ -176,6 +243,7 @@ class _Member:
         self.eject_reason = ""
         self.probing = False
         self.cooldown_until = -math.inf
+        self.admitting = 0  # lanes waiting for a cloud permit (their start time is the key's)
 
     @property
     def id(self) -> str:
@@ -260,6 +328,7 @@ class Pool:
         recheck: float = 1.0,
         on_progress: Callable[[Progress], None] | None = None,
         history: dict[str, Sizing] | None = None,
+        rate_limit: Callable[[Provider], Any] | None = None,
     ):
         """`providers`: a registry (the pool follows its changes for `role`) or a fixed list
         (change it mid-job with `add`/`remove`). `eligible(provider)` is asked before every
@@ -275,7 +344,11 @@ class Pool:
         before every pull, so a cloud provider's lanes follow the budget's effective limit.
         `history`: what earlier pools learned of each provider's speed (provider id ->
         `Sizing`), shared and updated in place, so a provider's first batch of the next job
-        starts at the size its measured speed calls for instead of `initial_batch`."""
+        starts at the size its measured speed calls for instead of `initial_batch`.
+        `rate_limit(provider)`: for a cloud provider, the key's known request rate (an object
+        with `per_s`, requests a second, and `lanes_follow`, true when the budget adds lanes
+        until that rate is reached), or None when no trusted rate is known
+        (`CloudBudget.key_rate`). Requests are then the scarce resource: see `_rate_floor`."""
         if not 1 <= min_batch <= initial_batch <= max_batch:
             raise ValueError("need 1 <= min_batch <= initial_batch <= max_batch")
         if isinstance(providers, ProviderRegistry):
@@ -302,6 +375,7 @@ class Pool:
         self.recheck = recheck
         self.on_progress = on_progress
         self._sizing: dict[str, Sizing] = {} if history is None else history
+        self._rate_limit = rate_limit
         self._members: dict[str, _Member] = {}
         self._departed: list[_Member] = []  # replaced members whose lanes may still unwind
         self._job: _Job | None = None
@@ -383,6 +457,9 @@ class Pool:
         sizing = self._sizing.setdefault(provider.id, Sizing(self.initial_batch))
         # Learned by another pool, perhaps with other bounds: within this one's.
         sizing.batch_size = max(self.min_batch, min(self.max_batch, sizing.batch_size))
+        if sizing.spi is not None:
+            log.info("pool: %s starts at batch %d, from its measured history", provider.id,
+                     sizing.batch_size)
         m = _Member(provider, sizing, self._wanted_lanes(provider))
         self._members[provider.id] = m
         self._spawn_lanes(m, m.lanes)
@@ -495,6 +572,7 @@ class Pool:
             if m.is_cloud and self.admission is not None:
                 # Wait for the budget holding no items: the queue stays available to the
                 # locals for as long as this wait lasts.
+                m.admitting += 1
                 try:
                     permit = await self.admission(m.provider)
                 except Exception as exc:  # a budget refusal pauses this provider, not the job
@@ -502,6 +580,8 @@ class Pool:
                                 m.id, type(exc).__name__, exc)
                     m.cooldown_until = self.clock.now() + self.throttle_wait
                     continue
+                finally:
+                    m.admitting -= 1
                 plan = self._plan(m)  # the world moved while we waited
                 if plan.action not in ("pull", "dup"):
                     await _release(permit, used=False)
@@ -536,7 +616,10 @@ class Pool:
             # look again now and then as well as on every change.
             return _Plan("wait", until=now + self.recheck)
         if job.queue:
-            return _Plan("pull", size=self._size(m, probe), probe=probe)
+            size = self._size(m, probe)
+            if size == 0:  # the end game leaves what is left to faster lanes
+                return _Plan("wait", until=now + self.recheck)
+            return _Plan("pull", size=size, probe=probe)
         if probe:
             return _WAIT
         work, next_at = self._straggler(m, now)
@@ -551,36 +634,110 @@ class Pool:
         )
 
     def _size(self, m: _Member, probe: bool) -> int:
+        """Items this lane pulls now; 0 when it should leave what is left to faster lanes."""
         job = self._job
         assert job is not None
         if probe:
             return self.min_batch
-        n = m.sizing.batch_size
-        # End game: pull no more than this lane's share of what is left, by measured speed,
-        # so the slowest provider is not the one holding the last big batch.
-        if m.sizing.spi is not None and len(job.queue) < self._pull_capacity():
-            total_rate = 0.0
-            now = self.clock.now()
-            reserve_held = self._reserve() and self._local_can_serve()
-            mine = 1.0 / max(m.sizing.spi, 1e-9)
-            for o in self._members.values():
-                if (o.present and o.ejected_until is None and now >= o.cooldown_until
-                        and self._eligible(o.provider) and not (o.is_cloud and reserve_held)):
-                    # A provider not measured yet (new to this pool and to its history) is
-                    # taken to be as fast as this one: a speed known from an earlier job
-                    # must not let one provider take the whole queue in its first pull.
-                    total_rate += o.lanes * (mine if o.sizing.spi is None else 1.0 / max(o.sizing.spi, 1e-9))
-            if total_rate > 0:
-                n = min(n, max(self.min_batch, math.ceil(len(job.queue) * mine / total_rate)))
-        return max(1, min(n, len(job.queue)))
+        floor = self._rate_floor(m)
+        n = max(m.sizing.batch_size, floor)
+        if m.sizing.expected(1) is not None and len(job.queue) < self._pull_capacity():
+            share = self._end_share(m, len(job.queue))
+            # Where requests are the scarce resource, a lane given any part takes a whole
+            # request's worth: splitting the tail would spend requests to save seconds.
+            n = min(n, share) if floor == 0 or share == 0 else n
+        return min(n, len(job.queue))
+
+    def _end_share(self, m: _Member, queued: int) -> int:
+        """End game: this lane's part of what is left, such that every lane finishes the job
+        as early as it can, together. Each lane is free when its batch in flight is expected
+        to end (now, if idle), then works through batches of its provider's size, each
+        costing its latency line (a request's fixed cost plus its cost per item). The
+        earliest moment by which all lanes together can have done `queued` items is found by
+        bisection; this lane takes what it can do by then (at most one batch now). Shares by
+        speed alone would cut the tail into ever smaller batches, each paying the fixed cost
+        again. A lane that could do no item by then takes none (0) and waits, unless no lane
+        could finish one item sooner."""
+        now = self.clock.now()
+        reserve_held = self._reserve() and self._local_can_serve()
+        lanes: list[tuple[float, float, float, int]] = []  # (free at, fixed s, s/item, batch)
+        for o in self._members.values():
+            if not (o.present and o.ejected_until is None and now >= o.cooldown_until
+                    and self._eligible(o.provider) and not (o.is_cloud and reserve_held)):
+                continue
+            # A provider not measured yet (new to this pool and to its history) is taken to be
+            # as fast as this one: a speed known from an earlier job must not let one provider
+            # take the whole queue in its first pull.
+            base, per = self._line_of(o if o.sizing.expected(1) is not None else m)
+            floor = self._rate_floor(o)
+            size = max(1, o.sizing.batch_size, floor)
+            busy = [max(now, a.started + a.expected) for a in o.attempts]
+            lanes += [(t, base, per, size) for t in busy]
+            # A lane waiting for a permit under a known request rate starts when the key's
+            # window allows, perhaps seconds away: not counted on. Without one, a permit
+            # comes as a request ends (or is granted already and its lane not yet resumed).
+            waiting = o.admitting if floor else 0
+            lanes += [(now, base, per, size)] * max(0, o.lanes - len(busy) - waiting)
+        base, per = self._line_of(m)
+        mine = (now, base, per, max(1, m.sizing.batch_size, self._rate_floor(m)))
+        if mine not in lanes:
+            lanes.append(mine)
+        low = now
+        high = min(now + t for t in (_time_for(lane, queued) - now for lane in lanes))
+        for _ in range(64):
+            if high - low < MIN_PER_ITEM / 10:  # finer than one item of the fastest lane
+                break
+            mid = (low + high) / 2
+            if sum(_items_by(lane, mid) for lane in lanes) >= queued:
+                high = mid
+            else:
+                low = mid
+        share = _items_by(mine, high)
+        if share >= 1:
+            return share
+        # Nobody's part rounds to an item: the lane that finishes one item first takes it.
+        return 1 if _time_for(mine, 1) <= min(_time_for(lane, 1) for lane in lanes) + 1e-9 else 0
+
+    def _line_of(self, m: _Member) -> tuple[float, float]:
+        """(fixed seconds, seconds per item) of a measured provider's batches."""
+        line, spi = m.sizing.line, m.sizing.spi
+        if line.known:
+            assert line.base is not None and line.per_item is not None
+            return line.base, max(line.per_item, MIN_PER_ITEM)
+        return 0.0, max(spi or 0.0, MIN_PER_ITEM)
+
+    def _rate_floor(self, m: _Member) -> int:
+        """The smallest batch a cloud provider under a known request rate should send (0: no
+        floor). Each lane may start a request only every `lanes / rate` seconds; a batch that
+        finishes sooner leaves the lane waiting on the key, so until a batch takes that long,
+        every item added to a request is throughput gained at no request cost. Where the
+        budget adds lanes until the rate is reached (Little's law on a trusted RPM), any size
+        keeps the key busy and the largest carries the most: `max_batch`. Unmeasured yet:
+        `max_batch` too (a low-RPM key's first requests are the ones it can least spare)."""
+        if not m.is_cloud or self._rate_limit is None:
+            return 0
+        rate = self._rate_limit(m.provider)
+        per_s = getattr(rate, "per_s", None)
+        if not per_s or per_s <= 0:
+            return 0
+        if getattr(rate, "lanes_follow", False):
+            return self.max_batch
+        every = m.lanes / per_s
+        line, spi = m.sizing.line, m.sizing.spi
+        if line.known and line.per_item:
+            n = (every - (line.base or 0.0)) / line.per_item
+        elif spi:
+            n = every / spi
+        else:
+            return self.max_batch
+        return max(self.min_batch, min(self.max_batch, math.ceil(n)))
 
     def _pull_capacity(self) -> int:
         return sum(m.sizing.batch_size * m.lanes for m in self._members.values() if m.present)
 
     def _expected(self, m: _Member, n: int) -> float:
-        if m.sizing.spi is None:
-            return self.target_latency
-        return n * m.sizing.spi
+        expected = m.sizing.expected(n)
+        return self.target_latency if expected is None else expected
 
     def _straggler(self, m: _Member, now: float) -> tuple[_Work | None, float | None]:
         """The batch this idle lane should duplicate now, or when to look again."""
@@ -595,10 +752,11 @@ class Pool:
             (a,) = work.attempts
             if a.member is m:
                 continue
-            # Overdue against its own provider's history, and this lane expects to finish
-            # it sooner than the straggler has already taken.
-            at = max(a.started + self.straggler_factor * a.expected,
-                     a.started + (self._expected(m, len(work.indices)) if m.sizing.spi is not None else 0.0))
+            # Overdue against its own provider's history (its latency line: a provider that
+            # is simply slow, or a sliver paying a request's fixed cost, is not overdue), and
+            # this lane expects to finish it sooner than the straggler has already taken.
+            mine = m.sizing.expected(len(work.indices)) or 0.0
+            at = max(a.started + self.straggler_factor * a.expected, a.started + mine)
             if now >= at:
                 if a.started < best_started:
                     best, best_started = work, a.started
@@ -758,9 +916,23 @@ class Pool:
 
     def _learn(self, m: _Member, n: int, latency: float) -> None:
         s = m.sizing
-        sample = max(0.0, latency) / n
+        latency = max(0.0, latency)
+        s.line.observe(n, latency)
+        if s.spi is not None and 2 * n < s.batch_size:
+            # An end-game sliver (or a probe) measures the request's fixed cost more than the
+            # provider's speed: it informs the line, not the batch size the next job starts at.
+            return
+        sample = latency / n
         s.spi = sample if s.spi is None else 0.5 * sample + 0.5 * s.spi
         want = self.max_batch if s.spi <= 0 else int(self.target_latency / s.spi)
+        line = s.line
+        if line.known and line.base and line.per_item:
+            # A request's fixed cost is throughput lost on every batch (a remote endpoint's
+            # round trip): past the target latency, grow until it is at most FIXED_SHARE of a
+            # batch's latency, as long as a batch stays within STRETCH times the target.
+            amortised = line.base * (1.0 / FIXED_SHARE - 1.0) / line.per_item
+            within = (STRETCH * self.target_latency - line.base) / line.per_item
+            want = max(want, int(min(amortised, within)))
         # Grow at most by doubling (one good batch is thin evidence); shrink at once.
         s.batch_size = max(self.min_batch, min(self.max_batch, want, 2 * max(s.batch_size, n)))
 
@@ -778,6 +950,23 @@ class Pool:
             cooling=tuple(sorted(m.id for m in self._members.values()
                                  if m.present and now < m.cooldown_until)),
         )
+
+
+def _items_by(lane: tuple[float, float, float, int], t: float) -> int:
+    """Items a lane (free at, fixed seconds, seconds per item, batch size) has done by `t`."""
+    free, base, per, size = lane
+    left = t - free
+    whole = base + per * size
+    batches = int(left // whole) if whole > 0 else 0
+    left -= batches * whole
+    extra = int((left - base) / per + 1e-9) if left > base else 0
+    return batches * size + max(0, min(size, extra))
+
+
+def _time_for(lane: tuple[float, float, float, int], n: int) -> float:
+    """When a lane would have done `n` items, batch after batch."""
+    free, base, per, size = lane
+    return free + math.ceil(n / size) * base + per * n
 
 
 def _check(provider: Provider, raw: Any, n: int) -> np.ndarray:

@@ -31,6 +31,7 @@ from typing import Any, Awaitable, Callable, Iterator, Mapping
 from fathom.errors import FathomError, ProviderError
 from fathom.inference.budget.ceiling import (
     DEFAULT_PERMITS,
+    HARD_CAP,
     Ceiling,
     CeilingSource,
     KeyReport,
@@ -130,6 +131,16 @@ class BudgetState:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class KeyRate:
+    """The key's trusted request rate, for sizing requests (`Pool(rate_limit=)`).
+    `lanes_follow`: the ceiling is Little's law on this rate, so the budget grants as many
+    permits as it takes to reach it, whatever each request carries."""
+
+    per_s: float
+    lanes_follow: bool
 
 
 # The permit the calling code holds for the request it is about to make (see `Permit.bound`).
@@ -331,6 +342,16 @@ class CloudBudget:
     @property
     def ceiling(self) -> Ceiling:
         return self._ceiling
+
+    def key_rate(self) -> KeyRate | None:
+        """The trusted RPM (configured, free tier, or discovered from the key) as requests a
+        second, or None when none is trusted. Lanes follow it when the ceiling is Little's law
+        short of the hard cap; an override, or a cap Little's law hit, bounds them instead."""
+        if self._trusted is None:
+            return None
+        follows = (self._ceiling.source is CeilingSource.LITTLES_LAW
+                   and self._ceiling.value < HARD_CAP)
+        return KeyRate(self._trusted.rpm / 60.0, follows)
 
     @property
     def effective_limit(self) -> int:
