@@ -108,6 +108,7 @@ mix two spaces in one table, or let a search see a shadow slot.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import functools
@@ -124,6 +125,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -145,11 +147,16 @@ from fathom.errors import (
 )
 from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
+from fathom.index.keywords import KeywordIndex
 from fathom.space import Clearance, Provenance, ReferenceOnlyClearance, Space
 
 log = logging.getLogger(__name__)
 
 TABLE_KINDS = ("code", "docs")
+# A search over many projects: the searches LanceDB answers (tables the matrix cache does
+# not hold) run at once. They release the GIL (LanceDB's Rust engine), so a few threads per
+# core keep the cores busy while one waits on its table's files.
+_FANOUT_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fathom-fanout")
 SNIPPET_LINES = 12
 SNIPPET_CHARS = 800
 
@@ -273,6 +280,22 @@ class Hit:
     text_rank: int | None = None
     match: str | None = None  # "symbol", "path" or "symbol+path": the query named this chunk
     project: str | None = None  # set by a search over several projects (chunk ids may repeat)
+
+
+@dataclass
+class Pooled:
+    """The two searches of a search over several projects, each list best first
+    (`Store.search_many`), and the projects left out as damaged."""
+
+    vector: list[Hit]
+    text: list[Hit]
+    damaged: dict[str, DamagedProject]
+
+    def best(self, k: int) -> Pooled:
+        # Stable: equal scores keep the order the lists were pooled in.
+        self.vector = sorted(self.vector, key=lambda h: -h.score)[:k]
+        self.text = sorted(self.text, key=lambda h: -h.score)[:k]
+        return self
 
 
 @dataclass(frozen=True)
@@ -618,6 +641,32 @@ class Store(ABC):
     def text_search(self, project: str, table: str, query: str, k: int = 10, *,
                     where: SearchFilter | None = None) -> list[Hit]: ...
 
+    def search_many(self, projects: Sequence[str], table: str, vector: Any, query: str,
+                    k: int = 10, *, where: SearchFilter | None = None) -> Pooled:
+        """Both searches over several projects of ONE space, each pooled into one list of
+        the best `k`: vector hits by cosine, keyword hits by BM25 (equal scores keep the
+        projects' order, then each project's own), every hit carrying its `project`, as if
+        the projects were one index. A damaged project is left out and named in `damaged`.
+
+        This default runs every project's two searches at once on a thread pool; LanceStore
+        answers the projects its cache holds from memory without it."""
+        check_table_kind(table)
+        has_text = bool(query and query.strip())
+        halves = {p: (_FANOUT_POOL.submit(self.vector_search, p, table, vector, k, where=where),
+                      _FANOUT_POOL.submit(self.text_search, p, table, query, k, where=where)
+                      if has_text else None)
+                  for p in projects}
+        pooled = Pooled([], [], {})
+        for project, (vec, text) in halves.items():
+            try:
+                v, t = vec.result(), text.result() if text is not None else []
+            except DamagedProject as exc:
+                pooled.damaged[project] = exc
+                continue
+            pooled.vector += [dataclasses.replace(h, project=project) for h in v]
+            pooled.text += [dataclasses.replace(h, project=project) for h in t]
+        return pooled.best(k)
+
     @abstractmethod
     def chunk_at(self, project: str, table: str, path: str,
                  line: int) -> tuple[Hit, np.ndarray] | None: ...
@@ -782,10 +831,64 @@ class _Matrix:
     meta: pa.Table  # _HIT_COLUMNS, same row order
     dead: np.ndarray | None = None  # indices of damaged rows (non-finite or zero vectors)
     used: float = 0.0  # the store clock at its last search
+    keywords: KeywordIndex | None = None  # the keyword half, same row numbers
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes + self.meta.nbytes)
+        extra = self.keywords.nbytes if self.keywords is not None else 0
+        return int(self.matrix.nbytes + self.meta.nbytes + extra)
+
+    def allowed(self, where: SearchFilter | None) -> np.ndarray | None:
+        """The row numbers `where` lets through (None: every row)."""
+        if where is None:
+            return None
+        return np.flatnonzero(where.mask(self.meta["language"].to_pylist(),
+                                         self.meta["path"].to_pylist(),
+                                         self.meta["kind"].to_pylist()))
+
+    def vector_top(self, q: np.ndarray, k: int,
+                   rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Row numbers and cosines of the exact top `k` among `rows` (None: all), damaged
+        rows never."""
+        if self.dead is not None:
+            rows = np.setdiff1d(np.arange(self.matrix.shape[0]) if rows is None else rows,
+                                self.dead, assume_unique=True)
+        n = self.matrix.shape[0] if rows is None else len(rows)
+        if n == 0 or k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        scores = (self.matrix if rows is None else self.matrix[rows]) @ q
+        k = min(k, n)
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return (top if rows is None else rows[top]), scores[top]
+
+
+# One candidate of a search over many projects: (-score, the project's place, rank in the
+# project's own list, project, source, row); sorting by the first three gives the default
+# `Store.search_many` order. The source is a cached table (and the row in it) or a Hit.
+Candidate = tuple[float, int, int, str, Any, int]
+
+
+def _cached_tops(cached: Sequence[tuple[int, str, _Matrix]], q: np.ndarray | None, text: str,
+                 k: int, where: SearchFilter | None) -> tuple[list[Candidate], list[Candidate]]:
+    """The best `k` rows of each cached table by cosine and by BM25, as candidates."""
+    vec: list[Candidate] = []
+    txt: list[Candidate] = []
+    for i, project, entry in cached:
+        assert q is not None
+        if q.shape[0] != entry.matrix.shape[1]:
+            raise WidthMismatch(entry.key[1], entry.matrix.shape[1], int(q.shape[0]))
+        allowed = entry.allowed(where)
+        vec += _candidates(i, project, entry, *entry.vector_top(q, k, allowed))
+        if text and entry.keywords is not None:
+            txt += _candidates(i, project, entry, *entry.keywords.search(text, k, rows=allowed))
+    return vec, txt
+
+
+def _candidates(i: int, project: str, entry: _Matrix, rows: np.ndarray,
+                scores: np.ndarray) -> list[Candidate]:
+    return [(-s, i, r, project, entry, row)
+            for r, (row, s) in enumerate(zip(rows.tolist(), scores.tolist(), strict=True))]
 
 
 @functools.cache
@@ -1429,9 +1532,7 @@ class LanceStore(Store):
             with self._mutex:
                 cached = self._matrices.get((slug, table))
                 if cached is not None and cached.key == key:
-                    self._matrices.move_to_end((slug, table))
-                    cached.used = now
-                    self.cache_stats.hits += 1
+                    self._used(slug, table, now)
                     return cached, tbl
                 if cached is not None:  # a stale generation: its memory is free again
                     del self._matrices[(slug, table)]
@@ -1455,6 +1556,26 @@ class LanceStore(Store):
                 self._matrices[(slug, table)] = entry
             return entry, tbl
 
+    def _cached(self, project: str, table: str, *, use: bool = False) -> _Matrix | None:
+        """The active table's cached entry if the cache holds it now; it loads nothing, and
+        counts a hit only when `use` says this search is the table's vector half."""
+        name, generation = self._active(project, table)
+        slug = self.slug(project)
+        with self._mutex:
+            cached = self._matrices.get((slug, table))
+            if cached is None or cached.key != (name, table, generation):
+                return None
+            if use:
+                self._used(slug, table, self.clock())
+        return cached
+
+    def _used(self, slug: str, table: str, now: float) -> None:
+        """A search read this cached table: most recently used, and a hit."""
+        with self._mutex:
+            self._matrices.move_to_end((slug, table))
+            self._matrices[(slug, table)].used = now
+            self.cache_stats.hits += 1
+
     def _make_room(self, nbytes: int, now: float) -> bool:
         """Evict idle tables (least recently used first) until `nbytes` more fit the bound;
         False, evicting nothing, when they cannot."""
@@ -1473,11 +1594,14 @@ class LanceStore(Store):
     @staticmethod
     def _load_matrix(project: str, table: str, tbl: Any, key: tuple[str, str, int],
                      width: int) -> _Matrix:
-        data = tbl.search().select(["vector", *_HIT_COLUMNS]).limit(None).to_arrow()
+        data = tbl.search().select(["vector", *_HIT_COLUMNS, "keywords"]).limit(None).to_arrow()
         vec = data["vector"].combine_chunks()
         matrix = np.array(vec.flatten().to_numpy(zero_copy_only=False), dtype=np.float32,
                           copy=True).reshape(-1, width)
-        meta = data.drop_columns(["vector"]).combine_chunks()
+        # The keyword half of a cached table is answered from memory too (its per-query cost
+        # in LanceDB is most of a search over many projects); same ranking, see keywords.py.
+        keywords = KeywordIndex.build(data["keywords"])
+        meta = data.drop_columns(["vector", "keywords"]).combine_chunks()
         del data, vec
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         bad = ~np.isfinite(norms[:, 0]) | (norms[:, 0] == 0)
@@ -1491,11 +1615,12 @@ class LanceStore(Store):
         with np.errstate(invalid="ignore", over="ignore"):
             matrix /= norms  # in place: loading holds one copy of the matrix, not three
         np.nan_to_num(matrix, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-        return _Matrix(key, matrix, meta, np.flatnonzero(bad) if bad.any() else None)
+        return _Matrix(key, matrix, meta, np.flatnonzero(bad) if bad.any() else None,
+                       keywords=keywords)
 
     @staticmethod
     def _hits_from(meta: pa.Table | dict[str, list[Any]], table: str, scores: Sequence[float],
-                   kind: str) -> list[Hit]:
+                   kind: str, project: str | None = None) -> list[Hit]:
         cols = meta.to_pydict() if isinstance(meta, pa.Table) else meta
         out = []
         for i, score in enumerate(scores):
@@ -1507,7 +1632,7 @@ class LanceStore(Store):
                 table=table,
                 vector_score=float(score) if kind == "vector" else None,
                 text_score=float(score) if kind == "text" else None,
-                kind=(cols.get("kind") or [None] * (i + 1))[i],
+                kind=(cols.get("kind") or [None] * (i + 1))[i], project=project,
             ))
         return out
 
@@ -1529,25 +1654,10 @@ class LanceStore(Store):
         if tbl is None or k <= 0:
             return []
         if cached is not None:
-            rows = np.arange(cached.matrix.shape[0])
-            if where is not None:
-                # The filter picks the candidate rows first; the top k is cut among them.
-                meta = cached.meta
-                rows = np.flatnonzero(where.mask(meta["language"].to_pylist(),
-                                                 meta["path"].to_pylist(),
-                                                 meta["kind"].to_pylist()))
-            if cached.dead is not None:
-                rows = np.setdiff1d(rows, cached.dead, assume_unique=True)  # damaged: never rank
-            n = len(rows)
-            if n == 0:
-                return []
-            subset = where is not None or cached.dead is not None
-            scores = (cached.matrix[rows] if subset else cached.matrix) @ q
-            k = min(k, n)
-            top = np.argpartition(-scores, k - 1)[:k]
-            top = top[np.argsort(-scores[top], kind="stable")]
-            return self._hits_from(cached.meta.take(pa.array(rows[top])), table,
-                                   scores[top].tolist(), "vector")
+            # The filter picks the candidate rows first; the top k is cut among them.
+            rows, scores = cached.vector_top(q, k, cached.allowed(where))
+            return self._hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(),
+                                   "vector")
         self._ensure_ann(project, tbl)
         search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
                   .nprobes(self.ann_nprobes)
@@ -1580,6 +1690,11 @@ class LanceStore(Store):
         text = _fts_query(query)
         if not text or k <= 0:
             return []
+        cached = self._cached(project, table)
+        if cached is not None and cached.keywords is not None:
+            rows, scores = cached.keywords.search(text, k, rows=cached.allowed(where))
+            return self._hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(),
+                                   "text")
         for attempt in (1, 2):
             name, _, tbl = self._active_handle(project, table)
             if name is None:
@@ -1597,6 +1712,67 @@ class LanceStore(Store):
                 log.warning("full-text query %r failed on %s/%s: %s", text, project, table, exc)
                 return []
         return self._hits_from(res, table, res["_score"].to_pylist(), "text")
+
+    def search_many(self, projects: Sequence[str], table: str, vector: Any, query: str,
+                    k: int = 10, *, where: SearchFilter | None = None) -> Pooled:
+        """`Store.search_many`, ranked the same, hit for hit, but a project the matrix
+        cache holds costs one matmul and one keyword-index lookup: its best `k` row numbers
+        join the pool, and Hits are built only for the pooled best `k`. The cached projects
+        are split between this thread and one pool thread (the matmuls release the GIL); the
+        other projects are searched through LanceDB meanwhile, all at once on the pool."""
+        check_table_kind(table)
+        text = _fts_query(query or "")
+        damaged: dict[str, DamagedProject] = {}
+        cached: list[tuple[int, str, _Matrix]] = []
+        later: dict[int, tuple[str, Future | None, Future | None]] = {}
+        for i, project in enumerate(projects):
+            try:
+                entry = self._cached(project, table, use=True)
+            except DamagedProject as exc:
+                damaged[project] = exc
+                continue
+            if entry is not None:
+                cached.append((i, project, entry))
+            if entry is None or (text and entry.keywords is None):
+                later[i] = (project,
+                            None if entry is not None else _FANOUT_POOL.submit(
+                                self.vector_search, project, table, vector, k, where=where),
+                            _FANOUT_POOL.submit(self.text_search, project, table, query, k,
+                                                where=where) if text else None)
+        q = self._query_vector(cached[0][1], table, vector) if cached else None
+        half = _FANOUT_POOL.submit(_cached_tops, cached[::2], q, text, k, where)
+        vec, txt = _cached_tops(cached[1::2], q, text, k, where)
+        other_vec, other_txt = half.result()
+        vec += other_vec
+        txt += other_txt
+        for i, (project, v, t) in later.items():
+            try:
+                vh, th = v.result() if v is not None else [], t.result() if t is not None else []
+            except DamagedProject as exc:
+                damaged[project] = exc
+                continue
+            vec += [(-h.score, i, r, project, h, -1) for r, h in enumerate(vh)]
+            txt += [(-h.score, i, r, project, h, -1) for r, h in enumerate(th)]
+        return Pooled(self._best(vec, k, table, "vector"), self._best(txt, k, table, "text"),
+                      damaged)
+
+    def _best(self, pool: list[Candidate], k: int, table: str, kind: str) -> list[Hit]:
+        """The pool's best `k` as Hits: a cached table's rows are read from its hit columns
+        in one take per table."""
+        best = sorted(pool, key=lambda c: c[:3])[:k]
+        out: list[Hit | None] = [None] * len(best)
+        groups: dict[int, tuple[_Matrix, str, list[tuple[int, int, float]]]] = {}
+        for pos, (neg, i, _, project, source, row) in enumerate(best):
+            if isinstance(source, Hit):
+                out[pos] = dataclasses.replace(source, project=project)
+            else:
+                groups.setdefault(i, (source, project, []))[2].append((pos, row, -neg))
+        for entry, project, items in groups.values():
+            hits = self._hits_from(entry.meta.take(pa.array([row for _, row, _ in items])),
+                                   table, [score for *_, score in items], kind, project)
+            for (pos, _, _), hit in zip(items, hits, strict=True):
+                out[pos] = hit
+        return out  # type: ignore[return-value]
 
     @_guarded
     def chunk_at(self, project: str, table: str, path: str,
