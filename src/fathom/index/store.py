@@ -39,6 +39,9 @@ read) or `Slot.SHADOW` (a full re-index being built).
     # search primitives (fusion lives in fathom.index.search)
     store.vector_search(project, table, vector, k, *, where=None) -> list[Hit]   # cosine, best first
     store.text_search(project, table, query, k, *, where=None) -> list[Hit]      # BM25, best first
+    store.search_many(projects, table, vector, query, k, *, where=None) -> Pooled
+        # both, over several projects of one space: Pooled(vector, text, damaged), each list
+        # the pooled best k (cosine / BM25; ties keep the projects' order), hits carry `project`
         # `where`: a fathom.index.filters.SearchFilter, applied before the top k is cut
     store.chunk_at(project, table, path, line) -> tuple[Hit, np.ndarray] | None   # find_similar
 
@@ -96,9 +99,20 @@ on a refreshed table); a searcher that finds a big table without its index start
 itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md. Keyword search is LanceDB's
 native full-text index (`FTS`, offline; the tantivy variant is not used), created with each
 table and folded forward by `promote`/`refresh` (`optimize`); rows written since are still
-found (LanceDB searches unindexed rows flat). The cache is invalidated by a generation number
-in state.json that every write to the active slot bumps (and a finished ANN build), so a
-server process sees writes made by a CLI process.
+found (LanceDB searches unindexed rows flat). A table the cache holds answers keyword
+queries from an in-memory copy of that index (`fathom.index.keywords`: the same scores,
+without LanceDB's 3-5 ms per call), built when the matrix is loaded and counted in the
+bound. The cache is invalidated by a generation number in state.json that every write to
+the active slot bumps (and a finished ANN build), so a server process sees writes made by a
+CLI process.
+
+Many projects: `search_many` searches several projects of one space as one index (both
+lists pooled, each cut to the best k). LanceStore answers the projects its cache holds with
+one matmul and one keyword lookup each, split over two threads, and builds Hits only for
+the pooled best; the others go to LanceDB at once on a thread pool. Measured (bench/
+many_projects.py, docs/benchmarks.md): the keyword half was most of an all-project search
+before; now the matmuls are (memory-bound: ~2-3.5 ms per 20k x 384 table on the shared
+machine).
 
 What it refuses to do: embed anything (vectors come from the caller), decide who is cleared
 (the injected `Clearance` decides; the default clears only the space's reference encoder),
@@ -157,6 +171,7 @@ TABLE_KINDS = ("code", "docs")
 # not hold) run at once. They release the GIL (LanceDB's Rust engine), so a few threads per
 # core keep the cores busy while one waits on its table's files.
 _FANOUT_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fathom-fanout")
+CACHED_THREADS = 2  # threads that share the cached projects of one search (see search_many)
 SNIPPET_LINES = 12
 SNIPPET_CHARS = 800
 
@@ -1740,11 +1755,13 @@ class LanceStore(Store):
                             _FANOUT_POOL.submit(self.text_search, project, table, query, k,
                                                 where=where) if text else None)
         q = self._query_vector(cached[0][1], table, vector) if cached else None
-        half = _FANOUT_POOL.submit(_cached_tops, cached[::2], q, text, k, where)
-        vec, txt = _cached_tops(cached[1::2], q, text, k, where)
-        other_vec, other_txt = half.result()
-        vec += other_vec
-        txt += other_txt
+        groups = [cached[j::CACHED_THREADS] for j in range(CACHED_THREADS)]
+        others = [_FANOUT_POOL.submit(_cached_tops, g, q, text, k, where) for g in groups[1:]]
+        vec, txt = _cached_tops(groups[0], q, text, k, where)
+        for other in others:
+            other_vec, other_txt = other.result()
+            vec += other_vec
+            txt += other_txt
         for i, (project, v, t) in later.items():
             try:
                 vh, th = v.result() if v is not None else [], t.result() if t is not None else []
