@@ -825,7 +825,8 @@ CACHE_IDLE_S = 60.0
 @dataclass
 class CacheStats:
     """What the matrix cache did: `hits` (answered from memory), `loads` (read a table into
-    memory), `bypassed` (did not fit beside the tables in use; answered by LanceDB)."""
+    memory, kept or, when it turned out bigger than estimated, used once), `bypassed` (did not
+    fit beside the tables in use; answered by LanceDB)."""
 
     hits: int = 0
     loads: int = 0
@@ -1553,8 +1554,8 @@ class LanceStore(Store):
                     del self._matrices[(slug, table)]
             width = tbl.schema.field("vector").type.list_size
             n = tbl.count_rows()
-            # The hit columns' size is known only after loading: before, the largest size
-            # per row among the tables loaded so far is the estimate.
+            # The size of the hit columns and the keyword index is known only after loading:
+            # before, the largest size per row among the tables loaded so far is the estimate.
             if not self._make_room(n * (width * 4 + self._meta_row_bytes), now):
                 with self._mutex:
                     self.cache_stats.bypassed += 1
@@ -1563,11 +1564,11 @@ class LanceStore(Store):
             entry.used = now
             with self._mutex:
                 rows = max(1, entry.matrix.shape[0])
-                self._meta_row_bytes = max(self._meta_row_bytes, entry.meta.nbytes // rows)
-                if not self._make_room(entry.nbytes, now):
-                    self.cache_stats.bypassed += 1
-                    return entry, tbl  # the hit columns tipped it over: used once, not kept
+                self._meta_row_bytes = max(self._meta_row_bytes,
+                                           (entry.nbytes - entry.matrix.nbytes) // rows)
                 self.cache_stats.loads += 1
+                if not self._make_room(entry.nbytes, now):
+                    return entry, tbl  # the rest tipped it over: used once, not kept
                 self._matrices[(slug, table)] = entry
             return entry, tbl
 
