@@ -313,6 +313,11 @@ def test_all_projects_rank_as_the_union_of_one_project_searches(tmp_path):
     assert ties  # the copies' ties were there to be ordered
     assert set(store._matrices) == {("a", "code"), ("b", "code"), ("c", "code")}
     assert store.cache_stats.bypassed and store.cache_stats.hits
+    # The reranker reads the hits' texts: from memory for a cached table, the same as LanceDB's.
+    ids = [h.chunk_id for h in store.vector_search("a", "code", vectors["a"][0], 20)] + ["none"]
+    from_memory = store.chunk_texts("a", "code", ids)
+    from_lance = LanceStore(tmp_path, matrix_cache_bytes=0).chunk_texts("a", "code", ids)
+    assert len(from_memory) == 20 and from_memory == from_lance
 
 
 @pytest.mark.parametrize("room", [0.5, 0.8])
