@@ -348,3 +348,41 @@ def test_searching_all_projects_again_and_again_does_not_thrash_the_cache(tmp_pa
     assert store.cache_stats.hits - before.hits == 15
     assert store.cache_stats.bypassed - before.bypassed == 15
     assert sum(m.nbytes for m in store._matrices.values()) <= store.matrix_cache_bytes
+
+
+async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_path):
+    """The reranker stage reads each hit's whole chunk, whichever project it came from and
+    whether the cache holds that project (from memory) or not (from LanceDB)."""
+    from fathom.index import rerank
+
+    encoder = HashingEncoder()
+    store = LanceStore(tmp_path)
+    body = "\n".join(f"    retry the request, attempt {i}" for i in range(20))
+    for project in ("held", "other"):
+        chunks = [Chunk(f"src/{project}_{i}.py", "python", "code", 1, 22, f"call_{i}",
+                        f"def call_{i}():\n{body}\n    return {project}_{i}") for i in range(6)]
+        store.open_table(project, "code", SPACE)
+        store.write(project, "code", chunks, await encoder.embed([c.text for c in chunks]),
+                    CLEARED)
+    one = LanceStore(tmp_path)
+    one.vector_search("held", "code", encoder.encode("retry"), 1)
+    store = LanceStore(tmp_path, matrix_cache_bytes=int(1.5 * next(iter(
+        one._matrices.values())).nbytes))
+    store.vector_search("held", "code", encoder.encode("retry"), 1)  # "other" does not fit
+
+    class Service:
+        def __init__(self):
+            self.store = store
+
+        def searchable(self, project, table):
+            return ["held", "other"], []
+
+        def encoder_for(self, table, project=None):
+            return encoder
+
+    cands = await rerank.candidates(Service(), "retry the request", None, "code", 12)
+    assert {c.hit.project for c in cands} == {"held", "other"} and len(cands) == 12
+    assert set(store._matrices) == {("held", "code")}
+    for c in cands:
+        assert c.text.endswith(f"return {c.hit.project}_{c.hit.path[-4]}"), c.hit
+        assert c.text.count("\n") == 21
