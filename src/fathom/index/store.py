@@ -1741,7 +1741,7 @@ class LanceStore(Store):
         text = _fts_query(query or "")
         damaged: dict[str, DamagedProject] = {}
         cached: list[tuple[int, str, _Matrix]] = []
-        later: dict[int, tuple[str, Future | None, Future | None]] = {}
+        uncached: list[tuple[int, str, bool]] = []  # (place, project, its vector half too)
         for i, project in enumerate(projects):
             try:
                 entry = self._cached(project, table, use=True)
@@ -1751,14 +1751,17 @@ class LanceStore(Store):
             if entry is not None:
                 cached.append((i, project, entry))
             if entry is None or (text and entry.keywords is None):
-                later[i] = (project,
-                            None if entry is not None else _FANOUT_POOL.submit(
-                                self.vector_search, project, table, vector, k, where=where),
-                            _FANOUT_POOL.submit(self.text_search, project, table, query, k,
-                                                where=where) if text else None)
+                uncached.append((i, project, entry is None))
         q = self._query_vector(cached[0][1], table, vector) if cached else None
         groups = [cached[j::CACHED_THREADS] for j in range(CACHED_THREADS)]
+        # The cached share goes to the pool first: behind LanceDB calls it would wait.
         others = [_FANOUT_POOL.submit(_cached_tops, g, q, text, k, where) for g in groups[1:]]
+        later = {i: (project,
+                     _FANOUT_POOL.submit(self.vector_search, project, table, vector, k,
+                                         where=where) if vector_too else None,
+                     _FANOUT_POOL.submit(self.text_search, project, table, query, k,
+                                         where=where) if text else None)
+                 for i, project, vector_too in uncached}
         vec, txt = _cached_tops(groups[0], q, text, k, where)
         for other in others:
             other_vec, other_txt = other.result()
