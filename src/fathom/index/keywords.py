@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+import threading
 import unicodedata
 from collections.abc import Sequence
 
@@ -60,11 +61,18 @@ STOP_WORDS = frozenset("""
 """.split())
 
 
-@functools.cache
-def _stemmer():
-    import Stemmer  # PyStemmer: Snowball's C stemmers
+_local = threading.local()
 
-    return Stemmer.Stemmer("english")
+
+def _stemmer():
+    """This thread's stemmer: a PyStemmer object must not be shared between threads, and
+    tables load (and queries run) on several at once."""
+    stemmer = getattr(_local, "stemmer", None)
+    if stemmer is None:
+        import Stemmer  # PyStemmer: Snowball's C stemmers
+
+        stemmer = _local.stemmer = Stemmer.Stemmer("english")
+    return stemmer
 
 
 @functools.lru_cache(maxsize=200_000)
