@@ -109,6 +109,10 @@ class KeywordIndex:
                  weights: np.ndarray, idf: np.ndarray, n_rows: int):
         self.vocab, self.offsets, self.rows, self.weights = vocab, offsets, rows, weights
         self.idf, self.n_rows = idf, n_rows
+        # Counted once: the cache sums its entries' sizes whenever it makes room. The
+        # vocabulary is a Python dict of str, its entries and keys counted too.
+        words = sys.getsizeof(vocab) + sum(sys.getsizeof(w) for w in vocab)
+        self.nbytes = int(offsets.nbytes + rows.nbytes + weights.nbytes + idf.nbytes + words)
 
     @classmethod
     def build(cls, texts: pa.Array | pa.ChunkedArray | Sequence[str]) -> KeywordIndex:
@@ -143,13 +147,6 @@ class KeywordIndex:
         idf = np.log((np.float32(n) - df + np.float32(0.5)) / (df + np.float32(0.5))
                      + np.float32(1.0)).astype(np.float32)
         return cls(vocab, offsets, rows.astype(np.int32), weights, idf, n)
-
-    @property
-    def nbytes(self) -> int:
-        # The vocabulary is a Python dict of str: its entries and keys are counted too.
-        words = sys.getsizeof(self.vocab) + sum(sys.getsizeof(w) for w in self.vocab)
-        return int(self.offsets.nbytes + self.rows.nbytes + self.weights.nbytes
-                   + self.idf.nbytes + words)
 
     def search(self, query: str, k: int, *,
                rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
