@@ -13,9 +13,17 @@ matrix cache bound at the default (1 GiB) and at a bound that holds every projec
   query encoding + the same) ;
 * the same all-project search done the old way (project after project, fused per project)
   for the ratio;
-* the matrix cache's hit rate (`LanceStore.cache_stats`) over the all-project searches; the
-  projects it has no room for are searched through LanceDB with IVF-PQ indexes, whose
-  background build after the first search is waited for (and timed) before measuring.
+* where an all-project search spends its time: the vector half alone (`Store.search_many`
+  without a query text: a matmul per cached project), the keyword half alone (each project's
+  `text_search`: the in-memory keyword index for a cached project, LanceDB's FTS otherwise)
+  and the fusion step alone;
+* the matrix cache's hit rate (`LanceStore.cache_stats`) over the all-project searches. The
+  projects it has no room for are searched through LanceDB; by default without the IVF-PQ
+  index a server would start building for them in the background (`--overflow-ann` builds
+  and waits for them: ~85 s a table at load 9, and it did not help, docs/benchmarks.md).
+
+The second bound is the one that holds every project: measured from one project's cache
+entry (matrix, hit columns and keyword index) times the number of projects.
 
 Target (issue 20): searching all 50 has p50 <= 150 ms.
 """
@@ -38,6 +46,7 @@ from _common import machine, peak_rss_mib  # noqa: E402
 from search_latency import BATCH, latency_line, pct, rows_for, timed, unit, vocabulary  # noqa: E402
 
 from fathom.config import Settings  # noqa: E402
+from fathom.index.fusion import fuse  # noqa: E402
 from fathom.index.indexer import space_for  # noqa: E402
 from fathom.index.search import hybrid_search, hybrid_search_many  # noqa: E402
 from fathom.index.store import LanceStore, Slot  # noqa: E402
@@ -64,11 +73,17 @@ async def main() -> None:
     ap.add_argument("--projects", type=int, default=50)
     ap.add_argument("--rows", type=int, default=20_000, help="chunks per project")
     ap.add_argument("--queries", type=int, default=40, help="all-project searches timed")
+    ap.add_argument("--overflow-queries", type=int, default=10,
+                    help="all-project searches timed at a bound that cannot hold every project")
     ap.add_argument("--vocab", type=int, default=20_000)
     ap.add_argument("--clusters", type=int, default=500)
     ap.add_argument("--spread", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--overflow-ann", action="store_true",
+                    help="build (and wait for) IVF-PQ indexes for the projects the cache has "
+                         "no room for, as a server does in the background")
     args = ap.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)  # each figure as it comes (the run is long)
 
     rng = np.random.default_rng(args.seed)
     work = Path(tempfile.mkdtemp(prefix="fathom-many-"))
@@ -105,9 +120,20 @@ async def main() -> None:
         print(f"machine : {machine()}")
         print(f"corpus  : {args.projects} projects x {args.rows} chunks x {width}-d "
               f"(vocabulary {len(words)}); written and promoted in {build_s:.0f} s")
-        held = args.projects * args.rows * (width * 4 + 200)
-        for bound in (1 << 30, int(held * 1.3)):
-            store = LanceStore(settings.lance_dir, matrix_cache_bytes=bound)
+        probe = LanceStore(settings.lance_dir)
+        probe.vector_search(names[0], "code", q[0], 1)
+        entry = next(iter(probe._matrices.values()))
+        entry_bytes = entry.nbytes
+        probe.close()
+        print(f"cache   : one project's entry {entry_bytes / 2**20:.1f} MiB (matrix "
+              f"{entry.matrix.nbytes / 2**20:.1f}, hit columns {entry.meta.nbytes / 2**20:.1f}, "
+              f"keyword index {entry.keywords.nbytes / 2**20:.1f}); all {args.projects}: "
+              f"~{args.projects * entry_bytes / 2**20:.0f} MiB against the default bound of "
+              f"1024 MiB")
+        # Projects' entries differ a little (their vocabularies): 15% over the probe's.
+        for bound in (1 << 30, int(args.projects * entry_bytes * 1.15)):
+            store = LanceStore(settings.lance_dir, matrix_cache_bytes=bound,
+                               ann_min_rows=args.rows if args.overflow_ann else 1 << 62)
             hybrid_search(store, names[0], "code", q[0], qtext[0], 10)  # loads it
             one = timed(lambda i: hybrid_search(store, names[0], "code", q[i % args.queries],
                                                 qtext[i % args.queries], 10), 200)
@@ -118,29 +144,41 @@ async def main() -> None:
             store.wait_for_ann()
             ann_s = time.perf_counter() - t0
             hybrid_search_many(store, names, "code", q[0], qtext[0], 10)
+            # LanceDB answers the projects left out at seconds a search: fewer searches there.
+            n = (args.queries if len(store._matrices) == args.projects
+                 else min(args.queries, args.overflow_queries))
             before = (store.cache_stats.hits, store.cache_stats.loads, store.cache_stats.bypassed)
             many = timed(lambda i: hybrid_search_many(store, names, "code", q[i], qtext[i], 10),
-                         args.queries)
+                         n)
             hits = store.cache_stats.hits - before[0]
             loads = store.cache_stats.loads - before[1]
             bypassed = store.cache_stats.bypassed - before[2]
-            serial = timed(lambda i: serial_all(store, names, q[i], qtext[i]),
-                           min(args.queries, 10))
+            serial = timed(lambda i: serial_all(store, names, q[i], qtext[i]), min(n, 10))
+            vector_half = timed(lambda i: store.search_many(names, "code", q[i], "", 40), n)
+            keyword_half = timed(lambda i: [store.text_search(p, "code", qtext[i], 40)
+                                            for p in names], n)
+            pooled = [store.search_many(names, "code", q[i], qtext[i], 40) for i in range(n)]
+            fusion = timed(lambda i: fuse(pooled[i].vector, pooled[i].text, qtext[i], limit=10),
+                           n)
             fathom = Fathom(settings, encoder=encoder, store=store)
             await fathom.search("warm up", k=10)
             full = []
-            for i in range(args.queries):
+            for i in range(n):
                 t0 = time.perf_counter()
                 await fathom.search(qtext[i], k=10)
                 full.append((time.perf_counter() - t0) * 1000)
             cached = sum(m.nbytes for m in store._matrices.values())
+            built = (f"ANN builds for the projects left out took {ann_s:.0f} s"
+                     if args.overflow_ann else "no ANN index for the projects left out")
             print(f"\ncache bound {bound / 2**20:.0f} MiB: {len(store._matrices)} of "
                   f"{args.projects} projects held ({cached / 2**20:.0f} MiB); hit rate over "
-                  f"the all-project searches {hits / max(1, hits + loads + bypassed):.3f} "
-                  f"({hits} hits, {loads} loads, {bypassed} answered by LanceDB); ANN builds "
-                  f"for the projects left out took {ann_s:.0f} s")
+                  f"{n} all-project searches {hits / max(1, hits + loads + bypassed):.3f} "
+                  f"({hits} hits, {loads} loads, {bypassed} answered by LanceDB); {built}")
             print(line("one project, hybrid", one))
             print(line(f"all {args.projects}, hybrid_search_many (parallel, fused once)", many))
+            print(line("  vector half alone (search_many, no text)", vector_half))
+            print(line("  keyword half alone (text_search, each project)", keyword_half))
+            print(line("  fusion step alone", fusion))
             print(line(f"all {args.projects}, project after project (previous)", serial))
             print(line(f"all {args.projects}, Fathom.search (MiniLM query + the above)", full))
             print(f"ratio   : previous / parallel p50 = {pct(serial, 50) / pct(many, 50):.2f}x; "

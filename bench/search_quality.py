@@ -400,8 +400,8 @@ def code_only(fathom: Fathom) -> None:
     project's indexing time. The code table is built exactly as `fathom index` builds it."""
     build = fathom.indexer
 
-    def indexer() -> indexer_mod.Indexer:
-        ix = build()
+    def indexer(**selection: Any) -> indexer_mod.Indexer:
+        ix = build(**selection)
         ix.discover = functools.partial(_CodeOnly, *ix.discover.args, **ix.discover.keywords)
         return ix
 

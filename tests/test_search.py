@@ -3,6 +3,7 @@ ranges, find_similar. The shipped fusion has its own tests in test_fusion.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from collections.abc import Sequence
@@ -234,3 +235,154 @@ def test_a_search_over_many_projects_fans_out_and_ranks_on_one_scale(store, monk
     rest = [h.project for h in hits if h.chunk_id != shared.chunk_id]
     assert rest[:8] == ["near"] * 8 and "far" not in rest
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+
+
+WORDS = ("parse render retry cache token stream buffer index query vector table column socket "
+         "request response handler config logger thread queue batch encode decode").split()
+
+
+def _many_projects(root, projects=("a", "b", "c", "d", "e", "f"), n=120):
+    """Projects of one space with clustered vectors and chunk texts drawn from one small
+    vocabulary (so BM25 scores overlap across projects). "b" is a copy of "a" and "e" of
+    "d": their hits tie exactly, and only the projects' order may decide between them."""
+    writer = LanceStore(root)
+    made = {}
+    for p, project in enumerate(projects):
+        seed = {"b": 0, "e": 3}.get(project, p)
+        rng = np.random.default_rng(seed)
+        chunks = [Chunk(f"src/{project if project not in 'be' else projects[seed]}_{i % 9}.py",
+                        "python", "code", 1 + 10 * (i // 9), 9 + 10 * (i // 9), f"fn_{seed}_{i}",
+                        f"def fn_{seed}_{i}():\n    " + " ".join(rng.choice(WORDS, 1 + i % 7)))
+                  for i in range(n)]
+        made[project] = clustered(n, seed=seed)
+        writer.open_table(project, "code", SPACE)
+        writer.write(project, "code", chunks, made[project], CLEARED)
+    return made
+
+
+def _pooled_by_hand(store, projects, vector, query, depth, where=None):
+    """The shipped rule, spelled out: each project searched on its own, the vector lists
+    pooled by cosine and the keyword lists by BM25 (stable: equal scores keep the projects'
+    order, then each project's own), each cut to `depth`."""
+    vector_hits, text_hits = [], []
+    for project in projects:
+        vector_hits += [dataclasses.replace(h, project=project)
+                        for h in store.vector_search(project, "code", vector, depth, where=where)]
+        text_hits += [dataclasses.replace(h, project=project)
+                      for h in store.text_search(project, "code", query, depth, where=where)]
+    vector_hits.sort(key=lambda h: -h.score)
+    text_hits.sort(key=lambda h: -h.score)
+    return vector_hits[:depth], text_hits[:depth]
+
+
+def test_all_projects_rank_as_the_union_of_one_project_searches(tmp_path):
+    """A search over every project, with the projects the cache holds answered from memory and
+    the others by LanceDB, returns the hits (ids, projects, scores, order) that searching each
+    project alone and fusing the pooled lists once gives."""
+    from fathom.index.filters import SearchFilter
+    from fathom.index.fusion import fuse
+    from fathom.index.search import hybrid_search_many
+    from fathom.index.store import Store
+
+    vectors = _many_projects(tmp_path)
+    projects = list(vectors)
+    probe = LanceStore(tmp_path)
+    probe.vector_search("a", "code", vectors["a"][0], 1)
+    one = next(iter(probe._matrices.values())).nbytes
+    store = LanceStore(tmp_path, matrix_cache_bytes=int(3.5 * one))
+    for project in ("a", "b", "c"):  # these three fill the cache; "d", "e", "f" do not fit
+        store.vector_search(project, "code", vectors[project][0], 1)
+    rng = np.random.default_rng(11)
+    cases = [(vectors[p][j] + 0.05 * rng.standard_normal(WIDTH), " ".join(rng.choice(WORDS, w)))
+             for p, j, w in (("a", 3, 1), ("d", 5, 2), ("f", 7, 3), ("c", 1, 2))]
+    cases += [(vectors["e"][2], ""), (vectors["b"][4], "fn_0_4 retry")]
+    where = SearchFilter.of(path="src/?_[0-4].py")
+    ties = 0
+    for vector, query in cases:
+        for k, flt in ((10, None), (5, where)):
+            depth = max(4 * k, 40)
+            hits, damaged = hybrid_search_many(store, projects, "code", vector, query, k,
+                                               where=flt)
+            v, t = _pooled_by_hand(store, projects, vector, query, depth, where=flt)
+            assert damaged == {} and hits == fuse(v, t, query, limit=k), (query, flt)
+            pooled = store.search_many(projects, "code", vector, query, depth, where=flt)
+            assert (pooled.vector, pooled.text) == (v, t)
+            assert Store.search_many(store, projects, "code", vector, query, depth,
+                                     where=flt) == pooled
+            ties += sum(a.score == b.score and a.project != b.project for a, b in zip(v, v[1:]))
+    assert ties  # the copies' ties were there to be ordered
+    assert set(store._matrices) == {("a", "code"), ("b", "code"), ("c", "code")}
+    assert store.cache_stats.bypassed and store.cache_stats.hits
+    # The reranker reads the hits' texts: from memory for a cached table, the same as LanceDB's.
+    ids = [h.chunk_id for h in store.vector_search("a", "code", vectors["a"][0], 20)] + ["none"]
+    from_memory = store.chunk_texts("a", "code", ids)
+    from_lance = LanceStore(tmp_path, matrix_cache_bytes=0).chunk_texts("a", "code", ids)
+    assert len(from_memory) == 20 and from_memory == from_lance
+
+
+@pytest.mark.parametrize("room", [0.5, 0.8])
+def test_searching_all_projects_again_and_again_does_not_thrash_the_cache(tmp_path, room):
+    """More projects than the cache holds, searched together over and over: the tables in
+    use stay (no eviction, no reload), the others are answered by LanceDB, and the hit rate
+    is the share the cache holds. With room for 0.8 of a table left, a table whose matrix and
+    hit columns would fit but not its keyword index must not be read (and dropped) again at
+    every search."""
+    from fathom.index.search import hybrid_search_many
+    from tests.store_fixtures import FakeClock
+
+    vectors = _many_projects(tmp_path)
+    probe = LanceStore(tmp_path)
+    probe.vector_search("a", "code", vectors["a"][0], 1)
+    one = next(iter(probe._matrices.values())).nbytes
+    clock = FakeClock()
+    store = LanceStore(tmp_path, clock=clock, matrix_cache_bytes=int((3 + room) * one))
+    hybrid_search_many(store, list(vectors), "code", vectors["a"][0], "retry cache", 10)
+    held = set(store._matrices)  # the first search reads tables it cannot size yet
+    assert len(held) == 3
+    before = dataclasses.replace(store.cache_stats)
+    for i in range(5):
+        clock.now += 5
+        hybrid_search_many(store, list(vectors), "code", vectors["d"][i], "parse token", 10)
+        assert set(store._matrices) == held
+    assert store.cache_stats.loads == before.loads  # nothing loaded again
+    assert store.cache_stats.hits - before.hits == 15
+    assert store.cache_stats.bypassed - before.bypassed == 15
+    assert sum(m.nbytes for m in store._matrices.values()) <= store.matrix_cache_bytes
+
+
+async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_path):
+    """The reranker stage reads each hit's whole chunk, whichever project it came from and
+    whether the cache holds that project (from memory) or not (from LanceDB)."""
+    from fathom.index import rerank
+
+    encoder = HashingEncoder()
+    store = LanceStore(tmp_path)
+    body = "\n".join(f"    retry the request, attempt {i}" for i in range(20))
+    for project in ("held", "other"):
+        chunks = [Chunk(f"src/{project}_{i}.py", "python", "code", 1, 22, f"call_{i}",
+                        f"def call_{i}():\n{body}\n    return {project}_{i}") for i in range(6)]
+        store.open_table(project, "code", SPACE)
+        store.write(project, "code", chunks, await encoder.embed([c.text for c in chunks]),
+                    CLEARED)
+    one = LanceStore(tmp_path)
+    one.vector_search("held", "code", encoder.encode("retry"), 1)
+    store = LanceStore(tmp_path, matrix_cache_bytes=int(1.5 * next(iter(
+        one._matrices.values())).nbytes))
+    store.vector_search("held", "code", encoder.encode("retry"), 1)  # "other" does not fit
+
+    class Service:
+        def __init__(self):
+            self.store = store
+
+        def searchable(self, project, table):
+            return ["held", "other"], []
+
+        def encoder_for(self, table, project=None):
+            return encoder
+
+    cands = await rerank.candidates(Service(), "retry the request", None, "code", 12)
+    assert {c.hit.project for c in cands} == {"held", "other"} and len(cands) == 12
+    assert set(store._matrices) == {("held", "code")}
+    for c in cands:
+        assert c.text.endswith(f"return {c.hit.project}_{c.hit.path[-4]}"), c.hit
+        assert c.text.count("\n") == 21

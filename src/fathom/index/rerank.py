@@ -212,14 +212,19 @@ async def candidates(fathom: Searchable, query: str, project: str | None = None,
     """The hybrid search's best `depth` chunks over one project (or all), with full texts;
     `where` filters inside the store, before each top `depth` is cut."""
     found = await hybrid(fathom, query, project, table, depth, where=where)
-    texts: dict[tuple[str, str], str] = {}
-    for name in {n for n, _ in found}:
+
+    async def texts_of(name: str) -> dict[tuple[str, str], str]:
         ids = [h.chunk_id for n, h in found if n == name]
         try:
             got = await asyncio.to_thread(fathom.store.chunk_texts, name, table, ids)
         except StoreError:
             got = {}  # a backend without stored texts: the snippet is the best we have
-        texts.update({(name, cid): t for cid, t in got.items()})
+        return {(name, cid): t for cid, t in got.items()}
+
+    # Every project's texts at once: hits of a search over all projects come from many.
+    texts: dict[tuple[str, str], str] = {}
+    for got in await asyncio.gather(*(texts_of(n) for n in sorted({n for n, _ in found}))):
+        texts.update(got)
     return Noted([Candidate(SearchHit.of(n, h), texts.get((n, h.chunk_id), h.snippet))
                   for n, h in found], found.notes)
 

@@ -32,7 +32,6 @@ API:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -47,9 +46,6 @@ from fathom.index.store import DamagedProject, Hit, Store, check_table_kind
 from fathom.inference.provider import Provider
 
 _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fathom-keyword")
-# A search over many projects: every project's two halves at once. Both halves release the
-# GIL, so a few threads per core keep the cores busy while one waits on its table's files.
-_FANOUT_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fathom-fanout")
 
 
 def hybrid_search(store: Store, project: str, table: str, vector: Any, query: str,
@@ -76,34 +72,18 @@ def hybrid_search_many(store: Store, projects: Sequence[str], table: str, vector
                        query: str, k: int = 10, *, depth: int | None = None,
                        where: SearchFilter | None = None,
                        ) -> tuple[list[Hit], dict[str, DamagedProject]]:
-    """One hybrid search over several projects of ONE space: both halves of every project at
-    once (`_FANOUT_POOL`), then the vector lists pooled by cosine and the keyword lists by
-    BM25, each cut to `depth`, and fused once, so every hit's score is on one scale (as if the
+    """One hybrid search over several projects of ONE space: the store pools every project's
+    vector list by cosine and keyword list by BM25, each cut to `depth`
+    (`Store.search_many`: in parallel, or from memory for the tables LanceStore's cache
+    holds), and they are fused once, so every hit's score is on one scale (as if the
     projects were one index). Hits carry their `project`. A damaged project is left out and
     returned beside the hits; any other error is raised."""
     check_table_kind(table)
     if k <= 0:
         raise ConfigError(f"k must be a positive number of results, got {k}")
     depth = depth or max(4 * k, 40)
-    has_text = bool(query and query.strip())
-    halves = {p: (_FANOUT_POOL.submit(store.vector_search, p, table, vector, depth, where=where),
-                  _FANOUT_POOL.submit(store.text_search, p, table, query, depth, where=where)
-                  if has_text else None)
-              for p in projects}
-    vector_hits: list[Hit] = []
-    text_hits: list[Hit] = []
-    damaged: dict[str, DamagedProject] = {}
-    for project, (vec, text) in halves.items():
-        try:
-            v, t = vec.result(), text.result() if text is not None else []
-        except DamagedProject as exc:
-            damaged[project] = exc
-            continue
-        vector_hits += [dataclasses.replace(h, project=project) for h in v]
-        text_hits += [dataclasses.replace(h, project=project) for h in t]
-    vector_hits.sort(key=lambda h: -h.score)  # stable: equal scores keep the projects' order
-    text_hits.sort(key=lambda h: -h.score)
-    return fuse(vector_hits[:depth], text_hits[:depth], query, limit=k), damaged
+    pooled = store.search_many(projects, table, vector, query, depth, where=where)
+    return fuse(pooled.vector, pooled.text, query, limit=k), pooled.damaged
 
 
 async def encode_query(encoder: Provider, text: str) -> np.ndarray:

@@ -39,6 +39,9 @@ read) or `Slot.SHADOW` (a full re-index being built).
     # search primitives (fusion lives in fathom.index.search)
     store.vector_search(project, table, vector, k, *, where=None) -> list[Hit]   # cosine, best first
     store.text_search(project, table, query, k, *, where=None) -> list[Hit]      # BM25, best first
+    store.search_many(projects, table, vector, query, k, *, where=None) -> Pooled
+        # both, over several projects of one space: Pooled(vector, text, damaged), each list
+        # the pooled best k (cosine / BM25; ties keep the projects' order), hits carry `project`
         # `where`: a fathom.index.filters.SearchFilter, applied before the top k is cut
     store.chunk_at(project, table, path, line) -> tuple[Hit, np.ndarray] | None   # find_similar
 
@@ -100,9 +103,19 @@ that finds a big table without its index starts the build itself. Figures at 1M 
 2560: docs/benchmarks.md. Keyword search is LanceDB's native full-text index (`FTS`, offline;
 the tantivy variant is not used), created with each table and folded forward by
 `promote`/`refresh` (`optimize`); rows written since are still found (LanceDB searches unindexed
-rows flat). The cache is invalidated by a generation number in state.json that every write to
-the active slot bumps (and a finished ANN build), so a server process sees writes made by a CLI
-process.
+rows flat). A table the cache holds answers keyword queries from an in-memory copy of that
+index (`fathom.index.keywords`: the same scores, without LanceDB's 3-5 ms per call), built when
+the matrix is loaded and counted in the bound. The cache is invalidated by a generation number
+in state.json that every write to the active slot bumps (and a finished ANN build), so a server
+process sees writes made by a CLI process.
+
+Many projects: `search_many` searches several projects of one space as one index (both
+lists pooled, each cut to the best k). LanceStore answers the projects its cache holds with
+one matmul and one keyword lookup each, split over two threads, and builds Hits only for
+the pooled best; the others go to LanceDB at once on a thread pool. Measured (bench/
+many_projects.py, docs/benchmarks.md): the keyword half was most of an all-project search
+before; now the matmuls are (memory-bound: ~2-3.5 ms per 20k x 384 table on the shared
+machine).
 
 What it refuses to do: embed anything (vectors come from the caller), decide who is cleared
 (the injected `Clearance` decides; the default clears only the space's reference encoder),
@@ -112,6 +125,7 @@ mix two spaces in one table, or let a search see a shadow slot.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import functools
@@ -128,6 +142,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -136,6 +151,7 @@ from typing import Any, Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from fathom.config import atomic_write_text
 from fathom.errors import (
@@ -150,11 +166,17 @@ from fathom.errors import (
 from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
 from fathom.index.window import MappedMatrix, StaleCopy, WindowStats
+from fathom.index.keywords import KeywordIndex
 from fathom.space import Clearance, Provenance, ReferenceOnlyClearance, Space
 
 log = logging.getLogger(__name__)
 
 TABLE_KINDS = ("code", "docs")
+# A search over many projects: the searches LanceDB answers (tables the matrix cache does
+# not hold) run at once. They release the GIL (LanceDB's Rust engine), so a few threads per
+# core keep the cores busy while one waits on its table's files.
+_FANOUT_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fathom-fanout")
+CACHED_THREADS = 2  # threads that share the cached projects of one search (see search_many)
 SNIPPET_LINES = 12
 SNIPPET_CHARS = 800
 
@@ -278,6 +300,22 @@ class Hit:
     text_rank: int | None = None
     match: str | None = None  # "symbol", "path" or "symbol+path": the query named this chunk
     project: str | None = None  # set by a search over several projects (chunk ids may repeat)
+
+
+@dataclass
+class Pooled:
+    """The two searches of a search over several projects, each list best first
+    (`Store.search_many`), and the projects left out as damaged."""
+
+    vector: list[Hit]
+    text: list[Hit]
+    damaged: dict[str, DamagedProject]
+
+    def best(self, k: int) -> Pooled:
+        # Stable: equal scores keep the order the lists were pooled in.
+        self.vector = sorted(self.vector, key=lambda h: -h.score)[:k]
+        self.text = sorted(self.text, key=lambda h: -h.score)[:k]
+        return self
 
 
 @dataclass(frozen=True)
@@ -623,6 +661,32 @@ class Store(ABC):
     def text_search(self, project: str, table: str, query: str, k: int = 10, *,
                     where: SearchFilter | None = None) -> list[Hit]: ...
 
+    def search_many(self, projects: Sequence[str], table: str, vector: Any, query: str,
+                    k: int = 10, *, where: SearchFilter | None = None) -> Pooled:
+        """Both searches over several projects of ONE space, each pooled into one list of
+        the best `k`: vector hits by cosine, keyword hits by BM25 (equal scores keep the
+        projects' order, then each project's own), every hit carrying its `project`, as if
+        the projects were one index. A damaged project is left out and named in `damaged`.
+
+        This default runs every project's two searches at once on a thread pool; LanceStore
+        answers the projects its cache holds from memory without it."""
+        check_table_kind(table)
+        has_text = bool(query and query.strip())
+        halves = {p: (_FANOUT_POOL.submit(self.vector_search, p, table, vector, k, where=where),
+                      _FANOUT_POOL.submit(self.text_search, p, table, query, k, where=where)
+                      if has_text else None)
+                  for p in projects}
+        pooled = Pooled([], [], {})
+        for project, (vec, text) in halves.items():
+            try:
+                v, t = vec.result(), text.result() if text is not None else []
+            except DamagedProject as exc:
+                pooled.damaged[project] = exc
+                continue
+            pooled.vector += [dataclasses.replace(h, project=project) for h in v]
+            pooled.text += [dataclasses.replace(h, project=project) for h in t]
+        return pooled.best(k)
+
     @abstractmethod
     def chunk_at(self, project: str, table: str, path: str,
                  line: int) -> tuple[Hit, np.ndarray] | None: ...
@@ -793,7 +857,8 @@ def ann_params(width: int) -> tuple[int, int, int]:
 @dataclass
 class CacheStats:
     """What the matrix cache did: `hits` (answered from memory), `loads` (read a table into
-    memory), `bypassed` (did not fit beside the tables in use; answered by LanceDB)."""
+    memory, kept or, when it turned out bigger than estimated, used once), `bypassed` (did not
+    fit beside the tables in use; answered by LanceDB)."""
 
     hits: int = 0
     loads: int = 0
@@ -814,10 +879,64 @@ class _Matrix:
     meta: pa.Table  # _HIT_COLUMNS, same row order
     dead: np.ndarray | None = None  # indices of damaged rows (non-finite or zero vectors)
     used: float = 0.0  # the store clock at its last search
+    keywords: KeywordIndex | None = None  # the keyword half, same row numbers
 
     @property
     def nbytes(self) -> int:
-        return int(self.matrix.nbytes + self.meta.nbytes)
+        extra = self.keywords.nbytes if self.keywords is not None else 0
+        return int(self.matrix.nbytes + self.meta.nbytes + extra)
+
+    def allowed(self, where: SearchFilter | None) -> np.ndarray | None:
+        """The row numbers `where` lets through (None: every row)."""
+        if where is None:
+            return None
+        return np.flatnonzero(where.mask(self.meta["language"].to_pylist(),
+                                         self.meta["path"].to_pylist(),
+                                         self.meta["kind"].to_pylist()))
+
+    def vector_top(self, q: np.ndarray, k: int,
+                   rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Row numbers and cosines of the exact top `k` among `rows` (None: all), damaged
+        rows never."""
+        if self.dead is not None:
+            rows = np.setdiff1d(np.arange(self.matrix.shape[0]) if rows is None else rows,
+                                self.dead, assume_unique=True)
+        n = self.matrix.shape[0] if rows is None else len(rows)
+        if n == 0 or k <= 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.float32)
+        scores = (self.matrix if rows is None else self.matrix[rows]) @ q
+        k = min(k, n)
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return (top if rows is None else rows[top]), scores[top]
+
+
+# One candidate of a search over many projects: (-score, the project's place, rank in the
+# project's own list, project, source, row); sorting by the first three gives the default
+# `Store.search_many` order. The source is a cached table (and the row in it) or a Hit.
+Candidate = tuple[float, int, int, str, Any, int]
+
+
+def _cached_tops(cached: Sequence[tuple[int, str, _Matrix]], q: np.ndarray | None, text: str,
+                 k: int, where: SearchFilter | None) -> tuple[list[Candidate], list[Candidate]]:
+    """The best `k` rows of each cached table by cosine and by BM25, as candidates."""
+    vec: list[Candidate] = []
+    txt: list[Candidate] = []
+    for i, project, entry in cached:
+        assert q is not None
+        if q.shape[0] != entry.matrix.shape[1]:
+            raise WidthMismatch(entry.key[1], entry.matrix.shape[1], int(q.shape[0]))
+        allowed = entry.allowed(where)
+        vec += _candidates(i, project, entry, *entry.vector_top(q, k, allowed))
+        if text and entry.keywords is not None:
+            txt += _candidates(i, project, entry, *entry.keywords.search(text, k, rows=allowed))
+    return vec, txt
+
+
+def _candidates(i: int, project: str, entry: _Matrix, rows: np.ndarray,
+                scores: np.ndarray) -> list[Candidate]:
+    return [(-s, i, r, project, entry, row)
+            for r, (row, s) in enumerate(zip(rows.tolist(), scores.tolist(), strict=True))]
 
 
 @functools.cache
@@ -1534,16 +1653,14 @@ class LanceStore(Store):
             with self._mutex:
                 cached = self._matrices.get((slug, table))
                 if cached is not None and cached.key == key:
-                    self._matrices.move_to_end((slug, table))
-                    cached.used = now
-                    self.cache_stats.hits += 1
+                    self._used(slug, table, now)
                     return cached, tbl
                 if cached is not None:  # a stale generation: its memory is free again
                     del self._matrices[(slug, table)]
             width = tbl.schema.field("vector").type.list_size
             n = tbl.count_rows()
-            # The hit columns' size is known only after loading: before, the largest size
-            # per row among the tables loaded so far is the estimate.
+            # The size of the hit columns and the keyword index is known only after loading:
+            # before, the largest size per row among the tables loaded so far is the estimate.
             if not self._make_room(n * (width * 4 + self._meta_row_bytes), now):
                 with self._mutex:
                     self.cache_stats.bypassed += 1
@@ -1552,13 +1669,33 @@ class LanceStore(Store):
             entry.used = now
             with self._mutex:
                 rows = max(1, entry.matrix.shape[0])
-                self._meta_row_bytes = max(self._meta_row_bytes, entry.meta.nbytes // rows)
-                if not self._make_room(entry.nbytes, now):
-                    self.cache_stats.bypassed += 1
-                    return entry, tbl  # the hit columns tipped it over: used once, not kept
+                self._meta_row_bytes = max(self._meta_row_bytes,
+                                           (entry.nbytes - entry.matrix.nbytes) // rows)
                 self.cache_stats.loads += 1
+                if not self._make_room(entry.nbytes, now):
+                    return entry, tbl  # the rest tipped it over: used once, not kept
                 self._matrices[(slug, table)] = entry
             return entry, tbl
+
+    def _cached(self, project: str, table: str, *, use: bool = False) -> _Matrix | None:
+        """The active table's cached entry if the cache holds it now; it loads nothing, and
+        counts a hit only when `use` says this search is the table's vector half."""
+        name, generation = self._active(project, table)
+        slug = self.slug(project)
+        with self._mutex:
+            cached = self._matrices.get((slug, table))
+            if cached is None or cached.key != (name, table, generation):
+                return None
+            if use:
+                self._used(slug, table, self.clock())
+        return cached
+
+    def _used(self, slug: str, table: str, now: float) -> None:
+        """A search read this cached table: most recently used, and a hit."""
+        with self._mutex:
+            self._matrices.move_to_end((slug, table))
+            self._matrices[(slug, table)].used = now
+            self.cache_stats.hits += 1
 
     def _make_room(self, nbytes: int, now: float) -> bool:
         """Evict idle tables (least recently used first) until `nbytes` more fit the bound;
@@ -1578,11 +1715,14 @@ class LanceStore(Store):
     @staticmethod
     def _load_matrix(project: str, table: str, tbl: Any, key: tuple[str, str, int],
                      width: int) -> _Matrix:
-        data = tbl.search().select(["vector", *_HIT_COLUMNS]).limit(None).to_arrow()
+        data = tbl.search().select(["vector", *_HIT_COLUMNS, "keywords"]).limit(None).to_arrow()
         vec = data["vector"].combine_chunks()
         matrix = np.array(vec.flatten().to_numpy(zero_copy_only=False), dtype=np.float32,
                           copy=True).reshape(-1, width)
-        meta = data.drop_columns(["vector"]).combine_chunks()
+        # The keyword half of a cached table is answered from memory too (its per-query cost
+        # in LanceDB is most of a search over many projects); same ranking, see keywords.py.
+        keywords = KeywordIndex.build(data["keywords"])
+        meta = data.drop_columns(["vector", "keywords"]).combine_chunks()
         del data, vec
         norms = np.linalg.norm(matrix, axis=1, keepdims=True)
         bad = ~np.isfinite(norms[:, 0]) | (norms[:, 0] == 0)
@@ -1596,11 +1736,12 @@ class LanceStore(Store):
         with np.errstate(invalid="ignore", over="ignore"):
             matrix /= norms  # in place: loading holds one copy of the matrix, not three
         np.nan_to_num(matrix, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-        return _Matrix(key, matrix, meta, np.flatnonzero(bad) if bad.any() else None)
+        return _Matrix(key, matrix, meta, np.flatnonzero(bad) if bad.any() else None,
+                       keywords=keywords)
 
     @staticmethod
     def _hits_from(meta: pa.Table | dict[str, list[Any]], table: str, scores: Sequence[float],
-                   kind: str) -> list[Hit]:
+                   kind: str, project: str | None = None) -> list[Hit]:
         cols = meta.to_pydict() if isinstance(meta, pa.Table) else meta
         out = []
         for i, score in enumerate(scores):
@@ -1612,7 +1753,7 @@ class LanceStore(Store):
                 table=table,
                 vector_score=float(score) if kind == "vector" else None,
                 text_score=float(score) if kind == "text" else None,
-                kind=(cols.get("kind") or [None] * (i + 1))[i],
+                kind=(cols.get("kind") or [None] * (i + 1))[i], project=project,
             ))
         return out
 
@@ -1634,25 +1775,10 @@ class LanceStore(Store):
         if tbl is None or k <= 0:
             return []
         if cached is not None:
-            rows = np.arange(cached.matrix.shape[0])
-            if where is not None:
-                # The filter picks the candidate rows first; the top k is cut among them.
-                meta = cached.meta
-                rows = np.flatnonzero(where.mask(meta["language"].to_pylist(),
-                                                 meta["path"].to_pylist(),
-                                                 meta["kind"].to_pylist()))
-            if cached.dead is not None:
-                rows = np.setdiff1d(rows, cached.dead, assume_unique=True)  # damaged: never rank
-            n = len(rows)
-            if n == 0:
-                return []
-            subset = where is not None or cached.dead is not None
-            scores = (cached.matrix[rows] if subset else cached.matrix) @ q
-            k = min(k, n)
-            top = np.argpartition(-scores, k - 1)[:k]
-            top = top[np.argsort(-scores[top], kind="stable")]
-            return self._hits_from(cached.meta.take(pa.array(rows[top])), table,
-                                   scores[top].tolist(), "vector")
+            # The filter picks the candidate rows first; the top k is cut among them.
+            rows, scores = cached.vector_top(q, k, cached.allowed(where))
+            return self._hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(),
+                                   "vector")
         if where is None:
             hits = self._window_search(project, table, tbl, q, k)
             if hits is not None:
@@ -1690,6 +1816,11 @@ class LanceStore(Store):
         text = _fts_query(query)
         if not text or k <= 0:
             return []
+        cached = self._cached(project, table)
+        if cached is not None and cached.keywords is not None:
+            rows, scores = cached.keywords.search(text, k, rows=cached.allowed(where))
+            return self._hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(),
+                                   "text")
         for attempt in (1, 2):
             name, _, tbl = self._active_handle(project, table)
             if name is None:
@@ -1707,6 +1838,72 @@ class LanceStore(Store):
                 log.warning("full-text query %r failed on %s/%s: %s", text, project, table, exc)
                 return []
         return self._hits_from(res, table, res["_score"].to_pylist(), "text")
+
+    def search_many(self, projects: Sequence[str], table: str, vector: Any, query: str,
+                    k: int = 10, *, where: SearchFilter | None = None) -> Pooled:
+        """`Store.search_many`, ranked the same, hit for hit, but a project the matrix
+        cache holds costs one matmul and one keyword-index lookup: its best `k` row numbers
+        join the pool, and Hits are built only for the pooled best `k`. The cached projects
+        are split between this thread and one pool thread (the matmuls release the GIL); the
+        other projects are searched through LanceDB meanwhile, all at once on the pool."""
+        check_table_kind(table)
+        text = _fts_query(query or "")
+        damaged: dict[str, DamagedProject] = {}
+        cached: list[tuple[int, str, _Matrix]] = []
+        uncached: list[tuple[int, str, bool]] = []  # (place, project, its vector half too)
+        for i, project in enumerate(projects):
+            try:
+                entry = self._cached(project, table, use=True)
+            except DamagedProject as exc:
+                damaged[project] = exc
+                continue
+            if entry is not None:
+                cached.append((i, project, entry))
+            if entry is None or (text and entry.keywords is None):
+                uncached.append((i, project, entry is None))
+        q = self._query_vector(cached[0][1], table, vector) if cached else None
+        groups = [cached[j::CACHED_THREADS] for j in range(CACHED_THREADS)]
+        # The cached share goes to the pool first: behind LanceDB calls it would wait.
+        others = [_FANOUT_POOL.submit(_cached_tops, g, q, text, k, where) for g in groups[1:]]
+        later = {i: (project,
+                     _FANOUT_POOL.submit(self.vector_search, project, table, vector, k,
+                                         where=where) if vector_too else None,
+                     _FANOUT_POOL.submit(self.text_search, project, table, query, k,
+                                         where=where) if text else None)
+                 for i, project, vector_too in uncached}
+        vec, txt = _cached_tops(groups[0], q, text, k, where)
+        for other in others:
+            other_vec, other_txt = other.result()
+            vec += other_vec
+            txt += other_txt
+        for i, (project, v, t) in later.items():
+            try:
+                vh, th = v.result() if v is not None else [], t.result() if t is not None else []
+            except DamagedProject as exc:
+                damaged[project] = exc
+                continue
+            vec += [(-h.score, i, r, project, h, -1) for r, h in enumerate(vh)]
+            txt += [(-h.score, i, r, project, h, -1) for r, h in enumerate(th)]
+        return Pooled(self._best(vec, k, table, "vector"), self._best(txt, k, table, "text"),
+                      damaged)
+
+    def _best(self, pool: list[Candidate], k: int, table: str, kind: str) -> list[Hit]:
+        """The pool's best `k` as Hits: a cached table's rows are read from its hit columns
+        in one take per table."""
+        best = sorted(pool, key=lambda c: c[:3])[:k]
+        out: list[Hit | None] = [None] * len(best)
+        groups: dict[int, tuple[_Matrix, str, list[tuple[int, int, float]]]] = {}
+        for pos, (neg, i, _, project, source, row) in enumerate(best):
+            if isinstance(source, Hit):
+                out[pos] = dataclasses.replace(source, project=project)
+            else:
+                groups.setdefault(i, (source, project, []))[2].append((pos, row, -neg))
+        for entry, project, items in groups.values():
+            hits = self._hits_from(entry.meta.take(pa.array([row for _, row, _ in items])),
+                                   table, [score for *_, score in items], kind, project)
+            for (pos, _, _), hit in zip(items, hits, strict=True):
+                out[pos] = hit
+        return out  # type: ignore[return-value]
 
     @_guarded
     def chunk_at(self, project: str, table: str, path: str,
@@ -1835,6 +2032,14 @@ class LanceStore(Store):
         ids = list(chunk_ids)
         if name is None or not ids:
             return {}
+        cached = self._cached(project, table) if slot is Slot.ACTIVE else None
+        if cached is not None:
+            # The reranker stage reads the texts of a search's hits: from memory when the
+            # cache holds the table (a LanceDB query per project costs 3-5 ms).
+            found = cached.meta.filter(pc.is_in(cached.meta["chunk_id"],
+                                                value_set=pa.array(ids, pa.string())))
+            return dict(zip(found["chunk_id"].to_pylist(), found["text"].to_pylist(),
+                            strict=True))
         tbl = self._table(project, name)
         out: dict[str, str] = {}
         for i in range(0, len(ids), self.BATCH):
