@@ -14,10 +14,12 @@ import asyncio
 import json
 import logging
 import random
+from datetime import datetime, timezone
 
 import pytest
 
 from fathom.config import BatchRecord, RoutingStateDamaged, RoutingStore
+from fathom.fleet.hub import Hub, PushOutcome
 from fathom.inference.budget import CloudBudget, KeyRate
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
 from fathom.inference.pool import LatencyLine, Pool, Sizing
@@ -54,6 +56,28 @@ def test_batch_history_is_kept_beside_the_routes_and_read_back(tmp_path):
     code = again.batches["code"]
     assert code["local:minilm"] == BatchRecord(batch_size=96, spi=0.01, base=0.02, per_item=0.009)
     assert code["sidecar:gpu"].batch_size == 256  # merged, not replaced
+
+
+def test_every_writer_of_the_routing_state_takes_its_turn(tmp_path):
+    """A key push's record, a policy change and a job's batch history (written from a worker
+    thread) each read, change and write the whole state: one outside the lock could write
+    back a state read before another's change and lose it."""
+
+    class InTurnOnly(RoutingStore):
+        def save(self, state):
+            assert self._changing._is_owned(), "the routing state written outside its turn"
+            super().save(state)
+
+    store = InTurnOnly(tmp_path)
+    hub = Hub(tmp_path, routing=store)
+    store.record_batches("code", {"local:minilm": BatchRecord(batch_size=96)})
+    hub._record_push(PushOutcome(at=datetime.now(timezone.utc), key_sent=True, acked=["gpu1"]))
+    store.update({Role.CODE_EMBEDDING: {"policy": Policy.LOCAL}})
+
+    state = RoutingStore(tmp_path).load()
+    assert state.last_push.acked == ["gpu1"]
+    assert state.batches["code"]["local:minilm"].batch_size == 96
+    assert state.roles[Role.CODE_EMBEDDING].policy is Policy.LOCAL
 
 
 def test_a_damaged_batch_entry_is_dropped_and_the_routes_still_served(tmp_path, caplog):

@@ -11,6 +11,7 @@ changes nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ import tempfile
 import threading
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping
+from typing import Any, Callable, Iterable, Iterator, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -360,22 +361,38 @@ class RoutingStore:
     def save(self, state: RoutingState) -> None:
         atomic_write_text(self.path, state.model_dump_json(indent=2))
 
+    @contextlib.contextmanager
+    def _changing_state(self) -> Iterator[None]:
+        """Held around every read-modify-write (a policy change, a key push's record, a job's
+        batch history written from a worker thread), so none loses another's change."""
+        with self._changing:
+            yield
+
     def update(self, changes: dict[Role, dict]) -> RoutingState:
         """Apply partial per-role changes, validate the changed roles, then write; a refusal
         lists every problem and writes nothing."""
-        with self._changing:
+        with self._changing_state():
             return self._update(changes)
 
-    def record_batches(self, table: str, records: Mapping[str, BatchRecord]) -> None:
-        """Merge what a job measured of each provider into `table`'s batch history and write
-        it; the routes are left as they are. Raises `RoutingStateDamaged` (nothing written)
-        when the stored state cannot be read."""
-        if not records:
-            return
-        with self._changing:
+    def change(self, mutate: Callable[[RoutingState], None]) -> RoutingState:
+        """Read the state, apply `mutate` and write it, in turn with every other change. Raises
+        `RoutingStateDamaged` (nothing written) when the stored state cannot be read."""
+        with self._changing_state():
             state = self.load()
-            state.batches[table] = {**state.batches.get(table, {}), **records}
+            mutate(state)
             self.save(state)
+            return state
+
+    def record_batches(self, table: str, records: Mapping[str, BatchRecord]) -> None:
+        """Merge what a job measured of each provider into `table`'s batch history; the routes
+        are left as they are."""
+        if records:
+            self.change(lambda state: state.batches.__setitem__(
+                table, {**state.batches.get(table, {}), **records}))
+
+    def record_push(self, record: PushRecord) -> None:
+        """Keep the outcome of the last config push; the routes are left as they are."""
+        self.change(lambda state: setattr(state, "last_push", record))
 
     def _update(self, changes: dict[Role, dict]) -> RoutingState:
         state = self.load()

@@ -705,10 +705,8 @@ class Hub:
 
     def _record_push(self, outcome: PushOutcome) -> None:
         try:
-            state = self.routing.load()
-            state.last_push = PushRecord(at=outcome.at, acked=list(outcome.acked),
-                                         offline=sorted([*outcome.offline, *outcome.failed]))
-            self.routing.save(state)
+            self.routing.record_push(PushRecord(at=outcome.at, acked=list(outcome.acked),
+                                                offline=sorted([*outcome.offline, *outcome.failed])))
         except ConfigError as exc:
             log.error("could not record the key push: %s", exc)
 

@@ -1368,26 +1368,17 @@ class PgRoutingStore(RoutingStore):
             "SET state = EXCLUDED.state, updated_at = now()"), (state.model_dump_json(),))
 
     @contextlib.contextmanager
-    def _row_locked(self) -> Iterator[None]:
-        """One transaction holding the routing row, so read-modify-writes from two servers
-        (a policy change, a job's batch history) never lose each other's change."""
+    def _changing_state(self) -> Iterator[None]:
+        """One transaction holding the routing row (and this process's turn), so
+        read-modify-writes from two servers (a policy change, a key push's record, a job's
+        batch history) never lose each other's change."""
         conn = self.db.conn()
-        with conn.transaction():
+        with self._changing, conn.transaction():
             conn.execute(self._q("INSERT INTO {s}.routing (id, state) VALUES (1, %s) "
                                  "ON CONFLICT (id) DO NOTHING"),
                          (RoutingState().model_dump_json(),))
             conn.execute(self._q("SELECT 1 FROM {s}.routing WHERE id = 1 FOR UPDATE"))
             yield
-
-    def update(self, changes: dict[Any, dict]) -> RoutingState:
-        with self._row_locked():
-            return super().update(changes)
-
-    def record_batches(self, table: str, records: Any) -> None:
-        if not records:
-            return
-        with self._row_locked():
-            super().record_batches(table, records)
 
 
 __all__ = [
