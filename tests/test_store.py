@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
+from fathom.errors import ConfigError
 from fathom.index.store import (
     LanceStore,
     Slot,
@@ -117,6 +119,24 @@ def _vector_indexes(store, project="p"):
     name = store._active(project, "code")[0]
     tbl = store._table(project, name)
     return [i for i in tbl.list_indices() if i.columns == ["vector"]]
+
+
+def test_a_table_past_exact_max_rows_is_searched_through_its_ann_index_whatever_the_room(
+        tmp_path):
+    """The cache has room for both tables (the default bound), but past `exact_max_rows` an
+    exact scan is slower than the ANN index: the big table is never loaded, the small one is."""
+    store = LanceStore(tmp_path, ann_min_rows=500, exact_max_rows=1000)
+    big, big_vecs = _big_table(store, "big", n=1200)
+    small, small_vecs = _big_table(store, "small", n=800)
+    assert store.wait_for_ann(timeout=120)
+    assert [h.chunk_id for h in store.vector_search("small", "code", small_vecs[3], 1)] == [
+        small[3].chunk_id]
+    assert store.vector_search("big", "code", big_vecs[3], 1)[0].chunk_id == big[3].chunk_id
+    assert {slug for slug, _ in store._matrices} == {"small"}
+    assert _vector_indexes(store, "big") and not _vector_indexes(store, "small")
+    assert store.cache_stats.bypassed >= 1
+    with pytest.raises(ConfigError, match="exact_max_rows"):
+        LanceStore(tmp_path, exact_max_rows=0)
 
 
 def test_the_ann_index_is_built_after_promotion_while_exact_search_serves(tmp_path):

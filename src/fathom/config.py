@@ -85,10 +85,14 @@ class Settings(BaseSettings):
     # is left out of the settings' repr (shown only through `redact_url`).
     store_url: str | None = Field(default=None, repr=False)
     # LanceDB: the most memory (bytes, FATHOM_MATRIX_CACHE_BYTES) the in-memory matrices for
-    # exact vector search may hold, hit columns included. Tables that do not fit beside the
-    # ones in use are searched through LanceDB (an ANN index from 20k rows). The process RSS
-    # while searching stays within about this plus 1 GiB (docs/benchmarks.md).
-    matrix_cache_bytes: int = Field(default=1 << 30, ge=0)
+    # exact vector search may hold, hit columns and keyword indexes included (2.5 GiB: 50
+    # projects of 20k chunks). Tables that do not fit beside the ones in use are searched
+    # through LanceDB (an ANN index from 20k rows). The process RSS while searching stays
+    # within about this plus 1 GiB (docs/benchmarks.md).
+    matrix_cache_bytes: int = Field(default=5 << 29, ge=0)
+    # LanceDB: the most rows (FATHOM_EXACT_MAX_ROWS) of a table searched exactly from memory;
+    # a bigger one is searched through its ANN index, which is faster past this size.
+    exact_max_rows: int = Field(default=250_000, ge=1)
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765

@@ -28,7 +28,9 @@ def open_store(settings: Any = None, clearance: Clearance | None = None, **kwarg
     settings = settings or Settings()
     url = getattr(settings, "store_url", None)
     if not (url or "").startswith(("postgresql://", "postgres://")):
-        kwargs.setdefault("matrix_cache_bytes", getattr(settings, "matrix_cache_bytes", 1 << 30))
+        for name in ("matrix_cache_bytes", "exact_max_rows"):
+            if hasattr(settings, name):
+                kwargs.setdefault(name, getattr(settings, name))
     return open_store_url(url or settings.lance_dir, clearance, **kwargs)
 
 

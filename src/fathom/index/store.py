@@ -8,8 +8,9 @@ Everything below is a *blocking* call (LanceDB is synchronous); async callers wr
 read) or `Slot.SHADOW` (a full re-index being built).
 
     store = LanceStore(root: Path, clearance: Clearance | None = None, *, clock=time.time,
-                       matrix_cache_bytes=1 << 30, ann_min_rows=20_000, ann_nprobes=None,
-                       ann_candidates=None, ann_background=True, cache_idle_s=60.0)
+                       matrix_cache_bytes=MATRIX_CACHE_BYTES, exact_max_rows=EXACT_MAX_ROWS,
+                       ann_min_rows=20_000, ann_nprobes=None, ann_candidates=None,
+                       ann_background=True, cache_idle_s=60.0)
     store.cache_stats -> CacheStats(hits, loads, bypassed)     # the matrix cache, LanceDB only
     store.ann_pending(project, table) -> bool; store.wait_for_ann(timeout) -> bool
     store = open_store(settings)   # fathom.index.backend: PostgreSQL if settings.store_url is postgresql://…, else LanceDB
@@ -79,9 +80,13 @@ What this module owns
 
 Search speed: the choice. LanceDB's flat vector path is ~20-40x slower than a numpy matmul
 (ARCHITECTURE.md), and an IVF-PQ index costs minutes to build per promotion and loses recall.
-So every active table whose float32 matrix fits in `matrix_cache_bytes` (1 GiB by default,
-`Settings.matrix_cache_bytes` / FATHOM_MATRIX_CACHE_BYTES; ~500k chunks of ~0.5 KB at 384-d) is answered from
-memory: the L2-normalised matrix plus the hit columns, exact cosine by one matmul (exact recall).
+So every active table of at most `exact_max_rows` rows (250,000 by default, FATHOM_EXACT_MAX_ROWS)
+whose float32 matrix fits in `matrix_cache_bytes` (2.5 GiB by default,
+`Settings.matrix_cache_bytes` / FATHOM_MATRIX_CACHE_BYTES: 50 projects of 20k chunks at 384-d
+with their keyword indexes) is answered from memory: the L2-normalised matrix plus the hit
+columns, exact cosine by one matmul (exact recall). Past `exact_max_rows` an exact scan costs
+more than the ANN index (1M x 384: 279 ms against 21.6 ms), so a bigger table goes to its ANN
+index however much room the cache has.
 The bound counts the matrices and their hit columns and is never exceeded; room is made by
 evicting the least recently used tables idle for `cache_idle_s`, and a table that does not fit
 beside the ones in use is answered by LanceDB instead (`cache_stats.bypassed`), so a search
@@ -813,6 +818,13 @@ def _guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+# The matrix cache's default bound: 50 projects of 20k chunks at 384-d with their hit
+# columns and keyword indexes (~2.1 GiB measured, bench/many_projects.py), with room to spare.
+MATRIX_CACHE_BYTES = 5 << 29  # 2.5 GiB
+# The most rows a table answered exactly from the cache may have: past it the ANN index is
+# faster (exact 1M x 384: 279 ms; IVF-PQ 21.6 ms; docs/benchmarks.md).
+EXACT_MAX_ROWS = 250_000
+
 # LanceDB's cache of table metadata (manifests, file footers), shared by every project.
 LANCE_METADATA_CACHE_BYTES = 128 << 20
 
@@ -961,7 +973,8 @@ class LanceStore(Store):
     BATCH = 4096  # rows per IN (...) filter, keeps SQL filters a sane size
 
     def __init__(self, root: Path | str, clearance: Clearance | None = None, *,
-                 clock: Callable[[], float] = time.time, matrix_cache_bytes: int = 1 << 30,
+                 clock: Callable[[], float] = time.time,
+                 matrix_cache_bytes: int = MATRIX_CACHE_BYTES, exact_max_rows: int = EXACT_MAX_ROWS,
                  ann_min_rows: int = 20_000, ann_nprobes: int | None = None,
                  ann_candidates: int | None = None, ann_background: bool = True,
                  cache_idle_s: float = CACHE_IDLE_S):
@@ -979,7 +992,10 @@ class LanceStore(Store):
         (self.root / "projects").mkdir(parents=True, exist_ok=True)
         if matrix_cache_bytes < 0:
             raise ConfigError(f"matrix_cache_bytes must be 0 or more, got {matrix_cache_bytes}")
+        if exact_max_rows < 1:
+            raise ConfigError(f"exact_max_rows must be 1 or more, got {exact_max_rows}")
         self.matrix_cache_bytes = matrix_cache_bytes
+        self.exact_max_rows = exact_max_rows
         self.ann_min_rows = ann_min_rows
         self.ann_nprobes = ann_nprobes  # None (both): by the table's width (`ann_params`)
         self.ann_candidates = ann_candidates
@@ -1317,11 +1333,17 @@ class LanceStore(Store):
 
     def _needs_ann(self, tbl: Any, *, uncached: bool = False) -> bool:
         """Whether the table deserves an ANN index: from `ann_min_rows` rows, when it is too
-        big for the cache, or (`uncached`) when the cache had no room for it beside the
-        tables in use (many projects: their overflow is searched through LanceDB too)."""
+        big for the cache or past `exact_max_rows`, or (`uncached`) when the cache had no room
+        for it beside the tables in use (many projects: their overflow is searched through
+        LanceDB too)."""
         n = tbl.count_rows()
         width = tbl.schema.field("vector").type.list_size
-        return n >= self.ann_min_rows and (uncached or n * width * 4 > self.matrix_cache_bytes)
+        return n >= self.ann_min_rows and (uncached or self._too_big_for_exact(n, width))
+
+    def _too_big_for_exact(self, rows: int, width: int) -> bool:
+        """A table the matrix cache never holds: its matrix alone is past the bound, or it has
+        more rows than an exact scan answers faster than the ANN index."""
+        return rows > self.exact_max_rows or rows * width * 4 > self.matrix_cache_bytes
 
     def _ann_later(self, project: str, name: str) -> None:
         """Build (or rebuild) the table's ANN index: in a daemon thread, one per table at a
@@ -1661,7 +1683,8 @@ class LanceStore(Store):
             n = tbl.count_rows()
             # The size of the hit columns and the keyword index is known only after loading:
             # before, the largest size per row among the tables loaded so far is the estimate.
-            if not self._make_room(n * (width * 4 + self._meta_row_bytes), now):
+            if (self._too_big_for_exact(n, width)
+                    or not self._make_room(n * (width * 4 + self._meta_row_bytes), now)):
                 with self._mutex:
                     self.cache_stats.bypassed += 1
                 return None, tbl
