@@ -116,7 +116,9 @@ async def test_two_projects_indexing_at_once_share_one_key_fairly(
     try:
         await fathom.verify_providers("code")  # the anchor alone: reduced coverage, cleared
         assert fathom.gate.is_cleared(fathom.space("code"), alpha)
-        emulator.control.latency(base_ms=100, per_item_ms=250)
+        # Half a second an item: the pool's one-second batches hold two items, so the two jobs
+        # take well over ten permits between them while both wait.
+        emulator.control.latency(base_ms=100, per_item_ms=500)
 
         snapshots: dict[str, dict[str, int]] = {}
         stop = asyncio.Event()

@@ -377,9 +377,9 @@ def test_killing_a_sidecar_mid_job_loses_no_chunk(live: Live, tmp_path):
     relay.hold_from = relay.started + 2
 
     root = tmp_path / "notes"
-    doc_files(root, 4, 6)
+    doc_files(root, 8, 12)
     want = expected_chunks(root)
-    assert not want["code"] and len(want["docs"]) >= 24
+    assert not want["code"] and len(want["docs"]) >= 96
     killed: dict[str, Any] = {}
 
     def on_running(view: dict[str, Any]) -> None:
