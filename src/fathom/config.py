@@ -390,13 +390,18 @@ class RoutingStore:
     def record_batches(self, table: str, records: Mapping[str, BatchRecord]) -> None:
         """Merge what a job measured of each provider into `table`'s batch history; the routes
         are left as they are."""
+        def merge(state: RoutingState) -> None:
+            state.batches[table] = {**state.batches.get(table, {}), **records}
+
         if records:
-            self.change(lambda state: state.batches.__setitem__(
-                table, {**state.batches.get(table, {}), **records}))
+            self.change(merge)
 
     def record_push(self, record: PushRecord) -> None:
         """Keep the outcome of the last config push; the routes are left as they are."""
-        self.change(lambda state: setattr(state, "last_push", record))
+        def keep(state: RoutingState) -> None:
+            state.last_push = record
+
+        self.change(keep)
 
     def _update(self, changes: dict[Role, dict]) -> RoutingState:
         state = self.load()
