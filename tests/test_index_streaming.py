@@ -68,9 +68,10 @@ class Watched:
 
             async def embed(self, texts):
                 watched.calls += 1
-                # What is alive, not what is garbage the cycle collector has not reached yet
-                # (a window's chunks in a reference cycle outlive it until the next collection).
-                gc.collect()
+                if watched.chunks.n > 2 * WINDOW + PER_FILE or watched.vectors.n > 2:
+                    # What is alive, not garbage the cycle collector has not reached yet (a
+                    # window's chunks in a reference cycle outlive it until a collection).
+                    gc.collect()
                 watched.max_chunks = max(watched.max_chunks, watched.chunks.n)
                 watched.max_vectors = max(watched.max_vectors, watched.vectors.n)
                 self.texts += len(texts)
