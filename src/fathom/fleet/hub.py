@@ -323,6 +323,9 @@ class Hub:
                 "expected_register", "the first frame must be a register frame")
             if message.get("code") == CLOSE_TOO_BIG:
                 code, msg = "oversized", f"the first frame exceeds {self.pending_frame_bytes} bytes"
+            elif code == "disconnected":  # gone before saying anything: nothing to answer or count
+                log.debug("sidecar connection from %s closed before registering", peer)
+                return None
             if header_token is None:
                 # No valid token yet: a stranger's junk counts against its address like a wrong
                 # token (and from a blocked address is not even logged).

@@ -29,8 +29,6 @@ from fathom.fleet.protocol import MAX_FRAME_BYTES, MAX_PENDING_FRAME_BYTES
 
 # The ASGI scope extension through which the app widens its connection's bound.
 MESSAGE_BOUND = "fathom.websocket.message_bound"
-# Room over a frame's own bound for the WebSocket framing around it.
-FRAMING_SLACK = 4096
 
 
 class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
@@ -42,7 +40,7 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
         self._ceiling = config.ws_max_size
         # Set before the first byte arrives: a frame pipelined behind the handshake request is
         # parsed before the app runs, so the app could not narrow the bound in time.
-        self.conn.max_message_size = min(MAX_PENDING_FRAME_BYTES + FRAMING_SLACK, self._ceiling)
+        self.conn.max_message_size = min(MAX_PENDING_FRAME_BYTES, self._ceiling)
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
@@ -53,7 +51,7 @@ class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
             scope["extensions"][MESSAGE_BOUND] = {"widen": self._widen}
 
     def _widen(self, max_bytes: int) -> None:
-        self.conn.max_message_size = min(max_bytes + FRAMING_SLACK, self._ceiling)
+        self.conn.max_message_size = min(max_bytes, self._ceiling)
 
 
 def widen_messages(ws: Any, max_bytes: int) -> bool:
@@ -69,4 +67,5 @@ def widen_messages(ws: Any, max_bytes: int) -> bool:
 
 def uvicorn_websocket_options() -> dict[str, Any]:
     """What the server passes to `uvicorn.Config` for its WebSockets."""
-    return {"ws": BoundedWebSocketProtocol, "ws_max_size": MAX_FRAME_BYTES + FRAMING_SLACK}
+    # The bound is on a message's payload, the same bytes the hub counts.
+    return {"ws": BoundedWebSocketProtocol, "ws_max_size": MAX_FRAME_BYTES}
