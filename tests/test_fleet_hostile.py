@@ -319,3 +319,30 @@ async def test_a_silent_connection_is_closed_after_the_register_timeout(tmp_path
             assert isinstance(reply, p.Error) and reply.code == "register_timeout"
             assert await closed_with(ws) == CLOSE_POLICY
     assert hub.connected() == []
+
+
+async def test_without_the_bounded_transport_the_hub_still_refuses_a_pending_big_frame_unparsed(tmp_path: Path):
+    """Under a plain uvicorn (no per-connection bound) the hub checks a message's size before
+    parsing it: a pending sidecar's frame over the small bound is refused (its connection lives)."""
+    import uvicorn
+
+    app, hub, _ = build_app(tmp_path / "data")
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
+                                           ws="websockets-sansio", ws_max_size=p.MAX_FRAME_BYTES, log_config=None))
+    task = asyncio.create_task(server.serve())
+    try:
+        await wait_for(lambda: server.started or task.done(), what="a plain uvicorn")
+        url = f"http://127.0.0.1:{server.config.port}"
+        async with asyncio.timeout(30), websockets.connect(
+                ws_url(url), compression=None, proxy=None, max_size=None,
+                additional_headers={"Authorization": f"Bearer {JOIN}"}) as ws:
+            status = await register(ws, "gpu-plain")
+            assert isinstance(status, p.Status) and status.state == "pending"
+            big = p.Heartbeat(load=0, in_flight=0).model_dump(mode="json") | {"pad": "a" * p.MAX_PENDING_FRAME_BYTES}
+            await ws.send(json.dumps(big))
+            reply = p.parse_frame(await asyncio.wait_for(ws.recv(), 10))
+            assert isinstance(reply, p.Error) and reply.code == "oversized", reply
+            assert "gpu-plain" in hub.connected()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)
