@@ -34,6 +34,7 @@ from fathom.config import Settings
 from fathom.fleet.agent import Backoff, Sidecar
 from fathom.fleet.hub import Hub
 from fathom.fleet.identity import new_credential
+from fathom.fleet.transport import uvicorn_websocket_options
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
@@ -58,8 +59,9 @@ def _bound_socket(port: int = 0) -> socket.socket:
 
 
 def _uvicorn(app: Any, log_level: str = "warning") -> uvicorn.Server:
-    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", ws="websockets-sansio",
-                                        log_config=None))
+    # The WebSocket transport the server runs (its per-connection message bound included).
+    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", log_config=None,
+                                        **uvicorn_websocket_options()))
 
 
 @contextlib.asynccontextmanager

@@ -179,7 +179,7 @@ async def test_a_host_that_joined_first_keeps_its_name_while_connected(tmp_path:
             await fleet.close()
 
 
-async def test_failed_joins_are_rate_limited_per_address_and_logged_as_a_summary(
+async def test_failed_joins_are_rate_limited_per_address_and_logged_as_a_summary_and_a_valid_token_still_joins(
         tmp_path: Path, caplog: pytest.LogCaptureFixture):
     now = [1000.0]
     app, hub, registry = build_app(tmp_path / "data", clock=lambda: now[0])
@@ -207,7 +207,9 @@ async def test_failed_joins_are_rate_limited_per_address_and_logged_as_a_summary
         async with asyncio.timeout(60):
             for _ in range(60):
                 statuses.append(await attempt("fj_wrong"))
-            refused_at_limit = await attempt(JOIN)  # a right token from a blocked address waits too
+            # A right token from the blocked address is admitted: others' failures never keep
+            # out a valid token (every sidecar behind one TLS proxy shares its address).
+            admitted_while_blocked = await attempt(JOIN)
             warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
             # The block ends with time; the next failure reports how many were cut off meanwhile.
             now[0] += 3600
@@ -215,12 +217,13 @@ async def test_failed_joins_are_rate_limited_per_address_and_logged_as_a_summary
             ok = await attempt(JOIN)
     assert statuses[:3] == [403, 403, 403]
     assert statuses.count(CLOSE_TOO_MANY_FAILURES) >= 45, statuses
-    assert refused_at_limit == CLOSE_TOO_MANY_FAILURES
-    assert len(warnings) <= 3, [r.getMessage() for r in warnings]
+    assert admitted_while_blocked == 101
+    # The first failure and the block, once for the address and once for the wrong token.
+    assert len(warnings) <= 4, [r.getMessage() for r in warnings]
     assert any("refusing sidecar joins from 127.0.0.1" in r.getMessage() for r in warnings)
     assert after == 403 and ok == 101
     summary = [r.getMessage() for r in caplog.records if "while blocked" in r.getMessage()]
-    assert summary and str(statuses.count(CLOSE_TOO_MANY_FAILURES) + 1) in summary[0], summary
+    assert summary and str(statuses.count(CLOSE_TOO_MANY_FAILURES)) in summary[0], summary
     assert all("fj_wrong" not in r.getMessage() for r in caplog.records)
     assert json.dumps(hub.problems())  # the hub still answers
 

@@ -4,7 +4,7 @@ sidecar credentials approvals are bound to.
 This module owns one decision — what a sidecar presenting (name, token, credential) becomes:
 refused, pending, approved, or a claimant of a name bound to another host — and the file that
 remembers approvals (`fleet.json` under the data dir). It also owns the limit on failed joins
-per address (`FailedJoins`).
+per address and per presented token (`FailedJoins`).
 
 - A join token lets a sidecar connect; it then waits, pending, until an operator approves its
   name. Approval persists across reconnects and server restarts.
@@ -242,58 +242,89 @@ def hash_credential(credential: str) -> str:
 
 
 class FailedJoins:
-    """Failed joins per address: a burst is allowed, then joins from that address are refused
-    for `block_s` without being looked at. What the log gets is collapsed: the first failure of
-    a window, one line when an address is blocked, and one count of what was refused while it
-    was — never a line per attempt (a flood of wrong tokens would otherwise be a flood of
-    WARNINGs). Memory is bounded: at most `max_addresses` are remembered, oldest dropped first.
+    """Failed joins, counted twice: per peer address and per presented token (by a digest of its
+    hash, never the token). A burst is allowed, then joins from that address, or presenting that
+    token, are refused for `block_s` without being looked at further.
+
+    What it refuses to do is lock out a valid token: the hub consults it only for a token that is
+    no join or host token of this server (or for none), so ten wrong tokens from an address —
+    a same-host TLS proxy every sidecar shares, or an attacker who can only forge headers — never
+    keep out a sidecar presenting the right one. Counting per token as well catches one wrong
+    token tried from many addresses.
+
+    The address is the ASGI client address: the TCP peer, or what a proxy the server was told
+    to trust (`--forwarded-allow-ips`) says; this module never reads a forwarded header itself.
+
+    What the log gets is collapsed: the first failure of a window, one line when a source is
+    blocked, and one count of what was refused while it was — never a line per attempt (a
+    flood of wrong tokens would otherwise be a flood of WARNINGs). Memory is bounded: at most
+    `max_sources` addresses and tokens are remembered, oldest dropped first.
     """
 
     def __init__(self, *, clock: Callable[[], float], log: logging.Logger, burst: int = 10,
-                 window_s: float = 60.0, block_s: float = 300.0, max_addresses: int = 4096):
+                 window_s: float = 60.0, block_s: float = 300.0, max_sources: int = 4096):
         self.clock, self.log = clock, log
-        self.burst, self.window_s, self.block_s, self.max_addresses = burst, window_s, block_s, max_addresses
+        self.burst, self.window_s, self.block_s, self.max_sources = burst, window_s, block_s, max_sources
         self._seen: OrderedDict[str, _Failures] = OrderedDict()
 
-    def blocked(self, address: str) -> float | None:
-        """Seconds left on `address`'s block (the attempt is counted), or None if it may try."""
-        f = self._seen.get(address)
-        if f is None or f.blocked_until is None:
-            return None
-        left = f.blocked_until - self.clock()
-        if left > 0:
-            f.refused_while_blocked += 1
-            return left
-        self._unblock(address, f)
-        return None
+    @staticmethod
+    def sources(address: str, token: str | None) -> list[str]:
+        """What one join attempt is counted under: its address, and the token it presented."""
+        out = [f"from {address}"]
+        if token:
+            # 48 bits of the token's hash: tells wrong tokens apart in a log line, reveals nothing.
+            out.append(f"presenting token #{hash_token(token).removeprefix('sha256:')[:12]}")
+        return out
 
-    def failed(self, address: str, reason: str) -> None:
-        """Record a failed join from `address` for `reason` (which names no secret)."""
+    def blocked(self, address: str, token: str | None = None) -> float | None:
+        """Seconds left on the longest block of `address` or `token` (the attempt is counted as
+        refused while blocked), or None if it may try. Call it only for a token this server does
+        not recognize: a valid token is never refused here."""
         now = self.clock()
-        f = self._seen.get(address)
+        left: float | None = None
+        for source in self.sources(address, token):
+            f = self._seen.get(source)
+            if f is None or f.blocked_until is None:
+                continue
+            if f.blocked_until > now:
+                f.refused_while_blocked += 1
+                left = max(left or 0.0, f.blocked_until - now)
+            else:
+                self._unblock(source, f)
+        return left
+
+    def failed(self, address: str, token: str | None, reason: str) -> None:
+        """Record a failed join from `address` presenting `token` (None: none) for `reason`
+        (which names no secret)."""
+        for source in self.sources(address, token):
+            self._count(source, reason)
+
+    def _count(self, source: str, reason: str) -> None:
+        now = self.clock()
+        f = self._seen.get(source)
         if f is not None and f.blocked_until is not None and now >= f.blocked_until:
-            self._unblock(address, f)
+            self._unblock(source, f)
             f = None
         if f is None or now - f.window_start > self.window_s:
-            f = self._seen[address] = _Failures(window_start=now)
-            self._seen.move_to_end(address)
-            while len(self._seen) > self.max_addresses:
+            f = self._seen[source] = _Failures(window_start=now)
+            self._seen.move_to_end(source)
+            while len(self._seen) > self.max_sources:
                 self._seen.popitem(last=False)
         f.count += 1
         if f.count == 1:
-            self.log.warning("sidecar join from %s refused: %s", address, reason)
-        elif f.count >= self.burst:
+            self.log.warning("sidecar join %s refused: %s", source, reason)
+        elif f.count == self.burst:
             f.blocked_until = now + self.block_s
-            self.log.warning("refusing sidecar joins from %s for %.0fs: %d failed joins within %.0fs (last: %s)",
-                             address, self.block_s, f.count, now - f.window_start, reason)
+            self.log.warning("refusing sidecar joins %s without a valid token for %.0fs: %d failed joins "
+                             "within %.0fs (last: %s)", source, self.block_s, f.count, now - f.window_start, reason)
         else:
-            self.log.debug("sidecar join from %s refused: %s", address, reason)
+            self.log.debug("sidecar join %s refused: %s", source, reason)
 
-    def _unblock(self, address: str, f: _Failures) -> None:
+    def _unblock(self, source: str, f: _Failures) -> None:
         if f.refused_while_blocked:
-            self.log.warning("sidecar joins from %s: %d refused while blocked; the block has ended",
-                             address, f.refused_while_blocked)
-        self._seen.pop(address, None)
+            self.log.warning("sidecar joins %s: %d refused while blocked; the block has ended",
+                             source, f.refused_while_blocked)
+        self._seen.pop(source, None)
 
 
 @dataclass

@@ -3,8 +3,9 @@ connected sidecars, command/result correlation, and the config (and key) push.
 
 This module owns:
 - admission: a join token is required (Authorization header, or the register frame); a wrong
-  one is refused at connect, and an address that keeps failing is refused for a while without
-  being looked at (`FailedJoins`, logged as a summary). A sidecar stays pending until an
+  one is refused at connect, and an address (or a token) that keeps failing is refused for a
+  while without being looked at (`FailedJoins`, logged as a summary) — except a connection
+  presenting a valid token, which no one else's failures keep out. A sidecar stays pending until an
   operator approves its name or a host token pre-approves it, and an approval holds only for
   the credential it is bound to (`fleet.auth`): another host under an approved name is a
   claimant, held pending and shown to the operator ("gpu-1: a different host claims this
@@ -24,7 +25,14 @@ What it refuses:
   acknowledgements are awaited. No attribute, log line, exception or persisted record of the
   hub ever holds it. What is persisted is the push fact (`RoutingState.last_push`).
 - to crash on input: a malformed, unknown or oversized frame gets an error frame and a log
-  line that names the defect, never the content; the connection survives.
+  line that names the defect, never the content; the connection survives (until
+  `MAX_BAD_FRAMES` in a row).
+- to hold much for strangers: until its sidecar is approved a connection's messages are bounded
+  by `MAX_PENDING_FRAME_BYTES` (by the WebSocket transport, `fleet.transport`, before a message
+  is buffered whole; and here before it is parsed), a silent connection is closed after
+  `register_timeout`, and at most `max_pending` sidecars wait for approval at once (a newcomer
+  beyond that is told to retry later; the ones waiting keep their place). Their fields are
+  bounded by the protocol.
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ from fathom.errors import ConfigError, FathomError
 from fathom.fleet import protocol as p
 from fathom.fleet.auth import Admission, FailedJoins, FleetAuth, JoinRefused, hash_credential
 from fathom.fleet.keycheck import KeyCheckRecord
+from fathom.fleet.transport import widen_messages
 from fathom.fleet.remote import CommandTimeout, SidecarProvider, SidecarUnavailable, error_from_info
 from fathom.inference.cloud_health import CloudHealth, Outcome
 from fathom.inference.provider import Provider
@@ -60,12 +69,18 @@ CLOSE_STALE = 4408
 CLOSE_NAME_IN_USE = 4409
 CLOSE_TOO_MANY_FAILURES = 4429  # an address that keeps failing to join: the sidecar retries later
 CLOSE_POLICY = 1008
+CLOSE_TRY_LATER = 1013  # too many sidecars already wait for approval: the sidecar retries later
+CLOSE_TOO_BIG = 1009  # the transport's close code for a message over its bound
 
 # How many refused frames in a row a connection may send before it is closed (cleanly):
 # one bad frame is a bug worth an error frame; a stream of them is noise worth cutting.
 MAX_BAD_FRAMES = 64
 # How long a refused claim on a connected sidecar's name stays among the fleet's problems.
 CLAIM_MEMORY_S = 600.0
+# How many sidecars may wait for approval at once. Anyone holding the join token can connect
+# under fresh names; past this bound a newcomer is refused (and retries), never one already
+# waiting, so an operator's real sidecar is not pushed out of the list by a flood.
+MAX_PENDING = 64
 
 
 class NameClaimed(FathomError):
@@ -212,6 +227,8 @@ class Hub:
         register_timeout: float = 10.0,
         heartbeat_timeout: float = 45.0,
         max_frame_bytes: int = p.MAX_FRAME_BYTES,
+        pending_frame_bytes: int = p.MAX_PENDING_FRAME_BYTES,
+        max_pending: int = MAX_PENDING,
         path: str = "/sidecar",
         wrap: Callable[[Any], Any] | None = None,
     ):
@@ -232,6 +249,9 @@ class Hub:
         self.register_timeout = register_timeout
         self.heartbeat_timeout = heartbeat_timeout
         self.max_frame_bytes = max_frame_bytes
+        self.pending_frame_bytes = min(pending_frame_bytes, max_frame_bytes)
+        self.max_pending = max_pending
+        self._pending_full_logged_at: float | None = None
         self.path = path
         self._links: dict[str, _Link] = {}
         self._claims: dict[str, float] = {}  # name -> when another host last claimed it (clock)
@@ -254,20 +274,15 @@ class Hub:
     # ---- the WebSocket endpoint -----------------------------------------------------------
 
     async def serve(self, ws: WebSocket) -> None:
+        # The ASGI client address: the TCP peer, or what a proxy the server trusts (uvicorn's
+        # --forwarded-allow-ips) says. No forwarded header is read here.
         host = ws.client.host if ws.client else "?"
         peer = f"{host}:{ws.client.port}" if ws.client else "?"
-        wait = self.failed_joins.blocked(host)
-        if wait is not None:
-            # Accepted only to be closed with a code the sidecar retries on (a refused handshake
-            # reads as a wrong token to it, which it does not retry); nothing is read or logged.
-            with contextlib.suppress(Exception):
-                await ws.accept()
-                await ws.close(code=CLOSE_TOO_MANY_FAILURES,
-                               reason=f"too many failed joins from {host}; retry in {wait:.0f}s")
-            return
         header_token = _bearer(ws.headers.get("authorization"))
         if header_token is not None and not self.auth.recognizes(header_token):
-            self.failed_joins.failed(host, "wrong join token")
+            if await self._refuse_blocked(ws, host, header_token):
+                return
+            self.failed_joins.failed(host, header_token, "wrong join token")
             await ws.close(code=CLOSE_UNAUTHORIZED)  # before accept: the handshake gets HTTP 403
             return
         await ws.accept()
@@ -279,6 +294,20 @@ class Hub:
         finally:
             await self._drop(link, "disconnected")
 
+    async def _refuse_blocked(self, ws: WebSocket, host: str, token: str | None) -> bool:
+        """Close a join from a blocked address or with a blocked token; False if neither is.
+        Only ever asked about a token this server does not recognize (or none)."""
+        wait = self.failed_joins.blocked(host, token)
+        if wait is None:
+            return False
+        # Accepted (if not yet) only to be closed with a code the sidecar retries on (a refused
+        # handshake reads as a wrong token to it, which it does not retry); nothing is logged.
+        with contextlib.suppress(Exception):
+            if ws.client_state.name == "CONNECTING":
+                await ws.accept()
+            await ws.close(code=CLOSE_TOO_MANY_FAILURES, reason=f"too many failed joins; retry in {wait:.0f}s")
+        return True
+
     async def _admit(self, ws: WebSocket, header_token: str | None, peer: str, host: str) -> _Link | None:
         try:
             message = await asyncio.wait_for(ws.receive(), self.register_timeout)
@@ -288,19 +317,33 @@ class Hub:
             return None
         except Exception:  # noqa: BLE001 - the peer went away before saying anything
             return None
-        frame = self._parse(message)
+        frame = self._parse(message, self.pending_frame_bytes)
         if not isinstance(frame, p.Register):
             code, msg = (frame.code, str(frame)) if isinstance(frame, p.FrameError) else (
                 "expected_register", "the first frame must be a register frame")
-            log.warning("sidecar connection from %s refused: %s", peer, msg)
+            if message.get("code") == CLOSE_TOO_BIG:
+                code, msg = "oversized", f"the first frame exceeds {self.pending_frame_bytes} bytes"
+            elif code == "disconnected":  # gone before saying anything: nothing to answer or count
+                log.debug("sidecar connection from %s closed before registering", peer)
+                return None
+            if header_token is None:
+                # No valid token yet: a stranger's junk counts against its address like a wrong
+                # token (and from a blocked address is not even logged).
+                if await self._refuse_blocked(ws, host, None):
+                    return None
+                self.failed_joins.failed(host, None, msg)
+            else:
+                log.warning("sidecar connection from %s refused: %s", peer, msg)
             await self._refuse(ws, code, msg, CLOSE_POLICY)
             return None
         token = header_token or (frame.token.get_secret_value() if frame.token else None)
         credential = hash_credential(frame.credential.get_secret_value()) if frame.credential else None
         try:
+            if (token is None or not self.auth.recognizes(token)) and await self._refuse_blocked(ws, host, token):
+                return None
             admission = self.auth.admit(frame.name, token, credential)
         except JoinRefused as exc:
-            self.failed_joins.failed(host, f"sidecar {frame.name}: {exc.reason}")
+            self.failed_joins.failed(host, token, f"sidecar {frame.name}: {exc.reason}")
             await self._refuse(ws, "join_refused", str(exc), CLOSE_UNAUTHORIZED)
             return None
         finally:
@@ -323,6 +366,12 @@ class Hub:
             log.log(logging.DEBUG if admission is Admission.CLAIMED else logging.WARNING,
                     "sidecar %s from %s refused: that name is already connected", frame.name, peer)
             await self._refuse(ws, "name_in_use", f"a sidecar named {frame.name} is already connected", CLOSE_NAME_IN_USE)
+            return None
+        if admission is not Admission.APPROVED and self._pending_count() >= self.max_pending:
+            self._log_pending_full(frame.name, peer)
+            await self._refuse(ws, "too_many_pending",
+                               f"{self.max_pending} sidecars already wait for approval; retrying later "
+                               f"(an operator approves or revokes them with `fathom fleet`)", CLOSE_TRY_LATER)
             return None
         link = _Link(ws, frame, admission, self.clock(), credential or "")
         self._links[link.name] = link
@@ -348,13 +397,28 @@ class Hub:
             return None
         return link
 
+    def _pending_count(self) -> int:
+        return sum(1 for link in self._links.values() if link.state == "pending" and not link.closed)
+
+    def _log_pending_full(self, name: str, peer: str) -> None:
+        """One WARNING a minute while the pending list is full; the refusals in between at DEBUG."""
+        now = self.clock()
+        if self._pending_full_logged_at is None or now - self._pending_full_logged_at >= 60.0:
+            self._pending_full_logged_at = now
+            log.warning("sidecar %s from %s refused: %d sidecars already wait for approval (approve or "
+                        "revoke them, or rotate the join token if you did not start them)", name, peer,
+                        self.max_pending)
+        else:
+            log.debug("sidecar %s from %s refused: the pending list is full", name, peer)
+
     async def _refuse(self, ws: WebSocket, code: str, message: str, close_code: int) -> None:
         with contextlib.suppress(Exception):
             await ws.send_text(p.encode(p.Error(code=code, message=message[:2000])))
         with contextlib.suppress(Exception):
             await ws.close(code=close_code)
 
-    def _parse(self, message: dict[str, Any]) -> p.Frame | p.FrameError:
+    def _parse(self, message: dict[str, Any], max_bytes: int) -> p.Frame | p.FrameError:
+        """The frame in `message`; its size is checked before any of it is parsed."""
         if message.get("type") == "websocket.disconnect":
             return p.FrameError("disconnected", "the peer disconnected")
         data = message.get("text")
@@ -362,7 +426,7 @@ class Hub:
             data = message.get("bytes")
         if data is None:
             return p.FrameError("malformed", "empty WebSocket message")
-        return p.parse_frame(data, max_bytes=self.max_frame_bytes)
+        return p.parse_frame(data, max_bytes=max_bytes)
 
     async def _receive_loop(self, link: _Link) -> None:
         while not link.closed:
@@ -372,7 +436,7 @@ class Hub:
                 return
             if message.get("type") == "websocket.disconnect":
                 return
-            frame = self._parse(message)
+            frame = self._parse(message, self.max_frame_bytes if link.approved else self.pending_frame_bytes)
             link.last_seen = self.clock()
             if isinstance(frame, p.FrameError):
                 link.bad_frames += 1
@@ -471,6 +535,9 @@ class Hub:
         """An approved sidecar joins: its providers enter the registry, and the stored config
         (never a key) is pushed to it in the background (its ack arrives on the receive loop)."""
         link.state = "approved"
+        # Only now may its messages be big (embed results); until approval the transport held
+        # this connection to the small bound every stranger gets.
+        widen_messages(link.ws, self.max_frame_bytes)
         self._sync_providers(link)
         self._spawn(self._push_stored_config(link))
 

@@ -23,8 +23,8 @@ import json
 from typing import Annotated, Any, Literal, Union
 
 import numpy as np
-from pydantic import (BaseModel, ConfigDict, Field, SecretStr, TypeAdapter, ValidationError, field_serializer,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, StringConstraints, TypeAdapter, ValidationError,
+                      field_serializer, model_validator)
 
 from fathom.errors import FathomError
 from fathom.policy import BEHAVIOUR, Policy
@@ -34,6 +34,11 @@ PROTOCOL_VERSION = 1
 # An embed result of 64 texts × 2560-d is ~0.9 MB as base64 float32; 8 MiB leaves room for
 # bigger batches and chat transcripts while refusing a frame that would only be an attack.
 MAX_FRAME_BYTES = 8 * 1024 * 1024
+# What a connection may send before an operator approved its sidecar (the register frame, then
+# heartbeats while pending): a register frame with every role declared is a few KiB. Anyone can
+# open a connection, and a pending one only needs the join token: neither gets to make the
+# server hold megabytes per message.
+MAX_PENDING_FRAME_BYTES = 64 * 1024
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 RouteKind = Literal["local", "cloud"]
@@ -42,6 +47,13 @@ Op = Literal["embed", "rerank", "chat"]
 FRAME_TYPES = ("register", "heartbeat", "status", "command", "result", "config", "ack", "key_check", "error")
 KeyOutcome = Literal["ok", "rejected", "no_credits", "throttled", "unreachable"]
 KeyCheckReason = Literal["push", "connect", "periodic", "storm"]
+
+
+# A sidecar's software versions ("fathom": "0.9.1", "python": "3.11.9"): shown on the dashboard
+# and in every fleet listing, so bounded small (a listing holds every pending sidecar's).
+VersionName = Annotated[str, StringConstraints(min_length=1, max_length=32)]
+VersionValue = Annotated[str, StringConstraints(max_length=64)]
+Versions = Annotated[dict[VersionName, VersionValue], Field(max_length=16)]
 
 
 class _Model(BaseModel):
@@ -76,8 +88,8 @@ class Register(_Frame):
     routes: list[RouteDecl] = Field(default_factory=list, max_length=64)
     cloud: bool = False  # can serve OpenRouter routes once a key is pushed
     key_present: bool = False  # a reconnecting (not restarted) sidecar still holds its key
-    versions: dict[str, str] = Field(default_factory=dict, max_length=32)
-    token: SecretStr | None = None
+    versions: Versions = Field(default_factory=dict)
+    token: SecretStr | None = Field(default=None, max_length=256)
     credential: SecretStr | None = Field(default=None, max_length=128)
 
     @field_serializer("token", "credential", when_used="json")
@@ -91,7 +103,7 @@ class Heartbeat(_Frame):
     load: float = Field(ge=0, le=1e6)
     in_flight: int = Field(ge=0, le=1_000_000)
     key_present: bool = False
-    versions: dict[str, str] = Field(default_factory=dict, max_length=32)
+    versions: Versions = Field(default_factory=dict)
 
 
 class ErrorInfo(_Model):
