@@ -247,6 +247,11 @@ def print_report(report) -> None:
     folders = skipped_folders_line(skipped_dirs)
     if folders:
         table.add_row("skipped folders", folders)
+    secrets = getattr(report, "secrets", None)
+    if secrets:
+        shown = ", ".join(secrets[:8]) + (f" and {len(secrets) - 8} more" if len(secrets) > 8 else "")
+        table.add_row("secrets", f"{shown} (left out: credentials by name or content; take one "
+                                 f"back with a `!path` line in .fathomignore)")
     notes = getattr(report, "notes", None)
     if notes:
         table.add_row("kept, noted", ", ".join(f"{kind} {n}" for kind, n in sorted(notes.items())))

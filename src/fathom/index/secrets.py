@@ -42,13 +42,18 @@ SECRET_NAMES = frozenset({
     ".htpasswd", ".dockercfg", "credentials", "secrets.yml", "secrets.yaml",
 })
 SECRET_PREFIXES = ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", ".env.", "credentials")
-SECRET_SUFFIXES = (".key", ".pem", ".p12", ".pfx", ".kdbx", ".keystore", ".jks", ".ppk",
+SECRET_SUFFIXES = (".env", ".key", ".pem", ".p12", ".pfx", ".kdbx", ".keystore", ".jks", ".ppk",
                    ".gpg", ".asc")
 # Folders whose every file is a credential: cloud CLIs', SSH's and GnuPG's own homes.
 SECRET_DIRS = frozenset({".aws", ".ssh", ".gnupg", ".docker", ".kube", ".azure", ".gcloud"})
 _TFSTATE = re.compile(r"\.tfstate(\.|$)")
 # A GCP service-account key as the console names it: `project-1a2b3c4d5e6f.json`.
 _SERVICE_ACCOUNT = re.compile(r"(service[-_]?account|[a-z][a-z0-9-]{4,28}-[0-9a-f]{12}).*\.json$")
+
+
+# `credentials.py`, `id_rsa.go`: code about credentials, not credentials.
+_SOURCE_SUFFIXES = (".py", ".go", ".js", ".ts", ".rs", ".java", ".rb", ".kt", ".cs", ".md",
+                    ".rst", ".c", ".h", ".cpp", ".php", ".swift", ".scala", ".sh")
 
 
 def secret_by_name(rel: str) -> bool:
@@ -58,15 +63,11 @@ def secret_by_name(rel: str) -> bool:
     name = parts[-1]
     if any(p in SECRET_DIRS for p in parts[:-1]):
         return True
-    if name in SECRET_NAMES or name.startswith(SECRET_PREFIXES) or name.endswith(SECRET_SUFFIXES):
-        # `credentials.py`, `id_rsa.go`: code about credentials, not credentials.
-        return not (name.startswith("credentials") and posixpath.splitext(name)[1] not in
-                    ("", ".json", ".yml", ".yaml", ".xml", ".ini", ".txt", ".csv", ".toml", ".env"))\
-            and not (name.startswith(("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"))
-                     and name.endswith((".py", ".go", ".js", ".ts", ".rs", ".java", ".rb", ".md")))
-    if _TFSTATE.search(name):
+    if name in SECRET_NAMES or name.endswith(SECRET_SUFFIXES):
         return True
-    return bool(_SERVICE_ACCOUNT.match(name))
+    if name.startswith(SECRET_PREFIXES):
+        return not name.endswith(_SOURCE_SUFFIXES)
+    return bool(_TFSTATE.search(name) or _SERVICE_ACCOUNT.match(name))
 
 
 # ------------------------------------------------------------------ by content
