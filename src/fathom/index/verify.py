@@ -276,12 +276,16 @@ def _remove_files(store: Store, project: str, paths: list[str]) -> str:
 def _purge(store: LanceStore, project: str, table: str) -> None:
     """A LanceDB delete only marks rows: their text stays in the table's data files, and in
     its earlier versions, until they are compacted and collected. Both now, so the deleted
-    credentials leave the disk (the table's readers all read its newest version)."""
+    credentials leave the disk. LanceDB warns that a reader still on an older version fails:
+    a search running in a server at that instant is the price of not keeping the keys."""
+    import warnings
     from datetime import timedelta
 
     name = store._slot_name(project, table, Slot.ACTIVE)
     if name is not None:
-        store._table(project, name).optimize(cleanup_older_than=timedelta(0))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            store._table(project, name).optimize(cleanup_older_than=timedelta(0))
 
 
 def _rebuild_state(store: LanceStore, project: str) -> str:
