@@ -247,6 +247,11 @@ def print_report(report) -> None:
     folders = skipped_folders_line(skipped_dirs)
     if folders:
         table.add_row("skipped folders", folders)
+    secrets = getattr(report, "secrets", None)
+    if secrets:
+        shown = ", ".join(secrets[:8]) + (f" and {len(secrets) - 8} more" if len(secrets) > 8 else "")
+        table.add_row("secrets", f"{shown} (left out: credentials by name or content; take one "
+                                 f"back with a `!path` line in .fathomignore)")
     notes = getattr(report, "notes", None)
     if notes:
         table.add_row("kept, noted", ", ".join(f"{kind} {n}" for kind, n in sorted(notes.items())))
@@ -576,10 +581,12 @@ def store_verify(
         help="The project to check (default: every project).")] = None,
     repair: Annotated[bool, typer.Option(
         "--repair", help="Fix what can be fixed: rebuild indexes and state, drop duplicate and "
-                         "damaged rows, re-embed damaged vectors under the gate.")] = False,
+                         "damaged rows, delete the rows of files that hold credentials, "
+                         "re-embed damaged vectors under the gate.")] = False,
 ) -> None:
     """Check stored tables for damage: duplicate ids, bad vectors, damaged rows, a missing
-    full-text index, row counts that disagree with the manifest. Exit 1 while any remains."""
+    full-text index, row counts that disagree with the manifest, rows of files that hold
+    credentials (named by path, never quoted). Exit 1 while any remains."""
     fathom = fathom_of(ctx)
     checks = run(fathom.verify_store(project, repair=repair))
     problems = [p for c in checks for p in c.problems]

@@ -699,11 +699,22 @@ class Fathom:
             names = [p.name for p in await asyncio.to_thread(store.list_projects)]
         checks = []
         for name in names:
-            check = await asyncio.to_thread(check_project, store, name)
+            check = await asyncio.to_thread(check_project, store, name,
+                                            taken_back=self._taken_back(name))
             if repair and check.problems:
                 await repair_project(self, check)
             checks.append(check)
         return checks
+
+    def _taken_back(self, project: str) -> Any:
+        """What the project's `.fathomignore` takes back from the secret rules (`!path` lines),
+        read from its recorded root; None when the root is unknown or gone."""
+        from fathom.index.walker import Selection
+
+        root = (self.records.get(project) or {}).get("root")
+        if not root or not Path(root).is_dir():
+            return None
+        return Selection(Path(root)).taken_back
 
     def index_status(self, project: str) -> IndexStatus:
         self._require_project(project)

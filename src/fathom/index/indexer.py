@@ -152,6 +152,7 @@ class IndexReport:
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)  # folders left out, by reason
     split: int = 0  # chunks cut further to fit the encoder's token limit
     max_tokens: int | None = None  # that limit; None: sized in characters only
+    secrets: list[str] = field(default_factory=list)  # files left out as `secret`, by path
 
 
 class Job:
@@ -230,6 +231,7 @@ class Discovered:
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)
     notes: dict[str, int] = field(default_factory=dict)  # kept, but worth saying (walker.notes)
     split: int = 0  # chunks cut further to fit the encoder's token limit (`chunking.fit_tokens`)
+    secrets: list[str] = field(default_factory=list)  # files left out as `secret`, by path
 
 
 class ChunkCache:
@@ -311,6 +313,11 @@ class Discovery:
     def notes(self) -> dict[str, int]:
         return dict(self._survey.result.notes) if self._survey is not None else {}
 
+    @property
+    def secrets(self) -> list[str]:
+        """The files left out as credentials (by name or by what they hold), by path."""
+        return sorted(self._survey.result.secrets) if self._survey is not None else []
+
     def __iter__(self) -> Iterator[Chunk]:
         from fathom.index.walker import WalkCancelled
 
@@ -347,7 +354,7 @@ def discover(root: Path, *, include: Sequence[str] = (), extra_ignores: Sequence
     # row anyway. The table is part of the key: a docstring's lines can be a code chunk too.
     unique = list({(c.table, c.chunk_id): c for c in found}.values())
     return Discovered(found.files, unique, found.skipped, found.skipped_dirs, found.notes,
-                      found.split)
+                      found.split, found.secrets)
 
 
 def embedding_text(chunk: Chunk) -> str:
@@ -534,6 +541,7 @@ class Indexer:
             tables=tables, providers=dict(run.providers), carried=run.carried,
             skipped_dirs=found.skipped_dirs, notes=found.notes,
             split=found.split, max_tokens=tokens.limit if tokens is not None else None,
+            secrets=found.secrets,
         )
 
     # ---- planning: what to embed, into which slot

@@ -12,13 +12,19 @@ The checks, per active table:
 * every row is what it claims to be (`damaged-rows`): its content hash is the hash of its text,
   and its chunk id the hash of its path, lines and content hash;
 * the full-text index exists and answers (`fts-missing`): without it every query silently
-  becomes vector-only.
+  becomes vector-only;
+* no row holds a credential (`secrets`): rows of a file the walker now leaves out as a secret
+  (by its name, or key material in a row's text), written by a build without that rule. They
+  are reported by project, path and count, never by content; a file the project takes back
+  with a `!path` line in its `.fathomignore` is not reported.
 
 The repairs: a garbled state.json is rebuilt from the tables on disk (the newest table of each
 kind becomes a resumable shadow, so the next `fathom index` embeds only what is missing); a
 table that cannot be read is set aside (the next `fathom index` rebuilds it); duplicate ids keep
 their one healthy row; rows whose identity is broken are deleted (the next index re-adds them
-from the files); bad vectors are re-embedded from the stored text by an encoder the gate has
+from the files); the rows of a file that holds a secret are deleted, every row of that path in
+every table (the walker leaves the whole file out, so the next index does not bring them back);
+bad vectors are re-embedded from the stored text by an encoder the gate has
 cleared for the table, written through the store's clearance check like any other row; the
 full-text and vector indexes are rebuilt.
 
@@ -33,6 +39,7 @@ import hashlib
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +47,7 @@ import numpy as np
 
 from fathom.errors import FathomError
 from fathom.index.chunk import Chunk
+from fathom.index.secrets import find_secret, secret_by_name
 from fathom.index.store import (
     TABLE_KINDS,
     DamagedProject,
@@ -62,6 +70,7 @@ DUPLICATE_IDS = "duplicate-ids"
 BAD_VECTORS = "bad-vectors"
 DAMAGED_ROWS = "damaged-rows"
 FTS_MISSING = "fts-missing"
+SECRETS = "secrets"
 
 
 @dataclass
@@ -72,10 +81,12 @@ class Problem:
     detail: str
     chunk_ids: list[str] = field(default_factory=list)  # the rows concerned, when known
     repaired: str | None = None  # what --repair did about it
+    paths: list[str] = field(default_factory=list)  # the files concerned, when it is per file
 
     def as_dict(self) -> dict[str, Any]:
         return {"project": self.project, "table": self.table, "kind": self.kind,
-                "detail": self.detail, "rows": len(self.chunk_ids), "repaired": self.repaired}
+                "detail": self.detail, "rows": len(self.chunk_ids), "repaired": self.repaired,
+                "paths": list(self.paths)}
 
 
 @dataclass
@@ -90,8 +101,10 @@ def _short(exc: BaseException) -> str:
         " ".join(re.sub(r",?\s*/\S+\.rs:\d+:\d+", "", str(exc)).split())[:300]
 
 
-def check_project(store: Store, project: str) -> ProjectCheck:
-    """Every problem of one project's active tables (blocking)."""
+def check_project(store: Store, project: str, *,
+                  taken_back: Callable[[str], bool] | None = None) -> ProjectCheck:
+    """Every problem of one project's active tables (blocking). `taken_back(path)`: whether the
+    project's `.fathomignore` takes that file back from the secret rules."""
     from fathom.index.migrate import read_rows
 
     out = ProjectCheck(project)
@@ -108,6 +121,8 @@ def check_project(store: Store, project: str) -> ProjectCheck:
         ids: list[str] = []
         bad_vectors: list[str] = []
         damaged: list[str] = []
+        secret_rows: list[str] = []
+        secret_paths: set[str] = set()
         try:
             expected = store.table_info(project, table).rows
             for batch in read_rows(store, project, table):
@@ -120,6 +135,9 @@ def check_project(store: Store, project: str) -> ProjectCheck:
                                            batch.start_lines[i], batch.end_lines[i],
                                            batch.texts[i]):
                         damaged.append(cid)
+                    if _holds_secret(batch.paths[i], batch.texts[i], taken_back):
+                        secret_rows.append(cid)
+                        secret_paths.add(batch.paths[i])
         except (FathomError, OSError, RuntimeError, ValueError) as exc:
             out.problems.append(Problem(project, table, UNREADABLE,
                                         f"the {table} table cannot be read in full: {_short(exc)}"))
@@ -146,11 +164,26 @@ def check_project(store: Store, project: str) -> ProjectCheck:
             out.problems.append(Problem(
                 project, table, BAD_VECTORS,
                 f"{len(bad)} rows hold vectors that are not finite or not unit-length", bad))
+        if secret_rows:
+            paths = sorted(secret_paths)
+            shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
+            out.problems.append(Problem(
+                project, table, SECRETS,
+                f"{len(secret_rows)} rows of {len(paths)} files hold credentials ({shown}): "
+                f"indexed before secrets were left out", secret_rows, paths=paths))
         if isinstance(store, LanceStore):
             fts = _fts_problem(store, project, table)
             if fts:
                 out.problems.append(Problem(project, table, FTS_MISSING, fts))
     return out
+
+
+def _holds_secret(path: str, text: str | None, taken_back: Callable[[str], bool] | None) -> bool:
+    """Whether a row is one the walker would leave out now: a credential file by name, or a
+    text with key material (a row is a chunk; one chunk with a key condemns its file)."""
+    if not (secret_by_name(path) or (text is not None and find_secret(text, path) is not None)):
+        return False
+    return taken_back is None or not taken_back(path)
 
 
 def _identity_holds(chunk_id: str, content_hash: str, path: str, start: int, end: int,
@@ -209,18 +242,50 @@ async def repair_project(fathom: Fathom, check: ProjectCheck) -> None:
                                             chunk_ids=problem.chunk_ids)
                 problem.repaired = (f"deleted {n} damaged rows; the next `fathom index` "
                                     f"re-embeds them from the files")
+            elif problem.kind == SECRETS:
+                problem.repaired = await asyncio.to_thread(_remove_files, store, project,
+                                                           problem.paths)
             elif problem.kind == BAD_VECTORS:
                 problem.repaired = await _reembed(fathom, project, problem.table,
                                                   problem.chunk_ids)
         for table in {p.table for p in check.problems
                       if p.table and p.kind in (FTS_MISSING, DUPLICATE_IDS, DAMAGED_ROWS,
-                                                BAD_VECTORS)}:
+                                                BAD_VECTORS, SECRETS)}:
             await asyncio.to_thread(_rebuild_indexes, store, project, table)
             for p in check.problems:
                 if p.table == table and p.kind == FTS_MISSING:
                     p.repaired = "rebuilt the full-text index"
     finally:
         await asyncio.to_thread(lock.__exit__, None, None, None)
+
+
+def _remove_files(store: Store, project: str, paths: list[str]) -> str:
+    """Every row of these files, in every table of the project: the walker leaves such a file
+    out whole, so the rows without the key go too (they are the rest of the same file)."""
+    removed = 0
+    for table in TABLE_KINDS:
+        if store.space_of(project, table) is None:
+            continue
+        removed += store.delete(project, table, paths=paths)
+        if isinstance(store, LanceStore):
+            _purge(store, project, table)
+    return (f"deleted {removed} rows of {len(paths)} files; the next `fathom index` leaves them "
+            f"out (a `!path` line in .fathomignore takes one back)")
+
+
+def _purge(store: LanceStore, project: str, table: str) -> None:
+    """A LanceDB delete only marks rows: their text stays in the table's data files, and in
+    its earlier versions, until they are compacted and collected. Both now, so the deleted
+    credentials leave the disk. LanceDB warns that a reader still on an older version fails:
+    a search running in a server at that instant is the price of not keeping the keys."""
+    import warnings
+    from datetime import timedelta
+
+    name = store._slot_name(project, table, Slot.ACTIVE)
+    if name is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            store._table(project, name).optimize(cleanup_older_than=timedelta(0))
 
 
 def _rebuild_state(store: LanceStore, project: str) -> str:

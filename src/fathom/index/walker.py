@@ -25,6 +25,13 @@ A walk comes in two steps, so an indexer can stream a project of any size: `surv
 files it would read (names, sizes and the decisions by name, no file opened), and
 `Survey.read` reads one of them; `walk` is both at once, for callers that want every file.
 
+Secrets stay out: a credential file by its name (`.env`, `id_rsa`, `*.pem`, `.aws/`...) is not
+read, and a file whose text holds key material (`secrets.find_secret`, asked in the one step
+that reads and decodes a file, so every reader that goes through the walker gets it) is left
+out whole; both are counted as `secret` and named by path in `WalkResult.secrets`, never by
+content. Only a `.fathomignore` negation that names the file itself (`!config/test.env`, not
+a folder's `!config/`, not `.gitignore`, not an `include` glob) takes one back.
+
 Refuses: to follow symbolic links (a link can leave the project or loop), to chunk, and to
 guess at languages beyond `chunking.detect_language`.
 """
@@ -46,6 +53,7 @@ import pathspec
 from fathom.config import REFUSED_ROOTS
 from fathom.errors import ConfigError, FathomError
 from fathom.index.chunking import detect_language
+from fathom.index.secrets import find_secret, secret_by_name
 
 MAX_FILE_BYTES = 1_000_000
 MAX_IGNORE_BYTES = 1_000_000  # a .gitignore larger than this is not a .gitignore
@@ -112,6 +120,7 @@ SYMLINK = "symlink"
 SPECIAL = "special-file"  # FIFOs, sockets, devices: never opened for reading
 UNREADABLE = "unreadable"
 SLOW = "slow-read"  # a read that did not finish within READ_SECONDS
+SECRET = "secret"  # a credential file by name, or a file holding key material (named by path)
 # Not a skip: files read with replacement characters or as Latin-1 (kept, but reported).
 DECODED_WITH_REPLACEMENT = "decoded-with-replacement"
 # Not a skip: files kept under a name whose undecodable bytes were escaped (reported).
@@ -175,6 +184,7 @@ class Candidate:
     rel: str  # relative to the project root, POSIX separators, bad bytes escaped
     size: int  # bytes on disk when listed (0 if it could not be stat'ed; the read decides)
     escaped: bool = False  # its path had undecodable bytes, escaped in `rel`
+    taken_back: bool = False  # a .fathomignore `!` line names it: read even if it holds a secret
 
 
 @dataclass
@@ -185,6 +195,12 @@ class WalkResult:
     escaped_names: list[str] = field(default_factory=list)  # paths, also on .notes
     # Folders left out whole, by reason: {"ignored-dir": ["node_modules", "web/dist"], ...}.
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)
+    secrets: list[str] = field(default_factory=list)  # paths left out as `secret`, never content
+
+    def secret(self, rel: str) -> None:
+        """Count and name one file left out because it is, or holds, a credential."""
+        self.skipped[SECRET] += 1
+        self.secrets.append(rel)
 
     @property
     def notes(self) -> Counter[str]:
@@ -297,6 +313,18 @@ class Selection:
             return GITIGNORED, False
         return None, False
 
+    def taken_back(self, rel: str, scope: _Scope | None = None) -> bool:
+        """Whether a `.fathomignore` negation names the file at `rel` itself, which takes it
+        back from the secret rules. A folder's negation (`!config/`) does not: a credential is
+        read only where the project names it."""
+        if scope is None:  # a single path (not from a walk): its folders' ignore files
+            scope = self._cached_scope("", Path(self.root), None)
+            folders = rel.split("/")[:-1]
+            for i in range(len(folders)):
+                sub = "/".join(folders[: i + 1])
+                scope = self._cached_scope(sub, self.root / sub, scope)
+        return _names_file(scope.fathom, rel)
+
     def admits(self, rel: str, is_dir: bool = False) -> bool:
         """Whether a walk would consider the file (or folder) at `rel` (relative, POSIX): the
         watcher's filter. Ignore files themselves are admitted: a change to one changes the
@@ -317,6 +345,8 @@ class Selection:
         if parts[-1] in IGNORE_FILES:
             return True
         reason, forced = self.file(parts[-1], rel, scope)
+        if reason is None and secret_by_name(rel) and not self.taken_back(rel, scope):
+            return False
         return reason is None and (forced or _reason_by_name(parts[-1].lower()) is None)
 
     def _cached_scope(self, rel: str, directory: Path, parent: _Scope | None,
@@ -415,6 +445,7 @@ def walk(root: Path, *, cancel: threading.Event | None = None, **options: Any) -
     result.files.extend(listed.files(cancel))
     result.decoded_with_replacement.sort()
     result.escaped_names.sort()
+    result.secrets.sort()
     return result
 
 
@@ -499,6 +530,22 @@ def _verdict(rules: Rules, rel: str, is_dir: bool) -> bool | None:
     return None
 
 
+def _names_file(rules: Rules, rel: str) -> bool:
+    """Whether the deciding `.fathomignore` rule for the file `rel` is a negation that matches
+    the file itself (a folder pattern such as `!config/` matches what lies inside through
+    the folder: that does not count)."""
+    for base, spec in reversed(rules):
+        local = rel[len(base) + 1 :] if base else rel
+        result = spec.check_file(local)
+        if result.include is None:
+            continue
+        if result.include or result.index is None:
+            return False
+        matched = spec.patterns[result.index].match_file(local)
+        return matched is not None and not matched.match.groupdict().get("ps_d")
+    return False
+
+
 def _walk_dir(
     directory: Path,
     rel: str,
@@ -553,6 +600,12 @@ def _walk_dir(
             if not scope.restricted:
                 result.skipped[reason] += 1
             continue
+        # Include globs and folder negations do not take a credential back: only its own
+        # `!path` line in .fathomignore does.
+        taken_back = selection.taken_back(child_rel, scope)
+        if not taken_back and secret_by_name(child_rel):
+            result.secret(child_rel)
+            continue
         reason = None if forced else _reason_by_name(entry.name.lower())
         if reason is not None:
             result.skipped[reason] += 1
@@ -561,7 +614,7 @@ def _walk_dir(
             size = entry.stat(follow_symlinks=False).st_size
         except OSError:
             size = 0  # the read will say why
-        yield Candidate(entry.path, child_rel, size, child_escaped)
+        yield Candidate(entry.path, child_rel, size, child_escaped, taken_back)
 
 
 def _is_virtualenv(path: str) -> bool:
@@ -595,6 +648,11 @@ def _consider_file(candidate: Candidate, max_file_bytes: int,
         return None
     if _minified(text):
         result.skipped[MINIFIED] += 1
+        return None
+    if not candidate.taken_back and find_secret(text, rel) is not None:
+        # Left out whole: a chunk of the file without the key is still the file around it
+        # (a config's other passwords, the key's name and use). Named, never quoted.
+        result.secret(rel)
         return None
     language, table = detect_language(rel)
     source = SourceFile(path=rel, text=text, language=language, table=table, size=size, encoding=encoding)

@@ -695,7 +695,8 @@ def job_view(job: Any) -> dict[str, Any]:
     if report is not None:
         out["report"] = {"files": report.files, "chunks": report.chunks, "embedded": report.embedded,
                          "reused": report.reused, "deleted": report.deleted, "tables": dict(report.tables),
-                         "providers": dict(report.providers), "elapsed_s": round(report.elapsed_s, 2)}
+                         "providers": dict(report.providers), "elapsed_s": round(report.elapsed_s, 2),
+                         "skipped": dict(report.skipped), "secrets": list(report.secrets)}
     return out
 
 

@@ -186,6 +186,9 @@ class IndexSummary(BaseModel):
     skipped: dict[str, int] = Field(description="files left out, counted by reason")
     skipped_folders: dict[str, list[str]] = Field(description="folders left out whole, by "
                                                               "reason (first 50 of each)")
+    secret_files: list[str] = Field(default_factory=list, description=(
+        "files left out because they are or hold credentials (first 50), by path; a "
+        "`!path` line in .fathomignore takes one back"))
     seconds: float
     code_chunks: int
     docs_chunks: int
@@ -470,6 +473,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
                             files=r.files, chunks=r.chunks, embedded=r.embedded, reused=r.reused,
                             carried=r.carried, deleted=r.deleted, skipped=r.skipped,
                             skipped_folders={k: v[:50] for k, v in r.skipped_dirs.items()},
+                            secret_files=r.secrets[:50],
                             seconds=round(r.elapsed_s, 2), code_chunks=r.tables.get("code", 0),
                             docs_chunks=r.tables.get("docs", 0))
 
