@@ -24,6 +24,13 @@ under its name with the bad bytes escaped (`caf\\xe9.py`), and reported. System 
 A walk comes in two steps, so an indexer can stream a project of any size: `survey` lists the
 files it would read (names, sizes and the decisions by name, no file opened), and
 `Survey.read` reads one of them; `walk` is both at once, for callers that want every file.
+Folders are walked from an explicit stack, so no depth of nesting exhausts Python's recursion.
+
+One rule for what may be read: `read_one` reads a single file by path with exactly a walk's
+decisions (folders, ignore files, names, size, bytes) and raises `ReadRefused` naming the
+reason otherwise. Anything that reads a project outside a walk (the agents' file tools) goes
+through it. The caller's `extra_ignores` (the server's data dir inside a project) win over
+every rule of the project, `.fathomignore` negations and `include` globs included.
 
 Refuses: to follow symbolic links (a link can leave the project or loop), to chunk, and to
 guess at languages beyond `chunking.detect_language`.
