@@ -86,6 +86,21 @@ MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
 SYNC_JOBS_KEPT = 5  # finished live-sync jobs remembered per project
 
 
+class FolderTaken(ConfigError):
+    """The folder belongs to a project the caller does not hold. The message never names that
+    project: a scoped caller learns nothing of projects outside its scope."""
+
+    def __init__(self, path: str, relation: str):
+        self.path, self.relation = path, relation
+        what = {"is": "is the folder of", "lies inside": "lies inside the folder of",
+                "contains": "contains the folder of"}[relation]
+        super().__init__(
+            f"refusing to index {path}: it {what} another project, which this token does not "
+            f"hold. Index a folder of your own project, or ask the operator for a token that "
+            f"holds that project (`fathom tokens create --name NAME --project PROJECT "
+            f"--can-index`)")
+
+
 @dataclass(frozen=True)
 class ProjectSummary:
     name: str
@@ -440,10 +455,14 @@ class Fathom:
         take back folders and files the built-in skips and .gitignore leave out, and are
         remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's)."""
         root = Path(path).expanduser()
-        check_root(root, self.settings.refused_roots)  # before anything is probed or loaded
+        real = check_root(root, self.settings.refused_roots)  # before anything is probed or loaded
         name = project or root.resolve().name
         if not name:
             raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
+        if real == self.settings.data_dir.expanduser().resolve():
+            raise ConfigError(f"refusing to index {path}: it is this server's data dir (its "
+                              f"indexes and state), not a project; give a project folder")
+        await asyncio.to_thread(self._check_not_taken, path, real)
         if include is not None:
             include = check_includes(include)
         job = job or Job(name, root, full=full, clock=self.clock, reason=reason)
@@ -506,6 +525,23 @@ class Fathom:
             self.watcher.ensure(name, Path(report.root))  # a new project is watched from now on
         self._forget_old_syncs(name)
         return report
+
+    def _check_not_taken(self, path: str | Path, real: Path) -> None:
+        """A caller who sees only some projects (a scoped MCP token) may index only a folder
+        that is no other project's: not another project's root, not inside one, and not a
+        folder holding one (which would read it too). Raises `FolderTaken`; outside a scope
+        (the operator) every folder may be indexed."""
+        held = scope.current()
+        if held is None:
+            return
+        for project, record in self.records.load().items():
+            other = record.get("root")
+            if project in held or not other:
+                continue
+            for theirs in {Path(other), Path(os.path.realpath(other))}:
+                if real == theirs or real.is_relative_to(theirs) or theirs.is_relative_to(real):
+                    raise FolderTaken(str(path), "is" if real == theirs else
+                                      "lies inside" if real.is_relative_to(theirs) else "contains")
 
     def _forget_old_syncs(self, project: str, keep: int = SYNC_JOBS_KEPT) -> None:
         """A watched project syncs all day: only its last few finished sync jobs are kept."""

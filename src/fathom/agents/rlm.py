@@ -50,9 +50,11 @@ import contextlib
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, TypeVar
 
 from fathom.agents.routes import local_reranker
+from fathom.index.walker import resolve_roots, root_moved
 from fathom.inference.calls import call_role, local_only
 from fathom.agents.tools import TOOL_SPECS, ProjectTools, Span, ToolOutcome, find_spans
 from fathom.clock import Clock, SystemClock
@@ -230,8 +232,16 @@ class Explorer:
                 ranker = local_reranker(reranker)
             return (await rerank.search(fathom, query, project, table, k, reranker=ranker)).hits
 
-        return cls(router, ProjectTools(record["root"], search=search), limits=limits,
-                   clock=clock, project=project, on_step=on_step)
+        root = Path(record["root"])
+        # The tools read the folder the project was indexed from, or nothing: a folder since
+        # replaced by a link to elsewhere is not read under the project's name.
+        problem = root_moved(root, resolve_roots(fathom.settings.index_root_list()))
+        if problem is not None:
+            raise ConfigError(f"cannot explore {project!r}: {problem}; put the project folder "
+                              f"back, or index the new place (`fathom index PATH --project "
+                              f"{project}`)")
+        tools = ProjectTools(root, search=search, **fathom.selection_of(project, root))
+        return cls(router, tools, limits=limits, clock=clock, project=project, on_step=on_step)
 
     # -- the loop ----------------------------------------------------------------------
 

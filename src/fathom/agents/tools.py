@@ -2,16 +2,23 @@
 
 This module owns five tools over one project — `search_code`, `search_docs` (the index's
 hybrid search), `read_file` by line range, `list_dir` and `grep` — their JSON schemas as chat
-tool specs, and the one rule that makes them safe to hand to a model: every path is relative
-to the project root and must stay inside it. An absolute path, any `..` component, or a
-symbolic link whose target leaves the root is refused with a `PathRefused` that says so; the
-loop returns that message to the model as the tool's result and goes on.
+tool specs, and the two rules that make them safe to hand to a model:
+
+* every path is relative to the project root and must stay inside it. An absolute path, any
+  `..` component, or a symbolic link whose target leaves the root is refused with a
+  `PathRefused` that says so; the loop returns that message to the model and goes on;
+* a tool reads only what the index would read: every file goes through the walker
+  (`walker.read_one`, `walker.walk`) with the project's own selection, so gitignored,
+  `.fathomignore`d and skipped files (`.env`, keys, the data dir, binaries) are refused to
+  `read_file`, left out of `list_dir` and never searched by `grep`, and no read takes more
+  than the walker's size limit (a 1 GiB file is refused unread, not loaded).
 
 It refuses to write, execute or fetch anything, to follow a link out of the root, and to
 return unbounded output (every result is capped, and says when it was cut).
 
 API:
-    ProjectTools(root, *, search=None, max_chars=6000, max_read_lines=200, max_matches=50)
+    ProjectTools(root, *, search=None, max_chars=6000, max_read_lines=200, max_matches=50,
+                 include=(), extra_ignores=())  (the project's selection: `Fathom.selection_of`)
     await tools.run(name, arguments) -> ToolOutcome       (never raises for a bad call)
     tools.resolve(path) -> Path                           (raises PathRefused / ToolError)
     find_spans(text) -> list[Span]                        (the path:start-end citations in a text)
@@ -25,10 +32,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, Sequence
 
 from fathom.errors import FathomError
-from fathom.index.walker import ALWAYS_SKIP_DIRS, decode, walk
+from fathom.index.walker import IGNORE_FILES, MAX_FILE_BYTES, ReadRefused, Selection, read_one, walk
 
 # search(query, table, k) -> hits with .path .start_line .end_line .symbol .score .snippet
 Search = Callable[[str, str, int], Awaitable[list[Any]]]
@@ -107,10 +114,14 @@ class ProjectTools:
     """
 
     def __init__(self, root: str | Path, *, search: Search | None = None, max_chars: int = 6000,
-                 max_read_lines: int = 200, max_matches: int = 50):
+                 max_read_lines: int = 200, max_matches: int = 50, include: Sequence[str] = (),
+                 extra_ignores: Sequence[str] = (), max_file_bytes: int = MAX_FILE_BYTES):
         self.root = Path(root).resolve(strict=True)
         if not self.root.is_dir():
             raise ToolError(f"project root {self.root} is not a directory")
+        # The index's own rules for this project, so a tool never shows what a walk leaves out.
+        self.selection = Selection(self.root, include=include, extra_ignores=extra_ignores)
+        self.max_file_bytes = max_file_bytes
         self.search = search
         self.max_chars = max_chars
         self.max_read_lines = max_read_lines
@@ -142,6 +153,27 @@ class ProjectTools:
 
     def rel(self, real: Path) -> str:
         return real.relative_to(self.root).as_posix() or "."
+
+    def read(self, real: Path) -> list[str]:
+        """The lines of the file at `real` (inside the root), read as a walk reads it, or
+        `ToolError` naming why a walk would leave it out."""
+        try:
+            source = read_one(self.root, self.rel(real), selection=self.selection,
+                              max_file_bytes=self.max_file_bytes)
+        except ReadRefused as exc:
+            raise ToolError(f"refused: {exc}") from None
+        return source.text.splitlines()
+
+    def folder(self, path: Any) -> Path:
+        """The real path of a folder a walk would enter, or `ToolError`."""
+        real = self.resolve(path)
+        rel = self.rel(real)
+        if not real.is_dir():
+            raise ToolError(f"no directory {path!r} in the project")
+        if rel != "." and not self.selection.admits(rel, is_dir=True):
+            raise ToolError(f"refused: {rel}/ is a folder the index leaves out (ignored, "
+                            f"excluded or skipped); search the index instead")
+        return real
 
     # -- dispatch ----------------------------------------------------------------------
 
@@ -196,9 +228,7 @@ class ProjectTools:
         real = self.resolve(path)
         if not real.is_file():
             raise ToolError(f"no file {path!r} in the project; use list_dir to see what exists")
-        lines = await asyncio.to_thread(_read_lines, real)
-        if lines is None:
-            raise ToolError(f"{path!r} is a binary file; read_file shows text only")
+        lines = await asyncio.to_thread(self.read, real)
         total = len(lines)
         start = _int(start_line, "start_line", 1, None)
         if total == 0:
@@ -215,9 +245,7 @@ class ProjectTools:
                            f"read {span}", spans=(span,))
 
     async def _list_dir(self, path: Any = ".") -> ToolOutcome:
-        real = self.resolve(path)
-        if not real.is_dir():
-            raise ToolError(f"no directory {path!r} in the project")
+        real = self.folder(path)
         entries = await asyncio.to_thread(self._entries, real)
         rel = self.rel(real)
         text = self._cap(f"{rel}/\n" + "\n".join(entries) if entries else f"{rel}/ is empty")
@@ -225,9 +253,12 @@ class ProjectTools:
 
     def _entries(self, real: Path) -> list[str]:
         out = []
+        base = self.rel(real)
         for entry in sorted(os.scandir(real), key=lambda e: e.name):
-            if entry.name in ALWAYS_SKIP_DIRS and entry.is_dir(follow_symlinks=False):
-                continue
+            rel = entry.name if base == "." else f"{base}/{entry.name}"
+            if entry.name in IGNORE_FILES or not self.selection.admits(
+                    rel, is_dir=entry.is_dir(follow_symlinks=False)):
+                continue  # what a walk leaves out is not shown: not even its name
             if entry.is_symlink():
                 target = Path(entry.path).resolve(strict=False)
                 inside = target.is_relative_to(self.root)
@@ -245,7 +276,8 @@ class ProjectTools:
             regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
         except re.error as exc:
             raise ToolError(f"grep pattern {pattern!r} is not a valid regular expression: {exc}") from None
-        base = self.rel(self.resolve(path))
+        real = self.resolve(path)
+        base = self.rel(self.folder(path) if real.is_dir() else real)
         matches, spans = await asyncio.to_thread(self._grep_files, regex, base)
         if not matches:
             return ToolOutcome(f"no match for /{pattern}/ under {base}", f"grep /{pattern}/: 0 matches")
@@ -257,8 +289,10 @@ class ProjectTools:
 
     def _grep_files(self, regex: re.Pattern[str], base: str) -> tuple[list[str], list[Span]]:
         if self._files is None:
-            # The walker's rules: .gitignore, no vendored trees, no binaries, no symlinks.
-            self._files = list(walk(self.root))
+            # The walker's rules, with the project's selection: .gitignore, .fathomignore,
+            # no vendored trees, no binaries, no symlinks, nothing over the size limit.
+            self._files = list(walk(self.root, selection=self.selection,
+                                    max_file_bytes=self.max_file_bytes))
         prefix = "" if base == "." else base.rstrip("/") + "/"
         matches, spans = [], []
         for f in self._files:
@@ -287,8 +321,10 @@ class ProjectTools:
             return str(exc)
         if not real.is_file():
             return f"{span.path} is not a file in the project"
-        lines = _read_lines(real)
-        total = len(lines) if lines is not None else 0
+        try:
+            total = len(self.read(real))
+        except ToolError as exc:
+            return str(exc)
         if not 1 <= span.start_line <= span.end_line <= max(total, 1):
             return f"{span} is outside {span.path} (1-{total})"
         return None
@@ -313,11 +349,6 @@ def find_spans(text: str) -> list[Span]:
         if span not in out:
             out.append(span)
     return out
-
-
-def _read_lines(real: Path) -> list[str] | None:
-    decoded = decode(real.read_bytes())
-    return None if decoded is None else decoded[0].splitlines()
 
 
 def _int(value: Any, name: str, low: int, high: int | None) -> int:

@@ -24,6 +24,13 @@ under its name with the bad bytes escaped (`caf\\xe9.py`), and reported. System 
 A walk comes in two steps, so an indexer can stream a project of any size: `survey` lists the
 files it would read (names, sizes and the decisions by name, no file opened), and
 `Survey.read` reads one of them; `walk` is both at once, for callers that want every file.
+Folders are walked from an explicit stack, so no depth of nesting exhausts Python's recursion.
+
+One rule for what may be read: `read_one` reads a single file by path with exactly a walk's
+decisions (folders, ignore files, names, size, bytes) and raises `ReadRefused` naming the
+reason otherwise. Anything that reads a project outside a walk (the agents' file tools) goes
+through it. The caller's `extra_ignores` (the server's data dir inside a project) win over
+every rule of the project, `.fathomignore` negations and `include` globs included.
 
 Secrets stay out: a credential file by its name (`.env`, `id_rsa`, `*.pem`, `.aws/`...) is not
 read, and a file whose text holds key material (`secrets.find_secret`, asked in the one step
@@ -158,6 +165,38 @@ def check_root(root: Path | str, refused: Iterable[str] = REFUSED_ROOTS) -> Path
     return real
 
 
+def resolve_roots(raw: Iterable[str | Path]) -> list[Path]:
+    """The allowed index roots (FATHOM_INDEX_ROOTS), as real paths: a link out of a root is
+    out."""
+    return [Path(os.path.realpath(Path(r).expanduser())) for r in raw if str(r).strip()]
+
+
+def under_roots(real: Path, roots: Iterable[Path]) -> bool:
+    """Whether the real path `real` is one of `roots` (real paths) or lies inside one: the one
+    test of "inside the index roots", for `index_project` and for every live sync."""
+    return any(real == r or real.is_relative_to(r) for r in roots)
+
+
+def root_moved(registered: Path | str, roots: Iterable[Path] = ()) -> str | None:
+    """Why the folder a project was indexed from can no longer be read as that project, or
+    None. `registered` is the real path it was indexed from (its record's root). A folder that
+    now resolves elsewhere (replaced by a link, or a link on the way) is refused: following
+    it would index another folder under the project's name, possibly one outside `roots`
+    (the real index roots) that no token may index."""
+    registered = Path(registered)
+    try:
+        real = Path(os.path.realpath(registered))
+    except (OSError, RuntimeError, ValueError):
+        return f"the project folder {registered} cannot be resolved"
+    if real == registered:
+        return None
+    roots = list(roots)
+    if under_roots(registered, roots) and not under_roots(real, roots):
+        return (f"the project folder now resolves outside the index roots: {registered} leads to "
+                f"{real}, and the roots are {', '.join(map(str, roots))}")
+    return f"the project folder now resolves to another folder: {registered} leads to {real}"
+
+
 @dataclass(frozen=True)
 class SourceFile:
     """One file to index."""
@@ -278,13 +317,13 @@ class Selection:
 
     def directory(self, name: str, rel: str, path: str, scope: _Scope) -> tuple[str | None, bool]:
         """(skip reason or None, restricted) for a directory: None enters it."""
+        if self.extra.match_file(rel + "/"):
+            return EXCLUDED, False  # the caller's exclusions (the data dir) are not negotiable
         verdict = _verdict(scope.fathom, rel, is_dir=True)
         if verdict is True:
             return FATHOMIGNORED, False
         if verdict is False or self.included(rel, True):
             return None, False  # the project's word wins over every skip below
-        if self.extra.match_file(rel + "/"):
-            return EXCLUDED, False
         if name in ALWAYS_SKIP_DIRS or name.endswith(".egg-info") or _is_virtualenv(path):
             reason = IGNORED_DIR
         elif _verdict(scope.git, rel, is_dir=True):
@@ -300,13 +339,13 @@ class Selection:
     def file(self, name: str, rel: str, scope: _Scope) -> tuple[str | None, bool]:
         """(skip reason or None, forced): forced when the project included it explicitly,
         which overrides the refusals by name (lock, generated and data file names)."""
+        if self.extra.match_file(rel):
+            return EXCLUDED, False
         verdict = _verdict(scope.fathom, rel, is_dir=False)
         if verdict is True:
             return FATHOMIGNORED, False
         if verdict is False or self.included(rel, False):
             return None, True
-        if self.extra.match_file(rel):
-            return EXCLUDED, False
         if scope.restricted:
             return IGNORED_DIR, False
         if _verdict(scope.git, rel, is_dir=False):
@@ -419,8 +458,9 @@ def survey(
     counted and named; no file is opened (ignore files aside).
 
     `extra_ignores` are gitwildmatch patterns relative to `root` (as in a root .gitignore,
-    but they win over every .gitignore, negations included). `include` globs (gitwildmatch)
-    take back what the built-in skips and .gitignore leave out. When `cancel` is set the
+    but they win over everything: .gitignore and .fathomignore negations and `include` globs;
+    the data dir inside a project is one). `include` globs (gitwildmatch) take back what the
+    built-in skips and .gitignore leave out. When `cancel` is set the
     listing raises `WalkCancelled` before its next entry.
     """
     root = Path(root)
@@ -447,6 +487,106 @@ def walk(root: Path, *, cancel: threading.Event | None = None, **options: Any) -
     result.escaped_names.sort()
     result.secrets.sort()
     return result
+
+
+# What each refusal of `read_one` means, in words a person (or a model) can act on.
+_WHY = {
+    IGNORED_DIR: "it lies in a folder the index always leaves out (dependencies, build "
+                 "output, VCS metadata)",
+    GITIGNORED: "it is ignored by .gitignore",
+    FATHOMIGNORED: "it is excluded by .fathomignore",
+    EXCLUDED: "it lies in a folder the server keeps to itself",
+    BINARY: "it is a binary file",
+    TOO_LARGE: "it is larger than the index reads",
+    GENERATED: "it is machine-written (a lock file or generated code)",
+    MINIFIED: "it is minified or bundled output",
+    DATA: "it is a data or key file, not code or prose",
+    EMPTY: "it is empty",
+    SYMLINK: "it is reached through a symbolic link",
+    SPECIAL: "it is not a regular file",
+    UNREADABLE: "it cannot be read",
+    SLOW: "reading it took too long",
+    SECRET: "it is a credential file or holds key material",
+}
+RULES_FILE = "ignore-file"  # a .gitignore or .fathomignore: rules for the walk, not content
+MISSING = "missing"
+
+
+class ReadRefused(FathomError):
+    """`read_one` will not read this file: a walk would not index it. `reason` is the skip
+    reason a walk would count it under (`gitignored`, `data`, `too-large`, ...)."""
+
+    def __init__(self, rel: str, reason: str):
+        self.rel, self.reason = rel, reason
+        why = _WHY.get(reason) or {RULES_FILE: "it is an ignore file (rules, not content)",
+                                   MISSING: "there is no such file"}.get(reason, reason)
+        super().__init__(
+            f"{rel} is not readable here: {why} ({reason}). Only files the index would take "
+            f"are read; search the index, or read another file (the project's .fathomignore "
+            f"decides what is taken)")
+
+
+def read_one(root: Path, rel: str, *, selection: Selection | None = None,
+             max_file_bytes: int = MAX_FILE_BYTES, include: Iterable[str] = (),
+             extra_ignores: Iterable[str] = ()) -> SourceFile:
+    """The one file at `rel` (relative to `root`, POSIX) exactly as a walk would read it, or
+    `ReadRefused` naming why a walk would leave it out.
+
+    The same decisions in the same order as a walk: every folder on the way through
+    `Selection.directory` (with the ignore files of each folder in force), the file through
+    `Selection.file` and the refusals by name, then the bytes through the walk's own read
+    (`Survey.read`: bounded by `max_file_bytes`, decoded, judged). No link is followed on the
+    way. This is how anything outside a walk (the agents' file tools) reads a project file."""
+    root = Path(root)
+    selection = selection or Selection(root, include=include, extra_ignores=extra_ignores)
+    parts = [p for p in rel.split("/") if p and p != "."]
+    if not parts or ".." in parts:
+        raise ReadRefused(rel or ".", MISSING)
+    rel = "/".join(parts)
+    scope = selection.scope(root, "", selection.top(), False)
+    here = root
+    for i, name in enumerate(parts[:-1]):
+        here = here / name
+        sub = "/".join(parts[: i + 1])
+        info = _lstat(here)
+        if info is None or stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise ReadRefused(rel, MISSING if info is None or not stat.S_ISLNK(info.st_mode)
+                              else SYMLINK)
+        reason, restricted = selection.directory(name, sub, str(here), scope)
+        if reason is not None:
+            raise ReadRefused(rel, reason)
+        scope = selection.scope(here, sub, scope, restricted)
+    name, path = parts[-1], here / parts[-1]
+    info = _lstat(path)
+    if info is None:
+        raise ReadRefused(rel, MISSING)
+    if stat.S_ISLNK(info.st_mode):
+        raise ReadRefused(rel, SYMLINK)
+    if not stat.S_ISREG(info.st_mode):
+        raise ReadRefused(rel, SPECIAL)
+    if name in IGNORE_FILES:
+        raise ReadRefused(rel, RULES_FILE)
+    reason, forced = selection.file(name, rel, scope)
+    taken_back = selection.taken_back(rel, scope)
+    if reason is None and not taken_back and secret_by_name(rel):
+        reason = SECRET
+    if reason is None and not forced:
+        reason = _reason_by_name(name.lower())
+    if reason is not None:
+        raise ReadRefused(rel, reason)
+    candidate = Candidate(str(path), rel, info.st_size, taken_back=taken_back)
+    listed = Survey(root, [candidate], WalkResult(), max_file_bytes)
+    source = listed.read(candidate)
+    if source is None:
+        raise ReadRefused(rel, next(iter(listed.result.skipped), UNREADABLE))
+    return source
+
+
+def _lstat(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except OSError:
+        return None
 
 
 def _read_spec(path: Path, skipped: Counter[str] | None = None) -> pathspec.GitIgnoreSpec | None:
@@ -546,6 +686,17 @@ def _names_file(rules: Rules, rel: str) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class _Folder:
+    """A folder waiting on the walk's stack, with what its parent decided about it."""
+
+    path: Path
+    rel: str
+    parent: _Scope
+    restricted: bool = False
+    escaped: bool = False
+
+
 def _walk_dir(
     directory: Path,
     rel: str,
@@ -557,7 +708,25 @@ def _walk_dir(
     cancel: threading.Event | None = None,
     escaped: bool = False,
 ) -> Iterator[Candidate]:
-    scope = selection.scope(directory, rel, parent, restricted, result.skipped)
+    # An explicit stack, not recursion: a tree a thousand folders deep (generated fixtures,
+    # a runaway script) is walked like any other instead of failing the whole project on
+    # Python's recursion limit. Children are pushed in reverse so folders come off in name
+    # order (the survey sorts the files anyway).
+    stack = [_Folder(directory, rel, parent, restricted, escaped)]
+    while stack:
+        folder = stack.pop()
+        children = list(_list_folder(folder, selection, result, cancel))
+        for child in children:
+            if isinstance(child, Candidate):
+                yield child
+        stack.extend(reversed([c for c in children if isinstance(c, _Folder)]))
+
+
+def _list_folder(folder: _Folder, selection: Selection, result: WalkResult,
+                 cancel: threading.Event | None) -> Iterator[Candidate | _Folder]:
+    """One folder's entries: the files a walk would read and the folders it enters."""
+    directory, rel = folder.path, folder.rel
+    scope = selection.scope(directory, rel, folder.parent, folder.restricted, result.skipped)
     try:
         entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
@@ -568,7 +737,7 @@ def _walk_dir(
             raise WalkCancelled(Path(directory))
         name = _display(entry.name)
         child_rel = f"{rel}/{name}" if rel else name
-        child_escaped = escaped or name != entry.name
+        child_escaped = folder.escaped or name != entry.name
         try:
             if entry.is_symlink():
                 result.skipped[SYMLINK] += 1
@@ -583,8 +752,7 @@ def _walk_dir(
             # it costs more than indexing the project.
             reason, inner = selection.directory(entry.name, child_rel, entry.path, scope)
             if reason is None:
-                yield from _walk_dir(Path(entry.path), child_rel, scope, selection, result,
-                                     inner, cancel=cancel, escaped=child_escaped)
+                yield _Folder(Path(entry.path), child_rel, scope, inner, child_escaped)
             elif not scope.restricted:  # inside a skipped folder nothing more is named
                 result.skipped[reason] += 1
                 result.skipped_dirs.setdefault(reason, []).append(child_rel)

@@ -13,8 +13,12 @@ What this module owns:
   delay until it succeeds or the project stops being watched. A sync is a whole incremental
   job (walk, diff against the active table, embed what is new), so even an event the
   operating system lost is caught by the next sync.
+* Confinement: before every sync the project's folder is resolved again, and a folder that
+  now resolves elsewhere (replaced by a link, to a folder outside `FATHOM_INDEX_ROOTS` or
+  anywhere else) stops the sync (`stopped`, with the reason and the fix) instead of indexing
+  the other folder under the project's name. Nothing re-roots a project but an explicit index.
 * The watch state each project is in (watching, syncing, waiting to retry, missing folder,
-  off), for `index_status`, the admin API and the dashboard.
+  stopped, off), for `index_status`, the admin API and the dashboard.
 
 Searches keep answering during a sync: an incremental job writes new rows, then deletes the
 replaced ones, in the active table, which searches read all along.
@@ -41,7 +45,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fathom.index.walker import IGNORE_FILES, Selection
+from fathom import scope as project_scope
+from fathom.errors import ConfigError
+from fathom.index.walker import IGNORE_FILES, Selection, resolve_roots, root_moved
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.index.indexer import IndexReport
@@ -91,6 +97,19 @@ class _Retry:
         if busy:
             return self.first_s
         return min(self.max_s, self.first_s * 2 ** max(0, failures - 1))
+
+
+class RootMoved(ConfigError):
+    """A watched project's folder no longer resolves to the folder it was indexed from: its
+    sync stops rather than index another folder under its name."""
+
+    def __init__(self, project: str, problem: str):
+        self.project, self.problem = project, problem
+        super().__init__(
+            f"sync stopped: {problem}; fix: put the project folder back (a folder, not a link), "
+            f"then turn sync on again (`fathom watching {project} --on`, or Sync in the "
+            f"dashboard); to index the new place instead, the operator indexes it explicitly "
+            f"(`fathom jobs start PATH --project {project}`)")
 
 
 def _busy(exc: BaseException) -> bool:
@@ -206,13 +225,30 @@ class ProjectSync:
                 self.state = "off"  # turned off by another process since this one started
                 self._stop.set()  # and the watcher with it
                 return
+            # Every sync, not once at start: the folder can be swapped for a link at any time.
+            roots = resolve_roots(self.fathom.settings.index_root_list())
+            problem = await asyncio.to_thread(root_moved, self.root, roots)
+            if problem is not None:
+                self._refuse(RootMoved(self.project, problem), taken)
+                return
             await self._sync(taken)
+
+    def _refuse(self, exc: RootMoved, taken: set[str]) -> None:
+        self.pending |= taken
+        self.state, self.retry_at = "stopped", None
+        self.last_error = self.detail = str(exc)
+        log.error("%s: %s", self.project, exc)
+        self._notify(None, exc)
+        self._stop.set()  # and the watcher with it: nothing from the other folder comes in
 
     async def _sync(self, taken: set[str]) -> None:
         self.state, self.retry_at = "syncing", None
         try:
+            # The server's own job, whoever's request started the watch: a scoped token's
+            # context (copied into these tasks) must not shape it.
             async with self.slots:
-                report = await self.fathom.index(self.root, self.project, reason="sync")
+                with project_scope.within(None):
+                    report = await self.fathom.index(self.root, self.project, reason="sync")
         except asyncio.CancelledError:
             self.pending |= taken
             raise
@@ -302,7 +338,9 @@ class Watcher:
         record = self.fathom.records.get(project) or {}
         if record.get("watch", True) is False and not force:
             return
-        root = Path(root).resolve()
+        # As recorded (the real path it was indexed from), not resolved again here: a folder
+        # since replaced by a link must be caught by the sync's check, not followed.
+        root = Path(os.path.abspath(Path(root).expanduser()))
         current = self.syncs.get(project)
         if current is not None and current.root == root and current.state not in ("stopped",
                                                                                    "off"):

@@ -136,7 +136,8 @@ def create_app(
     # The MCP tools over streamable HTTP at /mcp, on the same service (one registry, gate,
     # budget and router for MCP clients, the admin API and the sidecars): the admin token, or an
     # MCP token scoped to its projects. Every admin action goes to the audit log.
-    from fathom.server.mcp_http import MCP_PATH, MCPEndpoint, not_oauth_routes, resolve_roots
+    from fathom.index.walker import resolve_roots
+    from fathom.server.mcp_http import MCP_PATH, MCPEndpoint, not_oauth_routes
     from fathom.server.mcp_tools import build_mcp_server
 
     mcp_tokens = McpTokens(settings.data_dir)

@@ -40,6 +40,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fathom import scope as project_scope
+from fathom.index.walker import under_roots
 from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, _answer, _mcp_url, mcp_unauthorized
 from fathom.server.tokens import Principal
 
@@ -184,7 +185,7 @@ class ToolAccess:
             resolved = Path(os.path.realpath(Path(path).expanduser()))
         except (OSError, RuntimeError, ValueError):
             resolved = None
-        if resolved is None or not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+        if resolved is None or not under_roots(resolved, roots):
             raise ToolRefused(f"{path} is outside the folders this server allows to be indexed over MCP; the "
                               f"allowed roots are {named}")
         if arguments.get("project") is None and not principal.sees(resolved.name):
@@ -214,11 +215,6 @@ def _without(listed: Any, names: set[str]) -> Any:
     if hasattr(listed, "tools"):
         return listed.model_copy(update={"tools": [t for t in listed.tools if t.name not in names]})
     return listed
-
-
-def resolve_roots(raw: Sequence[str | Path]) -> list[Path]:
-    """The allowed index roots, as real paths (symlinks resolved: a link out of a root is out)."""
-    return [Path(os.path.realpath(Path(r).expanduser())) for r in raw if str(r).strip()]
 
 
 class MCPEndpoint:
