@@ -289,6 +289,37 @@ class RequestGuard:
         except OSError as exc:
             log.error("could not write the audit log %s: %s", self.audit.path, exc.strerror or exc)
 
+    async def _app_within(self, limit: int, method: str, path: str, scope: Scope, receive: Receive,
+                          send: Send, status: dict[str, Any]) -> None:
+        """Run the app, counting the body as it streams in; past `limit`, answer 413 at once."""
+        state = {"read": 0, "started": False, "refused": False}
+
+        async def counted() -> Message:
+            message = await receive()
+            if message["type"] == "http.request":
+                state["read"] += len(message.get("body", b""))
+                if state["read"] > limit:
+                    if not state["started"]:
+                        state["refused"] = True
+                        status["code"] = 413
+                        await _answer(send, _too_large(method, path, limit))
+                    raise _BodyTooLarge
+            return message
+
+        async def guarded(message: Message) -> None:
+            if state["refused"]:
+                return  # the 413 is the answer; whatever the app says after it is dropped
+            if message["type"] == "http.response.start":
+                state["started"] = True
+                status["code"] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, counted, guarded)
+        except _BodyTooLarge:
+            if not state["refused"]:
+                raise  # the app had already answered: end the connection
+
 
 UNKNOWN_TOKEN = "unknown token"  # the audit log's `who` for a token no one holds
 
@@ -324,37 +355,6 @@ def _peer(scope: Scope) -> str:
     """The client's address: the TCP peer's, or a named proxy's forwarded one (`server.connections`)."""
     client = scope.get("client")
     return str(client[0]) if client else "unknown"
-
-    async def _app_within(self, limit: int, method: str, path: str, scope: Scope, receive: Receive,
-                          send: Send, status: dict[str, Any]) -> None:
-        """Run the app, counting the body as it streams in; past `limit`, answer 413 at once."""
-        state = {"read": 0, "started": False, "refused": False}
-
-        async def counted() -> Message:
-            message = await receive()
-            if message["type"] == "http.request":
-                state["read"] += len(message.get("body", b""))
-                if state["read"] > limit:
-                    if not state["started"]:
-                        state["refused"] = True
-                        status["code"] = 413
-                        await _answer(send, _too_large(method, path, limit))
-                    raise _BodyTooLarge
-            return message
-
-        async def guarded(message: Message) -> None:
-            if state["refused"]:
-                return  # the 413 is the answer; whatever the app says after it is dropped
-            if message["type"] == "http.response.start":
-                state["started"] = True
-                status["code"] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, counted, guarded)
-        except _BodyTooLarge:
-            if not state["refused"]:
-                raise  # the app had already answered: end the connection
 
 
 def _mcp_url(request: Request) -> str:
