@@ -6,7 +6,11 @@ token issued (when none is configured) and each printed once; `--rotate-admin-to
 `--rotate-join-token` replace every token of that kind with a fresh one, printed once, and the
 old ones stop working. So a start that cannot listen (a busy port) prints no token, keeps none,
 and exits with the reason. Only the tokens' hashes are kept under the data dir; rotations are
-written to the audit log (never the token).
+written to the audit log (never the token). Tokens chosen in the environment (FATHOM_ADMIN_TOKEN,
+FATHOM_JOIN_TOKEN, FATHOM_METRICS_TOKEN) shorter than 24 characters stop the start with the reason.
+
+uvicorn runs with the server's connection bounds (`server.connections`): a header timeout, a
+connection cap, and forwarded addresses believed only from `--forwarded-allow-ips`.
 """
 
 from __future__ import annotations
