@@ -40,8 +40,8 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
 from fathom.server.app import create_app
 
-JOIN = "fj_test-join-token"
-ADMIN = "fa_test-admin-token"
+JOIN = "fj_test-join-token-0123456789"
+ADMIN = "fa_test-admin-token-0123456789"
 PY = sys.executable
 
 

@@ -82,3 +82,63 @@ def test_a_role_no_reference_serves_is_refused_with_4xx_naming_the_fix(server):
         r = client.put("/admin/policies", json={"embedding": {"policy": "local", "model": None,
                                                               "upstream": None}})
         assert r.status_code == 200, r.text
+
+
+# ---------------------------------------------------------------------------- hostile inputs
+
+NUL_PATH = "/srv/pro\x00ject"
+LONG_COMPONENT = "/srv/" + "a" * 300 + "/project"
+HOSTILE_STRINGS = ("a\x00b", "x" * 300, "é" * 200, "../../etc", "%00", " ", "\x7f", "名" * 100)
+
+
+def test_job_paths_the_os_cannot_hold_are_a_typed_400(server):
+    url, project = server
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
+        before = client.get("/admin/jobs").json()["jobs"]
+        for path, says in ((NUL_PATH, "control character"), (LONG_COMPONENT, "over 255 bytes"),
+                           (str(project) + "/" + "b" * 256, "over 255 bytes")):
+            r = client.post("/admin/jobs", json={"path": path, "project": "demo"})
+            assert r.status_code == 400, (path[:40], r.status_code, r.text[:300])
+            detail = r.json()["detail"]
+            assert any(says in p for p in detail["problems"]), detail
+            assert "\x00" not in r.text and "a" * 300 not in r.text  # the input is never echoed
+        # Wrong types are refused, not coerced: a number for a path, a string for a flag.
+        for body in ({"path": 7, "project": "demo"}, {"path": str(project), "project": "demo", "full": "yes"},
+                     {"path": str(project), "project": ["demo"]}, {"path": [str(project)], "project": "demo"}):
+            r = client.post("/admin/jobs", json=body)
+            assert r.status_code == 400, (body, r.text)
+        r = client.post("/admin/jobs", json={"path": str(project), "project": "demo\x00x"})
+        assert r.status_code == 400 and "invalid project name" in r.text, r.text
+        assert client.get("/admin/jobs").json()["jobs"] == before  # nothing started
+
+
+def test_every_route_answers_hostile_path_and_query_values_with_4xx(server):
+    """Each route of the schema, with each path parameter set to a hostile string (NUL, over-long,
+    non-ASCII, traversal) and each query parameter too: never a 5xx."""
+    from urllib.parse import quote
+
+    url, _ = server
+    paths = _schema()["paths"]
+    seen = 0
+    with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
+        for template, operations in paths.items():
+            for method, op in operations.items():
+                if method not in ("get", "post", "put", "delete") or template == "/admin/projects/{project}" \
+                        and method == "delete":
+                    continue
+                params = op.get("parameters", [])
+                in_path = [p["name"] for p in params if p["in"] == "path"]
+                in_query = [p["name"] for p in params if p["in"] == "query"]
+                if not in_path and not in_query:
+                    continue
+                for hostile in HOSTILE_STRINGS:
+                    target = template
+                    for name in in_path:
+                        target = target.replace("{" + name + "}", quote(hostile, safe=""))
+                    query = {name: hostile for name in in_query}
+                    r = client.request(method.upper(), target, params=query,
+                                       json={} if method in ("post", "put") else None)
+                    seen += 1
+                    assert r.status_code < 500, (method, template, hostile[:20], r.status_code, r.text[:300])
+                    assert "\x00" not in r.text, (method, template)
+    assert seen > 40

@@ -117,6 +117,16 @@ class Settings(BaseSettings):
     recheck_interval_s: float = Field(default=3600.0, gt=0)
     # The server-wide limit on a request body (routes have tighter ones): `server.guard`.
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024, le=1024**3)
+    # `fathom server`'s connections (`server.connections`): seconds a client has to send a
+    # request's whole head (FATHOM_HEADER_TIMEOUT_S), the most connections open at once
+    # (FATHOM_MAX_CONNECTIONS), and the proxies whose X-Forwarded-For is believed
+    # (FATHOM_FORWARDED_ALLOW_IPS, comma-separated; none: the TCP peer is the client).
+    header_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    max_connections: int = Field(default=1000, ge=1)
+    forwarded_allow_ips: str = ""
+    # The audit log (`server.audit`) rotates past this size (FATHOM_AUDIT_MAX_BYTES); three
+    # older generations are kept.
+    audit_max_bytes: int = Field(default=10 * 1024 * 1024, ge=64 * 1024)
     # Live sync: `fathom mcp`, `serve` and `server` watch the folders of the projects they
     # serve (FATHOM_WATCH=0 or --no-watch turns it off; each project also has its own setting).
     watch: bool = True

@@ -6,7 +6,11 @@ token issued (when none is configured) and each printed once; `--rotate-admin-to
 `--rotate-join-token` replace every token of that kind with a fresh one, printed once, and the
 old ones stop working. So a start that cannot listen (a busy port) prints no token, keeps none,
 and exits with the reason. Only the tokens' hashes are kept under the data dir; rotations are
-written to the audit log (never the token).
+written to the audit log (never the token). Tokens chosen in the environment (FATHOM_ADMIN_TOKEN,
+FATHOM_JOIN_TOKEN, FATHOM_METRICS_TOKEN) shorter than 24 characters stop the start with the reason.
+
+uvicorn runs with the server's connection bounds (`server.connections`): a header timeout, a
+connection cap, and forwarded addresses believed only from `--forwarded-allow-ips`.
 """
 
 from __future__ import annotations
@@ -64,22 +68,27 @@ def server(
         "--rotate-join-token",
         help="Replace every sidecar join token with a fresh one, printed once (host tokens and approvals "
              "stay); with FATHOM_JOIN_TOKEN set, that one becomes the only join token.")] = False,
+    forwarded_allow_ips: Annotated[str | None, typer.Option(
+        "--forwarded-allow-ips", envvar="FATHOM_FORWARDED_ALLOW_IPS", show_envvar=True, show_default=False,
+        help="The reverse proxy (addresses, comma-separated) whose X-Forwarded-For is believed; by default "
+             "none is: the client is the TCP peer. Name only a proxy that overwrites that header.")] = None,
 ) -> None:
     """Run the fathom server: admin API, sidecar WebSocket, MCP at /mcp, dashboard."""
     root = ctx.find_root().obj or {}
     data_dir = data_dir or root.get("data_dir")  # `fathom --data-dir X server`
     raise typer.Exit(serve(host, port, data_dir=data_dir, log_level=log_level, log_format=log_format,
-                           watch=not no_watch,
+                           watch=not no_watch, forwarded_allow_ips=forwarded_allow_ips,
                            rotate_admin=rotate_admin_token, rotate_join=rotate_join_token))
 
 
 def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str = "INFO", log_format: str = "text",
-          watch: bool = True,
+          watch: bool = True, forwarded_allow_ips: str | None = None,
           rotate_admin: bool = False, rotate_join: bool = False) -> int:
     """Bind, then build the app and issue tokens, then serve until stopped; the exit code."""
     import uvicorn
 
     from fathom.fleet.protocol import MAX_FRAME_BYTES
+    from fathom.server.connections import ConnectionLimits, uvicorn_config
 
     setup_logging(log_level, log_format)
     # Bound before any token is issued: a start that cannot listen leaves nothing behind.
@@ -95,6 +104,8 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
         settings = Settings()  # a malformed FATHOM_* variable is a ConfigError: the one line below
         settings = settings.model_copy(update={"data_dir": data_dir or settings.data_dir, "host": host,
                                                "port": port, "watch": settings.watch and watch})
+        if forwarded_allow_ips is not None:
+            settings = settings.model_copy(update={"forwarded_allow_ips": forwarded_allow_ips})
         app = create_app(settings)
         for line in issue_tokens(app, settings, rotate_admin=rotate_admin, rotate_join=rotate_join):
             print(line, flush=True)
@@ -107,7 +118,8 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
         print(f"error: {' '.join(str(failure).split())}", file=sys.stderr, flush=True)
         return 2 if isinstance(failure, ConfigError) else 1
     print(f"fathom server on http://{host}:{port} (data dir {settings.data_dir})", flush=True)
-    config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(),
+    config = uvicorn_config(app, host=host, port=port, limits=ConnectionLimits.of(settings),
+                            forwarded_allow_ips=settings.forwarded_allow_ips, log_level=log_level.lower(),
                             ws="websockets-sansio", ws_max_size=MAX_FRAME_BYTES + 4096, log_config=None)
     uvicorn.Server(config).run(sockets=[sock])
     return 0

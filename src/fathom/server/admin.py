@@ -47,7 +47,7 @@ from typing import Any, Callable, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fathom import __version__
 from fathom.config import RoleRoute, RoutingState, RoutingStateDamaged, RoutingStore, Settings, atomic_write_text
@@ -281,12 +281,34 @@ class BudgetChange(BaseModel):
     override: int | None = Field(description="permits in flight, 1-256; null removes the override")
 
 
+MAX_PATH_COMPONENT_BYTES = 255  # NAME_MAX of the file systems a server runs on
+
+
+def check_server_path(path: str) -> str:
+    """A path as the server's file system could hold it, or a ValueError saying why not: no NUL
+    or other control character (the OS refuses them, and they hide in logs), and no component
+    over 255 bytes (the OS answers ENAMETOOLONG)."""
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        raise ValueError("the path holds a NUL or another control character; give the folder's path as "
+                         "plain text")
+    for part in path.split("/"):
+        if len(part.encode("utf-8", errors="surrogatepass")) > MAX_PATH_COMPONENT_BYTES:
+            raise ValueError(f"a component of the path is over {MAX_PATH_COMPONENT_BYTES} bytes, longer than any "
+                             f"file name can be; check the path")
+    return path
+
+
 class JobStart(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     path: str = Field(min_length=1, max_length=4096, description="absolute path of the project folder, on the server")
     project: str = Field(min_length=1, max_length=200)
     full: bool = Field(default=False, description="rebuild in a shadow table instead of an incremental run")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, path: str) -> str:
+        return check_server_path(path)
 
 
 class WatchChange(BaseModel):

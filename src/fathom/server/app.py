@@ -48,9 +48,9 @@ from fathom.server.admin import (
     body_problems, damaged, operator_router, scrape_dependency,
 )
 from fathom.server.audit import AuditLog
-from fathom.server.guard import Access, BodyLimits, RequestGuard
+from fathom.server.guard import Access, BodyLimits, RequestGuard, WrongTokenDelay
 from fathom.server.metrics import Metrics
-from fathom.server.tokens import McpTokens, tokens_router
+from fathom.server.tokens import McpTokens, check_chosen_token, tokens_router
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ def create_app(
     service: Any = None,
     router: Any = None,
     metrics: Metrics | None = None,
+    audit: AuditLog | None = None,
+    wrong_tokens: WrongTokenDelay | None = None,
 ) -> FastAPI:
     """The server app. `admin_token` / `join_token` / `metrics_token` default to
     `FATHOM_ADMIN_TOKEN` / `FATHOM_JOIN_TOKEN` / `FATHOM_METRICS_TOKEN`; each is kept only as a
@@ -78,9 +80,10 @@ def create_app(
     logsafe.install()
     settings = settings or Settings()
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    admin = admin_token or settings.secret(settings.admin_token)
+    # Tokens the operator chose in the environment must be long enough not to be guessed.
+    admin = admin_token or check_chosen_token("FATHOM_ADMIN_TOKEN", settings.secret(settings.admin_token))
     admin_auth = AdminAuth(settings.data_dir, tokens=(admin,) if admin else ())
-    scrape = metrics_token or settings.secret(settings.metrics_token)
+    scrape = metrics_token or check_chosen_token("FATHOM_METRICS_TOKEN", settings.secret(settings.metrics_token))
     scrape_auth = ScrapeAuth(settings.data_dir, tokens=(scrape,) if scrape else ())
     metrics = metrics or Metrics()
 
@@ -116,7 +119,7 @@ def create_app(
         budgeted = BudgetedProvider(provider, budget) if provider.info.is_cloud else provider
         return metrics.instrument(budgeted)
 
-    join = join_token or settings.secret(settings.join_token)
+    join = join_token or check_chosen_token("FATHOM_JOIN_TOKEN", settings.secret(settings.join_token))
     if hub is None:
         hub = Hub(settings.data_dir, registry=registry, routing=routing,
                   join_tokens=(join,) if join else (), wrap=wrap)
@@ -141,7 +144,7 @@ def create_app(
     from fathom.server.mcp_tools import build_mcp_server
 
     mcp_tokens = McpTokens(settings.data_dir)
-    audit = AuditLog(settings.data_dir)
+    audit = audit or AuditLog(settings.data_dir, max_bytes=settings.audit_max_bytes)
     access = Access(admin_auth, scrape_auth, mcp_tokens)
     index_roots = resolve_roots(settings.index_root_list())
     mcp_endpoint = MCPEndpoint(build_mcp_server(service, router=router), access, host=settings.host,
@@ -215,7 +218,8 @@ def create_app(
 
     # Auth before bodies: no route, and no framework layer, reads a request body before the
     # token is checked and the route's size limit applied.
-    app.add_middleware(RequestGuard, access=access, limits=BodyLimits(default=settings.max_body_bytes), audit=audit)
+    app.add_middleware(RequestGuard, access=access, limits=BodyLimits(default=settings.max_body_bytes), audit=audit,
+                       wrong_tokens=wrong_tokens)
     hub.mount(app)
     app.add_route(MCP_PATH, mcp_endpoint, methods=["GET", "POST", "DELETE"], include_in_schema=False)
     for route in not_oauth_routes():

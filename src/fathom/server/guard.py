@@ -25,6 +25,9 @@ discovery documents), and whose body is a JSON-RPC error that says how to config
 The request's principal (who its token is) is left in the ASGI scope (`PRINCIPAL`) for the parts
 behind; every authenticated write to the admin API, and every refused attempt of an MCP token on
 it, is written to the audit log (`server.audit`) with who, what and the outcome, never a body.
+A wrong token (one no one holds) is written there too, as `unknown token` with the peer's
+address, and its 401 waits longer with each wrong token the same peer sent lately
+(`WrongTokenDelay`: 0.1 s doubling to 5 s). Refusals are written at a bounded rate.
 
 It refuses to know what a route does. The routes keep their own token checks (a router mounted
 without this gate still refuses a missing token); this decides only whether a request may be
@@ -36,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +47,7 @@ from fastapi import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from fathom.clock import Clock, SystemClock
 from fathom.server.admin import (
     MAX_KEY_BODY, MAX_POLICY_BODY, AdminAuth, ScrapeAuth, bearer_token, no_token_configured, refusal, unauthorized,
 )
@@ -216,11 +221,12 @@ class RequestGuard:
     audit log, once the app has answered an admin write."""
 
     def __init__(self, app: ASGIApp, *, access: Access, limits: BodyLimits | None = None,
-                 audit: AuditLog | None = None):
+                 audit: AuditLog | None = None, wrong_tokens: WrongTokenDelay | None = None):
         self.app = app
         self.access = access
         self.limits = limits or BodyLimits()
         self.audit = audit
+        self.wrong_tokens = wrong_tokens or WrongTokenDelay()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -233,7 +239,16 @@ class RequestGuard:
         principal = self.access.principal(token) if token else None
         if denied is not None:
             if principal is not None and denied.status_code == 403:
-                await self._audit(principal, method, path, scope, f"refused {denied.status_code}: {_reason(denied)}")
+                await self._audit(principal.who, method, path, scope, f"refused 403: {_reason(denied)}",
+                                  refused="refused 403")
+            elif token is not None and principal is None and denied.status_code == 401:
+                # A wrong token: audited, and answered later each time this peer sends another.
+                peer = _peer(scope)
+                delay = self.wrong_tokens.penalty(peer)
+                await self._audit(UNKNOWN_TOKEN, method, path, scope,
+                                  f"refused 401: unknown token, answered after {delay:g} s", refused="refused 401",
+                                  peer=peer)
+                await self.wrong_tokens.clock.sleep(delay)
             await _answer(send, denied)
             return
         if principal is not None:
@@ -254,16 +269,23 @@ class RequestGuard:
             if principal is not None and method in WRITE_METHODS and path.startswith("/admin/"):
                 code = status.get("code")
                 outcome = "ok" if code is not None and code < 400 else f"refused {code}" if code else "failed"
-                await self._audit(principal, method, path, scope, outcome)
+                await self._audit(principal.who, method, path, scope, outcome)
 
-    async def _audit(self, principal: Principal, method: str, path: str, scope: Scope, outcome: str) -> None:
+    async def _audit(self, who: str, method: str, path: str, scope: Scope, outcome: str, *,
+                     refused: str | None = None, peer: str | None = None) -> None:
+        """One entry (`refused`: a refusal of that kind, written at a bounded rate). The query
+        string is kept (it says what was asked); the log scrubs its secret-named values."""
         if self.audit is None:
             return
         query = scope.get("query_string", b"").decode("latin-1")
-        what = f"{method} {path}" + (f"?{query}" if query else "")
+        what = f"{method} {path}" + (f"?{query}" if query else "") + (f" from {peer}" if peer else "")
         note = scope.get(AUDIT_NOTE)
+        what += f": {note}" if note else ""
         try:
-            await asyncio.to_thread(self.audit.record, principal.who, what + (f": {note}" if note else ""), outcome)
+            if refused is not None:
+                await asyncio.to_thread(self.audit.refused, who, what, outcome, refused)
+            else:
+                await asyncio.to_thread(self.audit.record, who, what, outcome)
         except OSError as exc:
             log.error("could not write the audit log %s: %s", self.audit.path, exc.strerror or exc)
 
@@ -297,6 +319,42 @@ class RequestGuard:
         except _BodyTooLarge:
             if not state["refused"]:
                 raise  # the app had already answered: end the connection
+
+
+UNKNOWN_TOKEN = "unknown token"  # the audit log's `who` for a token no one holds
+
+
+class WrongTokenDelay:
+    """How long a wrong token waits for its 401: per presenting peer, `base_s` doubled with each
+    wrong token it sent within `forget_s` of the previous one, at most `cap_s`. A right token
+    does not reset it (a peer holding one token must not guess others at full speed). At most
+    `max_peers` peers are remembered, the least recently wrong forgotten first. Time is the
+    injected `clock`'s: its `now` for the window, its `sleep` for the wait."""
+
+    def __init__(self, *, base_s: float = 0.1, cap_s: float = 5.0, forget_s: float = 300.0,
+                 max_peers: int = 4096, clock: Clock | None = None):
+        self.base_s = base_s
+        self.cap_s = cap_s
+        self.forget_s = forget_s
+        self.max_peers = max_peers
+        self.clock = clock or SystemClock()
+        self._peers: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def penalty(self, peer: str) -> float:
+        """Count one wrong token from `peer`; the seconds its answer waits."""
+        now = self.clock.now()
+        count, last = self._peers.pop(peer, (0, now))
+        count = 1 if now - last > self.forget_s else count + 1
+        self._peers[peer] = (count, now)
+        while len(self._peers) > self.max_peers:
+            self._peers.popitem(last=False)
+        return min(self.cap_s, self.base_s * 2 ** min(count - 1, 32))
+
+
+def _peer(scope: Scope) -> str:
+    """The client's address: the TCP peer's, or a named proxy's forwarded one (`server.connections`)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "unknown"
 
 
 def _mcp_url(request: Request) -> str:

@@ -13,7 +13,9 @@ It owns:
   the token and `list_projects` lists those; a tool that writes (not marked read-only) needs a
   token that may index, and `index_project` then only under the operator's `FATHOM_INDEX_ROOTS`;
   tools a token may not call are left out of its `tools/list`. The admin token is unrestricted.
-  Writes by MCP tokens, done or refused, go to the audit log;
+  Writes by MCP tokens, done or refused, go to the audit log (refusals at a bounded rate). A
+  session is bound to the token that opened it (`session_owner`): another token's request on it
+  is answered as for an unknown session;
 - `/.well-known/…` answers (`not_oauth`): 404 with the same advice, so an OAuth-discovering
   client finds no authorization server instead of a 401 it cannot use;
 - `standalone_app`: the same endpoint for `fathom serve` (one machine, no fleet server).
@@ -196,8 +198,12 @@ class ToolAccess:
         if self.audit is None:
             return
         shown = ", ".join(f"{k}={arguments[k]!r}" for k in ("path", "project", "full") if k in arguments)
+        what = f"MCP {tool}({shown})"
         try:
-            await asyncio.to_thread(self.audit.record, principal.who, f"MCP {tool}({shown})", outcome)
+            if outcome.startswith("refused"):
+                await asyncio.to_thread(self.audit.refused, principal.who, what, outcome, f"refused {tool}")
+            else:
+                await asyncio.to_thread(self.audit.record, principal.who, what, outcome)
         except OSError as exc:
             log.error("could not write the audit log: %s", exc.strerror or exc)
 
@@ -251,11 +257,26 @@ class MCPEndpoint:
             await _answer(send, mcp_unauthorized(bool(token), _mcp_url(request)))
             return
         scope[PRINCIPAL] = principal
+        scope["user"] = session_owner(principal, token)
         if self._manager is None:
             await JSONResponse({"detail": "the MCP endpoint is not running (server starting or "
                                           "stopping); retry in a moment"}, status_code=503)(scope, receive, send)
             return
         await self._manager.handle_request(scope, receive, send)
+
+
+def session_owner(principal: Principal, token: str | None) -> Any:
+    """Who owns the MCP sessions a request opens, as the SDK's session manager compares it: the
+    token itself (by its hash), so a session answers only the token that opened it, and any
+    other token, read-only or admin, gets the SDK's 404 "Session not found" as for an unknown
+    session (it can neither use nor DELETE it)."""
+    from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+    from mcp.server.auth.provider import AccessToken
+
+    from fathom.fleet.auth import hash_token
+
+    owner = f"{principal.who}#{hash_token(token)}" if token else principal.who
+    return AuthenticatedUser(AccessToken(token=owner, client_id=owner, scopes=[]))
 
 
 async def not_oauth(request: Request) -> JSONResponse:

@@ -4,8 +4,8 @@ This module owns the tokens (`mcp_tokens.json` under the data dir), who a reques
 token is known (`Principal`), and the admin API over them (`tokens_router`: create, list,
 revoke, and the audit log's read side).
 
-An MCP token has a name (who the audit log says acted), the projects it sees (none listed: every
-project) and whether it may index (`can_index`, and then only under the folders the operator
+An MCP token has a name (who the audit log says acted), the projects it sees (left out: every
+project; an empty list is refused, never read as every project) and whether it may index (`can_index`, and then only under the folders the operator
 listed in `FATHOM_INDEX_ROOTS`). It opens `/mcp` and nothing under `/admin`; the admin token
 opens everything, `/mcp` included. Which tool may do what with a principal is the MCP
 endpoint's (`server.mcp_http`); which projects a scope sees, `fathom.scope`.
@@ -36,6 +36,8 @@ from fathom.server.audit import AuditLog
 
 MCP_TOKEN_PREFIX = "fm"
 MAX_TOKENS = 1000
+EMPTY_PROJECTS = ("the token's project list is empty; name at least one project (`--project NAME`), or leave the "
+                  "list out for a token that sees every project")
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,20 @@ class TokenFile(BaseModel):
     tokens: list[TokenRecord] = Field(default_factory=list)
 
 
+MIN_CHOSEN_TOKEN_CHARS = 24
+
+
+def check_chosen_token(variable: str, value: str | None) -> str | None:
+    """`value`, a token the operator chose (FATHOM_ADMIN_TOKEN and the like), if it is long enough
+    to resist guessing; a `ConfigError` naming the variable (never the value) otherwise."""
+    if value is not None and len(value) < MIN_CHOSEN_TOKEN_CHARS:
+        message = (f"{variable} is too short ({len(value)} characters; at least {MIN_CHOSEN_TOKEN_CHARS}): a short "
+                   f"token can be guessed. Use a random one, e.g. `python -c 'import secrets; "
+                   f"print(secrets.token_urlsafe(32))'`, or unset it to have the server issue one")
+        raise ConfigError(message, [message])
+    return value
+
+
 class UnknownToken(FathomError):
     def __init__(self, name: str, known: Iterable[str]):
         known = sorted(known)
@@ -132,8 +148,11 @@ class McpTokens:
         from fathom.index.store import check_project_name
 
         listed = None if projects is None else sorted({check_project_name(p) for p in projects})
+        if listed is not None and not listed:
+            # Fail closed: an empty list is a mistake (a script's empty variable), never "all".
+            raise ConfigError(EMPTY_PROJECTS, [EMPTY_PROJECTS])
         token = new_token(MCP_TOKEN_PREFIX)
-        record = TokenRecord(name=name, token_hash=hash_token(token), projects=listed or None,
+        record = TokenRecord(name=name, token_hash=hash_token(token), projects=listed,
                              can_index=can_index, created_at=self._now())
         with self._lock:
             if any(r.name == name for r in self._file.tokens):
