@@ -87,7 +87,7 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
     """Bind, then build the app and issue tokens, then serve until stopped; the exit code."""
     import uvicorn
 
-    from fathom.fleet.protocol import MAX_FRAME_BYTES
+    from fathom.fleet.transport import uvicorn_websocket_options
     from fathom.server.connections import ConnectionLimits, uvicorn_config
 
     setup_logging(log_level, log_format)
@@ -120,7 +120,7 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
     print(f"fathom server on http://{host}:{port} (data dir {settings.data_dir})", flush=True)
     config = uvicorn_config(app, host=host, port=port, limits=ConnectionLimits.of(settings),
                             forwarded_allow_ips=settings.forwarded_allow_ips, log_level=log_level.lower(),
-                            ws="websockets-sansio", ws_max_size=MAX_FRAME_BYTES + 4096, log_config=None)
+                            log_config=None, **uvicorn_websocket_options())
     uvicorn.Server(config).run(sockets=[sock])
     return 0
 
