@@ -37,7 +37,8 @@ class TooManyInputs(ProviderError):
 
 
 class LimitedEmbedder(FakeEmbedder):
-    """Refuses, at once, every request carrying more than `max_inputs` texts; counts them."""
+    """Refuses every request carrying more than `max_inputs` texts after its round trip
+    (`latency`), as a remote endpoint does; counts them."""
 
     def __init__(self, *args, max_inputs: int, **kw):
         super().__init__(*args, **kw)
@@ -47,11 +48,17 @@ class LimitedEmbedder(FakeEmbedder):
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         if len(texts) > self.max_inputs:
             self.refused.append(len(texts))
+            await self.clock.sleep(self.latency)
             raise TooManyInputs(f"too many inputs: {len(texts)} > {self.max_inputs}")
         return await super().embed(texts)
 
     def served_sizes(self) -> list[int]:
         return [len(c.texts) for c in self.calls if c.outcome == "ok"]
+
+
+# Every job is bounded: a pool that kept sending refused batches would write nothing for this
+# many virtual seconds and end with `PoolStalled` instead of looping.
+STALL = 30.0
 
 
 @pytest.fixture
@@ -70,13 +77,14 @@ async def test_one_refusal_sets_the_ceiling_and_the_refused_items_are_retried(cl
     p = cloud(clock, 32)
     history: dict[str, Sizing] = {}
     sink = Collector(clock)
-    report = await Pool([p], clock=clock, lanes=4, history=history).run(texts_for(2000), sink)
+    report = await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(texts_for(2000), sink)
 
     sink.assert_exactly_once(2000)
     assert len(p.refused) == 1 and p.refused[0] > 32, p.refused
     assert report.too_large == {"cloud": 1}
     assert report.failures == {} and report.ejections == {}  # a limit is not a sick provider
     assert history["cloud"].ceiling == 32  # the largest size it served (growth doubles 4..32)
+    assert history["cloud"].batch_size == 32  # where the next job starts: not past it
     assert max(p.served_sizes()) == 32
     assert p.served_sizes().count(32) > 10  # it kept sending full batches at the ceiling
 
@@ -84,19 +92,19 @@ async def test_one_refusal_sets_the_ceiling_and_the_refused_items_are_retried(cl
 async def test_the_ceiling_holds_in_the_next_job_and_a_success_at_it_does_not_raise_it(clock):
     p = cloud(clock, 32)
     history: dict[str, Sizing] = {}
-    await Pool([p], clock=clock, lanes=4, history=history).run(texts_for(1000), Collector(clock))
+    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(texts_for(1000), Collector(clock))
     assert len(p.refused) == 1
     p.calls.clear()
     p.refused.clear()
 
     sink = Collector(clock)
-    report = await Pool([p], clock=clock, lanes=4, history=history).run(texts_for(3000), sink)
+    report = await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(texts_for(3000), sink)
     sink.assert_exactly_once(3000)
     assert p.refused == [] and report.too_large == {}
     assert max(p.served_sizes()) == 32 and history["cloud"].ceiling == 32
     # The same provider lifts its limit: the ceiling stays until the operator removes it.
     p.max_inputs = 1000
-    await Pool([p], clock=clock, lanes=4, history=history).run(texts_for(1000), Collector(clock))
+    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(texts_for(1000), Collector(clock))
     assert history["cloud"].ceiling == 32 and max(p.served_sizes()) == 32
 
 
@@ -107,7 +115,7 @@ async def test_a_key_rate_floor_never_sends_past_the_ceiling(clock):
     history: dict[str, Sizing] = {}
     rate = KeyRate(per_s=100.0, lanes_follow=True)
     sink = Collector(clock)
-    await Pool([p], clock=clock, lanes=4, history=history, max_batch=256,
+    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history, max_batch=256,
                rate_limit=lambda _: rate).run(texts_for(2000), sink)
     sink.assert_exactly_once(2000)
     # 256 -> 128 -> 64 -> 32: one refusal per halving, each tried by one lane at a time.
@@ -116,7 +124,7 @@ async def test_a_key_rate_floor_never_sends_past_the_ceiling(clock):
 
     p.calls.clear()
     p.refused.clear()
-    await Pool([p], clock=clock, lanes=4, history=history, max_batch=256,
+    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history, max_batch=256,
                rate_limit=lambda _: rate).run(texts_for(2000), Collector(clock))
     assert p.refused == [] and set(p.served_sizes()) <= {32} | set(range(1, 32))
 
@@ -128,7 +136,7 @@ async def test_a_ceiling_is_the_largest_size_served_below_the_refusal_when_that_
     history = {"cloud": Sizing(30, 1 / 45)}
     history["cloud"].accepted = 30
     sink = Collector(clock)
-    await Pool([p], clock=clock, lanes=1, target_latency=1.0, history=history).run(texts_for(600), sink)
+    await Pool([p], clock=clock, stall_timeout=STALL, lanes=1, target_latency=1.0, history=history).run(texts_for(600), sink)
     sink.assert_exactly_once(600)
     assert p.refused == [45] and history["cloud"].ceiling == 30
     assert set(p.served_sizes()[1:-1]) == {30}
@@ -141,7 +149,7 @@ async def test_a_single_input_refused_as_too_large_is_a_failure_not_a_loop(clock
     local = FakeEmbedder("local", clock, rate=50)
     history: dict[str, Sizing] = {}
     sink = Collector(clock)
-    report = await Pool([p, local], clock=clock, history=history, eject_base=1000).run(
+    report = await Pool([p, local], clock=clock, stall_timeout=STALL, history=history, eject_base=1000).run(
         texts_for(300), sink)
     sink.assert_exactly_once(300)
     assert history["cloud"].ceiling == 1 and report.ejections.get("cloud") == 1
@@ -183,6 +191,7 @@ def relayed(message: str) -> dict:
     (400, {"error": {"code": 400, "message": "Request too large: exceeds the maximum batch size"}}),
     (413, "<html><head><title>413 Request Entity Too Large</title></head></html>"),
     (413, {"error": {"code": 413, "message": "Payload Too Large"}}),
+    (413, ""),  # a proxy's bare refusal: the status alone says it
 ])
 async def test_the_client_reads_every_real_too_large_shape(status, body):
     def answer(request: httpx.Request) -> httpx.Response:
