@@ -12,7 +12,10 @@ mid-stream error chunk with `finish_reason: "error"`. `GET /key` answers `{"data
 limit, limit_remaining, usage…, is_free_tier, rate_limit?}}` (`PUT /control/key` sets it and
 refuses a shape OpenRouter never sends; a degenerate `rate_limit` — 0, -1, 1/min, null or
 absent — is allowed, as real keys report them); `GET /credits` answers only a management key
-(403 otherwise); `POST /control/key-fail` makes either answer 401, 402, 429 or 5xx.
+(403 otherwise); `POST /control/key-fail` makes either answer 401, 402, 429 or 5xx. With
+`max_inputs` set (`PUT /control/limits`), an embedding request carrying more inputs is refused
+with a 400 the way OpenRouter relays an upstream's refusal: "Provider returned error", the
+upstream's own body ("Too many inputs. The max number of inputs is 32…") in `metadata.raw`.
 
 It refuses to be a product: it binds where it is told (127.0.0.1 in every fixture), has no
 persistence, and the control API has no auth because it must never face a network.
