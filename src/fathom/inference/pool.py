@@ -30,6 +30,12 @@ known request rate sends batches large enough that its requests, not its lanes, 
 fixed cost plus cost per item, so a straggler is judged against what its own provider takes
 for a batch of that size.
 
+A provider that refuses a batch as too large (a per-request input limit: `is_too_large`) gets
+a ceiling: its batch is halved, the refused items go back to the queue front, and no growth,
+rate floor or later success takes it past that size again (`Sizing.ceiling`, kept across
+restarts with the rest of the history). A size the provider never served is tried by one lane
+at a time, so a limit costs one refused request, not one per lane.
+
 The pool refuses to decide who may serve (its `eligible` predicate comes from the router),
 to know what a permit is made of (the budget's `admission` hands them out), or to write rows
 (the job's `sink` does, once per finished batch, serialised so the store sees one writer).
@@ -676,8 +682,8 @@ class Pool:
 
     def _proven(self, m: _Member) -> int:
         """The largest batch this provider is known to take: the largest it served, the size
-        its history started it at in this pool (earlier jobs grew to it batch by served
-        batch), or the batch a pool starts at (every provider takes that); never past its
+        its history started it at in this pool (earlier jobs grew it there from batches it
+        served), or the batch a pool starts at (every provider takes that); never past its
         ceiling."""
         return m.sizing.capped(max(m.sizing.accepted, m.start, self.initial_batch))
 
