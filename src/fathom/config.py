@@ -3,7 +3,8 @@
 What is persisted is only what is safe (R6): per role the policy, the model, the upstream pin
 of an embedding route and the fallback mode, the fact that a key push happened, and what the
 embedding pools measured of each provider's speed (`BatchRecord`: sizes and seconds, so a
-restarted server's first job starts each provider at its batch size). There is no field for
+restarted server's first job starts each provider at its batch size, and the most inputs a
+request to it may carry when it refused more). There is no field for
 a key, and `RoutingState` refuses unknown fields, so no secret can be smuggled
 into the file. Writes are atomic (temp file + rename) and validated first: a refused update
 changes nothing.
@@ -228,8 +229,10 @@ class PushRecord(BaseModel):
 
 class BatchRecord(BaseModel):
     """What an embedding pool measured of one provider (`inference.pool.Sizing`): the batch
-    size its next job starts at, its seconds per item, and its latency line (a request's
-    fixed seconds plus seconds per item). Figures only, nothing secret."""
+    size its next job starts at, its seconds per item, its latency line (a request's fixed
+    seconds plus seconds per item), and its ceiling: the largest batch it takes, learned
+    when it refused a larger one as too large, and kept until the operator removes it (a
+    provider's limit does not move by itself). Figures only, nothing secret."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -237,6 +240,7 @@ class BatchRecord(BaseModel):
     spi: float | None = Field(default=None, ge=0, le=3600, allow_inf_nan=False)
     base: float | None = Field(default=None, ge=0, le=3600, allow_inf_nan=False)
     per_item: float | None = Field(default=None, ge=0, le=3600, allow_inf_nan=False)
+    ceiling: int | None = Field(default=None, ge=1, le=65536)
 
 
 class BatchRecordDamaged(ConfigError):

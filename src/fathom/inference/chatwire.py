@@ -1,12 +1,12 @@
 """The OpenAI chat-completions wire format, read one way for every server that speaks it.
 
 What it owns: turning a chat completion body, or the server-sent events of a streamed one,
-into a `ChatResult` with its tool calls; and recognising, in an error's text, the two refusals
-every OpenAI-compatible server words its own way: the model is not served here, and the
-request does not fit the model's context. OpenRouter's client (`inference.openrouter`) and the
-local OpenAI-compatible servers a sidecar or a single machine fronts (`fleet.backends`: vLLM,
-Ollama, llama.cpp's server, LM Studio) share it, so a tool call means the same thing whoever
-served it.
+into a `ChatResult` with its tool calls; and recognising, in an error's text, the refusals
+every OpenAI-compatible server words its own way: the model is not served here, the request
+does not fit the model's context, and a batch carries more than the server takes at once.
+OpenRouter's client (`inference.openrouter`) and the local OpenAI-compatible servers a
+sidecar or a single machine fronts (`fleet.backends`: vLLM, Ollama, llama.cpp's server, LM
+Studio) share it, so a tool call means the same thing whoever served it.
 
 A tool call the model got wrong (arguments that are not one JSON object, no function name) is
 the model's mistake, not a failed request: it comes back as a `ToolCall` whose `problem` says
@@ -181,6 +181,29 @@ _CONTEXT = re.compile(r"context (length|size|window)|maximum context|exceed_cont
 _NO_MODEL = re.compile(r"model\b.*\b(not found|does not exist|is not loaded|not available)|"
                        r"no such model|unknown model|not a valid model|model_not_found|"
                        r"NotFoundError|not_found_error", re.IGNORECASE)
+
+
+# A request refused for carrying too much at once (inputs, or tokens over the whole batch):
+# a smaller batch passes. Each alternative is the wording of a real server.
+_BATCH = re.compile(
+    r"too many (inputs|texts|documents|items|strings|sentences|elements)|"
+    r"max(imum)?( allowed)? (number of (inputs|texts|items|documents)|batch size|batch)|"
+    r"batch size( limit|.{0,40}(exceeds|too (large|big)|greater than|>))|"
+    r"batch (is )?too (large|big)|input array (is )?too (long|large)|"
+    r"(request|payload|body)( entity)? too large|"
+    r"at most \d+ (requests|inputs|texts|items|documents) (can be )?in (one|a single) (batch|request)|"
+    r"should have at most \d+ items|"
+    r"tokens per (submitted )?(batch|request)", re.IGNORECASE)
+
+
+def says_batch_too_large(message: str) -> bool:
+    """OpenAI and Azure: "Too many inputs. The max number of inputs is 16."; Cohere: "too many
+    texts"; Mistral: "Too many inputs in request, split into more batches"; text-embeddings-
+    inference: "batch size 64 > maximum allowed batch size 32"; Voyage: "The batch size limit
+    is 128" and "The max allowed tokens per submitted batch is 120000"; Gemini: "At most 100
+    requests can be in one batch"; Jina: "input array too long"; a validating server: "List
+    should have at most 32 items"; a proxy: "413 Request Entity Too Large"."""
+    return bool(_BATCH.search(message))
 
 
 def says_context_exceeded(message: str) -> bool:

@@ -31,8 +31,8 @@ import httpx
 import numpy as np
 
 from fathom.errors import ProviderError
-from fathom.inference.chatwire import (ChatStream, ChatWireError, parse_completion, says_context_exceeded,
-                                       says_model_missing, sse_payloads)
+from fathom.inference.chatwire import (ChatStream, ChatWireError, parse_completion, says_batch_too_large,
+                                       says_context_exceeded, says_model_missing, sse_payloads)
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo
 from fathom.roles import Role
 
@@ -124,6 +124,17 @@ class ContextLengthExceeded(BadRequest):
     request (fewer or smaller messages, a lower max_tokens) or a model with a longer context
     does. The request's fault, not the provider's: it never counts towards an ejection."""
 
+    provider_fault = False
+
+
+class BatchTooLarge(BadRequest):
+    """400 or 413: the request carried more than the upstream takes at once (too many inputs,
+    too many tokens over the batch, a body over a size limit). The same inputs in smaller
+    requests pass, so the embedding pool halves that provider's batch and keeps the size as
+    its ceiling (`too_large`, duck-typed like `throttle_kind`). Not the provider's fault: it
+    never counts towards an ejection."""
+
+    too_large = True
     provider_fault = False
 
 
@@ -530,6 +541,15 @@ class OpenRouterClient:
         kw = dict(status=status, code=code, metadata=metadata, upstream_message=message)
         said = f": {message}" if message else ""
         where = f"OpenRouter {path} answered {status}{said}"
+        too_large = says_batch_too_large(f"{message} {_raw_text(metadata)}")
+        if status in (400, 413) and (too_large or (status == 413 and not says_context_exceeded(message))):
+            # OpenRouter relays an upstream's refusal as "Provider returned error" with the
+            # upstream's own body in `metadata.raw`; only the recognised fact is kept, never
+            # the raw text (a validation error may echo the inputs, i.e. indexed code).
+            return BatchTooLarge(f"OpenRouter {path} answered {status}: the request carried more "
+                                 f"inputs than the upstream takes at once. Send fewer per request "
+                                 f"(an index job halves its batch for this provider and keeps "
+                                 f"that size as its ceiling).", **kw)
         if status in (400, 413) and says_context_exceeded(message):
             return ContextLengthExceeded(f"{where}. The request does not fit the model's context; "
                                          f"send less, or choose a model with a longer context.", **kw)
@@ -564,6 +584,15 @@ class OpenRouterClient:
         if status == 408 or status >= 500:
             return UpstreamError(f"{where}. The upstream failed; retry later.", **kw)
         return BadRequest(f"{where}. The request was refused; fix it before retrying.", **kw)
+
+
+def _raw_text(metadata: Mapping[str, Any]) -> str:
+    """The upstream's own error body that OpenRouter relays in `metadata.raw` (a string, or
+    already an object), as text to recognise a refusal in; "" when there is none."""
+    raw = metadata.get("raw")
+    if raw is None:
+        return ""
+    return raw if isinstance(raw, str) else json.dumps(raw, default=str)
 
 
 def _secs(retry_after: float | None) -> str:

@@ -30,6 +30,12 @@ known request rate sends batches large enough that its requests, not its lanes, 
 fixed cost plus cost per item, so a straggler is judged against what its own provider takes
 for a batch of that size.
 
+A provider that refuses a batch as too large (a per-request input limit: `is_too_large`) gets
+a ceiling: its batch is halved, the refused items go back to the queue front, and no growth,
+rate floor or later success takes it past that size again (`Sizing.ceiling`, kept across
+restarts with the rest of the history). A size the provider never served is tried by one lane
+at a time, so a limit costs one refused request, not one per lane.
+
 The pool refuses to decide who may serve (its `eligible` predicate comes from the router),
 to know what a permit is made of (the budget's `admission` hands them out), or to write rows
 (the job's `sink` does, once per finished batch, serialised so the store sees one writer).
@@ -90,6 +96,13 @@ class PoolStalled(NoProviderAvailable):
         )
 
 
+def is_too_large(exc: BaseException) -> bool:
+    """The provider refused a request for carrying more than it takes at once (too many
+    inputs, too many tokens over the batch, a 413): the same items in smaller batches pass.
+    Duck-typed on `too_large`; a sidecar relays the error's class name as `code`."""
+    return getattr(exc, "too_large", False) is True or getattr(exc, "code", None) == "BatchTooLarge"
+
+
 def is_throttle(exc: BaseException) -> bool:
     """A rate limit (429) or an exhausted in-flight budget (402): the account says wait; the
     provider is healthy, so it is paused, never ejected. Duck-typed on `throttle_kind` (and
@@ -123,6 +136,7 @@ class PoolReport:
     batches: dict[str, int] = field(default_factory=dict)  # batches written by each
     failures: dict[str, int] = field(default_factory=dict)  # failed batches (not throttles)
     throttles: dict[str, int] = field(default_factory=dict)
+    too_large: dict[str, int] = field(default_factory=dict)  # batches refused as too large
     ejections: dict[str, int] = field(default_factory=dict)
     duplicates: int = 0  # straggler copies started
     discarded: int = 0  # items computed by a losing copy and thrown away
@@ -216,6 +230,15 @@ class Sizing:
     batch_size: int
     spi: float | None = None  # EWMA seconds per item, from batches of the size it pulls
     line: LatencyLine = field(default_factory=LatencyLine, compare=False)
+    # The largest batch the provider takes, learned from its refusal of a larger one (a
+    # per-request input limit). A provider's limit is fixed: no success raises it, and
+    # neither growth nor a rate floor goes past it. None: no limit seen.
+    ceiling: int | None = None
+    # The largest batch it has served in this process (`Pool._proven`).
+    accepted: int = field(default=0, compare=False)
+
+    def capped(self, n: int) -> int:
+        return n if self.ceiling is None else min(n, self.ceiling)
 
     def expected(self, n: int) -> float | None:
         """Seconds a batch of `n` should take by this history, erring long; None if unmeasured.
@@ -232,6 +255,7 @@ class _Member:
     def __init__(self, provider: Provider, sizing: Sizing, lanes: int):
         self.provider = provider
         self.sizing = sizing
+        self.start = sizing.batch_size  # where its history started it in this pool
         self.lanes = lanes
         self.present = True
         self.tasks: dict[asyncio.Task[None], _Phase] = {}
@@ -455,8 +479,9 @@ class Pool:
         if existing is not None:
             self._departed.append(existing)
         sizing = self._sizing.setdefault(provider.id, Sizing(self.initial_batch))
-        # Learned by another pool, perhaps with other bounds: within this one's.
-        sizing.batch_size = max(self.min_batch, min(self.max_batch, sizing.batch_size))
+        # Learned by another pool, perhaps with other bounds: within this one's, and never past
+        # the provider's own limit.
+        sizing.batch_size = sizing.capped(max(self.min_batch, min(self.max_batch, sizing.batch_size)))
         if sizing.spi is not None:
             log.info("pool: %s starts at batch %d, from its measured history", provider.id,
                      sizing.batch_size)
@@ -640,13 +665,27 @@ class Pool:
         if probe:
             return self.min_batch
         floor = self._rate_floor(m)
-        n = max(m.sizing.batch_size, floor)
+        n = m.sizing.capped(max(m.sizing.batch_size, floor))
         if m.sizing.expected(1) is not None and len(job.queue) < self._pull_capacity():
             share = self._end_share(m, len(job.queue))
             # Where requests are the scarce resource, a lane given any part takes a whole
             # request's worth: splitting the tail would spend requests to save seconds.
             n = min(n, share) if floor == 0 or share == 0 else n
+        proven = self._proven(m)
+        if n > proven and any(len(a.work.indices) > proven for a in m.attempts):
+            # A size the provider never served is tried by one request at a time: if it is
+            # over the provider's limit, that costs one refused request, not one per lane.
+            # Where requests are the scarce resource the other lanes wait for the answer
+            # rather than spend requests on small batches.
+            n = 0 if floor else proven
         return min(n, len(job.queue))
+
+    def _proven(self, m: _Member) -> int:
+        """The largest batch this provider is known to take: the largest it served, the size
+        its history started it at in this pool (earlier jobs grew it there from batches it
+        served), or the batch a pool starts at (every provider takes that); never past its
+        ceiling."""
+        return m.sizing.capped(max(m.sizing.accepted, m.start, self.initial_batch))
 
     def _end_share(self, m: _Member, queued: int) -> int:
         """End game: this lane's part of what is left, such that every lane finishes the job
@@ -670,7 +709,7 @@ class Pool:
             # take the whole queue in its first pull.
             base, per = self._line_of(o if o.sizing.expected(1) is not None else m)
             floor = self._rate_floor(o)
-            size = max(1, o.sizing.batch_size, floor)
+            size = max(1, o.sizing.capped(max(o.sizing.batch_size, floor)))
             busy = [max(now, a.started + a.expected) for a in o.attempts]
             lanes += [(t, base, per, size) for t in busy]
             # A lane waiting for a permit under a known request rate starts when the key's
@@ -679,7 +718,7 @@ class Pool:
             waiting = o.admitting if floor else 0
             lanes += [(now, base, per, size)] * max(0, o.lanes - len(busy) - waiting)
         base, per = self._line_of(m)
-        mine = (now, base, per, max(1, m.sizing.batch_size, self._rate_floor(m)))
+        mine = (now, base, per, max(1, m.sizing.capped(max(m.sizing.batch_size, self._rate_floor(m)))))
         if mine not in lanes:
             lanes.append(mine)
         low = now
@@ -894,6 +933,12 @@ class Pool:
             return
         if permit is not None:
             await _release(permit)
+        if is_too_large(exc) and len(a.work.indices) > 1:
+            # Its items are back at the queue front already; the next pull is smaller.
+            _bump(job.report.too_large, m.id)
+            self._refused_as_too_large(m, len(a.work.indices), exc)
+            self._notify()
+            return
         _bump(job.report.failures, m.id)
         m.failures += 1
         m.sizing.batch_size = max(self.min_batch, m.sizing.batch_size // 2)
@@ -914,8 +959,23 @@ class Pool:
                         m.id, backoff, m.failures, m.eject_reason)
         self._notify()
 
+    def _refused_as_too_large(self, m: _Member, n: int, exc: Exception) -> None:
+        """A batch of `n` was refused as too large: the provider has a limit under `n`. Its
+        ceiling becomes the largest size it served below `n` or half of `n`, whichever is
+        larger (halving again if that is refused too), and its batch size drops to it. A batch
+        of `n` another lane had in flight is refused as well; it finds the ceiling already
+        there and changes nothing, so a limit is learned once, not once per lane."""
+        s = m.sizing
+        size = max(1, n // 2, s.accepted if s.accepted < n else 0)
+        if s.ceiling is None or size < s.ceiling:
+            s.ceiling = size
+            log.warning("pool: %s refused a batch of %d as too large (%s); its batches stay at "
+                        "or under %d from now on", m.id, n, type(exc).__name__, size)
+        s.batch_size = s.capped(s.batch_size)
+
     def _learn(self, m: _Member, n: int, latency: float) -> None:
         s = m.sizing
+        s.accepted = max(s.accepted, n)
         latency = max(0.0, latency)
         s.line.observe(n, latency)
         if s.spi is not None and 2 * n < s.batch_size:
@@ -934,7 +994,7 @@ class Pool:
             within = (STRETCH * self.target_latency - line.base) / line.per_item
             want = max(want, int(min(amortised, within)))
         # Grow at most by doubling (one good batch is thin evidence); shrink at once.
-        s.batch_size = max(self.min_batch, min(self.max_batch, want, 2 * max(s.batch_size, n)))
+        s.batch_size = s.capped(max(self.min_batch, min(self.max_batch, want, 2 * max(s.batch_size, n))))
 
     def _progress(self, job: _Job) -> Progress:
         now = self.clock.now()

@@ -12,7 +12,10 @@ mid-stream error chunk with `finish_reason: "error"`. `GET /key` answers `{"data
 limit, limit_remaining, usage…, is_free_tier, rate_limit?}}` (`PUT /control/key` sets it and
 refuses a shape OpenRouter never sends; a degenerate `rate_limit` — 0, -1, 1/min, null or
 absent — is allowed, as real keys report them); `GET /credits` answers only a management key
-(403 otherwise); `POST /control/key-fail` makes either answer 401, 402, 429 or 5xx.
+(403 otherwise); `POST /control/key-fail` makes either answer 401, 402, 429 or 5xx. With
+`max_inputs` set (`PUT /control/limits`), an embedding request carrying more inputs is refused
+with a 400 the way OpenRouter relays an upstream's refusal: "Provider returned error", the
+upstream's own body ("Too many inputs. The max number of inputs is 32…") in `metadata.raw`.
 
 It refuses to be a product: it binds where it is told (127.0.0.1 in every fixture), has no
 persistence, and the control API has no auth because it must never face a network.
@@ -237,6 +240,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
                 raise _Refusal(400, f"encoding_format must be float or base64, not {fmt!r}",
                                {"error_type": "invalid_request"})
             upstream = route(model, body.get("provider"))
+            if state.max_inputs is not None and len(inputs) > state.max_inputs:
+                raise too_many_inputs(upstream, len(inputs), state.max_inputs)
             await before_serving("embeddings", len(inputs))
             variant = state.upstreams[model][upstream]
             if remembered is not None:
@@ -265,6 +270,17 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             })
 
         return await guarded(request, "embeddings", serve)
+
+    def too_many_inputs(upstream: str, n: int, limit: int) -> _Refusal:
+        """An upstream's refusal of a batch over its input limit, as OpenRouter relays an
+        upstream error: its own message says only that the provider refused, and the
+        upstream's body rides along in `metadata.raw` (here OpenAI's wording)."""
+        state.issued["400_too_many_inputs"] += 1
+        raw = {"error": {"message": f"Too many inputs. The max number of inputs is {limit}, "
+                                    f"but {n} were given. Send fewer inputs per request.",
+                         "type": "invalid_request_error", "param": "input", "code": None}}
+        return _Refusal(400, "Provider returned error",
+                        {"error_type": "invalid_request", "provider_name": upstream, "raw": json.dumps(raw)})
 
     def corruption() -> str | None:
         """The corrupt mode this embedding response gets, if the switch fires for it."""
@@ -487,7 +503,8 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
     @app.put("/control/limits")
     async def control_limits(request: Request) -> Any:
         """`rpm` (exact sliding 60 s window; null: off), `concurrency` (null: off),
-        `retry_after` (send the header on 429s), `retry_after_seconds` (fixed value)."""
+        `max_inputs` (the most inputs an embedding request may carry, a 400 above it; null:
+        off), `retry_after` (send the header on 429s), `retry_after_seconds` (fixed value)."""
         b = await body_of(request)
         if "rpm" in b:
             state.rpm = None if b["rpm"] is None else RpmWindow(int(b["rpm"]), window=float(b.get("window", 60.0)),
@@ -496,6 +513,11 @@ def create_app(config: EmulatorConfig | None = None) -> FastAPI:
             gate = ConcurrencyGate(None if b["concurrency"] is None else int(b["concurrency"]))
             gate.in_flight, gate.peak = state.concurrency.in_flight, state.concurrency.peak
             state.concurrency = gate
+        if "max_inputs" in b:
+            v = b["max_inputs"]
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                return bad("max_inputs must be a whole number of at least 1, or null")
+            state.max_inputs = v
         if "retry_after" in b:
             state.send_retry_after = bool(b["retry_after"])
         if "retry_after_seconds" in b:

@@ -45,7 +45,8 @@ class EmulatorControl:
         return self._call("PUT", "/keys", fields)
 
     def set_limits(self, **fields: Any) -> dict[str, Any]:
-        """rpm=, concurrency=, retry_after=bool, retry_after_seconds=, window= (for rpm)."""
+        """rpm=, concurrency=, retry_after=bool, retry_after_seconds=, window= (for rpm),
+        max_inputs= (the most inputs an embedding request may carry; None: no limit)."""
         return self._call("PUT", "/limits", fields)
 
     def fail(self, status: int = 502, count: int | None = 1, rate: float = 0.0,

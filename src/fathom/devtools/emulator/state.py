@@ -129,6 +129,9 @@ class EmulatorState:
         self.concurrency = ConcurrencyGate(None)
         self.send_retry_after = True
         self.retry_after_seconds: float | None = None  # fixed value instead of the computed one
+        # The most inputs one embedding request may carry (None: no limit); above it a 400,
+        # worded as real embedding providers word it, as OpenRouter relays it.
+        self.max_inputs: int | None = None
         self.fail = Fault()
         self.in_flight_402 = Fault()
         self.credits_402 = Fault()
@@ -172,6 +175,7 @@ class EmulatorState:
             "by_model": dict(self.by_model),
             "issued": dict(self.issued),
             "rate_limited": self.issued["429"],
+            "too_many_inputs": self.issued["400_too_many_inputs"],
             "peak_concurrency": self.concurrency.peak,
             "in_flight": self.concurrency.in_flight,
             "key_hashes": sorted(self.keys_seen),
@@ -187,6 +191,7 @@ class EmulatorState:
             "credits": dict(self.credits),
             "rpm": self.rpm.rpm if self.rpm else None,
             "concurrency": self.concurrency.limit,
+            "max_inputs": self.max_inputs,
             "retry_after": self.send_retry_after,
             "latency": {"base_ms": self.latency_base * 1000, "per_item_ms": self.latency_per_item * 1000},
             "script_turns": len(self.chat.turns),
