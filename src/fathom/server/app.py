@@ -77,7 +77,9 @@ def create_app(
     use), a `Router` over the registry with the gate's clearance."""
     logsafe.install()
     settings = settings or Settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from fathom.datadir import open_data_dir
+
+    open_data_dir(settings.data_dir)  # 0700, and tightened if an older one was not
     admin = admin_token or settings.secret(settings.admin_token)
     admin_auth = AdminAuth(settings.data_dir, tokens=(admin,) if admin else ())
     scrape = metrics_token or settings.secret(settings.metrics_token)
