@@ -78,7 +78,7 @@ def test_each_search_tool_answers_the_inspector(data):
     port = _free_port()
     server = subprocess.Popen(
         [str(BIN / "python"), "-m", "fathom.cli", "--data-dir", str(data), "serve",
-         "--host", "127.0.0.1", "--port", str(port), "--no-watch"],
+         "--host", "127.0.0.1", "--port", str(port), "--no-watch", "--no-auth"],
         env=dict(os.environ, **SERVER_ENV), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/mcp"

@@ -38,6 +38,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from fathom.datadir import private_umask
 from fathom.errors import ConfigError, FathomError, failure_of
 
 # Data is printed as it is: no emoji codes (`:cloud:` inside a provider id stays text), no
@@ -124,6 +125,8 @@ def main(
         "--version", callback=show_version, is_eager=True,
         help="Print the version and exit.")] = False,
 ) -> None:
+    # Before any command writes: the data dir and all under it are this user's alone (0700/0600).
+    private_umask()
     # Merged, not replaced: a caller (a test, an embedding program) may pass obj={"fathom": ...}.
     ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
 
@@ -376,12 +379,30 @@ def projects(ctx: typer.Context) -> None:
 # ---------------------------------------------------------------- MCP
 
 
+# A token an operator chooses is refused below this length: a short one can be guessed.
+MIN_TOKEN_CHARS = 24
+
 NO_WATCH_HELP = ("Do not watch the projects' folders (their indexes then change only when "
                  "re-indexed). FATHOM_WATCH=0 does the same.")
 
 
 def _watching(ctx: typer.Context, no_watch: bool) -> bool:
     return not no_watch and settings_of(ctx).watch
+
+
+NO_AUTH_ALLOWS = ("any local user of this machine can search and index with your read rights: every project "
+                  "in the data dir, and any folder you can read")
+
+
+class NoAuthRefused(ConfigError):
+    """`fathom serve --no-auth` on an address beyond loopback: anyone who can reach it would act
+    with the serving user's read rights."""
+
+    def __init__(self, host: str):
+        self.host = host
+        super().__init__(f"refusing --no-auth on {host}: without a token anyone who can reach that address could "
+                         f"read, and index, code on this machine. --no-auth is for 127.0.0.1 (or ::1) only; on "
+                         f"{host} drop --no-auth and clients send the token `fathom serve` prints")
 
 
 @app.command()
@@ -392,32 +413,93 @@ def serve(
     no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
     token_file: Annotated[Path | None, typer.Option(
         "--token-file", envvar="FATHOM_MCP_TOKEN_FILE", show_default=False,
-        help="A file holding the token clients must send (else FATHOM_MCP_TOKEN). Required on any "
-             "address but loopback.")] = None,
+        help="A file holding the token clients must send (else FATHOM_MCP_TOKEN; neither: one issued at "
+             "the first start and printed once).")] = None,
+    rotate_token: Annotated[bool, typer.Option(
+        "--rotate-token",
+        help="Replace the issued token with a fresh one, printed once (the old one stops working).")] = False,
+    no_auth: Annotated[bool, typer.Option(
+        "--no-auth",
+        help=f"Serve without a token, on a loopback address only: {NO_AUTH_ALLOWS}.")] = False,
 ) -> None:
     """Serve the MCP tools over streamable HTTP (at /mcp), keeping indexes in sync.
 
+    Clients send a token, on loopback too: printed once at the first start, with a ready client setup.
+
     The served projects' indexes follow their files as they change (unless --no-watch)."""
+    import shlex
+
     import uvicorn
 
-    from fathom.server.mcp_http import is_loopback, standalone_app
+    from fathom.cli_admin import print_mcp_client
+    from fathom.server.__main__ import listen
+    from fathom.server.mcp_http import ServeToken, is_loopback, standalone_app
     from fathom.server.mcp_tools import build_mcp_server
 
-    token = mcp_token(token_file)
-    if token is None and not is_loopback(host):
-        raise ConfigError(
-            f"refusing to serve MCP on {host} without a token: anyone who can reach that address could read, "
-            f"and index, code on this machine. Set FATHOM_MCP_TOKEN to a long random string (e.g. `export "
-            f"FATHOM_MCP_TOKEN=fm_$(openssl rand -hex 32)`) or put one in a file and pass --token-file FILE; clients "
-            f"then send `Authorization: Bearer <token>`. Or serve on 127.0.0.1")
-    fathom = fathom_of(ctx)
+    given = mcp_token(token_file)
+    if no_auth and not is_loopback(host):
+        raise NoAuthRefused(host)
+    if no_auth and given:
+        raise ConfigError("--no-auth and a token (FATHOM_MCP_TOKEN or --token-file) were both given: "
+                          "drop one of them")
+    if rotate_token and (no_auth or given):
+        raise ConfigError("--rotate-token replaces the token `fathom serve` issued; with --no-auth, "
+                          "FATHOM_MCP_TOKEN or --token-file there is none to replace")
     settings = settings_of(ctx)
-    mcp_app = standalone_app(build_mcp_server(fathom), token=token, host=host,
-                             allowed_hosts=settings.allowed_host_list(),
-                             on_start=fathom.start_watching if _watching(ctx, no_watch) else None)
+    # Bound before a token is issued: a start that cannot listen leaves nothing behind.
+    try:
+        sock = listen(host, port)
+    except OSError as exc:
+        raise FathomError(f"cannot listen on {host}:{port}: {exc.strerror or exc}. Is another server running "
+                          f"there? Stop it, or choose another --port. No token was issued.") from None
+    try:
+        fathom = fathom_of(ctx)
+        url = f"http://{client_host(host)}:{port}/mcp"
+        auth: Any = None
+        if given:  # the operator's own: shown as where it is, never printed
+            print_mcp_client(url, "$FATHOM_MCP_TOKEN" if token_file is None
+                             else f"$(cat {shlex.quote(str(token_file))})")
+        elif not no_auth:
+            auth = ServeToken(settings.data_dir)
+            if rotate_token or not auth.configured:
+                issued = auth.replace() if rotate_token else auth.issue()
+                console.print(Text(f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash "
+                                   f"is kept): {issued}"), soft_wrap=True)
+                print_mcp_client(url, issued)
+            else:
+                console.print(f"MCP clients send the token this data dir's first `fathom serve` printed (only its "
+                              f"hash is kept); `fathom serve --rotate-token` prints a new one")
+        else:
+            err_console.print(Text(f"warning: --no-auth: no token is asked for; {NO_AUTH_ALLOWS}",
+                                   style="yellow"))
+        mcp_app = standalone_app(build_mcp_server(fathom), token=given, auth=auth, host=host,
+                                 allowed_hosts=settings.allowed_host_list(),
+                                 on_start=fathom.start_watching if _watching(ctx, no_watch) else None)
+    except BaseException:
+        sock.close()
+        raise
     err_console.print(f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp"
-                      + ("" if token is None else " (bearer token required)"))
-    uvicorn.Server(uvicorn.Config(mcp_app, host=host, port=port, log_level="warning")).run()
+                      + (" (no token asked for)" if no_auth else " (bearer token required)"))
+    sys.stdout.flush()
+    # The team server's connection bounds: a header timeout, a connection cap, and no
+    # forwarded address believed.
+    from fathom.server.connections import ConnectionLimits, uvicorn_config
+
+    config = uvicorn_config(mcp_app, host=host, port=port, limits=ConnectionLimits.of(settings),
+                            log_level="warning")
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def client_host(host: str) -> str:
+    """The name a client uses for a server listening on `host`: this machine's name for a
+    wildcard address, brackets around an IPv6 literal."""
+    import socket
+
+    from fathom.server.mcp_http import WILDCARD_HOSTS
+
+    if host in WILDCARD_HOSTS:
+        return socket.getfqdn()
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def mcp_token(token_file: Path | None) -> str | None:
@@ -438,9 +520,9 @@ def mcp_token(token_file: Path | None) -> str | None:
         from fathom.config import Settings
 
         token = Settings.secret(Settings().mcp_token) or ""
-    if token and (len(token) < 16 or any(c.isspace() for c in token)):
-        raise ConfigError("the MCP token must be at least 16 characters without spaces; use a long random "
-                          "string, e.g. fm_$(openssl rand -hex 32)")
+    if token and (len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token)):
+        raise ConfigError(f"the MCP token must be at least {MIN_TOKEN_CHARS} characters without spaces; use a "
+                          f"long random string, e.g. fm_$(openssl rand -hex 32)")
     return token or None
 
 

@@ -635,6 +635,14 @@ def print_tokens(data: dict[str, Any]) -> None:
                                                            "none: no folder can be indexed over MCP"))
 
 
+def print_mcp_client(url: str, bearer: str) -> None:
+    """A ready MCP client configuration for `url`: Claude Code's command (other clients take the
+    same URL and header). `bearer` is the token, or a shell expression that gives it. Printed
+    unwrapped (`soft_wrap`), so the command pastes whole whatever the terminal's width."""
+    console.print(Text("use it: ") + Text(f"claude mcp add --transport http fathom {url} "
+                                          f"--header \"Authorization: Bearer {bearer}\""), soft_wrap=True)
+
+
 @tokens_app.command("create")
 @handled
 def tokens_create(
@@ -649,11 +657,11 @@ def tokens_create(
     created = connect(server, token).call("POST", "/admin/tokens", {"name": name, "projects": project or None,
                                                                      "can_index": can_index})
     scope = ", ".join(created["projects"]) if created["projects"] else "every project"
-    console.print(Text(f"MCP token for {created['name']} (shown once; only its hash is kept): {created['token']}"))
+    console.print(Text(f"MCP token for {created['name']} (shown once; only its hash is kept): {created['token']}"),
+                  soft_wrap=True)
     console.print(Text(f"it sees: {scope}; " + ("it may index under FATHOM_INDEX_ROOTS" if created["can_index"]
                                                 else "read-only")))
-    console.print(Text(f"use it: claude mcp add --transport http fathom {server.rstrip('/')}/mcp "
-                       f"--header \"Authorization: Bearer {created['token']}\""))
+    print_mcp_client(f"{server.rstrip('/')}/mcp", created["token"])
 
 
 @tokens_app.command("list")

@@ -12,6 +12,7 @@ import click
 import typer
 
 from fathom import logsafe
+from fathom.datadir import private_umask
 
 # `--log-level` of the long-running commands (`server`, `sidecar`).
 LogLevel = Annotated[str, typer.Option(
@@ -37,6 +38,8 @@ def setup_logging(level: str, log_format: str = "text") -> None:
 
 def run_command(command: Callable[..., None], argv: Sequence[str] | None, *, prog: str) -> int:
     """Parse `argv` for `command` and run it; its exit code (2 for a usage error)."""
+    # Whatever it writes (the data dir, a sidecar's state) is this user's alone.
+    private_umask()
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     app.command()(command)
     try:

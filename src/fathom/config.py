@@ -456,7 +456,7 @@ def state_defect(exc: BaseException) -> str:
 def atomic_write_text(path: Path, text: str) -> None:
     """Write through a temp file in the same folder and rename it into place, so a reader or
     a crash never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "w") as fh:

@@ -24,6 +24,7 @@ from rich.rule import Rule
 
 from fathom.cli import console, err_console, index_with_progress, print_hits, print_report, show_error
 from fathom.config import Settings
+from fathom.datadir import private_umask
 from fathom.errors import FathomError
 from fathom.service import Fathom
 
@@ -80,6 +81,7 @@ async def run_demo(settings: Settings, root: Path, *, k: int = 3) -> tuple[int, 
 def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    private_umask()  # the index it writes is this user's alone
     try:
         relevant, total = asyncio.run(run_demo(demo_settings(), demo_codebase()))
     except FathomError as exc:

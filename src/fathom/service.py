@@ -43,6 +43,7 @@ from filelock import FileLock, Timeout
 
 from fathom import scope
 from fathom.config import BatchRecord, RoutingStore, Settings, atomic_write_text
+from fathom.datadir import open_data_dir
 from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
@@ -250,7 +251,7 @@ class Fathom:
                  budget: CloudBudget | None = None, router: Router | None = None,
                  routing: RoutingStore | None = None):
         self.settings = settings or Settings()
-        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        open_data_dir(self.settings.data_dir)  # 0700, and tightened if an older one was not
         # On a shared PostgreSQL store the gate's verdicts and golden vectors and the routing
         # state live in that database, so every server on it sees the same cleared encoders and
         # the same routes. Built before the store (whose clearance is this gate); nothing

@@ -989,7 +989,7 @@ class LanceStore(Store):
         self._session = lancedb.Session(metadata_cache_size_bytes=LANCE_METADATA_CACHE_BYTES)
         single_threaded_blas()
         self.root = Path(root)
-        (self.root / "projects").mkdir(parents=True, exist_ok=True)
+        (self.root / "projects").mkdir(mode=0o700, parents=True, exist_ok=True)
         if matrix_cache_bytes < 0:
             raise ConfigError(f"matrix_cache_bytes must be 0 or more, got {matrix_cache_bytes}")
         if exact_max_rows < 1:
@@ -1055,7 +1055,7 @@ class LanceStore(Store):
         """Read-modify-write of one project's state, serialised across threads and processes
         (flock), so two writers never lose each other's pointer change."""
         d = self._dir(project)
-        d.mkdir(parents=True, exist_ok=True)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
         with self._mutex, open(d / ".lock", "a+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
@@ -1080,9 +1080,9 @@ class LanceStore(Store):
         host = socket.gethostname()
         holder = holder or f"fathom@{host}:{os.getpid()}"
         d = self._dir(project)
-        d.mkdir(parents=True, exist_ok=True)
+        d.mkdir(mode=0o700, parents=True, exist_ok=True)
         path = d / ".index.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -88,7 +88,7 @@ class MappedMatrix:
         n = tbl.count_rows()
         part = folder.with_name(folder.name + ".part")
         shutil.rmtree(part, ignore_errors=True)
-        part.mkdir(parents=True)
+        part.mkdir(mode=0o700, parents=True)
         try:
             vectors = np.lib.format.open_memmap(part / "vectors.npy", "w+", np.float32, (n, width))
             row_ids = np.empty(n, np.uint64)

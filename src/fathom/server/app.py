@@ -79,7 +79,9 @@ def create_app(
     use), a `Router` over the registry with the gate's clearance."""
     logsafe.install()
     settings = settings or Settings()
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from fathom.datadir import open_data_dir
+
+    open_data_dir(settings.data_dir)  # 0700, and tightened if an older one was not
     # Tokens the operator chose in the environment must be long enough not to be guessed.
     admin = admin_token or check_chosen_token("FATHOM_ADMIN_TOKEN", settings.secret(settings.admin_token))
     admin_auth = AdminAuth(settings.data_dir, tokens=(admin,) if admin else ())

@@ -43,6 +43,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fathom import scope as project_scope
 from fathom.index.walker import under_roots
+from fathom.server.admin import AdminAuth
 from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, _answer, _mcp_url, mcp_unauthorized
 from fathom.server.tokens import Principal
 
@@ -299,17 +300,30 @@ def not_oauth_routes() -> list[Any]:
             *(Route(path, not_oauth, methods=["GET", "POST"]) for path in sorted(OAUTH_PATHS))]
 
 
-def standalone_app(server: Any, *, token: str | None, host: str, allowed_hosts: Sequence[str] = (),
+class ServeToken(AdminAuth):
+    """`fathom serve`'s own token when none is given at start: issued at its first start in a
+    data dir and shown once, kept only as a hash in `serve_token.json` (the admin token's
+    record, with an MCP token's `fm_` prefix)."""
+
+    FILENAME = "serve_token.json"
+    PREFIX = "fm"
+
+
+def standalone_app(server: Any, *, token: str | None = None, auth: Any = None, host: str,
+                   allowed_hosts: Sequence[str] = (),
                    on_start: Callable[[], Awaitable[Any]] | None = None) -> ASGIApp:
-    """`fathom serve`: the MCP tools at `/mcp` on their own, behind `token` (None: open, which
-    the command allows on loopback only), with the same 401, DNS-rebinding protection and
-    body limits as the fleet server. `on_start` runs once the app starts (the live sync)."""
+    """`fathom serve`: the MCP tools at `/mcp` on their own, behind `token` (or `auth`: a record
+    of tokens' hashes, `ServeToken`); neither: open, which the command allows on
+    loopback only, under `--no-auth`. The same 401, DNS-rebinding protection and body limits as
+    the fleet server. `on_start` runs once the app starts (the live sync)."""
     from starlette.applications import Starlette
     from starlette.routing import Route
 
     from fathom.server.guard import BodyLimits, RequestGuard, StaticToken
 
-    access = Access(StaticToken(token) if token else None, open_mcp=token is None)
+    if auth is None and token:
+        auth = StaticToken(token)
+    access = Access(auth, open_mcp=auth is None)
     endpoint = MCPEndpoint(server, access, host=host, allowed_hosts=allowed_hosts)
 
     @contextlib.asynccontextmanager
