@@ -7,7 +7,8 @@ before it writes a row. The parts, one concept each:
 - `check`      the comparison: per-probe cosines, width, count, finiteness, the 0.99 floor
 - `verdict`    `Verdict` (keyed by provider, model, pin, regime, reference, width) and its store
 - `golden`     the reference's probe vectors, recorded once per space, for drift re-checks
-- `core`       `Gate`: reference selection per policy, verify, re-probe, quarantine, listeners
+- `judge`      `Judge`: reference selection per policy and the decision of one verdict
+- `core`       `Gate`: verify, the watch list, re-probe, quarantine, listeners
 - `clearance`  `GateClearance`, the store's second lock
 - `audit`      rows per verdict, suspect rows after a quarantine, and re-embedding them
 
@@ -20,10 +21,11 @@ from fathom.inference.gate.audit import (
 from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
 from fathom.inference.gate.clearance import GateClearance
 from fathom.inference.gate.core import (
-    DEFAULT_RECHECK_INTERVAL_S, Gate, GateEvent, GateRefused, GateUnavailable, check_pin,
-    choose_anchor, identity, raise_if_refused, role_for,
+    DEFAULT_RECHECK_INTERVAL_S, Gate, GateEvent, GateRefused, check_pin, choose_anchor,
+    raise_if_refused,
 )
 from fathom.inference.gate.golden import Golden, GoldenStore
+from fathom.inference.gate.judge import GateUnavailable, identity, role_for
 from fathom.inference.gate.verdict import (
     Coverage, JsonVerdictStore, Status, Verdict, VerdictKey, VerdictStore, Watched, verdict_id_for,
 )

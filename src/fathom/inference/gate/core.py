@@ -1,10 +1,11 @@
 """The gate: who may write rows into a vector space (R3) and whose route is pinned (R4).
 
-It owns the decision and its lifecycle: pick the reference the policy calls for, embed the
-probe set through candidate and reference, turn the comparison into a persisted `Verdict`,
-record golden vectors the first time a space's reference answers, re-probe cleared providers
+It owns the decision and its lifecycle: the decision itself is the `Judge`'s (`judge`: pick
+the reference the policy calls for, embed the probe set through candidate and reference, turn
+the comparison into a `Verdict`, record golden vectors the first time a space's reference
+answers); the gate persists it, tracks who is cleared, re-probes cleared providers
 (periodically, after each reconnect, and after a restart: the watch list of cleared providers
-is persisted beside the verdicts), and quarantine one at once when it drifts. A refused or
+is persisted beside the verdicts), and quarantines one at once when it drifts. A refused or
 quarantined verdict revokes every earlier cleared verdict of the same provider (id, model and
 pin) in the same space, so the audit sees the rows written since the last good check whichever path found the
 drift. A re-probe that cannot run yet (the provider is unreachable, or its key is missing) is
@@ -27,12 +28,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Sequence
 
-from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError, ProviderUnavailable
+from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError
 from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
 from fathom.inference.gate.golden import Golden, GoldenStore
-from fathom.inference.gate.verdict import (
-    Coverage, JsonVerdictStore, Verdict, VerdictKey, VerdictStore, Watched, verdict_id_for,
-)
+# GateUnavailable: raised by the judge, still importable from here as it always was.
+from fathom.inference.gate.judge import GateUnavailable as GateUnavailable
+from fathom.inference.gate.judge import Judge, identity, role_for
+from fathom.inference.gate.verdict import Coverage, JsonVerdictStore, Verdict, VerdictStore, Watched
 from fathom.inference.probes import ProbeSet, load_probes
 from fathom.inference.provider import Provider
 from fathom.policy import BEHAVIOUR, Policy, Reference
@@ -64,17 +66,6 @@ class GateRefused(FathomError):
         )
 
 
-class GateUnavailable(ProviderUnavailable):
-    """No verdict could be reached now: the reference (every peer, under `cloud`) or the
-    candidate could not answer. Nothing is cleared; try again when they are back."""
-
-    def __init__(self, message: str, *, space_key: str, provider_id: str,
-                 attempts: dict[str, str] | None = None):
-        self.space_key, self.provider_id = space_key, provider_id
-        self.attempts = attempts or {}
-        super().__init__(message)
-
-
 @dataclass(frozen=True)
 class GateEvent:
     """What listeners hear: a provider cleared, refused, or quarantined for a space."""
@@ -88,26 +79,12 @@ class GateEvent:
 Listener = Callable[[GateEvent], "Awaitable[None] | None"]
 
 
-def role_for(space: Space) -> Role:
-    for role in EMBEDDING_ROLES:
-        if role.table == space.table:
-            return role
-    raise ConfigError(f"space table {space.table!r} is not an embedding table (code or docs)")
-
-
 def check_pin(role: Role | str, provider: Provider) -> None:
     """R4, fail closed: a cloud route for an embedding role must name its upstream. Reranking
     (and chat) write nothing, so they need none."""
     role = Role.parse(role)
     if role in EMBEDDING_ROLES and provider.info.is_cloud and not provider.info.upstream:
         raise PinRequired(role.value, provider.info.model)
-
-
-def identity(provider: Provider) -> str:
-    """How a verdict names its reference: id, model and pin (a re-pinned reference is
-    another reference)."""
-    i = provider.info
-    return f"{i.id}|{i.model}|{i.upstream or '-'}"
 
 
 def choose_anchor(providers: Iterable[Provider], model: str, role: Role | str) -> str | None:
@@ -163,6 +140,10 @@ class Gate:
         self._pending: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reprobing: dict[str, asyncio.Task[Any]] = {}  # provider id -> its running re-probe
+        self._judge = Judge(probes=self.probes, golden=self.golden, verdicts=self.verdicts,
+                            providers=self._providers, threshold=threshold, now=now,
+                            is_cleared=self.is_cleared,
+                            quarantine_if_cleared=self._quarantine_if_cleared)
 
     # -- the watch list: who is cleared, and when each was last checked (persisted) -------
 
@@ -330,7 +311,7 @@ class Gate:
         return [v.status_line() for v in latest.values()]
 
     def golden_for(self, space: Space) -> Golden | None:
-        return self.golden.get(space.key, self.probes.digest)
+        return self._judge.golden_for(space)
 
     # -- the check -----------------------------------------------------------------------
 
@@ -362,7 +343,7 @@ class Gate:
                     return existing
                 verdict = None  # cleared before a reconnect or restart: re-probe it first
             else:
-                verdict = await self._decide(space, provider, regime)
+                verdict = await self._judge.decide(space, provider, regime)
                 self.verdicts.put(verdict)
                 if verdict.cleared:
                     self._track(space, provider.id, verdict.decided_at)
@@ -381,131 +362,6 @@ class Gate:
     async def admit(self, space: Space, provider: Provider, policy: Policy | str, **kw: Any) -> Verdict:
         """`verify`, raising `GateRefused` (with the per-probe cosines) when refused."""
         return raise_if_refused(await self.verify(space, provider, policy, **kw))
-
-    async def _decide(self, space: Space, candidate: Provider, regime: Reference) -> Verdict:
-        started = self._now()
-        ids, width = self.probes.ids, space.width
-        golden = self.golden_for(space)
-        gvec = golden.vectors if golden is not None else None
-        is_reference = candidate.id == space.reference
-
-        if is_reference or self._sole_cloud(space, candidate, regime):
-            # The space's own reference, or a sole cloud provider with no peer: shape (width,
-            # count, finiteness) and the pin, plus the golden vectors once they exist.
-            vectors = await self._embed_candidate(space, candidate)
-            evidence = inspect(ids, vectors, width, reference=gvec, threshold=self.threshold)
-            if regime is Reference.CLOUD and not self._cloud_peers(space, candidate):
-                coverage, ref_identity = Coverage.REDUCED, "none: sole cloud provider"
-            else:
-                coverage, ref_identity = Coverage.SELF, "self"
-            if golden is None and evidence.shape_ok:
-                self._record_golden(space, candidate, vectors)
-        else:
-            reference, ref_vectors = await self._reference_answer(space, candidate, regime, gvec)
-            vectors = await self._embed_candidate(space, candidate)
-            evidence = inspect(ids, vectors, width, reference=ref_vectors, threshold=self.threshold)
-            coverage, ref_identity = Coverage.FULL, identity(reference)
-            if golden is None:
-                self._record_golden(space, reference, ref_vectors)
-
-        key = VerdictKey(
-            space=space.key, table=space.table, provider_id=candidate.id,
-            model=candidate.info.model, upstream=candidate.info.upstream, regime=regime,
-            reference=ref_identity, width=width,
-        )
-        decided = self._now()
-        passed = evidence.passed
-        vid, attempt = verdict_id_for(key, decided), 0
-        while self.verdicts.get(vid) is not None:  # same key decided twice in one clock tick
-            attempt += 1
-            vid = verdict_id_for(key, decided, attempt)
-        return Verdict(
-            key=key, verdict_id=vid, passed=passed, coverage=coverage,
-            reason=evidence.reason(), evidence=evidence, probe_set=self.probes.digest,
-            decided_at=decided, elapsed_s=max(0.0, decided - started),
-            last_good_check=decided if passed else None, golden_compared=gvec is not None,
-        )
-
-    async def _embed_candidate(self, space: Space, candidate: Provider) -> Any:
-        try:
-            return await candidate.embed(self.probes.texts)
-        except ProviderError as exc:
-            raise GateUnavailable(
-                f"{candidate.id} could not embed the probe set for the {space.table} table "
-                f"({type(exc).__name__}); it stays uncleared. Retry when it is reachable.",
-                space_key=space.key, provider_id=candidate.id,
-                attempts={candidate.id: type(exc).__name__},
-            ) from exc
-
-    def _reference_order(self, space: Space, candidate: Provider, regime: Reference) -> list[Provider]:
-        if regime is Reference.LOCAL:
-            ref = self._providers.get(space.reference)
-            if ref is None:
-                return []
-            if ref.info.is_cloud:
-                raise ConfigError(
-                    f"the {space.table} table's reference {ref.id} is a cloud route, but under "
-                    f"local, aggregate and backup the reference must be local (R3): agreement "
-                    f"with rows written locally is what is checked. Designate a local encoder."
-                )
-            return [ref]
-        # cloud: the anchor first, then peers already cleared for this space, in id order.
-        order: list[Provider] = []
-        anchor = self._providers.get(space.reference)
-        if anchor is not None and anchor.id != candidate.id:
-            order.append(anchor)
-        for p in sorted(self._cloud_peers(space, candidate), key=lambda p: p.id):
-            if p not in order and self.is_cleared(space, p):
-                order.append(p)
-        return order
-
-    def _cloud_peers(self, space: Space, candidate: Provider) -> list[Provider]:
-        """Other pinned cloud providers of the candidate's model serving this table."""
-        role = role_for(space)
-        return [p for p in self._providers.values()
-                if p.id != candidate.id and p.info.is_cloud and p.info.upstream
-                and p.info.model == candidate.info.model and role in p.info.roles]
-
-    def _sole_cloud(self, space: Space, candidate: Provider, regime: Reference) -> bool:
-        return regime is Reference.CLOUD and not self._cloud_peers(space, candidate)
-
-    async def _reference_answer(self, space: Space, candidate: Provider, regime: Reference,
-                                gvec: Any) -> tuple[Provider, Any]:
-        attempts: dict[str, str] = {}
-        order = self._reference_order(space, candidate, regime)
-        for ref in order:
-            try:
-                answer = await ref.embed(self.probes.texts)
-            except ProviderError as exc:
-                attempts[ref.id] = f"could not answer ({type(exc).__name__})"
-                continue  # the anchor is down: fail over to the next peer
-            own = inspect(self.probes.ids, answer, space.width, reference=gvec,
-                          threshold=self.threshold)
-            if not own.passed:
-                # A reference that no longer matches the table's golden vectors would pass
-                # anything drifted the same way; it judges nobody.
-                attempts[ref.id] = f"disagrees with the golden vectors ({own.reason()})"
-                await self._quarantine_if_cleared(space, ref, f"reference drift: {own.reason()}", own)
-                continue
-            return ref, answer
-        wanted = (f"the designated local reference {space.reference}" if regime is Reference.LOCAL
-                  else f"the cloud anchor {space.reference} or a cleared peer")
-        tried = "; ".join(f"{k}: {v}" for k, v in attempts.items()) or "none is connected"
-        raise GateUnavailable(
-            f"cannot judge {candidate.id} for the {space.table} table: {wanted} must answer the "
-            f"probes first ({tried}). Nothing is cleared until a reference answers.",
-            space_key=space.key, provider_id=candidate.id, attempts=attempts,
-        )
-
-    def _record_golden(self, space: Space, encoder: Provider, vectors: Any) -> None:
-        import numpy as np
-
-        self.golden.put(Golden(
-            space=space.key, probe_set=self.probes.digest, probe_ids=tuple(self.probes.ids),
-            reference=identity(encoder), recorded_at=self._now(),
-            vectors=np.asarray(vectors, dtype=np.float32),
-        ))
-        log.info("gate: golden vectors recorded for %s from %s", space.key, encoder.id)
 
     # -- re-probes and quarantine --------------------------------------------------------
 
@@ -541,7 +397,7 @@ class Gate:
             what = "the golden vectors" if golden and evidence.shape_ok else "the shape check"
             return await self._quarantine(space, verdict, f"re-probe against {what}: {evidence.reason()}", evidence)
         if golden is None and verdict.coverage in (Coverage.SELF, Coverage.REDUCED):
-            self._record_golden(space, provider, vectors)
+            self._judge.record_golden(space, provider, vectors)
         ref = self._live_reference(verdict)
         if ref is not None:
             try:
