@@ -16,6 +16,7 @@ from fathom.inference.gate import (
     MIN_COSINE, Coverage, Gate, GateClearance, GateRefused, GateUnavailable, Status, check_pin,
     choose_anchor, identity, inspect, load_probes,
 )
+from fathom.inference.registry import HealthState, ProviderRegistry
 from fathom.policy import Policy, Reference
 from fathom.roles import Role
 from fathom.space import Provenance, Space
@@ -481,8 +482,7 @@ async def test_router_predicate_gates_embedding_roles_only(gate):
 
 
 async def test_bound_registry_hears_quarantines_and_reconnects_are_reprobed(gate):
-    registry_mod = pytest.importorskip("fathom.inference.registry")
-    registry = registry_mod.ProviderRegistry()
+    registry = ProviderRegistry()
     ref, gpu = FakeEncoder("local:ref"), FakeEncoder("sidecar:gpu1")
     registry.add(ref)
     unbind = gate.bind(registry)
@@ -497,7 +497,7 @@ async def test_bound_registry_hears_quarantines_and_reconnects_are_reprobed(gate
     assert not gate.is_cleared(space, back)  # not before its re-probe has run
     await gate.drain()
     assert gate.verdict_for(space, back).status is Status.QUARANTINED
-    assert registry.health(back.id).state == registry_mod.HealthState.QUARANTINED
+    assert registry.health(back.id).state == HealthState.QUARANTINED
     assert not registry.available(back.id)
 
     fixed = FakeEncoder("sidecar:gpu1")
