@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast install system-deps mcp-inspector bench dist clean
+.PHONY: demo test test-fast lint install system-deps mcp-inspector bench dist clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -50,10 +50,15 @@ mcp-inspector: $(INSPECTOR_STAMP)
 demo: install
 	$(BIN)/python -m fathom.demo
 
-test: install system-deps mcp-inspector
+# Lint and types first: they fail in a minute, before the suite (config in pyproject.toml).
+lint: install
+	$(BIN)/ruff check src tests
+	$(BIN)/python -m mypy src/fathom
+
+test: lint system-deps mcp-inspector
 	$(BIN)/python -m pytest -q -ra
 
-test-fast: install
+test-fast: lint
 	$(BIN)/python -m pytest -q -m "not slow"
 
 # A wheel and an sdist of fathom-code-search under dist/ (tests/test_install.py installs one).

@@ -166,7 +166,7 @@ class Fleet:
                     await asyncio.wait_for(task, 10)
 
     async def close(self) -> None:
-        for _, task, stop in self.sidecars:
+        for _, _task, stop in self.sidecars:
             stop.set()
         for _, task, _ in self.sidecars:
             with contextlib.suppress(BaseException):

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

@@ -115,7 +115,7 @@ async def test_reused_vectors_keep_the_provenance_they_were_written_under(
     after = rows(store)
     assert report.carried > 0 and report.embedded == len(beta.texts)
     by_text = {h: (p, v, at, vec) for h, _, p, v, at, vec in before.values()}
-    for cid, (h, path, p, v, at, vec) in after.items():
+    for _cid, (h, path, p, v, at, vec) in after.items():
         if h in by_text:
             # Same text: alpha's vector, alpha's verdict and alpha's write time, at the new place.
             assert (p, v, at, vec) == by_text[h], path

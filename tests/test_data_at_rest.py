@@ -33,7 +33,7 @@ def under_umask_022(argv: list[str]) -> list[str]:
 def shared_paths(root: Path) -> list[str]:
     """Every folder or file under `root` (itself included) with a group or other permission bit."""
     found = []
-    for folder, dirs, files in os.walk(root):
+    for folder, _dirs, files in os.walk(root):
         for path in [folder, *(os.path.join(folder, f) for f in files)]:
             st = os.lstat(path)
             if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o077:

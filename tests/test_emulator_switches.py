@@ -9,7 +9,6 @@ names an upstream other than the pinned one.
 
 from __future__ import annotations
 
-from typing import Sequence
 
 import numpy as np
 import pytest

@@ -23,8 +23,6 @@ import logging
 import os
 import secrets
 import subprocess
-import types
-from collections import deque
 from pathlib import Path
 
 import pytest

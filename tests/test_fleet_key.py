@@ -1,4 +1,4 @@
-"""The write-only key through the fleet (R6), against the OpenRouter emulator on 127.0.0.1:
+"""The write-only key through the fleet, against the OpenRouter emulator on 127.0.0.1:
 push and acknowledgement, keyless merges, restart = "key missing", reconnect = key kept,
 throttles reaching the budget, and the persisted push fact."""
 

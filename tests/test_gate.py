@@ -16,6 +16,7 @@ from fathom.inference.gate import (
     MIN_COSINE, Coverage, Gate, GateClearance, GateRefused, GateUnavailable, Status, check_pin,
     choose_anchor, identity, inspect, load_probes,
 )
+from fathom.inference.registry import HealthState, ProviderRegistry
 from fathom.policy import Policy, Reference
 from fathom.roles import Role
 from fathom.space import Provenance, Space
@@ -110,8 +111,8 @@ async def test_refusal_names_the_probes_that_fail(gate):
 
 
 def test_the_floor_is_strict_a_cosine_of_exactly_0_99_is_refused():
-    """R3: strictly above 0.99 on every probe. The pair below has a cosine of exactly 0.99 in
-    floating point; a cosine just above it passes."""
+    """The gate's threshold: strictly above 0.99 on every probe. The pair below has a cosine
+    of exactly 0.99 in floating point; a cosine just above it passes."""
     ref = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
     at_floor = [0.99, math.sqrt(1 - 0.99**2)]
     above = [0.9905, math.sqrt(1 - 0.9905**2)]
@@ -154,7 +155,7 @@ async def test_width_check_alone_would_pass_a_foreign_space(gate):
     assert not v.passed and v.min_cosine < 0.9
 
 
-# ------------------------------------------------------------------------------ pins (R4)
+# ------------------------------------------------------------------------------ pins
 
 
 async def test_unpinned_cloud_embedding_route_is_refused_before_any_probe(gate):
@@ -235,7 +236,7 @@ async def test_changed_pin_or_model_invalidates(tmp_path, wall):
     GateClearance(gate).check(space, Provenance(pinned_b.id, v_b.verdict_id))
 
 
-# ------------------------------------------------------------------------------ references (R3)
+# ------------------------------------------------------------------------------ references
 
 
 async def test_local_reference_must_be_connected(gate):
@@ -481,8 +482,7 @@ async def test_router_predicate_gates_embedding_roles_only(gate):
 
 
 async def test_bound_registry_hears_quarantines_and_reconnects_are_reprobed(gate):
-    registry_mod = pytest.importorskip("fathom.inference.registry")
-    registry = registry_mod.ProviderRegistry()
+    registry = ProviderRegistry()
     ref, gpu = FakeEncoder("local:ref"), FakeEncoder("sidecar:gpu1")
     registry.add(ref)
     unbind = gate.bind(registry)
@@ -497,7 +497,7 @@ async def test_bound_registry_hears_quarantines_and_reconnects_are_reprobed(gate
     assert not gate.is_cleared(space, back)  # not before its re-probe has run
     await gate.drain()
     assert gate.verdict_for(space, back).status is Status.QUARANTINED
-    assert registry.health(back.id).state == registry_mod.HealthState.QUARANTINED
+    assert registry.health(back.id).state == HealthState.QUARANTINED
     assert not registry.available(back.id)
 
     fixed = FakeEncoder("sidecar:gpu1")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import numpy as np
 import pytest
@@ -31,7 +31,7 @@ KEY = "sk-or-v1-" + "d1sc0" * 12
 
 def record(check: p.KeyCheck, name: str = "gpu-1") -> KeyCheckRecord:
     return KeyCheckRecord(sidecar=name, outcome=check.outcome, reason=check.reason,
-                          at=datetime.now(timezone.utc), facts=check.facts)
+                          at=datetime.now(UTC), facts=check.facts)
 
 
 async def check_with(emu: VirtualEmulator, **key_fields) -> p.KeyCheck:

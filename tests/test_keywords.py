@@ -76,7 +76,7 @@ def _agree(memory, lance, query):
     """Same scores at every place; the same chunks wherever a score is not tied (LanceDB
     orders equal scores its own way)."""
     assert len(memory) == len(lance), query
-    for (mid, ms), (lid, ls) in zip(memory, lance, strict=True):
+    for (_mid, ms), (_lid, ls) in zip(memory, lance, strict=True):
         assert ms == pytest.approx(ls, rel=1e-5, abs=1e-6), query
     by_score: dict[float, set[str]] = {}
     for cid, s in lance:

@@ -9,14 +9,23 @@ the module it names, and checked against the layers `docs/architecture.md` draws
 `devtools` (the OpenRouter emulator, the scripted local LLM server) stands aside: it may use the
 product, and the product never imports it.
 
-Imports under `if TYPE_CHECKING:` never run; they are checked for direction too, with one
-named exception each (`EXEMPT_TYPE_ONLY`), and left out of the cycle check only for those.
+Imports under `if TYPE_CHECKING:` never run, but they are dependencies all the same (a reader
+must know the other module to read this one): they are checked for direction and count as edges
+of the cycle check, with no exception.
+
+A leading underscore means "this module's own": no module imports a `_name` from another
+(`from fathom.x import _helper`), nor reaches one through a module it imported
+(`store._in_list`). That holds between the modules of one package too, and for a package's
+`__init__`: a helper two modules share is public in the module that owns it. A private
+*module* (`fathom.pkg._impl`) may be imported by its own package only. Dunders are not private.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -37,20 +46,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 ASIDE = "devtools"
 ASIDE_PREFIX = "fathom.devtools"
 
-# Type-only imports (under TYPE_CHECKING) allowed to name a higher layer, and why.
-EXEMPT_TYPE_ONLY = {
-    # Live sync and repair are handed the `Fathom` that runs them (they call its index and
-    # lock methods); the annotation names its class, the code never imports it.
-    ("fathom.index.watch", "fathom.service"),
-    ("fathom.index.verify", "fathom.service"),
-}
-
-
-def modules() -> dict[str, tuple[Path, bool]]:
+def modules(src: Path = SRC) -> dict[str, tuple[Path, bool]]:
     """Every module of the package: dotted name -> (file, is a package's __init__)."""
     found = {}
-    for path in (SRC / "fathom").rglob("*.py"):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
+    for path in (src / "fathom").rglob("*.py"):
+        parts = list(path.relative_to(src).with_suffix("").parts)
         is_pkg = parts[-1] == "__init__"
         found[".".join(parts[:-1] if is_pkg else parts)] = (path, is_pkg)
     return found
@@ -60,6 +60,14 @@ def _type_checking(node: ast.If) -> bool:
     t = node.test
     return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
         (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module a `from … import` names, relative imports resolved against `package`."""
+    if not node.level:
+        return node.module or ""
+    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join(up + ([node.module] if node.module else []))
 
 
 def imports(mods: dict[str, tuple[Path, bool]]) -> list[tuple[str, str, int, bool]]:
@@ -89,10 +97,7 @@ def imports(mods: dict[str, tuple[Path, bool]]) -> list[tuple[str, str, int, boo
             if isinstance(node, ast.Import):
                 targets = [resolve(a.name) for a in node.names if a.name.split(".")[0] == "fathom"]
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(up + ([node.module] if node.module else []))
+                base = absolute(node, package)
                 if base.split(".")[0] == "fathom":
                     targets = [resolve(f"{base}.{a.name}") for a in node.names]
             edges.extend((name, t, node.lineno, type_only) for t in dict.fromkeys(targets) if t != name)
@@ -100,6 +105,60 @@ def imports(mods: dict[str, tuple[Path, bool]]) -> list[tuple[str, str, int, boo
 
         walk(ast.parse(path.read_text(encoding="utf-8"), str(path)), False)
     return edges
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_uses(mods: dict[str, tuple[Path, bool]]) -> list[str]:
+    """Every place a module takes another module's `_name`: imported by name, reached as an
+    attribute of an imported module, or a private module imported from outside its package."""
+    bad = []
+
+    def owner_of(name: str) -> str:
+        while name not in mods:
+            name = name.rsplit(".", 1)[0]
+        return name
+
+    def private_module_outside(importer: str, module: str) -> bool:
+        parts = module.split(".")
+        for i, part in enumerate(parts):
+            if _private(part):
+                home = ".".join(parts[:i])
+                return not (importer == home or importer.startswith(home + "."))
+        return False
+
+    for name, (path, is_pkg) in mods.items():
+        package = name if is_pkg else name.rsplit(".", 1)[0]
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        bound: dict[str, str] = {}  # local name -> the fathom module it is bound to
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] != "fathom":
+                        continue
+                    if private_module_outside(name, a.name):
+                        bad.append(f"{name}:{node.lineno} imports the private module {a.name}")
+                    if a.asname and a.name in mods:
+                        bound[a.asname] = a.name
+            elif isinstance(node, ast.ImportFrom):
+                base = absolute(node, package)
+                if base.split(".")[0] != "fathom":
+                    continue
+                for a in node.names:
+                    full = f"{base}.{a.name}"
+                    if full in mods:  # a module imported from its package
+                        if private_module_outside(name, full):
+                            bad.append(f"{name}:{node.lineno} imports the private module {full}")
+                        bound[a.asname or a.name] = full
+                    elif _private(a.name) and owner_of(base) != name:
+                        bad.append(f"{name}:{node.lineno} imports {a.name} from {owner_of(base)}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id in bound and _private(node.attr) and bound[node.value.id] != name:
+                bad.append(f"{name}:{node.lineno} uses {node.attr} of {bound[node.value.id]}")
+    return sorted(set(bad))
 
 
 def layer_of(module: str) -> str:
@@ -125,8 +184,6 @@ def upward(edges: list[tuple[str, str, int, bool]]) -> list[str]:
         if ls == ASIDE:
             continue
         if ld == ASIDE or RANK[ld] > RANK[ls]:
-            if type_only and (src, dst) in EXEMPT_TYPE_ONLY:
-                continue
             bad.append(f"{src}:{line} ({ls}) imports {dst} ({ld})"
                        + (" under TYPE_CHECKING" if type_only else ""))
     return bad
@@ -135,9 +192,7 @@ def upward(edges: list[tuple[str, str, int, bool]]) -> list[str]:
 def cycles(edges: list[tuple[str, str, int, bool]]) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan)."""
     graph: dict[str, set[str]] = {}
-    for src, dst, _, type_only in edges:
-        if type_only and (src, dst) in EXEMPT_TYPE_ONLY:
-            continue
+    for src, dst, _, _type_only in edges:
         graph.setdefault(src, set()).add(dst)
         graph.setdefault(dst, set())
     index: dict[str, int] = {}
@@ -178,10 +233,20 @@ def test_every_module_has_a_layer():
 
 
 def test_no_import_climbs_a_layer():
+    assert upward([e for e in imports(modules()) if not e[3]]) == []
+
+
+@pytest.mark.xfail(strict=False, reason="until the restructuring lands (verify/watch name Fathom)")
+def test_no_type_only_import_climbs_a_layer():
     assert upward(imports(modules())) == []
 
 
 def test_no_import_cycle():
+    assert cycles([e for e in imports(modules()) if not e[3]]) == []
+
+
+@pytest.mark.xfail(strict=False, reason="until the restructuring lands (verify/watch name Fathom)")
+def test_no_import_cycle_counting_type_only_imports():
     assert cycles(imports(modules())) == []
 
 
@@ -195,3 +260,29 @@ def test_the_checks_see_function_level_and_type_only_imports():
     loop = [("fathom.index.store", "fathom.index.pgstore", 1, False),
             ("fathom.index.pgstore", "fathom.index.store", 2, True)]
     assert cycles(loop) == [["fathom.index.pgstore", "fathom.index.store"]]
+
+
+@pytest.mark.xfail(strict=False, reason="until the restructuring lands (fusion, verify, mcp_http)")
+def test_no_module_takes_another_modules_private_names():
+    assert private_uses(modules()) == []
+
+
+def test_the_private_check_sees_names_attributes_and_private_modules(tmp_path):
+    pkg = tmp_path / "fathom" / "index"
+    (pkg / "_impl").mkdir(parents=True)
+    for f in ("fathom/__init__.py", "fathom/index/__init__.py", "fathom/index/_impl/__init__.py"):
+        (tmp_path / f).write_text("", encoding="utf-8")
+    (pkg / "store.py").write_text("def _in_list(): ...\ndef own(): return _in_list()\n", encoding="utf-8")
+    (pkg / "verify.py").write_text(
+        "from fathom.index.store import _in_list, own\n"
+        "from fathom.index import store as s\n"
+        "from fathom.index import _impl\n"
+        "s._in_list(); s.own(); s.__name__\n", encoding="utf-8")
+    (tmp_path / "fathom" / "service.py").write_text("import fathom.index._impl\nfrom .index.store import _in_list\n",
+                                                  encoding="utf-8")
+    assert private_uses(modules(tmp_path)) == [
+        "fathom.index.verify:1 imports _in_list from fathom.index.store",
+        "fathom.index.verify:4 uses _in_list of fathom.index.store",
+        "fathom.service:1 imports the private module fathom.index._impl",
+        "fathom.service:2 imports _in_list from fathom.index.store",
+    ]

@@ -67,11 +67,11 @@ async def test_stdio_session_follows_edits_and_deletes_without_a_reindex(indexed
 
             await until(watching, what="the project to be watched")
             latencies = []
-            for i, (path, name, doc) in enumerate([
+            for path, name, doc in [
                 ("net/retry.py", "jitter_delay", "Random jitter added to a retry delay."),
                 ("billing/invoice.py", "invoice_due_date", "The date an invoice must be paid by."),
                 ("auth/password.py", "password_strength", "Score how hard a password is to guess."),
-            ]):
+            ]:
                 started = time.monotonic()
                 with (root / path).open("a") as fh:
                     fh.write(f"\n\ndef {name}(value):\n    \"\"\"{doc}\"\"\"\n    return value\n")

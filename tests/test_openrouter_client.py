@@ -6,7 +6,7 @@ key info and credits."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from email.utils import format_datetime
 
 import numpy as np
@@ -51,7 +51,7 @@ def test_pin_builds_the_documented_provider_object():
 
 
 def test_retry_after_reads_seconds_and_http_dates():
-    now = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
     assert parse_retry_after("7") == 7.0
     assert parse_retry_after("1.5") == 1.5
     assert parse_retry_after(format_datetime(now + timedelta(seconds=30), usegmt=True), now=lambda: now) == 30.0

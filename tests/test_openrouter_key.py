@@ -1,4 +1,4 @@
-"""Acceptance 3 of the OpenRouter issue (R6): the key appears in no log line (every logger
+"""The OpenRouter key stays secret: it appears in no log line (every logger
 captured at DEBUG, httpx and httpcore included), no exception message or repr, no repr or str
 of the client or provider, and the emulator keeps only its hash."""
 

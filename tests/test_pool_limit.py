@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import random
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -71,7 +71,7 @@ def test_every_writer_of_the_routing_state_takes_its_turn(tmp_path):
     store = InTurnOnly(tmp_path)
     hub = Hub(tmp_path, routing=store)
     store.record_batches("code", {"local:minilm": BatchRecord(batch_size=96)})
-    hub._record_push(PushOutcome(at=datetime.now(timezone.utc), key_sent=True, acked=["gpu1"]))
+    hub._record_push(PushOutcome(at=datetime.now(UTC), key_sent=True, acked=["gpu1"]))
     store.update({Role.CODE_EMBEDDING: {"policy": Policy.LOCAL}})
 
     state = RoutingStore(tmp_path).load()

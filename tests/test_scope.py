@@ -4,7 +4,6 @@ projects; outside it the store is the store. Over a real LanceDB store with two 
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 

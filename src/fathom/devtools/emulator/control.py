@@ -1,4 +1,5 @@
-"""A small synchronous client for the emulator's /control API, for tests and scripts."""
+"""Small synchronous clients for the scripted dev servers' /control APIs (the emulator's here;
+the local server's in `fathom.devtools.localserver.control`), for tests and scripts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from typing import Any
 import httpx
 
 
-class EmulatorControl:
+class ControlClient:
+    """What every scripted dev server's /control answers (`fathom.devtools.control_api`):
+    reset, counters and the chat script."""
+
     def __init__(self, root_url: str, *, timeout: float = 30.0):
         self._http = httpx.Client(base_url=root_url.rstrip("/") + "/control", timeout=timeout)
 
@@ -26,6 +30,11 @@ class EmulatorControl:
     def counters(self) -> dict[str, Any]:
         return self._call("GET", "/counters")
 
+    def script(self, turns: list[dict[str, Any]], append: bool = False) -> int:
+        return self._call("POST", "/chat/script", {"turns": turns, "append": append})["turns"]
+
+
+class EmulatorControl(ControlClient):
     def take_peak(self) -> dict[str, Any]:
         """{"peak", "in_flight"}: the peak in flight since the last call; starts a new period."""
         return self._call("POST", "/peak")
@@ -75,6 +84,3 @@ class EmulatorControl:
 
     def set_down(self, upstream: str, down: bool = True) -> dict[str, Any]:
         return self._call("PUT", f"/upstreams/{upstream}", {"down": down})
-
-    def script(self, turns: list[dict[str, Any]], append: bool = False) -> int:
-        return self._call("POST", "/chat/script", {"turns": turns, "append": append})["turns"]

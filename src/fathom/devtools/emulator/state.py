@@ -96,7 +96,8 @@ class Fault:
 
 def pinned_upstream(prefs: Any) -> str | None:
     """The one upstream a request's provider routing allows, or None when it allows more than
-    one (no `only`/`order`, several slugs, or fallbacks left on for an `order`): R4's pin."""
+    one (no `only`/`order`, several slugs, or fallbacks left on for an `order`): the pin every
+    embedding request must carry."""
     if not isinstance(prefs, dict):
         return None
     only, order = prefs.get("only"), prefs.get("order")

@@ -27,13 +27,14 @@ import time
 import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from fathom.devtools.control_api import add_control_routes, body_of
-from fathom.devtools.emulator.chat import ScriptedChat, content_pieces, tool_call_fragments
+from fathom.devtools.emulator.chat import ScriptedChat, Turn, content_pieces, tool_call_fragments
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -150,14 +151,35 @@ def overlap(query: str, document: str) -> float:
     return len(q & set(document.lower().split())) / len(q) if q else 0.0
 
 
-def create_app(config: LocalServerConfig | None = None) -> FastAPI:
-    config = config or LocalServerConfig()
-    state = LocalServerState(config, context=config.context)
-    app = FastAPI(title="fathom scripted local server (dev/test only)", docs_url=None, redoc_url=None,
-                  openapi_url=None)
-    app.state.local = state
+Answer = Callable[[dict[str, Any]], Awaitable[Response]]
 
-    async def served(endpoint: str, request: Request, handler) -> Response:
+
+class LocalServerApi:
+    """The endpoints, each a method over one config and one state; `router()` mounts them."""
+
+    def __init__(self, config: LocalServerConfig, state: LocalServerState):
+        self.config, self.state = config, state
+
+    def router(self) -> APIRouter:
+        r = APIRouter()
+        r.add_api_route("/v1/models", self.models, methods=["GET"])
+        r.add_api_route("/v1/chat/completions", self.chat, methods=["POST"])
+        if self.config.rerank:
+            r.add_api_route("/v1/rerank", self.rerank, methods=["POST"])
+            r.add_api_route("/rerank", self.tei_rerank, methods=["POST"])
+            r.add_api_route("/info", self.info, methods=["GET"])
+        return r
+
+    def control_router(self) -> APIRouter:
+        r = APIRouter(prefix="/control")
+        r.add_api_route("/requests", self.control_requests, methods=["GET"])
+        r.add_api_route("/fail", self.control_fail, methods=["POST"])
+        r.add_api_route("/context", self.control_context, methods=["PUT"])
+        r.add_api_route("/delay", self.control_delay, methods=["PUT"])
+        return r
+
+    async def served(self, endpoint: str, request: Request, handler: Answer) -> Response:
+        state = self.state
         state.requests[endpoint] += 1
         try:
             raw = await request.body()
@@ -179,135 +201,143 @@ def create_app(config: LocalServerConfig | None = None) -> FastAPI:
             state.refused[refusal.status] += 1
             return _error(refusal)
 
-    def model_of(body: dict[str, Any]) -> str:
+    def model_of(self, body: dict[str, Any]) -> str:
         model = body.get("model")
-        if model not in config.models:
+        if not isinstance(model, str) or model not in self.config.models:
             raise _Refusal(404, f"The model `{model}` does not exist.", "NotFoundError")
         return model
 
-    @app.get("/v1/models")
-    async def models() -> dict[str, Any]:
+    async def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fathom-devtools"}
-                                           for m in config.models]}
+                                           for m in self.config.models]}
 
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
+    # ------------------------------------------------------------------ chat
+
+    async def chat(self, request: Request) -> Response:
+        return await self.served("chat", request, self._chat)
+
+    async def _chat(self, body: dict[str, Any]) -> Response:
+        state = self.state
+        model = self.model_of(body)
+        messages = check_messages(body.get("messages"))
+        tools = body.get("tools") or None
+        asked = prompt_tokens(messages, tools)
+        completion_cap = int(body.get("max_tokens") or 0)
+        if asked + completion_cap > state.context:
+            raise _Refusal(400, f"This model's maximum context length is {state.context} tokens. "
+                                f"However, you requested {asked + completion_cap} tokens ({asked} in the "
+                                f"messages, {completion_cap} in the completion). Please reduce the "
+                                f"length of the messages or completion.", "BadRequestError")
+        turn = state.chat.next_turn(model, messages)
+        calls = state.chat.tool_call_objects(turn)
+        if calls and not tools:
+            raise _Refusal(400, "the script answers with a tool call, but the request offered no "
+                                "tools", "BadRequestError")
+        finish = turn.finish_reason or ("tool_calls" if calls else "stop")
+        out_tokens = _tokens(turn.content or "") + sum(_tokens(c["function"]["arguments"]) for c in calls)
+        usage = {"prompt_tokens": asked, "completion_tokens": out_tokens, "total_tokens": asked + out_tokens}
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "created": int(time.time()), "model": model}
+        if not body.get("stream"):
+            message: dict[str, Any] = {"role": "assistant", "content": turn.content}
+            if calls:
+                message["tool_calls"] = calls
+            return JSONResponse({**head, "object": "chat.completion", "usage": usage, "choices": [
+                {"index": 0, "message": message, "finish_reason": finish}]})
+        state.streamed += 1
+        with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(stream(head, turn, calls, finish, usage if with_usage else None),
+                                 media_type="text/event-stream")
+
+    # ------------------------------------------------------------------ rerank
+
+    async def rerank(self, request: Request) -> Response:
+        return await self.served("rerank", request, self._rerank)
+
+    async def _rerank(self, body: dict[str, Any]) -> Response:
+        model = self.model_of(body)
+        order = ranked(body.get("query"), body.get("documents"))
+        top = body.get("top_n")
+        if isinstance(top, int):
+            order = order[:top]
+        return JSONResponse({"id": f"rerank-{uuid.uuid4().hex[:12]}", "model": model,
+                             "results": [{"index": i, "relevance_score": s} for i, s in order],
+                             "usage": {"total_tokens": _tokens(json.dumps(body))}})
+
+    async def tei_rerank(self, request: Request) -> Response:
         async def answer(body: dict[str, Any]) -> Response:
-            model = model_of(body)
-            messages = check_messages(body.get("messages"))
-            tools = body.get("tools") or None
-            asked = prompt_tokens(messages, tools)
-            completion_cap = int(body.get("max_tokens") or 0)
-            if asked + completion_cap > state.context:
-                raise _Refusal(400, f"This model's maximum context length is {state.context} tokens. "
-                                    f"However, you requested {asked + completion_cap} tokens ({asked} in the "
-                                    f"messages, {completion_cap} in the completion). Please reduce the "
-                                    f"length of the messages or completion.", "BadRequestError")
-            turn = state.chat.next_turn(model, messages)
-            calls = state.chat.tool_call_objects(turn)
-            if calls and not tools:
-                raise _Refusal(400, "the script answers with a tool call, but the request offered no "
-                                    "tools", "BadRequestError")
-            finish = turn.finish_reason or ("tool_calls" if calls else "stop")
-            out_tokens = _tokens(turn.content or "") + sum(_tokens(c["function"]["arguments"]) for c in calls)
-            usage = {"prompt_tokens": asked, "completion_tokens": out_tokens, "total_tokens": asked + out_tokens}
-            head = {"id": f"chatcmpl-{uuid.uuid4().hex[:16]}", "created": int(time.time()), "model": model}
-            if not body.get("stream"):
-                message: dict[str, Any] = {"role": "assistant", "content": turn.content}
-                if calls:
-                    message["tool_calls"] = calls
-                return JSONResponse({**head, "object": "chat.completion", "usage": usage, "choices": [
-                    {"index": 0, "message": message, "finish_reason": finish}]})
-            state.streamed += 1
-            with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            return StreamingResponse(stream(head, turn, calls, finish, usage if with_usage else None),
-                                     media_type="text/event-stream")
+            return JSONResponse([{"index": i, "score": s} for i, s in ranked(body.get("query"), body.get("texts"))])
 
-        return await served("chat", request, answer)
+        return await self.served("tei-rerank", request, answer)
 
-    async def stream(head: dict[str, Any], turn, calls: list[dict[str, Any]], finish: str,
-                     usage: dict[str, int] | None):
-        def event(choices: list[dict[str, Any]], **extra: Any) -> str:
-            return f"data: {json.dumps({**head, 'object': 'chat.completion.chunk', 'choices': choices, **extra})}\n\n"
-
-        def delta(d: dict[str, Any], finish_reason: str | None = None) -> str:
-            return event([{"index": 0, "delta": d, "finish_reason": finish_reason}])
-
-        yield delta({"role": "assistant", "content": ""})
-        err = turn.stream_error
-        for n, piece in enumerate(content_pieces(turn.content)):
-            if err is not None and n >= int(err.get("after_chunks", 0)):
-                break
-            yield delta({"content": piece})
-        if err is not None:
-            # vLLM ends a failed stream with one error event, then closes.
-            yield (f"data: {json.dumps({'error': {'message': err.get('message', 'generation failed'), 'type': err.get('type', 'InternalServerError'), 'code': int(err.get('code', 500))}})}\n\n")
-            return
-        for d in tool_call_fragments(calls):
-            yield delta(d)
-        yield delta({}, finish)
-        if usage is not None:
-            yield event([], usage=usage)
-        yield "data: [DONE]\n\n"
-
-    def ranked(query: Any, documents: Any) -> list[tuple[int, float]]:
-        if not isinstance(query, str) or not isinstance(documents, list):
-            raise _Refusal(400, "query (a string) and documents (a list) are required", "BadRequestError")
-        texts = [d.get("text", "") if isinstance(d, dict) else str(d) for d in documents]
-        scores = [overlap(query, t) for t in texts]
-        return sorted(enumerate(scores), key=lambda pair: (-pair[1], pair[0]))
-
-    if config.rerank:
-        @app.post("/v1/rerank")
-        async def rerank(request: Request) -> Response:
-            async def answer(body: dict[str, Any]) -> Response:
-                model = model_of(body)
-                order = ranked(body.get("query"), body.get("documents"))
-                top = body.get("top_n")
-                if isinstance(top, int):
-                    order = order[:top]
-                return JSONResponse({"id": f"rerank-{uuid.uuid4().hex[:12]}", "model": model,
-                                     "results": [{"index": i, "relevance_score": s} for i, s in order],
-                                     "usage": {"total_tokens": _tokens(json.dumps(body))}})
-
-            return await served("rerank", request, answer)
-
-        @app.post("/rerank")
-        async def tei_rerank(request: Request) -> Response:
-            async def answer(body: dict[str, Any]) -> Response:
-                return JSONResponse([{"index": i, "score": s} for i, s in ranked(body.get("query"), body.get("texts"))])
-
-            return await served("tei-rerank", request, answer)
-
-        @app.get("/info")
-        async def info() -> dict[str, Any]:
-            return {"model_id": config.models[0], "model_type": {"reranker": {"id2label": {"0": "LABEL_0"}}}}
+    async def info(self) -> dict[str, Any]:
+        return {"model_id": self.config.models[0], "model_type": {"reranker": {"id2label": {"0": "LABEL_0"}}}}
 
     # ------------------------------------------------------------------ control API
 
-    add_control_routes(app, state)  # reset, counters, chat script
+    async def control_requests(self) -> dict[str, Any]:
+        return {"requests": list(self.state.log)}
 
-    @app.get("/control/requests")
-    async def control_requests() -> dict[str, Any]:
-        return {"requests": list(state.log)}
-
-    @app.post("/control/fail")
-    async def control_fail(request: Request) -> Any:
+    async def control_fail(self, request: Request) -> Any:
         b = await body_of(request)
         count = b.get("count", 1)
-        state.faults.append(Fault(int(b.get("status", 500)), str(b.get("message", "Internal Server Error")),
-                                  str(b.get("type", "InternalServerError")), None if count is None else int(count),
-                                  tuple(b.get("endpoints") or ())))
-        return {"faults": len(state.faults)}
+        self.state.faults.append(Fault(int(b.get("status", 500)), str(b.get("message", "Internal Server Error")),
+                                       str(b.get("type", "InternalServerError")),
+                                       None if count is None else int(count), tuple(b.get("endpoints") or ())))
+        return {"faults": len(self.state.faults)}
 
-    @app.put("/control/context")
-    async def control_context(request: Request) -> Any:
-        state.context = max(1, int((await body_of(request)).get("tokens", config.context)))
-        return {"context": state.context}
+    async def control_context(self, request: Request) -> Any:
+        self.state.context = max(1, int((await body_of(request)).get("tokens", self.config.context)))
+        return {"context": self.state.context}
 
-    @app.put("/control/delay")
-    async def control_delay(request: Request) -> Any:
-        state.delay = max(0.0, float((await body_of(request)).get("seconds", 0.0)))
-        return {"delay": state.delay}
+    async def control_delay(self, request: Request) -> Any:
+        self.state.delay = max(0.0, float((await body_of(request)).get("seconds", 0.0)))
+        return {"delay": self.state.delay}
 
+
+async def stream(head: dict[str, Any], turn: Turn, calls: list[dict[str, Any]], finish: str,
+                 usage: dict[str, int] | None) -> AsyncIterator[str]:
+    def event(choices: list[dict[str, Any]], **extra: Any) -> str:
+        return f"data: {json.dumps({**head, 'object': 'chat.completion.chunk', 'choices': choices, **extra})}\n\n"
+
+    def delta(d: dict[str, Any], finish_reason: str | None = None) -> str:
+        return event([{"index": 0, "delta": d, "finish_reason": finish_reason}])
+
+    yield delta({"role": "assistant", "content": ""})
+    err = turn.stream_error
+    for n, piece in enumerate(content_pieces(turn.content)):
+        if err is not None and n >= int(err.get("after_chunks", 0)):
+            break
+        yield delta({"content": piece})
+    if err is not None:
+        # vLLM ends a failed stream with one error event, then closes.
+        error = {"message": err.get("message", "generation failed"),
+                 "type": err.get("type", "InternalServerError"), "code": int(err.get("code", 500))}
+        yield f"data: {json.dumps({'error': error})}\n\n"
+        return
+    for d in tool_call_fragments(calls):
+        yield delta(d)
+    yield delta({}, finish)
+    if usage is not None:
+        yield event([], usage=usage)
+    yield "data: [DONE]\n\n"
+
+
+def ranked(query: Any, documents: Any) -> list[tuple[int, float]]:
+    if not isinstance(query, str) or not isinstance(documents, list):
+        raise _Refusal(400, "query (a string) and documents (a list) are required", "BadRequestError")
+    texts = [d.get("text", "") if isinstance(d, dict) else str(d) for d in documents]
+    scores = [overlap(query, t) for t in texts]
+    return sorted(enumerate(scores), key=lambda pair: (-pair[1], pair[0]))
+
+
+def create_app(config: LocalServerConfig | None = None) -> FastAPI:
+    config = config or LocalServerConfig()
+    state = LocalServerState(config, context=config.context)
+    app = FastAPI(title="fathom scripted local server (dev/test only)", docs_url=None, redoc_url=None,
+                  openapi_url=None)
+    app.state.local = state
+    api = LocalServerApi(config, state)
+    app.include_router(api.router())
+    add_control_routes(app, state)  # reset, counters, chat script
+    app.include_router(api.control_router())
     return app

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fathom.devtools.emulator.control import EmulatorControl
+from fathom.devtools.emulator.control import ControlClient
 
 
-class LocalServerControl(EmulatorControl):
-    """`reset`, `counters` and `script` as the emulator's; plus the requests the server
+class LocalServerControl(ControlClient):
+    """`reset`, `counters` and `script` as every scripted server's; plus the requests the server
     received, faults and a delay."""
 
     def requests(self) -> list[dict[str, Any]]:
