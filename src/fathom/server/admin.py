@@ -56,7 +56,7 @@ from fathom.fleet.protocol import NAME_PATTERN, describe
 from fathom.inference.gate.audit import audit as audit_rows
 from fathom.inference.gate.audit import reembed as reembed_rows
 from fathom.policy import BEHAVIOUR, Policy
-from fathom.service.jobs import IndexJobs  # noqa: F401 - re-exported (the server's jobs)
+from fathom.service.jobs import IndexJobs
 from fathom.server.metrics import provider_health
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 

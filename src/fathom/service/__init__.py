@@ -19,6 +19,10 @@ provider happens to be free. Every public method validates its arguments and
 raises a typed `FathomError` that names the problem and the fix, so each front end can show
 one clear line instead of a traceback.
 
+Its parts: `jobs` (the process's index jobs, the server's kept ones and their ledger),
+`projects` (each project's record, include globs, whose folder is whose) and `batches` (each
+provider's batch size across jobs); the class here wires them.
+
 It refuses to decide who may write a table (the store's clearance does), to route or to
 embed by itself (providers do), and to block the event loop (the store and the model run in
 worker threads).
