@@ -78,7 +78,8 @@ from fathom.roles import Role
 from fathom.service.batches import BatchHistory, record_of, sizing_of  # noqa: F401 - re-exported
 from fathom.service.jobs import SYNC_JOBS_KEPT, JobTable, ended_early  # noqa: F401 - re-exported
 from fathom.service.projects import (  # noqa: F401 - re-exported
-    MAX_INCLUDES, FolderTaken, ProjectRecords, check_includes, check_not_taken,
+    MAX_INCLUDES, FolderTaken, ProjectRecords, ProjectSummary, check_includes, check_not_taken,
+    summaries,
 )
 from fathom.space import Provenance, Space
 
@@ -88,16 +89,6 @@ log = logging.getLogger(__name__)
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 
 MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
-
-
-@dataclass(frozen=True)
-class ProjectSummary:
-    name: str
-    root: str | None
-    tables: dict[str, int]  # active rows per table
-    last_indexed: str | None  # ISO 8601, UTC
-    indexing: bool = False  # a shadow (an unfinished full run) exists
-    damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
 
 
 @dataclass(frozen=True)
@@ -553,26 +544,7 @@ class Fathom:
     # ---- projects
 
     def projects(self) -> list[ProjectSummary]:
-        try:
-            records = self.records.load()
-        except ConfigError as exc:
-            log.warning("%s", exc)  # roots unknown; the projects themselves are still listed
-            records = {}
-        out = []
-        for p in self.store.list_projects():
-            if p.damage:
-                out.append(ProjectSummary(name=p.name, root=(records.get(p.name) or {}).get("root"),
-                                          tables={}, last_indexed=None, damaged=p.damage))
-                continue
-            last = [t.last_indexed for t in p.tables.values() if t.last_indexed is not None]
-            out.append(ProjectSummary(
-                name=p.name,
-                root=(records.get(p.name) or {}).get("root"),
-                tables={t: info.rows for t, info in p.tables.items()},
-                last_indexed=max(last).isoformat(timespec="seconds") if last else None,
-                indexing=any(info.shadow_rows is not None for info in p.tables.values()),
-            ))
-        return out
+        return summaries(self.records, self.store)
 
     async def verify_store(self, project: str | None = None, *,
                            repair: bool = False) -> list[Any]:

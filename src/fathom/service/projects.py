@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -20,6 +22,8 @@ from filelock import FileLock, Timeout
 from fathom import scope
 from fathom.config import atomic_write_text
 from fathom.errors import ConfigError
+
+log = logging.getLogger("fathom.service")
 
 
 class FolderTaken(ConfigError):
@@ -119,3 +123,37 @@ def check_not_taken(records: ProjectRecords, path: str | Path, real: Path) -> No
                 if real == theirs or real.is_relative_to(theirs) or theirs.is_relative_to(real):
                     raise FolderTaken(str(path), "is" if real == theirs else
                                       "lies inside" if real.is_relative_to(theirs) else "contains")
+
+
+@dataclass(frozen=True)
+class ProjectSummary:
+    name: str
+    root: str | None
+    tables: dict[str, int]  # active rows per table
+    last_indexed: str | None  # ISO 8601, UTC
+    indexing: bool = False  # a shadow (an unfinished full run) exists
+    damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
+
+
+def summaries(book: ProjectRecords, store: Any) -> list[ProjectSummary]:
+    """Every project in `store`, with its root from the records (a damaged one: why)."""
+    try:
+        records = book.load()
+    except ConfigError as exc:
+        log.warning("%s", exc)  # roots unknown; the projects themselves are still listed
+        records = {}
+    out = []
+    for p in store.list_projects():
+        if p.damage:
+            out.append(ProjectSummary(name=p.name, root=(records.get(p.name) or {}).get("root"),
+                                      tables={}, last_indexed=None, damaged=p.damage))
+            continue
+        last = [t.last_indexed for t in p.tables.values() if t.last_indexed is not None]
+        out.append(ProjectSummary(
+            name=p.name,
+            root=(records.get(p.name) or {}).get("root"),
+            tables={t: info.rows for t, info in p.tables.items()},
+            last_indexed=max(last).isoformat(timespec="seconds") if last else None,
+            indexing=any(info.shadow_rows is not None for info in p.tables.values()),
+        ))
+    return out
