@@ -68,6 +68,23 @@ class PinRequired(ConfigError):
         )
 
 
+class UnknownJob(FathomError):
+    """No index job has this id (in this process, or in the kept record of an earlier one)."""
+
+    def __init__(self, job_id: str, hint: str):
+        self.job_id = job_id
+        super().__init__(f"no index job {job_id!r}; {hint}")
+
+
+class JobConflict(FathomError):
+    """An action that does not apply to a job's state (resume a running job, pause a finished
+    one); nothing was changed."""
+
+    def __init__(self, job_id: str, state: str, message: str):
+        self.job_id, self.state = job_id, state
+        super().__init__(message)
+
+
 class ProviderError(FathomError):
     """A provider failed to serve a request. Subclasses say whether waiting helps."""
 

@@ -109,6 +109,22 @@ class ProjectPathError(ConfigError):
         super().__init__(f"cannot index {path}: {reason}. Give the path of a project folder.")
 
 
+def check_project_root(root: Path | str, refused: Iterable[str] | None = None) -> Path:
+    """The one check of a folder to index: it exists, is a folder, and is no system folder
+    (`walker.check_root` against `refused`, default `REFUSED_ROOTS`). Returns its real path
+    (links followed); raises `ProjectPathError` or `RefusedRoot`. Every run is checked once, by
+    whoever starts it (`Fathom.index`, or `Indexer.run` when handed an unchecked root)."""
+    from fathom.index.walker import REFUSED_ROOTS, check_root
+
+    given = Path(root).expanduser()
+    real = check_root(given, REFUSED_ROOTS if refused is None else refused)
+    if not given.exists():
+        raise ProjectPathError(str(root), "no such folder on this machine")
+    if not given.is_dir():
+        raise ProjectPathError(str(root), "it is a file, not a folder")
+    return real
+
+
 @dataclass(frozen=True)
 class IndexProgress:
     """One progress event. `chunks_total` counts the chunks this run must embed (resumed or
@@ -428,12 +444,15 @@ class Indexer:
     def job(self, project: str, root: Path | str, *, full: bool = False) -> Job:
         return Job(project, root, full=full, clock=self.clock)
 
-    async def run(self, job: Job,
-                  progress: Callable[[IndexProgress], None] | None = None) -> IndexReport:
-        """Run `job` to completion; the job's state says how it ended."""
+    async def run(self, job: Job, progress: Callable[[IndexProgress], None] | None = None, *,
+                  root: Path | None = None) -> IndexReport:
+        """Run `job` to completion; the job's state says how it ended. `root`: the job's folder
+        as `check_project_root` returned it, when the caller checked it already."""
         job.state = JobState.RUNNING if job.state is not JobState.PAUSED else job.state
         try:
-            report = await self._run(job, progress)
+            if root is None:
+                root = check_project_root(job.root, self.refused_roots)
+            report = await self._run(job, root, progress)
         except (JobCancelled, asyncio.CancelledError):
             job.stop.set()  # a walk still running in its thread stops at its next entry
             job.state = JobState.CANCELLED
@@ -452,18 +471,12 @@ class Indexer:
         job.finished_at = self.clock()
         return report
 
-    async def _run(self, job: Job, progress: Callable[[IndexProgress], None] | None) -> IndexReport:
+    async def _run(self, job: Job, root: Path,
+                   progress: Callable[[IndexProgress], None] | None) -> IndexReport:
         # Elapsed time counts from the job's creation: start-up (opening the store, loading
         # the model, the gate's checks) is part of what the operator waited for.
         started = job.created_at if job.clock is self.clock else self.clock()
-        root = job.root.expanduser()
-        if not root.exists():
-            raise ProjectPathError(str(root), "no such folder")
-        if not root.is_dir():
-            raise ProjectPathError(str(root), "it is a file, not a folder")
-        from fathom.index.walker import REFUSED_ROOTS, WalkCancelled, check_root
-
-        root = check_root(root, REFUSED_ROOTS if self.refused_roots is None else self.refused_roots)
+        from fathom.index.walker import WalkCancelled
 
         state = {"p": IndexProgress(job.project, "walking")}
 
@@ -521,14 +534,7 @@ class Indexer:
         emit(phase="promoting" if any(p.shadow for p in plans.values()) else "done",
              chunks_deleted=deleted)
 
-        tables = {}
-        for t in TABLE_KINDS:
-            try:
-                info = await asyncio.to_thread(self.store.table_info, job.project, t) \
-                    if hasattr(self.store, "table_info") else None
-            except UnknownProject:
-                info = None  # a folder with nothing to index: no table was made
-            tables[t] = info.rows if info is not None else 0
+        tables = await asyncio.to_thread(self._rows, job.project)
         elapsed = self.clock() - started
         emit(phase="done")
         return IndexReport(
@@ -544,11 +550,22 @@ class Indexer:
             secrets=found.secrets,
         )
 
+    def _rows(self, project: str) -> dict[str, int]:
+        """Active rows per table after a run (0 for a table the run did not make)."""
+        tables = {}
+        for t in TABLE_KINDS:
+            try:
+                info = self.store.table_info(project, t) if hasattr(self.store, "table_info") else None
+            except UnknownProject:
+                info = None  # a folder with nothing to index: no table was made
+            tables[t] = info.rows if info is not None else 0
+        return tables
+
     # ---- planning: what to embed, into which slot
 
     def _plan(self, job: Job, table: str) -> _Plan:
         """The table's slot and what it already holds (ids and content hashes only: the chunks
-        come later, a window at a time, through `_admit`)."""
+        come later, a window at a time, through `admit`)."""
         space = self.space_of(table)
         project = job.project
         active = self.store.space_of(project, table, Slot.ACTIVE)
@@ -581,7 +598,7 @@ class Indexer:
             ids = self.store.chunk_ids(job.project, plan.table, Slot.SHADOW)
             plan.have = dict.fromkeys(ids, "")
 
-    def _admit(self, job: Job, plan: _Plan, chunks: list[Chunk]) -> list[Chunk]:
+    def admit(self, job: Job, plan: _Plan, chunks: list[Chunk]) -> list[Chunk]:
         """One window's chunks of a table: the new ones (each chunk id once per run) not already
         in place, less those whose text already has a vector, which are written with it."""
         fresh = plan.see(chunks)
@@ -609,7 +626,7 @@ class Indexer:
             runner = runner(table)
         return runner
 
-    async def _embed(self, job: Job, plan: _Plan, runner: EmbedRunner | None, todo: list[Chunk],
+    async def embed(self, job: Job, plan: _Plan, runner: EmbedRunner | None, todo: list[Chunk],
                      on_batch: Callable[[int, str], None]) -> None:
         # Similar lengths in one batch waste less padding (what SentenceTransformer.encode
         # does internally within one call, done here across the window).
@@ -672,7 +689,7 @@ class Indexer:
 @dataclass
 class _Plan:
     """One table's run: its slot, and the ids and hashes that decide what to embed. Holds no
-    chunk text: windows of chunks pass through `Indexer._admit`."""
+    chunk text: windows of chunks pass through `Indexer.admit`."""
 
     table: str
     space: Space
@@ -753,7 +770,7 @@ class _Run:
         for table, got in by_table.items():
             if got:
                 await job.checkpoint()
-                todo[table] = await asyncio.to_thread(ix._admit, job, self.plans[table], got)
+                todo[table] = await asyncio.to_thread(ix.admit, job, self.plans[table], got)
         reusing = {"phase": "reusing vectors"} if self.carried > carried else {}
         self.walked(found, share, **reusing)
         for table, rows in todo.items():
@@ -771,7 +788,7 @@ class _Run:
                       chunks_carried=self.carried)
             if table not in self.runners:
                 self.runners[table] = ix.runner_for(table)
-            await ix._embed(job, self.plans[table], self.runners[table], rows, self.on_batch)
+            await ix.embed(job, self.plans[table], self.runners[table], rows, self.on_batch)
 
     def on_batch(self, n: int, provider_id: str) -> None:
         self.done += n

@@ -41,7 +41,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -59,7 +59,27 @@ from fathom.index.store import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fathom.service import Fathom
+    from contextlib import AbstractContextManager
+
+    from fathom.inference.provider import Provider
+    from fathom.space import Provenance, Space
+
+
+class Repairer(Protocol):
+    """What a repair needs of the service (`fathom.service.Fathom`): the store, the project's
+    index lock, and the gate-cleared encoder of a table with the provenance its rows are
+    written under. Named here so that retrieval does not import the service above it."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def project_lock(self, project: str) -> AbstractContextManager[Any]: ...
+
+    async def verify_providers(self, table: str) -> Any: ...
+
+    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
+
+    def provenance(self, provider: Provider, space: Space) -> Provenance: ...
 
 UNIT_TOLERANCE = 1e-3  # float32 rounding of a unit vector stays far inside this
 
@@ -216,13 +236,13 @@ def _fts_problem(store: LanceStore, project: str, table: str) -> str | None:
 # --------------------------------------------------------------------------- repair
 
 
-async def repair_project(fathom: Fathom, check: ProjectCheck) -> None:
+async def repair_project(fathom: Repairer, check: ProjectCheck) -> None:
     """Fix what `check` found, under the project's index lock; marks each problem repaired."""
     import asyncio
 
     store = fathom.store
     project = check.project
-    lock = fathom._project_lock(project)
+    lock = fathom.project_lock(project)
     await asyncio.to_thread(lock.__enter__)
     try:
         for problem in check.problems:
@@ -376,7 +396,7 @@ def _dedupe(store: LanceStore, project: str, table: str | None, chunk_ids: list[
                if len(keep) < len(chunk_ids) else ""))
 
 
-async def _reembed(fathom: Fathom, project: str, table: str | None, chunk_ids: list[str]) -> str:
+async def _reembed(fathom: Repairer, project: str, table: str | None, chunk_ids: list[str]) -> str:
     """New vectors for rows whose vectors are damaged, from their stored text, by the table's
     own encoder once the gate has cleared it; the store checks that clearance again."""
     import asyncio

@@ -39,19 +39,47 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fathom import scope as project_scope
 from fathom.errors import ConfigError
 from fathom.index.walker import IGNORE_FILES, Selection, resolve_roots, root_moved
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fathom.index.indexer import IndexReport
-    from fathom.service import Fathom
+    from fathom.config import Settings
+    from fathom.index.indexer import IndexReport, Job
+    from fathom.index.store import Store
+
+
+class ProjectBook(Protocol):
+    """The service's record of each project (`fathom.service.ProjectRecords`)."""
+
+    def get(self, project: str) -> dict[str, Any] | None: ...
+
+    def load(self) -> dict[str, dict[str, Any]]: ...
+
+
+class Syncable(Protocol):
+    """What live sync needs of the service (`fathom.service.Fathom`): its settings (the index
+    roots), each project's record, the store's projects, the jobs it ran, what a walk of a
+    project takes, and an index run. Named here so that retrieval does not import the service
+    above it."""
+
+    settings: Settings
+    records: ProjectBook
+    jobs: Mapping[str, Job]
+
+    @property
+    def store(self) -> Store: ...
+
+    def selection_of(self, project: str, root: Path) -> dict[str, list[str]]: ...
+
+    async def index(self, path: str | Path, project: str | None = None, *,
+                    reason: str | None = None) -> IndexReport: ...
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +148,7 @@ def _busy(exc: BaseException) -> bool:
 class ProjectSync:
     """Keeps one project's index current with its folder."""
 
-    def __init__(self, fathom: Fathom, project: str, root: Path, *, changes: Changes,
+    def __init__(self, fathom: Syncable, project: str, root: Path, *, changes: Changes,
                  quiet_s: float, retry: _Retry, clock: Callable[[], float],
                  sleep: Callable[[float], Awaitable[Any]], on_sync: OnSync | None,
                  forced: bool = False, slots: asyncio.Semaphore | None = None):
@@ -300,7 +328,7 @@ class ProjectSync:
 class Watcher:
     """The live sync of one `Fathom`: a `ProjectSync` per watched project."""
 
-    def __init__(self, fathom: Fathom, *, quiet_s: float = 0.3, step_ms: int = 50,
+    def __init__(self, fathom: Syncable, *, quiet_s: float = 0.3, step_ms: int = 50,
                  retry_first_s: float = 1.0, retry_max_s: float = 30.0,
                  changes: Changes | None = None, clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,

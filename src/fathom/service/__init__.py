@@ -19,6 +19,10 @@ provider happens to be free. Every public method validates its arguments and
 raises a typed `FathomError` that names the problem and the fix, so each front end can show
 one clear line instead of a traceback.
 
+Its parts: `jobs` (the process's index jobs, the server's kept ones and their ledger),
+`projects` (each project's record, include globs, whose folder is whose) and `batches` (each
+provider's batch size across jobs); the class here wires them.
+
 It refuses to decide who may write a table (the store's clearance does), to route or to
 embed by itself (providers do), and to block the event loop (the store and the model run in
 worker threads).
@@ -29,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import socket
@@ -37,12 +40,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
-
-from filelock import FileLock, Timeout
+from typing import Any, Callable, Sequence
 
 from fathom import scope
-from fathom.config import BatchRecord, RoutingStore, Settings, atomic_write_text
+from fathom.config import RoutingStore, Settings
 from fathom.datadir import open_data_dir
 from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
 from fathom.index import search as search_mod
@@ -57,7 +58,7 @@ from fathom.index.results import (
     skipped_note,
 )
 from fathom.index.indexer import (
-    Discovery, IndexProgress, IndexReport, Indexer, Job, JobState, space_for,
+    Discovery, IndexProgress, IndexReport, Indexer, Job, check_project_root, space_for,
 )
 from fathom.index.store import (
     TABLE_KINDS,
@@ -65,17 +66,21 @@ from fathom.index.store import (
     Store,
     UnknownProject,
 )
-from fathom.index.walker import check_root
 from fathom.inference.budget import CloudBudget, current_project
 from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
 from fathom.inference.local import LocalEncoder
-from fathom.inference.pool import LatencyLine, Sizing
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
 from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import Role
+from fathom.service.batches import BatchHistory, record_of, sizing_of  # noqa: F401 - re-exported
+from fathom.service.jobs import SYNC_JOBS_KEPT, JobTable, ended_early  # noqa: F401 - re-exported
+from fathom.service.projects import (  # noqa: F401 - re-exported
+    MAX_INCLUDES, FolderTaken, ProjectRecords, ProjectSummary, check_includes, check_not_taken,
+    summaries,
+)
 from fathom.space import Provenance, Space
 
 log = logging.getLogger(__name__)
@@ -84,32 +89,6 @@ log = logging.getLogger(__name__)
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 
 MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
-SYNC_JOBS_KEPT = 5  # finished live-sync jobs remembered per project
-
-
-class FolderTaken(ConfigError):
-    """The folder belongs to a project the caller does not hold. The message never names that
-    project: a scoped caller learns nothing of projects outside its scope."""
-
-    def __init__(self, path: str, relation: str):
-        self.path, self.relation = path, relation
-        what = {"is": "is the folder of", "lies inside": "lies inside the folder of",
-                "contains": "contains the folder of"}[relation]
-        super().__init__(
-            f"refusing to index {path}: it {what} another project, which this token does not "
-            f"hold. Index a folder of your own project, or ask the operator for a token that "
-            f"holds that project (`fathom tokens create --name NAME --project PROJECT "
-            f"--can-index`)")
-
-
-@dataclass(frozen=True)
-class ProjectSummary:
-    name: str
-    root: str | None
-    tables: dict[str, int]  # active rows per table
-    last_indexed: str | None  # ISO 8601, UTC
-    indexing: bool = False  # a shadow (an unfinished full run) exists
-    damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
 
 
 @dataclass(frozen=True)
@@ -122,72 +101,6 @@ class IndexStatus:
     store: str | None = None  # where the index lives (a URL's password redacted)
     watch: dict[str, Any] = field(default_factory=dict)  # live sync: Fathom.watch_state
     include: list[str] = field(default_factory=list)  # the project's include globs
-
-
-MAX_INCLUDES = 50
-
-
-def check_includes(include: Any) -> list[str]:
-    """`include` globs as given to `fathom index --include`: strings, gitignore syntax."""
-    if isinstance(include, str) or not isinstance(include, (list, tuple)) or len(include) > MAX_INCLUDES \
-            or not all(isinstance(g, str) and g.strip() and len(g) <= 500 and "\x00" not in g
-                       for g in include):
-        raise ConfigError(f"include must be a list of at most {MAX_INCLUDES} globs (gitignore "
-                          f"syntax, e.g. `vendor/mylib/` or `build/**/*.py`)")
-    return [g.strip() for g in include]
-
-
-class ProjectRecords:
-    """Each project's root folder and last run summary, in `projects.json`: atomic writes, and
-    each read-modify-write under a lock file, so two processes finishing runs at once (a CLI
-    and a server) never lose each other's record."""
-
-    LOCK_SECONDS = 30.0
-
-    def __init__(self, data_dir: Path):
-        self.path = Path(data_dir) / "projects.json"
-        self._lock = FileLock(str(self.path) + ".lock", timeout=self.LOCK_SECONDS)
-
-    def load(self) -> dict[str, dict[str, Any]]:
-        try:
-            return json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{self.path} is unreadable ({exc}); remove it, then re-index") from exc
-
-    def get(self, project: str) -> dict[str, Any] | None:
-        return self.load().get(project)
-
-    @contextlib.contextmanager
-    def _changing(self) -> Iterator[dict[str, dict[str, Any]]]:
-        """The records for one read-modify-write, under the lock; written back on exit."""
-        try:
-            with self._lock:
-                records = self.load()
-                before = json.dumps(records, sort_keys=True)
-                yield records
-                if json.dumps(records, sort_keys=True) != before:
-                    atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
-        except Timeout:
-            raise ConfigError(
-                f"{self.path} stayed locked for {self.LOCK_SECONDS:.0f}s by another Fathom "
-                f"process; if none is running, remove {self._lock.lock_file}") from None
-
-    def put(self, project: str, record: dict[str, Any]) -> None:
-        with self._changing() as records:
-            records[project] = record
-
-    def update(self, project: str, **fields: Any) -> dict[str, Any]:
-        """Merge `fields` into the project's record (other fields kept)."""
-        with self._changing() as records:
-            record = (records.get(project) or {}) | fields
-            records[project] = record
-        return record
-
-    def remove(self, project: str) -> None:
-        with self._changing() as records:
-            records.pop(project, None)
 
 
 class _SharedState:
@@ -227,17 +140,6 @@ def store_location(settings: Settings) -> str:
     return str(url or settings.lance_dir)
 
 
-def sizing_of(record: BatchRecord) -> Sizing:
-    """A stored batch record as the pool's `Sizing` (the line fitted afresh from it)."""
-    return Sizing(record.batch_size, record.spi, LatencyLine(record.base, record.per_item),
-                  ceiling=record.ceiling)
-
-
-def record_of(sizing: Sizing) -> BatchRecord:
-    return BatchRecord(batch_size=sizing.batch_size, spi=sizing.spi, base=sizing.line.base,
-                       per_item=sizing.line.per_item, ceiling=sizing.ceiling)
-
-
 class Fathom:
     """Everything a front end needs, built from `Settings`.
 
@@ -263,11 +165,9 @@ class Fathom:
         self._store = store
         self.clock = clock
         self.records = ProjectRecords(self.settings.data_dir)
-        self.jobs: dict[str, Job] = {}
+        self.jobs = JobTable()  # every index job of this process (`fathom.service.jobs`)
         self._index_lock: dict[str, asyncio.Lock] = {}
-        # table -> Pool(history=): read from the routing state at a table's first job in this
-        # process, written back after every job, so a restart keeps each provider's batch size.
-        self._batch_history: dict[str, dict[str, Sizing]] = {}
+        self.batches = BatchHistory(self.routing)  # each provider's batch size, per table
         self.watcher: Any = None  # a fathom.index.watch.Watcher once a front end turns sync on
         self.registry = registry if registry is not None else ProviderRegistry()
         if gate is None:
@@ -421,31 +321,8 @@ class Fathom:
         the key's trusted rate limit (`CloudBudget.key_rate`)."""
         return self.router.pool(ROLE_OF_TABLE[table], admission=self.budget.admission,
                                 lanes=lambda p: self.budget.effective_limit if p.info.is_cloud else 1,
-                                history=self._history(table),
+                                history=self.batches.of(table),
                                 rate_limit=lambda p: self.budget.key_rate())
-
-    def _history(self, table: str) -> dict[str, Sizing]:
-        """What the pools measured of each provider for `table`: from the routing state the
-        first time (a routing state that cannot be read at all starts every provider afresh;
-        the routes themselves say so where they are used), then kept and updated in place."""
-        if table not in self._batch_history:
-            try:
-                stored = self.routing.load().batches.get(table, {})
-            except ConfigError as exc:
-                log.warning("batch history not read: %s", exc)
-                stored = {}
-            self._batch_history[table] = {pid: sizing_of(r) for pid, r in stored.items()}
-        return self._batch_history[table]
-
-    def _remember_batches(self) -> None:
-        """Write what the pools measured to the routing state (after every job, whatever its
-        end). A failed write is logged, never the job's failure: the next job measures again."""
-        for table, history in self._batch_history.items():
-            try:
-                records = {pid: record_of(s) for pid, s in history.items() if s.spi is not None}
-                self.routing.record_batches(table, records)
-            except (ConfigError, OSError, ValueError) as exc:
-                log.warning("batch history of the %s table not saved: %s", table, exc)
 
     # ---- indexing
 
@@ -457,14 +334,16 @@ class Fathom:
         take back folders and files the built-in skips and .gitignore leave out, and are
         remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's)."""
         root = Path(path).expanduser()
-        real = check_root(root, self.settings.refused_roots)  # before anything is probed or loaded
+        # The one check of the folder, before anything is probed or loaded; the indexer is
+        # handed its result and does not check again.
+        real = check_project_root(root, self.settings.refused_roots)
         name = project or root.resolve().name
         if not name:
             raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
         if real == self.settings.data_dir.expanduser().resolve():
             raise ConfigError(f"refusing to index {path}: it is this server's data dir (its "
                               f"indexes and state), not a project; give a project folder")
-        await asyncio.to_thread(self._check_not_taken, path, real)
+        await asyncio.to_thread(check_not_taken, self.records, path, real)
         if include is not None:
             include = check_includes(include)
         job = job or Job(name, root, full=full, clock=self.clock, reason=reason)
@@ -485,7 +364,7 @@ class Fathom:
             # project lock is taken first, so a second writer is refused at once, before any
             # provider is probed or a model loaded. Taken and released off the loop (a
             # PostgreSQL lock is a database round trip).
-            lock = self._project_lock(name)
+            lock = self.project_lock(name)
             await asyncio.to_thread(lock.__enter__)
             try:
                 if include is not None:
@@ -501,19 +380,14 @@ class Fathom:
                     for table in TABLE_KINDS:
                         await self.verify_providers(table)
                     try:
-                        report = await indexer.run(job, progress)
+                        report = await indexer.run(job, progress, root=real)
                     finally:
-                        await asyncio.shield(asyncio.to_thread(self._remember_batches))
+                        await asyncio.shield(asyncio.to_thread(self.batches.save))
             finally:
                 await asyncio.to_thread(lock.__exit__, None, None, None)
         except BaseException as exc:
+            ended_early(job, exc, self.clock)  # refused before the indexer took it
             failure = failure_of(exc) if isinstance(exc, Exception) else None
-            if not job.finished:  # refused before the indexer took it (a lock, a missing encoder)
-                job.state = (JobState.CANCELLED if isinstance(exc, asyncio.CancelledError)
-                             else JobState.FAILED)
-                job.error = None if job.state is JobState.CANCELLED else (
-                    str(failure or exc) or type(exc).__name__)
-                job.finished_at = self.clock()
             if failure is not None and failure is not exc:
                 raise failure from exc
             raise
@@ -525,32 +399,8 @@ class Fathom:
             | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")})
         if self.watcher is not None and reason != "sync":
             self.watcher.ensure(name, Path(report.root))  # a new project is watched from now on
-        self._forget_old_syncs(name)
+        self.jobs.prune_syncs(name)
         return report
-
-    def _check_not_taken(self, path: str | Path, real: Path) -> None:
-        """A caller who sees only some projects (a scoped MCP token) may index only a folder
-        that is no other project's: not another project's root, not inside one, and not a
-        folder holding one (which would read it too). Raises `FolderTaken`; outside a scope
-        (the operator) every folder may be indexed."""
-        held = scope.current()
-        if held is None:
-            return
-        for project, record in self.records.load().items():
-            other = record.get("root")
-            if project in held or not other:
-                continue
-            for theirs in {Path(other), Path(os.path.realpath(other))}:
-                if real == theirs or real.is_relative_to(theirs) or theirs.is_relative_to(real):
-                    raise FolderTaken(str(path), "is" if real == theirs else
-                                      "lies inside" if real.is_relative_to(theirs) else "contains")
-
-    def _forget_old_syncs(self, project: str, keep: int = SYNC_JOBS_KEPT) -> None:
-        """A watched project syncs all day: only its last few finished sync jobs are kept."""
-        syncs = [j for j in self.jobs.values()
-                 if j.project == project and j.reason == "sync" and j.finished]
-        for job in syncs[:-keep]:
-            self.jobs.pop(job.id, None)
 
     def _must_load(self, job: Job) -> bool:
         """Whether the gate's check will need the in-process model (a table whose reference
@@ -582,9 +432,7 @@ class Fathom:
             raise UnknownProject(project, names)
         if self.watcher is not None:
             await self.watcher.stop(project)
-        for job in list(self.jobs.values()):
-            if job.project == project and not job.finished:
-                job.cancel()
+        self.jobs.cancel_running(project)
         rows: dict[str, int] = {}
         async with self._index_lock.setdefault(project, asyncio.Lock()):
             if known:
@@ -592,7 +440,7 @@ class Fathom:
                     with contextlib.suppress(UnknownProject):
                         info = await asyncio.to_thread(self.store.table_info, project, t)
                         rows[t] = info.rows
-                lock = self._project_lock(project)
+                lock = self.project_lock(project)
                 await asyncio.to_thread(lock.__enter__)
                 try:
                     with contextlib.suppress(UnknownProject):  # dropped meanwhile elsewhere
@@ -600,8 +448,7 @@ class Fathom:
                 finally:
                     await asyncio.to_thread(lock.__exit__, None, None, None)
             await asyncio.to_thread(self.records.remove, project)
-        for job_id in [j.id for j in self.jobs.values() if j.project == project and j.finished]:
-            del self.jobs[job_id]
+        self.jobs.forget_finished(project)
         log.info("project %s dropped (%s)", project,
                  ", ".join(f"{t} {n} rows" for t, n in rows.items()) or "no tables")
         return {"project": project, "dropped": True, "rows": rows,
@@ -640,7 +487,7 @@ class Fathom:
         await self.watcher.start_all()
         return self.watcher
 
-    def _project_lock(self, project: str):
+    def project_lock(self, project: str) -> contextlib.AbstractContextManager[Any]:
         """The project's index lock, held for a whole run: an OS file lock on LanceDB, a
         PostgreSQL advisory lock on a shared database. The one place every writer passes."""
         lock = getattr(self.store, "project_lock", None)
@@ -697,26 +544,7 @@ class Fathom:
     # ---- projects
 
     def projects(self) -> list[ProjectSummary]:
-        try:
-            records = self.records.load()
-        except ConfigError as exc:
-            log.warning("%s", exc)  # roots unknown; the projects themselves are still listed
-            records = {}
-        out = []
-        for p in self.store.list_projects():
-            if p.damage:
-                out.append(ProjectSummary(name=p.name, root=(records.get(p.name) or {}).get("root"),
-                                          tables={}, last_indexed=None, damaged=p.damage))
-                continue
-            last = [t.last_indexed for t in p.tables.values() if t.last_indexed is not None]
-            out.append(ProjectSummary(
-                name=p.name,
-                root=(records.get(p.name) or {}).get("root"),
-                tables={t: info.rows for t, info in p.tables.items()},
-                last_indexed=max(last).isoformat(timespec="seconds") if last else None,
-                indexing=any(info.shadow_rows is not None for info in p.tables.values()),
-            ))
-        return out
+        return summaries(self.records, self.store)
 
     async def verify_store(self, project: str | None = None, *,
                            repair: bool = False) -> list[Any]:
@@ -773,7 +601,7 @@ class Fathom:
                 "provenance": {f"{pid}|{vid or '-'}": n for (pid, vid), n in
                                self.store.provenance_counts(project, t).items()},
             }
-        jobs = [j.as_dict() for j in self.jobs.values() if j.project == project]
+        jobs = [j.as_dict() for j in self.jobs.of(project)]
         return IndexStatus(project, record.get("root"), tables, record.get("last_run"), jobs,
                            store_location(self.settings), self.watch_state(project),
                            list(record.get("include") or []))

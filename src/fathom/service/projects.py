@@ -1,0 +1,159 @@
+"""The few records the service keeps of each project, and the rules on which folder a caller
+may index.
+
+It owns `projects.json` under the data dir (`ProjectRecords`: each project's root folder, its
+last run, its `include` globs and whether it is watched), the check of `include` globs, and the
+rule that a scoped caller may not index another project's folder (`check_not_taken`). It
+refuses to index anything or to read the store: `Fathom` does both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from filelock import FileLock, Timeout
+
+from fathom import scope
+from fathom.config import atomic_write_text
+from fathom.errors import ConfigError
+
+log = logging.getLogger("fathom.service")
+
+
+class FolderTaken(ConfigError):
+    """The folder belongs to a project the caller does not hold. The message never names that
+    project: a scoped caller learns nothing of projects outside its scope."""
+
+    def __init__(self, path: str, relation: str):
+        self.path, self.relation = path, relation
+        what = {"is": "is the folder of", "lies inside": "lies inside the folder of",
+                "contains": "contains the folder of"}[relation]
+        super().__init__(
+            f"refusing to index {path}: it {what} another project, which this token does not "
+            f"hold. Index a folder of your own project, or ask the operator for a token that "
+            f"holds that project (`fathom tokens create --name NAME --project PROJECT "
+            f"--can-index`)")
+
+
+MAX_INCLUDES = 50
+
+
+def check_includes(include: Any) -> list[str]:
+    """`include` globs as given to `fathom index --include`: strings, gitignore syntax."""
+    if isinstance(include, str) or not isinstance(include, (list, tuple)) or len(include) > MAX_INCLUDES \
+            or not all(isinstance(g, str) and g.strip() and len(g) <= 500 and "\x00" not in g
+                       for g in include):
+        raise ConfigError(f"include must be a list of at most {MAX_INCLUDES} globs (gitignore "
+                          f"syntax, e.g. `vendor/mylib/` or `build/**/*.py`)")
+    return [g.strip() for g in include]
+
+
+class ProjectRecords:
+    """Each project's root folder and last run summary, in `projects.json`: atomic writes, and
+    each read-modify-write under a lock file, so two processes finishing runs at once (a CLI
+    and a server) never lose each other's record."""
+
+    LOCK_SECONDS = 30.0
+
+    def __init__(self, data_dir: Path):
+        self.path = Path(data_dir) / "projects.json"
+        self._lock = FileLock(str(self.path) + ".lock", timeout=self.LOCK_SECONDS)
+
+    def load(self) -> dict[str, dict[str, Any]]:
+        try:
+            return json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{self.path} is unreadable ({exc}); remove it, then re-index") from exc
+
+    def get(self, project: str) -> dict[str, Any] | None:
+        return self.load().get(project)
+
+    @contextlib.contextmanager
+    def _changing(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """The records for one read-modify-write, under the lock; written back on exit."""
+        try:
+            with self._lock:
+                records = self.load()
+                before = json.dumps(records, sort_keys=True)
+                yield records
+                if json.dumps(records, sort_keys=True) != before:
+                    atomic_write_text(self.path, json.dumps(records, indent=2, sort_keys=True))
+        except Timeout:
+            raise ConfigError(
+                f"{self.path} stayed locked for {self.LOCK_SECONDS:.0f}s by another Fathom "
+                f"process; if none is running, remove {self._lock.lock_file}") from None
+
+    def put(self, project: str, record: dict[str, Any]) -> None:
+        with self._changing() as records:
+            records[project] = record
+
+    def update(self, project: str, **fields: Any) -> dict[str, Any]:
+        """Merge `fields` into the project's record (other fields kept)."""
+        with self._changing() as records:
+            record = (records.get(project) or {}) | fields
+            records[project] = record
+        return record
+
+    def remove(self, project: str) -> None:
+        with self._changing() as records:
+            records.pop(project, None)
+
+
+def check_not_taken(records: ProjectRecords, path: str | Path, real: Path) -> None:
+        """A caller who sees only some projects (a scoped MCP token) may index only a folder
+        that is no other project's: not another project's root, not inside one, and not a
+        folder holding one (which would read it too). Raises `FolderTaken`; outside a scope
+        (the operator) every folder may be indexed."""
+        held = scope.current()
+        if held is None:
+            return
+        for project, record in records.load().items():
+            other = record.get("root")
+            if project in held or not other:
+                continue
+            for theirs in {Path(other), Path(os.path.realpath(other))}:
+                if real == theirs or real.is_relative_to(theirs) or theirs.is_relative_to(real):
+                    raise FolderTaken(str(path), "is" if real == theirs else
+                                      "lies inside" if real.is_relative_to(theirs) else "contains")
+
+
+@dataclass(frozen=True)
+class ProjectSummary:
+    name: str
+    root: str | None
+    tables: dict[str, int]  # active rows per table
+    last_indexed: str | None  # ISO 8601, UTC
+    indexing: bool = False  # a shadow (an unfinished full run) exists
+    damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
+
+
+def summaries(book: ProjectRecords, store: Any) -> list[ProjectSummary]:
+    """Every project in `store`, with its root from the records (a damaged one: why)."""
+    try:
+        records = book.load()
+    except ConfigError as exc:
+        log.warning("%s", exc)  # roots unknown; the projects themselves are still listed
+        records = {}
+    out = []
+    for p in store.list_projects():
+        if p.damage:
+            out.append(ProjectSummary(name=p.name, root=(records.get(p.name) or {}).get("root"),
+                                      tables={}, last_indexed=None, damaged=p.damage))
+            continue
+        last = [t.last_indexed for t in p.tables.values() if t.last_indexed is not None]
+        out.append(ProjectSummary(
+            name=p.name,
+            root=(records.get(p.name) or {}).get("root"),
+            tables={t: info.rows for t, info in p.tables.items()},
+            last_indexed=max(last).isoformat(timespec="seconds") if last else None,
+            indexing=any(info.shadow_rows is not None for info in p.tables.values()),
+        ))
+    return out
