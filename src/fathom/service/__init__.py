@@ -278,8 +278,9 @@ class Fathom:
         role = ROLE_OF_TABLE[table]
         policy = self.routing.load().roles[role].policy
         reference = self.registry.get(space.reference) or self.encoder
-        allowed = (lambda p: self.router.cloud_allowed(role) if p.info.is_cloud
-                   else self.router.behaviour(role).local)
+        def allowed(p: Provider) -> bool:
+            return self.router.cloud_allowed(role) if p.info.is_cloud else self.router.behaviour(role).local
+
         others = [p for p in self.registry.list(role) if p.id != reference.id and allowed(p)]
         verdicts = []
         for p in [reference, *others]:
