@@ -25,7 +25,7 @@ from fathom.server.metrics import provider_health
 
 @dataclass
 class OperatorParts:
-    """The live parts the operator API reads and steers; `create_app` assembles them. A part
+    """The live parts the operator API reads and steers; `build_parts` assembles them. A part
     that is None answers 503 "not configured" on its endpoints instead of failing."""
 
     settings: Settings
