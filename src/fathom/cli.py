@@ -427,24 +427,14 @@ def serve(
     Clients send a token, on loopback too: printed once at the first start, with a ready client setup.
 
     The served projects' indexes follow their files as they change (unless --no-watch)."""
-    import shlex
-
     import uvicorn
 
-    from fathom.cli_admin import print_mcp_client
     from fathom.server.__main__ import listen
-    from fathom.server.mcp_http import ServeToken, is_loopback, standalone_app
+    from fathom.server.mcp_http import standalone_app
     from fathom.server.mcp_tools import build_mcp_server
 
     given = mcp_token(token_file)
-    if no_auth and not is_loopback(host):
-        raise NoAuthRefused(host)
-    if no_auth and given:
-        raise ConfigError("--no-auth and a token (FATHOM_MCP_TOKEN or --token-file) were both given: "
-                          "drop one of them")
-    if rotate_token and (no_auth or given):
-        raise ConfigError("--rotate-token replaces the token `fathom serve` issued; with --no-auth, "
-                          "FATHOM_MCP_TOKEN or --token-file there is none to replace")
+    _check_serve_auth(host, given, no_auth=no_auth, rotate_token=rotate_token)
     settings = settings_of(ctx)
     # Bound before a token is issued: a start that cannot listen leaves nothing behind.
     try:
@@ -454,24 +444,8 @@ def serve(
                           f"there? Stop it, or choose another --port. No token was issued.") from None
     try:
         fathom = fathom_of(ctx)
-        url = f"http://{client_host(host)}:{port}/mcp"
-        auth: Any = None
-        if given:  # the operator's own: shown as where it is, never printed
-            print_mcp_client(url, "$FATHOM_MCP_TOKEN" if token_file is None
-                             else f"$(cat {shlex.quote(str(token_file))})")
-        elif not no_auth:
-            auth = ServeToken(settings.data_dir)
-            if rotate_token or not auth.configured:
-                issued = auth.replace() if rotate_token else auth.issue()
-                console.print(Text(f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash "
-                                   f"is kept): {issued}"), soft_wrap=True)
-                print_mcp_client(url, issued)
-            else:
-                console.print(f"MCP clients send the token this data dir's first `fathom serve` printed (only its "
-                              f"hash is kept); `fathom serve --rotate-token` prints a new one")
-        else:
-            err_console.print(Text(f"warning: --no-auth: no token is asked for; {NO_AUTH_ALLOWS}",
-                                   style="yellow"))
+        auth = _serve_token(settings, f"http://{client_host(host)}:{port}/mcp", given, token_file,
+                            no_auth=no_auth, rotate_token=rotate_token)
         mcp_app = standalone_app(build_mcp_server(fathom), token=given, auth=auth, host=host,
                                  allowed_hosts=settings.allowed_host_list(),
                                  on_start=fathom.start_watching if _watching(ctx, no_watch) else None)
@@ -488,6 +462,49 @@ def serve(
     config = uvicorn_config(mcp_app, host=host, port=port, limits=ConnectionLimits.of(settings),
                             log_level="warning")
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _check_serve_auth(host: str, given: str | None, *, no_auth: bool, rotate_token: bool) -> None:
+    """`fathom serve`'s token flags, refused before anything is bound or issued."""
+    from fathom.server.mcp_http import is_loopback
+
+    if no_auth and not is_loopback(host):
+        raise NoAuthRefused(host)
+    if no_auth and given:
+        raise ConfigError("--no-auth and a token (FATHOM_MCP_TOKEN or --token-file) were both given: "
+                          "drop one of them")
+    if rotate_token and (no_auth or given):
+        raise ConfigError("--rotate-token replaces the token `fathom serve` issued; with --no-auth, "
+                          "FATHOM_MCP_TOKEN or --token-file there is none to replace")
+
+
+def _serve_token(settings: Any, url: str, given: str | None, token_file: Path | None, *, no_auth: bool,
+                 rotate_token: bool) -> Any:
+    """The issued token `fathom serve` checks (None: the operator's own, or --no-auth), after
+    telling the operator how clients reach the server with it."""
+    import shlex
+
+    from fathom.cli_admin import print_mcp_client
+    from fathom.server.mcp_http import ServeToken
+
+    auth: Any = None
+    if given:  # the operator's own: shown as where it is, never printed
+        print_mcp_client(url, "$FATHOM_MCP_TOKEN" if token_file is None
+                         else f"$(cat {shlex.quote(str(token_file))})")
+    elif not no_auth:
+        auth = ServeToken(settings.data_dir)
+        if rotate_token or not auth.configured:
+            issued = auth.replace() if rotate_token else auth.issue()
+            console.print(Text(f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash "
+                               f"is kept): {issued}"), soft_wrap=True)
+            print_mcp_client(url, issued)
+        else:
+            console.print("MCP clients send the token this data dir's first `fathom serve` printed (only its "
+                          "hash is kept); `fathom serve --rotate-token` prints a new one")
+    else:
+        err_console.print(Text(f"warning: --no-auth: no token is asked for; {NO_AUTH_ALLOWS}",
+                               style="yellow"))
+    return auth
 
 
 def client_host(host: str) -> str:

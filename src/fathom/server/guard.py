@@ -48,9 +48,10 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fathom.clock import Clock, SystemClock
-from fathom.server.admin import (
-    MAX_KEY_BODY, MAX_POLICY_BODY, AdminAuth, ScrapeAuth, bearer_token, no_token_configured, refusal, unauthorized,
+from fathom.server.answers import (
+    MAX_KEY_BODY, MAX_POLICY_BODY, bearer_token, no_token_configured, refusal, unauthorized,
 )
+from fathom.server.auth import AdminAuth, ScrapeAuth
 from fathom.server.audit import AuditLog
 from fathom.server.tokens import McpTokens, Principal
 

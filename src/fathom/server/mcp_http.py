@@ -43,7 +43,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fathom import scope as project_scope
 from fathom.index.walker import under_roots
-from fathom.server.admin import AdminAuth
+from fathom.server.answers import bearer_token
+from fathom.server.auth import AdminAuth
 from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, _answer, _mcp_url, mcp_unauthorized
 from fathom.server.tokens import Principal
 
@@ -249,8 +250,6 @@ class MCPEndpoint:
                 self._manager = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from fathom.server.admin import bearer_token
-
         request = Request(scope, receive)
         token = bearer_token(request)
         principal = self.access.mcp_principal(token)

@@ -377,6 +377,17 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     of `ask` and `explore` (the server passes its own; None: the standalone router)."""
     server = ToolServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
                         log_level="WARNING")
+    # Registered in this order, which is the order `tools/list` answers in.
+    _search_tools(server, fathom, router)
+    _similar_tool(server, fathom)
+    _index_tool(server, fathom)
+    _project_tools(server, fathom)
+    register_agent_tools(server, fathom, router)
+    return server
+
+
+def _search_tools(server: MCPServer, fathom: Fathom, router: Any) -> None:
+    """`search_code` and `search_docs`, reranked by `router` (or the service's own)."""
 
     async def reranked_search(query: str, project: str | None, table: str, k: int,
                               where: SearchFilter | None) -> SearchResults:
@@ -406,6 +417,10 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
                           kind: Kind = None) -> SearchResults:
         return await reranked_search(query, project, "docs", k,
                                      SearchFilter.of(language, path, kind))
+
+
+def _similar_tool(server: MCPServer, fathom: Fathom) -> None:
+    """`find_similar`: the chunks nearest to a chunk, or to a snippet, by vector alone."""
 
     @server.tool(title="Find similar code", annotations=READ_ONLY,
                  description="Find the chunks whose vectors lie nearest to the chunk at a file "
@@ -437,6 +452,10 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
             results=[Result.of(h, i) for i, h in enumerate(hits, start=1)], reranked=False,
             reason="find_similar ranks by vector similarity alone: no keyword fusion, no "
                    "reranking")
+
+
+def _index_tool(server: MCPServer, fathom: Fathom) -> None:
+    """`index_project`, with progress notifications while it runs."""
 
     @server.tool(title="Index a project",
                  annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
@@ -477,6 +496,10 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
                             seconds=round(r.elapsed_s, 2), code_chunks=r.tables.get("code", 0),
                             docs_chunks=r.tables.get("docs", 0))
 
+
+def _project_tools(server: MCPServer, fathom: Fathom) -> None:
+    """`list_projects`, `index_status` and `drop_project`."""
+
     @server.tool(title="List projects", annotations=READ_ONLY,
                  description="List the indexed projects with their chunk counts, when each was "
                              "last indexed and its live sync state.")
@@ -514,9 +537,6 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     @tool_errors
     async def drop_project(project: ProjectName) -> DropResult:
         return DropResult(**await fathom.drop(project))
-
-    register_agent_tools(server, fathom, router)
-    return server
 
 
 async def run_stdio(fathom: Fathom, *, watch: bool = True) -> None:

@@ -206,7 +206,7 @@ def tokens_router(tokens: McpTokens, audit: AuditLog, require_admin: Callable[[R
     """`/admin/tokens` (create, list, revoke) and `/admin/audit` (read the audit log)."""
     import asyncio
 
-    from fathom.server.admin import refusal
+    from fathom.server.answers import refusal
 
     router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
