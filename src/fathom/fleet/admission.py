@@ -22,9 +22,24 @@ from fastapi import WebSocket
 
 from fathom.errors import FathomError
 from fathom.fleet import protocol as p
-from fathom.fleet.auth import Admission, FailedJoins, FleetAuth, JoinRefused, hash_credential
-from fathom.fleet.link import (CLOSE_NAME_IN_USE, CLOSE_POLICY, CLOSE_TOO_BIG, CLOSE_TOO_MANY_FAILURES,
-                               CLOSE_TRY_LATER, CLOSE_UNAUTHORIZED, Link, parse_message, refuse)
+from fathom.fleet.auth import (
+    Admission,
+    FailedJoins,
+    FleetAuth,
+    JoinRefused,
+    hash_credential,
+)
+from fathom.fleet.link import (
+    CLOSE_NAME_IN_USE,
+    CLOSE_POLICY,
+    CLOSE_TOO_BIG,
+    CLOSE_TOO_MANY_FAILURES,
+    CLOSE_TRY_LATER,
+    CLOSE_UNAUTHORIZED,
+    Link,
+    parse_message,
+    refuse,
+)
 from fathom.fleet.remote import SidecarUnavailable
 
 log = logging.getLogger("fathom.fleet.hub")

@@ -56,15 +56,37 @@ from fastapi import APIRouter, FastAPI, WebSocket
 from fathom.config import PushRecord, RoutingStore
 from fathom.errors import ConfigError
 from fathom.fleet import protocol as p
-from fathom.fleet.admission import CLAIM_MEMORY_S, MAX_PENDING, Admissions, NameClaimed, claim_problem
+from fathom.fleet.admission import (
+    CLAIM_MEMORY_S,
+    MAX_PENDING,
+    Admissions,
+    NameClaimed,
+    claim_problem,
+)
 from fathom.fleet.auth import FailedJoins, FleetAuth
 from fathom.fleet.frames import MAX_BAD_FRAMES, FrameReader
 from fathom.fleet.key_reports import KeyReports
 from fathom.fleet.keycheck import KeyCheckRecord
-from fathom.fleet.link import (CLOSE_NAME_IN_USE, CLOSE_POLICY, CLOSE_REVOKED, CLOSE_STALE, CLOSE_TOO_BIG,
-                               CLOSE_TOO_MANY_FAILURES, CLOSE_TRY_LATER, CLOSE_UNAUTHORIZED, Link, bearer, new_id)
+from fathom.fleet.link import (
+    CLOSE_NAME_IN_USE,
+    CLOSE_POLICY,
+    CLOSE_REVOKED,
+    CLOSE_STALE,
+    CLOSE_TOO_BIG,
+    CLOSE_TOO_MANY_FAILURES,
+    CLOSE_TRY_LATER,
+    CLOSE_UNAUTHORIZED,
+    Link,
+    bearer,
+    new_id,
+)
 from fathom.fleet.push import ConfigPush, PushOutcome
-from fathom.fleet.remote import CommandTimeout, SidecarProvider, SidecarUnavailable, error_from_info
+from fathom.fleet.remote import (
+    CommandTimeout,
+    SidecarProvider,
+    SidecarUnavailable,
+    error_from_info,
+)
 from fathom.fleet.routes import SidecarRoutes, cloud_routes, role_configs
 from fathom.fleet.transport import widen_messages
 from fathom.inference.cloud_health import CloudHealth
