@@ -40,6 +40,7 @@ pending bound), `fleet.frames` (what each frame a sidecar sends does), `fleet.ro
 providers a sidecar lends the registry), `fleet.push` (the config and key push) and
 `fleet.key_reports` (the key checks sidecars report).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -249,6 +250,8 @@ class Hub:
         self.notify()
 
     async def _close(self, link: Link, code: int, reason: str = "") -> None:
+        # Kept for the tests that restart a connection through the hub; the parts call
+        # `Link.close` themselves.
         await link.close(code, reason)
 
     async def approve(self, name: str, *, rebind: bool = False) -> SidecarStatus:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import WebSocket
@@ -93,7 +94,7 @@ async def refuse(ws: WebSocket, code: str, message: str, close_code: int) -> Non
         await ws.close(code=close_code)
 
 
-def parse_message(message: dict[str, Any], max_bytes: int) -> p.Frame | p.FrameError:
+def parse_message(message: Mapping[str, Any], max_bytes: int) -> p.Frame | p.FrameError:
     """The frame in `message`; its size is checked before any of it is parsed."""
     if message.get("type") == "websocket.disconnect":
         return p.FrameError("disconnected", "the peer disconnected")

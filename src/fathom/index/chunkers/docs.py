@@ -9,7 +9,6 @@ from dataclasses import replace
 
 from fathom.index.chunkers.pieces import Piece
 
-# --- docs ------------------------------------------------------------------------------
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")

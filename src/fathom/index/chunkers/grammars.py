@@ -10,8 +10,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-# --- code ------------------------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class Spec:

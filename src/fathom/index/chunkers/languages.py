@@ -11,7 +11,6 @@ from pathlib import PurePosixPath
 CODE = "code"
 DOCS = "docs"
 
-# --- languages -------------------------------------------------------------------------
 
 _EXTENSIONS: dict[str, str] = {
     ".py": "python", ".pyi": "python", ".pyw": "python",

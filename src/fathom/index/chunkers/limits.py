@@ -22,9 +22,6 @@ TINY_CHARS = 40
 MAX_DEPTH = 24
 
 
-# --- entry point -----------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Limits:
     """Size bounds of one chunk; a unit over either bound is cut into windows."""

@@ -13,8 +13,6 @@ from dataclasses import dataclass, replace
 from fathom.index.chunk import Chunk
 from fathom.index.chunkers.limits import TINY_CHARS, Limits
 
-# --- pieces and windows ----------------------------------------------------------------
-
 
 @dataclass(frozen=True)
 class Piece:
