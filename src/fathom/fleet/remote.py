@@ -29,7 +29,7 @@ from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo, 
 from fathom.roles import Role
 
 
-class Hub(Protocol):
+class SidecarChannel(Protocol):
     """What a `SidecarProvider` needs of the hub (`fathom.fleet.hub.Hub`), named here so that
     this module does not import the hub that imports it."""
 
@@ -133,7 +133,7 @@ def provider_id(sidecar: str, role: Role, route: RouteKind, upstream: str | None
 class SidecarProvider(Provider):
     """One route on one sidecar. Holds no socket: every call is a command through the hub."""
 
-    def __init__(self, hub: Hub, sidecar: str, role: Role, route: RouteKind, *, model: str,
+    def __init__(self, hub: SidecarChannel, sidecar: str, role: Role, route: RouteKind, *, model: str,
                  width: int | None = None, upstream: str | None = None, backend: str | None = None,
                  max_tokens: int | None = None):
         self.hub = hub
