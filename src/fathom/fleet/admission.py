@@ -147,7 +147,7 @@ class Admissions:
         timeout = self.hub.register_timeout
         try:
             message = await asyncio.wait_for(ws.receive(), timeout)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             await refuse(ws, "register_timeout", f"no register frame within {timeout:g}s", CLOSE_POLICY)
             return None
         except Exception:  # noqa: BLE001 - the peer went away before saying anything
