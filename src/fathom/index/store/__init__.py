@@ -71,7 +71,7 @@ The package, part by part
   `values` the dataclasses; `errors` the typed errors.
 * `lance`: `LanceStore`, the embedded default, with its parts: `matrix_cache` (the tables
   answered from memory), `ann` (IVF-PQ indexes built in the background and the exact copy
-  that serves meanwhile), `lance_tables` (schema, SQL pieces, hits from rows), `lock_file`
+  that serves meanwhile), `lance_tables` (schema, SQL pieces, hits from rows), `project_files`
   (the per-project index lock).
 * `postgres`: `PostgresStore`, the same contract on PostgreSQL + pgvector, with
   `pg_database` (connections, schema, URL redaction) and `pg_state` (the gate's verdicts and

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -229,6 +230,13 @@ class AnnBuilder:
                 self.ready.add(key)
             return
         self.later(project, tbl.name)
+
+    def collect_garbage(self, project: str, live: set[str]) -> None:
+        # Build-window copies of tables no longer live (a process stopped mid-build); a
+        # live table's copy is replaced by its next build and removed when that ends.
+        for folder in (self.store._dir(project) / ".exact").glob("*"):
+            if folder.name.removesuffix(".part") not in live:
+                shutil.rmtree(folder, ignore_errors=True)
 
     def forget(self, slug: str) -> None:
         """Drop one project's build-window copies from the books (its folder goes with it)."""

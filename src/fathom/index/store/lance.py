@@ -33,12 +33,8 @@ What it refuses to do: mix two spaces in one table, or let a search see a shadow
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import fcntl
-import hashlib
 import json
 import logging
-import re
 import shutil
 import threading
 import time
@@ -53,51 +49,58 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from fathom.config import atomic_write_text
-from fathom.errors import DiskFull, StoreError, WidthMismatch
+from fathom.errors import DiskFull, StoreError
 from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
-from fathom.index.store.ann import AnnBuilder, ann_params
-from fathom.index.store.contract import FANOUT_POOL, Store
+from fathom.index.store.ann import AnnBuilder
+from fathom.index.store.contract import Store
 from fathom.index.store.errors import (
     DamagedProject,
-    DuplicateChunks,
     LockHolder,
-    NoShadow,
-    SpaceMismatch,
     UnknownProject,
 )
+from fathom.index.store.lance_rows import (
+    BATCH,
+    delete_rows,
+    manifest_of,
+    provenance_counts_of,
+    replaced_rows,
+    stored_vectors_in,
+    texts_in,
+    written_since_where,
+)
+from fathom.index.store.lance_search import LanceSearch
+from fathom.index.store.lance_slots import LanceSlots
 from fathom.index.store.lance_tables import (
-    HIT_COLUMNS,
     fts_config,
-    fts_query,
     guarded,
-    hits_from,
-    in_list,
     lance_schema,
     rows_table,
     rows_where,
-    short,
-    sql_str,
     with_kind,
 )
-from fathom.index.store.lock_file import hold_index_lock, index_lock_holder
 from fathom.index.store.matrix_cache import (
     CACHE_IDLE_S,
     EXACT_MAX_ROWS,
     MATRIX_CACHE_BYTES,
     CachedMatrix,
     CacheStats,
-    Candidate,
     MatrixCache,
-    cached_tops,
     single_threaded_blas,
+)
+from fathom.index.store.project_files import (
+    hold_index_lock,
+    index_lock_holder,
+    project_slug,
+    read_state_file,
+    state_flock,
 )
 from fathom.index.store.rules import (
     check_project_name,
     check_space_kind,
     check_table_kind,
+    query_vector,
     space_from_json,
-    space_to_json,
 )
 from fathom.index.store.values import (
     Hit,
@@ -116,7 +119,6 @@ log = logging.getLogger(__name__)
 
 # LanceDB's cache of table metadata (manifests, file footers), shared by every project.
 LANCE_METADATA_CACHE_BYTES = 128 << 20
-CACHED_THREADS = 2  # threads that share the cached projects of one search (see search_many)
 
 
 class LanceStore(Store):
@@ -124,7 +126,7 @@ class LanceStore(Store):
     It keeps the pointer files and the table handles; the matrix cache (`MatrixCache`) and
     the ANN builder (`AnnBuilder`) are parts it holds."""
 
-    BATCH = 4096  # rows per IN (...) filter, keeps SQL filters a sane size
+    BATCH = BATCH  # rows per IN (...) filter (`lance_rows.BATCH`)
 
     def __init__(self, root: Path | str, clearance: Clearance | None = None, *,
                  clock: Callable[[], float] = time.time,
@@ -150,6 +152,8 @@ class LanceStore(Store):
         self.ann_nprobes = ann_nprobes  # None (both): by the table's width (`ann_params`)
         self.ann_candidates = ann_candidates
         self._ann = AnnBuilder(self, min_rows=ann_min_rows, background=ann_background)
+        self._search = LanceSearch(self)
+        self._slots = LanceSlots(self)
         self._dbs: dict[str, Any] = {}
         self._tables: dict[tuple[str, str], Any] = {}  # (slug, lance name) -> handle
         self._seen: dict[tuple[str, str], int] = {}  # handle -> generation it was current at
@@ -161,14 +165,6 @@ class LanceStore(Store):
         return self._cache.bound
 
     @property
-    def exact_max_rows(self) -> int:
-        return self._cache.exact_max_rows
-
-    @property
-    def cache_idle_s(self) -> float:
-        return self._cache.idle_s
-
-    @property
     def cache_stats(self) -> CacheStats:
         return self._cache.stats
 
@@ -177,24 +173,12 @@ class LanceStore(Store):
         return self._cache.entries
 
     @property
-    def ann_min_rows(self) -> int:
-        return self._ann.min_rows
-
-    @property
-    def ann_background(self) -> bool:
-        return self._ann.background
-
-    @property
     def window_stats(self) -> WindowStats:
         return self._ann.window_stats
 
+    # ---- layout and state
 
-    @staticmethod
-    def slug(project: str) -> str:
-        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", project).strip(".")[:64] or "project"
-        if safe == project:
-            return safe
-        return f"{safe}-{hashlib.sha256(project.encode()).hexdigest()[:10]}"
+    slug = staticmethod(project_slug)
 
     def _dir(self, project: str) -> Path:
         return self.root / "projects" / self.slug(check_project_name(project))
@@ -205,17 +189,7 @@ class LanceStore(Store):
     def _read_state(self, project: str) -> dict[str, Any] | None:
         """The project's pointer file; None only when there is none. A garbled one is damage,
         never "no project": reading it as empty would hide (or overwrite) a whole index."""
-        path = self._state_path(project)
-        try:
-            state = json.loads(path.read_text())
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError) as exc:
-            raise DamagedProject(project, f"{path} is unreadable ({short(exc)})") from None
-        if not (isinstance(state, dict) and isinstance(state.get("tables"), dict)
-                and isinstance(state.get("next"), int)):
-            raise DamagedProject(project, f"{path} does not hold a project state")
-        return state
+        return read_state_file(self._state_path(project), project)
 
     def _write_state(self, project: str, state: dict[str, Any]) -> None:
         atomic_write_text(self._state_path(project), json.dumps(state, indent=2, sort_keys=True))
@@ -226,22 +200,17 @@ class LanceStore(Store):
         (flock), so two writers never lose each other's pointer change."""
         d = self._dir(project)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with self._mutex, open(d / ".lock", "a+") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                state = self._read_state(project) or {"project": project, "tables": {},
-                                                      "next": 1}
-                before = json.dumps(state, sort_keys=True)
-                yield state
-                if json.dumps(state, sort_keys=True) != before:
-                    self._write_state(project, state)
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with self._mutex, state_flock(d / ".lock"):
+            state = self._read_state(project) or {"project": project, "tables": {}, "next": 1}
+            before = json.dumps(state, sort_keys=True)
+            yield state
+            if json.dumps(state, sort_keys=True) != before:
+                self._write_state(project, state)
 
     def project_lock(self, project: str,
                      holder: str | None = None) -> contextlib.AbstractContextManager[LockHolder]:
         """Hold the index lock of `project` for the block: one writer per project across
-        processes (CLI runs, servers, a file watcher). See `fathom.index.store.lock_file`."""
+        processes (CLI runs, servers, a file watcher). See `fathom.index.store.project_files`."""
         d = self._dir(project)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         return hold_index_lock(d / ".index.lock", project, holder, self.clock)
@@ -309,26 +278,7 @@ class LanceStore(Store):
     def open_table(self, project: str, table: str, space: Space) -> TableInfo:
         check_table_kind(table)
         check_space_kind(table, space)
-        with self._locked(project) as state:
-            entry = state["tables"].setdefault(table, {})
-            current = space_from_json(entry.get("space"))
-            if entry.get("active") is None:
-                entry["active"] = self._create(project, state, table, space)
-                entry["space"] = space_to_json(space)
-                entry["generation"] = entry.get("generation", 0) + 1
-            elif current != space:
-                raise SpaceMismatch(project, table, current, space)  # type: ignore[arg-type]
-            else:
-                self._check_table_metadata(project, entry["active"], space)
-        return self.table_info(project, table)
-
-
-    def _check_table_metadata(self, project: str, name: str, space: Space) -> None:
-        meta = self._table(project, name).schema.metadata or {}
-        raw = meta.get(b"fathom.space")
-        stored = space_from_json(json.loads(raw)) if raw else None
-        if stored != space:
-            raise SpaceMismatch(project, space.table, stored or space, space)
+        return self._slots.open(project, table, space)
 
     @guarded
     def space_of(self, project: str, table: str, slot: Slot = Slot.ACTIVE) -> Space | None:
@@ -346,88 +296,24 @@ class LanceStore(Store):
     def begin_shadow(self, project: str, table: str, space: Space) -> ShadowInfo:
         check_table_kind(table)
         check_space_kind(table, space)
-        with self._locked(project) as state:
-            entry = state["tables"].setdefault(table, {})
-            name = entry.get("shadow")
-            if name is not None and space_from_json(entry.get("shadow_space")) == space:
-                rows = self._table(project, name).count_rows()
-                return ShadowInfo(project, table, space, rows, resumed=True)
-            if name is not None:
-                # A shadow of another space is useless to this run: start over.
-                self._drop(project, name)
-            entry["shadow"] = self._create(project, state, table, space)
-            entry["shadow_space"] = space_to_json(space)
-        return ShadowInfo(project, table, space, 0, resumed=False)
+        return self._slots.begin_shadow(project, table, space)
 
     def promote(self, project: str, table: str) -> TableInfo:
         return self.promote_together(project, [table])[0]
 
     @guarded
     def promote_together(self, project: str, tables: Sequence[str]) -> list[TableInfo]:
-        names: dict[str, str] = {}
-        for table in tables:
-            check_table_kind(table)
-            name = self._entry(project, table).get("shadow")
-            if name is None:
-                raise NoShadow(project, table)
-            names[table] = name
-        for table, name in names.items():
-            # Self-check: a shadow holding one chunk id twice (two writers raced, or damage)
-            # must never become what searches read.
-            rows, ids = self._id_counts(project, name)
-            if rows != ids:
-                self.abandon_shadow(project, table)
-                raise DuplicateChunks(project, table, rows, ids)
-            # Indexes are built on the shadow before the switch, so the first search after
-            # promotion is as fast as the last one before it.
-            self._build_indexes(project, name)
-        old: list[str] = []
-        with self._locked(project) as state:
-            for table, name in names.items():
-                if state["tables"].get(table, {}).get("shadow") != name:
-                    raise NoShadow(project, table)
-            for table, name in names.items():
-                entry = state["tables"][table]
-                if entry.get("active") is not None:
-                    old.append(entry["active"])
-                entry["active"] = name
-                entry["space"] = entry.pop("shadow_space")
-                entry["shadow"] = None
-                entry["generation"] = entry.get("generation", 0) + 1
-                entry["last_indexed"] = self.clock()
-            # The pointer file is rewritten (atomically) when this block exits: that one
-            # rename is the promotion of every table. Dropping the old versions comes after.
-        for name in old:
-            self._drop(project, name)
-        self._collect_garbage(project)
-        return [self.table_info(project, table) for table in names]
-
-    def _id_counts(self, project: str, name: str) -> tuple[int, int]:
-        ids = (self._table(project, name).search().select(["chunk_id"]).limit(None)
-               .to_arrow()["chunk_id"])
-        return len(ids), len(ids.unique())
+        return self._slots.promote_together(project, tables)
 
     @guarded
     def abandon_shadow(self, project: str, table: str) -> None:
         check_table_kind(table)
-        with self._locked(project) as state:
-            entry = state["tables"].get(table, {})
-            name = entry.get("shadow")
-            entry["shadow"] = None
-            entry.pop("shadow_space", None)
-        if name is not None:
-            self._drop(project, name)
+        self._slots.abandon_shadow(project, table)
 
     @guarded
     def refresh(self, project: str, table: str) -> None:
         check_table_kind(table)
-        name = self._entry(project, table).get("active")
-        if name is None:
-            return
-        self._build_indexes(project, name)
-        with self._locked(project) as state:
-            entry = state["tables"][table]
-            entry["generation"] = entry.get("generation", 0) + 1
+        self._slots.refresh(project, table)
 
     def _build_indexes(self, project: str, name: str) -> None:
         tbl = self._table(project, name)
@@ -465,11 +351,7 @@ class LanceStore(Store):
         for name in names:
             if name not in live:
                 self._drop(project, name)
-        # Build-window copies of tables no longer live (a process stopped mid-build); a
-        # live table's copy is replaced by its next build and removed when that ends.
-        for folder in (self._dir(project) / ".exact").glob("*"):
-            if folder.name.removesuffix(".part") not in live:
-                shutil.rmtree(folder, ignore_errors=True)
+        self._ann.collect_garbage(project, live)
 
     # ---- writes
 
@@ -496,22 +378,7 @@ class LanceStore(Store):
         name = self._slot_name(project, table, slot)
         if name is None or not content_hashes:
             return {}
-        tbl = self._table(project, name)
-        out: dict[str, StoredVector] = {}
-        hashes = list(content_hashes)
-        for i in range(0, len(hashes), self.BATCH):
-            res = self._rows_where(tbl, in_list("content_hash", hashes[i:i + self.BATCH]),
-                                   ["content_hash", "vector", "provider_id", "verdict_id",
-                                    "written_at"])
-            width = tbl.schema.field("vector").type.list_size
-            vectors = (res["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
-                       .reshape(-1, width))
-            for j, (h, pid, vid, at) in enumerate(zip(
-                    res["content_hash"].to_pylist(), res["provider_id"].to_pylist(),
-                    res["verdict_id"].to_pylist(), res["written_at"].to_pylist(), strict=True)):
-                out.setdefault(h, StoredVector(np.array(vectors[j], dtype=np.float32),
-                                               Provenance(pid, vid), at))
-        return out
+        return stored_vectors_in(self._table(project, name), list(content_hashes))
 
     @staticmethod
     def _merge(tbl: Any, data: pa.Table) -> None:
@@ -533,32 +400,11 @@ class LanceStore(Store):
                          written_at: datetime) -> int:
         name = self._slot_name(project, table, slot)
         tbl = self._table(project, name)  # type: ignore[arg-type]
-        parts = [self._rows_where(tbl, in_list("chunk_id", chunk_ids[i:i + self.BATCH]))
-                 for i in range(0, len(chunk_ids), self.BATCH)]
-        existing = pa.concat_tables(parts) if parts else None
-        found = set(existing["chunk_id"].to_pylist()) if existing is not None else set()
-        missing = [c for c in chunk_ids if c not in found]
-        if missing:
-            err = StoreError(
-                f"project {project!r} table {table!r}: {len(missing)} chunk ids to re-embed are "
-                f"not in the table (e.g. {missing[:3]}); nothing was replaced"
-            )
-            err.missing = missing  # type: ignore[attr-defined]
-            raise err
-        order = {cid: i for i, cid in enumerate(chunk_ids)}
-        existing = existing.select(tbl.schema.names)  # type: ignore[union-attr]
-        idx = [order[c] for c in existing["chunk_id"].to_pylist()]
-        width = matrix.shape[1]
-        n = existing.num_rows
-        cols = {name: existing[name] for name in existing.column_names}
-        cols["vector"] = pa.FixedSizeListArray.from_arrays(pa.array(matrix[idx].ravel()), width)
-        cols["provider_id"] = pa.array([provenance.provider_id] * n, pa.string())
-        cols["verdict_id"] = pa.array([provenance.verdict_id] * n, pa.string())
-        cols["written_at"] = pa.array([written_at] * n, pa.timestamp("us", tz="UTC"))
-        self._merge(tbl, pa.table(cols, schema=tbl.schema))
+        data = replaced_rows(tbl, project, table, chunk_ids, matrix, provenance, written_at)
+        self._merge(tbl, data)
         if slot is Slot.ACTIVE:
             self._bump(project, table)
-        return n
+        return data.num_rows
 
     @guarded
     def delete(self, project: str, table: str, *, chunk_ids: Iterable[str] = (),
@@ -567,12 +413,7 @@ class LanceStore(Store):
         name = self._slot_name(project, table, slot)
         if name is None:
             return 0
-        tbl = self._table(project, name)
-        before = tbl.count_rows()
-        for column, values in (("chunk_id", list(chunk_ids)), ("path", list(paths))):
-            for i in range(0, len(values), self.BATCH):
-                tbl.delete(in_list(column, values[i:i + self.BATCH]))
-        removed = before - tbl.count_rows()
+        removed = delete_rows(self._table(project, name), list(chunk_ids), list(paths))
         if removed and slot is Slot.ACTIVE:
             self._bump(project, table)
         return removed
@@ -584,11 +425,7 @@ class LanceStore(Store):
         name = self._slot_name(project, table, slot)
         if name is None:
             return []
-        data = (self._table(project, name).search().select(["chunk_id", "content_hash", "path"])
-                .limit(None).to_arrow())
-        return [ManifestEntry(*row) for row in zip(data["chunk_id"].to_pylist(),
-                                                  data["content_hash"].to_pylist(),
-                                                  data["path"].to_pylist(), strict=True)]
+        return manifest_of(self._table(project, name))
 
     # ---- search
 
@@ -633,158 +470,33 @@ class LanceStore(Store):
         return self._cache.held(self.slug(project), table, (name, table, generation), use=use)
 
     def _query_vector(self, project: str, table: str, vector: Any) -> np.ndarray:
-        space = self.space_of(project, table)
-        q = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if space is not None and q.shape[0] != space.width:
-            raise WidthMismatch(table, space.width, int(q.shape[0]))
-        if not np.isfinite(q).all() or not np.linalg.norm(q):
-            raise StoreError("the query vector is zero or not finite; check the encoder")
-        return q / np.linalg.norm(q)
+        return query_vector(self.space_of(project, table), table, vector)
 
     @guarded
     def vector_search(self, project: str, table: str, vector: Any, k: int = 10, *,
                       where: SearchFilter | None = None) -> list[Hit]:
         check_table_kind(table)
-        q = self._query_vector(project, table, vector)
-        cached, tbl = self._matrix(project, table)
-        if tbl is None or k <= 0:
-            return []
-        if cached is not None:
-            # The filter picks the candidate rows first; the top k is cut among them.
-            rows, scores = cached.vector_top(q, k, cached.allowed(where))
-            return hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(),
-                                   "vector")
-        if where is None:
-            hits = self._ann.window_search(project, table, tbl, q, k)
-            if hits is not None:
-                return hits
-        self._ann.ensure(project, tbl)
-        _, nprobes, candidates = ann_params(len(q))
-        search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
-                  .nprobes(self.ann_nprobes or nprobes)
-                  .refine_factor(max(1, -(-(self.ann_candidates or candidates) // k))))
-        if where is not None:
-            search = search.where(where.lance_sql(), prefilter=True)
-        res = search.limit(k).select([*HIT_COLUMNS, "_distance"]).to_arrow()
-        scores = [1.0 - d for d in res["_distance"].to_pylist()]
-        return hits_from(res, table, scores, "vector")
+        return self._search.vector(project, table, vector, k, where)
 
     @guarded
     def text_search(self, project: str, table: str, query: str, k: int = 10, *,
                     where: SearchFilter | None = None) -> list[Hit]:
         check_table_kind(table)
-        text = fts_query(query)
-        if not text or k <= 0:
-            return []
-        cached = self._cached(project, table)
-        if cached is not None and cached.keywords is not None:
-            rows, scores = cached.keywords.search(text, k, rows=cached.allowed(where))
-            return hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(),
-                                   "text")
-        for attempt in (1, 2):
-            name, _, tbl = self._active_handle(project, table)
-            if name is None:
-                return []
-            try:
-                search = tbl.search(text, query_type="fts")
-                if where is not None:
-                    search = search.where(where.lance_sql(), prefilter=True)
-                res = search.limit(k).select([*HIT_COLUMNS, "_score"]).to_arrow()
-                break
-            except Exception as exc:  # noqa: BLE001
-                if attempt == 1 and self._active(project, table)[0] != name:
-                    continue  # promoted (and the old table dropped) under our feet: retry
-                # A keyword query LanceDB cannot answer must not take the vector half down.
-                log.warning("full-text query %r failed on %s/%s: %s", text, project, table, exc)
-                return []
-        return hits_from(res, table, res["_score"].to_pylist(), "text")
+        return self._search.text(project, table, query, k, where)
 
     def search_many(self, projects: Sequence[str], table: str, vector: Any, query: str,
                     k: int = 10, *, where: SearchFilter | None = None) -> Pooled:
         """`Store.search_many`, ranked the same, hit for hit, but a project the matrix
         cache holds costs one matmul and one keyword-index lookup: its best `k` row numbers
-        join the pool, and Hits are built only for the pooled best `k`. The cached projects
-        are split between this thread and one pool thread (the matmuls release the GIL); the
-        other projects are searched through LanceDB meanwhile, all at once on the pool."""
+        join the pool, and Hits are built only for the pooled best `k` (`LanceSearch.many`)."""
         check_table_kind(table)
-        text = fts_query(query or "")
-        damaged: dict[str, DamagedProject] = {}
-        cached: list[tuple[int, str, CachedMatrix]] = []
-        uncached: list[tuple[int, str, bool]] = []  # (place, project, its vector half too)
-        for i, project in enumerate(projects):
-            try:
-                entry = self._cached(project, table, use=True)
-            except DamagedProject as exc:
-                damaged[project] = exc
-                continue
-            if entry is not None:
-                cached.append((i, project, entry))
-            if entry is None or (text and entry.keywords is None):
-                uncached.append((i, project, entry is None))
-        q = self._query_vector(cached[0][1], table, vector) if cached else None
-        groups = [cached[j::CACHED_THREADS] for j in range(CACHED_THREADS)]
-        # The cached share goes to the pool first: behind LanceDB calls it would wait.
-        others = [FANOUT_POOL.submit(cached_tops, g, q, text, k, where) for g in groups[1:]]
-        later = {i: (project,
-                     FANOUT_POOL.submit(self.vector_search, project, table, vector, k,
-                                         where=where) if vector_too else None,
-                     FANOUT_POOL.submit(self.text_search, project, table, query, k,
-                                         where=where) if text else None)
-                 for i, project, vector_too in uncached}
-        vec, txt = cached_tops(groups[0], q, text, k, where)
-        for other in others:
-            other_vec, other_txt = other.result()
-            vec += other_vec
-            txt += other_txt
-        for i, (project, v, t) in later.items():
-            try:
-                vh, th = v.result() if v is not None else [], t.result() if t is not None else []
-            except DamagedProject as exc:
-                damaged[project] = exc
-                continue
-            vec += [(-h.score, i, r, project, h, -1) for r, h in enumerate(vh)]
-            txt += [(-h.score, i, r, project, h, -1) for r, h in enumerate(th)]
-        return Pooled(self._best(vec, k, table, "vector"), self._best(txt, k, table, "text"),
-                      damaged)
-
-    def _best(self, pool: list[Candidate], k: int, table: str, kind: str) -> list[Hit]:
-        """The pool's best `k` as Hits: a cached table's rows are read from its hit columns
-        in one take per table."""
-        best = sorted(pool, key=lambda c: c[:3])[:k]
-        out: list[Hit | None] = [None] * len(best)
-        groups: dict[int, tuple[CachedMatrix, str, list[tuple[int, int, float]]]] = {}
-        for pos, (neg, i, _, project, source, row) in enumerate(best):
-            if isinstance(source, Hit):
-                out[pos] = dataclasses.replace(source, project=project)
-            else:
-                groups.setdefault(i, (source, project, []))[2].append((pos, row, -neg))
-        for entry, project, items in groups.values():
-            hits = hits_from(entry.meta.take(pa.array([row for _, row, _ in items])),
-                                   table, [score for *_, score in items], kind, project)
-            for (pos, _, _), hit in zip(items, hits, strict=True):
-                out[pos] = hit
-        return out  # type: ignore[return-value]
+        return self._search.many(projects, table, vector, query, k, where)
 
     @guarded
     def chunk_at(self, project: str, table: str, path: str,
                  line: int) -> tuple[Hit, np.ndarray] | None:
         check_table_kind(table)
-        name, _ = self._active(project, table)
-        if name is None:
-            return None
-        tbl = self._table(project, name)
-        where = (f"path = {sql_str(path)} AND start_line <= {int(line)} "
-                 f"AND end_line >= {int(line)}")
-        res = self._rows_where(tbl, where, [*HIT_COLUMNS, "vector"])
-        if res.num_rows == 0:
-            return None
-        # The innermost chunk (a method rather than its class) is the one meant.
-        spans = [e - s for s, e in zip(res["start_line"].to_pylist(), res["end_line"].to_pylist(),
-                                       strict=True)]
-        i = int(np.argmin(spans))
-        row = res.slice(i, 1)
-        vec = np.asarray(row["vector"][0].as_py(), dtype=np.float32)
-        return hits_from(row, table, [1.0], "vector")[0], vec
+        return self._search.chunk_at(project, table, path, line)
 
     # ---- projects and audit
 
@@ -855,13 +567,7 @@ class LanceStore(Store):
         name = self._slot_name(project, table, slot)
         if name is None:
             return {}
-        data = (self._table(project, name).search().select(["provider_id", "verdict_id"])
-                .limit(None).to_arrow())
-        counts: dict[tuple[str, str | None], int] = {}
-        for key in zip(data["provider_id"].to_pylist(), data["verdict_id"].to_pylist(),
-                       strict=True):
-            counts[key] = counts.get(key, 0) + 1
-        return counts
+        return provenance_counts_of(self._table(project, name))
 
     @guarded
     def written_since(self, project: str, table: str, since: datetime,
@@ -870,17 +576,7 @@ class LanceStore(Store):
         name = self._slot_name(project, table, Slot.ACTIVE)
         if name is None:
             return []
-        if since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
-        stamp = since.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
-        where = f"written_at >= TIMESTAMP '{stamp}'"
-        if provider_id is not None:
-            where += f" AND provider_id = {sql_str(provider_id)}"
-        res = self._rows_where(self._table(project, name), where,
-                               ["chunk_id", "content_hash", "path"])
-        return [ManifestEntry(*row) for row in zip(res["chunk_id"].to_pylist(),
-                                                  res["content_hash"].to_pylist(),
-                                                  res["path"].to_pylist(), strict=True)]
+        return manifest_of(self._table(project, name), written_since_where(since, provider_id))
 
     @guarded
     def chunk_texts(self, project: str, table: str, chunk_ids: Sequence[str],
@@ -898,13 +594,7 @@ class LanceStore(Store):
                                                 value_set=pa.array(ids, pa.string())))
             return dict(zip(found["chunk_id"].to_pylist(), found["text"].to_pylist(),
                             strict=True))
-        tbl = self._table(project, name)
-        out: dict[str, str] = {}
-        for i in range(0, len(ids), self.BATCH):
-            res = self._rows_where(tbl, in_list("chunk_id", ids[i:i + self.BATCH]),
-                                   ["chunk_id", "text"])
-            out.update(zip(res["chunk_id"].to_pylist(), res["text"].to_pylist(), strict=True))
-        return out
+        return texts_in(self._table(project, name), ids)
 
     def close(self) -> None:
         self._ann.close()

@@ -97,6 +97,16 @@ def validate_vectors(space: Space, table: str, vectors: Any, n: int) -> np.ndarr
     return arr
 
 
+def query_vector(space: Space | None, table: str, vector: Any) -> np.ndarray:
+    """A query vector as a float32 unit vector of the table's width, or a typed error."""
+    q = np.asarray(vector, dtype=np.float32).reshape(-1)
+    if space is not None and q.shape[0] != space.width:
+        raise WidthMismatch(table, space.width, int(q.shape[0]))
+    if not np.isfinite(q).all() or not np.linalg.norm(q):
+        raise StoreError("the query vector is zero or not finite; check the encoder")
+    return q / np.linalg.norm(q)
+
+
 def validate_rows(table: str, rows: Sequence[Chunk]) -> None:
     for chunk in rows:
         if not isinstance(chunk, Chunk):

@@ -1,6 +1,8 @@
-"""The index lock of one LanceDB project: an OS lock (flock) on a file, holder recorded in it.
+"""The files that say who owns one LanceDB project: its folder's name, its pointer file
+(state.json) read and checked, the flock that serialises its read-modify-writes, and its index
+lock.
 
-One writer per project across processes (CLI runs, servers, a file watcher). The lock is taken
+The index lock is an OS lock (flock) on a file, holder recorded in it: one writer per project across processes (CLI runs, servers, a file watcher). The lock is taken
 without waiting: a second writer gets `ProjectLocked` at once, naming the holder recorded in
 the file. The kernel releases the lock when its holder dies, however it dies, so a stale file
 from a killed run is simply taken over (its record is overwritten).
@@ -11,16 +13,54 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
-from fathom.index.store.errors import LockHolder, ProjectLocked
+from fathom.index.store.errors import DamagedProject, LockHolder, ProjectLocked
+from fathom.index.store.lance_tables import short
+
+
+def project_slug(project: str) -> str:
+    """The folder name of a project: the name itself when it is a safe one, else a safe
+    prefix and a hash of the name (two names never share a folder)."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", project).strip(".")[:64] or "project"
+    if safe == project:
+        return safe
+    return f"{safe}-{hashlib.sha256(project.encode()).hexdigest()[:10]}"
+
+
+def read_state_file(path: Path, project: str) -> dict[str, Any] | None:
+    """The project's pointer file; None only when there is none. A garbled one is damage,
+    never "no project": reading it as empty would hide (or overwrite) a whole index."""
+    try:
+        state = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise DamagedProject(project, f"{path} is unreadable ({short(exc)})") from None
+    if not (isinstance(state, dict) and isinstance(state.get("tables"), dict)
+            and isinstance(state.get("next"), int)):
+        raise DamagedProject(project, f"{path} does not hold a project state")
+    return state
+
+
+@contextlib.contextmanager
+def state_flock(path: Path) -> Iterator[None]:
+    """Hold the flock on `path` (created if needed) for the block, waiting for it."""
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @contextlib.contextmanager
