@@ -439,7 +439,8 @@ class LanceStore(Store):
     def _active_handle(self, project: str, table: str) -> tuple[str | None, int, Any]:
         """The active table's name, generation and a Lance handle current to that generation.
 
-        Handles are kept open between searches (opening costs ~1 ms); the generation in
+        Handles are kept open between searches (opening one per search is measurable, see
+        docs/benchmarks.md); the generation in
         state.json says when another writer (thread or process) has changed the table."""
         name, generation = self._active(project, table)
         if name is None:
@@ -589,7 +590,7 @@ class LanceStore(Store):
         cached = self._cached(project, table) if slot is Slot.ACTIVE else None
         if cached is not None:
             # The reranker stage reads the texts of a search's hits: from memory when the
-            # cache holds the table (a LanceDB query per project costs 3-5 ms).
+            # cache holds the table (a LanceDB query per project costs milliseconds).
             found = cached.meta.filter(pc.is_in(cached.meta["chunk_id"],
                                                 value_set=pa.array(ids, pa.string())))
             return dict(zip(found["chunk_id"].to_pylist(), found["text"].to_pylist(),

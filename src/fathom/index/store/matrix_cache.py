@@ -142,9 +142,9 @@ def single_threaded_blas() -> None:
 
     Searches already run in parallel (both halves of a query, every project of a search over
     all of them), and a vector search is one matrix-vector product, bound by memory: a BLAS
-    thread pool per product only fights those threads. Measured on the shared 2-core
-    machine: 8,000 x 384 took 6.5 ms with OpenBLAS's two threads and 0.77 ms with one; at
-    1M x 384 both took ~170 ms. torch (the local encoder) has its own thread pool."""
+    thread pool per product only fights those threads: a small product was several times
+    slower with two BLAS threads than with one (docs/benchmarks.md). torch (the local
+    encoder) has its own thread pool."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # pragma: no cover - a dependency; the default is only slower
