@@ -42,7 +42,7 @@ QUERIES = [
 def _chunks():
     root = Path(fathom.__file__).parent
     chunks = []
-    for path in sorted((root / "index").glob("*.py")):
+    for path in sorted((root / "index").rglob("*.py")):
         chunks += [c for c in chunk_file(str(path.relative_to(root)), path.read_text())
                    if c.table == "code"]
     extra = chunk_file("extra/accents.py", "def café():\n    return 'naïve résumé' # " + "x" * 39
