@@ -25,7 +25,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -260,7 +259,6 @@ def test_the_checks_see_function_level_and_type_only_imports():
     assert cycles(loop) == [["fathom.index.pgstore", "fathom.index.store"]]
 
 
-@pytest.mark.xfail(strict=False, reason="until the restructuring lands (fusion, verify, mcp_http)")
 def test_no_module_takes_another_modules_private_names():
     assert private_uses(modules()) == []
 

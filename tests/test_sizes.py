@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fathom"
 
@@ -64,7 +63,6 @@ def test_the_measure_counts_nested_functions_inside_their_parent(tmp_path):
     assert oversized(module, "m.py") == ["m.py:2 def C.outer: 92 lines (limit 80)"]
 
 
-@pytest.mark.xfail(strict=False, reason="until the restructuring lands")
 def test_no_module_class_or_function_is_too_long():
     found = []
     for path in sorted(SRC.rglob("*.py")):

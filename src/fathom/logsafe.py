@@ -20,7 +20,7 @@ import logging
 import re
 import sys
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 # OpenRouter keys look like `sk-or-v1-<64 hex>`. Match any `sk-or-` prefix and whatever
@@ -111,7 +111,7 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname, "logger": record.name, "message": scrub(record.getMessage()),
         }
         if record.exc_info and not record.exc_text:

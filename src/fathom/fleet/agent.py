@@ -422,7 +422,7 @@ class Sidecar:
                 if status in (401, 403):
                     raise SidecarRefused(url, f"HTTP {status} at connect (wrong join token)") from None
                 log.warning("server %s answered HTTP %d at connect; retrying", url, status)
-            except (OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            except (OSError, TimeoutError) as exc:
                 log.warning("cannot reach %s (%s); retrying", url, type(exc).__name__)
             except Exception as exc:  # noqa: BLE001 - any other connection failure: back off and retry
                 log.warning("connection to %s failed (%s); retrying", url, type(exc).__name__)

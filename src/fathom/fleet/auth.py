@@ -33,7 +33,7 @@ import secrets
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from enum import StrEnum
 from pathlib import Path
 from typing import Callable, Iterable
@@ -104,7 +104,7 @@ class FleetAuth:
     FILENAME = "fleet.json"
 
     def __init__(self, data_dir: Path, *, join_tokens: Iterable[str] = (),
-                 now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
+                 now: Callable[[], datetime] = lambda: datetime.now(UTC)):
         self.path = Path(data_dir) / self.FILENAME
         self._now = now
         self._lock = threading.Lock()

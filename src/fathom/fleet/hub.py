@@ -48,7 +48,7 @@ import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Callable
 
@@ -142,7 +142,7 @@ class Hub:
         routing: RoutingStore | None = None,
         join_tokens: tuple[str, ...] = (),
         clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
         command_timeout: float = 120.0,
         ack_timeout: float = 10.0,
         register_timeout: float = 10.0,
@@ -326,7 +326,7 @@ class Hub:
             await link.send(p.encode(p.Command(id=cid, op=op, role=role, route=route, payload=payload)))
             try:
                 result: p.Result = await asyncio.wait_for(fut, timeout)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 raise CommandTimeout(name, op, timeout) from None
         finally:
             link.pending.pop(cid, None)

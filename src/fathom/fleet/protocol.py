@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, StringConstraints, TypeAdapter, ValidationError,
@@ -238,7 +238,7 @@ class Error(_Frame):
 
 
 Frame = Annotated[
-    Union[Register, Heartbeat, Status, Command, Result, Config, Ack, KeyCheck, Error],
+    Register | Heartbeat | Status | Command | Result | Config | Ack | KeyCheck | Error,
     Field(discriminator="type"),
 ]
 _FRAME = TypeAdapter(Frame)

@@ -46,7 +46,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fathom.index.store import _PARTS as _CAMEL_PARTS  # the keyword index's own word split
+from fathom.index.store import CAMEL_PARTS as _CAMEL_PARTS  # the keyword index's own word split
 from fathom.index.store import Hit
 
 # Keyword weights, chosen on bench/search_quality.py (docs/benchmarks.md has the sweep).
@@ -210,7 +210,7 @@ def _named(part: str, words: frozenset[str]) -> bool:
 
 
 def symbol_match(symbol: str | None, shape: QueryShape) -> int:
-    """How many dotted parts of `symbol` the query names (0: it does not name this symbol).
+    r"""How many dotted parts of `symbol` the query names (0: it does not name this symbol).
 
     The symbol's own name (its last part) must be among the query's words, and at least one
     of its parts must be spelled as code. A part also counts when all the words inside it are

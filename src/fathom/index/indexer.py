@@ -645,7 +645,7 @@ class Indexer:
             pending = asyncio.create_task(asyncio.to_thread(
                 self.store.write, job.project, plan.table, rows, vectors, provenance,
                 slot=plan.slot))
-            pending.add_done_callback(lambda t, n=len(rows), pid=provider.id:
+            pending.add_done_callback(lambda t, n=len(rows), pid=provider.id:  # noqa: B008 (bound now)
                                       None if t.cancelled() or t.exception() else on_batch(n, pid))
             await job.checkpoint()
 

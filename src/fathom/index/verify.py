@@ -367,14 +367,14 @@ def _dedupe(store: LanceStore, project: str, table: str | None, chunk_ids: list[
     sound; ids with no sound row lose all of them (the next index re-embeds them)."""
     import pyarrow as pa
 
-    from fathom.index.store import _in_list
+    from fathom.index.store import in_list
 
     assert table is not None
     name = store._slot_name(project, table, Slot.ACTIVE)
     tbl = store._table(project, name)  # type: ignore[arg-type]
     keep = []
     for i in range(0, len(chunk_ids), store.BATCH):
-        rows = store._rows_where(tbl, _in_list("chunk_id", chunk_ids[i:i + store.BATCH]))
+        rows = store._rows_where(tbl, in_list("chunk_id", chunk_ids[i:i + store.BATCH]))
         seen: set[str] = set()
         for j in range(rows.num_rows):
             row = rows.slice(j, 1)
@@ -420,10 +420,10 @@ async def _reembed(fathom: Repairer, project: str, table: str | None, chunk_ids:
 
 def _rebuild_indexes(store: Store, project: str, table: str) -> None:
     if isinstance(store, LanceStore):
-        from fathom.index.store import _fts_config
+        from fathom.index.store import fts_config
 
         name = store._slot_name(project, table, Slot.ACTIVE)
         if name is None:
             return
-        store._table(project, name).create_index("keywords", config=_fts_config(), replace=True)
+        store._table(project, name).create_index("keywords", config=fts_config(), replace=True)
     store.refresh(project, table)

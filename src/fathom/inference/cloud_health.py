@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from enum import StrEnum
 from typing import Callable
 
@@ -110,7 +110,7 @@ class CloudHealth:
     """The records, one per target. Thread-safe: calls are noted from the event loop, reads
     come from a metrics scrape in a worker thread."""
 
-    def __init__(self, now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)):
+    def __init__(self, now: Callable[[], datetime] = lambda: datetime.now(UTC)):
         self.now = now
         self._records: dict[str, Record] = {}
         self._seq = itertools.count()

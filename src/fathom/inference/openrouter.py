@@ -23,7 +23,7 @@ import binascii
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from email.utils import parsedate_to_datetime
 from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence
 
@@ -257,8 +257,8 @@ def parse_retry_after(value: str | None, *, now: Callable[[], datetime] | None =
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    current = (now or (lambda: datetime.now(timezone.utc)))()
+        when = when.replace(tzinfo=UTC)
+    current = (now or (lambda: datetime.now(UTC)))()
     return max(0.0, (when - current).total_seconds())
 
 

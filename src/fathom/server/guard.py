@@ -236,7 +236,7 @@ class RequestGuard:
         request = Request(scope)  # headers only: nothing here reads the body
         method, path = scope["method"], scope["path"]
         token = bearer_token(request)
-        denied = self.access.refusal(method, path, token, url=_mcp_url(request))
+        denied = self.access.refusal(method, path, token, url=mcp_url(request))
         principal = self.access.principal(token) if token else None
         if denied is not None:
             if principal is not None and denied.status_code == 403:
@@ -250,7 +250,7 @@ class RequestGuard:
                                   f"refused 401: unknown token, answered after {delay:g} s", refused="refused 401",
                                   peer=peer)
                 await self.wrong_tokens.clock.sleep(delay)
-            await _answer(send, denied)
+            await send_refusal(send, denied)
             return
         if principal is not None:
             scope[PRINCIPAL] = principal
@@ -258,10 +258,10 @@ class RequestGuard:
         declared = request.headers.get("content-length")
         if declared is not None:
             if not declared.strip().isdigit():
-                await _answer(send, refusal(400, "Content-Length is not a number of bytes"))
+                await send_refusal(send, refusal(400, "Content-Length is not a number of bytes"))
                 return
             if int(declared) > limit:
-                await _answer(send, _too_large(method, path, limit))
+                await send_refusal(send, _too_large(method, path, limit))
                 return
         status: dict[str, Any] = {}
         try:
@@ -303,7 +303,7 @@ class RequestGuard:
                     if not state["started"]:
                         state["refused"] = True
                         status["code"] = 413
-                        await _answer(send, _too_large(method, path, limit))
+                        await send_refusal(send, _too_large(method, path, limit))
                     raise _BodyTooLarge
             return message
 
@@ -358,7 +358,7 @@ def _peer(scope: Scope) -> str:
     return str(client[0]) if client else "unknown"
 
 
-def _mcp_url(request: Request) -> str:
+def mcp_url(request: Request) -> str:
     """The MCP URL as the client dialled it (for the configure-a-token line)."""
     host = request.headers.get("host") or "SERVER"
     scheme = request.headers.get("x-forwarded-proto") or request.url.scheme
@@ -380,7 +380,7 @@ def _size(n: int) -> str:
         f"{n / (1024 * KIB):g} MiB" if n % KIB == 0 else f"{n} bytes")
 
 
-async def _answer(send: Send, exc: HTTPException) -> None:
+async def send_refusal(send: Send, exc: HTTPException) -> None:
     content = getattr(exc, "content", None)
     body = json.dumps(content if content is not None else {"detail": exc.detail}).encode()
     headers: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json"),

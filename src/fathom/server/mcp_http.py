@@ -45,7 +45,7 @@ from fathom import scope as project_scope
 from fathom.index.walker import under_roots
 from fathom.server.answers import bearer_token
 from fathom.server.auth import AdminAuth
-from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, _answer, _mcp_url, mcp_unauthorized
+from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, send_refusal, mcp_url, mcp_unauthorized
 from fathom.server.tokens import Principal
 
 log = logging.getLogger("fathom.server.mcp")
@@ -254,7 +254,7 @@ class MCPEndpoint:
         token = bearer_token(request)
         principal = self.access.mcp_principal(token)
         if principal is None:
-            await _answer(send, mcp_unauthorized(bool(token), _mcp_url(request)))
+            await send_refusal(send, mcp_unauthorized(bool(token), mcp_url(request)))
             return
         scope[PRINCIPAL] = principal
         scope["user"] = session_owner(principal, token)

@@ -128,13 +128,6 @@ from fathom.index.store.values import (
     TableInfo,
 )
 
-# The private names other modules imported before the package made them public; kept
-# importable until those imports are gone.
-_PARTS = CAMEL_PARTS
-_HIT_COLUMNS = HIT_COLUMNS
-_in_list = in_list
-_fts_config = fts_config
-
 __all__ = [
     "CACHE_IDLE_S", "CAMEL_PARTS", "EXACT_MAX_ROWS", "FANOUT_POOL", "HIT_COLUMNS",
     "MATRIX_CACHE_BYTES", "SNIPPET_CHARS", "SNIPPET_LINES", "TABLE_KINDS", "CacheStats",

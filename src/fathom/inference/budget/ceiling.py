@@ -129,7 +129,7 @@ class KeyReport:
     @classmethod
     def from_json(
         cls, key: Mapping[str, Any], credits: Mapping[str, Any] | None = None
-    ) -> "KeyReport":
+    ) -> KeyReport:
         """Build from the JSON bodies (with or without their `data` envelope)."""
         key = key.get("data", key) if isinstance(key.get("data"), Mapping) else key
         rl = key.get("rate_limit")
@@ -152,7 +152,7 @@ class KeyReport:
         )
 
     @classmethod
-    def adapt(cls, obj: Any) -> "KeyReport":
+    def adapt(cls, obj: Any) -> KeyReport:
         """A KeyReport from a KeyReport, the JSON body, or any object with the same
         attribute names (such as the OpenRouter client's own key record)."""
         if isinstance(obj, KeyReport):

@@ -144,7 +144,7 @@ class KeyRate:
 
 
 # The permit the calling code holds for the request it is about to make (see `Permit.bound`).
-_bound: ContextVar["Permit | None"] = ContextVar("fathom_bound_permit", default=None)
+_bound: ContextVar[Permit | None] = ContextVar("fathom_bound_permit", default=None)
 
 
 class Permit:
@@ -156,7 +156,7 @@ class Permit:
 
     __slots__ = ("_budget", "project", "granted_at", "released", "throttles", "in_use")
 
-    def __init__(self, budget: "CloudBudget", project: str, granted_at: float):
+    def __init__(self, budget: CloudBudget, project: str, granted_at: float):
         self._budget = budget
         self.project = project
         self.granted_at = granted_at
@@ -165,7 +165,7 @@ class Permit:
         self.in_use = False  # a BudgetedProvider call is running under it
 
     @property
-    def budget(self) -> "CloudBudget":
+    def budget(self) -> CloudBudget:
         return self._budget
 
     def throttled(self, retry_after: float | None = None, kind: str | None = "429") -> None:
@@ -190,7 +190,7 @@ class Permit:
         self._budget._release(self, record_rtt=record_rtt and self.throttles == 0)
 
     @contextlib.contextmanager
-    def bound(self) -> Iterator["Permit"]:
+    def bound(self) -> Iterator[Permit]:
         """Within this block, a `BudgetedProvider` called from this task uses this permit
         instead of taking another (the pool takes a permit before pulling a batch)."""
         token = _bound.set(self)
@@ -204,7 +204,7 @@ class Permit:
         return f"<Permit {self.project!r} {state}>"
 
 
-def bound_permit(budget: "CloudBudget") -> Permit | None:
+def bound_permit(budget: CloudBudget) -> Permit | None:
     """The live, idle permit of `budget` bound in this context, if any.
 
     Child tasks inherit the binding (so a call wrapped in `asyncio.wait_for` still finds the
@@ -220,7 +220,7 @@ def bound_permit(budget: "CloudBudget") -> Permit | None:
 class _PermitRequest:
     """`async with budget.permit(project) as permit:` — acquire, bind, report, release."""
 
-    def __init__(self, budget: "CloudBudget", project: str | None):
+    def __init__(self, budget: CloudBudget, project: str | None):
         self._budget, self._project = budget, project
         self._permit: Permit | None = None
         self._token: Any = None

@@ -17,7 +17,7 @@ backs that up.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from fastapi import FastAPI
@@ -29,7 +29,7 @@ ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; ch
           "favicon.svg": "image/svg+xml"}
 
 
-@lru_cache(maxsize=None)
+@cache
 def asset(name: str) -> bytes:
     return resources.files(__package__).joinpath(name).read_bytes()
 
