@@ -274,7 +274,8 @@ class IndexJobs:
         self.service.jobs[job.id] = job
         task = asyncio.get_running_loop().create_task(self._run(job), name=f"fathom.index:{job.id}")
         self._tasks[job.id] = task
-        task.add_done_callback(lambda t, jid=job.id: self._tasks.pop(jid, None))
+        job_id = job.id
+        task.add_done_callback(lambda _task: self._tasks.pop(job_id, None))
 
     async def _run(self, job: Job) -> None:
         current_project.set(job.project)  # cloud permits are shared fairly across projects
@@ -367,8 +368,9 @@ class IndexJobs:
         view = job.as_dict()
         record.state, record.error = view["state"], view["error"]
         record.progress = {k: view[k] for k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
-        if getattr(job, "report", None) is not None:
-            record.report = dataclasses.asdict(job.report)
+        report = getattr(job, "report", None)
+        if report is not None:
+            record.report = dataclasses.asdict(report)
         if self.ledger is not None:
             record.updated_at = self.ledger.now()
         await self._save()

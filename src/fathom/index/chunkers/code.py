@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from functools import cache
+from typing import Any
 
 from fathom.index.chunk import Chunk
 from fathom.index.chunkers.grammars import (
@@ -168,7 +169,7 @@ def _python_docstrings(doc: Doc, root) -> list[Chunk]:
     """Module, class and function docstrings, also as docs-table chunks (prose about code)."""
     found: list[tuple[int, int, str | None, str | None]] = []
 
-    def first_string(block) -> object | None:
+    def first_string(block: Any) -> Any:
         statements = [c for c in block.named_children if c.type != "comment"] if block is not None else []
         if not statements:
             return None

@@ -135,6 +135,8 @@ class OperatorParts:
                 if info.space is not None:
                     widths.setdefault(table, {}).setdefault(int(info.space.width), []).append(p.name)
         for role in EMBEDDING_ROLES:
+            if role.table is None:
+                continue
             try:
                 refs[role.table] = int(self.service.space(role.table).width)
             except FathomError:
