@@ -199,7 +199,7 @@ async def test_serve_over_http_follows_edits_without_a_reindex(indexed):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--port", str(port)],
+        [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--no-auth", "--port", str(port)],
         env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         async with asyncio.timeout(300):
