@@ -42,6 +42,9 @@ SKIPPED = {
     "fathom jobs resume": "as above",
     "fathom jobs cancel": "as above",
     "claude mcp add": "a client outside Fathom (tested in test_mcp_clients)",
+    "fathom server --host 127.0.0.1 --port 8765 --forwarded-allow-ips":
+        "a second server on the walkthrough's port (forwarded addresses are tested in "
+        "test_server_hostile_clients and test_fleet_hostile)",
 }
 # A block that shows another situation than the walkthrough's (another host claiming a name).
 SKIPPED_OUTPUT = {"gpu-1    pending  yes  -  …  gpu-1: a different host claims this name; sidecar gpu-1 is offline"}
