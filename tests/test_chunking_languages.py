@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fathom.index.chunk import Chunk
 from fathom.index.chunking import Limits, chunk_file, detect_language, source_lines
@@ -260,3 +262,50 @@ def test_broken_files_never_raise_and_lose_no_line(path, text, caplog):
     assert not [r for r in caplog.records if r.name == "fathom.index.chunking"]
     if detect_language(path)[1] == "code":
         assert_slices_and_covers(text, chunks)
+
+
+# Lines each format is made of, shuffled into files that are mostly broken: the syntax path
+# must hold up on them (no fallback to windows, no line lost, every chunk a true slice).
+FRAGMENTS = {
+    "a.cs": ["namespace N {", "}", "class C {", "void M() {", "/// d", "#if X", "#endif", "record R(int A);"],
+    "a.rb": ["module M", "class C", "def m", "def self.s", "end", "# c", "class << self"],
+    "a.php": ["<?php", "namespace A;", "class C {", "function f() {", "}", "/** d */", "?>"],
+    "a.kt": ["class C {", "}", "fun f() {", "object O {", "companion object {", "/** d */"],
+    "a.swift": ["class C {", "}", "func f() {", "extension C {", "init() {}", "/// d"],
+    "a.scala": ["class C {", "}", "def f = {", "object O {", "trait T", "/** d */"],
+    "a.lua": ["function M.f()", "end", "local f = function()", "local x = {", "}", "-- c"],
+    "a.sh": ["f() {", "}", "function g {", "if x; then", "fi", "# c", "cat <<EOF", "EOF"],
+    "a.sql": ["CREATE TABLE t (", ");", "CREATE FUNCTION f() AS $$", "$$;", "INSERT INTO t VALUES (1);", "-- c"],
+    "a.yaml": ["a:", "  b:", "    - c", "---", "d: e", "# c", "  f: |"],
+    "a.json": ["{", "}", '"a": {', '"b": [', "],", '"c": 1,'],
+    "a.tf": ['resource "a" "b" {', "}", "  x = {", '  dynamic "y" {', "# c", "locals {"],
+    "Dockerfile": ["FROM a AS b", "RUN x \\", "  from y", "RUN <<EOF", "EOF", "# c", "ARG Z"],
+    "a.md": ["---", "+++", "title: x", "# H", "text", "..."],
+}
+
+
+@st.composite
+def files(draw):
+    path = draw(st.sampled_from(sorted(FRAGMENTS)))
+    pieces = st.one_of(st.sampled_from(FRAGMENTS[path] + ["", "  "]), st.text(max_size=20))
+    lines = draw(st.lists(pieces, max_size=80))
+    ending = draw(st.sampled_from(["\n", "\r\n"]))
+    return path, ending.join(lines) + ending
+
+
+@settings(max_examples=200, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(file=files(), limits=st.sampled_from([DEFAULT, Limits(max_lines=6, max_chars=120)]))
+def test_any_mix_of_a_formats_lines_chunks_cleanly(caplog, file, limits):
+    path, text = file
+    caplog.clear()
+    chunks = chunk_file(path, text, limits=limits)
+    assert not [r for r in caplog.records if r.name == "fathom.index.chunking"]
+    lines = source_lines(text)
+    for chunk in chunks:
+        assert 1 <= chunk.start_line <= chunk.end_line <= len(lines), chunk
+        raw = "\n".join(lines[chunk.start_line - 1 : chunk.end_line])
+        assert chunk.text == raw or (chunk.start_line == chunk.end_line and chunk.text in raw), chunk
+    if detect_language(path)[1] == "code":
+        covered = {n for c in chunks for n in range(c.start_line, c.end_line + 1)}
+        assert not [n for n, line in enumerate(lines, 1) if line.strip() and n not in covered]
