@@ -299,15 +299,19 @@ def print_hits(hits, title: str) -> None:
     rows = []
     for h in hits:
         first = next((ln.strip() for ln in h.snippet.splitlines() if ln.strip()), "")
-        where = f"{h.path}:{h.start_line}-{h.end_line}"
-        rows.append((f"{h.score:.4f}", f"{h.project}/{where}" if h.project else where,
+        # The project and the path apart, as the MCP tools give and take them: a location
+        # copied from here is one `find_similar` accepts (its path, and a line in it).
+        rows.append((f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}",
                      h.symbol or "", first))
-    # The location is what a reader acts on: it never wraps; the snippet gives way first.
-    loc = min(70, max(len(r[1]) for r in rows))
-    sym = min(32, max(6, *(len(r[2]) for r in rows)))
-    snippet = max(12, console.width - loc - sym - 6 - 13)  # 13: borders and padding
+    # The project and location are what a reader acts on: they never wrap; the snippet gives
+    # way first.
+    proj = min(32, max(7, *(len(r[1]) for r in rows)))
+    loc = min(70, max(len(r[2]) for r in rows))
+    sym = min(32, max(6, *(len(r[3]) for r in rows)))
+    snippet = max(12, console.width - proj - loc - sym - 6 - 16)  # 16: borders and padding
     table = Table(title=title, show_lines=False)
     table.add_column("score", justify="right", no_wrap=True, min_width=6)
+    table.add_column("project", no_wrap=True, min_width=proj)
     table.add_column("location", no_wrap=True, min_width=loc)
     table.add_column("symbol", overflow="ellipsis", no_wrap=True, max_width=sym)
     table.add_column("snippet", overflow="ellipsis", no_wrap=True, max_width=snippet)
