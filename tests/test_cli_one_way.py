@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client
 from typer.testing import CliRunner
 
@@ -63,3 +64,37 @@ def test_a_location_fathom_search_prints_is_one_find_similar_takes(tmp_path: Pat
     # MCP names the same chunk with the same path, the project beside it.
     assert {(r["project"], f"{r['path']}:{r['start_line']}-{r['end_line']}")
             for r in searched.structured_content["results"]} >= {(project, location)}
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_the_data_dir_is_taken_before_or_after_the_command(tmp_path: Path, where: str):
+    data = tmp_path / "data"
+    data.mkdir(mode=0o700)
+    # A file only this data dir holds: `projects` lists nothing, but says so in that folder.
+    option = ["--data-dir", str(data)]
+    args = [*option, "projects"] if where == "before" else ["projects", *option]
+    env = {"FATHOM_DATA_DIR": str(tmp_path / "elsewhere")}  # the command line beats the environment
+    result = invoke(*args, env=env)
+    assert result.exit_code == 0, result.output
+    assert "no projects indexed yet" in result.stdout
+    assert (data / "lance").exists() and not (tmp_path / "elsewhere").exists()
+
+
+def test_the_data_dir_after_a_subcommand_of_a_group_and_in_its_help(tmp_path: Path):
+    data = tmp_path / "data"
+    result = invoke("store", "verify", "--data-dir", str(data), env={"FATHOM_DATA_DIR": str(tmp_path / "other")})
+    assert result.exit_code == 0, result.output
+    assert "verified 0 project(s)" in result.stdout and data.exists() and not (tmp_path / "other").exists()
+    for command in (["search"], ["drop"], ["store", "verify"], ["index"]):
+        shown = invoke(*command, "--help")
+        assert "--data-dir" in shown.stdout, (command, shown.stdout)
+
+
+def test_two_different_data_dirs_are_refused_with_both_named(tmp_path: Path):
+    first, second = tmp_path / "one", tmp_path / "two"
+    result = invoke("--data-dir", str(first), "projects", "--data-dir", str(second))
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert str(first) in said and str(second) in said and "Traceback" not in result.output
+    same = invoke("--data-dir", str(first), "projects", "--data-dir", str(first))
+    assert same.exit_code == 0, same.output

@@ -74,7 +74,14 @@ def show_error(exc: BaseException) -> None:
 
 class FathomGroup(TyperGroup):
     """Every subcommand, including those of sub-apps, runs inside this `invoke`: the one place
-    where a typed refusal becomes a one-line message and an exit code."""
+    where a typed refusal becomes a one-line message and an exit code. It also gives every
+    command the global options, so they are taken after the command as well as before it."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        from fathom.cli_options import accept_global_options
+
+        accept_global_options(self)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -119,7 +126,7 @@ def main(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", envvar="FATHOM_DATA_DIR",
-        help="Where indexes and state live (default ~/.fathom).")] = None,
+        help="Where indexes and state live (default ~/.fathom); also taken after the command.")] = None,
     version: Annotated[bool, typer.Option(
         "--version", callback=show_version, is_eager=True,
         help="Print the version and exit.")] = False,
@@ -127,6 +134,7 @@ def main(
     # Before any command writes: the data dir and all under it are this user's alone (0700/0600).
     private_umask()
     # Merged, not replaced: a caller (a test, an embedding program) may pass obj={"fathom": ...}.
+    # `--data-dir` after the command (`fathom.cli_options`) overrides this one.
     ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
 
 
