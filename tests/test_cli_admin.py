@@ -54,10 +54,10 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 
 def invoke(cli_app: typer.Typer, server: Server | str, args: list[str], *, token: str = ADMIN,
-           input: str | None = None):
+           input: str | None = None, columns: int = 200):
     url = server if isinstance(server, str) else server.url
     result = CliRunner().invoke(cli_app, args, input=input, catch_exceptions=False,
-                                env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": token, "COLUMNS": "200"})
+                                env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": token, "COLUMNS": str(columns)})
     return result
 
 
@@ -177,6 +177,20 @@ def test_jobs_start_watch_list_and_refusals(cli_app, server: Server):
     assert r.exit_code == 2 and "no such folder" in r.output
     r = invoke(cli_app, server, ["gate", "audit", "demo"])
     assert r.exit_code == 0 and "hash:test/hash-embedder" in r.stdout
+
+
+def test_printed_tokens_and_client_setups_come_out_whole_in_a_narrow_terminal(cli_app, server: Server):
+    # 40 columns: a wrapped line would split the token or drop the header from a paste.
+    r = invoke(cli_app, server, ["tokens", "create", "--name", "a-developer-with-a-long-name"], columns=40)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    token = next(line for line in lines if line.startswith("MCP token for ")).rsplit(": ", 1)[1]
+    assert re.fullmatch(r"fm_\S{20,}", token), lines
+    assert f'use it: claude mcp add --transport http fathom {server.url}/mcp --header "Authorization: Bearer ' \
+           f'{token}"' in lines, lines
+    r = invoke(cli_app, server, ["fleet", "token", "--name", "gpu-host-with-a-long-name"], columns=40)
+    assert r.exit_code == 0, r.output
+    assert re.fullmatch(r"host token \(shown once; only its hash is kept\): \S{20,}", r.stdout.strip()), r.stdout
 
 
 def test_a_wrong_token_or_no_server_exits_1(cli_app, server: Server):
