@@ -526,19 +526,34 @@ def drop(
     project: Annotated[str, typer.Argument(help="The project to remove from the index.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
     = False,
+    server: Annotated[str | None, typer.Option(
+        "--server", envvar="FATHOM_SERVER", show_default=False,
+        help="A running `fathom server` to drop it from, through its admin API: the admin token is "
+             "read from FATHOM_ADMIN_TOKEN, never from the command line (default: this data dir, "
+             "in-process).")] = None,
 ) -> None:
     """Remove a project and everything of it from the index (asks first unless --yes).
 
     Both tables, its record, its jobs and its live sync go. Its folder is not touched;
     `fathom index` brings it back."""
+
+    def confirm() -> None:
+        if not yes:  # without an answer (no terminal, end of input) nothing is dropped
+            typer.confirm(f"Remove project {project!r} and all of its index?", abort=True, err=True)
+
+    if server is not None:
+        from fathom.cli_local import drop_through
+
+        result = drop_through(server, project, confirm)
+        rows = ", ".join(f"{t} {n}" for t, n in result["rows"].items()) or "no rows"
+        console.print(f"dropped {project} on the fathom server at {server.rstrip('/')} ({rows})")
+        return
     fathom = fathom_of(ctx)
     if not fathom.store.has_project(project) and fathom.records.get(project) is None:
         from fathom.index.store import UnknownProject
 
         raise UnknownProject(project, [p.name for p in fathom.store.list_projects()])
-    if not yes:  # without an answer (no terminal, end of input) nothing is dropped
-        typer.confirm(f"Remove project {project!r} and all of its index?", abort=True,
-                      err=True)
+    confirm()
     result = run(fathom.drop(project))
     rows = ", ".join(f"{t} {n}" for t, n in result["rows"].items()) or "no rows"
     console.print(f"dropped {project} ({rows})")
