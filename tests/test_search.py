@@ -353,7 +353,7 @@ def test_searching_all_projects_again_and_again_does_not_thrash_the_cache(tmp_pa
 async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_path):
     """The reranker stage reads each hit's whole chunk, whichever project it came from and
     whether the cache holds that project (from memory) or not (from LanceDB)."""
-    from fathom.index import rerank
+    from fathom.index import search as search_mod
 
     encoder = HashingEncoder()
     store = LanceStore(tmp_path)
@@ -380,9 +380,9 @@ async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_pat
         def encoder_for(self, table, project=None):
             return encoder
 
-    cands = await rerank.candidates(Service(), "retry the request", None, "code", 12)
-    assert {c.hit.project for c in cands} == {"held", "other"} and len(cands) == 12
+    cands = await search_mod.candidates(Service(), "retry the request", None, "code", 12)
+    assert {c.project for c in cands} == {"held", "other"} and len(cands) == 12
     assert set(store._matrices) == {("held", "code")}
     for c in cands:
-        assert c.text.endswith(f"return {c.hit.project}_{c.hit.path[-4]}"), c.hit
+        assert c.text.endswith(f"return {c.project}_{c.path[-4]}"), c
         assert c.text.count("\n") == 21
