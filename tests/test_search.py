@@ -386,3 +386,29 @@ async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_pat
     for c in cands:
         assert c.text.endswith(f"return {c.project}_{c.path[-4]}"), c
         assert c.text.count("\n") == 21
+
+
+class Untouched:
+    """A service the pipeline must not reach: its arguments are refused before any search."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the pipeline reached the service ({name}) with bad arguments")
+
+
+@pytest.mark.parametrize("query, table, k, refusal", [
+    ("", "code", 5, "the search query is empty: give a few words or an identifier"),
+    ("  \n\t", "code", 5, "the search query is empty: give a few words or an identifier"),
+    ("retry", "tests", 5, "unknown table 'tests': use 'code' or 'docs'"),
+    ("retry", "code", 0, "k must be a whole number from 1 to 100, got 0"),
+    ("retry", "code", 101, "k must be a whole number from 1 to 100, got 101"),
+])
+async def test_every_entry_of_the_pipeline_refuses_bad_arguments_before_searching(
+        query, table, k, refusal):
+    from fathom.index import search as search_mod
+    from fathom.server.search_answer import search_results
+
+    entries = (search_mod.pipeline, search_mod.candidates, search_mod.retrieve, search_results)
+    for entry in entries:
+        with pytest.raises(ConfigError) as refused:
+            await entry(Untouched(), query, None, table, k)
+        assert str(refused.value) == refusal, entry.__name__
