@@ -104,8 +104,14 @@ async def test_policies_show_each_role_with_its_serving_providers(operator: Oper
     operator.app.state.registry.add(twin)
     async with operator.client() as admin:
         roles = (await admin.get("/admin/policies")).json()["roles"]
-        # The in-process reference is registered, but serves nothing before the gate judged it.
-        assert REFERENCE not in roles[CE]["serving"]
+        # The in-process reference, not yet judged by the gate, is what the first index clears
+        # against itself and writes with: it shows as serving, and no role is a problem.
+        assert REFERENCE in roles[CE]["serving"]
+        assert "first index" in {p["id"]: p for p in roles[CE]["providers"]}[REFERENCE]["reason"]
+        # No key was pushed: no cloud route exists to pin, so no pin notice.
+        assert not any("no upstream is pinned" in w for w in roles[CE]["warnings"])
+        # Optional roles nobody set up are not configured (neutral), not unserved.
+        assert roles["reranker"]["configured"] is False and roles["reranker"]["unavailable"] == []
         await operator.app.state.service.gate.verify(operator.app.state.service.space("code"),
                                                      operator.app.state.service.encoder, "aggregate")
         roles = (await admin.get("/admin/policies")).json()["roles"]
@@ -116,9 +122,8 @@ async def test_policies_show_each_role_with_its_serving_providers(operator: Oper
         assert by_id[REFERENCE]["serving"] and REFERENCE in ce["serving"]
         # Registered but not cleared by the gate: listed, not serving.
         assert by_id["fake:twin"]["cleared"] is False and not by_id["fake:twin"]["serving"]
-        assert any("no upstream is pinned" in w for w in ce["warnings"])  # fresh install: cloud half refused
         assert roles["rlm"]["fallback"] == "local-only" and roles["rlm"]["serving"] == []
-        assert roles["rlm"]["unavailable"]  # says why, in words
+        assert roles["rlm"]["configured"] is False
         r = await admin.post("/admin/gate/verify", json={"provider": "fake:twin", "table": "code"})
         assert r.status_code == 200 and r.json()["verdicts"][0]["cleared"]
         ce = (await admin.get("/admin/policies")).json()["roles"][CE]
@@ -438,6 +443,14 @@ async def test_the_overview_carries_every_section(operator: Operator):
         o = (await admin.get("/admin/overview")).json()
     assert set(o) >= {"policies", "fleet", "gate", "budget", "jobs", "problems", "version"}
     assert o["budget"]["ceiling"] == 4 and o["gate"]["counts"]["cleared"] == 0
+    # A fresh install is healthy: the optional roles nobody set up are no problem, and the
+    # in-process encoder serves the embedding roles.
+    assert o["problems"] == []
+    async with operator.client() as admin:
+        r = await admin.put("/admin/policies", json={"rlm": {"fallback": "any"}})
+        assert r.status_code == 200, r.text
+        o = (await admin.get("/admin/overview")).json()
+    # Set up, and nothing can serve it: now it is a problem, said in words.
     assert any(p.startswith("role rlm has no provider serving it") for p in o["problems"])
 
 

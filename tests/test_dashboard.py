@@ -271,3 +271,41 @@ def test_a_browser_sees_what_is_indexed_searches_it_and_drops_a_project(tmp_path
     finally:
         admin.close()
         running.stop()
+
+
+@pytest.mark.slow
+def test_a_fresh_server_with_the_default_encoder_shows_no_problem(tmp_path: Path):
+    """A default install looks healthy: no problem banner, the optional roles "not configured"
+    (neutral), the embedding roles served by the in-process encoder, no pin notice."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from fathom.server.app import create_app
+
+    running = ThreadedServer(create_app(Settings(data_dir=tmp_path / "data"), admin_token=ADMIN, join_token=JOIN))
+    url = running.start()
+    try:
+        ARTIFACTS.mkdir(exist_ok=True)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1440, "height": 1000})
+                page.goto(url + "/")
+                page.fill("#token", ADMIN)
+                page.click("#login-form button")
+                expect(page.locator("#status")).to_have_text(re.compile(r"^connected"), timeout=30_000)
+                expect(page.locator('#roles tr[data-role="rlm"]')).to_contain_text("not configured")
+                expect(page.locator("#problems")).to_be_hidden()
+                for role in ("reranker", "code-assistant", "rlm"):
+                    row = page.locator(f'#roles tr[data-role="{role}"]')
+                    expect(row.locator(".not-configured")).to_have_text("not configured")
+                    expect(row.locator(".bad")).to_have_count(0)
+                for role in ("embedding", "code-embedding"):
+                    row = page.locator(f'#roles tr[data-role="{role}"]')
+                    expect(row.locator(f'span.provider.serving[data-provider="local:{MINILM}"]')).to_have_count(1)
+                    expect(row).not_to_contain_text("no upstream is pinned")
+                expect(page.locator("body")).not_to_contain_text(re.compile(r"\bR[0-9]+\b"))
+                page.screenshot(path=str(ARTIFACTS / "dashboard-fresh.png"), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        running.stop()

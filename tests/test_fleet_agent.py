@@ -126,3 +126,14 @@ async def test_tei_backend_speaks_tei():
             await narrow.embed(["a"])
         await narrow.aclose()
         await backend.aclose()
+
+
+def test_a_tls_failure_on_wss_says_to_dial_ws():
+    import ssl
+
+    from fathom.fleet.agent import tls_hint
+
+    hint = tls_hint("wss://127.0.0.1:8765", ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"))
+    assert "ws://127.0.0.1:8765" in hint and "plain HTTP" in hint
+    assert tls_hint("ws://127.0.0.1:8765", ssl.SSLError(1, "x")) == ""
+    assert tls_hint("wss://127.0.0.1:8765", ConnectionRefusedError()) == ""

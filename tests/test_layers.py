@@ -40,7 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("service", ("fathom.service",)),
     ("agents", ("fathom.agents",)),
     ("server", ("fathom.server",)),
-    ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.demo", "fathom.__main__")),
+    ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.cli_serve", "fathom.cli_local", "fathom.demo",
+             "fathom.__main__")),
 ]
 ASIDE = "devtools"
 ASIDE_PREFIX = "fathom.devtools"

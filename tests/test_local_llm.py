@@ -362,6 +362,23 @@ async def test_the_time_limit_cuts_a_hung_model(indexed_shop, local_llm, local_e
     assert time.monotonic() - t0 < 20  # not the server's 30 s
 
 
+async def test_a_request_held_across_a_reset_takes_no_turn_of_the_next_script(local_llm):  # noqa: F811
+    # A hung model's request outlives the test that made it; after the reset it must not eat
+    # the first turn of the next test's script (the next test would see its turns shifted).
+    local_llm.control.delay(30)
+    body = {"model": local_llm.model, "messages": ASK}
+    async with httpx.AsyncClient(timeout=20) as http:
+        held = asyncio.ensure_future(http.post(local_llm.base_url + "/chat/completions", json=body))
+        await wait_for(lambda: local_llm.control.counters()["requests"].get("chat") == 1, what="the request")
+        local_llm.control.reset()
+        local_llm.control.script([{"content": "the next test's first turn"}])
+        answer = await asyncio.wait_for(held, 15)  # released by the reset, not after 30 s
+        assert answer.status_code == 503 and "reset while this request waited" in answer.text
+        assert local_llm.control.counters()["turns_left"] == 1
+        after = await http.post(local_llm.base_url + "/chat/completions", json=body)
+    assert after.json()["choices"][0]["message"]["content"] == "the next test's first turn"
+
+
 async def test_each_step_is_reported_before_the_next_model_turn(indexed_shop, local_llm,  # noqa: F811
                                                                 local_encoder):  # noqa: F811
     local_llm.control.script([

@@ -129,8 +129,8 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
             if any((step.command + "\n").startswith(s) for s in SKIPPED):
                 continue
             ran.append(step.command)
-            if command.startswith("python -m fathom.server"):
-                server = group.spawn("server", [PY, *shlex.split(command)[1:], "--no-watch"], env={"COLUMNS": "250"})
+            if command.startswith("fathom server"):
+                server = group.spawn("server", [FATHOM, *shlex.split(command)[1:], "--no-watch"], env={"COLUMNS": "250"})
                 wait_http(f"http://127.0.0.1:{port}/health", proc=server)
                 wait_until(lambda: "fathom server on" in server.output(), "the server's first lines", procs=[server])
                 output = server.output()
@@ -144,9 +144,9 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
                     value = value.replace(doc, real)
                 env[name] = value
                 continue
-            if command.startswith("python -m fathom.fleet.agent"):
+            if command.startswith("fathom sidecar"):
                 # The docs' sidecar, with this test's stand-in for OpenRouter and its own state dir.
-                sidecar = group.spawn("sidecar", [PY, *shlex.split(command)[1:], "--heartbeat", "0.5",
+                sidecar = group.spawn("sidecar", [FATHOM, *shlex.split(command)[1:], "--heartbeat", "0.5",
                                                   "--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"],
                                       env={"FATHOM_SIDECAR_TOKEN": env["FATHOM_SIDECAR_TOKEN"],
                                            "FATHOM_SIDECAR_STATE_DIR": str(tmp_path / "sidecar-state")})
@@ -178,7 +178,7 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
     finally:
         group.stop()
     # The walkthrough did go through every part: server, sidecar, key, policy, gate, jobs, tokens.
-    for part in ("python -m fathom.server", "python -m fathom.fleet.agent", "fathom key push <",
+    for part in ("fathom server --port 8765 --data-dir", "fathom sidecar", "fathom key push <",
                  "fathom policy set code-embedding --policy cloud", "fathom gate verify", "fathom jobs start",
                  "fathom tokens revoke", "fathom serve --no-auth --host 0.0.0.0", "fathom audit-log"):
         assert any(c.startswith(part) for c in ran), part

@@ -244,3 +244,28 @@ def test_the_watchers_filter_agrees_with_the_walk(tmp_path):
         assert selection.admits(rel) == (rel in walked), rel
     assert selection.admits("src", is_dir=True) and not selection.admits("out", is_dir=True)
     assert selection.admits(".gitignore") and selection.admits("sub/.fathomignore")
+
+
+def test_infrastructure_files_are_taken_and_their_state_and_secrets_are_not(tmp_path):
+    # Config and infrastructure files now chunk by their structure; the walk must take them,
+    # while Terraform state (it holds every output and password in clear) stays a secret.
+    taken = {
+        "infra/main.tf": ('resource "aws_s3_bucket" "logs" {\n  bucket = "shop-logs"\n}\n', "terraform"),
+        "Dockerfile": ("FROM python:3.12-slim AS app\nCMD [\"serve\"]\n", "dockerfile"),
+        "deploy/Dockerfile.prod": ("FROM nginx:1.27\n", "dockerfile"),
+        "pyproject.toml": ('[project]\nname = "shop"\n', "toml"),
+        "db/schema.sql": ("CREATE TABLE t (id INT);\n", "sql"),
+        "k8s/app.yaml": ("kind: Deployment\nmetadata:\n  name: shop\n", "yaml"),
+        "Gemfile": ('source "https://rubygems.org"\n', "ruby"),
+    }
+    for rel, (text, _) in taken.items():
+        write(tmp_path, rel, text)
+    for rel in ("infra/terraform.tfstate", "infra/terraform.tfstate.backup", "config/secrets.yaml", ".env"):
+        write(tmp_path, rel, '{"version": 4}\n')
+    result = walk(tmp_path)
+    assert sorted((f.path, f.language) for f in result) == sorted((p, lang) for p, (_, lang) in taken.items())
+    assert result.skipped["secret"] == 4
+    assert "infra/terraform.tfstate" in result.secrets
+    selection = walker.Selection(tmp_path)
+    assert selection.admits("infra/main.tf") and selection.admits("deploy/Dockerfile.prod")
+    assert not selection.admits("infra/terraform.tfstate")

@@ -19,7 +19,6 @@ printing anything but MCP frames on stdout under `fathom mcp`.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -317,6 +316,23 @@ def print_hits(hits, title: str) -> None:
     console.print(table)
 
 
+ServerOption = Annotated[str | None, typer.Option(
+    "--server", envvar="FATHOM_SERVER", show_default=False,
+    help="A running fathom serve/server to ask (default: the one this data dir's own serve or "
+         "server runs, if any; else in-process).")]
+
+
+def served(ctx: typer.Context, server: str | None):
+    """The server to ask for this read, or None: answer in-process (`fathom.cli_local`)."""
+    from fathom.cli_local import target_of
+
+    return target_of(settings_of(ctx).data_dir, server)
+
+
+def say(text: str) -> None:
+    err_console.print(Text(text, style="dim"))
+
+
 @app.command()
 def search(
     ctx: typer.Context,
@@ -331,26 +347,63 @@ def search(
         "--path", help="Only files matching this glob (`src/**`, `*.py`).")] = None,
     kind: Annotated[str | None, typer.Option(
         "--kind", help="Only chunks defining a function, method or class.")] = None,
+    server: ServerOption = None,
 ) -> None:
     """Search indexed code (or docs) by meaning and keywords.
 
-    The score is the fused rank score of the vector and keyword rankings."""
-    from fathom.index.filters import SearchFilter
+    Answered by a running `fathom serve`/`server` of this data dir when there is one (its
+    encoder is loaded already), else in-process. The score is the fused rank score of the
+    vector and keyword rankings."""
+    from fathom.cli_local import call, hits_of
 
-    fathom = fathom_of(ctx)
     table = "docs" if docs else "code"
-    where = SearchFilter.of(language, path_glob, kind)
-    hits = run(fathom.search(query, project=project, table=table, k=k, where=where))
-    print_hits(hits, f"{table}: {query}" + (f" ({where.describe()})" if where else ""))
-    for note in getattr(hits, "notes", ()):
+    title = f"{table}: {query}"
+    filters = ", ".join(f"{name} {value}" for name, value in
+                        (("language", language), ("path", path_glob), ("kind", kind)) if value)
+    target = served(ctx, server)
+    data = None
+    if target is not None:
+        data = call(target, "POST", "/local/search", {"query": query, "project": project, "table": table,
+                                                      "k": k, "language": language, "path": path_glob,
+                                                      "kind": kind}, say=say)
+    if data is not None:
+        hits, notes = hits_of(data), data.get("notes") or []
+        say(f"answered by the fathom {target.kind} at {target.url}")
+    else:
+        hits = run(search_in_process(fathom_of(ctx), query, project, table, k, language, path_glob, kind))
+        notes = getattr(hits, "notes", ())
+    print_hits(hits, title + (f" ({filters})" if filters else ""))
+    for note in notes:
         err_console.print(Text("note: ", style="yellow") + Text(note))
 
 
+async def search_in_process(fathom, query: str, project: str | None, table: str, k: int,
+                            language: str | None, path_glob: str | None, kind: str | None):
+    """The search in this process; loading the encoder, when it takes over a second, says so."""
+    from fathom.index.filters import SearchFilter
+    from fathom.service.warmup import needs_loading
+
+    where = SearchFilter.of(language, path_glob, kind)
+    try:
+        fathom.searchable(project, table)  # an unknown project is said before any load
+        uses_local = fathom.encoder_for(table, project) is fathom.encoder
+    except FathomError:
+        uses_local = False  # the search itself says what is wrong
+    if uses_local and needs_loading(fathom.encoder):
+        await fathom.warm_up().wait(lambda _: say(f"loading the encoder {fathom.encoder.id} (a running `fathom "
+                                                  f"serve` keeps it loaded)…"), grace_s=1.0)
+    return await fathom.search(query, project=project, table=table, k=k, where=where)
+
+
 @app.command()
-def projects(ctx: typer.Context) -> None:
-    """List indexed projects."""
-    fathom = fathom_of(ctx)
-    items = fathom.projects()
+def projects(ctx: typer.Context, server: ServerOption = None) -> None:
+    """List indexed projects (from a running `fathom serve`/`server` of this data dir when there
+    is one)."""
+    from fathom.cli_local import call, projects_of
+
+    target = served(ctx, server)
+    data = call(target, "GET", "/local/projects", say=say) if target is not None else None
+    items = projects_of(data) if data is not None else fathom_of(ctx).projects()
     if not items:
         console.print("no projects indexed yet: run `fathom index PATH`")
         return
@@ -376,186 +429,11 @@ def projects(ctx: typer.Context) -> None:
                                      f"--repair`; searches skip it meanwhile."))
 
 
-# ---------------------------------------------------------------- MCP
+# ---------------------------------------------------------------- MCP: `fathom serve`, `fathom mcp`
 
+from fathom.cli_serve import register as _register_mcp_commands  # noqa: E402
 
-# A token an operator chooses is refused below this length: a short one can be guessed.
-MIN_TOKEN_CHARS = 24
-
-NO_WATCH_HELP = ("Do not watch the projects' folders (their indexes then change only when "
-                 "re-indexed). FATHOM_WATCH=0 does the same.")
-
-
-def _watching(ctx: typer.Context, no_watch: bool) -> bool:
-    return not no_watch and settings_of(ctx).watch
-
-
-NO_AUTH_ALLOWS = ("any local user of this machine can search and index with your read rights: every project "
-                  "in the data dir, and any folder you can read")
-
-
-class NoAuthRefused(ConfigError):
-    """`fathom serve --no-auth` on an address beyond loopback: anyone who can reach it would act
-    with the serving user's read rights."""
-
-    def __init__(self, host: str):
-        self.host = host
-        super().__init__(f"refusing --no-auth on {host}: without a token anyone who can reach that address could "
-                         f"read, and index, code on this machine. --no-auth is for 127.0.0.1 (or ::1) only; on "
-                         f"{host} drop --no-auth and clients send the token `fathom serve` prints")
-
-
-@app.command()
-def serve(
-    ctx: typer.Context,
-    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8765,
-    no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
-    token_file: Annotated[Path | None, typer.Option(
-        "--token-file", envvar="FATHOM_MCP_TOKEN_FILE", show_default=False,
-        help="A file holding the token clients must send (else FATHOM_MCP_TOKEN; neither: one issued at "
-             "the first start and printed once).")] = None,
-    rotate_token: Annotated[bool, typer.Option(
-        "--rotate-token",
-        help="Replace the issued token with a fresh one, printed once (the old one stops working).")] = False,
-    no_auth: Annotated[bool, typer.Option(
-        "--no-auth",
-        help=f"Serve without a token, on a loopback address only: {NO_AUTH_ALLOWS}.")] = False,
-) -> None:
-    """Serve the MCP tools over streamable HTTP (at /mcp), keeping indexes in sync.
-
-    Clients send a token, on loopback too: printed once at the first start, with a ready client setup.
-
-    The served projects' indexes follow their files as they change (unless --no-watch)."""
-    import uvicorn
-
-    from fathom.server.__main__ import listen
-    from fathom.server.mcp_http import standalone_app
-    from fathom.server.mcp_tools import build_mcp_server
-
-    given = mcp_token(token_file)
-    _check_serve_auth(host, given, no_auth=no_auth, rotate_token=rotate_token)
-    settings = settings_of(ctx)
-    # Bound before a token is issued: a start that cannot listen leaves nothing behind.
-    try:
-        sock = listen(host, port)
-    except OSError as exc:
-        raise FathomError(f"cannot listen on {host}:{port}: {exc.strerror or exc}. Is another server running "
-                          f"there? Stop it, or choose another --port. No token was issued.") from None
-    try:
-        fathom = fathom_of(ctx)
-        auth = _serve_token(settings, f"http://{client_host(host)}:{port}/mcp", given, token_file,
-                            no_auth=no_auth, rotate_token=rotate_token)
-        mcp_app = standalone_app(build_mcp_server(fathom), token=given, auth=auth, host=host,
-                                 allowed_hosts=settings.allowed_host_list(),
-                                 on_start=fathom.start_watching if _watching(ctx, no_watch) else None)
-    except BaseException:
-        sock.close()
-        raise
-    err_console.print(f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp"
-                      + (" (no token asked for)" if no_auth else " (bearer token required)"))
-    sys.stdout.flush()
-    # The team server's connection bounds: a header timeout, a connection cap, and no
-    # forwarded address believed.
-    from fathom.server.connections import ConnectionLimits, uvicorn_config
-
-    config = uvicorn_config(mcp_app, host=host, port=port, limits=ConnectionLimits.of(settings),
-                            log_level="warning")
-    uvicorn.Server(config).run(sockets=[sock])
-
-
-def _check_serve_auth(host: str, given: str | None, *, no_auth: bool, rotate_token: bool) -> None:
-    """`fathom serve`'s token flags, refused before anything is bound or issued."""
-    from fathom.server.mcp_http import is_loopback
-
-    if no_auth and not is_loopback(host):
-        raise NoAuthRefused(host)
-    if no_auth and given:
-        raise ConfigError("--no-auth and a token (FATHOM_MCP_TOKEN or --token-file) were both given: "
-                          "drop one of them")
-    if rotate_token and (no_auth or given):
-        raise ConfigError("--rotate-token replaces the token `fathom serve` issued; with --no-auth, "
-                          "FATHOM_MCP_TOKEN or --token-file there is none to replace")
-
-
-def _serve_token(settings: Any, url: str, given: str | None, token_file: Path | None, *, no_auth: bool,
-                 rotate_token: bool) -> Any:
-    """The issued token `fathom serve` checks (None: the operator's own, or --no-auth), after
-    telling the operator how clients reach the server with it."""
-    import shlex
-
-    from fathom.cli_admin import print_mcp_client
-    from fathom.server.mcp_http import ServeToken
-
-    auth: Any = None
-    if given:  # the operator's own: shown as where it is, never printed
-        print_mcp_client(url, "$FATHOM_MCP_TOKEN" if token_file is None
-                         else f"$(cat {shlex.quote(str(token_file))})")
-    elif not no_auth:
-        auth = ServeToken(settings.data_dir)
-        if rotate_token or not auth.configured:
-            issued = auth.replace() if rotate_token else auth.issue()
-            console.print(Text(f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash "
-                               f"is kept): {issued}"), soft_wrap=True)
-            print_mcp_client(url, issued)
-        else:
-            console.print("MCP clients send the token this data dir's first `fathom serve` printed (only its "
-                          "hash is kept); `fathom serve --rotate-token` prints a new one")
-    else:
-        err_console.print(Text(f"warning: --no-auth: no token is asked for; {NO_AUTH_ALLOWS}",
-                               style="yellow"))
-    return auth
-
-
-def client_host(host: str) -> str:
-    """The name a client uses for a server listening on `host`: this machine's name for a
-    wildcard address, brackets around an IPv6 literal."""
-    import socket
-
-    from fathom.server.mcp_http import WILDCARD_HOSTS
-
-    if host in WILDCARD_HOSTS:
-        return socket.getfqdn()
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
-
-
-def mcp_token(token_file: Path | None) -> str | None:
-    """The token `fathom serve` requires: from `--token-file` (FATHOM_MCP_TOKEN_FILE), else
-    FATHOM_MCP_TOKEN; None when neither is set."""
-    if token_file is not None:
-        try:
-            token = token_file.expanduser().read_text().strip()
-            mode = token_file.expanduser().stat().st_mode
-        except OSError as exc:
-            raise ConfigError(f"cannot read the token file {token_file}: {exc.strerror or exc}") from None
-        if not token:
-            raise ConfigError(f"the token file {token_file} is empty: put the token clients must send in it")
-        if mode & 0o077:
-            err_console.print(f"warning: {token_file} can be read by other users of this machine; "
-                              f"`chmod 600 {token_file}`")
-    else:
-        from fathom.config import Settings
-
-        token = Settings.secret(Settings().mcp_token) or ""
-    if token and (len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token)):
-        raise ConfigError(f"the MCP token must be at least {MIN_TOKEN_CHARS} characters without spaces; use a "
-                          f"long random string, e.g. fm_$(openssl rand -hex 32)")
-    return token or None
-
-
-@app.command()
-def mcp(
-    ctx: typer.Context,
-    no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
-) -> None:
-    """Serve the MCP tools over stdio (for an MCP host that spawns fathom).
-
-    The served projects' indexes follow their files as they change (unless --no-watch)."""
-    from fathom.server.mcp_tools import run_stdio
-
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    fathom = fathom_of(ctx)
-    run(run_stdio(fathom, watch=_watching(ctx, no_watch)))
+_register_mcp_commands(app, out=console, err=err_console, settings=settings_of, service=fathom_of, runner=run)
 
 
 # ---------------------------------------------------------------- live sync and managing

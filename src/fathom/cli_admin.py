@@ -203,6 +203,8 @@ def roles_table(roles: dict[str, Any], only: str | None = None) -> Table:
             continue
         serving = Text("\n".join(serving_line(p) for p in r["providers"] if p["id"] in r["serving"])
                        or "none", style="" if r["serving"] else "red")
+        if not r["serving"] and r.get("configured") is False:  # optional, and nobody set it up: neutral
+            serving = Text("not configured", style="dim")
         notes = "\n".join([*r["warnings"], *r["unavailable"]])
         t.add_row(plain(name), plain(r["table"]), plain(r["policy"], "bold"), plain(r["model"]),
                   plain(r["upstream"]), plain(r["width"]), plain(r["fallback"]), serving,

@@ -293,6 +293,10 @@ def sound_batch_records(value: Any) -> dict[str, dict[str, BatchRecord]]:
     return out
 
 
+# How the pin notice reads: the dashboard and `policy show` leave it out until a key was pushed.
+PIN_NOTICE = "no upstream is pinned"
+
+
 def default_routes() -> dict[Role, RoleRoute]:
     return {
         role: RoleRoute(model=d.model, fallback=d.fallback, width=384 if role in EMBEDDING_ROLES else None)
@@ -330,8 +334,9 @@ class RoutingState(BaseModel):
             if role in EMBEDDING_ROLES:
                 if behaviour.cloud and not route.upstream:
                     out.append(
-                        f"{role}: policy {route.policy} can send embeddings to OpenRouter but no "
-                        f"upstream is pinned; set `upstream` (R4) or use policy local"
+                        f"{role}: policy {route.policy} can send embeddings to OpenRouter but {PIN_NOTICE}; "
+                        f"set `upstream` (the one provider behind the model, so its vectors never change "
+                        f"under a table) or use policy local"
                     )
                 if route.width is not None and not 1 <= route.width <= 16384:
                     out.append(f"{role}: width {route.width} is out of range 1..16384")

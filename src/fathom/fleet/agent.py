@@ -64,6 +64,17 @@ wire_log = logging.getLogger("fathom.fleet.wire")
 CLOSE_UNAUTHORIZED = 4401
 
 
+def tls_hint(url: str, exc: BaseException) -> str:
+    """What a failed TLS handshake on a `wss://` URL most often means: the server speaks plain
+    HTTP (no TLS proxy in front of it), so the sidecar must dial `ws://`."""
+    import ssl
+
+    if isinstance(exc, ssl.SSLError) and url.startswith("wss://"):
+        return (f": the TLS handshake failed, so the server likely speaks plain HTTP; without a TLS proxy in "
+                f"front of it use {'ws://' + url[len('wss://'):]} (on loopback or a trusted network only)")
+    return ""
+
+
 class SidecarRefused(FathomError):
     """The server refused this sidecar's join token: retrying cannot help."""
 
@@ -423,7 +434,7 @@ class Sidecar:
                     raise SidecarRefused(url, f"HTTP {status} at connect (wrong join token)") from None
                 log.warning("server %s answered HTTP %d at connect; retrying", url, status)
             except (OSError, TimeoutError) as exc:
-                log.warning("cannot reach %s (%s); retrying", url, type(exc).__name__)
+                log.warning("cannot reach %s (%s)%s; retrying", url, type(exc).__name__, tls_hint(url, exc))
             except Exception as exc:  # noqa: BLE001 - any other connection failure: back off and retry
                 log.warning("connection to %s failed (%s); retrying", url, type(exc).__name__)
             finally:

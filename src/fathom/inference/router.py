@@ -243,7 +243,7 @@ class Router:
             if state.last_push is None or not state.last_push.pushed:
                 why += ": no OpenRouter key has been pushed to any sidecar (`fathom key push`)"
             elif embedding and not self.route(role).upstream:
-                why += f": its embedding route has no upstream pin (R4); set one for role {role}"
+                why += f": its embedding route has no upstream pin (the one provider behind the model); set one for role {role}"
             else:
                 why += f": set a model for role {role} and push the key again"
             return why

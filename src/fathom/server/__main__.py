@@ -9,6 +9,9 @@ and exits with the reason. Only the tokens' hashes are kept under the data dir; 
 written to the audit log (never the token). Tokens chosen in the environment (FATHOM_ADMIN_TOKEN,
 FATHOM_JOIN_TOKEN, FATHOM_METRICS_TOKEN) shorter than 24 characters stop the start with the reason.
 
+While it runs, `local_server.json` in the data dir tells the same user's `fathom search` where
+it is (`server.local`), so the CLI answers with this server's warm encoder.
+
 uvicorn runs with the server's connection bounds (`server.connections`): a header timeout, a
 connection cap, and forwarded addresses believed only from `--forwarded-allow-ips`.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -107,6 +110,7 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
         if forwarded_allow_ips is not None:
             settings = settings.model_copy(update={"forwarded_allow_ips": forwarded_allow_ips})
         app = create_app(settings)
+        door = open_local_door(app, settings, host, port)
         for line in issue_tokens(app, settings, rotate_admin=rotate_admin, rotate_join=rotate_join):
             print(line, flush=True)
     except Exception as exc:
@@ -121,8 +125,22 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
     config = uvicorn_config(app, host=host, port=port, limits=ConnectionLimits.of(settings),
                             forwarded_allow_ips=settings.forwarded_allow_ips, log_level=log_level.lower(),
                             log_config=None, **uvicorn_websocket_options())
-    uvicorn.Server(config).run(sockets=[sock])
+    door.open()  # `fathom search` of this user answers through this server from now on
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        door.close()
     return 0
+
+
+def open_local_door(app: Any, settings: Settings, host: str, port: int) -> Any:
+    """The `/local/` routes for the same user's CLI (`server.local`), behind this run's token."""
+    from fathom.server.local import LocalDoor, local_routes, local_url
+
+    door = LocalDoor(settings.data_dir, local_url(host, port), kind="server")
+    app.state.parts.access.local = door
+    app.router.routes.extend(local_routes(lambda: app.state.service, door))
+    return door
 
 
 def issue_tokens(app: object, settings: Settings, *, rotate_admin: bool = False, rotate_join: bool = False) -> list[str]:

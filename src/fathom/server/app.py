@@ -12,7 +12,8 @@ where they meet, in the spirit of Starlette: explicit objects, no magic. `app.st
 `jobs`, `admin_auth`, `scrape_auth`, `operator`, `mcp`, `mcp_tokens`, `audit`, and all of them as
 `parts`). Unless
 `settings.watch` is off (`--no-watch`, FATHOM_WATCH=0), the lifespan starts the service's live
-sync, so the indexes of the projects the server holds follow their folders.
+sync, so the indexes of the projects the server holds follow their folders; it also starts
+loading the in-process encoder in the background, so the first search does not wait for it.
 
 Auth: every route needs the admin bearer token except `GET /health` (and its older spelling
 `/healthz`), the dashboard's static page and assets (they carry no data: the page asks for the
@@ -91,6 +92,7 @@ def _lifespan(parts: ServerParts) -> Callable[[FastAPI], Any]:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         stop = asyncio.Event()
+        service.warm_up()  # the encoder loads while the server already answers (`service.warmup`)
         gate.resume()  # whoever was cleared before this start is re-probed before it writes again
         rechecks = gate.start_rechecks(settings.recheck_interval_s, stop=stop)  # periodic re-probes against the golden vectors
         await jobs.restore()  # jobs a crash or a stop interrupted: listed, and resumed where they may be

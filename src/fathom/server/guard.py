@@ -6,7 +6,7 @@ the body is read:
 
 - who may call this path: `Access.refusal`, the one check (the admin token everywhere; an MCP
   token (`server.tokens`) on `/mcp` and nowhere else; the admin or a scrape-only token for
-  `/metrics`; nothing for `/health`, the dashboard's static page and assets, `/.well-known/` and
+  `/metrics`; this run's local token (`server.local`) on `/local/` and nowhere else; nothing for `/health`, the dashboard's static page and assets, `/.well-known/` and
   OAuth's default endpoints, which carry no data);
 - how much body the route takes: `BodyLimits`, one server-wide default (`FATHOM_MAX_BODY_BYTES`,
   1 MiB) and a tighter limit per route.
@@ -70,6 +70,7 @@ SCRAPE_PATHS = frozenset({"/metrics"})
 # needed) with the same advice, instead of an admin 401 the client would misread.
 OAUTH_PATHS = frozenset({"/register", "/authorize", "/token"})
 MCP_PATH = "/mcp"
+LOCAL_PREFIX = "/local/"  # the same user's CLI (`server.local`): this run's local token or the admin's
 PRINCIPAL = "fathom.principal"  # the ASGI scope key of a request's `Principal`
 AUDIT_NOTE = "fathom.audit"  # a route's own words for what it did, for the audit log
 REALM = "fathom"
@@ -137,11 +138,12 @@ class Access:
     is. `open_mcp`: `/mcp` needs no token (one machine on loopback, nothing configured)."""
 
     def __init__(self, admin: AdminAuth | StaticToken | None, scrape: ScrapeAuth | None = None,
-                 mcp: McpTokens | None = None, *, open_mcp: bool = False):
+                 mcp: McpTokens | None = None, *, open_mcp: bool = False, local: Any = None):
         self.admin = admin
         self.scrape = scrape
         self.mcp = mcp
         self.open_mcp = open_mcp
+        self.local = local  # a `server.local.LocalDoor` once the server knows its address
 
     def principal(self, token: str | None) -> Principal | None:
         """The admin, an MCP token's principal, or None for a missing or unknown token."""
@@ -163,6 +165,8 @@ class Access:
         if method in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)):
             return None
         if path in OAUTH_PATHS and method in ("GET", "POST"):
+            return None
+        if path.startswith(LOCAL_PREFIX) and self.local is not None and self.local.check(token):
             return None
         if is_mcp_path(path):
             return None if self.mcp_principal(token) is not None else mcp_unauthorized(bool(token), url or MCP_PATH)

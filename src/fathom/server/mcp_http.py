@@ -310,11 +310,13 @@ class ServeToken(AdminAuth):
 
 def standalone_app(server: Any, *, token: str | None = None, auth: Any = None, host: str,
                    allowed_hosts: Sequence[str] = (),
-                   on_start: Callable[[], Awaitable[Any]] | None = None) -> ASGIApp:
+                   on_start: Callable[[], Awaitable[Any]] | None = None,
+                   local: Any = None, routes: Sequence[Any] = ()) -> ASGIApp:
     """`fathom serve`: the MCP tools at `/mcp` on their own, behind `token` (or `auth`: a record
     of tokens' hashes, `ServeToken`); neither: open, which the command allows on
     loopback only, under `--no-auth`. The same 401, DNS-rebinding protection and body limits as
-    the fleet server. `on_start` runs once the app starts (the live sync)."""
+    the fleet server. `on_start` runs once the app starts (the live sync). `local` (a
+    `server.local.LocalDoor`) opens `routes` (its `/local/` routes) to the same user's CLI."""
     from starlette.applications import Starlette
     from starlette.routing import Route
 
@@ -322,7 +324,7 @@ def standalone_app(server: Any, *, token: str | None = None, auth: Any = None, h
 
     if auth is None and token:
         auth = StaticToken(token)
-    access = Access(auth, open_mcp=auth is None)
+    access = Access(auth, open_mcp=auth is None, local=local)
     endpoint = MCPEndpoint(server, access, host=host, allowed_hosts=allowed_hosts)
 
     @contextlib.asynccontextmanager
@@ -333,5 +335,5 @@ def standalone_app(server: Any, *, token: str | None = None, auth: Any = None, h
             yield
 
     app = Starlette(routes=[Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]),
-                            *not_oauth_routes()], lifespan=lifespan)
+                            *not_oauth_routes(), *routes], lifespan=lifespan)
     return RequestGuard(app, access=access, limits=BodyLimits())

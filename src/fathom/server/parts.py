@@ -119,7 +119,11 @@ def build_parts(settings: Settings, options: ServerOptions | None = None) -> Ser
     audit = options.audit or AuditLog(settings.data_dir, max_bytes=settings.audit_max_bytes)
     access = Access(admin_auth, scrape_auth, mcp_tokens)
     index_roots = resolve_roots(settings.index_root_list())
-    mcp = MCPEndpoint(build_mcp_server(service, router=service.router), access, host=settings.host,
+    from fathom.server.warm import wait_for_encoder
+
+    tools = build_mcp_server(service, router=service.router)
+    wait_for_encoder(tools, service)  # a call that comes while the encoder loads at start waits, and says so
+    mcp = MCPEndpoint(tools, access, host=settings.host,
                       allowed_hosts=settings.allowed_host_list(), index_roots=lambda: index_roots, audit=audit)
     operator = OperatorParts(settings=settings, routing=service.routing, hub=hub, registry=service.registry,
                              gate=service.gate, budget=service.budget, service=service, router=service.router,

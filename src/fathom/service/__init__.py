@@ -76,6 +76,7 @@ from fathom.service.projects import (  # noqa: F401 - re-exported
     MAX_INCLUDES, FolderTaken, ProjectRecords, ProjectSummary, check_includes, check_not_taken,
     summaries,
 )
+from fathom.service.warmup import Warmup
 from fathom.space import Provenance, Space
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,15 @@ class Fathom:
         self._unbind_gate = self.gate.bind(self.registry)
         self.router = router or Router(self.routing.load, self.registry,
                                        is_cleared=self.gate.for_router(self._current_space))
+        self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
+
+    def warm_up(self, on_ready: Callable[[str], None] | None = None) -> Warmup:
+        """Start loading the in-process encoder in the background (once), so the first search
+        of a long-running front end does not wait for it; a search that comes earlier waits
+        for the same load (`fathom.service.warmup`)."""
+        if self.warmup is None:
+            self.warmup = Warmup(self.encoder, on_ready=on_ready)
+        return self.warmup.start()
 
     @property
     def store(self) -> Store:

@@ -22,6 +22,7 @@ It refuses to be a product: it binds to 127.0.0.1 only and its control API has n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -66,8 +67,13 @@ class LocalServerState:
     refused: Counter = field(default_factory=Counter)  # by HTTP status
     streamed: int = 0
     log: deque = field(default_factory=lambda: deque(maxlen=200))
+    # Set by a reset: a request held by the delay when the server is reset belongs to the test
+    # before it; it is released at once and must not take a turn from the script loaded since.
+    was_reset: asyncio.Event = field(default_factory=asyncio.Event)
 
     def reset(self) -> None:
+        self.was_reset.set()
+        self.was_reset = asyncio.Event()
         self.chat.reset()
         self.faults.clear()
         self.delay = 0.0
@@ -192,7 +198,12 @@ class LocalServerApi:
             state.log.append({"endpoint": endpoint, **{k: body.get(k) for k in (
                 "model", "messages", "tools", "stream", "max_tokens", "query", "documents", "texts")}})
             if state.delay:
-                await asyncio.sleep(state.delay)
+                reset = state.was_reset
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(reset.wait(), state.delay)
+                if reset.is_set():
+                    raise _Refusal(503, "the server was reset while this request waited",
+                                   "ServiceUnavailable")
             fault = state.fault_for(endpoint)
             if fault is not None:
                 raise _Refusal(fault.status, fault.message, fault.kind)

@@ -1,7 +1,9 @@
 """Syntax-aware chunking of code with tree-sitter (the official per-language grammar wheels,
 which ship compiled grammars and work offline): definitions become pieces, big containers are
 cut into their members, the code between definitions is kept as gaps, and Python docstrings
-also go to the docs table.
+also go to the docs table. Config and data files go the same way, with keys, tables, blocks
+and statements as their definitions (`structured`); a format cut by its lines (a Dockerfile)
+gets its pieces from its `Spec` and skips the parse.
 
 It refuses unbounded recursion: nesting deeper than `MAX_DEPTH` is one opaque unit.
 """
@@ -14,15 +16,8 @@ from functools import cache
 from typing import Any
 
 from fathom.index.chunk import Chunk
-from fathom.index.chunkers.grammars import (
-    NEEDS_BODY,
-    SPECS,
-    Spec,
-    end_row,
-    js_is_definition,
-    name_field,
-    symbol_kind,
-)
+from fathom.index.chunkers.grammars import NEEDS_BODY, SPECS, symbol_kind
+from fathom.index.chunkers.spec import Spec, end_row, name_field
 from fathom.index.chunkers.languages import DOCS
 from fathom.index.chunkers.limits import MAX_DEPTH, TINY_CHARS
 from fathom.index.chunkers.pieces import Doc, Piece, runs_of_content
@@ -33,7 +28,10 @@ def _language(language: str):
     """One grammar per language per process: loading it is the slow part."""
     import tree_sitter
 
-    return tree_sitter.Language(SPECS[language].grammar())
+    load = SPECS[language].grammar
+    if load is None:
+        raise ValueError(f"{language} is cut by its lines: it has no grammar to load")
+    return tree_sitter.Language(load())
 
 
 _parsers = threading.local()
@@ -55,12 +53,8 @@ def _parser(language: str):
 def _is_definition(spec: Spec, node) -> bool:
     if node.type not in spec.definitions:
         return False
-    if node.type in ("lexical_declaration", "variable_declaration", "expression_statement"):
-        if node.type == "expression_statement":
-            inner = node.named_children[0] if node.named_children else None
-            if inner is not None and inner.type in ("internal_module", "module"):
-                return False  # a namespace: unwrapped as a wrapper below
-        return js_is_definition(node)
+    if spec.accepts is not None and not spec.accepts(node):
+        return False
     if node.type in NEEDS_BODY:
         return node.child_by_field_name("body") is not None
     if node.type == "type_definition":
@@ -92,7 +86,9 @@ def _unwrap(spec: Spec, node):
 
 def _members(spec: Spec, node, depth: int = 0) -> Iterator:
     """Children of a container's body, with transparent blocks (#ifdef) flattened."""
-    body = node.child_by_field_name("body") if node.type in spec.containers else node
+    body = node
+    if node.type in spec.containers and spec.members is not None:
+        body = node.child_by_field_name(spec.members)
     if body is None:
         return
     for child in body.named_children:
@@ -107,6 +103,8 @@ def _members(spec: Spec, node, depth: int = 0) -> Iterator:
 
 
 def chunk_code(doc: Doc, spec: Spec) -> list[Chunk]:
+    if spec.lines is not None:
+        return doc.emit(spec.lines(doc.lines))
     source = "\n".join(doc.lines).encode("utf-8", "surrogatepass")
     tree = _parser(doc.language).parse(source)
     pieces: list[Piece] = []
@@ -146,13 +144,13 @@ def _cover(doc: Doc, spec: Spec, container, lo: int, hi: int, scope: str | None,
             continue
         name = (spec.namer or name_field)(definition) or "<anonymous>"
         symbol = f"{scope}.{name}" if scope else name
-        kind = symbol_kind(definition, in_type)
+        kind = (spec.kind_of or symbol_kind)(definition, in_type)
         covered.append((start, end))
         if depth >= MAX_DEPTH or (doc.fits(start, end) and definition.type not in spec.scopes):
             out.append(Piece(start, end, symbol, "def", kind))
         elif definition.type in spec.containers:
             _cover(doc, spec, definition, start, end, symbol, out, depth + 1,
-                   in_type=kind == "class")
+                   in_type=kind == "class" or definition.type in spec.method_hosts)
         else:
             out.append(Piece(start, end, symbol, "def", kind))
     # Whatever no definition claimed (imports, constants, a class header, a closing brace)

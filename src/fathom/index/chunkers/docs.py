@@ -1,5 +1,6 @@
 """Heading-aware chunking of docs: Markdown (ATX and setext headings, fenced code left
-alone) and reStructuredText sections; each section is a piece named by its heading path.
+alone, front matter as a section of its own) and reStructuredText sections; each section is a
+piece named by its heading path.
 """
 
 from __future__ import annotations
@@ -7,7 +8,12 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from fathom.index.chunkers.limits import TINY_CHARS
 from fathom.index.chunkers.pieces import Piece
+
+FRONT_MATTER = "front matter"
+# YAML (`---`) or TOML (`+++`) metadata at the top of a page; longer than this it is no header.
+_FRONT_MATTER_LINES = 200
 
 
 _ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
@@ -21,8 +27,16 @@ def doc_sections(lines: list[str], language: str) -> list[Piece]:
     sections: list[Piece] = []
     path: list[tuple[int, str]] = []  # (level, title) of the enclosing headings
     first = headings[0][0] if headings else len(lines)
-    if first > 0:
-        sections.append(Piece(0, first - 1, None, "gap"))
+    front = front_matter_end(lines) if language == "markdown" else None
+    if front is not None:
+        # The page's metadata (title, tags, summary) is a unit of its own; a bare
+        # `layout: post` is too small for that and leads into what follows.
+        solid = sum(len("".join(line.split())) for line in lines[1:front])
+        big = solid >= TINY_CHARS
+        sections.append(Piece(0, front, FRONT_MATTER if big else None, "def" if big else "gap"))
+    start = front + 1 if front is not None else 0
+    if first > start:
+        sections.append(Piece(start, first - 1, None, "gap"))
     for index, (row, level, title) in enumerate(headings):
         end = headings[index + 1][0] - 1 if index + 1 < len(headings) else len(lines) - 1
         while path and path[-1][0] >= level:
@@ -60,13 +74,9 @@ def _merge_heading_only(lines: list[str], sections: list[Piece]) -> list[Piece]:
 def _markdown_headings(lines: list[str]) -> list[tuple[int, int, str]]:
     headings: list[tuple[int, int, str]] = []
     fence: str | None = None
-    row = 0
-    # YAML front matter is metadata, not a setext heading.
-    if lines and lines[0].strip() == "---":
-        for probe in range(1, min(len(lines), 200)):
-            if lines[probe].strip() in ("---", "..."):
-                row = probe + 1
-                break
+    front = front_matter_end(lines)
+    # Front matter is metadata, not a setext heading.
+    row = front + 1 if front is not None else 0
     while row < len(lines):
         line = lines[row]
         opened = _FENCE.match(line)
@@ -94,6 +104,19 @@ def _markdown_headings(lines: list[str]) -> list[tuple[int, int, str]]:
             row += 1
         row += 1
     return headings
+
+
+def front_matter_end(lines: list[str]) -> int | None:
+    """The row that closes a Markdown page's front matter (`---` … `---` or `...`, or
+    `+++` … `+++`), or None when the page opens with none."""
+    opening = lines[0].strip() if lines else ""
+    if opening not in ("---", "+++"):
+        return None
+    closing = ("---", "...") if opening == "---" else ("+++",)
+    for probe in range(1, min(len(lines), _FRONT_MATTER_LINES)):
+        if lines[probe].strip() in closing:
+            return probe
+    return None
 
 
 def _rst_headings(lines: list[str]) -> list[tuple[int, int, str]]:

@@ -27,21 +27,22 @@ _EXTENSIONS: dict[str, str] = {
     ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
     ".rst": "rst", ".rest": "rst",
     ".txt": "text", ".text": "text",
-    # Code and config without a grammar here: line windows, code table.
-    ".sh": "shell", ".bash": "shell", ".zsh": "shell", ".fish": "shell",
+    # Shell (the bash grammar), config and data (`structured`), and code without a grammar
+    # here (line windows), all in the code table. fish is no bash: it keeps its own name.
+    ".sh": "shell", ".bash": "shell", ".zsh": "shell", ".fish": "fish",
     ".ps1": "powershell", ".bat": "batch", ".cmd": "batch",
     ".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json", ".jsonc": "json",
     ".ini": "ini", ".cfg": "ini", ".conf": "ini", ".properties": "properties", ".env": "dotenv",
     ".xml": "xml", ".html": "html", ".htm": "html", ".css": "css", ".scss": "scss",
     ".sass": "sass", ".less": "less", ".vue": "vue", ".svelte": "svelte",
-    ".rb": "ruby", ".php": "php", ".pl": "perl", ".pm": "perl", ".lua": "lua", ".r": "r",
+    ".rb": "ruby", ".rake": "ruby", ".gemspec": "ruby", ".php": "php", ".pl": "perl", ".pm": "perl", ".lua": "lua", ".r": "r",
     ".kt": "kotlin", ".kts": "kotlin", ".swift": "swift", ".cs": "csharp", ".fs": "fsharp",
     ".scala": "scala", ".clj": "clojure", ".ex": "elixir", ".exs": "elixir", ".erl": "erlang",
     ".hs": "haskell", ".ml": "ocaml", ".dart": "dart", ".zig": "zig", ".nim": "nim",
     ".m": "objc", ".mm": "objcpp", ".jl": "julia", ".sql": "sql", ".proto": "protobuf",
     ".graphql": "graphql", ".gql": "graphql", ".tf": "terraform", ".hcl": "hcl",
     ".cmake": "cmake", ".mk": "make", ".gradle": "gradle", ".pyx": "cython", ".pxd": "cython",
-    ".ipynb": "json", ".tex": "latex", ".vim": "vim", ".el": "elisp",
+    ".ipynb": "json", ".tex": "latex", ".vim": "vim", ".el": "elisp", ".dockerfile": "dockerfile",
 }
 _FILENAMES: dict[str, str] = {
     "makefile": "make", "gnumakefile": "make", "dockerfile": "dockerfile",
@@ -71,6 +72,8 @@ def detect_language(path: str | PurePosixPath) -> tuple[str, str]:
         return _FILENAMES[lower], CODE
     suffix = PurePosixPath(lower).suffix
     stem = lower[: -len(suffix)] if suffix else lower
+    if stem in ("dockerfile", "containerfile") and suffix not in _EXTENSIONS:
+        return "dockerfile", CODE  # Dockerfile.prod, Containerfile.dev
     if suffix in _EXTENSIONS:
         language = _EXTENSIONS[suffix]
         if language in DOC_LANGUAGES or language == "text":

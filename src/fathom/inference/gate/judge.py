@@ -131,7 +131,7 @@ class Judge:
             if ref.info.is_cloud:
                 raise ConfigError(
                     f"the {space.table} table's reference {ref.id} is a cloud route, but under "
-                    f"local, aggregate and backup the reference must be local (R3): agreement "
+                    f"local, aggregate and backup the reference must be local: agreement "
                     f"with rows written locally is what is checked. Designate a local encoder."
                 )
             return [ref]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fathom import __version__
-from fathom.config import RoutingStateDamaged, RoutingStore, Settings
+from fathom.config import PIN_NOTICE, RoutingStateDamaged, RoutingStore, Settings, default_routes
 from fathom.errors import ConfigError, FathomError
 from fathom.fleet.hub import Hub
 from fathom.policy import BEHAVIOUR, Policy
@@ -105,15 +105,40 @@ class OperatorParts:
                 if local_ok:
                     serving = [reference.id, *serving]
                     unavailable = []
+            elif reference is not None and behaviour.local and self._clears_itself(role, reference):
+                # The table's in-process reference encoder, not yet probed: the next index job
+                # clears it against itself and writes with it, so it is what will serve.
+                for entry in providers:
+                    if entry["id"] == reference.id and not entry["serving"]:
+                        entry.update(serving=True, reason="the table's reference encoder (in-process); the "
+                                                          "first index checks it against the probes")
+                        serving = [reference.id, *serving]
+                        unavailable = []
+            configured = bool(providers) or role.stateful or route != default_routes()[role]
+            warnings = state.problems([role])
+            if state.last_push is None:  # no key pushed: no cloud route can exist to pin
+                warnings = [w for w in warnings if PIN_NOTICE not in w]
             roles[role.value] = {
                 **route.model_dump(mode="json"), "table": role.table, "stateful": role.stateful,
                 "behaviour": behaviour.summary, "reference": behaviour.reference.value if role.stateful else None,
                 "cloud_allowed": behaviour.cloud and route.fallback is not FallbackMode.LOCAL_ONLY,
-                "serving": serving, "unavailable": unavailable, "providers": providers,
-                "warnings": state.problems([role]),
+                "serving": serving, "unavailable": unavailable if configured else [], "providers": providers,
+                "warnings": warnings,
+                # An optional role nobody set up (no provider, the default route): neutral, no problem.
+                "configured": configured,
             }
         return {"roles": roles, "policies": {p.value: BEHAVIOUR[p].summary for p in Policy},
                 "fallbacks": [f.value for f in FallbackMode]}
+
+    def _clears_itself(self, role: Role, reference: Any) -> bool:
+        """Whether `reference` has no verdict yet for its table (a refused or quarantined one
+        does not serve): the first index run then clears it against itself."""
+        if self.gate is None or self.service is None:
+            return False
+        try:
+            return self.gate.verdict_for(self.service.space(role.table), reference) is None
+        except FathomError:
+            return False
 
     def _reference_encoder(self, role: Role) -> Any:
         if role not in EMBEDDING_ROLES or self.service is None:
@@ -190,7 +215,7 @@ class OperatorParts:
         if "error" in policies and policies["error"]["message"] not in problems:
             problems.append(policies["error"]["message"])
         for role, r in policies.get("roles", {}).items():
-            if not r["serving"]:
+            if not r["serving"] and r.get("configured", True):
                 problems.append(f"role {role} has no provider serving it"
                                 + (f": {'; '.join(r['unavailable'])}" if r["unavailable"] else ""))
         if out["gate"]:

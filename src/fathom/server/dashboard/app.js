@@ -88,7 +88,11 @@ function renderRoles(pol) {
   tbody.replaceChildren();
   for (const [role, r] of Object.entries(pol.roles)) {
     const serving = el("td", { class: "providers" });
-    if (r.serving.length === 0) serving.append(el("span", { class: "bad", text: "none" }));
+    // An optional role nobody set up is neutral, not a fault: it says so in plain words.
+    if (r.serving.length === 0 && r.configured === false) {
+      serving.append(el("span", { class: "muted not-configured", text: "not configured",
+        title: "optional: serve it from a sidecar, or push an OpenRouter key" }));
+    } else if (r.serving.length === 0) serving.append(el("span", { class: "bad", text: "none" }));
     for (const p of r.providers) {
       const tag = el("span", {
         class: "provider " + p.kind + (p.serving ? " serving" : " idle"),

@@ -1,0 +1,141 @@
+"""`fathom search` and `fathom projects` answered by a running server instead of in-process.
+
+A `fathom serve` or `fathom server` keeps its encoder loaded; a CLI that loads its own pays
+seconds of start-up for every search. So the CLI first looks for a server: `--server URL`
+(FATHOM_SERVER), or the one this data dir's `local_server.json` names (`fathom.local_server`:
+written by the serving process, 0600, removed at its stop; a stale one is ignored). Found, the
+search goes to its `/local/` routes (`server.local`), which answer exactly what the in-process
+search prints; none, the caller searches in-process.
+
+Authentication never puts a token on a command line or in a log: the data dir's file carries
+the token of that server's run (readable by the same user only); for any other `--server`, the
+token comes from the environment (FATHOM_ADMIN_TOKEN for a `fathom server`, FATHOM_MCP_TOKEN
+for a `fathom serve` whose token the operator chose).
+
+It refuses to fall back silently where the user named a server: an explicit `--server` that
+cannot be reached is an error naming it. A server found only through the file that cannot be
+reached (it is stopping, or its file outlived it) is skipped, and the search runs in-process.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Callable
+
+from fathom.errors import ConfigError, FathomError
+
+# How long a request to the server may take before the CLI says what it is waiting for.
+SAY_AFTER_S = 1.0
+TIMEOUT_S = 600.0
+
+
+class ServerUnreachable(FathomError):
+    """The server named with --server (or FATHOM_SERVER) did not answer."""
+
+    def __init__(self, url: str, reason: str):
+        self.url = url
+        super().__init__(f"cannot reach the fathom server at {url} ({reason}); start it (`fathom serve` or "
+                         f"`fathom server`), or leave out --server (and unset FATHOM_SERVER) to search in-process")
+
+
+class ServerRefused(FathomError):
+    """The server answered the search with a refusal (its message says why)."""
+
+
+class ServerRefusedInput(ServerRefused, ConfigError):
+    """A refusal of the request itself (400, 404): bad input, as in-process."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to send the CLI's reads: a URL and the token it takes (never shown)."""
+
+    url: str
+    token: str = field(repr=False)
+    kind: str = "server"
+    explicit: bool = False
+
+
+def target_of(data_dir: Path, server: str | None) -> Target | None:
+    """The server to ask, or None: search in-process."""
+    from fathom.local_server import read_local_server
+
+    local = read_local_server(data_dir)
+    if server is None:
+        return Target(local.url, local.token, local.kind) if local is not None else None
+    url = server.rstrip("/")
+    if "://" not in url:
+        raise ConfigError(f"--server must be a URL such as http://127.0.0.1:8766, got {server!r}")
+    if url.startswith(("ws://", "wss://")):
+        raise ConfigError(f"--server takes the server's http:// URL here, not its sidecar address {server!r}")
+    if local is not None and local.url.rstrip("/") == url:
+        return Target(url, local.token, local.kind, explicit=True)
+    token = os.environ.get("FATHOM_ADMIN_TOKEN") or os.environ.get("FATHOM_MCP_TOKEN")
+    if not token:
+        raise ConfigError(f"no token for the server at {url}: it is not the server this data dir's own "
+                          f"`fathom serve`/`fathom server` runs (whose token the CLI reads itself), so set "
+                          f"FATHOM_ADMIN_TOKEN (a `fathom server`) or FATHOM_MCP_TOKEN (a `fathom serve`) in the "
+                          f"environment, or pass --data-dir of that server")
+    return Target(url, token, explicit=True)
+
+
+def call(target: Target, method: str, path: str, body: Any = None, *,
+         say: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """One request to the server's `/local/` routes: its JSON answer, or None when a server
+    found only through the data dir's file did not answer (search in-process then). While it
+    takes longer than `SAY_AFTER_S`, `say` is told what it waits for."""
+    import httpx
+
+    def send() -> httpx.Response:
+        with httpx.Client(base_url=target.url, timeout=httpx.Timeout(TIMEOUT_S, connect=5.0),
+                          headers={"Authorization": f"Bearer {target.token}"}) as http:
+            return http.request(method, path, json=body)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(send)
+        try:
+            try:
+                response = pending.result(timeout=SAY_AFTER_S)
+            except concurrent.futures.TimeoutError:
+                if say is not None:
+                    say(f"waiting for the fathom {target.kind} at {target.url} (it may still be loading its "
+                        f"encoder)…")
+                response = pending.result()
+        except httpx.HTTPError as exc:
+            if target.explicit:
+                raise ServerUnreachable(target.url, type(exc).__name__) from None
+            return None
+    return answer(target, response)
+
+
+def answer(target: Target, response: Any) -> dict[str, Any]:
+    """The JSON of a successful answer; a refusal as the typed error it names."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if response.is_success and isinstance(data, dict):
+        return data
+    detail = data.get("detail") if isinstance(data, dict) else None
+    message = (detail.get("message") if isinstance(detail, dict) else detail) or response.reason_phrase
+    if response.status_code == 401:
+        raise ServerRefused(f"the fathom {target.kind} at {target.url} refused the token: "
+                            + ("its data dir's file is out of date; run the command again"
+                               if not target.explicit else "set FATHOM_ADMIN_TOKEN (or FATHOM_MCP_TOKEN) to a "
+                               "token it takes"))
+    if response.status_code in (400, 404, 409):
+        raise ServerRefusedInput(str(message))
+    raise ServerRefused(f"the fathom {target.kind} at {target.url} answered {response.status_code}: {message}")
+
+
+def hits_of(data: dict[str, Any]) -> list[Any]:
+    """The server's hits as objects the CLI prints as it prints its own."""
+    return [SimpleNamespace(**h) for h in data.get("hits") or []]
+
+
+def projects_of(data: dict[str, Any]) -> list[Any]:
+    return [SimpleNamespace(**p) for p in data.get("projects") or []]

@@ -1,0 +1,255 @@
+"""`fathom mcp` and `fathom serve`: the MCP tools for one machine, over stdio or streamable HTTP.
+
+What it owns: the two commands' options, `fathom serve`'s token (issued once and shown once, the
+operator's own from a file or the environment, or none under `--no-auth` on loopback only), and
+what both do at start: load the encoder in the background (`Fathom.warm_up`), so the first
+search does not wait for it, with calls that come earlier waiting and saying so
+(`server.warm`); and, for `fathom serve`, open the local door (`server.local`) through which
+the same user's `fathom search` answers with this warm process.
+
+What it refuses: any tool logic (`server.mcp_tools`), and printing anything but MCP frames on
+stdout under `fathom mcp`. It is attached to the `fathom` app by `register`, which hands it the
+CLI's consoles and the per-invocation settings and service.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Callable
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from fathom.errors import ConfigError, FathomError
+
+SERVER_PORT = 8765  # `fathom server`'s default (fathom.server.__main__)
+SERVE_PORT = 8766  # `fathom serve`'s: both can run on one machine with their defaults
+
+console: Console
+err_console: Console
+settings_of: Callable[[typer.Context], Any]
+fathom_of: Callable[[typer.Context], Any]
+run: Callable[[Any], Any]
+
+
+def register(app: typer.Typer, *, out: Console, err: Console, settings: Callable[[typer.Context], Any],
+             service: Callable[[typer.Context], Any], runner: Callable[[Any], Any]) -> None:
+    """Attach `mcp` and `serve` to `app`, with the CLI's consoles, settings, service and runner."""
+    global console, err_console, settings_of, fathom_of, run
+    console, err_console, settings_of, fathom_of, run = out, err, settings, service, runner
+    app.command()(serve)
+    app.command()(mcp)
+
+
+# A token an operator chooses is refused below this length: a short one can be guessed.
+MIN_TOKEN_CHARS = 24
+
+NO_WATCH_HELP = ("Do not watch the projects' folders (their indexes then change only when "
+                 "re-indexed). FATHOM_WATCH=0 does the same.")
+
+
+def _watching(ctx: typer.Context, no_watch: bool) -> bool:
+    return not no_watch and settings_of(ctx).watch
+
+
+NO_AUTH_ALLOWS = ("any local user of this machine can search and index with your read rights: every project "
+                  "in the data dir, and any folder you can read")
+
+
+class NoAuthRefused(ConfigError):
+    """`fathom serve --no-auth` on an address beyond loopback: anyone who can reach it would act
+    with the serving user's read rights."""
+
+    def __init__(self, host: str):
+        self.host = host
+        super().__init__(f"refusing --no-auth on {host}: without a token anyone who can reach that address could "
+                         f"read, and index, code on this machine. --no-auth is for 127.0.0.1 (or ::1) only; on "
+                         f"{host} drop --no-auth and clients send the token `fathom serve` prints")
+
+
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(
+        help=f"TCP port (`fathom server` uses {SERVER_PORT}).")] = SERVE_PORT,
+    no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", envvar="FATHOM_MCP_TOKEN_FILE", show_default=False,
+        help="A file holding the token clients must send (else FATHOM_MCP_TOKEN; neither: one issued at "
+             "the first start and printed once).")] = None,
+    rotate_token: Annotated[bool, typer.Option(
+        "--rotate-token",
+        help="Replace the issued token with a fresh one, printed once (the old one stops working).")] = False,
+    no_auth: Annotated[bool, typer.Option(
+        "--no-auth",
+        help=f"Serve without a token, on a loopback address only: {NO_AUTH_ALLOWS}.")] = False,
+) -> None:
+    """Serve the MCP tools over streamable HTTP (at /mcp), keeping indexes in sync.
+
+    Clients send a token, on loopback too: printed once at the first start, with a ready client setup.
+
+    The served projects' indexes follow their files as they change (unless --no-watch)."""
+    import uvicorn
+
+    from fathom.server.__main__ import listen
+    from fathom.server.local import LocalDoor, local_routes, local_url
+    from fathom.server.mcp_http import standalone_app
+    from fathom.server.mcp_tools import build_mcp_server
+    from fathom.server.warm import wait_for_encoder
+
+    given = mcp_token(token_file)
+    _check_serve_auth(host, given, no_auth=no_auth, rotate_token=rotate_token)
+    settings = settings_of(ctx)
+    # Bound before a token is issued: a start that cannot listen leaves nothing behind.
+    try:
+        sock = listen(host, port)
+    except OSError as exc:
+        raise FathomError(f"cannot listen on {host}:{port}: {exc.strerror or exc}. Is another server running "
+                          f"there? Stop it, or choose another --port. No token was issued.") from None
+    try:
+        fathom = fathom_of(ctx)
+        auth = _serve_token(settings, f"http://{client_host(host)}:{port}/mcp", given, token_file,
+                            no_auth=no_auth, rotate_token=rotate_token)
+        server = build_mcp_server(fathom)
+        wait_for_encoder(server, fathom)
+        door = LocalDoor(settings.data_dir, local_url(host, port), kind="serve")
+        mcp_app = standalone_app(server, token=given, auth=auth, host=host,
+                                 allowed_hosts=settings.allowed_host_list(),
+                                 on_start=fathom.start_watching if _watching(ctx, no_watch) else None,
+                                 local=door, routes=local_routes(lambda: fathom, door))
+    except BaseException:
+        sock.close()
+        raise
+    err_console.print(f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp"
+                      + (" (no token asked for)" if no_auth else " (bearer token required)"))
+    sys.stdout.flush()
+    warm_up(fathom)
+    # The team server's connection bounds: a header timeout, a connection cap, and no
+    # forwarded address believed.
+    from fathom.server.connections import ConnectionLimits, uvicorn_config
+
+    config = uvicorn_config(mcp_app, host=host, port=port, limits=ConnectionLimits.of(settings),
+                            log_level="warning")
+    door.open()  # `fathom search` of this user answers through this server from now on
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        door.close()
+
+
+def _check_serve_auth(host: str, given: str | None, *, no_auth: bool, rotate_token: bool) -> None:
+    """`fathom serve`'s token flags, refused before anything is bound or issued."""
+    from fathom.server.mcp_http import is_loopback
+
+    if no_auth and not is_loopback(host):
+        raise NoAuthRefused(host)
+    if no_auth and given:
+        raise ConfigError("--no-auth and a token (FATHOM_MCP_TOKEN or --token-file) were both given: "
+                          "drop one of them")
+    if rotate_token and (no_auth or given):
+        raise ConfigError("--rotate-token replaces the token `fathom serve` issued; with --no-auth, "
+                          "FATHOM_MCP_TOKEN or --token-file there is none to replace")
+
+
+def _serve_token(settings: Any, url: str, given: str | None, token_file: Path | None, *, no_auth: bool,
+                 rotate_token: bool) -> Any:
+    """The issued token `fathom serve` checks (None: the operator's own, or --no-auth), after
+    telling the operator how clients reach the server with it."""
+    import shlex
+
+    from fathom.cli_admin import print_mcp_client
+    from fathom.server.mcp_http import ServeToken
+
+    auth: Any = None
+    if given:  # the operator's own: shown as where it is, never printed
+        print_mcp_client(url, "$FATHOM_MCP_TOKEN" if token_file is None
+                         else f"$(cat {shlex.quote(str(token_file))})")
+    elif not no_auth:
+        auth = ServeToken(settings.data_dir)
+        if rotate_token or not auth.configured:
+            issued = auth.replace() if rotate_token else auth.issue()
+            console.print(Text(f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash "
+                               f"is kept): {issued}"), soft_wrap=True)
+            print_mcp_client(url, issued)
+        else:
+            console.print("MCP clients send the token this data dir's first `fathom serve` printed (only its "
+                          "hash is kept); `fathom serve --rotate-token` prints a new one")
+    else:
+        err_console.print(Text(f"warning: --no-auth: no token is asked for; {NO_AUTH_ALLOWS}",
+                               style="yellow"))
+    return auth
+
+
+def client_host(host: str) -> str:
+    """The name a client uses for a server listening on `host`: this machine's name for a
+    wildcard address, brackets around an IPv6 literal."""
+    import socket
+
+    from fathom.server.mcp_http import WILDCARD_HOSTS
+
+    if host in WILDCARD_HOSTS:
+        return socket.getfqdn()
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+def mcp_token(token_file: Path | None) -> str | None:
+    """The token `fathom serve` requires: from `--token-file` (FATHOM_MCP_TOKEN_FILE), else
+    FATHOM_MCP_TOKEN; None when neither is set."""
+    if token_file is not None:
+        try:
+            token = token_file.expanduser().read_text().strip()
+            mode = token_file.expanduser().stat().st_mode
+        except OSError as exc:
+            raise ConfigError(f"cannot read the token file {token_file}: {exc.strerror or exc}") from None
+        if not token:
+            raise ConfigError(f"the token file {token_file} is empty: put the token clients must send in it")
+        if mode & 0o077:
+            err_console.print(f"warning: {token_file} can be read by other users of this machine; "
+                              f"`chmod 600 {token_file}`")
+    else:
+        from fathom.config import Settings
+
+        token = Settings.secret(Settings().mcp_token) or ""
+    if token and (len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token)):
+        raise ConfigError(f"the MCP token must be at least {MIN_TOKEN_CHARS} characters without spaces; use a "
+                          f"long random string, e.g. fm_$(openssl rand -hex 32)")
+    return token or None
+
+
+def mcp(
+    ctx: typer.Context,
+    no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
+) -> None:
+    """Serve the MCP tools over stdio (for an MCP host that spawns fathom).
+
+    The served projects' indexes follow their files as they change (unless --no-watch)."""
+    from fathom.server.mcp_tools import build_mcp_server
+    from fathom.server.warm import wait_for_encoder
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    fathom = fathom_of(ctx)
+    watching = _watching(ctx, no_watch)
+    warm_up(fathom)  # before the host's first call, which then finds the encoder loaded
+
+    async def main() -> None:
+        if watching:
+            await fathom.start_watching()
+        server = build_mcp_server(fathom)
+        wait_for_encoder(server, fathom)
+        await server.run_stdio_async()
+
+    run(main())
+
+
+def warm_up(fathom: Any) -> None:
+    """Start loading the encoder in the background, saying so on stderr (the host's log for
+    `fathom mcp`), and again when it is loaded."""
+    from fathom.service.warmup import needs_loading
+
+    if not needs_loading(fathom.encoder):
+        return
+    err_console.print(Text(f"loading the encoder {fathom.encoder.id} in the background", style="dim"))
+    fathom.warm_up(on_ready=lambda line: err_console.print(Text(line, style="dim")))

@@ -1,0 +1,126 @@
+"""The door a local `fathom search` knocks on: a running `fathom serve` or `fathom server`
+answers the CLI of the same user with its warm encoder, instead of the CLI loading its own.
+
+It owns:
+
+- `LocalDoor`: at start the serving process writes `local_server.json` in its data dir — its
+  URL, its pid, its kind and a token made for this run only — through a 0600 file in the 0700
+  data dir, so only the user who runs it can read it; at stop it removes the file (only while it
+  is still its own: a second server on the same data dir may have taken it over). The token is
+  never printed, logged or put on a command line, and dies with the process: a stale file left
+  by a killed server opens nothing.
+- `/local/search` and `/local/projects` (`local_routes`): what `fathom search` and `fathom
+  projects` print, computed here exactly as the CLI computes it in-process (`Fathom.search`,
+  `Fathom.projects`), so both paths print the same. They take this run's local token or the
+  admin token (the request guard checks it, `guard.Access`), never an MCP token.
+The CLI's side, which reads the file back, is `fathom.local_server` (light to import: the
+CLI asks before it loads anything).
+
+It refuses any write: the local token reads (searches, lists projects) and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Callable
+
+from fathom.local_server import LOCAL_FILE
+from fathom.server.guard import LOCAL_PREFIX
+
+log = logging.getLogger("fathom.server.local")
+
+LOCAL_TOKEN_PREFIX = "fl"
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL a client on this machine uses for a server listening on `host`: loopback for
+    a wildcard address."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host in ("::", "[::]"):
+        host = "[::1]"
+    elif ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+class LocalDoor:
+    """This run's local token and the file that hands it to the same user's CLI."""
+
+    def __init__(self, data_dir: Path, url: str, *, kind: str):
+        self.path = Path(data_dir).expanduser() / LOCAL_FILE
+        self.url = url
+        self.kind = kind
+        self._token = f"{LOCAL_TOKEN_PREFIX}_{secrets.token_urlsafe(32)}"
+        self.searches = 0  # answered through the door: a counter a test or the operator reads
+
+    def check(self, token: str | None) -> bool:
+        return bool(token) and hmac.compare_digest(str(token), self._token)
+
+    def open(self) -> None:
+        """Write the file (0600, replacing any earlier one: the newest server on a data dir is
+        the one the CLI asks). A failure only means the CLI searches in-process."""
+        body = json.dumps({"url": self.url, "pid": os.getpid(), "kind": self.kind, "token": self._token,
+                           "started_at": time.time()})
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{LOCAL_FILE}.{os.getpid()}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(body)
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            log.warning("could not write %s (%s): `fathom search` will not find this server and searches "
+                        "in-process", self.path, exc.strerror or exc)
+
+    def close(self) -> None:
+        """Remove the file if it is still this run's."""
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if json.loads(self.path.read_text()).get("token") == self._token:
+                self.path.unlink()
+
+
+def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
+    """`POST /local/search` and `GET /local/projects` over the service `service()` returns."""
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    from fathom.errors import ConfigError, FathomError
+    from fathom.index.filters import SearchFilter
+    from fathom.server.answers import failure_response
+
+    async def search(request: Request) -> JSONResponse:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict) or not isinstance(body.get("query"), str):
+                raise ConfigError("the search needs a JSON body with a query")
+            where = SearchFilter.of(body.get("language"), body.get("path"), body.get("kind"))
+            hits = await service().search(body["query"], project=body.get("project"),
+                                          table=str(body.get("table") or "code"), k=int(body.get("k") or 10),
+                                          where=where)
+        except ValueError as exc:
+            return failure_response(ConfigError(f"invalid search request: {exc}"))
+        except FathomError as exc:
+            return failure_response(exc)
+        door.searches += 1
+        return JSONResponse({"hits": [h.as_dict() for h in hits], "notes": list(getattr(hits, "notes", ())),
+                             "served_by": {"kind": door.kind, "pid": os.getpid(), "searches": door.searches}})
+
+    async def projects(request: Request) -> JSONResponse:
+        items = await asyncio.to_thread(service().projects)
+        return JSONResponse({"projects": [asdict(p) for p in items]})
+
+    return [Route(LOCAL_PREFIX + "search", search, methods=["POST"]),
+            Route(LOCAL_PREFIX + "projects", projects, methods=["GET"])]
