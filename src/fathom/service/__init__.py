@@ -45,18 +45,12 @@ from typing import Any, Callable, Sequence
 from fathom import scope
 from fathom.config import RoutingStore, Settings
 from fathom.datadir import open_data_dir
-from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
+from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
-from fathom.index.rerank import hybrid
-from fathom.index.results import (
-    Noted,
-    SearchHit,
-    check_k,
-    check_table,
-    skipped_note,
-)
+from fathom.index.results import SearchHit, skipped_note
+from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' bound
 from fathom.index.indexer import (
     Discovery, IndexProgress, IndexReport, Indexer, Job, check_project_root, space_for,
 )
@@ -65,6 +59,7 @@ from fathom.index.store import (
     DamagedProject,
     Store,
     UnknownProject,
+    check_table_kind,
 )
 from fathom.inference.budget import CloudBudget, current_project
 from fathom.inference.gate import Gate, GateClearance, Verdict
@@ -88,9 +83,6 @@ log = logging.getLogger(__name__)
 
 # Which embedding role writes (and encodes the queries of) each table.
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
-
-MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
-
 
 @dataclass(frozen=True)
 class IndexStatus:
@@ -213,7 +205,7 @@ class Fathom:
         """The space a new build of `table` gets under the role's current policy: the local
         encoder's under local/aggregate/backup (agreement with local rows is the property);
         under `cloud` no local vector is written, so the deterministic cloud anchor's."""
-        check_table(table)
+        check_table_kind(table)
         role = ROLE_OF_TABLE[table]
         route = self.routing.load().roles[role]
         if BEHAVIOUR[route.policy].reference is Reference.LOCAL:
@@ -260,7 +252,7 @@ class Fathom:
         """The encoder of `project`'s `table` queries: the table's own reference encoder, as
         recorded in its space; under a cloud reference that cannot answer, another provider the
         gate cleared for the same space (never an unjudged one)."""
-        check_table(table)
+        check_table_kind(table)
         space = self.store.space_of(project, table) if project else None
         if space is None or space.reference == self.encoder.id:
             return self.encoder
@@ -530,26 +522,19 @@ class Fathom:
 
     async def search(self, query: str, project: str | None = None, table: str = "code",
                      k: int = 10, *, where: SearchFilter | None = None) -> list[SearchHit]:
-        found = await hybrid(self, query, project, table, k, where=where)
-        return Noted([SearchHit.of(name, h) for name, h in found], found.notes)
+        """The hybrid search's best `k` (no reranker stage): `fathom search`'s answer."""
+        return await search_mod.retrieve(self, query, project, table, k, where=where)
 
     async def find_similar(self, project: str, *, path: str | None = None,
                            line: int | None = None, snippet: str | None = None, k: int = 10,
                            table: str = "code") -> list[SearchHit]:
-        check_table(table)
-        check_k(k)
-        if path is None and not (snippet and snippet.strip()):
-            raise ConfigError("find_similar needs either path and line, or a snippet")
-        if path is not None and snippet:
-            raise ConfigError("find_similar takes path and line, or a snippet, not both")
-        if line is not None:
-            whole_number("line", line, 1, MAX_LINE)
+        search_mod.check_similar(table, k, path=path, line=line, snippet=snippet)
         await asyncio.to_thread(self._require_project, project)
         if path is not None:
             path = path.replace("\\", "/").removeprefix("./")
-        hits = await search_mod.find_similar(self.store, project, table=table, path=path,
-                                             line=line, snippet=snippet,
-                                             encoder=self.encoder_for(table, project), k=k)
+        hits = await search_mod.nearest(self.store, project, table=table, path=path, line=line,
+                                        snippet=snippet, encoder=self.encoder_for(table, project),
+                                        k=k)
         return [SearchHit.of(project, h) for h in hits]
 
     # ---- projects
