@@ -144,7 +144,7 @@ class Fathom:
     """Everything a front end needs, built from `Settings`.
 
     Heavy parts start lazily: the store opens on first use and the model loads on the first
-    embed, so `fathom projects` answers without loading torch.
+    embed, so `fathom projects` answers without loading a model.
     """
 
     def __init__(self, settings: Settings | None = None, *, encoder: Provider | None = None,
