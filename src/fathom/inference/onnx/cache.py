@@ -101,9 +101,22 @@ def _write_quantized(source: Path, target: Path, mode: str | None) -> None:
     if mode == "keep-ffn-out":
         exclude += [n.name for n in graph.node if n.op_type == "MatMul"
                     and any(i.startswith("lout") and i.endswith(".wT") for i in n.input)]
-    with _atomic(target) as tmp:
-        quantize_dynamic(str(source), str(tmp), op_types_to_quantize=["MatMul"],
-                         nodes_to_exclude=exclude, per_channel=True, weight_type=QuantType.QInt8)
+    # onnxruntime advises "pre-processing" on the root logger at every call: advice for its
+    # static quantization of vision models, noise on a CLI's stderr here.
+    root = logging.getLogger()
+    hush = _Hush()
+    root.addFilter(hush)
+    try:
+        with _atomic(target) as tmp:
+            quantize_dynamic(str(source), str(tmp), op_types_to_quantize=["MatMul"],
+                             nodes_to_exclude=exclude, per_channel=True, weight_type=QuantType.QInt8)
+    finally:
+        root.removeFilter(hush)
+
+
+class _Hush(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
 
 
 class _atomic:
