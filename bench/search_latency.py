@@ -54,7 +54,7 @@ from fathom.index.indexer import space_for  # noqa: E402
 from fathom.index.fusion import fuse, rrf_fuse  # noqa: E402
 from fathom.index.search import hybrid_search  # noqa: E402
 from fathom.index.backend import open_store_url  # noqa: E402
-from fathom.index.store import _HIT_COLUMNS, LanceStore, Slot, ann_params  # noqa: E402
+from fathom.index.store import HIT_COLUMNS, LanceStore, Slot, ann_params  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 from fathom.space import Provenance, Space  # noqa: E402
@@ -233,7 +233,7 @@ async def main() -> None:
                 during_recall.append(recall_of(i, hits))
                 t0 = time.perf_counter()
                 tbl.search(q[i], vector_column_name="vector").distance_type("cosine") \
-                    .bypass_vector_index().limit(10).select([*_HIT_COLUMNS, "_distance"]).to_arrow()
+                    .bypass_vector_index().limit(10).select([*HIT_COLUMNS, "_distance"]).to_arrow()
                 flat.append((time.perf_counter() - t0) * 1000)
             window_rss = rss_mib()
             if store.window_stats.served - served != len(during):

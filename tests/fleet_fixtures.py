@@ -182,6 +182,16 @@ async def wait_for(cond: Any, *, timeout: float = 20.0, what: str = "condition")
         await asyncio.sleep(0.01)
 
 
+async def heartbeats_pass(hub: Any, name: str, count: int = 2, *, timeout: float = 20.0) -> None:
+    """Wait until the hub has read `count` more frames (its heartbeats) of `name`'s connection:
+    the window of a "nothing arrived meanwhile" check, measured in the connection's own life,
+    not in wall-clock time (a loaded machine stretches it; it never holds fewer than `count`)."""
+    link = hub.links[name]
+    for _ in range(count):
+        seen = link.last_seen
+        await wait_for(lambda: link.last_seen != seen, timeout=timeout, what=f"a heartbeat of {name}")
+
+
 @pytest.fixture
 async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
     app, hub, registry = build_app(tmp_path / "data")

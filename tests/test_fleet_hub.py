@@ -17,7 +17,7 @@ from fathom.fleet.identity import new_credential
 from fathom.fleet.remote import SidecarUnavailable
 from fathom.inference.pool import Pool
 from fathom.roles import Role
-from tests.fleet_fixtures import JOIN, Fleet, HashEmbedder, fleet, wait_for  # noqa: F401
+from tests.fleet_fixtures import JOIN, Fleet, HashEmbedder, fleet, heartbeats_pass, wait_for  # noqa: F401
 
 CE = Role.CODE_EMBEDDING
 
@@ -35,7 +35,7 @@ async def test_pending_sidecar_gets_no_command_and_no_key(fleet: Fleet):
         await fleet.hub.command("gpu-a", "embed", CE, "local", {"texts": ["x"]})
     outcome = await fleet.hub.push_config(key="sk-or-v1-" + "0" * 64)
     assert outcome.acked == [] and outcome.pending == ["gpu-a"] and not outcome.pushed
-    await asyncio.sleep(0.3)  # a few heartbeats: nothing else may arrive meanwhile
+    await heartbeats_pass(fleet.hub, "gpu-a")  # a few heartbeats: nothing else may arrive meanwhile
     assert sidecar.received.get("config", 0) == 0 and sidecar.received.get("command", 0) == 0
     assert not sidecar.key_present and backend.calls == []
     async with fleet.admin() as admin:

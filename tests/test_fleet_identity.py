@@ -27,7 +27,7 @@ from fathom.fleet.agent import Sidecar
 from fathom.fleet.hub import CLOSE_TOO_MANY_FAILURES
 from fathom.fleet.identity import CREDENTIAL_FILE, new_credential
 from tests.fleet_fixtures import (ADMIN, JOIN, Fleet, ProcessGroup, build_app, serve_in_loop, spawn_sidecar,
-                                  wait_for)
+                                  heartbeats_pass, wait_for)
 
 KEY = "sk-or-v1-" + "5a" * 32
 CLAIM = "gpu-1: a different host claims this name"
@@ -102,7 +102,7 @@ async def test_an_impostor_under_an_approved_name_stays_pending_gets_no_key_and_
                 assert refused.status_code == 409 and "rebind" in refused.text, refused.text
             shown = await asyncio.to_thread(fleet_cli, url)
             assert shown.exit_code == 0 and CLAIM in " ".join(shown.output.split()), shown.output
-            await asyncio.sleep(0.5)  # heartbeats go by: still nothing for the impostor
+            await heartbeats_pass(hub, "gpu-1")  # heartbeats go by: still nothing for the impostor
             assert impostor.received.get("config", 0) == 0 and impostor.received.get("command", 0) == 0
             assert not impostor.key_present and impostor.state == "pending"
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,7 +111,8 @@ def alpha_requests(emulator) -> int:
 
 @pytest.mark.slow
 async def test_drift_is_caught_after_a_sidecar_restart_a_server_restart_and_a_forced_verify(
-        tmp_path, memo_local, memo_emulator_encoders, emulator):
+        tmp_path, memo_local, memo_emulator_encoders, emulator, caplog):
+    caplog.set_level(logging.WARNING, logger="fathom.inference.gate.core")
     data, port = tmp_path / "data", free_port()
     RoutingStore(data).update({
         Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
@@ -136,8 +138,13 @@ async def test_drift_is_caught_after_a_sidecar_restart_a_server_restart_and_a_fo
             emulator.control.drift("alpha", "int8")
             fresh, _ = await fleet.start_sidecar("gpu-1", openrouter_base_url=emulator.base_url)
             await wait_for(lambda: ALPHA in one.service.registry, what="the route back")
-            await asyncio.sleep(0.3)  # the re-probe the reconnect started meets the missing key
-            assert not fresh.key_present and not one.service.gate.is_cleared(
+            # The re-probe the reconnect started meets the missing key: wait for it to end
+            # (not a guessed time), and see that it ran and was deferred, not dropped.
+            await one.service.gate.drain()
+            assert any(ALPHA in r.getMessage() and "deferred" in r.getMessage()
+                       for r in caplog.records), "the reconnect's re-probe never ran"
+            assert not fresh.key_present and one.service.gate.awaiting_reprobe(ALPHA)
+            assert not one.service.gate.is_cleared(
                 one.service.space("code"), one.service.registry.get(ALPHA))
             before = alpha_requests(emulator)
             assert (await client.post("/admin/key", json={"key": KEY})).status_code == 200

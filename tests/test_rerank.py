@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from fathom.index import rerank
+from fathom.index import search
 from fathom.index.rerank import CosineReranker, RerankStage
 from fathom.inference.budget import CloudBudget
 from fathom.inference.openrouter import OpenRouterClient
@@ -37,7 +37,7 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
     router = make_router(routing(reranker=(Policy.CLOUD, FallbackMode.ANY)),
                          [cloud(emulator, Role.RERANKER, budget)])
 
-    results = await rerank.search(fathom, QUERY, project, "code", k=5, reranker=router)
+    results = await search.pipeline(fathom, QUERY, project, "code", k=5, reranker=router)
 
     assert results.reranked and results.reason is None
     assert results.reranker == f"openrouter:{DEFAULTS[Role.RERANKER].model}@any"  # unpinned
@@ -45,12 +45,12 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
     assert budget.state().granted_total == 1  # the cloud call took a permit
 
     # The emulator's own scores for the same candidates, asked directly.
-    cands = await rerank.candidates(fathom, QUERY, project, "code", results.candidates)
+    cands = await search.candidates(fathom, QUERY, project, "code", results.candidates)
     async with OpenRouterClient(TEST_KEY, base_url=emulator.base_url) as client:
         ranked = await client.rerank(DEFAULTS[Role.RERANKER].model, QUERY, [c.text for c in cands])
     scores = dict(ranked)
     expected = sorted(range(len(cands)), key=lambda i: -scores[i])[:5]
-    assert [key(h) for h in results.hits] == [key(cands[i].hit) for i in expected]
+    assert [key(h) for h in results.hits] == [key(cands[i]) for i in expected]
     assert [h.rerank_score for h in results.hits] == pytest.approx([scores[i] for i in expected])
     # It really reordered: the retrieval ranks are not 1..5 in order.
     assert [h.retrieval_rank for h in results.hits] != sorted(h.retrieval_rank for h in results.hits)
@@ -59,7 +59,7 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
 
 async def test_no_reranker_configured_still_answers_in_retrieval_order(indexed_shop):  # noqa: F811
     fathom, project = indexed_shop.fathom, indexed_shop.project
-    results = await rerank.search(fathom, QUERY, project, "code", k=5, reranker=None)
+    results = await search.pipeline(fathom, QUERY, project, "code", k=5, reranker=None)
     assert not results.reranked
     assert "no reranker is configured" in results.reason
     assert [h.retrieval_rank for h in results.hits] == [1, 2, 3, 4, 5]
@@ -75,7 +75,7 @@ async def test_no_reranker_allowed_by_the_policy_is_flagged(indexed_shop, emulat
     budget = CloudBudget()
     router = make_router(routing(reranker=(Policy.LOCAL, FallbackMode.ANY)),
                          [cloud(emulator, Role.RERANKER, budget)])
-    results = await rerank.search(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
+    results = await search.pipeline(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
                                   reranker=router)
     assert not results.reranked and len(results.hits) == 3
     assert "no provider can serve role reranker under policy local" in results.reason
@@ -86,7 +86,7 @@ async def test_a_failing_cloud_reranker_is_flagged_not_fatal(indexed_shop, emula
     emulator.control.fail(status=502, count=None, endpoints=["rerank"])
     router = make_router(routing(reranker=(Policy.CLOUD, FallbackMode.ANY)),
                          [cloud(emulator, Role.RERANKER, CloudBudget())])
-    results = await rerank.search(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
+    results = await search.pipeline(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
                                   reranker=router)
     assert not results.reranked and len(results.hits) == 3
     assert "502" in results.reason and results.reason.startswith("not reranked:")
@@ -104,7 +104,7 @@ async def test_backup_fails_over_from_a_failing_local_to_the_cloud(indexed_shop,
 
     router = make_router(routing(reranker=(Policy.BACKUP, FallbackMode.ANY)),
                          [DownLocal(), cloud(emulator, Role.RERANKER, CloudBudget())])
-    results = await rerank.search(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
+    results = await search.pipeline(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
                                   reranker=router)
     assert results.reranked and results.reranker.startswith("openrouter:")
 
@@ -112,7 +112,7 @@ async def test_backup_fails_over_from_a_failing_local_to_the_cloud(indexed_shop,
 async def test_local_cosine_reranker_through_the_router(indexed_shop, local_encoder, emulator):  # noqa: F811
     local = CosineReranker(local_encoder)
     router = make_router(routing(reranker=(Policy.AGGREGATE, FallbackMode.ANY)), [local])
-    results = await rerank.search(indexed_shop.fathom, "verify a password", indexed_shop.project,
+    results = await search.pipeline(indexed_shop.fathom, "verify a password", indexed_shop.project,
                                   "code", k=4, reranker=router)
     assert results.reranked and results.reranker == local.id
     scores = [h.rerank_score for h in results.hits]
@@ -137,15 +137,15 @@ class Garbage(Provider):
     (lambda n: [math.nan] * n, "non-finite"),
 ])
 async def test_unusable_scores_are_refused(indexed_shop, scores, why):  # noqa: F811
-    cands = await rerank.candidates(indexed_shop.fathom, QUERY, indexed_shop.project, "code", 6)
+    cands = await search.candidates(indexed_shop.fathom, QUERY, indexed_shop.project, "code", 6)
     results = await RerankStage(Garbage(scores)).apply(QUERY, cands, 4)
     assert not results.reranked and why in results.reason
     assert [h.retrieval_rank for h in results.hits] == [1, 2, 3, 4]
 
 
 async def test_candidates_carry_full_chunk_texts(indexed_shop):  # noqa: F811
-    cands = await rerank.candidates(indexed_shop.fathom, "verify a password", indexed_shop.project,
+    cands = await search.candidates(indexed_shop.fathom, "verify a password", indexed_shop.project,
                                     "code", 5)
-    top = next(c for c in cands if c.hit.path == "auth/password.py" and c.hit.start_line == 15)
+    top = next(c for c in cands if c.path == "auth/password.py" and c.start_line == 15)
     assert "compare_digest" in top.text
-    assert top.text.count("\n") >= top.hit.end_line - top.hit.start_line - 1
+    assert top.text.count("\n") >= top.end_line - top.start_line - 1

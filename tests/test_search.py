@@ -87,7 +87,8 @@ def test_hybrid_hits_carry_path_and_line_range(store, haystack):
 def test_hybrid_search_odd_queries_do_not_fail(store, haystack):
     chunks, vecs, _, _ = haystack
     for q in ['"quoted"', "foo(bar) && baz", "+-*&^%", "a AND b:c"]:
-        assert hybrid_search(store, "p", "code", vecs[1], q, k=3)
+        # No chunk holds these words, so the vector half decides: the query vector is chunk 1's.
+        assert hybrid_search(store, "p", "code", vecs[1], q, k=3)[0].chunk_id == chunks[1].chunk_id, q
     with pytest.raises(ConfigError):
         hybrid_search(store, "p", "code", vecs[1], "x", k=0)
 
@@ -353,7 +354,7 @@ def test_searching_all_projects_again_and_again_does_not_thrash_the_cache(tmp_pa
 async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_path):
     """The reranker stage reads each hit's whole chunk, whichever project it came from and
     whether the cache holds that project (from memory) or not (from LanceDB)."""
-    from fathom.index import rerank
+    from fathom.index import search as search_mod
 
     encoder = HashingEncoder()
     store = LanceStore(tmp_path)
@@ -380,9 +381,35 @@ async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_pat
         def encoder_for(self, table, project=None):
             return encoder
 
-    cands = await rerank.candidates(Service(), "retry the request", None, "code", 12)
-    assert {c.hit.project for c in cands} == {"held", "other"} and len(cands) == 12
+    cands = await search_mod.candidates(Service(), "retry the request", None, "code", 12)
+    assert {c.project for c in cands} == {"held", "other"} and len(cands) == 12
     assert set(store._matrices) == {("held", "code")}
     for c in cands:
-        assert c.text.endswith(f"return {c.hit.project}_{c.hit.path[-4]}"), c.hit
+        assert c.text.endswith(f"return {c.project}_{c.path[-4]}"), c
         assert c.text.count("\n") == 21
+
+
+class Untouched:
+    """A service the pipeline must not reach: its arguments are refused before any search."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the pipeline reached the service ({name}) with bad arguments")
+
+
+@pytest.mark.parametrize("query, table, k, refusal", [
+    ("", "code", 5, "the search query is empty: give a few words or an identifier"),
+    ("  \n\t", "code", 5, "the search query is empty: give a few words or an identifier"),
+    ("retry", "tests", 5, "unknown table 'tests': use 'code' or 'docs'"),
+    ("retry", "code", 0, "k must be a whole number from 1 to 100, got 0"),
+    ("retry", "code", 101, "k must be a whole number from 1 to 100, got 101"),
+])
+async def test_every_entry_of_the_pipeline_refuses_bad_arguments_before_searching(
+        query, table, k, refusal):
+    from fathom.index import search as search_mod
+    from fathom.server.search_answer import search_results
+
+    entries = (search_mod.pipeline, search_mod.candidates, search_mod.retrieve, search_results)
+    for entry in entries:
+        with pytest.raises(ConfigError) as refused:
+            await entry(Untouched(), query, None, table, k)
+        assert str(refused.value) == refusal, entry.__name__

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from fathom.inference.calls import call_role
 from fathom.agents.tools import Span, find_spans
 from fathom.errors import ConfigError, FathomError
-from fathom.index import rerank
+from fathom.index import search
 from fathom.inference.provider import Provider
 from fathom.inference.router import Router
 from fathom.roles import Role
@@ -122,7 +122,7 @@ class CodeAssistant:
             if k == 0:
                 continue
             try:
-                results = await rerank.search(self.fathom, question, project, table, k,
+                results = await search.pipeline(self.fathom, question, project, table, k,
                                               reranker=self.reranker)
             except FathomError as exc:
                 if table == "code":

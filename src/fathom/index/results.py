@@ -1,26 +1,38 @@
 """What a search returns, and the checks on a search's arguments: owned by retrieval.
 
-What it owns: `SearchHit` (one result as every front end shows it), `Noted` (results with the
-notes a reader must see beside them), the note for a damaged project a search skipped, the
-docs snippet's clean head, and the checks on `k` and on the table name. They live here, not in
-the service, so that the reranker stage (`fathom.index.rerank`) and the service share them
-without retrieval importing the layer above it.
+What it owns: `SearchHit`, the one hit type of the search pipeline once the store's rankings
+are fused (`SearchHit.of` maps a store `Hit` to it, once; the reranker stage fills in its
+rerank fields), `Ranking` (the pipeline's answer: the hits, whether they were reranked and
+why not), `Noted` (results with the notes a reader must see beside them), the note for a
+damaged project a search skipped, the docs snippet's clean head, and the checks on a search's
+arguments (`check_search`: the query, the table, `k`), which each entry of the pipeline
+(`fathom.index.search`) runs once. They live here, not in the service, so that the reranker
+stage (`fathom.index.rerank`), the pipeline and the service share them without retrieval
+importing the layer above it.
+
+What it refuses to do: know the wire. The MCP tools' and the dashboard's answer models are
+the server's (`fathom.server.search_answer`), mapped from a `SearchHit` in one function.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from fathom.errors import ConfigError, whole_number
-from fathom.index.store import TABLE_KINDS, Hit
+from fathom.index.store import Hit, check_table_kind
 
 MAX_K = 100
 
 
 @dataclass(frozen=True)
 class SearchHit:
+    """One result of a search, from the fusion to the front end. `score` orders it: the
+    reranker's score when the reranker stage rescored it, else the fused score (the cosine in
+    `find_similar`)."""
+
     project: str
     table: str
     path: str
@@ -40,22 +52,59 @@ class SearchHit:
     text_rank: int | None = None
     text_score: float | None = None
     match: str | None = None
+    # The reranker stage's part (`fathom.index.rerank`): whether it rescored the hit, the
+    # score and 1-based place the hit had before it, and its own score (None: not reranked).
+    # `retrieval_score` stays None for a hit that never reached the stage (`find_similar`).
+    reranked: bool = False
+    retrieval_score: float | None = None
+    rerank_score: float | None = None
+    retrieval_rank: int | None = None
+    # The full chunk text the reranker reads (the snippet when the store keeps none); never
+    # sent out (`as_dict` leaves it out, the wire model has no field for it).
+    text: str = field(default="", repr=False, compare=False)
 
     @classmethod
-    def of(cls, project: str, hit: Hit) -> SearchHit:
+    def of(cls, project: str, hit: Hit, *, text: str = "") -> SearchHit:
+        """The pipeline's hit for a store's `Hit` of `project`: the one place a hit changes
+        shape inside retrieval (scores rounded, a docs snippet opening on words)."""
         snippet = docs_snippet(hit.snippet) if hit.table == "docs" else hit.snippet
         return cls(project, hit.table, hit.path, hit.start_line, hit.end_line, hit.symbol,
                    hit.language, round(float(hit.score), 6), snippet,
                    cosine=_rounded(hit.vector_score), kind=hit.kind,
                    vector_rank=hit.vector_rank, text_rank=hit.text_rank,
-                   text_score=_rounded(hit.text_score), match=hit.match)
+                   text_score=_rounded(hit.text_score), match=hit.match, text=text)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "text"}
 
 
 def _rounded(score: float | None) -> float | None:
     return None if score is None else round(float(score), 6)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """What the search pipeline answers: the best hits, whether the reranker stage rescored
+    them (`reason` says why not), which provider did, of how many candidates, and the notes
+    a reader must see (e.g. projects skipped as damaged)."""
+
+    hits: list[SearchHit]
+    reranked: bool
+    reason: str | None = None  # why not reranked
+    reranker: str | None = None  # the provider id that scored them
+    candidates: int = 0
+    notes: tuple[str, ...] = ()
+
+    def __iter__(self) -> Iterator[SearchHit]:
+        return iter(self.hits)
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"reranked": self.reranked, "reason": self.reason, "reranker": self.reranker,
+                "candidates": self.candidates, "hits": [h.as_dict() for h in self.hits],
+                "notes": list(self.notes)}
 
 
 class Noted(list):
@@ -96,8 +145,15 @@ def check_k(k: Any) -> int:
     return whole_number("k", k, 1, MAX_K)
 
 
+def check_query(query: Any) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError("the search query is empty: give a few words or an identifier")
+    return query
 
-def check_table(table: str) -> str:
-    if table not in TABLE_KINDS:
-        raise ConfigError(f"unknown table {table!r}: use 'code' or 'docs'")
-    return table
+
+def check_search(query: Any, table: str, k: Any) -> None:
+    """The one check of a search's arguments, at the pipeline's entry: the query, the table
+    (the store's own rule, `check_table_kind`) and `k`, in that order."""
+    check_query(query)
+    check_table_kind(table)
+    check_k(k)

@@ -1,51 +1,195 @@
-"""Hybrid search: vector top-k and full-text search, fused by the query's shape.
+"""The search pipeline: a query in, ranked `SearchHit`s out, with one check of its arguments.
 
-What it owns: turning a query into ranked `Hit`s — encoding the query with the table's
-encoder (a `Provider`), asking the store for its two rankings (cosine vector top-k and
-full-text BM25), and fusing them (`fathom.index.fusion.fuse`: normalised scores in a convex
-combination weighted by how much the query looks like code, with boosts for the symbols and
-paths it names). Fusion is backend-neutral and works on any `Store` (LanceDB, PostgreSQL).
-Also `find_similar`: neighbours of the chunk at a file and line, or of a snippet.
+What it owns: the whole path of a search, each stage named once:
 
-Concurrency: `hybrid_search` is synchronous (the store is blocking;
-`hybrid_search` runs its keyword half on a small module thread pool beside the vector half);
-`search` and `find_similar` are async and run the store calls in a worker thread
-(`asyncio.to_thread`), so the event loop never blocks on LanceDB.
+    pipeline(service, query, project, table, k, reranker=, depth=, where=) -> Ranking
+      check_search (query, table, k: once, here)
+      -> retrieve: the projects the caller may search (`Searchable.searchable`), each one's
+         query encoded by its table's reference encoder (`encode_query`); one project
+         through `_hybrid`, every project of one space through `_hybrid_many` (the store's
+         `search_many`: the projects' halves pooled, fused once, one comparable score)
+         -> the store's two rankings (cosine vector top-`depth`, full-text BM25
+            top-`depth`) fused by the query's shape (`fathom.index.fusion.fuse`)
+      -> candidates: each fused store `Hit` mapped to the pipeline's one hit type,
+         `SearchHit` (`SearchHit.of`, the only change of shape), with its full chunk text
+      -> the reranker stage (`fathom.index.rerank.RerankStage`): rescored, or flagged not
+         reranked with the reason
+    -> `Ranking` (hits, reranked, reason, reranker, notes); the server maps it to its wire
+       model (`fathom.server.search_answer`) in one function.
+
+Also `find_similar`: the neighbours of the chunk at a file and line, or of a snippet, by
+vector alone. Fusion is backend-neutral and works on any `Store` (LanceDB, PostgreSQL).
+
+Each public function is an entry: it checks its arguments once and calls the stages below it,
+which trust them. The entries a front end uses are `pipeline` (MCP tools, dashboard, agents),
+`retrieve` (the service's plain search, the CLI's) and `check_similar` + `nearest` (the
+service's `find_similar`); `hybrid_search`, `hybrid_search_many`, `search` and `find_similar`
+are the store-level entries tests and benchmarks drive.
+
+Concurrency: `hybrid_search` is synchronous (the store is blocking) and runs its keyword
+half on a small module thread pool beside the vector half; the async entries run the store
+calls in a worker thread (`asyncio.to_thread`), so the event loop never blocks on LanceDB.
 
 What it refuses to do: rank by raw score across the two searches (cosine and BM25 live on
-different scales; fusion normalises each list first), or search a shadow slot.
+different scales; fusion normalises each list first), search a shadow slot, or check an
+argument twice on one path.
 
 API:
+    await pipeline(service: Searchable, query, project=None, table="code", k=10, *,
+                   reranker=None, depth=None, where=None) -> Ranking
+    await candidates(service, query, project=None, table="code", depth=40, *,
+                     where=None) -> Noted[SearchHit]   (with full texts, before the reranker)
+    await retrieve(service, query, project, table, k, *, where=None) -> Noted[SearchHit]
     hybrid_search(store, project, table, vector, query, k=10, *, depth=None,
                   where=None) -> list[Hit]
     hybrid_search_many(store, projects, table, vector, query, k=10, *, depth=None,
                        where=None) -> (list[Hit], {project: DamagedProject})
-        (projects of one space searched in parallel, fused once: one comparable score)
     async search(store, encoder: Provider, project, query, *, table="code", k=10,
                  where=None) -> list[Hit]
     (`where`: a `fathom.index.filters.SearchFilter`, passed to both halves: the store applies
     it before cutting each top k)
     async find_similar(store, project, *, table="code", path=None, line=None, snippet=None,
                        encoder=None, k=10) -> list[Hit]
+    check_similar(table, k, path=, line=, snippet=); await nearest(...) -> list[Hit]
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from dataclasses import replace
+from typing import Any, Protocol
 
 import numpy as np
 
-from fathom.errors import ConfigError
+from fathom.errors import ConfigError, StoreError, whole_number
 from fathom.index.filters import SearchFilter
 from fathom.index.fusion import fuse
+from fathom.index.rerank import RerankStage
+from fathom.index.results import (
+    Noted,
+    Ranking,
+    SearchHit,
+    check_k,
+    check_query,
+    check_search,
+    skipped_note,
+)
 from fathom.index.store import DamagedProject, Hit, Store, check_table_kind
 from fathom.inference.provider import Provider
+from fathom.inference.router import Router
 
 _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fathom-keyword")
+
+# How many candidates the reranker stage reads at most (each is a whole chunk sent to it).
+MAX_DEPTH = 100
+MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
+
+
+class Searchable(Protocol):
+    """What the pipeline needs of the service (`fathom.service.Fathom`): the store as the
+    caller sees it, the projects a search reads, and each table's query encoder. Named here so
+    that retrieval does not import the service above it."""
+
+    @property
+    def store(self) -> Store: ...
+
+    def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]: ...
+
+    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
+
+
+# --------------------------------------------------------------------------- the pipeline
+
+
+async def pipeline(service: Searchable, query: str, project: str | None = None,
+                   table: str = "code", k: int = 10, *,
+                   reranker: Router | Provider | None = None, depth: int | None = None,
+                   where: SearchFilter | None = None) -> Ranking:
+    """Hybrid search, then the reranker stage: the best `k` of `depth` candidates."""
+    check_search(query, table, k)
+    depth = min(MAX_DEPTH, max(depth or 3 * k, k, 20))
+    cands = await _candidates(service, query, project, table, depth, where)
+    found = await RerankStage(reranker).apply(query, cands, k, project=project)
+    return replace(found, notes=tuple(cands.notes))
+
+
+async def candidates(service: Searchable, query: str, project: str | None = None,
+                     table: str = "code", depth: int = 40, *,
+                     where: SearchFilter | None = None) -> Noted:
+    """The hybrid search's best `depth` chunks over one project (or all), with full texts;
+    `where` filters inside the store, before each top `depth` is cut."""
+    check_search(query, table, depth)
+    return await _candidates(service, query, project, table, depth, where)
+
+
+async def retrieve(service: Searchable, query: str, project: str | None, table: str, k: int,
+                   *, where: SearchFilter | None = None) -> Noted:
+    """The best `k` hits of the hybrid search over one project (or every searchable one),
+    without the reranker stage and without their full texts."""
+    check_search(query, table, k)
+    found = await _retrieve(service, query, project, table, k, where)
+    return Noted([SearchHit.of(h.project or "", h) for h in found], found.notes)
+
+
+async def _candidates(service: Searchable, query: str, project: str | None, table: str,
+                      depth: int, where: SearchFilter | None) -> Noted:
+    found = await _retrieve(service, query, project, table, depth, where)
+
+    async def texts_of(name: str) -> dict[tuple[str, str], str]:
+        ids = [h.chunk_id for h in found if h.project == name]
+        try:
+            got = await asyncio.to_thread(service.store.chunk_texts, name, table, ids)
+        except StoreError:
+            got = {}  # a backend without stored texts: the snippet is the best we have
+        return {(name, cid): t for cid, t in got.items()}
+
+    # Every project's texts at once: hits of a search over all projects come from many.
+    texts: dict[tuple[str, str], str] = {}
+    for got in await asyncio.gather(*(texts_of(n) for n in sorted({h.project for h in found}))):
+        texts.update(got)
+    return Noted([SearchHit.of(h.project, h, text=texts.get((h.project, h.chunk_id), h.snippet))
+                  for h in found], found.notes)
+
+
+async def _retrieve(service: Searchable, query: str, project: str | None, table: str, k: int,
+                    where: SearchFilter | None) -> Noted:
+    """The best `k` fused `Hit`s, each with its `project` set, over one project (or every
+    searchable one), each project's query encoded by its table's own reference encoder; a
+    damaged project a search over all of them meets is skipped, and noted."""
+    names, notes = await asyncio.to_thread(service.searchable, project, table)
+    if project is not None:
+        vector = await encode_query(service.encoder_for(table, project), query)
+        hits = await asyncio.to_thread(_hybrid, service.store, project, table, vector, query,
+                                       k, None, where)
+        return Noted([replace(h, project=project) for h in hits], notes)
+    # Every project at once: those of one space share one query vector and one fusion
+    # (`_hybrid_many`: the projects' halves fan out in parallel, and one fusion over the
+    # pooled lists puts every hit on one scale). Projects of different spaces (another
+    # encoder) are fused apart and merged by fused score, each group normalised to [0, 1]
+    # with the same boosts.
+    groups: dict[tuple[Any, str], tuple[Any, list[str]]] = {}
+    for name in names:
+        try:
+            space = await asyncio.to_thread(service.store.space_of, name, table)
+        except DamagedProject as exc:
+            notes.append(skipped_note(name, exc.detail))
+            continue
+        encoder = service.encoder_for(table, name)
+        groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
+    found: list[Hit] = []
+    for encoder, members in groups.values():
+        vector = await encode_query(encoder, query)
+        hits, damaged = await asyncio.to_thread(_hybrid_many, service.store, members, table,
+                                                vector, query, k, None, where)
+        notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
+        found.extend(h if h.project is not None else replace(h, project="") for h in hits)
+    found.sort(key=lambda h: -h.score)
+    return Noted(found[:k], notes)
+
+
+# --------------------------------------------------------------------------- the store's halves
 
 
 def hybrid_search(store: Store, project: str, table: str, vector: Any, query: str,
@@ -53,8 +197,12 @@ def hybrid_search(store: Store, project: str, table: str, vector: Any, query: st
                   where: SearchFilter | None = None) -> list[Hit]:
     """Vector top-`depth` and full-text top-`depth`, fused (`fusion.fuse`), best `k` returned."""
     check_table_kind(table)
-    if k <= 0:
-        raise ConfigError(f"k must be a positive number of results, got {k}")
+    check_k(k)
+    return _hybrid(store, project, table, vector, query, k, depth, where)
+
+
+def _hybrid(store: Store, project: str, table: str, vector: Any, query: str, k: int,
+            depth: int | None, where: SearchFilter | None) -> list[Hit]:
     depth = depth or max(4 * k, 40)
     text = None
     if query and query.strip():
@@ -79,8 +227,13 @@ def hybrid_search_many(store: Store, projects: Sequence[str], table: str, vector
     projects were one index). Hits carry their `project`. A damaged project is left out and
     returned beside the hits; any other error is raised."""
     check_table_kind(table)
-    if k <= 0:
-        raise ConfigError(f"k must be a positive number of results, got {k}")
+    check_k(k)
+    return _hybrid_many(store, projects, table, vector, query, k, depth, where)
+
+
+def _hybrid_many(store: Store, projects: Sequence[str], table: str, vector: Any, query: str,
+                 k: int, depth: int | None, where: SearchFilter | None,
+                 ) -> tuple[list[Hit], dict[str, DamagedProject]]:
     depth = depth or max(4 * k, 40)
     pooled = store.search_many(projects, table, vector, query, depth, where=where)
     return fuse(pooled.vector, pooled.text, query, limit=k), pooled.damaged
@@ -101,11 +254,28 @@ async def search(store: Store, encoder: Provider, project: str, query: str, *,
                  where: SearchFilter | None = None) -> list[Hit]:
     """Encode `query` with the table's encoder and run the hybrid search off the event loop."""
     check_table_kind(table)
-    if not query or not query.strip():
-        raise ConfigError("the search query is empty: give a few words or an identifier")
+    check_query(query)
+    check_k(k)
     vector = await encode_query(encoder, query)
-    return await asyncio.to_thread(functools.partial(hybrid_search, where=where), store,
-                                   project, table, vector, query, k)
+    return await asyncio.to_thread(_hybrid, store, project, table, vector, query, k, None, where)
+
+
+# --------------------------------------------------------------------------- find_similar
+
+
+def check_similar(table: str, k: Any, *, path: str | None, line: int | None,
+                  snippet: str | None) -> None:
+    """The one check of find_similar's arguments: the table, `k`, and a file line or a
+    snippet (not both). A path without its line is refused by `nearest`, after the caller
+    has checked the project (the order a caller has always met the refusals in)."""
+    check_table_kind(table)
+    check_k(k)
+    if path is None and not (snippet and snippet.strip()):
+        raise ConfigError("find_similar needs either path and line, or a snippet")
+    if path is not None and snippet:
+        raise ConfigError("find_similar takes path and line, or a snippet, not both")
+    if line is not None:
+        whole_number("line", line, 1, MAX_LINE)
 
 
 async def find_similar(store: Store, project: str, *, table: str = "code",
@@ -114,9 +284,15 @@ async def find_similar(store: Store, project: str, *, table: str = "code",
                        k: int = 10) -> list[Hit]:
     """Chunks whose vectors lie nearest to the chunk at `path`:`line` (itself excluded), or
     to `snippet` encoded by `encoder`."""
-    check_table_kind(table)
-    if k <= 0:
-        raise ConfigError(f"k must be a positive number of results, got {k}")
+    check_similar(table, k, path=path, line=line, snippet=snippet)
+    return await nearest(store, project, table=table, path=path, line=line, snippet=snippet,
+                         encoder=encoder, k=k)
+
+
+async def nearest(store: Store, project: str, *, table: str, path: str | None,
+                  line: int | None, snippet: str | None, encoder: Provider | None,
+                  k: int) -> list[Hit]:
+    """`find_similar` on arguments `check_similar` passed."""
     if path is not None:
         if line is None:
             raise ConfigError("find_similar from a file needs a line number too")
@@ -129,9 +305,7 @@ async def find_similar(store: Store, project: str, *, table: str = "code",
         origin, vector = found
         hits = await asyncio.to_thread(store.vector_search, project, table, vector, k + 1)
         return [h for h in hits if h.chunk_id != origin.chunk_id][:k]
-    if snippet is not None and snippet.strip():
-        if encoder is None:
-            raise ConfigError("find_similar from a snippet needs the table's encoder")
-        vector = await encode_query(encoder, snippet)
-        return await asyncio.to_thread(store.vector_search, project, table, vector, k)
-    raise ConfigError("find_similar needs either path and line, or a snippet")
+    if encoder is None:
+        raise ConfigError("find_similar from a snippet needs the table's encoder")
+    vector = await encode_query(encoder, snippet or "")
+    return await asyncio.to_thread(store.vector_search, project, table, vector, k)

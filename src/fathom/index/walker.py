@@ -159,7 +159,7 @@ class ListedFile:
     taken_back: bool = False  # a .fathomignore `!` line names it: read even if it holds a secret
 
 
-# Its former name, kept for callers; `rerank.Candidate` (a hit awaiting the reranker) is another.
+# Its former name, kept for callers.
 Candidate = ListedFile
 
 

@@ -115,7 +115,7 @@ def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
         except FathomError as exc:
             return failure_response(exc)
         door.searches += 1
-        return JSONResponse({"hits": [asdict(h) for h in hits], "notes": list(getattr(hits, "notes", ())),
+        return JSONResponse({"hits": [h.as_dict() for h in hits], "notes": list(getattr(hits, "notes", ())),
                              "served_by": {"kind": door.kind, "pid": os.getpid(), "searches": door.searches}})
 
     async def projects(request: Request) -> JSONResponse:

@@ -1,10 +1,11 @@
 """The MCP face of Fathom: its tools on the official `mcp` SDK (v2), over stdio or streamable
 HTTP.
 
-What it owns: the tool names, their argument and result shapes (structured output), and how
-they read to the agent that calls them: every parameter described with its default and
-bounds, a title and annotations on every tool (read-only searches, the destructive
-`drop_project`), one meaning per score field (`SCORES`), a reason that concerns a whole
+What it owns: the tool names, their argument and result shapes (structured output; the
+search tools' result shape is `fathom.server.search_answer`'s, which the dashboard shares),
+and how they read to the agent that calls them: every parameter described with its default
+and bounds, a title and annotations on every tool (read-only searches, the destructive
+`drop_project`), a reason that concerns a whole
 response stated once in it, docs hits that open on words, progress notifications while
 `index_project` runs, and `ask`/`explore` listed only while some route can serve them. Also
 the translation of every anticipated failure — a bad argument, an unknown project, a path
@@ -23,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -31,15 +32,17 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from fathom import __version__
-from fathom.errors import ConfigError, OutOfRange
+from fathom.errors import OutOfRange
 from fathom.index.filters import SearchFilter
+from fathom.index.results import MAX_K
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
-from fathom.index.results import MAX_K, SearchHit
+# The search answer is shared with the dashboard (its models and `search_results` lived here;
+# the old import paths still work).
+from fathom.server.search_answer import SCORES as SCORES
+from fathom.server.search_answer import Result as Result
+from fathom.server.search_answer import SearchResults, search_results, similar_results
 from fathom.service import MAX_LINE, Fathom
-
-if TYPE_CHECKING:  # pragma: no cover
-    from fathom.index.rerank import RankedHit
 
 log = logging.getLogger(__name__)
 
@@ -50,26 +53,6 @@ INSTRUCTIONS = (
     "Indexes of watched projects follow file edits within seconds, with no re-index needed."
 )
 
-
-# One meaning per score field, stated once and used in every schema that carries it.
-SCORES = {
-    "fused_score": (
-        "Fused score of this chunk: the vector (cosine) ranking and the keyword (full-text) "
-        "ranking fused, each list's scores normalised to 0..1 and combined with a keyword "
-        "weight of 0.2 for a plain-language query and 0.6 for one that looks like code; a "
-        "chunk whose symbol or file the query names gets a boost above 1 (see `match`). It "
-        "orders search results when they are not reranked; it compares chunks within one "
-        "response, not across responses. Null in find_similar."),
-    "cosine": (
-        "Cosine similarity between the query's (or the origin chunk's) vector and this chunk's "
-        "vector, from -1 to 1, higher is closer; comparable across responses of one project "
-        "table. Null when only the keyword search found the chunk."),
-    "rerank_score": (
-        "The reranker's relevance score for this chunk, on the reranker model's own scale; "
-        "null when the response is not reranked (see `reranked` and `reason`)."),
-}
-ORDERED_BY = ("What the results are ordered by: `rerank_score` when a reranker rescored them, "
-              "else `fused_score` (search_code, search_docs) or `cosine` (find_similar).")
 
 READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,
                             openWorldHint=False)
@@ -94,61 +77,6 @@ Kind = Annotated[Literal["function", "method", "class"] | None, Field(
                 "function defined in a class-like type) or `class` (classes, structs, "
                 "interfaces, traits, enums). Default null: any chunk, including code between "
                 "definitions.")]
-
-
-class Result(BaseModel):
-    project: str = Field(description="the project the chunk belongs to")
-    path: str = Field(description="file path relative to the project root")
-    start_line: int = Field(description="first line of the chunk, 1-based")
-    end_line: int = Field(description="last line of the chunk, inclusive")
-    symbol: str | None = Field(None, description="function, class or heading the chunk covers")
-    kind: str | None = Field(None, description="what the symbol is: function, method or class; "
-                                               "null for code between definitions and for prose")
-    language: str = Field(description="the chunk's language, as the `language` filter takes it")
-    rank: int = Field(description="1-based position in this response")
-    fused_score: float | None = Field(None, description=SCORES["fused_score"])
-    cosine: float | None = Field(None, description=SCORES["cosine"])
-    rerank_score: float | None = Field(None, description=SCORES["rerank_score"])
-    # Why it ranked: its place in each of the two rankings the fusion combined.
-    vector_rank: int | None = Field(None, description="place (1 = best) in the vector search "
-                                    "by meaning; null: not among its candidates")
-    keyword_rank: int | None = Field(None, description="place (1 = best) in the keyword "
-                                     "(full-text) search; null: not among its candidates")
-    keyword_score: float | None = Field(None, description="full-text relevance (BM25-like; "
-                                        "its scale depends on the store); null: not found by it")
-    match: str | None = Field(None, description="'symbol', 'path' or 'symbol+path' when the "
-                              "query named this definition or file (ranked first for it)")
-    retrieval_rank: int | None = Field(None, description="place (1 = best) before reranking; "
-                                       "null when not reranked")
-    snippet: str = Field(description="the chunk's first lines (docs: from its first line of "
-                                     "words, without docstring or comment delimiters)")
-
-    @classmethod
-    def of(cls, hit: SearchHit | RankedHit, rank: int, *, fused: float | None = None) -> Result:
-        reranked = getattr(hit, "reranked", False)
-        return cls(project=hit.project, path=hit.path, start_line=hit.start_line,
-                   end_line=hit.end_line, symbol=hit.symbol, kind=hit.kind,
-                   language=hit.language, rank=rank, fused_score=fused, cosine=hit.cosine,
-                   rerank_score=getattr(hit, "rerank_score", None),
-                   vector_rank=hit.vector_rank, keyword_rank=hit.text_rank,
-                   keyword_score=hit.text_score, match=hit.match,
-                   retrieval_rank=getattr(hit, "retrieval_rank", None) if reranked else None,
-                   snippet=hit.snippet)
-
-
-class SearchResults(BaseModel):
-    query: str = Field(description="the query, or `path:line` for find_similar from a file")
-    table: Literal["code", "docs"] = Field(description="the table searched")
-    ordered_by: Literal["rerank_score", "fused_score", "cosine"] = Field(description=ORDERED_BY)
-    results: list[Result] = Field(description="best first")
-    reranked: bool = Field(description="whether the reranker role rescored these results")
-    reason: str | None = Field(None, description="why the response is as it is, for the whole "
-                               "response (e.g. why it is not reranked); stated once here, not "
-                               "on each result")
-    reranker: str | None = Field(None, description="the provider that reranked the results")
-    filters: str | None = Field(None, description="the filters applied, if any")
-    notes: list[str] = Field(default_factory=list, description="what the reader must know "
-                             "besides the results, e.g. a damaged project the search skipped")
 
 
 class ProjectEntry(BaseModel):
@@ -353,24 +281,6 @@ class ProgressReporter:
                                        message)
 
 
-async def search_results(fathom: Fathom, query: str, project: str | None, table: str, k: int, *,
-                         where: SearchFilter | None = None, reranker: Any = None) -> SearchResults:
-    """What `search_code` and `search_docs` answer (the dashboard's search box shows the same):
-    vector + keyword candidates, rescored by the reranker role when one can serve; when none
-    can, the results still come back, flagged not reranked with the reason."""
-    from fathom.index import rerank
-
-    if not isinstance(query, str) or not query.strip():
-        raise ConfigError("the search query is empty: give a few words or an identifier")
-    found = await rerank.search(fathom, query, project, table, k, where=where, reranker=reranker)
-    results = [Result.of(h, i, fused=h.retrieval_score) for i, h in enumerate(found.hits, start=1)]
-    return SearchResults(query=query, table=table,  # type: ignore[arg-type]
-                         ordered_by="rerank_score" if found.reranked else "fused_score",
-                         results=results, reranked=found.reranked, reason=found.reason,
-                         reranker=found.reranker, filters=where.describe() if where else None,
-                         notes=list(found.notes))
-
-
 def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio`, or
     mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
@@ -446,12 +356,7 @@ def _similar_tool(server: MCPServer, fathom: Fathom) -> None:
     ) -> SearchResults:
         hits = await fathom.find_similar(project, path=path, line=line, snippet=snippet, k=k,
                                          table=table)
-        query = snippet if snippet is not None else f"{path}:{line}"
-        return SearchResults(
-            query=query, table=table, ordered_by="cosine",
-            results=[Result.of(h, i) for i, h in enumerate(hits, start=1)], reranked=False,
-            reason="find_similar ranks by vector similarity alone: no keyword fusion, no "
-                   "reranking")
+        return similar_results(hits, snippet if snippet is not None else f"{path}:{line}", table)
 
 
 def _index_tool(server: MCPServer, fathom: Fathom) -> None:

@@ -45,18 +45,12 @@ from typing import Any, Callable, Sequence
 from fathom import scope
 from fathom.config import RoutingStore, Settings
 from fathom.datadir import open_data_dir
-from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of, whole_number
+from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
-from fathom.index.rerank import hybrid
-from fathom.index.results import (
-    Noted,
-    SearchHit,
-    check_k,
-    check_table,
-    skipped_note,
-)
+from fathom.index.results import SearchHit, skipped_note
+from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' bound
 from fathom.index.indexer import (
     Discovery, IndexProgress, IndexReport, Indexer, Job, check_project_root, space_for,
 )
@@ -65,11 +59,12 @@ from fathom.index.store import (
     DamagedProject,
     Store,
     UnknownProject,
+    check_table_kind,
 )
 from fathom.inference.budget import CloudBudget, current_project
 from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
-from fathom.inference.local import LocalEncoder
+from fathom.inference.encoders import local_encoder, quantized_writer
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
@@ -88,9 +83,6 @@ log = logging.getLogger(__name__)
 
 # Which embedding role writes (and encodes the queries of) each table.
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
-
-MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
-
 
 @dataclass(frozen=True)
 class IndexStatus:
@@ -145,7 +137,7 @@ class Fathom:
     """Everything a front end needs, built from `Settings`.
 
     Heavy parts start lazily: the store opens on first use and the model loads on the first
-    embed, so `fathom projects` answers without loading torch.
+    embed, so `fathom projects` answers without loading a model.
     """
 
     def __init__(self, settings: Settings | None = None, *, encoder: Provider | None = None,
@@ -162,7 +154,10 @@ class Fathom:
         shared = self._shared = _shared_state(self.settings.store_url)
         self.routing = routing or (shared.routing() if shared else
                                    RoutingStore(self.settings.data_dir))
-        self.encoder: Provider = encoder or LocalEncoder.from_settings(self.settings)
+        self.encoder: Provider = encoder or local_encoder(self.settings)
+        # FATHOM_LOCAL_QUANTIZED: a faster copy of the embedded encoder, a provider of its own
+        # that writes a table in the reference's place once the gate cleared it there.
+        self.writer: Provider | None = quantized_writer(self.settings) if encoder is None else None
         self._store = store
         self.clock = clock
         self.records = ProjectRecords(self.settings.data_dir)
@@ -178,11 +173,12 @@ class Fathom:
         # The in-process encoder is a local provider like any sidecar: it pulls from the
         # embedding pools, and it is the default reference of every table it defines.
         self.gate.attach(self.encoder)
-        if self.encoder.id not in self.registry:
-            self.registry.add(self.encoder)
+        for own in (self.encoder, self.writer):
+            if own is not None and own.id not in self.registry:
+                self.registry.add(own)
         self._unbind_gate = self.gate.bind(self.registry)
-        self.router = router or Router(self.routing.load, self.registry,
-                                       is_cleared=self.gate.for_router(self._current_space))
+        self._gate_clears = self.gate.for_router(self._current_space)
+        self.router = router or Router(self.routing.load, self.registry, is_cleared=self._may_write)
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
 
     def warm_up(self, on_ready: Callable[[str], None] | None = None) -> Warmup:
@@ -192,6 +188,18 @@ class Fathom:
         if self.warmup is None:
             self.warmup = Warmup(self.encoder, on_ready=on_ready)
         return self.warmup.start()
+
+    def _may_write(self, role: Role, provider: Provider) -> bool:
+        """The router's clearance: the gate's, except that the embedded encoder steps aside
+        for its quantized writer wherever the gate cleared that one and it is available. Both
+        run on the same cores, so two of them pulling at once would only share them; the
+        reference still encodes every query and judges the writer."""
+        if not self._gate_clears(role, provider):
+            return False
+        writer = self.writer
+        if writer is not None and provider is self.encoder and self.registry.available(writer.id):
+            return not self._gate_clears(role, writer)
+        return True
 
     @property
     def store(self) -> Store:
@@ -213,7 +221,7 @@ class Fathom:
         """The space a new build of `table` gets under the role's current policy: the local
         encoder's under local/aggregate/backup (agreement with local rows is the property);
         under `cloud` no local vector is written, so the deterministic cloud anchor's."""
-        check_table(table)
+        check_table_kind(table)
         role = ROLE_OF_TABLE[table]
         route = self.routing.load().roles[role]
         if BEHAVIOUR[route.policy].reference is Reference.LOCAL:
@@ -260,7 +268,7 @@ class Fathom:
         """The encoder of `project`'s `table` queries: the table's own reference encoder, as
         recorded in its space; under a cloud reference that cannot answer, another provider the
         gate cleared for the same space (never an unjudged one)."""
-        check_table(table)
+        check_table_kind(table)
         space = self.store.space_of(project, table) if project else None
         if space is None or space.reference == self.encoder.id:
             return self.encoder
@@ -301,6 +309,13 @@ class Fathom:
             except FathomError as exc:
                 # Unpinned (R4), or its reference could not answer: it stays uncleared.
                 log.warning("gate: %s not verified for the %s table: %s", p.id, table, exc)
+        writer = self.writer
+        refused = self.gate.verdict_for(space, writer) if writer is not None else None
+        if writer is not None and refused is not None and not refused.cleared:
+            log.warning("gate: FATHOM_LOCAL_QUANTIZED asks for %s, but the gate refused it for the "
+                        "%s table (%s); the reference %s writes it instead. Unset "
+                        "FATHOM_LOCAL_QUANTIZED to stop the check (or try int8 if int8-all was "
+                        "refused)", writer.id, table, refused.reason, reference.id)
         return verdicts
 
     def indexer(self, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = ()) -> Indexer:
@@ -530,26 +545,19 @@ class Fathom:
 
     async def search(self, query: str, project: str | None = None, table: str = "code",
                      k: int = 10, *, where: SearchFilter | None = None) -> list[SearchHit]:
-        found = await hybrid(self, query, project, table, k, where=where)
-        return Noted([SearchHit.of(name, h) for name, h in found], found.notes)
+        """The hybrid search's best `k` (no reranker stage): `fathom search`'s answer."""
+        return await search_mod.retrieve(self, query, project, table, k, where=where)
 
     async def find_similar(self, project: str, *, path: str | None = None,
                            line: int | None = None, snippet: str | None = None, k: int = 10,
                            table: str = "code") -> list[SearchHit]:
-        check_table(table)
-        check_k(k)
-        if path is None and not (snippet and snippet.strip()):
-            raise ConfigError("find_similar needs either path and line, or a snippet")
-        if path is not None and snippet:
-            raise ConfigError("find_similar takes path and line, or a snippet, not both")
-        if line is not None:
-            whole_number("line", line, 1, MAX_LINE)
+        search_mod.check_similar(table, k, path=path, line=line, snippet=snippet)
         await asyncio.to_thread(self._require_project, project)
         if path is not None:
             path = path.replace("\\", "/").removeprefix("./")
-        hits = await search_mod.find_similar(self.store, project, table=table, path=path,
-                                             line=line, snippet=snippet,
-                                             encoder=self.encoder_for(table, project), k=k)
+        hits = await search_mod.nearest(self.store, project, table=table, path=path, line=line,
+                                        snippet=snippet, encoder=self.encoder_for(table, project),
+                                        k=k)
         return [SearchHit.of(project, h) for h in hits]
 
     # ---- projects

@@ -25,7 +25,8 @@ SNIPPET_CHARS = 800
 
 def check_table_kind(table: str) -> str:
     if table not in TABLE_KINDS:
-        raise ConfigError(f"unknown table {table!r}: use one of {', '.join(TABLE_KINDS)}")
+        # The wording a search's caller has always read (`'code' or 'docs'`).
+        raise ConfigError(f"unknown table {table!r}: use {' or '.join(map(repr, TABLE_KINDS))}")
     return table
 
 

@@ -16,6 +16,7 @@ from fathom.errors import ConfigError
 from fathom.server.admin.bodies import SearchRequest, WatchChange
 from fathom.server.admin.operator import require_project
 from fathom.server.answers import refusal
+from fathom.server.search_answer import search_results
 
 if TYPE_CHECKING:
     from fathom.server.admin.operator import OperatorParts
@@ -42,8 +43,6 @@ def projects_router(parts: OperatorParts) -> APIRouter:
     async def search(body: SearchRequest) -> dict[str, Any]:
         """Search as an MCP client would (`search_code`, or `search_docs` with table docs): the
         hits with why they ranked (vector and keyword ranks, cosine, match, rerank score)."""
-        from fathom.server.mcp_tools import search_results
-
         service = parts.need("service")
         if body.project is not None:
             await require_project(service, body.project)
