@@ -182,9 +182,8 @@ class Fathom:
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
 
     def warm_up(self, on_ready: Callable[[str], None] | None = None) -> Warmup:
-        """Start loading the in-process encoder in the background (once), so the first search
-        of a long-running front end does not wait for it; a search that comes earlier waits
-        for the same load (`fathom.service.warmup`)."""
+        """Start loading the in-process encoder in the background (once): a long-running front
+        end's first search waits for that load only if it comes earlier (`service.warmup`)."""
         if self.warmup is None:
             self.warmup = Warmup(self.encoder, on_ready=on_ready)
         return self.warmup.start()
