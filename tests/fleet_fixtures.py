@@ -347,7 +347,7 @@ def spawn_server(group: ProcessGroup, data_dir: Path, port: int, *, log_level: s
 def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str], *, token: str = JOIN,
                   extra: Sequence[str] = (), env: dict[str, str] | None = None, log_level: str = "INFO",
                   log_name: str | None = None) -> Proc:
-    argv = [PY, "-m", "fathom.fleet.agent", "--server", f"ws://127.0.0.1:{port}",
+    argv = [PY, "-m", "fathom.fleet.command", "--server", f"ws://127.0.0.1:{port}",
             "--name", name, "--heartbeat", "0.5", "--log-level", log_level]
     for s in serve:
         argv += ["--serve", s]

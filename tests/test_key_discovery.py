@@ -197,7 +197,8 @@ def test_a_key_check_frame_has_no_room_for_a_secret():
 
 def test_a_key_check_interval_of_zero_or_less_is_refused_before_anything_starts():
     from fathom.errors import ConfigError
-    from fathom.fleet.agent import Sidecar, main
+    from fathom.fleet.agent import Sidecar
+    from fathom.fleet.command import main
 
     for bad in (0, -5, float("nan"), float("inf")):
         with pytest.raises(ConfigError, match="key-check-interval must be a positive"):

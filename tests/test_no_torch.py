@@ -91,3 +91,13 @@ async def test_index_search_and_mcp_answer_without_torch(tmp_path, no_torch_env)
             assert not result.is_error, result.content
             assert result.structured_content["results"][0]["path"] == "auth/password.py"
     assert _refused(no_torch_env) == []
+
+
+def test_the_cli_starts_without_the_search_stack_or_the_fleet_agent():
+    # Every `fathom …` pays for what `import fathom.cli` loads; a search answered by a running
+    # server needs none of these, so none may load before a command asks for it.
+    heavy = ("numpy", "onnxruntime", "lancedb", "torch", "fathom.service", "fathom.index.search",
+             "fathom.fleet.agent", "fathom.fleet.protocol", "fathom.agents.rlm")
+    code = f"import sys, fathom.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout

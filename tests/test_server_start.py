@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fathom.fleet.agent import join_token, main as sidecar_main
+from fathom.fleet.command import join_token, main as sidecar_main
 from fathom.server.mcp_http import standalone_app
 from tests.fleet_fixtures import PY, ProcessGroup, free_port, spawn_sidecar, wait_http, wait_until
 
@@ -168,7 +168,7 @@ def test_rotation_prints_a_fresh_token_once_and_the_old_one_stops_working(tmp_pa
         assert refused.popen.wait(timeout=120) == 2 and "refused" in refused.output()
         token_file = tmp_path / "join-token"
         token_file.write_text(new["sidecar join"] + "\n")
-        joined = group.spawn("sidecar-gpu-new", [PY, "-m", "fathom.fleet.agent", "--server", f"ws://127.0.0.1:{port}",
+        joined = group.spawn("sidecar-gpu-new", [PY, "-m", "fathom.fleet.command", "--server", f"ws://127.0.0.1:{port}",
                                                  "--name", "gpu-new", "--token-file", str(token_file),
                                                  "--state-dir", str(tmp_path / "state")], env=clean_env())
 

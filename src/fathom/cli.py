@@ -562,8 +562,8 @@ def drop(
 # ---------------------------------------------------------------- the fleet: server and sidecar
 
 # Each is one typer command defined next to what it runs (`python -m fathom.server` and
-# `python -m fathom.fleet.agent` run the same functions), so the two spellings never drift apart.
-from fathom.fleet.agent import sidecar as _sidecar  # noqa: E402
+# `python -m fathom.fleet.command` run the same functions), so the two spellings never drift apart.
+from fathom.fleet.command import sidecar as _sidecar  # noqa: E402
 from fathom.server.__main__ import server as _server  # noqa: E402
 
 app.command("server")(_server)

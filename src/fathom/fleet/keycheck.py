@@ -33,9 +33,6 @@ from fathom.inference.budget.ceiling import KeyReport, RateLimit
 
 log = logging.getLogger("fathom.fleet.keycheck")
 
-# Check the key's limits every five minutes while a key is held (`fathom sidecar
-# --key-check-interval`): credits drain and limits get changed on openrouter.ai.
-DEFAULT_INTERVAL_S = 300.0
 # A storm: this many 429s/402s within this many seconds; one re-check per storm at most.
 STORM_COUNT = 5
 STORM_WINDOW_S = 30.0
