@@ -160,7 +160,8 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
                               extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"])
             cloud = {n: f"sidecar:{n}:{Role.CODE_ASSISTANT}:cloud:auto" for n in ("sc-1", "sc-2")}
             await wait_for(lambda: all(pid in registry for pid in cloud.values()), timeout=60, what="sidecars")
-            await wait_for(lambda: "key missing on sc-2" in hub.problems(), what="key state")
+            await wait_for(lambda: registry.health(cloud["sc-2"]).reason == "key missing on sc-2",
+                           what="key state")
 
             # The push comes from another process: this one never sees the joined key.
             poster = await asyncio.to_thread(

@@ -42,7 +42,9 @@ def new_key() -> str:
 
 async def test_push_reaches_both_and_both_use_it(fleet: Fleet, emulator):
     a, b = await two_cloud_sidecars(fleet, emulator)
-    assert "key missing on gpu-1" in fleet.hub.problems()
+    # No key was ever pushed: a fresh install's state, not a problem; the routes still say why
+    # they cannot serve.
+    assert not any(line.startswith("key missing") for line in fleet.hub.problems())
     assert not fleet.registry.available(cloud_id("gpu-1"))
     assert fleet.registry.health(cloud_id("gpu-1")).reason == "key missing on gpu-1"
     with pytest.raises(KeyMissing, match="key missing on gpu-1"):

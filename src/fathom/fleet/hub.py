@@ -365,12 +365,15 @@ class Hub:
         """One line per fleet problem an operator must see, e.g. "key missing on gpu1"."""
         out = []
         try:
-            cloud_wanted = bool(cloud_routes(self.routing.load()))
+            state = self.routing.load()
+            # Before the operator's first key push no sidecar holds a key, and that is the
+            # install's starting point, not a fault: one is missing only once one was pushed.
+            key_expected = bool(cloud_routes(state)) and state.last_push is not None
         except ConfigError as exc:  # said once, and the fleet's other problems still listed
             out.append(str(exc))
-            cloud_wanted = False
+            key_expected = False
         for link in sorted(self.links.values(), key=lambda x: x.name):
-            if link.approved and link.cloud_capable and cloud_wanted and not link.key_present:
+            if link.approved and link.cloud_capable and key_expected and not link.key_present:
                 out.append(f"key missing on {link.name}")
             if link.state == "pending" and not link.claimed:
                 out.append(f"sidecar {link.name} is waiting for approval")
