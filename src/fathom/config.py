@@ -1,6 +1,6 @@
 """Settings, and the routing state persisted in the data dir.
 
-What is persisted is only what is safe (R6): per role the policy, the model, the upstream pin
+What is persisted is only what is safe (never a key): per role the policy, the model, the upstream pin
 of an embedding route and the fallback mode, the fact that a key push happened, and what the
 embedding pools measured of each provider's speed (`BatchRecord`: sizes and seconds, so a
 restarted server's first job starts each provider at its batch size, and the most inputs a

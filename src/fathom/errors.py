@@ -56,7 +56,8 @@ class InvalidPolicy(ConfigError):
 
 
 class PinRequired(ConfigError):
-    """An embedding route without an upstream pin: refused before any probe (R4)."""
+    """An embedding route without an upstream pin: refused before any probe, since two
+    upstreams serving one model id can split a vector space."""
 
     def __init__(self, role: str, model: str | None = None):
         self.role = role
@@ -113,7 +114,8 @@ class WidthMismatch(StoreError):
 
 
 class NotCleared(StoreError):
-    """A row whose provenance is not a cleared verdict for the table (R3, second lock)."""
+    """A row whose provenance is not a cleared verdict for the table: the store, as the
+    gate's second lock, refuses it."""
 
     def __init__(self, table: str, provider_id: str, verdict_id: str | None, reason: str = ""):
         self.table, self.provider_id, self.verdict_id = table, provider_id, verdict_id

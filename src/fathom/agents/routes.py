@@ -40,7 +40,7 @@ def cloud_provider(client: OpenRouterClient, role: Role, budget: CloudBudget, *,
     """The OpenRouter route of a stateless role, behind the key's budget.
 
     Unpinned by default: reranking and chat write nothing, so two upstreams serving the same
-    model id cannot split a vector space (R4 pins embedding routes only)."""
+    model id cannot split a vector space (only embedding routes must be pinned)."""
     role = Role.parse(role)
     if role in EMBEDDING_ROLES:
         raise ValueError(f"role {role} writes a table; its cloud route goes through the gate")

@@ -1,4 +1,4 @@
-"""`fathom sidecar`: a GPU host's agent in the fleet (R6, R7).
+"""`fathom sidecar`: a GPU host's agent in the fleet.
 
 This module owns the sidecar end: it connects out to the server's `/sidecar` WebSocket (wss;
 plain ws only to a loopback address), registers the roles it serves and how, heartbeats (load,

@@ -1,4 +1,4 @@
-"""The server end of the fleet (R6, R7): the `/sidecar` WebSocket, admission, the registry of
+"""The server end of the fleet: the `/sidecar` WebSocket, admission, the registry of
 connected sidecars, command/result correlation, and the config (and key) push.
 
 This module owns:

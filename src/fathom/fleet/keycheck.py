@@ -1,5 +1,5 @@
 """Key discovery across the fleet: the sidecar that holds the key reads its limits, the server's
-budget learns them (R5), and nothing secret crosses (R6).
+budget learns them, and nothing secret crosses (the key never leaves the sidecar).
 
 Only a sidecar holds the OpenRouter key, so only a sidecar can ask OpenRouter what the key may
 do: `GET /api/v1/key` (rate limit, credit cap, free tier) and `GET /api/v1/credits` (balance;

@@ -1,4 +1,4 @@
-"""The wire protocol between the fathom server and its sidecars (R7): versioned frames.
+"""The wire protocol between the fathom server and its sidecars: versioned frames.
 
 This module owns the frame models, their size limit, and the one function that turns bytes off
 the wire into a frame or a typed rejection (`parse_frame`). Every frame carries `v` (the
@@ -206,7 +206,7 @@ class RoleConfig(_Model):
     def cloud_allowed(self, role: Role) -> bool:
         """Whether this routing lets an OpenRouter route serve `role`: the policy's behaviour
         allows cloud, the fallback is not local-only, a model is set, and an embedding route is
-        pinned to one upstream (R4: unpinned is refused, fail closed)."""
+        pinned to one upstream (unpinned is refused: fail closed)."""
         if self.policy is None or not BEHAVIOUR[self.policy].cloud or not self.model:
             return False
         if self.fallback is FallbackMode.LOCAL_ONLY:

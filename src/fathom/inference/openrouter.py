@@ -234,7 +234,8 @@ class Credits:
 
 
 def pin(slug: str, mode: Literal["order", "only"] = "order") -> dict[str, Any]:
-    """The provider routing object that pins one upstream, fallbacks off (R4)."""
+    """The provider routing object that pins one upstream, fallbacks off: an embedding route must
+    not be served by two upstreams."""
     if mode == "order":
         return {"order": [slug], "allow_fallbacks": False}
     if mode == "only":

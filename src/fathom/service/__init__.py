@@ -291,7 +291,7 @@ class Fathom:
             try:
                 verdicts.append(await self.gate.verify(space, p, policy))
             except FathomError as exc:
-                # Unpinned (R4), or its reference could not answer: it stays uncleared.
+                # An unpinned embedding route, or its reference could not answer: uncleared.
                 log.warning("gate: %s not verified for the %s table: %s", p.id, table, exc)
         return verdicts
 

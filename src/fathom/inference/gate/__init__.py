@@ -1,4 +1,4 @@
-"""The compatibility gate (R3), route pinning (R4) and row provenance.
+"""The compatibility gate, the pinning of embedding routes to one upstream, row provenance.
 
 A provider that has not passed the gate never serves a single text: the pool asks
 `Gate.is_cleared` before it lets a provider pull work, and the store asks `GateClearance`

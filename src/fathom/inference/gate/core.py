@@ -1,4 +1,4 @@
-"""The gate: who may write rows into a vector space (R3) and whose route is pinned (R4).
+"""The gate: who may write rows into a vector space, and which routes must be pinned.
 
 It owns the decision and its lifecycle: the decision itself is the `Judge`'s (`judge`: pick
 the reference the policy calls for, embed the probe set through candidate and reference, turn
@@ -80,7 +80,7 @@ Listener = Callable[[GateEvent], "Awaitable[None] | None"]
 
 
 def check_pin(role: Role | str, provider: Provider) -> None:
-    """R4, fail closed: a cloud route for an embedding role must name its upstream. Reranking
+    """Fail closed: a cloud route for an embedding role must name its upstream. Reranking
     (and chat) write nothing, so they need none."""
     role = Role.parse(role)
     if role in EMBEDDING_ROLES and provider.info.is_cloud and not provider.info.upstream:
@@ -325,7 +325,7 @@ class Gate:
         An existing verdict for the same key is returned as is unless `force`.
         """
         policy = Policy.parse(policy)
-        check_pin(role_for(space), provider)  # R4 first: not one request before this passes
+        check_pin(role_for(space), provider)  # the pin first: not one request before it passes
         for p in (provider, *peers):
             self.attach(p)
         regime = BEHAVIOUR[policy].reference
