@@ -257,7 +257,7 @@ async def repair_project(fathom: Repairer, check: ProjectCheck) -> None:
             elif problem.kind == DUPLICATE_IDS and isinstance(store, LanceStore):
                 problem.repaired = await asyncio.to_thread(_dedupe, store, project,
                                                            problem.table, problem.chunk_ids)
-            elif problem.kind == DAMAGED_ROWS:
+            elif problem.kind == DAMAGED_ROWS and problem.table is not None:
                 n = await asyncio.to_thread(store.delete, project, problem.table,
                                             chunk_ids=problem.chunk_ids)
                 problem.repaired = (f"deleted {n} damaged rows; the next `fathom index` "

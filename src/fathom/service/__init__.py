@@ -73,8 +73,8 @@ from fathom.roles import Role
 from fathom.service.batches import BatchHistory, record_of, sizing_of  # noqa: F401 - re-exported
 from fathom.service.jobs import SYNC_JOBS_KEPT, JobTable, ended_early  # noqa: F401 - re-exported
 from fathom.service.projects import (  # noqa: F401 - re-exported
-    MAX_INCLUDES, FolderTaken, ProjectRecords, ProjectSummary, check_includes, check_not_taken,
-    summaries,
+    MAX_INCLUDES, FolderTaken, ProjectRecords, ProjectSelection, ProjectSummary, check_includes,
+    check_not_taken, summaries,
 )
 from fathom.service.warmup import Warmup
 from fathom.space import Provenance, Space
@@ -303,7 +303,7 @@ class Fathom:
                                                      extra_ignores=tuple(extra_ignores)),
                        refused_roots=self.settings.refused_roots)
 
-    def selection_of(self, project: str, root: Path) -> dict[str, list[str]]:
+    def selection_of(self, project: str, root: Path) -> ProjectSelection:
         """What a walk of `project` takes beyond the built-in rules: its `include` globs (from
         its record) and the data dir when it lies inside the project (never index Fathom's
         own tables, nor let the watcher see their writes as edits)."""
