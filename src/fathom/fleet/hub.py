@@ -311,7 +311,7 @@ class Hub:
             return f"key missing on {provider.sidecar}"
         return None
 
-    async def command(self, name: str, op: str, role: Role, route: str, payload: dict[str, Any],
+    async def command(self, name: str, op: p.Op, role: Role, route: p.RouteKind, payload: dict[str, Any],
                       *, timeout: float | None = None) -> dict[str, Any]:
         """Send one command to an approved sidecar and await its result payload."""
         link = self.links.get(name)
@@ -377,8 +377,8 @@ class Hub:
         for name in sorted(n for n in self.admissions.claims if self.admissions.claimed(n)):
             out.append(claim_problem(name))
         for name in self.auth.approved_names():
-            link = self.links.get(name)
-            if link is None or link.claimed:
+            online = self.links.get(name)
+            if online is None or online.claimed:
                 out.append(f"sidecar {name} is offline")
         return out
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, StringConstraints, TypeAdapter, ValidationError,
@@ -30,7 +30,7 @@ from fathom.errors import FathomError
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION: Final = 1  # Final: its type is Literal[1], the one a frame's `v` accepts
 # An embed result of 64 texts × 2560-d is ~0.9 MB as base64 float32; 8 MiB leaves room for
 # bigger batches and chat transcripts while refusing a frame that would only be an attack.
 MAX_FRAME_BYTES = 8 * 1024 * 1024
