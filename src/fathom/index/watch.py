@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fathom import scope as project_scope
 from fathom.errors import ConfigError
-from fathom.index.walker import IGNORE_FILES, Selection, resolve_roots, root_moved
+from fathom.index.walker import IGNORE_FILES, Selection, SelectionOptions, resolve_roots, root_moved
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.config import Settings
@@ -69,14 +69,21 @@ class Syncable(Protocol):
     project takes, and an index run. Named here so that retrieval does not import the service
     above it."""
 
-    settings: Settings
-    records: ProjectBook
-    jobs: Mapping[str, Job]
+    # Read-only (properties), so the service may hold narrower types: a `JobTable` is a
+    # mapping of jobs, `ProjectRecords` a project book.
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def records(self) -> ProjectBook: ...
+
+    @property
+    def jobs(self) -> Mapping[str, Job]: ...
 
     @property
     def store(self) -> Store: ...
 
-    def selection_of(self, project: str, root: Path) -> dict[str, list[str]]: ...
+    def selection_of(self, project: str, root: Path) -> SelectionOptions: ...
 
     async def index(self, path: str | Path, project: str | None = None, *,
                     reason: str | None = None) -> IndexReport: ...

@@ -54,6 +54,7 @@ from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' 
 from fathom.index.indexer import (
     Discovery, IndexProgress, IndexReport, Indexer, Job, check_project_root, space_for,
 )
+from fathom.index.walker import SelectionOptions
 from fathom.index.store import (
     TABLE_KINDS,
     DamagedProject,
@@ -73,8 +74,8 @@ from fathom.roles import Role
 from fathom.service.batches import BatchHistory, record_of, sizing_of  # noqa: F401 - re-exported
 from fathom.service.jobs import SYNC_JOBS_KEPT, JobTable, ended_early  # noqa: F401 - re-exported
 from fathom.service.projects import (  # noqa: F401 - re-exported
-    MAX_INCLUDES, FolderTaken, ProjectRecords, ProjectSelection, ProjectSummary, check_includes,
-    check_not_taken, summaries,
+    MAX_INCLUDES, FolderTaken, ProjectRecords, ProjectSummary, check_includes, check_not_taken,
+    summaries,
 )
 from fathom.service.warmup import Warmup
 from fathom.space import Provenance, Space
@@ -196,6 +197,8 @@ class Fathom:
     # ---- spaces: which encoder defines (and queries) each table
 
     def _current_space(self, role: Role) -> Space | None:
+        if role.table is None:
+            return None  # a role that writes no table has no space
         try:
             return self.space(role.table)
         except FathomError:
@@ -229,7 +232,11 @@ class Fathom:
                 f"{model or 'its model'} is connected: join a sidecar with the key pushed, or "
                 f"set `fathom policy set {role} --policy local`")
         width = anchor.info.width or route.width
-        return Space(table=table, model=anchor.info.model, width=int(width), reference=anchor.id)
+        if width is None:
+            raise ConfigError(f"the width of the {table} table is unknown: the cloud anchor {anchor.id} "
+                              f"reports none and the {role} role sets none; set it with `fathom policy "
+                              f"set {role} --width N`")
+        return Space(table=table, model=anchor.info.model, width=width, reference=anchor.id)
 
     def _local_references(self, role: Role, model: str) -> list[Provider]:
         return [p for p in self.registry.list(role, kind=Kind.LOCAL)
@@ -303,7 +310,7 @@ class Fathom:
                                                      extra_ignores=tuple(extra_ignores)),
                        refused_roots=self.settings.refused_roots)
 
-    def selection_of(self, project: str, root: Path) -> ProjectSelection:
+    def selection_of(self, project: str, root: Path) -> SelectionOptions:
         """What a walk of `project` takes beyond the built-in rules: its `include` globs (from
         its record) and the data dir when it lies inside the project (never index Fathom's
         own tables, nor let the watcher see their writes as edits)."""

@@ -15,7 +15,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, TypedDict
+from typing import Any, Iterator
 
 from filelock import FileLock, Timeout
 
@@ -24,14 +24,6 @@ from fathom.config import atomic_write_text
 from fathom.errors import ConfigError
 
 log = logging.getLogger("fathom.service")
-
-
-class ProjectSelection(TypedDict):
-    """What a walk of one project takes beyond the built-in rules: the keywords of a
-    `fathom.index.walker.Selection` (`Fathom.selection_of`)."""
-
-    include: list[str]
-    extra_ignores: list[str]
 
 
 class FolderTaken(ConfigError):

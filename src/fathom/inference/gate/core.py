@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError
 from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
-from fathom.inference.gate.golden import Golden, GoldenStore
+from fathom.inference.gate.golden import Golden, GoldenStore, GoldenVectors
 # GateUnavailable: raised by the judge, still importable from here as it always was.
 from fathom.inference.gate.judge import GateUnavailable as GateUnavailable
 from fathom.inference.gate.judge import Judge, identity, role_for
@@ -112,18 +112,21 @@ class Gate:
         data_dir: Path | str | None = None,
         *,
         verdicts: VerdictStore | None = None,
-        golden: GoldenStore | None = None,
+        golden: GoldenVectors | None = None,
         probes: ProbeSet | None = None,
         now: Callable[[], float] = time.time,
         clock: Any = None,
         threshold: float = MIN_COSINE,
         recheck_interval_s: float = DEFAULT_RECHECK_INTERVAL_S,
     ):
-        if data_dir is None and (verdicts is None or golden is None):
-            raise ConfigError("Gate needs a data dir (or both a verdict store and a golden store)")
-        base = Path(data_dir) / "gate" if data_dir is not None else None
-        self.verdicts: VerdictStore = verdicts or JsonVerdictStore(base / "verdicts.json")  # type: ignore[operator]
-        self.golden: GoldenStore = golden or GoldenStore(base / "golden")  # type: ignore[operator]
+        if verdicts is None or golden is None:
+            if data_dir is None:
+                raise ConfigError("Gate needs a data dir (or both a verdict store and a golden store)")
+            base = Path(data_dir) / "gate"
+            verdicts = verdicts or JsonVerdictStore(base / "verdicts.json")
+            golden = golden or GoldenStore(base / "golden")
+        self.verdicts: VerdictStore = verdicts
+        self.golden: GoldenVectors = golden
         self.probes = probes or load_probes()
         self._now = now
         self._clock = clock
