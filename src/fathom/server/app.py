@@ -40,6 +40,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from fathom import __version__, logsafe
 from fathom.config import RoutingStateDamaged, Settings
@@ -153,7 +154,10 @@ def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
 
     hub, metrics = parts.hub, parts.metrics
     parts.hub.mount(app)
-    app.add_route(MCP_PATH, parts.mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    # A Route around the ASGI app itself (add_route's type wants a request handler; Route
+    # takes either, and serves a non-function endpoint as the ASGI app it is).
+    app.router.routes.append(Route(MCP_PATH, parts.mcp, methods=["GET", "POST", "DELETE"],
+                                   include_in_schema=False))
     for route in not_oauth_routes():
         app.router.routes.append(route)
     app.include_router(admin_router(hub, parts.admin_auth, registry=parts.registry))
