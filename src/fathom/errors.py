@@ -151,13 +151,14 @@ def is_disk_full(exc: BaseException) -> bool:
     """True for the failures a full disk or an exhausted quota produce, whether they come as
     an OSError or wrapped in another library's error (LanceDB reports `os error 28` in text)."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in _DISK_FULL_ERRNOS:
             return True
-        if any(t in str(exc).lower() for t in _DISK_FULL_TEXTS):
+        if any(t in str(cause).lower() for t in _DISK_FULL_TEXTS):
             return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        cause = cause.__cause__ or cause.__context__
     return False
 
 

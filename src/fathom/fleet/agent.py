@@ -261,7 +261,7 @@ class Sidecar:
     @staticmethod
     def _openrouter_available() -> bool:
         try:
-            import fathom.inference.openrouter  # noqa: F401
+            import fathom.inference.openrouter  # noqa: F401 - imported only to see that it imports
         except ImportError:  # pragma: no cover - shipped with fathom
             return False
         return True
@@ -392,7 +392,7 @@ class Sidecar:
             raise
         except NotServed as exc:
             return p.Result(id=cmd.id, ok=False, error=p.ErrorInfo(code="NotServed", message=str(exc), retryable=False))
-        except Exception as exc:  # noqa: BLE001 - a backend failure is an answer, not a crash
+        except Exception as exc:  # a backend failure is an answer, not a crash
             info = error_info(exc)
             log.warning("%s %s (%s) failed: %s: %s", cmd.op, cmd.role, cmd.route, info.code, info.message)
             if cmd.route == "cloud" and info.throttle_kind and self._storm.note(time.monotonic()):
@@ -439,7 +439,7 @@ class Sidecar:
                 log.warning("server %s answered HTTP %d at connect; retrying", url, status)
             except (OSError, TimeoutError) as exc:
                 log.warning("cannot reach %s (%s)%s; retrying", url, type(exc).__name__, tls_hint(url, exc))
-            except Exception as exc:  # noqa: BLE001 - any other connection failure: back off and retry
+            except Exception as exc:  # any other connection failure: back off and retry
                 log.warning("connection to %s failed (%s); retrying", url, type(exc).__name__)
             finally:
                 self.connected.clear()
@@ -552,7 +552,7 @@ async def open_backends(specs: Sequence[str | BackendSpec]) -> tuple[dict[Role, 
     for spec in parsed:
         backend = await open_backend(spec, shared=shared)
         if spec.kind == "in-process":
-            await asyncio.to_thread(backend.load)  # type: ignore[attr-defined]
+            await asyncio.to_thread(backend.load)  # type: ignore[attr-defined]  # in-process: has load
         backends[spec.role] = backend
         kinds[spec.role] = spec.kind
     return backends, kinds

@@ -259,7 +259,7 @@ def _scores(url: str, items: Any, n: int, key: str, shape: str) -> list[float]:
         raise BackendError(url, f"response is not {shape} (one finite score per document)") from None
     if any(s is None for s in scores):
         raise BackendError(url, f"rerank scored {sum(s is not None for s in scores)} of {n} documents")
-    return [float(s) for s in scores]  # type: ignore[arg-type]
+    return [float(s) for s in scores if s is not None]  # none is None: checked above
 
 
 class OpenAICompatibleChat(_HttpBackend):

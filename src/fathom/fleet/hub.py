@@ -433,7 +433,7 @@ class Hub:
             await asyncio.sleep(max(1.0, self.heartbeat_timeout / 3))
             try:
                 await self.reap()
-            except Exception:  # noqa: BLE001
+            except Exception:  # a failed sweep is logged; the next runs on time
                 log.exception("heartbeat reaper failed")
 
     async def aclose(self) -> None:
@@ -455,5 +455,5 @@ class Hub:
         for listener in list(self._listeners):
             try:
                 listener()
-            except Exception:  # noqa: BLE001
+            except Exception:  # one broken listener must not stop the others
                 log.exception("fleet change listener failed")

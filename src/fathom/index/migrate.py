@@ -105,7 +105,7 @@ def read_rows(store: Store, project: str, table: str, batch_size: int = 1000,
     tbl = store._table(project, name)
     try:
         batches = tbl.search().limit(None).to_batches(batch_size)
-    except Exception:  # noqa: BLE001 - older LanceDB: a full read, sliced
+    except Exception:  # older LanceDB: a full read, sliced
         batches = tbl.to_arrow().to_batches(max_chunksize=batch_size)
     for rb in batches:
         if rb.num_rows == 0:
@@ -154,7 +154,7 @@ def migrate_table(source: Store, target: PostgresStore, project: str, table: str
         if not keep:
             continue
         part = batch if len(keep) == len(batch) else _take(batch, keep)
-        copied += target._copy_rows(project, table, part, slot=Slot.SHADOW)  # noqa: SLF001 - migration's own door
+        copied += target._copy_rows(project, table, part, slot=Slot.SHADOW)  # migration's own door
         done += len(part)
         if progress is not None:
             progress(project, table, done, total)

@@ -239,7 +239,7 @@ class ProjectSync:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a folder that vanished: wait for it
+            except Exception as exc:  # a folder that vanished: wait for it
                 self.state, self.detail = "missing", f"cannot watch {self.root}: {exc}"
                 log.warning("watch of %s: %s; retrying", self.project, self.detail)
                 await self.sleep(self.retry.max_s)
@@ -287,7 +287,7 @@ class ProjectSync:
         except asyncio.CancelledError:
             self.pending |= taken
             raise
-        except Exception as exc:  # noqa: BLE001 - recorded, retried; the changes stay pending
+        except Exception as exc:  # recorded, retried; the changes stay pending
             self.pending |= taken
             self.failures += 1
             busy = _busy(exc)
@@ -318,7 +318,7 @@ class ProjectSync:
         if self.on_sync is not None:
             try:
                 self.on_sync(self.project, report, error)
-            except Exception:  # noqa: BLE001 - a reporter must not stop the sync
+            except Exception:  # a reporter must not stop the sync
                 log.exception("sync reporter failed")
 
     def view(self) -> dict[str, Any]:

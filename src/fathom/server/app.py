@@ -102,7 +102,7 @@ def _lifespan(parts: ServerParts) -> Callable[[FastAPI], Any]:
             # Failures only delay a project's sync (retried); they never stop the server.
             try:
                 await service.start_watching()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("live sync could not start; indexes change only when re-indexed")
         try:
             async with parts.mcp.running():
@@ -200,4 +200,4 @@ def _serve_openapi(app: FastAPI, require_admin: Callable[[Request], None]) -> No
             app.openapi_schema = doc
         return app.openapi_schema
 
-    app.openapi = schema  # type: ignore[method-assign]
+    app.openapi = schema  # type: ignore[method-assign]  # FastAPI's documented override

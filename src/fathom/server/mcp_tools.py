@@ -224,7 +224,7 @@ class ToolServer(MCPServer):
             return True
         try:
             return bool(predicate())
-        except Exception:  # noqa: BLE001 - a broken check hides the tool, never the list
+        except Exception:  # a broken check hides the tool, never the list
             log.exception("listing check of tool %s failed", name)
             return False
 

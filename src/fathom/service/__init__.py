@@ -385,7 +385,7 @@ class Fathom:
                 async with self._index_lock.setdefault(name, asyncio.Lock()):
                     if self._must_load(job):
                         starting("loading model")
-                        await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]
+                        await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]  # in-process: has load
                     starting("checking encoders")
                     for table in TABLE_KINDS:
                         await self.verify_providers(table)

@@ -356,7 +356,7 @@ class Gate:
                     self._untrack(space, provider.id)
         if verdict is None:
             await self.on_reconnect(provider)
-            return self.verdict_for(space, provider)  # type: ignore[return-value]
+            return self.verdict_for(space, provider)  # type: ignore[return-value]  # judged just now
         log.info("gate: %s", verdict.status_line())
         await self._emit(GateEvent("cleared" if verdict.cleared else "refused", space,
                                    provider.id, verdict))
@@ -485,7 +485,7 @@ class Gate:
                 break
             try:
                 await self.recheck_all()
-            except Exception:  # noqa: BLE001 - keep watching; the failure is logged with its trace
+            except Exception:  # keep watching; the failure is logged with its trace
                 log.exception("gate: re-probe round failed")
             done += 1
 
@@ -543,7 +543,7 @@ class Gate:
                 result = listener(event)
                 if _inspect.isawaitable(result):
                     await result
-            except Exception:  # noqa: BLE001 - one broken listener must not stop a quarantine
+            except Exception:  # one broken listener must not stop a quarantine
                 log.exception("gate: listener failed on %s", event.kind)
 
 
