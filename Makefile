@@ -56,7 +56,7 @@ lint: install
 	$(BIN)/python -m mypy src/fathom
 
 test: lint system-deps mcp-inspector
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=30
 
 test-fast: lint
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -75,7 +75,7 @@ from fathom.index import indexer as indexer_mod  # noqa: E402
 from fathom.index.chunk import Chunk  # noqa: E402
 from fathom.index.chunking import chunk_file  # noqa: E402
 from fathom.index.store import Hit  # noqa: E402
-from fathom.inference.local import LocalEncoder  # noqa: E402
+from fathom.inference.encoders import local_encoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 
 DOCSTRING_LIBS = ("rich", "werkzeug", "jinja2", "requests", "websockets", "packaging",
@@ -280,7 +280,7 @@ class _Shown:
     end_line: int
 
 
-async def evaluate(fathom: Fathom, encoder: LocalEncoder, project: str, queries: list[Query],
+async def evaluate(fathom: Fathom, encoder: Any, project: str, queries: list[Query],
                    *, keep_lists: bool) -> tuple[dict[str, Tally], list[Lists]]:
     """Each query three ways, one query at a time: vector only, keyword only, and
     `search_code` over an in-process MCP session (the shipped path)."""
@@ -442,7 +442,7 @@ def report(name: str, queries: list[Query], chunks: int, tallies: dict[str, Tall
     return gain
 
 
-async def run_sets(fathom: Fathom, encoder: LocalEncoder, work: Path,
+async def run_sets(fathom: Fathom, encoder: Any, work: Path,
                    sets: list[tuple[str, str, list[Query]]], *, fusions: bool,
                    suffix: str = "") -> None:
     chunks: dict[str, int] = {}
@@ -475,6 +475,8 @@ async def main() -> None:
     ap.add_argument("--headers", action="store_true",
                     help="also index both corpora with a path/symbol/signature header "
                          "before each chunk's text, and measure them the same way")
+    ap.add_argument("--runtime", choices=["auto", "onnx", "torch"], default="auto",
+                    help="the embedded encoder's runtime (FATHOM_LOCAL_RUNTIME; default: auto)")
     ap.add_argument("--store", default=None,
                     help="postgresql://… to run on PostgreSQL + pgvector (default: LanceDB)")
     args = ap.parse_args()
@@ -496,8 +498,9 @@ async def main() -> None:
         sample = docs[::step][:asked]
         sets = [("docstring", "docstring", sample), ("natural", "docstring", natural),
                 ("identifier", "identifier", idents)]
-        settings = Settings(data_dir=work / "data", store_url=args.store)
-        encoder = LocalEncoder.from_settings(settings)
+        settings = Settings(data_dir=work / "data", store_url=args.store, local_runtime=args.runtime)
+        encoder = local_encoder(settings)
+        print(f"encoder: {encoder.id} on {type(encoder).__name__}")
         fathom = Fathom(settings, encoder=encoder)
         code_only(fathom)
         projects = ["docstring", "identifier"]

@@ -38,7 +38,7 @@ def test_index_search_projects(fathom, sample_project):  # noqa: F811
 
     result = invoke(fathom, "search", "verify a password against its hash", "-k", "3")
     assert result.exit_code == 0, result.output
-    assert "shop/auth/password.py:" in result.output
+    assert "auth/password.py:" in result.output and "shop/auth" not in result.output
     assert "verify_password" in result.output
 
     result = invoke(fathom, "search", "how do I install it", "--docs", "--project", "shop")

@@ -54,10 +54,10 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 
 def invoke(cli_app: typer.Typer, server: Server | str, args: list[str], *, token: str = ADMIN,
-           input: str | None = None):
+           input: str | None = None, columns: int = 200):
     url = server if isinstance(server, str) else server.url
     result = CliRunner().invoke(cli_app, args, input=input, catch_exceptions=False,
-                                env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": token, "COLUMNS": "200"})
+                                env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": token, "COLUMNS": str(columns)})
     return result
 
 
@@ -179,6 +179,20 @@ def test_jobs_start_watch_list_and_refusals(cli_app, server: Server):
     assert r.exit_code == 0 and "hash:test/hash-embedder" in r.stdout
 
 
+def test_printed_tokens_and_client_setups_come_out_whole_in_a_narrow_terminal(cli_app, server: Server):
+    # 40 columns: a wrapped line would split the token or drop the header from a paste.
+    r = invoke(cli_app, server, ["tokens", "create", "--name", "a-developer-with-a-long-name"], columns=40)
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    token = next(line for line in lines if line.startswith("MCP token for ")).rsplit(": ", 1)[1]
+    assert re.fullmatch(r"fm_\S{20,}", token), lines
+    assert f'use it: claude mcp add --transport http fathom {server.url}/mcp --header "Authorization: Bearer ' \
+           f'{token}"' in lines, lines
+    r = invoke(cli_app, server, ["fleet", "token", "--name", "gpu-host-with-a-long-name"], columns=40)
+    assert r.exit_code == 0, r.output
+    assert re.fullmatch(r"host token \(shown once; only its hash is kept\): \S{20,}", r.stdout.strip()), r.stdout
+
+
 def test_a_wrong_token_or_no_server_exits_1(cli_app, server: Server):
     r = invoke(cli_app, server, ["budget"], token="fa_wrong")
     assert r.exit_code == 1 and "refused the admin token" in words(r.output)
@@ -288,3 +302,54 @@ def test_fleet_rows_read_right_and_skipped_folders_are_not_counted_as_files(monk
     # node_modules/ and dist/ are named on their own line, not counted among the skipped files.
     assert skipped_files({"ignored-dir": 2, "binary": 3, "gitignored": 1},
                          {"ignored-dir": ["node_modules", "web/node_modules"], "gitignored": ["dist"]}) == {"binary": 3}
+
+
+def test_fathom_drop_through_a_server_takes_the_admin_token_from_the_environment_only(server: Server):
+    from fathom.cli import app as fathom_app
+
+    project = make_project(server.tmp / "demo")
+    assert invoke(fathom_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"]).exit_code == 0
+    local = ["--data-dir", str(server.tmp / "cli")]  # this CLI's own data dir holds nothing
+    drop = [*local, "drop", "demo", "--server", server.url]
+    # No admin token in the environment: refused, saying where it goes; never taken from argv.
+    r = invoke(fathom_app, server, drop, token="")
+    assert r.exit_code == 2 and "set FATHOM_ADMIN_TOKEN in the environment" in words(r.output), r.output
+    r = invoke(fathom_app, server, [*drop, "--token", ADMIN])
+    assert r.exit_code == 2 and "No such option" in r.output
+    r = invoke(fathom_app, server, drop, token="fa_wrong")
+    assert r.exit_code == 1 and "refused the admin token in FATHOM_ADMIN_TOKEN" in words(r.output), r.output
+    # An unknown project is said as in-process, before any question; a "no" drops nothing.
+    r = invoke(fathom_app, server, [*local, "drop", "ghost", "--server", server.url, "--yes"])
+    assert r.exit_code == 1 and "no project 'ghost'" in r.output and "Known projects: demo" in words(r.output)
+    r = invoke(fathom_app, server, drop, input="n\n")
+    assert r.exit_code == 1 and "Remove project 'demo'" in r.output
+    assert "demo" in invoke(fathom_app, server, ["--data-dir", str(server.tmp / "cli"), "jobs"]).stdout
+    r = invoke(fathom_app, server, [*drop, "--yes"])
+    assert r.exit_code == 0, r.output
+    assert re.search(rf"dropped demo on the fathom server at {re.escape(server.url)} \(code \d+, docs \d+\)", r.stdout)
+    assert server.running.call(_listed(server.app)) == []
+
+
+async def _listed(app) -> list[str]:
+    return [p.name for p in app.state.service.projects()]
+
+
+def test_fathom_drop_through_a_fathom_serve_is_refused_with_why(tmp_path: Path):
+    from fathom.cli import app as fathom_app
+    from fathom.config import Settings
+    from fathom.server.mcp_http import standalone_app
+    from fathom.server.mcp_tools import build_mcp_server
+    from fathom.service import Fathom
+
+    # A real `fathom serve` app without a token: it serves MCP and searches, no admin API.
+    service = Fathom(Settings(data_dir=tmp_path / "serve"), encoder=FakeEncoder("local:hash"))
+    running = ThreadedServer(standalone_app(build_mcp_server(service), host="127.0.0.1"))
+    url = running.start()
+    try:
+        r = invoke(fathom_app, url, ["--data-dir", str(tmp_path / "cli"), "drop", "demo", "--server", url, "--yes"],
+                   token="")
+    finally:
+        running.stop()
+    said = words(r.output)
+    assert r.exit_code == 2 and f"the server at {url} has no admin API to drop through" in said, r.output
+    assert "without --server" in said

@@ -240,7 +240,7 @@ def test_a_file_name_that_is_not_utf8_is_indexed_under_an_escaped_name(tmp_path,
     assert "escaped-name 2" in result.output
     result = cli("search", "grind beans and brew coffee", "--project", "shop", "-k", "3")
     assert result.exit_code == 0, result.output
-    assert "shop/caf\\xe9.py:1" in result.output
+    assert " caf\\xe9.py:1" in result.output and " shop " in result.output
     result = cli("projects")
     assert result.exit_code == 0 and "(indexing)" not in result.output, result.output
     assert fathom.projects()[0].tables["code"] >= 4

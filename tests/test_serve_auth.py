@@ -34,9 +34,9 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def start_serve(group: ProcessGroup, name: str, data: Path, port: int, *args: str) -> object:
-    # A narrow terminal: the client line must come out whole anyway.
+    # A narrow terminal: the token and the client line must come out whole anyway.
     proc = group.spawn(name, [PY, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--port", str(port), *args],
-                       env=clean_env(COLUMNS="60"))
+                       env=clean_env(COLUMNS="40"))
     wait_until(lambda: "fathom MCP (streamable HTTP) on" in proc.output(), f"{name} to start", procs=[proc])
     return proc
 

@@ -74,7 +74,14 @@ def show_error(exc: BaseException) -> None:
 
 class FathomGroup(TyperGroup):
     """Every subcommand, including those of sub-apps, runs inside this `invoke`: the one place
-    where a typed refusal becomes a one-line message and an exit code."""
+    where a typed refusal becomes a one-line message and an exit code. It also gives every
+    command the global options, so they are taken after the command as well as before it."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        from fathom.cli_options import accept_global_options
+
+        accept_global_options(self)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -119,7 +126,7 @@ def main(
     ctx: typer.Context,
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", envvar="FATHOM_DATA_DIR",
-        help="Where indexes and state live (default ~/.fathom).")] = None,
+        help="Where indexes and state live (default ~/.fathom); also taken after the command.")] = None,
     version: Annotated[bool, typer.Option(
         "--version", callback=show_version, is_eager=True,
         help="Print the version and exit.")] = False,
@@ -127,6 +134,7 @@ def main(
     # Before any command writes: the data dir and all under it are this user's alone (0700/0600).
     private_umask()
     # Merged, not replaced: a caller (a test, an embedding program) may pass obj={"fathom": ...}.
+    # `--data-dir` after the command (`fathom.cli_options`) overrides this one.
     ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
 
 
@@ -299,15 +307,19 @@ def print_hits(hits, title: str) -> None:
     rows = []
     for h in hits:
         first = next((ln.strip() for ln in h.snippet.splitlines() if ln.strip()), "")
-        where = f"{h.path}:{h.start_line}-{h.end_line}"
-        rows.append((f"{h.score:.4f}", f"{h.project}/{where}" if h.project else where,
+        # The project and the path apart, as the MCP tools give and take them: a location
+        # copied from here is one `find_similar` accepts (its path, and a line in it).
+        rows.append((f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}",
                      h.symbol or "", first))
-    # The location is what a reader acts on: it never wraps; the snippet gives way first.
-    loc = min(70, max(len(r[1]) for r in rows))
-    sym = min(32, max(6, *(len(r[2]) for r in rows)))
-    snippet = max(12, console.width - loc - sym - 6 - 13)  # 13: borders and padding
+    # The project and location are what a reader acts on: they never wrap; the snippet gives
+    # way first.
+    proj = min(32, max(7, *(len(r[1]) for r in rows)))
+    loc = min(70, max(len(r[2]) for r in rows))
+    sym = min(32, max(6, *(len(r[3]) for r in rows)))
+    snippet = max(12, console.width - proj - loc - sym - 6 - 16)  # 16: borders and padding
     table = Table(title=title, show_lines=False)
     table.add_column("score", justify="right", no_wrap=True, min_width=6)
+    table.add_column("project", no_wrap=True, min_width=proj)
     table.add_column("location", no_wrap=True, min_width=loc)
     table.add_column("symbol", overflow="ellipsis", no_wrap=True, max_width=sym)
     table.add_column("snippet", overflow="ellipsis", no_wrap=True, max_width=snippet)
@@ -514,19 +526,34 @@ def drop(
     project: Annotated[str, typer.Argument(help="The project to remove from the index.")],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
     = False,
+    server: Annotated[str | None, typer.Option(
+        "--server", envvar="FATHOM_SERVER", show_default=False,
+        help="A running `fathom server` to drop it from, through its admin API: the admin token is "
+             "read from FATHOM_ADMIN_TOKEN, never from the command line (default: this data dir, "
+             "in-process).")] = None,
 ) -> None:
     """Remove a project and everything of it from the index (asks first unless --yes).
 
     Both tables, its record, its jobs and its live sync go. Its folder is not touched;
     `fathom index` brings it back."""
+
+    def confirm() -> None:
+        if not yes:  # without an answer (no terminal, end of input) nothing is dropped
+            typer.confirm(f"Remove project {project!r} and all of its index?", abort=True, err=True)
+
+    if server is not None:
+        from fathom.cli_local import drop_through
+
+        result = drop_through(server, project, confirm)
+        rows = ", ".join(f"{t} {n}" for t, n in result["rows"].items()) or "no rows"
+        console.print(f"dropped {project} on the fathom server at {server.rstrip('/')} ({rows})")
+        return
     fathom = fathom_of(ctx)
     if not fathom.store.has_project(project) and fathom.records.get(project) is None:
         from fathom.index.store import UnknownProject
 
         raise UnknownProject(project, [p.name for p in fathom.store.list_projects()])
-    if not yes:  # without an answer (no terminal, end of input) nothing is dropped
-        typer.confirm(f"Remove project {project!r} and all of its index?", abort=True,
-                      err=True)
+    confirm()
     result = run(fathom.drop(project))
     rows = ", ".join(f"{t} {n}" for t, n in result["rows"].items()) or "no rows"
     console.print(f"dropped {project} ({rows})")

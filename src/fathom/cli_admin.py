@@ -65,7 +65,7 @@ class AdminRefused(AdminError):
 class ServerUnreachable(AdminError):
     def __init__(self, server: str, reason: str):
         super().__init__(f"cannot reach the fathom server at {server} ({reason}); start it with "
-                         f"`python -m fathom.server`, or point --server / FATHOM_SERVER at it")
+                         f"`fathom server`, or point --server / FATHOM_SERVER at it")
 
 
 class TokenRefused(AdminError):
@@ -397,7 +397,7 @@ def fleet_token(ctx: typer.Context,
                 server: LocalServerOpt = None, token: TokenOpt = None) -> None:
     """Issue a join token (or a host token for one sidecar name); shown once."""
     issued = _conn(ctx, server, token).call("POST", "/admin/fleet/tokens", {"name": name} if name else None)
-    console.print(Text(f"{issued['kind']} token (shown once; only its hash is kept): {issued['token']}"))
+    print_whole(f"{issued['kind']} token (shown once; only its hash is kept): {issued['token']}")
 
 
 # ---------------------------------------------------------------------------- gate
@@ -637,12 +637,18 @@ def print_tokens(data: dict[str, Any]) -> None:
                                                            "none: no folder can be indexed over MCP"))
 
 
+def print_whole(line: str) -> None:
+    """A line a reader copies (a token, a client's command) written as it is, past rich: no
+    console width, markup or style can break it, so it pastes whole from any terminal."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def print_mcp_client(url: str, bearer: str) -> None:
     """A ready MCP client configuration for `url`: Claude Code's command (other clients take the
-    same URL and header). `bearer` is the token, or a shell expression that gives it. Printed
-    unwrapped (`soft_wrap`), so the command pastes whole whatever the terminal's width."""
-    console.print(Text("use it: ") + Text(f"claude mcp add --transport http fathom {url} "
-                                          f"--header \"Authorization: Bearer {bearer}\""), soft_wrap=True)
+    same URL and header). `bearer` is the token, or a shell expression that gives it. One line,
+    never wrapped (`print_whole`), whatever the terminal's width."""
+    print_whole(f"use it: claude mcp add --transport http fathom {url} --header \"Authorization: Bearer {bearer}\"")
 
 
 @tokens_app.command("create")
@@ -659,8 +665,7 @@ def tokens_create(
     created = connect(server, token).call("POST", "/admin/tokens", {"name": name, "projects": project or None,
                                                                      "can_index": can_index})
     scope = ", ".join(created["projects"]) if created["projects"] else "every project"
-    console.print(Text(f"MCP token for {created['name']} (shown once; only its hash is kept): {created['token']}"),
-                  soft_wrap=True)
+    print_whole(f"MCP token for {created['name']} (shown once; only its hash is kept): {created['token']}")
     console.print(Text(f"it sees: {scope}; " + ("it may index under FATHOM_INDEX_ROOTS" if created["can_index"]
                                                 else "read-only")))
     print_mcp_client(f"{server.rstrip('/')}/mcp", created["token"])

@@ -1,4 +1,5 @@
-"""`fathom search` and `fathom projects` answered by a running server instead of in-process.
+"""`fathom search` and `fathom projects` answered by a running server instead of in-process,
+and `fathom drop --server` through a `fathom server`'s admin API.
 
 A `fathom serve` or `fathom server` keeps its encoder loaded; a CLI that loads its own pays
 seconds of start-up for every search. So the CLI first looks for a server: `--server URL`
@@ -67,11 +68,7 @@ def target_of(data_dir: Path, server: str | None) -> Target | None:
     local = read_local_server(data_dir)
     if server is None:
         return Target(local.url, local.token, local.kind) if local is not None else None
-    url = server.rstrip("/")
-    if "://" not in url:
-        raise ConfigError(f"--server must be a URL such as http://127.0.0.1:8766, got {server!r}")
-    if url.startswith(("ws://", "wss://")):
-        raise ConfigError(f"--server takes the server's http:// URL here, not its sidecar address {server!r}")
+    url = server_url(server)
     if local is not None and local.url.rstrip("/") == url:
         return Target(url, local.token, local.kind, explicit=True)
     token = os.environ.get("FATHOM_ADMIN_TOKEN") or os.environ.get("FATHOM_MCP_TOKEN")
@@ -81,6 +78,16 @@ def target_of(data_dir: Path, server: str | None) -> Target | None:
                           f"FATHOM_ADMIN_TOKEN (a `fathom server`) or FATHOM_MCP_TOKEN (a `fathom serve`) in the "
                           f"environment, or pass --data-dir of that server")
     return Target(url, token, explicit=True)
+
+
+def server_url(server: str) -> str:
+    """`--server` as a base URL, or a refusal saying what it takes."""
+    url = server.rstrip("/")
+    if "://" not in url:
+        raise ConfigError(f"--server must be a URL such as http://127.0.0.1:8766, got {server!r}")
+    if url.startswith(("ws://", "wss://")):
+        raise ConfigError(f"--server takes the server's http:// URL here, not its sidecar address {server!r}")
+    return url
 
 
 def call(target: Target, method: str, path: str, body: Any = None, *,
@@ -139,3 +146,60 @@ def hits_of(data: dict[str, Any]) -> list[Any]:
 
 def projects_of(data: dict[str, Any]) -> list[Any]:
     return [SimpleNamespace(**p) for p in data.get("projects") or []]
+
+
+# ---------------------------------------------------------------- `fathom drop --server`
+
+
+def drop_through(server: str, project: str, confirm: Callable[[], None]) -> dict[str, Any]:
+    """Drop `project` through the admin API of the `fathom server` at `server`: the rows it
+    removed. `confirm` runs once the project is known to be there (it aborts to refuse).
+
+    A drop writes, so it takes the admin token, and only from FATHOM_ADMIN_TOKEN: never from
+    the command line (the shell history and the process list keep what is typed there), never
+    a data dir's local token (that one reads and nothing else). A `fathom serve` has no admin
+    API: refused, saying to drop on its machine without --server."""
+    from urllib.parse import quote
+
+    import httpx
+
+    from fathom.cli_admin import AdminClient, TokenRefused
+    from fathom.cli_admin import ServerUnreachable as AdminUnreachable
+    from fathom.index.store import UnknownProject
+
+    url = server_url(server)
+    try:  # a `fathom server` answers /health to anyone; a `fathom serve` has no such route
+        health = httpx.get(f"{url}/health", timeout=httpx.Timeout(30.0, connect=5.0))
+    except httpx.HTTPError as exc:
+        raise AdminUnreachable(url, type(exc).__name__) from None
+    if health.status_code == 404:
+        raise NoAdminApi(url)
+    token = os.environ.get("FATHOM_ADMIN_TOKEN")
+    if not token:
+        raise ConfigError(f"dropping through the fathom server at {url} takes its admin token: set "
+                          f"FATHOM_ADMIN_TOKEN in the environment (never on the command line, where the shell "
+                          f"history keeps it), or drop on the server's machine without --server")
+    client = AdminClient(url, token, timeout=TIMEOUT_S)
+    try:
+        try:
+            listed = client.call("GET", "/admin/projects")
+        except TokenRefused:
+            raise ServerRefused(f"the fathom server at {url} refused the admin token in FATHOM_ADMIN_TOKEN: set it "
+                                f"to the admin token that server printed at its first start") from None
+        names = [p["name"] for p in listed.get("projects") or []]
+        if project not in names:
+            raise UnknownProject(project, names)
+        confirm()
+        return dict(client.call("DELETE", f"/admin/projects/{quote(project, safe='')}"))
+    finally:
+        client.close()
+
+
+class NoAdminApi(ServerRefused, ConfigError):
+    """`fathom drop --server` at a `fathom serve`: it serves MCP tools and searches, no admin API."""
+
+    def __init__(self, url: str):
+        self.url = url
+        super().__init__(f"the server at {url} has no admin API to drop through (a `fathom serve` answers "
+                         f"searches only): run `fathom drop` without --server on its machine, with its data "
+                         f"dir, or point --server at a `fathom server`")

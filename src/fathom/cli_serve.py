@@ -160,7 +160,7 @@ def _serve_token(settings: Any, url: str, given: str | None, token_file: Path | 
     telling the operator how clients reach the server with it."""
     import shlex
 
-    from fathom.cli_admin import print_mcp_client
+    from fathom.cli_admin import print_mcp_client, print_whole
     from fathom.server.mcp_http import ServeToken
 
     auth: Any = None
@@ -171,8 +171,8 @@ def _serve_token(settings: Any, url: str, given: str | None, token_file: Path | 
         auth = ServeToken(settings.data_dir)
         if rotate_token or not auth.configured:
             issued = auth.replace() if rotate_token else auth.issue()
-            console.print(Text(f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash "
-                               f"is kept): {issued}"), soft_wrap=True)
+            print_whole(f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash is kept): "
+                        f"{issued}")
             print_mcp_client(url, issued)
         else:
             console.print("MCP clients send the token this data dir's first `fathom serve` printed (only its "

@@ -82,6 +82,18 @@ class Settings(BaseSettings):
     # The longest input the local encoder reads, in its own tokens (special tokens included);
     # None: the model's own maximum sequence length. Chunks are sized to fit it.
     local_max_tokens: int | None = Field(default=None, ge=16)
+    # Which runtime runs it (FATHOM_LOCAL_RUNTIME): `onnx` (ONNX Runtime, no torch), `torch`
+    # (sentence-transformers; the torch extra), or `auto`: onnx for a BERT folder on the CPU
+    # where onnxruntime is installed, torch otherwise. Both give the same vectors under the
+    # same provider id (`inference.onnx`).
+    local_runtime: Literal["auto", "onnx", "torch"] = "auto"
+    # A faster, quantized in-process encoder offered as the writer of tables
+    # (FATHOM_LOCAL_QUANTIZED): `int8` or `int8-all`; it writes only the tables whose
+    # reference it clears at the gate, and the reference writes the others. `none`: off.
+    local_quantized: Literal["none", "int8", "int8-all"] = "none"
+    # Where the ONNX runtime keeps the graphs it builds from model folders
+    # (FATHOM_MODEL_CACHE); None: $XDG_CACHE_HOME/fathom/models (~/.cache/fathom/models).
+    model_cache: Path | None = None
     # None: LanceDB under data_dir; postgresql://… for pgvector. It may carry a password, so it
     # is left out of the settings' repr (shown only through `redact_url`).
     store_url: str | None = Field(default=None, repr=False)

@@ -1,9 +1,12 @@
-"""The embedded local encoder: a sentence-transformers model running in this process.
+"""The embedded local encoder on torch: a sentence-transformers model running in this process.
 
 This module owns loading one model folder by path (offline), checking that its output width is
 the width the deployment configured, and turning batches of texts into L2-normalized float32
-vectors off the event loop. It is the reference encoder of the embedded default (all-MiniLM-L6-v2,
-384-d); a GPU deployment points it at another folder and width (e.g. a 2560-d model on `cuda`).
+vectors off the event loop. The embedded default (all-MiniLM-L6-v2, 384-d) runs on ONNX Runtime
+instead where it can (`fathom.inference.onnx`, chosen by `fathom.inference.encoders`), with the
+same vectors under the same provider id; this runtime serves a GPU deployment (another folder
+and width, e.g. a 2560-d model on `cuda`), other architectures, and `FATHOM_LOCAL_RUNTIME=torch`.
+It also holds what both runtimes share: the provider id, the typed load errors, the token counter.
 
 It refuses to do anything else: no routing, no policy, no network (the model is never fetched:
 `HF_HUB_OFFLINE=1` is set before sentence-transformers is imported), and no silent width change
@@ -134,6 +137,12 @@ class LocalEncoder(Provider):
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             try:
                 from sentence_transformers import SentenceTransformer
+            except ImportError as exc:
+                raise ModelLoadError(self.model_name, self.model_path,
+                                     "the torch runtime needs sentence-transformers and torch, which "
+                                     "are not installed (pip install 'fathom-code-search[torch]'), or "
+                                     "set FATHOM_LOCAL_RUNTIME=onnx") from exc
+            try:
                 from transformers.utils import logging as hf_logging
 
                 # A progress bar per load on stderr is noise in a CLI and an MCP server.
@@ -221,7 +230,9 @@ class TokenizerCounter:
         from tokenizers import Tokenizer
 
         self.limit, self.key = int(limit), key
-        self._tok = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        # A transformers tokenizer wraps the Rust one (torch runtime); the ONNX runtime holds it bare.
+        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        self._tok = Tokenizer.from_str(backend.to_str())
         self._tok.no_truncation()
         self._tok.no_padding()
         self._lock = threading.Lock()

@@ -31,13 +31,13 @@ def bearer_token(request: Request) -> str | None:
 
 def unauthorized() -> HTTPException:
     return HTTPException(401, "admin token missing or wrong: send `Authorization: Bearer <admin token>` "
-                              "(the token `python -m fathom.server` printed once, or FATHOM_ADMIN_TOKEN)",
+                              "(the token `fathom server` printed once, or FATHOM_ADMIN_TOKEN)",
                          headers={"WWW-Authenticate": "Bearer"})
 
 
 def no_token_configured() -> HTTPException:
     return HTTPException(503, "no admin token is configured: set FATHOM_ADMIN_TOKEN, or start "
-                              "`python -m fathom.server` once to have one issued")
+                              "`fathom server` once to have one issued")
 
 
 def refusal(status: int, message: str, problems: list[str] | None = None) -> HTTPException:

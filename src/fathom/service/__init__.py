@@ -65,7 +65,7 @@ from fathom.index.store import (
 from fathom.inference.budget import CloudBudget, current_project
 from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
-from fathom.inference.local import LocalEncoder
+from fathom.inference.encoders import local_encoder, quantized_writer
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
@@ -138,7 +138,7 @@ class Fathom:
     """Everything a front end needs, built from `Settings`.
 
     Heavy parts start lazily: the store opens on first use and the model loads on the first
-    embed, so `fathom projects` answers without loading torch.
+    embed, so `fathom projects` answers without loading a model.
     """
 
     def __init__(self, settings: Settings | None = None, *, encoder: Provider | None = None,
@@ -155,7 +155,10 @@ class Fathom:
         shared = self._shared = _shared_state(self.settings.store_url)
         self.routing = routing or (shared.routing() if shared else
                                    RoutingStore(self.settings.data_dir))
-        self.encoder: Provider = encoder or LocalEncoder.from_settings(self.settings)
+        self.encoder: Provider = encoder or local_encoder(self.settings)
+        # FATHOM_LOCAL_QUANTIZED: a faster copy of the embedded encoder, a provider of its own
+        # that writes a table in the reference's place once the gate cleared it there.
+        self.writer: Provider | None = quantized_writer(self.settings) if encoder is None else None
         self._store = store
         self.clock = clock
         self.records = ProjectRecords(self.settings.data_dir)
@@ -171,20 +174,32 @@ class Fathom:
         # The in-process encoder is a local provider like any sidecar: it pulls from the
         # embedding pools, and it is the default reference of every table it defines.
         self.gate.attach(self.encoder)
-        if self.encoder.id not in self.registry:
-            self.registry.add(self.encoder)
+        for own in (self.encoder, self.writer):
+            if own is not None and own.id not in self.registry:
+                self.registry.add(own)
         self._unbind_gate = self.gate.bind(self.registry)
-        self.router = router or Router(self.routing.load, self.registry,
-                                       is_cleared=self.gate.for_router(self._current_space))
+        self._gate_clears = self.gate.for_router(self._current_space)
+        self.router = router or Router(self.routing.load, self.registry, is_cleared=self._may_write)
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
 
     def warm_up(self, on_ready: Callable[[str], None] | None = None) -> Warmup:
-        """Start loading the in-process encoder in the background (once), so the first search
-        of a long-running front end does not wait for it; a search that comes earlier waits
-        for the same load (`fathom.service.warmup`)."""
+        """Start loading the in-process encoder in the background (once): a long-running front
+        end's first search waits for that load only if it comes earlier (`service.warmup`)."""
         if self.warmup is None:
             self.warmup = Warmup(self.encoder, on_ready=on_ready)
         return self.warmup.start()
+
+    def _may_write(self, role: Role, provider: Provider) -> bool:
+        """The router's clearance: the gate's, except that the embedded encoder steps aside
+        for its quantized writer wherever the gate cleared that one and it is available. Both
+        run on the same cores, so two of them pulling at once would only share them; the
+        reference still encodes every query and judges the writer."""
+        if not self._gate_clears(role, provider):
+            return False
+        writer = self.writer
+        if writer is not None and provider is self.encoder and self.registry.available(writer.id):
+            return not self._gate_clears(role, writer)
+        return True
 
     @property
     def store(self) -> Store:
@@ -300,6 +315,13 @@ class Fathom:
             except FathomError as exc:
                 # An unpinned embedding route, or its reference could not answer: uncleared.
                 log.warning("gate: %s not verified for the %s table: %s", p.id, table, exc)
+        writer = self.writer
+        refused = self.gate.verdict_for(space, writer) if writer is not None else None
+        if writer is not None and refused is not None and not refused.cleared:
+            log.warning("gate: FATHOM_LOCAL_QUANTIZED asks for %s, but the gate refused it for the "
+                        "%s table (%s); the reference %s writes it instead. Unset "
+                        "FATHOM_LOCAL_QUANTIZED to stop the check (or try int8 if int8-all was "
+                        "refused)", writer.id, table, refused.reason, reference.id)
         return verdicts
 
     def indexer(self, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = ()) -> Indexer:

@@ -45,7 +45,7 @@ class OperatorParts:
         part = getattr(self, name)
         if part is None:
             raise refusal(503, f"the {name} is not configured on this server; start it with "
-                               f"`python -m fathom.server` (which builds every part)")
+                               f"`fathom server` (which builds every part)")
         return part
 
     # -- policies ----------------------------------------------------------------------
