@@ -123,6 +123,16 @@ def _shared_state(store_url: str | None) -> _SharedState | None:
     return None
 
 
+def _cloud_width(anchor: Provider, set_width: int | None, table: str, role: Role) -> int:
+    """The width of a table a cloud anchor defines: the anchor's own, or the one the role sets."""
+    width = anchor.info.width or set_width
+    if width is None:
+        raise ConfigError(f"the width of the {table} table is unknown: the cloud anchor {anchor.id} "
+                          f"reports none and the {role} role sets none; set it with `fathom policy "
+                          f"set {role} --width N`")
+    return width
+
+
 def store_location(settings: Settings) -> str:
     """Where the index lives, for status output: a PostgreSQL URL with its password redacted,
     or the LanceDB folder."""
@@ -212,10 +222,8 @@ class Fathom:
     # ---- spaces: which encoder defines (and queries) each table
 
     def _current_space(self, role: Role) -> Space | None:
-        if role.table is None:
-            return None  # a role that writes no table has no space
-        try:
-            return self.space(role.table)
+        try:  # a role that writes no table has no space
+            return self.space(role.table) if role.table else None
         except FathomError:
             return None
 
@@ -246,12 +254,8 @@ class Fathom:
                 f"role {role} is under policy cloud but no pinned cloud route for "
                 f"{model or 'its model'} is connected: join a sidecar with the key pushed, or "
                 f"set `fathom policy set {role} --policy local`")
-        width = anchor.info.width or route.width
-        if width is None:
-            raise ConfigError(f"the width of the {table} table is unknown: the cloud anchor {anchor.id} "
-                              f"reports none and the {role} role sets none; set it with `fathom policy "
-                              f"set {role} --width N`")
-        return Space(table=table, model=anchor.info.model, width=width, reference=anchor.id)
+        return Space(table=table, model=anchor.info.model, reference=anchor.id,
+                     width=_cloud_width(anchor, route.width, table, role))
 
     def _local_references(self, role: Role, model: str) -> list[Provider]:
         return [p for p in self.registry.list(role, kind=Kind.LOCAL)
