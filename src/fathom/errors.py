@@ -56,7 +56,8 @@ class InvalidPolicy(ConfigError):
 
 
 class PinRequired(ConfigError):
-    """An embedding route without an upstream pin: refused before any probe (R4)."""
+    """An embedding route without an upstream pin: refused before any probe, since two
+    upstreams serving one model id can split a vector space."""
 
     def __init__(self, role: str, model: str | None = None):
         self.role = role
@@ -113,7 +114,8 @@ class WidthMismatch(StoreError):
 
 
 class NotCleared(StoreError):
-    """A row whose provenance is not a cleared verdict for the table (R3, second lock)."""
+    """A row whose provenance is not a cleared verdict for the table: the store, as the
+    gate's second lock, refuses it."""
 
     def __init__(self, table: str, provider_id: str, verdict_id: str | None, reason: str = ""):
         self.table, self.provider_id, self.verdict_id = table, provider_id, verdict_id
@@ -149,13 +151,14 @@ def is_disk_full(exc: BaseException) -> bool:
     """True for the failures a full disk or an exhausted quota produce, whether they come as
     an OSError or wrapped in another library's error (LanceDB reports `os error 28` in text)."""
     seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in _DISK_FULL_ERRNOS:
             return True
-        if any(t in str(exc).lower() for t in _DISK_FULL_TEXTS):
+        if any(t in str(cause).lower() for t in _DISK_FULL_TEXTS):
             return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+        cause = cause.__cause__ or cause.__context__
     return False
 
 

@@ -69,7 +69,7 @@ def sanitize(record: logging.LogRecord) -> logging.LogRecord:
     else:
         try:
             message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a broken format string is logging's problem, not ours
+        except Exception:  # a broken format string is logging's problem, not ours
             message = str(record.msg)
         if _needs_scrub(message):
             record.msg = scrub(message)
@@ -95,7 +95,7 @@ def install() -> None:
         def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
             return sanitize(previous(*args, **kwargs))
 
-        factory.fathom_logsafe = True  # type: ignore[attr-defined]
+        factory.fathom_logsafe = True  # type: ignore[attr-defined]  # a mark on the function
         logging.setLogRecordFactory(factory)
         _installed = True
 
@@ -127,7 +127,7 @@ class _Stderr(logging.StreamHandler):
     """Writes to `sys.stderr` as it is at each record, not as it was at start-up (a stream
     swapped and closed since, as a command run in-process leaves it, is never written to)."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stderr
 

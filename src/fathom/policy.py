@@ -1,4 +1,4 @@
-"""The four routing policies and the one table of their behaviours (R2).
+"""The four routing policies and the one table of their behaviours.
 
 Every other part (router, gate, status output, dashboard) reads `BEHAVIOUR`; none re-derives
 what a policy allows. This module decides nothing about live providers.
@@ -24,7 +24,7 @@ class Policy(StrEnum):
 
 
 class Reference(StrEnum):
-    """Which encoder an embedding table is checked against (R3)."""
+    """Which encoder an embedding table is checked against by the compatibility gate."""
 
     LOCAL = "local-ref"  # agreement with rows already written locally is the property
     CLOUD = "cloud-ref"  # no local vector is ever written; another cloud provider is the peer

@@ -1,4 +1,4 @@
-"""The five inference roles and their defaults (R1).
+"""The five inference roles and their defaults.
 
 This module owns the vocabulary only: which roles exist, which of them write a vector table
 (stateful), and what each defaults to. It does not route anything; see `policy.py`.

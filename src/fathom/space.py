@@ -3,7 +3,7 @@
 A table is one vector space of one fixed width, defined by its reference encoder. `Space` is
 that identity; `Clearance` is the store's question to the gate ("is this provenance a cleared
 verdict for this space?"). The store asks it before every write, so a row from an unverified
-encoder cannot land even if a caller forgot to ask the gate (R3, the second lock).
+encoder cannot land even if a caller forgot to ask the gate (the store is the second lock).
 """
 
 from __future__ import annotations

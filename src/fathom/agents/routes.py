@@ -21,7 +21,7 @@ API:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from fathom.config import RoleRoute, RoutingState, Settings
 from fathom.inference.budget import BudgetedProvider, CloudBudget
@@ -40,11 +40,13 @@ def cloud_provider(client: OpenRouterClient, role: Role, budget: CloudBudget, *,
     """The OpenRouter route of a stateless role, behind the key's budget.
 
     Unpinned by default: reranking and chat write nothing, so two upstreams serving the same
-    model id cannot split a vector space (R4 pins embedding routes only)."""
+    model id cannot split a vector space (only embedding routes must be pinned)."""
     role = Role.parse(role)
     if role in EMBEDDING_ROLES:
         raise ValueError(f"role {role} writes a table; its cloud route goes through the gate")
     model = model or DEFAULTS[role].model
+    if model is None:
+        raise ValueError(f"role {role} has no default model; name the model of its cloud route")
     inner = OpenRouterProvider(client, model=model, roles=[role], upstream=upstream)
     return BudgetedProvider(inner, budget)
 
@@ -78,6 +80,11 @@ def fallback_status(role_route: RoleRoute, role: Role | str | None = None) -> st
 CHAT_ROLES = (Role.CODE_ASSISTANT, Role.RLM)
 
 
+class _ChatOptions(TypedDict, total=False):
+    stream: bool
+    timeout: float
+
+
 def local_chat_providers(settings: Settings) -> list[Provider]:
     """This machine's local LLMs for the chat roles, from the settings: one provider per
     (URL, model), serving every chat role that names it. `ConfigError` for a URL without a
@@ -89,8 +96,11 @@ def local_chat_providers(settings: Settings) -> list[Provider]:
         target = settings.local_chat(role)
         if target is not None:
             wanted.setdefault(target, []).append(role)
-    options = {name: value for name, value in (("stream", settings.local_chat_stream),
-                                               ("timeout", settings.local_chat_timeout)) if value is not None}
+    options: _ChatOptions = {}  # what the settings leave unset keeps the backend's default
+    if settings.local_chat_stream is not None:
+        options["stream"] = settings.local_chat_stream
+    if settings.local_chat_timeout is not None:
+        options["timeout"] = settings.local_chat_timeout
     return [OpenAICompatibleChat(url, roles=roles, model=model, **options) for (url, model), roles in wanted.items()]
 
 

@@ -180,8 +180,9 @@ class ProjectTools:
     async def run(self, name: str, arguments: dict[str, Any]) -> ToolOutcome:
         """Run one tool call; a bad call comes back as an error outcome, never an exception,
         because the model must see the refusal and carry on."""
-        handlers = {"search_code": self._search_code, "search_docs": self._search_docs,
-                    "read_file": self._read_file, "list_dir": self._list_dir, "grep": self._grep}
+        handlers: dict[str, Callable[..., Awaitable[ToolOutcome]]] = {
+            "search_code": self._search_code, "search_docs": self._search_docs,
+            "read_file": self._read_file, "list_dir": self._list_dir, "grep": self._grep}
         handler = handlers.get(name)
         if handler is None:
             known = ", ".join(sorted(handlers))

@@ -1,2 +1,2 @@
-"""The sidecar fleet (R6, R7): the wire protocol, the server's hub, sidecar-backed providers,
+"""The sidecar fleet: the wire protocol, the server's hub, sidecar-backed providers,
 the sidecar agent and its local backends, and who may join."""

@@ -122,7 +122,7 @@ class Admissions:
             await refuse(ws, "join_refused", str(exc), CLOSE_UNAUTHORIZED)
             return None
         finally:
-            token = None  # noqa: F841 - the join token is a secret too; do not keep it in this frame
+            token = None  # the join token is a secret too; do not keep it in this frame
             frame = frame.model_copy(update={"token": None, "credential": None})  # nor the credential
         roles = [r.role for r in frame.routes]
         if len(set(roles)) != len(roles):
@@ -150,7 +150,7 @@ class Admissions:
         except TimeoutError:
             await refuse(ws, "register_timeout", f"no register frame within {timeout:g}s", CLOSE_POLICY)
             return None
-        except Exception:  # noqa: BLE001 - the peer went away before saying anything
+        except Exception:  # the peer went away before saying anything
             return None
         frame = parse_message(message, self.hub.pending_frame_bytes)
         if isinstance(frame, p.Register):

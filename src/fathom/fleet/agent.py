@@ -1,4 +1,4 @@
-"""`fathom sidecar`: a GPU host's agent in the fleet (R6, R7).
+"""`fathom sidecar`: a GPU host's agent in the fleet.
 
 This module owns the sidecar end: it connects out to the server's `/sidecar` WebSocket (wss;
 plain ws only to a loopback address), registers the roles it serves and how, heartbeats (load,
@@ -35,10 +35,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from fathom import __version__, logsafe
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
@@ -164,6 +164,10 @@ class _Key:
         raise TypeError("a secret cannot be pickled")
 
 
+# The throttles the budget tells apart (`ErrorInfo.throttle_kind`); any other is not one.
+_THROTTLE_KINDS: dict[str, Literal["429", "402"]] = {"429": "429", "402": "402"}
+
+
 def error_info(exc: BaseException) -> p.ErrorInfo:
     """A failed command as the server will see it: class name, scrubbed message, and what the
     budget needs to know about a throttle. Never the command's payload."""
@@ -174,7 +178,7 @@ def error_info(exc: BaseException) -> p.ErrorInfo:
     if throttle is None:
         names = {"RateLimited": "429", "InFlightBudgetExhausted": "402"}
         throttle = next((names[c.__name__] for c in type(exc).__mro__ if c.__name__ in names), None)
-    throttle = str(throttle) if throttle is not None else None
+    throttle_kind = _THROTTLE_KINDS.get(str(throttle)) if throttle is not None else None
     retry_after = getattr(exc, "retry_after", None)
     try:
         retry_after = float(retry_after) if retry_after is not None else None
@@ -186,7 +190,7 @@ def error_info(exc: BaseException) -> p.ErrorInfo:
         code=type(exc).__name__[:64],
         message=logsafe.scrub(str(exc))[:1000] or type(exc).__name__,
         retryable=bool(getattr(exc, "retryable", True)),
-        throttle_kind=throttle if throttle in ("429", "402") else None,
+        throttle_kind=throttle_kind,
         retry_after=retry_after,
     )
 
@@ -208,7 +212,7 @@ class Sidecar:
         name: str,
         backends: Mapping[Role, Provider],
         *,
-        backend_kinds: Mapping[Role, str] | None = None,
+        backend_kinds: Mapping[Role, p.BackendKind] | None = None,
         openrouter_base_url: str | None = None,
         cloud: bool = True,
         heartbeat_interval: float = 5.0,
@@ -251,7 +255,7 @@ class Sidecar:
     @staticmethod
     def _openrouter_available() -> bool:
         try:
-            import fathom.inference.openrouter  # noqa: F401
+            import fathom.inference.openrouter  # noqa: F401 - imported only to see that it imports
         except ImportError:  # pragma: no cover - shipped with fathom
             return False
         return True
@@ -269,7 +273,7 @@ class Sidecar:
                                       model=backend.info.model, width=backend.info.width,
                                       max_tokens=backend.info.max_tokens))
         return p.Register(name=self.name, routes=routes, cloud=self.cloud, key_present=self.key_present,
-                          versions=_versions(), credential=self._credential.reveal())
+                          versions=_versions(), credential=SecretStr(self._credential.reveal()))
 
     def heartbeat_frame(self) -> p.Heartbeat:
         return p.Heartbeat(load=max(0.0, float(self._load())), in_flight=self.in_flight,
@@ -382,7 +386,7 @@ class Sidecar:
             raise
         except NotServed as exc:
             return p.Result(id=cmd.id, ok=False, error=p.ErrorInfo(code="NotServed", message=str(exc), retryable=False))
-        except Exception as exc:  # noqa: BLE001 - a backend failure is an answer, not a crash
+        except Exception as exc:  # a backend failure is an answer, not a crash
             info = error_info(exc)
             log.warning("%s %s (%s) failed: %s: %s", cmd.op, cmd.role, cmd.route, info.code, info.message)
             if cmd.route == "cloud" and info.throttle_kind and self._storm.note(time.monotonic()):
@@ -429,7 +433,7 @@ class Sidecar:
                 log.warning("server %s answered HTTP %d at connect; retrying", url, status)
             except (OSError, TimeoutError) as exc:
                 log.warning("cannot reach %s (%s)%s; retrying", url, type(exc).__name__, tls_hint(url, exc))
-            except Exception as exc:  # noqa: BLE001 - any other connection failure: back off and retry
+            except Exception as exc:  # any other connection failure: back off and retry
                 log.warning("connection to %s failed (%s); retrying", url, type(exc).__name__)
             finally:
                 self.connected.clear()
@@ -497,7 +501,7 @@ class Sidecar:
                     task.add_done_callback(tasks.discard)
                 elif isinstance(frame, p.Config):
                     ack = await self.apply_config(frame)
-                    frame = None  # the parsed frame holds the key: keep no reference past this point
+                    del frame  # the parsed frame holds the key: keep no reference past this point
                     await send(p.encode(ack))
                 elif isinstance(frame, p.Error):
                     log.warning("server reported %s: %s", frame.code, frame.message)
@@ -530,7 +534,7 @@ def _system_load() -> float:
         return 0.0
 
 
-async def open_backends(specs: Sequence[str | BackendSpec]) -> tuple[dict[Role, Provider], dict[Role, str]]:
+async def open_backends(specs: Sequence[str | BackendSpec]) -> tuple[dict[Role, Provider], dict[Role, p.BackendKind]]:
     """Build (and, for in-process models, load off the event loop) the backends of `specs`."""
     parsed = [s if isinstance(s, BackendSpec) else parse_serve(s) for s in specs]
     roles = [s.role for s in parsed]
@@ -538,11 +542,11 @@ async def open_backends(specs: Sequence[str | BackendSpec]) -> tuple[dict[Role, 
         raise ConfigError("each role may be served once per sidecar: drop the duplicate --serve")
     shared: dict[tuple, Provider] = {}
     backends: dict[Role, Provider] = {}
-    kinds: dict[Role, str] = {}
+    kinds: dict[Role, p.BackendKind] = {}
     for spec in parsed:
         backend = await open_backend(spec, shared=shared)
         if spec.kind == "in-process":
-            await asyncio.to_thread(backend.load)  # type: ignore[attr-defined]
+            await asyncio.to_thread(backend.load)  # type: ignore[attr-defined]  # in-process: has load
         backends[spec.role] = backend
         kinds[spec.role] = spec.kind
     return backends, kinds
@@ -573,7 +577,7 @@ async def run_sidecar(
     sidecar = Sidecar(name, backends, backend_kinds=kinds, openrouter_base_url=openrouter_base_url, cloud=cloud,
                       heartbeat_interval=heartbeat_interval, credential=credential,
                       key_check_interval=key_check_interval)
-    credential = None  # noqa: F841 - the sidecar holds it now, hidden from every repr
+    del credential  # the sidecar holds it now, hidden from every repr
     if on_ready is not None:
         on_ready(sidecar)
     try:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Literal, Sequence
 
 import httpx
 import numpy as np
@@ -47,8 +47,12 @@ from fathom.inference.openrouter import (BadRequest, ContextLengthExceeded, Mode
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo
 from fathom.roles import Role
 
-KINDS = {"in-process": "in-process", "st": "in-process", "local": "in-process",
-         "openai-compatible": "openai-compatible", "openai": "openai-compatible", "tei": "tei"}
+# The backends a sidecar serves a role with (a subset of the protocol's `BackendKind`), by
+# every name `--serve` accepts for them.
+ServedKind = Literal["in-process", "openai-compatible", "tei"]
+KINDS: dict[str, ServedKind] = {"in-process": "in-process", "st": "in-process", "local": "in-process",
+                             "openai-compatible": "openai-compatible", "openai": "openai-compatible",
+                             "tei": "tei"}
 # The roles served by a chat model: only an OpenAI-compatible server can serve them.
 CHAT_ROLES = frozenset({Role.CODE_ASSISTANT, Role.RLM})
 # A local model takes its time: a long prompt on a small GPU can take minutes before the first
@@ -77,7 +81,7 @@ class BackendError(ProviderError):
 @dataclass(frozen=True)
 class BackendSpec:
     role: Role
-    kind: str  # in-process | openai-compatible | tei
+    kind: ServedKind
     target: str | None = None  # model folder, or server URL
     model: str | None = None
     width: int | None = None
@@ -255,7 +259,7 @@ def _scores(url: str, items: Any, n: int, key: str, shape: str) -> list[float]:
         raise BackendError(url, f"response is not {shape} (one finite score per document)") from None
     if any(s is None for s in scores):
         raise BackendError(url, f"rerank scored {sum(s is not None for s in scores)} of {n} documents")
-    return [float(s) for s in scores]  # type: ignore[arg-type]
+    return [float(s) for s in scores if s is not None]  # none is None: checked above
 
 
 class OpenAICompatibleChat(_HttpBackend):

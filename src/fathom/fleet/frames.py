@@ -50,7 +50,7 @@ class FrameReader:
         while not link.closed:
             try:
                 message = await link.ws.receive()
-            except Exception:  # noqa: BLE001 - receive after close, transport errors: all mean gone
+            except Exception:  # receive after close, transport errors: all mean gone
                 return
             if message.get("type") == "websocket.disconnect":
                 return
@@ -69,7 +69,7 @@ class FrameReader:
             link.bad_frames = 0
             try:
                 await self.dispatch(link, frame)
-            except Exception:  # noqa: BLE001 - one bad frame must never take the hub down
+            except Exception:  # one bad frame must never take the hub down
                 log.exception("sidecar %s: failed to handle a %s frame", link.name, frame.type)
 
     async def dispatch(self, link: Link, frame: p.Frame) -> None:

@@ -1,4 +1,4 @@
-"""The server end of the fleet (R6, R7): the `/sidecar` WebSocket, admission, the registry of
+"""The server end of the fleet: the `/sidecar` WebSocket, admission, the registry of
 connected sidecars, command/result correlation, and the config (and key) push.
 
 This module owns:
@@ -311,7 +311,7 @@ class Hub:
             return f"key missing on {provider.sidecar}"
         return None
 
-    async def command(self, name: str, op: str, role: Role, route: str, payload: dict[str, Any],
+    async def command(self, name: str, op: p.Op, role: Role, route: p.RouteKind, payload: dict[str, Any],
                       *, timeout: float | None = None) -> dict[str, Any]:
         """Send one command to an approved sidecar and await its result payload."""
         link = self.links.get(name)
@@ -380,8 +380,8 @@ class Hub:
         for name in sorted(n for n in self.admissions.claims if self.admissions.claimed(n)):
             out.append(claim_problem(name))
         for name in self.auth.approved_names():
-            link = self.links.get(name)
-            if link is None or link.claimed:
+            online = self.links.get(name)
+            if online is None or online.claimed:
                 out.append(f"sidecar {name} is offline")
         return out
 
@@ -436,7 +436,7 @@ class Hub:
             await asyncio.sleep(max(1.0, self.heartbeat_timeout / 3))
             try:
                 await self.reap()
-            except Exception:  # noqa: BLE001
+            except Exception:  # a failed sweep is logged; the next runs on time
                 log.exception("heartbeat reaper failed")
 
     async def aclose(self) -> None:
@@ -458,5 +458,5 @@ class Hub:
         for listener in list(self._listeners):
             try:
                 listener()
-            except Exception:  # noqa: BLE001
+            except Exception:  # one broken listener must not stop the others
                 log.exception("fleet change listener failed")

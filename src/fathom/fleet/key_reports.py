@@ -45,5 +45,5 @@ class KeyReports:
         for listener in list(self._listeners):
             try:
                 listener(record)
-            except Exception:  # noqa: BLE001
+            except Exception:  # one broken listener must not stop the others
                 log.exception("key check listener failed")

@@ -1,5 +1,5 @@
 """Key discovery across the fleet: the sidecar that holds the key reads its limits, the server's
-budget learns them (R5), and nothing secret crosses (R6).
+budget learns them, and nothing secret crosses (the key never leaves the sidecar).
 
 Only a sidecar holds the OpenRouter key, so only a sidecar can ask OpenRouter what the key may
 do: `GET /api/v1/key` (rate limit, credit cap, free tier) and `GET /api/v1/credits` (balance;
@@ -97,7 +97,7 @@ async def read_key(client: Any, reason: p.KeyCheckReason) -> p.KeyCheck:
         info = await client.key_info()
         credits = await client.credits()
         facts = facts_of(info, credits)
-    except Exception as exc:  # noqa: BLE001 - every failure is an outcome, not a crash
+    except Exception as exc:  # every failure is an outcome, not a crash
         outcome = outcome_of(exc)
         # The client scrubs the key from its messages; the class name is all a log needs.
         log.warning("key check (%s): %s (%s)", reason, outcome, type(exc).__name__)

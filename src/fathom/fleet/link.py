@@ -70,7 +70,7 @@ class Link:
         try:
             async with self._send_lock:
                 await self.ws.send_text(text)
-        except Exception:  # noqa: BLE001 - any transport failure means the same thing here
+        except Exception:  # any transport failure means the same thing here
             raise SidecarUnavailable(self.name, "connection lost while sending") from None
 
     def fail_all(self, reason: str) -> None:

@@ -1,4 +1,4 @@
-"""The wire protocol between the fathom server and its sidecars (R7): versioned frames.
+"""The wire protocol between the fathom server and its sidecars: versioned frames.
 
 This module owns the frame models, their size limit, and the one function that turns bytes off
 the wire into a frame or a typed rejection (`parse_frame`). Every frame carries `v` (the
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import numpy as np
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, StringConstraints, TypeAdapter, ValidationError,
@@ -30,7 +30,7 @@ from fathom.errors import FathomError
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION: Final = 1  # Final: its type is Literal[1], the one a frame's `v` accepts
 # An embed result of 64 texts × 2560-d is ~0.9 MB as base64 float32; 8 MiB leaves room for
 # bigger batches and chat transcripts while refusing a frame that would only be an attack.
 MAX_FRAME_BYTES = 8 * 1024 * 1024
@@ -206,7 +206,7 @@ class RoleConfig(_Model):
     def cloud_allowed(self, role: Role) -> bool:
         """Whether this routing lets an OpenRouter route serve `role`: the policy's behaviour
         allows cloud, the fallback is not local-only, a model is set, and an embedding route is
-        pinned to one upstream (R4: unpinned is refused, fail closed)."""
+        pinned to one upstream (unpinned is refused: fail closed)."""
         if self.policy is None or not BEHAVIOUR[self.policy].cloud or not self.model:
             return False
         if self.fallback is FallbackMode.LOCAL_ONLY:
@@ -297,7 +297,7 @@ def parse_frame(data: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES) -> Frame
             return _FRAME.validate_python(obj)
         except ValidationError as exc:
             return FrameError("invalid", f"invalid {kind} frame: {describe(exc)}", ref=ref)
-    except Exception as exc:  # noqa: BLE001 - the contract is "never raises"
+    except Exception as exc:  # the contract is "never raises"
         return FrameError("malformed", f"frame could not be parsed ({type(exc).__name__})")
 
 

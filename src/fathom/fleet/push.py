@@ -103,7 +103,7 @@ class ConfigPush:
                     # A new key (or none): what was known of the old one is void. Noted as it is
                     # sent, so the key check the sidecar makes on receiving it comes after.
                     hub.cloud_health.note(link.name, Outcome.RESET, "key forgotten" if forget_key else "key pushed")
-        key = None  # noqa: F841 - nothing below needs the key: drop this frame's reference now
+        key = None  # nothing below needs the key: drop this frame's reference now
         if waiting:
             await asyncio.wait(waiting.values(), timeout=hub.ack_timeout if timeout is None else timeout)
         self._collect(waiting, names, outcome)
@@ -157,7 +157,7 @@ class ConfigPush:
         try:
             await link.send(p.encode_config(cid, configs))
             await asyncio.wait_for(fut, self.hub.ack_timeout)
-        except Exception as exc:  # noqa: BLE001 - best effort; status shows the sidecar's key state
+        except Exception as exc:  # best effort; status shows the sidecar's key state
             log.info("sidecar %s did not acknowledge the stored config (%s)", link.name, type(exc).__name__)
         finally:
             link.acks.pop(cid, None)

@@ -22,7 +22,7 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 
 from fathom.errors import ProviderError, ProviderUnavailable
-from fathom.fleet.protocol import ErrorInfo, RouteKind, decode_vectors
+from fathom.fleet.protocol import ErrorInfo, Op, RouteKind, decode_vectors
 from fathom.inference.cloud_health import CloudHealth, Outcome
 from fathom.inference.openrouter import ContextLengthExceeded, ModelNotFound
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo, ToolCall
@@ -39,7 +39,7 @@ class SidecarChannel(Protocol):
 
     def route_unavailable_reason(self, provider: SidecarProvider) -> str | None: ...
 
-    async def command(self, name: str, op: str, role: Role, route: str, payload: dict[str, Any],
+    async def command(self, name: str, op: Op, role: Role, route: RouteKind, payload: dict[str, Any],
                       *, timeout: float | None = None) -> dict[str, Any]: ...
 
 
@@ -152,7 +152,7 @@ class SidecarProvider(Provider):
             max_tokens=max_tokens,
         )
 
-    async def _call(self, op: str, payload: dict[str, Any]) -> dict[str, Any]:
+    async def _call(self, op: Op, payload: dict[str, Any]) -> dict[str, Any]:
         if self.route == "cloud" and not self.hub.key_present(self.sidecar):
             raise KeyMissing(self.sidecar)
         if self.route != "cloud":

@@ -85,6 +85,6 @@ def chunk_file(
         if spec is None:
             return doc.windows_of_file()
         return chunk_code(doc, spec)
-    except Exception:  # noqa: BLE001 - the contract is "never raise"; windows index everything
+    except Exception:  # the contract is "never raise"; windows index everything
         log.warning("chunking %s as %s failed; indexing it as line windows", path, language, exc_info=True)
         return doc.windows_of_file()

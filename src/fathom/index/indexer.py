@@ -632,7 +632,7 @@ class Indexer:
         # does internally within one call, done here across the window).
         todo = sorted(todo, key=lambda c: len(c.text))
         texts = [embedding_text(c) for c in todo]
-        pending: asyncio.Task[None] | None = None
+        pending: asyncio.Task[int] | None = None
 
         async def sink(indices: list[int], vectors: np.ndarray, provider: Provider) -> None:
             nonlocal pending
@@ -645,8 +645,8 @@ class Indexer:
             pending = asyncio.create_task(asyncio.to_thread(
                 self.store.write, job.project, plan.table, rows, vectors, provenance,
                 slot=plan.slot))
-            pending.add_done_callback(lambda t, n=len(rows), pid=provider.id:  # noqa: B008 (bound now)
-                                      None if t.cancelled() or t.exception() else on_batch(n, pid))
+            n, pid = len(rows), provider.id  # a batch counts once it is stored
+            pending.add_done_callback(lambda t: None if t.cancelled() or t.exception() else on_batch(n, pid))
             await job.checkpoint()
 
         try:

@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -104,7 +105,7 @@ def read_rows(store: Store, project: str, table: str, batch_size: int = 1000,
     tbl = store._table(project, name)
     try:
         batches = tbl.search().limit(None).to_batches(batch_size)
-    except Exception:  # noqa: BLE001 - older LanceDB: a full read, sliced
+    except Exception:  # older LanceDB: a full read, sliced
         batches = tbl.to_arrow().to_batches(max_chunksize=batch_size)
     for rb in batches:
         if rb.num_rows == 0:
@@ -123,12 +124,21 @@ def read_rows(store: Store, project: str, table: str, batch_size: int = 1000,
                         for w in cols["written_at"]], kinds=cols.get("kind"))
 
 
+_T = TypeVar("_T")
+
+
+def _pick(values: list[_T], keep: list[int]) -> list[_T]:
+    return [values[i] for i in keep]
+
+
 def _take(batch: RowBatch, keep: list[int]) -> RowBatch:
-    return RowBatch(*(
-        [getattr(batch, f)[i] for i in keep] if f != "vectors" else batch.vectors[keep]
-        for f in ("chunk_ids", "content_hashes", "paths", "languages", "start_lines",
-                  "end_lines", "symbols", "texts", "vectors", "provider_ids", "verdict_ids",
-                  "written_at")), kinds=[batch.kind(i) for i in keep])
+    return RowBatch(
+        chunk_ids=_pick(batch.chunk_ids, keep), content_hashes=_pick(batch.content_hashes, keep),
+        paths=_pick(batch.paths, keep), languages=_pick(batch.languages, keep),
+        start_lines=_pick(batch.start_lines, keep), end_lines=_pick(batch.end_lines, keep),
+        symbols=_pick(batch.symbols, keep), texts=_pick(batch.texts, keep), vectors=batch.vectors[keep],
+        provider_ids=_pick(batch.provider_ids, keep), verdict_ids=_pick(batch.verdict_ids, keep),
+        written_at=_pick(batch.written_at, keep), kinds=[batch.kind(i) for i in keep])
 
 
 def migrate_table(source: Store, target: PostgresStore, project: str, table: str, *,
@@ -144,7 +154,7 @@ def migrate_table(source: Store, target: PostgresStore, project: str, table: str
         if not keep:
             continue
         part = batch if len(keep) == len(batch) else _take(batch, keep)
-        copied += target._copy_rows(project, table, part, slot=Slot.SHADOW)  # noqa: SLF001 - migration's own door
+        copied += target._copy_rows(project, table, part, slot=Slot.SHADOW)  # migration's own door
         done += len(part)
         if progress is not None:
             progress(project, table, done, total)

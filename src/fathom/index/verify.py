@@ -228,7 +228,7 @@ def _fts_problem(store: LanceStore, project: str, table: str) -> str | None:
         return f"the {table} table has no full-text index: every query is vector-only"
     try:
         tbl.search("fathom", query_type="fts").limit(1).to_arrow()
-    except Exception as exc:  # noqa: BLE001 - any failure means keyword search is gone
+    except Exception as exc:  # any failure means keyword search is gone
         return f"the {table} table's full-text index does not answer ({_short(exc)})"
     return None
 
@@ -257,7 +257,7 @@ async def repair_project(fathom: Repairer, check: ProjectCheck) -> None:
             elif problem.kind == DUPLICATE_IDS and isinstance(store, LanceStore):
                 problem.repaired = await asyncio.to_thread(_dedupe, store, project,
                                                            problem.table, problem.chunk_ids)
-            elif problem.kind == DAMAGED_ROWS:
+            elif problem.kind == DAMAGED_ROWS and problem.table is not None:
                 n = await asyncio.to_thread(store.delete, project, problem.table,
                                             chunk_ids=problem.chunk_ids)
                 problem.repaired = (f"deleted {n} damaged rows; the next `fathom index` "
@@ -330,7 +330,7 @@ def _rebuild_state(store: LanceStore, project: str) -> str:
         try:
             meta = store._db(project).open_table(name).schema.metadata or {}
             space = space_from_json(json.loads(meta[b"fathom.space"]))
-        except Exception:  # noqa: BLE001 - an unreadable table is left for collection
+        except Exception:  # an unreadable table is left for collection
             continue
         if space is None or space.table != kind:
             continue
@@ -371,7 +371,7 @@ def _dedupe(store: LanceStore, project: str, table: str | None, chunk_ids: list[
 
     assert table is not None
     name = store._slot_name(project, table, Slot.ACTIVE)
-    tbl = store._table(project, name)  # type: ignore[arg-type]
+    tbl = store._table(project, name)  # type: ignore[arg-type]  # the check found its active slot
     keep = []
     for i in range(0, len(chunk_ids), store.BATCH):
         rows = store._rows_where(tbl, in_list("chunk_id", chunk_ids[i:i + store.BATCH]))

@@ -115,6 +115,7 @@ from fathom.index.walking.selection import (
     Rules,
     Scope,
     Selection,
+    SelectionOptions,
 )
 
 # Every name the walker exported before its parts moved to `fathom.index.walking`.
@@ -124,7 +125,7 @@ __all__ = [
     "GENERATED", "GENERATED_MARKERS", "GENERATED_NAMES", "GENERATED_SUFFIXES", "GENERATED_TAG", "GITIGNORED",
     "IGNORED_DIR", "IGNORE_FILES", "ListedFile", "MAX_FILE_BYTES", "MAX_IGNORE_BYTES", "MINIFIED", "MISSING",
     "READ_SECONDS", "REFUSED_ROOTS", "RULES_FILE", "ReadRefused", "RefusedRoot", "Rules", "SECRET", "SLOW",
-    "SPECIAL", "SYMLINK", "Selection", "SourceFile", "Survey", "TOO_LARGE", "UNREADABLE", "WalkCancelled",
+    "SPECIAL", "SYMLINK", "Selection", "SelectionOptions", "SourceFile", "Survey", "TOO_LARGE", "UNREADABLE", "WalkCancelled",
     "WalkResult", "check_root", "decode", "find_secret", "read_one", "read_regular", "resolve_roots",
     "root_moved", "secret_by_name", "survey", "under_roots", "walk",
 ]

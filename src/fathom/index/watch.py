@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fathom import scope as project_scope
 from fathom.errors import ConfigError
-from fathom.index.walker import IGNORE_FILES, Selection, resolve_roots, root_moved
+from fathom.index.walker import IGNORE_FILES, Selection, SelectionOptions, resolve_roots, root_moved
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.config import Settings
@@ -69,14 +69,21 @@ class Syncable(Protocol):
     project takes, and an index run. Named here so that retrieval does not import the service
     above it."""
 
-    settings: Settings
-    records: ProjectBook
-    jobs: Mapping[str, Job]
+    # Read-only (properties), so the service may hold narrower types: a `JobTable` is a
+    # mapping of jobs, `ProjectRecords` a project book.
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def records(self) -> ProjectBook: ...
+
+    @property
+    def jobs(self) -> Mapping[str, Job]: ...
 
     @property
     def store(self) -> Store: ...
 
-    def selection_of(self, project: str, root: Path) -> dict[str, list[str]]: ...
+    def selection_of(self, project: str, root: Path) -> SelectionOptions: ...
 
     async def index(self, path: str | Path, project: str | None = None, *,
                     reason: str | None = None) -> IndexReport: ...
@@ -232,7 +239,7 @@ class ProjectSync:
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a folder that vanished: wait for it
+            except Exception as exc:  # a folder that vanished: wait for it
                 self.state, self.detail = "missing", f"cannot watch {self.root}: {exc}"
                 log.warning("watch of %s: %s; retrying", self.project, self.detail)
                 await self.sleep(self.retry.max_s)
@@ -280,7 +287,7 @@ class ProjectSync:
         except asyncio.CancelledError:
             self.pending |= taken
             raise
-        except Exception as exc:  # noqa: BLE001 - recorded, retried; the changes stay pending
+        except Exception as exc:  # recorded, retried; the changes stay pending
             self.pending |= taken
             self.failures += 1
             busy = _busy(exc)
@@ -311,7 +318,7 @@ class ProjectSync:
         if self.on_sync is not None:
             try:
                 self.on_sync(self.project, report, error)
-            except Exception:  # noqa: BLE001 - a reporter must not stop the sync
+            except Exception:  # a reporter must not stop the sync
                 log.exception("sync reporter failed")
 
     def view(self) -> dict[str, Any]:

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import datetime, UTC
 from email.utils import parsedate_to_datetime
-from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence, TypedDict
 
 import httpx
 import numpy as np
@@ -234,7 +234,8 @@ class Credits:
 
 
 def pin(slug: str, mode: Literal["order", "only"] = "order") -> dict[str, Any]:
-    """The provider routing object that pins one upstream, fallbacks off (R4)."""
+    """The provider routing object that pins one upstream, fallbacks off: an embedding route must
+    not be served by two upstreams."""
     if mode == "order":
         return {"order": [slug], "allow_fallbacks": False}
     if mode == "only":
@@ -538,7 +539,7 @@ class OpenRouterClient:
         message = self.__key.scrub(message)
         metadata = json.loads(self.__key.scrub(json.dumps(metadata, default=str)))
         retry_after = parse_retry_after(headers.get("retry-after"))
-        kw = dict(status=status, code=code, metadata=metadata, upstream_message=message)
+        kw: _ErrorFields = {"status": status, "code": code, "metadata": metadata, "upstream_message": message}
         said = f": {message}" if message else ""
         where = f"OpenRouter {path} answered {status}{said}"
         too_large = says_batch_too_large(f"{message} {_raw_text(metadata)}")
@@ -584,6 +585,15 @@ class OpenRouterClient:
         if status == 408 or status >= 500:
             return UpstreamError(f"{where}. The upstream failed; retry later.", **kw)
         return BadRequest(f"{where}. The request was refused; fix it before retrying.", **kw)
+
+
+class _ErrorFields(TypedDict):
+    """What every typed OpenRouter error carries of the answer that caused it."""
+
+    status: int
+    code: int | str | None
+    metadata: Mapping[str, Any]
+    upstream_message: str
 
 
 def _raw_text(metadata: Mapping[str, Any]) -> str:

@@ -147,7 +147,7 @@ def issue_tokens(app: object, settings: Settings, *, rotate_admin: bool = False,
     """The lines to print: each token issued now (first start or rotation), once."""
     from fathom.server.audit import COMMAND_LINE
 
-    state = app.state  # type: ignore[attr-defined]
+    state = app.state  # type: ignore[attr-defined]  # the FastAPI app, passed as object
     hub_auth, admin_auth, audit = state.hub.auth, state.admin_auth, state.audit
     lines = []
     if rotate_join:

@@ -40,6 +40,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from fathom import __version__, logsafe
 from fathom.config import RoutingStateDamaged, Settings
@@ -101,7 +102,7 @@ def _lifespan(parts: ServerParts) -> Callable[[FastAPI], Any]:
             # Failures only delay a project's sync (retried); they never stop the server.
             try:
                 await service.start_watching()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("live sync could not start; indexes change only when re-indexed")
         try:
             async with parts.mcp.running():
@@ -153,7 +154,10 @@ def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
 
     hub, metrics = parts.hub, parts.metrics
     parts.hub.mount(app)
-    app.add_route(MCP_PATH, parts.mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    # A Route around the ASGI app itself (add_route's type wants a request handler; Route
+    # takes either, and serves a non-function endpoint as the ASGI app it is).
+    app.router.routes.append(Route(MCP_PATH, parts.mcp, methods=["GET", "POST", "DELETE"],
+                                   include_in_schema=False))
     for route in not_oauth_routes():
         app.router.routes.append(route)
     app.include_router(admin_router(hub, parts.admin_auth, registry=parts.registry))
@@ -196,4 +200,4 @@ def _serve_openapi(app: FastAPI, require_admin: Callable[[Request], None]) -> No
             app.openapi_schema = doc
         return app.openapi_schema
 
-    app.openapi = schema  # type: ignore[method-assign]
+    app.openapi = schema  # type: ignore[method-assign]  # FastAPI's documented override

@@ -66,7 +66,7 @@ class BoundedH11Protocol(H11Protocol):
 
     limits = ConnectionLimits()
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # uvicorn passes a Transport
         self._head_timer: asyncio.TimerHandle | None = None
         # Counted before this one joins: WebSocket connections are in the same set.
         if len(self.server_state.connections) >= self.limits.max_connections:
@@ -98,8 +98,9 @@ class BoundedH11Protocol(H11Protocol):
             self._head_timer = self.loop.call_later(self.limits.header_timeout_s, self._head_timed_out)
 
     def _head_arrived(self) -> None:
-        if getattr(self, "_head_timer", None) is not None:
-            self._head_timer.cancel()  # type: ignore[union-attr]
+        timer = getattr(self, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
             self._head_timer = None
 
     def _head_timed_out(self) -> None:

@@ -93,7 +93,9 @@ class StaticToken:
 
         from fathom.fleet.auth import hash_token
 
-        return bool(token) and hmac.compare_digest(hash_token(token), self._hash)
+        if not token:
+            return False
+        return hmac.compare_digest(hash_token(token), self._hash)
 
 
 class McpRefusal(HTTPException):

@@ -70,8 +70,8 @@ class ExploreResult(BaseModel):
 # The LLM role each tool needs.
 ROLE_OF_TOOL = {"ask": Role.CODE_ASSISTANT, "explore": Role.RLM}
 # Model calls: the answer varies from call to call, and a cloud route may serve them.
-LLM_TOOL = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=False,
-                           openWorldHint=True)
+LLM_TOOL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=False,
+                           open_world_hint=True)
 Question = Annotated[str, Field(description="The question, in words.", min_length=1,
                                 max_length=4000)]
 

@@ -54,8 +54,8 @@ INSTRUCTIONS = (
 )
 
 
-READ_ONLY = ToolAnnotations(readOnlyHint=True, destructiveHint=False, idempotentHint=True,
-                            openWorldHint=False)
+READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                            open_world_hint=False)
 
 # Parameters, described for the agent that reads the tool list (default and bounds included).
 Query = Annotated[str, Field(description="What to look for: a few words, a question or an "
@@ -224,7 +224,7 @@ class ToolServer(MCPServer):
             return True
         try:
             return bool(predicate())
-        except Exception:  # noqa: BLE001 - a broken check hides the tool, never the list
+        except Exception:  # a broken check hides the tool, never the list
             log.exception("listing check of tool %s failed", name)
             return False
 
@@ -363,8 +363,8 @@ def _index_tool(server: MCPServer, fathom: Fathom) -> None:
     """`index_project`, with progress notifications while it runs."""
 
     @server.tool(title="Index a project",
-                 annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False,
-                                             idempotentHint=True, openWorldHint=False),
+                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=True, open_world_hint=False),
                  description="Index (or re-index) a project folder on the server's machine, "
                              "then keep it in sync as its files change. Incremental by "
                              "default: only chunks whose text is new are embedded (moved or "
@@ -433,8 +433,8 @@ def _project_tools(server: MCPServer, fathom: Fathom) -> None:
                                  watch=WatchStatus(**s.watch), include=s.include)
 
     @server.tool(title="Drop a project",
-                 annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True,
-                                             idempotentHint=True, openWorldHint=False),
+                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                             idempotent_hint=True, open_world_hint=False),
                  description="Remove a project from the index, and everything of it: both "
                              "tables, its record, its jobs and its live sync. The project's "
                              "folder is not touched; index_project brings it back. Cannot be "

@@ -176,7 +176,7 @@ class StateCollector:
                            ("providers", self._providers), ("jobs", self._jobs)):
             try:
                 yield from list(read())
-            except Exception:  # noqa: BLE001 - one broken part must not fail the whole scrape
+            except Exception:  # one broken part must not fail the whole scrape
                 log.exception("metrics: could not read the %s state", part)
 
     def _budget(self) -> Iterator[Metric]:

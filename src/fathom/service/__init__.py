@@ -54,6 +54,7 @@ from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' 
 from fathom.index.indexer import (
     Discovery, IndexProgress, IndexReport, Indexer, Job, check_project_root, space_for,
 )
+from fathom.index.walker import SelectionOptions
 from fathom.index.store import (
     TABLE_KINDS,
     DamagedProject,
@@ -120,6 +121,16 @@ def _shared_state(store_url: str | None) -> _SharedState | None:
     if store_url and store_url.startswith(("postgresql://", "postgres://")):
         return _SharedState(store_url)
     return None
+
+
+def _cloud_width(anchor: Provider, set_width: int | None, table: str, role: Role) -> int:
+    """The width of a table a cloud anchor defines: the anchor's own, or the one the role sets."""
+    width = anchor.info.width or set_width
+    if width is None:
+        raise ConfigError(f"the width of the {table} table is unknown: the cloud anchor {anchor.id} "
+                          f"reports none and the {role} role sets none; set it with `fathom policy "
+                          f"set {role} --width N`")
+    return width
 
 
 def store_location(settings: Settings) -> str:
@@ -211,8 +222,8 @@ class Fathom:
     # ---- spaces: which encoder defines (and queries) each table
 
     def _current_space(self, role: Role) -> Space | None:
-        try:
-            return self.space(role.table)
+        try:  # a role that writes no table has no space
+            return self.space(role.table) if role.table else None
         except FathomError:
             return None
 
@@ -243,8 +254,8 @@ class Fathom:
                 f"role {role} is under policy cloud but no pinned cloud route for "
                 f"{model or 'its model'} is connected: join a sidecar with the key pushed, or "
                 f"set `fathom policy set {role} --policy local`")
-        width = anchor.info.width or route.width
-        return Space(table=table, model=anchor.info.model, width=int(width), reference=anchor.id)
+        return Space(table=table, model=anchor.info.model, reference=anchor.id,
+                     width=_cloud_width(anchor, route.width, table, role))
 
     def _local_references(self, role: Role, model: str) -> list[Provider]:
         return [p for p in self.registry.list(role, kind=Kind.LOCAL)
@@ -306,7 +317,7 @@ class Fathom:
             try:
                 verdicts.append(await self.gate.verify(space, p, policy))
             except FathomError as exc:
-                # Unpinned (R4), or its reference could not answer: it stays uncleared.
+                # An unpinned embedding route, or its reference could not answer: uncleared.
                 log.warning("gate: %s not verified for the %s table: %s", p.id, table, exc)
         writer = self.writer
         refused = self.gate.verdict_for(space, writer) if writer is not None else None
@@ -325,7 +336,7 @@ class Fathom:
                                                      extra_ignores=tuple(extra_ignores)),
                        refused_roots=self.settings.refused_roots)
 
-    def selection_of(self, project: str, root: Path) -> dict[str, list[str]]:
+    def selection_of(self, project: str, root: Path) -> SelectionOptions:
         """What a walk of `project` takes beyond the built-in rules: its `include` globs (from
         its record) and the data dir when it lies inside the project (never index Fathom's
         own tables, nor let the watcher see their writes as edits)."""
@@ -400,7 +411,7 @@ class Fathom:
                 async with self._index_lock.setdefault(name, asyncio.Lock()):
                     if self._must_load(job):
                         starting("loading model")
-                        await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]
+                        await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]  # in-process: has load
                     starting("checking encoders")
                     for table in TABLE_KINDS:
                         await self.verify_providers(table)

@@ -292,7 +292,7 @@ class IndexJobs:
             if not job.finished:
                 job.state = JobState.CANCELLED
             raise
-        except Exception as exc:  # noqa: BLE001 - the job records it; the server goes on
+        except Exception as exc:  # the job records it; the server goes on
             if not job.finished:  # failed before the indexer took it (e.g. the store would not open)
                 job.state, job.error = JobState.FAILED, str(exc) or type(exc).__name__
             log.warning("index job %s (%s) failed: %s", job.id, job.project, job.error)

@@ -72,7 +72,7 @@ class Warmup:
         began = time.perf_counter()
         try:
             self.encoder.load()
-        except Exception as exc:  # noqa: BLE001 - the search that needs it meets the typed error
+        except Exception as exc:  # the search that needs it meets the typed error
             self.error = exc
         finally:
             self.seconds = time.perf_counter() - began
@@ -84,7 +84,7 @@ class Warmup:
         if self.on_ready is not None:
             try:
                 self.on_ready(line)
-            except Exception:  # noqa: BLE001 - a front end's display must not break the load
+            except Exception:  # a front end's display must not break the load
                 log.exception("showing that the encoder is ready failed")
 
     async def wait(self, notice: Notice | None = None, *, grace_s: float = 0.0) -> bool:

@@ -189,7 +189,7 @@ class AnnBuilder:
                 tbl.create_index("vector",
                                  config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
                                  replace=True)
-        except Exception as exc:  # noqa: BLE001 - dropped meanwhile, or another process won
+        except Exception as exc:  # dropped meanwhile, or another process won
             log.info("ANN index for %s of %s not built: %s", name, project, short(exc))
             with self.store._mutex:
                 self.failed.add(key)  # searches do not retry it; refresh/promote do

@@ -50,7 +50,7 @@ FANOUT_POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fathom-fanou
 
 class Store(ABC):
     """One contract, several backends. Validation and the clearance check live here, in the
-    only public write paths, so no backend can skip them (R3: the store is the second lock)."""
+    only public write paths, so no backend can skip them (the store is the gate's second lock)."""
 
     def __init__(self, clearance: Clearance | None = None, *,
                  clock: Callable[[], float] = time.time):

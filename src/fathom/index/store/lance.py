@@ -269,7 +269,7 @@ class LanceStore(Store):
         self._tables.pop((self.slug(project), name), None)
         try:
             self._db(project).drop_table(name)
-        except Exception as exc:  # noqa: BLE001 - a leftover is collected at the next promote
+        except Exception as exc:  # a leftover is collected at the next promote
             log.warning("could not drop old table %s of %s: %s", name, project, exc)
 
     # ---- spaces and slots
@@ -346,7 +346,7 @@ class LanceStore(Store):
                 if k in ("active", "shadow") and v}
         try:
             names = self._db(project).list_tables().tables
-        except Exception:  # noqa: BLE001
+        except Exception:  # unlistable now: the leftovers wait for the next collection
             return
         for name in names:
             if name not in live:
@@ -366,7 +366,7 @@ class LanceStore(Store):
                      matrix: np.ndarray, provenances: list[Provenance],
                      written_at: list[datetime]) -> None:
         name = self._slot_name(project, table, slot)
-        tbl = self._table(project, name)  # type: ignore[arg-type]
+        tbl = self._table(project, name)  # type: ignore[arg-type]  # the slot is written to
         data = rows_table(tbl.schema, rows, matrix, provenances, written_at)
         self._merge(tbl, data)
         if slot is Slot.ACTIVE:
@@ -399,7 +399,7 @@ class LanceStore(Store):
                          matrix: np.ndarray, provenance: Provenance,
                          written_at: datetime) -> int:
         name = self._slot_name(project, table, slot)
-        tbl = self._table(project, name)  # type: ignore[arg-type]
+        tbl = self._table(project, name)  # type: ignore[arg-type]  # the slot is written to
         data = replaced_rows(tbl, project, table, chunk_ids, matrix, provenance, written_at)
         self._merge(tbl, data)
         if slot is Slot.ACTIVE:

@@ -54,10 +54,10 @@ def replaced_rows(tbl: Any, project: str, table: str, chunk_ids: list[str], matr
             f"project {project!r} table {table!r}: {len(missing)} chunk ids to re-embed are "
             f"not in the table (e.g. {missing[:3]}); nothing was replaced"
         )
-        err.missing = missing  # type: ignore[attr-defined]
+        err.missing = missing  # type: ignore[attr-defined]  # evidence for the caller
         raise err
     order = {cid: i for i, cid in enumerate(chunk_ids)}
-    existing = existing.select(tbl.schema.names)  # type: ignore[union-attr]
+    existing = existing.select(tbl.schema.names)  # type: ignore[union-attr]  # not None: rows were found
     idx = [order[c] for c in existing["chunk_id"].to_pylist()]
     width = matrix.shape[1]
     n = existing.num_rows

@@ -92,7 +92,7 @@ class LanceSearch:
                     search = search.where(where.lance_sql(), prefilter=True)
                 res = search.limit(k).select([*HIT_COLUMNS, "_score"]).to_arrow()
                 break
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 if attempt == 1 and store._active(project, table)[0] != name:
                     continue  # promoted (and the old table dropped) under our feet: retry
                 # A keyword query LanceDB cannot answer must not take the vector half down.
@@ -185,4 +185,4 @@ def best_hits(pool: list[Candidate], k: int, table: str, kind: str) -> list[Hit]
                          table, [score for *_, score in items], kind, project)
         for (pos, _, _), hit in zip(items, hits, strict=True):
             out[pos] = hit
-    return out  # type: ignore[return-value]
+    return out  # type: ignore[return-value]  # every slot filled above

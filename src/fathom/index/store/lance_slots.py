@@ -38,7 +38,7 @@ class LanceSlots:
                 entry["space"] = space_to_json(space)
                 entry["generation"] = entry.get("generation", 0) + 1
             elif current != space:
-                raise SpaceMismatch(project, table, current, space)  # type: ignore[arg-type]
+                raise SpaceMismatch(project, table, current, space)  # type: ignore[arg-type]  # set with active
             else:
                 self._check_table_metadata(project, entry["active"], space)
         return store.table_info(project, table)

@@ -217,7 +217,7 @@ class Database:
 
         try:
             register_vector(conn)
-        except Exception:  # noqa: BLE001 - the extension may not exist yet in a fresh database
+        except Exception:  # the extension may not exist yet in a fresh database
             self.ensure_extension(conn)
             register_vector(conn)
 

@@ -35,7 +35,7 @@ def pg_lock_holder(db: Database, q: Callable[..., Any], project: str) -> LockHol
         " AND k.classid = %s::int4::oid AND k.objid = hashtext(%s)::oid AND k.objsubid = 2)"),
         (project, LOCK_NAMESPACE, project)).fetchone()
     if row is not None:
-        return LockHolder(project, row[0], row[1], int(row[2]), utc(row[3]))  # type: ignore[arg-type]
+        return LockHolder(project, row[0], row[1], int(row[2]), utc(row[3]))  # type: ignore[arg-type]  # backend_start is set
     # Not recorded (yet): the holding session's application_name still names the server.
     row = conn.execute(
         "SELECT a.application_name, host(a.client_addr), a.pid, a.backend_start "
@@ -47,7 +47,7 @@ def pg_lock_holder(db: Database, q: Callable[..., Any], project: str) -> LockHol
         return None
     name = (row[0] or "").removeprefix("fathom-lock:")
     return LockHolder(project, name or "unknown", row[1] or "local", int(row[2]),
-                      utc(row[3]))  # type: ignore[arg-type]
+                      utc(row[3]))  # type: ignore[arg-type]  # backend_start is set
 
 @contextlib.contextmanager
 def hold_pg_index_lock(db: Database, q: Callable[..., Any], project: str, holder: str | None,

@@ -107,7 +107,7 @@ class PgSearch:
             params, ef = self._vector_params(q, k, where)
             with conn.transaction():
                 self._tune_ann(conn, ptr["active"], ef)
-                rows = conn.execute(self._vector_sql(ptr["active"], space.width, where),  # type: ignore[union-attr]
+                rows = conn.execute(self._vector_sql(ptr["active"], space.width, where),  # type: ignore[union-attr]  # active: has a space
                                     params).fetchall()
             return [hit_from_row(r, table, "vector") for r in rows]
 
@@ -126,7 +126,7 @@ class PgSearch:
         with conn.transaction():
             self._tune_ann(conn, ptr["active"], ef)
             rows = conn.execute(sql.SQL("EXPLAIN ") + self._vector_sql(ptr["active"],
-                                                                       space.width),  # type: ignore[union-attr]
+                                                                       space.width),  # type: ignore[union-attr]  # active: has a space
                                 params).fetchall()
         return "\n".join(r[0] for r in rows)
 

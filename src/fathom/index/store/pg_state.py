@@ -139,7 +139,7 @@ class PgRoutingStore(RoutingStore):
     routes at once never lose each other's change. Only safe fields exist in `RoutingState`
     (no key field, unknown fields refused), so nothing secret can reach the table."""
 
-    def __init__(self, source: PostgresStore | Database | str):  # noqa: D107 - no data_dir
+    def __init__(self, source: PostgresStore | Database | str):  # not RoutingStore's: no data dir, the database holds the state
         self.db = _database(source)
         self.path = None  # type: ignore[assignment]  # not a file
 

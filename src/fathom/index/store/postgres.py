@@ -165,7 +165,7 @@ class PostgresStore(Store):
                     "WHERE project = %s AND kind = %s"),
                     (name, json.dumps(space_to_json(space)), project, table))
             elif current != space:
-                raise SpaceMismatch(project, table, current, space)  # type: ignore[arg-type]
+                raise SpaceMismatch(project, table, current, space)  # type: ignore[arg-type]  # set with active
             else:
                 stored = self._tables.table_space(conn, ptr["active"])
                 if stored != space:
@@ -231,7 +231,7 @@ class PostgresStore(Store):
             with conn.transaction():
                 conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
                              (self.index_build_mem,))
-                self._tables.build_indexes(conn, name, space.width)  # type: ignore[union-attr]
+                self._tables.build_indexes(conn, name, space.width)  # type: ignore[union-attr]  # a shadow has a space
             conn.execute(self._tables.q("ANALYZE {t}", t=name))
             names[table] = name
         stamp = utc(last_indexed) or datetime.fromtimestamp(self.clock(), tz=UTC)
@@ -277,7 +277,7 @@ class PostgresStore(Store):
         with conn.transaction():
             conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
                          (self.index_build_mem,))
-            self._tables.build_indexes(conn, ptr["active"], space.width)  # type: ignore[union-attr]
+            self._tables.build_indexes(conn, ptr["active"], space.width)  # type: ignore[union-attr]  # active: has one
         conn.execute(self._tables.q("ANALYZE {t}", t=ptr["active"]))
         conn.execute(self._tables.q("UPDATE {s}.slots SET generation = generation + 1 "
                              "WHERE project = %s AND kind = %s"), (project, table))
@@ -329,7 +329,7 @@ class PostgresStore(Store):
                 "SELECT DISTINCT ON (content_hash) content_hash, vector, provider_id, "
                 "verdict_id, written_at FROM {t} WHERE content_hash = ANY(%s) "
                 "ORDER BY content_hash, written_at", t=name), (hashes,)).fetchall()
-            return {h: StoredVector(as_array(v), Provenance(p, vid), utc(at))  # type: ignore[arg-type]
+            return {h: StoredVector(as_array(v), Provenance(p, vid), utc(at))  # type: ignore[arg-type]  # columns are NOT NULL
                     for h, v, p, vid, at in rows}
 
         return self._retrying(read)
@@ -364,7 +364,7 @@ class PostgresStore(Store):
         conn = self.db.conn()
         with conn.transaction():
             name = self._tables.slot_name(conn, project, table, slot)
-            tbl = sql.Identifier(self.db.schema, name)  # type: ignore[arg-type]
+            tbl = sql.Identifier(self.db.schema, name)  # type: ignore[arg-type]  # the slot is written to
             found = {r[0] for r in conn.execute(sql.SQL(
                 "SELECT chunk_id FROM {} WHERE chunk_id = ANY(%s) FOR UPDATE").format(tbl),
                 (chunk_ids,)).fetchall()}
@@ -373,7 +373,7 @@ class PostgresStore(Store):
                 err = StoreError(
                     f"project {project!r} table {table!r}: {len(missing)} chunk ids to re-embed "
                     f"are not in the table (e.g. {missing[:3]}); nothing was replaced")
-                err.missing = missing  # type: ignore[attr-defined]
+                err.missing = missing  # type: ignore[attr-defined]  # evidence for the caller
                 raise err
             conn.execute("CREATE TEMP TABLE IF NOT EXISTS fathom_revector "
                          "(chunk_id text, vector vector) ON COMMIT DELETE ROWS")
@@ -513,7 +513,7 @@ class PostgresStore(Store):
     def written_since(self, project: str, table: str, since: datetime,
                       provider_id: str | None = None) -> list[ManifestEntry]:
         check_table_kind(table)
-        since = utc(since)  # type: ignore[assignment]
+        since = utc(since)  # type: ignore[assignment]  # a datetime in, a datetime out
 
         def read(conn: Any) -> list[ManifestEntry]:
             name = self._tables.slot_name(conn, project, table, Slot.ACTIVE)
@@ -566,7 +566,7 @@ class PostgresStore(Store):
                 symbols=list(cols_[6]), texts=list(cols_[7]),
                 vectors=np.vstack([as_array(v) for v in cols_[8]]),
                 provider_ids=list(cols_[9]), verdict_ids=list(cols_[10]),
-                written_at=[utc(w) for w in cols_[11]], kinds=list(cols_[12]))  # type: ignore[misc]
+                written_at=[utc(w) for w in cols_[11]], kinds=list(cols_[12]))  # type: ignore[misc]  # rows are untyped tuples
             after = rows[-1][0]
 
     # ---- one indexer per project across servers

@@ -77,7 +77,7 @@ def validate_vectors(space: Space, table: str, vectors: Any, n: int) -> np.ndarr
             f"table {table!r}: vectors at rows {bad} contain NaN or infinity (an encoder "
             f"fault); nothing was written"
         )
-        err.rows = bad  # type: ignore[attr-defined]
+        err.rows = bad  # type: ignore[attr-defined]  # evidence for the caller
         raise err
     norms = np.linalg.norm(arr, axis=1)
     if (norms == 0).any():
@@ -86,7 +86,7 @@ def validate_vectors(space: Space, table: str, vectors: Any, n: int) -> np.ndarr
             f"table {table!r}: vectors at rows {bad} are all zeros (no direction, cosine is "
             f"undefined); nothing was written"
         )
-        err.rows = bad  # type: ignore[attr-defined]
+        err.rows = bad  # type: ignore[attr-defined]  # evidence for the caller
         raise err
     # Stored rows are unit vectors, whoever encoded them (cosine does not change), so a
     # vector of another length in a table is damage that `fathom store verify` can name. Rows

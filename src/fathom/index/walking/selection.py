@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypedDict
 
 import pathspec
 
@@ -42,6 +43,14 @@ class Scope:
     git: Rules
     fathom: Rules
     restricted: bool = False
+
+
+class SelectionOptions(TypedDict):
+    """A project's own part of its `Selection`, as the service keeps it (`Fathom.selection_of`):
+    the keywords a `Selection` takes beyond the root."""
+
+    include: list[str]
+    extra_ignores: list[str]
 
 
 class Selection:

@@ -1,4 +1,4 @@
-"""One budget per OpenRouter key, above every cloud provider (R5).
+"""One budget per OpenRouter key, above every cloud provider.
 
 OpenRouter limits by key, not by caller: three providers each capped at eight in flight are
 twenty-four requests on one shared budget, so the cap must sit above all of them. The parts,

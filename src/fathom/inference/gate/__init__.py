@@ -1,4 +1,4 @@
-"""The compatibility gate (R3), route pinning (R4) and row provenance.
+"""The compatibility gate, the pinning of embedding routes to one upstream, row provenance.
 
 A provider that has not passed the gate never serves a single text: the pool asks
 `Gate.is_cleared` before it lets a provider pull work, and the store asks `GateClearance`
@@ -24,7 +24,7 @@ from fathom.inference.gate.core import (
     DEFAULT_RECHECK_INTERVAL_S, Gate, GateEvent, GateRefused, check_pin, choose_anchor,
     raise_if_refused,
 )
-from fathom.inference.gate.golden import Golden, GoldenStore
+from fathom.inference.gate.golden import Golden, GoldenStore, GoldenVectors
 from fathom.inference.gate.judge import GateUnavailable, identity, role_for
 from fathom.inference.gate.verdict import (
     Coverage, JsonVerdictStore, Status, Verdict, VerdictKey, VerdictStore, Watched, verdict_id_for,
@@ -33,7 +33,7 @@ from fathom.inference.probes import Probe, ProbeSet, load_probes
 
 __all__ = [
     "AuditReport", "AuditableStore", "Coverage", "DEFAULT_RECHECK_INTERVAL_S", "Evidence", "Gate",
-    "GateClearance", "GateEvent", "GateRefused", "GateUnavailable", "Golden", "GoldenStore",
+    "GateClearance", "GateEvent", "GateRefused", "GateUnavailable", "Golden", "GoldenStore", "GoldenVectors",
     "JsonVerdictStore", "MIN_COSINE", "Probe", "ProbeSet", "ReembedReport", "Status",
     "SuspectRows", "Verdict", "VerdictKey", "VerdictRows", "VerdictStore", "Watched", "audit", "check_pin",
     "choose_anchor", "identity", "inspect", "load_probes", "raise_if_refused", "reembed",

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-# The floor from the design (R3): 0.976 looked right in a spot check and was not
+# The floor of the compatibility gate: 0.976 looked right in a spot check and was not
 # interchangeable. Strictly greater than this, on every probe.
 MIN_COSINE = 0.99
 

@@ -1,4 +1,4 @@
-"""The store's second lock (R3): a row lands only under a cleared, current gate verdict.
+"""The store's second lock: a row lands only under a cleared, current gate verdict.
 
 `GateClearance` is the `fathom.space.Clearance` the store asks before every write and every
 re-embedding. It refuses a provenance whose verdict is missing, belongs to another provider or

@@ -1,4 +1,4 @@
-"""The gate: who may write rows into a vector space (R3) and whose route is pinned (R4).
+"""The gate: who may write rows into a vector space, and which routes must be pinned.
 
 It owns the decision and its lifecycle: the decision itself is the `Judge`'s (`judge`: pick
 the reference the policy calls for, embed the probe set through candidate and reference, turn
@@ -30,7 +30,7 @@ from typing import Any, Awaitable, Callable, Iterable, Sequence
 
 from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError
 from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
-from fathom.inference.gate.golden import Golden, GoldenStore
+from fathom.inference.gate.golden import Golden, GoldenStore, GoldenVectors
 # GateUnavailable: raised by the judge, still importable from here as it always was.
 from fathom.inference.gate.judge import GateUnavailable as GateUnavailable
 from fathom.inference.gate.judge import Judge, identity, role_for
@@ -80,7 +80,7 @@ Listener = Callable[[GateEvent], "Awaitable[None] | None"]
 
 
 def check_pin(role: Role | str, provider: Provider) -> None:
-    """R4, fail closed: a cloud route for an embedding role must name its upstream. Reranking
+    """Fail closed: a cloud route for an embedding role must name its upstream. Reranking
     (and chat) write nothing, so they need none."""
     role = Role.parse(role)
     if role in EMBEDDING_ROLES and provider.info.is_cloud and not provider.info.upstream:
@@ -112,18 +112,21 @@ class Gate:
         data_dir: Path | str | None = None,
         *,
         verdicts: VerdictStore | None = None,
-        golden: GoldenStore | None = None,
+        golden: GoldenVectors | None = None,
         probes: ProbeSet | None = None,
         now: Callable[[], float] = time.time,
         clock: Any = None,
         threshold: float = MIN_COSINE,
         recheck_interval_s: float = DEFAULT_RECHECK_INTERVAL_S,
     ):
-        if data_dir is None and (verdicts is None or golden is None):
-            raise ConfigError("Gate needs a data dir (or both a verdict store and a golden store)")
-        base = Path(data_dir) / "gate" if data_dir is not None else None
-        self.verdicts: VerdictStore = verdicts or JsonVerdictStore(base / "verdicts.json")  # type: ignore[operator]
-        self.golden: GoldenStore = golden or GoldenStore(base / "golden")  # type: ignore[operator]
+        if verdicts is None or golden is None:
+            if data_dir is None:
+                raise ConfigError("Gate needs a data dir (or both a verdict store and a golden store)")
+            base = Path(data_dir) / "gate"
+            verdicts = verdicts or JsonVerdictStore(base / "verdicts.json")
+            golden = golden or GoldenStore(base / "golden")
+        self.verdicts: VerdictStore = verdicts
+        self.golden: GoldenVectors = golden
         self.probes = probes or load_probes()
         self._now = now
         self._clock = clock
@@ -325,7 +328,7 @@ class Gate:
         An existing verdict for the same key is returned as is unless `force`.
         """
         policy = Policy.parse(policy)
-        check_pin(role_for(space), provider)  # R4 first: not one request before this passes
+        check_pin(role_for(space), provider)  # the pin first: not one request before it passes
         for p in (provider, *peers):
             self.attach(p)
         regime = BEHAVIOUR[policy].reference
@@ -353,7 +356,7 @@ class Gate:
                     self._untrack(space, provider.id)
         if verdict is None:
             await self.on_reconnect(provider)
-            return self.verdict_for(space, provider)  # type: ignore[return-value]
+            return self.verdict_for(space, provider)  # type: ignore[return-value]  # judged just now
         log.info("gate: %s", verdict.status_line())
         await self._emit(GateEvent("cleared" if verdict.cleared else "refused", space,
                                    provider.id, verdict))
@@ -482,7 +485,7 @@ class Gate:
                 break
             try:
                 await self.recheck_all()
-            except Exception:  # noqa: BLE001 - keep watching; the failure is logged with its trace
+            except Exception:  # keep watching; the failure is logged with its trace
                 log.exception("gate: re-probe round failed")
             done += 1
 
@@ -540,7 +543,7 @@ class Gate:
                 result = listener(event)
                 if _inspect.isawaitable(result):
                     await result
-            except Exception:  # noqa: BLE001 - one broken listener must not stop a quarantine
+            except Exception:  # one broken listener must not stop a quarantine
                 log.exception("gate: listener failed on %s", event.kind)
 
 

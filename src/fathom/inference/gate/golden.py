@@ -16,6 +16,7 @@ import base64
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -37,7 +38,18 @@ class Golden:
         return int(self.vectors.shape[1])
 
 
+class GoldenVectors(Protocol):
+    """Where golden vectors live: JSON files (`GoldenStore`), or a PostgreSQL table for a
+    multi-server deployment (`fathom.index.pgstore.PgGoldenStore`)."""
+
+    def get(self, space_key: str, probe_set: str | None = None) -> Golden | None: ...
+
+    def put(self, golden: Golden) -> None: ...
+
+
 class GoldenStore:
+    """The golden vectors of each space, one JSON file per space under `folder`."""
+
     def __init__(self, folder: Path):
         self.folder = Path(folder)
 

@@ -14,7 +14,7 @@ from typing import Any, Awaitable, Callable
 
 from fathom.errors import ConfigError, ProviderError, ProviderUnavailable
 from fathom.inference.gate.check import Evidence, inspect
-from fathom.inference.gate.golden import Golden, GoldenStore
+from fathom.inference.gate.golden import Golden, GoldenVectors
 from fathom.inference.gate.verdict import Coverage, Verdict, VerdictKey, VerdictStore, verdict_id_for
 from fathom.inference.probes import ProbeSet
 from fathom.inference.provider import Provider
@@ -54,7 +54,7 @@ def identity(provider: Provider) -> str:
 class Judge:
     """Reaches verdicts for one gate: its probes, golden store, threshold and live fleet."""
 
-    def __init__(self, *, probes: ProbeSet, golden: GoldenStore, verdicts: VerdictStore,
+    def __init__(self, *, probes: ProbeSet, golden: GoldenVectors, verdicts: VerdictStore,
                  providers: dict[str, Provider], threshold: float, now: Callable[[], float],
                  is_cleared: Callable[[Space, Provider], bool],
                  quarantine_if_cleared: Callable[[Space, Provider, str, Evidence], Awaitable[None]]):
