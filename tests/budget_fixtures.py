@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -21,8 +21,8 @@ import asyncio
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pytest
 import uvicorn

@@ -21,9 +21,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
 import httpx
 import numpy as np

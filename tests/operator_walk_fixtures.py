@@ -25,8 +25,17 @@ import httpx
 import numpy as np
 
 from fathom.devtools.emulator import MINILM, EmulatorControl
-from tests.fleet_fixtures import (ADMIN, PY, Proc, ProcessGroup, free_port, spawn_emulator, spawn_server,
-                                  spawn_sidecar, wait_until)
+from tests.fleet_fixtures import (
+    ADMIN,
+    PY,
+    Proc,
+    ProcessGroup,
+    free_port,
+    spawn_emulator,
+    spawn_server,
+    spawn_sidecar,
+    wait_until,
+)
 
 SIDECAR = "gpu1"
 PROJECT = "walk"

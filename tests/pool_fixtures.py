@@ -8,15 +8,15 @@ for its index. Faults are scripted per call (`script(call_no, now) -> action`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
-from tests.fake_clock import FakeClock
 from fathom.errors import ProviderError, ProviderUnavailable
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.roles import Role
+from tests.fake_clock import FakeClock
 
 WIDTH = 4
 

@@ -14,7 +14,12 @@ from fastapi.routing import APIRoute
 from fathom.inference.provider import Kind
 from fathom.roles import Role
 from tests.admin_fixtures import (  # noqa: F401
-    METRICS, FakeEncoder, Operator, build_operator_app, make_project, operator,
+    METRICS,
+    FakeEncoder,
+    Operator,
+    build_operator_app,
+    make_project,
+    operator,
 )
 from tests.fleet_fixtures import ADMIN, Fleet, HashEmbedder, serve_in_loop, wait_for
 

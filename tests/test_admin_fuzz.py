@@ -14,15 +14,14 @@ refused, with a 4xx naming the fix.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
-
-import httpx
 
 from fathom.config import RoutingStore
 from fathom.roles import Role

@@ -16,9 +16,9 @@ from fathom.agents import (
     ProjectTools,
     fallback_status,
 )
-from fathom.inference.calls import CloudForbidden, call_role
 from fathom.config import RoleRoute
 from fathom.inference.budget import CloudBudget
+from fathom.inference.calls import CloudForbidden, call_role
 from fathom.inference.provider import ChatResult
 from fathom.policy import Policy
 from fathom.roles import DEFAULTS, FallbackMode, Role

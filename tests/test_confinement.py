@@ -17,8 +17,9 @@ import json
 import os
 import time
 import tracemalloc
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import httpx2
 import pytest

@@ -9,13 +9,16 @@ names an upstream other than the pinned one.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from fathom.clock import SystemClock
 from fathom.inference.openrouter import (
-    InvalidResponse, OpenRouterClient, OpenRouterProvider, UpstreamError, UpstreamMismatch,
+    InvalidResponse,
+    OpenRouterClient,
+    OpenRouterProvider,
+    UpstreamError,
+    UpstreamMismatch,
 )
 from fathom.inference.pool import Pool
 from fathom.inference.provider import Provider

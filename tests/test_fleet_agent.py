@@ -9,8 +9,8 @@ from fastapi import FastAPI
 from fathom.errors import ConfigError
 from fathom.fleet import protocol as p
 from fathom.fleet.agent import Backoff, InsecureServerURL, Sidecar, error_info, server_url
-from fathom.fleet.command import main
 from fathom.fleet.backends import BackendError, TEIBackend, open_backend, parse_serve
+from fathom.fleet.command import main
 from fathom.inference.openrouter import InFlightBudgetExhausted, RateLimited
 from fathom.roles import Role
 from tests.fleet_fixtures import HashEmbedder, serve_in_loop

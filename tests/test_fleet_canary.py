@@ -30,8 +30,18 @@ import pytest
 from fathom.devtools.emulator import EmulatorControl
 from fathom.fleet.remote import KeyMissing
 from fathom.roles import Role
-from tests.fleet_fixtures import (ADMIN, JOIN, PY, ProcessGroup, build_app, free_port, serve_in_loop, spawn_emulator,
-                                  spawn_sidecar, wait_for)
+from tests.fleet_fixtures import (
+    ADMIN,
+    JOIN,
+    PY,
+    ProcessGroup,
+    build_app,
+    free_port,
+    serve_in_loop,
+    spawn_emulator,
+    spawn_sidecar,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -32,10 +32,20 @@ import numpy as np
 import pytest
 
 from fathom.config import Settings
-from fathom.index.indexer import discover
 from fathom.index.backend import open_store
-from tests.fleet_fixtures import (ADMIN, JOIN, PY, Proc, ProcessGroup, free_port, server_mcp, spawn_sidecar,
-                                  wait_http, wait_until)
+from fathom.index.indexer import discover
+from tests.fleet_fixtures import (
+    ADMIN,
+    JOIN,
+    PY,
+    Proc,
+    ProcessGroup,
+    free_port,
+    server_mcp,
+    spawn_sidecar,
+    wait_http,
+    wait_until,
+)
 
 pytestmark = pytest.mark.slow
 

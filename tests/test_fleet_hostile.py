@@ -11,19 +11,35 @@ import asyncio
 import contextlib
 import json
 import secrets
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 import websockets
 
 from fathom.fleet import protocol as p
-from fathom.fleet.hub import (CLOSE_POLICY, CLOSE_TOO_MANY_FAILURES, CLOSE_TRY_LATER, MAX_BAD_FRAMES,
-                              MAX_PENDING)
+from fathom.fleet.hub import (
+    CLOSE_POLICY,
+    CLOSE_TOO_MANY_FAILURES,
+    CLOSE_TRY_LATER,
+    MAX_BAD_FRAMES,
+    MAX_PENDING,
+)
 from fathom.fleet.identity import new_credential
 from fathom.roles import Role
-from tests.fleet_fixtures import (JOIN, Fleet, HashEmbedder, ProcessGroup, build_app, fleet, free_port,  # noqa: F401
-                                  serve_in_loop, spawn_server, wait_for)
+from tests.fleet_fixtures import (  # noqa: F401
+    JOIN,
+    Fleet,
+    HashEmbedder,
+    ProcessGroup,
+    build_app,
+    fleet,
+    free_port,
+    serve_in_loop,
+    spawn_server,
+    wait_for,
+)
 
 CE = Role.CODE_EMBEDDING
 

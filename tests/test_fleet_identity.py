@@ -26,8 +26,17 @@ from fathom.fleet import protocol as p
 from fathom.fleet.agent import Sidecar
 from fathom.fleet.hub import CLOSE_TOO_MANY_FAILURES
 from fathom.fleet.identity import CREDENTIAL_FILE, new_credential
-from tests.fleet_fixtures import (ADMIN, JOIN, Fleet, ProcessGroup, build_app, serve_in_loop, spawn_sidecar,
-                                  heartbeats_pass, wait_for)
+from tests.fleet_fixtures import (
+    ADMIN,
+    JOIN,
+    Fleet,
+    ProcessGroup,
+    build_app,
+    heartbeats_pass,
+    serve_in_loop,
+    spawn_sidecar,
+    wait_for,
+)
 
 KEY = "sk-or-v1-" + "5a" * 32
 CLAIM = "gpu-1: a different host claims this name"

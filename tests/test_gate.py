@@ -13,15 +13,30 @@ import pytest
 
 from fathom.errors import NotCleared, PinRequired
 from fathom.inference.gate import (
-    MIN_COSINE, Coverage, Gate, GateClearance, GateRefused, GateUnavailable, Status, check_pin,
-    choose_anchor, identity, inspect, load_probes,
+    MIN_COSINE,
+    Coverage,
+    Gate,
+    GateClearance,
+    GateRefused,
+    GateUnavailable,
+    Status,
+    check_pin,
+    choose_anchor,
+    identity,
+    inspect,
+    load_probes,
 )
 from fathom.inference.registry import HealthState, ProviderRegistry
 from fathom.policy import Policy, Reference
 from fathom.roles import Role
 from fathom.space import Provenance, Space
 from tests.gate_fixtures import (
-    WIDTH, FakeEncoder, cloud, has_cjk, rotated_all, rotated_cjk,
+    WIDTH,
+    FakeEncoder,
+    cloud,
+    has_cjk,
+    rotated_all,
+    rotated_cjk,
 )
 
 

@@ -20,9 +20,10 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -34,7 +35,12 @@ from fathom.roles import Role
 from fathom.server.app import create_app
 from fathom.service import Fathom
 from tests.e2e_fixtures import (  # noqa: F401
-    E5, KEY, MINILM, memo_emulator_encoders, memo_local, write_functions,
+    E5,
+    KEY,
+    MINILM,
+    memo_emulator_encoders,
+    memo_local,
+    write_functions,
 )
 from tests.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.fleet_fixtures import ADMIN, JOIN, Fleet, free_port, serve_in_loop, wait_for

@@ -17,7 +17,11 @@ from fathom.inference.provider import Kind
 from fathom.policy import Policy, Reference
 from fathom.space import Space
 from tests.gate_fixtures import (  # noqa: F401
-    MemoEncoder, SwitchableEncoder, e5_encoders, minilm_encode, minilm_encode_other,
+    MemoEncoder,
+    SwitchableEncoder,
+    e5_encoders,
+    minilm_encode,
+    minilm_encode_other,
     minilm_int8_encode,
 )
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import random
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
 
-from tests.fake_clock import FakeClock
 from fathom.devtools.emulator import MINILM
 from fathom.fleet import protocol as p
 from fathom.fleet.keycheck import KeyCheckRecord, ThrottleStorm, feed_budget, read_key
@@ -24,6 +23,7 @@ from fathom.inference.budget import BudgetedProvider, CloudBudget
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
 from fathom.inference.pool import Pool
 from fathom.roles import Role
+from tests.fake_clock import FakeClock
 from tests.virtual_emulator import BASE_URL, VirtualEmulator, virtual_emulator
 
 KEY = "sk-or-v1-" + "d1sc0" * 12

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest
@@ -22,8 +22,7 @@ from fathom.fleet.remote import SidecarThrottled
 from fathom.roles import Role
 from tests.e2e_fixtures import all_rows, write_functions
 from tests.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.fleet_fixtures import (ADMIN, ProcessGroup, ThreadedServer, build_app, spawn_sidecar,
-                                  wait_until)
+from tests.fleet_fixtures import ADMIN, ProcessGroup, ThreadedServer, build_app, spawn_sidecar, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Lowest first. A module belongs to the first layer one of whose prefixes it starts with.

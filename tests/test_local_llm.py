@@ -26,15 +26,26 @@ from fathom.agents import Explorer, Limits
 from fathom.agents.routes import local_chat_providers, standalone_router
 from fathom.agents.tools import TOOL_SPECS
 from fathom.cli import app
-from tests.fake_clock import FakeClock
 from fathom.config import Settings
 from fathom.devtools.localserver.app import prompt_tokens
 from fathom.errors import ConfigError
-from fathom.fleet.backends import (BackendUnavailable, OpenAICompatibleChat, OpenAICompatibleReranker,
-                                   TEIBackend, open_backend, parse_serve)
-from fathom.inference.openrouter import (BadRequest, ContextLengthExceeded, ModelNotFound, OpenRouterClient,
-                                         StreamError, UpstreamError)
+from fathom.fleet.backends import (
+    BackendUnavailable,
+    OpenAICompatibleChat,
+    OpenAICompatibleReranker,
+    TEIBackend,
+    open_backend,
+    parse_serve,
+)
 from fathom.inference.budget import CloudBudget
+from fathom.inference.openrouter import (
+    BadRequest,
+    ContextLengthExceeded,
+    ModelNotFound,
+    OpenRouterClient,
+    StreamError,
+    UpstreamError,
+)
 from fathom.inference.provider import Kind
 from fathom.policy import Policy
 from fathom.roles import FallbackMode, Role
@@ -42,6 +53,7 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.agents_fixtures import cloud, indexed_shop, make_router, routing  # noqa: F401
 from tests.emulator_fixtures import emulator, emulator_server  # noqa: F401
+from tests.fake_clock import FakeClock
 from tests.fleet_fixtures import fleet, free_port, wait_for  # noqa: F401
 from tests.localserver_fixtures import local_llm, local_llm_server  # noqa: F401
 from tests.retrieval_fixtures import local_encoder  # noqa: F401

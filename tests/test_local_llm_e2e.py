@@ -31,8 +31,18 @@ from fathom.config import Settings
 from fathom.devtools.emulator import EmulatorControl
 from fathom.roles import DEFAULTS, Role
 from fathom.service import Fathom
-from tests.fleet_fixtures import (ADMIN, JOIN, PY, ProcessGroup, free_port, mcp_calls, server_mcp, spawn_sidecar,
-                                  wait_http, wait_until)
+from tests.fleet_fixtures import (
+    ADMIN,
+    JOIN,
+    PY,
+    ProcessGroup,
+    free_port,
+    mcp_calls,
+    server_mcp,
+    spawn_sidecar,
+    wait_http,
+    wait_until,
+)
 from tests.localserver_fixtures import MODEL, spawn_local_llm
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 

@@ -13,8 +13,17 @@ import httpx
 import pytest
 
 from fathom import logsafe
-from tests.fleet_fixtures import (ADMIN, JOIN, PY, ProcessGroup, free_port, spawn_emulator, spawn_sidecar, wait_http,
-                                  wait_until)
+from tests.fleet_fixtures import (
+    ADMIN,
+    JOIN,
+    PY,
+    ProcessGroup,
+    free_port,
+    spawn_emulator,
+    spawn_sidecar,
+    wait_http,
+    wait_until,
+)
 from tests.test_fleet_canary import POSTER, Canary
 
 MINILM = "sentence-transformers/all-minilm-l6-v2"

@@ -3,7 +3,7 @@ one registry per app, and no secret in any label."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fathom.errors import ProviderError
 from fathom.inference.provider import Kind
 from fathom.roles import Role
-from fathom.server.metrics import Metrics, MeteredProvider
+from fathom.server.metrics import MeteredProvider, Metrics
 from tests.admin_fixtures import METRICS, FakeEncoder, Operator, make_project, operator  # noqa: F401
 from tests.fleet_fixtures import Fleet, HashEmbedder, wait_for
 

@@ -6,7 +6,7 @@ key info and credits."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import numpy as np

@@ -40,8 +40,19 @@ import numpy as np
 import pytest
 
 from tests.e2e_fixtures import write_functions
-from tests.operator_walk_fixtures import (BAD_PIN, EMBEDDING_ROLES, GOOD_PIN, MINILM, PROJECT, SIDECAR, Rig, Row,
-                                          cloud_id, cosine_rows, write_module)
+from tests.operator_walk_fixtures import (
+    BAD_PIN,
+    EMBEDDING_ROLES,
+    GOOD_PIN,
+    MINILM,
+    PROJECT,
+    SIDECAR,
+    Rig,
+    Row,
+    cloud_id,
+    cosine_rows,
+    write_module,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -21,6 +21,7 @@ import pytest
 
 from fathom.config import BatchRecord, RoutingState
 from fathom.errors import ConfigError, NotCleared, StoreError
+from fathom.index.backend import open_store_url
 from fathom.index.pgstore import (
     PgGoldenStore,
     PgRoutingStore,
@@ -30,7 +31,6 @@ from fathom.index.pgstore import (
     StoreUnavailable,
     redact_url,
 )
-from fathom.index.backend import open_store_url
 from fathom.index.store import Slot
 from fathom.roles import Role
 from fathom.space import Provenance, Space

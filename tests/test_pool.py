@@ -5,12 +5,12 @@ import math
 
 import pytest
 
-from tests.fake_clock import FakeClock
 from fathom.errors import NoProviderAvailable
 from fathom.inference.pool import Pool, PoolStalled, Progress
 from fathom.inference.provider import Kind
 from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
+from tests.fake_clock import FakeClock
 from tests.pool_fixtures import Collector, FakeEmbedder, nth, texts_for, window
 
 

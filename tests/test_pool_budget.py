@@ -5,12 +5,12 @@ reported once, and a budget with no permit to give never idles the locals."""
 import asyncio
 import random
 
-from tests.fake_clock import FakeClock
 from fathom.inference.budget import BudgetedProvider, CloudBudget, current_project
 from fathom.inference.pool import Pool
 from fathom.inference.provider import Kind
 from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
+from tests.fake_clock import FakeClock
 from tests.pool_fixtures import Collector, FakeEmbedder, nth, texts_for
 
 

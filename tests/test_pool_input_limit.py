@@ -11,7 +11,7 @@ transport here; over real HTTP against the emulator in `test_provider_input_limi
 from __future__ import annotations
 
 import json
-from typing import Sequence
+from collections.abc import Sequence
 
 import httpx
 import numpy as np

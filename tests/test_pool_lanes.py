@@ -8,11 +8,11 @@ from __future__ import annotations
 import asyncio
 import random
 
-from tests.fake_clock import FakeClock
 from fathom.inference.budget import BudgetedProvider, CloudBudget
 from fathom.inference.pool import Pool
 from fathom.roles import Role
 from tests.budget_fixtures import FakeCloud, InFlight
+from tests.fake_clock import FakeClock
 from tests.pool_fixtures import Throttled
 
 

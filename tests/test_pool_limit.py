@@ -14,7 +14,7 @@ import asyncio
 import json
 import logging
 import random
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import pytest
 

@@ -1,7 +1,7 @@
 """The pool through the real path: registry → router → pool over the in-process MiniLM
 encoder, on the system clock, with a second route that drops a batch mid-job."""
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -12,8 +12,8 @@ from fathom.inference.local import LocalEncoder
 from fathom.inference.provider import Provider, ProviderInfo
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
-from tests.pool_fixtures import ClearedFlags
 from fathom.roles import Role
+from tests.pool_fixtures import ClearedFlags
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
 

@@ -5,16 +5,15 @@ import asyncio
 import numpy as np
 import pytest
 
-from tests.fake_clock import FakeClock
 from fathom.config import PushRecord, RoleRoute, RoutingState
 from fathom.errors import NoProviderAvailable, ProviderUnavailable
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.registry import ChangeKind, HealthState, ProviderRegistry
 from fathom.inference.router import NoRoute, Router
-from tests.pool_fixtures import ClearedFlags
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
-from tests.pool_fixtures import Collector, FakeEmbedder, Throttled, texts_for
+from tests.fake_clock import FakeClock
+from tests.pool_fixtures import ClearedFlags, Collector, FakeEmbedder, Throttled, texts_for
 
 ALL_ROLES = tuple(Role)
 

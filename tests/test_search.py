@@ -19,7 +19,6 @@ from fathom.index.store import Hit, LanceStore, Slot
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.roles import EMBEDDING_ROLES
 from fathom.space import Provenance, Space
-from tests.test_store_conformance import haystack  # noqa: F401  (the same haystack, on this module's store)
 from tests.store_fixtures import (  # noqa: F401
     CLEARED,
     SPACE,
@@ -29,6 +28,7 @@ from tests.store_fixtures import (  # noqa: F401
     make_chunks,
     store,
 )
+from tests.test_store_conformance import haystack  # noqa: F401  (the same haystack, on this module's store)
 
 
 def hit(cid: str, **kw) -> Hit:

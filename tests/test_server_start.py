@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fathom.fleet.command import join_token, main as sidecar_main
+from fathom.fleet.command import join_token
+from fathom.fleet.command import main as sidecar_main
 from fathom.server.mcp_http import standalone_app
 from tests.fleet_fixtures import PY, ProcessGroup, free_port, spawn_sidecar, wait_http, wait_until
 

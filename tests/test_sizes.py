@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-
 SRC = Path(__file__).resolve().parents[1] / "src" / "fathom"
 
 MAX_FILE, MAX_CLASS, MAX_FUNCTION = 800, 500, 80

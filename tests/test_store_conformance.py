@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from fathom.errors import ConfigError, NotCleared, StoreError, WidthMismatch
+from fathom.index.backend import open_store_url
 from fathom.index.chunk import Chunk
 from fathom.index.fusion import rrf_fuse
 from fathom.index.search import hybrid_search
@@ -32,7 +33,6 @@ from fathom.index.store import (
     Store,
     UnknownProject,
 )
-from fathom.index.backend import open_store_url
 from fathom.space import Provenance, Space
 from tests.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.store_fixtures import (  # noqa: F401
@@ -761,8 +761,8 @@ def test_hybrid_search_passes_the_filter_to_both_rankings(store):
 def test_the_gate_watch_list_persists_beside_the_verdicts(backend, tmp_path):
     """Which providers the gate cleared, and when each was last checked, survive a restart in
     both deployments: the data dir beside a LanceDB store, the database beside PostgreSQL."""
-    from fathom.inference.gate import JsonVerdictStore, Watched
     from fathom.index.pgstore import PgVerdictStore
+    from fathom.inference.gate import JsonVerdictStore, Watched
 
     def open_verdicts():
         if backend.name == "lance":

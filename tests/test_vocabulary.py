@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fathom.config import RoutingState, RoutingStore, RoleRoute
+from fathom.config import RoleRoute, RoutingState, RoutingStore
 from fathom.errors import ConfigError, InvalidPolicy, InvalidRole
 from fathom.policy import BEHAVIOUR, DEFAULT_POLICY, Policy, Reference
 from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Sequence
+from typing import Any
 
 import httpx
 import numpy as np
 
-from tests.fake_clock import FakeClock
 from fathom.devtools.emulator import EmulatorConfig, create_app
 from fathom.devtools.emulator import encoders as emu
+from tests.fake_clock import FakeClock
 
 ROOT = "http://emulator.invalid"
 BASE_URL = ROOT + "/api/v1"

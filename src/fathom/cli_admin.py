@@ -20,8 +20,9 @@ import functools
 import getpass
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 from urllib.parse import quote
 
 import httpx

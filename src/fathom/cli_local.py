@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 from fathom.errors import ConfigError, FathomError
 

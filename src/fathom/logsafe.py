@@ -20,7 +20,7 @@ import logging
 import re
 import sys
 import threading
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 # OpenRouter keys look like `sk-or-v1-<64 hex>`. Match any `sk-or-` prefix and whatever

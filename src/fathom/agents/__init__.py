@@ -16,10 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.agents.assistant import Answer, Citation, CodeAssistant, ContextBlock, ask
-    from fathom.agents.rlm import Exploration, ExploreUnavailable, Explorer, Limits, TraceStep, explore
+    from fathom.agents.rlm import Exploration, Explorer, ExploreUnavailable, Limits, TraceStep, explore
     from fathom.agents.routes import cloud_provider, fallback_status
-    from fathom.agents.tools import (TOOL_SPECS, PathRefused, ProjectTools, Span, ToolError, ToolOutcome,
-                                     find_spans)
+    from fathom.agents.tools import (
+        TOOL_SPECS,
+        PathRefused,
+        ProjectTools,
+        Span,
+        ToolError,
+        ToolOutcome,
+        find_spans,
+    )
     from fathom.inference.calls import CloudForbidden, Served, call_role
 
 _HOMES = {

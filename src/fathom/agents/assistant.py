@@ -24,10 +24,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from fathom.inference.calls import call_role
 from fathom.agents.tools import Span, find_spans
 from fathom.errors import ConfigError, FathomError
 from fathom.index import search
+from fathom.inference.calls import call_role
 from fathom.inference.provider import Provider
 from fathom.inference.router import Router
 from fathom.roles import Role

@@ -18,7 +18,8 @@ API:
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Annotated, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console

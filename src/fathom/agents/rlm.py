@@ -49,16 +49,17 @@ import asyncio
 import contextlib
 import json
 import re
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Collection, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from fathom.agents.routes import local_reranker
-from fathom.index.walker import resolve_roots, root_moved
-from fathom.inference.calls import call_role, local_only
 from fathom.agents.tools import TOOL_SPECS, ProjectTools, Span, ToolOutcome, find_spans
 from fathom.clock import Clock, SystemClock
 from fathom.errors import ConfigError, NoProviderAvailable, whole_number
+from fathom.index.walker import resolve_roots, root_moved
+from fathom.inference.calls import call_role, local_only
 from fathom.inference.openrouter import ContextLengthExceeded
 from fathom.inference.provider import ChatResult, ToolCall
 from fathom.inference.router import NoRoute, Router

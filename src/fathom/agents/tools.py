@@ -30,9 +30,10 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 from fathom.errors import FathomError
 from fathom.index.walker import IGNORE_FILES, MAX_FILE_BYTES, ReadRefused, Selection, read_one, walk

@@ -33,9 +33,10 @@ import platform
 import random
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping, Sequence
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr, ValidationError
@@ -44,8 +45,8 @@ from fathom import __version__, logsafe
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
 from fathom.fleet.backends import BackendSpec, open_backend, parse_serve
-from fathom.fleet.identity import default_state_dir, load_or_create_credential, new_credential
 from fathom.fleet.defaults import DEFAULT_INTERVAL_S
+from fathom.fleet.identity import default_state_dir, load_or_create_credential, new_credential
 from fathom.fleet.keycheck import ThrottleStorm, check_interval, read_key
 from fathom.fleet.remote import chat_payload
 from fathom.inference.provider import Provider

@@ -32,11 +32,11 @@ import logging
 import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Callable, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 

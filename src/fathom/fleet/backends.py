@@ -33,17 +33,31 @@ protocol.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Sequence
+from typing import Any, Literal
 
 import httpx
 import numpy as np
 
 from fathom.errors import ConfigError, ProviderError, ProviderUnavailable
-from fathom.inference.chatwire import (ChatStream, OnDelta, error_text, parse_completion,
-                                       says_context_exceeded, says_model_missing, sse_payloads)
-from fathom.inference.openrouter import (BadRequest, ContextLengthExceeded, ModelNotFound, OpenRouterError,
-                                         StreamError, UpstreamError)
+from fathom.inference.chatwire import (
+    ChatStream,
+    OnDelta,
+    error_text,
+    parse_completion,
+    says_context_exceeded,
+    says_model_missing,
+    sse_payloads,
+)
+from fathom.inference.openrouter import (
+    BadRequest,
+    ContextLengthExceeded,
+    ModelNotFound,
+    OpenRouterError,
+    StreamError,
+    UpstreamError,
+)
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo
 from fathom.roles import Role
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from fathom.fleet import protocol as p
 from fathom.fleet.key_reports import KeyReports

@@ -9,8 +9,8 @@ speaks for the key (the hub's frame reader checks that before calling `record`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
-from typing import Callable
 
 from fathom.fleet import protocol as p
 from fathom.fleet.keycheck import KeyCheckRecord

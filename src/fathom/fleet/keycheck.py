@@ -23,9 +23,10 @@ import logging
 import math
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 from fathom.errors import ConfigError
 from fathom.fleet import protocol as p

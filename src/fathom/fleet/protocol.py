@@ -23,8 +23,17 @@ import json
 from typing import Annotated, Any, Final, Literal
 
 import numpy as np
-from pydantic import (BaseModel, ConfigDict, Field, SecretStr, StringConstraints, TypeAdapter, ValidationError,
-                      field_serializer, model_validator)
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    model_validator,
+)
 
 from fathom.errors import FathomError
 from fathom.policy import BEHAVIOUR, Policy

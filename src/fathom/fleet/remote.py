@@ -17,7 +17,8 @@ shape is an error, never a padded or truncated array.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 

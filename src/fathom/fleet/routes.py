@@ -12,7 +12,8 @@ It refuses to touch a flag it did not set: a gate quarantine stays when the key 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from fathom.config import RoutingState, RoutingStore
 from fathom.errors import ConfigError

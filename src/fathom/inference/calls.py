@@ -18,8 +18,9 @@ API:
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from fathom.errors import FathomError
 from fathom.inference.budget import current_project

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Callable
 
 from fathom.logsafe import scrub
 

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fathom.errors import ConfigError, ProviderUnavailable
 from fathom.inference.local import ModelLoadError

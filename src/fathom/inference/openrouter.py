@@ -22,17 +22,25 @@ import base64
 import binascii
 import json
 import math
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Awaitable, Callable, Iterable, Literal, Mapping, Sequence, TypedDict
+from typing import Any, Literal, TypedDict
 
 import httpx
 import numpy as np
 
 from fathom.errors import ProviderError
-from fathom.inference.chatwire import (ChatStream, ChatWireError, parse_completion, says_batch_too_large,
-                                       says_context_exceeded, says_model_missing, sse_payloads)
+from fathom.inference.chatwire import (
+    ChatStream,
+    ChatWireError,
+    parse_completion,
+    says_batch_too_large,
+    says_context_exceeded,
+    says_model_missing,
+    sse_payloads,
+)
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo
 from fathom.roles import Role
 

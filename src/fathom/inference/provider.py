@@ -9,9 +9,10 @@ asked, or raises a typed `ProviderError`.
 from __future__ import annotations
 
 from abc import ABC
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

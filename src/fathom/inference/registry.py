@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Callable, Iterator
 
 from fathom.clock import Clock, SystemClock
 from fathom.inference.provider import Kind, Provider

@@ -17,8 +17,9 @@ spend cloud budget (the budget does), or to decide whether two encoders agree (t
 from __future__ import annotations
 
 import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Awaitable, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from fathom.clock import Clock
 from fathom.config import RoleRoute, RoutingState
@@ -28,7 +29,6 @@ from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.policy import BEHAVIOUR, Behaviour, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
-
 
 T = TypeVar("T")
 IsCleared = Callable[[Role, Provider], bool]

@@ -34,10 +34,11 @@ import os
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fathom.clock import Clock, SystemClock
 from fathom.logsafe import scrub

@@ -13,8 +13,8 @@ from __future__ import annotations
 import hmac
 import json
 import secrets
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from fastapi import Request
 

@@ -49,10 +49,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fathom.clock import Clock, SystemClock
 from fathom.server.answers import (
-    MAX_KEY_BODY, MAX_POLICY_BODY, bearer_token, no_token_configured, refusal, unauthorized,
+    MAX_KEY_BODY,
+    MAX_POLICY_BODY,
+    bearer_token,
+    no_token_configured,
+    refusal,
+    unauthorized,
 )
-from fathom.server.auth import AdminAuth, ScrapeAuth
 from fathom.server.audit import AuditLog
+from fathom.server.auth import AdminAuth, ScrapeAuth
 from fathom.server.tokens import McpTokens, Principal
 
 log = logging.getLogger("fathom.server.guard")

@@ -29,9 +29,10 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fathom.local_server import LOCAL_FILE
 from fathom.server.guard import LOCAL_PREFIX

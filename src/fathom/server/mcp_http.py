@@ -33,9 +33,9 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -45,7 +45,7 @@ from fathom import scope as project_scope
 from fathom.index.walker import under_roots
 from fathom.server.answers import bearer_token
 from fathom.server.auth import AdminAuth
-from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, send_refusal, mcp_url, mcp_unauthorized
+from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, mcp_unauthorized, mcp_url, send_refusal
 from fathom.server.tokens import Principal
 
 log = logging.getLogger("fathom.server.mcp")

@@ -37,6 +37,7 @@ from fathom.index.filters import SearchFilter
 from fathom.index.results import MAX_K
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
+
 # The search answer is shared with the dashboard (its models and `search_results` lived here;
 # the old import paths still work).
 from fathom.server.search_answer import SCORES as SCORES

@@ -23,14 +23,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Tally
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from fathom.logsafe import scrub
 from fathom.inference.provider import Provider
+from fathom.logsafe import scrub
 
 log = logging.getLogger("fathom.server.metrics")
 

@@ -21,7 +21,6 @@ from fathom import logsafe
 from fathom.config import RoutingStore, Settings
 from fathom.fleet.hub import Hub
 from fathom.server.admin.budget_record import BudgetRecord
-from fathom.service.jobs import IndexJobs
 from fathom.server.admin.operator import OperatorParts
 from fathom.server.audit import AuditLog
 from fathom.server.auth import AdminAuth, ScrapeAuth
@@ -29,6 +28,7 @@ from fathom.server.guard import Access, WrongTokenDelay
 from fathom.server.mcp_http import MCPEndpoint
 from fathom.server.metrics import Metrics
 from fathom.server.tokens import McpTokens, check_chosen_token
+from fathom.service.jobs import IndexJobs
 
 
 @dataclass

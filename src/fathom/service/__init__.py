@@ -37,10 +37,11 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fathom import scope
 from fathom.config import RoutingStore, Settings
@@ -49,12 +50,17 @@ from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
+from fathom.index.indexer import (
+    Discovery,
+    Indexer,
+    IndexProgress,
+    IndexReport,
+    Job,
+    check_project_root,
+    space_for,
+)
 from fathom.index.results import SearchHit, skipped_note
 from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' bound
-from fathom.index.indexer import (
-    Discovery, IndexProgress, IndexReport, Indexer, Job, check_project_root, space_for,
-)
-from fathom.index.walker import SelectionOptions
 from fathom.index.store import (
     TABLE_KINDS,
     DamagedProject,
@@ -62,10 +68,11 @@ from fathom.index.store import (
     UnknownProject,
     check_table_kind,
 )
+from fathom.index.walker import SelectionOptions
 from fathom.inference.budget import CloudBudget, current_project
+from fathom.inference.encoders import local_encoder, quantized_writer
 from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
-from fathom.inference.encoders import local_encoder, quantized_writer
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
@@ -74,7 +81,12 @@ from fathom.roles import Role
 from fathom.service.batches import BatchHistory, record_of, sizing_of  # noqa: F401 - re-exported
 from fathom.service.jobs import SYNC_JOBS_KEPT, JobTable, ended_early  # noqa: F401 - re-exported
 from fathom.service.projects import (  # noqa: F401 - re-exported
-    MAX_INCLUDES, FolderTaken, ProjectRecords, ProjectSummary, check_includes, check_not_taken,
+    MAX_INCLUDES,
+    FolderTaken,
+    ProjectRecords,
+    ProjectSummary,
+    check_includes,
+    check_not_taken,
     summaries,
 )
 from fathom.service.warmup import Warmup

@@ -37,16 +37,22 @@ import contextlib
 import dataclasses
 import json
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fathom.config import Settings, atomic_write_text, state_defect
 from fathom.errors import ConfigError, JobConflict, UnknownJob, failure_of
 from fathom.index.indexer import (
-    IndexProgress, IndexReport, Job, JobCancelled, JobState, check_project_root,
+    IndexProgress,
+    IndexReport,
+    Job,
+    JobCancelled,
+    JobState,
+    check_project_root,
 )
 from fathom.inference.budget import current_project
 

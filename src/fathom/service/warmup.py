@@ -20,7 +20,8 @@ import inspect
 import logging
 import threading
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 log = logging.getLogger("fathom.service.warmup")
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 
 class RpmWindow:

@@ -13,8 +13,9 @@ import hashlib
 import random
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from fathom.devtools.emulator.chat import ScriptedChat
 from fathom.devtools.emulator.limits import ConcurrencyGate, RpmWindow

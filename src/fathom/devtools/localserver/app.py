@@ -27,8 +27,8 @@ import json
 import time
 import uuid
 from collections import Counter, deque
-from dataclasses import dataclass, field
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request

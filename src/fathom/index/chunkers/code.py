@@ -17,10 +17,10 @@ from typing import Any
 
 from fathom.index.chunk import Chunk
 from fathom.index.chunkers.grammars import NEEDS_BODY, SPECS, symbol_kind
-from fathom.index.chunkers.spec import Spec, end_row, name_field
 from fathom.index.chunkers.languages import DOCS
 from fathom.index.chunkers.limits import MAX_DEPTH, TINY_CHARS
 from fathom.index.chunkers.pieces import Doc, Piece, runs_of_content
+from fathom.index.chunkers.spec import Spec, end_row, name_field
 
 
 @cache

@@ -12,9 +12,9 @@ import contextlib
 import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa

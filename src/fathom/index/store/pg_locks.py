@@ -12,9 +12,9 @@ import contextlib
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, Callable
+from typing import Any
 
 from fathom.index.store.errors import LockHolder, ProjectLocked
 from fathom.index.store.pg_database import LOCK_NAMESPACE, Database, utc

@@ -19,10 +19,10 @@ import os
 import re
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from fathom.index.store.errors import DamagedProject, LockHolder, ProjectLocked
 from fathom.index.store.lance_tables import short

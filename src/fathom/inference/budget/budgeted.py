@@ -14,7 +14,8 @@ caller may wrap every provider uniformly without starving GPUs when the cloud is
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Sequence, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 

@@ -24,9 +24,10 @@ import contextlib
 import math
 import random
 import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import asdict, dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Mapping
+from typing import Any
 
 from fathom.errors import FathomError, ProviderError
 from fathom.inference.budget.ceiling import (

@@ -9,7 +9,8 @@ It owns only the order; whether a permit may be granted now is the budget's deci
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Generic, Iterator, TypeVar
+from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 W = TypeVar("W")
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 from collections import deque
 
-
 MIN_MARGIN_S = 0.1  # arrival jitter does not shrink with a scaled-down window
 
 

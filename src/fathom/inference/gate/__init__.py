@@ -16,18 +16,36 @@ The probe texts themselves are package data in `fathom.inference.probes`.
 """
 
 from fathom.inference.gate.audit import (
-    AuditableStore, AuditReport, ReembedReport, SuspectRows, VerdictRows, audit, reembed,
+    AuditableStore,
+    AuditReport,
+    ReembedReport,
+    SuspectRows,
+    VerdictRows,
+    audit,
+    reembed,
 )
 from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
 from fathom.inference.gate.clearance import GateClearance
 from fathom.inference.gate.core import (
-    DEFAULT_RECHECK_INTERVAL_S, Gate, GateEvent, GateRefused, check_pin, choose_anchor,
+    DEFAULT_RECHECK_INTERVAL_S,
+    Gate,
+    GateEvent,
+    GateRefused,
+    check_pin,
+    choose_anchor,
     raise_if_refused,
 )
 from fathom.inference.gate.golden import Golden, GoldenStore, GoldenVectors
 from fathom.inference.gate.judge import GateUnavailable, identity, role_for
 from fathom.inference.gate.verdict import (
-    Coverage, JsonVerdictStore, Status, Verdict, VerdictKey, VerdictStore, Watched, verdict_id_for,
+    Coverage,
+    JsonVerdictStore,
+    Status,
+    Verdict,
+    VerdictKey,
+    VerdictStore,
+    Watched,
+    verdict_id_for,
 )
 from fathom.inference.probes import Probe, ProbeSet, load_probes
 

@@ -13,9 +13,10 @@ the suspect window. It needs only the store primitives named in `AuditableStore`
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fathom.errors import NotCleared
 from fathom.inference.provider import Provider

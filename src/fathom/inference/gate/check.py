@@ -8,8 +8,9 @@ produced the vectors or what to do with the result; the gate decides that.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -24,13 +24,15 @@ import asyncio
 import inspect as _inspect
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError
 from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
 from fathom.inference.gate.golden import Golden, GoldenStore, GoldenVectors
+
 # GateUnavailable: raised by the judge, still importable from here as it always was.
 from fathom.inference.gate.judge import GateUnavailable as GateUnavailable
 from fathom.inference.gate.judge import Judge, identity, role_for

@@ -10,7 +10,8 @@ to quarantine (`quarantine_if_cleared`).
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from fathom.errors import ConfigError, ProviderError, ProviderUnavailable
 from fathom.inference.gate.check import Evidence, inspect

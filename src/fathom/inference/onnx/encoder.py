@@ -23,14 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
 from fathom.errors import ConfigError, ProviderUnavailable
 from fathom.inference.local import (
-    EncoderWidthMismatch, ModelLoadError, TokenizerCounter, configured_max_tokens, local_provider_id,
+    EncoderWidthMismatch,
+    ModelLoadError,
+    TokenizerCounter,
+    configured_max_tokens,
+    local_provider_id,
 )
 from fathom.inference.onnx.cache import VARIANTS, model_file
 from fathom.inference.onnx.graph import UnsupportedModel, read_shape

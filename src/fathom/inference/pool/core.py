@@ -7,7 +7,8 @@ lane does next), `Sizer` (how large a batch), over the shared `PoolState`.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from fathom.clock import Clock, SystemClock
 from fathom.errors import NoProviderAvailable

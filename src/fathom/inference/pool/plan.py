@@ -10,8 +10,8 @@ are comes from the `Sizer`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from fathom.inference.pool.options import PoolOptions
 from fathom.inference.pool.sizing import MIN_PER_ITEM, Sizer

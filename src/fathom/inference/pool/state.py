@@ -11,9 +11,10 @@ import asyncio
 import contextvars
 import math
 from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -39,21 +39,42 @@ nothing of this package, so the request guard and the MCP endpoint use them with
 from __future__ import annotations
 
 from fathom.server.admin.bodies import (
-    MAX_PATH_COMPONENT_BYTES, MAX_WIDTH, POLICY_BODY_SCHEMA, ROUTE_FIELDS, BudgetChange, JobStart, KeyPush,
-    ProbeRequest, ReembedRequest, SearchRequest, TokenRequest, VerifyRequest, WatchChange, check_server_path,
+    MAX_PATH_COMPONENT_BYTES,
+    MAX_WIDTH,
+    POLICY_BODY_SCHEMA,
+    ROUTE_FIELDS,
+    BudgetChange,
+    JobStart,
+    KeyPush,
+    ProbeRequest,
+    ReembedRequest,
+    SearchRequest,
+    TokenRequest,
+    VerifyRequest,
+    WatchChange,
+    check_server_path,
 )
 from fathom.server.admin.budget_record import BudgetRecord
-from fathom.service.jobs import IndexJobs
 from fathom.server.admin.operator import OperatorParts, require_project
 from fathom.server.admin.policy_rules import check_policy_changes, reference_problems
 from fathom.server.admin.projects import ENDED_JOB_STATES, project_view
 from fathom.server.admin.routers import admin_router, operator_router
 from fathom.server.admin.views import budget_view, fleet_view, iso, job_view, verdict_view
 from fathom.server.answers import (
-    MAX_KEY_BODY, MAX_POLICY_BODY, bearer_token, body_problems, damaged, describe_body, failure_response,
-    failure_status, no_token_configured, refusal, unauthorized,
+    MAX_KEY_BODY,
+    MAX_POLICY_BODY,
+    bearer_token,
+    body_problems,
+    damaged,
+    describe_body,
+    failure_response,
+    failure_status,
+    no_token_configured,
+    refusal,
+    unauthorized,
 )
 from fathom.server.auth import AdminAuth, ScrapeAuth, admin_dependency, scrape_dependency
+from fathom.service.jobs import IndexJobs
 
 __all__ = [
     "ENDED_JOB_STATES", "MAX_KEY_BODY", "MAX_PATH_COMPONENT_BYTES", "MAX_POLICY_BODY", "MAX_WIDTH",

@@ -17,10 +17,10 @@ from fathom.fleet.hub import Hub
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 from fathom.server.admin.budget_record import BudgetRecord
-from fathom.service.jobs import IndexJobs
 from fathom.server.admin.views import budget_view, fleet_view, job_view, verdict_view
 from fathom.server.answers import refusal
 from fathom.server.metrics import provider_health
+from fathom.service.jobs import IndexJobs
 
 
 @dataclass

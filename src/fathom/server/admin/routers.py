@@ -9,7 +9,8 @@ parts are included in is the order the routes are matched in.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fastapi import APIRouter, Depends
 
