@@ -67,7 +67,7 @@ class FakeEncoder(Provider):
         return np.stack(rows) if rows else np.zeros((0, w), np.float32)
 
 
-def build_operator_app(data_dir: Path, *, encoder: Provider | None = None) -> Any:
+def build_operator_app(data_dir: Path, *, encoder: Provider | None = None, **options: Any) -> Any:
     registry = ProviderRegistry()
     hub = Hub(data_dir, registry=registry, join_tokens=(JOIN,))
     settings = Settings(data_dir=data_dir)
@@ -76,7 +76,7 @@ def build_operator_app(data_dir: Path, *, encoder: Provider | None = None) -> An
     encoder.info = dataclasses.replace(encoder.info, roles=frozenset(EMBEDDING_ROLES))
     service = Fathom(settings, encoder=encoder, registry=registry)
     return create_app(settings, registry=registry, hub=hub, admin_token=ADMIN, metrics_token=METRICS,
-                      service=service)
+                      service=service, **options)
 
 
 @dataclass

@@ -335,13 +335,19 @@ def wait_http(url: str, *, timeout: float = 90.0, proc: Proc | None = None) -> N
 
 
 def spawn_server(group: ProcessGroup, data_dir: Path, port: int, *, log_level: str = "INFO",
-                 extra: Sequence[str] = (), log_name: str = "server") -> Proc:
+                 extra: Sequence[str] = (), log_name: str = "server", encoder_loaded: bool = False) -> Proc:
     """A real `fathom server` process; `log_name` names its log file (one per incarnation
-    when a test restarts it)."""
+    when a test restarts it). `encoder_loaded`: return only once its encoder has loaded in the
+    background (a test that measures the server's memory must not count that load)."""
     proc = group.spawn(log_name, [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data_dir),
                                   "--log-level", log_level, *extra],
                        env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN})
     wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
+    if encoder_loaded:
+        deadline = time.monotonic() + 120
+        while (state := httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["encoder"]) != "ready":
+            assert state in ("loading", "not started") and time.monotonic() < deadline, f"encoder: {state}"
+            time.sleep(0.1)
     return proc
 
 

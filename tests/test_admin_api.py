@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 
 from fathom.inference.provider import Kind
 from fathom.roles import Role
+from fathom.server.guard import WrongTokenDelay
 from tests.admin_fixtures import (  # noqa: F401
     METRICS,
     FakeEncoder,
@@ -21,6 +22,7 @@ from tests.admin_fixtures import (  # noqa: F401
     make_project,
     operator,
 )
+from tests.fake_clock import FakeClock
 from tests.fleet_fixtures import ADMIN, Fleet, HashEmbedder, serve_in_loop, wait_for
 
 REFERENCE = "hash:test/hash-embedder"  # the service's encoder: both tables' reference
@@ -62,8 +64,11 @@ def test_the_route_list_covers_the_whole_operator_surface():
 
 @pytest.fixture(scope="module")
 def shared_app(tmp_path_factory: pytest.TempPathFactory):
-    """One app for the auth checks (no lifespan needed to refuse a request)."""
-    return build_operator_app(tmp_path_factory.mktemp("auth") / "data")
+    """One app for the auth checks (no lifespan needed to refuse a request). Its wrong-token
+    delay runs on a virtual clock: every route here is asked with wrong tokens from one peer,
+    and the real delay (its own test in test_server_hostile_clients) would sleep its cap each time."""
+    return build_operator_app(tmp_path_factory.mktemp("auth") / "data",
+                              wrong_tokens=WrongTokenDelay(clock=FakeClock()))
 
 
 def _asgi(app, headers: dict[str, str]) -> httpx.AsyncClient:
@@ -90,7 +95,8 @@ async def test_health_and_the_dashboard_page_need_no_token(shared_app, path: str
         r = await anon.get(path)
     assert r.status_code == 200
     if path in ("/health", "/healthz"):
-        assert r.json() == {"ok": True, "version": r.json()["version"], "sidecars": 0}
+        assert r.json() == {"ok": True, "version": r.json()["version"], "sidecars": 0,
+                            "encoder": "not started"}  # no lifespan here: nothing warms it
 
 
 async def test_the_openapi_schema_is_served_to_the_admin(operator: Operator):

@@ -134,7 +134,7 @@ def server_process(tmp_path: Path):
     group = ProcessGroup(tmp_path / "procs")
     port = free_port()
     try:
-        spawn_server(group, tmp_path / "data", port, log_level="WARNING")
+        spawn_server(group, tmp_path / "data", port, log_level="WARNING", encoder_loaded=True)
         yield f"http://127.0.0.1:{port}", group
     finally:
         group.stop()

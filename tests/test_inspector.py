@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -48,12 +49,20 @@ def data(tmp_path_factory, local_encoder):  # noqa: F811
     return base / "data"
 
 
+SERVER_STATUS = re.compile(r"^(loading the encoder \S+ in the background|encoder \S+ loaded in "
+                           r"|data dir \S+: took group and other access off)")
+
+
 def test_tools_list_is_strictly_portable_and_describes_every_parameter(data):
     env = [a for k, v in SERVER_ENV.items() for a in ("-e", f"{k}={v}")]
     run = inspector("--strict", "--method", "tools/list", *env,
                     str(BIN / "python"), "-m", "fathom.cli", "--data-dir", str(data), "mcp")
     assert run.returncode == 0, run.stderr
-    assert run.stderr.strip() == "", run.stderr  # --strict reports nothing
+    # --strict reports nothing; what is left is the server's own stderr (the encoder's
+    # background load at start; the data dir the fixture wrote in-process, tightened), which a
+    # host shows as the server's log, not as a finding.
+    findings = [line for line in run.stderr.splitlines() if line.strip() and not SERVER_STATUS.match(line)]
+    assert findings == [], run.stderr
     tools = json.loads(run.stdout)["tools"]
     assert {t["name"] for t in tools} >= {"search_code", "search_docs", "find_similar",
                                           "index_project", "drop_project"}

@@ -150,7 +150,7 @@ async def test_four_concurrent_unauthenticated_250_mb_bodies_leave_the_server_me
     group = ProcessGroup(tmp_path / "logs")
     port = free_port()
     try:
-        server = spawn_server(group, tmp_path / "data", port, log_level="WARNING")
+        server = spawn_server(group, tmp_path / "data", port, log_level="WARNING", encoder_loaded=True)
         pid = server.popen.pid
         url = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=url) as c:  # warm the request path once

@@ -21,13 +21,13 @@ reached (it is stopping, or its file outlived it) is skipped, and the search run
 from __future__ import annotations
 
 import concurrent.futures
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from fathom.config import Settings
 from fathom.errors import ConfigError, FathomError
 
 # How long a request to the server may take before the CLI says what it is waiting for.
@@ -72,7 +72,8 @@ def target_of(data_dir: Path, server: str | None) -> Target | None:
     url = server_url(server)
     if local is not None and local.url.rstrip("/") == url:
         return Target(url, local.token, local.kind, explicit=True)
-    token = os.environ.get("FATHOM_ADMIN_TOKEN") or os.environ.get("FATHOM_MCP_TOKEN")
+    settings = Settings()
+    token = Settings.secret(settings.admin_token) or Settings.secret(settings.mcp_token)
     if not token:
         raise ConfigError(f"no token for the server at {url}: it is not the server this data dir's own "
                           f"`fathom serve`/`fathom server` runs (whose token the CLI reads itself), so set "
@@ -175,7 +176,7 @@ def drop_through(server: str, project: str, confirm: Callable[[], None]) -> dict
         raise AdminUnreachable(url, type(exc).__name__) from None
     if health.status_code == 404:
         raise NoAdminApi(url)
-    token = os.environ.get("FATHOM_ADMIN_TOKEN")
+    token = Settings.secret(Settings().admin_token)
     if not token:
         raise ConfigError(f"dropping through the fathom server at {url} takes its admin token: set "
                           f"FATHOM_ADMIN_TOKEN in the environment (never on the command line, where the shell "

@@ -168,8 +168,11 @@ def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
 
     @app.get("/health", tags=["health"], openapi_extra={"security": []})
     async def health() -> dict[str, Any]:
-        """Liveness, without auth: the version and how many sidecars are connected."""
-        return {"ok": True, "version": __version__, "sidecars": len(hub.connected())}
+        """Liveness, without auth: the version, how many sidecars are connected and whether the
+        in-process encoder has loaded (searches before that wait for it)."""
+        warmup = getattr(parts.service, "warmup", None)
+        return {"ok": True, "version": __version__, "sidecars": len(hub.connected()),
+                "encoder": warmup.state if warmup is not None else "not started"}
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:

@@ -54,18 +54,29 @@ class Warmup:
         return self._thread is not None or self._done.is_set()
 
     @property
+    def state(self) -> str:
+        """"loading", "ready", "failed" or "not started", as `/health` shows it."""
+        if self.error is not None:
+            return "failed"
+        if self.ready:
+            return "ready"
+        return "loading" if self.started else "not started"
+
+    @property
     def ready(self) -> bool:
         """True once nothing is left to wait for: loaded, failed, or never needed."""
         return self._done.is_set() or not needs_loading(self.encoder)
 
     def start(self) -> Warmup:
-        """Begin loading in a daemon thread (once); returns self. Nothing to load: done at once."""
+        """Begin loading in a thread (once); returns self. Nothing to load: done at once. Not a
+        daemon: a process that exits mid-load waits for it, since a native runtime torn down
+        under a loading thread aborts the process ("terminate called…")."""
         if self.started:
             return self
         if not needs_loading(self.encoder):
             self._done.set()
             return self
-        self._thread = threading.Thread(target=self._load, name="fathom-encoder-warmup", daemon=True)
+        self._thread = threading.Thread(target=self._load, name="fathom-encoder-warmup", daemon=False)
         self._thread.start()
         return self
 
