@@ -27,9 +27,12 @@ log = logging.getLogger(__name__)
 # Claude Code refuses a tool result over 25,000 tokens: the default stays well under it, and
 # so does the most a caller may ask for.
 DEFAULT_MAX_TOKENS = 8000
-MIN_MAX_TOKENS = 500
+MIN_MAX_TOKENS = 1000
 MAX_MAX_TOKENS = 20000
 FALLBACK_CHARS = 3
+# The JSON-RPC envelope around a tool result (`jsonrpc`, `id`, `isError`, `resultType`, the
+# server's `_meta`): 89 tokens measured; counted with room to spare.
+ENVELOPE = 128
 
 
 class AnswerTokens:

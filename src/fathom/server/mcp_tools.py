@@ -46,7 +46,7 @@ from fathom.server.search_answer import Result as Result
 from fathom.server.search_answer import RESOURCE_TEMPLATE, SearchResults
 from fathom.server.search_answer import search_results as search_results
 from fathom.server.search_answer import similar_results as similar_results
-from fathom.server.search_pages import search_page, similar_page, tool_result
+from fathom.server.search_pages import Rankings, search_page, similar_page, tool_result
 from fathom.service import MAX_LINE, Fathom
 
 log = logging.getLogger(__name__)
@@ -301,8 +301,9 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     server = ToolServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
                         log_level="WARNING")
     # Registered in this order, which is the order `tools/list` answers in.
-    _search_tools(server, fathom, router)
-    _similar_tool(server, fathom)
+    rankings = Rankings()  # the rankings later pages of a search come from
+    _search_tools(server, fathom, router, rankings)
+    _similar_tool(server, fathom, rankings)
     _read_tools(server, fathom)
     _index_tool(server, fathom)
     _project_tools(server, fathom)
@@ -310,15 +311,15 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     return server
 
 
-def _search_tools(server: MCPServer, fathom: Fathom, router: Any) -> None:
+def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rankings) -> None:
     """`search_code` and `search_docs`, reranked by `router` (or the service's own)."""
 
     async def paged_search(query: str, project: str | None, table: str, k: int,
                            where: SearchFilter | None, cursor: str | None,
                            max_tokens: int) -> CallToolResult:
         reranker = router if router is not None else getattr(fathom, "router", None)
-        return tool_result(await search_page(fathom, query, project, table, k, where=where,
-                                             reranker=reranker, cursor=cursor,
+        return tool_result(await search_page(fathom, rankings, query, project, table, k,
+                                             where=where, reranker=reranker, cursor=cursor,
                                              max_tokens=max_tokens))
 
     @server.tool(title="Search code", annotations=READ_ONLY,
@@ -351,7 +352,7 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any) -> None:
                                   SearchFilter.of(language, path, kind), cursor, max_tokens)
 
 
-def _similar_tool(server: MCPServer, fathom: Fathom) -> None:
+def _similar_tool(server: MCPServer, fathom: Fathom, rankings: Rankings) -> None:
     """`find_similar`: the chunks nearest to a chunk, or to a snippet, by vector alone."""
 
     @server.tool(title="Find similar code", annotations=READ_ONLY,
@@ -378,12 +379,12 @@ def _similar_tool(server: MCPServer, fathom: Fathom) -> None:
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
         cursor: PageCursor = None,
     ) -> Annotated[CallToolResult, SearchResults]:
-        hits = await fathom.find_similar(project, path=path, line=line, snippet=snippet, k=k,
-                                         table=table)
         origin = snippet if snippet is not None else f"{path}:{line}"
-        return tool_result(similar_page(fathom, hits, origin, table,
-                                        search=["similar", project, origin, k, table],
-                                        cursor=cursor, max_tokens=max_tokens))
+        return tool_result(await similar_page(
+            fathom, rankings, lambda: fathom.find_similar(project, path=path, line=line,
+                                                         snippet=snippet, k=k, table=table),
+            origin, table, search=["similar", project, origin, k, table], cursor=cursor,
+            max_tokens=max_tokens))
 
 
 def _read_tools(server: MCPServer, fathom: Fathom) -> None:

@@ -19,6 +19,7 @@ cut a line in half, and to import the MCP tool module (the tools register what i
 from __future__ import annotations
 
 import asyncio
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,7 +29,7 @@ from pydantic import BaseModel, Field
 from fathom.errors import ConfigError
 from fathom.index.reading import IndexedFile, chunk_by_id, disk_state, indexed_file
 from fathom.index.walker import resolve_roots, root_moved
-from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, tokens_of
+from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, ENVELOPE, tokens_of
 from fathom.server.search_answer import parse_hit_id, resource_uri
 
 OnDisk = Literal["unchanged", "changed", "deleted", "unknown"]
@@ -144,9 +145,12 @@ def fit(fathom: Any, answer: Lines, max_tokens: int) -> Lines:
     the numbered text and the metadata, as a client receives both."""
     tokens = tokens_of(fathom)
     width = len(str(answer.read.end_line))
-    per_line = tokens.count([f"{n:>{width}}\t{line}" for n, line in
+    # Each line as the wire carries it: inside a JSON string, every non-ASCII character
+    # escaped (as the SDK sends it).
+    per_line = tokens.count([json.dumps(f"{n:>{width}}\t{line}") for n, line in
                              enumerate(answer.lines, start=answer.read.start_line)])
-    fixed = tokens.total(answer.read.model_dump_json()) * 2 + 32  # head, tail, envelope
+    # The metadata (structured), the head and tail lines of the text block, the envelope.
+    fixed = tokens.total(answer.read.model_dump_json()) * 2 + ENVELOPE
     keep, used = 0, fixed
     for cost in per_line:
         if keep and used + cost + 1 > max_tokens:
