@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 import pytest
@@ -15,8 +16,8 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
-TOOLS = {"search_code", "search_docs", "find_similar", "index_project", "list_projects",
-         "index_status", "drop_project"}
+TOOLS = {"search_code", "search_docs", "find_similar", "read_code", "index_project",
+         "list_projects", "index_status", "drop_project"}
 AGENT_TOOLS = {"ask", "explore"}  # listed only where a route can serve their roles
 
 
@@ -37,7 +38,8 @@ async def test_stdio_session_lists_tools_searches_and_survives_bad_calls(indexed
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "fathom.cli", "--data-dir", str(data), "mcp"],
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+             "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
     )
     async with asyncio.timeout(240):
         async with Client(params, read_timeout_seconds=180) as client:

@@ -778,3 +778,18 @@ def test_the_gate_watch_list_persists_beside_the_verdicts(backend, tmp_path):
     first.unwatch(other.key, "never-watched")  # nothing to remove: no error
     again = open_verdicts()  # a restart
     assert again.watched() == [Watched(SPACE, "sidecar:gpu1:code-embedding:cloud:alpha", 250.0)]
+
+
+def test_chunks_of_a_file_or_of_ids_come_back_as_written(store):
+    """`read_code` serves a file's indexed version from these rows: every field as written,
+    the chunk id (path, lines and text hashed) the same."""
+    chunks, _ = indexed(store, n=6)
+    kinded = Chunk(chunks[2].path, "python", "code", 30, 31, "Box.draw",
+                   "def draw(self):\n    return '┌─┐ é'\n", kind="method")
+    store.write("p", "code", [kinded], clustered(1, seed=3), CLEARED)
+    of_file = store.chunks("p", "code", path=chunks[2].path)
+    assert sorted(of_file, key=lambda c: c.start_line) == [chunks[2], kinded]
+    assert {c.chunk_id for c in of_file} == {chunks[2].chunk_id, kinded.chunk_id}
+    assert store.chunks("p", "code", chunk_ids=[kinded.chunk_id, "not-there"]) == [kinded]
+    assert store.chunks("p", "code", path="nowhere.py") == []
+    assert store.chunks("p", "docs", path=chunks[2].path) == []  # no docs table yet

@@ -62,6 +62,9 @@ class SearchHit:
     # The full chunk text the reranker reads (the snippet when the store keeps none); never
     # sent out (`as_dict` leaves it out, the wire model has no field for it).
     text: str = field(default="", repr=False, compare=False)
+    # The chunk's row identity in its project's table (`Chunk.chunk_id`): what a hit's id on
+    # the wire and `read_code` name it by. Empty for a hit made without a store row.
+    chunk_id: str = ""
 
     @classmethod
     def of(cls, project: str, hit: Hit, *, text: str = "") -> SearchHit:
@@ -72,7 +75,8 @@ class SearchHit:
                    hit.language, round(float(hit.score), 6), snippet,
                    cosine=_rounded(hit.vector_score), kind=hit.kind,
                    vector_rank=hit.vector_rank, text_rank=hit.text_rank,
-                   text_score=_rounded(hit.text_score), match=hit.match, text=text)
+                   text_score=_rounded(hit.text_score), match=hit.match, text=text,
+                   chunk_id=hit.chunk_id)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "text"}

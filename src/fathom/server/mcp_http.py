@@ -121,7 +121,10 @@ class ToolAccess:
         self.server.call_tool = call_tool
 
     async def __call__(self, ctx: Any, call_next: Any) -> Any:
-        """Middleware: a token that may not write is not offered the tools that write."""
+        """Middleware: a token that may not write is not offered the tools that write, and a
+        resource is read within the token's projects, as a tool call is."""
+        if ctx.method == "resources/read":
+            return await self.read(ctx, call_next)
         if ctx.method != "tools/list":
             return await call_next(ctx)
         result = await call_next(ctx)
@@ -129,6 +132,21 @@ class ToolAccess:
         if principal is not None and (principal.admin or principal.can_index):
             return result
         return _without(result, await self._writers())
+
+    async def read(self, ctx: Any, call_next: Any) -> Any:
+        """`resources/read` (a `fathom://` file), within the principal's projects: the scoped
+        store answers "no such project" for any other, whatever the URI names."""
+        from mcp.shared.exceptions import MCPError
+        from mcp.types import INVALID_REQUEST
+
+        principal = principal_of(ctx)
+        if principal is None:  # no request identity: never read blind
+            raise MCPError(code=INVALID_REQUEST, message="this request carries no identity; "
+                           "send it to /mcp with a bearer token")
+        if principal.admin:
+            return await call_next(ctx)
+        with project_scope.within(principal.projects):
+            return await call_next(ctx)
 
     async def call(self, inner: Any, name: str, arguments: dict[str, Any], context: Any) -> Any:
         from mcp.server.mcpserver.exceptions import ToolError

@@ -27,22 +27,27 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from fathom import __version__
-from fathom.errors import OutOfRange
+from fathom.errors import FathomError, OutOfRange
 from fathom.index.filters import SearchFilter
 from fathom.index.results import MAX_K
+from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
+from fathom.server.read_code import CodeRead, read_lines, read_resource
+from fathom.server.search_answer import RESOURCE_TEMPLATE, SearchResults
 
 # The search answer is shared with the dashboard (its models and `search_results` lived here;
 # the old import paths still work).
 from fathom.server.search_answer import SCORES as SCORES
 from fathom.server.search_answer import Result as Result
-from fathom.server.search_answer import SearchResults, search_results, similar_results
+from fathom.server.search_answer import search_results as search_results
+from fathom.server.search_answer import similar_results as similar_results
+from fathom.server.search_pages import Rankings, search_page, similar_page, tool_result
 from fathom.service import MAX_LINE, Fathom
 
 log = logging.getLogger(__name__)
@@ -50,7 +55,8 @@ log = logging.getLogger(__name__)
 INSTRUCTIONS = (
     "Fathom searches indexed codebases by meaning. Use search_code for functions and classes, "
     "search_docs for READMEs and documentation, find_similar to find code like a given file "
-    "line or snippet. list_projects shows what is indexed; index_project adds or refreshes one. "
+    "line or snippet; read_code reads a hit's lines (by its id) or any range of an indexed "
+    "file. list_projects shows what is indexed; index_project adds or refreshes one. "
     "Indexes of watched projects follow file edits within seconds, with no re-index needed."
 )
 
@@ -78,6 +84,13 @@ Kind = Annotated[Literal["function", "method", "class"] | None, Field(
                 "function defined in a class-like type) or `class` (classes, structs, "
                 "interfaces, traits, enums). Default null: any chunk, including code between "
                 "definitions.")]
+PageCursor = Annotated[str | None, Field(
+    description="The `next_cursor` of an earlier answer, to read the next page of that "
+                "search (repeat its other arguments unchanged). Default null: the first page.",
+    max_length=200)]
+MaxTokens = Annotated[int, Field(
+    description=f"The most tokens the answer may take, {MIN_MAX_TOKENS} to {MAX_MAX_TOKENS}. "
+                f"Default {DEFAULT_MAX_TOKENS}.", ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
 
 
 class ProjectEntry(BaseModel):
@@ -289,48 +302,58 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     server = ToolServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
                         log_level="WARNING")
     # Registered in this order, which is the order `tools/list` answers in.
-    _search_tools(server, fathom, router)
-    _similar_tool(server, fathom)
+    rankings = Rankings()  # the rankings later pages of a search come from
+    _search_tools(server, fathom, router, rankings)
+    _similar_tool(server, fathom, rankings)
+    _read_tools(server, fathom)
     _index_tool(server, fathom)
     _project_tools(server, fathom)
     register_agent_tools(server, fathom, router)
     return server
 
 
-def _search_tools(server: MCPServer, fathom: Fathom, router: Any) -> None:
+def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rankings) -> None:
     """`search_code` and `search_docs`, reranked by `router` (or the service's own)."""
 
-    async def reranked_search(query: str, project: str | None, table: str, k: int,
-                              where: SearchFilter | None) -> SearchResults:
-        return await search_results(fathom, query, project, table, k, where=where,
-                                    reranker=router if router is not None else getattr(fathom, "router", None))
+    async def paged_search(query: str, project: str | None, table: str, k: int,
+                           where: SearchFilter | None, cursor: str | None,
+                           max_tokens: int) -> CallToolResult:
+        reranker = router if router is not None else getattr(fathom, "router", None)
+        return tool_result(await search_page(fathom, rankings, query, project, table, k,
+                                             where=where, reranker=reranker, cursor=cursor,
+                                             max_tokens=max_tokens))
 
     @server.tool(title="Search code", annotations=READ_ONLY,
                  description="Search indexed source code by meaning and keywords (vector and "
                              "keyword rankings fused). Returns file paths with line ranges, "
-                             "the symbol, scores (see each field) and a snippet, best first. "
-                             "Filters by language, path glob and symbol kind apply before the "
-                             "top k is taken.")
+                             "the symbol, scores (see each field) and a snippet, best first, "
+                             "as many as max_tokens holds (snippets grow to whole chunks when "
+                             "it allows; `next_cursor` reads on). Filters by language, path "
+                             "glob and symbol kind apply before the top k is taken. Every hit "
+                             "links its lines (read_code or resources/read).")
     @tool_errors
     async def search_code(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
-                          kind: Kind = None) -> SearchResults:
-        return await reranked_search(query, project, "code", k,
-                                     SearchFilter.of(language, path, kind))
+                          kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+                          cursor: PageCursor = None) -> Annotated[CallToolResult, SearchResults]:
+        return await paged_search(query, project, "code", k,
+                                  SearchFilter.of(language, path, kind), cursor, max_tokens)
 
     @server.tool(title="Search documentation", annotations=READ_ONLY,
                  description="Search indexed documentation (README, Markdown, reST, docstrings) "
-                             "by meaning and keywords. Same result shape and filters as "
-                             "search_code; `kind` matches the symbol a docstring documents.")
+                             "by meaning and keywords. Same result shape, filters, budget and "
+                             "cursor as search_code; `kind` matches the symbol a docstring "
+                             "documents.")
     @tool_errors
     async def search_docs(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
-                          kind: Kind = None) -> SearchResults:
-        return await reranked_search(query, project, "docs", k,
-                                     SearchFilter.of(language, path, kind))
+                          kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+                          cursor: PageCursor = None) -> Annotated[CallToolResult, SearchResults]:
+        return await paged_search(query, project, "docs", k,
+                                  SearchFilter.of(language, path, kind), cursor, max_tokens)
 
 
-def _similar_tool(server: MCPServer, fathom: Fathom) -> None:
+def _similar_tool(server: MCPServer, fathom: Fathom, rankings: Rankings) -> None:
     """`find_similar`: the chunks nearest to a chunk, or to a snippet, by vector alone."""
 
     @server.tool(title="Find similar code", annotations=READ_ONLY,
@@ -354,10 +377,60 @@ def _similar_tool(server: MCPServer, fathom: Fathom) -> None:
         k: K = 10,
         table: Annotated[Literal["code", "docs"], Field(
             description="The table to search: `code` (default) or `docs`.")] = "code",
-    ) -> SearchResults:
-        hits = await fathom.find_similar(project, path=path, line=line, snippet=snippet, k=k,
-                                         table=table)
-        return similar_results(hits, snippet if snippet is not None else f"{path}:{line}", table)
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+        cursor: PageCursor = None,
+    ) -> Annotated[CallToolResult, SearchResults]:
+        origin = snippet if snippet is not None else f"{path}:{line}"
+        return tool_result(await similar_page(
+            fathom, rankings, lambda: fathom.find_similar(project, path=path, line=line,
+                                                         snippet=snippet, k=k, table=table),
+            origin, table, search=["similar", project, origin, k, table], cursor=cursor,
+            max_tokens=max_tokens))
+
+
+def _read_tools(server: MCPServer, fathom: Fathom) -> None:
+    """`read_code` and the `fathom://` resource template (`fathom.server.read_code`)."""
+
+    @server.tool(title="Read code", annotations=READ_ONLY,
+                 description="Read lines of an indexed file as the index holds them: a search "
+                             "hit's lines by its `id`, or `project` + `path` with an optional "
+                             "line range. The text block holds the lines, numbered; the "
+                             "structured result says whether the file on disk changed since "
+                             "it was indexed, and where to read on when the lines did not fit "
+                             "max_tokens.")
+    @tool_errors
+    async def read_code(
+        project: ProjectOpt = None,
+        path: Annotated[str | None, Field(
+            description="A file path relative to the project root, as search results give "
+                        "it. Default null: use `id`.", max_length=1000)] = None,
+        start_line: Annotated[int | None, Field(
+            description="First line to read, 1-based. Default null: line 1.", ge=1,
+            le=MAX_LINE)] = None,
+        end_line: Annotated[int | None, Field(
+            description="Last line to read, inclusive. Default null: the last line.", ge=1,
+            le=MAX_LINE)] = None,
+        id: Annotated[str | None, Field(
+            description="A search hit's `id` (PROJECT:TABLE:CHUNK): reads that hit's lines. "
+                        "Default null: use `project` and `path`.", max_length=300)] = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+    ) -> Annotated[CallToolResult, CodeRead]:
+        answer = await asyncio.to_thread(read_lines, fathom, project=project, path=path,
+                                         start_line=start_line, end_line=end_line, hit=id,
+                                         max_tokens=max_tokens)
+        return CallToolResult(content=[TextContent(type="text", text=answer.numbered())],
+                              structured_content=answer.read.model_dump(mode="json"))
+
+    @server.resource(RESOURCE_TEMPLATE, name="indexed_file", title="Indexed file",
+                     mime_type="text/plain",
+                     description="Lines of an indexed file, exactly as indexed: "
+                                 "fathom://PROJECT/PATH, optionally ?lines=START-END (1-based, "
+                                 "inclusive). Every search hit links its lines.")
+    async def indexed_file(project: str, path: str, lines: str | None = None) -> str:
+        try:
+            return await read_resource(fathom, project, path, lines)
+        except FathomError as exc:
+            raise ResourceError(str(exc)) from exc
 
 
 def _index_tool(server: MCPServer, fathom: Fathom) -> None:

@@ -4,7 +4,9 @@ What it owns: the result models of `search_code`, `search_docs` and `find_simila
 `SearchResults`: the tools' structured output, and the body of the dashboard's
 `POST /admin/search`), the one meaning of each score field (`SCORES`), and the one mapping
 from the search pipeline's hit to the wire (`Result.of`); `search_results` runs the pipeline
-(`fathom.index.search.pipeline`) and `similar_results` wraps `find_similar`'s hits.
+(`fathom.index.search.pipeline`) and `similar_results` wraps `find_similar`'s hits. Also the
+two names a hit is opened by (`read_code`, resources): its `id` (`hit_id`, `parse_hit_id`) and
+its resource URI (`resource_uri`, on the template `RESOURCE_TEMPLATE`).
 
 What it refuses to do: check or search anything itself (the pipeline checks the arguments
 once, at its entry, and its refusals reach the caller unchanged), or import the rest of the
@@ -13,14 +15,17 @@ server: the MCP tools and the admin API both import it, never the other way roun
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, Literal, cast
+from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
+from fathom.errors import ConfigError
 from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
-from fathom.index.results import SearchHit
+from fathom.index.results import Ranking, SearchHit
 
 # One meaning per score field, stated once and used in every schema that carries it.
 SCORES = {
@@ -46,8 +51,39 @@ SIMILAR_REASON = ("find_similar ranks by vector similarity alone: no keyword fus
 
 Table = Literal["code", "docs"]
 
+# A hit's id: `PROJECT:TABLE:CHUNK_ID`, the chunk's row identity in its project's table
+# (`Chunk.chunk_id`: path, lines and text hashed). Stable while the chunk is indexed; an edit
+# of its lines makes a new chunk with a new id.
+_HIT_ID = re.compile(r"^(?P<project>.+):(?P<table>code|docs):(?P<chunk>[0-9a-f]{32})$", re.S)
+# What `resources/read` takes: a file of a project, optionally a 1-based inclusive line range.
+RESOURCE_TEMPLATE = "fathom://{project}/{+path}{?lines}"
+
+
+def hit_id(project: str, table: str, chunk_id: str) -> str:
+    return f"{project}:{table}:{chunk_id}"
+
+
+def parse_hit_id(value: str) -> tuple[str, str, str]:
+    """(project, table, chunk_id) of a hit's id, or `ConfigError` naming the shape."""
+    found = _HIT_ID.match(value) if isinstance(value, str) else None
+    if found is None:
+        raise ConfigError(f"{value!r} is not a hit id: a hit's `id` reads PROJECT:TABLE:CHUNK, "
+                          f"e.g. `shop:code:` and 32 hex digits; copy it from a search result")
+    return found["project"], found["table"], found["chunk"]
+
+
+def resource_uri(project: str, path: str, start: int | None = None,
+                 end: int | None = None) -> str:
+    """The `fathom://` URI of lines `start`..`end` of a file (the whole file without them)."""
+    uri = f"fathom://{quote(project, safe='')}/{quote(path, safe='/')}"
+    return uri if start is None else f"{uri}?lines={start}-{end if end is not None else start}"
+
 
 class Result(BaseModel):
+    id: str = Field(default="", description="the hit's id, PROJECT:TABLE:CHUNK: read_code(id=…) reads "
+                    "its lines as indexed (stable while the chunk is unchanged)")
+    uri: str = Field(default="", description="the resource URI of the hit's lines "
+                     "(fathom://PROJECT/PATH?lines=START-END), for resources/read")
     project: str = Field(description="the project the chunk belongs to")
     path: str = Field(description="file path relative to the project root")
     start_line: int = Field(description="first line of the chunk, 1-based")
@@ -72,14 +108,19 @@ class Result(BaseModel):
     retrieval_rank: int | None = Field(None, description="place (1 = best) before reranking; "
                                        "null when not reranked")
     snippet: str = Field(description="the chunk's first lines (docs: from its first line of "
-                                     "words, without docstring or comment delimiters)")
+                                     "words, without docstring or comment delimiters), or the "
+                                     "whole chunk when the answer's token budget allows (see "
+                                     "`whole`)")
+    whole: bool = Field(default=False, description="the snippet is the whole chunk")
 
     @classmethod
     def of(cls, hit: SearchHit, rank: int) -> Result:
         """The one mapping from the pipeline's hit to the wire. `fused_score` is the score
         the hit had when it reached the reranker stage (none for find_similar's, which never
         do); `retrieval_rank` only means something when the stage reordered the hits."""
-        return cls(project=hit.project, path=hit.path, start_line=hit.start_line,
+        return cls(id=hit_id(hit.project, hit.table, hit.chunk_id) if hit.chunk_id else "",
+                   uri=resource_uri(hit.project, hit.path, hit.start_line, hit.end_line),
+                   project=hit.project, path=hit.path, start_line=hit.start_line,
                    end_line=hit.end_line, symbol=hit.symbol, kind=hit.kind,
                    language=hit.language, rank=rank, fused_score=hit.retrieval_score,
                    cosine=hit.cosine, rerank_score=hit.rerank_score,
@@ -102,6 +143,13 @@ class SearchResults(BaseModel):
     filters: str | None = Field(None, description="the filters applied, if any")
     notes: list[str] = Field(default_factory=list, description="what the reader must know "
                              "besides the results, e.g. a damaged project the search skipped")
+    found: int | None = Field(default=None, description="how many results the search found (at most "
+                              "k); `results` holds those that fit max_tokens")
+    next_cursor: str | None = Field(default=None, description="more results did not fit max_tokens: "
+                                    "call again with the same arguments and this cursor for "
+                                    "the next page; null: nothing more")
+    tokens: int | None = Field(default=None, description="tokens of the answer, as max_tokens counts "
+                               "them")
 
 
 async def search_results(service: search_mod.Searchable, query: str, project: str | None,
@@ -112,6 +160,12 @@ async def search_results(service: search_mod.Searchable, query: str, project: st
     can, the results still come back, flagged not reranked with the reason."""
     found = await search_mod.pipeline(service, query, project, table, k, where=where,
                                       reranker=reranker)
+    return answer_of(found, query, table, where)
+
+
+def answer_of(found: Ranking, query: str, table: str,
+              where: SearchFilter | None = None) -> SearchResults:
+    """The answer for the pipeline's ranking: every hit, ranked from 1."""
     return SearchResults(query=query, table=cast(Table, table),
                          ordered_by="rerank_score" if found.reranked else "fused_score",
                          results=[Result.of(h, i) for i, h in enumerate(found.hits, start=1)],

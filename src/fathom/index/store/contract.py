@@ -290,6 +290,13 @@ class Store(ABC):
         quarantined provider wrote). Unknown ids are simply absent."""
         raise StoreError(f"{type(self).__name__} cannot return stored chunk texts")
 
+    def chunks(self, project: str, table: str, *, path: str | None = None,
+               chunk_ids: Sequence[str] = ()) -> list[Chunk]:
+        """The active rows of one file (`path`, relative to the project root) or of these
+        chunk ids, as the `Chunk`s they were written from (text, lines, symbol; the order is
+        the backend's). `read_code` serves the indexed version of a file from them."""
+        raise StoreError(f"{type(self).__name__} cannot return stored chunks")
+
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         pass
 

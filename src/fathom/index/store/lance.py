@@ -499,6 +499,12 @@ class LanceStore(Store):
         check_table_kind(table)
         return self._search.chunk_at(project, table, path, line)
 
+    @guarded
+    def chunks(self, project: str, table: str, *, path: str | None = None,
+               chunk_ids: Sequence[str] = ()) -> list[Chunk]:
+        check_table_kind(table)
+        return self._search.chunks(project, table, path, list(chunk_ids))
+
     # ---- projects and audit
 
     @guarded

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
 from fathom.index.store.ann import ann_params
 from fathom.index.store.contract import FANOUT_POOL
@@ -25,6 +26,7 @@ from fathom.index.store.lance_tables import (
     HIT_COLUMNS,
     fts_query,
     hits_from,
+    in_list,
     rows_where,
     sql_str,
 )
@@ -167,6 +169,23 @@ class LanceSearch:
         row = res.slice(i, 1)
         vec = np.asarray(row["vector"][0].as_py(), dtype=np.float32)
         return hits_from(row, table, [1.0], "vector")[0], vec
+
+    def chunks(self, project: str, table: str, path: str | None,
+               chunk_ids: list[str]) -> list[Chunk]:
+        """The active rows of one file (`path`) or of these chunk ids, as `Chunk`s."""
+        name, _ = self.store._active(project, table)
+        if name is None or (path is None and not chunk_ids):
+            return []
+        where = (f"path = {sql_str(path)}" if path is not None
+                 else in_list("chunk_id", chunk_ids))
+        res = rows_where(self.store._table(project, name), where, CHUNK_COLUMNS).to_pydict()
+        return [Chunk(path=p, language=lang, table=table, start_line=int(s), end_line=int(e),
+                      symbol=sym, text=text or "", kind=kind)
+                for p, lang, s, e, sym, text, kind in zip(*(res[c] for c in CHUNK_COLUMNS),
+                                                          strict=True)]
+
+
+CHUNK_COLUMNS = ["path", "language", "start_line", "end_line", "symbol", "text", "kind"]
 
 
 def best_hits(pool: list[Candidate], k: int, table: str, kind: str) -> list[Hit]:

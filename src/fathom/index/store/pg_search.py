@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
 from fathom.index.store.pg_database import HIT_COLUMNS, as_array, pg_text
 from fathom.index.store.pg_tables import PgTables
@@ -166,5 +167,25 @@ class PgSearch:
                 return None
             # The innermost chunk (a method rather than its class) is the one meant.
             return hit_from_row(row, table, "vector"), as_array(row[10])
+
+        return self.store._retrying(read)
+
+    def chunks(self, project: str, table: str, path: str | None,
+               chunk_ids: list[str]) -> list[Chunk]:
+        """The active rows of one file (`path`) or of these chunk ids, as `Chunk`s."""
+        if path is None and not chunk_ids:
+            return []
+        cond, arg = ("path = %s", path) if path is not None else ("chunk_id = ANY(%s)", chunk_ids)
+
+        def read(conn: Any) -> list[Chunk]:
+            ptr = self.tables.active_or_raise(conn, project, table)
+            if ptr is None or ptr["active"] is None:
+                return []
+            rows = conn.execute(self.tables.q(
+                "SELECT path, language, start_line, end_line, symbol, text, kind FROM {t} "
+                f"WHERE {cond}", t=ptr["active"]), (arg,)).fetchall()
+            return [Chunk(path=p, language=lang, table=table, start_line=int(s),
+                          end_line=int(e), symbol=sym, text=text or "", kind=kind)
+                    for p, lang, s, e, sym, text, kind in rows]
 
         return self.store._retrying(read)
