@@ -108,7 +108,7 @@ def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path,
                 page.goto(url + "/")
                 page.fill("#token", ADMIN)
                 page.click("#login-form button")
-                expect(page.locator("#status")).to_contain_text("connected", timeout=30_000)
+                expect(page.locator("#status")).to_have_text(re.compile(r"^connected"), timeout=30_000)  # not "not connected"
 
                 # Gate verdicts with the minimum cosine and regime, reduced coverage flagged.
                 local_row = page.locator('#verdicts tr[data-provider="sidecar:gpu-1:code-embedding:local"]')

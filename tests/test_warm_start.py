@@ -50,8 +50,20 @@ class HeldLoad:
         self.id = "held:encoder"
 
     def load(self) -> None:
-        self.release.wait()
-        self.loaded = True
+        # Bounded: the load thread is not a daemon, so a test that fails before releasing it
+        # must not keep the test process from exiting.
+        self.loaded = self.release.wait(60)
+
+
+def held_server(indexed) -> tuple[HeldLoad, object]:
+    """An MCP server over the indexed shop whose encoder load is held until the test lets it."""
+    data, _, encoder = indexed
+    fathom = Fathom(Settings(data_dir=data), encoder=encoder)
+    held = HeldLoad()
+    fathom.warmup = Warmup(held).start()
+    server = build_mcp_server(fathom)
+    wait_for_encoder(server, fathom)
+    return held, server
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +76,7 @@ def indexed(tmp_path_factory, local_encoder):  # noqa: F811
 
 
 async def test_a_search_before_the_encoder_is_loaded_waits_and_says_so(indexed):
-    data, _, encoder = indexed
-    fathom = Fathom(Settings(data_dir=data), encoder=encoder)
-    held = HeldLoad()
-    fathom.warmup = Warmup(held).start()
-    server = build_mcp_server(fathom)
-    wait_for_encoder(server, fathom)
+    held, server = held_server(indexed)
     said: list[str] = []
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -90,12 +97,7 @@ async def test_a_search_before_the_encoder_is_loaded_waits_and_says_so(indexed):
 
 
 async def test_without_a_progress_token_the_call_just_waits(indexed):
-    data, _, encoder = indexed
-    fathom = Fathom(Settings(data_dir=data), encoder=encoder)
-    held = HeldLoad()
-    fathom.warmup = Warmup(held).start()
-    server = build_mcp_server(fathom)
-    wait_for_encoder(server, fathom)
+    held, server = held_server(indexed)
 
     class ReleaseOnNotice(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
