@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from fathom.cli import app
 from fathom.config import Settings
+from fathom.errors import ConfigError
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder, sample_project  # noqa: F401
@@ -98,3 +99,13 @@ def test_two_different_data_dirs_are_refused_with_both_named(tmp_path: Path):
     assert str(first) in said and str(second) in said and "Traceback" not in result.output
     same = invoke("--data-dir", str(first), "projects", "--data-dir", str(first))
     assert same.exit_code == 0, same.output
+
+
+def test_a_token_goes_over_plain_http_only_to_this_machine():
+    from fathom.cli_local import server_url
+
+    for ok in ("http://127.0.0.1:8766", "http://localhost:8765/", "http://[::1]:8766", "https://fathom.example.net"):
+        assert server_url(ok) == ok.rstrip("/")
+    for bad in ("http://fathom.example.net:8765", "http://10.0.0.5:8765"):
+        with pytest.raises(ConfigError, match="clear text; use the server's https:// address"):
+            server_url(bad)

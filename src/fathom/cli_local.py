@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
-from fathom.config import Settings
+from fathom.config import Settings, is_loopback
 from fathom.errors import ConfigError, FathomError
 
 # How long a request to the server may take before the CLI says what it is waiting for.
@@ -89,7 +90,11 @@ def server_url(server: str) -> str:
         raise ConfigError(f"--server must be a URL such as http://127.0.0.1:8766, got {server!r}")
     if url.startswith(("ws://", "wss://")):
         raise ConfigError(f"--server takes the server's http:// URL here, not its sidecar address {server!r}")
+    if url.startswith("http://") and not is_loopback(urlsplit(url).hostname or ""):
+        raise ConfigError(f"--server {server!r}: a token would cross the network in clear text; use the "
+                          f"server's https:// address (behind its TLS proxy), or http:// only to this machine")
     return url
+
 
 
 def call(target: Target, method: str, path: str, body: Any = None, *,

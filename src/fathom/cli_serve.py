@@ -143,7 +143,7 @@ def serve(
 
 def _check_serve_auth(host: str, given: str | None, *, no_auth: bool, rotate_token: bool) -> None:
     """`fathom serve`'s token flags, refused before anything is bound or issued."""
-    from fathom.server.mcp_http import is_loopback
+    from fathom.config import is_loopback
 
     if no_auth and not is_loopback(host):
         raise NoAuthRefused(host)

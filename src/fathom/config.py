@@ -13,6 +13,7 @@ changes nothing.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -29,6 +30,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from fathom.errors import ConfigError
 from fathom.policy import BEHAVIOUR, DEFAULT_POLICY, Policy
 from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address, IPv6 with or without brackets) is this machine
+    only: what may be reached over plain HTTP or WebSocket, and served without a token."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 log = logging.getLogger(__name__)
 

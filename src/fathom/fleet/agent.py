@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import math
 import os
@@ -42,6 +41,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import SecretStr, ValidationError
 
 from fathom import __version__, logsafe
+from fathom.config import is_loopback
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
 from fathom.fleet.backends import BackendSpec, open_backend, parse_serve
@@ -99,13 +99,6 @@ class KeyMissing(ProviderUnavailable):
         super().__init__(f"key missing on {name}: push the OpenRouter key to serve cloud routes")
 
 
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def server_url(url: str, path: str = "/sidecar") -> str:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import os
 import socket
@@ -42,6 +41,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from fathom import scope as project_scope
+from fathom.config import is_loopback
 from fathom.index.walker import under_roots
 from fathom.server.answers import bearer_token
 from fathom.server.auth import AdminAuth
@@ -58,13 +58,6 @@ INDEX_TOOL = "index_project"
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 
 
-def is_loopback(host: str) -> bool:
-    if host in ("localhost",):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def transport_security(host: str, allowed_hosts: Sequence[str] = ()) -> Any:
