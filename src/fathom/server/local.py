@@ -34,6 +34,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from fathom.config import atomic_write_text
 from fathom.local_server import LOCAL_FILE
 from fathom.server.guard import LOCAL_PREFIX
 
@@ -72,16 +73,9 @@ class LocalDoor:
         the one the CLI asks). A failure only means the CLI searches in-process."""
         body = json.dumps({"url": self.url, "pid": os.getpid(), "kind": self.kind, "token": self._token,
                            "started_at": time.time()})
-        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{LOCAL_FILE}.{os.getpid()}")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(body)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, body)  # a 0600 temp file renamed into place
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             log.warning("could not write %s (%s): `fathom search` will not find this server and searches "
                         "in-process", self.path, exc.strerror or exc)
 
