@@ -200,6 +200,17 @@ def test_a_wrong_token_or_no_server_exits_1(cli_app, server: Server):
     assert r.exit_code == 1 and "cannot reach the fathom server" in words(r.output)
 
 
+def test_the_admin_token_goes_over_plain_http_only_to_this_machine(cli_app, server: Server):
+    """An operator command pointed at another host over plain http:// is refused before any
+    request: the admin token would cross the network in clear text."""
+    for far in ("http://10.0.0.5:8765", "http://fathom.example.net"):
+        r = invoke(cli_app, far, ["policy", "show"])
+        assert r.exit_code == 2, r.output
+        said = words(r.output)
+        assert "clear text" in said and "https://" in said and ADMIN not in r.output
+    assert invoke(cli_app, server, ["policy", "show"]).exit_code == 0
+
+
 def test_the_fathom_command_carries_the_operator_commands(server: Server):
     from fathom.cli import app as fathom_app
 

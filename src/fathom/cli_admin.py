@@ -154,7 +154,11 @@ TokenOpt = Annotated[str | None, typer.Option("--token", envvar="FATHOM_ADMIN_TO
 
 
 def connect(server: str, token: str | None) -> AdminClient:
-    return client_factory(server, token)
+    """A client of the server at `server`, refused (a `ConfigError`) when the admin token would
+    cross the network in clear text: plain http:// goes to this machine only."""
+    from fathom.cli_local import server_url
+
+    return client_factory(server_url(server), token)
 
 
 # ---------------------------------------------------------------------------- small views
