@@ -33,6 +33,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
+from fathom.cli_options import server_url
 from fathom.errors import ConfigError, FathomError
 
 # Ids, names and messages are printed byte for byte: no emoji codes (`:cloud:` in a provider id
@@ -156,8 +157,6 @@ TokenOpt = Annotated[str | None, typer.Option("--token", envvar="FATHOM_ADMIN_TO
 def connect(server: str, token: str | None) -> AdminClient:
     """A client of the server at `server`, refused (a `ConfigError`) when the admin token would
     cross the network in clear text: plain http:// goes to this machine only."""
-    from fathom.cli_local import server_url
-
     return client_factory(server_url(server), token)
 
 

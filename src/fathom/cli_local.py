@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
-from urllib.parse import urlsplit
 
-from fathom.config import Settings, is_loopback
+from fathom.cli_options import server_url
+from fathom.config import Settings
 from fathom.errors import ConfigError, FathomError
 
 # How long a request to the server may take before the CLI says what it is waiting for.
@@ -81,20 +81,6 @@ def target_of(data_dir: Path, server: str | None) -> Target | None:
                           f"FATHOM_ADMIN_TOKEN (a `fathom server`) or FATHOM_MCP_TOKEN (a `fathom serve`) in the "
                           f"environment, or pass --data-dir of that server")
     return Target(url, token, explicit=True)
-
-
-def server_url(server: str) -> str:
-    """`--server` as a base URL, or a refusal saying what it takes."""
-    url = server.rstrip("/")
-    if "://" not in url:
-        raise ConfigError(f"--server must be a URL such as http://127.0.0.1:8766, got {server!r}")
-    if url.startswith(("ws://", "wss://")):
-        raise ConfigError(f"--server takes the server's http:// URL here, not its sidecar address {server!r}")
-    if url.startswith("http://") and not is_loopback(urlsplit(url).hostname or ""):
-        raise ConfigError(f"--server {server!r}: a token would cross the network in clear text; use the "
-                          f"server's https:// address (behind its TLS proxy), or http:// only to this machine")
-    return url
-
 
 
 def call(target: Target, method: str, path: str, body: Any = None, *,

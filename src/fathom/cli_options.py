@@ -16,9 +16,11 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import typer
 
+from fathom.config import is_loopback
 from fathom.errors import ConfigError
 
 DATA_DIR_HELP = "Where indexes and state live (default ~/.fathom); also taken before the command."
@@ -78,3 +80,16 @@ def accept_global_options(group: Any) -> None:
             continue
         if not any("--data-dir" in getattr(p, "opts", ()) for p in command.params):
             command.params.append(option)
+
+
+def server_url(server: str) -> str:
+    """`--server` as a base URL, or a refusal saying what it takes."""
+    url = server.rstrip("/")
+    if "://" not in url:
+        raise ConfigError(f"--server must be a URL such as http://127.0.0.1:8766, got {server!r}")
+    if url.startswith(("ws://", "wss://")):
+        raise ConfigError(f"--server takes the server's http:// URL here, not its sidecar address {server!r}")
+    if url.startswith("http://") and not is_loopback(urlsplit(url).hostname or ""):
+        raise ConfigError(f"--server {server!r}: a token would cross the network in clear text; use the "
+                          f"server's https:// address (behind its TLS proxy), or http:// only to this machine")
+    return url
