@@ -63,7 +63,6 @@ from fathom.index.results import SearchHit, skipped_note
 from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' bound
 from fathom.index.store import (
     TABLE_KINDS,
-    DamagedProject,
     Store,
     UnknownProject,
     check_table_kind,
@@ -312,33 +311,10 @@ class Fathom:
 
     async def verify_providers(self, table: str) -> list[Verdict]:
         """Judge, for the table's current space, every provider that could serve its role and
-        has no verdict yet, or owes a re-probe (the reference first: it records the golden vectors). A refusal is
-        recorded, not raised: the router simply never lets that provider pull."""
-        space = self.space(table)
-        role = ROLE_OF_TABLE[table]
-        policy = self.routing.load().roles[role].policy
-        reference = self.registry.get(space.reference) or self.encoder
-        def allowed(p: Provider) -> bool:
-            return self.router.cloud_allowed(role) if p.info.is_cloud else self.router.behaviour(role).local
+        has no verdict yet, or owes a re-probe (`fathom.service.verification`)."""
+        from fathom.service.verification import verify_providers
 
-        others = [p for p in self.registry.list(role) if p.id != reference.id and allowed(p)]
-        verdicts = []
-        for p in [reference, *others]:
-            if self.gate.verdict_for(space, p) is not None and not self.gate.awaiting_reprobe(p):
-                continue  # judged, and no re-probe owed (after a reconnect or restart)
-            try:
-                verdicts.append(await self.gate.verify(space, p, policy))
-            except FathomError as exc:
-                # An unpinned embedding route, or its reference could not answer: uncleared.
-                log.warning("gate: %s not verified for the %s table: %s", p.id, table, exc)
-        writer = self.writer
-        refused = self.gate.verdict_for(space, writer) if writer is not None else None
-        if writer is not None and refused is not None and not refused.cleared:
-            log.warning("gate: FATHOM_LOCAL_QUANTIZED asks for %s, but the gate refused it for the "
-                        "%s table (%s); the reference %s writes it instead. Unset "
-                        "FATHOM_LOCAL_QUANTIZED to stop the check (or try int8 if int8-all was "
-                        "refused)", writer.id, table, refused.reason, reference.id)
-        return verdicts
+        return await verify_providers(self, table, ROLE_OF_TABLE[table])
 
     def indexer(self, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = ()) -> Indexer:
         batch = getattr(self.encoder, "batch_size", self.settings.local_batch_size)
@@ -591,37 +567,9 @@ class Fathom:
                            repair: bool = False) -> list[Any]:
         """Check one project's stored tables (or every project's, damaged ones included) and,
         with `repair`, fix what can be fixed; returns a `verify.ProjectCheck` per project."""
-        from fathom.index.verify import check_project, repair_project
+        from fathom.service.verification import verify_store
 
-        store = await asyncio.to_thread(getattr, self, "store")
-        if project is not None:
-            try:
-                known = await asyncio.to_thread(store.has_project, project)
-            except DamagedProject:
-                known = True
-            if not known:
-                raise UnknownProject(project, [p.name for p in store.list_projects()])
-            names = [project]
-        else:
-            names = [p.name for p in await asyncio.to_thread(store.list_projects)]
-        checks = []
-        for name in names:
-            check = await asyncio.to_thread(check_project, store, name,
-                                            taken_back=self._taken_back(name))
-            if repair and check.problems:
-                await repair_project(self, check)
-            checks.append(check)
-        return checks
-
-    def _taken_back(self, project: str) -> Any:
-        """What the project's `.fathomignore` takes back from the secret rules (`!path` lines),
-        read from its recorded root; None when the root is unknown or gone."""
-        from fathom.index.walker import Selection
-
-        root = (self.records.get(project) or {}).get("root")
-        if not root or not Path(root).is_dir():
-            return None
-        return Selection(Path(root)).taken_back
+        return await verify_store(self, project, repair=repair)
 
     def index_status(self, project: str) -> IndexStatus:
         self._require_project(project)
