@@ -80,7 +80,7 @@ def models(
         return
     table = Table(title="Models this install can run (offline, in this process)")
     for col in ("role", "name", "width", "tokens", "size", "in use", "source", "cost here"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for e in entries:
         table.add_row(e.role, e.name, str(e.width or "-"), str(e.max_tokens or "-"), _size(e.size_bytes),
                       "yes" if e.in_use else "", e.source, _cost(e))

@@ -181,11 +181,11 @@ def catalogue(settings: Settings) -> list[Entry]:
         if key not in found and is_model_folder(folder):
             found[key] = entry_of(folder, name=name, source=source)
 
-    add(Path(current.path), current.name, "settings")
     for dist, folder in package_folders():
         add(folder, _package_name(dist, folder, default), f"package {dist}")
-    for model in (*choice.known, *([choice.embed] if choice.embed else [])):
+    for model in (*([choice.embed] if choice.embed else []), *choice.known):
         add(Path(model.path), model.name, "chosen folder")
+    add(Path(current.path), current.name, "settings")
     if choice.reranker is not None:
         add(Path(choice.reranker.path), choice.reranker.name, "chosen folder")
     in_use = {str(Path(current.path).resolve())}
