@@ -407,13 +407,8 @@ class Fathom:
                     if self._must_load(job):
                         starting("loading model")
                         await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]  # in-process: has load
-                    moved = [] if job.full else await asyncio.to_thread(
-                        moved_tables, lambda t: self.store.space_of(name, t), self.space, TABLE_KINDS)
-                    if moved:  # the embedding model was switched: rebuild, as --full would
-                        job.full = True
+                    if moved := await asyncio.to_thread(self._moved, job, name):
                         starting(f"embedding model changed: rebuilding {', '.join(moved)} in full")
-                        log.warning("project %s: %s built by another embedding model; rebuilding "
-                                    "in full (the old tables answer until promoted)", name, ", ".join(moved))
                     starting("checking encoders")
                     for table in TABLE_KINDS:
                         await self.verify_providers(table)
@@ -439,6 +434,17 @@ class Fathom:
             self.watcher.ensure(name, Path(report.root))  # a new project is watched from now on
         self.jobs.prune_syncs(name)
         return report
+
+    def _moved(self, job: Job, project: str) -> list[str]:
+        """The tables of `project` an earlier embedding model built: the run rebuilds them in
+        full, as `--full` would, while they keep answering until promoted."""
+        moved = [] if job.full else moved_tables(lambda t: self.store.space_of(project, t),
+                                                 self.space, TABLE_KINDS)
+        if moved:
+            job.full = True
+            log.warning("project %s: %s built by another embedding model; rebuilding in full",
+                        project, ", ".join(moved))
+        return moved
 
     def _must_load(self, job: Job) -> bool:
         """Whether the gate's check will need the in-process model (a table whose reference
