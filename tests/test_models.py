@@ -22,6 +22,7 @@ import pytest
 from fathom.config import Settings
 from fathom.index.rerank import RerankStage
 from fathom.index.results import SearchHit
+from fathom.inference.catalogue import entry_of, measure
 from fathom.inference.model_choice import load_choice, models_file
 from fathom.service import Fathom
 from tests.test_cross_encoder import WORDS, build_cross_encoder
@@ -128,6 +129,18 @@ def test_a_folder_of_the_wrong_kind_is_refused_and_nothing_is_written(tmp_path, 
     wrong = fathom(tmp_path, "models", "use", "writer", "x", ok=False)
     assert wrong.returncode != 0 and "embed or reranker" in wrong.stderr
     assert not models_file(tmp_path).exists()
+
+
+def test_measure_times_each_model_on_the_clock_it_is_given(tmp_path, cross_encoder_dir):
+    ticks = iter(range(10_000))
+    clock = lambda: next(ticks) / 1000  # noqa: E731 - every reading 1 ms after the last
+    encoder = entry_of(build_encoder(tmp_path / "enc", seed=3), name="enc", source="test")
+    reranker = entry_of(cross_encoder_dir, name="ce", source="test")
+    assert (encoder.role, encoder.width, reranker.role, reranker.width) == ("embed", 32, "reranker", None)
+    settings = Settings(data_dir=tmp_path / "data")
+    assert measure(encoder, settings, clock=clock).cost == {
+        "load_s": 0.0, "ms_per_chunk": 0.03, "ms_per_query": 1.0}  # 1 ms / 32 chunks, rounded
+    assert measure(reranker, settings, clock=clock).cost == {"load_s": 0.0, "ms_rerank_20": 1.0}
 
 
 def test_a_damaged_models_file_is_refused_by_name(tmp_path):
