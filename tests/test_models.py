@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from fathom.agents.routes import standalone_router
 from fathom.config import Settings
 from fathom.index.rerank import RerankStage
 from fathom.index.results import SearchHit
@@ -103,6 +104,7 @@ def test_a_chosen_cross_encoder_reranks_the_services_searches(tmp_path, cross_en
         reranker = service.registry.get("cross-encoder:tiny-cross-encoder")
         assert reranker is not None
         expected = reranker.score_sync("parse the header", docs)  # type: ignore[attr-defined]
+        assert standalone_router(service).registry.get(reranker.id) is reranker  # ask, explore
     finally:
         asyncio.run(service.aclose())
     assert ranking.reranked, ranking.reason
