@@ -199,7 +199,8 @@ def resolve(settings: Settings, role: Role, name: str, *, as_name: str | None = 
     """The entry `name` means for `role`: a catalogue name, or a model folder's path."""
     entries = catalogue(settings)
     for e in entries:
-        if e.role == role and name.lower() in (e.name.lower(), e.source.removeprefix("package ").lower()):
+        package = e.source.removeprefix("package ") if e.source.startswith("package ") else None
+        if e.role == role and name.lower() in (e.name.lower(), (package or "").lower()):
             return replace(e, name=as_name or e.name)
     folder = Path(name).expanduser()
     if folder.is_dir():

@@ -181,15 +181,15 @@ class EarlierEncoders:
         self.settings = settings
         self._build = build
         self._made: dict[str, Provider] = {}
-
-    def candidates(self) -> list[EmbedModel]:
-        return [*load_choice(self.settings.data_dir).known, default_model()]
+        # Read once: the choice a process starts with holds for its life (a switch is taken
+        # up at the next start), and a query must not read a file.
+        self.candidates = [*load_choice(settings.data_dir).known, default_model()]
 
     def for_space(self, space: Space) -> Provider | None:
         """The encoder that defined `space`, when an earlier local model did; None otherwise."""
         if space.reference in self._made:
             return self._made[space.reference]
-        for model in self.candidates():
+        for model in self.candidates:
             if model.provider_id == space.reference and model.width == space.width:
                 made = self._made[space.reference] = self._build(with_model(self.settings, model))
                 return made
