@@ -24,8 +24,10 @@ from fathom.config import Settings
 from fathom.index.rerank import RerankStage
 from fathom.index.results import SearchHit
 from fathom.inference.catalogue import entry_of, measure
-from fathom.inference.model_choice import load_choice, models_file
+from fathom.inference.encoders import local_encoder
+from fathom.inference.model_choice import EarlierEncoders, EmbedModel, load_choice, models_file
 from fathom.service import Fathom
+from fathom.space import Space
 from tests.test_cross_encoder import WORDS, build_cross_encoder
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -143,6 +145,28 @@ def test_measure_times_each_model_on_the_clock_it_is_given(tmp_path, cross_encod
     assert measure(encoder, settings, clock=clock).cost == {
         "load_s": 0.0, "ms_per_chunk": 0.03, "ms_per_query": 1.0}  # 1 ms / 32 chunks, rounded
     assert measure(reranker, settings, clock=clock).cost == {"load_s": 0.0, "ms_rerank_20": 1.0}
+
+
+def test_switching_by_name_and_back_to_the_default_keeps_every_earlier_model(tmp_path):
+    folder = build_encoder(tmp_path / "enc-c", seed=4)
+    data = tmp_path / "data"
+    fathom(data, "models", "use", "embed", str(folder), "--name", "team/enc-c")
+    assert load_choice(data).embed == EmbedModel("team/enc-c", str(folder.resolve()), 32)
+    fathom(data, "models", "use", "embed", "default")
+    choice = load_choice(data)
+    assert choice.embed is None
+    assert [m.name for m in choice.known] == ["sentence-transformers/all-minilm-l6-v2", "team/enc-c"]
+    fathom(data, "models", "use", "embed", "team/enc-c")  # now a catalogue name
+    assert load_choice(data).embed is not None and load_choice(data).embed.name == "team/enc-c"
+    in_use = [e["name"] for e in listing(data) if e["in_use"]]
+    assert in_use == ["team/enc-c"]
+
+    earlier = EarlierEncoders(Settings(data_dir=data), local_encoder)  # built, not loaded
+    minilm = Space(table="code", model="sentence-transformers/all-minilm-l6-v2", width=384,
+                   reference="local:sentence-transformers/all-minilm-l6-v2")
+    assert earlier.for_space(minilm).id == minilm.reference  # type: ignore[union-attr]
+    assert earlier.for_space(Space(table="code", model="x", width=768, reference=minilm.reference)) is None
+    assert earlier.for_space(Space(table="code", model="x", width=384, reference="sidecar:x")) is None
 
 
 def test_a_damaged_models_file_is_refused_by_name(tmp_path):

@@ -187,12 +187,11 @@ class EarlierEncoders:
 
     def for_space(self, space: Space) -> Provider | None:
         """The encoder that defined `space`, when an earlier local model did; None otherwise."""
-        if space.reference in self._made:
-            return self._made[space.reference]
         for model in self.candidates:
             if model.provider_id == space.reference and model.width == space.width:
-                made = self._made[space.reference] = self._build(with_model(self.settings, model))
-                return made
+                if model.provider_id not in self._made:
+                    self._made[model.provider_id] = self._build(with_model(self.settings, model))
+                return self._made[model.provider_id]
         return None
 
     async def aclose(self) -> None:
