@@ -216,6 +216,8 @@ def test_switching_the_encoder_keeps_old_tables_answering_until_rebuilt(tmp_path
     assert service.encoder.id == "local:enc-b"
     assert hits and table["model"] == "enc-a"  # the old table answers, with its own encoder
     assert service.encoder_for("code", "shop").id == "local:enc-a"
+    shown = fathom(data, "models").stdout
+    assert "shop code:" in shown and "built by enc-a, answering with it until `fathom index`" in shown
 
     full, table = asyncio.run(index())  # incremental, as asked: rebuilt in full, and said so
     assert full is True
@@ -224,6 +226,7 @@ def test_switching_the_encoder_keeps_old_tables_answering_until_rebuilt(tmp_path
     assert sum(table["provenance"].values()) == table["rows"] > 0
     service, hits, table = asyncio.run(search("invoice total of the order"))
     assert hits and service.encoder_for("code", "shop").id == "local:enc-b"
+    assert "shop code:" not in fathom(data, "models").stdout
 
     full, _ = asyncio.run(index())  # same space now: an ordinary incremental run
     assert full is False

@@ -37,15 +37,17 @@ from fathom.inference.model_choice import (
 
 console = Console(soft_wrap=True)  # messages stay one line each, for scripts too
 settings_of: Callable[[typer.Context], Any]
+fathom_of: Callable[[typer.Context], Any]
 
 models_app = typer.Typer(help="The encoders and rerankers this install can run, and which are used.",
                          no_args_is_help=False)
 
 
-def register(app: typer.Typer, *, settings: Callable[[typer.Context], Any]) -> None:
-    """Attach `fathom models` to `app`, with the CLI's settings."""
-    global settings_of
-    settings_of = settings
+def register(app: typer.Typer, *, settings: Callable[[typer.Context], Any],
+             service: Callable[[typer.Context], Any]) -> None:
+    """Attach `fathom models` to `app`, with the CLI's settings and service."""
+    global settings_of, fathom_of
+    settings_of, fathom_of = settings, service
     app.add_typer(models_app, name="models")
 
 
@@ -92,6 +94,23 @@ def models(
                       "takes a cross-encoder folder.")
     if env_pins_model(settings):
         console.print("FATHOM_LOCAL_MODEL_PATH names the embedding model: it wins over `fathom models use embed`.")
+    for line in _tables_elsewhere(fathom_of(ctx)):
+        console.print(line)
+
+
+def _tables_elsewhere(service: Any) -> list[str]:
+    """A line per table an earlier embedding model built: it answers with that model until
+    the project's next index rebuilds it (a shadow being built says how far it is)."""
+    lines = []
+    for project in service.store.list_projects():
+        for table, info in sorted(project.tables.items()):
+            if info.space is None or info.space.reference == service.encoder.id:
+                continue
+            building = (f"; {info.shadow_rows} rows already rebuilt with {info.shadow_space.model}"
+                        if info.shadow_space is not None else "")
+            lines.append(f"{project.name} {table}: {info.rows} rows built by {info.space.model}, "
+                         f"answering with it until `fathom index` rebuilds it{building}")
+    return lines
 
 
 @models_app.command("use")
