@@ -447,6 +447,10 @@ from fathom.cli_serve import register as _register_mcp_commands  # noqa: E402
 
 _register_mcp_commands(app, out=console, err=err_console, settings=settings_of, service=fathom_of, runner=run)
 
+from fathom.cli_models import register as _register_model_commands  # noqa: E402
+
+_register_model_commands(app, settings=settings_of, service=fathom_of)  # `fathom models`
+
 
 # ---------------------------------------------------------------- live sync and managing
 

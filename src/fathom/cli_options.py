@@ -77,7 +77,8 @@ def accept_global_options(group: Any) -> None:
         sub = getattr(command, "commands", None)
         if sub is not None:
             pending.extend(sub.values())
-            continue
+            if not getattr(command, "invoke_without_command", False):
+                continue  # a group that runs nothing itself (`fathom models` lists: it takes them)
         if not any("--data-dir" in getattr(p, "opts", ()) for p in command.params):
             command.params.append(option)
 

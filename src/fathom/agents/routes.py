@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypedDict
 from fathom.config import RoleRoute, RoutingState, Settings
 from fathom.inference.budget import BudgetedProvider, CloudBudget
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
-from fathom.inference.provider import Provider
+from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
 from fathom.policy import BEHAVIOUR, Policy
@@ -116,8 +116,9 @@ def local_chat_fix(role: Role) -> str:
 def standalone_router(fathom: Fathom, registry: ProviderRegistry | None = None) -> Router:
     """The router a front end without a server uses (`fathom ask`, `fathom mcp`, `fathom
     serve`): the routing state from the data dir, read at every request, over `registry`; by
-    default a registry of this machine's local LLMs (`local_chat_providers`), empty when none is
-    configured (the in-process encoder serves no stateless role). The server builds its own
+    default a registry of this machine's local LLMs (`local_chat_providers`) and the service's
+    local reranker (`fathom models use reranker`), empty when neither is configured (the
+    in-process encoder serves no stateless role). The server builds its own
     router over the fleet's registry and passes it in instead.
 
     No cosine reranker is added by default on purpose: it would re-sort by the same encoder
@@ -126,6 +127,8 @@ def standalone_router(fathom: Fathom, registry: ProviderRegistry | None = None) 
         registry = ProviderRegistry()
         for provider in local_chat_providers(fathom.settings):
             registry.add(provider)
+        for provider in fathom.registry.list(Role.RERANKER, kind=Kind.LOCAL):
+            registry.add(provider)  # the cross-encoder `fathom models use reranker` chose
     return Router(fathom.routing.load, registry,
                   # Stateless roles write no table: the gate's clearance never applies.
                   is_cleared=lambda role, provider: False, local_fix=local_chat_fix)

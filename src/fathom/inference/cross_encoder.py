@@ -77,7 +77,7 @@ class CrossEncoderReranker(Provider):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-            _check_architecture(self.model_path)
+            check_cross_encoder(self.model_path)
             try:
                 from sentence_transformers import CrossEncoder
                 from transformers.utils import logging as hf_logging
@@ -117,7 +117,7 @@ class CrossEncoderReranker(Provider):
         return await asyncio.to_thread(self.score_sync, query, list(documents))
 
 
-def _check_architecture(path: str) -> None:
+def check_cross_encoder(path: str) -> None:
     """Refuse a folder whose config is not a sequence classifier, before torch loads it."""
     import json
 

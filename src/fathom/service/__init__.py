@@ -72,6 +72,7 @@ from fathom.inference.budget import CloudBudget, current_project
 from fathom.inference.encoders import local_encoder, quantized_writer
 from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
+from fathom.inference.model_choice import EarlierEncoders, chosen_reranker, moved_tables, with_chosen_models
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
@@ -167,7 +168,8 @@ class Fathom:
                  registry: ProviderRegistry | None = None, gate: Gate | None = None,
                  budget: CloudBudget | None = None, router: Router | None = None,
                  routing: RoutingStore | None = None):
-        self.settings = settings or Settings()
+        # `fathom models use` (models.json): the chosen embedding model and reranker.
+        self.settings = with_chosen_models(settings or Settings())
         open_data_dir(self.settings.data_dir)  # 0700, and tightened if an older one was not
         # On a shared PostgreSQL store the gate's verdicts and golden vectors and the routing
         # state live in that database, so every server on it sees the same cleared encoders and
@@ -188,6 +190,9 @@ class Fathom:
         self.batches = BatchHistory(self.routing)  # each provider's batch size, per table
         self.watcher: Any = None  # a fathom.index.watch.Watcher once a front end turns sync on
         self.registry = registry if registry is not None else ProviderRegistry()
+        self.earlier = EarlierEncoders(self.settings, local_encoder)  # tables of earlier models
+        if (reranker := chosen_reranker(self.settings)) is not None and reranker.id not in self.registry:
+            self.registry.add(reranker)
         if gate is None:
             gate = shared.gate() if shared else Gate(self.settings.data_dir)
         self.gate = gate
@@ -293,6 +298,8 @@ class Fathom:
         space = self.store.space_of(project, table) if project else None
         if space is None or space.reference == self.encoder.id:
             return self.encoder
+        if (earlier := self.earlier.for_space(space)) is not None:
+            return earlier  # a table an earlier embedding model built, until it is rebuilt
         role = ROLE_OF_TABLE[table]
         reference = self.registry.get(space.reference)
         candidates = ([reference] if reference is not None else []) + [
@@ -400,6 +407,8 @@ class Fathom:
                     if self._must_load(job):
                         starting("loading model")
                         await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]  # in-process: has load
+                    if moved := await asyncio.to_thread(self._moved, job, name):
+                        starting(f"embedding model changed: rebuilding {', '.join(moved)} in full")
                     starting("checking encoders")
                     for table in TABLE_KINDS:
                         await self.verify_providers(table)
@@ -425,6 +434,17 @@ class Fathom:
             self.watcher.ensure(name, Path(report.root))  # a new project is watched from now on
         self.jobs.prune_syncs(name)
         return report
+
+    def _moved(self, job: Job, project: str) -> list[str]:
+        """The tables of `project` an earlier embedding model built: the run rebuilds them in
+        full, as `--full` would, while they keep answering until promoted."""
+        moved = [] if job.full else moved_tables(lambda t: self.store.space_of(project, t),
+                                                 self.space, TABLE_KINDS)
+        if moved:
+            job.full = True
+            log.warning("project %s: %s built by another embedding model; rebuilding in full",
+                        project, ", ".join(moved))
+        return moved
 
     def _must_load(self, job: Job) -> bool:
         """Whether the gate's check will need the in-process model (a table whose reference
@@ -600,6 +620,7 @@ class Fathom:
             await self.watcher.aclose()
         self._unbind_gate()
         await self.encoder.aclose()
+        await self.earlier.aclose()
         if self._store is not None:
             self._store.close()
         if self._shared is not None:
