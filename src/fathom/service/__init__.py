@@ -423,6 +423,9 @@ class Fathom:
             | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")})
         if self.watcher is not None and reason != "sync":
             self.watcher.ensure(name, Path(report.root))  # a new project is watched from now on
+        from fathom.service.symbols import after_index
+
+        await asyncio.to_thread(after_index, self, name)  # find_symbol follows every run
         self.jobs.prune_syncs(name)
         return report
 
