@@ -117,12 +117,14 @@ def outline(fathom: Any, path: str, *, project: str | None = None) -> tuple[str,
 def _ends_with(path: str, asked: str) -> bool:
     if path.endswith("/" + asked):
         return True
-    if "/" in asked or "." not in asked:
-        return False
-    module = asked.replace(".", "/")  # a dotted module name: its file, or its package
-    stem = path.rsplit(".", 1)[0]
-    return (stem == module or stem.endswith("/" + module)
-            or stem in (f"{module}/__init__", ) or stem.endswith(f"/{module}/__init__"))
+    if "/" in asked or "." not in asked or asked.rsplit(".", 1)[1] == path.rsplit(".", 1)[-1]:
+        return False  # a path, a bare name, or a file name with this file's extension
+    # A dotted module name: its file or its package, the project's own folder name as its
+    # first part or not (`httpx._client` in a project whose root is the `httpx` folder).
+    stem = path.rsplit(".", 1)[0].removesuffix("/__init__")
+    parts = asked.split(".")
+    return any(stem == module or stem.endswith("/" + module)
+               for module in ("/".join(parts), "/".join(parts[1:])) if module)
 
 
 def after_index(fathom: Any, project: str) -> None:
