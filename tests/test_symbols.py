@@ -170,10 +170,11 @@ class RowStore:
 
 def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
     store = RowStore({"a.py": "def one():\n    return two()\n",
-                      "b.py": "def two():\n    return 2\n", "README.md": "# Hi\n"})
+                      "b.py": "def two():\n    return 2\n", "c.py": "def four():\n    pass\n",
+                      "README.md": "# Hi\n"})
     table = SymbolTable(tmp_path / "symbols.sqlite")
     first = table.refresh(store, "p")
-    assert (first.parsed, first.forgotten, first.unchanged) == (2, 0, False)
+    assert (first.parsed, first.forgotten, first.unchanged) == (3, 0, False)
     assert [(r.path, r.qualname) for r in table.definitions(["p"], "two")] == [("b.py", "two")]
     refs, cut = table.references(["p"], "two")
     assert [(r.path, r.line, r.use, r.enclosing, r.text) for r in refs] == [
@@ -186,6 +187,7 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
     del store.files["a.py"]
     again = table.refresh(store, "p")
     assert (again.parsed, again.forgotten) == (1, 1)  # only the changed file parsed again
+    assert [r.path for r in table.definitions(["p"], "four")] == ["c.py"]
     assert [(r.qualname, r.start_line) for r in table.outline("p", "b.py")] == [("two", 3), ("Three", 7)]
     assert table.references(["p"], "two")[0] == [] and table.outline("p", "a.py") == []
     assert table.definitions(["other"], "two") == []  # another project's query sees none
