@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import json
 import shutil
 from pathlib import Path
 from typing import Any
-
-import dataclasses
 
 import httpx
 import pytest
@@ -244,6 +243,10 @@ async def test_the_live_sync_keeps_symbols_true_to_an_edited_file(tmp_path):
             retry.write_text(before)
             await wait_for(lambda: _absent(lines_of("compute_invoice_discount")),
                            what="the function gone again")
+        # Dropping the project drops its symbols, and the text of its files, with it.
+        assert symbols.table_of(fathom).files(["shop"])
+        await fathom.drop("shop")
+        assert symbols.table_of(fathom).files(["shop"]) == []
     finally:
         await fathom.aclose()
 

@@ -194,7 +194,12 @@ def _outline_line(e: OutlineEntry) -> str:
 
 def register_symbol_tools(server: MCPServer, fathom: Any) -> None:
     """`find_symbol`, `find_references` and `outline`, in that order."""
+    _symbol_tool(server, fathom)
+    _references_tool(server, fathom)
+    _outline_tool(server, fathom)
 
+
+def _symbol_tool(server: MCPServer, fathom: Any) -> None:
     @server.tool(title="Find a symbol", annotations=READ_ONLY,
                  description="Find where a function, method, class or other symbol is defined, "
                              "by its name or qualified name (`send`, `AsyncClient.send`), in "
@@ -223,6 +228,8 @@ def register_symbol_tools(server: MCPServer, fathom: Any) -> None:
 
         return await asyncio.to_thread(run)
 
+
+def _references_tool(server: MCPServer, fathom: Any) -> None:
     @server.tool(title="Find references", annotations=READ_ONLY,
                  description="Find where an identifier is used, in one project or every one: "
                              "each usage site with its line and the symbol it sits in, ranked "
@@ -248,6 +255,8 @@ def register_symbol_tools(server: MCPServer, fathom: Any) -> None:
 
         return await asyncio.to_thread(run)
 
+
+def _outline_tool(server: MCPServer, fathom: Any) -> None:
     @server.tool(title="Outline a file", annotations=READ_ONLY,
                  description="The definitions of one indexed code file, in the order they "
                              "appear, members indented under their class: qualified name, "

@@ -475,6 +475,9 @@ class Fathom:
                 finally:
                     await asyncio.to_thread(lock.__exit__, None, None, None)
             await asyncio.to_thread(self.records.remove, project)
+            from fathom.service.symbols import forget
+
+            await asyncio.to_thread(forget, self, project)  # its symbols and indexed text too
         self.jobs.forget_finished(project)
         log.info("project %s dropped (%s)", project,
                  ", ".join(f"{t} {n} rows" for t, n in rows.items()) or "no tables")

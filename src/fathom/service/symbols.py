@@ -135,3 +135,8 @@ def after_index(fathom: Any, project: str) -> None:
     except Exception:
         log.warning("symbols of %s not refreshed after indexing; the next query retries",
                     project, exc_info=True)
+
+
+def forget(fathom: Any, project: str) -> None:
+    """Remove a dropped project's symbols, and the text of its files the table holds."""
+    table_of(fathom).forget(project)
