@@ -14,6 +14,7 @@ scope), or run a query on the event loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, TypeVar
@@ -129,6 +130,7 @@ class Outline(BaseModel):
     tokens: int = 0
 
 
+COUNT_BATCH = 32  # items counted at once while a page fills
 Page = TypeVar("Page", SymbolResults, ReferenceResults, Outline)
 
 
@@ -150,21 +152,26 @@ def paged(answer: Page, items: Sequence[BaseModel], line: Callable[[Any], str], 
     """The page of `items` that starts where `cursor` says and, with `answer`'s other fields
     and the text block, fits `max_tokens` (always at least one item)."""
     search_digest = digest(list(search))
-    ranking = digest([_json(i.model_dump(mode="json")) for i in items])
+    ranking = digest([i.model_dump_json() for i in items])
     start = 0
     if cursor is not None:
         at = Cursor.decode(cursor)
         at.check(search_digest, ranking, len(items))
         start = at.offset
     rest = items[start:]
-    costs = tokens.count([_json(i.model_dump(mode="json")) + line(i) for i in rest])
     fixed = ENVELOPE + tokens.total(head) + tokens.total(
         _json(answer.model_dump(mode="json"))) + 40  # the cursor and its line
     taken, used = 0, fixed
-    for cost in costs:
-        if taken and used + cost + 2 > max_tokens:
-            break
-        taken, used = taken + 1, used + cost + 2
+    # Counted a batch at a time: a name used a thousand times fills a page with the first few
+    # dozen, and counting the rest would be most of the answer's time.
+    while taken < len(rest) and used <= max_tokens:
+        batch = rest[taken:taken + COUNT_BATCH]
+        costs = tokens.count([_json(i.model_dump(mode="json")) + line(i) for i in batch])
+        for cost in costs:
+            if taken and used + cost + 2 > max_tokens:
+                used = max_tokens + 1
+                break
+            taken, used = taken + 1, used + cost + 2
     while True:  # counted whole, as sent: the sum of the parts tokenizes a little apart
         end = start + taken
         page = answer.model_copy(update={
@@ -177,6 +184,12 @@ def paged(answer: Page, items: Sequence[BaseModel], line: Callable[[Any], str], 
             page = page.model_copy(update={"tokens": sent})
             return _result(page, head, [line(i) for i in rest[:taken]])
         taken -= 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_uri(project: str, path: str) -> str:
+    # Quoting a path is most of the cost of a thousand references in one file.
+    return resource_uri(project, path)
 
 
 def _symbol_line(s: SymbolHit) -> str:
@@ -245,7 +258,8 @@ def _references_tool(server: MCPServer, fathom: Any) -> None:
             rows, truncated = symbols.find_references(fathom, name, project=project)
             refs = [Reference(project=r.project, path=r.path, language=r.language, line=r.line,
                               column=r.column, use=r.use, enclosing=r.enclosing,  # type: ignore[arg-type]
-                              text=r.text[:300], uri=resource_uri(r.project, r.path, r.line))
+                              text=r.text[:300], uri=f"{_file_uri(r.project, r.path)}?lines="
+                                                     f"{r.line}-{r.line}")
                     for r in rows]
             head = f"{len(refs)}{'+' if truncated else ''} usage(s) of {name!r}, calls first"
             return paged(ReferenceResults(query=name, found=len(refs), truncated=truncated,
