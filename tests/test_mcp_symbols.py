@@ -30,8 +30,10 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom, symbols
 from tests.admin_fixtures import Operator
 from tests.fleet_fixtures import ADMIN, HashEmbedder
+from tests.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.retrieval_fixtures import write_project
 from tests.test_mcp_tokens import create, mcp, team  # noqa: F401
+from tests.test_symbols import EXPECTED, FIXTURES
 from tests.test_watch import OPTIONS, settled, wait_for
 
 pytestmark = pytest.mark.slow
@@ -215,6 +217,34 @@ async def test_answers_hold_to_max_tokens_and_page_with_a_cursor(httpx_index):
                 ask()
         with pytest.raises(ConfigError, match="no project is indexed"):
             symbols.find_symbol(fathom, "send")
+
+
+@pytest.mark.parametrize("backend", ["lancedb", "postgresql"])
+async def test_every_language_fixture_indexed_answers_its_symbols(backend, tmp_path, request):
+    """The fixtures of tests/fixtures/symbols through the real indexer and store (LanceDB and
+    PostgreSQL alike), read back as the MCP tools answer them."""
+    root = tmp_path / "shapes"
+    shutil.copytree(FIXTURES, root)
+    url = request.getfixturevalue("pg_url") if backend == "postgresql" else None
+    fathom = Fathom(Settings(data_dir=tmp_path / "data", store_url=url), encoder=hash_encoder())
+    try:
+        await fathom.index(root, "shapes")
+        async with Client(build_mcp_server(fathom)) as client:
+            for name, (definitions, uses) in EXPECTED.items():
+                outline = await client.call_tool("outline", {"path": name, "project": "shapes"})
+                assert not outline.is_error, outline.content[0].text
+                assert outline_of(outline) == definitions, name
+                qualname, kind, start, end = definitions[-1]
+                found = await client.call_tool("find_symbol", {"name": qualname, "kind": kind})
+                assert (name, start, end) in {(r["path"], r["start_line"], r["end_line"])
+                                              for r in found.structured_content["results"]}
+                called, _, line, enclosing = next(u for u in uses if u[1] == "call")
+                refs = await client.call_tool("find_references", {"name": called})
+                assert {"path": name, "line": line, "use": "call", "enclosing": enclosing} in [
+                    {k: r[k] for k in ("path", "line", "use", "enclosing")}
+                    for r in refs.structured_content["results"]], (name, called)
+    finally:
+        await fathom.aclose()
 
 
 async def test_the_live_sync_keeps_symbols_true_to_an_edited_file(tmp_path):
