@@ -52,7 +52,7 @@ SymbolKind = Annotated[Literal["function", "method", "class", "module", "type", 
 SymbolLanguage = Annotated[str | None, Field(
     description="Only definitions in this language, lower case (`python`, `go`, `csharp`, "
                 "`ruby`, `shell`…). Default null: any language.", max_length=40)]
-Cursor_ = Annotated[str | None, Field(
+PageCursor = Annotated[str | None, Field(
     description="The `next_cursor` of an earlier answer, to read on (repeat the other "
                 "arguments unchanged). Default null: the first page.", max_length=200)]
 MaxTokens = Annotated[int, Field(
@@ -139,9 +139,10 @@ def _json(value: Any) -> str:
 
 
 def _result(answer: BaseModel, head: str, lines: Sequence[str]) -> CallToolResult:
-    text = "\n".join([head, *lines] + ([f"More: call again with the same arguments and "
-                                        f"cursor={answer.next_cursor!r}."]  # type: ignore[attr-defined]
-                                       if answer.next_cursor else []))  # type: ignore[attr-defined]
+    """The answer as the client receives it: structured, and one line an item as its text."""
+    more = getattr(answer, "next_cursor", None)
+    tail = [f"More: call again with the same arguments and cursor={more!r}."] if more else []
+    text = "\n".join([head, *lines, *tail])
     return CallToolResult(content=[TextContent(type="text", text=text)],
                           structured_content=answer.model_dump(mode="json"))
 
@@ -224,7 +225,7 @@ def _symbol_tool(server: MCPServer, fathom: Any) -> None:
     async def find_symbol(name: Name, project: ProjectOpt = None, kind: SymbolKind = None,
                           language: SymbolLanguage = None,
                           max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: Cursor_ = None) -> Annotated[CallToolResult, SymbolResults]:
+                          cursor: PageCursor = None) -> Annotated[CallToolResult, SymbolResults]:
         def run() -> CallToolResult:
             rows = symbols.find_symbol(fathom, name, project=project, kind=kind,
                                        language=language)
@@ -253,7 +254,7 @@ def _references_tool(server: MCPServer, fathom: Any) -> None:
     @tool_errors
     async def find_references(name: Name, project: ProjectOpt = None,
                               max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                              cursor: Cursor_ = None) -> Annotated[CallToolResult, ReferenceResults]:
+                              cursor: PageCursor = None) -> Annotated[CallToolResult, ReferenceResults]:
         def run() -> CallToolResult:
             rows, truncated = symbols.find_references(fathom, name, project=project)
             refs = [Reference(project=r.project, path=r.path, language=r.language, line=r.line,
@@ -286,7 +287,7 @@ def _outline_tool(server: MCPServer, fathom: Any) -> None:
                                    max_length=1000)],
         project: ProjectOpt = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-        cursor: Cursor_ = None,
+        cursor: PageCursor = None,
     ) -> Annotated[CallToolResult, Outline]:
         def run() -> CallToolResult:
             found_project, found_path, rows = symbols.outline(fathom, path, project=project)
