@@ -192,3 +192,19 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
     assert table.references(["p"], "two")[0] == [] and table.outline("p", "a.py") == []
     assert table.definitions(["other"], "two") == []  # another project's query sees none
     assert (tmp_path / "symbols.sqlite").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize(("language", "source", "calls"), [
+    ("csharp", "class A { void F() { var x = new List<decimal>(); Make<int>(1); } }", ["List", "Make"]),
+    ("java", "class A { void f() { var x = new ArrayList<String>(); g(); } }", ["ArrayList", "g"]),
+    ("scala", "object A { def f = new Ledger(1) }", ["Ledger"]),
+    ("rust", "fn f() { parse::<u8>(); v.push(1); }", ["parse", "push"]),
+    ("typescript", "f<number>(1); new Map<string, number>(); a.b.c();", ["f", "Map", "c"]),
+    ("go", "package p\nfunc f() { fmt.Println(1); g() }", ["Println", "g"]),
+    ("c", "int f(void) { return g(h); }", ["g"]),
+    ("cpp", "int f() { return ns::g(1) + obj.m(); }", ["g", "m"]),
+    ("javascript", "new Queue(); this.drain(); x(y)(z);", ["Queue", "drain", "x"]),
+])
+def test_a_call_is_its_callees_last_name_with_or_without_type_arguments(language, source, calls):
+    found = extract(source, language)
+    assert [o.name for o in found.occurrences if o.use == "call"] == calls

@@ -42,8 +42,10 @@ _CALLS = frozenset({
     "call", "call_expression", "method_invocation", "invocation_expression",
     "function_call_expression", "member_call_expression", "scoped_call_expression",
     "nullsafe_member_call_expression", "object_creation_expression", "new_expression",
-    "function_call", "command", "macro_invocation", "method_call",
+    "function_call", "command", "macro_invocation", "method_call", "instance_expression",
 })
+# A callee with type arguments (`new List<int>()`, `parse::<T>()`): what it calls is its name.
+_GENERIC = frozenset({"generic_name", "generic_type", "generic_function"})
 _CALLEE_FIELDS = ("function", "method", "name", "constructor", "macro", "type")
 _IMPORTS = frozenset({
     "import_statement", "import_from_statement", "future_import_statement", "import_declaration",
@@ -188,6 +190,8 @@ def _is_called(node) -> bool:
                            if (c := current.child_by_field_name(f)) is not None), None)
             if callee is None and current.named_children:
                 callee = current.named_children[0]
+            while callee is not None and callee.type in _GENERIC and callee.named_children:
+                callee = callee.child_by_field_name("function") or callee.named_children[0]
             return (callee is not None and callee.start_byte <= node.start_byte
                     and callee.end_byte == node.end_byte)
         current = current.parent
