@@ -247,6 +247,25 @@ async def test_every_language_fixture_indexed_answers_its_symbols(backend, tmp_p
         await fathom.aclose()
 
 
+async def test_a_damaged_project_is_left_out_and_named(tmp_path):
+    fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=hash_encoder())
+    for name in ("good", "bad"):
+        await fathom.index(write_project(tmp_path / name, {"app.py": f"def {name}_one():\n"
+                                                                     f"    return 1\n"}), name)
+    state = json.loads((tmp_path / "data/lance/projects/bad/state.json").read_text())
+    shutil.rmtree(tmp_path / f"data/lance/projects/bad/{state['tables']['code']['active']}.lance")
+    try:
+        async with Client(build_mcp_server(fathom)) as client:
+            every = await client.call_tool("find_symbol", {"name": "good_one"})
+            assert not every.is_error, every.content[0].text
+            assert [r["project"] for r in every.structured_content["results"]] == ["good"]
+            assert ["bad" in n and "--repair" in n for n in every.structured_content["notes"]] == [True]
+            named = await client.call_tool("find_symbol", {"name": "bad_one", "project": "bad"})
+            assert named.is_error and "damaged" in named.content[0].text
+    finally:
+        await fathom.aclose()
+
+
 async def test_the_live_sync_keeps_symbols_true_to_an_edited_file(tmp_path):
     root = write_project(tmp_path / "shop")
     fathom = Fathom(Settings(data_dir=tmp_path / "data", watch=True), encoder=hash_encoder())

@@ -79,6 +79,8 @@ class SymbolResults(BaseModel):
     query: str
     found: int = Field(description="definitions found in all")
     results: list[SymbolHit]
+    notes: list[str] = Field(default_factory=list, description="projects left out (damaged), "
+                             "each named with the fix")
     next_cursor: str | None = Field(default=None, description="more did not fit max_tokens: call again "
                                     "with this cursor; null: all shown")
     tokens: int = Field(default=0, description="tokens of the answer, as max_tokens counts them")
@@ -106,6 +108,8 @@ class ReferenceResults(BaseModel):
     truncated: bool = Field(default=False, description="the name is used so often that only the first "
                                                "sites are listed")
     results: list[Reference]
+    notes: list[str] = Field(default_factory=list, description="projects left out (damaged), "
+                             "each named with the fix")
     next_cursor: str | None = None
     tokens: int = 0
 
@@ -227,16 +231,17 @@ def _symbol_tool(server: MCPServer, fathom: Any) -> None:
                           max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
                           cursor: PageCursor = None) -> Annotated[CallToolResult, SymbolResults]:
         def run() -> CallToolResult:
-            rows = symbols.find_symbol(fathom, name, project=project, kind=kind,
-                                       language=language)
+            found = symbols.find_symbol(fathom, name, project=project, kind=kind,
+                                        language=language)
             hits = [SymbolHit(project=r.project, path=r.path, language=r.language, name=r.name,
                               qualname=r.qualname, kind=r.kind, signature=r.signature,
                               start_line=r.start_line, end_line=r.end_line,
                               uri=resource_uri(r.project, r.path, r.start_line, r.end_line))
-                    for r in rows]
+                    for r in found.rows]
             head = (f"{len(hits)} definition(s) of {name!r}" + (" (read one with read_code "
                     "or its uri)" if hits else "; try search_code to find it by meaning"))
-            return paged(SymbolResults(query=name, found=len(hits), results=[]), hits,
+            return paged(SymbolResults(query=name, found=len(hits), results=[],
+                                       notes=found.notes), hits,
                          _symbol_line, head, search=["symbol", name, project, kind, language],
                          cursor=cursor, max_tokens=max_tokens, tokens=tokens_of(fathom))
 
@@ -256,7 +261,8 @@ def _references_tool(server: MCPServer, fathom: Any) -> None:
                               max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
                               cursor: PageCursor = None) -> Annotated[CallToolResult, ReferenceResults]:
         def run() -> CallToolResult:
-            rows, truncated = symbols.find_references(fathom, name, project=project)
+            found = symbols.find_references(fathom, name, project=project)
+            rows, truncated = found.rows, found.truncated
             refs = [Reference(project=r.project, path=r.path, language=r.language, line=r.line,
                               column=r.column, use=r.use, enclosing=r.enclosing,  # type: ignore[arg-type]
                               text=r.text[:300], uri=f"{_file_uri(r.project, r.path)}?lines="
@@ -264,7 +270,7 @@ def _references_tool(server: MCPServer, fathom: Any) -> None:
                     for r in rows]
             head = f"{len(refs)}{'+' if truncated else ''} usage(s) of {name!r}, calls first"
             return paged(ReferenceResults(query=name, found=len(refs), truncated=truncated,
-                                          results=[]), refs, _reference_line, head,
+                                          results=[], notes=found.notes), refs, _reference_line, head,
                          search=["references", name, project], cursor=cursor,
                          max_tokens=max_tokens, tokens=tokens_of(fathom))
 

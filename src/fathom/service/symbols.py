@@ -16,12 +16,15 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fathom.errors import ConfigError
+from fathom.index.results import skipped_note
+from fathom.index.store import DamagedProject
 from fathom.index.symbols.extract import LANGUAGES
-from fathom.index.symbols.table import ReferenceRow, SymbolRow, SymbolTable
+from fathom.index.symbols.table import SymbolRow, SymbolTable
 
 log = logging.getLogger(__name__)
 
@@ -60,32 +63,51 @@ def _check_filters(kind: str | None, language: str | None) -> None:
                           f"{', '.join(sorted(LANGUAGES))}")
 
 
-def fresh_projects(fathom: Any, project: str | None) -> list[str]:
+@dataclass(frozen=True)
+class Found:
+    """What a symbol query found, and the projects it left out (damaged), each in a note."""
+
+    rows: list[Any]
+    notes: list[str] = field(default_factory=list)
+    truncated: bool = False  # more references than the table returns: the first ones only
+
+
+def fresh_projects(fathom: Any, project: str | None) -> tuple[list[str], list[str]]:
     """The projects a query reads (one, or every project of the caller's scope), each with
-    its symbol table brought up to date."""
-    projects, _ = fathom.searchable(project, "code")
+    its symbol table brought up to date; and notes on those left out. Over every project, a
+    damaged one is left out and named; a project asked for by name fails whole."""
+    projects, notes = fathom.searchable(project, "code")
     table = table_of(fathom)
+    readable = []
     for name in projects:
-        table.refresh(fathom.store, name)
-    return projects
+        try:
+            table.refresh(fathom.store, name)
+        except DamagedProject as exc:
+            if project is not None:
+                raise
+            notes.append(skipped_note(name, exc.detail))
+            continue
+        readable.append(name)
+    return readable, notes
 
 
 def find_symbol(fathom: Any, name: str, *, project: str | None = None, kind: str | None = None,
-                language: str | None = None) -> list[SymbolRow]:
+                language: str | None = None) -> Found:
     """Definitions named `name` (or whose qualified name ends with it), by project, path, line."""
     dotted = check_name(name)
     _check_filters(kind, language)
-    projects = fresh_projects(fathom, project)
-    return table_of(fathom).definitions(projects, dotted, kind=kind, language=language)
+    projects, notes = fresh_projects(fathom, project)
+    return Found(table_of(fathom).definitions(projects, dotted, kind=kind, language=language),
+                 notes)
 
 
-def find_references(fathom: Any, name: str, *,
-                    project: str | None = None) -> tuple[list[ReferenceRow], bool]:
-    """Where an identifier is used (a qualified name's last part), calls first; and whether
-    the list was cut at the table's bound."""
+def find_references(fathom: Any, name: str, *, project: str | None = None) -> Found:
+    """Where an identifier is used (a qualified name's last part), calls first, up to the
+    table's bound."""
     identifier = check_name(name).rsplit(".", 1)[-1]
-    projects = fresh_projects(fathom, project)
-    return table_of(fathom).references(projects, identifier)
+    projects, notes = fresh_projects(fathom, project)
+    rows, truncated = table_of(fathom).references(projects, identifier)
+    return Found(rows, notes, truncated)
 
 
 def outline(fathom: Any, path: str, *, project: str | None = None) -> tuple[str, str, list[SymbolRow]]:
@@ -96,7 +118,7 @@ def outline(fathom: Any, path: str, *, project: str | None = None) -> tuple[str,
     if not asked or len(asked) > 1000:
         raise ConfigError("outline needs `path`: a file path relative to the project root, "
                           "as search results give it, or its file name")
-    projects = fresh_projects(fathom, project)
+    projects, _ = fresh_projects(fathom, project)
     table = table_of(fathom)
     files = table.files(projects)
     exact = [f for f in files if f[1] == asked]
