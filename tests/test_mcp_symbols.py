@@ -252,8 +252,13 @@ async def test_a_damaged_project_is_left_out_and_named(tmp_path):
     for name in ("good", "bad"):
         await fathom.index(write_project(tmp_path / name, {"app.py": f"def {name}_one():\n"
                                                                      f"    return 1\n"}), name)
+    # A truncated data file: found only when the table is read, not when projects are listed.
     state = json.loads((tmp_path / "data/lance/projects/bad/state.json").read_text())
-    shutil.rmtree(tmp_path / f"data/lance/projects/bad/{state['tables']['code']['active']}.lance")
+    table = tmp_path / f"data/lance/projects/bad/{state['tables']['code']['active']}.lance"
+    for data in (table / "data").glob("*.lance"):
+        data.write_bytes(data.read_bytes()[:len(data.read_bytes()) // 2])
+    await fathom.aclose()
+    fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=hash_encoder())  # no cache
     try:
         async with Client(build_mcp_server(fathom)) as client:
             every = await client.call_tool("find_symbol", {"name": "good_one"})
