@@ -16,8 +16,9 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
-TOOLS = {"search_code", "search_docs", "find_similar", "read_code", "index_project",
-         "list_projects", "index_status", "drop_project"}
+TOOLS = {"search_code", "search_docs", "find_similar", "read_code", "find_symbol",
+         "find_references", "outline", "index_project", "list_projects", "index_status",
+         "drop_project"}
 AGENT_TOOLS = {"ask", "explore"}  # listed only where a route can serve their roles
 
 

@@ -38,6 +38,7 @@ from fathom.index.results import MAX_K
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
+from fathom.server.mcp_symbols import register_symbol_tools  # find_symbol, find_references, outline
 from fathom.server.read_code import CodeRead, read_lines, read_resource
 from fathom.server.search_answer import RESOURCE_TEMPLATE, SearchResults
 
@@ -56,7 +57,9 @@ INSTRUCTIONS = (
     "Fathom searches indexed codebases by meaning. Use search_code for functions and classes, "
     "search_docs for READMEs and documentation, find_similar to find code like a given file "
     "line or snippet; read_code reads a hit's lines (by its id) or any range of an indexed "
-    "file. list_projects shows what is indexed; index_project adds or refreshes one. "
+    "file. find_symbol finds where a name is defined, find_references where it is used, and "
+    "outline lists a file's definitions. list_projects shows what is indexed; index_project "
+    "adds or refreshes one. "
     "Indexes of watched projects follow file edits within seconds, with no re-index needed."
 )
 
@@ -306,6 +309,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     _search_tools(server, fathom, router, rankings)
     _similar_tool(server, fathom, rankings)
     _read_tools(server, fathom)
+    register_symbol_tools(server, fathom)
     _index_tool(server, fathom)
     _project_tools(server, fathom)
     register_agent_tools(server, fathom, router)

@@ -432,6 +432,9 @@ class Fathom:
             | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")})
         if self.watcher is not None and reason != "sync":
             self.watcher.ensure(name, Path(report.root))  # a new project is watched from now on
+        from fathom.service.symbols import after_index
+
+        await asyncio.to_thread(after_index, self, name)  # find_symbol follows every run
         self.jobs.prune_syncs(name)
         return report
 
@@ -492,6 +495,9 @@ class Fathom:
                 finally:
                     await asyncio.to_thread(lock.__exit__, None, None, None)
             await asyncio.to_thread(self.records.remove, project)
+            from fathom.service.symbols import forget
+
+            await asyncio.to_thread(forget, self, project)  # its symbols and indexed text too
         self.jobs.forget_finished(project)
         log.info("project %s dropped (%s)", project,
                  ", ".join(f"{t} {n} rows" for t, n in rows.items()) or "no tables")

@@ -102,6 +102,12 @@ def _members(spec: Spec, node, depth: int = 0) -> Iterator:
             yield child
 
 
+# The parse and the definition rules, public for the symbol table (`fathom.index.symbols`),
+# which reads definitions from the same trees the chunks were cut from.
+parser = _parser
+definition_of = _unwrap
+
+
 def chunk_code(doc: Doc, spec: Spec) -> list[Chunk]:
     if spec.lines is not None:
         return doc.emit(spec.lines(doc.lines))
