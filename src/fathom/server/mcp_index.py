@@ -70,21 +70,21 @@ class IndexSummary(BaseModel):
     project: str
     root: str
     full: bool = Field(description="a full rebuild (else incremental)")
-    background: bool = Field(False, description="the run goes on in the background: follow "
+    background: bool = Field(default=False, description="the run goes on in the background: follow "
                              "`job` with index_status(project, job=ID); the counts below are "
                              "null until it is done")
-    job: JobView | None = Field(None, description="the job of this run")
-    resumed: bool | None = Field(None, description="a full rebuild that resumed an "
+    job: JobView | None = Field(default=None, description="the job of this run")
+    resumed: bool | None = Field(default=None, description="a full rebuild that resumed an "
                                  "interrupted one")
     files: int | None = None
-    chunks: int | None = Field(None, description="chunks in the project now, both tables")
-    embedded: int | None = Field(None, description="chunks embedded by this run: only those "
+    chunks: int | None = Field(default=None, description="chunks in the project now, both tables")
+    embedded: int | None = Field(default=None, description="chunks embedded by this run: only those "
                                  "whose text is new to the index")
-    reused: int | None = Field(None, description="chunks already in place, untouched")
-    carried: int | None = Field(None, description="chunks whose text was already indexed "
+    reused: int | None = Field(default=None, description="chunks already in place, untouched")
+    carried: int | None = Field(default=None, description="chunks whose text was already indexed "
                                 "elsewhere (moved lines, a renamed file): their vector was "
                                 "reused, not embedded")
-    deleted: int | None = Field(None, description="chunks removed because their text is gone")
+    deleted: int | None = Field(default=None, description="chunks removed because their text is gone")
     skipped: dict[str, int] = Field(default_factory=dict, description="files left out, "
                                     "counted by reason")
     skipped_folders: dict[str, list[str]] = Field(default_factory=dict, description=(

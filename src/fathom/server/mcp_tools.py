@@ -28,6 +28,7 @@ from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
@@ -49,6 +50,7 @@ from fathom.server.search_answer import Result as Result
 from fathom.server.search_answer import search_results as search_results
 from fathom.server.search_answer import similar_results as similar_results
 from fathom.server.search_pages import Rankings, search_page, similar_page, tool_result
+from fathom.server.tool_listing import ToolListing
 from fathom.service import MAX_LINE, Fathom
 from fathom.service.background import BackgroundIndex
 
@@ -225,8 +227,9 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio`, or
     mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
     of `ask` and `explore` (the server passes its own; None: the standalone router)."""
+    bus = InMemorySubscriptionBus()  # where 2026-07-28 clients hear of tool list changes
     server = ToolServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
-                        log_level="WARNING")
+                        log_level="WARNING", subscriptions=bus)
     # Registered in this order, which is the order `tools/list` answers in.
     rankings = Rankings()  # the rankings later pages of a search come from
     _search_tools(server, fathom, router, rankings)
@@ -235,6 +238,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     runs = register_index_tools(server, fathom)  # index_project, cancel_index
     _project_tools(server, fathom, runs)
     register_agent_tools(server, fathom, router)
+    ToolListing(server, bus).install().watch(getattr(router, "registry", None))
     return server
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
@@ -93,7 +94,7 @@ class BackgroundIndex:
             self.service.index(path, target.name, full=full, progress=progress, job=job,
                                include=include), name=f"fathom.index:{job.id}")
         self._tasks[job.id] = task
-        task.add_done_callback(lambda t, job=job: self._ended(job, t))
+        task.add_done_callback(functools.partial(self._ended, job))
         log.info("index job %s started: project %s from %s%s", job.id, job.project, job.root,
                  " (full)" if full else "")
         return job
