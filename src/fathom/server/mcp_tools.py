@@ -36,6 +36,7 @@ from fathom import __version__
 from fathom.errors import FathomError, OutOfRange
 from fathom.index.filters import SearchFilter
 from fathom.index.results import MAX_K
+from fathom.index.store import UnknownProject
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
@@ -393,7 +394,15 @@ def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> 
                         "progress in `job`. Default null.", max_length=64)] = None,
     ) -> IndexStatusResult:
         asked = job_view(runs.find(project, job)) if job is not None else None
-        s = await asyncio.to_thread(fathom.index_status, project)
+        try:
+            s = await asyncio.to_thread(fathom.index_status, project)
+        except UnknownProject:
+            if asked is None:
+                raise
+            # A first index still before its first rows: the job is all there is to show.
+            return IndexStatusResult(project=project, root=asked.root, tables={}, last_run=None,
+                                     jobs=[], watch=WatchStatus(enabled=False, state="off"),
+                                     include=[], job=asked)
         return IndexStatusResult(project=s.project, root=s.root,
                                  tables={t: TableStatus(**v) for t, v in s.tables.items()},
                                  last_run=s.last_run, jobs=s.jobs,

@@ -6,8 +6,8 @@ What it owns: starting a run as a task of the running event loop after every che
 can fix has passed (so a bad folder is refused in the call, not as a failed job later), the
 refusal of a second run of a project whose run is still going (naming that job), keeping a
 reference to each task (so none is collected mid-run and every failure is retrieved and
-logged), `wait` for a caller that blocks on the run (its own cancellation cancels the job and
-waits for it to stop at a checkpoint), and `cancel`.
+logged), `wait` for a caller that blocks on the run (its own cancellation cancels the job),
+and `cancel`.
 
 What it refuses to do: index anything itself (`Fathom.index` runs the job, the indexer does
 the work), keep jobs across restarts (the admin API's `IndexJobs` does, with its ledger), or
@@ -18,7 +18,6 @@ more right before promotion, so the active table is never replaced by a half-bui
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable, Sequence
@@ -30,8 +29,6 @@ from fathom.service.jobs import JobTable
 from fathom.service.projects import ProjectRecords, check_includes, index_target, indexed_before
 
 log = logging.getLogger("fathom.service.background")
-
-STOP_WAIT_S = 30.0  # how long a cancelled blocking call waits for its job to reach a checkpoint
 
 
 class IndexService(Protocol):
@@ -111,8 +108,8 @@ class BackgroundIndex:
 
     async def wait(self, job: Job) -> IndexReport:
         """The run's report, for a caller that blocks on it. If that caller is cancelled (the
-        client sent `notifications/cancelled`), the job is cancelled and waited for, up to
-        `STOP_WAIT_S`, so it ends at a checkpoint with the active table untouched."""
+        client sent `notifications/cancelled`), so is the job: it ends at its next checkpoint
+        with the active table untouched."""
         task = self._tasks.get(job.id)
         if task is None:
             if job.report is None:
@@ -121,9 +118,9 @@ class BackgroundIndex:
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
+            # Not waited for: the caller is gone (and a cancelled anyio scope would cancel
+            # any wait here again). The task is held until it ends, at its next checkpoint.
             job.cancel()
-            with contextlib.suppress(Exception):
-                await asyncio.wait({task}, timeout=STOP_WAIT_S)
             raise
 
     def find(self, project: str, job_id: str) -> Job:
