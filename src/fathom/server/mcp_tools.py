@@ -37,9 +37,9 @@ from fathom.errors import FathomError, OutOfRange
 from fathom.index.filters import SearchFilter
 from fathom.index.results import MAX_K
 from fathom.index.store import UnknownProject
-from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
+from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
-from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
+from fathom.server.mcp_common import MaxTokens, ProjectName, ProjectOpt, tool_errors
 from fathom.server.mcp_index import JobView, job_view, register_index_tools
 from fathom.server.read_code import CodeRead, read_lines, read_resource
 from fathom.server.search_answer import RESOURCE_TEMPLATE, SearchResults
@@ -93,9 +93,6 @@ PageCursor = Annotated[str | None, Field(
     description="The `next_cursor` of an earlier answer, to read the next page of that "
                 "search (repeat its other arguments unchanged). Default null: the first page.",
     max_length=200)]
-MaxTokens = Annotated[int, Field(
-    description=f"The most tokens the answer may take, {MIN_MAX_TOKENS} to {MAX_MAX_TOKENS}. "
-                f"Default {DEFAULT_MAX_TOKENS}.", ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
 
 
 class ProjectEntry(BaseModel):
@@ -401,7 +398,7 @@ def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> 
                 raise
             # A first index still before its first rows: the job is all there is to show.
             return IndexStatusResult(project=project, root=asked.root, tables={}, last_run=None,
-                                     jobs=[], watch=WatchStatus(enabled=False, state="off"),
+                                     jobs=[], watch=WatchStatus.model_validate({"enabled": False, "state": "off"}),
                                      include=[], job=asked)
         return IndexStatusResult(project=s.project, root=s.root,
                                  tables={t: TableStatus(**v) for t, v in s.tables.items()},
