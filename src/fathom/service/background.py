@@ -70,6 +70,9 @@ class BackgroundIndex:
             return True
         target = await asyncio.to_thread(index_target, self.service.records,
                                          self.service.settings, path, project)
+        # A job seen done counts at once: its run records the project's last run just after.
+        if any(j.state is JobState.DONE for j in self.service.jobs.of(target.name)):
+            return False
         return not await asyncio.to_thread(indexed_before, self.service.records, target.name)
 
     async def start(self, path: str, project: str | None = None, *, full: bool = False,
