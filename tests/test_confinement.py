@@ -184,7 +184,8 @@ async def test_a_token_that_may_index_indexes_no_other_projects_folder(roots: Op
         found = await client.call_tool("search_code", {"query": "beta_vault_combination", "k": 20})
         assert "beta_vault_combination" not in json.dumps(found.structured_content["results"])
         # Its own project's folder: indexed.
-        done = await client.call_tool("index_project", {"path": str(allowed / "alpha"), "project": "alpha"})
+        done = await client.call_tool("index_project", {"path": str(allowed / "alpha"), "project": "alpha",
+                                                         "wait": True})
         assert not done.is_error, done.content[0].text
         assert done.structured_content["files"] == 2
     # The admin token is not restricted.

@@ -297,7 +297,8 @@ def test_a_full_disk_is_one_clear_line_and_the_next_run_completes(runs, tmp_path
     async def mcp_call():
         async with Client(build_mcp_server(fathom)) as client:
             return await client.call_tool("index_project", {"path": str(runs.root),
-                                                            "project": PROJECT, "full": True})
+                                                            "project": PROJECT, "full": True,
+                                                            "wait": True})
 
     result = asyncio.run(mcp_call())
     assert result.is_error and "no space left on the disk" in result.content[0].text

@@ -70,7 +70,7 @@ async def test_fifo_ignore_files_and_a_flood_of_index_calls_never_hang_the_mcp_s
             # More index calls at once than the default executor has threads (6 on 2 cores).
             started = time.monotonic()
             results = await asyncio.gather(*(
-                client.call_tool("index_project", {"path": str(root), "project": f"p{i}"})
+                client.call_tool("index_project", {"path": str(root), "project": f"p{i}", "wait": True})
                 for i in range(8)))
             took = time.monotonic() - started
             assert took < 100, f"the index calls hung for {took:.0f}s on a FIFO"

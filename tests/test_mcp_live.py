@@ -163,7 +163,7 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
                 events.append((progress, total, message))
 
             indexed_other = await client.call_tool(
-                "index_project", {"path": str(other), "project": "other"},
+                "index_project", {"path": str(other), "project": "other", "wait": True},
                 progress_callback=on_progress)
             assert not indexed_other.is_error, indexed_other.content[0].text
             chunks = indexed_other.structured_content["embedded"]

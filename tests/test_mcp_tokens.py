@@ -155,7 +155,8 @@ async def test_indexing_needs_can_index_and_an_allowed_root(team: Operator):
         for args in ({"path": str(other), "project": "gamma"}, {"path": str(other)}):
             refused = await client.call_tool("index_project", args)
             assert refused.is_error and "'gamma'" in text(refused) and "alpha" in text(refused), text(refused)
-        done = await client.call_tool("index_project", {"path": str(inside), "project": "alpha", "full": True})
+        done = await client.call_tool("index_project", {"path": str(inside), "project": "alpha", "full": True,
+                                                         "wait": True})
         assert not done.is_error, text(done)
         assert done.structured_content["project"] == "alpha" and done.structured_content["chunks"] > 0
     async with team.client() as admin:
@@ -199,7 +200,7 @@ async def test_a_revoked_token_is_refused_at_once_and_the_admin_token_still_work
         beta = await client.call_tool("search_code", {"query": "secret_beta_function", "project": "beta"})
         assert not beta.is_error and beta.structured_content["results"][0]["project"] == "beta"
         anywhere = make_project(team.tmp / "operator-only")
-        done = await client.call_tool("index_project", {"path": str(anywhere), "project": "ops"})
+        done = await client.call_tool("index_project", {"path": str(anywhere), "project": "ops", "wait": True})
         assert not done.is_error, text(done)
 
 

@@ -23,7 +23,7 @@ What this module owns: the order of an indexing run and its crash behaviour.
   embedded again: an edit costs the chunks whose text changed.
 * Promotion: every table rebuilt through a shadow is promoted in ONE step
   (`Store.promote_together`), after every table is embedded: a kill at any moment leaves the
-  previous active tables, all of them, or the new ones, all of them.
+  previous active tables, all of them, or the new ones, all of them; a cancel promotes none.
 * The walk runs on its own small thread pool (`MAX_WALKS` at once), so a flood of index calls
   queues there instead of exhausting the executor that serves searches; a cancelled job (or
   a cancelled caller) stops its walk between two entries. System folders are refused as a
@@ -321,9 +321,8 @@ class Discovery:
 
     @property
     def skipped_dirs(self) -> dict[str, list[str]]:
-        if self._survey is None:
-            return {}
-        return {k: list(v) for k, v in self._survey.result.skipped_dirs.items()}
+        s = self._survey
+        return {k: list(v) for k, v in s.result.skipped_dirs.items()} if s is not None else {}
 
     @property
     def notes(self) -> dict[str, int]:
@@ -527,8 +526,7 @@ class Indexer:
             await run.window(window, found, mark / found.bytes_total if found.bytes_total else 1.0)
             del window
         run.walked(found, 1.0)
-        # Promotion comes after every table is embedded, and is one step for all of them, so
-        # a killed run changes no table or every table.
+        # Promotion comes after every table is embedded, in one step: a kill changes none or all.
         deleted = await asyncio.to_thread(self._finish, job, list(plans.values()))
         embed_s = self.clock() - (run.embed_started or self.clock())
         emit(phase="promoting" if any(p.shadow for p in plans.values()) else "done",
@@ -681,6 +679,8 @@ class Indexer:
             relocated = sum(1 for i in stale if plan.have[i] in plan.texts) if plan.texts else 0
             deleted += max(0, removed - relocated)
         shadows = [p.table for p in plans if p.shadow and p.opened]
+        if shadows and job.stop.is_set():  # cancelled while its last batches were written
+            raise JobCancelled(job.id, job.project)
         if shadows:
             self.store.promote_together(job.project, shadows)
         return deleted

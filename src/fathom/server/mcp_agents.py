@@ -16,7 +16,8 @@ API:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+import asyncio
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
@@ -25,7 +26,9 @@ from pydantic import BaseModel, Field
 from fathom.agents.rlm import MAX_DEPTH, MAX_STEPS
 from fathom.errors import NoProviderAvailable
 from fathom.roles import Role
-from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
+from fathom.server.agent_answers import fit_answer
+from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, tokens_of
+from fathom.server.mcp_common import MaxTokens, ProjectName, ProjectOpt, tool_errors
 
 if TYPE_CHECKING:  # pragma: no cover
     from mcp.server.mcpserver import MCPServer
@@ -43,6 +46,7 @@ class AskResult(BaseModel):
     provider: str | None
     model: str | None
     reranked: bool
+    truncated: bool = Field(default=False, description="the answer was cut to max_tokens")
 
 
 class TraceEntry(BaseModel):
@@ -65,7 +69,12 @@ class ExploreResult(BaseModel):
     sub_questions: int
     tokens_used: int
     trace: list[TraceEntry]
+    trace_omitted: int = Field(default=0, description="trace steps left out (the last ones) "
+                                                       "to keep the answer within max_tokens")
+    truncated: bool = Field(default=False, description="the answer was cut to max_tokens")
 
+
+A = TypeVar("A", AskResult, ExploreResult)
 
 # The LLM role each tool needs.
 ROLE_OF_TOOL = {"ask": Role.CODE_ASSISTANT, "explore": Role.RLM}
@@ -107,6 +116,9 @@ def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | Non
             routers.append(standalone_router(fathom))
         return routers[0]
 
+    async def fitted(answer: A, max_tokens: int) -> A:  # counting tokens is CPU work
+        return await asyncio.to_thread(fit_answer, answer, max_tokens, tokens_of(fathom))
+
     def refusal(tool: str, exc: NoProviderAvailable) -> ToolError:
         return ToolError(f"{exc} {how_to_enable(tool)}")
 
@@ -120,15 +132,17 @@ def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | Non
                              "docs (the code-assistant role), citing the path:start-end ranges "
                              "it used.")
     @tool_errors
-    async def ask(question: Question, project: ProjectOpt = None) -> AskResult:
+    async def ask(question: Question, project: ProjectOpt = None,
+                  max_tokens: MaxTokens = DEFAULT_MAX_TOKENS) -> AskResult:
         r = route()
         try:
             a = await CodeAssistant(fathom, r, reranker=r).ask(question, project)
         except NoProviderAvailable as exc:
             raise refusal("ask", exc) from exc
-        return AskResult(question=a.question, answer=a.answer,
-                         citations=[str(c) for c in a.citations], rejected=a.rejected,
-                         provider=a.provider, model=a.model, reranked=a.reranked)
+        return await fitted(AskResult(question=a.question, answer=a.answer,
+                                      citations=[str(c) for c in a.citations],
+                                      rejected=a.rejected, provider=a.provider, model=a.model,
+                                      reranked=a.reranked), max_tokens)
 
     @server.tool(title="Explore a project", annotations=LLM_TOOL,
                  description="Explore one indexed project step by step (search, read files, "
@@ -145,6 +159,7 @@ def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | Non
         max_depth: Annotated[int, Field(description=f"Levels of sub-questions allowed, 0 (none) "
                                                     f"to {MAX_DEPTH}. Default 2.",
                                         ge=0, le=MAX_DEPTH)] = 2,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> ExploreResult:
         r = route()
         explorer = Explorer.for_project(fathom, r, project, reranker=r,
@@ -153,9 +168,9 @@ def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | Non
             e = await explorer.explore(question)
         except NoProviderAvailable as exc:
             raise refusal("explore", exc) from exc
-        return ExploreResult(
+        return await fitted(ExploreResult(
             question=e.question, answer=e.answer, complete=e.complete, stopped=e.stopped,
             citations=[str(c) for c in e.citations], unverified=e.unverified,
             limits_hit=e.limits_hit, sub_questions=e.sub_questions, tokens_used=e.tokens_used,
             trace=[TraceEntry(depth=s.depth, step=s.step, tool=s.tool, args=s.args,
-                              summary=s.summary, ok=s.ok) for s in e.trace])
+                              summary=s.summary, ok=s.ok) for s in e.trace]), max_tokens)

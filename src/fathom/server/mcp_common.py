@@ -1,4 +1,5 @@
-"""What every MCP tool of the server shares: the project parameters and the error contract.
+"""What every MCP tool of the server shares: the project and `max_tokens` parameters and the
+error contract.
 
 `tool_errors` turns an anticipated failure (a `FathomError`, or a full disk or a lost database
 that `failure_of` names) into the SDK's `ToolError`, whose message names the fix; anything
@@ -16,6 +17,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from fathom.errors import FathomError, failure_of
+from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -25,6 +27,9 @@ ProjectOpt = Annotated[str | None, Field(
                 "indexed project.")]
 ProjectName = Annotated[str, Field(description="The project's name, as list_projects shows it.",
                                    min_length=1, max_length=200)]
+MaxTokens = Annotated[int, Field(
+    description=f"The most tokens the answer may take, {MIN_MAX_TOKENS} to {MAX_MAX_TOKENS}. "
+                f"Default {DEFAULT_MAX_TOKENS}.", ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
 
 
 def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:

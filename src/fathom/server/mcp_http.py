@@ -210,7 +210,7 @@ class ToolAccess:
     async def _audit(self, principal: Principal, tool: str, arguments: dict[str, Any], outcome: str) -> None:
         if self.audit is None:
             return
-        shown = ", ".join(f"{k}={arguments[k]!r}" for k in ("path", "project", "full") if k in arguments)
+        shown = ", ".join(f"{k}={arguments[k]!r}" for k in ("path", "project", "full", "job") if k in arguments)
         what = f"MCP {tool}({shown})"
         try:
             if outcome.startswith("refused"):

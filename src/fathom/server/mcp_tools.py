@@ -6,8 +6,9 @@ search tools' result shape is `fathom.server.search_answer`'s, which the dashboa
 and how they read to the agent that calls them: every parameter described with its default
 and bounds, a title and annotations on every tool (read-only searches, the destructive
 `drop_project`), a reason that concerns a whole
-response stated once in it, docs hits that open on words, progress notifications while
-`index_project` runs, and `ask`/`explore` listed only while some route can serve them. Also
+response stated once in it, docs hits that open on words, and `ask`/`explore` listed only
+while some route can serve them (`index_project` and `cancel_index`, with their background
+jobs, are `fathom.server.mcp_index`'s). Also
 the translation of every anticipated failure — a bad argument, an unknown project, a path
 that is not a folder, a refusal by the store — into the SDK's `ToolError`, whose message
 reaches the client as an `is_error` result. The server keeps serving after one.
@@ -21,13 +22,13 @@ tool …", and is logged on stderr).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
@@ -35,9 +36,11 @@ from fathom import __version__
 from fathom.errors import FathomError, OutOfRange
 from fathom.index.filters import SearchFilter
 from fathom.index.results import MAX_K
-from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
+from fathom.index.store import UnknownProject
+from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
-from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
+from fathom.server.mcp_common import MaxTokens, ProjectName, ProjectOpt, tool_errors
+from fathom.server.mcp_index import JobView, job_view, register_index_tools
 from fathom.server.mcp_symbols import register_symbol_tools  # find_symbol, find_references, outline
 from fathom.server.read_code import CodeRead, read_lines, read_resource
 from fathom.server.search_answer import RESOURCE_TEMPLATE, SearchResults
@@ -49,7 +52,9 @@ from fathom.server.search_answer import Result as Result
 from fathom.server.search_answer import search_results as search_results
 from fathom.server.search_answer import similar_results as similar_results
 from fathom.server.search_pages import Rankings, search_page, similar_page, tool_result
+from fathom.server.tool_listing import ToolListing
 from fathom.service import MAX_LINE, Fathom
+from fathom.service.background import BackgroundIndex
 
 log = logging.getLogger(__name__)
 
@@ -91,9 +96,6 @@ PageCursor = Annotated[str | None, Field(
     description="The `next_cursor` of an earlier answer, to read the next page of that "
                 "search (repeat its other arguments unchanged). Default null: the first page.",
     max_length=200)]
-MaxTokens = Annotated[int, Field(
-    description=f"The most tokens the answer may take, {MIN_MAX_TOKENS} to {MAX_MAX_TOKENS}. "
-                f"Default {DEFAULT_MAX_TOKENS}.", ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
 
 
 class ProjectEntry(BaseModel):
@@ -112,31 +114,6 @@ class ProjectEntry(BaseModel):
 
 class ProjectList(BaseModel):
     projects: list[ProjectEntry]
-
-
-class IndexSummary(BaseModel):
-    project: str
-    root: str
-    full: bool = Field(description="a full rebuild (else incremental)")
-    resumed: bool = Field(description="a full rebuild that resumed an interrupted one")
-    files: int
-    chunks: int = Field(description="chunks in the project now, both tables")
-    embedded: int = Field(description="chunks embedded by this run: only those whose text is "
-                                      "new to the index")
-    reused: int = Field(description="chunks already in place, untouched")
-    carried: int = Field(description="chunks whose text was already indexed elsewhere (moved "
-                                     "lines, a renamed file): their vector was reused, not "
-                                     "embedded")
-    deleted: int = Field(description="chunks removed because their text is gone")
-    skipped: dict[str, int] = Field(description="files left out, counted by reason")
-    skipped_folders: dict[str, list[str]] = Field(description="folders left out whole, by "
-                                                              "reason (first 50 of each)")
-    secret_files: list[str] = Field(default_factory=list, description=(
-        "files left out because they are or hold credentials (first 50), by path; a "
-        "`!path` line in .fathomignore takes one back"))
-    seconds: float
-    code_chunks: int
-    docs_chunks: int
 
 
 class TableStatus(BaseModel):
@@ -171,6 +148,7 @@ class IndexStatusResult(BaseModel):
     jobs: list[dict[str, Any]]
     watch: WatchStatus
     include: list[str] = Field(description="the project's include globs")
+    job: JobView | None = Field(None, description="the job asked for with `job`")
 
 
 class DropResult(BaseModel):
@@ -246,73 +224,23 @@ class ToolServer(MCPServer):
             return False
 
 
-class ProgressReporter:
-    """Index progress as MCP progress notifications: chunks done of the total and the rate,
-    at most `per_s` a second (the last one always), sent from one task so a slow client never
-    stalls the job."""
-
-    def __init__(self, ctx: Context | None, per_s: float = 4.0):
-        self.ctx = ctx
-        self.interval = 1.0 / per_s
-        self._latest: Any = None
-        self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def __call__(self, progress: Any) -> None:
-        self._latest = progress
-        self._changed.set()
-
-    async def __aenter__(self) -> ProgressReporter:
-        if self.ctx is not None:
-            self._task = asyncio.create_task(self._send())
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            with contextlib.suppress(Exception):
-                await self._report()  # the final state, whatever the throttle said
-
-    async def _send(self) -> None:
-        while True:
-            await self._changed.wait()
-            self._changed.clear()
-            with contextlib.suppress(Exception):  # a client that left must not fail the job
-                await self._report()
-            await asyncio.sleep(self.interval)
-
-    async def _report(self) -> None:
-        p = self._latest
-        if p is None or self.ctx is None:
-            return
-        total = p.chunks_total or None
-        if p.chunks_total:
-            message = (f"{p.phase}: {p.chunks_done} of {p.chunks_total} chunks embedded, "
-                       f"{p.rate:.1f} chunks/s"
-                       + (f", {p.chunks_carried} reused by content" if p.chunks_carried else ""))
-        else:
-            message = f"{p.phase}: {p.files} files" if p.files else p.phase
-        await self.ctx.report_progress(float(p.chunks_done), float(total) if total else None,
-                                       message)
-
-
 def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     """An `MCPServer` whose tools call `fathom`. Run it with `run_stdio`, or
     mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
     of `ask` and `explore` (the server passes its own; None: the standalone router)."""
+    bus = InMemorySubscriptionBus()  # where 2026-07-28 clients hear of tool list changes
     server = ToolServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
-                        log_level="WARNING")
+                        log_level="WARNING", subscriptions=bus)
     # Registered in this order, which is the order `tools/list` answers in.
     rankings = Rankings()  # the rankings later pages of a search come from
     _search_tools(server, fathom, router, rankings)
     _similar_tool(server, fathom, rankings)
     _read_tools(server, fathom)
     register_symbol_tools(server, fathom)
-    _index_tool(server, fathom)
-    _project_tools(server, fathom)
+    runs = register_index_tools(server, fathom)  # index_project, cancel_index
+    _project_tools(server, fathom, runs)
     register_agent_tools(server, fathom, router)
+    ToolListing(server, bus).install().watch(getattr(router, "registry", None))
     return server
 
 
@@ -437,50 +365,7 @@ def _read_tools(server: MCPServer, fathom: Fathom) -> None:
             raise ResourceError(str(exc)) from exc
 
 
-def _index_tool(server: MCPServer, fathom: Fathom) -> None:
-    """`index_project`, with progress notifications while it runs."""
-
-    @server.tool(title="Index a project",
-                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                             idempotent_hint=True, open_world_hint=False),
-                 description="Index (or re-index) a project folder on the server's machine, "
-                             "then keep it in sync as its files change. Incremental by "
-                             "default: only chunks whose text is new are embedded (moved or "
-                             "renamed text reuses its vectors); full=true rebuilds the index "
-                             "and swaps it in atomically. Sends progress notifications (chunks "
-                             "done of total, rate) while it runs.")
-    @tool_errors
-    async def index_project(
-        path: Annotated[str, Field(description="The project folder: an absolute path on the "
-                                               "server's machine.", min_length=1,
-                                   max_length=4096)],
-        project: Annotated[str | None, Field(
-            description="The project's name. Default null: the folder's name.",
-            max_length=200)] = None,
-        full: Annotated[bool, Field(
-            description="Rebuild the whole index in a shadow table and swap it in atomically "
-                        "(searches answer from the old one meanwhile). Default false: "
-                        "incremental.")] = False,
-        include: Annotated[list[str] | None, Field(
-            description="Globs (gitignore syntax) to index although the built-in skips "
-                        "(build/, vendor/, node_modules/…) or .gitignore leave them out, e.g. "
-                        "[\"vendor/mylib/\"]; remembered for later runs. Default null: keep the "
-                        "project's current ones.", max_length=50)] = None,
-        ctx: Context | None = None,
-    ) -> IndexSummary:
-        async with ProgressReporter(ctx) as report_progress:
-            r = await fathom.index(path, project, full=full, include=include,
-                                   progress=report_progress)
-        return IndexSummary(project=r.project, root=r.root, full=r.full, resumed=r.resumed,
-                            files=r.files, chunks=r.chunks, embedded=r.embedded, reused=r.reused,
-                            carried=r.carried, deleted=r.deleted, skipped=r.skipped,
-                            skipped_folders={k: v[:50] for k, v in r.skipped_dirs.items()},
-                            secret_files=r.secrets[:50],
-                            seconds=round(r.elapsed_s, 2), code_chunks=r.tables.get("code", 0),
-                            docs_chunks=r.tables.get("docs", 0))
-
-
-def _project_tools(server: MCPServer, fathom: Fathom) -> None:
+def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> None:
     """`list_projects`, `index_status` and `drop_project`."""
 
     @server.tool(title="List projects", annotations=READ_ONLY,
@@ -501,14 +386,28 @@ def _project_tools(server: MCPServer, fathom: Fathom) -> None:
     @server.tool(title="Index status", annotations=READ_ONLY,
                  description="The index state of one project: rows per table, the encoder "
                              "that defines each table, provenance counts, the last run, "
-                             "running jobs and its live sync (watch) state.")
+                             "running jobs and its live sync (watch) state. With `job`, also "
+                             "that job's state and progress (how to follow index_project's "
+                             "background job).")
     @tool_errors
-    async def index_status(project: ProjectName) -> IndexStatusResult:
-        s = await asyncio.to_thread(fathom.index_status, project)
+    async def index_status(project: ProjectName, job: Annotated[str | None, Field(
+            description="An index job's id (index_project's `job.id`): report its state and "
+                        "progress in `job`. Default null.", max_length=64)] = None,
+    ) -> IndexStatusResult:
+        asked = job_view(runs.find(project, job)) if job is not None else None
+        try:
+            s = await asyncio.to_thread(fathom.index_status, project)
+        except UnknownProject:
+            if asked is None:
+                raise
+            # A first index still before its first rows: the job is all there is to show.
+            return IndexStatusResult(project=project, root=asked.root, tables={}, last_run=None,
+                                     jobs=[], watch=WatchStatus.model_validate({"enabled": False, "state": "off"}),
+                                     include=[], job=asked)
         return IndexStatusResult(project=s.project, root=s.root,
                                  tables={t: TableStatus(**v) for t, v in s.tables.items()},
                                  last_run=s.last_run, jobs=s.jobs,
-                                 watch=WatchStatus(**s.watch), include=s.include)
+                                 watch=WatchStatus(**s.watch), include=s.include, job=asked)
 
     @server.tool(title="Drop a project",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,

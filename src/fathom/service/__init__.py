@@ -56,7 +56,6 @@ from fathom.index.indexer import (
     IndexProgress,
     IndexReport,
     Job,
-    check_project_root,
     space_for,
 )
 from fathom.index.results import SearchHit, skipped_note
@@ -87,6 +86,7 @@ from fathom.service.projects import (  # noqa: F401 - re-exported
     ProjectSummary,
     check_includes,
     check_not_taken,
+    index_target,
     summaries,
 )
 from fathom.service.warmup import Warmup
@@ -364,17 +364,10 @@ class Fathom:
         """Index `path` as `project`. `include` globs (None: the project's stored ones)
         take back folders and files the built-in skips and .gitignore leave out, and are
         remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's)."""
-        root = Path(path).expanduser()
         # The one check of the folder, before anything is probed or loaded; the indexer is
         # handed its result and does not check again.
-        real = check_project_root(root, self.settings.refused_roots)
-        name = project or root.resolve().name
-        if not name:
-            raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
-        if real == self.settings.data_dir.expanduser().resolve():
-            raise ConfigError(f"refusing to index {path}: it is this server's data dir (its "
-                              f"indexes and state), not a project; give a project folder")
-        await asyncio.to_thread(check_not_taken, self.records, path, real)
+        target = await asyncio.to_thread(index_target, self.records, self.settings, path, project)
+        root, real, name = target.root, target.real, target.name
         if include is not None:
             include = check_includes(include)
         job = job or Job(name, root, full=full, clock=self.clock, reason=reason)

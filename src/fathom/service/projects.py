@@ -2,9 +2,11 @@
 may index.
 
 It owns `projects.json` under the data dir (`ProjectRecords`: each project's root folder, its
-last run, its `include` globs and whether it is watched), the check of `include` globs, and the
-rule that a scoped caller may not index another project's folder (`check_not_taken`). It
-refuses to index anything or to read the store: `Fathom` does both.
+last run, its `include` globs and whether it is watched), the check of `include` globs, the
+checks of a folder asked to be indexed and the project name it gets (`index_target`), whether
+a project has been indexed yet (`indexed_before`), and the rule that a scoped caller may not
+index another project's folder (`check_not_taken`). It refuses to index anything or to read
+the store: `Fathom` does both.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from filelock import FileLock, Timeout
 from fathom import scope
 from fathom.config import atomic_write_text
 from fathom.errors import ConfigError
+from fathom.index.indexer import check_project_root
 
 log = logging.getLogger("fathom.service")
 
@@ -106,6 +109,36 @@ class ProjectRecords:
     def remove(self, project: str) -> None:
         with self._changing() as records:
             records.pop(project, None)
+
+
+@dataclass(frozen=True)
+class IndexTarget:
+    root: Path  # the folder as given (`~` expanded)
+    real: Path  # its real path, links followed
+    name: str  # the project it is indexed into
+
+
+def index_target(records: ProjectRecords, settings: Any, path: str | Path,
+                 project: str | None) -> IndexTarget:
+    """Every check of a folder asked to be indexed, before anything is probed, loaded or
+    started (blocking: it reads the records): it exists, is a folder and no system folder,
+    is not the data dir, gives a project name, and is no other project's for a scoped caller.
+    Raises a `ConfigError` naming the fix."""
+    root = Path(path).expanduser()
+    real = check_project_root(root, settings.refused_roots)
+    name = project or root.resolve().name
+    if not name:
+        raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
+    if real == settings.data_dir.expanduser().resolve():
+        raise ConfigError(f"refusing to index {path}: it is this server's data dir (its "
+                          f"indexes and state), not a project; give a project folder")
+    check_not_taken(records, path, real)
+    return IndexTarget(root, real, name)
+
+
+def indexed_before(records: ProjectRecords, project: str) -> bool:
+    """Whether a run of `project` has finished before (its record holds a last run)."""
+    return bool((records.get(project) or {}).get("last_run"))
 
 
 def check_not_taken(records: ProjectRecords, path: str | Path, real: Path) -> None:
