@@ -19,7 +19,6 @@ from rich.table import Table
 from rich.text import Text
 
 
-
 def print_report(out: Any, report: Any) -> None:
     out.print(Text(f"{report.project}: {report.files} files, {report.chunks} code chunks, "
                    f"encoded by {report.model} at {report.chunks_per_s:.0f} chunks/s "

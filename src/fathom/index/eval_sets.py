@@ -29,6 +29,7 @@ API:
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import re
 from collections.abc import Iterable, Sequence
@@ -94,6 +95,11 @@ def _docstring_node(node: ast.AST) -> ast.Expr | None:
     return None
 
 
+def _text_of(doc: ast.Expr) -> str:
+    value = doc.value.value if isinstance(doc.value, ast.Constant) else None
+    return inspect.cleandoc(value) if isinstance(value, str) else ""
+
+
 def _definitions(tree: ast.Module) -> Iterable[tuple[str, ast.AST]]:
     def visit(node: ast.AST, scope: str) -> Iterable[tuple[str, ast.AST]]:
         for child in ast.iter_child_nodes(node):
@@ -136,7 +142,7 @@ def strip_docstrings(source: str) -> tuple[str, list[Documented]]:
             lines[start - 1] = before + "pass"
         if name is not None:
             found.append(Documented(name, getattr(node, "lineno", start),
-                                    ast.get_docstring(node) or ""))
+                                    _text_of(doc)))
     text = "\n".join(lines) + ("\n" if source.endswith("\n") else "")
     return text, found
 

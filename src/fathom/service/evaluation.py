@@ -46,8 +46,8 @@ from fathom.index.eval_sets import (
     read_questions,
     strip_docstrings,
 )
-from fathom.index.results import files_of
 from fathom.index.indexer import check_project_root
+from fathom.index.results import files_of
 from fathom.index.walker import walk
 
 K = 10
