@@ -27,7 +27,8 @@ def print_report(out: Any, report: Any) -> None:
         table = Table(title=f"{s.name}: {s.queries} questions", title_justify="left")
         for col in ("mode", "MRR@10", "hit@1", "hit@3", "hit@10", "file@3", "file@3 s",
                     "p50 ms", "p95 ms"):
-            table.add_column(col, justify="left" if col == "mode" else "right")
+            table.add_column(col, justify="left" if col == "mode" else "right",
+                             no_wrap=col == "mode")
         for m in s.modes:
             table.add_row(m.mode, f"{m.mrr:.3f}", f"{m.hit1:.3f}",
                           f"{m.hit3:.3f}", f"{m.hit10:.3f}", f"{m.file3:.3f}",
