@@ -443,9 +443,11 @@ def projects(ctx: typer.Context, server: ServerOption = None) -> None:
 
 # ---------------------------------------------------------------- MCP: `fathom serve`, `fathom mcp`
 
+from fathom.cli_eval import register as _register_eval_command  # noqa: E402
 from fathom.cli_serve import register as _register_mcp_commands  # noqa: E402
 
 _register_mcp_commands(app, out=console, err=err_console, settings=settings_of, service=fathom_of, runner=run)
+_register_eval_command(app, out=console, err=err_console, settings=settings_of, runner=run)
 
 from fathom.cli_models import register as _register_model_commands  # noqa: E402
 

@@ -10,6 +10,10 @@ arguments (`check_search`: the query, the table, `k`), which each entry of the p
 stage (`fathom.index.rerank`), the pipeline and the service share them without retrieval
 importing the layer above it.
 
+`files_of` groups a ranking's hits by file (`FileAnswer`: how many of them a file holds, where
+its best one ranks, a file score), because an agent's next step is usually to open the file;
+`files_line` says it in one line ("3 of the top 5 hits are in x.py").
+
 What it refuses to do: know the wire. The MCP tools' and the dashboard's answer models are
 the server's (`fathom.server.search_answer`), mapped from a `SearchHit` in one function.
 """
@@ -17,7 +21,7 @@ the server's (`fathom.server.search_answer`), mapped from a `SearchHit` in one f
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -143,6 +147,48 @@ def docs_snippet(snippet: str) -> str:
             break
         lines.pop(0)
     return "\n".join(lines)
+
+
+# A file's score: 1/rank of its best hit, plus FILE_SUPPORT times 1/rank of each other hit it
+# holds. 0 orders files by their best hit alone; `fathom eval` and bench/search_quality.py
+# measure the other weights ("right file in the top 3", docs/benchmarks.md).
+FILE_SUPPORT = 0.0
+
+
+@dataclass(frozen=True)
+class FileAnswer:
+    """One file of a ranking: how many of its hits it holds, where its best one ranks
+    (1-based), and its file score (`FILE_SUPPORT`)."""
+
+    project: str
+    path: str
+    hits: int
+    best_rank: int
+    score: float
+
+
+def files_of(hits: Sequence[Any], *, support: float = FILE_SUPPORT) -> list[FileAnswer]:
+    """The files of a best-first ranking (anything with `path` and an optional `project`),
+    best file first: by file score, then by best rank."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for rank, h in enumerate(hits, start=1):
+        groups.setdefault((getattr(h, "project", None) or "", h.path), []).append(rank)
+    files = [FileAnswer(project, path, len(ranks), ranks[0],
+                        round(1.0 / ranks[0] + support * sum(1.0 / r for r in ranks[1:]), 6))
+             for (project, path), ranks in groups.items()]
+    return sorted(files, key=lambda f: (-f.score, f.best_rank))
+
+
+def files_line(files: Sequence[FileAnswer], shown: int) -> str | None:
+    """One line naming the file that holds several of the `shown` hits, or None when no file
+    holds more than one."""
+    if not files:
+        return None
+    top = max(files, key=lambda f: (f.hits, -f.best_rank))
+    if top.hits < 2:
+        return None
+    where = f"{top.project}:{top.path}" if top.project else top.path
+    return f"{top.hits} of the top {shown} hits are in {where}."
 
 
 def check_k(k: Any) -> int:

@@ -130,6 +130,13 @@ class Result(BaseModel):
                    snippet=hit.snippet)
 
 
+class FileGroup(BaseModel):
+    project: str = Field(description="the project the file belongs to")
+    path: str = Field(description="file path relative to the project root")
+    hits: int = Field(description="how many of this response's results are in the file")
+    best_rank: int = Field(description="rank of the file's best result in this response")
+
+
 class SearchResults(BaseModel):
     query: str = Field(description="the query, or `path:line` for find_similar from a file")
     table: Table = Field(description="the table searched")
@@ -150,6 +157,9 @@ class SearchResults(BaseModel):
                                     "the next page; null: nothing more")
     tokens: int | None = Field(default=None, description="tokens of the answer, as max_tokens counts "
                                "them")
+    files: list[FileGroup] = Field(default_factory=list, description="the files of this "
+                                   "response's results, best first, with how many results each "
+                                   "holds: an agent's next step is often to open the file")
 
 
 async def search_results(service: search_mod.Searchable, query: str, project: str | None,

@@ -36,9 +36,15 @@ from fathom import scope
 from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
 from fathom.index.pages import Cursor, digest
-from fathom.index.results import SearchHit, docs_snippet
+from fathom.index.results import SearchHit, docs_snippet, files_line, files_of
 from fathom.server.answer_tokens import ENVELOPE, AnswerTokens, tokens_of
-from fathom.server.search_answer import Result, SearchResults, answer_of, similar_results
+from fathom.server.search_answer import (
+    FileGroup,
+    Result,
+    SearchResults,
+    answer_of,
+    similar_results,
+)
 
 
 def summary_line(r: Result) -> str:
@@ -157,9 +163,21 @@ def more_line(cursor: str) -> str:
     return f"More: call again with the same arguments and cursor={cursor!r}."
 
 
+def with_files(answer: SearchResults) -> SearchResults:
+    """The answer with its results grouped by file (`files_of`), best file first."""
+    files = [FileGroup(project=f.project, path=f.path, hits=f.hits, best_rank=f.best_rank)
+             for f in files_of(answer.results)]
+    return answer.model_copy(update={"files": files})
+
+
 def tool_result(answer: SearchResults) -> CallToolResult:
-    """The answer as the client receives it: structured, a summary, a link to every hit."""
+    """The answer as the client receives it: structured, a summary (with a line naming the
+    file that holds several of the hits), a link to every hit."""
+    answer = with_files(answer)
     lines = head_lines(answer) + [summary_line(r) for r in answer.results]
+    grouped = files_line(files_of(answer.results), len(answer.results))
+    if grouped:
+        lines.insert(1, grouped)
     if answer.next_cursor:
         lines.append(more_line(answer.next_cursor))
     content: list[Any] = [TextContent(type="text", text="\n".join(lines))]
