@@ -165,6 +165,9 @@ def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
     app.include_router(operator_router(parts.operator, parts.admin_auth))
     app.include_router(tokens_router(parts.mcp_tokens, parts.audit, admin_dependency(parts.admin_auth),
                                      lambda: [str(r) for r in parts.index_roots]))
+    from fathom.server.oauth.admin import oauth_router
+
+    app.include_router(oauth_router(parts.access, admin_dependency(parts.admin_auth)))
 
     @app.get("/health", tags=["health"], openapi_extra={"security": []})
     async def health() -> dict[str, Any]:

@@ -6,7 +6,7 @@ It owns the order of the checks and what each refusal says: the header's algorit
 allow-list (so `alg: none` and the HMAC family, whose "key" would be the issuer's public one,
 never reach a verifier), the issuer before any key is fetched, then the signature with the
 issuer's key (`keys.KeySet`), the audience and the issuer again on the verified claims, and
-`exp`/`nbf` against the injected clock with a small leeway. Signatures are PyJWT's and
+`exp`/`nbf` against the injected wall clock (`now`) with a small leeway. Signatures are PyJWT's and
 `cryptography`'s: nothing here does cryptography.
 
 It refuses to decide what a person may touch (`mapping`) and to keep a token: a token is read,
@@ -15,13 +15,13 @@ judged and dropped; only what its claims say survives, as an `Identity`.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jwt
 
-from fathom.clock import Clock, SystemClock
 from fathom.errors import ConfigError
 from fathom.server.oauth.errors import TokenRefused
 from fathom.server.oauth.keys import KeySet
@@ -95,14 +95,14 @@ class AccessTokens:
     """Local validation of JWT access tokens against the issuer's keys."""
 
     def __init__(self, keys: KeySet, *, issuer: str, audience: str, algorithms: Iterable[str] = DEFAULT_ALGORITHMS,
-                 groups_claim: str = "groups", leeway_s: float = 30.0, clock: Clock | None = None):
+                 groups_claim: str = "groups", leeway_s: float = 30.0, now: Callable[[], float] = time.time):
         self.keys = keys
         self.issuer = issuer
         self.audience = audience
         self.algorithms = tuple(algorithms)
         self.groups_claim = groups_claim
         self.leeway_s = leeway_s
-        self.clock = clock or SystemClock()
+        self.now = now  # wall-clock seconds (a token's `exp` is one), injected for tests
 
     async def verify(self, token: str) -> Identity:
         """The token's `Identity`, or `TokenRefused` saying why not."""
@@ -137,7 +137,7 @@ class AccessTokens:
         return Identity.of(claims, issuer=self.issuer, groups_claim=self.groups_claim)
 
     def _check_lifetime(self, claims: Mapping[str, Any]) -> None:
-        now = self.clock.now()
+        now = self.now()
         exp, nbf = claims.get("exp"), claims.get("nbf")
         if not isinstance(exp, int | float) or isinstance(exp, bool):
             raise TokenRefused("its expiry (`exp`) is not a time")

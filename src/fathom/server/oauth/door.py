@@ -100,11 +100,10 @@ class OAuthDoor:
                                   "issuer: set FATHOM_OAUTH_CLIENT_ID and FATHOM_OAUTH_CLIENT_SECRET")
             verifier = Introspection(settings.oauth_introspection_url, client_id=settings.oauth_client_id,
                                      client_secret=secret, issuer=issuer, audience=audience, groups_claim=groups,
-                                     http=http, clock=clock)
+                                     http=http)
         else:
             keys = KeySet(issuer=issuer, jwks_url=settings.oauth_jwks_url or None, http=http, clock=clock)
             verifier = AccessTokens(keys, issuer=issuer, audience=audience,
-                                    algorithms=parse_algorithms(settings.oauth_algorithms), groups_claim=groups,
-                                    clock=clock)
+                                    algorithms=parse_algorithms(settings.oauth_algorithms), groups_claim=groups)
         mapping = AccessMapping(Path(settings.oauth_mapping_file or settings.data_dir / FILENAME))
         return cls(resource=resource, verifier=verifier, mapping=mapping, required_scopes=scopes, audience=audience)

@@ -13,12 +13,12 @@ It refuses to cache answers: each request asks, so a revoked token stops at once
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
 
-from fathom.clock import Clock, SystemClock
 from fathom.server.oauth.access_tokens import Identity
 from fathom.server.oauth.errors import IssuerUnreachable, TokenRefused
 
@@ -29,13 +29,13 @@ class Introspection:
     """Asks the issuer's introspection endpoint about each token."""
 
     def __init__(self, url: str, *, client_id: str, client_secret: str, issuer: str, audience: str,
-                 groups_claim: str = "groups", http: httpx.AsyncClient | None = None, clock: Clock | None = None,
+                 groups_claim: str = "groups", http: httpx.AsyncClient | None = None, now: Callable[[], float] = time.time,
                  timeout_s: float = 10.0):
         self.url = url
         self.issuer = issuer
         self.audience = audience
         self.groups_claim = groups_claim
-        self.clock = clock or SystemClock()
+        self.now = now  # wall-clock seconds, as `exp` is
         self._auth = httpx.BasicAuth(client_id, client_secret)
         self._http = http or httpx.AsyncClient(timeout=timeout_s, follow_redirects=False)
 
@@ -56,7 +56,7 @@ class Introspection:
         if self.audience not in _audiences(answer.get("aud")):
             raise TokenRefused(f"it is for another audience, not this server ({self.audience})")
         exp = answer.get("exp")
-        if isinstance(exp, int | float) and self.clock.now() > exp:
+        if isinstance(exp, int | float) and self.now() > exp:
             raise TokenRefused("it has expired; sign in again")
         return Identity.of(answer, issuer=self.issuer, groups_claim=self.groups_claim)
 

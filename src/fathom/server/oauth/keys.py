@@ -78,7 +78,7 @@ class KeySet:
             if self.fetches != seen:
                 return  # another request re-read it while this one waited
             url = self.jwks_url or await self._discover()
-            document = await self._get_json(url, "its JWKS")
+            document = await self._get_json(url, "JWKS")
             keys: dict[str, jwt.PyJWK] = {}
             for entry in document.get("keys", []) if isinstance(document, dict) else []:
                 if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
@@ -93,14 +93,18 @@ class KeySet:
             self.fetches += 1
 
     async def _discover(self) -> str:
+        unreachable: IssuerUnreachable | None = None
         for url in metadata_urls(self.issuer):
             try:
-                document = await self._get_json(url, "its metadata")
-            except IssuerUnreachable:
+                document = await self._get_json(url, "metadata")
+            except IssuerUnreachable as exc:
+                unreachable = exc
                 continue
             if isinstance(document, dict) and isinstance(document.get("jwks_uri"), str):
                 self.jwks_url = document["jwks_uri"]
                 return self.jwks_url
+        if unreachable is not None:
+            raise unreachable
         raise IssuerUnreachable(f"the issuer {self.issuer} publishes no metadata with a jwks_uri; set "
                                 f"FATHOM_OAUTH_JWKS_URL")
 
@@ -110,7 +114,7 @@ class KeySet:
             response.raise_for_status()
             return response.json()
         except (httpx.HTTPError, ValueError) as exc:
-            log.warning("could not read %s of the OAuth issuer at %s: %s", what, url, type(exc).__name__)
+            log.warning("could not read the OAuth issuer's %s at %s: %s", what, url, type(exc).__name__)
             raise IssuerUnreachable(f"the issuer's keys could not be read ({type(exc).__name__}); try again "
                                     f"later") from None
 
