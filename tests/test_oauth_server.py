@@ -28,15 +28,17 @@ MAPPING = {"rules": [
 
 
 @contextlib.asynccontextmanager
-async def team_server(tmp: Path, monkeypatch: pytest.MonkeyPatch, issuer: Issuer | None, *,
-                      static: bool = True) -> AsyncIterator[Operator]:
-    port = free_port()
+async def team_server(tmp: Path, monkeypatch: pytest.MonkeyPatch, issuer: Issuer | str | None, *,
+                      static: bool = True, port: int | None = None) -> AsyncIterator[Operator]:
+    """The full app with projects alpha and beta indexed; with `issuer` (its URL), OAuth on and
+    `MAPPING` set through the admin API."""
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}"
     (tmp / "allowed").mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("FATHOM_INDEX_ROOTS", str(tmp / "allowed"))
     monkeypatch.setenv("FATHOM_MCP_STATIC_TOKENS", "on" if static else "off")
     if issuer is not None:
-        monkeypatch.setenv("FATHOM_OAUTH_ISSUER", issuer.url)
+        monkeypatch.setenv("FATHOM_OAUTH_ISSUER", issuer if isinstance(issuer, str) else issuer.url)
         monkeypatch.setenv("FATHOM_OAUTH_RESOURCE", f"{url}/mcp")
         monkeypatch.setenv("FATHOM_OAUTH_SCOPES", "fathom")
     else:
