@@ -17,10 +17,14 @@ without a declared length is counted as it streams in and cut off with 413 the m
 the limit, never after it was read whole. So an unauthenticated client cannot make the server
 hold its body, and an authenticated one cannot make it hold more than the route allows.
 
-`/mcp` refusals speak to MCP clients (`mcp_unauthorized`): a 401 whose `WWW-Authenticate` is a
-plain RFC 6750 Bearer challenge with no `resource_metadata` (this server uses static bearer
-tokens, not OAuth, so it advertises no authorization server and answers 404 on the OAuth
-discovery documents), and whose body is a JSON-RPC error that says how to configure a token.
+`/mcp` refusals speak to MCP clients (`mcp_unauthorized`): a 401 whose body is a JSON-RPC error
+that says how to configure a token. Without OAuth its `WWW-Authenticate` is a plain RFC 6750
+Bearer challenge with no `resource_metadata` (static bearer tokens only: no authorization server
+is advertised, and the OAuth discovery documents answer 404). With OAuth (`server.oauth`,
+`Access.oauth`) the challenge names the protected resource metadata and the scopes, a refused
+access token gets `invalid_token` and why, and a valid one the mapping does not cover gets 403.
+Who a token is, is decided once per request (`Access.identify`: the static tokens first, unless
+`FATHOM_MCP_STATIC_TOKENS=off` takes them off `/mcp`, then an OAuth access token).
 
 The request's principal (who its token is) is left in the ASGI scope (`PRINCIPAL`) for the parts
 behind; every authenticated write to the admin API, and every refused attempt of an MCP token on

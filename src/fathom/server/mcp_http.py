@@ -17,7 +17,8 @@ It owns:
   session is bound to the token that opened it (`session_owner`): another token's request on it
   is answered as for an unknown session;
 - `/.well-known/…` answers (`not_oauth`): 404 with the same advice, so an OAuth-discovering
-  client finds no authorization server instead of a 401 it cannot use;
+  client finds no authorization server instead of a 401 it cannot use; with OAuth on, the
+  protected resource metadata (`oauth_routes`) instead, and 404s that name the issuer;
 - `standalone_app`: the same endpoint for `fathom serve` (one machine, no fleet server).
 
 It refuses to hold any tool logic (that is `mcp_tools.build_mcp_server`, over the server's own
