@@ -284,7 +284,7 @@ function renderOAuth(data) {
   tbody.replaceChildren();
   const statics = data.static_mcp_tokens ? "static MCP tokens on" : "static MCP tokens off (OAuth only)";
   $("oauth-state").textContent = data.enabled
-    ? "Issuer " + data.issuer + " for the resource " + data.resource + " (" + data.validation + "; scopes: "
+    ? "Issuer " + data.issuer + " for the resource " + data.resource + " (tokens checked " + (data.validation === "jwt" ? "as signed JWTs" : "by introspection") + "; scopes: "
       + (data.scopes.length ? data.scopes.join(" ") : "none required") + "); " + statics + "."
     : "OAuth is off (set FATHOM_OAUTH_ISSUER and FATHOM_OAUTH_RESOURCE); " + statics + ".";
   $("oauth-mapping").hidden = !data.enabled;
