@@ -170,3 +170,44 @@ async def test_oauth_off_refuses_access_tokens_and_advertises_no_issuer(tmp_path
         assert shown["enabled"] is False and "FATHOM_OAUTH_ISSUER" in shown["note"]
         assert r.status_code == 409
         assert issuer.jwks_reads == 0
+
+
+def test_a_half_configured_oauth_is_refused_at_start_naming_the_setting(tmp_path):
+    from fathom.config import Settings
+    from fathom.errors import ConfigError
+    from fathom.server.oauth.door import OAuthDoor
+
+    assert OAuthDoor.from_settings(Settings(data_dir=tmp_path)) is None  # no issuer: no OAuth
+    base = {"data_dir": tmp_path, "oauth_issuer": "https://id.example.com"}
+    for extra, words in (({}, "FATHOM_OAUTH_RESOURCE is not"),
+                         ({"oauth_resource": "fathom.example.com/mcp"}, "FATHOM_OAUTH_RESOURCE must be"),
+                         ({"oauth_resource": "https://f.example/mcp", "oauth_algorithms": "RS256,HS256"},
+                          "FATHOM_OAUTH_ALGORITHMS names HS256"),
+                         ({"oauth_resource": "https://f.example/mcp", "oauth_introspection_url": "https://id/i"},
+                          "FATHOM_OAUTH_CLIENT_SECRET")):
+        with pytest.raises(ConfigError, match=words):
+            OAuthDoor.from_settings(Settings(**base, **extra))
+
+
+async def test_introspection_configured_by_settings_opens_mcp_as_mapped(tmp_path):
+    from fathom.config import Settings
+    from fathom.server.oauth.door import OAuthDoor
+    from fathom.server.oauth.errors import NotMapped, TokenRefused
+    from tests.oauth_fixtures import INTROSPECTION_CLIENT, RESOURCE
+
+    async with running_issuer(rsa_key()) as issuer:
+        door = OAuthDoor.from_settings(Settings(
+            data_dir=tmp_path, oauth_issuer=issuer.url, oauth_resource=RESOURCE,
+            oauth_introspection_url=f"{issuer.url}/introspect", oauth_client_id=INTROSPECTION_CLIENT[0],
+            oauth_client_secret=INTROSPECTION_CLIENT[1]))
+        assert door is not None and door.view()["validation"] == "introspection"
+        door.mapping.replace(MAPPING)
+        answer = {"active": True, "iss": issuer.url, "aud": RESOURCE, "sub": "u-1", "email": "alice@example.com"}
+        issuer.active = {"opaque-alice": answer, "opaque-eve": {**answer, "sub": "u-9", "email": "eve@example.com"}}
+        alice = await door.authenticate("opaque-alice")
+        assert alice.who == "oauth:alice@example.com" and alice.projects == {"alpha"} and not alice.can_index
+        with pytest.raises(NotMapped):
+            await door.authenticate("opaque-eve")
+        with pytest.raises(TokenRefused, match="not active"):
+            await door.authenticate("opaque-unknown")
+        await door.aclose()
