@@ -127,14 +127,23 @@ async def test_an_oauth_only_mcp_client_signs_in_and_searches_within_its_mapping
                                                     grant_types=["authorization_code", "refresh_token"],
                                                     client_name="fathom e2e"),
                 storage=storage, redirect_handler=browser.open, callback_handler=browser.callback)
-            http = httpx2.AsyncClient(auth=auth, timeout=60)
+            seen: list[tuple[int, str]] = []
+
+            async def record(response: httpx2.Response) -> None:
+                seen.append((response.status_code, str(response.request.url).split("?")[0]))
+
+            http = httpx2.AsyncClient(auth=auth, timeout=60, event_hooks={"response": [record]})
             async with Client(streamable_http_client(resource, http_client=http)) as client:
                 names = {t.name for t in (await client.list_tools()).tools}
                 found = await client.call_tool("search_code", {"query": "add two numbers", "project": "alpha"})
                 other = await client.call_tool("search_code", {"query": "add", "project": "beta"})
 
-            # The client discovered the server's metadata, signed in at the provider, and got a JWT
-            # for this resource.
+            # The client was refused, discovered the server's metadata and the issuer's, signed in
+            # at the provider, and got a JWT for this resource.
+            assert seen[0] == (401, resource), seen
+            assert (200, f"{op.url}/.well-known/oauth-protected-resource/mcp") in seen, seen
+            assert any(code == 200 and url.startswith(issuer + "/.well-known/") for code, url in seen), seen
+            assert (200, f"{issuer}/token") in seen, seen
             assert any(u.endswith("/auth") for u in browser.visited), browser.visited
             assert any("/interaction/" in u for u in browser.visited), browser.visited
             assert storage.tokens is not None and storage.tokens.scope and "fathom" in storage.tokens.scope.split()
