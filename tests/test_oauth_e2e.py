@@ -42,7 +42,7 @@ USER = {"sub": "alice-0001", "email": "alice@example.com", "groups": ["web"]}
 def provider_or_skip() -> None:
     if NODE.exists() and PROVIDER_MODULE.exists():
         return
-    why = f"needs {NODE} and oidc-provider under {PROVIDER_MODULE.parents[2]} (`make oidc-provider`)"
+    why = f"needs {NODE} and {PROVIDER_MODULE} (`make oidc-provider` installs it)"
     if os.environ.get("CI") == "true":
         pytest.fail(f"the OAuth end-to-end test must run in CI: it {why}")
     pytest.skip(why)
