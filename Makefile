@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: demo test test-fast lint install system-deps mcp-inspector bench dist clean
+.PHONY: demo test test-fast lint install system-deps mcp-inspector oidc-provider bench dist clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -48,6 +48,20 @@ $(INSPECTOR_STAMP): $(STAMP)
 
 mcp-inspector: $(INSPECTOR_STAMP)
 
+# panva's oidc-provider (npm), pinned: the real OpenID Connect authorization server that the
+# OAuth end-to-end test starts on 127.0.0.1 (tests/oidc/provider.mjs), run by the venv's Node.
+OIDC_PROVIDER_VERSION := 9.13.3
+OIDC_PROVIDER := $(VENV)/oidc-provider
+OIDC_PROVIDER_STAMP := $(OIDC_PROVIDER)/.installed-$(OIDC_PROVIDER_VERSION)
+
+$(OIDC_PROVIDER_STAMP): $(STAMP)
+	mkdir -p $(OIDC_PROVIDER)
+	cd $(OIDC_PROVIDER) && PATH="$(abspath $(BIN)):$$PATH" npm install --no-fund --no-audit \
+		--loglevel=error --no-save oidc-provider@$(OIDC_PROVIDER_VERSION) </dev/null
+	touch $@
+
+oidc-provider: $(OIDC_PROVIDER_STAMP)
+
 demo: install
 	$(BIN)/python -m fathom.demo
 
@@ -56,7 +70,7 @@ lint: install
 	$(BIN)/ruff check src tests
 	$(BIN)/python -m mypy src/fathom
 
-test: lint system-deps mcp-inspector
+test: lint system-deps mcp-inspector oidc-provider
 	$(BIN)/python -m pytest -q -ra --durations=30
 
 test-fast: lint

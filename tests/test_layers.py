@@ -39,8 +39,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("service", ("fathom.service",)),
     ("agents", ("fathom.agents",)),
     ("server", ("fathom.server",)),
-    ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.cli_models", "fathom.cli_serve", "fathom.cli_local",
-             "fathom.cli_eval", "fathom.demo",
+    ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.cli_models", "fathom.cli_oauth", "fathom.cli_serve",
+             "fathom.cli_local", "fathom.cli_eval", "fathom.demo",
              "fathom.__main__")),
 ]
 ASIDE = "devtools"

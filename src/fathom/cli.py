@@ -700,6 +700,9 @@ _register_agent_commands(app, console=console, fathom_of=fathom_of, run=run)
 from fathom.cli_admin import register as _register_operator_commands  # noqa: E402
 
 _register_operator_commands(app)
+from fathom.cli_oauth import register as _register_oauth_commands  # noqa: E402
+
+_register_oauth_commands(app)
 
 
 def entry() -> None:  # pragma: no cover - `python -m fathom.cli`

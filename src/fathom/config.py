@@ -176,6 +176,26 @@ class Settings(BaseSettings):
     # The one token `fathom serve` requires of MCP clients, or a file holding it.
     mcp_token: SecretStr | None = None
     mcp_token_file: Path | None = None
+    # OAuth 2.1 on `/mcp` (`server.oauth`): the authorization server whose access tokens the
+    # server accepts (FATHOM_OAUTH_ISSUER; unset: no OAuth), this server's resource URL (the
+    # tokens' audience unless FATHOM_OAUTH_AUDIENCE names another), where its signing keys are
+    # (FATHOM_OAUTH_JWKS_URL; unset: the issuer's metadata says), the signature algorithms
+    # accepted, the scopes every token must carry, the claims-to-access mapping file, and RFC 7662
+    # introspection instead of local validation (URL, client id and secret).
+    oauth_issuer: str | None = None
+    oauth_resource: str | None = None
+    oauth_audience: str | None = None
+    oauth_jwks_url: str | None = None
+    oauth_algorithms: str = "RS256,PS256,ES256,EdDSA"
+    oauth_scopes: str = ""
+    oauth_groups_claim: str = "groups"
+    oauth_mapping_file: Path | None = None
+    oauth_introspection_url: str | None = None
+    oauth_client_id: str | None = None
+    oauth_client_secret: SecretStr | None = None
+    # Whether `/mcp` takes the static tokens (`fm_` MCP tokens and the admin token) beside OAuth
+    # (FATHOM_MCP_STATIC_TOKENS=off: OAuth only; the admin API keeps its admin token).
+    mcp_static_tokens: bool = True
     # The server the admin commands talk to (`fathom policy`, `fleet`, `gate`, `budget`, ...).
     server: str = "http://127.0.0.1:8765"
     # A sidecar's join (or host) token, or a file holding it, and where it keeps its identity.

@@ -159,12 +159,15 @@ def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
     # takes either, and serves a non-function endpoint as the ASGI app it is).
     app.router.routes.append(Route(MCP_PATH, parts.mcp, methods=["GET", "POST", "DELETE"],
                                    include_in_schema=False))
-    for route in not_oauth_routes():
+    for route in not_oauth_routes(parts.access.oauth):
         app.router.routes.append(route)
     app.include_router(admin_router(hub, parts.admin_auth, registry=parts.registry))
     app.include_router(operator_router(parts.operator, parts.admin_auth))
     app.include_router(tokens_router(parts.mcp_tokens, parts.audit, admin_dependency(parts.admin_auth),
                                      lambda: [str(r) for r in parts.index_roots]))
+    from fathom.server.oauth.admin import oauth_router
+
+    app.include_router(oauth_router(parts.access, admin_dependency(parts.admin_auth)))
 
     @app.get("/health", tags=["health"], openapi_extra={"security": []})
     async def health() -> dict[str, Any]:

@@ -17,10 +17,14 @@ without a declared length is counted as it streams in and cut off with 413 the m
 the limit, never after it was read whole. So an unauthenticated client cannot make the server
 hold its body, and an authenticated one cannot make it hold more than the route allows.
 
-`/mcp` refusals speak to MCP clients (`mcp_unauthorized`): a 401 whose `WWW-Authenticate` is a
-plain RFC 6750 Bearer challenge with no `resource_metadata` (this server uses static bearer
-tokens, not OAuth, so it advertises no authorization server and answers 404 on the OAuth
-discovery documents), and whose body is a JSON-RPC error that says how to configure a token.
+`/mcp` refusals speak to MCP clients (`mcp_unauthorized`): a 401 whose body is a JSON-RPC error
+that says how to configure a token. Without OAuth its `WWW-Authenticate` is a plain RFC 6750
+Bearer challenge with no `resource_metadata` (static bearer tokens only: no authorization server
+is advertised, and the OAuth discovery documents answer 404). With OAuth (`server.oauth`,
+`Access.oauth`) the challenge names the protected resource metadata and the scopes, a refused
+access token gets `invalid_token` and why, and a valid one the mapping does not cover gets 403.
+Who a token is, is decided once per request (`Access.identify`: the static tokens first, unless
+`FATHOM_MCP_STATIC_TOKENS=off` takes them off `/mcp`, then an OAuth access token).
 
 The request's principal (who its token is) is left in the ASGI scope (`PRINCIPAL`) for the parts
 behind; every authenticated write to the admin API, and every refused attempt of an MCP token on
@@ -111,13 +115,16 @@ class McpRefusal(HTTPException):
         self.content = {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": message}}
 
 
-def mcp_unauthorized(token_sent: bool, url: str = "http://SERVER/mcp") -> McpRefusal:
+def mcp_unauthorized(token_sent: bool, url: str = "http://SERVER/mcp", *, oauth: Any = None,
+                     reason: str | None = None, static: bool = True) -> McpRefusal:
     """The 401 MCP clients get without a valid token: how to configure one, and no OAuth.
 
     RFC 6750: a request with no credentials gets the bare challenge (no error code); a wrong one
     gets `error="invalid_token"` with a description. No `resource_metadata`: this server is not
     an OAuth resource server (MCP authorization is optional; a server using static tokens does
     not advertise an authorization server), so a client has nothing to discover."""
+    if oauth is not None:
+        return oauth_unauthorized(oauth, token_sent, url, reason, static)
     how = (f"Configure your MCP client to send the header `Authorization: Bearer <token>` with a token the "
            f"server's operator gives you (`fathom tokens create --name YOU`), e.g. `claude mcp add --transport http "
            f"fathom {url} --header \"Authorization: Bearer fm_...\"`. This server uses static bearer tokens, not OAuth.")
@@ -129,6 +136,41 @@ def mcp_unauthorized(token_sent: bool, url: str = "http://SERVER/mcp") -> McpRef
         message = f"Fathom needs a token. {how}"
         challenge = f'Bearer realm="{REALM}"'
     return McpRefusal(401, message, headers={"WWW-Authenticate": challenge})
+
+
+def oauth_unauthorized(oauth: Any, token_sent: bool, url: str, reason: str | None, static: bool) -> McpRefusal:
+    """The 401 of a server that is an OAuth resource server (`server.oauth`): the challenge names
+    its metadata (`resource_metadata`) and scopes, so an MCP client discovers the authorization
+    server and signs the person in; a refused token gets `invalid_token` and why."""
+    how = (f"Sign in with OAuth: your MCP client finds the authorization server ({oauth.issuer}) in "
+           f"{oauth.resource.metadata_url}")
+    if static:
+        how += " ; or send `Authorization: Bearer <token>` with a static token the operator gives you"
+    if token_sent:
+        why = reason or "it is unknown, revoked or mistyped"
+        return McpRefusal(401, f"The token sent to Fathom was refused: {why}. {how}.", headers={
+            "WWW-Authenticate": oauth.resource.challenge(error="invalid_token", description=why)})
+    return McpRefusal(401, f"Fathom needs a token. {how}.", headers={"WWW-Authenticate": oauth.resource.challenge()})
+
+
+def oauth_forbidden(oauth: Any, exc: Exception) -> McpRefusal:
+    """A valid access token that opens nothing: 403, with `insufficient_scope` (and the scopes)
+    when scopes are missing, so a client can ask for them."""
+    from fathom.server.oauth.errors import InsufficientScope
+
+    headers = {}
+    if isinstance(exc, InsufficientScope):
+        headers["WWW-Authenticate"] = oauth.resource.challenge(error="insufficient_scope", description=str(exc))
+    return McpRefusal(403, str(exc), headers=headers)
+
+
+@dataclass(frozen=True)
+class Identified:
+    """Who a request's token is (`principal`), or why an OAuth access token was refused (`refused`:
+    a `server.oauth` error)."""
+
+    principal: Principal | None = None
+    refused: Exception | None = None
 
 
 def mcp_only(principal: Principal, method: str, path: str) -> HTTPException:
@@ -145,30 +187,65 @@ class Access:
     is. `open_mcp`: `/mcp` needs no token (one machine on loopback, nothing configured)."""
 
     def __init__(self, admin: AdminAuth | StaticToken | None, scrape: ScrapeAuth | None = None,
-                 mcp: McpTokens | None = None, *, open_mcp: bool = False, local: Any = None):
+                 mcp: McpTokens | None = None, *, open_mcp: bool = False, local: Any = None,
+                 oauth: Any = None, static_mcp: bool = True):
         self.admin = admin
         self.scrape = scrape
         self.mcp = mcp
         self.open_mcp = open_mcp
         self.local = local  # a `server.local.LocalDoor` once the server knows its address
+        self.oauth = oauth  # a `server.oauth.door.OAuthDoor`: people signed in by the operator's issuer
+        self.static_mcp = static_mcp  # False: `/mcp` takes OAuth access tokens only (no `fm_`, no admin token)
 
     def principal(self, token: str | None) -> Principal | None:
-        """The admin, an MCP token's principal, or None for a missing or unknown token."""
+        """The admin, an MCP token's principal, or None for a missing or unknown static token."""
         if self.admin is not None and self.admin.check(token):
             return Principal.operator()
-        record = self.mcp.find(token) if self.mcp is not None else None
+        record = self.mcp.find(token) if self.mcp is not None and self.static_mcp else None
         return record.principal() if record is not None else None
 
-    def mcp_principal(self, token: str | None) -> Principal | None:
+    async def identify(self, token: str | None, path: str = MCP_PATH) -> Identified:
+        """Who `token` is on `path`: a static token's principal, else (OAuth configured) the
+        principal its access token maps to, or why that token was refused."""
+        from fathom.server.oauth.errors import InsufficientScope, NotMapped, TokenRefused
+
+        if not token:
+            return Identified()
+        found = self.principal(token)
+        if found is not None and (self.static_mcp or not is_mcp_path(path)):
+            return Identified(found)
+        if self.oauth is None:
+            return Identified()
+        try:
+            return Identified(await self.oauth.authenticate(token))
+        except (TokenRefused, InsufficientScope, NotMapped) as exc:
+            return Identified(refused=exc)
+
+    def mcp_principal(self, token: str | None, identified: Identified | None = None) -> Principal | None:
         """Who a request to `/mcp` acts as: its token's principal, or the local operator when
         `/mcp` is open; None: refuse it."""
-        found = self.principal(token)
+        if identified is not None:
+            found = identified.principal
+        else:
+            found = self.principal(token) if self.static_mcp else None
         if found is None and self.open_mcp:
             return Principal.operator("local")
         return found
 
-    def refusal(self, method: str, path: str, token: str | None, *, url: str | None = None) -> HTTPException | None:
-        """None if the request may proceed; else the refusal to answer, unread."""
+    def mcp_refusal(self, token: str | None, url: str, identified: Identified | None = None) -> HTTPException:
+        """The answer to a request `/mcp` does not admit."""
+        from fathom.server.oauth.errors import TokenRefused
+
+        refused = identified.refused if identified is not None else None
+        if refused is not None and not isinstance(refused, TokenRefused):
+            return oauth_forbidden(self.oauth, refused)
+        reason = refused.reason if isinstance(refused, TokenRefused) else None
+        return mcp_unauthorized(bool(token), url, oauth=self.oauth, reason=reason, static=self.static_mcp)
+
+    def refusal(self, method: str, path: str, token: str | None, *, url: str | None = None,
+                identified: Identified | None = None) -> HTTPException | None:
+        """None if the request may proceed; else the refusal to answer, unread. `identified`:
+        who the token is (`identify`); without it, only static tokens are known."""
         if method in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)):
             return None
         if path in OAUTH_PATHS and method in ("GET", "POST"):
@@ -176,8 +253,10 @@ class Access:
         if path.startswith(LOCAL_PREFIX) and self.local is not None and self.local.check(token):
             return None
         if is_mcp_path(path):
-            return None if self.mcp_principal(token) is not None else mcp_unauthorized(bool(token), url or MCP_PATH)
-        principal = self.principal(token)
+            if self.mcp_principal(token, identified) is not None:
+                return None
+            return self.mcp_refusal(token, url or MCP_PATH, identified)
+        principal = identified.principal if identified is not None else self.principal(token)
         if principal is not None and principal.admin:
             return None
         if path in SCRAPE_PATHS and self.scrape is not None and self.scrape.check(token):
@@ -247,18 +326,24 @@ class RequestGuard:
         request = Request(scope)  # headers only: nothing here reads the body
         method, path = scope["method"], scope["path"]
         token = bearer_token(request)
-        denied = self.access.refusal(method, path, token, url=mcp_url(request))
-        principal = self.access.principal(token) if token else None
+        identified = await self.access.identify(token, path)
+        denied = self.access.refusal(method, path, token, url=mcp_url(request), identified=identified)
+        principal = identified.principal
         if denied is not None:
-            if principal is not None and denied.status_code == 403:
+            refused_who = getattr(identified.refused, "who", None)  # signed in, but mapped to nothing
+            if refused_who is not None:
+                await self._audit(f"oauth:{refused_who}", method, path, scope, f"refused 403: {_reason(denied)}",
+                                  refused="refused 403")
+            elif principal is not None and denied.status_code == 403:
                 await self._audit(principal.who, method, path, scope, f"refused 403: {_reason(denied)}",
                                   refused="refused 403")
             elif token is not None and principal is None and denied.status_code == 401:
                 # A wrong token: audited, and answered later each time this peer sends another.
                 peer = _peer(scope)
                 delay = self.wrong_tokens.penalty(peer)
+                why = getattr(identified.refused, "reason", "unknown token")
                 await self._audit(UNKNOWN_TOKEN, method, path, scope,
-                                  f"refused 401: unknown token, answered after {delay:g} s", refused="refused 401",
+                                  f"refused 401: {why}, answered after {delay:g} s", refused="refused 401",
                                   peer=peer)
                 await self.wrong_tokens.clock.sleep(delay)
             await send_refusal(send, denied)

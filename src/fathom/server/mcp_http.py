@@ -17,7 +17,8 @@ It owns:
   session is bound to the token that opened it (`session_owner`): another token's request on it
   is answered as for an unknown session;
 - `/.well-known/…` answers (`not_oauth`): 404 with the same advice, so an OAuth-discovering
-  client finds no authorization server instead of a 401 it cannot use;
+  client finds no authorization server instead of a 401 it cannot use; with OAuth on, the
+  protected resource metadata (`oauth_routes`) instead, and 404s that name the issuer;
 - `standalone_app`: the same endpoint for `fathom serve` (one machine, no fleet server).
 
 It refuses to hold any tool logic (that is `mcp_tools.build_mcp_server`, over the server's own
@@ -45,7 +46,7 @@ from fathom.config import is_loopback
 from fathom.index.walker import under_roots
 from fathom.server.answers import bearer_token
 from fathom.server.auth import AdminAuth
-from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, mcp_unauthorized, mcp_url, send_refusal
+from fathom.server.guard import MCP_PATH, PRINCIPAL, Access, mcp_url, send_refusal
 from fathom.server.tokens import Principal
 
 log = logging.getLogger("fathom.server.mcp")
@@ -263,10 +264,13 @@ class MCPEndpoint:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
         token = bearer_token(request)
-        principal = self.access.mcp_principal(token)
+        principal = scope.get(PRINCIPAL)  # the request guard's finding, when it stands in front
         if principal is None:
-            await send_refusal(send, mcp_unauthorized(bool(token), mcp_url(request)))
-            return
+            identified = await self.access.identify(token, MCP_PATH)
+            principal = self.access.mcp_principal(token, identified)
+            if principal is None:
+                await send_refusal(send, self.access.mcp_refusal(token, mcp_url(request), identified))
+                return
         scope[PRINCIPAL] = principal
         scope["user"] = session_owner(principal, token)
         if self._manager is None:
@@ -290,6 +294,20 @@ def session_owner(principal: Principal, token: str | None) -> Any:
     return AuthenticatedUser(AccessToken(token=owner, client_id=owner, scopes=[]))
 
 
+def oauth_routes(oauth: Any) -> list[Any]:
+    """With OAuth (`server.oauth`): the protected resource metadata (RFC 9728) at its
+    well-known paths, before the 404s of `not_oauth_routes`."""
+    from starlette.routing import Route
+
+    if oauth is None:
+        return []
+
+    async def metadata(request: Request) -> JSONResponse:
+        return JSONResponse(oauth.resource.metadata(), headers={"Cache-Control": "max-age=300"})
+
+    return [Route(path, metadata, methods=["GET"]) for path in oauth.resource.metadata_paths()]
+
+
 async def not_oauth(request: Request) -> JSONResponse:
     """`/.well-known/*` and OAuth's default endpoints (`/register`, `/authorize`, `/token`):
     nothing here. OAuth discovery finds no authorization server, and a client that falls back
@@ -301,13 +319,24 @@ async def not_oauth(request: Request) -> JSONResponse:
                              "gives you (`fathom tokens create --name YOU`)."})
 
 
-def not_oauth_routes() -> list[Any]:
+def not_oauth_routes(oauth: Any = None) -> list[Any]:
+    """The 404s of `/.well-known/*` and OAuth's default endpoints; with OAuth, the metadata
+    routes first, and the 404s name the authorization server instead."""
     from starlette.routing import Route
 
     from fathom.server.guard import OAUTH_PATHS
 
-    return [Route("/.well-known/{rest:path}", not_oauth, methods=["GET"]),
-            *(Route(path, not_oauth, methods=["GET", "POST"]) for path in sorted(OAUTH_PATHS))]
+    answer = not_oauth
+    if oauth is not None:
+        async def elsewhere(request: Request) -> JSONResponse:
+            return JSONResponse(status_code=404, content={
+                "error": "not_found",
+                "error_description": f"This Fathom server is an OAuth protected resource, not an authorization "
+                                     f"server: its authorization server is {oauth.issuer}, as "
+                                     f"{oauth.resource.metadata_url} says."})
+        answer = elsewhere
+    return [*oauth_routes(oauth), Route("/.well-known/{rest:path}", answer, methods=["GET"]),
+            *(Route(path, answer, methods=["GET", "POST"]) for path in sorted(OAUTH_PATHS))]
 
 
 class ServeToken(AdminAuth):

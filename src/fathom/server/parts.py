@@ -49,6 +49,7 @@ class ServerOptions:
     metrics: Metrics | None = None
     audit: AuditLog | None = None
     wrong_tokens: WrongTokenDelay | None = None
+    oauth: Any = None  # a `server.oauth.door.OAuthDoor` (else built from FATHOM_OAUTH_*)
 
 
 @dataclass
@@ -117,7 +118,10 @@ def build_parts(settings: Settings, options: ServerOptions | None = None) -> Ser
 
     mcp_tokens = McpTokens(settings.data_dir)
     audit = options.audit or AuditLog(settings.data_dir, max_bytes=settings.audit_max_bytes)
-    access = Access(admin_auth, scrape_auth, mcp_tokens)
+    from fathom.server.oauth.door import OAuthDoor
+
+    oauth = options.oauth if options.oauth is not None else OAuthDoor.from_settings(settings)
+    access = Access(admin_auth, scrape_auth, mcp_tokens, oauth=oauth, static_mcp=settings.mcp_static_tokens)
     index_roots = resolve_roots(settings.index_root_list())
     from fathom.server.warm import wait_for_encoder
 
@@ -131,7 +135,7 @@ def build_parts(settings: Settings, options: ServerOptions | None = None) -> Ser
     return ServerParts(settings=settings, service=service, hub=hub, metrics=metrics, jobs=jobs,
                        admin_auth=admin_auth, scrape_auth=scrape_auth, mcp_tokens=mcp_tokens, audit=audit,
                        access=access, mcp=mcp, operator=operator, index_roots=index_roots,
-                       wrong_tokens=options.wrong_tokens, owned=owned)
+                       wrong_tokens=options.wrong_tokens, owned=owned + ([oauth] if oauth is not None else []))
 
 
 def _admin_tokens(settings: Settings, options: ServerOptions) -> tuple[AdminAuth, ScrapeAuth]:

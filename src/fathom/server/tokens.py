@@ -49,6 +49,7 @@ class Principal:
     admin: bool = False
     projects: frozenset[str] | None = None  # None: every project
     can_index: bool = True
+    via: str = "mcp"  # how it signed in: `mcp` (an `fm_` token) or `oauth` (a person, `server.oauth`)
 
     @classmethod
     def operator(cls, name: str = "admin") -> Principal:
@@ -57,7 +58,7 @@ class Principal:
     @property
     def who(self) -> str:
         """The audit log's name for it."""
-        return self.name if self.admin else f"mcp:{self.name}"
+        return self.name if self.admin else f"{self.via}:{self.name}"
 
     def sees(self, project: str) -> bool:
         return self.projects is None or project in self.projects

@@ -279,6 +279,28 @@ function renderTokens(data) {
   }
 }
 
+function renderOAuth(data) {
+  const tbody = $("oauth-mapping").tBodies[0];
+  tbody.replaceChildren();
+  const statics = data.static_mcp_tokens ? "static MCP tokens on" : "static MCP tokens off (OAuth only)";
+  $("oauth-state").textContent = data.enabled
+    ? "Issuer " + data.issuer + " for the resource " + data.resource + " (tokens checked " + (data.validation === "jwt" ? "as signed JWTs" : "by introspection") + "; scopes: "
+      + (data.scopes.length ? data.scopes.join(" ") : "none required") + "); " + statics + "."
+    : "OAuth is off (set FATHOM_OAUTH_ISSUER and FATHOM_OAUTH_RESOURCE); " + statics + ".";
+  $("oauth-mapping").hidden = !data.enabled;
+  const rules = data.enabled ? data.mapping.rules : [];
+  if (data.enabled && rules.length === 0) {
+    tbody.append(el("tr", {}, el("td", { colspan: "4", class: "muted", text: "no rule: everyone who signs in is refused" })));
+  }
+  rules.forEach((rule, n) => {
+    tbody.append(el("tr", {},
+      el("td", { text: String(n + 1) }),
+      el("td", { text: rule.describes }),
+      el("td", { text: rule.projects ? rule.projects.join(", ") : "every project" }),
+      el("td", { text: rule.can_index ? "yes" : "no" })));
+  });
+}
+
 function renderAudit(entries) {
   const tbody = $("audit").tBodies[0];
   tbody.replaceChildren();
@@ -437,6 +459,8 @@ async function refresh() {
     const [tokens, audit] = await Promise.all([api("GET", "/admin/tokens"), api("GET", "/admin/audit?limit=20")]);
     if (tokens.ok) renderTokens(tokens.data);
     if (audit.ok) renderAudit(audit.data.entries);
+    const oauth = await api("GET", "/admin/oauth");
+    if (oauth.ok) renderOAuth(oauth.data);
     $("status").textContent = "connected, fathom " + overview.version + ", updated " + new Date().toLocaleTimeString();
     $("status").className = "status good";
   } catch (e) {
