@@ -428,6 +428,7 @@ class Indexer:
         self.discover = discover_fn
         self.window = max(1, int(window))
         self.refused_roots = tuple(refused_roots) if refused_roots is not None else None
+        self.lenders: tuple[str, ...] = ()  # projects whose vectors it may carry (git branches)
 
     async def _token_counter(self) -> TokenCounter | None:
         """What chunks are sized by: the encoder's own tokenizer when it has one (an in-process
@@ -608,13 +609,12 @@ class Indexer:
             self._open(job, plan)
         todo = [c for c in fresh if c.chunk_id not in plan.have]
         plan.reused += len(fresh) - len(todo)
-        candidates = [c for c in todo if c.content_hash in plan.stored]
-        if candidates:
-            carried = self.store.carry_vectors(job.project, plan.table, candidates,
-                                               slot=plan.slot, source=Slot.ACTIVE)
-            if carried:
-                todo = [c for c in todo if c.chunk_id not in carried]
-                plan.carried += len(carried)
+        for lender in (job.project, *self.lenders):  # its own table, then its sibling branches'
+            ask = todo if lender != job.project else [c for c in todo if c.content_hash in plan.stored]
+            carried = self.store.carry_vectors(job.project, plan.table, ask, slot=plan.slot,
+                                               source=Slot.ACTIVE, lender=lender) if ask else set()
+            todo = [c for c in todo if c.chunk_id not in carried]
+            plan.carried += len(carried)
         plan.embedded += len(todo)
         return todo
 

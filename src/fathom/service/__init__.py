@@ -78,6 +78,7 @@ from fathom.inference.router import Router
 from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import Role
 from fathom.service.batches import BatchHistory, record_of, sizing_of  # noqa: F401 - re-exported
+from fathom.service.git_projects import GitProjects
 from fathom.service.jobs import SYNC_JOBS_KEPT, JobTable, ended_early  # noqa: F401 - re-exported
 from fathom.service.projects import (  # noqa: F401 - re-exported
     MAX_INCLUDES,
@@ -86,6 +87,7 @@ from fathom.service.projects import (  # noqa: F401 - re-exported
     ProjectSummary,
     check_includes,
     check_not_taken,
+    lenders_of,
     summaries,
 )
 from fathom.service.warmup import Warmup
@@ -202,6 +204,7 @@ class Fathom:
         self._gate_clears = self.gate.for_router(self._current_space)
         self.router = router or Router(self.routing.load, self.registry, is_cleared=self._may_write)
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
+        self.git = GitProjects(self, clock=clock)  # projects from git remotes, branch by branch
 
     def warm_up(self, on_ready: Callable[[str], None] | None = None) -> Warmup:
         """Start loading the in-process encoder in the background (once): a long-running front
@@ -395,6 +398,7 @@ class Fathom:
                     await asyncio.to_thread(self.records.update, name, include=list(include))
                 selection = await asyncio.to_thread(self.selection_of, name, root)
                 indexer = self.indexer(**selection)
+                indexer.lenders = await asyncio.to_thread(lenders_of, self.records, name)
                 # Two runs of one project in one process would race on its slots.
                 async with self._index_lock.setdefault(name, asyncio.Lock()):
                     if self._must_load(job):
@@ -456,6 +460,8 @@ class Fathom:
             raise UnknownProject(project, names)
         if self.watcher is not None:
             await self.watcher.stop(project)
+        if (recorded or {}).get("git"):
+            await self.git.drop_all(project)  # its other branches, clone and files
         self.jobs.cancel_running(project)
         rows: dict[str, int] = {}
         async with self._index_lock.setdefault(project, asyncio.Lock()):
@@ -535,8 +541,9 @@ class Fathom:
             return [project], []
         projects = self.store.list_projects()
         notes = [skipped_note(p.name, p.damage) for p in projects if p.damage]
+        overlays = {n for n, r in self.records.load().items() if r.get("overlay")}  # git branches
         names = [p.name for p in projects if not p.damage and table in p.tables
-                 and p.tables[table].space is not None]
+                 and p.tables[table].space is not None and p.name not in overlays]
         if not names and not notes:
             raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
         return names, notes

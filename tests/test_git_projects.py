@@ -1,0 +1,248 @@
+"""Projects from git, branch by branch: real bare repositories served over file:// and over HTTP
+(`git http-backend` on 127.0.0.1), the real MiniLM encoder, a real LanceDB store."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+from pathlib import Path
+
+import pytest
+
+from fathom.config import Settings
+from fathom.index.chunking import chunk_file, fit_tokens
+from fathom.index.git_source import (
+    GitAuthFailed,
+    GitBranchMissing,
+    GitRemoteInvalid,
+    GitRemoteNotAllowed,
+    GitUnreachable,
+    check_remote,
+    scrub,
+)
+from fathom.service import Fathom
+from fathom.service.git_projects import WebhookRefused, pushed_branch, signature_ok
+from tests.git_fixtures import Remote, http_remote
+from tests.retrieval_fixtures import local_encoder  # noqa: F401
+
+TOPICS = ["invoice", "shipment", "customer", "warehouse", "payment", "discount", "refund",
+          "catalog", "inventory", "supplier", "coupon", "address", "session", "report",
+          "currency", "schedule", "basket", "review", "ticket", "audit"]
+
+FEATURE_FUNCTION = '''
+
+def reconcile_ledger_entries(ledger, bank_statement):
+    """Match each ledger entry with the bank statement line of the same amount and date."""
+    unmatched = []
+    for entry in ledger:
+        if not any(line.amount == entry.amount and line.date == entry.date
+                   for line in bank_statement):
+            unmatched.append(entry)
+    return unmatched
+'''
+
+
+def module_text(topic: str) -> str:
+    parts = [f'"""Operations on {topic} records."""\n']
+    for i, verb in enumerate(["create", "load", "update", "archive", "validate", "summarise"]):
+        parts.append(f'''
+
+def {verb}_{topic}(store, record_id, payload=None):
+    """{verb.capitalize()} one {topic} record ({i}): look it up, check its fields, save it."""
+    record = store.get("{topic}", record_id) or {{}}
+    if payload:
+        record.update({{k: v for k, v in payload.items() if k != "id"}})
+    record["{verb}_count"] = record.get("{verb}_count", 0) + {i + 1}
+    store.put("{topic}", record_id, record)
+    return record
+''')
+    return "".join(parts)
+
+
+def build_remote(root: Path) -> Remote:
+    remote = Remote(root)
+    remote.commit({f"shop/{t}.py": module_text(t) for t in TOPICS}
+                  | {"README.md": "# Shop\n\nA shop's back office.\n"}, "first")
+    remote.branch("feature")
+    remote.commit({"shop/payment.py": module_text("payment") + FEATURE_FUNCTION}, "ledger",
+                  branch="feature")
+    return remote
+
+
+def size_of(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def settings_for(tmp_path: Path, remotes: str) -> Settings:
+    return Settings(data_dir=tmp_path / "data", git_remotes=remotes)
+
+
+def symbols(hits) -> set[str]:
+    return {h.symbol for h in hits if h.symbol}
+
+
+QUERY = "reconcile ledger entries with the bank statement"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["file", "http"])
+def test_two_branches_share_vectors_and_storage_and_search_by_ref(
+        tmp_path, local_encoder, transport):  # noqa: F811
+    remote = build_remote(tmp_path)
+    with http_remote(tmp_path) as base:
+        url = remote.file_url if transport == "file" else base + "remote.git"
+        fathom = Fathom(settings_for(tmp_path, url.rsplit("/", 1)[0] + "/"), encoder=local_encoder)
+
+        async def scenario():
+            added = await fathom.git.add("shop", url, ["main"])
+            one_branch = size_of(tmp_path / "data")
+            tracked = await fathom.git.track("shop", "feature")
+            two_branches = size_of(tmp_path / "data")
+            at_feature = await fathom.git.search(QUERY, "shop", "feature", k=5)
+            at_main = await fathom.git.search(QUERY, "shop", None, k=5)
+            by_commit = await fathom.git.search(QUERY, "shop", tracked["commit"], k=5)
+            return added, tracked, one_branch, two_branches, at_feature, at_main, by_commit
+
+        added, tracked, one, two, at_feature, at_main, by_commit = asyncio.run(scenario())
+        await_close(fathom)
+    assert added["reports"]["main"]["embedded"] == added["reports"]["main"]["chunks"] > 100
+    assert "reconcile_ledger_entries" in symbols(at_feature)
+    assert "reconcile_ledger_entries" not in symbols(at_main)
+    assert symbols(by_commit) == symbols(at_feature)
+    assert {h.commit for h in at_feature} == {tracked["commit"]}
+    assert {h.commit for h in at_main} == {added["branches"]["main"]}
+    # Only the chunks of payment.py whose text main does not have were embedded.
+    tokens = local_encoder.token_counter()
+    old = {c.content_hash for c in fit_tokens(chunk_file("shop/payment.py", module_text("payment")),
+                                              tokens)[0]}
+    new = fit_tokens(chunk_file("shop/payment.py", module_text("payment") + FEATURE_FUNCTION),
+                     tokens)[0]
+    differing = [c for c in new if c.content_hash not in old]
+    assert 0 < len(differing) < len(new)
+    assert tracked["embedded"] == len(differing)
+    assert tracked["carried"] == len(new) - len(differing)
+    # Two branches that differ in one file cost less than 1.1x the storage of one.
+    assert two < 1.1 * one, (one, two)
+
+
+def await_close(fathom: Fathom) -> None:
+    asyncio.run(fathom.aclose())
+
+
+def sign(secret: str, body: bytes) -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"X-Hub-Signature-256": f"sha256={digest}"}
+
+
+@pytest.mark.slow
+def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_changes_nothing(
+        tmp_path, local_encoder):  # noqa: F811
+    remote = build_remote(tmp_path)
+    fathom = Fathom(settings_for(tmp_path, remote.file_url), encoder=local_encoder)
+    query = "apply a loyalty bonus to the customer's points balance"
+
+    async def scenario():
+        added = await fathom.git.add("shop", remote.file_url, ["main", "feature"])
+        secret = added["webhook_secret"]
+        pushed = remote.commit({"shop/loyalty.py": '''
+def apply_loyalty_bonus(customer, points):
+    """Add bonus points to the customer's loyalty balance."""
+    customer.points_balance += points * 2
+    return customer.points_balance
+'''}, "loyalty")
+        body = json.dumps({"ref": "refs/heads/main", "after": pushed}).encode()
+        refused = []
+        for headers in ({}, sign("not-the-secret", body), {"X-Gitlab-Token": "wrong"}):
+            try:
+                await fathom.git.webhook("shop", headers, body)
+            except WebhookRefused as exc:
+                refused.append(str(exc))
+        before = await fathom.git.search(query, "shop", None, k=5)
+        answer = await fathom.git.webhook("shop", sign(secret, body), body)
+        after = await fathom.git.search(query, "shop", None, k=5)
+        at_feature = await fathom.git.search(query, "shop", "feature", k=5)
+        return added, refused, before, answer, after, at_feature, pushed
+
+    added, refused, before, answer, after, at_feature, pushed = asyncio.run(scenario())
+    await_close(fathom)
+    assert len(refused) == 3 and all(added["webhook_secret"] not in r for r in refused)
+    assert "apply_loyalty_bonus" not in symbols(before)
+    assert answer["synced"] and answer["branches"]["main"]["commit"] == pushed
+    assert answer["branches"]["main"]["embedded"] == 1  # diff-driven: only the new function
+    assert "apply_loyalty_bonus" in symbols(after)
+    assert {h.commit for h in after} == {pushed}
+    # The feature branch now overlays the new main: it sees the new file too.
+    assert "apply_loyalty_bonus" in symbols(at_feature)
+    secret_file = tmp_path / "data" / "git" / "shop" / "webhook.secret"
+    assert secret_file.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.slow
+def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, local_encoder):  # noqa: F811
+    remote = build_remote(tmp_path)
+    prefix = remote.file_url
+    fathom = Fathom(settings_for(tmp_path, f"{prefix} http://127.0.0.1:"), encoder=local_encoder)
+
+    async def scenario():
+        await fathom.git.add("shop", remote.file_url, ["main"])
+        errors = {}
+        for label, call in {
+            "invalid": lambda: fathom.git.add("x1", "not a url", ["main"]),
+            "not allowed": lambda: fathom.git.add("x2", "https://elsewhere.example/r.git", ["main"]),
+            "unreachable": lambda: fathom.git.add("x3", "http://127.0.0.1:9/nothing.git", ["main"]),
+            "missing branch": lambda: fathom.git.track("shop", "no-such-branch"),
+        }.items():
+            try:
+                await call()
+            except Exception as exc:  # noqa: BLE001 - the type is what is checked
+                errors[label] = exc
+        hits = await fathom.git.search("create one invoice record", "shop", None, k=3)
+        return errors, hits
+
+    errors, hits = asyncio.run(scenario())
+    assert isinstance(errors["invalid"], GitRemoteInvalid)
+    assert isinstance(errors["not allowed"], GitRemoteNotAllowed)
+    assert "FATHOM_GIT_REMOTES" in str(errors["not allowed"])
+    assert isinstance(errors["unreachable"], GitUnreachable)
+    assert isinstance(errors["missing branch"], GitBranchMissing)
+    assert "no-such-branch" in str(errors["missing branch"])
+    assert hits and "invoice" in hits[0].path
+    names = {p.name for p in fathom.projects()}
+    assert names == {"shop"}  # nothing was added by a refused call
+    with http_remote(tmp_path, credentials=("alice", "s3cret-token")) as base:
+        token_fathom = Fathom(Settings(data_dir=tmp_path / "data2", git_remotes=base,
+                                       git_token="wrong-token-canary", git_username="alice"),
+                              encoder=local_encoder)
+        with pytest.raises(GitAuthFailed) as bad:
+            asyncio.run(token_fathom.git.add("priv", base + "remote.git", ["main"]))
+        assert "wrong-token-canary" not in str(bad.value) and "FATHOM_GIT_TOKEN" in str(bad.value)
+        good = Fathom(Settings(data_dir=tmp_path / "data3", git_remotes=base,
+                               git_token="s3cret-token", git_username="alice"), encoder=local_encoder)
+        heads = good.git.repo("priv", base + "remote.git").remote_heads()
+        assert set(heads) == {"main", "feature"}
+    await_close(fathom)
+
+
+def test_remote_urls_are_checked_and_scrubbed():
+    allowed = ["https://git.example.com/team/"]
+    assert check_remote("https://git.example.com/team/app.git", allowed)
+    with pytest.raises(GitRemoteInvalid, match="FATHOM_GIT_TOKEN"):
+        check_remote("https://bob:hunter2@git.example.com/team/app.git", allowed)
+    with pytest.raises(GitRemoteNotAllowed):
+        check_remote("https://git.example.com/other/app.git", allowed)
+    with pytest.raises(GitRemoteInvalid):
+        check_remote("ftp://git.example.com/team/app.git", ["ftp://"])
+    assert "hunter2" not in scrub("fatal: https://bob:hunter2@host/x.git not found")
+
+
+def test_webhook_signatures_of_each_forge():
+    body = b'{"ref": "refs/heads/main"}'
+    digest = hmac.new(b"s", body, hashlib.sha256).hexdigest()
+    assert signature_ok("s", {"X-Hub-Signature-256": f"sha256={digest}"}, body)
+    assert signature_ok("s", {"X-Gitea-Signature": digest}, body)
+    assert signature_ok("s", {"X-Gitlab-Token": "s"}, body)
+    assert not signature_ok("s", {"X-Hub-Signature-256": f"sha256={digest}"}, body + b" ")
+    assert not signature_ok("s", {}, body)
+    assert pushed_branch(body) == "main" and pushed_branch(b'{"ref": "refs/tags/v1"}') is None
