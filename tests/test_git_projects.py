@@ -170,11 +170,16 @@ def apply_loyalty_bonus(customer, points):
     assert len(refused) == 3 and all(added["webhook_secret"] not in r for r in refused)
     assert "apply_loyalty_bonus" not in symbols(before)
     assert answer["synced"] and answer["branches"]["main"]["commit"] == pushed
-    assert answer["branches"]["main"]["embedded"] == 1  # diff-driven: only the new function
+    # Diff-driven: one file changed, and only its new function was embedded (its code chunk,
+    # and its docstring in the docs table); nothing else of the project.
+    assert answer["branches"]["main"]["files_changed"] == 1
+    assert answer["branches"]["main"]["embedded"] == 2
     assert "apply_loyalty_bonus" in symbols(after)
     assert {h.commit for h in after} == {pushed}
-    # The feature branch now overlays the new main: it sees the new file too.
-    assert "apply_loyalty_bonus" in symbols(at_feature)
+    # The feature branch, re-based on the new main, still does not have the file (it was
+    # never merged there): the overlay shadows it.
+    assert "apply_loyalty_bonus" not in symbols(at_feature)
+    assert {h.commit for h in at_feature} == {added["branches"]["feature"]}
     secret_file = tmp_path / "data" / "git" / "shop" / "webhook.secret"
     assert secret_file.stat().st_mode & 0o077 == 0
 

@@ -43,6 +43,7 @@ from urllib.parse import quote
 from fathom import scope
 from fathom.config import atomic_write_text
 from fathom.errors import ConfigError, FathomError
+from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
 from fathom.index.git_source import (
     Credentials,
@@ -52,7 +53,8 @@ from fathom.index.git_source import (
     check_remote,
     scrub,
 )
-from fathom.index.results import MAX_K, Noted, SearchHit
+from fathom.index.results import MAX_K, Noted, Ranking
+from fathom.index.store import UnknownProject
 from fathom.index.store.rules import check_project_name
 
 log = logging.getLogger("fathom.service.git")
@@ -391,25 +393,61 @@ class GitProjects:
 
     async def search(self, query: str, project: str, ref: str | None, table: str = "code",
                      k: int = 10, *, where: SearchFilter | None = None) -> Noted:
-        """The best `k` hits at `ref`, each with the commit it comes from."""
+        """The best `k` hits at `ref` (no reranker stage), each with the commit it comes from."""
+        found = await self.ranking(query, project, ref, table, k, where=where, rerank=False)
+        return Noted(found.hits, found.notes)
+
+    async def ranking(self, query: str, project: str, ref: str | None, table: str = "code",
+                      k: int = 10, *, where: SearchFilter | None = None, reranker: Any = None,
+                      rerank: bool = True) -> Ranking:
+        """The search pipeline at `ref`: a branch's overlay and the default branch (less the
+        paths the overlay shadows) are searched as one, on one fused scale; every hit carries
+        its commit. Hits of an overlay name the overlay project (`read_code` reads them there)."""
+        search_mod.check_search(query, table, k)
+        if not await asyncio.to_thread(self.fathom.store.has_project, project):
+            known = await asyncio.to_thread(self.fathom.store.list_projects)
+            raise UnknownProject(project, [p.name for p in known])
         branch, commit = await asyncio.to_thread(self.resolve, project, ref)
         git = await asyncio.to_thread(self.record, project)
-        if branch == git["default"]:
-            hits = await self.fathom.search(query, project, table, k, where=where)
-            return Noted([replace(h, commit=commit) for h in hits], getattr(hits, "notes", ()))
-        name = overlay_name(project, branch)
-        overlay = (await asyncio.to_thread(self.fathom.records.get, name) or {}).get("overlay") or {}
-        shadows = set(overlay.get("shadows") or ())
+        names, shadows = [project], set()
         held = scope.current()
-        found: list[SearchHit] = []
-        with scope.within(None if held is None else held | {name}):
-            if await asyncio.to_thread(self.fathom.store.has_project, name):
-                found += await self.fathom.search(query, name, table, k, where=where)
-        base = await self.fathom.search(query, project, table, min(MAX_K, k + len(shadows)),
-                                        where=where)
-        found += [h for h in base if h.path not in shadows]
-        found.sort(key=lambda h: -h.score)
-        return Noted([replace(h, commit=commit) for h in found[:k]])
+        if branch != git["default"]:
+            name = overlay_name(project, branch)
+            overlay = (await asyncio.to_thread(self.fathom.records.get, name) or {}).get("overlay")
+            shadows = set((overlay or {}).get("shadows") or ())
+            with scope.within(None if held is None else held | {name}):
+                if await asyncio.to_thread(self.fathom.store.has_project, name):
+                    names.append(name)
+        view = BranchView(self.fathom, names)
+        wide = min(MAX_K, k + len(shadows))  # room for the hits the shadows take out
+        with scope.within(None if held is None else held | set(names)):
+            if rerank:
+                found = await search_mod.pipeline(view, query, None, table, wide, where=where,
+                                                  reranker=reranker)
+            else:
+                hits = await search_mod.retrieve(view, query, None, table, wide, where=where)
+                found = Ranking(list(hits), reranked=False, notes=tuple(hits.notes))
+        kept = [replace(h, commit=commit) for h in found.hits
+                if not (h.project == project and h.path in shadows)][:k]
+        return replace(found, hits=kept)
+
+
+class BranchView:
+    """A search's view of one branch: the default branch's project and the branch's overlay,
+    as the projects a search over "every project" reads (`search.Searchable`)."""
+
+    def __init__(self, fathom: Any, names: list[str]):
+        self.fathom, self.names = fathom, names
+
+    @property
+    def store(self) -> Any:
+        return self.fathom.store
+
+    def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]:
+        return list(self.names), []
+
+    def encoder_for(self, table: str, project: str | None = None) -> Any:
+        return self.fathom.encoder_for(table, project)
 
 
 def _summary(report: Any, commit: str, **extra: Any) -> dict[str, Any]:
