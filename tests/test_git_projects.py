@@ -9,9 +9,11 @@ import hmac
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from fathom.config import Settings
+from fathom.fleet.hub import Hub
 from fathom.index.chunking import chunk_file, fit_tokens
 from fathom.index.git_source import (
     GitAuthFailed,
@@ -22,8 +24,11 @@ from fathom.index.git_source import (
     check_remote,
     scrub,
 )
+from fathom.inference.registry import ProviderRegistry
+from fathom.server.app import create_app
 from fathom.service import Fathom
-from fathom.service.git_projects import WebhookRefused, pushed_branch, signature_ok
+from fathom.service.git_projects import pushed_branch, signature_ok
+from tests.fleet_fixtures import ADMIN, JOIN, serve_in_loop
 from tests.git_fixtures import Remote, http_remote
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
@@ -137,14 +142,24 @@ def sign(secret: str, body: bytes) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_changes_nothing(
+async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_changes_nothing(
         tmp_path, local_encoder):  # noqa: F811
+    """Over the real server on 127.0.0.1: the admin API adds the project, the forge's webhook
+    route syncs a signed push and answers 401 to anything else, changing nothing."""
     remote = build_remote(tmp_path)
-    fathom = Fathom(settings_for(tmp_path, remote.file_url), encoder=local_encoder)
+    settings = settings_for(tmp_path, remote.file_url)
+    registry = ProviderRegistry()
+    service = Fathom(settings, encoder=local_encoder, registry=registry)
+    app = create_app(settings, registry=registry, hub=Hub(settings.data_dir, registry=registry,
+                                                          join_tokens=(JOIN,)),
+                     admin_token=ADMIN, service=service)
     query = "apply a loyalty bonus to the customer's points balance"
-
-    async def scenario():
-        added = await fathom.git.add("shop", remote.file_url, ["main", "feature"])
+    async with serve_in_loop(app) as url, httpx.AsyncClient(base_url=url, timeout=120) as http:
+        auth = {"Authorization": f"Bearer {ADMIN}"}
+        assert (await http.post("/admin/projects/git", json={"name": "shop", "url": remote.file_url,
+                                                             "branches": ["main"]})).status_code == 401
+        added = (await http.post("/admin/projects/git", headers=auth, json={
+            "name": "shop", "url": remote.file_url, "branches": ["main", "feature"]})).json()
         secret = added["webhook_secret"]
         pushed = remote.commit({"shop/loyalty.py": '''
 def apply_loyalty_bonus(customer, points):
@@ -153,21 +168,18 @@ def apply_loyalty_bonus(customer, points):
     return customer.points_balance
 '''}, "loyalty")
         body = json.dumps({"ref": "refs/heads/main", "after": pushed}).encode()
-        refused = []
-        for headers in ({}, sign("not-the-secret", body), {"X-Gitlab-Token": "wrong"}):
-            try:
-                await fathom.git.webhook("shop", headers, body)
-            except WebhookRefused as exc:
-                refused.append(str(exc))
-        before = await fathom.git.search(query, "shop", None, k=5)
-        answer = await fathom.git.webhook("shop", sign(secret, body), body)
-        after = await fathom.git.search(query, "shop", None, k=5)
-        at_feature = await fathom.git.search(query, "shop", "feature", k=5)
-        return added, refused, before, answer, after, at_feature, pushed
-
-    added, refused, before, answer, after, at_feature, pushed = asyncio.run(scenario())
-    await_close(fathom)
-    assert len(refused) == 3 and all(added["webhook_secret"] not in r for r in refused)
+        for headers in ({}, sign("not-the-secret", body), {"X-Gitlab-Token": "wrong"},
+                        {"X-Gitea-Signature": "0" * 64}):
+            refused = await http.post("/hooks/git/shop", content=body, headers=headers)
+            assert refused.status_code == 401 and secret not in refused.text
+        unknown = await http.post("/hooks/git/nothing", content=body, headers=sign(secret, body))
+        assert unknown.status_code == 401
+        before = await service.git.search(query, "shop", None, k=5)
+        assert service.records.get("shop")["git"]["branches"]["main"] == added["branches"]["main"]
+        answer = (await http.post("/hooks/git/shop", content=body, headers=sign(secret, body))).json()
+        after = await service.git.search(query, "shop", None, k=5)
+        at_feature = await service.git.search(query, "shop", "feature", k=5)
+    await service.aclose()
     assert "apply_loyalty_bonus" not in symbols(before)
     assert answer["synced"] and answer["branches"]["main"]["commit"] == pushed
     # Diff-driven: one file changed, and only its new function was embedded (its code chunk,
@@ -182,6 +194,8 @@ def apply_loyalty_bonus(customer, points):
     assert {h.commit for h in at_feature} == {added["branches"]["feature"]}
     secret_file = tmp_path / "data" / "git" / "shop" / "webhook.secret"
     assert secret_file.stat().st_mode & 0o077 == 0
+    log_text = "".join(p.read_text(errors="replace") for p in (tmp_path / "data").rglob("*.log"))
+    assert secret not in log_text
 
 
 @pytest.mark.slow
