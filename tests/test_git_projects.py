@@ -11,7 +11,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from mcp import Client
+from typer.testing import CliRunner
 
+from fathom.cli import app
 from fathom.config import Settings
 from fathom.fleet.hub import Hub
 from fathom.index.chunking import chunk_file, fit_tokens
@@ -26,6 +29,7 @@ from fathom.index.git_source import (
 )
 from fathom.inference.registry import ProviderRegistry
 from fathom.server.app import create_app
+from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from fathom.service.git_projects import pushed_branch, signature_ok
 from tests.fleet_fixtures import ADMIN, JOIN, serve_in_loop
@@ -265,3 +269,57 @@ def test_webhook_signatures_of_each_forge():
     assert not signature_ok("s", {"X-Hub-Signature-256": f"sha256={digest}"}, body + b" ")
     assert not signature_ok("s", {}, body)
     assert pushed_branch(body) == "main" and pushed_branch(b'{"ref": "refs/tags/v1"}') is None
+
+
+@pytest.mark.slow
+async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
+        tmp_path, local_encoder, monkeypatch):  # noqa: F811
+    remote = build_remote(tmp_path)
+    settings = settings_for(tmp_path, remote.file_url)
+    fathom = Fathom(settings, encoder=local_encoder)
+    cli = CliRunner()
+
+    def invoke(*args: str) -> str:
+        result = cli.invoke(app, list(args), obj={"fathom": fathom}, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    # The CLI runs the service's coroutines on its own loop: a worker thread here.
+    added = await asyncio.to_thread(invoke, "projects", "add", "shop", "--git", remote.file_url,
+                                    "--branch", "main")
+    assert "webhook secret" in added and "main" in added
+    listed = await asyncio.to_thread(invoke, "projects")
+    assert "shop" in listed
+    await asyncio.to_thread(invoke, "projects", "track", "shop", "feature")
+    found = await asyncio.to_thread(invoke, "search", QUERY, "--project", "shop", "--ref", "feature")
+    assert "reconcile_ledger_entries" in found
+    commit = fathom.records.get("shop")["git"]["branches"]["feature"]
+    assert commit[:12] in found
+
+    async with Client(build_mcp_server(fathom)) as client:
+        at_feature = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
+                                                            "ref": "feature", "k": 5})
+        assert not at_feature.is_error
+        results = at_feature.structured_content["results"]
+        assert "reconcile_ledger_entries" in {r["symbol"] for r in results}
+        assert {r["commit"] for r in results} == {commit}
+        at_main = await client.call_tool("search_code", {"query": QUERY, "project": "shop", "k": 5})
+        assert "reconcile_ledger_entries" not in {r["symbol"] for r in at_main.structured_content["results"]}
+        missing = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
+                                                         "ref": "no-such-ref"})
+        assert missing.is_error and "track" in missing.content[0].text
+        refused = await client.call_tool("add_git_project", {"project": "other",
+                                                             "url": "https://elsewhere.example/x.git"})
+        assert refused.is_error and "FATHOM_GIT_REMOTES" in refused.content[0].text
+
+    await asyncio.to_thread(invoke, "projects", "untrack", "shop", "feature")
+    assert not fathom.store.has_project("shop@feature")
+    assert not (tmp_path / "data" / "git" / "shop" / "trees" / "feature").exists()
+    remote.commit({"shop/refund.py": None}, "drop refunds")
+    synced = await asyncio.to_thread(invoke, "projects", "sync", "shop")
+    assert "main" in synced
+    hits = await fathom.git.search("refund one record", "shop", None, k=10)
+    assert all(h.path != "shop/refund.py" for h in hits)
+    await asyncio.to_thread(invoke, "drop", "shop", "--yes")
+    assert not (tmp_path / "data" / "git" / "shop").exists()
+    await fathom.aclose()

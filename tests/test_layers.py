@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("service", ("fathom.service",)),
     ("agents", ("fathom.agents",)),
     ("server", ("fathom.server",)),
-    ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.cli_serve", "fathom.cli_local", "fathom.demo",
+    ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.cli_serve", "fathom.cli_local", "fathom.cli_git", "fathom.demo",
              "fathom.__main__")),
 ]
 ASIDE = "devtools"

@@ -1,4 +1,5 @@
-"""HTTP routes of projects from git: the forges' push webhook and the operator's git admin API.
+"""The server's side of projects from git: the forges' push webhook, the operator's git admin
+API, and the MCP parts (searches at a `ref`, the `add_git_project` tool).
 
 * `POST /hooks/git/{project}`: a push event from GitHub, Gitea or GitLab. The guard lets it
   through without a bearer token; this route answers 401 unless the body carries a valid
@@ -14,12 +15,19 @@ It refuses to run git or to index by itself (`fathom.service.git_projects` does 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
+from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
+from fathom.errors import ConfigError
+from fathom.index.filters import SearchFilter
+from fathom.server.answer_tokens import tokens_of
 from fathom.server.answers import refusal
+from fathom.server.mcp_common import ProjectName, tool_errors
+from fathom.server.search_answer import SearchResults, answer_of
+from fathom.server.search_pages import paged
 from fathom.service.git_projects import WebhookRefused
 
 HOOK_PREFIX = "/hooks/git/"
@@ -78,3 +86,63 @@ def git_admin_router(service: Any, require_admin: Any) -> APIRouter:
         return await service.git.sync(project)
 
     return router
+
+
+# ---- MCP: searches at a ref, and adding a project from git
+
+Ref = Annotated[str | None, Field(
+    description="For a project added from git: the branch, tag or commit to search (needs "
+                "`project`; the hits carry the commit). Default null: the project's default "
+                "branch.", max_length=200)]
+
+
+async def ref_search_page(service: Any, rankings: Any, query: str, project: str | None, ref: str,
+                          table: str, k: int, *, where: SearchFilter | None, reranker: Any,
+                          cursor: str | None, max_tokens: int) -> SearchResults:
+    """One page of `search_code` / `search_docs` at a git ref (paged like any search)."""
+    if project is None:
+        raise ConfigError("ref names a branch, tag or commit of one project: pass project too")
+
+    async def run() -> Any:
+        found = await service.git.ranking(query, project, ref, table, k, where=where,
+                                          reranker=reranker)
+        return answer_of(found, query, table, where), [h.text for h in found.hits]
+
+    return await paged(rankings, run, cursor=cursor, max_tokens=max_tokens,
+                       search=[table, query, project, k, where.describe() if where else None, ref],
+                       tokens=tokens_of(service))
+
+
+class GitProjectAdded(BaseModel):
+    project: str
+    url: str = Field(description="the remote, any credentials removed")
+    default: str = Field(description="the default branch: searches without a ref read it")
+    branches: dict[str, str] = Field(description="each tracked branch and the commit indexed")
+    webhook: str = Field(description="the push webhook's path on this server; its secret is "
+                                     "given to the operator only (DATA_DIR/git/NAME/webhook.secret)")
+    poll_s: float | None = None
+
+
+def register_git_tools(server: Any, fathom: Any) -> None:
+    """`add_git_project`: a tool that writes, so only tokens allowed to index see or call it."""
+
+    @server.tool(title="Add a project from git",
+                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=False, open_world_hint=True),
+                 description="Clone a git remote the server allows (FATHOM_GIT_REMOTES) and index "
+                             "its branches: the first is the default; each other branch costs "
+                             "only what differs. search_code and search_docs then take "
+                             "ref=BRANCH (or a tag or commit).")
+    @tool_errors
+    async def add_git_project(
+        project: ProjectName,
+        url: Annotated[str, Field(description="The remote, e.g. https://host/team/repo.git; "
+                                              "no credentials in it.", min_length=1, max_length=2000)],
+        branches: Annotated[list[str] | None, Field(description="Branches to index, the default "
+                                                    "first. Default null: the remote's default "
+                                                    "branch.", max_length=50)] = None,
+    ) -> GitProjectAdded:
+        added = await fathom.git.add(project, url, branches or [])
+        return GitProjectAdded(project=added["project"], url=added["url"], default=added["default"],
+                               branches=added["branches"], webhook=added["webhook"],
+                               poll_s=added["poll_s"])

@@ -58,8 +58,8 @@ from fathom.server.answers import (
     unauthorized,
 )
 from fathom.server.audit import AuditLog
-from fathom.server.git_routes import HOOK_PREFIX
 from fathom.server.auth import AdminAuth, ScrapeAuth
+from fathom.server.git_routes import HOOK_PREFIX
 from fathom.server.tokens import McpTokens, Principal
 
 log = logging.getLogger("fathom.server.guard")

@@ -36,6 +36,7 @@ from fathom.errors import FathomError, OutOfRange
 from fathom.index.filters import SearchFilter
 from fathom.index.results import MAX_K
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
+from fathom.server.git_routes import Ref, ref_search_page, register_git_tools
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
 from fathom.server.read_code import CodeRead, read_lines, read_resource
@@ -307,6 +308,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     _similar_tool(server, fathom, rankings)
     _read_tools(server, fathom)
     _index_tool(server, fathom)
+    register_git_tools(server, fathom)  # add_git_project (a writer: tokens that may index)
     _project_tools(server, fathom)
     register_agent_tools(server, fathom, router)
     return server
@@ -317,8 +319,12 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
 
     async def paged_search(query: str, project: str | None, table: str, k: int,
                            where: SearchFilter | None, cursor: str | None,
-                           max_tokens: int) -> CallToolResult:
+                           max_tokens: int, ref: str | None = None) -> CallToolResult:
         reranker = router if router is not None else getattr(fathom, "router", None)
+        if ref is not None:  # a branch, tag or commit of a project from git
+            return tool_result(await ref_search_page(fathom, rankings, query, project, ref, table, k,
+                                                     where=where, reranker=reranker, cursor=cursor,
+                                                     max_tokens=max_tokens))
         return tool_result(await search_page(fathom, rankings, query, project, table, k,
                                              where=where, reranker=reranker, cursor=cursor,
                                              max_tokens=max_tokens))
@@ -335,9 +341,10 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
     async def search_code(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
                           kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None) -> Annotated[CallToolResult, SearchResults]:
+                          cursor: PageCursor = None,
+                          ref: Ref = None) -> Annotated[CallToolResult, SearchResults]:
         return await paged_search(query, project, "code", k,
-                                  SearchFilter.of(language, path, kind), cursor, max_tokens)
+                                  SearchFilter.of(language, path, kind), cursor, max_tokens, ref)
 
     @server.tool(title="Search documentation", annotations=READ_ONLY,
                  description="Search indexed documentation (README, Markdown, reST, docstrings) "
@@ -348,9 +355,10 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
     async def search_docs(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
                           kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None) -> Annotated[CallToolResult, SearchResults]:
+                          cursor: PageCursor = None,
+                          ref: Ref = None) -> Annotated[CallToolResult, SearchResults]:
         return await paged_search(query, project, "docs", k,
-                                  SearchFilter.of(language, path, kind), cursor, max_tokens)
+                                  SearchFilter.of(language, path, kind), cursor, max_tokens, ref)
 
 
 def _similar_tool(server: MCPServer, fathom: Fathom, rankings: Rankings) -> None:
