@@ -17,7 +17,7 @@ from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 TOOLS = {"search_code", "search_docs", "find_similar", "read_code", "index_project",
-         "list_projects", "index_status", "drop_project"}
+         "list_projects", "index_status", "drop_project", "add_git_project"}
 AGENT_TOOLS = {"ask", "explore"}  # listed only where a route can serve their roles
 
 

@@ -374,9 +374,9 @@ def search(
     title = f"{table}: {query}"
     filters = ", ".join(f"{name} {value}" for name, value in
                         (("language", language), ("path", path_glob), ("kind", kind)) if value)
-    target = served(ctx, server) if ref is None else None  # a ref is searched in this process
+    target = served(ctx, server)
     data = None
-    if target is not None:
+    if target is not None and ref is None:  # a ref is searched in this process
         data = call(target, "POST", "/local/search", {"query": query, "project": project, "table": table,
                                                       "k": k, "language": language, "path": path_glob,
                                                       "kind": kind}, say=say)

@@ -182,7 +182,8 @@ class GitProjects:
         async with self.lock(project):
             commits = await asyncio.to_thread(repo.fetch, branches)
             atomic_write_text(self.folder(project) / "webhook.secret", secret)
-            git = {"url": url, "default": branches[0], "branches": {}, "poll_s": poll}
+            git: dict[str, Any] = {"url": url, "default": branches[0], "branches": {},
+                                   "poll_s": poll}
             await asyncio.to_thread(self.fathom.records.put, project,
                                     {"git": git, "watch": False, "lenders": []})
             reports = {}
