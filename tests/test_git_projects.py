@@ -183,7 +183,15 @@ def apply_loyalty_bonus(customer, points):
         answer = (await http.post("/hooks/git/shop", content=body, headers=sign(secret, body))).json()
         after = await service.git.search(query, "shop", None, k=5)
         at_feature = await service.git.search(query, "shop", "feature", k=5)
+        searched = (await http.post("/admin/search", headers=auth, json={
+            "query": QUERY, "project": "shop", "ref": "feature", "k": 5})).json()
+        again = (await http.post("/admin/projects/shop/sync", headers=auth)).json()
+        dropped = await http.delete("/admin/projects/shop/branches/feature", headers=auth)
     await service.aclose()
+    assert "reconcile_ledger_entries" in {r["symbol"] for r in searched["results"]}
+    assert {r["commit"] for r in searched["results"]} == {added["branches"]["feature"]}
+    assert all(b["unchanged"] for b in again["branches"].values())
+    assert dropped.status_code == 200 and not service.store.has_project("shop@feature")
     assert "apply_loyalty_bonus" not in symbols(before)
     assert answer["synced"] and answer["branches"]["main"]["commit"] == pushed
     # Diff-driven: one file changed, and only its new function was embedded (its code chunk,
