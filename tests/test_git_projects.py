@@ -331,3 +331,33 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
     await asyncio.to_thread(invoke, "drop", "shop", "--yes")
     assert not (tmp_path / "data" / "git" / "shop").exists()
     await fathom.aclose()
+
+
+def test_the_poll_loop_syncs_each_project_when_its_interval_has_passed(tmp_path, caplog):
+    """The poll's timing runs on an injected clock; a sync that fails (an unreachable remote)
+    is logged and retried at the project's next turn, and the others still run."""
+    from types import SimpleNamespace
+
+    from fathom.service.git_projects import GitProjects
+    from fathom.service.projects import ProjectRecords
+
+    now = [1000.0]
+    records = ProjectRecords(tmp_path)
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=tmp_path,
+                                                                  git_remotes="file://"))
+    git = GitProjects(service, clock=lambda: now[0])
+    gone = (tmp_path / "gone.git").as_uri()
+    records.put("polled", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40},
+                                   "poll_s": 60.0}})
+    records.put("hooked", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40},
+                                   "poll_s": None}})
+    records.put("plain", {"root": str(tmp_path)})
+    last: dict[str, float] = {}
+    assert git.due(last) == ["polled"]
+    assert asyncio.run(git.poll_once(last)) == []  # unreachable: logged, not raised
+    assert last == {"polled": 1000.0} and "git poll of polled failed" in caplog.text
+    assert "gone.git" in caplog.text and git.due(last) == []
+    now[0] += 59.0
+    assert git.due(last) == []
+    now[0] += 1.0
+    assert git.due(last) == ["polled"]
