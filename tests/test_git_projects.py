@@ -38,7 +38,9 @@ from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
 TOPICS = ["invoice", "shipment", "customer", "warehouse", "payment", "discount", "refund",
           "catalog", "inventory", "supplier", "coupon", "address", "session", "report",
-          "currency", "schedule", "basket", "review", "ticket", "audit"]
+          "currency", "schedule", "basket", "review", "ticket", "audit", "carrier", "voucher",
+          "employee", "contract", "budget", "forecast", "delivery", "quote", "warranty",
+          "subscription", "promotion", "region"]
 
 FEATURE_FUNCTION = '''
 
