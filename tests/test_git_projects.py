@@ -315,6 +315,8 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
         assert {r["commit"] for r in results} == {commit}
         at_main = await client.call_tool("search_code", {"query": QUERY, "project": "shop", "k": 5})
         assert "reconcile_ledger_entries" not in {r["symbol"] for r in at_main.structured_content["results"]}
+        main_commit = fathom.records.get("shop")["git"]["branches"]["main"]
+        assert {r["commit"] for r in at_main.structured_content["results"]} == {main_commit}
         missing = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
                                                          "ref": "no-such-ref"})
         assert missing.is_error and "track" in missing.content[0].text

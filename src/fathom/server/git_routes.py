@@ -15,6 +15,7 @@ It refuses to run git or to index by itself (`fathom.service.git_projects` does 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -96,7 +97,16 @@ Ref = Annotated[str | None, Field(
                 "branch.", max_length=200)]
 
 
-async def ref_search_page(service: Any, rankings: Any, query: str, project: str | None, ref: str,
+async def at_ref(service: Any, project: str | None, ref: str | None) -> bool:
+    """Whether a search goes through the git side: a `ref` was given, or the project comes from
+    git (its default branch is searched, and the hits carry their commit)."""
+    if ref is not None:
+        return True
+    git = getattr(service, "git", None)
+    return git is not None and project is not None and await asyncio.to_thread(git.tracks, project)
+
+
+async def ref_search_page(service: Any, rankings: Any, query: str, project: str | None, ref: str | None,
                           table: str, k: int, *, where: SearchFilter | None, reranker: Any,
                           cursor: str | None, max_tokens: int) -> SearchResults:
     """One page of `search_code` / `search_docs` at a git ref (paged like any search)."""

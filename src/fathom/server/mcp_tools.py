@@ -36,7 +36,7 @@ from fathom.errors import FathomError, OutOfRange
 from fathom.index.filters import SearchFilter
 from fathom.index.results import MAX_K
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
-from fathom.server.git_routes import Ref, ref_search_page, register_git_tools
+from fathom.server.git_routes import Ref, at_ref, ref_search_page, register_git_tools
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import ProjectName, ProjectOpt, tool_errors
 from fathom.server.read_code import CodeRead, read_lines, read_resource
@@ -321,7 +321,7 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
                            where: SearchFilter | None, cursor: str | None,
                            max_tokens: int, ref: str | None = None) -> CallToolResult:
         reranker = router if router is not None else getattr(fathom, "router", None)
-        if ref is not None:  # a branch, tag or commit of a project from git
+        if await at_ref(fathom, project, ref):  # a project from git: at a branch, tag or commit
             return tool_result(await ref_search_page(fathom, rankings, query, project, ref, table, k,
                                                      where=where, reranker=reranker, cursor=cursor,
                                                      max_tokens=max_tokens))

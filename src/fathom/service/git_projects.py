@@ -148,6 +148,10 @@ class GitProjects:
                                  f"`fathom projects add {project} --git URL`")
         return dict(git)
 
+    def tracks(self, project: str | None) -> bool:
+        """Whether `project` comes from git (its searches then carry their commit)."""
+        return bool(project) and bool((self.fathom.records.get(project) or {}).get("git"))
+
     def lock(self, project: str) -> asyncio.Lock:
         return self._locks.setdefault(project, asyncio.Lock())
 
