@@ -251,6 +251,8 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
         with pytest.raises(GitAuthFailed) as bad:
             asyncio.run(token_fathom.git.add("priv", base + "remote.git", ["main"]))
         assert "wrong-token-canary" not in str(bad.value) and "FATHOM_GIT_TOKEN" in str(bad.value)
+        written = b"".join(p.read_bytes() for p in (tmp_path / "data2").rglob("*") if p.is_file())
+        assert b"wrong-token-canary" not in written and b"priv" not in written  # nothing was added
         good = Fathom(Settings(data_dir=tmp_path / "data3", git_remotes=base,
                                git_token="s3cret-token", git_username="alice"), encoder=local_encoder)
         heads = good.git.repo("priv", base + "remote.git").remote_heads()
