@@ -33,7 +33,7 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from fathom.service.git_projects import pushed_branch, signature_ok
 from tests.fleet_fixtures import ADMIN, JOIN, serve_in_loop
-from tests.git_fixtures import Remote, http_remote
+from tests.git_fixtures import Remote, git, http_remote
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
 TOPICS = ["invoice", "shipment", "customer", "warehouse", "payment", "discount", "refund",
@@ -326,6 +326,15 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
                                                              "url": "https://elsewhere.example/x.git"})
         assert refused.is_error and "FATHOM_GIT_REMOTES" in refused.content[0].text
 
+    # A branch deleted on the remote is dropped by the next sync; the others keep serving.
+    remote.branch("short")
+    await asyncio.to_thread(invoke, "projects", "track", "shop", "short")
+    assert "short" in fathom.records.get("shop")["git"]["branches"]
+    git("push", "--quiet", "origin", "--delete", "short", cwd=remote.work)
+    assert "deleted on the remote" in await asyncio.to_thread(invoke, "projects", "sync", "shop")
+    assert "short" not in fathom.records.get("shop")["git"]["branches"]
+    assert fathom.records.get("shop@short") is None
+    assert "reconcile_ledger_entries" in symbols(await fathom.git.search(QUERY, "shop", "feature"))
     await asyncio.to_thread(invoke, "projects", "untrack", "shop", "feature")
     assert not fathom.store.has_project("shop@feature")
     assert not (tmp_path / "data" / "git" / "shop" / "trees" / "feature").exists()

@@ -35,6 +35,9 @@ def _branches(report: dict[str, Any], title: str) -> Table:
     for col in ("branch", "commit", "files", "chunks", "embedded", "reused by content"):
         table.add_column(col, no_wrap=col != "branch", overflow="fold")
     for branch, r in report.items():
+        if r.get("deleted"):
+            table.add_row(branch, "-", "-", "-", "0", "deleted on the remote: its index was dropped")
+            continue
         if r.get("unchanged"):
             table.add_row(branch, r["commit"][:12], "-", "-", "0", "unchanged")
             continue

@@ -243,7 +243,9 @@ class GitRepo:
                         f"{ref}^{{commit}}").decode().strip()
 
     def forget(self, branch: str) -> None:
-        self.git("update-ref", "-d", f"refs/remotes/origin/{branch}")
+        """Drop the fetched ref of a branch no longer tracked (already gone: nothing to do)."""
+        if self.git("for-each-ref", f"refs/remotes/origin/{branch}").strip():
+            self.git("update-ref", "-d", f"refs/remotes/origin/{branch}")
 
     def changes(self, old: str, new: str) -> list[Change]:
         """What differs between two commits, path by path (renames as a removal and an add)."""

@@ -313,6 +313,19 @@ class GitProjects:
         async with self.lock(project):
             if not wanted:
                 return {"project": project, "branches": done}
+            # A branch deleted on the remote is dropped here (its index, files and ref); the
+            # default branch is the project itself: its deletion is refused, and it keeps serving.
+            heads = await asyncio.to_thread(repo.remote_heads)
+            if git["default"] not in heads:
+                await asyncio.to_thread(repo.check_branches, [git["default"]])
+            for branch in [b for b in wanted if b not in heads]:
+                await self._drop_overlay(project, branch)
+                git = await asyncio.to_thread(self.record, project)
+                git["branches"].pop(branch, None)
+                await self._save(project, git)
+                await asyncio.to_thread(repo.forget, branch)
+                done[branch] = {"deleted": True}
+            wanted = [b for b in wanted if b in heads]
             commits = await asyncio.to_thread(repo.fetch, wanted)
             # The default branch first: the overlays are re-based on its new commit.
             for branch in sorted(wanted, key=lambda b: b != git["default"]):
