@@ -376,3 +376,20 @@ def test_the_poll_loop_syncs_each_project_when_its_interval_has_passed(tmp_path,
     assert git.due(last) == []
     now[0] += 1.0
     assert git.due(last) == ["polled"]
+
+
+def test_a_link_out_of_the_tree_is_skipped_and_the_other_files_come(tmp_path):
+    from fathom.index.git_source import Credentials, GitRepo
+
+    remote = Remote(tmp_path)
+    (remote.work / "src").mkdir()
+    (remote.work / "src" / "escape").symlink_to("/etc/passwd")
+    (remote.work / "src" / "up").symlink_to("../../../outside")
+    commit = remote.commit({"src/app.py": "def run():\n    return 1\n"}, "links")
+    repo = GitRepo(tmp_path / "clone.git", remote.file_url, Credentials())
+    assert repo.fetch(["main"]) == {"main": commit}
+    out = tmp_path / "tree"
+    repo.export(commit, out)
+    assert (out / "src" / "app.py").read_text().startswith("def run")
+    assert not (out / "src" / "escape").exists() and not (out / "src" / "escape").is_symlink()
+    assert not (out / "src" / "up").is_symlink()

@@ -158,7 +158,7 @@ class GitRepo:
 
     def git(self, *args: str, bare: bool = True, remote: bool = False) -> bytes:
         """Run `git args…` (in the bare clone when `bare`); the failure as a typed error."""
-        cmd = ["git", "-c", "credential.helper=", "-c", "protocol.file.allow=always"]
+        cmd = ["git", "-c", "credential.helper="]
         if bare:
             cmd += ["--git-dir", str(self.path)]
         try:
@@ -256,8 +256,8 @@ class GitRepo:
 
     def export(self, commit: str, folder: Path, paths: Sequence[str] | None = None) -> int:
         """Write the files of `commit` into `folder` (all of them, or only `paths`); returns how
-        many were written. Paths are extracted with tar's `data` filter: nothing lands outside
-        the folder, no device files, no links leaving it."""
+        many were written. Paths pass tar's `data` filter: nothing lands outside the folder, no
+        device files; a link leaving it is skipped (the repository's other files still come)."""
         folder.mkdir(parents=True, exist_ok=True)
         if paths is not None and not paths:
             return 0
@@ -268,12 +268,19 @@ class GitRepo:
             args = ["archive", "--format=tar", commit] + (["--", *part] if part else [])
             with tarfile.open(fileobj=io.BytesIO(self.git(*args)), mode="r:") as tar:
                 members = [m for m in tar.getmembers() if not m.isdir()]
-                tar.extractall(folder, members=members, filter="data")
+                tar.extractall(folder, members=members, filter=_inside)
                 written += len(members)
         return written
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None  # a link out of the tree, an absolute path: not written
 
 
 def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Change]) -> None:
