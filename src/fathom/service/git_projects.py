@@ -378,6 +378,8 @@ class GitProjects:
                 synced.append(name)
             except FathomError as exc:
                 log.warning("git poll of %s failed: %s", name, exc)
+            except Exception:  # the loop outlives any one project's failure
+                log.exception("git poll of %s failed", name)
         return synced
 
     async def poll_forever(self, sleep: Callable[[float], Any] = asyncio.sleep,
