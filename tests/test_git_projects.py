@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import json
@@ -253,10 +254,28 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
         assert "wrong-token-canary" not in str(bad.value) and "FATHOM_GIT_TOKEN" in str(bad.value)
         written = b"".join(p.read_bytes() for p in (tmp_path / "data2").rglob("*") if p.is_file())
         assert b"wrong-token-canary" not in written and b"priv" not in written  # nothing was added
-        good = Fathom(Settings(data_dir=tmp_path / "data3", git_remotes=base,
-                               git_token="s3cret-token", git_username="alice"), encoder=local_encoder)
-        heads = good.git.repo("priv", base + "remote.git").remote_heads()
-        assert set(heads) == {"main", "feature"}
+    # The right token clones a small private remote; once the token is wrong, a sync is
+    # refused with the typed error and the indexed branch keeps serving.
+    small = Remote(tmp_path / "private")
+    small.commit({"vault.py": "def unseal_vault(key):\n    return key[::-1]\n"}, "vault")
+    with http_remote(tmp_path / "private", credentials=("alice", "s3cret-token")) as base:
+        data3 = tmp_path / "data3"
+        good = Fathom(Settings(data_dir=data3, git_remotes=base, git_token="s3cret-token",
+                               git_username="alice"), encoder=local_encoder)
+        asyncio.run(good.git.add("priv", base + "remote.git", ["main"]))
+        await_close(good)
+        small.commit({"vault.py": "def reseal_vault(key):\n    return key\n"}, "reseal")
+        wrong = Fathom(Settings(data_dir=data3, git_remotes=base, git_token="wrong-token-canary",
+                                git_username="alice"), encoder=local_encoder)
+        with pytest.raises(GitAuthFailed):
+            asyncio.run(wrong.git.sync("priv"))
+        hits = asyncio.run(wrong.git.search("unseal the vault", "priv", None, k=3))
+        assert hits[0].symbol == "unseal_vault"
+        await_close(wrong)
+        written = b"".join(p.read_bytes() for p in data3.rglob("*") if p.is_file())
+        sent = base64.b64encode(b"alice:s3cret-token")  # the header git sends
+        assert b"s3cret-token" not in written and b"wrong-token-canary" not in written
+        assert sent not in written
     await_close(fathom)
 
 
