@@ -200,6 +200,8 @@ def apply_loyalty_bonus(customer, points):
     # Diff-driven: one file changed, and only its new function was embedded (its code chunk,
     # and its docstring in the docs table); nothing else of the project.
     assert answer["branches"]["main"]["files_changed"] == 1
+    assert answer["branches"]["main"]["files"] == 1  # no full walk: only that file was read
+    assert answer["branches"]["main"]["chunks"] == 2 and answer["branches"]["main"]["deleted"] == 0
     assert answer["branches"]["main"]["embedded"] == 2
     assert "apply_loyalty_bonus" in symbols(after)
     assert {h.commit for h in after} == {pushed}

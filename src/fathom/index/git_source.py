@@ -27,12 +27,15 @@ import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from fathom.errors import ConfigError, FathomError
+from fathom.index.indexer import Discovery
+from fathom.index.walker import IGNORE_FILES
 
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+$")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
@@ -274,6 +277,31 @@ class GitRepo:
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+class ChangedFiles(Discovery):
+    """The walk of an incremental run driven by a git diff: the folder is listed as any walk
+    lists it (its ignore rules hold; no file is opened), and only the files the diff named are
+    read and chunked. The indexer's run of such a job (`Job.paths`) compares them with their
+    own rows only, so the rest of the index stays as it is."""
+
+    def __init__(self, root: Path, *, paths: Iterable[str], **options: Any):
+        super().__init__(root, **options)
+        self.paths = frozenset(paths)
+
+    def survey(self) -> None:
+        super().survey()
+        listed = self._survey
+        listed.candidates = [c for c in listed.candidates if c.rel in self.paths]
+        self.bytes_total = listed.bytes
+
+
+def diff_paths(changes: Sequence[Change]) -> list[str] | None:
+    """The paths an incremental run must look at for `changes`, or None when only a whole walk
+    will do (an ignore file changed, so which files are indexed may have changed anywhere)."""
+    if any(c.path.rsplit("/", 1)[-1] in IGNORE_FILES for c in changes):
+        return None
+    return [c.path for c in changes]
 
 
 def _inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:

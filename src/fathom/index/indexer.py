@@ -187,6 +187,7 @@ class Job:
         self.full = full
         self.clock = clock
         self.reason = reason  # why it runs: None when asked for, "sync" when the watcher started it
+        self.paths: frozenset[str] | None = None  # an incremental run of these files only (a git diff)
         self.state = JobState.PENDING
         self.progress = IndexProgress(project, "pending")
         self.report: IndexReport | None = None
@@ -418,8 +419,7 @@ class Indexer:
                  clock: Callable[[], float] = time.monotonic,
                  discover_fn: Callable[..., Discovery] = Discovery,
                  refused_roots: Iterable[str] | None = None, window: int = WINDOW):
-        self.store = store
-        self.encoder = encoder
+        self.store, self.encoder = store, encoder
         self.batch_size = max(1, int(batch_size))
         self.runner = runner
         self.provenance = provenance
@@ -587,9 +587,9 @@ class Indexer:
         self.store.open_table(project, table, space)
         plan = _Plan(table, space, Slot.ACTIVE, shadow=False, opened=True)
         plan.texts = set()
-        plan.have = {e.chunk_id: e.content_hash
-                     for e in self.store.manifest(project, table, Slot.ACTIVE)}
-        plan.stored = set(plan.have.values())
+        entries = self.store.manifest(project, table, Slot.ACTIVE)
+        plan.have = {e.chunk_id: e.content_hash for e in entries if job.paths is None or e.path in job.paths}
+        plan.stored = {e.content_hash for e in entries}
         return plan
 
     def _open(self, job: Job, plan: _Plan) -> None:

@@ -50,6 +50,7 @@ from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
+from fathom.index.git_source import ChangedFiles
 from fathom.index.indexer import (
     Discovery,
     Indexer,
@@ -356,10 +357,11 @@ class Fathom:
     async def index(self, path: str | Path, project: str | None = None, *, full: bool = False,
                     progress: Callable[[IndexProgress], None] | None = None,
                     job: Job | None = None, include: Sequence[str] | None = None,
-                    reason: str | None = None) -> IndexReport:
+                    reason: str | None = None, paths: Sequence[str] | None = None) -> IndexReport:
         """Index `path` as `project`. `include` globs (None: the project's stored ones)
         take back folders and files the built-in skips and .gitignore leave out, and are
-        remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's)."""
+        remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's).
+        `paths`: an incremental run of only these files (a git diff), the rest left as it is."""
         root = Path(path).expanduser()
         # The one check of the folder, before anything is probed or loaded; the indexer is
         # handed its result and does not check again.
@@ -374,6 +376,7 @@ class Fathom:
         if include is not None:
             include = check_includes(include)
         job = job or Job(name, root, full=full, clock=self.clock, reason=reason)
+        job.paths = frozenset(paths) if paths is not None and not full else None
         self.jobs[job.id] = job
 
         def starting(phase: str) -> None:
@@ -399,6 +402,8 @@ class Fathom:
                 selection = await asyncio.to_thread(self.selection_of, name, root)
                 indexer = self.indexer(**selection)
                 indexer.lenders = await asyncio.to_thread(lenders_of, self.records, name)
+                if job.paths is not None:  # a git diff: only the files it names are read
+                    indexer.discover = functools.partial(ChangedFiles, paths=job.paths, **selection)
                 # Two runs of one project in one process would race on its slots.
                 async with self._index_lock.setdefault(name, asyncio.Lock()):
                     if self._must_load(job):

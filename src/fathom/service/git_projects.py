@@ -51,6 +51,7 @@ from fathom.index.git_source import (
     apply_changes,
     check_branch,
     check_remote,
+    diff_paths,
     scrub,
 )
 from fathom.index.results import MAX_K, Noted, Ranking
@@ -278,12 +279,13 @@ class GitProjects:
         if before is None or not tree.is_dir():
             await asyncio.to_thread(shutil.rmtree, tree, True)
             written = await asyncio.to_thread(repo.export, commit, tree)
-            changed = None
+            changed, paths = None, None
         else:
             changes = await asyncio.to_thread(repo.changes, before, commit)
             await asyncio.to_thread(apply_changes, repo, commit, tree, changes)
             written, changed = sum(not c.gone for c in changes), len(changes)
-        report = await self.fathom.index(tree, project, reason="git")
+            paths = diff_paths(changes)  # only the files the diff names are read
+        report = await self.fathom.index(tree, project, reason="git", paths=paths)
         return _summary(report, commit, files_written=written, files_changed=changed)
 
     async def _index_overlay(self, project: str, repo: GitRepo, branch: str, commit: str,
