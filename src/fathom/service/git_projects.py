@@ -15,7 +15,7 @@ What this module owns:
   branch less the shadowed paths; every hit says the commit it comes from.
 * Staying fresh: `sync` fetches and brings each branch's files from its old commit to its new
   one by the diff between them (changed files written, removed ones deleted), then runs an
-  incremental index (only chunks whose text changed are embedded). A webhook
+  incremental index of only those files (only chunks whose text changed are embedded). A webhook
   (`POST /hooks/git/{project}`, HMAC-SHA256 with the project's secret) and a poll interval
   per project call it.
 * Untracking a branch drops its overlay, files and refs; dropping the project drops them all.
