@@ -42,7 +42,9 @@ def _routes() -> list[tuple[str, str]]:
 
 
 ROUTES = _routes()
-GUARDED = [r for r in ROUTES if r[1] not in OPEN]
+# A forge's push webhook carries no bearer token: the project's own signature guards it.
+SIGNED = {"/hooks/git/{project}"}
+GUARDED = [r for r in ROUTES if r[1] not in OPEN | SIGNED]
 
 
 def _fill(path: str) -> str:
@@ -87,6 +89,15 @@ async def test_auth_is_required(shared_app, method: str, path: str):
     async with _asgi(shared_app, {"Authorization": f"Bearer {METRICS}"}) as scraper:
         r = await scraper.request(method, url, json={})
     assert (r.status_code == 200) == (path == "/metrics"), (method, path, r.status_code)
+
+
+@pytest.mark.parametrize("path", sorted(SIGNED))
+async def test_a_webhook_without_the_project_signature_is_refused_whatever_the_token(shared_app, path):
+    for headers in ({}, {"Authorization": ADMIN}, {"X-Hub-Signature-256": "sha256=" + "0" * 64}):
+        async with _asgi(shared_app, headers) as anon:
+            r = await anon.post(_fill(path), json={"ref": "refs/heads/main"})
+        assert r.status_code == 401, (headers, r.text)
+        assert "signature" in r.json()["detail"]["message"]
 
 
 @pytest.mark.parametrize("path", sorted(OPEN))

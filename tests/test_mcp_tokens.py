@@ -78,6 +78,7 @@ async def test_an_mcp_token_sees_its_projects_only_and_no_admin_route(team: Oper
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"search_code", "search_docs", "find_similar", "list_projects", "index_status"} <= names
         assert "index_project" not in names  # a read-only token is not offered the tool that writes
+        assert "add_git_project" not in names
 
         # Its own project: found.
         own = await client.call_tool("search_code", {"query": "add two numbers", "project": "alpha"})

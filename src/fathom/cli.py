@@ -360,6 +360,8 @@ def search(
     kind: Annotated[str | None, typer.Option(
         "--kind", help="Only chunks defining a function, method or class.")] = None,
     server: ServerOption = None,
+    ref: Annotated[str | None, typer.Option(
+        "--ref", help="A branch, tag or commit of a project from git (with --project).")] = None,
 ) -> None:
     """Search indexed code (or docs) by meaning and keywords.
 
@@ -374,13 +376,22 @@ def search(
                         (("language", language), ("path", path_glob), ("kind", kind)) if value)
     target = served(ctx, server)
     data = None
-    if target is not None:
+    if target is not None and ref is None:  # a ref is searched in this process
         data = call(target, "POST", "/local/search", {"query": query, "project": project, "table": table,
                                                       "k": k, "language": language, "path": path_glob,
                                                       "kind": kind}, say=say)
     if data is not None:
         hits, notes = hits_of(data), data.get("notes") or []
         say(f"answered by the fathom {target.kind} at {target.url}")
+    elif ref is not None:
+        from fathom.index.filters import SearchFilter
+
+        if project is None:
+            raise ConfigError("--ref names a branch, tag or commit of one project: pass --project too")
+        hits = run(fathom_of(ctx).git.search(query, project, ref, table, k,
+                                             where=SearchFilter.of(language, path_glob, kind)))
+        title += f" @ {ref}" + (f" (commit {hits[0].commit[:12]})" if hits and hits[0].commit else "")
+        notes = hits.notes
     else:
         hits = run(search_in_process(fathom_of(ctx), query, project, table, k, language, path_glob, kind))
         notes = getattr(hits, "notes", ())
@@ -407,11 +418,13 @@ async def search_in_process(fathom, query: str, project: str | None, table: str,
     return await fathom.search(query, project=project, table=table, k=k, where=where)
 
 
-@app.command()
 def projects(ctx: typer.Context, server: ServerOption = None) -> None:
     """List indexed projects (from a running `fathom serve`/`server` of this data dir when there
-    is one)."""
+    is one), or add and refresh projects from git (`fathom projects add NAME --git URL`)."""
     from fathom.cli_local import call, projects_of
+
+    if ctx.invoked_subcommand is not None:
+        return
 
     target = served(ctx, server)
     data = call(target, "GET", "/local/projects", say=say) if target is not None else None
@@ -452,6 +465,10 @@ _register_eval_command(app, out=console, err=err_console, settings=settings_of, 
 from fathom.cli_models import register as _register_model_commands  # noqa: E402
 
 _register_model_commands(app, settings=settings_of, service=fathom_of)  # `fathom models`
+
+from fathom.cli_git import register as _register_git_commands  # noqa: E402
+
+_register_git_commands(app, projects, out=console, err=err_console, service=fathom_of, runner=run)
 
 
 # ---------------------------------------------------------------- live sync and managing

@@ -159,6 +159,15 @@ class Settings(BaseSettings):
     # The folders under which an MCP token allowed to index may index (FATHOM_INDEX_ROOTS,
     # separated like PATH); none: no folder may be indexed over MCP except with the admin token.
     index_roots: str = ""
+    # Projects from git (`fathom projects add NAME --git URL`): the remote URL prefixes this
+    # server may clone (FATHOM_GIT_REMOTES, separated by spaces; none: no remote), the SSH key
+    # file or HTTPS token it reads them with (never printed, logged or returned), the user name
+    # sent with the token, and how long one git command may take.
+    git_remotes: str = ""
+    git_ssh_key_file: Path | None = None
+    git_token: SecretStr | None = None
+    git_username: str = "x-access-token"
+    git_timeout_s: float = Field(default=120.0, gt=0, le=3600)
     # Host names the MCP endpoint answers to besides loopback and this machine's own names
     # (FATHOM_ALLOWED_HOSTS, comma-separated), e.g. the name a reverse proxy passes on; every
     # other Host header is refused (DNS-rebinding protection).
@@ -205,6 +214,9 @@ class Settings(BaseSettings):
 
     def index_root_list(self) -> list[str]:
         return [p.strip() for p in self.index_roots.split(os.pathsep) if p.strip()]
+
+    def git_remote_list(self) -> list[str]:
+        return self.git_remotes.split()
 
     def allowed_host_list(self) -> list[str]:
         return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]

@@ -187,6 +187,7 @@ class Job:
         self.full = full
         self.clock = clock
         self.reason = reason  # why it runs: None when asked for, "sync" when the watcher started it
+        self.paths: frozenset[str] | None = None  # an incremental run of these files only (a git diff)
         self.state = JobState.PENDING
         self.progress = IndexProgress(project, "pending")
         self.report: IndexReport | None = None
@@ -417,8 +418,7 @@ class Indexer:
                  clock: Callable[[], float] = time.monotonic,
                  discover_fn: Callable[..., Discovery] = Discovery,
                  refused_roots: Iterable[str] | None = None, window: int = WINDOW):
-        self.store = store
-        self.encoder = encoder
+        self.store, self.encoder = store, encoder
         self.batch_size = max(1, int(batch_size))
         self.runner = runner
         self.provenance = provenance
@@ -427,6 +427,7 @@ class Indexer:
         self.discover = discover_fn
         self.window = max(1, int(window))
         self.refused_roots = tuple(refused_roots) if refused_roots is not None else None
+        self.lenders: tuple[str, ...] = ()  # projects whose vectors it may carry (git branches)
 
     async def _token_counter(self) -> TokenCounter | None:
         """What chunks are sized by: the encoder's own tokenizer when it has one (an in-process
@@ -584,9 +585,9 @@ class Indexer:
         self.store.open_table(project, table, space)
         plan = _Plan(table, space, Slot.ACTIVE, shadow=False, opened=True)
         plan.texts = set()
-        plan.have = {e.chunk_id: e.content_hash
-                     for e in self.store.manifest(project, table, Slot.ACTIVE)}
-        plan.stored = set(plan.have.values())
+        entries = self.store.manifest(project, table, Slot.ACTIVE)
+        plan.have = {e.chunk_id: e.content_hash for e in entries if job.paths is None or e.path in job.paths}
+        plan.stored = {e.content_hash for e in entries}
         return plan
 
     def _open(self, job: Job, plan: _Plan) -> None:
@@ -606,13 +607,12 @@ class Indexer:
             self._open(job, plan)
         todo = [c for c in fresh if c.chunk_id not in plan.have]
         plan.reused += len(fresh) - len(todo)
-        candidates = [c for c in todo if c.content_hash in plan.stored]
-        if candidates:
-            carried = self.store.carry_vectors(job.project, plan.table, candidates,
-                                               slot=plan.slot, source=Slot.ACTIVE)
-            if carried:
-                todo = [c for c in todo if c.chunk_id not in carried]
-                plan.carried += len(carried)
+        for lender in (job.project, *self.lenders):  # its own table, then its sibling branches'
+            ask = todo if lender != job.project else [c for c in todo if c.content_hash in plan.stored]
+            carried = self.store.carry_vectors(job.project, plan.table, ask, slot=plan.slot,
+                                               source=Slot.ACTIVE, lender=lender) if ask else set()
+            todo = [c for c in todo if c.chunk_id not in carried]
+            plan.carried += len(carried)
         plan.embedded += len(todo)
         return todo
 

@@ -69,6 +69,8 @@ class SearchHit:
     # The chunk's row identity in its project's table (`Chunk.chunk_id`): what a hit's id on
     # the wire and `read_code` name it by. Empty for a hit made without a store row.
     chunk_id: str = ""
+    # The commit the hit's file was indexed at, for a project from git (None otherwise).
+    commit: str | None = None
 
     @classmethod
     def of(cls, project: str, hit: Hit, *, text: str = "") -> SearchHit:

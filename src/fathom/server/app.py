@@ -105,11 +105,15 @@ def _lifespan(parts: ServerParts) -> Callable[[FastAPI], Any]:
                 await service.start_watching()
             except Exception:
                 log.exception("live sync could not start; indexes change only when re-indexed")
+        git = getattr(service, "git", None)  # git projects with a poll interval are polled
+        polls = asyncio.create_task(git.poll_forever()) if git is not None else None
         try:
             async with parts.mcp.running():
                 yield
         finally:
             stop.set()
+            if polls is not None:
+                polls.cancel()
             rechecks.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await rechecks
@@ -168,6 +172,11 @@ def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
     from fathom.server.oauth.admin import oauth_router
 
     app.include_router(oauth_router(parts.access, admin_dependency(parts.admin_auth)))
+
+    from fathom.server.git_routes import git_admin_router, hooks_router
+
+    app.include_router(hooks_router(parts.service))  # signed by the forge, not by a token
+    app.include_router(git_admin_router(parts.service, admin_dependency(parts.admin_auth)))
 
     @app.get("/health", tags=["health"], openapi_extra={"security": []})
     async def health() -> dict[str, Any]:

@@ -7,7 +7,8 @@ the body is read:
 - who may call this path: `Access.refusal`, the one check (the admin token everywhere; an MCP
   token (`server.tokens`) on `/mcp` and nowhere else; the admin or a scrape-only token for
   `/metrics`; this run's local token (`server.local`) on `/local/` and nowhere else; nothing for `/health`, the dashboard's static page and assets, `/.well-known/` and
-  OAuth's default endpoints, which carry no data);
+  OAuth's default endpoints, which carry no data, nor for a forge's push to `/hooks/git/`,
+  whose route checks the project's own signature before it acts);
 - how much body the route takes: `BodyLimits`, one server-wide default (`FATHOM_MAX_BODY_BYTES`,
   1 MiB) and a tighter limit per route.
 
@@ -62,6 +63,7 @@ from fathom.server.answers import (
 )
 from fathom.server.audit import AuditLog
 from fathom.server.auth import AdminAuth, ScrapeAuth
+from fathom.server.git_routes import HOOK_PREFIX
 from fathom.server.tokens import McpTokens, Principal
 
 log = logging.getLogger("fathom.server.guard")
@@ -250,6 +252,8 @@ class Access:
             return None
         if path in OAUTH_PATHS and method in ("GET", "POST"):
             return None
+        if method == "POST" and path.startswith(HOOK_PREFIX):
+            return None  # a forge's webhook: the route checks the project's signature
         if path.startswith(LOCAL_PREFIX) and self.local is not None and self.local.check(token):
             return None
         if is_mcp_path(path):

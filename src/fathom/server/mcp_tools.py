@@ -38,6 +38,7 @@ from fathom.index.filters import SearchFilter
 from fathom.index.results import MAX_K
 from fathom.index.store import UnknownProject
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS
+from fathom.server.git_routes import Ref, at_ref, ref_search_page, register_git_tools
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import MaxTokens, ProjectName, ProjectOpt, tool_errors
 from fathom.server.mcp_index import JobView, job_view, register_index_tools
@@ -238,6 +239,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     _read_tools(server, fathom)
     register_symbol_tools(server, fathom)
     runs = register_index_tools(server, fathom)  # index_project, cancel_index
+    register_git_tools(server, fathom)  # add_git_project (a writer: tokens that may index)
     _project_tools(server, fathom, runs)
     register_agent_tools(server, fathom, router)
     ToolListing(server, bus).install().watch(getattr(router, "registry", None))
@@ -249,8 +251,12 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
 
     async def paged_search(query: str, project: str | None, table: str, k: int,
                            where: SearchFilter | None, cursor: str | None,
-                           max_tokens: int) -> CallToolResult:
+                           max_tokens: int, ref: str | None = None) -> CallToolResult:
         reranker = router if router is not None else getattr(fathom, "router", None)
+        if await at_ref(fathom, project, ref):  # a project from git: at a branch, tag or commit
+            return tool_result(await ref_search_page(fathom, rankings, query, project, ref, table, k,
+                                                     where=where, reranker=reranker, cursor=cursor,
+                                                     max_tokens=max_tokens))
         return tool_result(await search_page(fathom, rankings, query, project, table, k,
                                              where=where, reranker=reranker, cursor=cursor,
                                              max_tokens=max_tokens))
@@ -267,9 +273,10 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
     async def search_code(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
                           kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None) -> Annotated[CallToolResult, SearchResults]:
+                          cursor: PageCursor = None,
+                          ref: Ref = None) -> Annotated[CallToolResult, SearchResults]:
         return await paged_search(query, project, "code", k,
-                                  SearchFilter.of(language, path, kind), cursor, max_tokens)
+                                  SearchFilter.of(language, path, kind), cursor, max_tokens, ref)
 
     @server.tool(title="Search documentation", annotations=READ_ONLY,
                  description="Search indexed documentation (README, Markdown, reST, docstrings) "
@@ -280,9 +287,10 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
     async def search_docs(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
                           kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None) -> Annotated[CallToolResult, SearchResults]:
+                          cursor: PageCursor = None,
+                          ref: Ref = None) -> Annotated[CallToolResult, SearchResults]:
         return await paged_search(query, project, "docs", k,
-                                  SearchFilter.of(language, path, kind), cursor, max_tokens)
+                                  SearchFilter.of(language, path, kind), cursor, max_tokens, ref)
 
 
 def _similar_tool(server: MCPServer, fathom: Fathom, rankings: Rankings) -> None:

@@ -112,6 +112,8 @@ class Result(BaseModel):
                                      "whole chunk when the answer's token budget allows (see "
                                      "`whole`)")
     whole: bool = Field(default=False, description="the snippet is the whole chunk")
+    commit: str | None = Field(None, description="the git commit the chunk was indexed at, "
+                               "for a project from git (searched at a `ref`); null otherwise")
 
     @classmethod
     def of(cls, hit: SearchHit, rank: int) -> Result:
@@ -127,7 +129,7 @@ class Result(BaseModel):
                    vector_rank=hit.vector_rank, keyword_rank=hit.text_rank,
                    keyword_score=hit.text_score, match=hit.match,
                    retrieval_rank=hit.retrieval_rank if hit.reranked else None,
-                   snippet=hit.snippet)
+                   snippet=hit.snippet, commit=hit.commit)
 
 
 class FileGroup(BaseModel):

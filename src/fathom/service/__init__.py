@@ -50,6 +50,7 @@ from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
+from fathom.index.git_source import ChangedFiles
 from fathom.index.indexer import (
     Discovery,
     Indexer,
@@ -78,6 +79,7 @@ from fathom.inference.router import Router
 from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import Role
 from fathom.service.batches import BatchHistory, record_of, sizing_of  # noqa: F401 - re-exported
+from fathom.service.git_projects import GitProjects
 from fathom.service.jobs import SYNC_JOBS_KEPT, JobTable, ended_early  # noqa: F401 - re-exported
 from fathom.service.projects import (  # noqa: F401 - re-exported
     MAX_INCLUDES,
@@ -87,6 +89,7 @@ from fathom.service.projects import (  # noqa: F401 - re-exported
     check_includes,
     check_not_taken,
     index_target,
+    lenders_of,
     summaries,
 )
 from fathom.service.warmup import Warmup
@@ -207,6 +210,7 @@ class Fathom:
         self._gate_clears = self.gate.for_router(self._current_space)
         self.router = router or Router(self.routing.load, self.registry, is_cleared=self._may_write)
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
+        self.git = GitProjects(self, clock=clock)  # projects from git remotes, branch by branch
 
     def warm_up(self, on_ready: Callable[[str], None] | None = None) -> Warmup:
         """Start loading the in-process encoder in the background (once): a long-running front
@@ -360,10 +364,11 @@ class Fathom:
     async def index(self, path: str | Path, project: str | None = None, *, full: bool = False,
                     progress: Callable[[IndexProgress], None] | None = None,
                     job: Job | None = None, include: Sequence[str] | None = None,
-                    reason: str | None = None) -> IndexReport:
+                    reason: str | None = None, paths: Sequence[str] | None = None) -> IndexReport:
         """Index `path` as `project`. `include` globs (None: the project's stored ones)
         take back folders and files the built-in skips and .gitignore leave out, and are
-        remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's)."""
+        remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's).
+        `paths`: an incremental run of only these files (a git diff), the rest left as it is."""
         # The one check of the folder, before anything is probed or loaded; the indexer is
         # handed its result and does not check again.
         target = await asyncio.to_thread(index_target, self.records, self.settings, path, project)
@@ -371,6 +376,7 @@ class Fathom:
         if include is not None:
             include = check_includes(include)
         job = job or Job(name, root, full=full, clock=self.clock, reason=reason)
+        job.paths = frozenset(paths) if paths is not None and not full else None
         self.jobs[job.id] = job
 
         def starting(phase: str) -> None:
@@ -395,6 +401,9 @@ class Fathom:
                     await asyncio.to_thread(self.records.update, name, include=list(include))
                 selection = await asyncio.to_thread(self.selection_of, name, root)
                 indexer = self.indexer(**selection)
+                indexer.lenders = await asyncio.to_thread(lenders_of, self.records, name)
+                if job.paths is not None:  # a git diff: only the files it names are read
+                    indexer.discover = functools.partial(ChangedFiles, paths=job.paths, **selection)
                 # Two runs of one project in one process would race on its slots.
                 async with self._index_lock.setdefault(name, asyncio.Lock()):
                     if self._must_load(job):
@@ -472,6 +481,8 @@ class Fathom:
             raise UnknownProject(project, names)
         if self.watcher is not None:
             await self.watcher.stop(project)
+        if (recorded or {}).get("git"):
+            await self.git.drop_all(project)  # its other branches, clone and files
         self.jobs.cancel_running(project)
         rows: dict[str, int] = {}
         async with self._index_lock.setdefault(project, asyncio.Lock()):
@@ -554,8 +565,9 @@ class Fathom:
             return [project], []
         projects = self.store.list_projects()
         notes = [skipped_note(p.name, p.damage) for p in projects if p.damage]
+        overlays = {n for n, r in self.records.load().items() if r.get("overlay")}  # git branches
         names = [p.name for p in projects if not p.damage and table in p.tables
-                 and p.tables[table].space is not None]
+                 and p.tables[table].space is not None and p.name not in overlays]
         if not names and not notes:
             raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
         return names, notes

@@ -141,6 +141,12 @@ def indexed_before(records: ProjectRecords, project: str) -> bool:
     return bool((records.get(project) or {}).get("last_run"))
 
 
+def lenders_of(records: ProjectRecords, project: str) -> tuple[str, ...]:
+    """The projects whose vectors an index of `project` may carry by content: the other
+    branches of its git project (`fathom.service.git_projects`)."""
+    return tuple((records.get(project) or {}).get("lenders") or ())
+
+
 def check_not_taken(records: ProjectRecords, path: str | Path, real: Path) -> None:
         """A caller who sees only some projects (a scoped MCP token) may index only a folder
         that is no other project's: not another project's root, not inside one, and not a

@@ -99,7 +99,8 @@ class Store(ABC):
                                      written_at)
 
     def carry_vectors(self, project: str, table: str, rows: Sequence[Chunk], *,
-                      slot: Slot = Slot.ACTIVE, source: Slot = Slot.ACTIVE) -> set[str]:
+                      slot: Slot = Slot.ACTIVE, source: Slot = Slot.ACTIVE,
+                      lender: str | None = None) -> set[str]:
         """Content-keyed reuse: write each of `rows` whose text (its content hash) already has
         a vector in the `source` slot, with that vector, so it is not embedded again. Returns
         the chunk ids written; the others are left for the caller to embed.
@@ -108,15 +109,17 @@ class Store(ABC):
         encoder, model and width). A carried row keeps the provenance its vector was written
         under (provider, verdict, time), and that provenance must still pass the clearance
         like any write: a vector whose verdict was since revoked or superseded is not carried,
-        it is embedded again."""
+        it is embedded again. `lender`: another project whose `source` slot lends the vectors
+        (a sibling branch of a git project); by default the project's own."""
         check_project_name(project)
         check_table_kind(table)
         rows = list(rows)
         validate_rows(table, rows)
         space = self._require_space(project, table, slot)
-        if not rows or self.space_of(project, table, source) != space:
+        lender = lender or project
+        if not rows or self.space_of(lender, table, source) != space:
             return set()
-        stored = self._stored_vectors(project, table, source, sorted({c.content_hash
+        stored = self._stored_vectors(lender, table, source, sorted({c.content_hash
                                                                      for c in rows}))
         allowed: dict[Provenance, bool] = {}
         chosen: list[tuple[Chunk, StoredVector]] = []

@@ -109,6 +109,8 @@ class SearchRequest(BaseModel):
     project: str | None = Field(None, max_length=200, description="one project (default: every project)")
     table: Literal["code", "docs"] = Field("code", description="code (search_code) or docs (search_docs)")
     k: int = Field(10, ge=1, le=50, description="how many hits")
+    ref: str | None = Field(None, min_length=1, max_length=200,
+                            description="a branch, tag or commit of a project from git")
 
 
 ROUTE_FIELDS = ("policy", "model", "upstream", "width", "fallback")

@@ -16,7 +16,7 @@ from fathom.errors import ConfigError
 from fathom.server.admin.bodies import SearchRequest, WatchChange
 from fathom.server.admin.operator import require_project
 from fathom.server.answers import refusal
-from fathom.server.search_answer import search_results
+from fathom.server.search_answer import answer_of, search_results
 
 if TYPE_CHECKING:
     from fathom.server.admin.operator import OperatorParts
@@ -47,6 +47,12 @@ def projects_router(parts: OperatorParts) -> APIRouter:
         if body.project is not None:
             await require_project(service, body.project)
         try:
+            if body.ref is not None:  # a branch, tag or commit of a project from git
+                if body.project is None:
+                    raise ConfigError("ref names a branch, tag or commit of one project: give project too")
+                ranking = await service.git.ranking(body.query, body.project, body.ref, body.table,
+                                                    body.k, reranker=parts.router)
+                return answer_of(ranking, body.query, body.table).model_dump(mode="json")
             found = await search_results(service, body.query, body.project, body.table, body.k,
                                          reranker=parts.router)
         except ConfigError as exc:

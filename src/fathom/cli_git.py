@@ -1,0 +1,96 @@
+"""`fathom projects add|track|untrack|sync`: projects from git remotes, branch by branch.
+
+`fathom projects` alone still lists the indexed projects. These commands run in this process on
+the data dir (as `fathom index` does); the server's admin API (`/admin/projects/git`) does the
+same remotely. The webhook secret is printed once, by `add`, and never again.
+
+It refuses to run git or to index by itself (`fathom.service.git_projects` does both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+projects_app = typer.Typer(help="List indexed projects, or add and refresh projects from git.",
+                           invoke_without_command=True, no_args_is_help=False)
+_cli: dict[str, Any] = {}
+
+
+def register(app: typer.Typer, listing: Callable[..., None], *, out: Console, err: Console,
+             service: Callable[[typer.Context], Any], runner: Callable[[Any], Any]) -> None:
+    """Attach `projects` (the listing when no subcommand is given, and the git commands)."""
+    _cli.update(out=out, err=err, service=service, run=runner)
+    projects_app.callback(invoke_without_command=True)(listing)
+    app.add_typer(projects_app, name="projects")
+
+
+def _branches(report: dict[str, Any], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("branch", "commit", "files", "chunks", "embedded", "reused by content"):
+        table.add_column(col, no_wrap=col != "branch", overflow="fold")
+    for branch, r in report.items():
+        if r.get("deleted"):
+            table.add_row(branch, "-", "-", "-", "0", "deleted on the remote: its index was dropped")
+            continue
+        if r.get("unchanged"):
+            table.add_row(branch, r["commit"][:12], "-", "-", "0", "unchanged")
+            continue
+        table.add_row(branch, r["commit"][:12], str(r.get("files", "-")), str(r.get("chunks", "-")),
+                      str(r.get("embedded", 0)), str(r.get("carried", 0)))
+    return table
+
+
+@projects_app.command("add")
+def add(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="The project's name.")],
+    git: Annotated[str, typer.Option("--git", help="The remote URL (no credentials in it; the "
+                                                   "server's FATHOM_GIT_TOKEN or "
+                                                   "FATHOM_GIT_SSH_KEY_FILE are used).")],
+    branch: Annotated[list[str] | None, typer.Option(
+        "--branch", "-b", help="A branch to index; repeat for more. The first is the default "
+                               "(default: the remote's default branch).")] = None,
+    poll: Annotated[float | None, typer.Option(
+        "--poll", help="Seconds between polls of the remote by a running server (default: "
+                       "none; webhooks and `fathom projects sync` refresh it).")] = None,
+) -> None:
+    """Clone a git remote into the data dir and index its branches."""
+    out, err = _cli["out"], _cli["err"]
+    fathom = _cli["service"](ctx)
+    err.print(Text(f"cloning and indexing {name}…", style="dim"))
+    added = _cli["run"](fathom.git.add(name, git, branch or [], poll_s=poll))
+    out.print(_branches(added["reports"], f"{name} from {added['url']}"))
+    out.print(f"default branch: {added['default']}")
+    out.print(Text("webhook: ", style="bold") + Text(f"POST {added['webhook']} (content type "
+                                                      f"application/json)"))
+    out.print(Text("webhook secret (shown this once; give it to the forge's webhook settings): ",
+                   style="bold yellow") + Text(added["webhook_secret"]))
+
+
+@projects_app.command("track")
+def track(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git project.")],
+          branch: Annotated[str, typer.Argument(help="The branch to index as well.")]) -> None:
+    """Index one more branch (only what differs from the default branch is stored)."""
+    report = _cli["run"](_cli["service"](ctx).git.track(name, branch))
+    _cli["out"].print(_branches({branch: report}, f"{name}: {branch} tracked"))
+
+
+@projects_app.command("untrack")
+def untrack(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git project.")],
+            branch: Annotated[str, typer.Argument(help="The branch to stop indexing.")]) -> None:
+    """Stop indexing a branch: its index and files are dropped."""
+    _cli["run"](_cli["service"](ctx).git.untrack(name, branch))
+    _cli["out"].print(f"{name}: {branch} untracked; its index was dropped")
+
+
+@projects_app.command("sync")
+def sync(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git project.")]) -> None:
+    """Fetch, and re-index what changed on every tracked branch (by the diff of its commits)."""
+    result = _cli["run"](_cli["service"](ctx).git.sync(name))
+    _cli["out"].print(_branches(result["branches"], f"{name}: synced"))

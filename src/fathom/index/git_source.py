@@ -1,0 +1,325 @@
+"""A project's files from a git remote: the `git` command line, run as a subprocess.
+
+What this module owns:
+
+* Checking a remote URL before anything is written: its scheme (https, http, ssh, scp-like
+  `user@host:path`, file), no credentials inside it, and the operator's allow-list of remote
+  prefixes (`FATHOM_GIT_REMOTES`).
+* Running `git` with a timeout, no terminal prompt, and the operator's credentials passed
+  through the environment only (an SSH key file through `GIT_SSH_COMMAND`, an HTTPS token as
+  an `http.extraHeader` through `GIT_CONFIG_*` variables): never on a command line another user
+  could read in `ps`, never in a message, a log line or a file.
+* Telling git's failures apart as typed errors that name the fix (`GitUnreachable`,
+  `GitAuthFailed`, `GitBranchMissing`), with every URL's userinfo and the token scrubbed.
+* A bare clone per project (no working tree), fetched branch by branch, and the files of a
+  commit written out (`git archive`) — whole, or only the paths a diff names.
+
+What it refuses to do: speak any git protocol itself, keep a working tree, or index anything
+(`fathom.service.git_projects` decides what to index and when).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from fathom.errors import ConfigError, FathomError
+from fathom.index.indexer import Discovery
+from fathom.index.walker import IGNORE_FILES
+
+_SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+$")
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
+_BRANCH = re.compile(r"^(?!/)(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
+SCHEMES = ("https", "http", "ssh", "git", "file")
+# Paths per `git archive` call: a diff of thousands of files is written out in slices, each
+# command line well under the system's limit.
+ARCHIVE_SLICE = 500
+
+
+class GitRemoteInvalid(ConfigError):
+    """The remote URL is not one git can use, or carries credentials."""
+
+
+class GitRemoteNotAllowed(ConfigError):
+    """The remote lies outside the operator's allow-list (`FATHOM_GIT_REMOTES`)."""
+
+
+class GitUnreachable(FathomError):
+    """The remote did not answer (no such host, refused, timed out, not a repository)."""
+
+
+class GitAuthFailed(FathomError):
+    """The remote refused the credentials (or asked for some and none were configured)."""
+
+
+class GitBranchMissing(ConfigError):
+    """A branch asked for does not exist on the remote."""
+
+
+def scrub(text: str, secrets: Sequence[str] = ()) -> str:
+    """`text` with every URL's userinfo and every secret replaced."""
+    text = _USERINFO.sub(lambda m: m.group("scheme") + "***@", text)
+    for s in secrets:
+        if s:
+            text = text.replace(s, "***")
+    return text
+
+
+def check_branch(branch: object) -> str:
+    if not isinstance(branch, str) or not _BRANCH.match(branch) or branch.endswith(".lock"):
+        raise ConfigError(f"invalid branch name {scrub(str(branch))[:80]!r}: give a branch as the "
+                          f"remote names it, e.g. `main` or `release/1.2`")
+    return branch
+
+
+def check_remote(url: object, allowed: Sequence[str]) -> str:
+    """The URL as given, once it is a git remote without credentials inside the allow-list."""
+    if not isinstance(url, str) or not url.strip() or len(url) > 2000 or any(c.isspace() or
+                                                                           ord(c) < 32 for c in url):
+        raise GitRemoteInvalid("invalid git remote: give a URL such as https://host/team/repo.git, "
+                               "ssh://git@host/team/repo.git, git@host:team/repo.git or "
+                               "file:///srv/git/repo.git")
+    shown = scrub(url)
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme not in SCHEMES or (parts.scheme != "file" and not parts.hostname):
+            raise GitRemoteInvalid(f"invalid git remote {shown}: use one of the schemes "
+                                   f"{', '.join(SCHEMES)} with a host (file:// with a path)")
+        if parts.password is not None or (parts.username and parts.scheme in ("http", "https")):
+            raise GitRemoteInvalid(f"git remote {shown} carries credentials: remove them from the "
+                                   f"URL and set FATHOM_GIT_TOKEN (HTTPS) or FATHOM_GIT_SSH_KEY_FILE "
+                                   f"(SSH) in the server's configuration instead")
+    elif not _SCP_LIKE.match(url):
+        raise GitRemoteInvalid(f"invalid git remote {shown}: give a URL such as "
+                               f"https://host/team/repo.git or git@host:team/repo.git")
+    if not any(url.startswith(prefix) for prefix in allowed):
+        raise GitRemoteNotAllowed(
+            f"git remote {shown} is not allowed on this server: the operator lists the allowed "
+            f"remote prefixes in FATHOM_GIT_REMOTES (separated by spaces), e.g. "
+            f"`https://github.com/myteam/`" + ("" if allowed else "; none is set, so no remote "
+                                                                 "is allowed yet"))
+    return url
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The operator's git credentials. `token` is sent as HTTPS basic auth by header; the key
+    file is handed to ssh by path. Neither is ever part of a message."""
+
+    ssh_key_file: Path | None = None
+    token: str | None = None
+    username: str = "x-access-token"
+
+    def environment(self) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if self.ssh_key_file is not None:
+            key = str(self.ssh_key_file).replace("'", "'\\''")
+            env["GIT_SSH_COMMAND"] = (f"ssh -i '{key}' -o IdentitiesOnly=yes -o BatchMode=yes "
+                                      f"-o StrictHostKeyChecking=accept-new")
+        if self.token:
+            pair = base64.b64encode(f"{self.username}:{self.token}".encode()).decode()
+            env |= {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
+                    "GIT_CONFIG_VALUE_0": f"Authorization: Basic {pair}"}
+        return env
+
+    def secrets(self) -> list[str]:
+        if not self.token:
+            return []
+        return [self.token, base64.b64encode(f"{self.username}:{self.token}".encode()).decode()]
+
+
+@dataclass(frozen=True)
+class Change:
+    """One path of a diff between two commits: `gone` when the newer commit has no file there."""
+
+    path: str
+    gone: bool
+
+
+class GitRepo:
+    """One project's bare clone, and the `git` commands run on it or on its remote."""
+
+    def __init__(self, path: Path, url: str, credentials: Credentials, *, timeout_s: float = 120.0):
+        self.path, self.url, self.credentials, self.timeout_s = Path(path), url, credentials, timeout_s
+
+    # ---- running git
+
+    def _env(self) -> dict[str, str]:
+        keep = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "SSH_ASKPASS"))}
+        return keep | {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true",
+                       "GCM_INTERACTIVE": "never", "LC_ALL": "C"} | self.credentials.environment()
+
+    def git(self, *args: str, bare: bool = True, remote: bool = False) -> bytes:
+        """Run `git args…` (in the bare clone when `bare`); the failure as a typed error."""
+        cmd = ["git", "-c", "credential.helper="]
+        if bare:
+            cmd += ["--git-dir", str(self.path)]
+        try:
+            done = subprocess.run(cmd + list(args), capture_output=True, env=self._env(),
+                                  timeout=self.timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise GitUnreachable(
+                f"git remote {scrub(self.url)} did not answer within {self.timeout_s:.0f}s: check "
+                f"that the host is up and reachable from this server, or raise "
+                f"FATHOM_GIT_TIMEOUT_S") from None
+        if done.returncode != 0:
+            raise self._failure(done.stderr.decode("utf-8", "replace"), remote)
+        return done.stdout
+
+    def _failure(self, stderr: str, remote: bool) -> FathomError:
+        said = scrub(stderr.strip().splitlines()[-1] if stderr.strip() else "no output",
+                     self.credentials.secrets())[:300]
+        low = stderr.lower()
+        shown = scrub(self.url)
+        if remote and any(s in low for s in ("authentication failed", "could not read username",
+                                             "could not read password", "permission denied",
+                                             "401", "403", "terminal prompts disabled")):
+            return GitAuthFailed(
+                f"git remote {shown} refused the credentials ({said}): set a valid "
+                f"FATHOM_GIT_TOKEN (HTTPS) or FATHOM_GIT_SSH_KEY_FILE (SSH) with read access to "
+                f"the repository, then restart the server")
+        if remote:
+            return GitUnreachable(
+                f"git remote {shown} cannot be read ({said}): check the URL, that the host is "
+                f"reachable from this server and that the repository exists")
+        return FathomError(f"git failed in {self.path} ({said}): remove {self.path} and add the "
+                           f"project again")
+
+    # ---- the remote
+
+    def remote_heads(self) -> dict[str, str]:
+        """Branch -> commit on the remote (one round trip; no clone needed)."""
+        out = self.git("ls-remote", "--heads", "--", self.url, bare=False, remote=True)
+        heads = {}
+        for line in out.decode("utf-8", "replace").splitlines():
+            sha, _, ref = line.partition("\t")
+            if ref.startswith("refs/heads/"):
+                heads[ref.removeprefix("refs/heads/")] = sha
+        return heads
+
+    def remote_default(self) -> str | None:
+        """The branch the remote's HEAD names, when it says."""
+        out = self.git("ls-remote", "--symref", "--", self.url, "HEAD", bare=False, remote=True)
+        m = re.search(rb"^ref: refs/heads/(\S+)\tHEAD", out, re.M)
+        return m.group(1).decode() if m else None
+
+    def check_branches(self, branches: Sequence[str]) -> dict[str, str]:
+        heads = self.remote_heads()
+        missing = [b for b in branches if b not in heads]
+        if missing:
+            known = ", ".join(sorted(heads)[:10]) or "none"
+            raise GitBranchMissing(
+                f"branch {', '.join(missing)} does not exist on {scrub(self.url)} (its branches: "
+                f"{known}): push the branch first, or track one that exists")
+        return {b: heads[b] for b in branches}
+
+    # ---- the bare clone
+
+    def ensure(self) -> None:
+        """The bare clone, made empty the first time (objects come with `fetch`)."""
+        if (self.path / "HEAD").exists():
+            return
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.git("init", "--bare", "--quiet", str(self.path), bare=False)
+
+    def fetch(self, branches: Sequence[str]) -> dict[str, str]:
+        """Fetch the branches (and tags); branch -> its commit now."""
+        self.ensure()
+        specs = [f"+refs/heads/{b}:refs/remotes/origin/{b}" for b in branches]
+        self.git("fetch", "--quiet", "--prune", "--no-write-fetch-head", "--", self.url, *specs,
+                 "+refs/tags/*:refs/tags/*", remote=True)
+        return {b: self.resolve(f"refs/remotes/origin/{b}") for b in branches}
+
+    def resolve(self, ref: str) -> str:
+        """The commit `ref` names in the clone (a fetched branch, a tag, a commit id)."""
+        return self.git("rev-parse", "--verify", "--quiet", "--end-of-options",
+                        f"{ref}^{{commit}}").decode().strip()
+
+    def forget(self, branch: str) -> None:
+        """Drop the fetched ref of a branch no longer tracked (already gone: nothing to do)."""
+        if self.git("for-each-ref", f"refs/remotes/origin/{branch}").strip():
+            self.git("update-ref", "-d", f"refs/remotes/origin/{branch}")
+
+    def changes(self, old: str, new: str) -> list[Change]:
+        """What differs between two commits, path by path (renames as a removal and an add)."""
+        out = self.git("diff", "--name-status", "--no-renames", "-z", old, new, "--")
+        fields = out.decode("utf-8", "surrogateescape").split("\0")
+        return [Change(path, status == "D") for status, path in zip(fields[0::2], fields[1::2],
+                                                                    strict=False) if path]
+
+    def export(self, commit: str, folder: Path, paths: Sequence[str] | None = None) -> int:
+        """Write the files of `commit` into `folder` (all of them, or only `paths`); returns how
+        many were written. Paths pass tar's `data` filter: nothing lands outside the folder, no
+        device files; a link leaving it is skipped (the repository's other files still come)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        if paths is not None and not paths:
+            return 0
+        slices = [None] if paths is None else [list(paths[i:i + ARCHIVE_SLICE])
+                                               for i in range(0, len(paths), ARCHIVE_SLICE)]
+        written = 0
+        for part in slices:
+            args = ["archive", "--format=tar", commit] + (["--", *part] if part else [])
+            with tarfile.open(fileobj=io.BytesIO(self.git(*args)), mode="r:") as tar:
+                members = [m for m in tar.getmembers() if not m.isdir()]
+                tar.extractall(folder, members=members, filter=_inside)
+                written += len(members)
+        return written
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class ChangedFiles(Discovery):
+    """The walk of an incremental run driven by a git diff: the folder is listed as any walk
+    lists it (its ignore rules hold; no file is opened), and only the files the diff named are
+    read and chunked. The indexer's run of such a job (`Job.paths`) compares them with their
+    own rows only, so the rest of the index stays as it is."""
+
+    def __init__(self, root: Path, *, paths: Iterable[str], **options: Any):
+        super().__init__(root, **options)
+        self.paths = frozenset(paths)
+
+    def survey(self) -> None:
+        super().survey()
+        listed = self._survey
+        listed.candidates = [c for c in listed.candidates if c.rel in self.paths]
+        self.bytes_total = listed.bytes
+
+
+def diff_paths(changes: Sequence[Change]) -> list[str] | None:
+    """The paths an incremental run must look at for `changes`, or None when only a whole walk
+    will do (an ignore file changed, so which files are indexed may have changed anywhere)."""
+    if any(c.path.rsplit("/", 1)[-1] in IGNORE_FILES for c in changes):
+        return None
+    return [c.path for c in changes]
+
+
+def _inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None  # a link out of the tree, an absolute path: not written
+
+
+def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Change]) -> None:
+    """Bring `folder` (the files of an older commit) to `commit`: write what changed, remove
+    what is gone, and prune folders left empty."""
+    for c in changes:
+        target = folder / c.path
+        if c.gone and (target.is_file() or target.is_symlink()):
+            target.unlink()
+            parent = target.parent
+            while parent != folder and parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
+    repo.export(commit, folder, [c.path for c in changes if not c.gone])

@@ -1,0 +1,158 @@
+"""The server's side of projects from git: the forges' push webhook, the operator's git admin
+API, and the MCP parts (searches at a `ref`, the `add_git_project` tool).
+
+* `POST /hooks/git/{project}`: a push event from GitHub, Gitea or GitLab. The guard lets it
+  through without a bearer token; this route answers 401 unless the body carries a valid
+  signature for the project's own secret (HMAC-SHA256 in `X-Hub-Signature-256` or
+  `X-Gitea-Signature`, or GitLab's `X-Gitlab-Token`), checked before the body is parsed, so an
+  unsigned call changes nothing. An unknown project is refused the same way (no oracle). A
+  signed push to a tracked branch fetches and re-indexes what the push changed, then answers.
+* `/admin/projects/git` (add), `/admin/projects/{project}/branches` (track, untrack) and
+  `/admin/projects/{project}/sync`: admin token only, like every `/admin/` route.
+
+It refuses to run git or to index by itself (`fathom.service.git_projects` does both).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, ConfigDict, Field
+
+from fathom.errors import ConfigError
+from fathom.index.filters import SearchFilter
+from fathom.server.answer_tokens import tokens_of
+from fathom.server.answers import refusal
+from fathom.server.mcp_common import ProjectName, tool_errors
+from fathom.server.search_answer import SearchResults, answer_of
+from fathom.server.search_pages import paged
+from fathom.service.git_projects import WebhookRefused
+
+HOOK_PREFIX = "/hooks/git/"
+
+
+class GitProjectRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, description="the project's name")
+    url: str = Field(min_length=1, max_length=2000, description="the git remote, without credentials")
+    branches: list[str] = Field(default_factory=list, max_length=50,
+                                description="branches to index, the default first (none: the remote's)")
+    poll_s: float | None = Field(None, description="seconds between polls of the remote (none: webhook only)")
+
+
+class BranchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    branch: str = Field(min_length=1, max_length=200)
+
+
+def hooks_router(service: Any) -> APIRouter:
+    router = APIRouter()
+
+    @router.post(HOOK_PREFIX + "{project}", tags=["git"], openapi_extra={"security": []})
+    async def push(project: str, request: Request) -> dict[str, Any]:
+        """A forge's push event: synced when signed with the project's secret, else 401."""
+        body = await request.body()
+        try:
+            return await service.git.webhook(project, dict(request.headers), body)
+        except WebhookRefused as exc:
+            raise refusal(401, str(exc)) from None
+
+    return router
+
+
+def git_admin_router(service: Any, require_admin: Any) -> APIRouter:
+    router = APIRouter(prefix="/admin/projects", dependencies=[Depends(require_admin)])
+
+    @router.post("/git", tags=["git"])
+    async def add(body: GitProjectRequest) -> dict[str, Any]:
+        """Clone a remote and index its branches. The answer holds the webhook secret: it is
+        shown this once."""
+        return await service.git.add(body.name, body.url, body.branches, poll_s=body.poll_s)
+
+    @router.post("/{project}/branches", tags=["git"])
+    async def track(project: str, body: BranchRequest) -> dict[str, Any]:
+        return await service.git.track(project, body.branch)
+
+    @router.delete("/{project}/branches/{branch:path}", tags=["git"])
+    async def untrack(project: str, branch: str) -> dict[str, Any]:
+        return await service.git.untrack(project, branch)
+
+    @router.post("/{project}/sync", tags=["git"])
+    async def sync(project: str) -> dict[str, Any]:
+        return await service.git.sync(project)
+
+    return router
+
+
+# ---- MCP: searches at a ref, and adding a project from git
+
+Ref = Annotated[str | None, Field(
+    description="For a project added from git: the branch, tag or commit to search (needs "
+                "`project`; the hits carry the commit). Default null: the project's default "
+                "branch.", max_length=200)]
+
+
+async def at_ref(service: Any, project: str | None, ref: str | None) -> bool:
+    """Whether a search goes through the git side: a `ref` was given, or the project comes from
+    git (its default branch is searched, and the hits carry their commit)."""
+    if ref is not None:
+        return True
+    git = getattr(service, "git", None)
+    return git is not None and project is not None and await asyncio.to_thread(git.tracks, project)
+
+
+async def ref_search_page(service: Any, rankings: Any, query: str, project: str | None, ref: str | None,
+                          table: str, k: int, *, where: SearchFilter | None, reranker: Any,
+                          cursor: str | None, max_tokens: int) -> SearchResults:
+    """One page of `search_code` / `search_docs` at a git ref (paged like any search)."""
+    if project is None:
+        raise ConfigError("ref names a branch, tag or commit of one project: pass project too")
+
+    async def run() -> Any:
+        found = await service.git.ranking(query, project, ref, table, k, where=where,
+                                          reranker=reranker)
+        return answer_of(found, query, table, where), [h.text for h in found.hits]
+
+    return await paged(rankings, run, cursor=cursor, max_tokens=max_tokens,
+                       search=[table, query, project, k, where.describe() if where else None, ref],
+                       tokens=tokens_of(service))
+
+
+class GitProjectAdded(BaseModel):
+    project: str
+    url: str = Field(description="the remote, any credentials removed")
+    default: str = Field(description="the default branch: searches without a ref read it")
+    branches: dict[str, str] = Field(description="each tracked branch and the commit indexed")
+    webhook: str = Field(description="the push webhook's path on this server; its secret is "
+                                     "given to the operator only (DATA_DIR/git/NAME/webhook.secret)")
+    poll_s: float | None = None
+
+
+def register_git_tools(server: Any, fathom: Any) -> None:
+    """`add_git_project`: a tool that writes, so only tokens allowed to index see or call it."""
+
+    @server.tool(title="Add a project from git",
+                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                             idempotent_hint=False, open_world_hint=True),
+                 description="Clone a git remote the server allows (FATHOM_GIT_REMOTES) and index "
+                             "its branches: the first is the default; each other branch costs "
+                             "only what differs. search_code and search_docs then take "
+                             "ref=BRANCH (or a tag or commit).")
+    @tool_errors
+    async def add_git_project(
+        project: ProjectName,
+        url: Annotated[str, Field(description="The remote, e.g. https://host/team/repo.git; "
+                                              "no credentials in it.", min_length=1, max_length=2000)],
+        branches: Annotated[list[str] | None, Field(description="Branches to index, the default "
+                                                    "first. Default null: the remote's default "
+                                                    "branch.", max_length=50)] = None,
+    ) -> GitProjectAdded:
+        added = await fathom.git.add(project, url, branches or [])
+        return GitProjectAdded(project=added["project"], url=added["url"], default=added["default"],
+                               branches=added["branches"], webhook=added["webhook"],
+                               poll_s=added["poll_s"])

@@ -1,0 +1,478 @@
+"""Projects from git remotes, branch by branch.
+
+What this module owns:
+
+* Adding a project from a remote (`fathom projects add NAME --git URL --branch B…`): the URL,
+  the allow-list and every branch are checked against the remote before anything is written;
+  then a bare clone under `DATA_DIR/git/NAME/repo.git` is fetched and each branch indexed.
+* Branches that share vectors and storage by content. The default branch is the project
+  itself (`NAME`), indexed from its files written out under `DATA_DIR/git/NAME/trees/`. Every
+  other tracked branch is an overlay project `NAME@BRANCH` that holds only the files in which
+  it differs from the default branch, and lists the paths it shadows (changed or removed);
+  its index borrows vectors by content from the default branch (and the default branch from
+  the overlays), so a second branch embeds only chunk texts no branch embedded before, and
+  costs only the files that differ. A search at a branch reads its overlay plus the default
+  branch less the shadowed paths; every hit says the commit it comes from.
+* Staying fresh: `sync` fetches and brings each branch's files from its old commit to its new
+  one by the diff between them (changed files written, removed ones deleted), then runs an
+  incremental index of only those files (only chunks whose text changed are embedded). A webhook
+  (`POST /hooks/git/{project}`, HMAC-SHA256 with the project's secret) and a poll interval
+  per project call it.
+* Untracking a branch drops its overlay, files and refs; dropping the project drops them all.
+
+What it refuses to do: run git itself (`fathom.index.git_source` does), hold credentials
+anywhere but the settings, or show the webhook secret after the add that made it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from fathom import scope
+from fathom.config import atomic_write_text
+from fathom.errors import ConfigError, FathomError
+from fathom.index import search as search_mod
+from fathom.index.filters import SearchFilter
+from fathom.index.git_source import (
+    Credentials,
+    GitRepo,
+    apply_changes,
+    check_branch,
+    check_remote,
+    diff_paths,
+    scrub,
+)
+from fathom.index.results import MAX_K, Noted, Ranking
+from fathom.index.store import UnknownProject
+from fathom.index.store.rules import check_project_name
+
+log = logging.getLogger("fathom.service.git")
+
+MAX_BRANCHES = 50
+MIN_POLL_S = 10.0
+
+
+class NotAGitProject(ConfigError):
+    """A git operation (or a `ref`) on a project that does not come from git."""
+
+
+class UnknownRef(ConfigError):
+    """A `ref` that names nothing this project indexed."""
+
+
+class WebhookRefused(FathomError):
+    """A webhook call without a valid signature (or token) for the project: nothing is done."""
+
+
+def overlay_name(project: str, branch: str) -> str:
+    return f"{project}@{branch}"
+
+
+def check_poll(poll_s: Any) -> float | None:
+    if poll_s is None:
+        return None
+    if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or not \
+            MIN_POLL_S <= poll_s <= 7 * 86400:
+        raise ConfigError(f"poll interval must be {MIN_POLL_S:.0f}-604800 seconds (or none: "
+                          f"only webhooks and `fathom projects sync` refresh it)")
+    return float(poll_s)
+
+
+def signature_ok(secret: str, headers: Mapping[str, str], body: bytes) -> bool:
+    """GitHub (`X-Hub-Signature-256: sha256=…`), Gitea (`X-Gitea-Signature: …`) or GitLab
+    (`X-Gitlab-Token`, the secret itself), each compared in constant time."""
+    h = {k.lower(): v for k, v in headers.items()}
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    if "x-hub-signature-256" in h:
+        return hmac.compare_digest(h["x-hub-signature-256"].strip().encode(), f"sha256={digest}".encode())
+    if "x-gitea-signature" in h:
+        return hmac.compare_digest(h["x-gitea-signature"].strip().encode(), digest.encode())
+    if "x-gitlab-token" in h:
+        return hmac.compare_digest(h["x-gitlab-token"].encode(), secret.encode())
+    return False
+
+
+def pushed_branch(body: bytes) -> str | None:
+    """The branch a push event names (`ref: refs/heads/B`, in all three payload shapes)."""
+    try:
+        ref = json.loads(body or b"{}").get("ref")
+    except (ValueError, AttributeError):
+        return None
+    return ref.removeprefix("refs/heads/") if isinstance(ref, str) and ref.startswith("refs/heads/") \
+        else None
+
+
+class GitProjects:
+    """The git side of a `Fathom` (typed loosely: the service imports this module, not the
+    other way round): its projects' clones, branches, syncs and webhooks."""
+
+    def __init__(self, fathom: Any, *, clock: Callable[[], float] = time.monotonic):
+        self.fathom = fathom
+        self.clock = clock
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ---- where things live
+
+    @property
+    def settings(self) -> Any:
+        return self.fathom.settings
+
+    def folder(self, project: str) -> Path:
+        return self.settings.data_dir / "git" / quote(project, safe="")
+
+    def tree(self, project: str, branch: str) -> Path:
+        return self.folder(project) / "trees" / quote(branch, safe="")
+
+    def repo(self, project: str, url: str) -> GitRepo:
+        s = self.settings
+        token = s.git_token.get_secret_value() if s.git_token is not None else None
+        return GitRepo(self.folder(project) / "repo.git", url,
+                       Credentials(ssh_key_file=s.git_ssh_key_file, token=token,
+                                   username=s.git_username), timeout_s=s.git_timeout_s)
+
+    def record(self, project: str) -> dict[str, Any]:
+        git = (self.fathom.records.get(project) or {}).get("git")
+        if not git:
+            raise NotAGitProject(f"project {project!r} does not come from git: add it with "
+                                 f"`fathom projects add {project} --git URL`")
+        return dict(git)
+
+    def tracks(self, project: str | None) -> bool:
+        """Whether `project` comes from git (its searches then carry their commit)."""
+        return bool(project) and bool((self.fathom.records.get(project) or {}).get("git"))
+
+    def lock(self, project: str) -> asyncio.Lock:
+        return self._locks.setdefault(project, asyncio.Lock())
+
+    # ---- adding, tracking, untracking
+
+    async def add(self, project: str, url: str, branches: Sequence[str] = (), *,
+                  poll_s: float | None = None) -> dict[str, Any]:
+        """Clone `url` and index `branches` (the first is the default; none: the remote's
+        default branch). Everything is checked before anything is written. The answer holds
+        the webhook secret, shown this once."""
+        check_project_name(project)
+        if "@" in project or "/" in project:
+            raise ConfigError(f"a git project's name may not contain '@' or '/' ({project!r}): "
+                              f"branches are named PROJECT@BRANCH")
+        url = check_remote(url, self.settings.git_remote_list())
+        branches = list(dict.fromkeys(check_branch(b) for b in branches))
+        if len(branches) > MAX_BRANCHES:
+            raise ConfigError(f"at most {MAX_BRANCHES} branches per project")
+        poll = check_poll(poll_s)
+        existing = await asyncio.to_thread(self.fathom.records.get, project)
+        if existing is not None or await asyncio.to_thread(self.fathom.store.has_project, project):
+            raise ConfigError(f"project {project!r} exists already: drop it first (`fathom drop "
+                              f"{project}`) or choose another name")
+        repo = self.repo(project, url)
+        if not branches:
+            default = await asyncio.to_thread(repo.remote_default)
+            branches = [default] if default else []
+            if not branches:
+                raise ConfigError(f"the remote {scrub(url)} names no default branch: pass --branch")
+        await asyncio.to_thread(repo.check_branches, branches)
+        secret = secrets.token_urlsafe(32)
+        async with self.lock(project):
+            commits = await asyncio.to_thread(repo.fetch, branches)
+            atomic_write_text(self.folder(project) / "webhook.secret", secret)
+            git: dict[str, Any] = {"url": url, "default": branches[0], "branches": {},
+                                   "poll_s": poll}
+            await asyncio.to_thread(self.fathom.records.put, project,
+                                    {"git": git, "watch": False, "lenders": []})
+            reports = {}
+            for branch in branches:
+                reports[branch] = await self._index_branch(project, repo, branch, commits[branch])
+        log.info("git project %s added from %s (%s)", project, scrub(url), ", ".join(branches))
+        return {"project": project, "url": scrub(url), "default": branches[0],
+                "branches": {b: r["commit"] for b, r in reports.items()}, "reports": reports,
+                "webhook": f"/hooks/git/{quote(project, safe='')}", "webhook_secret": secret,
+                "poll_s": poll}
+
+    async def track(self, project: str, branch: str) -> dict[str, Any]:
+        """Index one more branch of a git project (an overlay of the default branch)."""
+        check_branch(branch)
+        git = await asyncio.to_thread(self.record, project)
+        if branch in git["branches"]:
+            raise ConfigError(f"branch {branch} of {project} is tracked already: `fathom projects "
+                              f"sync {project}` refreshes it")
+        repo = self.repo(project, git["url"])
+        await asyncio.to_thread(repo.check_branches, [branch])
+        async with self.lock(project):
+            commit = (await asyncio.to_thread(repo.fetch, [branch]))[branch]
+            report = await self._index_branch(project, repo, branch, commit)
+        return {"project": project, "branch": branch, **report}
+
+    async def untrack(self, project: str, branch: str) -> dict[str, Any]:
+        """Stop tracking a branch: its overlay index, files and refs are dropped (vectors it
+        shared by content stay with the branches that hold them)."""
+        git = await asyncio.to_thread(self.record, project)
+        if branch not in git["branches"]:
+            raise ConfigError(f"branch {branch!r} of {project} is not tracked (tracked: "
+                              f"{', '.join(git['branches'])})")
+        if branch == git["default"]:
+            raise ConfigError(f"{branch} is the default branch of {project}: drop the project "
+                              f"instead (`fathom drop {project}`)")
+        async with self.lock(project):
+            await self._drop_overlay(project, branch)
+            git["branches"].pop(branch)
+            await self._save(project, git)
+            await asyncio.to_thread(self.repo(project, git["url"]).forget, branch)
+        return {"project": project, "branch": branch, "untracked": True}
+
+    async def drop_all(self, project: str) -> None:
+        """Everything git-side of a project being dropped: its overlays and its folder."""
+        record = await asyncio.to_thread(self.fathom.records.get, project) or {}
+        for branch in (record.get("git") or {}).get("branches", {}):
+            if branch != record["git"]["default"]:
+                await self._drop_overlay(project, branch)
+        await asyncio.to_thread(shutil.rmtree, self.folder(project), True)
+
+    async def _drop_overlay(self, project: str, branch: str) -> None:
+        name = overlay_name(project, branch)
+        known = await asyncio.to_thread(self.fathom.store.has_project, name)
+        recorded = await asyncio.to_thread(self.fathom.records.get, name)
+        if known or recorded is not None:
+            await self.fathom.drop(name)
+        await asyncio.to_thread(shutil.rmtree, self.tree(project, branch), True)
+
+    async def _save(self, project: str, git: dict[str, Any]) -> None:
+        default = git["default"]
+        lenders = [overlay_name(project, b) for b in git["branches"] if b != default]
+        await asyncio.to_thread(self.fathom.records.update, project, git=git, lenders=lenders)
+
+    # ---- indexing a branch
+
+    async def _index_branch(self, project: str, repo: GitRepo, branch: str,
+                            commit: str) -> dict[str, Any]:
+        """Bring the branch's files to `commit` (by diff when it was indexed before) and index
+        them; the default branch's overlays follow it."""
+        git = await asyncio.to_thread(self.record, project)
+        default = git["default"]
+        if branch == default:
+            report = await self._index_default(project, repo, commit, git["branches"].get(branch))
+            git["branches"][branch] = commit
+            await self._save(project, git)
+            for other, at in list(git["branches"].items()):
+                if other != default:
+                    await self._index_overlay(project, repo, other, at, commit)
+            return report
+        report = await self._index_overlay(project, repo, branch, commit, git["branches"][default])
+        git["branches"][branch] = commit
+        await self._save(project, git)
+        return report
+
+    async def _index_default(self, project: str, repo: GitRepo, commit: str,
+                             before: str | None) -> dict[str, Any]:
+        tree = self.tree(project, (await asyncio.to_thread(self.record, project))["default"])
+        if before is None or not tree.is_dir():
+            await asyncio.to_thread(shutil.rmtree, tree, True)
+            written = await asyncio.to_thread(repo.export, commit, tree)
+            changed, paths = None, None
+        else:
+            changes = await asyncio.to_thread(repo.changes, before, commit)
+            await asyncio.to_thread(apply_changes, repo, commit, tree, changes)
+            written, changed = sum(not c.gone for c in changes), len(changes)
+            paths = diff_paths(changes)  # only the files the diff names are read
+        report = await self.fathom.index(tree, project, reason="git", paths=paths)
+        return _summary(report, commit, files_written=written, files_changed=changed)
+
+    async def _index_overlay(self, project: str, repo: GitRepo, branch: str, commit: str,
+                             base: str) -> dict[str, Any]:
+        """The overlay of `branch` at `commit` over the default branch at `base`: only the
+        files that differ, and the paths whose default-branch rows it hides."""
+        name = overlay_name(project, branch)
+        tree = self.tree(project, branch)
+        changes = await asyncio.to_thread(repo.changes, base, commit)
+        await asyncio.to_thread(shutil.rmtree, tree, True)
+        await asyncio.to_thread(repo.export, commit, tree, [c.path for c in changes if not c.gone])
+        await asyncio.to_thread(self.fathom.records.update, name, watch=False, lenders=[project],
+                                overlay={"of": project, "branch": branch, "commit": commit,
+                                         "base": base, "shadows": sorted(c.path for c in changes)})
+        report = await self.fathom.index(tree, name, reason="git")
+        return _summary(report, commit, files_changed=len(changes))
+
+    # ---- staying fresh
+
+    async def sync(self, project: str, branches: Sequence[str] | None = None) -> dict[str, Any]:
+        """Fetch, and re-index every tracked branch (or those named) whose commit moved."""
+        git = await asyncio.to_thread(self.record, project)
+        wanted = [b for b in (branches if branches is not None else git["branches"])
+                  if b in git["branches"]]
+        repo = self.repo(project, git["url"])
+        done: dict[str, Any] = {}
+        async with self.lock(project):
+            if not wanted:
+                return {"project": project, "branches": done}
+            # A branch deleted on the remote is dropped here (its index, files and ref); the
+            # default branch is the project itself: its deletion is refused, and it keeps serving.
+            heads = await asyncio.to_thread(repo.remote_heads)
+            if git["default"] not in heads:
+                await asyncio.to_thread(repo.check_branches, [git["default"]])
+            for branch in [b for b in wanted if b not in heads]:
+                await self._drop_overlay(project, branch)
+                git = await asyncio.to_thread(self.record, project)
+                git["branches"].pop(branch, None)
+                await self._save(project, git)
+                await asyncio.to_thread(repo.forget, branch)
+                done[branch] = {"deleted": True}
+            wanted = [b for b in wanted if b in heads]
+            commits = await asyncio.to_thread(repo.fetch, wanted)
+            # The default branch first: the overlays are re-based on its new commit.
+            for branch in sorted(wanted, key=lambda b: b != git["default"]):
+                current = (await asyncio.to_thread(self.record, project))["branches"].get(branch)
+                if current == commits[branch]:
+                    done[branch] = {"commit": current, "unchanged": True}
+                    continue
+                done[branch] = await self._index_branch(project, repo, branch, commits[branch])
+        return {"project": project, "branches": done}
+
+    def webhook_secret(self, project: str) -> str | None:
+        try:
+            return (self.folder(project) / "webhook.secret").read_text().strip() or None
+        except OSError:
+            return None
+
+    async def webhook(self, project: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
+        """A push event: verified against the project's secret before anything is read from
+        it, then the pushed branch (when tracked) is synced."""
+        secret = await asyncio.to_thread(self.webhook_secret, project)
+        if secret is None or not signature_ok(secret, headers, body):
+            raise WebhookRefused("webhook refused: no valid signature for this project; set the "
+                                 "secret `fathom projects add` showed in the forge's webhook "
+                                 "settings (content type application/json)")
+        branch = pushed_branch(body)
+        git = await asyncio.to_thread(self.record, project)
+        if branch is None or branch not in git["branches"]:
+            return {"project": project, "branch": branch, "synced": False,
+                    "reason": "not a push to a tracked branch"}
+        result = await self.sync(project, [branch])
+        return {"project": project, "branch": branch, "synced": True, **result}
+
+    def due(self, last: Mapping[str, float]) -> list[str]:
+        """The git projects whose poll interval has passed since `last` synced them."""
+        now = self.clock()
+        out = []
+        for name, record in self.fathom.records.load().items():
+            poll = (record.get("git") or {}).get("poll_s")
+            if poll and now - last.get(name, float("-inf")) >= poll:
+                out.append(name)
+        return out
+
+    async def poll_once(self, last: dict[str, float]) -> list[str]:
+        """Sync every project that is due; a failure is logged and retried at its next turn."""
+        synced = []
+        for name in await asyncio.to_thread(self.due, last):
+            last[name] = self.clock()
+            try:
+                await self.sync(name)
+                synced.append(name)
+            except FathomError as exc:
+                log.warning("git poll of %s failed: %s", name, exc)
+            except Exception:  # the loop outlives any one project's failure
+                log.exception("git poll of %s failed", name)
+        return synced
+
+    async def poll_forever(self, sleep: Callable[[float], Any] = asyncio.sleep,
+                           step_s: float = 5.0) -> None:
+        last: dict[str, float] = {}
+        while True:
+            await self.poll_once(last)
+            await sleep(step_s)
+
+    # ---- searching at a ref
+
+    def resolve(self, project: str, ref: str | None) -> tuple[str, str]:
+        """(branch, commit) a search at `ref` reads: a tracked branch, or a tag or commit id
+        that is a tracked branch's indexed commit."""
+        git = self.record(project)
+        branches: dict[str, str] = git["branches"]
+        if ref is None or ref in branches:
+            branch = ref or git["default"]
+            return branch, branches[branch]
+        if isinstance(ref, str) and 0 < len(ref) <= 200 and not ref.startswith("-"):
+            try:
+                commit = self.repo(project, git["url"]).resolve(ref)
+            except FathomError:
+                commit = ""
+            for branch, at in branches.items():
+                if commit and at == commit:
+                    return branch, at
+        raise UnknownRef(f"ref {str(ref)[:80]!r} of {project} is not indexed: search a tracked "
+                         f"branch ({', '.join(branches)}), a tag or commit one of them is at, or "
+                         f"track the branch with `fathom projects track {project} BRANCH`")
+
+    async def search(self, query: str, project: str, ref: str | None, table: str = "code",
+                     k: int = 10, *, where: SearchFilter | None = None) -> Noted:
+        """The best `k` hits at `ref` (no reranker stage), each with the commit it comes from."""
+        found = await self.ranking(query, project, ref, table, k, where=where, rerank=False)
+        return Noted(found.hits, found.notes)
+
+    async def ranking(self, query: str, project: str, ref: str | None, table: str = "code",
+                      k: int = 10, *, where: SearchFilter | None = None, reranker: Any = None,
+                      rerank: bool = True) -> Ranking:
+        """The search pipeline at `ref`: a branch's overlay and the default branch (less the
+        paths the overlay shadows) are searched as one, on one fused scale; every hit carries
+        its commit. Hits of an overlay name the overlay project (`read_code` reads them there)."""
+        search_mod.check_search(query, table, k)
+        if not await asyncio.to_thread(self.fathom.store.has_project, project):
+            known = await asyncio.to_thread(self.fathom.store.list_projects)
+            raise UnknownProject(project, [p.name for p in known])
+        branch, commit = await asyncio.to_thread(self.resolve, project, ref)
+        git = await asyncio.to_thread(self.record, project)
+        names, shadows = [project], set()
+        held = scope.current()
+        if branch != git["default"]:
+            name = overlay_name(project, branch)
+            overlay = (await asyncio.to_thread(self.fathom.records.get, name) or {}).get("overlay")
+            shadows = set((overlay or {}).get("shadows") or ())
+            with scope.within(None if held is None else held | {name}):
+                if await asyncio.to_thread(self.fathom.store.has_project, name):
+                    names.append(name)
+        view = BranchView(self.fathom, names)
+        wide = min(MAX_K, k + len(shadows))  # room for the hits the shadows take out
+        with scope.within(None if held is None else held | set(names)):
+            if rerank:
+                found = await search_mod.pipeline(view, query, None, table, wide, where=where,
+                                                  reranker=reranker)
+            else:
+                hits = await search_mod.retrieve(view, query, None, table, wide, where=where)
+                found = Ranking(list(hits), reranked=False, notes=tuple(hits.notes))
+        kept = [replace(h, commit=commit) for h in found.hits
+                if not (h.project == project and h.path in shadows)][:k]
+        return replace(found, hits=kept)
+
+
+class BranchView:
+    """A search's view of one branch: the default branch's project and the branch's overlay,
+    as the projects a search over "every project" reads (`search.Searchable`)."""
+
+    def __init__(self, fathom: Any, names: list[str]):
+        self.fathom, self.names = fathom, names
+
+    @property
+    def store(self) -> Any:
+        return self.fathom.store
+
+    def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]:
+        return list(self.names), []
+
+    def encoder_for(self, table: str, project: str | None = None) -> Any:
+        return self.fathom.encoder_for(table, project)
+
+
+def _summary(report: Any, commit: str, **extra: Any) -> dict[str, Any]:
+    return {"commit": commit, "files": report.files, "chunks": report.chunks,
+            "embedded": report.embedded, "reused": report.reused, "carried": report.carried,
+            "deleted": report.deleted, **extra}

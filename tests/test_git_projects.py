@@ -1,0 +1,416 @@
+"""Projects from git, branch by branch: real bare repositories served over file:// and over HTTP
+(`git http-backend` on 127.0.0.1), the real MiniLM encoder, a real LanceDB store."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import hmac
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp import Client
+from typer.testing import CliRunner
+
+from fathom.cli import app
+from fathom.config import Settings
+from fathom.fleet.hub import Hub
+from fathom.index.chunking import chunk_file, fit_tokens
+from fathom.index.git_source import (
+    GitAuthFailed,
+    GitBranchMissing,
+    GitRemoteInvalid,
+    GitRemoteNotAllowed,
+    GitUnreachable,
+    check_remote,
+    scrub,
+)
+from fathom.inference.registry import ProviderRegistry
+from fathom.server.app import create_app
+from fathom.server.mcp_tools import build_mcp_server
+from fathom.service import Fathom
+from fathom.service.git_projects import pushed_branch, signature_ok
+from tests.fleet_fixtures import ADMIN, JOIN, serve_in_loop
+from tests.git_fixtures import Remote, git, http_remote
+from tests.retrieval_fixtures import local_encoder  # noqa: F401
+
+TOPICS = ["invoice", "shipment", "customer", "warehouse", "payment", "discount", "refund",
+          "catalog", "inventory", "supplier", "coupon", "address", "session", "report",
+          "currency", "schedule", "basket", "review", "ticket", "audit", "carrier", "voucher",
+          "employee", "contract", "budget", "forecast", "delivery", "quote", "warranty",
+          "subscription", "promotion", "region"]
+
+FEATURE_FUNCTION = '''
+
+def reconcile_ledger_entries(ledger, bank_statement):
+    """Match each ledger entry with the bank statement line of the same amount and date."""
+    unmatched = []
+    for entry in ledger:
+        if not any(line.amount == entry.amount and line.date == entry.date
+                   for line in bank_statement):
+            unmatched.append(entry)
+    return unmatched
+'''
+
+
+def module_text(topic: str) -> str:
+    parts = [f'"""Operations on {topic} records."""\n']
+    for i, verb in enumerate(["create", "load", "update", "archive", "validate", "summarise"]):
+        parts.append(f'''
+
+def {verb}_{topic}(store, record_id, payload=None):
+    """{verb.capitalize()} one {topic} record ({i}): look it up, check its fields, save it."""
+    record = store.get("{topic}", record_id) or {{}}
+    if payload:
+        record.update({{k: v for k, v in payload.items() if k != "id"}})
+    record["{verb}_count"] = record.get("{verb}_count", 0) + {i + 1}
+    store.put("{topic}", record_id, record)
+    return record
+''')
+    return "".join(parts)
+
+
+def build_remote(root: Path) -> Remote:
+    remote = Remote(root)
+    remote.commit({f"shop/{t}.py": module_text(t) for t in TOPICS}
+                  | {"README.md": "# Shop\n\nA shop's back office.\n"}, "first")
+    remote.branch("feature")
+    remote.commit({"shop/payment.py": module_text("payment") + FEATURE_FUNCTION}, "ledger",
+                  branch="feature")
+    return remote
+
+
+def size_of(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def settings_for(tmp_path: Path, remotes: str) -> Settings:
+    return Settings(data_dir=tmp_path / "data", git_remotes=remotes)
+
+
+def symbols(hits) -> set[str]:
+    return {h.symbol for h in hits if h.symbol}
+
+
+QUERY = "reconcile ledger entries with the bank statement"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["file", "http"])
+def test_two_branches_share_vectors_and_storage_and_search_by_ref(
+        tmp_path, local_encoder, transport):  # noqa: F811
+    remote = build_remote(tmp_path)
+    with http_remote(tmp_path) as base:
+        url = remote.file_url if transport == "file" else base + "remote.git"
+        fathom = Fathom(settings_for(tmp_path, url.rsplit("/", 1)[0] + "/"), encoder=local_encoder)
+
+        async def scenario():
+            added = await fathom.git.add("shop", url, ["main"])
+            one_branch = size_of(tmp_path / "data")
+            tracked = await fathom.git.track("shop", "feature")
+            two_branches = size_of(tmp_path / "data")
+            at_feature = await fathom.git.search(QUERY, "shop", "feature", k=5)
+            at_main = await fathom.git.search(QUERY, "shop", None, k=5)
+            by_commit = await fathom.git.search(QUERY, "shop", tracked["commit"], k=5)
+            return added, tracked, one_branch, two_branches, at_feature, at_main, by_commit
+
+        added, tracked, one, two, at_feature, at_main, by_commit = asyncio.run(scenario())
+        await_close(fathom)
+    assert added["reports"]["main"]["embedded"] == added["reports"]["main"]["chunks"] > 100
+    assert "reconcile_ledger_entries" in symbols(at_feature)
+    assert "reconcile_ledger_entries" not in symbols(at_main)
+    assert symbols(by_commit) == symbols(at_feature)
+    assert {h.commit for h in at_feature} == {tracked["commit"]}
+    assert {h.commit for h in at_main} == {added["branches"]["main"]}
+    # Only the chunks of payment.py whose text main does not have were embedded.
+    tokens = local_encoder.token_counter()
+    old = {c.content_hash for c in fit_tokens(chunk_file("shop/payment.py", module_text("payment")),
+                                              tokens)[0]}
+    new = fit_tokens(chunk_file("shop/payment.py", module_text("payment") + FEATURE_FUNCTION),
+                     tokens)[0]
+    differing = [c for c in new if c.content_hash not in old]
+    assert 0 < len(differing) < len(new)
+    assert tracked["embedded"] == len(differing)
+    assert tracked["carried"] == len(new) - len(differing)
+    # Two branches that differ in one file cost less than 1.1x the storage of one.
+    assert two < 1.1 * one, (one, two)
+
+
+def await_close(fathom: Fathom) -> None:
+    asyncio.run(fathom.aclose())
+
+
+def sign(secret: str, body: bytes) -> dict[str, str]:
+    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return {"X-Hub-Signature-256": f"sha256={digest}"}
+
+
+@pytest.mark.slow
+async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_changes_nothing(
+        tmp_path, local_encoder):  # noqa: F811
+    """Over the real server on 127.0.0.1: the admin API adds the project, the forge's webhook
+    route syncs a signed push and answers 401 to anything else, changing nothing."""
+    remote = build_remote(tmp_path)
+    settings = settings_for(tmp_path, remote.file_url)
+    registry = ProviderRegistry()
+    service = Fathom(settings, encoder=local_encoder, registry=registry)
+    app = create_app(settings, registry=registry, hub=Hub(settings.data_dir, registry=registry,
+                                                          join_tokens=(JOIN,)),
+                     admin_token=ADMIN, service=service)
+    query = "apply a loyalty bonus to the customer's points balance"
+    async with serve_in_loop(app) as url, httpx.AsyncClient(base_url=url, timeout=120) as http:
+        auth = {"Authorization": f"Bearer {ADMIN}"}
+        assert (await http.post("/admin/projects/git", json={"name": "shop", "url": remote.file_url,
+                                                             "branches": ["main"]})).status_code == 401
+        added = (await http.post("/admin/projects/git", headers=auth, json={
+            "name": "shop", "url": remote.file_url, "branches": ["main", "feature"]})).json()
+        secret = added["webhook_secret"]
+        pushed = remote.commit({"shop/loyalty.py": '''
+def apply_loyalty_bonus(customer, points):
+    """Add bonus points to the customer's loyalty balance."""
+    customer.points_balance += points * 2
+    return customer.points_balance
+'''}, "loyalty")
+        body = json.dumps({"ref": "refs/heads/main", "after": pushed}).encode()
+        for headers in ({}, sign("not-the-secret", body), {"X-Gitlab-Token": "wrong"},
+                        {"X-Gitea-Signature": "0" * 64}):
+            refused = await http.post("/hooks/git/shop", content=body, headers=headers)
+            assert refused.status_code == 401 and secret not in refused.text
+        unknown = await http.post("/hooks/git/nothing", content=body, headers=sign(secret, body))
+        assert unknown.status_code == 401
+        before = await service.git.search(query, "shop", None, k=5)
+        assert service.records.get("shop")["git"]["branches"]["main"] == added["branches"]["main"]
+        answer = (await http.post("/hooks/git/shop", content=body, headers=sign(secret, body))).json()
+        after = await service.git.search(query, "shop", None, k=5)
+        at_feature = await service.git.search(query, "shop", "feature", k=5)
+        searched = (await http.post("/admin/search", headers=auth, json={
+            "query": QUERY, "project": "shop", "ref": "feature", "k": 5})).json()
+        again = (await http.post("/admin/projects/shop/sync", headers=auth)).json()
+        dropped = await http.delete("/admin/projects/shop/branches/feature", headers=auth)
+    await service.aclose()
+    assert "reconcile_ledger_entries" in {r["symbol"] for r in searched["results"]}
+    assert {r["commit"] for r in searched["results"]} == {added["branches"]["feature"]}
+    assert all(b["unchanged"] for b in again["branches"].values())
+    assert dropped.status_code == 200 and not service.store.has_project("shop@feature")
+    assert "apply_loyalty_bonus" not in symbols(before)
+    assert answer["synced"] and answer["branches"]["main"]["commit"] == pushed
+    # Diff-driven: one file changed, and only its new function was embedded (its code chunk,
+    # and its docstring in the docs table); nothing else of the project.
+    assert answer["branches"]["main"]["files_changed"] == 1
+    assert answer["branches"]["main"]["files"] == 1  # no full walk: only that file was read
+    assert answer["branches"]["main"]["chunks"] == 2 and answer["branches"]["main"]["deleted"] == 0
+    assert answer["branches"]["main"]["embedded"] == 2
+    assert "apply_loyalty_bonus" in symbols(after)
+    assert {h.commit for h in after} == {pushed}
+    # The feature branch, re-based on the new main, still does not have the file (it was
+    # never merged there): the overlay shadows it.
+    assert "apply_loyalty_bonus" not in symbols(at_feature)
+    assert {h.commit for h in at_feature} == {added["branches"]["feature"]}
+    secret_file = tmp_path / "data" / "git" / "shop" / "webhook.secret"
+    assert secret_file.stat().st_mode & 0o077 == 0
+    log_text = "".join(p.read_text(errors="replace") for p in (tmp_path / "data").rglob("*.log"))
+    assert secret not in log_text
+
+
+@pytest.mark.slow
+def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, local_encoder):  # noqa: F811
+    remote = build_remote(tmp_path)
+    prefix = remote.file_url
+    fathom = Fathom(settings_for(tmp_path, f"{prefix} http://127.0.0.1:"), encoder=local_encoder)
+
+    async def scenario():
+        await fathom.git.add("shop", remote.file_url, ["main"])
+        errors = {}
+        for label, call in {
+            "invalid": lambda: fathom.git.add("x1", "not a url", ["main"]),
+            "not allowed": lambda: fathom.git.add("x2", "https://elsewhere.example/r.git", ["main"]),
+            "unreachable": lambda: fathom.git.add("x3", "http://127.0.0.1:9/nothing.git", ["main"]),
+            "missing branch": lambda: fathom.git.track("shop", "no-such-branch"),
+        }.items():
+            try:
+                await call()
+            except Exception as exc:  # noqa: BLE001 - the type is what is checked
+                errors[label] = exc
+        hits = await fathom.git.search("create one invoice record", "shop", None, k=3)
+        return errors, hits
+
+    errors, hits = asyncio.run(scenario())
+    assert isinstance(errors["invalid"], GitRemoteInvalid)
+    assert isinstance(errors["not allowed"], GitRemoteNotAllowed)
+    assert "FATHOM_GIT_REMOTES" in str(errors["not allowed"])
+    assert isinstance(errors["unreachable"], GitUnreachable)
+    assert isinstance(errors["missing branch"], GitBranchMissing)
+    assert "no-such-branch" in str(errors["missing branch"])
+    assert hits and "invoice" in hits[0].path
+    names = {p.name for p in fathom.projects()}
+    assert names == {"shop"}  # nothing was added by a refused call
+    with http_remote(tmp_path, credentials=("alice", "s3cret-token")) as base:
+        token_fathom = Fathom(Settings(data_dir=tmp_path / "data2", git_remotes=base,
+                                       git_token="wrong-token-canary", git_username="alice"),
+                              encoder=local_encoder)
+        with pytest.raises(GitAuthFailed) as bad:
+            asyncio.run(token_fathom.git.add("priv", base + "remote.git", ["main"]))
+        assert "wrong-token-canary" not in str(bad.value) and "FATHOM_GIT_TOKEN" in str(bad.value)
+        written = b"".join(p.read_bytes() for p in (tmp_path / "data2").rglob("*") if p.is_file())
+        assert b"wrong-token-canary" not in written and b"priv" not in written  # nothing was added
+    # The right token clones a small private remote; once the token is wrong, a sync is
+    # refused with the typed error and the indexed branch keeps serving.
+    small = Remote(tmp_path / "private")
+    small.commit({"vault.py": "def unseal_vault(key):\n    return key[::-1]\n"}, "vault")
+    with http_remote(tmp_path / "private", credentials=("alice", "s3cret-token")) as base:
+        data3 = tmp_path / "data3"
+        good = Fathom(Settings(data_dir=data3, git_remotes=base, git_token="s3cret-token",
+                               git_username="alice"), encoder=local_encoder)
+        asyncio.run(good.git.add("priv", base + "remote.git", ["main"]))
+        await_close(good)
+        small.commit({"vault.py": "def reseal_vault(key):\n    return key\n"}, "reseal")
+        wrong = Fathom(Settings(data_dir=data3, git_remotes=base, git_token="wrong-token-canary",
+                                git_username="alice"), encoder=local_encoder)
+        with pytest.raises(GitAuthFailed):
+            asyncio.run(wrong.git.sync("priv"))
+        hits = asyncio.run(wrong.git.search("unseal the vault", "priv", None, k=3))
+        assert hits[0].symbol == "unseal_vault"
+        await_close(wrong)
+        written = b"".join(p.read_bytes() for p in data3.rglob("*") if p.is_file())
+        sent = base64.b64encode(b"alice:s3cret-token")  # the header git sends
+        assert b"s3cret-token" not in written and b"wrong-token-canary" not in written
+        assert sent not in written
+    await_close(fathom)
+
+
+def test_remote_urls_are_checked_and_scrubbed():
+    allowed = ["https://git.example.com/team/"]
+    assert check_remote("https://git.example.com/team/app.git", allowed)
+    with pytest.raises(GitRemoteInvalid, match="FATHOM_GIT_TOKEN"):
+        check_remote("https://bob:hunter2@git.example.com/team/app.git", allowed)
+    with pytest.raises(GitRemoteNotAllowed):
+        check_remote("https://git.example.com/other/app.git", allowed)
+    with pytest.raises(GitRemoteInvalid):
+        check_remote("ftp://git.example.com/team/app.git", ["ftp://"])
+    assert "hunter2" not in scrub("fatal: https://bob:hunter2@host/x.git not found")
+
+
+def test_webhook_signatures_of_each_forge():
+    body = b'{"ref": "refs/heads/main"}'
+    digest = hmac.new(b"s", body, hashlib.sha256).hexdigest()
+    assert signature_ok("s", {"X-Hub-Signature-256": f"sha256={digest}"}, body)
+    assert signature_ok("s", {"X-Gitea-Signature": digest}, body)
+    assert signature_ok("s", {"X-Gitlab-Token": "s"}, body)
+    assert not signature_ok("s", {"X-Hub-Signature-256": f"sha256={digest}"}, body + b" ")
+    assert not signature_ok("s", {}, body)
+    assert pushed_branch(body) == "main" and pushed_branch(b'{"ref": "refs/tags/v1"}') is None
+
+
+@pytest.mark.slow
+async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
+        tmp_path, local_encoder, monkeypatch):  # noqa: F811
+    remote = build_remote(tmp_path)
+    settings = settings_for(tmp_path, remote.file_url)
+    fathom = Fathom(settings, encoder=local_encoder)
+    cli = CliRunner()
+
+    def invoke(*args: str) -> str:
+        result = cli.invoke(app, list(args), obj={"fathom": fathom}, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    # The CLI runs the service's coroutines on its own loop: a worker thread here.
+    added = await asyncio.to_thread(invoke, "projects", "add", "shop", "--git", remote.file_url,
+                                    "--branch", "main")
+    assert "webhook secret" in added and "main" in added
+    listed = await asyncio.to_thread(invoke, "projects")
+    assert "shop" in listed
+    await asyncio.to_thread(invoke, "projects", "track", "shop", "feature")
+    found = await asyncio.to_thread(invoke, "search", QUERY, "--project", "shop", "--ref", "feature")
+    assert "reconcile_ledger_entries" in found
+    commit = fathom.records.get("shop")["git"]["branches"]["feature"]
+    assert commit[:12] in found
+
+    async with Client(build_mcp_server(fathom)) as client:
+        at_feature = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
+                                                            "ref": "feature", "k": 5})
+        assert not at_feature.is_error
+        results = at_feature.structured_content["results"]
+        assert "reconcile_ledger_entries" in {r["symbol"] for r in results}
+        assert {r["commit"] for r in results} == {commit}
+        at_main = await client.call_tool("search_code", {"query": QUERY, "project": "shop", "k": 5})
+        assert "reconcile_ledger_entries" not in {r["symbol"] for r in at_main.structured_content["results"]}
+        main_commit = fathom.records.get("shop")["git"]["branches"]["main"]
+        assert {r["commit"] for r in at_main.structured_content["results"]} == {main_commit}
+        missing = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
+                                                         "ref": "no-such-ref"})
+        assert missing.is_error and "track" in missing.content[0].text
+        refused = await client.call_tool("add_git_project", {"project": "other",
+                                                             "url": "https://elsewhere.example/x.git"})
+        assert refused.is_error and "FATHOM_GIT_REMOTES" in refused.content[0].text
+
+    # A branch deleted on the remote is dropped by the next sync; the others keep serving.
+    remote.branch("short")
+    await asyncio.to_thread(invoke, "projects", "track", "shop", "short")
+    assert "short" in fathom.records.get("shop")["git"]["branches"]
+    git("push", "--quiet", "origin", "--delete", "short", cwd=remote.work)
+    assert "deleted on the remote" in await asyncio.to_thread(invoke, "projects", "sync", "shop")
+    assert "short" not in fathom.records.get("shop")["git"]["branches"]
+    assert fathom.records.get("shop@short") is None
+    assert "reconcile_ledger_entries" in symbols(await fathom.git.search(QUERY, "shop", "feature"))
+    await asyncio.to_thread(invoke, "projects", "untrack", "shop", "feature")
+    assert not fathom.store.has_project("shop@feature")
+    assert not (tmp_path / "data" / "git" / "shop" / "trees" / "feature").exists()
+    remote.commit({"shop/refund.py": None}, "drop refunds")
+    synced = await asyncio.to_thread(invoke, "projects", "sync", "shop")
+    assert "main" in synced
+    hits = await fathom.git.search("refund one record", "shop", None, k=10)
+    assert all(h.path != "shop/refund.py" for h in hits)
+    await asyncio.to_thread(invoke, "drop", "shop", "--yes")
+    assert not (tmp_path / "data" / "git" / "shop").exists()
+    await fathom.aclose()
+
+
+def test_the_poll_loop_syncs_each_project_when_its_interval_has_passed(tmp_path, caplog):
+    """The poll's timing runs on an injected clock; a sync that fails (an unreachable remote)
+    is logged and retried at the project's next turn, and the others still run."""
+    from types import SimpleNamespace
+
+    from fathom.service.git_projects import GitProjects
+    from fathom.service.projects import ProjectRecords
+
+    now = [1000.0]
+    records = ProjectRecords(tmp_path)
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=tmp_path,
+                                                                  git_remotes="file://"))
+    git = GitProjects(service, clock=lambda: now[0])
+    gone = (tmp_path / "gone.git").as_uri()
+    records.put("polled", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40},
+                                   "poll_s": 60.0}})
+    records.put("hooked", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40},
+                                   "poll_s": None}})
+    records.put("plain", {"root": str(tmp_path)})
+    last: dict[str, float] = {}
+    assert git.due(last) == ["polled"]
+    assert asyncio.run(git.poll_once(last)) == []  # unreachable: logged, not raised
+    assert last == {"polled": 1000.0} and "git poll of polled failed" in caplog.text
+    assert "gone.git" in caplog.text and git.due(last) == []
+    now[0] += 59.0
+    assert git.due(last) == []
+    now[0] += 1.0
+    assert git.due(last) == ["polled"]
+
+
+def test_a_link_out_of_the_tree_is_skipped_and_the_other_files_come(tmp_path):
+    from fathom.index.git_source import Credentials, GitRepo
+
+    remote = Remote(tmp_path)
+    (remote.work / "src").mkdir()
+    (remote.work / "src" / "escape").symlink_to("/etc/passwd")
+    (remote.work / "src" / "up").symlink_to("../../../outside")
+    commit = remote.commit({"src/app.py": "def run():\n    return 1\n"}, "links")
+    repo = GitRepo(tmp_path / "clone.git", remote.file_url, Credentials())
+    assert repo.fetch(["main"]) == {"main": commit}
+    out = tmp_path / "tree"
+    repo.export(commit, out)
+    assert (out / "src" / "app.py").read_text().startswith("def run")
+    assert not (out / "src" / "escape").exists() and not (out / "src" / "escape").is_symlink()
+    assert not (out / "src" / "up").is_symlink()
