@@ -2,8 +2,12 @@
 local MiniLM model folder, file-level MRR@10 and hit@3, in one run.
 
     /usr/bin/python3 -m venv /tmp/peer-venv
-    /tmp/peer-venv/bin/pip install torch==2.13.0 'cocoindex-code[embeddings-local]'
-    HF_HUB_OFFLINE=1 .venv/bin/python bench/peer_side_by_side.py --peer-python /tmp/peer-venv/bin/python
+    /tmp/peer-venv/bin/pip install torch==2.13.0
+    /tmp/peer-venv/bin/pip install cocoindex-code==0.2.42 sentence-transformers==6.3.0 transformers==5.25.0
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/peer_side_by_side.py --ranks     # ~6 min on 2 loaded cores
+
+(its `embeddings-local` extra names a cocoindex extra that cocoindex 1.0.26 no longer has, so
+sentence-transformers is named; `--peer-python` points at another virtualenv.)
 
 The peer runs in its own virtualenv (its vector store is a SQLite extension, so it needs a
 Python whose sqlite3 can load extensions, such as Debian's `/usr/bin/python3`), as a
