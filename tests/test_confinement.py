@@ -163,6 +163,9 @@ async def test_a_project_folder_swapped_for_a_link_outside_the_roots_stops_its_s
 async def test_a_token_that_may_index_indexes_no_other_projects_folder(roots: Operator):
     op, allowed = roots, roots.tmp / "allowed"
     bob = await token(op, "bob", ["alpha"], can_index=True)
+    for name in ("alpha", "beta"):  # the live sync's first pass writes the records: let it end
+        await wait_for(lambda n=name: (s := sync_of(op, n)) is not None and s.state == "watching"
+                       and s.syncs >= 1, what=f"{name} watched")
     records = (op.data_dir / "projects.json")
     before = records.read_text() if records.exists() else None
     beta_rows = op.app.state.service.store.table_info("beta", "code").rows
