@@ -208,3 +208,42 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
 def test_a_call_is_its_callees_last_name_with_or_without_type_arguments(language, source, calls):
     found = extract(source, language)
     assert [o.name for o in found.occurrences if o.use == "call"] == calls
+
+
+def test_references_read_one_snapshot_while_a_refresh_forgets_a_file(tmp_path: Path,
+                                                                     monkeypatch):
+    """A refresh that forgets a file between the references query's statements changes
+    nothing it answers: rows and the lines they are on come from one snapshot."""
+    import sqlite3
+    from contextlib import contextmanager
+
+    store = RowStore({"a.py": "def one():\n    return two()\n",
+                      "b.py": "def three():\n    two()\n"})
+    table = SymbolTable(tmp_path / "symbols.sqlite")
+    table.refresh(store, "p")
+    opened = table._connect
+    seen: list[str] = []
+
+    def trace(statement: str) -> None:
+        # Once the references have been selected, another writer forgets a.py.
+        if any("FROM refs" in s for s in seen) and not any(s == "forgot" for s in seen):
+            seen.append("forgot")
+            other = sqlite3.connect(tmp_path / "symbols.sqlite")
+            with other:
+                for name in ("files", "symbols", "refs"):
+                    other.execute(f"DELETE FROM {name} WHERE path = 'a.py'")
+            other.close()
+        seen.append(statement)
+
+    @contextmanager
+    def traced():
+        with opened() as conn:
+            conn.set_trace_callback(trace)
+            yield conn
+
+    monkeypatch.setattr(table, "_connect", traced)
+    refs, _ = table.references(["p"], "two")
+    assert "forgot" in seen  # the other writer did land between the statements
+    assert [(r.path, r.text) for r in refs] == [("a.py", "return two()"), ("b.py", "two()")]
+    monkeypatch.undo()
+    assert [r.path for r in table.references(["p"], "two")[0]] == ["b.py"]

@@ -216,23 +216,31 @@ class SymbolTable:
         path, line); and whether more than `MAX_REFERENCES` were found (the rest left out)."""
         order = " ".join(f"WHEN '{u}' THEN {i}" for i, u in enumerate(USES))
         with self._connect() as conn:
+            # One read transaction: the rows and the file texts come from one snapshot, so a
+            # refresh that rewrites or forgets a file meanwhile changes neither.
+            conn.execute("BEGIN")
             rows = conn.execute(
                 f"SELECT r.project, r.path, f.language, r.name, r.line, r.col, r.use, "
                 f"r.enclosing FROM refs AS r JOIN files AS f ON f.project = r.project AND "
                 f"f.path = r.path WHERE r.name = ? AND r.project IN ({_marks(projects)}) "
                 f"ORDER BY CASE r.use {order} END, r.project, r.path, r.line, r.col LIMIT ?",
                 [name, *projects, MAX_REFERENCES + 1]).fetchall()
-            texts: dict[tuple[str, str], list[str]] = {}
-            out = []
-            for project, path, language, ref, line, col, use, enclosing in rows[:MAX_REFERENCES]:
-                lines = texts.get((project, path))
-                if lines is None:
-                    text = conn.execute("SELECT text FROM files WHERE project = ? AND path = ?",
-                                        (project, path)).fetchone()[0]
-                    lines = texts[(project, path)] = text.split("\n")
-                at = lines[line - 1].strip() if line <= len(lines) else ""
-                out.append(ReferenceRow(project, path, language, ref, line, col, use,
-                                        enclosing, at))
+            wanted: dict[tuple[str, str], set[int]] = defaultdict(set)
+            for row in rows[:MAX_REFERENCES]:
+                wanted[(row[0], row[1])].add(row[4])
+            # Only the lines a reference is on are kept, one file's text read at a time.
+            at: dict[tuple[str, str], dict[int, str]] = {}
+            for (project, path), lines in wanted.items():
+                found = conn.execute("SELECT text FROM files WHERE project = ? AND path = ?",
+                                     (project, path)).fetchone()
+                if found is not None:
+                    text = found[0].split("\n")
+                    at[(project, path)] = {n: text[n - 1].strip() if n <= len(text) else ""
+                                           for n in lines}
+        out = [ReferenceRow(project, path, language, ref, line, col, use, enclosing,
+                            at[(project, path)][line])
+               for project, path, language, ref, line, col, use, enclosing in rows[:MAX_REFERENCES]
+               if (project, path) in at]
         return out, len(rows) > MAX_REFERENCES
 
     def files(self, projects: Sequence[str]) -> list[tuple[str, str]]:
