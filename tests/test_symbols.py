@@ -247,3 +247,42 @@ def test_references_read_one_snapshot_while_a_refresh_forgets_a_file(tmp_path: P
     assert [(r.path, r.text) for r in refs] == [("a.py", "return two()"), ("b.py", "two()")]
     monkeypatch.undo()
     assert [r.path for r in table.references(["p"], "two")[0]] == ["b.py"]
+
+
+def test_a_refresh_parses_outside_its_write_transaction(tmp_path: Path, monkeypatch):
+    """While a refresh parses, another writer (another project's refresh) is never locked
+    out: the write transaction only deletes and inserts, a batch of files at a time."""
+    import sqlite3
+
+    import fathom.index.symbols.table as table_module
+
+    path = tmp_path / "symbols.sqlite"
+    table = SymbolTable(path)
+    parse = table_module.extract
+    free: list[bool] = []
+
+    def checked(text: str, language: str):
+        other = sqlite3.connect(path, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # fails at once if the write lock is held
+            other.rollback()
+            free.append(True)
+        except sqlite3.OperationalError:
+            free.append(False)
+        finally:
+            other.close()
+        return parse(text, language)
+
+    monkeypatch.setattr(table_module, "extract", checked)
+    monkeypatch.setattr(table_module, "FILES_PER_WRITE", 2, raising=False)
+    store = RowStore({f"m{i}.py": f"def f{i}():\n    return g()\n" for i in range(5)})
+    table.refresh(store, "p")
+    table.refresh(store, "p")  # unchanged: nothing parsed again
+    assert free == [True] * 5
+    assert len(table.references(["p"], "g")[0]) == 5
+    assert [r.path for r in table.definitions(["p"], "f4")] == ["m4.py"]
+    del store.files["m0.py"]
+    store.files["m1.py"] = "def h():\n    pass\n"
+    again = table.refresh(store, "p")
+    assert (again.parsed, again.forgotten) == (1, 1)
+    assert len(table.references(["p"], "g")[0]) == 3

@@ -28,12 +28,14 @@ from typing import Any
 
 from fathom.index.chunkers.languages import detect_language
 from fathom.index.reading import assemble
-from fathom.index.symbols.extract import LANGUAGES, USES, extract
+from fathom.index.symbols.extract import LANGUAGES, USES, FileSymbols, extract
 
 # How many chunk ids one read of the store asks for (a query's IN list stays small).
 BATCH = 500
 # The most references one query returns: a name as common as `self` is everywhere.
 MAX_REFERENCES = 5000
+# How many files one refresh parses before it writes them (in one short transaction).
+FILES_PER_WRITE = 200
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS projects (project TEXT PRIMARY KEY, digest TEXT NOT NULL);
@@ -142,20 +144,33 @@ class SymbolTable:
             keys = {path: _digest(sorted(chunk_ids)) for path, chunk_ids in ids.items()}
             changed = [p for p, key in keys.items() if known.get(p) != key]
             gone = [p for p in known if p not in keys]
-            files = self._read(store, project, [i for p in changed for i in ids[p]])
-            with self._connect() as conn:
-                for path in changed + gone:
-                    for table in ("files", "symbols", "refs"):
-                        conn.execute(f"DELETE FROM {table} WHERE project = ? AND path = ?",
-                                     (project, path))
-                for path in changed:
+            # Parsed a batch at a time, outside any write: the write transaction only
+            # deletes and inserts, so it holds the file's lock briefly and memory stays
+            # bounded by one batch. The digest is recorded with the last batch, so a refresh
+            # cut short reads the rest again next time.
+            batches = [changed[i:i + FILES_PER_WRITE]
+                       for i in range(0, len(changed), FILES_PER_WRITE)] or [[]]
+            for n, batch in enumerate(batches):
+                files = self._read(store, project, [i for p in batch for i in ids[p]])
+                parsed = []
+                for path in batch:
                     language, text = files.get(path, (detect_language(path)[0], None))
                     # A file the store no longer holds whole (an index run between the two
                     # reads): kept under an empty key, so the next refresh reads it again.
-                    self._write(conn, project, path, "" if text is None else keys[path],
-                                language, text or "")
-                conn.execute("INSERT OR REPLACE INTO projects (project, digest) VALUES (?, ?)",
-                             (project, digest))
+                    parsed.append((path, "" if text is None else keys[path], language,
+                                   text or "", extract(text or "", language)))
+                del files
+                last = n == len(batches) - 1
+                with self._connect() as conn:
+                    for path in batch + (gone if last else []):
+                        for table in ("files", "symbols", "refs"):
+                            conn.execute(f"DELETE FROM {table} WHERE project = ? AND path = ?",
+                                         (project, path))
+                    for path, key, language, text, found in parsed:
+                        self._write(conn, project, path, key, language, text, found)
+                    if last:
+                        conn.execute("INSERT OR REPLACE INTO projects (project, digest) "
+                                     "VALUES (?, ?)", (project, digest))
             return Refreshed(project, len(changed), len(gone), False)
 
     @staticmethod
@@ -175,10 +190,9 @@ class SymbolTable:
 
     @staticmethod
     def _write(conn: sqlite3.Connection, project: str, path: str, key: str, language: str,
-               text: str) -> None:
+               text: str, found: FileSymbols) -> None:
         conn.execute("INSERT INTO files (project, path, key, language, text) VALUES (?, ?, ?, ?, ?)",
                      (project, path, key, language, text))
-        found = extract(text, language)
         conn.executemany(
             "INSERT INTO symbols VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(project, path, language, d.name, d.qualname, d.kind, d.signature, d.start_line,
