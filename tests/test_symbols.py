@@ -286,3 +286,38 @@ def test_a_refresh_parses_outside_its_write_transaction(tmp_path: Path, monkeypa
     again = table.refresh(store, "p")
     assert (again.parsed, again.forgotten) == (1, 1)
     assert len(table.references(["p"], "g")[0]) == 3
+
+
+class FakeFathom:
+    """What the symbol service reads of `Fathom`: its data dir, the caller's projects, a store."""
+
+    def __init__(self, data_dir: Path, store: RowStore):
+        from types import SimpleNamespace
+        self.settings = SimpleNamespace(data_dir=data_dir)
+        self.store = store
+
+    def searchable(self, project, table):
+        return ["p"], []
+
+
+def test_a_damaged_symbol_table_is_a_typed_error_naming_the_fix(tmp_path: Path):
+    from fathom.errors import StoreError
+    from fathom.index.symbols.table import SymbolTableError
+    from fathom.service import symbols
+
+    fathom = FakeFathom(tmp_path, RowStore({"a.py": "def one():\n    return two()\n"}))
+    assert [r.path for r in symbols.find_symbol(fathom, "one").rows] == ["a.py"]
+    (tmp_path / "symbols.sqlite").write_bytes(b"not a database, garbage " * 400)
+    for wal in ("symbols.sqlite-wal", "symbols.sqlite-shm"):
+        (tmp_path / wal).unlink(missing_ok=True)
+    for call in (lambda: symbols.find_symbol(fathom, "one"),
+                 lambda: symbols.find_references(fathom, "two"),
+                 lambda: symbols.outline(fathom, "a.py")):
+        with pytest.raises(SymbolTableError) as caught:
+            call()
+        assert isinstance(caught.value, StoreError) and not caught.value.busy
+        assert "remove that file (symbols.sqlite in the data dir" in str(caught.value)
+        assert "rebuilds it from the index" in str(caught.value)
+    # The fix the message names works: removed, the table is made again from the index.
+    (tmp_path / "symbols.sqlite").unlink()
+    assert [r.path for r in symbols.find_references(fathom, "two").rows] == ["a.py"]

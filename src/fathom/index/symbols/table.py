@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fathom.errors import StoreError
 from fathom.index.chunkers.languages import detect_language
 from fathom.index.reading import assemble
 from fathom.index.symbols.extract import LANGUAGES, USES, FileSymbols, extract
@@ -94,6 +95,24 @@ class Refreshed:
     unchanged: bool  # the manifest was the one last read: nothing was looked at
 
 
+class SymbolTableError(StoreError):
+    """The symbol table's SQLite file failed: busy past the wait, or unreadable (corrupt,
+    not a database, no permission). It holds nothing the index does not: removing it is safe."""
+
+    def __init__(self, path: Path, exc: sqlite3.Error):
+        self.path, self.detail = Path(path), " ".join(str(exc).split())[:200]
+        self.busy = "locked" in self.detail or "busy" in self.detail
+        if self.busy:
+            message = (f"the symbol table {self.path} stayed locked by another writer for over "
+                       f"30 seconds ({self.detail}): run the same request again")
+        else:
+            message = (f"the symbol table {self.path} cannot be read ({self.detail}): remove "
+                       f"that file (symbols.sqlite in the data dir, with its -wal and -shm "
+                       f"files if present); Fathom rebuilds it from "
+                       f"the index at the next symbol query")
+        super().__init__(message)
+
+
 def _digest(parts: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
@@ -111,11 +130,22 @@ class SymbolTable:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30)
+        """A connection in one transaction; any SQLite failure, here or in the caller's
+        statements, comes out as a `SymbolTableError` naming the fix."""
+        fresh = not self.path.exists()
+        try:
+            conn = sqlite3.connect(self.path, timeout=30)
+        except sqlite3.Error as exc:
+            raise SymbolTableError(self.path, exc) from exc
         try:
             conn.execute("PRAGMA journal_mode=WAL")
+            if fresh:  # new, or removed since (a damaged one): made again, filled by refresh
+                conn.executescript(SCHEMA)
+                self.path.chmod(0o600)
             with conn:  # one transaction: committed whole, or rolled back whole
                 yield conn
+        except sqlite3.Error as exc:
+            raise SymbolTableError(self.path, exc) from exc
         finally:
             conn.close()
 
