@@ -175,7 +175,7 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
     table = SymbolTable(tmp_path / "symbols.sqlite")
     first = table.refresh(store, "p")
     assert (first.parsed, first.forgotten, first.unchanged) == (3, 0, False)
-    assert [(r.path, r.qualname) for r in table.definitions(["p"], "two")] == [("b.py", "two")]
+    assert [(r.path, r.qualname) for r in table.definitions(["p"], "two")[0]] == [("b.py", "two")]
     refs, cut = table.references(["p"], "two")
     assert [(r.path, r.line, r.use, r.enclosing, r.text) for r in refs] == [
         ("a.py", 2, "call", "one", "return two()")] and not cut
@@ -187,10 +187,10 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
     del store.files["a.py"]
     again = table.refresh(store, "p")
     assert (again.parsed, again.forgotten) == (1, 1)  # only the changed file parsed again
-    assert [r.path for r in table.definitions(["p"], "four")] == ["c.py"]
+    assert [r.path for r in table.definitions(["p"], "four")[0]] == ["c.py"]
     assert [(r.qualname, r.start_line) for r in table.outline("p", "b.py")] == [("two", 3), ("Three", 7)]
     assert table.references(["p"], "two")[0] == [] and table.outline("p", "a.py") == []
-    assert table.definitions(["other"], "two") == []  # another project's query sees none
+    assert table.definitions(["other"], "two") == ([], False)  # another project's query sees none
     assert (tmp_path / "symbols.sqlite").stat().st_mode & 0o777 == 0o600
 
 
@@ -280,7 +280,7 @@ def test_a_refresh_parses_outside_its_write_transaction(tmp_path: Path, monkeypa
     table.refresh(store, "p")  # unchanged: nothing parsed again
     assert free == [True] * 5
     assert len(table.references(["p"], "g")[0]) == 5
-    assert [r.path for r in table.definitions(["p"], "f4")] == ["m4.py"]
+    assert [r.path for r in table.definitions(["p"], "f4")[0]] == ["m4.py"]
     del store.files["m0.py"]
     store.files["m1.py"] = "def h():\n    pass\n"
     again = table.refresh(store, "p")
@@ -321,3 +321,20 @@ def test_a_damaged_symbol_table_is_a_typed_error_naming_the_fix(tmp_path: Path):
     # The fix the message names works: removed, the table is made again from the index.
     (tmp_path / "symbols.sqlite").unlink()
     assert [r.path for r in symbols.find_references(fathom, "two").rows] == ["a.py"]
+
+
+def test_definitions_stop_at_a_bound_and_say_so(tmp_path: Path, monkeypatch):
+    """A name defined everywhere (`__init__` across a monorepo) returns the first
+    `MAX_DEFINITIONS` and `truncated`; a qualified name is matched before the bound."""
+    import fathom.index.symbols.table as table_module
+    from fathom.service import symbols
+
+    monkeypatch.setattr(table_module, "MAX_DEFINITIONS", 2, raising=False)
+    source = "".join(f"class C{i}:\n    def __init__(self):\n        pass\n" for i in range(4))
+    fathom = FakeFathom(tmp_path, RowStore({"a.py": source}))
+    found = symbols.find_symbol(fathom, "__init__")
+    assert [r.qualname for r in found.rows] == ["C0.__init__", "C1.__init__"] and found.truncated
+    last = symbols.find_symbol(fathom, "C3.__init__")
+    assert [r.qualname for r in last.rows] == ["C3.__init__"] and not last.truncated
+    exact = symbols.find_symbol(fathom, "C1")
+    assert [r.qualname for r in exact.rows] == ["C1"] and not exact.truncated

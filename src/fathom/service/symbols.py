@@ -69,7 +69,7 @@ class Found:
 
     rows: list[Any]
     notes: list[str] = field(default_factory=list)
-    truncated: bool = False  # more references than the table returns: the first ones only
+    truncated: bool = False  # more rows than the table returns: the first ones only
 
 
 def fresh_projects(fathom: Any, project: str | None) -> tuple[list[str], list[str]]:
@@ -93,12 +93,14 @@ def fresh_projects(fathom: Any, project: str | None) -> tuple[list[str], list[st
 
 def find_symbol(fathom: Any, name: str, *, project: str | None = None, kind: str | None = None,
                 language: str | None = None) -> Found:
-    """Definitions named `name` (or whose qualified name ends with it), by project, path, line."""
+    """Definitions named `name` (or whose qualified name ends with it), by project, path, line,
+    up to the table's bound."""
     dotted = check_name(name)
     _check_filters(kind, language)
     projects, notes = fresh_projects(fathom, project)
-    return Found(table_of(fathom).definitions(projects, dotted, kind=kind, language=language),
-                 notes)
+    rows, truncated = table_of(fathom).definitions(projects, dotted, kind=kind,
+                                                   language=language)
+    return Found(rows, notes, truncated)
 
 
 def find_references(fathom: Any, name: str, *, project: str | None = None) -> Found:

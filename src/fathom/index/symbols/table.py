@@ -35,6 +35,8 @@ from fathom.index.symbols.extract import LANGUAGES, USES, FileSymbols, extract
 BATCH = 500
 # The most references one query returns: a name as common as `self` is everywhere.
 MAX_REFERENCES = 5000
+# The most definitions one query returns: a name as common as `__init__` is in every class.
+MAX_DEFINITIONS = 2000
 # How many files one refresh parses before it writes them (in one short transaction).
 FILES_PER_WRITE = 200
 
@@ -240,20 +242,22 @@ class SymbolTable:
     # ---- queries
 
     def definitions(self, projects: Sequence[str], name: str, *, kind: str | None = None,
-                    language: str | None = None) -> list[SymbolRow]:
+                    language: str | None = None) -> tuple[list[SymbolRow], bool]:
         """Definitions whose qualified name is `name` or ends with `.name`, by project,
-        path and line."""
+        path and line; and whether more than `MAX_DEFINITIONS` were found (the rest left out)."""
         last = name.rsplit(".", 1)[-1]
-        query = f"SELECT * FROM symbols WHERE name = ? AND project IN ({_marks(projects)})"
-        args: list[Any] = [last, *projects]
+        query = (f"SELECT * FROM symbols WHERE name = ? AND project IN ({_marks(projects)}) "
+                 f"AND (qualname = ? OR substr(qualname, -?) = ?)")
+        args: list[Any] = [last, *projects, name, len(name) + 1, "." + name]
         if kind is not None:
             query, args = query + " AND kind = ?", [*args, kind]
         if language is not None:
             query, args = query + " AND language = ?", [*args, language]
         with self._connect() as conn:
             rows = [SymbolRow(*r) for r in conn.execute(
-                query + " ORDER BY project, path, start_line", args).fetchall()]
-        return [r for r in rows if r.qualname == name or r.qualname.endswith("." + name)]
+                query + " ORDER BY project, path, start_line LIMIT ?",
+                [*args, MAX_DEFINITIONS + 1]).fetchall()]
+        return rows[:MAX_DEFINITIONS], len(rows) > MAX_DEFINITIONS
 
     def references(self, projects: Sequence[str], name: str) -> tuple[list[ReferenceRow], bool]:
         """Where `name` is used, calls first, then imports, then mentions (each by project,
