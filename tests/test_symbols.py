@@ -338,3 +338,29 @@ def test_definitions_stop_at_a_bound_and_say_so(tmp_path: Path, monkeypatch):
     assert [r.qualname for r in last.rows] == ["C3.__init__"] and not last.truncated
     exact = symbols.find_symbol(fathom, "C1")
     assert [r.qualname for r in exact.rows] == ["C1"] and not exact.truncated
+
+
+def test_first_uses_at_once_build_one_table(tmp_path: Path, monkeypatch):
+    import threading
+    import time
+
+    from fathom.service import symbols
+
+    built: list[SymbolTable] = []
+
+    class Slow(SymbolTable):
+        def __init__(self, path: Path):
+            time.sleep(0.05)  # widens the window two first uses would both build in
+            super().__init__(path)
+            built.append(self)
+
+    monkeypatch.setattr(symbols, "SymbolTable", Slow)
+    fathom = FakeFathom(tmp_path, RowStore({}))
+    seen: list[SymbolTable] = []
+    threads = [threading.Thread(target=lambda: seen.append(symbols.table_of(fathom)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1 and all(t is built[0] for t in seen)
