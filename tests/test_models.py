@@ -173,6 +173,8 @@ def test_a_damaged_models_file_is_refused_by_name(tmp_path):
     models_file(tmp_path).write_text("{not json")
     done = fathom(tmp_path, "models", ok=False)
     assert done.returncode != 0 and "models.json" in done.stderr and "Traceback" not in done.stderr
+    said = " ".join(done.stderr.split())
+    assert "does not start with it" in said and "Repair the file, or remove it" in said
 
 
 def _project(root: Path) -> Path:

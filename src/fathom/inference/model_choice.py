@@ -41,9 +41,11 @@ class ModelsFileError(ConfigError):
 
     def __init__(self, path: Path, defect: str):
         self.path = path
-        super().__init__(f"{path} is not a readable model choice ({defect}); fix it, or remove "
-                         f"it and choose again with `fathom models use embed NAME` (the default "
-                         f"model serves meanwhile)")
+        super().__init__(f"{path} is not a readable model choice ({defect}): Fathom does not "
+                         f"start with it (no search, index or server), since another model "
+                         f"could answer tables it did not build. Repair the file, or remove "
+                         f"it (the default model is then used) and choose again with "
+                         f"`fathom models use embed NAME`")
 
 
 class ModelNameTaken(ConfigError):
