@@ -227,3 +227,33 @@ def test_eval_refuses_bad_input_before_indexing(tmp_path):
                               "--data-dir", str(tmp_path / "data")])
     assert res.exit_code == 2 and "unknown question set" in res.output
     assert not (tmp_path / "data").exists()
+
+
+def test_eval_measures_the_model_fathom_models_use_chose(tmp_path, monkeypatch):
+    """The temporary data dir has no models.json: the user's choice is carried over, and the
+    report names the model it measured."""
+    import asyncio
+
+    from fathom.config import Settings
+    from fathom.inference.model_choice import EmbedModel, ModelChoice, save_choice
+    from fathom.service.evaluation import evaluate
+    monkeypatch.delenv("FATHOM_LOCAL_MODEL_PATH", raising=False)
+    folder = tmp_path / "enc"  # never loaded: the run stops once the model is named
+    data = tmp_path / "data"
+    data.mkdir()
+    save_choice(data, ModelChoice(embed=EmbedModel("team/tiny", str(folder), 32)))
+    said: list[str] = []
+
+    class Seen(Exception):
+        pass
+
+    def progress(line: str) -> None:
+        said.append(line)
+        if line.startswith("indexing"):
+            raise Seen  # the model is known: no need to index with it
+
+    with pytest.raises(Seen):
+        asyncio.run(evaluate(Settings(data_dir=data), write(tmp_path / "proj"),
+                             sets=["identifier"], limit=3, progress=progress))
+    assert said[-1] == "indexing 5 files with local:team/tiny"
+    assert sorted(p.name for p in data.iterdir()) == ["models.json"]  # the user's dir untouched

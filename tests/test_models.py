@@ -173,6 +173,8 @@ def test_a_damaged_models_file_is_refused_by_name(tmp_path):
     models_file(tmp_path).write_text("{not json")
     done = fathom(tmp_path, "models", ok=False)
     assert done.returncode != 0 and "models.json" in done.stderr and "Traceback" not in done.stderr
+    said = " ".join(done.stderr.split())
+    assert "does not start with it" in said and "Repair the file, or remove it" in said
 
 
 def _project(root: Path) -> Path:
@@ -230,3 +232,32 @@ def test_switching_the_encoder_keeps_old_tables_answering_until_rebuilt(tmp_path
 
     full, _ = asyncio.run(index())  # same space now: an ordinary incremental run
     assert full is False
+
+
+def test_a_name_another_model_goes_by_is_refused_before_anything_is_written(tmp_path, monkeypatch):
+    """`--name` keys a folder's tables: a name the default (or an earlier choice) goes by,
+    given to another folder, would record the wrong model under it."""
+    from typer.testing import CliRunner
+
+    from fathom.cli import app
+
+    monkeypatch.delenv("FATHOM_LOCAL_MODEL_PATH", raising=False)
+    first = build_encoder(tmp_path / "enc-e", seed=6)
+    second = build_encoder(tmp_path / "enc-f", seed=7)
+    data = tmp_path / "data"
+    runner = CliRunner()
+
+    def use(*args: str):
+        return runner.invoke(app, ["--data-dir", str(data), "models", "use", "embed", *args])
+
+    taken = use(str(second), "--name", "sentence-transformers/all-minilm-l6-v2")
+    assert taken.exit_code != 0 and "is already the embedding model in" in taken.output
+    assert "--name" in taken.output and not models_file(data).exists()
+
+    assert use(str(first), "--name", "team/enc-e").exit_code == 0
+    recorded = models_file(data).read_text()
+    again = use(str(second), "--name", "team/enc-e")
+    assert again.exit_code != 0 and str(first.resolve()) in again.output
+    assert models_file(data).read_text() == recorded  # nothing changed
+    assert use(str(first), "--name", "team/enc-e").exit_code == 0  # the same folder: fine
+    assert use("default").exit_code == 0 and load_choice(data).embed is None

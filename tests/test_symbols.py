@@ -175,7 +175,7 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
     table = SymbolTable(tmp_path / "symbols.sqlite")
     first = table.refresh(store, "p")
     assert (first.parsed, first.forgotten, first.unchanged) == (3, 0, False)
-    assert [(r.path, r.qualname) for r in table.definitions(["p"], "two")] == [("b.py", "two")]
+    assert [(r.path, r.qualname) for r in table.definitions(["p"], "two")[0]] == [("b.py", "two")]
     refs, cut = table.references(["p"], "two")
     assert [(r.path, r.line, r.use, r.enclosing, r.text) for r in refs] == [
         ("a.py", 2, "call", "one", "return two()")] and not cut
@@ -187,10 +187,10 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
     del store.files["a.py"]
     again = table.refresh(store, "p")
     assert (again.parsed, again.forgotten) == (1, 1)  # only the changed file parsed again
-    assert [r.path for r in table.definitions(["p"], "four")] == ["c.py"]
+    assert [r.path for r in table.definitions(["p"], "four")[0]] == ["c.py"]
     assert [(r.qualname, r.start_line) for r in table.outline("p", "b.py")] == [("two", 3), ("Three", 7)]
     assert table.references(["p"], "two")[0] == [] and table.outline("p", "a.py") == []
-    assert table.definitions(["other"], "two") == []  # another project's query sees none
+    assert table.definitions(["other"], "two") == ([], False)  # another project's query sees none
     assert (tmp_path / "symbols.sqlite").stat().st_mode & 0o777 == 0o600
 
 
@@ -208,3 +208,159 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
 def test_a_call_is_its_callees_last_name_with_or_without_type_arguments(language, source, calls):
     found = extract(source, language)
     assert [o.name for o in found.occurrences if o.use == "call"] == calls
+
+
+def test_references_read_one_snapshot_while_a_refresh_forgets_a_file(tmp_path: Path,
+                                                                     monkeypatch):
+    """A refresh that forgets a file between the references query's statements changes
+    nothing it answers: rows and the lines they are on come from one snapshot."""
+    import sqlite3
+    from contextlib import contextmanager
+
+    store = RowStore({"a.py": "def one():\n    return two()\n",
+                      "b.py": "def three():\n    two()\n"})
+    table = SymbolTable(tmp_path / "symbols.sqlite")
+    table.refresh(store, "p")
+    opened = table._connect
+    seen: list[str] = []
+
+    def trace(statement: str) -> None:
+        # Once the references have been selected, another writer forgets a.py.
+        if any("FROM refs" in s for s in seen) and not any(s == "forgot" for s in seen):
+            seen.append("forgot")
+            other = sqlite3.connect(tmp_path / "symbols.sqlite")
+            with other:
+                for name in ("files", "symbols", "refs"):
+                    other.execute(f"DELETE FROM {name} WHERE path = 'a.py'")
+            other.close()
+        seen.append(statement)
+
+    @contextmanager
+    def traced():
+        with opened() as conn:
+            conn.set_trace_callback(trace)
+            yield conn
+
+    monkeypatch.setattr(table, "_connect", traced)
+    refs, _ = table.references(["p"], "two")
+    assert "forgot" in seen  # the other writer did land between the statements
+    assert [(r.path, r.text) for r in refs] == [("a.py", "return two()"), ("b.py", "two()")]
+    monkeypatch.undo()
+    assert [r.path for r in table.references(["p"], "two")[0]] == ["b.py"]
+
+
+def test_a_refresh_parses_outside_its_write_transaction(tmp_path: Path, monkeypatch):
+    """While a refresh parses, another writer (another project's refresh) is never locked
+    out: the write transaction only deletes and inserts, a batch of files at a time."""
+    import sqlite3
+
+    import fathom.index.symbols.table as table_module
+
+    path = tmp_path / "symbols.sqlite"
+    table = SymbolTable(path)
+    parse = table_module.extract
+    free: list[bool] = []
+
+    def checked(text: str, language: str):
+        other = sqlite3.connect(path, timeout=0)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # fails at once if the write lock is held
+            other.rollback()
+            free.append(True)
+        except sqlite3.OperationalError:
+            free.append(False)
+        finally:
+            other.close()
+        return parse(text, language)
+
+    monkeypatch.setattr(table_module, "extract", checked)
+    monkeypatch.setattr(table_module, "FILES_PER_WRITE", 2, raising=False)
+    store = RowStore({f"m{i}.py": f"def f{i}():\n    return g()\n" for i in range(5)})
+    table.refresh(store, "p")
+    table.refresh(store, "p")  # unchanged: nothing parsed again
+    assert free == [True] * 5
+    assert len(table.references(["p"], "g")[0]) == 5
+    assert [r.path for r in table.definitions(["p"], "f4")[0]] == ["m4.py"]
+    del store.files["m0.py"]
+    store.files["m1.py"] = "def h():\n    pass\n"
+    again = table.refresh(store, "p")
+    assert (again.parsed, again.forgotten) == (1, 1)
+    assert len(table.references(["p"], "g")[0]) == 3
+
+
+class FakeFathom:
+    """What the symbol service reads of `Fathom`: its data dir, the caller's projects, a store."""
+
+    def __init__(self, data_dir: Path, store: RowStore):
+        from types import SimpleNamespace
+        self.settings = SimpleNamespace(data_dir=data_dir)
+        self.store = store
+
+    def searchable(self, project, table):
+        return ["p"], []
+
+
+def test_a_damaged_symbol_table_is_a_typed_error_naming_the_fix(tmp_path: Path):
+    from fathom.errors import StoreError
+    from fathom.index.symbols.table import SymbolTableError
+    from fathom.service import symbols
+
+    fathom = FakeFathom(tmp_path, RowStore({"a.py": "def one():\n    return two()\n"}))
+    assert [r.path for r in symbols.find_symbol(fathom, "one").rows] == ["a.py"]
+    (tmp_path / "symbols.sqlite").write_bytes(b"not a database, garbage " * 400)
+    for wal in ("symbols.sqlite-wal", "symbols.sqlite-shm"):
+        (tmp_path / wal).unlink(missing_ok=True)
+    for call in (lambda: symbols.find_symbol(fathom, "one"),
+                 lambda: symbols.find_references(fathom, "two"),
+                 lambda: symbols.outline(fathom, "a.py")):
+        with pytest.raises(SymbolTableError) as caught:
+            call()
+        assert isinstance(caught.value, StoreError) and not caught.value.busy
+        assert "remove that file (symbols.sqlite in the data dir" in str(caught.value)
+        assert "rebuilds it from the index" in str(caught.value)
+    # The fix the message names works: removed, the table is made again from the index.
+    (tmp_path / "symbols.sqlite").unlink()
+    assert [r.path for r in symbols.find_references(fathom, "two").rows] == ["a.py"]
+
+
+def test_definitions_stop_at_a_bound_and_say_so(tmp_path: Path, monkeypatch):
+    """A name defined everywhere (`__init__` across a monorepo) returns the first
+    `MAX_DEFINITIONS` and `truncated`; a qualified name is matched before the bound."""
+    import fathom.index.symbols.table as table_module
+    from fathom.service import symbols
+
+    monkeypatch.setattr(table_module, "MAX_DEFINITIONS", 2, raising=False)
+    source = "".join(f"class C{i}:\n    def __init__(self):\n        pass\n" for i in range(4))
+    fathom = FakeFathom(tmp_path, RowStore({"a.py": source}))
+    found = symbols.find_symbol(fathom, "__init__")
+    assert [r.qualname for r in found.rows] == ["C0.__init__", "C1.__init__"] and found.truncated
+    last = symbols.find_symbol(fathom, "C3.__init__")
+    assert [r.qualname for r in last.rows] == ["C3.__init__"] and not last.truncated
+    exact = symbols.find_symbol(fathom, "C1")
+    assert [r.qualname for r in exact.rows] == ["C1"] and not exact.truncated
+
+
+def test_first_uses_at_once_build_one_table(tmp_path: Path, monkeypatch):
+    import threading
+    import time
+
+    from fathom.service import symbols
+
+    built: list[SymbolTable] = []
+
+    class Slow(SymbolTable):
+        def __init__(self, path: Path):
+            time.sleep(0.05)  # widens the window two first uses would both build in
+            super().__init__(path)
+            built.append(self)
+
+    monkeypatch.setattr(symbols, "SymbolTable", Slow)
+    fathom = FakeFathom(tmp_path, RowStore({}))
+    seen: list[SymbolTable] = []
+    threads = [threading.Thread(target=lambda: seen.append(symbols.table_of(fathom)))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 1 and all(t is built[0] for t in seen)

@@ -62,7 +62,8 @@ def register(app: typer.Typer, *, out: Any, err: Any, settings: Any, runner: Any
         indexes are untouched), then asks questions made from the code: each docstring's
         first sentence (answer: its definition), each definition's name in words
         ("background tasks" for BackgroundTasks), and your --questions. Prints MRR@10 and
-        hit@k per mode (vector, keyword, fused) for the configured local model."""
+        hit@k per mode (vector, keyword, fused) for the embedding model in use (the one
+        `fathom models use embed` chose), which the report names."""
         from fathom.service.evaluation import evaluate
 
         chosen = [s.strip() for s in sets.split(",") if s.strip()]

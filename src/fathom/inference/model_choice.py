@@ -41,9 +41,22 @@ class ModelsFileError(ConfigError):
 
     def __init__(self, path: Path, defect: str):
         self.path = path
-        super().__init__(f"{path} is not a readable model choice ({defect}); fix it, or remove "
-                         f"it and choose again with `fathom models use embed NAME` (the default "
-                         f"model serves meanwhile)")
+        super().__init__(f"{path} is not a readable model choice ({defect}): Fathom does not "
+                         f"start with it (no search, index or server), since another model "
+                         f"could answer tables it did not build. Repair the file, or remove "
+                         f"it (the default model is then used) and choose again with "
+                         f"`fathom models use embed NAME`")
+
+
+class ModelNameTaken(ConfigError):
+    """A name asked for a model folder that another model already goes by: tables key their
+    space on the name, so one name for two models would query a table with the wrong one."""
+
+    def __init__(self, name: str, path: str, taken_by: str):
+        self.name, self.path, self.taken_by = name, path, taken_by
+        super().__init__(f"the name {name!r} is already the embedding model in {taken_by}, "
+                         f"not {path}: give this folder a name of its own with --name (or "
+                         f"choose {name!r} by its name alone); nothing was changed")
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,14 @@ class ModelChoice:
         return ModelChoice(embed=model, reranker=self.reranker, known=tuple(known.values()),
                            changed_at=_now())
 
+    def check_name_free(self, model: EmbedModel, *others: EmbedModel) -> None:
+        """`ModelNameTaken` when a model this choice knows (or one of `others`: the default,
+        the one in use) goes by `model`'s name with another folder or width."""
+        for other in (*others, *([self.embed] if self.embed else []), *self.known):
+            if other.name == model.name and (other.width != model.width
+                                              or _folder(other.path) != _folder(model.path)):
+                raise ModelNameTaken(model.name, model.path, other.path)
+
     def with_reranker(self, model: RerankerModel | None) -> ModelChoice:
         return ModelChoice(embed=self.embed, reranker=model, known=self.known, changed_at=_now())
 
@@ -91,6 +112,10 @@ class ModelChoice:
         return {"embed": asdict(self.embed) if self.embed else None,
                 "reranker": asdict(self.reranker) if self.reranker else None,
                 "known": [asdict(m) for m in self.known], "changed_at": self.changed_at}
+
+
+def _folder(path: str) -> Path:
+    return Path(path).expanduser().resolve()
 
 
 def _now() -> str:

@@ -213,9 +213,12 @@ def register_index_tools(server: MCPServer, fathom: Fathom) -> BackgroundIndex:
                                              idempotent_hint=True, open_world_hint=False),
                  description="Cancel a running index job of a project (index_project's "
                              "background job, or any job index_status lists). It stops at its "
-                             "next checkpoint; the project's active index is left as it was "
-                             "and keeps answering searches, and a later full run resumes from "
-                             "the rows already embedded. Poll index_status(project, job=ID) "
+                             "next checkpoint. A first or full run builds aside: "
+                             "cancelled, it promotes nothing, the active index is left as it "
+                             "was, and a later full run resumes from the rows already embedded. "
+                             "An incremental run writes into the active index batch by batch: "
+                             "cancelled, it keeps the batches already written (older rows they "
+                             "replace stay until the next run deletes them). Poll index_status(project, job=ID) "
                              "until its state is `cancelled`.")
     @tool_errors
     async def cancel_index(project: ProjectName, job: JobId) -> JobView:

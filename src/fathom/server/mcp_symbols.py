@@ -78,6 +78,8 @@ class SymbolHit(BaseModel):
 class SymbolResults(BaseModel):
     query: str
     found: int = Field(description="definitions found in all")
+    truncated: bool = Field(default=False, description="the name is defined so often that only "
+                                                       "the first definitions are listed")
     results: list[SymbolHit]
     notes: list[str] = Field(default_factory=list, description="projects left out (damaged), "
                              "each named with the fix")
@@ -238,10 +240,11 @@ def _symbol_tool(server: MCPServer, fathom: Any) -> None:
                               start_line=r.start_line, end_line=r.end_line,
                               uri=resource_uri(r.project, r.path, r.start_line, r.end_line))
                     for r in found.rows]
-            head = (f"{len(hits)} definition(s) of {name!r}" + (" (read one with read_code "
-                    "or its uri)" if hits else "; try search_code to find it by meaning"))
-            return paged(SymbolResults(query=name, found=len(hits), results=[],
-                                       notes=found.notes), hits,
+            head = (f"{len(hits)}{'+' if found.truncated else ''} definition(s) of {name!r}"
+                    + (" (read one with read_code or its uri)" if hits
+                       else "; try search_code to find it by meaning"))
+            return paged(SymbolResults(query=name, found=len(hits), truncated=found.truncated,
+                                       results=[], notes=found.notes), hits,
                          _symbol_line, head, search=["symbol", name, project, kind, language],
                          cursor=cursor, max_tokens=max_tokens, tokens=tokens_of(fathom))
 

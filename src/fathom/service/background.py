@@ -135,7 +135,10 @@ class BackgroundIndex:
 
     def cancel(self, project: str, job_id: str) -> Job:
         """Ask the job to stop; it does at its next checkpoint (between batches, and before
-        promotion), leaving the active table as it was. A finished job is left as it ended."""
+        promotion). A first or full run (built in a shadow slot) then promotes nothing and
+        leaves the active table as it was; an incremental run or a sync keeps the batches it
+        already wrote into the active table (the rows they replace are deleted by the next
+        run). A finished job is left as it ended."""
         job = self.find(project, job_id)
         job.cancel()
         return job

@@ -49,6 +49,7 @@ from fathom.index.eval_sets import (
 from fathom.index.indexer import check_project_root
 from fathom.index.results import files_of
 from fathom.index.walker import walk
+from fathom.inference.model_choice import with_chosen_models
 
 K = 10
 DEPTH = 40  # what each half of the hybrid search reads (search._hybrid's default for k=10)
@@ -201,8 +202,10 @@ async def evaluate(settings: Settings, root: Path, *, sets: Sequence[str] = SETS
             asked["identifier"] = identifier_queries(sources, limit)
         if questions is not None:
             asked["questions"] = read_questions(Path(questions), sources)
-        eval_settings = settings.model_copy(update={"data_dir": Path(tmp) / "data",
-                                                    "store_url": None, "watch": False})
+        # The model `fathom models use` chose in the user's data dir, carried over: the
+        # temporary data dir has no models.json of its own.
+        eval_settings = with_chosen_models(settings).model_copy(
+            update={"data_dir": Path(tmp) / "data", "store_url": None, "watch": False})
         fathom = Fathom(eval_settings)
         try:
             say(f"indexing {len(sources)} files with {fathom.encoder.id}")

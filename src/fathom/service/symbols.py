@@ -13,9 +13,9 @@ loop: every function here blocks (run it in a worker thread).
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,14 +35,18 @@ MAX_NAME = 500
 _NAME = re.compile(r"^[\w$]+((\.|::|\\|:|#)[\w$]+)*$")
 
 
-@functools.lru_cache(maxsize=8)
-def _table_at(path: str) -> SymbolTable:
-    return SymbolTable(Path(path))
+_tables: dict[str, SymbolTable] = {}
+_tables_lock = threading.Lock()  # two first uses at once build one table, not two
 
 
 def table_of(fathom: Any) -> SymbolTable:
     """The symbol table of the service's data dir (one per process and data dir)."""
-    return _table_at(str(Path(fathom.settings.data_dir).expanduser() / "symbols.sqlite"))
+    path = str(Path(fathom.settings.data_dir).expanduser() / "symbols.sqlite")
+    with _tables_lock:
+        table = _tables.get(path)
+        if table is None:
+            table = _tables[path] = SymbolTable(Path(path))
+        return table
 
 
 def check_name(name: str, what: str = "name") -> str:
@@ -69,7 +73,7 @@ class Found:
 
     rows: list[Any]
     notes: list[str] = field(default_factory=list)
-    truncated: bool = False  # more references than the table returns: the first ones only
+    truncated: bool = False  # more rows than the table returns: the first ones only
 
 
 def fresh_projects(fathom: Any, project: str | None) -> tuple[list[str], list[str]]:
@@ -93,12 +97,14 @@ def fresh_projects(fathom: Any, project: str | None) -> tuple[list[str], list[st
 
 def find_symbol(fathom: Any, name: str, *, project: str | None = None, kind: str | None = None,
                 language: str | None = None) -> Found:
-    """Definitions named `name` (or whose qualified name ends with it), by project, path, line."""
+    """Definitions named `name` (or whose qualified name ends with it), by project, path, line,
+    up to the table's bound."""
     dotted = check_name(name)
     _check_filters(kind, language)
     projects, notes = fresh_projects(fathom, project)
-    return Found(table_of(fathom).definitions(projects, dotted, kind=kind, language=language),
-                 notes)
+    rows, truncated = table_of(fathom).definitions(projects, dotted, kind=kind,
+                                                   language=language)
+    return Found(rows, notes, truncated)
 
 
 def find_references(fathom: Any, name: str, *, project: str | None = None) -> Found:

@@ -26,14 +26,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fathom.errors import StoreError
 from fathom.index.chunkers.languages import detect_language
 from fathom.index.reading import assemble
-from fathom.index.symbols.extract import LANGUAGES, USES, extract
+from fathom.index.symbols.extract import LANGUAGES, USES, FileSymbols, extract
 
 # How many chunk ids one read of the store asks for (a query's IN list stays small).
 BATCH = 500
 # The most references one query returns: a name as common as `self` is everywhere.
 MAX_REFERENCES = 5000
+# The most definitions one query returns: a name as common as `__init__` is in every class.
+MAX_DEFINITIONS = 2000
+# How many files one refresh parses before it writes them (in one short transaction).
+FILES_PER_WRITE = 200
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS projects (project TEXT PRIMARY KEY, digest TEXT NOT NULL);
@@ -92,6 +97,24 @@ class Refreshed:
     unchanged: bool  # the manifest was the one last read: nothing was looked at
 
 
+class SymbolTableError(StoreError):
+    """The symbol table's SQLite file failed: busy past the wait, or unreadable (corrupt,
+    not a database, no permission). It holds nothing the index does not: removing it is safe."""
+
+    def __init__(self, path: Path, exc: sqlite3.Error):
+        self.path, self.detail = Path(path), " ".join(str(exc).split())[:200]
+        self.busy = "locked" in self.detail or "busy" in self.detail
+        if self.busy:
+            message = (f"the symbol table {self.path} stayed locked by another writer for over "
+                       f"30 seconds ({self.detail}): run the same request again")
+        else:
+            message = (f"the symbol table {self.path} cannot be read ({self.detail}): remove "
+                       f"that file (symbols.sqlite in the data dir, with its -wal and -shm "
+                       f"files if present); Fathom rebuilds it from "
+                       f"the index at the next symbol query")
+        super().__init__(message)
+
+
 def _digest(parts: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
@@ -109,11 +132,22 @@ class SymbolTable:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        conn = sqlite3.connect(self.path, timeout=30)
+        """A connection in one transaction; any SQLite failure, here or in the caller's
+        statements, comes out as a `SymbolTableError` naming the fix."""
+        fresh = not self.path.exists()
+        try:
+            conn = sqlite3.connect(self.path, timeout=30)
+        except sqlite3.Error as exc:
+            raise SymbolTableError(self.path, exc) from exc
         try:
             conn.execute("PRAGMA journal_mode=WAL")
+            if fresh:  # new, or removed since (a damaged one): made again, filled by refresh
+                conn.executescript(SCHEMA)
+                self.path.chmod(0o600)
             with conn:  # one transaction: committed whole, or rolled back whole
                 yield conn
+        except sqlite3.Error as exc:
+            raise SymbolTableError(self.path, exc) from exc
         finally:
             conn.close()
 
@@ -142,20 +176,33 @@ class SymbolTable:
             keys = {path: _digest(sorted(chunk_ids)) for path, chunk_ids in ids.items()}
             changed = [p for p, key in keys.items() if known.get(p) != key]
             gone = [p for p in known if p not in keys]
-            files = self._read(store, project, [i for p in changed for i in ids[p]])
-            with self._connect() as conn:
-                for path in changed + gone:
-                    for table in ("files", "symbols", "refs"):
-                        conn.execute(f"DELETE FROM {table} WHERE project = ? AND path = ?",
-                                     (project, path))
-                for path in changed:
+            # Parsed a batch at a time, outside any write: the write transaction only
+            # deletes and inserts, so it holds the file's lock briefly and memory stays
+            # bounded by one batch. The digest is recorded with the last batch, so a refresh
+            # cut short reads the rest again next time.
+            batches = [changed[i:i + FILES_PER_WRITE]
+                       for i in range(0, len(changed), FILES_PER_WRITE)] or [[]]
+            for n, batch in enumerate(batches):
+                files = self._read(store, project, [i for p in batch for i in ids[p]])
+                parsed = []
+                for path in batch:
                     language, text = files.get(path, (detect_language(path)[0], None))
                     # A file the store no longer holds whole (an index run between the two
                     # reads): kept under an empty key, so the next refresh reads it again.
-                    self._write(conn, project, path, "" if text is None else keys[path],
-                                language, text or "")
-                conn.execute("INSERT OR REPLACE INTO projects (project, digest) VALUES (?, ?)",
-                             (project, digest))
+                    parsed.append((path, "" if text is None else keys[path], language,
+                                   text or "", extract(text or "", language)))
+                del files
+                last = n == len(batches) - 1
+                with self._connect() as conn:
+                    for path in batch + (gone if last else []):
+                        for table in ("files", "symbols", "refs"):
+                            conn.execute(f"DELETE FROM {table} WHERE project = ? AND path = ?",
+                                         (project, path))
+                    for path, key, language, text, found in parsed:
+                        self._write(conn, project, path, key, language, text, found)
+                    if last:
+                        conn.execute("INSERT OR REPLACE INTO projects (project, digest) "
+                                     "VALUES (?, ?)", (project, digest))
             return Refreshed(project, len(changed), len(gone), False)
 
     @staticmethod
@@ -175,10 +222,9 @@ class SymbolTable:
 
     @staticmethod
     def _write(conn: sqlite3.Connection, project: str, path: str, key: str, language: str,
-               text: str) -> None:
+               text: str, found: FileSymbols) -> None:
         conn.execute("INSERT INTO files (project, path, key, language, text) VALUES (?, ?, ?, ?, ?)",
                      (project, path, key, language, text))
-        found = extract(text, language)
         conn.executemany(
             "INSERT INTO symbols VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(project, path, language, d.name, d.qualname, d.kind, d.signature, d.start_line,
@@ -196,43 +242,53 @@ class SymbolTable:
     # ---- queries
 
     def definitions(self, projects: Sequence[str], name: str, *, kind: str | None = None,
-                    language: str | None = None) -> list[SymbolRow]:
+                    language: str | None = None) -> tuple[list[SymbolRow], bool]:
         """Definitions whose qualified name is `name` or ends with `.name`, by project,
-        path and line."""
+        path and line; and whether more than `MAX_DEFINITIONS` were found (the rest left out)."""
         last = name.rsplit(".", 1)[-1]
-        query = f"SELECT * FROM symbols WHERE name = ? AND project IN ({_marks(projects)})"
-        args: list[Any] = [last, *projects]
+        query = (f"SELECT * FROM symbols WHERE name = ? AND project IN ({_marks(projects)}) "
+                 f"AND (qualname = ? OR substr(qualname, -?) = ?)")
+        args: list[Any] = [last, *projects, name, len(name) + 1, "." + name]
         if kind is not None:
             query, args = query + " AND kind = ?", [*args, kind]
         if language is not None:
             query, args = query + " AND language = ?", [*args, language]
         with self._connect() as conn:
             rows = [SymbolRow(*r) for r in conn.execute(
-                query + " ORDER BY project, path, start_line", args).fetchall()]
-        return [r for r in rows if r.qualname == name or r.qualname.endswith("." + name)]
+                query + " ORDER BY project, path, start_line LIMIT ?",
+                [*args, MAX_DEFINITIONS + 1]).fetchall()]
+        return rows[:MAX_DEFINITIONS], len(rows) > MAX_DEFINITIONS
 
     def references(self, projects: Sequence[str], name: str) -> tuple[list[ReferenceRow], bool]:
         """Where `name` is used, calls first, then imports, then mentions (each by project,
         path, line); and whether more than `MAX_REFERENCES` were found (the rest left out)."""
         order = " ".join(f"WHEN '{u}' THEN {i}" for i, u in enumerate(USES))
         with self._connect() as conn:
+            # One read transaction: the rows and the file texts come from one snapshot, so a
+            # refresh that rewrites or forgets a file meanwhile changes neither.
+            conn.execute("BEGIN")
             rows = conn.execute(
                 f"SELECT r.project, r.path, f.language, r.name, r.line, r.col, r.use, "
                 f"r.enclosing FROM refs AS r JOIN files AS f ON f.project = r.project AND "
                 f"f.path = r.path WHERE r.name = ? AND r.project IN ({_marks(projects)}) "
                 f"ORDER BY CASE r.use {order} END, r.project, r.path, r.line, r.col LIMIT ?",
                 [name, *projects, MAX_REFERENCES + 1]).fetchall()
-            texts: dict[tuple[str, str], list[str]] = {}
-            out = []
-            for project, path, language, ref, line, col, use, enclosing in rows[:MAX_REFERENCES]:
-                lines = texts.get((project, path))
-                if lines is None:
-                    text = conn.execute("SELECT text FROM files WHERE project = ? AND path = ?",
-                                        (project, path)).fetchone()[0]
-                    lines = texts[(project, path)] = text.split("\n")
-                at = lines[line - 1].strip() if line <= len(lines) else ""
-                out.append(ReferenceRow(project, path, language, ref, line, col, use,
-                                        enclosing, at))
+            wanted: dict[tuple[str, str], set[int]] = defaultdict(set)
+            for row in rows[:MAX_REFERENCES]:
+                wanted[(row[0], row[1])].add(row[4])
+            # Only the lines a reference is on are kept, one file's text read at a time.
+            at: dict[tuple[str, str], dict[int, str]] = {}
+            for (project, path), lines in wanted.items():
+                found = conn.execute("SELECT text FROM files WHERE project = ? AND path = ?",
+                                     (project, path)).fetchone()
+                if found is not None:
+                    text = found[0].split("\n")
+                    at[(project, path)] = {n: text[n - 1].strip() if n <= len(text) else ""
+                                           for n in lines}
+        out = [ReferenceRow(project, path, language, ref, line, col, use, enclosing,
+                            at[(project, path)][line])
+               for project, path, language, ref, line, col, use, enclosing in rows[:MAX_REFERENCES]
+               if (project, path) in at]
         return out, len(rows) > MAX_REFERENCES
 
     def files(self, projects: Sequence[str]) -> list[tuple[str, str]]:
