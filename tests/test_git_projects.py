@@ -219,7 +219,7 @@ def apply_loyalty_bonus(customer, points):
 def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, local_encoder):  # noqa: F811
     remote = build_remote(tmp_path)
     prefix = remote.file_url
-    fathom = Fathom(settings_for(tmp_path, f"{prefix} http://127.0.0.1:"), encoder=local_encoder)
+    fathom = Fathom(settings_for(tmp_path, f"{prefix} http://127.0.0.1:9/"), encoder=local_encoder)
 
     async def scenario():
         await fathom.git.add("shop", remote.file_url, ["main"])
@@ -291,6 +291,49 @@ def test_remote_urls_are_checked_and_scrubbed():
     with pytest.raises(GitRemoteInvalid):
         check_remote("ftp://git.example.com/team/app.git", ["ftp://"])
     assert "hunter2" not in scrub("fatal: https://bob:hunter2@host/x.git not found")
+
+
+@pytest.mark.parametrize("url, entry", [
+    ("http://host/myteam/../attacker/evil.git", "http://host/myteam/"),
+    ("http://host/myteam/%2e%2E/attacker/evil.git", "http://host/myteam/"),
+    ("http://host/myteam/./x.git", "http://host/myteam/"),
+    ("http://host/myteam\\..\\attacker/evil.git", "http://host/myteam/"),
+    ("http://host/myteam/a%2F..%2Fb.git", "http://host/myteam/"),
+    ("file:///srv/git/../etc/x.git", "file:///srv/git/"),
+    ("git@host:myteam/../attacker/x.git", "git@host:myteam/"),
+    ("ext::sh -c touch% /tmp/pwned", "ext::"),
+    ("ext::ssh://host/x", "ext::"),
+    ("git@-oProxyCommand=x:y", "git@-oProxyCommand=x:"),
+])
+def test_remotes_git_would_resolve_elsewhere_are_refused(url, entry):
+    with pytest.raises(GitRemoteInvalid):
+        check_remote(url, [entry])
+
+
+@pytest.mark.parametrize("url, entry, allowed", [
+    ("https://github.com.evil.com/myteam/x.git", "https://github.com", False),
+    ("https://github.com/myteam/x.git", "https://github.com", True),
+    ("https://github.com/myteam/x.git", "https://github.com/myteam", True),
+    ("https://github.com/myteamevil/x.git", "https://github.com/myteam", False),
+    ("https://github.com/myteamevil/x.git", "https://github.com/myteam/", False),
+    ("https://GitHub.com/myteam/x.git", "https://github.com/myteam/", True),
+    ("https://github.com:8443/myteam/x.git", "https://github.com/myteam/", False),
+    ("http://github.com/myteam/x.git", "https://github.com/myteam/", False),
+    ("http://127.0.0.1:9/x.git", "http://127.0.0.1:9/", True),
+    ("file:///srv/git/app.git", "file:///srv/git", True),
+    ("file:///srv/gitevil/app.git", "file:///srv/git", False),
+    ("git@github.com:myteam/x.git", "git@github.com:myteam", True),
+    ("git@github.com:myteamevil/x.git", "git@github.com:myteam", False),
+    ("git@github.com.evil.com:myteam/x.git", "git@github.com:myteam/", False),
+    ("ssh://git@host/team/x.git", "ssh://host/team/", True),
+    ("ssh://bob@host/team/x.git", "ssh://git@host/team/", False),
+])
+def test_the_allow_list_is_compared_host_and_folder_wise(url, entry, allowed):
+    if allowed:
+        assert check_remote(url, [entry]) == url
+    else:
+        with pytest.raises(GitRemoteNotAllowed):
+            check_remote(url, [entry])
 
 
 def test_webhook_signatures_of_each_forge():

@@ -31,13 +31,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from fathom.errors import ConfigError, FathomError
 from fathom.index.indexer import Discovery
 from fathom.index.walker import IGNORE_FILES
 
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+$")
+_TRANSPORT = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 _BRANCH = re.compile(r"^(?!/)(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
 SCHEMES = ("https", "http", "ssh", "git", "file")
@@ -83,13 +84,22 @@ def check_branch(branch: object) -> str:
 
 
 def check_remote(url: object, allowed: Sequence[str]) -> str:
-    """The URL as given, once it is a git remote without credentials inside the allow-list."""
+    """The URL as given, once it is a git remote without credentials inside the allow-list.
+
+    The allow-list is compared part by part, never as raw text: the scheme, user (when the
+    entry names one), host and port exactly, and the path folder by folder (an entry
+    `https://host/team` allows `https://host/team/app.git`, not `https://host/teamevil/`).
+    A path with `.` or `..` folders (also percent-encoded) or a backslash is refused outright:
+    git and the server would resolve them and land outside the folder the entry names."""
     if not isinstance(url, str) or not url.strip() or len(url) > 2000 or any(c.isspace() or
                                                                            ord(c) < 32 for c in url):
         raise GitRemoteInvalid("invalid git remote: give a URL such as https://host/team/repo.git, "
                                "ssh://git@host/team/repo.git, git@host:team/repo.git or "
                                "file:///srv/git/repo.git")
     shown = scrub(url)
+    if _TRANSPORT.match(url):
+        raise GitRemoteInvalid(f"invalid git remote {shown}: git's `TRANSPORT::ADDRESS` form is "
+                               f"not accepted; use one of the schemes {', '.join(SCHEMES)}")
     if "://" in url:
         parts = urlsplit(url)
         if parts.scheme not in SCHEMES or (parts.scheme != "file" and not parts.hostname):
@@ -99,16 +109,63 @@ def check_remote(url: object, allowed: Sequence[str]) -> str:
             raise GitRemoteInvalid(f"git remote {shown} carries credentials: remove them from the "
                                    f"URL and set FATHOM_GIT_TOKEN (HTTPS) or FATHOM_GIT_SSH_KEY_FILE "
                                    f"(SSH) in the server's configuration instead")
-    elif not _SCP_LIKE.match(url):
+    elif not _SCP_LIKE.match(url) or "::" in url:
         raise GitRemoteInvalid(f"invalid git remote {shown}: give a URL such as "
-                               f"https://host/team/repo.git or git@host:team/repo.git")
-    if not any(url.startswith(prefix) for prefix in allowed):
+                               f"https://host/team/repo.git or git@host:team/repo.git (only the "
+                               f"transports {', '.join(SCHEMES)} and scp-like SSH are accepted)")
+    try:
+        where = remote_parts(url)
+    except ValueError as exc:
+        raise GitRemoteInvalid(f"invalid git remote {shown}: {exc}") from None
+    if not any(_within(where, entry) for entry in allowed):
         raise GitRemoteNotAllowed(
             f"git remote {shown} is not allowed on this server: the operator lists the allowed "
             f"remote prefixes in FATHOM_GIT_REMOTES (separated by spaces), e.g. "
             f"`https://github.com/myteam/`" + ("" if allowed else "; none is set, so no remote "
                                                                  "is allowed yet"))
     return url
+
+
+_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
+
+
+def remote_parts(url: str) -> tuple[str, str | None, str, int | None, tuple[str, ...]]:
+    """(scheme, user, host, port, path folders) of a remote URL or allow-list entry, each
+    folder percent-decoded; ValueError for a path git would resolve elsewhere (`.`, `..`,
+    a backslash, an encoded slash), a query or a fragment, or an option-like host."""
+    if "\\" in url:
+        raise ValueError("a backslash is not allowed in a remote")
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.query or parts.fragment or "?" in url or "#" in url:
+            raise ValueError("a remote has no query or fragment (`?`, `#`)")
+        scheme, user, host = parts.scheme.lower(), parts.username, (parts.hostname or "").lower()
+        port = parts.port or _PORTS.get(scheme)  # ValueError for a port that is not a number
+        if scheme == "file" and host in ("", "localhost"):
+            host = ""
+        path, absolute = parts.path, True
+    else:
+        head, _, path = url.partition(":")
+        user, _, host = head.rpartition("@")
+        scheme, user, host, port, absolute = "scp", user or None, host.lower(), None, \
+            path.startswith("/")
+    if host.startswith("-") or (user or "").startswith("-"):
+        raise ValueError("a host or user may not begin with '-'")
+    folders = [unquote(f) for f in path.split("/") if f]
+    if any(f in (".", "..") or "/" in f or "\\" in f for f in folders):
+        raise ValueError("its path may not hold `.` or `..` folders or an encoded slash "
+                         "(percent-encoded ones included): name the repository's own path")
+    return scheme, user, host, port, ("/",) * (scheme == "scp" and absolute) + tuple(folders)
+
+
+def _within(where: tuple[str, str | None, str, int | None, tuple[str, ...]], entry: str) -> bool:
+    """Whether a remote's parts lie under an allow-list entry (a folder prefix)."""
+    try:
+        scheme, user, host, port, folders = remote_parts(entry.strip())
+    except ValueError:
+        return False  # an entry git would resolve elsewhere allows nothing
+    return (where[0] == scheme and (user is None or where[1] == user) and where[2] == host
+            and where[3] == port and where[4][:len(folders)] == folders)
 
 
 @dataclass(frozen=True)
