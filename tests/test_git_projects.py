@@ -457,3 +457,31 @@ def test_a_link_out_of_the_tree_is_skipped_and_the_other_files_come(tmp_path):
     assert (out / "src" / "app.py").read_text().startswith("def run")
     assert not (out / "src" / "escape").exists() and not (out / "src" / "escape").is_symlink()
     assert not (out / "src" / "up").is_symlink()
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden"])
+def test_a_git_project_named_with_a_leading_dot_is_refused_and_never_reaches_the_data_folder(
+        tmp_path, name):
+    from types import SimpleNamespace
+
+    from fathom.service.git_projects import GitProjects, UnsafeGitFolder
+    from fathom.service.projects import ProjectRecords
+
+    data = tmp_path / "data"
+    (data / "git").mkdir(parents=True)
+    (data / "keep.txt").write_text("the data folder's own file")
+    records = ProjectRecords(data)
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=data,
+                                                                  git_remotes="file://"))
+    git = GitProjects(service)
+    assert git.folder("shop") == (data / "git" / "shop").resolve()
+    with pytest.raises(UnsafeGitFolder):
+        git.folder(name)
+    with pytest.raises(UnsafeGitFolder, match="begin with '.'"):
+        asyncio.run(git.add(name, (tmp_path / "r.git").as_uri(), ["main"]))
+    # A record left by an older server: dropping it refuses to remove what lies outside.
+    records.put(name, {"git": {"url": "file:///x.git", "default": "main", "branches": {}}})
+    with pytest.raises(UnsafeGitFolder):
+        asyncio.run(git.drop_all(name))
+    assert git.webhook_secret(name) is None
+    assert (data / "keep.txt").exists() and not (data / "repo.git").exists()

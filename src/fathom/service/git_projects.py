@@ -72,6 +72,10 @@ class UnknownRef(ConfigError):
     """A `ref` that names nothing this project indexed."""
 
 
+class UnsafeGitFolder(ConfigError):
+    """A project name whose folder would lie outside `DATA_DIR/git` (`.`, `..`, …)."""
+
+
 class WebhookRefused(FathomError):
     """A webhook call without a valid signature (or token) for the project: nothing is done."""
 
@@ -130,7 +134,14 @@ class GitProjects:
         return self.fathom.settings
 
     def folder(self, project: str) -> Path:
-        return self.settings.data_dir / "git" / quote(project, safe="")
+        """`DATA_DIR/git/NAME`, checked to lie inside `DATA_DIR/git` before anything is written
+        or removed there (a name such as `..` would otherwise reach the data folder itself)."""
+        base = (self.settings.data_dir / "git").resolve()
+        folder = base / quote(project, safe="")
+        if project.startswith(".") or folder.resolve().parent != base:
+            raise UnsafeGitFolder(f"project name {project[:80]!r} cannot hold a git project: a "
+                                  f"git project's name may not begin with '.'; choose another name")
+        return folder
 
     def tree(self, project: str, branch: str) -> Path:
         return self.folder(project) / "trees" / quote(branch, safe="")
@@ -164,9 +175,11 @@ class GitProjects:
         default branch). Everything is checked before anything is written. The answer holds
         the webhook secret, shown this once."""
         check_project_name(project)
-        if "@" in project or "/" in project:
-            raise ConfigError(f"a git project's name may not contain '@' or '/' ({project!r}): "
-                              f"branches are named PROJECT@BRANCH")
+        if "@" in project or "/" in project or project.startswith("."):
+            raise UnsafeGitFolder(f"a git project's name may not contain '@' or '/' nor begin "
+                                  f"with '.' ({project[:80]!r}): branches are named "
+                                  f"PROJECT@BRANCH, and the name is a folder of the data folder")
+        self.folder(project)
         url = check_remote(url, self.settings.git_remote_list())
         branches = list(dict.fromkeys(check_branch(b) for b in branches))
         if len(branches) > MAX_BRANCHES:
@@ -341,7 +354,7 @@ class GitProjects:
     def webhook_secret(self, project: str) -> str | None:
         try:
             return (self.folder(project) / "webhook.secret").read_text().strip() or None
-        except OSError:
+        except (OSError, UnsafeGitFolder):
             return None
 
     async def webhook(self, project: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
