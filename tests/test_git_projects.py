@@ -485,3 +485,77 @@ def test_a_git_project_named_with_a_leading_dot_is_refused_and_never_reaches_the
         asyncio.run(git.drop_all(name))
     assert git.webhook_secret(name) is None
     assert (data / "keep.txt").exists() and not (data / "repo.git").exists()
+
+
+def crafted_remote(root: Path) -> tuple[Path, str, str]:
+    """A bare remote whose first commit holds the tree entry `sub/../../victim` (git's
+    plumbing writes what `git add` never would) and whose second commit removes it."""
+    bare = root / "crafted.git"
+    git("init", "--bare", "--quiet", str(bare))
+
+    def run(*args: str, stdin: str = "") -> str:
+        import subprocess
+
+        from tests.git_fixtures import ENV
+        return subprocess.run(["git", "--git-dir", str(bare), *args], input=stdin, text=True,
+                              capture_output=True, check=True, env={**ENV, "PATH": "/usr/bin:/bin"}
+                              ).stdout.strip()
+
+    blob = run("hash-object", "-w", "--stdin", stdin="victim\n")
+    victim = run("mktree", stdin=f"100644 blob {blob}\tvictim\n")
+    up = run("mktree", stdin=f"040000 tree {victim}\t..\n")
+    upup = run("mktree", stdin=f"040000 tree {up}\t..\n")
+    first = run("commit-tree", run("mktree", stdin=f"040000 tree {upup}\tsub\n100644 blob {blob}"
+                                                   f"\tok.txt\n"), "-m", "crafted")
+    second = run("commit-tree", run("mktree", stdin=f"100644 blob {blob}\tok.txt\n"), "-p", first,
+                 "-m", "removal")
+    run("update-ref", "refs/heads/main", second)
+    return bare, first, second
+
+
+def test_a_crafted_tree_cannot_remove_or_write_outside_the_folder(tmp_path):
+    from fathom.errors import FathomError
+    from fathom.index.git_source import (
+        Change,
+        Credentials,
+        GitRepo,
+        GitTreeUnsafe,
+        apply_changes,
+        check_tree_path,
+        parse_changes,
+    )
+
+    bare, first, second = crafted_remote(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("must survive")
+    # git itself refuses the objects on fetch.
+    clone = GitRepo(tmp_path / "clone.git", bare.as_uri(), Credentials())
+    with pytest.raises(FathomError):
+        clone.fetch(["main"])
+    # The diff parser refuses the path, naming the commit (read in the crafted repository).
+    crafted = GitRepo(bare, bare.as_uri(), Credentials())
+    with pytest.raises(GitTreeUnsafe, match=second[:40]):
+        crafted.changes(first, second)
+    for bad in ["sub/../../victim", "../victim", "/etc/passwd", "a//b", "./a", "a/.", ""]:
+        with pytest.raises(GitTreeUnsafe):
+            check_tree_path(bad, second)
+    with pytest.raises(GitTreeUnsafe):
+        parse_changes(b"D\0sub/../../victim\0", second)
+    assert parse_changes(b"M\0a/b.py\0D\0c.py\0", second) == [Change("a/b.py", False),
+                                                               Change("c.py", True)]
+    # Applying such a change (however it came) removes nothing outside the tree.
+    tree = tmp_path / "trees" / "main"
+    (tree / "sub").mkdir(parents=True)
+    with pytest.raises(GitTreeUnsafe):
+        apply_changes(crafted, second, tree, [Change("sub/../../victim", True)])
+    (tree / "link").symlink_to(tmp_path)
+    with pytest.raises(GitTreeUnsafe):
+        apply_changes(crafted, second, tree, [Change("link/victim", True)])
+    assert victim.read_text() == "must survive"
+    # A removal prunes the folders it empties, and stops at the tree's own folder.
+    (tree / "link").unlink()
+    (tree / "sub").rmdir()
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "gone.py").write_text("x = 1\n")
+    apply_changes(crafted, second, tree, [Change("a/b/gone.py", True)])
+    assert tree.is_dir() and not (tree / "a").exists()

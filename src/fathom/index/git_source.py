@@ -63,6 +63,11 @@ class GitAuthFailed(FathomError):
     """The remote refused the credentials (or asked for some and none were configured)."""
 
 
+class GitTreeUnsafe(FathomError):
+    """A commit whose tree names a path outside its own folder (`..`, `.`, an absolute path):
+    a crafted remote; nothing of it is written or removed."""
+
+
 class GitBranchMissing(ConfigError):
     """A branch asked for does not exist on the remote."""
 
@@ -218,7 +223,10 @@ class GitRepo:
 
     def git(self, *args: str, bare: bool = True, remote: bool = False) -> bytes:
         """Run `git args…` (in the bare clone when `bare`); the failure as a typed error."""
-        cmd = ["git", "-c", "credential.helper="]
+        # Every object fetched is checked by git itself (a tree entry `..` or `.git` refused);
+        # zero-padded file modes, a harmless quirk of some old repositories, are let through.
+        cmd = ["git", "-c", "credential.helper=", "-c", "transfer.fsckObjects=true",
+               "-c", "fetch.fsck.zeroPaddedFilemode=ignore"]
         if bare:
             cmd += ["--git-dir", str(self.path)]
         try:
@@ -310,9 +318,7 @@ class GitRepo:
     def changes(self, old: str, new: str) -> list[Change]:
         """What differs between two commits, path by path (renames as a removal and an add)."""
         out = self.git("diff", "--name-status", "--no-renames", "-z", old, new, "--")
-        fields = out.decode("utf-8", "surrogateescape").split("\0")
-        return [Change(path, status == "D") for status, path in zip(fields[0::2], fields[1::2],
-                                                                    strict=False) if path]
+        return parse_changes(out, new)
 
     def export(self, commit: str, folder: Path, paths: Sequence[str] | None = None) -> int:
         """Write the files of `commit` into `folder` (all of them, or only `paths`); returns how
@@ -368,15 +374,43 @@ def _inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
         return None  # a link out of the tree, an absolute path: not written
 
 
+def check_tree_path(path: str, commit: str) -> str:
+    """`path` when it is a relative path of plain names (no empty, `.` or `..` part, no
+    absolute path); GitTreeUnsafe naming `commit` otherwise."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        raise GitTreeUnsafe(f"commit {commit[:40]} names the path {scrub(path)[:120]!r}, which "
+                            f"leaves the repository's folder: the remote's history is crafted or "
+                            f"damaged; nothing of it was written (remove the project, or fix the "
+                            f"remote)")
+    return path
+
+
+def parse_changes(out: bytes, commit: str) -> list[Change]:
+    """The changes `git diff --name-status -z` printed, each path checked (`check_tree_path`)."""
+    fields = out.decode("utf-8", "surrogateescape").split("\0")
+    return [Change(check_tree_path(path, commit), status == "D")
+            for status, path in zip(fields[0::2], fields[1::2], strict=False) if status]
+
+
 def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Change]) -> None:
     """Bring `folder` (the files of an older commit) to `commit`: write what changed, remove
-    what is gone, and prune folders left empty."""
+    what is gone, and prune folders left empty. Every path is checked to lie inside `folder`
+    before anything is removed or written."""
+    root = folder.resolve()
+    for c in changes:
+        check_tree_path(c.path, commit)
+        target = folder / c.path
+        if not target.parent.resolve().is_relative_to(root):
+            raise GitTreeUnsafe(f"commit {commit[:40]} names the path {scrub(c.path)[:120]!r}, "
+                                f"which leads outside {folder} through a link: nothing was removed")
     for c in changes:
         target = folder / c.path
         if c.gone and (target.is_file() or target.is_symlink()):
             target.unlink()
-            parent = target.parent
-            while parent != folder and parent.is_dir() and not any(parent.iterdir()):
+            parent = target.parent.resolve()
+            while parent != root and parent.is_relative_to(root) and parent.is_dir() \
+                    and not any(parent.iterdir()):
                 parent.rmdir()
                 parent = parent.parent
     repo.export(commit, folder, [c.path for c in changes if not c.gone])
