@@ -559,3 +559,42 @@ def test_a_crafted_tree_cannot_remove_or_write_outside_the_folder(tmp_path):
     (tree / "a" / "b" / "gone.py").write_text("x = 1\n")
     apply_changes(crafted, second, tree, [Change("a/b/gone.py", True)])
     assert tree.is_dir() and not (tree / "a").exists()
+
+
+def test_a_search_ref_is_a_branch_a_tag_or_a_commit_id_and_nothing_else(tmp_path):
+    from types import SimpleNamespace
+
+    from fathom.errors import ConfigError
+    from fathom.index.git_source import check_branch
+    from fathom.service.git_projects import GitProjects, InvalidRef, UnknownRef
+    from fathom.service.projects import ProjectRecords
+
+    remote = Remote(tmp_path)
+    commit = remote.commit({"app.py": "def run():\n    return 1\n"}, "first")
+    git("tag", "v1", cwd=remote.work)
+    git("push", "--quiet", "origin", "v1", cwd=remote.work)
+    data = tmp_path / "data"
+    records = ProjectRecords(data)
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=data,
+                                                                  git_remotes=remote.file_url))
+    projects = GitProjects(service)
+    projects.repo("shop", remote.file_url).fetch(["main"])
+    records.put("shop", {"git": {"url": remote.file_url, "default": "main",
+                                 "branches": {"main": commit}}})
+    assert projects.resolve("shop", None) == ("main", commit)
+    assert projects.resolve("shop", "main") == ("main", commit)
+    assert projects.resolve("shop", commit[:7]) == ("main", commit)
+    assert projects.resolve("shop", commit) == ("main", commit)
+    assert projects.resolve("shop", "v1") == ("main", commit)
+    for bad in [":/first", "main~0", "main^0", "HEAD@{0}", "-main", "v1..main", "main:app.py"]:
+        with pytest.raises(InvalidRef, match="commit id of 7-40 hex digits"):
+            projects.resolve("shop", bad)
+    with pytest.raises(UnknownRef):
+        projects.resolve("shop", "no-such-tag")
+    with pytest.raises(ConfigError):
+        check_branch("-main")
+    # A remote whose HEAD names an option-like branch is refused, not handed to git.
+    (remote.bare / "refs" / "heads" / "-evil").write_text(commit + "\n")
+    (remote.bare / "HEAD").write_text("ref: refs/heads/-evil\n")
+    with pytest.raises(ConfigError, match="invalid branch name"):
+        projects.repo("shop", remote.file_url).remote_default()

@@ -40,7 +40,7 @@ from fathom.index.walker import IGNORE_FILES
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+$")
 _TRANSPORT = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
-_BRANCH = re.compile(r"^(?!/)(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
+_BRANCH = re.compile(r"^(?![/-])(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
 SCHEMES = ("https", "http", "ssh", "git", "file")
 # Paths per `git archive` call: a diff of thousands of files is written out in slices, each
 # command line well under the system's limit.
@@ -84,7 +84,8 @@ def scrub(text: str, secrets: Sequence[str] = ()) -> str:
 def check_branch(branch: object) -> str:
     if not isinstance(branch, str) or not _BRANCH.match(branch) or branch.endswith(".lock"):
         raise ConfigError(f"invalid branch name {scrub(str(branch))[:80]!r}: give a branch as the "
-                          f"remote names it, e.g. `main` or `release/1.2`")
+                          f"remote names it, e.g. `main` or `release/1.2` (letters, digits and `._/+-`, "
+                          f"not beginning with `-` or `/`, no `..`)")
     return branch
 
 
@@ -276,7 +277,7 @@ class GitRepo:
         """The branch the remote's HEAD names, when it says."""
         out = self.git("ls-remote", "--symref", "--", self.url, "HEAD", bare=False, remote=True)
         m = re.search(rb"^ref: refs/heads/(\S+)\tHEAD", out, re.M)
-        return m.group(1).decode() if m else None
+        return check_branch(m.group(1).decode("utf-8", "replace")) if m else None
 
     def check_branches(self, branches: Sequence[str]) -> dict[str, str]:
         heads = self.remote_heads()

@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import shutil
 import time
@@ -61,6 +62,7 @@ from fathom.index.store.rules import check_project_name
 log = logging.getLogger("fathom.service.git")
 
 MAX_BRANCHES = 50
+_COMMIT_ID = re.compile(r"^[0-9a-f]{7,40}$")
 MIN_POLL_S = 10.0
 
 
@@ -72,12 +74,24 @@ class UnknownRef(ConfigError):
     """A `ref` that names nothing this project indexed."""
 
 
+class InvalidRef(ConfigError):
+    """A search `ref` that is neither a branch name, a tag name nor a commit id."""
+
+
 class UnsafeGitFolder(ConfigError):
     """A project name whose folder would lie outside `DATA_DIR/git` (`.`, `..`, …)."""
 
 
 class WebhookRefused(FathomError):
     """A webhook call without a valid signature (or token) for the project: nothing is done."""
+
+
+def _is_branch_name(ref: str) -> bool:
+    try:
+        check_branch(ref)
+    except ConfigError:
+        return False
+    return True
 
 
 def overlay_name(project: str, branch: str) -> str:
@@ -408,21 +422,30 @@ class GitProjects:
 
     def resolve(self, project: str, ref: str | None) -> tuple[str, str]:
         """(branch, commit) a search at `ref` reads: a tracked branch, or a tag or commit id
-        that is a tracked branch's indexed commit."""
+        that is a tracked branch's indexed commit. Nothing else reaches `git rev-parse` (no
+        `:/regex`, `main~9`, `HEAD@{…}`): a commit id is 7-40 hex digits, a tag is looked up
+        under `refs/tags/` only."""
         git = self.record(project)
         branches: dict[str, str] = git["branches"]
         if ref is None or ref in branches:
             branch = ref or git["default"]
             return branch, branches[branch]
-        if isinstance(ref, str) and 0 < len(ref) <= 200 and not ref.startswith("-"):
+        if not isinstance(ref, str) or not (_COMMIT_ID.match(ref) or _is_branch_name(ref)):
+            raise InvalidRef(f"ref {scrub(str(ref))[:80]!r} is not accepted: give a tracked "
+                             f"branch ({', '.join(branches)}), a tag name (letters, digits and "
+                             f"`._/+-`, no `..`, not beginning with `-`) or a commit id of 7-40 "
+                             f"hex digits")
+        repo = self.repo(project, git["url"])
+        names = [ref] * bool(_COMMIT_ID.match(ref)) + [f"refs/tags/{ref}"] * _is_branch_name(ref)
+        for name in names:
             try:
-                commit = self.repo(project, git["url"]).resolve(ref)
+                commit = repo.resolve(name)
             except FathomError:
-                commit = ""
+                continue
             for branch, at in branches.items():
-                if commit and at == commit:
+                if at == commit:
                     return branch, at
-        raise UnknownRef(f"ref {str(ref)[:80]!r} of {project} is not indexed: search a tracked "
+        raise UnknownRef(f"ref {ref[:80]!r} of {project} is not indexed: search a tracked "
                          f"branch ({', '.join(branches)}), a tag or commit one of them is at, or "
                          f"track the branch with `fathom projects track {project} BRANCH`")
 
