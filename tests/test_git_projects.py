@@ -598,3 +598,11 @@ def test_a_search_ref_is_a_branch_a_tag_or_a_commit_id_and_nothing_else(tmp_path
     (remote.bare / "HEAD").write_text("ref: refs/heads/-evil\n")
     with pytest.raises(ConfigError, match="invalid branch name"):
         projects.repo("shop", remote.file_url).remote_default()
+
+
+def test_the_credentials_repr_never_shows_the_token():
+    from fathom.index.git_source import Credentials
+
+    creds = Credentials(ssh_key_file=Path("/keys/id"), token="tok-canary-123", username="alice")
+    shown = repr(creds) + str(creds) + f"{creds!r}"
+    assert "tok-canary-123" not in shown and "alice" in shown
