@@ -202,7 +202,8 @@ async def test_introspection_configured_by_settings_opens_mcp_as_mapped(tmp_path
             oauth_client_secret=INTROSPECTION_CLIENT[1]))
         assert door is not None and door.view()["validation"] == "introspection"
         door.mapping.replace(MAPPING)
-        answer = {"active": True, "iss": issuer.url, "aud": RESOURCE, "sub": "u-1", "email": "alice@example.com"}
+        answer = {"active": True, "iss": issuer.url, "aud": RESOURCE, "sub": "u-1", "email": "alice@example.com",
+                  "email_verified": True}
         issuer.active = {"opaque-alice": answer, "opaque-eve": {**answer, "sub": "u-9", "email": "eve@example.com"}}
         alice = await door.authenticate("opaque-alice")
         assert alice.who == "oauth:alice@example.com" and alice.projects == {"alpha"} and not alice.can_index
