@@ -150,7 +150,6 @@ def _use_embed(settings: Any, name: str, as_name: str | None) -> None:
     current = settings_model(with_chosen_models(settings))
     default = default_model()
     target = default if name.lower() == "default" else resolve(settings, "embed", name, as_name=as_name).embed_model()
-    choice.check_name_free(target, default, current)  # before anything is written
     if target.name == current.name and target.width == current.width:
         console.print(f"{target.name} is already the embedding model: nothing changed.")
         return

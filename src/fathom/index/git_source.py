@@ -28,7 +28,7 @@ import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -180,7 +180,7 @@ class Credentials:
     file is handed to ssh by path. Neither is ever part of a message."""
 
     ssh_key_file: Path | None = None
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # never in a repr, a log line, a trace
     username: str = "x-access-token"
 
     def environment(self) -> dict[str, str]:
