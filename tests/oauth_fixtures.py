@@ -74,7 +74,7 @@ class Issuer:
         key = key or self.published[0]
         now = time.time() if now is None else now
         body = {"iss": self.url, "aud": RESOURCE, "sub": "user-1", "email": "alice@example.com",
-                "iat": int(now), "exp": int(now + lifetime), "scope": "fathom", **claims}
+                "email_verified": True, "iat": int(now), "exp": int(now + lifetime), "scope": "fathom", **claims}
         body = {k: v for k, v in body.items() if v is not None}
         return jwt.encode(body, key.private, algorithm=key.algorithm, headers={"kid": key.kid, "typ": "at+jwt"})
 

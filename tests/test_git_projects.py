@@ -219,7 +219,7 @@ def apply_loyalty_bonus(customer, points):
 def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, local_encoder):  # noqa: F811
     remote = build_remote(tmp_path)
     prefix = remote.file_url
-    fathom = Fathom(settings_for(tmp_path, f"{prefix} http://127.0.0.1:"), encoder=local_encoder)
+    fathom = Fathom(settings_for(tmp_path, f"{prefix} http://127.0.0.1:9/"), encoder=local_encoder)
 
     async def scenario():
         await fathom.git.add("shop", remote.file_url, ["main"])
@@ -291,6 +291,49 @@ def test_remote_urls_are_checked_and_scrubbed():
     with pytest.raises(GitRemoteInvalid):
         check_remote("ftp://git.example.com/team/app.git", ["ftp://"])
     assert "hunter2" not in scrub("fatal: https://bob:hunter2@host/x.git not found")
+
+
+@pytest.mark.parametrize("url, entry", [
+    ("http://host/myteam/../attacker/evil.git", "http://host/myteam/"),
+    ("http://host/myteam/%2e%2E/attacker/evil.git", "http://host/myteam/"),
+    ("http://host/myteam/./x.git", "http://host/myteam/"),
+    ("http://host/myteam\\..\\attacker/evil.git", "http://host/myteam/"),
+    ("http://host/myteam/a%2F..%2Fb.git", "http://host/myteam/"),
+    ("file:///srv/git/../etc/x.git", "file:///srv/git/"),
+    ("git@host:myteam/../attacker/x.git", "git@host:myteam/"),
+    ("ext::sh -c touch% /tmp/pwned", "ext::"),
+    ("ext::ssh://host/x", "ext::"),
+    ("git@-oProxyCommand=x:y", "git@-oProxyCommand=x:"),
+])
+def test_remotes_git_would_resolve_elsewhere_are_refused(url, entry):
+    with pytest.raises(GitRemoteInvalid):
+        check_remote(url, [entry])
+
+
+@pytest.mark.parametrize("url, entry, allowed", [
+    ("https://github.com.evil.com/myteam/x.git", "https://github.com", False),
+    ("https://github.com/myteam/x.git", "https://github.com", True),
+    ("https://github.com/myteam/x.git", "https://github.com/myteam", True),
+    ("https://github.com/myteamevil/x.git", "https://github.com/myteam", False),
+    ("https://github.com/myteamevil/x.git", "https://github.com/myteam/", False),
+    ("https://GitHub.com/myteam/x.git", "https://github.com/myteam/", True),
+    ("https://github.com:8443/myteam/x.git", "https://github.com/myteam/", False),
+    ("http://github.com/myteam/x.git", "https://github.com/myteam/", False),
+    ("http://127.0.0.1:9/x.git", "http://127.0.0.1:9/", True),
+    ("file:///srv/git/app.git", "file:///srv/git", True),
+    ("file:///srv/gitevil/app.git", "file:///srv/git", False),
+    ("git@github.com:myteam/x.git", "git@github.com:myteam", True),
+    ("git@github.com:myteamevil/x.git", "git@github.com:myteam", False),
+    ("git@github.com.evil.com:myteam/x.git", "git@github.com:myteam/", False),
+    ("ssh://git@host/team/x.git", "ssh://host/team/", True),
+    ("ssh://bob@host/team/x.git", "ssh://git@host/team/", False),
+])
+def test_the_allow_list_is_compared_host_and_folder_wise(url, entry, allowed):
+    if allowed:
+        assert check_remote(url, [entry]) == url
+    else:
+        with pytest.raises(GitRemoteNotAllowed):
+            check_remote(url, [entry])
 
 
 def test_webhook_signatures_of_each_forge():
@@ -414,3 +457,152 @@ def test_a_link_out_of_the_tree_is_skipped_and_the_other_files_come(tmp_path):
     assert (out / "src" / "app.py").read_text().startswith("def run")
     assert not (out / "src" / "escape").exists() and not (out / "src" / "escape").is_symlink()
     assert not (out / "src" / "up").is_symlink()
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden"])
+def test_a_git_project_named_with_a_leading_dot_is_refused_and_never_reaches_the_data_folder(
+        tmp_path, name):
+    from types import SimpleNamespace
+
+    from fathom.service.git_projects import GitProjects, UnsafeGitFolder
+    from fathom.service.projects import ProjectRecords
+
+    data = tmp_path / "data"
+    (data / "git").mkdir(parents=True)
+    (data / "keep.txt").write_text("the data folder's own file")
+    records = ProjectRecords(data)
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=data,
+                                                                  git_remotes="file://"))
+    git = GitProjects(service)
+    assert git.folder("shop") == (data / "git" / "shop").resolve()
+    with pytest.raises(UnsafeGitFolder):
+        git.folder(name)
+    with pytest.raises(UnsafeGitFolder, match="begin with '.'"):
+        asyncio.run(git.add(name, (tmp_path / "r.git").as_uri(), ["main"]))
+    # A record left by an older server: dropping it refuses to remove what lies outside.
+    records.put(name, {"git": {"url": "file:///x.git", "default": "main", "branches": {}}})
+    with pytest.raises(UnsafeGitFolder):
+        asyncio.run(git.drop_all(name))
+    assert git.webhook_secret(name) is None
+    assert (data / "keep.txt").exists() and not (data / "repo.git").exists()
+
+
+def crafted_remote(root: Path) -> tuple[Path, str, str]:
+    """A bare remote whose first commit holds the tree entry `sub/../../victim` (git's
+    plumbing writes what `git add` never would) and whose second commit removes it."""
+    bare = root / "crafted.git"
+    git("init", "--bare", "--quiet", str(bare))
+
+    def run(*args: str, stdin: str = "") -> str:
+        import subprocess
+
+        from tests.git_fixtures import ENV
+        return subprocess.run(["git", "--git-dir", str(bare), *args], input=stdin, text=True,
+                              capture_output=True, check=True, env={**ENV, "PATH": "/usr/bin:/bin"}
+                              ).stdout.strip()
+
+    blob = run("hash-object", "-w", "--stdin", stdin="victim\n")
+    victim = run("mktree", stdin=f"100644 blob {blob}\tvictim\n")
+    up = run("mktree", stdin=f"040000 tree {victim}\t..\n")
+    upup = run("mktree", stdin=f"040000 tree {up}\t..\n")
+    first = run("commit-tree", run("mktree", stdin=f"040000 tree {upup}\tsub\n100644 blob {blob}"
+                                                   f"\tok.txt\n"), "-m", "crafted")
+    second = run("commit-tree", run("mktree", stdin=f"100644 blob {blob}\tok.txt\n"), "-p", first,
+                 "-m", "removal")
+    run("update-ref", "refs/heads/main", second)
+    return bare, first, second
+
+
+def test_a_crafted_tree_cannot_remove_or_write_outside_the_folder(tmp_path):
+    from fathom.errors import FathomError
+    from fathom.index.git_source import (
+        Change,
+        Credentials,
+        GitRepo,
+        GitTreeUnsafe,
+        apply_changes,
+        check_tree_path,
+        parse_changes,
+    )
+
+    bare, first, second = crafted_remote(tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("must survive")
+    # git itself refuses the objects on fetch.
+    clone = GitRepo(tmp_path / "clone.git", bare.as_uri(), Credentials())
+    with pytest.raises(FathomError):
+        clone.fetch(["main"])
+    # The diff parser refuses the path, naming the commit (read in the crafted repository).
+    crafted = GitRepo(bare, bare.as_uri(), Credentials())
+    with pytest.raises(GitTreeUnsafe, match=second[:40]):
+        crafted.changes(first, second)
+    for bad in ["sub/../../victim", "../victim", "/etc/passwd", "a//b", "./a", "a/.", ""]:
+        with pytest.raises(GitTreeUnsafe):
+            check_tree_path(bad, second)
+    with pytest.raises(GitTreeUnsafe):
+        parse_changes(b"D\0sub/../../victim\0", second)
+    assert parse_changes(b"M\0a/b.py\0D\0c.py\0", second) == [Change("a/b.py", False),
+                                                               Change("c.py", True)]
+    # Applying such a change (however it came) removes nothing outside the tree.
+    tree = tmp_path / "trees" / "main"
+    (tree / "sub").mkdir(parents=True)
+    with pytest.raises(GitTreeUnsafe):
+        apply_changes(crafted, second, tree, [Change("sub/../../victim", True)])
+    (tree / "link").symlink_to(tmp_path)
+    with pytest.raises(GitTreeUnsafe):
+        apply_changes(crafted, second, tree, [Change("link/victim", True)])
+    assert victim.read_text() == "must survive"
+    # A removal prunes the folders it empties, and stops at the tree's own folder.
+    (tree / "link").unlink()
+    (tree / "sub").rmdir()
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "gone.py").write_text("x = 1\n")
+    apply_changes(crafted, second, tree, [Change("a/b/gone.py", True)])
+    assert tree.is_dir() and not (tree / "a").exists()
+
+
+def test_a_search_ref_is_a_branch_a_tag_or_a_commit_id_and_nothing_else(tmp_path):
+    from types import SimpleNamespace
+
+    from fathom.errors import ConfigError
+    from fathom.index.git_source import check_branch
+    from fathom.service.git_projects import GitProjects, InvalidRef, UnknownRef
+    from fathom.service.projects import ProjectRecords
+
+    remote = Remote(tmp_path)
+    commit = remote.commit({"app.py": "def run():\n    return 1\n"}, "first")
+    git("tag", "v1", cwd=remote.work)
+    git("push", "--quiet", "origin", "v1", cwd=remote.work)
+    data = tmp_path / "data"
+    records = ProjectRecords(data)
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=data,
+                                                                  git_remotes=remote.file_url))
+    projects = GitProjects(service)
+    projects.repo("shop", remote.file_url).fetch(["main"])
+    records.put("shop", {"git": {"url": remote.file_url, "default": "main",
+                                 "branches": {"main": commit}}})
+    assert projects.resolve("shop", None) == ("main", commit)
+    assert projects.resolve("shop", "main") == ("main", commit)
+    assert projects.resolve("shop", commit[:7]) == ("main", commit)
+    assert projects.resolve("shop", commit) == ("main", commit)
+    assert projects.resolve("shop", "v1") == ("main", commit)
+    for bad in [":/first", "main~0", "main^0", "HEAD@{0}", "-main", "v1..main", "main:app.py"]:
+        with pytest.raises(InvalidRef, match="commit id of 7-40 hex digits"):
+            projects.resolve("shop", bad)
+    with pytest.raises(UnknownRef):
+        projects.resolve("shop", "no-such-tag")
+    with pytest.raises(ConfigError):
+        check_branch("-main")
+    # A remote whose HEAD names an option-like branch is refused, not handed to git.
+    (remote.bare / "refs" / "heads" / "-evil").write_text(commit + "\n")
+    (remote.bare / "HEAD").write_text("ref: refs/heads/-evil\n")
+    with pytest.raises(ConfigError, match="invalid branch name"):
+        projects.repo("shop", remote.file_url).remote_default()
+
+
+def test_the_credentials_repr_never_shows_the_token():
+    from fathom.index.git_source import Credentials
+
+    creds = Credentials(ssh_key_file=Path("/keys/id"), token="tok-canary-123", username="alice")
+    shown = repr(creds) + str(creds) + f"{creds!r}"
+    assert "tok-canary-123" not in shown and "alice" in shown

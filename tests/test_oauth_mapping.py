@@ -13,9 +13,9 @@ from fathom.server.oauth.access_tokens import Identity
 from fathom.server.oauth.mapping import AccessMapping
 
 ALICE = Identity(subject="u-1", issuer="https://id.example", email="Alice@Example.com", groups=frozenset({"web"}),
-                 scopes=frozenset({"fathom"}))
+                 scopes=frozenset({"fathom"}), email_verified=True)
 BOB = Identity(subject="u-2", issuer="https://id.example", email="bob@other.org", groups=frozenset({"indexers"}),
-               scopes=frozenset({"fathom", "fathom:index"}))
+               scopes=frozenset({"fathom", "fathom:index"}), email_verified=True)
 CAROL = Identity(subject="u-3", issuer="https://id.example")
 
 
@@ -74,3 +74,17 @@ def test_a_damaged_file_is_refused_at_start_with_the_fix(tmp_path):
     path.write_text(json.dumps({"rules": [{"match": {}}]}))
     with pytest.raises(ConfigError, match="must name a condition"):
         AccessMapping(path)
+
+
+@pytest.mark.parametrize("verified", [None, False, "false", 0, "yes"])
+def test_an_email_rule_needs_an_email_the_issuer_verified(tmp_path, verified):
+    mapping = AccessMapping(tmp_path / "m.json")
+    mapping.replace({"rules": [{"match": {"email": "alice@example.com"}, "projects": ["web"]},
+                               {"match": {"email_domain": "example.com"}, "projects": ["api"]}]})
+    claims = {"sub": "u-1", "email": "alice@example.com", "email_verified": verified}
+    unverified = Identity.of({k: v for k, v in claims.items() if v is not None}, issuer="x")
+    assert not unverified.email_verified and mapping.grant(unverified) is None
+    for said in (True, "true"):
+        trusted = Identity.of({**claims, "email_verified": said}, issuer="x")
+        grant = mapping.grant(trusted)
+        assert trusted.email_verified and grant is not None and grant.projects == {"web"}

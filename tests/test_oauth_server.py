@@ -202,7 +202,8 @@ async def test_introspection_configured_by_settings_opens_mcp_as_mapped(tmp_path
             oauth_client_secret=INTROSPECTION_CLIENT[1]))
         assert door is not None and door.view()["validation"] == "introspection"
         door.mapping.replace(MAPPING)
-        answer = {"active": True, "iss": issuer.url, "aud": RESOURCE, "sub": "u-1", "email": "alice@example.com"}
+        answer = {"active": True, "iss": issuer.url, "aud": RESOURCE, "sub": "u-1", "email": "alice@example.com",
+                  "email_verified": True}
         issuer.active = {"opaque-alice": answer, "opaque-eve": {**answer, "sub": "u-9", "email": "eve@example.com"}}
         alice = await door.authenticate("opaque-alice")
         assert alice.who == "oauth:alice@example.com" and alice.projects == {"alpha"} and not alice.can_index
@@ -211,3 +212,32 @@ async def test_introspection_configured_by_settings_opens_mcp_as_mapped(tmp_path
         with pytest.raises(TokenRefused, match="not active"):
             await door.authenticate("opaque-unknown")
         await door.aclose()
+
+
+async def test_an_open_path_never_validates_an_oauth_token(tmp_path):
+    """`/health` and a forge's webhook need no principal: a bearer token sent there never
+    reaches the OAuth door (no key fetch, no introspection call); `/mcp` still does."""
+    from starlette.responses import PlainTextResponse
+
+    from fathom.server.guard import Access, RequestGuard
+    from fathom.server.tokens import Principal
+
+    calls: list[str] = []
+
+    class CountingDoor:
+        async def authenticate(self, token: str) -> Principal:
+            calls.append(token)
+            return Principal(name="alice@example.com", projects=None, can_index=False, via="oauth")
+
+    async def app(scope, receive, send):
+        await PlainTextResponse("ok")(scope, receive, send)
+
+    guard = RequestGuard(app, access=Access(None, oauth=CountingDoor()))
+    headers = {"Authorization": "Bearer some-access-token"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guard), base_url="http://t") as client:
+        assert (await client.get("/health", headers=headers)).status_code == 200
+        assert (await client.post("/hooks/git/shop", headers=headers, content=b"{}")).status_code == 200
+        assert (await client.get("/.well-known/oauth-protected-resource/mcp", headers=headers)).status_code == 200
+        assert calls == []
+        assert (await client.post("/mcp", headers=headers, json={})).status_code == 200
+        assert calls == ["some-access-token"]

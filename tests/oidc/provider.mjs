@@ -34,11 +34,11 @@ const provider = new Provider(issuer, {
   pkce: { required: () => true },
   findAccount: async (ctx, id) => (id !== user.sub ? undefined : {
     accountId: id,
-    claims: async () => ({ sub: id, email: user.email, groups: user.groups }),
+    claims: async () => ({ sub: id, email: user.email, email_verified: true, groups: user.groups }),
   }),
-  claims: { openid: ['sub'], email: ['email'], groups: ['groups'] },
+  claims: { openid: ['sub'], email: ['email', 'email_verified'], groups: ['groups'] },
   extraTokenClaims: async (ctx, token) => (token.accountId === user.sub
-    ? { email: user.email, groups: user.groups } : {}),
+    ? { email: user.email, email_verified: true, groups: user.groups } : {}),
   interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
   features: {
     devInteractions: { enabled: false },

@@ -28,18 +28,19 @@ import shutil
 import subprocess
 import tarfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from fathom.errors import ConfigError, FathomError
 from fathom.index.indexer import Discovery
 from fathom.index.walker import IGNORE_FILES
 
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+$")
+_TRANSPORT = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
-_BRANCH = re.compile(r"^(?!/)(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
+_BRANCH = re.compile(r"^(?![/-])(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
 SCHEMES = ("https", "http", "ssh", "git", "file")
 # Paths per `git archive` call: a diff of thousands of files is written out in slices, each
 # command line well under the system's limit.
@@ -62,6 +63,11 @@ class GitAuthFailed(FathomError):
     """The remote refused the credentials (or asked for some and none were configured)."""
 
 
+class GitTreeUnsafe(FathomError):
+    """A commit whose tree names a path outside its own folder (`..`, `.`, an absolute path):
+    a crafted remote; nothing of it is written or removed."""
+
+
 class GitBranchMissing(ConfigError):
     """A branch asked for does not exist on the remote."""
 
@@ -78,18 +84,28 @@ def scrub(text: str, secrets: Sequence[str] = ()) -> str:
 def check_branch(branch: object) -> str:
     if not isinstance(branch, str) or not _BRANCH.match(branch) or branch.endswith(".lock"):
         raise ConfigError(f"invalid branch name {scrub(str(branch))[:80]!r}: give a branch as the "
-                          f"remote names it, e.g. `main` or `release/1.2`")
+                          f"remote names it, e.g. `main` or `release/1.2` (letters, digits and `._/+-`, "
+                          f"not beginning with `-` or `/`, no `..`)")
     return branch
 
 
 def check_remote(url: object, allowed: Sequence[str]) -> str:
-    """The URL as given, once it is a git remote without credentials inside the allow-list."""
+    """The URL as given, once it is a git remote without credentials inside the allow-list.
+
+    The allow-list is compared part by part, never as raw text: the scheme, user (when the
+    entry names one), host and port exactly, and the path folder by folder (an entry
+    `https://host/team` allows `https://host/team/app.git`, not `https://host/teamevil/`).
+    A path with `.` or `..` folders (also percent-encoded) or a backslash is refused outright:
+    git and the server would resolve them and land outside the folder the entry names."""
     if not isinstance(url, str) or not url.strip() or len(url) > 2000 or any(c.isspace() or
                                                                            ord(c) < 32 for c in url):
         raise GitRemoteInvalid("invalid git remote: give a URL such as https://host/team/repo.git, "
                                "ssh://git@host/team/repo.git, git@host:team/repo.git or "
                                "file:///srv/git/repo.git")
     shown = scrub(url)
+    if _TRANSPORT.match(url):
+        raise GitRemoteInvalid(f"invalid git remote {shown}: git's `TRANSPORT::ADDRESS` form is "
+                               f"not accepted; use one of the schemes {', '.join(SCHEMES)}")
     if "://" in url:
         parts = urlsplit(url)
         if parts.scheme not in SCHEMES or (parts.scheme != "file" and not parts.hostname):
@@ -99,10 +115,15 @@ def check_remote(url: object, allowed: Sequence[str]) -> str:
             raise GitRemoteInvalid(f"git remote {shown} carries credentials: remove them from the "
                                    f"URL and set FATHOM_GIT_TOKEN (HTTPS) or FATHOM_GIT_SSH_KEY_FILE "
                                    f"(SSH) in the server's configuration instead")
-    elif not _SCP_LIKE.match(url):
+    elif not _SCP_LIKE.match(url) or "::" in url:
         raise GitRemoteInvalid(f"invalid git remote {shown}: give a URL such as "
-                               f"https://host/team/repo.git or git@host:team/repo.git")
-    if not any(url.startswith(prefix) for prefix in allowed):
+                               f"https://host/team/repo.git or git@host:team/repo.git (only the "
+                               f"transports {', '.join(SCHEMES)} and scp-like SSH are accepted)")
+    try:
+        where = remote_parts(url)
+    except ValueError as exc:
+        raise GitRemoteInvalid(f"invalid git remote {shown}: {exc}") from None
+    if not any(_within(where, entry) for entry in allowed):
         raise GitRemoteNotAllowed(
             f"git remote {shown} is not allowed on this server: the operator lists the allowed "
             f"remote prefixes in FATHOM_GIT_REMOTES (separated by spaces), e.g. "
@@ -111,13 +132,55 @@ def check_remote(url: object, allowed: Sequence[str]) -> str:
     return url
 
 
+_PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
+
+
+def remote_parts(url: str) -> tuple[str, str | None, str, int | None, tuple[str, ...]]:
+    """(scheme, user, host, port, path folders) of a remote URL or allow-list entry, each
+    folder percent-decoded; ValueError for a path git would resolve elsewhere (`.`, `..`,
+    a backslash, an encoded slash), a query or a fragment, or an option-like host."""
+    if "\\" in url:
+        raise ValueError("a backslash is not allowed in a remote")
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.query or parts.fragment or "?" in url or "#" in url:
+            raise ValueError("a remote has no query or fragment (`?`, `#`)")
+        scheme, user, host = parts.scheme.lower(), parts.username, (parts.hostname or "").lower()
+        port = parts.port or _PORTS.get(scheme)  # ValueError for a port that is not a number
+        if scheme == "file" and host in ("", "localhost"):
+            host = ""
+        path, absolute = parts.path, True
+    else:
+        head, _, path = url.partition(":")
+        user, _, host = head.rpartition("@")
+        scheme, user, host, port, absolute = "scp", user or None, host.lower(), None, \
+            path.startswith("/")
+    if host.startswith("-") or (user or "").startswith("-"):
+        raise ValueError("a host or user may not begin with '-'")
+    folders = [unquote(f) for f in path.split("/") if f]
+    if any(f in (".", "..") or "/" in f or "\\" in f for f in folders):
+        raise ValueError("its path may not hold `.` or `..` folders or an encoded slash "
+                         "(percent-encoded ones included): name the repository's own path")
+    return scheme, user, host, port, ("/",) * (scheme == "scp" and absolute) + tuple(folders)
+
+
+def _within(where: tuple[str, str | None, str, int | None, tuple[str, ...]], entry: str) -> bool:
+    """Whether a remote's parts lie under an allow-list entry (a folder prefix)."""
+    try:
+        scheme, user, host, port, folders = remote_parts(entry.strip())
+    except ValueError:
+        return False  # an entry git would resolve elsewhere allows nothing
+    return (where[0] == scheme and (user is None or where[1] == user) and where[2] == host
+            and where[3] == port and where[4][:len(folders)] == folders)
+
+
 @dataclass(frozen=True)
 class Credentials:
     """The operator's git credentials. `token` is sent as HTTPS basic auth by header; the key
     file is handed to ssh by path. Neither is ever part of a message."""
 
     ssh_key_file: Path | None = None
-    token: str | None = None
+    token: str | None = field(default=None, repr=False)  # never in a repr, a log line, a trace
     username: str = "x-access-token"
 
     def environment(self) -> dict[str, str]:
@@ -161,7 +224,10 @@ class GitRepo:
 
     def git(self, *args: str, bare: bool = True, remote: bool = False) -> bytes:
         """Run `git args…` (in the bare clone when `bare`); the failure as a typed error."""
-        cmd = ["git", "-c", "credential.helper="]
+        # Every object fetched is checked by git itself (a tree entry `..` or `.git` refused);
+        # zero-padded file modes, a harmless quirk of some old repositories, are let through.
+        cmd = ["git", "-c", "credential.helper=", "-c", "transfer.fsckObjects=true",
+               "-c", "fetch.fsck.zeroPaddedFilemode=ignore"]
         if bare:
             cmd += ["--git-dir", str(self.path)]
         try:
@@ -211,7 +277,7 @@ class GitRepo:
         """The branch the remote's HEAD names, when it says."""
         out = self.git("ls-remote", "--symref", "--", self.url, "HEAD", bare=False, remote=True)
         m = re.search(rb"^ref: refs/heads/(\S+)\tHEAD", out, re.M)
-        return m.group(1).decode() if m else None
+        return check_branch(m.group(1).decode("utf-8", "replace")) if m else None
 
     def check_branches(self, branches: Sequence[str]) -> dict[str, str]:
         heads = self.remote_heads()
@@ -253,9 +319,7 @@ class GitRepo:
     def changes(self, old: str, new: str) -> list[Change]:
         """What differs between two commits, path by path (renames as a removal and an add)."""
         out = self.git("diff", "--name-status", "--no-renames", "-z", old, new, "--")
-        fields = out.decode("utf-8", "surrogateescape").split("\0")
-        return [Change(path, status == "D") for status, path in zip(fields[0::2], fields[1::2],
-                                                                    strict=False) if path]
+        return parse_changes(out, new)
 
     def export(self, commit: str, folder: Path, paths: Sequence[str] | None = None) -> int:
         """Write the files of `commit` into `folder` (all of them, or only `paths`); returns how
@@ -311,15 +375,43 @@ def _inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
         return None  # a link out of the tree, an absolute path: not written
 
 
+def check_tree_path(path: str, commit: str) -> str:
+    """`path` when it is a relative path of plain names (no empty, `.` or `..` part, no
+    absolute path); GitTreeUnsafe naming `commit` otherwise."""
+    parts = path.split("/")
+    if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
+        raise GitTreeUnsafe(f"commit {commit[:40]} names the path {scrub(path)[:120]!r}, which "
+                            f"leaves the repository's folder: the remote's history is crafted or "
+                            f"damaged; nothing of it was written (remove the project, or fix the "
+                            f"remote)")
+    return path
+
+
+def parse_changes(out: bytes, commit: str) -> list[Change]:
+    """The changes `git diff --name-status -z` printed, each path checked (`check_tree_path`)."""
+    fields = out.decode("utf-8", "surrogateescape").split("\0")
+    return [Change(check_tree_path(path, commit), status == "D")
+            for status, path in zip(fields[0::2], fields[1::2], strict=False) if status]
+
+
 def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Change]) -> None:
     """Bring `folder` (the files of an older commit) to `commit`: write what changed, remove
-    what is gone, and prune folders left empty."""
+    what is gone, and prune folders left empty. Every path is checked to lie inside `folder`
+    before anything is removed or written."""
+    root = folder.resolve()
+    for c in changes:
+        check_tree_path(c.path, commit)
+        target = folder / c.path
+        if not target.parent.resolve().is_relative_to(root):
+            raise GitTreeUnsafe(f"commit {commit[:40]} names the path {scrub(c.path)[:120]!r}, "
+                                f"which leads outside {folder} through a link: nothing was removed")
     for c in changes:
         target = folder / c.path
         if c.gone and (target.is_file() or target.is_symlink()):
             target.unlink()
-            parent = target.parent
-            while parent != folder and parent.is_dir() and not any(parent.iterdir()):
+            parent = target.parent.resolve()
+            while parent != root and parent.is_relative_to(root) and parent.is_dir() \
+                    and not any(parent.iterdir()):
                 parent.rmdir()
                 parent = parent.parent
     repo.export(commit, folder, [c.path for c in changes if not c.gone])

@@ -206,9 +206,9 @@ class Access:
         record = self.mcp.find(token) if self.mcp is not None and self.static_mcp else None
         return record.principal() if record is not None else None
 
-    async def identify(self, token: str | None, path: str = MCP_PATH) -> Identified:
-        """Who `token` is on `path`: a static token's principal, else (OAuth configured) the
-        principal its access token maps to, or why that token was refused."""
+    async def identify(self, token: str | None, path: str = MCP_PATH, *, oauth: bool = True) -> Identified:
+        """Who `token` is on `path`: a static token's principal, else (OAuth configured, and
+        `oauth`) the principal its access token maps to, or why that token was refused."""
         from fathom.server.oauth.errors import InsufficientScope, NotMapped, TokenRefused
 
         if not token:
@@ -216,7 +216,7 @@ class Access:
         found = self.principal(token)
         if found is not None and (self.static_mcp or not is_mcp_path(path)):
             return Identified(found)
-        if self.oauth is None:
+        if self.oauth is None or not oauth:
             return Identified()
         try:
             return Identified(await self.oauth.authenticate(token))
@@ -244,16 +244,20 @@ class Access:
         reason = refused.reason if isinstance(refused, TokenRefused) else None
         return mcp_unauthorized(bool(token), url, oauth=self.oauth, reason=reason, static=self.static_mcp)
 
+    @staticmethod
+    def open_path(method: str, path: str) -> bool:
+        """Whether a request needs no token at all: a public page, OAuth's default endpoints
+        (answered 404), a forge's webhook (the route checks the project's signature)."""
+        return ((method in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)))
+                or (path in OAUTH_PATHS and method in ("GET", "POST"))
+                or (method == "POST" and path.startswith(HOOK_PREFIX)))
+
     def refusal(self, method: str, path: str, token: str | None, *, url: str | None = None,
                 identified: Identified | None = None) -> HTTPException | None:
         """None if the request may proceed; else the refusal to answer, unread. `identified`:
         who the token is (`identify`); without it, only static tokens are known."""
-        if method in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)):
+        if self.open_path(method, path):
             return None
-        if path in OAUTH_PATHS and method in ("GET", "POST"):
-            return None
-        if method == "POST" and path.startswith(HOOK_PREFIX):
-            return None  # a forge's webhook: the route checks the project's signature
         if path.startswith(LOCAL_PREFIX) and self.local is not None and self.local.check(token):
             return None
         if is_mcp_path(path):
@@ -330,7 +334,9 @@ class RequestGuard:
         request = Request(scope)  # headers only: nothing here reads the body
         method, path = scope["method"], scope["path"]
         token = bearer_token(request)
-        identified = await self.access.identify(token, path)
+        # An open path needs no principal: an OAuth token sent there is not validated (no key
+        # fetch, no introspection call to the issuer on behalf of anyone who asks).
+        identified = await self.access.identify(token, path, oauth=not self.access.open_path(method, path))
         denied = self.access.refusal(method, path, token, url=mcp_url(request), identified=identified)
         principal = identified.principal
         if denied is not None:

@@ -31,6 +31,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 import secrets
 import shutil
 import time
@@ -61,6 +62,7 @@ from fathom.index.store.rules import check_project_name
 log = logging.getLogger("fathom.service.git")
 
 MAX_BRANCHES = 50
+_COMMIT_ID = re.compile(r"^[0-9a-f]{7,40}$")
 MIN_POLL_S = 10.0
 
 
@@ -72,8 +74,24 @@ class UnknownRef(ConfigError):
     """A `ref` that names nothing this project indexed."""
 
 
+class InvalidRef(ConfigError):
+    """A search `ref` that is neither a branch name, a tag name nor a commit id."""
+
+
+class UnsafeGitFolder(ConfigError):
+    """A project name whose folder would lie outside `DATA_DIR/git` (`.`, `..`, …)."""
+
+
 class WebhookRefused(FathomError):
     """A webhook call without a valid signature (or token) for the project: nothing is done."""
+
+
+def _is_branch_name(ref: str) -> bool:
+    try:
+        check_branch(ref)
+    except ConfigError:
+        return False
+    return True
 
 
 def overlay_name(project: str, branch: str) -> str:
@@ -130,7 +148,14 @@ class GitProjects:
         return self.fathom.settings
 
     def folder(self, project: str) -> Path:
-        return self.settings.data_dir / "git" / quote(project, safe="")
+        """`DATA_DIR/git/NAME`, checked to lie inside `DATA_DIR/git` before anything is written
+        or removed there (a name such as `..` would otherwise reach the data folder itself)."""
+        base = (self.settings.data_dir / "git").resolve()
+        folder = base / quote(project, safe="")
+        if project.startswith(".") or folder.resolve().parent != base:
+            raise UnsafeGitFolder(f"project name {project[:80]!r} cannot hold a git project: a "
+                                  f"git project's name may not begin with '.'; choose another name")
+        return folder
 
     def tree(self, project: str, branch: str) -> Path:
         return self.folder(project) / "trees" / quote(branch, safe="")
@@ -164,9 +189,11 @@ class GitProjects:
         default branch). Everything is checked before anything is written. The answer holds
         the webhook secret, shown this once."""
         check_project_name(project)
-        if "@" in project or "/" in project:
-            raise ConfigError(f"a git project's name may not contain '@' or '/' ({project!r}): "
-                              f"branches are named PROJECT@BRANCH")
+        if "@" in project or "/" in project or project.startswith("."):
+            raise UnsafeGitFolder(f"a git project's name may not contain '@' or '/' nor begin "
+                                  f"with '.' ({project[:80]!r}): branches are named "
+                                  f"PROJECT@BRANCH, and the name is a folder of the data folder")
+        self.folder(project)
         url = check_remote(url, self.settings.git_remote_list())
         branches = list(dict.fromkeys(check_branch(b) for b in branches))
         if len(branches) > MAX_BRANCHES:
@@ -341,7 +368,7 @@ class GitProjects:
     def webhook_secret(self, project: str) -> str | None:
         try:
             return (self.folder(project) / "webhook.secret").read_text().strip() or None
-        except OSError:
+        except (OSError, UnsafeGitFolder):
             return None
 
     async def webhook(self, project: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
@@ -395,21 +422,30 @@ class GitProjects:
 
     def resolve(self, project: str, ref: str | None) -> tuple[str, str]:
         """(branch, commit) a search at `ref` reads: a tracked branch, or a tag or commit id
-        that is a tracked branch's indexed commit."""
+        that is a tracked branch's indexed commit. Nothing else reaches `git rev-parse` (no
+        `:/regex`, `main~9`, `HEAD@{…}`): a commit id is 7-40 hex digits, a tag is looked up
+        under `refs/tags/` only."""
         git = self.record(project)
         branches: dict[str, str] = git["branches"]
         if ref is None or ref in branches:
             branch = ref or git["default"]
             return branch, branches[branch]
-        if isinstance(ref, str) and 0 < len(ref) <= 200 and not ref.startswith("-"):
+        if not isinstance(ref, str) or not (_COMMIT_ID.match(ref) or _is_branch_name(ref)):
+            raise InvalidRef(f"ref {scrub(str(ref))[:80]!r} is not accepted: give a tracked "
+                             f"branch ({', '.join(branches)}), a tag name (letters, digits and "
+                             f"`._/+-`, no `..`, not beginning with `-`) or a commit id of 7-40 "
+                             f"hex digits")
+        repo = self.repo(project, git["url"])
+        names = [ref] * bool(_COMMIT_ID.match(ref)) + [f"refs/tags/{ref}"] * _is_branch_name(ref)
+        for name in names:
             try:
-                commit = self.repo(project, git["url"]).resolve(ref)
+                commit = repo.resolve(name)
             except FathomError:
-                commit = ""
+                continue
             for branch, at in branches.items():
-                if commit and at == commit:
+                if at == commit:
                     return branch, at
-        raise UnknownRef(f"ref {str(ref)[:80]!r} of {project} is not indexed: search a tracked "
+        raise UnknownRef(f"ref {ref[:80]!r} of {project} is not indexed: search a tracked "
                          f"branch ({', '.join(branches)}), a tag or commit one of them is at, or "
                          f"track the branch with `fathom projects track {project} BRANCH`")
 

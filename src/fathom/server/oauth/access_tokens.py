@@ -58,6 +58,9 @@ class Identity:
     email: str | None = None
     groups: frozenset[str] = field(default_factory=frozenset)
     scopes: frozenset[str] = field(default_factory=frozenset)
+    # The issuer vouches the person owns `email` (`email_verified: true`); rules on the email
+    # or its domain hold only then, or anyone could claim an address at a trusted domain.
+    email_verified: bool = False
 
     @property
     def name(self) -> str:
@@ -72,7 +75,13 @@ class Identity:
         email = claims.get("email")
         groups = claims.get(groups_claim)
         return cls(subject=subject, issuer=issuer, email=email if isinstance(email, str) and email else None,
-                   groups=frozenset(_strings(groups)), scopes=frozenset(scopes_of(claims)))
+                   groups=frozenset(_strings(groups)), scopes=frozenset(scopes_of(claims)),
+                   email_verified=_verified(claims.get("email_verified")))
+
+
+def _verified(claim: Any) -> bool:
+    """`email_verified` as OpenID Connect says it (a JSON true; some issuers send "true")."""
+    return claim is True or (isinstance(claim, str) and claim.lower() == "true")
 
 
 def scopes_of(claims: Mapping[str, Any]) -> list[str]:

@@ -12,8 +12,9 @@ CLI (`fathom oauth set-mapping FILE`):
     ]}
 
 A rule matches when every condition it names holds (`subject`, `email`, `email_domain`, `group`,
-`scope`; `everyone: true` for all of the issuer's people); the first matching rule wins. Its
-grant is an MCP token's: `projects` (left out: every project; an empty list is refused) and
+`scope`; `everyone: true` for all of the issuer's people); the first matching rule wins. An
+`email` or `email_domain` condition holds only for a token whose `email_verified` claim is
+true. Its grant is an MCP token's: `projects` (left out: every project; an empty list is refused) and
 `can_index` (default false). No rule matches: the person is refused.
 
 It validates a whole document before writing it (a refused document changes nothing) and
@@ -59,11 +60,15 @@ class Match(BaseModel):
         return self
 
     def holds(self, who: Identity) -> bool:
+        """Every condition holds; one on the email (or its domain) needs an email the issuer
+        verified (`email_verified: true`), or anyone could sign up with an address there."""
         email = (who.email or "").lower()
+        verified = who.email_verified and bool(email)
         return all((
             self.subject is None or who.subject == self.subject,
-            self.email is None or email == self.email.lower(),
-            self.email_domain is None or email.endswith("@" + self.email_domain.lower().lstrip("@")),
+            self.email is None or (verified and email == self.email.lower()),
+            self.email_domain is None or (verified and email.endswith(
+                "@" + self.email_domain.lower().lstrip("@"))),
             self.group is None or self.group in who.groups,
             self.scope is None or self.scope in who.scopes,
         ))
