@@ -5,8 +5,10 @@ shown line must be in the real output; ids, numbers, times and `…` are not com
 
 The few substitutions are those any reader makes: this test's port, data dir, project folder
 and key file for the docs' examples, the real tokens and job id for `fa_…`, `fj_…` and
-`3f2a9c0b1d4e`, the emulator's model and upstream for the placeholders, and `ws://` on
-loopback for the docs' `wss://` proxy. A command this test cannot run here (an interactive
+`3f2a9c0b1d4e`, the emulator's model and upstream for the placeholders, `ws://` on
+loopback for the docs' `wss://` proxy, and a bare repository over file:// (branches `main`,
+`feature`, `release/2.0`) for the docs' git host. The CLI's default data dir is the server's,
+as in the docs (`~/.fathom` both). A command this test cannot run here (an interactive
 prompt, another host, a client outside Fathom) is listed in SKIPPED with the reason; any other
 command the docs gain is run, so the docs cannot drift from the product unseen.
 """
@@ -25,6 +27,7 @@ import pytest
 
 from tests.admin_fixtures import make_project
 from tests.fleet_fixtures import PY, ProcessGroup, free_port, spawn_emulator, wait_http, wait_until
+from tests.git_fixtures import Remote
 
 pytestmark = pytest.mark.slow
 
@@ -103,6 +106,24 @@ def check_shown(step: Step, output: str, subs: dict[str, str]) -> None:
                              f"  missing words: {missing}\n  real output:\n{output}")
 
 
+FEATURE_ONLY = "retry_upload"
+
+
+def make_remote(root: Path) -> Path:
+    """The docs' `billing` repository: `feature` adds a function `main` lacks; `release/2.0` is cut
+    from `main`. Returns the folder the docs' git host stands for."""
+    remote = Remote(root)
+    remote.commit({"app.py": "def add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n    return a + b\n"})
+    remote.branch("release/2.0")
+    remote.branch("feature", "main")
+    remote.commit({"upload.py": f"def {FEATURE_ONLY}(send, attempts=3):\n"
+                                "    \"\"\"Retry the upload until it succeeds or the attempts run out.\"\"\"\n"
+                                "    for _ in range(attempts):\n        if send():\n            return True\n"
+                                "    return False\n"}, branch="feature")
+    (root / "billing.git").symlink_to(remote.bare)
+    return root
+
+
 def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
     steps = documented_steps()
     assert len(steps) > 20, "the docs' console blocks were not found"
@@ -111,12 +132,14 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
     data, project = tmp_path / "fathom-data", make_project(tmp_path / "src" / "api")
     key_file = tmp_path / "openrouter-key"
     key_file.write_text("sk-or-v1-" + "5eed" * 16 + "\n")
+    remotes = make_remote(tmp_path / "remotes")
     subs = {"/home/you/.fathom": str(data), "~/.fathom": str(data), "8765": str(port),
             "wss://fathom.example.net": f"ws://127.0.0.1:{port}", "~/.secrets/openrouter": str(key_file),
             "/home/you/src/api": str(project), "~/src/api": str(project),
-            "<openrouter-model-id>": MINILM, "<openrouter-provider-slug>": "alpha"}
+            "<openrouter-model-id>": MINILM, "<openrouter-provider-slug>": "alpha",
+            "https://git.example.com/team/": remotes.as_uri() + "/"}
     env = {**os.environ, "COLUMNS": "250", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1"}
+           "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1", "FATHOM_DATA_DIR": str(data)}
     env.pop("FATHOM_SERVER", None)
     env.pop("FATHOM_ADMIN_TOKEN", None)
     ran: list[str] = []
@@ -142,7 +165,7 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
                 name, _, value = command[len("export "):].partition("=")
                 for doc, real in subs.items():
                     value = value.replace(doc, real)
-                env[name] = value
+                env[name] = " ".join(shlex.split(value))  # as a shell reads the quotes
                 continue
             if command.startswith("fathom sidecar"):
                 # The docs' sidecar, with this test's stand-in for OpenRouter and its own state dir.
@@ -172,6 +195,8 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
                 assert done.returncode != 0, f"`{step.command}` should have been refused:\n{output}"
             else:
                 assert done.returncode == 0, f"`{step.command}` failed ({done.returncode}):\n{output}"
+            if "--ref feature" in command:
+                assert FEATURE_ONLY in output, f"the branch's own function was not found:\n{output}"
             job = re.search(r"started job (\w+)", output)
             if job:
                 subs[DOC_JOB] = job.group(1)
@@ -180,5 +205,6 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
     # The walkthrough did go through every part: server, sidecar, key, policy, gate, jobs, tokens.
     for part in ("fathom server --port 8765 --data-dir", "fathom sidecar", "fathom key push <",
                  "fathom policy set code-embedding --policy cloud", "fathom gate verify", "fathom jobs start",
-                 "fathom tokens revoke", "fathom serve --no-auth --host 0.0.0.0", "fathom audit-log"):
+                 "fathom tokens revoke", "fathom serve --no-auth --host 0.0.0.0", "fathom audit-log",
+                 "fathom projects add billing --git", "fathom projects sync billing"):
         assert any(c.startswith(part) for c in ran), part

@@ -25,13 +25,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fathom.config import Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError
-from fathom.inference.local import local_provider_id
-from fathom.inference.provider import Provider
 from fathom.space import Space
+
+if TYPE_CHECKING:  # pragma: no cover - the provider module loads numpy
+    from fathom.inference.provider import Provider
 
 MODELS_FILE = "models.json"
 
@@ -70,6 +71,10 @@ class EmbedModel:
 
     @property
     def provider_id(self) -> str:
+        # imported here: the local encoder's module loads numpy, and `fathom models` is
+        # registered on every CLI start, which must load none of the search stack
+        from fathom.inference.local import local_provider_id
+
         return local_provider_id(self.name)
 
 
