@@ -6,6 +6,7 @@ as shipped, side by side in one run.
     .venv/bin/python bench/search_quality.py --quick --sets natural,rich  # only these sets
     .venv/bin/python bench/search_quality.py --fusions                    # + the fusion rules considered
     .venv/bin/python bench/search_quality.py --headers                    # + chunks embedded with a header
+    .venv/bin/python bench/search_quality.py --models default,PATH        # each model on every set
 
 Four query sets over three indexed projects (`--sets` picks some):
 
@@ -45,6 +46,12 @@ the shipped search fuses (an exact comparison, not a re-run). `--headers`
 indexes both corpora a second time with a path/symbol/signature header above each chunk's
 text (by swapping `fathom.index.indexer.embedding_text` in this process) and measures them the
 same way. `--store postgresql://…` runs on PostgreSQL + pgvector.
+
+`--models` measures several embedding models in one run, one after the other on the same
+sets and the same corpora, each in a data dir of its own: a catalogue name (`fathom models`
+lists them; `default` is the default model) or a model folder's path. The run ends with one
+table of every model on every set: `search_code`'s MRR@10 and hit@3, its latency p50/p95 and
+the encoder's rate on each project.
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ from bench._common import machine, percentile, table  # noqa: E402
 from bench.quality_queries import IDENTIFIER, NATURAL, RICH_QUESTIONS  # noqa: E402
 
 from fathom.config import Settings  # noqa: E402
+from fathom.errors import FathomError  # noqa: E402
 from fathom.index import fusion  # noqa: E402
 from fathom.index import indexer as indexer_mod  # noqa: E402
 from fathom.index.chunk import Chunk  # noqa: E402
@@ -477,7 +485,7 @@ def report(name: str, queries: list[Query], chunks: int, tallies: dict[str, Tall
     print(f"\n## {name}: {len(queries)} queries over {chunks} code chunks ({', '.join(libs)})")
     print(table(["ranking", "MRR@10", "hit@1", "hit@3", "hit@5", "latency p50 / p95 ms"],
                 [tallies[n].row(label) for n, label in (
-                    ("vector", "vector only (MiniLM cosine; query encoding included)"),
+                    ("vector", "vector only (the model's cosine; query encoding included)"),
                     ("keyword", "keyword only (full-text)"),
                     ("shipped", "Fathom search_code over MCP (as shipped)"))]))
     best = max(tallies["vector"].mrr, tallies["keyword"].mrr)
@@ -496,13 +504,24 @@ def report(name: str, queries: list[Query], chunks: int, tallies: dict[str, Tall
     return gain
 
 
+@dataclass
+class SetResult:
+    """One set measured with one model: `search_code`'s tally and the encoder's rate."""
+
+    name: str
+    shipped: Tally
+    rate: float
+
+
 async def run_sets(fathom: Fathom, encoder: Any, work: Path,
                    sets: list[tuple[str, str, list[Query]]], *, fusions: bool,
-                   suffix: str = "") -> None:
+                   suffix: str = "") -> list[SetResult]:
     chunks: dict[str, int] = {}
+    rates: dict[str, float] = {}
+    results: list[SetResult] = []
     for project in dict.fromkeys(p for _, p, _ in sets):
         n, secs, rate = await index(fathom, work / project, project + suffix)
-        chunks[project] = n
+        chunks[project], rates[project] = n, rate
         print(f"indexed {project}{suffix}: {n} chunks in {secs:.0f} s "
               f"(encoded at {rate:.0f} chunks/s)")
     for name, project, queries in sets:
@@ -510,9 +529,32 @@ async def run_sets(fathom: Fathom, encoder: Any, work: Path,
         tallies, lists = await evaluate(fathom, encoder, project + suffix, queries,
                                         keep_lists=fusions)
         report(name + suffix, queries, code_chunks, tallies)
+        results.append(SetResult(name + suffix, tallies["shipped"], rates[project]))
         if fusions:
             print(table(["fusion rule (same depth-40 lists)", "MRR@10", "hit@1", "hit@3", "hit@5"],
                         fusion_rows(queries, lists)))
+    return results
+
+
+def model_settings(settings: Settings, name: str) -> Settings:
+    """`settings` with the embedding model `name` (a catalogue name, `default`, or a folder)."""
+    from fathom.inference.catalogue import resolve
+    from fathom.inference.model_choice import EmbedModel, with_model
+
+    if name == "default":
+        return settings
+    entry = resolve(settings, "embed", name)
+    return with_model(settings, EmbedModel(entry.name, entry.path, entry.width))
+
+
+def models_table(measured: list[tuple[str, list[SetResult]]]) -> str:
+    rows = []
+    for model, results in measured:
+        for r in results:
+            cells = r.shipped.row("")
+            rows.append([model, r.name, cells[1], cells[3], cells[5], f"{r.rate:.0f}"])
+    return table(["model", "set", "MRR@10", "hit@3", "search_code p50 / p95 ms", "encode chunks/s"],
+                 rows)
 
 
 async def main() -> None:
@@ -536,6 +578,9 @@ async def main() -> None:
                     help="the embedded encoder's runtime (FATHOM_LOCAL_RUNTIME; default: auto)")
     ap.add_argument("--store", default=None,
                     help="postgresql://… to run on PostgreSQL + pgvector (default: LanceDB)")
+    ap.add_argument("--models", default="default",
+                    help="embedding models to measure one after the other, comma-separated: "
+                         "catalogue names (`fathom models`), model folders, or `default`")
     args = ap.parse_args()
     limit = 600 if args.quick and args.limit is None else args.limit
     asked = 300 if args.quick else args.queries
@@ -568,27 +613,42 @@ async def main() -> None:
             sets.append(("rich", "rich", rich_qs))
         if missing:
             print(f"targets not found in the installed versions (skipped): {missing}")
-        settings = Settings(data_dir=work / "data", store_url=args.store, local_runtime=args.runtime)
-        encoder = local_encoder(settings)
-        print(f"encoder: {encoder.id} on {type(encoder).__name__}")
-        fathom = Fathom(settings, encoder=encoder)
-        code_only(fathom)
-        projects = list(dict.fromkeys(p for _, p, _ in sets))
-        projects += [p + "-header" for p in projects] if args.headers else []
-        for project in projects:
-            if fathom.store.has_project(project):
-                fathom.store.drop_project(project)
-        await run_sets(fathom, encoder, work, sets, fusions=args.fusions)
-        if args.headers:
-            for project in projects[:len(projects) // 2]:
-                _collect_signatures(work / project)
-            indexer_mod.embedding_text = with_header
-            await run_sets(fathom, encoder, work, sets, fusions=False, suffix="-header")
-        print(f"\nwall time {time.perf_counter() - started:.0f} s")
-        if args.store:
+        names = [m.strip() for m in args.models.split(",") if m.strip()]
+        base = Settings(data_dir=work / "data", store_url=args.store, local_runtime=args.runtime)
+        try:  # every name is checked before anything is indexed
+            chosen = [(name, model_settings(base, name)) for name in names]
+        except FathomError as exc:
+            ap.error(str(exc))
+        measured: list[tuple[str, list[SetResult]]] = []
+        for i, (name, model) in enumerate(chosen):
+            settings = model.model_copy(update={"data_dir": work / f"data-{i}"})
+            encoder = local_encoder(settings)
+            print(f"\n# encoder: {encoder.id} on {type(encoder).__name__}")
+            fathom = Fathom(settings, encoder=encoder)
+            code_only(fathom)
+            projects = list(dict.fromkeys(p for _, p, _ in sets))
+            projects += [p + "-header" for p in projects] if args.headers else []
             for project in projects:
-                fathom.store.drop_project(project)
-        fathom.store.close()
+                if fathom.store.has_project(project):
+                    fathom.store.drop_project(project)
+            results = await run_sets(fathom, encoder, work, sets, fusions=args.fusions)
+            if args.headers:
+                for project in projects[:len(projects) // 2]:
+                    _collect_signatures(work / project)
+                saved, indexer_mod.embedding_text = indexer_mod.embedding_text, with_header
+                try:
+                    results += await run_sets(fathom, encoder, work, sets, fusions=False, suffix="-header")
+                finally:
+                    indexer_mod.embedding_text = saved
+            measured.append((encoder.id.removeprefix("local:"), results))
+            if args.store:
+                for project in projects:
+                    fathom.store.drop_project(project)
+            fathom.store.close()
+        if len(measured) > 1:
+            print("\n## every model on every set (search_code as shipped)")
+            print(models_table(measured))
+        print(f"\nwall time {time.perf_counter() - started:.0f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
