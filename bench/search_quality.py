@@ -620,7 +620,7 @@ async def main() -> None:
         except FathomError as exc:
             ap.error(str(exc))
         measured: list[tuple[str, list[SetResult]]] = []
-        for i, (name, model) in enumerate(chosen):
+        for i, (_, model) in enumerate(chosen):
             settings = model.model_copy(update={"data_dir": work / f"data-{i}"})
             encoder = local_encoder(settings)
             print(f"\n# encoder: {encoder.id} on {type(encoder).__name__}")
