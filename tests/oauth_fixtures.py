@@ -69,6 +69,7 @@ class Issuer:
     published: list[SigningKey] = field(default_factory=list)
     jwks_reads: int = 0
     active: dict[str, dict[str, Any]] = field(default_factory=dict)  # introspection: token -> answer
+    down: bool = False  # every endpoint answers 503, as an issuer in an outage does
 
     def mint(self, key: SigningKey | None = None, *, now: float | None = None, lifetime: float = 600, **claims: Any) -> str:
         key = key or self.published[0]
@@ -80,11 +81,15 @@ class Issuer:
 
     def app(self) -> Starlette:
         async def metadata(request: Request) -> JSONResponse:
+            if self.down:
+                return JSONResponse({"error": "temporarily_unavailable"}, status_code=503)
             return JSONResponse({"issuer": self.url, "jwks_uri": f"{self.url}/jwks",
                                  "introspection_endpoint": f"{self.url}/introspect"})
 
         async def jwks(request: Request) -> JSONResponse:
             self.jwks_reads += 1
+            if self.down:
+                return JSONResponse({"error": "temporarily_unavailable"}, status_code=503)
             return JSONResponse({"keys": [k.jwk() for k in self.published]})
 
         async def introspect(request: Request) -> JSONResponse:

@@ -104,6 +104,21 @@ async def test_the_401_points_at_the_metadata_which_names_the_issuer(tmp_path, m
             assert token not in log  # never a token in the log
 
 
+async def test_an_unreachable_issuer_answers_503_not_a_sign_in_challenge(tmp_path, monkeypatch):
+    issuer = Issuer(published=[rsa_key()], url=f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    async with team_server(tmp_path, monkeypatch, issuer.url) as op:
+        token = mint(issuer, op)
+        async with httpx.AsyncClient(base_url=op.url) as anon:
+            r = await anon.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                                headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 503, r.text
+        assert r.headers["retry-after"] == "30" and "www-authenticate" not in r.headers
+        message = r.json()["error"]["message"]
+        assert issuer.url in message and "cannot be reached" in message and token not in message
+        async with op.client() as admin:  # static tokens do not depend on the issuer
+            assert (await admin.get("/admin/oauth")).status_code == 200
+
+
 async def test_a_mapped_person_sees_their_projects_and_no_write_tool(tmp_path, monkeypatch):
     async with running_issuer(rsa_key()) as issuer, team_server(tmp_path, monkeypatch, issuer) as op:
         alice = mint(issuer, op)

@@ -148,6 +148,34 @@ async def test_an_unreachable_issuer_refuses_the_token():
     assert "could not be read" in await refused(tokens, token)
 
 
+async def test_an_issuer_outage_keeps_the_keys_read_and_does_not_hammer_it():
+    clock = ManualClock()
+    async with running_issuer(rsa_key()) as issuer:
+        keys = KeySet(issuer=issuer.url, clock=clock, max_age_s=3600, refetch_after_s=30, stale_grace_s=7200)
+        tokens = AccessTokens(keys, issuer=issuer.url, audience=RESOURCE, now=clock.now)
+        await tokens.verify(issuer.mint(now=clock.now()))
+        assert issuer.jwks_reads == 1
+        issuer.down = True
+        clock.t += 3601  # the keys are old: read again, which fails; the held key still verifies
+        assert (await tokens.verify(issuer.mint(now=clock.now()))).subject == "user-1"
+        assert issuer.jwks_reads == 2
+        # A failed read is not retried at every request (each would wait for its timeout)...
+        for _ in range(5):
+            await tokens.verify(issuer.mint(now=clock.now()))
+        assert "could not be read" in await refused(tokens, issuer.mint(rsa_key("rotated"), now=clock.now()))
+        assert issuer.jwks_reads == 2
+        clock.t += 31  # ...but once per refetch interval
+        await tokens.verify(issuer.mint(now=clock.now()))
+        assert issuer.jwks_reads == 3
+        # Past the grace, keys that could not be re-read verify nothing.
+        clock.t += 7200
+        assert "could not be read" in await refused(tokens, issuer.mint(now=clock.now()))
+        # The issuer back: the next read after the interval succeeds and verifies again.
+        issuer.down = False
+        clock.t += 31
+        assert (await tokens.verify(issuer.mint(now=clock.now()))).subject == "user-1"
+
+
 def test_the_algorithm_allow_list_refuses_none_and_shared_secrets():
     assert parse_algorithms("RS256, ES256") == ("RS256", "ES256")
     for bad in ("none", "RS256,HS256", "XX999", ""):

@@ -81,6 +81,7 @@ SCRAPE_PATHS = frozenset({"/metrics"})
 # needed) with the same advice, instead of an admin 401 the client would misread.
 OAUTH_PATHS = frozenset({"/register", "/authorize", "/token"})
 MCP_PATH = "/mcp"
+ISSUER_RETRY_S = 30  # what a client is told to wait when the authorization server cannot be reached
 LOCAL_PREFIX = "/local/"  # the same user's CLI (`server.local`): this run's local token or the admin's
 PRINCIPAL = "fathom.principal"  # the ASGI scope key of a request's `Principal`
 AUDIT_NOTE = "fathom.audit"  # a route's own words for what it did, for the audit log
@@ -153,6 +154,15 @@ def oauth_unauthorized(oauth: Any, token_sent: bool, url: str, reason: str | Non
         return McpRefusal(401, f"The token sent to Fathom was refused: {why}. {how}.", headers={
             "WWW-Authenticate": oauth.resource.challenge(error="invalid_token", description=why)})
     return McpRefusal(401, f"Fathom needs a token. {how}.", headers={"WWW-Authenticate": oauth.resource.challenge()})
+
+
+def issuer_unreachable(oauth: Any) -> McpRefusal:
+    """The token could not be checked: the authorization server's keys or introspection could
+    not be read. 503 with Retry-After, not 401: the token may be good, and a 401 would send the
+    client through sign-in again for nothing."""
+    return McpRefusal(503, f"Fathom could not check the access token: the authorization server {oauth.issuer} "
+                           f"cannot be reached from this server. Try again in a minute; the operator finds the "
+                           f"cause in the server's log.", headers={"Retry-After": str(ISSUER_RETRY_S)})
 
 
 def oauth_forbidden(oauth: Any, exc: Exception) -> McpRefusal:
@@ -236,9 +246,11 @@ class Access:
 
     def mcp_refusal(self, token: str | None, url: str, identified: Identified | None = None) -> HTTPException:
         """The answer to a request `/mcp` does not admit."""
-        from fathom.server.oauth.errors import TokenRefused
+        from fathom.server.oauth.errors import IssuerUnreachable, TokenRefused
 
         refused = identified.refused if identified is not None else None
+        if isinstance(refused, IssuerUnreachable):
+            return issuer_unreachable(self.oauth)
         if refused is not None and not isinstance(refused, TokenRefused):
             return oauth_forbidden(self.oauth, refused)
         reason = refused.reason if isinstance(refused, TokenRefused) else None

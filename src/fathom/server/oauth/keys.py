@@ -4,8 +4,11 @@ when a token names a key it does not hold (the issuer rotated its keys).
 It owns where the keys are (`FATHOM_OAUTH_JWKS_URL`, or the `jwks_uri` of the issuer's own
 metadata, RFC 8414 / OpenID Connect discovery), how long a fetched set is kept (`max_age_s`),
 and how often an unknown key id may cause a re-fetch (at most once per `refetch_after_s`, so a
-client sending made-up key ids cannot make this server hammer the issuer). Time is the injected
-clock's.
+client sending made-up key ids cannot make this server hammer the issuer). When the issuer
+cannot be reached, a failed read is not retried for `refetch_after_s` either (requests do not
+each wait for its timeout), and keys read less than `max_age_s + stale_grace_s` ago keep
+verifying the tokens they signed, with a warning in the log: an issuer's short outage does not
+sign everyone out. Time is the injected clock's.
 
 It refuses to verify anything (that is `access_tokens`) and to invent a key: a key id the
 issuer does not publish, after a re-read, is an unknown key.
@@ -43,12 +46,15 @@ class KeySet:
 
     def __init__(self, *, issuer: str, jwks_url: str | None = None, http: httpx.AsyncClient | None = None,
                  clock: Clock | None = None, max_age_s: float = 3600.0, refetch_after_s: float = 30.0,
-                 timeout_s: float = 10.0):
+                 timeout_s: float = 10.0, stale_grace_s: float = 6 * 3600.0):
         self.issuer = issuer
         self.jwks_url = jwks_url
         self.clock = clock or SystemClock()
         self.max_age_s = max_age_s
         self.refetch_after_s = refetch_after_s
+        self.stale_grace_s = stale_grace_s
+        self._failure: IssuerUnreachable | None = None  # the last read's failure, and when
+        self._failed_at = 0.0
         self._http = http or httpx.AsyncClient(timeout=timeout_s, follow_redirects=False)
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at: float | None = None
@@ -61,7 +67,13 @@ class KeySet:
         now = self.clock.now()
         stale = self._fetched_at is None or now - self._fetched_at >= self.max_age_s
         if stale or (self._find(kid) is None and now - (self._fetched_at or 0.0) >= self.refetch_after_s):
-            await self._refresh(self.fetches)
+            try:
+                await self._refresh(self.fetches)
+            except IssuerUnreachable:
+                if self._find(kid) is None or now - (self._fetched_at or 0.0) >= self.max_age_s + self.stale_grace_s:
+                    raise
+                log.warning("verifying with the OAuth issuer's keys read %.0f s ago: they could not be read again",
+                            now - (self._fetched_at or 0.0))
         found = self._find(kid)
         if found is None:
             raise TokenRefused("it is signed by a key the issuer does not publish" if kid is not None else
@@ -77,8 +89,15 @@ class KeySet:
         async with self._lock:
             if self.fetches != seen:
                 return  # another request re-read it while this one waited
-            url = self.jwks_url or await self._discover()
-            document = await self._get_json(url, "JWKS")
+            if self._failure is not None and self.clock.now() - self._failed_at < self.refetch_after_s:
+                raise self._failure  # it failed a moment ago: not asked again yet
+            try:
+                url = self.jwks_url or await self._discover()
+                document = await self._get_json(url, "JWKS")
+            except IssuerUnreachable as exc:
+                self._failure, self._failed_at = exc, self.clock.now()
+                raise
+            self._failure = None
             keys: dict[str, jwt.PyJWK] = {}
             for entry in document.get("keys", []) if isinstance(document, dict) else []:
                 if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
