@@ -174,13 +174,19 @@ class Fleet:
                 await asyncio.wait_for(task, 10)
 
 
-async def wait_for(cond: Any, *, timeout: float = 20.0, what: str = "condition") -> None:
-    """Poll `cond()` until true; bounded (fails the test, never hangs)."""
+async def wait_for(cond: Any, *, timeout: float = 20.0, what: str = "condition", interval: float = 0.01) -> Any:
+    """Poll `cond()` (sync, or a coroutine function) until it returns something true, and return
+    that; bounded: the condition ends it, and the timeout fails the test rather than hang it."""
     deadline = time.monotonic() + timeout
-    while not cond():
+    while True:
+        value = cond()
+        if asyncio.iscoroutine(value):
+            value = await value
+        if value:
+            return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(interval)
 
 
 async def heartbeats_pass(hub: Any, name: str, count: int = 2, *, timeout: float = 20.0) -> None:

@@ -13,11 +13,11 @@ client over streamable HTTP with scoped tokens, the admin API over HTTP, real `w
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
-import time
 import tracemalloc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from fathom.service import Fathom
 from tests.admin_fixtures import METRICS, Operator, make_project, operator  # noqa: F401
 from tests.agents_fixtures import LocalChat, tool_turn
 from tests.fleet_fixtures import ADMIN, JOIN, HashEmbedder, serve_in_loop
+from tests.fleet_fixtures import wait_for as shared_wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -64,17 +65,7 @@ def mcp(url: str, token: str) -> Client:
     return Client(streamable_http_client(f"{url}/mcp", http_client=http))
 
 
-async def wait_for(cond: Callable[[], Any], *, timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
-        await asyncio.sleep(0.05)
+wait_for = functools.partial(shared_wait_for, timeout=30.0, interval=0.05)
 
 
 async def index(op: Operator, root: Path, project: str) -> dict[str, Any]:

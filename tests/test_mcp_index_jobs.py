@@ -14,7 +14,6 @@ import asyncio
 import dataclasses
 import functools
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +27,7 @@ from fathom.roles import EMBEDDING_ROLES
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.admin_fixtures import Operator, build_operator_app
-from tests.fleet_fixtures import HashEmbedder, serve_in_loop
+from tests.fleet_fixtures import HashEmbedder, serve_in_loop, wait_for
 from tests.test_mcp_tokens import create, mcp, text
 
 
@@ -100,18 +99,6 @@ def bounded(test: Any) -> Any:
     return run
 
 
-async def until(fn: Any, what: str, timeout: float = 30.0) -> Any:
-    """Poll `fn` until it returns something true (bounded; the condition, not the time, ends it)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 async def job_of(client: Client, project: str, job: str) -> dict[str, Any]:
     r = await client.call_tool("index_status", {"project": project, "job": job})
     assert not r.is_error, r.content[0].text
@@ -123,7 +110,7 @@ async def ended(client: Client, project: str, job: str) -> dict[str, Any]:
         view = await job_of(client, project, job)
         return view if view["state"] in ("done", "failed", "cancelled") else None
 
-    return await until(finished, f"job {job} to end")
+    return await wait_for(finished, what=f"job {job} to end", timeout=30.0, interval=0.02)
 
 
 async def results(client: Client) -> list[tuple[str, int, float | None]]:
@@ -216,7 +203,7 @@ async def test_notifications_cancelled_cancels_a_blocking_run(shop: Shop):
             view = await job_of(client, "shop", job)
             return view["cancelling"] or view["state"] == "cancelled"
 
-        await until(cancelling, "the server to see the cancellation")
+        await wait_for(cancelling, what="the server to see the cancellation", timeout=30.0, interval=0.02)
         gate.set()
         assert (await ended(client, "shop", job))["state"] == "cancelled"
         assert await results(client) == before

@@ -6,6 +6,7 @@ agent needs them to (filters, scores, one reason per response, docs that open on
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from fathom.config import Settings
 from fathom.service import Fathom
+from tests.fleet_fixtures import wait_for
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -30,15 +32,7 @@ def stdio(data: Path, *extra: str) -> StdioServerParameters:
                                  env=ENV)
 
 
-async def until(fn, *, timeout: float = 60.0, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.1)
+until = functools.partial(wait_for, timeout=60.0, interval=0.1)
 
 
 async def search(client: Client, query: str, **args):

@@ -6,9 +6,8 @@ two servers on one PostgreSQL database syncing one project, one at a time."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from fathom.index.chunking import chunk_file
 from fathom.inference.provider import Provider
 from fathom.roles import Role
 from fathom.service import Fathom
+from tests.fleet_fixtures import wait_for as shared_wait_for
 from tests.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
@@ -28,18 +28,7 @@ pytestmark = pytest.mark.slow
 OPTIONS = {"quiet_s": 0.3, "retry_first_s": 0.2, "retry_max_s": 1.0}
 
 
-async def wait_for(cond: Callable[[], Any], *, timeout: float = 60.0, what: str = "") -> Any:
-    """Poll `cond` (sync or async) until it is truthy; bounded."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or cond}")
-        await asyncio.sleep(0.05)
+wait_for = functools.partial(shared_wait_for, timeout=60.0, interval=0.05)
 
 
 def syncs(fathom: Fathom, project: str = "shop") -> list[Any]:
