@@ -148,7 +148,12 @@ async def test_an_unreachable_issuer_refuses_the_token():
     assert "could not be read" in await refused(tokens, token)
 
 
-async def test_an_issuer_outage_keeps_the_keys_read_and_does_not_hammer_it():
+async def test_an_issuer_outage_keeps_the_keys_read_and_does_not_hammer_it(caplog):
+    caplog.set_level("WARNING", logger="fathom.server.oauth")
+
+    def stale_warnings() -> int:
+        return sum("keys read" in r.getMessage() for r in caplog.records)
+
     clock = ManualClock()
     async with running_issuer(rsa_key()) as issuer:
         keys = KeySet(issuer=issuer.url, clock=clock, max_age_s=3600, refetch_after_s=30, stale_grace_s=7200)
@@ -164,9 +169,10 @@ async def test_an_issuer_outage_keeps_the_keys_read_and_does_not_hammer_it():
             await tokens.verify(issuer.mint(now=clock.now()))
         assert "could not be read" in await refused(tokens, issuer.mint(rsa_key("rotated"), now=clock.now()))
         assert issuer.jwks_reads == 2
+        assert stale_warnings() == 1  # logged once per failed read, not at every request
         clock.t += 31  # ...but once per refetch interval
         await tokens.verify(issuer.mint(now=clock.now()))
-        assert issuer.jwks_reads == 3
+        assert issuer.jwks_reads == 3 and stale_warnings() == 2
         # Past the grace, keys that could not be re-read verify nothing.
         clock.t += 7200
         assert "could not be read" in await refused(tokens, issuer.mint(now=clock.now()))

@@ -53,8 +53,9 @@ class KeySet:
         self.max_age_s = max_age_s
         self.refetch_after_s = refetch_after_s
         self.stale_grace_s = stale_grace_s
-        self._failure: IssuerUnreachable | None = None  # the last read's failure, and when
+        self._failure: str | None = None  # why the last read failed, and when
         self._failed_at = 0.0
+        self._warned_at: float | None = None  # the failure the stale-keys warning was logged for
         self._http = http or httpx.AsyncClient(timeout=timeout_s, follow_redirects=False)
         self._keys: dict[str, jwt.PyJWK] = {}
         self._fetched_at: float | None = None
@@ -72,8 +73,10 @@ class KeySet:
             except IssuerUnreachable:
                 if self._find(kid) is None or now - (self._fetched_at or 0.0) >= self.max_age_s + self.stale_grace_s:
                     raise
-                log.warning("verifying with the OAuth issuer's keys read %.0f s ago: they could not be read again",
-                            now - (self._fetched_at or 0.0))
+                if self._warned_at != self._failed_at:  # once per failed read, not per request
+                    self._warned_at = self._failed_at
+                    log.warning("verifying with the OAuth issuer's keys read %.0f s ago: they could not be read "
+                                "again", now - (self._fetched_at or 0.0))
         found = self._find(kid)
         if found is None:
             raise TokenRefused("it is signed by a key the issuer does not publish" if kid is not None else
@@ -90,12 +93,12 @@ class KeySet:
             if self.fetches != seen:
                 return  # another request re-read it while this one waited
             if self._failure is not None and self.clock.now() - self._failed_at < self.refetch_after_s:
-                raise self._failure  # it failed a moment ago: not asked again yet
+                raise IssuerUnreachable(self._failure)  # it failed a moment ago: not asked again yet
             try:
                 url = self.jwks_url or await self._discover()
                 document = await self._get_json(url, "JWKS")
             except IssuerUnreachable as exc:
-                self._failure, self._failed_at = exc, self.clock.now()
+                self._failure, self._failed_at = exc.reason, self.clock.now()
                 raise
             self._failure = None
             keys: dict[str, jwt.PyJWK] = {}
