@@ -71,12 +71,13 @@ class KeySet:
             try:
                 await self._refresh(self.fetches)
             except IssuerUnreachable:
-                if self._find(kid) is None or now - (self._fetched_at or 0.0) >= self.max_age_s + self.stale_grace_s:
+                age = now - (self._fetched_at or 0.0)
+                if self._find(kid) is None or age >= self.max_age_s + self.stale_grace_s:
                     raise
                 if self._warned_at != self._failed_at:  # once per failed read, not per request
                     self._warned_at = self._failed_at
                     log.warning("verifying with the OAuth issuer's keys read %.0f s ago: they could not be read "
-                                "again", now - (self._fetched_at or 0.0))
+                                "again", age)
         found = self._find(kid)
         if found is None:
             raise TokenRefused("it is signed by a key the issuer does not publish" if kid is not None else
