@@ -15,7 +15,6 @@ computes with the same folder, and not in retrieval order.
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import httpx
@@ -29,7 +28,16 @@ from fathom.errors import ConfigError
 from fathom.fleet.agent import open_backends
 from fathom.inference.cross_encoder import CrossEncoderReranker, NotACrossEncoder
 from fathom.inference.local import ModelLoadError
-from tests.fleet_fixtures import ADMIN, JOIN, PY, ProcessGroup, free_port, spawn_sidecar, wait_http
+from tests.fleet_fixtures import (
+    ADMIN,
+    JOIN,
+    PY,
+    ProcessGroup,
+    free_port,
+    spawn_sidecar,
+    wait_http,
+    wait_until,
+)
 
 WORDS = ("the a of to in is it and def return class self import from for if else none true "
          "false parse header request response retry after cookie url path file read write "
@@ -118,19 +126,6 @@ FILES = {
 }
 
 
-def wait_until(cond, what: str, procs, timeout: float = 180.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in procs:
-            if proc.popen.poll() is not None:
-                raise AssertionError(f"{proc.name} exited:\n{proc.output()[-3000:]}")
-        value = cond()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.slow
 def test_a_sidecar_cross_encoder_reorders_search_code_results(tmp_path, cross_encoder_dir):
     root = tmp_path / "shop"
@@ -156,7 +151,7 @@ def test_a_sidecar_cross_encoder_reorders_search_code_results(tmp_path, cross_en
                         return s["state"]
                 return None
 
-            wait_until(lambda: state() == "pending", "sidecar ce pending", procs)
+            wait_until(lambda: state() == "pending", "sidecar ce pending", procs=procs)
             assert admin.post("/admin/fleet/ce/approve").json()["state"] == "approved"
             routes = {s["name"]: s["routes"] for s in admin.get("/admin/fleet").json()["sidecars"]}
             assert routes["ce"] == [{"role": "reranker", "backend": "in-process",
@@ -166,7 +161,7 @@ def test_a_sidecar_cross_encoder_reorders_search_code_results(tmp_path, cross_en
             assert job.status_code == 202, job.text
             job_id = job.json()["id"]
             done = wait_until(lambda: (v := admin.get(f"/admin/jobs/{job_id}").json())["state"]
-                              in ("done", "failed") and v, "index job", procs)
+                              in ("done", "failed") and v, "index job", procs=procs)
             assert done["state"] == "done", done
 
         query = "the total price of an order"

@@ -96,7 +96,9 @@ def test_the_sidecar_reads_the_keys_limits_and_the_servers_budget_learns_them(li
 
     # On the push: the sidecar reads key-info (and tries credits), the budget learns 120/min.
     live.push_key()
-    check = wait_until(lambda: live.hub.key_check(NAME), "the first key check", procs=[proc])
+    # The hub keeps the check, then hands it to the budget: wait for the budget, the later step.
+    wait_until(lambda: live.budget.state().ceiling_origin != "default", "the budget to learn", procs=[proc])
+    check = live.hub.key_check(NAME)
     assert (check.outcome, check.reason) == ("ok", "push")
     assert check.facts.rate_limit_requests == 120 and check.facts.rate_limit_interval == "1m"
     st = live.budget.state()
