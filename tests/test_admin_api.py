@@ -557,6 +557,42 @@ async def test_a_drop_cancels_the_running_job_first(tmp_path: Path):
             assert (await admin.get(f"/admin/jobs/{job['id']}")).status_code == 404
 
 
+async def test_a_drop_waits_a_bounded_time_for_the_project_lock(tmp_path: Path, monkeypatch):
+    """Another writer holds the project's lock (another server's run, or this process's job
+    a moment after its cancel): the drop waits for it, and past its bound is refused, 409,
+    having changed nothing."""
+    import fathom.service as service_mod
+
+    app = build_operator_app(tmp_path / "data")
+    service = app.state.service
+    for table in ("code", "docs"):
+        await service.verify_providers(table)
+    await service.index(make_project(tmp_path / "demo"), "demo")
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    async with serve_in_loop(app) as url, httpx.AsyncClient(base_url=url, headers=auth, timeout=60) as admin:
+        held = service.project_lock("demo")
+        await asyncio.to_thread(held.__enter__)
+        drop = asyncio.create_task(admin.delete("/admin/projects/demo"))
+        await wait_for(lambda: service._index_lock["demo"].locked(), what="the drop to reach the lock")
+        for _ in range(5):
+            await asyncio.sleep(0.05)
+            assert not drop.done()  # waiting, not refused at once
+        await asyncio.to_thread(held.__exit__, None, None, None)
+        assert (await drop).status_code == 200
+        assert not service.store.has_project("demo")
+
+        await service.index(make_project(tmp_path / "demo"), "demo")
+        monkeypatch.setattr(service_mod, "LOCK_TRIES", 3)
+        held = service.project_lock("demo")
+        await asyncio.to_thread(held.__enter__)
+        try:
+            refused = await admin.delete("/admin/projects/demo")
+        finally:
+            await asyncio.to_thread(held.__exit__, None, None, None)
+        assert refused.status_code == 409 and "indexing" in refused.text, refused.text
+        assert service.store.has_project("demo")
+
+
 async def test_the_projects_view_says_what_is_indexed_and_the_search_answers_as_search_code(operator: Operator):
     project = make_project(operator.tmp / "demo")
     async with operator.client() as admin:

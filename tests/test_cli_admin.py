@@ -362,5 +362,5 @@ def test_fathom_drop_through_a_fathom_serve_is_refused_with_why(tmp_path: Path):
     finally:
         running.stop()
     said = words(r.output)
-    assert r.exit_code == 2 and f"the server at {url} has no admin API to drop through" in said, r.output
+    assert r.exit_code == 2 and f"the server at {url} has no admin API for dropping" in said, r.output
     assert "without --server" in said

@@ -32,8 +32,8 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.server.app import create_app
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from fathom.service.git_projects import pushed_branch, signature_ok
-from tests.fleet_fixtures import ADMIN, JOIN, serve_in_loop
+from fathom.service.git_syncs import pushed_branch, signature_ok
+from tests.fleet_fixtures import ADMIN, JOIN, serve_in_loop, wait_for
 from tests.git_fixtures import Remote, git, http_remote
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
@@ -148,6 +148,66 @@ def sign(secret: str, body: bytes) -> dict[str, str]:
     return {"X-Hub-Signature-256": f"sha256={digest}"}
 
 
+LOYALTY = {"shop/loyalty.py": '''
+def apply_loyalty_bonus(customer, points):
+    """Add bonus points to the customer's loyalty balance."""
+    customer.points_balance += points * 2
+    return customer.points_balance
+'''}
+LOYALTY_QUERY = "apply a loyalty bonus to the customer's points balance"
+
+
+@pytest.mark.slow
+def test_a_sync_stopped_before_the_overlays_followed_main_is_completed_by_the_next(
+        tmp_path, local_encoder, monkeypatch):  # noqa: F811
+    """The default branch moved and was saved, then re-basing `feature` on it failed: until
+    the next sync, a search at `feature` would show main's new file as feature's. The next
+    sync (main now unchanged) re-bases the overlay left behind."""
+    from fathom.errors import FathomError
+
+    remote = build_remote(tmp_path)
+    fathom = Fathom(settings_for(tmp_path, remote.file_url), encoder=local_encoder)
+    git = fathom.git
+
+    async def scenario():
+        await git.add("shop", remote.file_url, ["main", "feature"])
+        pushed = remote.commit(LOYALTY, "loyalty")
+        rebase = git._index_overlay
+
+        async def fails(*args, **kwargs):
+            raise FathomError("the encoder went away mid-sync")
+
+        monkeypatch.setattr(git, "_index_overlay", fails)
+        with pytest.raises(FathomError, match="went away"):
+            await git.syncs.run("shop", None, "operator")
+        failed = git.syncs.status("shop")["last"]
+        monkeypatch.setattr(git, "_index_overlay", rebase)
+        again = await git.syncs.run("shop", None, "operator")
+        at_feature = await git.search(LOYALTY_QUERY, "shop", "feature", k=5)
+        at_main = await git.search(LOYALTY_QUERY, "shop", None, k=5)
+        ledger = await git.search(QUERY, "shop", "feature", k=5)
+        return pushed, failed, again, at_feature, at_main, ledger
+
+    pushed, failed, again, at_feature, at_main, ledger = asyncio.run(scenario())
+    await_close(fathom)
+    assert failed["error"] == "the encoder went away mid-sync"
+    assert fathom.records.get("shop")["git"]["branches"]["main"] == pushed
+    assert again["branches"]["main"] == {"commit": pushed, "unchanged": True}
+    assert again["branches"]["feature"]["commit"] == fathom.records.get("shop")["git"]["branches"]["feature"]
+    assert fathom.records.get("shop@feature")["overlay"]["base"] == pushed
+    assert "apply_loyalty_bonus" in symbols(at_main)
+    assert "apply_loyalty_bonus" not in symbols(at_feature)
+    assert "reconcile_ledger_entries" in symbols(ledger)
+
+
+async def synced(http: httpx.AsyncClient, auth: dict[str, str]) -> dict | None:
+    """The project's sync status once its last sync has ended and none runs or waits."""
+    status = (await http.get("/admin/projects/shop/sync", headers=auth)).json()
+    done = status["last"] and "finished_at" in status["last"] and not status["running"] \
+        and not status["queued"]
+    return status if done else None
+
+
 @pytest.mark.slow
 async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_changes_nothing(
         tmp_path, local_encoder):  # noqa: F811
@@ -160,7 +220,7 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
     app = create_app(settings, registry=registry, hub=Hub(settings.data_dir, registry=registry,
                                                           join_tokens=(JOIN,)),
                      admin_token=ADMIN, service=service)
-    query = "apply a loyalty bonus to the customer's points balance"
+    query = LOYALTY_QUERY
     async with serve_in_loop(app) as url, httpx.AsyncClient(base_url=url, timeout=120) as http:
         auth = {"Authorization": f"Bearer {ADMIN}"}
         assert (await http.post("/admin/projects/git", json={"name": "shop", "url": remote.file_url,
@@ -168,12 +228,7 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
         added = (await http.post("/admin/projects/git", headers=auth, json={
             "name": "shop", "url": remote.file_url, "branches": ["main", "feature"]})).json()
         secret = added["webhook_secret"]
-        pushed = remote.commit({"shop/loyalty.py": '''
-def apply_loyalty_bonus(customer, points):
-    """Add bonus points to the customer's loyalty balance."""
-    customer.points_balance += points * 2
-    return customer.points_balance
-'''}, "loyalty")
+        pushed = remote.commit(LOYALTY, "loyalty")
         body = json.dumps({"ref": "refs/heads/main", "after": pushed}).encode()
         for headers in ({}, sign("not-the-secret", body), {"X-Gitlab-Token": "wrong"},
                         {"X-Gitea-Signature": "0" * 64}):
@@ -183,7 +238,17 @@ def apply_loyalty_bonus(customer, points):
         assert unknown.status_code == 401
         before = await service.git.search(query, "shop", None, k=5)
         assert service.records.get("shop")["git"]["branches"]["main"] == added["branches"]["main"]
-        answer = (await http.post("/hooks/git/shop", content=body, headers=sign(secret, body))).json()
+        # The forge gets its answer at once, while the sync cannot even start (the project's
+        # lock is held here): the sync runs after the answer, and says so while it waits.
+        async with service.git.lock("shop"):
+            hooked = await http.post("/hooks/git/shop", content=body, headers=sign(secret, body),
+                                     timeout=30)
+            waiting = (await http.get("/admin/projects/shop/sync", headers=auth)).json()
+        assert hooked.status_code == 202 and hooked.json()["queued"], hooked.text
+        assert waiting["running"] and waiting["last"] is None
+        status = await wait_for(lambda: synced(http, auth), timeout=120, what="the webhook's sync")
+        assert status["last"]["trigger"] == "webhook" and "error" not in status["last"], status
+        answer = status["last"]["result"]
         after = await service.git.search(query, "shop", None, k=5)
         at_feature = await service.git.search(query, "shop", "feature", k=5)
         searched = (await http.post("/admin/search", headers=auth, json={
@@ -196,7 +261,7 @@ def apply_loyalty_bonus(customer, points):
     assert all(b["unchanged"] for b in again["branches"].values())
     assert dropped.status_code == 200 and not service.store.has_project("shop@feature")
     assert "apply_loyalty_bonus" not in symbols(before)
-    assert answer["synced"] and answer["branches"]["main"]["commit"] == pushed
+    assert answer["branches"]["main"]["commit"] == pushed
     # Diff-driven: one file changed, and only its new function was embedded (its code chunk,
     # and its docstring in the docs table); nothing else of the project.
     assert answer["branches"]["main"]["files_changed"] == 1
@@ -431,10 +496,14 @@ def test_the_poll_loop_syncs_each_project_when_its_interval_has_passed(tmp_path,
     records.put("hooked", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40},
                                    "poll_s": None}})
     records.put("plain", {"root": str(tmp_path)})
+    (tmp_path / "git" / "polled" / "repo.git").mkdir(parents=True)  # its clone, as `add` left it
     last: dict[str, float] = {}
     assert git.due(last) == ["polled"]
     assert asyncio.run(git.poll_once(last)) == []  # unreachable: logged, not raised
-    assert last == {"polled": 1000.0} and "git poll of polled failed" in caplog.text
+    assert last == {"polled": 1000.0} and "git sync of polled (poll) failed" in caplog.text
+    assert "does not appear to be a git repository" in caplog.text  # git's reason, not its advice
+    outcome = git.syncs.status("polled")["last"]
+    assert outcome["trigger"] == "poll" and "gone.git" in outcome["error"] and "result" not in outcome
     assert "gone.git" in caplog.text and git.due(last) == []
     now[0] += 59.0
     assert git.due(last) == []
@@ -606,3 +675,96 @@ def test_the_credentials_repr_never_shows_the_token():
     creds = Credentials(ssh_key_file=Path("/keys/id"), token="tok-canary-123", username="alice")
     shown = repr(creds) + str(creds) + f"{creds!r}"
     assert "tok-canary-123" not in shown and "alice" in shown
+
+
+async def test_pushes_during_a_sync_make_one_more_sync_and_a_shutdown_stops_it():
+    """The queue alone (the sync itself is stood in for): pushes that arrive while a sync runs
+    are all fetched by one sync after it, never two at once; a failure is kept as the outcome;
+    a shutdown cancels the sync under way and says so."""
+    from fathom.errors import FathomError
+    from fathom.service.git_syncs import Syncs
+
+    calls: list[list[str]] = []
+    release = asyncio.Event()
+    busy = 0
+
+    async def run(project, branches):
+        nonlocal busy
+        busy += 1
+        assert busy == 1, "two syncs of one project at once"
+        calls.append(list(branches))
+        try:
+            await release.wait()
+            if "broken" in branches:
+                raise FathomError("remote gone")
+            return {"project": project, "branches": {b: {"commit": "c1"} for b in branches}}
+        finally:
+            busy -= 1
+
+    syncs = Syncs(run)
+    syncs.request("shop", ["main"])
+    await wait_for(lambda: calls, what="the first sync")
+    for branch in ("feature", "main", "feature"):
+        syncs.request("shop", [branch])
+    status = syncs.status("shop")
+    assert status["running"] and status["queued"] == ["feature", "main"] and status["last"] is None
+    release.set()
+    done = await wait_for(lambda: (s := syncs.status("shop"))["last"] and not s["running"]
+                          and not s["queued"] and s, what="the coalesced sync")
+    assert calls == [["main"], ["feature", "main"]]
+    assert done["last"]["result"]["branches"] == {"feature": {"commit": "c1"}, "main": {"commit": "c1"}}
+
+    syncs.request("shop", ["broken"])
+    failed = await wait_for(lambda: "error" in ((s := syncs.status("shop"))["last"] or {}) and s,
+                            what="the failed sync")
+    assert failed["last"]["error"] == "remote gone" and failed["last"]["branches"] == ["broken"]
+
+    release.clear()
+    syncs.request("shop", ["main"])
+    await wait_for(lambda: syncs.status("shop")["running"], what="a sync under way")
+    await syncs.aclose()
+    assert syncs.status("shop")["last"]["error"] == "stopped by a shutdown"
+    assert not syncs.status("shop")["running"]
+
+
+@pytest.mark.slow
+def test_the_git_commands_work_on_a_running_server_through_its_admin_api(tmp_path, monkeypatch):
+    """`fathom projects add|track|sync|untrack --server URL`: the team server clones and
+    indexes in its own data dir; the CLI's data dir stays empty; the admin token comes from
+    the environment only."""
+    from tests.admin_fixtures import build_operator_app
+    from tests.fleet_fixtures import ThreadedServer
+
+    remote = build_remote(tmp_path)
+    monkeypatch.setenv("FATHOM_GIT_REMOTES", remote.file_url)
+    running = ThreadedServer(build_operator_app(tmp_path / "data"))
+    url = running.start()
+    service = running.app.state.service
+    mine = ["--data-dir", str(tmp_path / "cli")]
+
+    def invoke(*args: str, token: str = ADMIN, code: int = 0) -> str:
+        result = CliRunner().invoke(app, [*mine, "projects", *args, "--server", url],
+                                    env={"FATHOM_ADMIN_TOKEN": token, "COLUMNS": "200"})
+        assert result.exit_code == code, result.output
+        return " ".join(result.output.split())
+
+    try:
+        refused = invoke("add", "shop", "--git", remote.file_url, token="", code=2)
+        assert "set FATHOM_ADMIN_TOKEN in the environment" in refused
+        assert service.records.get("shop") is None
+        added = invoke("add", "shop", "--git", remote.file_url, "--branch", "main")
+        assert "webhook secret" in added and "default branch: main" in added
+        assert list(service.records.get("shop")["git"]["branches"]) == ["main"]
+        invoke("track", "shop", "feature")
+        assert service.store.has_project("shop@feature")
+        pushed = remote.commit(LOYALTY, "loyalty")
+        synced = invoke("sync", "shop")
+        assert "shop: synced" in synced and pushed[:12] in synced
+        assert service.records.get("shop")["git"]["branches"]["main"] == pushed
+        invoke("untrack", "shop", "feature")
+        assert not service.store.has_project("shop@feature")
+        unknown = invoke("sync", "nothing", code=2)
+        assert "does not come from git" in unknown
+    finally:
+        running.stop()
+    assert not (tmp_path / "cli" / "git").exists()  # nothing was done in this process

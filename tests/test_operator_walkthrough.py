@@ -153,7 +153,8 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
                 continue
             ran.append(step.command)
             if command.startswith("fathom server"):
-                server = group.spawn("server", [FATHOM, *shlex.split(command)[1:], "--no-watch"], env={"COLUMNS": "250"})
+                # As from a shell: the server inherits what was exported before it (git settings).
+                server = group.spawn("server", [FATHOM, *shlex.split(command)[1:], "--no-watch"], env=env)
                 wait_http(f"http://127.0.0.1:{port}/health", proc=server)
                 wait_until(lambda: "fathom server on" in server.output(), "the server's first lines", procs=[server])
                 output = server.output()
@@ -208,3 +209,8 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
                  "fathom tokens revoke", "fathom serve --no-auth --host 0.0.0.0", "fathom audit-log",
                  "fathom projects add billing --git", "fathom projects sync billing"):
         assert any(c.startswith(part) for c in ran), part
+    # With FATHOM_SERVER exported, the git commands were done by the server, through its admin API.
+    audited = (data / "audit.log").read_text()
+    for done in ("POST /admin/projects/git", "POST /admin/projects/billing/branches",
+                 "DELETE /admin/projects/billing/branches/release/2.0", "POST /admin/projects/billing/sync"):
+        assert done in audited, done

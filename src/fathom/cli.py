@@ -63,6 +63,11 @@ _no_type_after_flags()
 
 
 def exit_code(exc: FathomError) -> int:
+    """2 for a refusal of what was asked (fix the input), 1 for a failure; an admin API error
+    carries its own (a refused request is 2, as in-process)."""
+    own = getattr(exc, "exit_code", None)
+    if isinstance(own, int):
+        return own
     return 2 if isinstance(exc, ConfigError) else 1
 
 

@@ -1,16 +1,19 @@
 """`fathom projects add|track|untrack|sync`: projects from git remotes, branch by branch.
 
 `fathom projects` alone still lists the indexed projects. These commands run in this process on
-the data dir (as `fathom index` does); the server's admin API (`/admin/projects/git`) does the
-same remotely. The webhook secret is printed once, by `add`, and never again.
+the data dir (as `fathom index` does), or with `--server URL` through that `fathom server`'s
+admin API (`/admin/projects/git` and its siblings; the admin token from FATHOM_ADMIN_TOKEN
+only), which is where a team server's projects live. The webhook secret is printed once, by
+`add`, and never again.
 
 It refuses to run git or to index by itself (`fathom.service.git_projects` does both).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import typer
 from rich.console import Console
@@ -28,6 +31,29 @@ def register(app: typer.Typer, listing: Callable[..., None], *, out: Console, er
     _cli.update(out=out, err=err, service=service, run=runner)
     projects_app.callback(invoke_without_command=True)(listing)
     app.add_typer(projects_app, name="projects")
+
+
+ServerOpt = Annotated[str | None, typer.Option(
+    "--server", envvar="FATHOM_SERVER", show_default=False,
+    help="A running `fathom server` to do it on, through its admin API: the admin token is read "
+         "from FATHOM_ADMIN_TOKEN, never from the command line (default: this data dir, "
+         "in-process).")]
+
+
+def _do(ctx: typer.Context, server: str | None, doing: str, method: str, path: str, body: Any,
+        here: Callable[[Any], Coroutine[Any, Any, Any]]) -> Any:
+    """The answer of `here(fathom.git)` in this process, or of the same admin API call on the
+    `fathom server` at `server`."""
+    if server is None:
+        return _cli["run"](here(_cli["service"](ctx).git))
+    from fathom.cli_local import AdminSession
+
+    with AdminSession(server, doing) as admin:
+        return admin.call(method, path, body)
+
+
+def _at(project: str, *rest: str) -> str:
+    return "/".join(["/admin/projects", quote(project, safe=""), *(quote(r, safe="") for r in rest)])
 
 
 def _branches(report: dict[str, Any], title: str) -> Table:
@@ -59,12 +85,14 @@ def add(
     poll: Annotated[float | None, typer.Option(
         "--poll", help="Seconds between polls of the remote by a running server (default: "
                        "none; webhooks and `fathom projects sync` refresh it).")] = None,
+    server: ServerOpt = None,
 ) -> None:
-    """Clone a git remote into the data dir and index its branches."""
+    """Clone a git remote into the data dir (or the server's) and index its branches."""
     out, err = _cli["out"], _cli["err"]
-    fathom = _cli["service"](ctx)
     err.print(Text(f"cloning and indexing {name}…", style="dim"))
-    added = _cli["run"](fathom.git.add(name, git, branch or [], poll_s=poll))
+    added = _do(ctx, server, "adding a git project", "POST", "/admin/projects/git",
+                {"name": name, "url": git, "branches": branch or [], "poll_s": poll},
+                lambda g: g.add(name, git, branch or [], poll_s=poll))
     out.print(_branches(added["reports"], f"{name} from {added['url']}"))
     out.print(f"default branch: {added['default']}")
     out.print(Text("webhook: ", style="bold") + Text(f"POST {added['webhook']} (content type "
@@ -75,22 +103,28 @@ def add(
 
 @projects_app.command("track")
 def track(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git project.")],
-          branch: Annotated[str, typer.Argument(help="The branch to index as well.")]) -> None:
+          branch: Annotated[str, typer.Argument(help="The branch to index as well.")],
+          server: ServerOpt = None) -> None:
     """Index one more branch (only what differs from the default branch is stored)."""
-    report = _cli["run"](_cli["service"](ctx).git.track(name, branch))
+    report = _do(ctx, server, "tracking a branch", "POST", _at(name, "branches"), {"branch": branch},
+                 lambda g: g.track(name, branch))
     _cli["out"].print(_branches({branch: report}, f"{name}: {branch} tracked"))
 
 
 @projects_app.command("untrack")
 def untrack(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git project.")],
-            branch: Annotated[str, typer.Argument(help="The branch to stop indexing.")]) -> None:
+            branch: Annotated[str, typer.Argument(help="The branch to stop indexing.")],
+            server: ServerOpt = None) -> None:
     """Stop indexing a branch: its index and files are dropped."""
-    _cli["run"](_cli["service"](ctx).git.untrack(name, branch))
+    _do(ctx, server, "untracking a branch", "DELETE", _at(name, "branches", branch), None,
+        lambda g: g.untrack(name, branch))
     _cli["out"].print(f"{name}: {branch} untracked; its index was dropped")
 
 
 @projects_app.command("sync")
-def sync(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git project.")]) -> None:
+def sync(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git project.")],
+         server: ServerOpt = None) -> None:
     """Fetch, and re-index what changed on every tracked branch (by the diff of its commits)."""
-    result = _cli["run"](_cli["service"](ctx).git.sync(name))
+    result = _do(ctx, server, "syncing a git project", "POST", _at(name, "sync"), None,
+                 lambda g: g.sync(name))
     _cli["out"].print(_branches(result["branches"], f"{name}: synced"))

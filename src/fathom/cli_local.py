@@ -1,5 +1,6 @@
 """`fathom search` and `fathom projects` answered by a running server instead of in-process,
-and `fathom drop --server` through a `fathom server`'s admin API.
+and the writes that take `--server` (`fathom drop`, `fathom projects add|track|untrack|sync`)
+through a `fathom server`'s admin API.
 
 A `fathom serve` or `fathom server` keeps its encoder loaded; a CLI that loads its own pays
 seconds of start-up for every search. So the CLI first looks for a server: `--server URL`
@@ -144,55 +145,73 @@ def projects_of(data: dict[str, Any]) -> list[Any]:
 # ---------------------------------------------------------------- `fathom drop --server`
 
 
+class AdminSession:
+    """The admin API of the `fathom server` at a `--server` URL, for a CLI command that writes
+    (`fathom drop`, `fathom projects add|track|untrack|sync`).
+
+    A write takes the admin token, and only from FATHOM_ADMIN_TOKEN: never from the command
+    line (the shell history and the process list keep what is typed there), never a data
+    dir's local token (that one reads and nothing else). A `fathom serve` has no admin API:
+    refused, saying to run the command on its machine without --server."""
+
+    def __init__(self, server: str, doing: str):
+        import httpx
+
+        from fathom.cli_admin import AdminClient
+        from fathom.cli_admin import ServerUnreachable as AdminUnreachable
+
+        self.url = url = server_url(server)
+        try:  # a `fathom server` answers /health to anyone; a `fathom serve` has no such route
+            health = httpx.get(f"{url}/health", timeout=httpx.Timeout(30.0, connect=5.0))
+        except httpx.HTTPError as exc:
+            raise AdminUnreachable(url, type(exc).__name__) from None
+        if health.status_code == 404:
+            raise NoAdminApi(url, doing)
+        token = Settings.secret(Settings().admin_token)
+        if not token:
+            raise ConfigError(f"{doing} through the fathom server at {url} takes its admin token: set "
+                              f"FATHOM_ADMIN_TOKEN in the environment (never on the command line, where the "
+                              f"shell history keeps it), or run the command on the server's machine without "
+                              f"--server")
+        self.client = AdminClient(url, token, timeout=TIMEOUT_S)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        from fathom.cli_admin import TokenRefused
+
+        try:
+            return self.client.call(method, path, body)
+        except TokenRefused:
+            raise ServerRefused(f"the fathom server at {self.url} refused the admin token in FATHOM_ADMIN_TOKEN: "
+                                f"set it to the admin token that server printed at its first start") from None
+
+    def __enter__(self) -> AdminSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+
+
 def drop_through(server: str, project: str, confirm: Callable[[], None]) -> dict[str, Any]:
     """Drop `project` through the admin API of the `fathom server` at `server`: the rows it
-    removed. `confirm` runs once the project is known to be there (it aborts to refuse).
-
-    A drop writes, so it takes the admin token, and only from FATHOM_ADMIN_TOKEN: never from
-    the command line (the shell history and the process list keep what is typed there), never
-    a data dir's local token (that one reads and nothing else). A `fathom serve` has no admin
-    API: refused, saying to drop on its machine without --server."""
+    removed. `confirm` runs once the project is known to be there (it aborts to refuse)."""
     from urllib.parse import quote
 
-    import httpx
-
-    from fathom.cli_admin import AdminClient, TokenRefused
-    from fathom.cli_admin import ServerUnreachable as AdminUnreachable
     from fathom.index.store import UnknownProject
 
-    url = server_url(server)
-    try:  # a `fathom server` answers /health to anyone; a `fathom serve` has no such route
-        health = httpx.get(f"{url}/health", timeout=httpx.Timeout(30.0, connect=5.0))
-    except httpx.HTTPError as exc:
-        raise AdminUnreachable(url, type(exc).__name__) from None
-    if health.status_code == 404:
-        raise NoAdminApi(url)
-    token = Settings.secret(Settings().admin_token)
-    if not token:
-        raise ConfigError(f"dropping through the fathom server at {url} takes its admin token: set "
-                          f"FATHOM_ADMIN_TOKEN in the environment (never on the command line, where the shell "
-                          f"history keeps it), or drop on the server's machine without --server")
-    client = AdminClient(url, token, timeout=TIMEOUT_S)
-    try:
-        try:
-            listed = client.call("GET", "/admin/projects")
-        except TokenRefused:
-            raise ServerRefused(f"the fathom server at {url} refused the admin token in FATHOM_ADMIN_TOKEN: set it "
-                                f"to the admin token that server printed at its first start") from None
+    with AdminSession(server, "dropping") as admin:
+        listed = admin.call("GET", "/admin/projects")
         names = [p["name"] for p in listed.get("projects") or []]
         if project not in names:
             raise UnknownProject(project, names)
         confirm()
-        return dict(client.call("DELETE", f"/admin/projects/{quote(project, safe='')}"))
-    finally:
-        client.close()
+        return dict(admin.call("DELETE", f"/admin/projects/{quote(project, safe='')}"))
 
 
 class NoAdminApi(ServerRefused, ConfigError):
-    """`fathom drop --server` at a `fathom serve`: it serves MCP tools and searches, no admin API."""
+    """A write with `--server` at a `fathom serve`: it serves MCP tools and searches, no admin API."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, doing: str = "dropping"):
         self.url = url
-        super().__init__(f"the server at {url} has no admin API to drop through (a `fathom serve` answers "
-                         f"searches only): run `fathom drop` without --server on its machine, with its data "
+        super().__init__(f"the server at {url} has no admin API for {doing} (a `fathom serve` answers "
+                         f"searches only): run the command without --server on its machine, with its data "
                          f"dir, or point --server at a `fathom server`")

@@ -209,6 +209,17 @@ class Change:
     gone: bool
 
 
+def _reason(stderr: str) -> str:
+    """The line of git's error output that says what went wrong: its first `fatal:` or `error:`
+    line (the lines after it are advice such as "Please make sure you have the correct access
+    rights"), else its last line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith(("fatal:", "error:")):
+            return line
+    return lines[-1] if lines else "no output"
+
+
 class GitRepo:
     """One project's bare clone, and the `git` commands run on it or on its remote."""
 
@@ -243,8 +254,7 @@ class GitRepo:
         return done.stdout
 
     def _failure(self, stderr: str, remote: bool) -> FathomError:
-        said = scrub(stderr.strip().splitlines()[-1] if stderr.strip() else "no output",
-                     self.credentials.secrets())[:300]
+        said = scrub(_reason(stderr), self.credentials.secrets())[:300]
         low = stderr.lower()
         shown = scrub(self.url)
         if remote and any(s in low for s in ("authentication failed", "could not read username",

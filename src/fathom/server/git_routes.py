@@ -6,9 +6,11 @@ API, and the MCP parts (searches at a `ref`, the `add_git_project` tool).
   signature for the project's own secret (HMAC-SHA256 in `X-Hub-Signature-256` or
   `X-Gitea-Signature`, or GitLab's `X-Gitlab-Token`), checked before the body is parsed, so an
   unsigned call changes nothing. An unknown project is refused the same way (no oracle). A
-  signed push to a tracked branch fetches and re-indexes what the push changed, then answers.
+  signed push to a tracked branch is answered 202 at once (a forge waits about ten seconds
+  for a delivery); the fetch and the re-index of what it changed run after the answer.
 * `/admin/projects/git` (add), `/admin/projects/{project}/branches` (track, untrack) and
-  `/admin/projects/{project}/sync`: admin token only, like every `/admin/` route.
+  `/admin/projects/{project}/sync` (sync now; `GET`: the last sync's outcome, whoever asked
+  for it): admin token only, like every `/admin/` route.
 
 It refuses to run git or to index by itself (`fathom.service.git_projects` does both).
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,7 +31,7 @@ from fathom.server.answers import refusal
 from fathom.server.mcp_common import ProjectName, tool_errors
 from fathom.server.search_answer import SearchResults, answer_of
 from fathom.server.search_pages import paged
-from fathom.service.git_projects import WebhookRefused
+from fathom.service.git_syncs import WebhookRefused
 
 HOOK_PREFIX = "/hooks/git/"
 
@@ -53,14 +55,19 @@ class BranchRequest(BaseModel):
 def hooks_router(service: Any) -> APIRouter:
     router = APIRouter()
 
-    @router.post(HOOK_PREFIX + "{project}", tags=["git"], openapi_extra={"security": []})
-    async def push(project: str, request: Request) -> dict[str, Any]:
-        """A forge's push event: synced when signed with the project's secret, else 401."""
+    @router.post(HOOK_PREFIX + "{project}", tags=["git"], openapi_extra={"security": []},
+                 responses={202: {"description": "a push to a tracked branch: synced after this answer"}})
+    async def push(project: str, request: Request, response: Response) -> dict[str, Any]:
+        """A forge's push event: when signed with the project's secret, a push to a tracked
+        branch is answered 202 and synced in the background; unsigned, 401."""
         body = await request.body()
         try:
-            return await service.git.webhook(project, dict(request.headers), body)
+            answer: dict[str, Any] = await service.git.webhook(project, dict(request.headers), body)
         except WebhookRefused as exc:
             raise refusal(401, str(exc)) from None
+        if answer["queued"]:
+            response.status_code = 202
+        return answer
 
     return router
 
@@ -84,7 +91,18 @@ def git_admin_router(service: Any, require_admin: Any) -> APIRouter:
 
     @router.post("/{project}/sync", tags=["git"])
     async def sync(project: str) -> dict[str, Any]:
-        return await service.git.sync(project)
+        """Fetch now and re-index what changed on every tracked branch; answers when done."""
+        await asyncio.to_thread(service.git.record, project)  # a project not from git: refused
+        result: dict[str, Any] = await service.git.syncs.run(project, None, "operator")
+        return result
+
+    @router.get("/{project}/sync", tags=["git"])
+    async def sync_status(project: str) -> dict[str, Any]:
+        """Whether a sync runs now, the branches pushed since it began, and the last sync's
+        outcome (a webhook's, the poll loop's or an operator's; none since this start: null)."""
+        await asyncio.to_thread(service.git.record, project)  # a project not from git: refused
+        status: dict[str, Any] = service.git.syncs.status(project)
+        return status
 
     return router
 

@@ -63,6 +63,7 @@ from fathom.index.results import SearchHit, skipped_note
 from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' bound
 from fathom.index.store import (
     TABLE_KINDS,
+    ProjectLocked,
     Store,
     UnknownProject,
     check_table_kind,
@@ -99,6 +100,8 @@ log = logging.getLogger(__name__)
 
 # Which embedding role writes (and encodes the queries of) each table.
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
+# A drop waits for the project's lock this many times this long (about half a minute).
+LOCK_TRIES, LOCK_PAUSE_S = 300, 0.1
 
 @dataclass(frozen=True)
 class IndexStatus:
@@ -470,8 +473,8 @@ class Fathom:
     async def drop(self, project: str) -> dict[str, Any]:
         """Remove `project` and everything of it: its tables (both slots), its record, its
         jobs and its watch. A running index job of it is cancelled first; another server
-        indexing it holds the project lock and the drop waits for it, never tearing a job's
-        tables away under it."""
+        indexing it holds the project lock and the drop waits for it (about half a minute,
+        then refused naming the holder, its tables left whole), never tearing a job's tables away under it."""
         if not isinstance(project, str) or not project:
             raise ConfigError("project must be a non-empty name; see `fathom projects`")
         known = await asyncio.to_thread(self.store.has_project, project)
@@ -491,8 +494,7 @@ class Fathom:
                     with contextlib.suppress(UnknownProject):
                         info = await asyncio.to_thread(self.store.table_info, project, t)
                         rows[t] = info.rows
-                lock = self.project_lock(project)
-                await asyncio.to_thread(lock.__enter__)
+                lock = await self._enter_project_lock(project)
                 try:
                     with contextlib.suppress(UnknownProject):  # dropped meanwhile elsewhere
                         await asyncio.to_thread(self.store.drop_project, project)
@@ -540,6 +542,22 @@ class Fathom:
             self.watcher = Watcher(self, **options)
         await self.watcher.start_all()
         return self.watcher
+
+    async def _enter_project_lock(self, project: str) -> contextlib.AbstractContextManager[Any]:
+        """The project's lock, entered, for a drop. A run that is ending holds it a moment
+        longer than its slots (this process's cancelled job releases it last), and another
+        server's run holds it to its end: either is waited for, a bounded number of times
+        (about half a minute), then refused with `ProjectLocked` naming the holder."""
+        for attempt in range(LOCK_TRIES):
+            lock = self.project_lock(project)
+            try:
+                await asyncio.to_thread(lock.__enter__)
+                return lock
+            except ProjectLocked:
+                if attempt == LOCK_TRIES - 1:
+                    raise
+                await asyncio.sleep(LOCK_PAUSE_S)
+        raise ProjectLocked(project, None)  # not reached: the last try raises
 
     def project_lock(self, project: str) -> contextlib.AbstractContextManager[Any]:
         """The project's index lock, held for a whole run: an OS file lock on LanceDB, a
@@ -627,6 +645,7 @@ class Fathom:
                            list(record.get("include") or []))
 
     async def aclose(self) -> None:
+        await self.git.aclose()  # background syncs first: they write through what follows
         if self.watcher is not None:
             await self.watcher.aclose()
         self._unbind_gate()

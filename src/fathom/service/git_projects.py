@@ -27,9 +27,6 @@ anywhere but the settings, or show the webhook secret after the add that made it
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
-import json
 import logging
 import re
 import secrets
@@ -58,6 +55,7 @@ from fathom.index.git_source import (
 from fathom.index.results import MAX_K, Noted, Ranking
 from fathom.index.store import UnknownProject
 from fathom.index.store.rules import check_project_name
+from fathom.service.git_syncs import Syncs, WebhookRefused, pushed_branch, signature_ok
 
 log = logging.getLogger("fathom.service.git")
 
@@ -82,10 +80,6 @@ class UnsafeGitFolder(ConfigError):
     """A project name whose folder would lie outside `DATA_DIR/git` (`.`, `..`, …)."""
 
 
-class WebhookRefused(FathomError):
-    """A webhook call without a valid signature (or token) for the project: nothing is done."""
-
-
 def _is_branch_name(ref: str) -> bool:
     try:
         check_branch(ref)
@@ -108,30 +102,6 @@ def check_poll(poll_s: Any) -> float | None:
     return float(poll_s)
 
 
-def signature_ok(secret: str, headers: Mapping[str, str], body: bytes) -> bool:
-    """GitHub (`X-Hub-Signature-256: sha256=…`), Gitea (`X-Gitea-Signature: …`) or GitLab
-    (`X-Gitlab-Token`, the secret itself), each compared in constant time."""
-    h = {k.lower(): v for k, v in headers.items()}
-    digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    if "x-hub-signature-256" in h:
-        return hmac.compare_digest(h["x-hub-signature-256"].strip().encode(), f"sha256={digest}".encode())
-    if "x-gitea-signature" in h:
-        return hmac.compare_digest(h["x-gitea-signature"].strip().encode(), digest.encode())
-    if "x-gitlab-token" in h:
-        return hmac.compare_digest(h["x-gitlab-token"].encode(), secret.encode())
-    return False
-
-
-def pushed_branch(body: bytes) -> str | None:
-    """The branch a push event names (`ref: refs/heads/B`, in all three payload shapes)."""
-    try:
-        ref = json.loads(body or b"{}").get("ref")
-    except (ValueError, AttributeError):
-        return None
-    return ref.removeprefix("refs/heads/") if isinstance(ref, str) and ref.startswith("refs/heads/") \
-        else None
-
-
 class GitProjects:
     """The git side of a `Fathom` (typed loosely: the service imports this module, not the
     other way round): its projects' clones, branches, syncs and webhooks."""
@@ -140,6 +110,7 @@ class GitProjects:
         self.fathom = fathom
         self.clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
+        self.syncs = Syncs(self.sync)  # after a webhook's answer; the last outcome of each
 
     # ---- where things live
 
@@ -259,12 +230,15 @@ class GitProjects:
         return {"project": project, "branch": branch, "untracked": True}
 
     async def drop_all(self, project: str) -> None:
-        """Everything git-side of a project being dropped: its overlays and its folder."""
-        record = await asyncio.to_thread(self.fathom.records.get, project) or {}
-        for branch in (record.get("git") or {}).get("branches", {}):
-            if branch != record["git"]["default"]:
-                await self._drop_overlay(project, branch)
-        await asyncio.to_thread(shutil.rmtree, self.folder(project), True)
+        """Everything git-side of a project being dropped: its overlays and its folder. Syncs
+        pushed but not begun are forgotten; one under way is waited for (its lock)."""
+        self.syncs.forget(project)
+        async with self.lock(project):
+            record = await asyncio.to_thread(self.fathom.records.get, project) or {}
+            for branch in (record.get("git") or {}).get("branches", {}):
+                if branch != record["git"]["default"]:
+                    await self._drop_overlay(project, branch)
+            await asyncio.to_thread(shutil.rmtree, self.folder(project), True)
 
     async def _drop_overlay(self, project: str, branch: str) -> None:
         name = overlay_name(project, branch)
@@ -340,6 +314,10 @@ class GitProjects:
         repo = self.repo(project, git["url"])
         done: dict[str, Any] = {}
         async with self.lock(project):
+            if not await asyncio.to_thread((self.folder(project) / "repo.git").is_dir):
+                raise NotAGitProject(f"project {project!r} has no clone (it was dropped while "
+                                     f"this sync waited, or DATA_DIR/git/{project} was removed): "
+                                     f"add it again with `fathom projects add {project} --git URL`")
             if not wanted:
                 return {"project": project, "branches": done}
             # A branch deleted on the remote is dropped here (its index, files and ref); the
@@ -363,7 +341,25 @@ class GitProjects:
                     done[branch] = {"commit": current, "unchanged": True}
                     continue
                 done[branch] = await self._index_branch(project, repo, branch, commits[branch])
+            await self._rebase_stragglers(project, repo, done)
         return {"project": project, "branches": done}
+
+    async def _rebase_stragglers(self, project: str, repo: GitRepo, done: dict[str, Any]) -> None:
+        """Overlays still based on an older commit of the default branch (an earlier sync
+        moved it, then failed or was stopped before re-basing them) are re-based now: an
+        overlay on a stale base would show the default branch's newer files as the branch's."""
+        git = await asyncio.to_thread(self.record, project)
+        default_at = git["branches"][git["default"]]
+        for branch, at in git["branches"].items():
+            if branch == git["default"]:
+                continue
+            overlay = (await asyncio.to_thread(self.fathom.records.get, overlay_name(project, branch))
+                       or {}).get("overlay") or {}
+            if overlay.get("base") != default_at:
+                done[branch] = await self._index_overlay(project, repo, branch, at, default_at)
+
+    async def aclose(self) -> None:
+        await self.syncs.aclose()
 
     def webhook_secret(self, project: str) -> str | None:
         try:
@@ -373,7 +369,7 @@ class GitProjects:
 
     async def webhook(self, project: str, headers: Mapping[str, str], body: bytes) -> dict[str, Any]:
         """A push event: verified against the project's secret before anything is read from
-        it, then the pushed branch (when tracked) is synced."""
+        it; a push to a tracked branch is synced after the answer (`Syncs`)."""
         secret = await asyncio.to_thread(self.webhook_secret, project)
         if secret is None or not signature_ok(secret, headers, body):
             raise WebhookRefused("webhook refused: no valid signature for this project; set the "
@@ -382,10 +378,11 @@ class GitProjects:
         branch = pushed_branch(body)
         git = await asyncio.to_thread(self.record, project)
         if branch is None or branch not in git["branches"]:
-            return {"project": project, "branch": branch, "synced": False,
+            return {"project": project, "branch": branch, "queued": False,
                     "reason": "not a push to a tracked branch"}
-        result = await self.sync(project, [branch])
-        return {"project": project, "branch": branch, "synced": True, **result}
+        self.syncs.request(project, [branch])
+        return {"project": project, "branch": branch, "queued": True,
+                "status": f"/admin/projects/{project}/sync"}
 
     def due(self, last: Mapping[str, float]) -> list[str]:
         """The git projects whose poll interval has passed since `last` synced them."""
@@ -403,12 +400,10 @@ class GitProjects:
         for name in await asyncio.to_thread(self.due, last):
             last[name] = self.clock()
             try:
-                await self.sync(name)
-                synced.append(name)
-            except FathomError as exc:
-                log.warning("git poll of %s failed: %s", name, exc)
-            except Exception:  # the loop outlives any one project's failure
-                log.exception("git poll of %s failed", name)
+                await self.syncs.run(name, None, "poll")
+            except Exception:  # logged and kept by `run`; the loop outlives any one failure
+                continue
+            synced.append(name)
         return synced
 
     async def poll_forever(self, sleep: Callable[[float], Any] = asyncio.sleep,
