@@ -593,6 +593,51 @@ async def test_a_drop_waits_a_bounded_time_for_the_project_lock(tmp_path: Path, 
         assert service.store.has_project("demo")
 
 
+async def test_a_writer_cancelled_while_taking_the_project_lock_does_not_keep_it(tmp_path: Path):
+    """A drop or a run cancelled (a shutdown, a client gone) while its thread takes the real
+    project lock: the lock is released as it is taken, and the next writer gets it."""
+    import threading
+
+    from fathom.service import entered
+
+    app = build_operator_app(tmp_path / "data")
+    service = app.state.service
+    real = service.project_lock("demo")
+    go, took = threading.Event(), threading.Event()
+
+    class Slow:
+        def __enter__(self):
+            go.wait(10)
+            held = real.__enter__()
+            took.set()
+            return held
+
+        def __exit__(self, *exc):
+            return real.__exit__(*exc)
+
+    taking = asyncio.create_task(entered(Slow()))
+    await asyncio.sleep(0.05)
+    taking.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await taking
+    go.set()
+    assert await asyncio.to_thread(took.wait, 10)  # the thread took it, for nobody
+    after = await wait_for(lambda: _taken(service, "demo"), timeout=10, what="the lock to be free again")
+    after.__exit__(None, None, None)
+
+
+def _taken(service, project: str):
+    """The project's lock, entered, or None while another holds it."""
+    from fathom.index.store import ProjectLocked
+
+    lock = service.project_lock(project)
+    try:
+        lock.__enter__()
+    except ProjectLocked:
+        return None
+    return lock
+
+
 async def test_the_projects_view_says_what_is_indexed_and_the_search_answers_as_search_code(operator: Operator):
     project = make_project(operator.tmp / "demo")
     async with operator.client() as admin:

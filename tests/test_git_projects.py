@@ -186,15 +186,28 @@ def test_a_sync_stopped_before_the_overlays_followed_main_is_completed_by_the_ne
         at_feature = await git.search(LOYALTY_QUERY, "shop", "feature", k=5)
         at_main = await git.search(LOYALTY_QUERY, "shop", None, k=5)
         ledger = await git.search(QUERY, "shop", "feature", k=5)
-        return pushed, failed, again, at_feature, at_main, ledger
+        tracked = dict(fathom.records.get("shop")["git"]["branches"])
+        base = fathom.records.get("shop@feature")["overlay"]["base"]
+        # A sync that waited behind an untrack of its branch does not bring the branch back.
+        lock = git.lock("shop")
+        async with lock:  # the waiters' order is the lock's queue (a private list, read only)
+            untracking = asyncio.create_task(git.untrack("shop", "feature"))
+            await wait_for(lambda: len(lock._waiters or ()) == 1, what="the untrack to wait")
+            syncing = asyncio.create_task(git.syncs.run("shop", ["feature"], "webhook"))
+            await wait_for(lambda: len(lock._waiters or ()) == 2, what="the sync to wait behind it")
+        await untracking
+        late = await syncing
+        return pushed, failed, again, at_feature, at_main, ledger, late, tracked, base
 
-    pushed, failed, again, at_feature, at_main, ledger = asyncio.run(scenario())
+    pushed, failed, again, at_feature, at_main, ledger, late, tracked, base = asyncio.run(scenario())
     await_close(fathom)
+    assert late["branches"] == {} and list(fathom.records.get("shop")["git"]["branches"]) == ["main"]
+    assert not fathom.store.has_project("shop@feature")
     assert failed["error"] == "the encoder went away mid-sync"
-    assert fathom.records.get("shop")["git"]["branches"]["main"] == pushed
+    assert tracked["main"] == pushed
     assert again["branches"]["main"] == {"commit": pushed, "unchanged": True}
-    assert again["branches"]["feature"]["commit"] == fathom.records.get("shop")["git"]["branches"]["feature"]
-    assert fathom.records.get("shop@feature")["overlay"]["base"] == pushed
+    assert again["branches"]["feature"]["commit"] == tracked["feature"]
+    assert base == pushed
     assert "apply_loyalty_bonus" in symbols(at_main)
     assert "apply_loyalty_bonus" not in symbols(at_feature)
     assert "reconcile_ledger_entries" in symbols(ledger)

@@ -63,11 +63,12 @@ _no_type_after_flags()
 
 
 def exit_code(exc: FathomError) -> int:
-    """2 for a refusal of what was asked (fix the input), 1 for a failure; an admin API error
-    carries its own (a refused request is 2, as in-process)."""
-    own = getattr(exc, "exit_code", None)
-    if isinstance(own, int):
-        return own
+    """2 for a refusal of what was asked (fix the input), 1 for a failure. Through a server's
+    admin API, its 400 or 413 is that refusal (a `ConfigError` there, as in-process)."""
+    from fathom.cli_admin import AdminError
+
+    if isinstance(exc, AdminError):
+        return 2 if exc.status in (400, 413) else 1
     return 2 if isinstance(exc, ConfigError) else 1
 
 

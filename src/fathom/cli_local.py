@@ -213,5 +213,5 @@ class NoAdminApi(ServerRefused, ConfigError):
     def __init__(self, url: str, doing: str = "dropping"):
         self.url = url
         super().__init__(f"the server at {url} has no admin API for {doing} (a `fathom serve` answers "
-                         f"searches only): run the command without --server on its machine, with its data "
-                         f"dir, or point --server at a `fathom server`")
+                         f"searches only): run the command on its machine without --server (and with FATHOM_SERVER "
+                         f"unset), with its data dir, or point --server at a `fathom server`")

@@ -100,7 +100,7 @@ log = logging.getLogger(__name__)
 
 # Which embedding role writes (and encodes the queries of) each table.
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
-# A drop waits for the project's lock this many times this long (about half a minute).
+# A drop tries the project's lock this many times, this long apart (about half a minute).
 LOCK_TRIES, LOCK_PAUSE_S = 300, 0.1
 
 @dataclass(frozen=True)
@@ -160,6 +160,24 @@ def store_location(settings: Settings) -> str:
 
         return redact_url(url)
     return str(url or settings.lance_dir)
+
+
+async def entered(lock: contextlib.AbstractContextManager[Any]) -> None:
+    """`lock.__enter__()` off the loop (a PostgreSQL lock is a round trip). If the caller is
+    cancelled meanwhile, the lock the thread takes anyway is released as it is taken: a lock
+    held for nobody would refuse every later writer of the project until a restart."""
+    taking = asyncio.ensure_future(asyncio.to_thread(lock.__enter__))
+
+    def release_if_taken(done: asyncio.Future[Any]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            with contextlib.suppress(Exception):
+                lock.__exit__(None, None, None)
+
+    try:
+        await asyncio.shield(taking)
+    except asyncio.CancelledError:
+        taking.add_done_callback(release_if_taken)
+        raise
 
 
 class Fathom:
@@ -398,7 +416,7 @@ class Fathom:
             # provider is probed or a model loaded. Taken and released off the loop (a
             # PostgreSQL lock is a database round trip).
             lock = self.project_lock(name)
-            await asyncio.to_thread(lock.__enter__)
+            await entered(lock)
             try:
                 if include is not None:
                     await asyncio.to_thread(self.records.update, name, include=list(include))
@@ -551,7 +569,7 @@ class Fathom:
         for attempt in range(LOCK_TRIES):
             lock = self.project_lock(project)
             try:
-                await asyncio.to_thread(lock.__enter__)
+                await entered(lock)
                 return lock
             except ProjectLocked:
                 if attempt == LOCK_TRIES - 1:

@@ -239,6 +239,7 @@ class GitProjects:
                 if branch != record["git"]["default"]:
                     await self._drop_overlay(project, branch)
             await asyncio.to_thread(shutil.rmtree, self.folder(project), True)
+        self.syncs.forget(project)  # and what a sync that ran meanwhile left
 
     async def _drop_overlay(self, project: str, branch: str) -> None:
         name = overlay_name(project, branch)
@@ -308,16 +309,18 @@ class GitProjects:
 
     async def sync(self, project: str, branches: Sequence[str] | None = None) -> dict[str, Any]:
         """Fetch, and re-index every tracked branch (or those named) whose commit moved."""
-        git = await asyncio.to_thread(self.record, project)
-        wanted = [b for b in (branches if branches is not None else git["branches"])
-                  if b in git["branches"]]
-        repo = self.repo(project, git["url"])
+        await asyncio.to_thread(self.record, project)  # not from git: refused before waiting
         done: dict[str, Any] = {}
         async with self.lock(project):
             if not await asyncio.to_thread((self.folder(project) / "repo.git").is_dir):
                 raise NotAGitProject(f"project {project!r} has no clone (it was dropped while "
                                      f"this sync waited, or DATA_DIR/git/{project} was removed): "
                                      f"add it again with `fathom projects add {project} --git URL`")
+            # Read under the lock: an untrack or drop this sync waited behind has changed it.
+            git = await asyncio.to_thread(self.record, project)
+            wanted = [b for b in (branches if branches is not None else git["branches"])
+                      if b in git["branches"]]
+            repo = self.repo(project, git["url"])
             if not wanted:
                 return {"project": project, "branches": done}
             # A branch deleted on the remote is dropped here (its index, files and ref); the
@@ -382,7 +385,7 @@ class GitProjects:
                     "reason": "not a push to a tracked branch"}
         self.syncs.request(project, [branch])
         return {"project": project, "branch": branch, "queued": True,
-                "status": f"/admin/projects/{project}/sync"}
+                "status": f"/admin/projects/{quote(project, safe='')}/sync"}
 
     def due(self, last: Mapping[str, float]) -> list[str]:
         """The git projects whose poll interval has passed since `last` synced them."""

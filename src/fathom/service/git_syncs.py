@@ -80,13 +80,16 @@ class Syncs:
         self._run = run
         self._wanted: dict[str, set[str]] = {}
         self._runners: dict[str, asyncio.Task[None]] = {}
-        self._running: set[str] = set()
+        self._running: dict[str, int] = {}  # syncs begun and not ended (webhook, poll, operator)
         self._last: dict[str, dict[str, Any]] = {}
+        self._closed = False
 
     def request(self, project: str, branches: Iterable[str]) -> None:
         """Sync `branches` of `project` in the background: now, or right after the sync under
         way (once for every push that arrived meanwhile)."""
         self._wanted.setdefault(project, set()).update(branches)
+        if self._closed:  # shutting down: the next start's poll, push or sync catches up
+            return
         runner = self._runners.get(project)
         if runner is None or runner.done():
             self._runners[project] = asyncio.create_task(self._drain(project), name=f"git sync {project}")
@@ -100,7 +103,7 @@ class Syncs:
         """Sync now (every tracked branch when `branches` is None), keeping the outcome; a
         failure is logged, kept and raised."""
         started = _now()
-        self._running.add(project)
+        self._running[project] = self._running.get(project, 0) + 1
         outcome: dict[str, Any] = {"trigger": trigger, "branches": list(branches) if branches else None,
                                    "started_at": started}
         try:
@@ -118,13 +121,15 @@ class Syncs:
                                              "error": f"internal error ({type(exc).__name__}); see the server log"}
             raise
         finally:
-            self._running.discard(project)
+            self._running[project] -= 1
+            if not self._running[project]:
+                del self._running[project]
         self._last[project] = outcome | {"finished_at": _now(), "result": result}
         return result
 
     def status(self, project: str) -> dict[str, Any]:
-        """Whether a sync of `project` runs now, the branches pushed since it began, and the
-        last sync's outcome (None: none since this server started)."""
+        """Whether a sync of `project` runs now (or waits for the one before it), the branches
+        pushed since it began, and the last sync's outcome (None: none since this start)."""
         return {"project": project, "running": project in self._running,
                 "queued": sorted(self._wanted.get(project, ())), "last": self._last.get(project)}
 
@@ -135,10 +140,9 @@ class Syncs:
     async def aclose(self) -> None:
         """Stop the background syncs (a shutdown); each leaves the branches it had not finished
         serving their previous commit."""
+        self._closed = True
         runners = [t for t in self._runners.values() if not t.done()]
         for task in runners:
             task.cancel()
-        for task in runners:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await asyncio.gather(*runners, return_exceptions=True)  # their ends, not raised here
         self._runners.clear()
