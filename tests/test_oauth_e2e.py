@@ -14,8 +14,10 @@ Skipped only where Node or oidc-provider is missing (`make oidc-provider`) and C
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -107,8 +109,11 @@ async def test_an_oauth_only_mcp_client_signs_in_and_searches_within_its_mapping
               "redirect_uri": redirect_uri, "resource": resource, "scope": "fathom", "user": USER}
     log = tmp_path / "oidc-provider.log"
     with log.open("wb") as stderr:
+        # Its own process group: the venv's `node` is a Python launcher whose child is the real
+        # node, and stopping the launcher alone would leave that child serving after the test.
         node = subprocess.Popen([str(NODE), str(PROVIDER_SCRIPT)], stdout=subprocess.PIPE, stderr=stderr,
-                                env={**os.environ, "OIDC_TEST_CONFIG": json.dumps(config)})
+                                env={**os.environ, "OIDC_TEST_CONFIG": json.dumps(config)},
+                                start_new_session=True)
     try:
         assert node.stdout is not None
         line = (await asyncio.wait_for(asyncio.to_thread(node.stdout.readline), 30)).decode()
@@ -160,9 +165,12 @@ async def test_an_oauth_only_mcp_client_signs_in_and_searches_within_its_mapping
                 shown = (await admin.get("/admin/oauth")).json()
             assert shown["issuer"] == issuer and shown["keys_held"]  # the provider's JWKS, fetched
     finally:
-        node.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGTERM)
         try:
             node.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait()
+            pass
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(node.pid, signal.SIGKILL)  # whatever of the group is left
+        node.wait()
