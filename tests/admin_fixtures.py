@@ -67,10 +67,11 @@ class FakeEncoder(Provider):
         return np.stack(rows) if rows else np.zeros((0, w), np.float32)
 
 
-def build_operator_app(data_dir: Path, *, encoder: Provider | None = None, **options: Any) -> Any:
+def build_operator_app(data_dir: Path, *, encoder: Provider | None = None,
+                       settings: Settings | None = None, **options: Any) -> Any:
     registry = ProviderRegistry()
     hub = Hub(data_dir, registry=registry, join_tokens=(JOIN,))
-    settings = Settings(data_dir=data_dir)
+    settings = settings or Settings(data_dir=data_dir)
     encoder = encoder or HashEmbedder(width=8)
     # The server's in-process encoder serves the embedding roles only (as LocalEncoder does).
     encoder.info = dataclasses.replace(encoder.info, roles=frozenset(EMBEDDING_ROLES))

@@ -11,14 +11,14 @@ import pytest
 
 from tests.admin_fixtures import build_operator_app
 from tests.fleet_fixtures import ADMIN, ThreadedServer
-from tests.test_dashboard import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from tests.test_dashboard import ARTIFACTS, signed_in
 
 ISSUER = "https://id.example.com/realms/dev"  # never dialled: the card shows the set-up only
 
 
 @pytest.mark.slow
 def test_a_browser_sees_the_issuer_and_the_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     monkeypatch.setenv("FATHOM_OAUTH_ISSUER", ISSUER)
     monkeypatch.setenv("FATHOM_OAUTH_RESOURCE", "https://fathom.example.com/mcp")
@@ -30,26 +30,18 @@ def test_a_browser_sees_the_issuer_and_the_mapping(tmp_path: Path, monkeypatch: 
             {"match": {"group": "search-admins"}, "can_index": True},
             {"match": {"email_domain": "example.com", "scope": "fathom"}, "projects": ["web", "api"]}]})
         assert r.status_code == 200, r.text
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1400})
-                page.goto(url + "/")
-                page.fill("#token", ADMIN)
-                page.click("#login-form button")
-                state = page.locator("#oauth-state")
-                expect(state).to_contain_text(f"Issuer {ISSUER}", timeout=30_000)
-                expect(state).to_contain_text("resource https://fathom.example.com/mcp")
-                expect(state).to_contain_text("scopes: fathom")
-                expect(state).to_contain_text("static MCP tokens on")
-                rows = page.locator("#oauth-mapping tbody tr")
-                expect(rows).to_have_count(2)
-                expect(rows.nth(0)).to_contain_text("group search-admins")
-                expect(rows.nth(0)).to_contain_text("every project")
-                expect(rows.nth(1)).to_contain_text("email_domain example.com and scope fathom")
-                expect(rows.nth(1)).to_contain_text("api, web")
-                page.locator("#oauth-card").screenshot(path=str(ARTIFACTS / "dashboard-oauth.png"))
-            finally:
-                browser.close()
+        with signed_in(url) as page:
+            state = page.locator("#oauth-state")
+            expect(state).to_contain_text(f"Issuer {ISSUER}", timeout=30_000)
+            expect(state).to_contain_text("resource https://fathom.example.com/mcp")
+            expect(state).to_contain_text("scopes: fathom")
+            expect(state).to_contain_text("static MCP tokens on")
+            rows = page.locator("#oauth-mapping tbody tr")
+            expect(rows).to_have_count(2)
+            expect(rows.nth(0)).to_contain_text("group search-admins")
+            expect(rows.nth(0)).to_contain_text("every project")
+            expect(rows.nth(1)).to_contain_text("email_domain example.com and scope fathom")
+            expect(rows.nth(1)).to_contain_text("api, web")
+            page.locator("#oauth-card").screenshot(path=str(ARTIFACTS / "dashboard-oauth.png"))
     finally:
         running.stop()

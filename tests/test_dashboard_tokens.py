@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from tests.admin_fixtures import build_operator_app
-from tests.fleet_fixtures import ADMIN, ThreadedServer
-from tests.test_dashboard import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from tests.fleet_fixtures import ThreadedServer
+from tests.test_dashboard import ARTIFACTS, signed_in
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
@@ -24,47 +24,38 @@ def initialize(url: str, token: str) -> int:
 
 @pytest.mark.slow
 def test_a_browser_creates_and_revokes_an_mcp_token(tmp_path: Path):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     running = ThreadedServer(build_operator_app(tmp_path / "data"))
     url = running.start()
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 1400})
-                page.on("dialog", lambda dialog: dialog.accept())
-                page.goto(url + "/")
-                page.fill("#token", ADMIN)
-                page.click("#login-form button")
-                expect(page.locator("#tokens")).to_contain_text("no MCP token yet", timeout=30_000)
+        with signed_in(url, accept_dialogs=True) as page:
+            expect(page.locator("#tokens")).to_contain_text("no MCP token yet", timeout=30_000)
 
-                page.fill("#tf-name", "alice")
-                page.fill("#tf-projects", "alpha, beta")
-                page.click("#token-form button")
-                result = page.locator("#token-result")
-                expect(result).to_contain_text("MCP token for alice (shown once")
-                token = result.locator("code.secret").inner_text()
-                assert token.startswith("fm_")
-                expect(result).to_contain_text(f'--header "Authorization: Bearer {token}"')
-                row = page.locator('#tokens tr[data-token="alice"]')
-                expect(row).to_contain_text("alpha, beta")
-                expect(row).to_contain_text("no")  # read-only
-                assert token not in row.inner_text()
-                assert initialize(url, token) == 200
+            page.fill("#tf-name", "alice")
+            page.fill("#tf-projects", "alpha, beta")
+            page.click("#token-form button")
+            result = page.locator("#token-result")
+            expect(result).to_contain_text("MCP token for alice (shown once")
+            token = result.locator("code.secret").inner_text()
+            assert token.startswith("fm_")
+            expect(result).to_contain_text(f'--header "Authorization: Bearer {token}"')
+            row = page.locator('#tokens tr[data-token="alice"]')
+            expect(row).to_contain_text("alpha, beta")
+            expect(row).to_contain_text("no")  # read-only
+            assert token not in row.inner_text()
+            assert initialize(url, token) == 200
 
-                row.locator("button").click()
-                expect(page.locator("#token-result")).to_contain_text("Revoked alice.")
-                expect(page.locator('#tokens tr[data-token="alice"]')).to_have_count(0)
-                assert initialize(url, token) == 401
+            row.locator("button").click()
+            expect(page.locator("#token-result")).to_contain_text("Revoked alice.")
+            expect(page.locator('#tokens tr[data-token="alice"]')).to_have_count(0)
+            assert initialize(url, token) == 401
 
-                audit = page.locator("#audit")
-                expect(audit).to_contain_text("created MCP token alice")
-                expect(audit).to_contain_text("revoked MCP token alice")
-                assert token not in audit.inner_text()
-                ARTIFACTS.mkdir(exist_ok=True)
-                page.screenshot(path=str(ARTIFACTS / "dashboard-tokens.png"), full_page=True)
-            finally:
-                browser.close()
+            audit = page.locator("#audit")
+            expect(audit).to_contain_text("created MCP token alice")
+            expect(audit).to_contain_text("revoked MCP token alice")
+            assert token not in audit.inner_text()
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "dashboard-tokens.png"), full_page=True)
     finally:
         running.stop()

@@ -531,6 +531,11 @@ class Fathom:
     async def set_watch(self, project: str, enabled: bool) -> dict[str, Any]:
         """Turn live sync of one project on or off (remembered in its record)."""
         await asyncio.to_thread(self._require_project, project)
+        kept = await asyncio.to_thread(self.records.get, project) or {}
+        if enabled and (kept.get("git") or kept.get("overlay")):
+            raise ConfigError(f"project {project!r} comes from git: it follows its remote through "
+                              f"the push webhook, its poll and `fathom projects sync`, not by "
+                              f"watching a folder; its live sync stays off")
         record = await asyncio.to_thread(self.records.update, project, watch=bool(enabled))
         if self.watcher is not None:
             if enabled and record.get("root"):

@@ -9,6 +9,7 @@ import asyncio
 import logging
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from fastapi import APIRouter
 
@@ -31,11 +32,12 @@ def projects_router(parts: OperatorParts) -> APIRouter:
     @router.get("/projects", tags=["projects"])
     async def list_projects() -> dict[str, Any]:
         """Every indexed project: rows per table, last indexed, its root folder and its live
-        sync (watch) state."""
+        sync (watch) state; a project from git also its remote, branches and last sync, and a
+        branch's overlay which project and branch it is."""
         service = parts.need("service")
 
         def load() -> list[dict[str, Any]]:
-            return [project_view(service, p) for p in service.projects()]
+            return [project_view(service, p) | git_facts(service, p.name) for p in service.projects()]
 
         return {"projects": await asyncio.to_thread(load)}
 
@@ -84,6 +86,44 @@ def projects_router(parts: OperatorParts) -> APIRouter:
         return {"project": project, "watch": await service.set_watch(project, body.enabled)}
 
     return router
+
+
+def git_facts(service: Any, name: str) -> dict[str, Any]:
+    """What the projects view adds for a project from git (`git`: its remote, default branch,
+    each tracked branch's commit, its poll, its webhook's path and its syncs; never the
+    webhook's secret) and for a branch's overlay (`branch_of`: the project and branch)."""
+    git = getattr(service, "git", None)
+    record = service.records.get(name) or {}
+    facts: dict[str, Any] = {}
+    if git is not None and record.get("git"):
+        kept = record["git"]
+        status = git.syncs.status(name)
+        last = status["last"]
+        facts["git"] = {
+            "url": kept["url"], "default": kept["default"], "branches": dict(kept["branches"]),
+            "poll_s": kept.get("poll_s"), "webhook": f"/hooks/git/{quote(name, safe='')}",
+            "sync": {"running": status["running"], "queued": status["queued"],
+                     "last": None if last is None else {
+                         k: last.get(k) for k in ("trigger", "started_at", "finished_at", "error")}
+                     | {"branches": _synced(last.get("result"))}}}
+    overlay = record.get("overlay")
+    if overlay:
+        facts["branch_of"] = {"project": overlay["of"], "branch": overlay["branch"],
+                              "commit": overlay["commit"]}
+    return facts
+
+
+def _synced(result: dict[str, Any] | None) -> dict[str, str]:
+    """A sync's outcome per branch, in words: its commit, unchanged or deleted on the remote."""
+    out = {}
+    for branch, done in ((result or {}).get("branches") or {}).items():
+        if "commit" not in done:  # {"deleted": True}; an index report's "deleted" counts rows
+            out[branch] = "deleted on the remote: untracked"
+        elif done.get("unchanged"):
+            out[branch] = f"unchanged at {done['commit'][:12]}"
+        else:
+            out[branch] = f"indexed {done['commit'][:12]} ({done.get('embedded', 0)} chunks embedded)"
+    return out
 
 
 ENDED_JOB_STATES = frozenset({"done", "failed", "cancelled"})

@@ -352,7 +352,51 @@ function projectDetails(p) {
     if (named) dl.append(el("dt", { text: "folders left out" }), el("dd", { class: "mono", text: named }));
   }
   if (p.watch && p.watch.last_error) dl.append(el("dt", { text: "sync error" }), el("dd", { class: "bad", text: p.watch.last_error }));
+  if (p.git) gitDetails(dl, p.name, p.git);
+  if (p.branch_of) dl.append(el("dt", { text: "branch" }), el("dd", { class: "mono",
+    text: p.branch_of.branch + " of " + p.branch_of.project + " at " + short(p.branch_of.commit)
+      + ": only the files that differ from the default branch" }));
   return dl;
+}
+
+function short(commit) { return commit ? String(commit).slice(0, 12) : "—"; }
+
+// A project from git: its remote, its branches (each but the default can be untracked), its
+// webhook (the secret was shown once, when it was added) and its syncs.
+function gitDetails(dl, name, g) {
+  dl.append(el("dt", { text: "remote" }), el("dd", { class: "mono", text: g.url }));
+  const branches = el("dd", { class: "git-branches" });
+  const order = Object.entries(g.branches).sort(([a], [b]) => (b === g.default) - (a === g.default) || a.localeCompare(b));
+  for (const [branch, commit] of order) {
+    const line = el("div", { "data-branch": branch }, el("span", { class: "mono",
+      text: branch + (branch === g.default ? " (default)" : "") + " at " + short(commit) }));
+    if (branch !== g.default) {
+      line.append(el("button", { type: "button", class: "danger", text: "Untrack", onclick: () => untrackBranch(name, branch) }));
+    }
+    branches.append(line);
+  }
+  dl.append(el("dt", { text: "branches" }), branches);
+  dl.append(el("dt", { text: "webhook" }), el("dd", { class: "mono",
+    text: "POST " + location.origin + g.webhook + " (application/json, signed with the secret shown when it was added)" }));
+  const s = g.sync;
+  const last = s.last;
+  let text = s.running ? "syncing now" : "idle";
+  if (s.queued.length) text += "; pushed since: " + s.queued.join(", ");
+  if (last) {
+    text += "; last sync (" + last.trigger + ", " + (last.finished_at || last.started_at) + "): "
+      + (last.error ? "failed: " + last.error
+        : Object.entries(last.branches).map(([b, w]) => b + " " + w).join("; ") || "nothing to do");
+  } else text += "; no sync since the server started";
+  dl.append(el("dt", { text: "git sync" }), el("dd", { class: "git-sync" + (last && last.error ? " bad" : ""), text }));
+}
+
+function gitFollows(p) {
+  if (p.branch_of) return "follows " + p.branch_of.project;
+  const g = p.git;
+  const how = "webhook" + (g.poll_s ? ", poll every " + secs(g.poll_s) : "");
+  if (g.sync.running) return how + "; syncing";
+  const last = g.sync.last;
+  return how + (last ? "; last " + (last.error ? "failed" : "ok") + " " + (last.finished_at || "") : "");
 }
 
 function renderProjects(projects) {
@@ -366,23 +410,38 @@ function renderProjects(projects) {
   select.replaceChildren(el("option", { value: "", text: "every project" }),
     ...projects.map((p) => el("option", { value: p.name, text: p.name })));
   select.value = projects.some((p) => p.name === chosen) ? chosen : "";
+  const fromGit = projects.filter((p) => p.git).map((p) => p.name);
+  const gitSelect = $("gb-project");
+  const gitChosen = gitSelect.value;
+  gitSelect.replaceChildren(...fromGit.map((n) => el("option", { value: n, text: n })));
+  if (fromGit.includes(gitChosen)) gitSelect.value = gitChosen;
+  $("branch-form").hidden = fromGit.length === 0;
   for (const p of projects) {
     const w = p.watch || {};
-    const sync = w.enabled ? w.state + (w.last_sync ? ", last " + w.last_sync : "") : "off";
+    const git = p.git || p.branch_of;
+    const sync = git ? gitFollows(p) : w.enabled ? w.state + (w.last_sync ? ", last " + w.last_sync : "") : "off";
     const actions = el("td");
-    actions.append(el("button", { type: "button", text: w.enabled ? "Stop sync" : "Sync",
-      onclick: () => setWatch(p.name, !w.enabled) }));
-    actions.append(el("button", { type: "button", class: "danger", text: "Drop",
-      onclick: () => dropProject(p.name) }));
+    if (p.branch_of) {
+      // A branch's overlay: it goes with its branch, never on its own.
+      actions.append(el("button", { type: "button", class: "danger", text: "Untrack",
+        onclick: () => untrackBranch(p.branch_of.project, p.branch_of.branch) }));
+    } else {
+      if (p.git) actions.append(el("button", { type: "button", text: "Sync now", onclick: () => syncGit(p.name) }));
+      else actions.append(el("button", { type: "button", text: w.enabled ? "Stop sync" : "Sync",
+        onclick: () => setWatch(p.name, !w.enabled) }));
+      actions.append(el("button", { type: "button", class: "danger", text: "Drop",
+        onclick: () => dropProject(p.name) }));
+    }
     const state = p.damaged ? " (damaged)" : p.indexing ? " (indexing)" : "";
+    const syncError = git ? p.git && p.git.sync.last && p.git.sync.last.error : w.last_error;
     tbody.append(el("tr", { "data-project": p.name },
       el("th", { class: p.damaged ? "bad" : "", title: p.damaged || "", text: p.name + state }),
       el("td", { class: "num", text: String(p.tables.code || 0) }),
       el("td", { class: "num", text: String(p.tables.docs || 0) }),
       el("td", { text: p.last_indexed || "—" }),
       el("td", { class: "last-run" + (p.last_run && p.last_run.outcome !== "done" ? " warn" : ""), text: lastRunText(p.last_run) }),
-      el("td", { class: "watch " + (w.last_error ? "bad" : ""), title: w.last_error || w.detail || "", text: sync }),
-      el("td", { class: "mono", text: p.root || "—" }),
+      el("td", { class: "watch " + (syncError ? "bad" : ""), title: syncError || w.detail || "", text: sync }),
+      el("td", { class: "mono", text: p.git ? "git " + p.git.url : p.branch_of ? "git, branch " + p.branch_of.branch : p.root || "—" }),
       actions));
     tbody.append(el("tr", { class: "project-details", "data-project-details": p.name },
       el("td", { colspan: "8" }, projectDetails(p))));
@@ -571,6 +630,78 @@ async function setWatch(name, enabled) {
   await refresh();
 }
 
+function failed(box, r) {
+  const p = problemsOf(r.data);
+  showResult(box, false, "Refused: " + p.message, p.problems);
+}
+
+function branchWords(done) {
+  if (!done.commit) return "deleted on the remote: untracked";  // a report's "deleted" counts rows
+  if (done.unchanged) return "unchanged at " + short(done.commit);
+  return "indexed " + short(done.commit) + " (" + (done.embedded || 0) + " chunks embedded"
+    + (done.carried ? ", " + done.carried + " carried from other branches" : "") + ")";
+}
+
+async function addGitProject(ev) {
+  ev.preventDefault();
+  const branches = $("gf-branches").value.split(",").map((b) => b.trim()).filter((b) => b);
+  const poll = $("gf-poll").value.trim();
+  const body = { name: $("gf-name").value.trim(), url: $("gf-url").value.trim(), branches,
+    poll_s: poll === "" ? null : Number(poll) };
+  const box = $("git-result");
+  const button = $("gf-add");
+  showResult(box, true, "Cloning " + body.url + " and indexing " + (branches.length ? branches.join(", ") : "its default branch")
+    + " as " + body.name + "… (this answers when every branch is indexed; the Index jobs card shows the progress)", []);
+  button.disabled = true;
+  let r;
+  try { r = await api("POST", "/admin/projects/git", body); } finally { button.disabled = false; }
+  if (!r.ok) { failed(box, r); await refresh(); return; }
+  const d = r.data;
+  const embedded = Object.values(d.reports).reduce((a, rep) => a + (rep.embedded || 0), 0);
+  showResult(box, true, "Added " + d.project + " from " + d.url + ": "
+    + Object.entries(d.branches).map(([b, c]) => b + (b === d.default ? " (default)" : "") + " at " + short(c)).join(", ")
+    + "; " + embedded + " chunks embedded. Give the forge this push webhook (content type application/json); its secret is shown once, copy it now:", []);
+  box.append(el("p", { class: "mono", text: "POST " + location.origin + d.webhook }));
+  box.append(el("p", {}, el("code", { class: "mono secret", text: d.webhook_secret })));
+  for (const id of ["gf-name", "gf-url", "gf-branches", "gf-poll"]) $(id).value = "";
+  await refresh();
+}
+
+async function trackBranch(ev) {
+  ev.preventDefault();
+  const project = $("gb-project").value;
+  const branch = $("gb-branch").value.trim();
+  const box = $("git-result");
+  showResult(box, true, "Fetching " + branch + " of " + project + " and indexing what differs…", []);
+  const r = await api("POST", "/admin/projects/" + encodeURIComponent(project) + "/branches", { branch });
+  if (r.ok) {
+    showResult(box, true, "Tracking " + branch + " of " + project + ": " + branchWords(r.data) + ".", []);
+    $("gb-branch").value = "";
+  } else failed(box, r);
+  await refresh();
+}
+
+async function untrackBranch(project, branch) {
+  if (!confirm("Stop tracking " + branch + " of " + project + "? Its index is removed.")) return;
+  const r = await api("DELETE", "/admin/projects/" + encodeURIComponent(project) + "/branches/"
+    + branch.split("/").map(encodeURIComponent).join("/"));
+  const box = $("git-result");
+  if (r.ok) showResult(box, true, "Untracked " + branch + " of " + project + ".", []);
+  else failed(box, r);
+  await refresh();
+}
+
+async function syncGit(project) {
+  const box = $("git-result");
+  showResult(box, true, "Fetching " + project + " and re-indexing what changed…", []);
+  const r = await api("POST", "/admin/projects/" + encodeURIComponent(project) + "/sync");
+  if (r.ok) {
+    const lines = Object.entries(r.data.branches).map(([b, done]) => b + " " + branchWords(done));
+    showResult(box, true, "Synced " + project + ": " + (lines.join("; ") || "nothing to do") + ".", []);
+  } else failed(box, r);
+  await refresh();
+}
+
 async function startJob(ev) {
   ev.preventDefault();
   const body = { path: $("jf-path").value.trim(), project: $("jf-project").value.trim(), full: $("jf-full").checked };
@@ -631,6 +762,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("bf-clear").addEventListener("click", () => setOverride(null));
   $("job-form").addEventListener("submit", startJob);
   $("token-form").addEventListener("submit", createToken);
+  $("git-form").addEventListener("submit", addGitProject);
+  $("branch-form").addEventListener("submit", trackBranch);
   $("search-form").addEventListener("submit", runSearch);
   if (token()) start();
 });
