@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from fathom.cli_admin import register
 from tests.admin_fixtures import FakeEncoder, build_operator_app, make_project
-from tests.fleet_fixtures import ADMIN, ThreadedServer, free_port
+from tests.fleet_fixtures import ADMIN, ThreadedServer, free_port, wait_until
 
 
 @pytest.fixture
@@ -339,6 +339,41 @@ def test_fathom_drop_through_a_server_takes_the_admin_token_from_the_environment
     assert r.exit_code == 0, r.output
     assert re.search(rf"dropped demo on the fathom server at {re.escape(server.url)} \(code \d+, docs \d+\)", r.stdout)
     assert server.running.call(_listed(server.app)) == []
+
+
+def test_fathom_watching_through_a_server_stops_and_starts_its_watcher_at_once(tmp_path: Path):
+    from fathom.cli import app as fathom_app
+    from fathom.config import Settings
+
+    data = tmp_path / "data"  # a server that watches (the tests' default is FATHOM_WATCH=0)
+    running = ThreadedServer(build_operator_app(data, settings=Settings(data_dir=data, watch=True)))
+    server = Server(running, running.start(), data, tmp_path)
+    try:
+        project = make_project(tmp_path / "demo")
+        r = invoke(fathom_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"])
+        assert r.exit_code == 0, r.output
+        service = server.app.state.service
+
+        def state() -> dict:
+            return service.watch_state("demo")
+
+        local = ["--data-dir", str(tmp_path / "cli")]  # this CLI's own data dir holds nothing
+        wait_until(lambda: state()["state"] == "watching", "the server to watch demo", timeout=60)
+        r = invoke(fathom_app, server, [*local, "watching", "demo", "--server", server.url])
+        assert r.exit_code == 0 and "demo: live sync on (watching)" in r.stdout, r.output
+        r = invoke(fathom_app, server, [*local, "watching", "demo", "--off", "--server", server.url])
+        assert r.exit_code == 0 and "demo: live sync off" in r.stdout, r.output
+        assert not state()["enabled"] and state()["state"] == "off"  # the server's watcher, not a file
+        r = invoke(fathom_app, server, [*local, "watching", "demo", "--on", "--server", server.url])
+        assert r.exit_code == 0 and "demo: live sync on" in r.stdout, r.output
+        wait_until(lambda: state()["state"] == "watching", "the server to watch demo again", timeout=60)
+        r = invoke(fathom_app, server, [*local, "watching", "ghost", "--off", "--server", server.url])
+        assert r.exit_code == 1 and "ghost" in r.output, r.output
+        r = invoke(fathom_app, server, [*local, "watching", "demo", "--off", "--server", server.url], token="")
+        assert r.exit_code == 2 and "set FATHOM_ADMIN_TOKEN in the environment" in words(r.output), r.output
+        assert state()["enabled"]
+    finally:
+        running.stop()
 
 
 async def _listed(app) -> list[str]:

@@ -539,12 +539,23 @@ def watching(
     on: Annotated[bool | None, typer.Option(
         "--on/--off", help="Turn live sync of the project on or off (default: show it).")]
     = None,
+    server: Annotated[str | None, typer.Option(
+        "--server", envvar="FATHOM_SERVER", show_default=False,
+        help="A running `fathom server` whose project it is, through its admin API: its watcher "
+             "follows at once. The admin token is read from FATHOM_ADMIN_TOKEN, never from the "
+             "command line (default: this data dir, in-process).")] = None,
 ) -> None:
     """Show, or set, whether a project's index follows its files (live sync).
 
-    The per-project setting that `fathom mcp`, `serve` and `server` read when they start."""
-    fathom = fathom_of(ctx)
-    state = run(fathom.set_watch(project, on)) if on is not None else fathom.watch_state(project)
+    The per-project setting that `fathom mcp`, `serve` and `server` read when they start; with
+    --server, the running server's watcher starts or stops at once."""
+    if server is not None:
+        from fathom.cli_local import watch_through
+
+        state = watch_through(server, project, on)
+    else:
+        fathom = fathom_of(ctx)
+        state = run(fathom.set_watch(project, on)) if on is not None else fathom.watch_state(project)
     console.print(f"{project}: live sync {'on' if state['enabled'] else 'off'}"
                   + (f" ({state['state']})" if state["enabled"] else ""))
 

@@ -1,5 +1,5 @@
 """`fathom search` and `fathom projects` answered by a running server instead of in-process,
-and the writes that take `--server` (`fathom drop`, `fathom projects add|track|untrack|sync`)
+and the writes that take `--server` (`fathom drop`, `fathom watching`, `fathom projects add|track|untrack|sync`)
 through a `fathom server`'s admin API.
 
 A `fathom serve` or `fathom server` keeps its encoder loaded; a CLI that loads its own pays
@@ -147,7 +147,7 @@ def projects_of(data: dict[str, Any]) -> list[Any]:
 
 class AdminSession:
     """The admin API of the `fathom server` at a `--server` URL, for a CLI command that writes
-    (`fathom drop`, `fathom projects add|track|untrack|sync`).
+    (`fathom drop`, `fathom watching`, `fathom projects add|track|untrack|sync`).
 
     A write takes the admin token, and only from FATHOM_ADMIN_TOKEN: never from the command
     line (the shell history and the process list keep what is typed there), never a data
@@ -205,6 +205,19 @@ def drop_through(server: str, project: str, confirm: Callable[[], None]) -> dict
             raise UnknownProject(project, names)
         confirm()
         return dict(admin.call("DELETE", f"/admin/projects/{quote(project, safe='')}"))
+
+
+def watch_through(server: str, project: str, on: bool | None) -> dict[str, Any]:
+    """A project's live sync on the `fathom server` at `server` (turned on or off first, unless
+    `on` is None): its watch state as that server's watcher has it."""
+    from urllib.parse import quote
+
+    doing = "showing live sync" if on is None else "changing live sync"
+    with AdminSession(server, doing) as admin:
+        path = f"/admin/projects/{quote(project, safe='')}"
+        if on is None:
+            return dict(admin.call("GET", path)["watch"])
+        return dict(admin.call("PUT", path + "/watch", {"enabled": on})["watch"])
 
 
 class NoAdminApi(ServerRefused, ConfigError):
