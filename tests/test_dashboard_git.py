@@ -78,6 +78,10 @@ def test_a_browser_adds_syncs_untracks_and_tracks_a_git_project(tmp_path: Path):
                                     headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
                 assert refused.status_code == 400, refused.text
                 assert "comes from git" in refused.text
+            # A tracked branch's overlay goes with its branch only.
+            alone = httpx.delete(f"{url}/admin/projects/shop@feature",
+                                 headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+            assert alone.status_code == 400 and "untrack it" in alone.text, alone.text
 
             # Untracked from the overlay's row; tracked again from the form.
             overlay.get_by_role("button", name="Untrack").click()

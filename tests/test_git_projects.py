@@ -477,6 +477,11 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
     assert "short" not in fathom.records.get("shop")["git"]["branches"]
     assert fathom.records.get("shop@short") is None
     assert "reconcile_ledger_entries" in symbols(await fathom.git.search(QUERY, "shop", "feature"))
+    # A tracked branch's overlay is not dropped on its own (the next sync would bring it back).
+    alone = await asyncio.to_thread(cli.invoke, app, ["drop", "shop@feature", "--yes"],
+                                    obj={"fathom": fathom}, env={"COLUMNS": "200"})
+    assert alone.exit_code == 2 and "fathom projects untrack shop feature" in alone.output, alone.output
+    assert fathom.store.has_project("shop@feature")
     await asyncio.to_thread(invoke, "projects", "untrack", "shop", "feature")
     assert not fathom.store.has_project("shop@feature")
     assert not (tmp_path / "data" / "git" / "shop" / "trees" / "feature").exists()

@@ -488,11 +488,13 @@ class Fathom:
 
     # ---- managing what is indexed
 
-    async def drop(self, project: str) -> dict[str, Any]:
+    async def drop(self, project: str, *, untracking: bool = False) -> dict[str, Any]:
         """Remove `project` and everything of it: its tables (both slots), its record, its
         jobs and its watch. A running index job of it is cancelled first; another server
         indexing it holds the project lock and the drop waits for it (about half a minute,
-        then refused naming the holder, its tables left whole), never tearing a job's tables away under it."""
+        then refused naming the holder, its tables left whole), never tearing a job's tables away under it.
+        A tracked git branch (`NAME@BRANCH`) goes only with its branch (`untracking`, from the
+        git side) or with its project: dropped alone, its project's next sync would bring it back."""
         if not isinstance(project, str) or not project:
             raise ConfigError("project must be a non-empty name; see `fathom projects`")
         known = await asyncio.to_thread(self.store.has_project, project)
@@ -500,6 +502,13 @@ class Fathom:
         if not known and recorded is None:
             names = [p.name for p in await asyncio.to_thread(self.store.list_projects)]
             raise UnknownProject(project, names)
+        overlay = (recorded or {}).get("overlay")
+        if overlay and not untracking and await asyncio.to_thread(
+                self.git.tracks_branch, overlay["of"], overlay["branch"]):
+            raise ConfigError(f"{project} is branch {overlay['branch']} of the git project "
+                              f"{overlay['of']}: untrack it (`fathom projects untrack "
+                              f"{overlay['of']} {overlay['branch']}`), or drop {overlay['of']} "
+                              f"with all of its branches")
         if self.watcher is not None:
             await self.watcher.stop(project)
         if (recorded or {}).get("git"):

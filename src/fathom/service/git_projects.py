@@ -149,6 +149,11 @@ class GitProjects:
         """Whether `project` comes from git (its searches then carry their commit)."""
         return bool(project) and bool((self.fathom.records.get(project) or {}).get("git"))
 
+    def tracks_branch(self, project: str, branch: str) -> bool:
+        """Whether `branch` of the git project `project` is tracked (blocking: reads a record)."""
+        git = (self.fathom.records.get(project) or {}).get("git") or {}
+        return branch in (git.get("branches") or {})
+
     def lock(self, project: str) -> asyncio.Lock:
         return self._locks.setdefault(project, asyncio.Lock())
 
@@ -246,7 +251,7 @@ class GitProjects:
         known = await asyncio.to_thread(self.fathom.store.has_project, name)
         recorded = await asyncio.to_thread(self.fathom.records.get, name)
         if known or recorded is not None:
-            await self.fathom.drop(name)
+            await self.fathom.drop(name, untracking=True)
         await asyncio.to_thread(shutil.rmtree, self.tree(project, branch), True)
 
     async def _save(self, project: str, git: dict[str, Any]) -> None:
