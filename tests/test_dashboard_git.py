@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from fathom.config import Settings
+from fathom.errors import ConfigError
 from tests.admin_fixtures import build_operator_app
 from tests.fleet_fixtures import ADMIN, ThreadedServer
 from tests.test_dashboard import ARTIFACTS, signed_in
@@ -92,6 +93,29 @@ def test_a_browser_adds_syncs_untracks_and_tracks_a_git_project(tmp_path: Path):
             page.click("#branch-form button")
             expect(result).to_contain_text("Tracking feature of shop: indexed", timeout=120_000)
             expect(overlay).to_contain_text("follows shop")
+
+            # A track that fails after indexing its branch leaves an untracked branch index:
+            # its row offers Drop (the server allows it), not Untrack (the server would refuse).
+            service = running.app.state.service
+            indexed = service.index
+
+            async def index_then_fail(tree, name, **options):
+                await indexed(tree, name, **options)
+                raise ConfigError("the encoder went away before the branch was recorded")
+
+            remote.branch("short")
+            remote.commit({"shop/short.py": module_text("short")}, "short", branch="short")
+            service.index = index_then_fail
+            page.select_option("#gb-project", "shop")
+            page.fill("#gb-branch", "short")
+            page.click("#branch-form button")
+            expect(result).to_contain_text("Refused: the encoder went away", timeout=120_000)
+            service.index = indexed
+            left = page.locator('#projects tr[data-project="shop@short"]')
+            expect(left.locator("button")).to_have_text(["Drop"])
+            left.get_by_role("button", name="Drop").click()
+            expect(page.locator("#project-result")).to_contain_text("Dropped shop@short.")
+            expect(left).to_have_count(0)
 
             audit = page.locator("#audit")
             for action in ("POST /admin/projects/git", "POST /admin/projects/shop/sync",

@@ -359,6 +359,45 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
     await_close(fathom)
 
 
+@pytest.mark.slow
+def test_a_branch_a_failed_track_left_indexed_may_be_dropped_and_goes_with_its_project(
+        tmp_path, local_encoder):  # noqa: F811
+    """A track that fails after its branch was indexed (the branch never recorded as tracked)
+    leaves `NAME@BRANCH` behind: it is not refused as a tracked branch, and dropping the
+    project takes it along."""
+    from fathom.errors import ConfigError
+    from fathom.service.git_projects import BranchDropRefused
+
+    remote = build_remote(tmp_path)
+    fathom = Fathom(settings_for(tmp_path, remote.file_url), encoder=local_encoder)
+    indexed = fathom.index
+
+    async def index_then_fail(tree, name, **options):
+        report = await indexed(tree, name, **options)
+        if "@" in name:
+            raise ConfigError("the server stopped before the branch was recorded")
+        return report
+
+    async def scenario():
+        await fathom.git.add("shop", remote.file_url, ["main", "feature"])
+        with pytest.raises(BranchDropRefused):
+            await fathom.drop("shop@feature")  # tracked: refused
+        await fathom.git.untrack("shop", "feature")
+        fathom.index = index_then_fail
+        with pytest.raises(ConfigError, match="stopped before"):
+            await fathom.git.track("shop", "feature")
+        fathom.index = indexed
+        assert "feature" not in fathom.records.get("shop")["git"]["branches"]
+        assert fathom.store.has_project("shop@feature")  # left behind
+        fathom.git.refuse_branch_drop("shop@feature")  # not tracked: may be dropped alone
+        await fathom.drop("shop")
+        await fathom.aclose()
+
+    asyncio.run(scenario())
+    assert not fathom.store.has_project("shop@feature")
+    assert fathom.records.get("shop@feature") is None
+
+
 def test_remote_urls_are_checked_and_scrubbed():
     allowed = ["https://git.example.com/team/"]
     assert check_remote("https://git.example.com/team/app.git", allowed)

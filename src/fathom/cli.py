@@ -593,6 +593,7 @@ def drop(
         from fathom.index.store import UnknownProject
 
         raise UnknownProject(project, [p.name for p in fathom.store.list_projects()])
+    fathom.git.refuse_branch_drop(project)  # before the question: the answer would not matter
     confirm()
     result = run(fathom.drop(project))
     rows = ", ".join(f"{t} {n}" for t, n in result["rows"].items()) or "no rows"

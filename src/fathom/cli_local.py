@@ -203,8 +203,20 @@ def drop_through(server: str, project: str, confirm: Callable[[], None]) -> dict
         names = [p["name"] for p in listed.get("projects") or []]
         if project not in names:
             raise UnknownProject(project, names)
+        refuse_tracked_branch(project, listed["projects"])
         confirm()
         return dict(admin.call("DELETE", f"/admin/projects/{quote(project, safe='')}"))
+
+
+def refuse_tracked_branch(project: str, listed: list[dict[str, Any]]) -> None:
+    """As the server would refuse it, before asking: the index of a branch its git project
+    (as `GET /admin/projects` lists them) tracks is not dropped on its own."""
+    of = next((p.get("branch_of") for p in listed if p["name"] == project), None)
+    parent = next((p.get("git") for p in listed if of and p["name"] == of["project"]), None)
+    if of and parent and of["branch"] in parent["branches"]:
+        from fathom.service.git_projects import BranchDropRefused
+
+        raise BranchDropRefused(project, of["project"], of["branch"])
 
 
 def watch_through(server: str, project: str, on: bool | None) -> dict[str, Any]:

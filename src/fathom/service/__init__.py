@@ -502,13 +502,8 @@ class Fathom:
         if not known and recorded is None:
             names = [p.name for p in await asyncio.to_thread(self.store.list_projects)]
             raise UnknownProject(project, names)
-        overlay = (recorded or {}).get("overlay")
-        if overlay and not untracking and await asyncio.to_thread(
-                self.git.tracks_branch, overlay["of"], overlay["branch"]):
-            raise ConfigError(f"{project} is branch {overlay['branch']} of the git project "
-                              f"{overlay['of']}: untrack it (`fathom projects untrack "
-                              f"{overlay['of']} {overlay['branch']}`), or drop {overlay['of']} "
-                              f"with all of its branches")
+        if not untracking:
+            await asyncio.to_thread(self.git.refuse_branch_drop, project)
         if self.watcher is not None:
             await self.watcher.stop(project)
         if (recorded or {}).get("git"):

@@ -76,6 +76,16 @@ class InvalidRef(ConfigError):
     """A search `ref` that is neither a branch name, a tag name nor a commit id."""
 
 
+class BranchDropRefused(ConfigError):
+    """A drop of a tracked branch's index on its own: the branch is untracked, or its project
+    dropped with all of its branches."""
+
+    def __init__(self, name: str, of: str, branch: str):
+        super().__init__(f"{name} is branch {branch} of the git project {of}: untrack it "
+                         f"(`fathom projects untrack {of} {branch}`), or drop {of} with all of "
+                         f"its branches")
+
+
 class UnsafeGitFolder(ConfigError):
     """A project name whose folder would lie outside `DATA_DIR/git` (`.`, `..`, …)."""
 
@@ -149,10 +159,17 @@ class GitProjects:
         """Whether `project` comes from git (its searches then carry their commit)."""
         return bool(project) and bool((self.fathom.records.get(project) or {}).get("git"))
 
-    def tracks_branch(self, project: str, branch: str) -> bool:
-        """Whether `branch` of the git project `project` is tracked (blocking: reads a record)."""
-        git = (self.fathom.records.get(project) or {}).get("git") or {}
-        return branch in (git.get("branches") or {})
+    def refuse_branch_drop(self, name: str) -> None:
+        """Refuse to drop `name` on its own when it is the index of a branch its git project
+        tracks (the next sync would bring it back); one left behind by a failed track is not
+        tracked, and may be dropped. Blocking: reads the records."""
+        overlay = (self.fathom.records.get(name) or {}).get("overlay")
+        if not overlay:
+            return
+        of, branch = overlay["of"], overlay["branch"]
+        git = (self.fathom.records.get(of) or {}).get("git") or {}
+        if branch in (git.get("branches") or {}):
+            raise BranchDropRefused(name, of, branch)
 
     def lock(self, project: str) -> asyncio.Lock:
         return self._locks.setdefault(project, asyncio.Lock())
@@ -243,6 +260,10 @@ class GitProjects:
             for branch in (record.get("git") or {}).get("branches", {}):
                 if branch != record["git"]["default"]:
                     await self._drop_overlay(project, branch)
+            # and the branches a failed track left indexed but never tracked
+            for kept in (await asyncio.to_thread(self.fathom.records.load)).values():
+                if (kept.get("overlay") or {}).get("of") == project:
+                    await self._drop_overlay(project, kept["overlay"]["branch"])
             await asyncio.to_thread(shutil.rmtree, self.folder(project), True)
         self.syncs.forget(project)  # and what a sync that ran meanwhile left
 

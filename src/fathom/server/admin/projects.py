@@ -122,7 +122,8 @@ def _synced(result: dict[str, Any] | None) -> dict[str, str]:
         elif done.get("unchanged"):
             out[branch] = f"unchanged at {done['commit'][:12]}"
         else:
-            out[branch] = f"indexed {done['commit'][:12]} ({done.get('embedded', 0)} chunks embedded)"
+            carried = f", {done['carried']} carried from other branches" if done.get("carried") else ""
+            out[branch] = f"indexed {done['commit'][:12]} ({done.get('embedded', 0)} chunks embedded{carried})"
     return out
 
 

@@ -421,12 +421,18 @@ function renderProjects(projects) {
     const git = p.git || p.branch_of;
     const sync = git ? gitFollows(p) : w.enabled ? w.state + (w.last_sync ? ", last " + w.last_sync : "") : "off";
     const actions = el("td");
-    if (p.branch_of) {
-      // A branch's overlay: it goes with its branch, never on its own.
+    const parent = p.branch_of && projects.find((q) => q.name === p.branch_of.project);
+    if (parent && parent.git && p.branch_of.branch in parent.git.branches) {
+      // A tracked branch's index goes with its branch, never on its own.
       actions.append(el("button", { type: "button", class: "danger", text: "Untrack",
+        disabled: busy.has("untrack " + p.name) ? "" : null,
         onclick: () => untrackBranch(p.branch_of.project, p.branch_of.branch) }));
+    } else if (p.branch_of) {
+      // Indexed by a track that failed (or is still running): not tracked, so it may be dropped.
+      actions.append(el("button", { type: "button", class: "danger", text: "Drop", onclick: () => dropProject(p.name) }));
     } else {
-      if (p.git) actions.append(el("button", { type: "button", text: "Sync now", onclick: () => syncGit(p.name) }));
+      if (p.git) actions.append(el("button", { type: "button", text: "Sync now",
+        disabled: busy.has("sync " + p.name) ? "" : null, onclick: () => syncGit(p.name) }));
       else actions.append(el("button", { type: "button", text: w.enabled ? "Stop sync" : "Sync",
         onclick: () => setWatch(p.name, !w.enabled) }));
       actions.append(el("button", { type: "button", class: "danger", text: "Drop",
@@ -635,6 +641,18 @@ function failed(box, r) {
   showResult(box, false, "Refused: " + p.message, p.problems);
 }
 
+// Git actions under way (a sync, a track, an untrack): their buttons stay disabled until they
+// answer, through the re-renders meanwhile, so a second click never queues a second one.
+const busy = new Set();
+
+async function whileBusy(key, box, work) {
+  if (busy.has(key)) return;
+  busy.add(key);
+  try { await work(); }
+  catch (e) { showResult(box, false, "The server could not be reached: " + e, []); }
+  finally { busy.delete(key); await refresh(); }
+}
+
 function branchWords(done) {
   if (!done.commit) return "deleted on the remote: untracked";  // a report's "deleted" counts rows
   if (done.unchanged) return "unchanged at " + short(done.commit);
@@ -653,18 +671,19 @@ async function addGitProject(ev) {
   showResult(box, true, "Cloning " + body.url + " and indexing " + (branches.length ? branches.join(", ") : "its default branch")
     + " as " + body.name + "… (this answers when every branch is indexed; the Index jobs card shows the progress)", []);
   button.disabled = true;
-  let r;
-  try { r = await api("POST", "/admin/projects/git", body); } finally { button.disabled = false; }
-  if (!r.ok) { failed(box, r); await refresh(); return; }
-  const d = r.data;
-  const embedded = Object.values(d.reports).reduce((a, rep) => a + (rep.embedded || 0), 0);
-  showResult(box, true, "Added " + d.project + " from " + d.url + ": "
-    + Object.entries(d.branches).map(([b, c]) => b + (b === d.default ? " (default)" : "") + " at " + short(c)).join(", ")
-    + "; " + embedded + " chunks embedded. Give the forge this push webhook (content type application/json); its secret is shown once, copy it now:", []);
-  box.append(el("p", { class: "mono", text: "POST " + location.origin + d.webhook }));
-  box.append(el("p", {}, el("code", { class: "mono secret", text: d.webhook_secret })));
-  for (const id of ["gf-name", "gf-url", "gf-branches", "gf-poll"]) $(id).value = "";
-  await refresh();
+  await whileBusy("add", box, async () => {
+    const r = await api("POST", "/admin/projects/git", body);
+    if (!r.ok) { failed(box, r); return; }
+    const d = r.data;
+    const embedded = Object.values(d.reports).reduce((a, rep) => a + (rep.embedded || 0), 0);
+    showResult(box, true, "Added " + d.project + " from " + d.url + ": "
+      + Object.entries(d.branches).map(([b, c]) => b + (b === d.default ? " (default)" : "") + " at " + short(c)).join(", ")
+      + "; " + embedded + " chunks embedded. Give the forge this push webhook (content type application/json); its secret is shown once, copy it now:", []);
+    box.append(el("p", { class: "mono", text: "POST " + location.origin + d.webhook }));
+    box.append(el("p", {}, el("code", { class: "mono secret", text: d.webhook_secret })));
+    for (const id of ["gf-name", "gf-url", "gf-branches", "gf-poll"]) $(id).value = "";
+  });
+  button.disabled = false;
 }
 
 async function trackBranch(ev) {
@@ -672,34 +691,40 @@ async function trackBranch(ev) {
   const project = $("gb-project").value;
   const branch = $("gb-branch").value.trim();
   const box = $("git-result");
+  const button = $("branch-form").querySelector("button");
   showResult(box, true, "Fetching " + branch + " of " + project + " and indexing what differs…", []);
-  const r = await api("POST", "/admin/projects/" + encodeURIComponent(project) + "/branches", { branch });
-  if (r.ok) {
-    showResult(box, true, "Tracking " + branch + " of " + project + ": " + branchWords(r.data) + ".", []);
-    $("gb-branch").value = "";
-  } else failed(box, r);
-  await refresh();
+  button.disabled = true;
+  await whileBusy("track", box, async () => {
+    const r = await api("POST", "/admin/projects/" + encodeURIComponent(project) + "/branches", { branch });
+    if (r.ok) {
+      showResult(box, true, "Tracking " + branch + " of " + project + ": " + branchWords(r.data) + ".", []);
+      $("gb-branch").value = "";
+    } else failed(box, r);
+  });
+  button.disabled = false;
 }
 
 async function untrackBranch(project, branch) {
   if (!confirm("Stop tracking " + branch + " of " + project + "? Its index is removed.")) return;
-  const r = await api("DELETE", "/admin/projects/" + encodeURIComponent(project) + "/branches/"
-    + branch.split("/").map(encodeURIComponent).join("/"));
   const box = $("git-result");
-  if (r.ok) showResult(box, true, "Untracked " + branch + " of " + project + ".", []);
-  else failed(box, r);
-  await refresh();
+  await whileBusy("untrack " + project + "@" + branch, box, async () => {
+    const r = await api("DELETE", "/admin/projects/" + encodeURIComponent(project) + "/branches/"
+      + branch.split("/").map(encodeURIComponent).join("/"));
+    if (r.ok) showResult(box, true, "Untracked " + branch + " of " + project + ".", []);
+    else failed(box, r);
+  });
 }
 
 async function syncGit(project) {
   const box = $("git-result");
   showResult(box, true, "Fetching " + project + " and re-indexing what changed…", []);
-  const r = await api("POST", "/admin/projects/" + encodeURIComponent(project) + "/sync");
-  if (r.ok) {
-    const lines = Object.entries(r.data.branches).map(([b, done]) => b + " " + branchWords(done));
-    showResult(box, true, "Synced " + project + ": " + (lines.join("; ") || "nothing to do") + ".", []);
-  } else failed(box, r);
-  await refresh();
+  await whileBusy("sync " + project, box, async () => {
+    const r = await api("POST", "/admin/projects/" + encodeURIComponent(project) + "/sync");
+    if (r.ok) {
+      const lines = Object.entries(r.data.branches).map(([b, done]) => b + " " + branchWords(done));
+      showResult(box, true, "Synced " + project + ": " + (lines.join("; ") || "nothing to do") + ".", []);
+    } else failed(box, r);
+  });
 }
 
 async function startJob(ev) {
