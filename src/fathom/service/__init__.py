@@ -493,8 +493,7 @@ class Fathom:
         jobs and its watch. A running index job of it is cancelled first; another server
         indexing it holds the project lock and the drop waits for it (about half a minute,
         then refused naming the holder, its tables left whole), never tearing a job's tables away under it.
-        A tracked git branch (`NAME@BRANCH`) goes only with its branch (`untracking`, from the
-        git side) or with its project: dropped alone, its project's next sync would bring it back."""
+        A tracked git branch's index goes with its branch (`untracking`) or its project only."""
         if not isinstance(project, str) or not project:
             raise ConfigError("project must be a non-empty name; see `fathom projects`")
         known = await asyncio.to_thread(self.store.has_project, project)
@@ -535,11 +534,8 @@ class Fathom:
     async def set_watch(self, project: str, enabled: bool) -> dict[str, Any]:
         """Turn live sync of one project on or off (remembered in its record)."""
         await asyncio.to_thread(self._require_project, project)
-        kept = await asyncio.to_thread(self.records.get, project) or {}
-        if enabled and (kept.get("git") or kept.get("overlay")):
-            raise ConfigError(f"project {project!r} comes from git: it follows its remote through "
-                              f"the push webhook, its poll and `fathom projects sync`, not by "
-                              f"watching a folder; its live sync stays off")
+        if enabled:  # a project from git follows its remote, not a folder
+            await asyncio.to_thread(self.git.refuse_watch, project)
         record = await asyncio.to_thread(self.records.update, project, watch=bool(enabled))
         if self.watcher is not None:
             if enabled and record.get("root"):

@@ -159,6 +159,15 @@ class GitProjects:
         """Whether `project` comes from git (its searches then carry their commit)."""
         return bool(project) and bool((self.fathom.records.get(project) or {}).get("git"))
 
+    def refuse_watch(self, project: str) -> None:
+        """Refuse live sync for a project from git or a branch of one (blocking: reads a record):
+        it follows its remote through the webhook, its poll and `fathom projects sync`."""
+        kept = self.fathom.records.get(project) or {}
+        if kept.get("git") or kept.get("overlay"):
+            raise ConfigError(f"project {project!r} comes from git: it follows its remote through "
+                              f"the push webhook, its poll and `fathom projects sync`, not by "
+                              f"watching a folder; its live sync stays off")
+
     def refuse_branch_drop(self, name: str) -> None:
         """Refuse to drop `name` on its own when it is the index of a branch its git project
         tracks (the next sync would bring it back); one left behind by a failed track is not
