@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 from mcp import Client
+from mcp.shared.exceptions import MCPError
 from typer.testing import CliRunner
 
 from fathom.cli import app
@@ -36,6 +37,8 @@ from fathom.service.git_syncs import pushed_branch, signature_ok
 from tests.fleet_fixtures import ADMIN, JOIN, serve_in_loop, wait_for
 from tests.git_fixtures import Remote, git, http_remote
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
+from tests.test_mcp_tokens import create as create_token
+from tests.test_mcp_tokens import mcp as mcp_client
 
 TOPICS = ["invoice", "shipment", "customer", "warehouse", "payment", "discount", "refund",
           "catalog", "inventory", "supplier", "coupon", "address", "session", "report",
@@ -291,6 +294,92 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
     assert secret_file.stat().st_mode & 0o077 == 0
     log_text = "".join(p.read_text(errors="replace") for p in (tmp_path / "data").rglob("*.log"))
     assert secret not in log_text
+
+
+@pytest.mark.slow
+async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_else(
+        tmp_path, local_encoder):  # noqa: F811
+    """Over the real server and MCP over HTTP: a token scoped to a git project reads the lines
+    of a hit on one of its branches (by id, by path, by resource link), while a token for
+    another project cannot, and a folder project whose name only looks like a branch of it
+    stays out of its sight. No token (nor the operator) indexes a folder under the git
+    project's name or a branch's: those follow the remote."""
+    remote = build_remote(tmp_path)
+    allowed = tmp_path / "allowed"
+    (allowed / "lookalike").mkdir(parents=True)
+    (allowed / "lookalike" / "vault.py").write_text(
+        "def lookalike_vault_function(code):\n    return 'not shop ' + code\n")
+    (allowed / "mine").mkdir()
+    (allowed / "mine" / "tool.py").write_text("def a_tool_of_mine():\n    return 1\n")
+    settings = Settings(data_dir=tmp_path / "data", git_remotes=remote.file_url,
+                        index_roots=str(allowed))
+    registry = ProviderRegistry()
+    service = Fathom(settings, encoder=local_encoder, registry=registry)
+    app = create_app(settings, registry=registry, hub=Hub(settings.data_dir, registry=registry,
+                                                          join_tokens=(JOIN,)),
+                     admin_token=ADMIN, service=service)
+    auth = {"Authorization": f"Bearer {ADMIN}"}
+    payment = git("show", "feature:shop/payment.py", cwd=remote.work).splitlines()
+    async with serve_in_loop(app) as url, httpx.AsyncClient(base_url=url, timeout=120,
+                                                            headers=auth) as admin:
+        added = await admin.post("/admin/projects/git", json={
+            "name": "shop", "url": remote.file_url, "branches": ["main", "feature"]})
+        assert added.status_code == 200, added.text
+        job = (await admin.post("/admin/jobs", json={"path": str(allowed / "lookalike"),
+                                                     "project": "shop@lookalike"})).json()
+        done = await wait_for(lambda: job_finished(admin, job["id"]), timeout=120,
+                              what="the look-alike folder's index")
+        assert done["state"] == "done", done
+        over = await admin.post("/admin/jobs", json={"path": str(allowed / "lookalike"),
+                                                     "project": "shop@feature"})
+        alice = await create_token(admin, "alice", ["shop"], can_index=True)
+        bob = await create_token(admin, "bob", ["other"])
+        async with mcp_client(url, alice) as client:
+            found = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
+                                                           "ref": "feature", "k": 5})
+            assert not found.is_error, found.content[0].text
+            hit = next(r for r in found.structured_content["results"]
+                       if r["symbol"] == "reconcile_ledger_entries")
+            assert hit["project"] == "shop@feature"
+            expected = payment[hit["start_line"] - 1:hit["end_line"]]
+            by_id = await client.call_tool("read_code", {"id": hit["id"]})
+            assert not by_id.is_error, by_id.content[0].text
+            assert [line.split("\t", 1)[1] for line in by_id.content[0].text.split("\n")[1:]
+                    if "\t" in line] == expected
+            assert (await client.read_resource(hit["uri"])).contents[0].text.split("\n") == expected
+            by_path = await client.call_tool("read_code", {
+                "project": "shop@feature", "path": "shop/payment.py",
+                "start_line": hit["start_line"], "end_line": hit["end_line"]})
+            assert not by_path.is_error and by_path.structured_content["end_line"] == hit["end_line"]
+            listed = await client.call_tool("list_projects", {})
+            names = {p["name"] for p in listed.structured_content["projects"]}
+            assert names == {"shop", "shop@feature"}
+            for tool, args in (("read_code", {"project": "shop@lookalike", "path": "vault.py"}),
+                               ("search_code", {"query": "lookalike vault function",
+                                                "project": "shop@lookalike"})):
+                refused = await client.call_tool(tool, args)
+                assert refused.is_error, (tool, refused)
+                assert "lookalike_vault_function" not in json.dumps(refused.model_dump(mode="json"))
+            for name in ("shop", "shop@feature"):
+                indexed = await client.call_tool("index_project", {
+                    "path": str(allowed / "mine"), "project": name, "wait": True})
+                assert indexed.is_error and "comes from git" in indexed.content[0].text, indexed
+        async with mcp_client(url, bob) as other:
+            for args in ({"id": hit["id"]}, {"project": "shop@feature", "path": "shop/payment.py"}):
+                refused = await other.call_tool("read_code", args)
+                assert refused.is_error and "reconcile" not in refused.content[0].text, args
+            with pytest.raises(MCPError) as unread:
+                await other.read_resource(hit["uri"])
+            assert "reconcile" not in str(unread.value)
+    await service.aclose()
+    assert over.status_code == 400 and "comes from git" in over.text, over.text
+    assert "reconcile_ledger_entries" in symbols(await service.git.search(QUERY, "shop", "feature"))
+    assert service.records.get("shop")["git"] and service.records.get("shop@feature")["overlay"]
+
+
+async def job_finished(admin: httpx.AsyncClient, job_id: str) -> dict | None:
+    job = (await admin.get(f"/admin/jobs/{job_id}")).json()
+    return job if job["finished"] else None
 
 
 @pytest.mark.slow

@@ -10,7 +10,8 @@ It owns:
 - where a request's identity meets the tools (`ToolAccess`, the SDK's server middleware): an
   MCP token sees only its projects — an explicit `project` argument outside them is refused, and
   the tool runs inside `scope.within(its projects)`, so "every project" means every project of
-  the token and `list_projects` lists those; a tool that writes (not marked read-only) needs a
+  the token and `list_projects` lists those (a project from git brings its branches' indexes,
+  `NAME@BRANCH`, so a hit on a branch reads as any other); a tool that writes (not marked read-only) needs a
   token that may index, and `index_project` then only under the operator's `FATHOM_INDEX_ROOTS`;
   tools a token may not call are left out of its `tools/list`. The admin token is unrestricted.
   Writes by MCP tokens, done or refused, go to the audit log (refusals at a bounded rate). A
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import socket
@@ -100,10 +102,12 @@ class ToolAccess:
     context (a refusal raised there is the SDK's own tool error, shaped for the client's protocol
     version), and in the server's middleware for `tools/list`."""
 
-    def __init__(self, server: Any, *, index_roots: Callable[[], list[Path]] = list, audit: Any = None):
+    def __init__(self, server: Any, *, index_roots: Callable[[], list[Path]] = list, audit: Any = None,
+                 branches: Callable[[frozenset[str]], frozenset[str]] | None = None):
         self.server = server
         self.index_roots = index_roots
         self.audit = audit
+        self.branches = branches
 
     def install(self) -> None:
         self.server.middleware.append(self)
@@ -139,6 +143,7 @@ class ToolAccess:
                            "send it to /mcp with a bearer token")
         if principal.admin:
             return await call_next(ctx)
+        principal = await self.seen(principal)
         with project_scope.within(principal.projects):
             return await call_next(ctx)
 
@@ -151,6 +156,7 @@ class ToolAccess:
         if principal.admin:
             return await inner(name, arguments, context)
         arguments = arguments if isinstance(arguments, dict) else {}
+        principal = await self.seen(principal)
         writes = name in await self._writers()
         try:
             self.check(principal, name, arguments, writes)
@@ -167,6 +173,14 @@ class ToolAccess:
         finally:
             if writes:
                 await self._audit(principal, name, arguments, outcome)
+
+    async def seen(self, principal: Principal) -> Principal:
+        """`principal` with the branch indexes of its projects from git (`NAME@BRANCH`, read at
+        each request: a branch tracked later is seen at once, an untracked one no more)."""
+        if principal.projects is None or self.branches is None:
+            return principal
+        more = await asyncio.to_thread(self.branches, principal.projects)
+        return dataclasses.replace(principal, projects=principal.projects | more) if more else principal
 
     async def _writers(self) -> set[str]:
         tools = await self.server.list_tools()
@@ -242,13 +256,14 @@ class MCPEndpoint:
     `running()` is the lifespan part."""
 
     def __init__(self, server: Any, access: Access, *, host: str = "127.0.0.1", allowed_hosts: Sequence[str] = (),
-                 index_roots: Callable[[], list[Path]] = list, audit: Any = None):
+                 index_roots: Callable[[], list[Path]] = list, audit: Any = None,
+                 branches: Callable[[frozenset[str]], frozenset[str]] | None = None):
         self.server = server
         self.access = access
         self.security = transport_security(host, allowed_hosts)
         self._manager: Any = None
         if not any(isinstance(m, ToolAccess) for m in server.middleware):
-            ToolAccess(server, index_roots=index_roots, audit=audit).install()
+            ToolAccess(server, index_roots=index_roots, audit=audit, branches=branches).install()
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

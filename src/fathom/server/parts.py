@@ -128,7 +128,8 @@ def build_parts(settings: Settings, options: ServerOptions | None = None) -> Ser
     tools = build_mcp_server(service, router=service.router)
     wait_for_encoder(tools, service)  # a call that comes while the encoder loads at start waits, and says so
     mcp = MCPEndpoint(tools, access, host=settings.host,
-                      allowed_hosts=settings.allowed_host_list(), index_roots=lambda: index_roots, audit=audit)
+                      allowed_hosts=settings.allowed_host_list(), index_roots=lambda: index_roots, audit=audit,
+                      branches=service.git.branches_within)
     operator = OperatorParts(settings=settings, routing=service.routing, hub=hub, registry=service.registry,
                              gate=service.gate, budget=service.budget, service=service, router=service.router,
                              jobs=jobs, budget_record=budget_record, metrics=metrics)

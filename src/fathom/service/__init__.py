@@ -392,7 +392,8 @@ class Fathom:
         `paths`: an incremental run of only these files (a git diff), the rest left as it is."""
         # The one check of the folder, before anything is probed or loaded; the indexer is
         # handed its result and does not check again.
-        target = await asyncio.to_thread(index_target, self.records, self.settings, path, project)
+        target = await asyncio.to_thread(index_target, self.records, self.settings, path, project,
+                                         from_git=reason == "git")
         root, real, name = target.root, target.real, target.name
         if include is not None:
             include = check_includes(include)

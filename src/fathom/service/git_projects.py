@@ -32,7 +32,7 @@ import re
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -179,6 +179,14 @@ class GitProjects:
         git = (self.fathom.records.get(of) or {}).get("git") or {}
         if branch in (git.get("branches") or {}):
             raise BranchDropRefused(name, of, branch)
+
+    def branches_within(self, projects: Iterable[str]) -> frozenset[str]:
+        """The branch indexes (`NAME@BRANCH`) of the git projects among `projects`: whoever may
+        see a project from git may see its branches (blocking: reads the records). A folder
+        project whose name only looks like one is not among them."""
+        held = set(projects)
+        return frozenset(name for name, kept in self.fathom.records.load().items()
+                         if (kept.get("overlay") or {}).get("of") in held)
 
     def lock(self, project: str) -> asyncio.Lock:
         return self._locks.setdefault(project, asyncio.Lock())

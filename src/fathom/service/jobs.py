@@ -55,6 +55,7 @@ from fathom.index.indexer import (
     check_project_root,
 )
 from fathom.inference.budget import current_project
+from fathom.service.projects import ProjectRecords, check_not_from_git
 
 log = logging.getLogger("fathom.server.jobs")
 
@@ -191,6 +192,7 @@ class JobService(Protocol):
     settings: Settings
     clock: Callable[[], float]
     jobs: JobTable
+    records: ProjectRecords
 
     @property
     def store(self) -> Any: ...
@@ -251,6 +253,7 @@ class IndexJobs:
         problems = []
         try:
             check_project_name(project)
+            await asyncio.to_thread(lambda: check_not_from_git(self.service.records.get(project), project))
         except ConfigError as exc:
             problems.append(str(exc))
         try:

@@ -4,8 +4,10 @@ may index.
 It owns `projects.json` under the data dir (`ProjectRecords`: each project's root folder, its
 last run, its `include` globs and whether it is watched), the check of `include` globs, the
 checks of a folder asked to be indexed and the project name it gets (`index_target`), whether
-a project has been indexed yet (`indexed_before`), and the rule that a scoped caller may not
-index another project's folder (`check_not_taken`). It refuses to index anything or to read
+a project has been indexed yet (`indexed_before`), the rule that a scoped caller may not
+index another project's folder (`check_not_taken`), and the rule that no folder is indexed
+under the name of a project from git or one of its branches (`check_not_from_git`: their
+indexes follow the remote). It refuses to index anything or to read
 the store: `Fathom` does both.
 """
 
@@ -119,11 +121,12 @@ class IndexTarget:
 
 
 def index_target(records: ProjectRecords, settings: Any, path: str | Path,
-                 project: str | None) -> IndexTarget:
+                 project: str | None, *, from_git: bool = False) -> IndexTarget:
     """Every check of a folder asked to be indexed, before anything is probed, loaded or
     started (blocking: it reads the records): it exists, is a folder and no system folder,
-    is not the data dir, gives a project name, and is no other project's for a scoped caller.
-    Raises a `ConfigError` naming the fix."""
+    is not the data dir, gives a project name, is no other project's for a scoped caller,
+    and (unless the git side indexes its own tree, `from_git`) the name is not a git
+    project's nor a branch's. Raises a `ConfigError` naming the fix."""
     root = Path(path).expanduser()
     real = check_project_root(root, settings.refused_roots)
     name = project or root.resolve().name
@@ -133,7 +136,27 @@ def index_target(records: ProjectRecords, settings: Any, path: str | Path,
         raise ConfigError(f"refusing to index {path}: it is this server's data dir (its "
                           f"indexes and state), not a project; give a project folder")
     check_not_taken(records, path, real)
+    if not from_git:
+        check_not_from_git(records.get(name), name)
     return IndexTarget(root, real, name)
+
+
+def check_not_from_git(record: dict[str, Any] | None, project: str) -> None:
+    """Refuse to index a folder as `project` when `project` (its `record`) is a project from
+    git or a branch of one: a folder would replace the remote's files in its index, and the
+    next sync would put them back."""
+    record = record or {}
+    overlay = record.get("overlay")
+    if record.get("git"):
+        what, of = "comes from git", project
+    elif overlay:
+        what, of = f"is the index of branch {overlay.get('branch')!r} of the git project " \
+                   f"{overlay.get('of')!r}: it comes from git", str(overlay.get("of"))
+    else:
+        return
+    raise ConfigError(f"refusing to index a folder as {project!r}: the project {what} and "
+                      f"follows its remote (the push webhook, its poll or `fathom projects sync "
+                      f"{of}`); index the folder under another name")
 
 
 def indexed_before(records: ProjectRecords, project: str) -> bool:
