@@ -728,6 +728,38 @@ def crafted_remote(root: Path) -> tuple[Path, str, str]:
     return bare, first, second
 
 
+def test_a_commit_is_written_out_as_it_streams_and_a_failed_archive_is_a_typed_error(tmp_path):
+    """The files of a commit go from `git archive` to the folder a tar block at a time: a
+    23 MB file costs far less memory than its size (measured with tracemalloc, which sees any
+    buffer that holds the archive). A commit git cannot write out is git's own error, not the
+    tar reader's at an empty stream, and leaves the folder as it was."""
+    import tracemalloc
+
+    from fathom.errors import FathomError
+    from fathom.index.git_source import Credentials, GitRepo
+
+    big = "".join(f"row {i:08d} of a large generated file\n" for i in range(600_000))
+    remote = Remote(tmp_path)
+    commit = remote.commit({"data/big.txt": big, "src/app.py": "def app():\n    return 1\n"})
+    repo = GitRepo(tmp_path / "clone.git", remote.file_url, Credentials())
+    assert repo.fetch(["main"]) == {"main": commit}
+    tree = tmp_path / "tree"
+    tracemalloc.start()
+    try:
+        written = repo.export(commit, tree)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert written == 2 and (tree / "data" / "big.txt").stat().st_size == len(big) > 23_000_000
+    assert (tree / "src" / "app.py").read_text() == "def app():\n    return 1\n"
+    assert peak < 4_000_000, f"{peak} bytes held while writing out a {len(big)}-byte file"
+    with pytest.raises(FathomError) as failed:
+        repo.export("0" * 40, tmp_path / "other")
+    assert "git failed" in str(failed.value) and "add the project again" in str(failed.value)
+    assert not any((tmp_path / "other").iterdir())
+    assert repo.export(commit, tree, ["src/app.py"]) == 1
+
+
 def test_a_crafted_tree_cannot_remove_or_write_outside_the_folder(tmp_path):
     from fathom.errors import FathomError
     from fathom.index.git_source import (

@@ -12,7 +12,8 @@ What this module owns:
 * Telling git's failures apart as typed errors that name the fix (`GitUnreachable`,
   `GitAuthFailed`, `GitBranchMissing`), with every URL's userinfo and the token scrubbed.
 * A bare clone per project (no working tree), fetched branch by branch, and the files of a
-  commit written out (`git archive`) — whole, or only the paths a diff names.
+  commit written out (`git archive`, streamed into the folder as it comes: a repository of
+  any size costs a tar block of memory, not its size) — whole, or only the paths a diff names.
 
 What it refuses to do: speak any git protocol itself, keep a working tree, or index anything
 (`fathom.service.git_projects` decides what to index and when).
@@ -21,16 +22,18 @@ What it refuses to do: speak any git protocol itself, keep a working tree, or in
 from __future__ import annotations
 
 import base64
-import io
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import tarfile
-from collections.abc import Iterable, Sequence
+import tempfile
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from fathom.errors import ConfigError, FathomError
@@ -233,25 +236,71 @@ class GitRepo:
         return keep | {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true",
                        "GCM_INTERACTIVE": "never", "LC_ALL": "C"} | self.credentials.environment()
 
-    def git(self, *args: str, bare: bool = True, remote: bool = False) -> bytes:
-        """Run `git args…` (in the bare clone when `bare`); the failure as a typed error."""
+    def _command(self, args: Sequence[str], bare: bool) -> list[str]:
         # Every object fetched is checked by git itself (a tree entry `..` or `.git` refused);
         # zero-padded file modes, a harmless quirk of some old repositories, are let through.
         cmd = ["git", "-c", "credential.helper=", "-c", "transfer.fsckObjects=true",
                "-c", "fetch.fsck.zeroPaddedFilemode=ignore"]
         if bare:
             cmd += ["--git-dir", str(self.path)]
+        return cmd + list(args)
+
+    def _timed_out(self) -> GitUnreachable:
+        return GitUnreachable(
+            f"git remote {scrub(self.url)} did not answer within {self.timeout_s:.0f}s: check "
+            f"that the host is up and reachable from this server, or raise "
+            f"FATHOM_GIT_TIMEOUT_S")
+
+    def git(self, *args: str, bare: bool = True, remote: bool = False) -> bytes:
+        """Run `git args…` (in the bare clone when `bare`); the failure as a typed error."""
         try:
-            done = subprocess.run(cmd + list(args), capture_output=True, env=self._env(),
-                                  timeout=self.timeout_s, check=False)
+            done = subprocess.run(self._command(args, bare), capture_output=True,
+                                  env=self._env(), timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired:
-            raise GitUnreachable(
-                f"git remote {scrub(self.url)} did not answer within {self.timeout_s:.0f}s: check "
-                f"that the host is up and reachable from this server, or raise "
-                f"FATHOM_GIT_TIMEOUT_S") from None
+            raise self._timed_out() from None
         if done.returncode != 0:
             raise self._failure(done.stderr.decode("utf-8", "replace"), remote)
         return done.stdout
+
+    @contextlib.contextmanager
+    def streamed(self, *args: str) -> Iterator[IO[bytes]]:
+        """`git args…` in the bare clone, its output read as it comes (never held whole), the
+        whole run bounded by the timeout. Git's failure (or the timeout) is raised as `git`
+        raises it, rather than the reader's error at the output's abrupt end; a reader that
+        fails on its own stops git too."""
+        with tempfile.TemporaryFile() as stderr:
+            proc = subprocess.Popen(self._command(args, bare=True), stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=stderr, env=self._env())
+            assert proc.stdout is not None
+            killed = threading.Event()
+
+            def stop() -> None:
+                killed.set()
+                proc.kill()
+
+            timer = threading.Timer(self.timeout_s, stop)
+            timer.start()
+            try:
+                yield proc.stdout
+                proc.stdout.read()  # what the reader left (a tar's end blocks), so git can end
+                code: int | None = proc.wait()
+            except Exception:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = None
+                    code = proc.wait(timeout=5)  # git's own failure ends its output too
+                if not killed.is_set() and not code:
+                    raise
+            finally:
+                timer.cancel()
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                proc.stdout.close()
+            if killed.is_set():
+                raise self._timed_out() from None
+            if code:
+                stderr.seek(0)
+                raise self._failure(stderr.read().decode("utf-8", "replace"), False) from None
 
     def _failure(self, stderr: str, remote: bool) -> FathomError:
         said = scrub(_reason(stderr), self.credentials.secrets())[:300]
@@ -343,10 +392,12 @@ class GitRepo:
         written = 0
         for part in slices:
             args = ["archive", "--format=tar", commit] + (["--", *part] if part else [])
-            with tarfile.open(fileobj=io.BytesIO(self.git(*args)), mode="r:") as tar:
-                members = [m for m in tar.getmembers() if not m.isdir()]
-                tar.extractall(folder, members=members, filter=_inside)
-                written += len(members)
+            # A stream (`r|`): each member is written as it arrives, in the archive's order.
+            with self.streamed(*args) as out, tarfile.open(fileobj=out, mode="r|") as tar:
+                for member in tar:
+                    if not member.isdir():
+                        tar.extract(member, folder, filter=_inside)
+                        written += 1
         return written
 
     def remove(self) -> None:
