@@ -302,8 +302,9 @@ async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_els
     """Over the real server and MCP over HTTP: a token scoped to a git project reads the lines
     of a hit on one of its branches (by id, by path, by resource link), while a token for
     another project cannot, and a folder project whose name only looks like a branch of it
-    stays out of its sight. No token (nor the operator) indexes a folder under the git
-    project's name or a branch's: those follow the remote."""
+    stays out of its sight (and a branch is not indexed under its name). No token (nor the
+    operator) indexes a folder under the git project's name or a branch's: those follow the
+    remote."""
     remote = build_remote(tmp_path)
     allowed = tmp_path / "allowed"
     (allowed / "lookalike").mkdir(parents=True)
@@ -332,6 +333,9 @@ async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_els
         assert done["state"] == "done", done
         over = await admin.post("/admin/jobs", json={"path": str(allowed / "lookalike"),
                                                      "project": "shop@feature"})
+        remote.branch("lookalike")
+        taken = await admin.post("/admin/projects/shop/branches", json={"branch": "lookalike"})
+        assert taken.status_code == 400 and "is taken by a project" in taken.text, taken.text
         alice = await create_token(admin, "alice", ["shop"], can_index=True)
         bob = await create_token(admin, "bob", ["other"])
         async with mcp_client(url, alice) as client:
@@ -375,6 +379,8 @@ async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_els
     assert over.status_code == 400 and "comes from git" in over.text, over.text
     assert "reconcile_ledger_entries" in symbols(await service.git.search(QUERY, "shop", "feature"))
     assert service.records.get("shop")["git"] and service.records.get("shop@feature")["overlay"]
+    assert "lookalike" not in service.records.get("shop")["git"]["branches"]
+    assert "overlay" not in service.records.get("shop@lookalike")
 
 
 async def job_finished(admin: httpx.AsyncClient, job_id: str) -> dict | None:
@@ -452,8 +458,8 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
 def test_a_branch_a_failed_track_left_indexed_may_be_dropped_and_goes_with_its_project(
         tmp_path, local_encoder):  # noqa: F811
     """A track that fails after its branch was indexed (the branch never recorded as tracked)
-    leaves `NAME@BRANCH` behind: it is not refused as a tracked branch, and dropping the
-    project takes it along."""
+    leaves `NAME@BRANCH` behind: it is not refused as a tracked branch, a new track reuses it,
+    and dropping the project takes it along. A name a folder project holds is refused."""
     from fathom.errors import ConfigError
     from fathom.service.git_projects import BranchDropRefused
 
@@ -479,12 +485,24 @@ def test_a_branch_a_failed_track_left_indexed_may_be_dropped_and_goes_with_its_p
         assert "feature" not in fathom.records.get("shop")["git"]["branches"]
         assert fathom.store.has_project("shop@feature")  # left behind
         fathom.git.refuse_branch_drop("shop@feature")  # not tracked: may be dropped alone
+        await fathom.git.track("shop", "feature")  # the leftover is this project's: reused
+        assert "feature" in fathom.records.get("shop")["git"]["branches"]
+        # A branch is never indexed under a name a folder project holds.
+        folder = tmp_path / "depot-feature"
+        folder.mkdir()
+        (folder / "stock.py").write_text("def count_stock(depot):\n    return len(depot)\n")
+        await fathom.index(folder, "depot@feature")
+        with pytest.raises(ConfigError, match="'depot@feature' is taken by a project"):
+            await fathom.git.add("depot", remote.file_url, ["main", "feature"])
+        assert fathom.records.get("depot") is None and not fathom.store.has_project("depot")
+        assert fathom.records.get("depot@feature")["root"] == str(folder)
         await fathom.drop("shop")
         await fathom.aclose()
 
     asyncio.run(scenario())
     assert not fathom.store.has_project("shop@feature")
     assert fathom.records.get("shop@feature") is None
+    assert not (tmp_path / "data" / "git" / "depot" / "webhook.secret").exists()
 
 
 def test_remote_urls_are_checked_and_scrubbed():

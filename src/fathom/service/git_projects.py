@@ -188,6 +188,24 @@ class GitProjects:
         return frozenset(name for name, kept in self.fathom.records.load().items()
                          if (kept.get("overlay") or {}).get("of") in held)
 
+    def refuse_taken_names(self, project: str, branches: Iterable[str]) -> None:
+        """Refuse to index a branch under a name (`NAME@BRANCH`) another project holds: a
+        folder project so named would be overwritten, and whoever may see it would see the
+        branch. A branch index a failed track left behind is this project's, and is reused.
+        Every project counts, whoever asks (blocking: reads the records and the store)."""
+        records = self.fathom.records.load()
+        with scope.within(None):
+            for branch in branches:
+                name = overlay_name(project, branch)
+                kept = records.get(name)
+                if kept is not None and (kept.get("overlay") or {}).get("of") == project:
+                    continue
+                if kept is not None or self.fathom.store.has_project(name):
+                    raise ConfigError(f"the name {name!r} is taken by a project that is not a "
+                                      f"branch of {project}, and branch {branch!r} would be "
+                                      f"indexed under it: drop or re-index that project under "
+                                      f"another name first")
+
     def lock(self, project: str) -> asyncio.Lock:
         return self._locks.setdefault(project, asyncio.Lock())
 
@@ -220,6 +238,7 @@ class GitProjects:
             if not branches:
                 raise ConfigError(f"the remote {scrub(url)} names no default branch: pass --branch")
         await asyncio.to_thread(repo.check_branches, branches)
+        await asyncio.to_thread(self.refuse_taken_names, project, branches[1:])
         secret = secrets.token_urlsafe(32)
         async with self.lock(project):
             commits = await asyncio.to_thread(repo.fetch, branches)
@@ -246,6 +265,7 @@ class GitProjects:
                               f"sync {project}` refreshes it")
         repo = self.repo(project, git["url"])
         await asyncio.to_thread(repo.check_branches, [branch])
+        await asyncio.to_thread(self.refuse_taken_names, project, [branch])
         async with self.lock(project):
             commit = (await asyncio.to_thread(repo.fetch, [branch]))[branch]
             report = await self._index_branch(project, repo, branch, commit)
