@@ -354,7 +354,9 @@ async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_els
             by_path = await client.call_tool("read_code", {
                 "project": "shop@feature", "path": "shop/payment.py",
                 "start_line": hit["start_line"], "end_line": hit["end_line"]})
-            assert not by_path.is_error and by_path.structured_content["end_line"] == hit["end_line"]
+            assert not by_path.is_error, by_path.content[0].text
+            assert [line.split("\t", 1)[1] for line in by_path.content[0].text.split("\n")[1:]
+                    if "\t" in line] == expected
             listed = await client.call_tool("list_projects", {})
             names = {p["name"] for p in listed.structured_content["projects"]}
             assert names == {"shop", "shop@feature"}

@@ -285,9 +285,10 @@ class GitRepo:
                 proc.stdout.read()  # what the reader left (a tar's end blocks), so git can end
                 code: int | None = proc.wait()
             except Exception:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    code = None
+                try:
                     code = proc.wait(timeout=5)  # git's own failure ends its output too
+                except subprocess.TimeoutExpired:
+                    code = None  # still writing: the reader failed on its own
                 if not killed.is_set() and not code:
                     raise
             finally:
