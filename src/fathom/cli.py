@@ -515,20 +515,28 @@ def watch(
     root = path.expanduser()
     name = project or root.resolve().name
 
+    from fathom.stopping import Stopped, run_stoppable
+
+    watching = False
+
     async def main() -> None:
-        report = await index_with_progress(fathom, root, name, False)
-        print_report(report)
-        fathom.watcher = Watcher(fathom, on_sync=print_sync)
-        fathom.watcher.ensure(name, root.resolve(), force=True)
-        err_console.print(f"watching {root.resolve()} as {name}: Ctrl-C stops")
+        nonlocal watching
         try:
+            report = await index_with_progress(fathom, root, name, False)
+            print_report(report)
+            fathom.watcher = Watcher(fathom, on_sync=print_sync)
+            fathom.watcher.ensure(name, root.resolve(), force=True)
+            watching = True
+            err_console.print(f"watching {root.resolve()} as {name}: Ctrl-C stops")
             await asyncio.Event().wait()
         finally:
             await fathom.aclose()
 
     try:
-        run(main())
-    except KeyboardInterrupt:  # the way to stop it: not an interruption of anything
+        run_stoppable(main(), grace_s=settings_of(ctx).stop_grace_s)
+    except Stopped:  # the way to stop it: not an interruption of anything, once it watches
+        if not watching:
+            raise KeyboardInterrupt from None  # the first index was cut short: said as for `index`
         err_console.print(f"stopped watching {name}; its index is current as of the last sync")
 
 

@@ -132,8 +132,10 @@ def serve(
     # forwarded address believed.
     from fathom.server.connections import ConnectionLimits, uvicorn_config
 
+    # A client's open stream (an MCP GET) does not hold a Ctrl-C or SIGTERM up for longer than
+    # the stop's grace.
     config = uvicorn_config(mcp_app, host=host, port=port, limits=ConnectionLimits.of(settings),
-                            log_level="warning")
+                            log_level="warning", timeout_graceful_shutdown=settings.stop_grace_s)
     door.open()  # `fathom search` of this user answers through this server from now on
     try:
         uvicorn.Server(config).run(sockets=[sock])
@@ -242,7 +244,13 @@ def mcp(
         wait_for_encoder(server, fathom)
         await server.run_stdio_async()
 
-    run(main())
+    from fathom.stopping import Stopped, run_stoppable
+
+    try:
+        run_stoppable(main(), grace_s=settings_of(ctx).stop_grace_s)
+    except Stopped as exc:  # the host (or a person) ended the session: a clean stop
+        err_console.print(Text(f"fathom mcp: {exc}; the indexes keep what was written",
+                               style="dim"))
 
 
 def warm_up(fathom: Any) -> None:

@@ -168,6 +168,9 @@ class Settings(BaseSettings):
     git_token: SecretStr | None = None
     git_username: str = "x-access-token"
     git_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    # Seconds a long-running command (`fathom watch`, `fathom mcp`) has to stop cleanly after
+    # Ctrl-C or SIGTERM before its stop is forced (`fathom.stopping`).
+    stop_grace_s: float = Field(default=10.0, gt=0, le=600)
     # Host names the MCP endpoint answers to besides loopback and this machine's own names
     # (FATHOM_ALLOWED_HOSTS, comma-separated), e.g. the name a reverse proxy passes on; every
     # other Host header is refused (DNS-rebinding protection).

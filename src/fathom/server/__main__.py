@@ -124,7 +124,8 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
     print(f"fathom server on http://{host}:{port} (data dir {settings.data_dir})", flush=True)
     config = uvicorn_config(app, host=host, port=port, limits=ConnectionLimits.of(settings),
                             forwarded_allow_ips=settings.forwarded_allow_ips, log_level=log_level.lower(),
-                            log_config=None, **uvicorn_websocket_options())
+                            log_config=None, timeout_graceful_shutdown=settings.stop_grace_s,
+                            **uvicorn_websocket_options())
     door.open()  # `fathom search` of this user answers through this server from now on
     try:
         uvicorn.Server(config).run(sockets=[sock])

@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError
+from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
@@ -53,6 +54,7 @@ from fathom.server.search_answer import Result as Result
 from fathom.server.search_answer import search_results as search_results
 from fathom.server.search_answer import similar_results as similar_results
 from fathom.server.search_pages import Rankings, search_page, similar_page, tool_result
+from fathom.server.stdio import loop_stdin
 from fathom.server.tool_listing import ToolListing
 from fathom.service import MAX_LINE, Fathom
 from fathom.service.background import BackgroundIndex
@@ -197,6 +199,13 @@ class ToolServer(MCPServer):
 
     def only_when(self, name: str, predicate: Callable[[], bool]) -> None:
         self._conditions[name] = predicate
+
+    async def run_stdio_async(self) -> None:
+        """Serve over stdio, stdin read on the event loop (`fathom.server.stdio`): Ctrl-C or
+        SIGTERM ends the session at once, whether or not the host ever writes again."""
+        async with loop_stdin() as lines, stdio_server(stdin=cast(Any, lines)) as (read, write):
+            lowlevel = self._lowlevel_server
+            await lowlevel.run(read, write, lowlevel.create_initialization_options())
 
     async def list_tools(self) -> list[Any]:
         tools = await super().list_tools()

@@ -1,0 +1,204 @@
+"""Ctrl-C and SIGTERM stop every long-running command cleanly, whatever it is doing.
+
+Real processes: `fathom watch` signalled while it starts (imports, model load, first index),
+mid-sync and idle; `fathom mcp` over a stdio pipe the host keeps open, signalled while its
+encoder loads, idle, and mid-index; `fathom serve` with a client's stream held open. Each must
+exit by itself with its clean-stop code and say so. The stop's watchdog is set far beyond
+what a clean stop takes (`GRACE`): a stop that had to be forced exits 1 with every thread's
+stack, and the test fails showing them. After a stop mid-sync the project is indexed again at
+once: the lock was released and the index is whole.
+
+The watchdog itself is tested on a coroutine whose exit waits on a thread that never ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fleet_fixtures import PY, ProcessGroup, free_port, wait_until
+from tests.retrieval_fixtures import sample_project  # noqa: F401
+
+GRACE = "60"  # seconds: a clean stop takes one or two; past this the watchdog forces it
+ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")},
+       "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+       "PYTHONUNBUFFERED": "1", "FATHOM_STOP_GRACE_S": GRACE}
+FORCED = "forcing it"
+EDIT = "\n\ndef jitter(delay):\n    return delay * 1.1\n"
+
+
+def ended(popen: subprocess.Popen, log: Path | None = None, timeout: float = 90.0) -> int:
+    """The process's exit code; it must exit by itself, unforced (bounded wait)."""
+    try:
+        code = popen.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait(timeout=30)
+        raise AssertionError(f"did not exit within {timeout} s of the signal:\n"
+                             + (log.read_text() if log else "")) from None
+    text = log.read_text() if log else ""
+    assert FORCED not in text, text
+    return code
+
+
+def _watch(group: ProcessGroup, tmp: Path, project: Path):
+    return group.spawn("watch", [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "watch",
+                                 str(project), "--project", "shop"], env=ENV)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment,sig", [("starting", "SIGINT"), ("syncing", "SIGINT"),
+                                        ("idle", "SIGINT"), ("idle", "SIGTERM")])
+def test_watch_stops_cleanly_at_any_moment(tmp_path: Path, sample_project: Path,  # noqa: F811
+                                           moment: str, sig: str):
+    group = ProcessGroup(tmp_path / "logs")
+    try:
+        proc = _watch(group, tmp_path, sample_project)
+        if moment == "starting":
+            time.sleep(2.0)  # importing, loading the model or indexing for the first time
+        else:
+            wait_until(lambda: "Ctrl-C stops" in proc.output(), "watch to start", procs=[proc])
+            (sample_project / "net" / "retry.py").open("a").write(EDIT)
+            if moment == "syncing":
+                time.sleep(0.5)  # the change is seen; its sync is under way
+            else:
+                wait_until(lambda: "shop: 1 embedded" in proc.output(), "the sync", procs=[proc])
+        proc.popen.send_signal(getattr(signal, sig))
+        code = ended(proc.popen, proc.log_path)
+        out = proc.output()
+        if "watching" in out:
+            assert code == 0 and "stopped watching shop" in out, out
+        else:  # stopped before its first index ended: said as an interrupted index
+            assert code == 130 and "interrupted: the active index is unchanged" in out, out
+        # Nothing left held or half-written: the same project indexes again at once.
+        again = subprocess.run([PY, "-m", "fathom.cli", "--data-dir", str(tmp_path / "data"),
+                                "index", str(sample_project), "--project", "shop"],
+                               env=ENV, capture_output=True, text=True, timeout=300)
+        assert again.returncode == 0, again.stdout + again.stderr
+    finally:
+        group.stop()
+
+
+class StdioHost:
+    """An MCP host on `fathom mcp`'s pipes: it keeps stdin open, as a host does, and reads
+    the answers from a file."""
+
+    def __init__(self, tmp: Path):
+        self.out, self.err = tmp / "mcp.out", tmp / "mcp.err"
+        with self.out.open("w") as out, self.err.open("w") as err:
+            self.popen = subprocess.Popen(
+                [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "mcp", "--no-watch"],
+                stdin=subprocess.PIPE, stdout=out, stderr=err, env=ENV, start_new_session=True)
+
+    def send(self, message: dict) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.write((json.dumps(message) + "\n").encode())
+        self.popen.stdin.flush()
+
+    def answered(self, msg_id: int) -> bool:
+        return any(json.loads(line).get("id") == msg_id
+                   for line in self.out.read_text().splitlines() if line.strip())
+
+    def initialize(self) -> None:
+        self.send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "test", "version": "1"}}})
+        wait_until(lambda: self.answered(1) or self.popen.poll() is not None, "initialize")
+        assert self.answered(1), self.err.read_text()
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def close(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=30)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("moment,sig", [("loading", "SIGINT"), ("idle", "SIGINT"),
+                                        ("idle", "SIGTERM"), ("indexing", "SIGTERM")])
+def test_mcp_stops_cleanly_while_the_host_keeps_stdin_open(tmp_path: Path,
+                                                           sample_project: Path,  # noqa: F811
+                                                           moment: str, sig: str):
+    host = StdioHost(tmp_path)
+    try:
+        if moment == "loading":
+            wait_until(lambda: "loading the encoder" in host.err.read_text(), "the model load")
+        else:
+            host.initialize()
+            if moment == "indexing":
+                host.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                           "params": {"name": "index_project",
+                                      "arguments": {"path": str(sample_project),
+                                                    "project": "shop", "wait": True}}})
+                time.sleep(1.0)
+        host.popen.send_signal(getattr(signal, sig))
+        assert ended(host.popen, host.err) == 0
+        said = host.err.read_text()
+        assert f"fathom mcp: stopped by {sig}" in said, said
+    finally:
+        host.close()
+
+
+@pytest.mark.slow
+def test_serve_stops_within_its_grace_while_a_client_holds_a_stream(tmp_path: Path):
+    """A client's open MCP stream does not hold the stop up past FATHOM_STOP_GRACE_S."""
+    group = ProcessGroup(tmp_path / "logs")
+    port = free_port()
+    try:
+        proc = group.spawn("serve", [PY, "-m", "fathom.cli", "--data-dir", str(tmp_path / "data"),
+                                     "serve", "--port", str(port), "--no-auth", "--no-watch"],
+                           env={**ENV, "FATHOM_STOP_GRACE_S": "2"})
+        wait_until(lambda: "fathom MCP (streamable HTTP) on" in proc.output(), "serve to start",
+                   procs=[proc])
+        headers = {"Accept": "application/json, text/event-stream",
+                   "Content-Type": "application/json"}
+        url = f"http://127.0.0.1:{port}/mcp"
+        with httpx.Client(timeout=30) as client:
+            init = client.post(url, headers=headers, json={
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                           "clientInfo": {"name": "test", "version": "1"}}})
+            assert init.status_code == 200, init.text
+            session = {"mcp-session-id": init.headers["mcp-session-id"],
+                       "mcp-protocol-version": "2025-06-18"}
+            with client.stream("GET", url, headers={"Accept": "text/event-stream", **session}):
+                proc.popen.send_signal(signal.SIGINT)
+                code = ended(proc.popen, proc.log_path, timeout=60)
+        assert code in (0, 130), proc.output()
+    finally:
+        group.stop()
+
+
+def test_a_stop_that_cannot_finish_is_forced_and_shows_what_it_waited_on(tmp_path: Path):
+    """The watchdog: a command whose exit waits on a thread that never ends is ended after the
+    grace, exit 1, with the stuck thread's stack on stderr."""
+    script = tmp_path / "stuck.py"
+    script.write_text(
+        "import asyncio, os, signal, sys, threading\n"
+        "from fathom.stopping import Stopped, run_stoppable\n"
+        "def stuck_forever():\n"
+        "    threading.Event().wait()\n"
+        "async def main():\n"
+        "    threading.Thread(target=stuck_forever, name='stuck').start()  # not a daemon\n"
+        "    print('ready', flush=True)\n"
+        "    await asyncio.Event().wait()\n"
+        "try:\n"
+        "    run_stoppable(main(), grace_s=1.0)\n"
+        "except Stopped as exc:\n"
+        "    print(f'clean: {exc}', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert "clean: stopped by SIGTERM" in out  # the loop's part stopped cleanly...
+    assert proc.returncode == 1  # ...but the exit waited on the thread: forced
+    assert "did not finish within 1 s" in err and "stuck_forever" in err, err
