@@ -251,10 +251,12 @@ def identifier_corpus(root: Path) -> tuple[list[Query], list[str]]:
 
 def rank_of(hits: Sequence[Any], target: Target) -> int | None:
     """1-based rank of the first hit holding the target's definition line (any hit in its
-    file when it names no line), within the top K."""
+    file when it names no line), within the top K. A result per file holds the lines of its
+    other matching ranges too (`also`): the answer points at them in its own place."""
     for i, h in enumerate(hits[:K], start=1):
+        ranges = ((h.start_line, h.end_line), *getattr(h, "also", ()))
         if h.path == target.path and (target.line is None
-                                      or h.start_line <= target.line <= h.end_line):
+                                      or any(a <= target.line <= b for a, b in ranges)):
             return i
     return None
 
@@ -333,6 +335,7 @@ class _Shown:
     path: str
     start_line: int
     end_line: int
+    also: tuple[tuple[int, int], ...] = ()  # the file's other matching ranges (one per file)
 
 
 async def evaluate(fathom: Fathom, encoder: Any, project: str, queries: list[Query],
@@ -360,7 +363,8 @@ async def evaluate(fathom: Fathom, encoder: Any, project: str, queries: list[Que
             sms = (time.perf_counter() - t0) * 1000
             if res.is_error:
                 raise RuntimeError(f"search_code failed for {q.text!r}: {res.content}")
-            shown = [_Shown(r["path"], r["start_line"], r["end_line"])
+            shown = [_Shown(r["path"], r["start_line"], r["end_line"],
+                            tuple((a["start_line"], a["end_line"]) for a in r.get("also", ())))
                      for r in res.structured_content["results"]]
             for name, hits, ms in (("vector", vhits, vms), ("keyword", thits, tms),
                                    ("shipped", shown, sms)):

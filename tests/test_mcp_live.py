@@ -124,9 +124,14 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
             assert "Cosine similarity" in schema["cosine"]["description"]
 
             # Filters, inside the store: still k results when the filter is narrow.
-            js = await search(client, "hash a password", k=3, language="javascript")
+            js = await search(client, "hash a password", k=3, language="javascript",
+                              group="chunk")
             assert len(js["results"]) == 3  # every JavaScript chunk, though none is about passwords
             assert {h["path"] for h in js["results"]} == {"web/server.js"}
+            # One result per file by default: the file once, its other chunks as its ranges.
+            one = await search(client, "hash a password", k=3, language="javascript")
+            assert [h["path"] for h in one["results"]] == ["web/server.js"]
+            assert len(one["results"][0]["also"]) == 2
             assert js["filters"] == "language javascript"
             classes = await search(client, "add up the totals", k=5, kind="class")
             assert [h["symbol"] for h in classes["results"]] == ["Invoice"]

@@ -83,7 +83,9 @@ async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothi
 
     seen: list[str] = []
     async with serve_in_loop(wired) as url, mcp(url, ADMIN) as client:
-        async for answer in pages(client, {"query": query, "project": "rich", "k": 100}):
+        # A result per chunk: 100 of them (rich has fewer than 100 files that match).
+        async for answer in pages(client, {"query": query, "project": "rich", "k": 100,
+                                           "group": "chunk"}):
             body = wired.bodies[-1].decode()
             # What the client received, counted as the budget counts: under the default.
             assert tokens.total(body) <= DEFAULT_MAX_TOKENS, (tokens.total(body), len(body))
@@ -102,7 +104,8 @@ async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothi
     assert len(set(seen)) == len(seen) == 100
     # A search run again ranks the same hits, near enough: the pages came from one ranking
     # (kept by the server), which a re-run does not promise at the tail.
-    again = [r.id for r in (await search_results(service, query, "rich", "code", 100)).results]
+    again = [r.id for r in (await search_results(service, query, "rich", "code", 100,
+                                                 group="chunk")).results]
     assert len(set(again) & set(seen)) >= 90
     same = next((i for i, (a, b) in enumerate(zip(seen, again)) if a != b), 100)
     print(f"a search run again: the same first {same} of 100, "

@@ -37,7 +37,9 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
     router = make_router(routing(reranker=(Policy.CLOUD, FallbackMode.ANY)),
                          [cloud(emulator, Role.RERANKER, budget)])
 
-    results = await search.pipeline(fathom, QUERY, project, "code", k=5, reranker=router)
+    # A result per chunk: the reranker's order, chunk by chunk.
+    results = await search.pipeline(fathom, QUERY, project, "code", k=5, reranker=router,
+                                    group="chunk")
 
     assert results.reranked and results.reason is None
     assert results.reranker == f"openrouter:{DEFAULTS[Role.RERANKER].model}@any"  # unpinned
@@ -59,12 +61,13 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
 
 async def test_no_reranker_configured_still_answers_in_retrieval_order(indexed_shop):  # noqa: F811
     fathom, project = indexed_shop.fathom, indexed_shop.project
-    results = await search.pipeline(fathom, QUERY, project, "code", k=5, reranker=None)
+    results = await search.pipeline(fathom, QUERY, project, "code", k=5, reranker=None,
+                                    group="chunk")
     assert not results.reranked
     assert "no reranker is configured" in results.reason
     assert [h.retrieval_rank for h in results.hits] == [1, 2, 3, 4, 5]
     assert [h.reranked for h in results.hits] == [False] * 5
-    plain = await fathom.search(QUERY, project, "code", k=5)
+    plain = await fathom.search(QUERY, project, "code", k=5, group="chunk")
     assert [key(h) for h in results.hits] == [key(h) for h in plain]
     d = results.as_dict()
     assert d["reranked"] is False and all(h["reranked"] is False for h in d["hits"])

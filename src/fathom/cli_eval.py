@@ -49,8 +49,9 @@ def register(app: typer.Typer, *, out: Any, err: Any, settings: Any, runner: Any
         = "docstring,identifier,questions",
         questions: Annotated[Path | None, typer.Option(
             "--questions", metavar="FILE",
-            help="Your own questions: a JSON or YAML list of {question, file} "
-                 "(the file relative to the project folder).")] = None,
+            help="Your own questions: a JSON or YAML list of {question, file} (the file "
+                 "relative to the project folder), or a labelled set of {query, relevant, "
+                 "secondary} as semble's benchmark writes it.")] = None,
         limit: Annotated[int, typer.Option(
             "--limit", min=1, help="At most this many questions per generated set.")] = 200,
         as_json: Annotated[bool, typer.Option("--json", help="Print the figures as JSON.")]

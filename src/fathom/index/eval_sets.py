@@ -10,7 +10,9 @@ What it owns: the three sets and how a hit is judged against one of their questi
   `get_environment_proxies` -> "get environment proxies"), the definition the answer: how a
   person describes a name they half remember.
 * **questions**: the user's own question -> expected-file pairs, from a JSON or YAML file (a
-  list of `{"question": ..., "file": ...}`); any chunk of the file answers.
+  list of `{"question": ..., "file": ...}`, or a labelled set as semble's public benchmark
+  writes it: `{"query": ..., "relevant": [...], "secondary": [...]}`); any chunk of an
+  expected file answers.
 
 Names of one or two words, dunder methods, tests, a sentence under three words, and a question
 two definitions would answer (the same words twice) are left out: each question has one answer.
@@ -57,11 +59,16 @@ class EvalQuery:
     kind: str  # "docstring", "identifier" or "questions"
     path: str  # relative to the project root, POSIX separators
     line: int | None = None
+    others: tuple[str, ...] = ()  # further files that answer it too (a labelled set's)
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return (self.path, *self.others)
 
     def answered_by(self, path: str, start_line: int, end_line: int) -> bool:
-        if path != self.path:
+        if path not in self.paths:
             return False
-        return self.line is None or start_line <= self.line <= end_line
+        return self.line is None or path != self.path or start_line <= self.line <= end_line
 
 
 @dataclass(frozen=True)
@@ -207,9 +214,34 @@ def identifier_queries(sources: dict[str, str], limit: int | None = None) -> lis
     return sample(_unique(out), limit)
 
 
+def _entry(entry: Any) -> tuple[str | None, list[str]]:
+    """(question, answer files) of one entry, in either form (module docstring)."""
+    if not isinstance(entry, dict):
+        return None, []
+    question = entry.get("question", entry.get("query"))
+    if not isinstance(question, str) or not question.strip():
+        return None, []
+    if "file" in entry:
+        targets: list[Any] = [entry["file"]]
+    else:
+        targets = [*(entry.get("relevant") or ()), *(entry.get("secondary") or ())]
+    files = []
+    for t in targets:
+        file = t.get("path") if isinstance(t, dict) else t
+        if not isinstance(file, str) or not file.strip():
+            return None, []
+        file = file.strip().replace("\\", "/").removeprefix("./")
+        if file not in files:
+            files.append(file)
+    return question.strip(), files
+
+
 def read_questions(path: Path, known_files: Iterable[str]) -> list[EvalQuery]:
     """The user's question -> expected-file pairs: a JSON or YAML list of
-    `{"question": ..., "file": ...}`, each file relative to the project root."""
+    `{"question": ..., "file": ...}`, or a labelled set in the form semble's public benchmark
+    uses (`{"query": ..., "relevant": [...], "secondary": [...]}`, each target a path or a
+    `{path, start_line, end_line}`, read as its whole file; any target answers), each file
+    relative to the project root."""
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -235,14 +267,15 @@ def read_questions(path: Path, known_files: Iterable[str]) -> list[EvalQuery]:
     known = set(known_files)
     out = []
     for i, entry in enumerate(data, start=1):
-        question = entry.get("question") if isinstance(entry, dict) else None
-        file = entry.get("file") if isinstance(entry, dict) else None
-        if not isinstance(question, str) or not question.strip() or not isinstance(file, str):
+        question, files = _entry(entry)
+        if question is None or not files:
             raise ConfigError(f"entry {i} of {path} needs a non-empty \"question\" and a "
-                              f"\"file\" (the expected file, relative to the project root)")
-        file = file.strip().removeprefix("./")
-        if file not in known:
-            raise ConfigError(f"entry {i} of {path} expects {file!r}, which the project's index "
-                              f"does not hold; give the path relative to the project root")
-        out.append(EvalQuery(question.strip(), "questions", file))
+                              f"\"file\" (the expected file, relative to the project root), or "
+                              f"a labelled \"query\" with its \"relevant\" files")
+        for file in files:
+            if file not in known:
+                raise ConfigError(f"entry {i} of {path} expects {file!r}, which the project's "
+                                  f"index does not hold; give the path relative to the project "
+                                  f"root")
+        out.append(EvalQuery(question, "questions", files[0], others=tuple(files[1:])))
     return out

@@ -37,6 +37,9 @@ from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.inference.router import Router
 from fathom.roles import Role
 
+NO_CANDIDATES = "no candidates to rerank"
+NOT_CONFIGURED = "no reranker is configured for role reranker"
+
 # The reranker reads whole chunks, but one huge chunk must not blow a cloud request's size.
 MAX_DOC_CHARS = 4000
 
@@ -56,9 +59,9 @@ class RerankStage:
                     project: str | None = None) -> Ranking:
         cands = list(candidates)
         if not cands:
-            return Ranking([], reranked=False, reason="no candidates to rerank")
+            return Ranking([], reranked=False, reason=NO_CANDIDATES)
         if self.reranker is None:
-            return _unranked(cands, k, "no reranker is configured for role reranker")
+            return _unranked(cands, k, NOT_CONFIGURED)
         docs = [c.text[:MAX_DOC_CHARS] for c in cands]
         try:
             scores, provider_id = await self._score(query, docs, project)

@@ -71,6 +71,9 @@ class SearchHit:
     chunk_id: str = ""
     # The commit the hit's file was indexed at, for a project from git (None otherwise).
     commit: str | None = None
+    # One result per file: the file's other chunks of the same ranking, best first, as
+    # (start_line, end_line, symbol, chunk_id); empty for a result per chunk.
+    others: tuple[tuple[int, int, str | None, str], ...] = ()
 
     @classmethod
     def of(cls, project: str, hit: Hit, *, text: str = "") -> SearchHit:

@@ -65,9 +65,11 @@ import numpy as np
 
 from fathom.errors import ConfigError, StoreError, whole_number
 from fathom.index.filters import SearchFilter
-from fathom.index.fusion import fuse
-from fathom.index.rerank import RerankStage
+from fathom.index.fusion import fuse, query_shape
+from fathom.index.ranking import by_file, rank
+from fathom.index.rerank import NO_CANDIDATES, NOT_CONFIGURED, RerankStage
 from fathom.index.results import (
+    MAX_K,
     Noted,
     Ranking,
     SearchHit,
@@ -82,8 +84,15 @@ from fathom.inference.router import Router
 
 _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fathom-keyword")
 
-# How many candidates the reranker stage reads at most (each is a whole chunk sent to it).
+# The ranked pool: the fused candidates every answer is cut from, whatever its `k` (so the
+# order never depends on k), from each half's best `STORE_DEPTH`.
+POOL = MAX_K
+STORE_DEPTH = 150
+# How many of the pool's head the reranker stage reads: by default, and at most (each is a
+# whole chunk sent to it).
+RERANK_DEPTH = 30
 MAX_DEPTH = 100
+GROUPS = ("file", "chunk")
 MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
 
 
@@ -106,64 +115,116 @@ class Searchable(Protocol):
 async def pipeline(service: Searchable, query: str, project: str | None = None,
                    table: str = "code", k: int = 10, *,
                    reranker: Router | Provider | None = None, depth: int | None = None,
-                   where: SearchFilter | None = None) -> Ranking:
-    """Hybrid search, then the reranker stage: the best `k` of `depth` candidates."""
+                   where: SearchFilter | None = None, group: str = "file") -> Ranking:
+    """The ranked pool (hybrid search, code-aware ranking), its head rescored by the reranker
+    stage, then one result per file (`group="file"`) or per chunk (`"chunk"`): the best `k`.
+
+    Nothing before the cut depends on `k`: the first k results of any answer are the first k
+    of a longer one. `depth` is how many of the pool's head the reranker reads."""
     check_search(query, table, k)
-    depth = min(MAX_DEPTH, max(depth or 3 * k, k, 20))
-    cands = await _candidates(service, query, project, table, depth, where)
-    found = await RerankStage(reranker).apply(query, cands, k, project=project)
-    return replace(found, notes=tuple(cands.notes))
+    group = check_group(group)
+    depth = min(MAX_DEPTH, max(depth or RERANK_DEPTH, 1))
+    pool = await _retrieve(service, query, project, table, where)
+    head: list[SearchHit] = []
+    if not pool:
+        found = Ranking([], reranked=False, reason=NO_CANDIDATES)
+    elif reranker is None:
+        found = Ranking([], reranked=False, reason=NOT_CONFIGURED, candidates=len(pool))
+    else:
+        head = await _with_texts(service, table, pool[:depth])
+        found = await RerankStage(reranker).apply(query, head, len(head), project=project)
+    tail = pool[len(head):]
+    # The tail keeps retrieval order, each hit flagged as such once it is among those cut.
+    place = {(h.project, h.chunk_id): len(head) + i for i, h in enumerate(tail, start=1)}
+    cut = [replace(h, reranked=False, retrieval_score=h.score, retrieval_rank=placed)
+           if (placed := place.get((h.project, h.chunk_id))) is not None else h
+           for h in _cut([*found.hits, *tail], k, group)]
+    hits = await _with_texts(service, table, cut)
+    return Ranking(hits, reranked=found.reranked, reason=found.reason, reranker=found.reranker,
+                   candidates=found.candidates, notes=tuple(pool.notes))
 
 
 async def candidates(service: Searchable, query: str, project: str | None = None,
                      table: str = "code", depth: int = 40, *,
                      where: SearchFilter | None = None) -> Noted:
-    """The hybrid search's best `depth` chunks over one project (or all), with full texts;
-    `where` filters inside the store, before each top `depth` is cut."""
+    """The ranked pool's best `depth` chunks over one project (or all), with full texts;
+    `where` filters inside the store, before each half of the pool is cut."""
     check_search(query, table, depth)
-    return await _candidates(service, query, project, table, depth, where)
+    pool = await _retrieve(service, query, project, table, where)
+    return Noted(await _with_texts(service, table, pool[:depth]), pool.notes)
 
 
 async def retrieve(service: Searchable, query: str, project: str | None, table: str, k: int,
-                   *, where: SearchFilter | None = None) -> Noted:
-    """The best `k` hits of the hybrid search over one project (or every searchable one),
-    without the reranker stage and without their full texts."""
+                   *, where: SearchFilter | None = None, group: str = "file") -> Noted:
+    """The best `k` of the ranked pool over one project (or every searchable one), one per
+    file or per chunk, without the reranker stage and without their full texts."""
     check_search(query, table, k)
-    found = await _retrieve(service, query, project, table, k, where)
-    return Noted([SearchHit.of(h.project or "", h) for h in found], found.notes)
+    group = check_group(group)
+    pool = await _retrieve(service, query, project, table, where)
+    return Noted(_cut(pool, k, group), pool.notes)
 
 
-async def _candidates(service: Searchable, query: str, project: str | None, table: str,
-                      depth: int, where: SearchFilter | None) -> Noted:
-    found = await _retrieve(service, query, project, table, depth, where)
+def check_group(group: str) -> str:
+    if group not in GROUPS:
+        raise ConfigError(f"group must be one of {', '.join(GROUPS)} (got {group!r}): 'file' "
+                          f"answers one result per file with its other matching ranges, "
+                          f"'chunk' one result per chunk")
+    return group
+
+
+def _cut(ranked: Sequence[SearchHit], k: int, group: str) -> list[SearchHit]:
+    """The first `k` results: chunks, or files (each file's best chunk, carrying the file's
+    other ranges of the ranking)."""
+    if group == "chunk":
+        return list(ranked[:k])
+    return [replace(f.best, others=tuple((o.start_line, o.end_line, o.symbol, o.chunk_id)
+                                         for o in f.others))
+            for f in by_file(ranked)[:k]]
+
+
+async def _with_texts(service: Searchable, table: str,
+                      hits: Sequence[SearchHit]) -> list[SearchHit]:
+    """`hits` with their full chunk texts (the snippet where the store keeps none), fetched
+    once per project for the hits that lack one."""
+    missing: dict[str, list[str]] = {}
+    for h in hits:
+        if not h.text:
+            missing.setdefault(h.project, []).append(h.chunk_id)
 
     async def texts_of(name: str) -> dict[tuple[str, str], str]:
-        ids = [h.chunk_id for h in found if h.project == name]
         try:
-            got = await asyncio.to_thread(service.store.chunk_texts, name, table, ids)
+            got = await asyncio.to_thread(service.store.chunk_texts, name, table, missing[name])
         except StoreError:
             got = {}  # a backend without stored texts: the snippet is the best we have
         return {(name, cid): t for cid, t in got.items()}
 
-    # Every project's texts at once: hits of a search over all projects come from many.
     texts: dict[tuple[str, str], str] = {}
-    for got in await asyncio.gather(*(texts_of(n) for n in sorted({h.project for h in found}))):
+    for got in await asyncio.gather(*(texts_of(n) for n in sorted(missing))):
         texts.update(got)
-    return Noted([SearchHit.of(h.project, h, text=texts.get((h.project, h.chunk_id), h.snippet))
-                  for h in found], found.notes)
+    return [h if h.text else replace(h, text=texts.get((h.project, h.chunk_id), h.snippet))
+            for h in hits]
 
 
-async def _retrieve(service: Searchable, query: str, project: str | None, table: str, k: int,
+async def _retrieve(service: Searchable, query: str, project: str | None, table: str,
                     where: SearchFilter | None) -> Noted:
-    """The best `k` fused `Hit`s, each with its `project` set, over one project (or every
-    searchable one), each project's query encoded by its table's own reference encoder; a
-    damaged project a search over all of them meets is skipped, and noted."""
+    """The ranked pool: the best `POOL` fused `Hit`s over one project (or every searchable
+    one), each project's query encoded by its table's own reference encoder, reordered by
+    the code-aware stage (`fathom.index.ranking.rank`), as `SearchHit`s; a damaged project a
+    search over all of them meets is skipped, and noted. Never cut by the caller's `k`."""
     names, notes = await asyncio.to_thread(service.searchable, project, table)
+    shape = query_shape(query)
     if project is not None:
         vector = await encode_query(service.encoder_for(table, project), query)
-        hits = await asyncio.to_thread(_hybrid, service.store, project, table, vector, query,
-                                       k, None, where)
-        return Noted([replace(h, project=project) for h in hits], notes)
+        found = await asyncio.to_thread(_hybrid, service.store, project, table, vector, query,
+                                        POOL, STORE_DEPTH, where)
+    else:
+        found = await _over_projects(service, names, table, query, where, notes)
+    ranked = rank(found, shape, project=project)[:POOL]
+    return Noted([SearchHit.of(h.project or "", h) for h in ranked], notes)
+
+
+async def _over_projects(service: Searchable, names: list[str], table: str, query: str,
+                         where: SearchFilter | None, notes: list[str]) -> list[Hit]:
     # Every project at once: those of one space share one query vector and one fusion
     # (`_hybrid_many`: the projects' halves fan out in parallel, and one fusion over the
     # pooled lists puts every hit on one scale). Projects of different spaces (another
@@ -182,11 +243,10 @@ async def _retrieve(service: Searchable, query: str, project: str | None, table:
     for encoder, members in groups.values():
         vector = await encode_query(encoder, query)
         hits, damaged = await asyncio.to_thread(_hybrid_many, service.store, members, table,
-                                                vector, query, k, None, where)
+                                                vector, query, POOL, STORE_DEPTH, where)
         notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
         found.extend(h if h.project is not None else replace(h, project="") for h in hits)
-    found.sort(key=lambda h: -h.score)
-    return Noted(found[:k], notes)
+    return found
 
 
 # --------------------------------------------------------------------------- the store's halves

@@ -126,18 +126,19 @@ async def at_ref(service: Any, project: str | None, ref: str | None) -> bool:
 
 async def ref_search_page(service: Any, rankings: Any, query: str, project: str | None, ref: str | None,
                           table: str, k: int, *, where: SearchFilter | None, reranker: Any,
-                          cursor: str | None, max_tokens: int) -> SearchResults:
+                          cursor: str | None, max_tokens: int, group: str = "file") -> SearchResults:
     """One page of `search_code` / `search_docs` at a git ref (paged like any search)."""
     if project is None:
         raise ConfigError("ref names a branch, tag or commit of one project: pass project too")
 
     async def run() -> Any:
         found = await service.git.ranking(query, project, ref, table, k, where=where,
-                                          reranker=reranker)
+                                          reranker=reranker, group=group)
         return answer_of(found, query, table, where), [h.text for h in found.hits]
 
     return await paged(rankings, run, cursor=cursor, max_tokens=max_tokens,
-                       search=[table, query, project, k, where.describe() if where else None, ref],
+                       search=[table, query, project, k, where.describe() if where else None, ref,
+                               group],
                        tokens=tokens_of(service))
 
 

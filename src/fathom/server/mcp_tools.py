@@ -95,6 +95,9 @@ Kind = Annotated[Literal["function", "method", "class"] | None, Field(
                 "function defined in a class-like type) or `class` (classes, structs, "
                 "interfaces, traits, enums). Default null: any chunk, including code between "
                 "definitions.")]
+Group = Annotated[Literal["file", "chunk"], Field(
+    description="`file` (default): one result per file, its best chunk, with the file's other "
+                "matching ranges in `also`; `chunk`: one result per chunk, a file may repeat.")]
 PageCursor = Annotated[str | None, Field(
     description="The `next_cursor` of an earlier answer, to read the next page of that "
                 "search (repeat its other arguments unchanged). Default null: the first page.",
@@ -260,15 +263,16 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
 
     async def paged_search(query: str, project: str | None, table: str, k: int,
                            where: SearchFilter | None, cursor: str | None,
-                           max_tokens: int, ref: str | None = None) -> CallToolResult:
+                           max_tokens: int, ref: str | None = None,
+                           group: str = "file") -> CallToolResult:
         reranker = router if router is not None else getattr(fathom, "router", None)
         if await at_ref(fathom, project, ref):  # a project from git: at a branch, tag or commit
             return tool_result(await ref_search_page(fathom, rankings, query, project, ref, table, k,
                                                      where=where, reranker=reranker, cursor=cursor,
-                                                     max_tokens=max_tokens))
+                                                     max_tokens=max_tokens, group=group))
         return tool_result(await search_page(fathom, rankings, query, project, table, k,
                                              where=where, reranker=reranker, cursor=cursor,
-                                             max_tokens=max_tokens))
+                                             max_tokens=max_tokens, group=group))
 
     @server.tool(title="Search code", annotations=READ_ONLY,
                  description="Search indexed source code by meaning and keywords (vector and "
@@ -282,10 +286,10 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
     async def search_code(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
                           kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None,
-                          ref: Ref = None) -> Annotated[CallToolResult, SearchResults]:
-        return await paged_search(query, project, "code", k,
-                                  SearchFilter.of(language, path, kind), cursor, max_tokens, ref)
+                          cursor: PageCursor = None, ref: Ref = None,
+                          group: Group = "file") -> Annotated[CallToolResult, SearchResults]:
+        return await paged_search(query, project, "code", k, SearchFilter.of(language, path, kind),
+                                  cursor, max_tokens, ref, group)
 
     @server.tool(title="Search documentation", annotations=READ_ONLY,
                  description="Search indexed documentation (README, Markdown, reST, docstrings) "
@@ -296,10 +300,10 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
     async def search_docs(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
                           kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None,
-                          ref: Ref = None) -> Annotated[CallToolResult, SearchResults]:
-        return await paged_search(query, project, "docs", k,
-                                  SearchFilter.of(language, path, kind), cursor, max_tokens, ref)
+                          cursor: PageCursor = None, ref: Ref = None,
+                          group: Group = "file") -> Annotated[CallToolResult, SearchResults]:
+        return await paged_search(query, project, "docs", k, SearchFilter.of(language, path, kind),
+                                  cursor, max_tokens, ref, group)
 
 
 def _similar_tool(server: MCPServer, fathom: Fathom, rankings: Rankings) -> None:

@@ -33,9 +33,11 @@ SCORES = {
         "Fused score of this chunk: the vector (cosine) ranking and the keyword (full-text) "
         "ranking fused, each list's scores normalised to 0..1 and combined with a keyword "
         "weight of 0.2 for a plain-language query and 0.6 for one that looks like code; a "
-        "chunk whose symbol or file the query names gets a boost above 1 (see `match`). It "
-        "orders search results when they are not reranked; it compares chunks within one "
-        "response, not across responses. Null in find_similar."),
+        "chunk whose symbol or file the query names gets a boost above 1 (see `match`). Then "
+        "the file counts: tests, examples, vendored, generated and data files count less "
+        "unless the query asks for them; a file the query names, or with several matching "
+        "chunks, counts more. It orders search results when they are not reranked; it "
+        "compares chunks within one response, not across responses. Null in find_similar."),
     "cosine": (
         "Cosine similarity between the query's (or the origin chunk's) vector and this chunk's "
         "vector, from -1 to 1, higher is closer; comparable across responses of one project "
@@ -79,6 +81,12 @@ def resource_uri(project: str, path: str, start: int | None = None,
     return uri if start is None else f"{uri}?lines={start}-{end if end is not None else start}"
 
 
+class Range(BaseModel):
+    start_line: int
+    end_line: int
+    symbol: str | None = None
+
+
 class Result(BaseModel):
     id: str = Field(default="", description="the hit's id, PROJECT:TABLE:CHUNK: read_code(id=…) reads "
                     "its lines as indexed (stable while the chunk is unchanged)")
@@ -114,6 +122,9 @@ class Result(BaseModel):
     whole: bool = Field(default=False, description="the snippet is the whole chunk")
     commit: str | None = Field(None, description="the git commit the chunk was indexed at, "
                                "for a project from git (searched at a `ref`); null otherwise")
+    also: list[Range] = Field(default_factory=list, description="one result per file: the "
+                              "file's other chunks that matched, best first (read_code reads "
+                              "them by path and lines)")
 
     @classmethod
     def of(cls, hit: SearchHit, rank: int) -> Result:
@@ -129,7 +140,9 @@ class Result(BaseModel):
                    vector_rank=hit.vector_rank, keyword_rank=hit.text_rank,
                    keyword_score=hit.text_score, match=hit.match,
                    retrieval_rank=hit.retrieval_rank if hit.reranked else None,
-                   snippet=hit.snippet, commit=hit.commit)
+                   snippet=hit.snippet, commit=hit.commit,
+                   also=[Range(start_line=a, end_line=b, symbol=sym)
+                         for a, b, sym, _ in hit.others])
 
 
 class FileGroup(BaseModel):
@@ -166,12 +179,12 @@ class SearchResults(BaseModel):
 
 async def search_results(service: search_mod.Searchable, query: str, project: str | None,
                          table: str, k: int, *, where: SearchFilter | None = None,
-                         reranker: Any = None) -> SearchResults:
+                         reranker: Any = None, group: str = "file") -> SearchResults:
     """What `search_code` and `search_docs` answer (the dashboard's search box shows the same):
     vector + keyword candidates, rescored by the reranker role when one can serve; when none
     can, the results still come back, flagged not reranked with the reason."""
     found = await search_mod.pipeline(service, query, project, table, k, where=where,
-                                      reranker=reranker)
+                                      reranker=reranker, group=group)
     return answer_of(found, query, table, where)
 
 

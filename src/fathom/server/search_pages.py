@@ -236,16 +236,17 @@ async def paged(rankings: Rankings, run: Callable[[], Awaitable[Ranked]], *,
 
 async def search_page(service: Any, rankings: Rankings, query: str, project: str | None,
                       table: str, k: int, *, where: SearchFilter | None, reranker: Any,
-                      cursor: str | None, max_tokens: int) -> SearchResults:
+                      cursor: str | None, max_tokens: int, group: str = "file") -> SearchResults:
     """One page of what `search_code` / `search_docs` found."""
 
     async def run() -> Ranked:
         found = await search_mod.pipeline(service, query, project, table, k, where=where,
-                                          reranker=reranker)
+                                          reranker=reranker, group=group)
         return answer_of(found, query, table, where), [h.text for h in found.hits]
 
     return await paged(rankings, run, cursor=cursor, max_tokens=max_tokens,
-                       search=[table, query, project, k, where.describe() if where else None],
+                       search=[table, query, project, k, where.describe() if where else None]
+                       + ([group] if group != "file" else []),
                        tokens=tokens_of(service))
 
 

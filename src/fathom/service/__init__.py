@@ -615,9 +615,12 @@ class Fathom:
         return names, notes
 
     async def search(self, query: str, project: str | None = None, table: str = "code",
-                     k: int = 10, *, where: SearchFilter | None = None) -> list[SearchHit]:
-        """The hybrid search's best `k` (no reranker stage): `fathom search`'s answer."""
-        return await search_mod.retrieve(self, query, project, table, k, where=where)
+                     k: int = 10, *, where: SearchFilter | None = None,
+                     group: str = "file") -> list[SearchHit]:
+        """The hybrid search's best `k` (no reranker stage), one per file or per chunk:
+        `fathom search`'s answer."""
+        return await search_mod.retrieve(self, query, project, table, k, where=where,
+                                         group=group)
 
     async def find_similar(self, project: str, *, path: str | None = None,
                            line: int | None = None, snippet: str | None = None, k: int = 10,

@@ -8,8 +8,9 @@ question set is asked three ways, one question at a time:
 
 * **vector**: the store's cosine top 10 (the query's encoding included in its latency);
 * **keyword**: the store's full-text top 10;
-* **fused**: the hybrid search as `fathom search` runs it (both halves at depth 40, fused by
-  the query's shape, `fathom.index.fusion`).
+* **fused**: the search as `fathom search` runs it (both halves fused by the query's shape,
+  `fathom.index.fusion`, ranked by what each file is, `fathom.index.ranking`, one result per
+  file: a result answers when its lines or its file's other matching ranges hold the answer).
 
 Per set and mode: MRR@10, hit@1, hit@3, hit@10, the right file in the top 3 files (files in
 the order of their best hit, and by the file score `fathom.index.results.files_of` gives with
@@ -104,14 +105,15 @@ def percentile(values: Sequence[float], pct: float) -> float:
 def rank_of(query: EvalQuery, hits: Sequence[Any]) -> int | None:
     """1-based place of the first of the top K hits that answers `query`, or None."""
     for i, h in enumerate(hits[:K], start=1):
-        if query.answered_by(h.path, h.start_line, h.end_line):
+        ranges = [(h.start_line, h.end_line), *((a, b) for a, b, *_ in getattr(h, "others", ()))]
+        if any(query.answered_by(h.path, a, b) for a, b in ranges):
             return i
     return None
 
 
 def file_rank(query: EvalQuery, hits: Sequence[Any], support: float) -> int | None:
     for i, f in enumerate(files_of(hits[:K], support=support), start=1):
-        if f.path == query.path:
+        if f.path in query.paths:
             return i
     return None
 
@@ -162,11 +164,10 @@ async def _ask(fathom: Any, queries: list[EvalQuery]) -> list[ModeFigures]:
                 hits = await asyncio.to_thread(store.vector_search, PROJECT, "code", vector, K)
             elif mode == "keyword":
                 hits = await asyncio.to_thread(store.text_search, PROJECT, "code", q.text, K)
-            else:
-                hits = await asyncio.to_thread(search_mod.hybrid_search, store, PROJECT, "code",
-                                               vector, q.text, K, depth=DEPTH)
+            else:  # encodes the query itself
+                hits = await search_mod.retrieve(fathom, q.text, PROJECT, "code", K)
             took = (time.perf_counter() - t0) * 1000
-            ms[mode].append(took + (encode_ms if mode != "keyword" else 0.0))
+            ms[mode].append(took + (encode_ms if mode == "vector" else 0.0))
             ranks[mode].append(rank_of(q, hits))
             files[mode].append(file_rank(q, hits, 0.0))
             scored[mode].append(file_rank(q, hits, FILE_SUPPORT_MEASURED))

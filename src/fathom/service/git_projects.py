@@ -518,7 +518,7 @@ class GitProjects:
 
     async def ranking(self, query: str, project: str, ref: str | None, table: str = "code",
                       k: int = 10, *, where: SearchFilter | None = None, reranker: Any = None,
-                      rerank: bool = True) -> Ranking:
+                      rerank: bool = True, group: str = "file") -> Ranking:
         """The search pipeline at `ref`: a branch's overlay and the default branch (less the
         paths the overlay shadows) are searched as one, on one fused scale; every hit carries
         its commit. Hits of an overlay name the overlay project (`read_code` reads them there)."""
@@ -542,9 +542,10 @@ class GitProjects:
         with scope.within(None if held is None else held | set(names)):
             if rerank:
                 found = await search_mod.pipeline(view, query, None, table, wide, where=where,
-                                                  reranker=reranker)
+                                                  reranker=reranker, group=group)
             else:
-                hits = await search_mod.retrieve(view, query, None, table, wide, where=where)
+                hits = await search_mod.retrieve(view, query, None, table, wide, where=where,
+                                                 group=group)
                 found = Ranking(list(hits), reranked=False, notes=tuple(hits.notes))
         kept = [replace(h, commit=commit) for h in found.hits
                 if not (h.project == project and h.path in shadows)][:k]
