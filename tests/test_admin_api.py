@@ -649,10 +649,14 @@ async def test_the_projects_view_says_what_is_indexed_and_the_search_answers_as_
         assert view["details"]["code"]["model"] == "test/hash-embedder"
         assert sum(view["details"]["code"]["provenance"].values()) == 2
         assert view["last_run"]["outcome"] == "done" and view["last_run"]["files"] == 2
-        found = await admin.post("/admin/search", json={"query": "add two numbers", "project": "demo"})
+        found = await admin.post("/admin/search", json={"query": "add two numbers", "project": "demo",
+                                                         "group": "chunk"})
         assert found.status_code == 200, found.text
         hits = found.json()["results"]
         add = next(h for h in hits if h["symbol"] == "add")
+        per_file = (await admin.post("/admin/search", json={"query": "add two numbers",
+                                                             "project": "demo"})).json()["results"]
+        assert [h["path"] for h in per_file].count("app.py") == 1  # a file once, by default
         assert add["path"] == "app.py" and add["keyword_rank"] == 1 and add["rank"] >= 1
         docs = await admin.post("/admin/search", json={"query": "usage", "table": "docs"})
         assert docs.status_code == 200 and docs.json()["table"] == "docs" and docs.json()["results"]

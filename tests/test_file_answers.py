@@ -72,8 +72,12 @@ async def test_search_code_names_the_file_holding_several_hits(tmp_path, local_e
     await fathom.index(root, "app")
     async with asyncio.timeout(120):
         async with Client(build_mcp_server(fathom)) as client:
+            # A result per chunk: a file may hold several of them, and the answer says so.
             res = await client.call_tool("search_code", {"query": "password hashing and checking",
-                                                         "project": "app", "k": 4})
+                                                         "project": "app", "k": 4,
+                                                         "group": "chunk"})
+            per_file = await client.call_tool("search_code", {
+                "query": "password hashing and checking", "project": "app", "k": 4})
     assert not res.is_error
     answer = res.structured_content
     in_file = [r for r in answer["results"] if r["path"] == "auth/password.py"]
@@ -85,3 +89,8 @@ async def test_search_code_names_the_file_holding_several_hits(tmp_path, local_e
     text = res.content[0].text
     assert f"{len(in_file)} of the top {len(answer['results'])} hits are in app:auth/password.py." \
         in text.splitlines()[1]
+    # By default, one result per file: the file once, its other hits as its ranges.
+    files = per_file.structured_content["results"]
+    assert len({r["path"] for r in files}) == len(files)
+    top = files[0]
+    assert top["path"] == "auth/password.py" and len(top["also"]) == len(in_file) - 1

@@ -135,7 +135,8 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
             assert js["filters"] == "language javascript"
             classes = await search(client, "add up the totals", k=5, kind="class")
             assert [h["symbol"] for h in classes["results"]] == ["Invoice"]
-            methods = await client.call_tool("search_docs", {"query": "tax", "kind": "method"})
+            methods = await client.call_tool("search_docs", {"query": "tax", "kind": "method",
+                                                             "group": "chunk"})
             symbols = {h["symbol"] for h in methods.structured_content["results"]}
             assert {"Invoice.total", "Invoice.apply_tax"} <= symbols
             assert all(h["kind"] == "method" for h in methods.structured_content["results"])

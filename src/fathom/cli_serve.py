@@ -235,9 +235,9 @@ def mcp(
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     fathom = fathom_of(ctx)
     watching = _watching(ctx, no_watch)
-    warm_up(fathom)  # before the host's first call, which then finds the encoder loaded
 
     async def main() -> None:
+        warm_up(fathom)  # before the host's first call, which then finds the encoder loaded
         if watching:
             await fathom.start_watching()
         server = build_mcp_server(fathom)

@@ -5,7 +5,8 @@ What it owns: `run_stoppable`, which runs a command's main coroutine so that
 
 * SIGINT and SIGTERM both ask for the clean stop: the main task is cancelled, so each part
   ends at its next await (a sync keeps the batches it wrote, a first index promotes nothing,
-  the watcher and the encoder close), and `Stopped` is raised for the command to say so;
+  the watcher and the encoder close), and `Stopped` is raised for the command to say so
+  (also when the unwinding itself raised: a task group that met a closed stream);
 * a second signal ends the process at once, with the signal's exit code (130, 143);
 * the clean stop has `grace_s` seconds (FATHOM_STOP_GRACE_S) from the first signal to the
   process's end, interpreter exit included: past them a watchdog writes every thread's
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import logging
 import os
 import signal
 import sys
@@ -36,6 +38,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
@@ -106,7 +109,13 @@ def run_stoppable(coro: Coroutine[Any, Any, _T], *, grace_s: float) -> _T:
 
     try:
         return asyncio.run(main())
-    except asyncio.CancelledError:
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:
         if watchdog.signum is None:
             raise
+        # Asked to stop: what the unwinding raised (a library's task group meeting a stream
+        # its peer closed first) is the stop's own by-product, not a failure to report.
+        if not isinstance(exc, asyncio.CancelledError):
+            log.debug("while stopping: %r", exc)
         raise Stopped(watchdog.signum) from None

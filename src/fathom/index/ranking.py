@@ -115,11 +115,17 @@ def _singular(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
+# Words that name nothing: a file `to_thread.py` is not named by "convert to a string".
+_STOP = frozenset("a an the to from of in on at by for with and or not no is are be as it its "
+                  "into onto out up down over under this that these those what which how when "
+                  "where why do does get set make use".split())
+
+
 def _asked_words(shape: QueryShape) -> frozenset[str]:
     """The query's words, singular, also split at `_` and `-` (`retry_policy` -> retry,
     policy; `retrypolicy` stays whole and names `RetryPolicy` whole)."""
     split = {x for w in shape.words for x in re.split(r"[_\-]", w) if x}
-    return frozenset(_singular(w) for w in shape.words | split)
+    return frozenset(_singular(w) for w in shape.words | split if w not in _STOP)
 
 
 def _share(parts: list[str], asked: frozenset[str]) -> float:
@@ -144,7 +150,8 @@ def _name_share(path: str, asked: frozenset[str]) -> float:
     stem = PurePosixPath(path).stem
     if stem.lower() in _NAMELESS:
         return 0.0
-    return _share([_singular(w) for w in _words(stem) if not w.isdigit()], asked)
+    return _share([_singular(w) for w in _words(stem) if not w.isdigit() and w not in _STOP],
+                  asked)
 
 
 def symbol_share(symbol: str | None, shape: QueryShape) -> float:

@@ -106,8 +106,9 @@ def page(answer: SearchResults, texts: Sequence[str], *, search: Sequence[Any],
 def _measured(answer: SearchResults, shown: list[Result], start: int, search_digest: str,
               ranking: str, max_tokens: int, tokens: AnswerTokens) -> SearchResults:
     """The page as sent, counted whole (the sum of its parts tokenizes a little apart from
-    it): over `max_tokens`, the last grown snippet shrinks back, else the last hit goes to
-    the next page, until it fits or one short hit is left."""
+    it): over `max_tokens`, the last grown snippet shrinks back, else the last hit's other
+    ranges (`also`) are left out, else the last hit goes to the next page, until it fits or
+    one short hit is left."""
     originals = answer.results[start:]
     while True:
         end = start + len(shown)
@@ -117,10 +118,12 @@ def _measured(answer: SearchResults, shown: list[Result], start: int, search_dig
         sent = tool_result(page).model_dump(mode="json", by_alias=True, exclude_unset=True)
         used = ENVELOPE + tokens.total(_json(sent))
         grown = [i for i, r in enumerate(shown) if r.snippet != originals[i].snippet]
-        if used <= max_tokens or (len(shown) == 1 and not grown):
+        if used <= max_tokens or (len(shown) == 1 and not grown and not shown[0].also):
             return page.model_copy(update={"tokens": used})
         if grown:
             shown = [*shown[:grown[-1]], originals[grown[-1]], *shown[grown[-1] + 1:]]
+        elif shown[-1].also and len(shown) == 1:
+            shown = [shown[0].model_copy(update={"also": []})]
         else:
             shown = shown[:-1]
 

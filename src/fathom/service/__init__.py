@@ -617,10 +617,8 @@ class Fathom:
     async def search(self, query: str, project: str | None = None, table: str = "code",
                      k: int = 10, *, where: SearchFilter | None = None,
                      group: str = "file") -> list[SearchHit]:
-        """The hybrid search's best `k` (no reranker stage), one per file or per chunk:
-        `fathom search`'s answer."""
-        return await search_mod.retrieve(self, query, project, table, k, where=where,
-                                         group=group)
+        """The ranked search's best `k` files (or chunks), no reranker: `fathom search`'s."""
+        return await search_mod.retrieve(self, query, project, table, k, where=where, group=group)
 
     async def find_similar(self, project: str, *, path: str | None = None,
                            line: int | None = None, snippet: str | None = None, k: int = 10,

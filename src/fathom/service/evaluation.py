@@ -53,7 +53,6 @@ from fathom.index.walker import walk
 from fathom.inference.model_choice import with_chosen_models
 
 K = 10
-DEPTH = 40  # what each half of the hybrid search reads (search._hybrid's default for k=10)
 MODES = ("vector", "keyword", "fused")
 PROJECT = "eval"
 # The file-score weight measured beside files in best-hit order (0).

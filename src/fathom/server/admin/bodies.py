@@ -111,6 +111,8 @@ class SearchRequest(BaseModel):
     k: int = Field(10, ge=1, le=50, description="how many hits")
     ref: str | None = Field(None, min_length=1, max_length=200,
                             description="a branch, tag or commit of a project from git")
+    group: Literal["file", "chunk"] = Field("file", description="one hit per file (its other "
+                                            "matching ranges in `also`) or per chunk")
 
 
 ROUTE_FIELDS = ("policy", "model", "upstream", "width", "fallback")

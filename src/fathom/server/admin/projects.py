@@ -53,10 +53,10 @@ def projects_router(parts: OperatorParts) -> APIRouter:
                 if body.project is None:
                     raise ConfigError("ref names a branch, tag or commit of one project: give project too")
                 ranking = await service.git.ranking(body.query, body.project, body.ref, body.table,
-                                                    body.k, reranker=parts.router)
+                                                    body.k, reranker=parts.router, group=body.group)
                 return answer_of(ranking, body.query, body.table).model_dump(mode="json")
             found = await search_results(service, body.query, body.project, body.table, body.k,
-                                         reranker=parts.router)
+                                         reranker=parts.router, group=body.group)
         except ConfigError as exc:
             raise refusal(400, str(exc)) from None
         return found.model_dump(mode="json")
