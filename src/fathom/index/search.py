@@ -8,12 +8,15 @@ What it owns: the whole path of a search, each stage named once:
          query encoded by its table's reference encoder (`encode_query`); one project
          through `_hybrid`, every project of one space through `_hybrid_many` (the store's
          `search_many`: the projects' halves pooled, fused once, one comparable score)
-         -> the store's two rankings (cosine vector top-`depth`, full-text BM25
-            top-`depth`) fused by the query's shape (`fathom.index.fusion.fuse`)
-      -> candidates: each fused store `Hit` mapped to the pipeline's one hit type,
-         `SearchHit` (`SearchHit.of`, the only change of shape), with its full chunk text
-      -> the reranker stage (`fathom.index.rerank.RerankStage`): rescored, or flagged not
-         reranked with the reason
+         -> the store's two rankings (cosine vector top-`STORE_DEPTH`, full-text BM25
+            top-`STORE_DEPTH`) fused by the query's shape (`fathom.index.fusion.fuse`)
+      -> the pool: the best `POOL` fused hits, reordered by the code-aware stage
+         (`fathom.index.ranking.rank`), each mapped to the pipeline's one hit type,
+         `SearchHit` (`SearchHit.of`, the only change of shape); never cut by `k`
+      -> the reranker stage (`fathom.index.rerank.RerankStage`) on the pool's head, with
+         full chunk texts: rescored, or flagged not reranked with the reason
+      -> the cut: the first `k` files (each file's best chunk, its other ranges on it,
+         `ranking.by_file`) or the first `k` chunks, with their full texts
     -> `Ranking` (hits, reranked, reason, reranker, notes); the server maps it to its wire
        model (`fathom.server.search_answer`) in one function.
 
@@ -36,10 +39,10 @@ argument twice on one path.
 
 API:
     await pipeline(service: Searchable, query, project=None, table="code", k=10, *,
-                   reranker=None, depth=None, where=None) -> Ranking
+                   reranker=None, depth=None, where=None, group="file") -> Ranking
     await candidates(service, query, project=None, table="code", depth=40, *,
                      where=None) -> Noted[SearchHit]   (with full texts, before the reranker)
-    await retrieve(service, query, project, table, k, *, where=None) -> Noted[SearchHit]
+    await retrieve(service, query, project, table, k, *, where=None, group="file") -> Noted
     hybrid_search(store, project, table, vector, query, k=10, *, depth=None,
                   where=None) -> list[Hit]
     hybrid_search_many(store, projects, table, vector, query, k=10, *, depth=None,
