@@ -63,11 +63,9 @@ class _Watchdog:
     def __init__(self, grace_s: float):
         self.grace_s = grace_s
         self.signum: int | None = None
-        self._armed = threading.Event()
 
     def arm(self, signum: int) -> None:
         self.signum = signum
-        self._armed.set()
         threading.Thread(target=self._expire, name="fathom-stop-watchdog", daemon=True).start()
 
     def _expire(self) -> None:
@@ -82,7 +80,7 @@ class _Watchdog:
 
     @property
     def armed(self) -> bool:
-        return self._armed.is_set()
+        return self.signum is not None
 
 
 def run_stoppable(coro: Coroutine[Any, Any, _T], *, grace_s: float) -> _T:

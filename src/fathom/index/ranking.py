@@ -33,7 +33,7 @@ What it refuses to do: drop a hit (a demoted file still ranks, lower), demote wh
 asks for, or read any file.
 
 API:
-    file_role(path) -> str | None
+    file_role(path) -> str | None;  name_share(path, shape) -> float
     rank(hits, shape) -> list[Hit]          every hit, reordered, scores adjusted
     by_file(hits, *, others=MAX_OTHERS) -> list[FileHits]
 """
@@ -137,6 +137,9 @@ def _share(parts: list[str], asked: frozenset[str]) -> float:
 
 
 def _symbol_share(symbol: str | None, asked: frozenset[str]) -> float:
+    """The share of a definition's own name's words that the query holds, spelled as code or
+    not ("retry policy" names `RetryPolicy`); 0 for a name of one short word, which plain
+    language holds by chance."""
     if not symbol:
         return 0.0
     name = symbol.replace("::", ".").split(".")[-1]
@@ -152,13 +155,6 @@ def _name_share(path: str, asked: frozenset[str]) -> float:
         return 0.0
     return _share([_singular(w) for w in _words(stem) if not w.isdigit() and w not in _STOP],
                   asked)
-
-
-def symbol_share(symbol: str | None, shape: QueryShape) -> float:
-    """The share of a definition's own name's words that the query holds, spelled as code or
-    not ("retry policy" names `RetryPolicy` and `retry_policy`); 0 for a name of one short
-    word, which plain language holds by chance."""
-    return _symbol_share(symbol, _asked_words(shape))
 
 
 def name_share(path: str, shape: QueryShape) -> float:
