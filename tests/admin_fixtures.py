@@ -68,8 +68,12 @@ class FakeEncoder(Provider):
 
 
 def build_operator_app(data_dir: Path, *, encoder: Provider | None = None,
-                       settings: Settings | None = None, **options: Any) -> Any:
+                       settings: Settings | None = None, chat: Provider | None = None,
+                       **options: Any) -> Any:
+    """The operator app; `chat`: a (scripted) local chat model for the agents' roles."""
     registry = ProviderRegistry()
+    if chat is not None:
+        registry.add(chat)
     hub = Hub(data_dir, registry=registry, join_tokens=(JOIN,))
     settings = settings or Settings(data_dir=data_dir)
     encoder = encoder or HashEmbedder(width=8)

@@ -41,8 +41,8 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
 from fathom.server.app import create_app
 
-JOIN = "fj_test-join-token-0123456789"
-ADMIN = "fa_test-admin-token-0123456789"
+JOIN = "fj_test-join-75k7prKv0croIZpbUk_dacmot6BS-QP4"  # random: a chosen token must be (`server.token_strength`)
+ADMIN = "fa_test-admin-iaX0RE5bC_nlTH3jLmt9ND-TiZ0HxXwW"
 PY = sys.executable
 
 

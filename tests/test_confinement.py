@@ -208,8 +208,8 @@ async def test_explore_reads_only_what_the_index_reads_and_never_a_huge_file_who
     real_read = walker.read_regular
 
     def spy(path: Any, max_bytes: int, **kwargs: Any) -> bytes:
-        if Path(path).name == "huge.txt":
-            bounded.append((max_bytes, os.stat(path).st_size))
+        if Path(path).name == "huge.txt":  # a name in its folder's descriptor (`dir_fd`)
+            bounded.append((max_bytes, os.stat(path, dir_fd=kwargs.get("dir_fd")).st_size))
         return real_read(path, max_bytes, **kwargs)
 
     monkeypatch.setattr(walker, "read_regular", spy)

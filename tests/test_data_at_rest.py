@@ -2,9 +2,13 @@
 
 Real processes under a permissive umask (022, as a login shell has): a `fathom server` runs an
 index job (LanceDB tables, job records, the audit log, tokens' hashes, the routing and gate
-state), then `fathom index` indexes a second project into the same data dir; a walk of it finds
-no group or other bit on any folder or file. A data dir an older release left 0755/0644 is
-tightened at the next start, with one log line, without following a link out of it.
+state) and adds a project from git through its admin API (git's bare clone, the files written
+out of an archive whose modes are 0644/0755, the webhook secret), `fathom serve` starts and
+stops (its token's hash), then `fathom index` indexes a second project into the same data dir;
+after each process stops (before the next one's start would tighten what it left), a walk of
+it finds no group or other bit on any folder or file, no file wider than 0600 and no folder
+wider than 0700. A data dir an older release left 0755/0644 is tightened at the next
+start, with one log line, without following a link out of it.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import pytest
 
 from tests.admin_fixtures import make_project
 from tests.fleet_fixtures import PY, ProcessGroup, free_port, wait_http, wait_until
+from tests.git_fixtures import Remote
 
-ADMIN = "fa_data-at-rest-admin-token-0123456789"
+ADMIN = "fa_data-at-rest-admin-VbQWf0i5FcCpIhUUA_LDGGOxLHZBgyIZ"
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "FATHOM_WATCH": "0"}
 
 
@@ -28,6 +33,22 @@ def under_umask_022(argv: list[str]) -> list[str]:
     """`argv` started from a shell with umask 022, whatever this test process's umask is: what
     Fathom makes private, it makes so itself."""
     return ["sh", "-c", 'umask 022 && exec "$@"', "sh", *argv]
+
+
+def wider_than_private(root: Path) -> list[str]:
+    """Every file under `root` wider than 0600 and every folder wider than 0700 (links aside)."""
+    found = []
+    for folder, _dirs, files in os.walk(root):
+        for path, widest in [(folder, 0o700), *((os.path.join(folder, f), 0o600) for f in files)]:
+            st = os.lstat(path)
+            if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) & ~widest:
+                found.append(f"{oct(stat.S_IMODE(st.st_mode))} {os.path.relpath(path, root)}")
+    return found
+
+
+def too_wide(root: Path) -> list[str]:
+    """What `shared_paths` and `wider_than_private` find under `root`."""
+    return sorted(set(shared_paths(root)) | set(wider_than_private(root)))
 
 
 def shared_paths(root: Path) -> list[str]:
@@ -45,12 +66,17 @@ def shared_paths(root: Path) -> list[str]:
 def test_an_index_through_the_server_and_the_cli_leaves_nothing_readable_by_others(tmp_path: Path):
     data = tmp_path / "data"
     api, web = make_project(tmp_path / "src" / "api"), make_project(tmp_path / "src" / "web")
+    remote = Remote(tmp_path / "remote")
+    (remote.work / "run.sh").write_text("#!/bin/sh\necho run\n")
+    (remote.work / "run.sh").chmod(0o755)  # an executable: the archive says 0755
+    remote.commit({"src/shop/cart.py": "def add_to_cart(cart, item):\n    cart.append(item)\n",
+                   "README.md": "# Shop\n"}, "first")
     group = ProcessGroup(tmp_path / "logs")
     port = free_port()
     try:
         server = group.spawn("server", under_umask_022([PY, "-m", "fathom.server", "--port", str(port),
                                                         "--data-dir", str(data)]),
-                             env={**ENV, "FATHOM_ADMIN_TOKEN": ADMIN})
+                             env={**ENV, "FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_GIT_REMOTES": remote.file_url})
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/health", proc=server)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60) as admin:
@@ -61,6 +87,17 @@ def test_an_index_through_the_server_and_the_cli_leaves_nothing_readable_by_othe
             assert done["state"] == "done", done
             # An MCP token (its hash) and an audit line: more files the server writes there.
             assert admin.post("/admin/tokens", json={"name": "alice"}).status_code in (200, 201)
+            added = admin.post("/admin/projects/git", json={"name": "shop", "url": remote.file_url,
+                                                            "branches": ["main"]}, timeout=300)
+            assert added.status_code == 200, added.text
+        group.stop()
+        after = {"server": too_wide(data)}
+        serve = group.spawn("serve", under_umask_022([PY, "-m", "fathom.cli", "--data-dir", str(data), "serve",
+                                                      "--port", str(free_port())]), env=ENV)
+        wait_until(lambda: "fathom MCP (streamable HTTP) on" in serve.output(), "fathom serve to start",
+                   procs=[serve])
+        group.stop()
+        after["serve"] = too_wide(data)
     finally:
         group.stop()
     cli = subprocess.run(under_umask_022([PY, "-m", "fathom.cli", "--data-dir", str(data), "index", str(web),
@@ -68,9 +105,11 @@ def test_an_index_through_the_server_and_the_cli_leaves_nothing_readable_by_othe
                          capture_output=True, text=True, timeout=300, env={**os.environ, **ENV})
     assert cli.returncode == 0, cli.stdout + cli.stderr
     written = {p.relative_to(data).parts[0] for p in data.rglob("*")}
-    assert {"lance", "audit.log", "admin.json", "mcp_tokens.json"} <= written, written
-    assert len(list((data / "lance").rglob("*.lance"))) >= 2  # both projects' tables are there
-    assert shared_paths(data) == []
+    assert {"lance", "audit.log", "admin.json", "mcp_tokens.json", "git", "serve_token.json"} <= written, written
+    assert len(list((data / "lance").rglob("*.lance"))) >= 3  # the three projects' tables are there
+    assert (data / "git" / "shop" / "trees" / "main" / "run.sh").is_file()
+    after["index"] = too_wide(data)
+    assert after == {"server": [], "serve": [], "index": []}
 
 
 def test_a_data_dir_left_readable_is_tightened_at_start_with_one_log_line(tmp_path: Path):

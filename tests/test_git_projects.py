@@ -756,28 +756,33 @@ def test_a_commit_is_written_out_as_it_streams_and_a_failed_archive_is_a_typed_e
     import tracemalloc
 
     from fathom.errors import FathomError
+    from fathom.index.git_export import GitLimits, Plan
     from fathom.index.git_source import Credentials, GitRepo
 
     big = "".join(f"row {i:08d} of a large generated file\n" for i in range(600_000))
     remote = Remote(tmp_path)
     commit = remote.commit({"data/big.txt": big, "src/app.py": "def app():\n    return 1\n"})
-    repo = GitRepo(tmp_path / "clone.git", remote.file_url, Credentials())
+    limits = GitLimits(max_file_bytes=30_000_000)
+    repo = GitRepo(tmp_path / "clone.git", remote.file_url, Credentials(), limits=limits)
     assert repo.fetch(["main"]) == {"main": commit}
     tree = tmp_path / "tree"
     tracemalloc.start()
     try:
-        written = repo.export(commit, tree)
+        written = repo.export(commit, tree).written
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert written == 2 and (tree / "data" / "big.txt").stat().st_size == len(big) > 23_000_000
     assert (tree / "src" / "app.py").read_text() == "def app():\n    return 1\n"
     assert peak < 4_000_000, f"{peak} bytes held while writing out a {len(big)}-byte file"
-    with pytest.raises(FathomError) as failed:
+    with pytest.raises(FathomError) as failed:  # its plan already: git cannot list its files
         repo.export("0" * 40, tmp_path / "other")
     assert "git failed" in str(failed.value) and "add the project again" in str(failed.value)
+    with pytest.raises(FathomError) as failed:  # the archive itself, when the plan was given
+        repo.export("0" * 40, tmp_path / "other", plan=Plan("0" * 40, {}, limits))
+    assert "git failed" in str(failed.value) and "add the project again" in str(failed.value)
     assert not any((tmp_path / "other").iterdir())
-    assert repo.export(commit, tree, ["src/app.py"]) == 1
+    assert repo.export(commit, tree, ["src/app.py"]).written == 1
 
 
 def test_a_crafted_tree_cannot_remove_or_write_outside_the_folder(tmp_path):

@@ -105,12 +105,15 @@ def test_no_auth_beyond_loopback_is_refused_before_anything_listens(tmp_path: Pa
     with socket.socket() as s:  # it never listened
         s.bind(("0.0.0.0", port))
     assert not (data / "serve_token.json").exists()
-    # An operator's token that is empty or short is refused as well.
-    empty, short = tmp_path / "empty", tmp_path / "short"
+    # An operator's token that is empty, short or guessable is refused as well, never echoed.
+    empty, short, weak = tmp_path / "empty", tmp_path / "short", tmp_path / "weak"
     empty.write_text("\n")
     short.write_text("fm_too-short\n")
-    for token_file, reason in ((empty, "is empty"), (short, "at least 24 characters")):
+    weak.write_text("fm_" + "ab" * 15 + "\n")
+    for token_file, reason in ((empty, "is empty"), (short, "is too short (12 characters; at least 24)"),
+                               (weak, "is too easy to guess")):
         done = subprocess.run([PY, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--port", str(port),
                                "--token-file", str(token_file)], capture_output=True, text=True, timeout=120,
                               env=clean_env())
         assert done.returncode == 2 and reason in " ".join(done.stderr.split()), done.stderr
+        assert "ababab" not in done.stdout + done.stderr

@@ -1,25 +1,30 @@
 """Hostile clients against the real server on 127.0.0.1: half-sent requests are closed within
-the header timeout, connections over the cap are refused at once, forwarded addresses are
-believed only from a named proxy, wrong tokens wait longer each time and are audited, refusals
-reach the audit log at a bounded rate, the log rotates and is read from its tail, secrets in a
-query string never reach it, MCP sessions answer only the token that opened them, an empty
-project list and a short operator token are refused, and the admin routes check the token
-themselves when mounted without the request guard.
+the header timeout, connections over the cap are refused at once, one address gets only its
+share of the cap while another is still served, forwarded addresses are believed only from a
+named proxy, wrong tokens wait longer each time and are audited, refusals reach the audit log at
+a bounded rate, the log rotates and is read from its tail, secrets in a query string never reach
+it, tokens in a query string or a header (JWTs included) never reach the server's log, MCP
+sessions answer only the token that opened them, an empty project list and a weak operator
+token (short, repeated, sequential, a keyboard walk, few characters or a phrase) are refused,
+and the admin routes check the token themselves when mounted without the request guard.
 
-Real uvicorn (with the server's own connection bounds, `server.connections`), real HTTP and raw
-sockets. Timing logic runs on injected clocks; the header-timeout tests wait on the real one,
-bounded (a 1 s timeout, 50 connections, a few seconds in all).
+Real uvicorn (with the server's own connection bounds, `server.connections`), real `fathom
+server` processes where a setting or the whole log is the point, real HTTP and raw sockets
+(from 127.0.0.2 and 127.0.0.3 too: any 127.x.y.z is this machine). Timing logic runs on
+injected clocks; the header-timeout tests wait on the real one, bounded (a 1 s timeout, 50
+connections, a few seconds in all), and the per-peer test opens 30 sockets, waiting at most 15 s
+for their refusals.
 """
-
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
-import os
+import re
+import select
 import socket
 import stat
-import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -31,11 +36,12 @@ import uvicorn
 
 from fathom.server.admin import AdminAuth, admin_router
 from fathom.server.audit import AuditLog, RefusalRate
-from fathom.server.connections import ConnectionLimits, uvicorn_config
+from fathom.server.connections import ConnectionLimits, peer_of, trusted, uvicorn_config
 from fathom.server.guard import RequestGuard, WrongTokenDelay
 from tests.admin_fixtures import AUTH, Operator, build_operator_app, operator  # noqa: F401
-from tests.fleet_fixtures import ADMIN, PY, free_port
+from tests.fleet_fixtures import ADMIN, JOIN, PY, ProcessGroup, free_port, wait_http, wait_until
 
+SCRAPE = "fs_test-scrape-Hn4vQ0tR8yWk2LpZ6xCm1BfJ"  # a chosen token is random (`server.token_strength`)
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
@@ -166,6 +172,74 @@ async def test_connections_over_the_cap_are_refused_at_once(tmp_path: Path):
         await asyncio.sleep(0.3)
         async with httpx.AsyncClient(base_url=url) as client:  # room again once they are gone
             assert (await client.get("/health")).status_code == 200
+
+
+def idle_socket(source: str, port: int) -> socket.socket:
+    """A connection to the server from `source` (any 127.x.y.z is this machine) that sends nothing."""
+    sock = socket.socket()
+    sock.bind((source, 0))
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    return sock
+
+
+def health_from(source: str, url: str) -> int:
+    with httpx.Client(transport=httpx.HTTPTransport(local_address=source), timeout=10) as client:
+        return client.get(f"{url}/health").status_code
+
+
+def test_one_peer_cannot_fill_the_connection_cap(tmp_path: Path):
+    """The attack: one address opens more idle sockets than the whole cap. Only its share is
+    taken in; the rest are refused at once, and another address is still served."""
+    group = ProcessGroup(tmp_path / "logs")
+    port, url = (port := free_port()), f"http://127.0.0.1:{port}"
+    server = group.spawn("server", [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(tmp_path / "data"),
+                                    "--no-watch"],
+                         env={"FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_JOIN_TOKEN": JOIN, "FATHOM_MAX_CONNECTIONS": "20",
+                              "FATHOM_MAX_CONNECTIONS_PER_PEER": "8", "FATHOM_HEADER_TIMEOUT_S": "120"})
+    sockets: list[socket.socket] = []
+    try:
+        # Ready, asked from a third address: nothing of 127.0.0.1's is open before the attack.
+        wait_until(lambda: server.popen.poll() is None and _status(lambda: health_from("127.0.0.3", url)) == 200,
+                   "the server", procs=[server])
+        sockets = [idle_socket("127.0.0.1", port) for _ in range(30)]  # more than the total cap of 20
+        answered: dict[socket.socket, bytes] = {}
+        deadline = time.monotonic() + 15  # bounded: a refusal is written as the socket is accepted
+        while len(answered) < 22 and time.monotonic() < deadline:
+            ready, _, _ = select.select([s for s in sockets if s not in answered], [], [], 0.5)
+            answered.update((s, s.recv(4096)) for s in ready)
+        assert len(answered) == 22, f"{len(answered)} of 30 refused: {set(answered.values())}"
+        assert all(a.startswith(b"HTTP/1.1 503") and b"this address holds too many" in a for a in answered.values())
+        # Another address is served; the eight taken in are live connections, served too.
+        assert health_from("127.0.0.2", url) == 200
+        held = [s for s in sockets if s not in answered]
+        held[0].sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert held[0].recv(4096).startswith(b"HTTP/1.1 200")
+        assert health_from("127.0.0.1", url) == 503  # the peer is still at its share
+        for s in held:
+            s.close()
+        wait_until(lambda: health_from("127.0.0.1", url) == 200, "room for 127.0.0.1 again", timeout=30)
+    finally:
+        for s in sockets:
+            s.close()
+        group.stop()
+    # One warning names the setting, not one per refused socket.
+    warnings = [line for line in server.output().splitlines() if "refusing connections from 127.0.0.1" in line]
+    assert len(warnings) == 1 and "FATHOM_MAX_CONNECTIONS_PER_PEER" in warnings[0], warnings
+
+
+def _status(call: Any) -> int:
+    try:
+        return call()
+    except httpx.HTTPError:
+        return 0
+
+
+def test_a_peer_is_its_address_an_ipv6_host_its_64():
+    assert peer_of("127.0.0.2") == "127.0.0.2" and peer_of("::1") == "::1"
+    assert peer_of("2001:db8:1:2::5") == peer_of("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert peer_of("::ffff:203.0.113.9") == "203.0.113.9" and peer_of(None) is None
+    assert trusted("10.0.0.7", ["10.0.0.0/24"]) and trusted("127.0.0.1", ["*"]) and not trusted("10.0.1.7", ["10.0.0.7"])
 
 
 @pytest.mark.parametrize("forwarded, expected", [(None, "127.0.0.1"), ("127.0.0.1", "203.0.113.9")])
@@ -300,6 +374,62 @@ async def test_secrets_in_a_query_string_never_reach_the_audit_log(operator: Ope
                      "POST /admin/fleet/tokens?q=sk-or-***", "POST /admin/fleet/tokens?access_token=***&rebind=1"]
 
 
+def jwt(subject: str) -> str:
+    """A JWT's shape: base64url JSON header and claims, then a signature."""
+    def part(value: object) -> str:
+        text = value if isinstance(value, str) else json.dumps(value)
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+    return ".".join((part({"alg": "RS256", "kid": "k1"}), part({"sub": subject, "aud": "fathom"}),
+                     part(f"signature of {subject}")))
+
+
+def test_tokens_in_a_query_string_or_a_header_never_reach_the_server_log(tmp_path: Path):
+    """uvicorn's access log writes each request's path with its query string, and at DEBUG the
+    WebSocket handshake's headers: a client's token there is scrubbed, whatever the name it
+    travels under, from the log lines and the audit log alike."""
+    group = ProcessGroup(tmp_path / "logs")
+    port, data = free_port(), tmp_path / "data"
+    url = f"http://127.0.0.1:{port}"
+    server = group.spawn("server", [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data),
+                                    "--log-level", "DEBUG", "--no-watch"],
+                         env={"FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_JOIN_TOKEN": JOIN})
+    plain = {n: f"Zq8x7Kp2Lm9-{n}-W4tR" for n in ("code", "state", "key", "client", "pw", "sig", "token", "api", "cookie")}
+    tokens = {n: jwt(f"{n}-person") for n in ("access", "refresh", "id", "free", "proto")}
+    admin = {"Authorization": f"Bearer {ADMIN}"}
+    try:
+        wait_http(f"{url}/health", proc=server)
+        with httpx.Client(base_url=url, timeout=30) as http:
+            assert http.get(f"/mcp?access_token={tokens['access']}").status_code == 401
+            assert http.get(f"/health?code={plain['code']}&state={plain['state']}").status_code == 200
+            r = http.get(f"/admin/overview?api_key={plain['key']}&client_secret={plain['client']}&password={plain['pw']}"
+                         f"&sig={plain['sig']}&refresh_token={tokens['refresh']}&id_token={tokens['id']}", headers=admin)
+            assert r.status_code == 200
+            assert http.get(f"/health?q={tokens['free']}").status_code == 200  # under a name that says nothing
+            assert http.post(f"/admin/fleet/tokens?token={plain['token']}", headers=admin).status_code == 200
+        # A WebSocket handshake, its headers dumped at DEBUG: a browser passes its token in
+        # Sec-WebSocket-Protocol; others in a key header or a cookie.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(("GET /sidecar HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                          "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                          f"Sec-WebSocket-Protocol: {tokens['proto']}\r\nX-Api-Key: {plain['api']}\r\n"
+                          f"Cookie: session={plain['cookie']}\r\n\r\n").encode())
+            assert sock.recv(4096).startswith(b"HTTP/1.1 ")  # answered: the head was read and dumped
+    finally:
+        group.stop()
+    log, audit = server.output(), (data / "audit.log").read_text()
+    # The lines were written, each with its secret replaced.
+    assert 'GET /mcp?access_token=*** HTTP/1.1" 401' in log and "GET /health?code=***&state=*** HTTP/1.1" in log
+    assert "api_key=***&client_secret=***&password=***&sig=***&refresh_token=***&id_token=***" in log
+    assert "GET /health?q=eyJ*** HTTP/1.1" in log
+    assert "< sec-websocket-protocol: ***" in log and "< x-api-key: ***" in log and "< cookie: ***" in log
+    assert "POST /admin/fleet/tokens?token=***" in audit
+    for text in (log, audit):
+        for secret in (*plain.values(), *tokens.values(), ADMIN, JOIN):
+            assert secret not in text
+        assert "Zq8x7Kp2Lm9" not in text and not re.search(r"eyJ[\w-]{4,}", text)
+
+
 # ---------------------------------------------------------------------------- tokens and sessions
 
 
@@ -347,20 +477,46 @@ async def test_an_empty_project_list_is_refused_not_read_as_every_project(operat
     assert done.exit_code != 0 and "invalid project name" in done.output, done.output
 
 
-def test_a_short_operator_token_is_refused_at_start(tmp_path: Path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")}
-    env.update({"FATHOM_ADMIN_TOKEN": "a", "HF_HUB_OFFLINE": "1"})
-    done = subprocess.run([PY, "-m", "fathom.server", "--port", str(free_port()), "--data-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, env=env)
-    said = " ".join(done.stderr.split())
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "FATHOM_ADMIN_TOKEN is too short (1 characters; at least 24)" in said and "Traceback" not in said
-    assert "admin token" not in done.stdout  # nothing was issued
-    env["FATHOM_ADMIN_TOKEN"] = "a" * 24
-    env["FATHOM_JOIN_TOKEN"] = "short-join"
-    done = subprocess.run([PY, "-m", "fathom.server", "--port", str(free_port()), "--data-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120, env=env)
-    assert done.returncode == 2 and "FATHOM_JOIN_TOKEN is too short" in done.stderr and "short-join" not in done.stderr
+# What an operator might choose, and what the refusal says: the attack's repeated letter, a
+# sequence, a phrase, a keyboard walk, four letters over and over, and a short one.
+WEAK_TOKENS = [
+    ("FATHOM_ADMIN_TOKEN", "aaaaaaaaaaaaaaaaaaaaaaaa", "is too easy to guess: about 2^8 tries"),
+    ("FATHOM_ADMIN_TOKEN", "abcdef123456abcdef123456", "is too easy to guess: about 2^14 tries"),
+    ("FATHOM_ADMIN_TOKEN", "correct-horse-battery-staple-7Kq2", "is too easy to guess: 76 % of it is dictionary words"),
+    ("FATHOM_METRICS_TOKEN", "qwertyuiopasdfghjklzxcvbnm", "is too easy to guess: about 2^19 tries"),
+    ("FATHOM_JOIN_TOKEN", "acgtgtcagtacgtgcatgcatgcatcgtagc", "is too easy to guess: it uses only 4 different characters"),
+    ("FATHOM_JOIN_TOKEN", "short-join", "is too short (10 characters; at least 24)"),
+]
+
+
+def test_a_weak_operator_token_is_refused_at_start_and_a_strong_one_starts(tmp_path: Path):
+    data, group = tmp_path / "data", ProcessGroup(tmp_path / "logs")
+    strong = {"FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_JOIN_TOKEN": JOIN, "FATHOM_METRICS_TOKEN": SCRAPE}
+    argv = [PY, "-m", "fathom.server", "--data-dir", str(data), "--port"]
+    try:
+        for n, (setting, weak, reason) in enumerate(WEAK_TOKENS):
+            # The other tokens are strong: the weak one alone stops the start.
+            port = free_port()
+            proc = group.spawn(f"weak-{n}", [*argv, str(port)], env={**strong, setting: weak})
+            # Bounded, and failing at once if it starts instead of refusing.
+            wait_until(lambda: proc.popen.poll() is not None or _status(lambda: httpx.get(
+                f"http://127.0.0.1:{port}/health", timeout=2).status_code) == 200, "the start's end", timeout=120)
+            said = " ".join(proc.output().split())
+            assert proc.popen.poll() == 2, (setting, weak, said)
+            assert f"{setting} {reason}" in said and "secrets.token_urlsafe(32)" in said, said
+            assert weak not in said and "Traceback" not in said  # never the token itself
+            assert "admin token" not in said  # nothing was issued...
+            assert not (data / "admin.json").exists() and not (data / "fleet.json").exists()  # ...nor written
+        # Strong tokens start the server, and each opens what it is for.
+        port = free_port()
+        proc = group.spawn("strong", [*argv, str(port)], env=strong)
+        url = f"http://127.0.0.1:{port}"
+        wait_http(f"{url}/health", proc=proc)
+        assert httpx.get(f"{url}/admin/overview", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 200
+        assert httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {SCRAPE}"}).status_code == 200
+    finally:
+        group.stop()
+    assert "admin token (shown once)" not in proc.output() and ADMIN not in proc.output()
 
 
 # ---------------------------------------------------------------------------- both layers

@@ -23,7 +23,7 @@ from fathom.fleet.command import main as sidecar_main
 from fathom.server.mcp_http import standalone_app
 from tests.fleet_fixtures import PY, ProcessGroup, free_port, spawn_sidecar, wait_http, wait_until
 
-TOKEN = "fm_serve-test-token-0123456789"
+TOKEN = "fm_serve-test-59v6C5Q4dflnf36eVTCaqeGfZkBwh88X"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
@@ -189,7 +189,7 @@ def test_rotation_prints_a_fresh_token_once_and_the_old_one_stops_working(tmp_pa
         stop(rotated)
 
         # With FATHOM_ADMIN_TOKEN set, a rotation makes that one the only admin token.
-        chosen = "fa_chosen-by-the-operator-0123456789"
+        chosen = "fa_chosen-by-the-operator-9-9_4v6ypkkg6NnHyoHVG-JOgzw7eXKV"
         by_env, printed = run("by-env", "--rotate-admin-token", env={"FATHOM_ADMIN_TOKEN": chosen})
         assert printed == {} and "FATHOM_ADMIN_TOKEN is now the only admin token" in by_env.output()
         assert overview(new["admin"]) == 401 and overview(chosen) == 200

@@ -235,6 +235,10 @@ def skipped_files(skipped: dict[str, int], skipped_dirs: dict[str, list[str]]) -
     return {reason: n for reason, n in out.items() if n > 0}
 
 
+def _first_paths(paths: list[str], limit: int = 8) -> str:
+    return ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
 def print_report(report) -> None:
     table = Table(title=f"indexed {report.project}", show_header=False, box=None)
     table.add_column(style="bold")
@@ -265,9 +269,13 @@ def print_report(report) -> None:
         table.add_row("skipped folders", folders)
     secrets = getattr(report, "secrets", None)
     if secrets:
-        shown = ", ".join(secrets[:8]) + (f" and {len(secrets) - 8} more" if len(secrets) > 8 else "")
-        table.add_row("secrets", f"{shown} (left out: credentials by name or content; take one "
-                                 f"back with a `!path` line in .fathomignore)")
+        table.add_row("secrets", f"{_first_paths(secrets)} (left out: credential files by name; "
+                                 f"take one back with a `!path` line in .fathomignore)")
+    redacted = getattr(report, "redacted", None)
+    if redacted:
+        table.add_row("redacted", f"{len(redacted)} files had secrets redacted "
+                                  f"({_first_paths(redacted)}): their code is indexed, each "
+                                  f"value reads [REDACTED:<rule>]")
     notes = getattr(report, "notes", None)
     if notes:
         table.add_row("kept, noted", ", ".join(f"{kind} {n}" for kind, n in sorted(notes.items())))

@@ -20,6 +20,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from fathom.index.walking.reasons import TOO_LARGE
+
 projects_app = typer.Typer(help="List indexed projects, or add and refresh projects from git.",
                            invoke_without_command=True, no_args_is_help=False)
 _cli: dict[str, Any] = {}
@@ -72,6 +74,17 @@ def _branches(report: dict[str, Any], title: str) -> Table:
     return table
 
 
+def _print_branches(report: dict[str, Any], title: str) -> None:
+    """The branches' table, then the files each left unwritten as too large, by name."""
+    _cli["out"].print(_branches(report, title))
+    for branch, r in report.items():
+        if r.get("too_large"):
+            count = (r.get("skipped") or {}).get(TOO_LARGE, len(r["too_large"]))
+            _cli["err"].print(Text(f"{branch}: {count} file(s) larger than FATHOM_GIT_MAX_FILE_BYTES "
+                                   f"not written out nor indexed: {', '.join(r['too_large'][:10])}"
+                                   + (" …" if count > 10 else ""), style="yellow"))
+
+
 @projects_app.command("add")
 def add(
     ctx: typer.Context,
@@ -93,7 +106,7 @@ def add(
     added = _do(ctx, server, "adding a git project", "POST", "/admin/projects/git",
                 {"name": name, "url": git, "branches": branch or [], "poll_s": poll},
                 lambda g: g.add(name, git, branch or [], poll_s=poll))
-    out.print(_branches(added["reports"], f"{name} from {added['url']}"))
+    _print_branches(added["reports"], f"{name} from {added['url']}")
     out.print(f"default branch: {added['default']}")
     out.print(Text("webhook: ", style="bold") + Text(f"POST {added['webhook']} (content type "
                                                       f"application/json)"))
@@ -108,7 +121,7 @@ def track(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git 
     """Index one more branch (only what differs from the default branch is stored)."""
     report = _do(ctx, server, "tracking a branch", "POST", _at(name, "branches"), {"branch": branch},
                  lambda g: g.track(name, branch))
-    _cli["out"].print(_branches({branch: report}, f"{name}: {branch} tracked"))
+    _print_branches({branch: report}, f"{name}: {branch} tracked")
 
 
 @projects_app.command("untrack")
@@ -127,4 +140,4 @@ def sync(ctx: typer.Context, name: Annotated[str, typer.Argument(help="The git p
     """Fetch, and re-index what changed on every tracked branch (by the diff of its commits)."""
     result = _do(ctx, server, "syncing a git project", "POST", _at(name, "sync"), None,
                  lambda g: g.sync(name))
-    _cli["out"].print(_branches(result["branches"], f"{name}: synced"))
+    _print_branches(result["branches"], f"{name}: synced")

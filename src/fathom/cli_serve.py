@@ -45,9 +45,6 @@ def register(app: typer.Typer, *, out: Console, err: Console, settings: Callable
     app.command()(mcp)
 
 
-# A token an operator chooses is refused below this length: a short one can be guessed.
-MIN_TOKEN_CHARS = 24
-
 NO_WATCH_HELP = ("Do not watch the projects' folders (their indexes then change only when "
                  "re-indexed). FATHOM_WATCH=0 does the same.")
 
@@ -95,12 +92,14 @@ def serve(
     The served projects' indexes follow their files as they change (unless --no-watch)."""
     import uvicorn
 
+    from fathom import logsafe
     from fathom.server.__main__ import listen
     from fathom.server.local import LocalDoor, local_routes, local_url
     from fathom.server.mcp_http import standalone_app
     from fathom.server.mcp_tools import build_mcp_server
     from fathom.server.warm import wait_for_encoder
 
+    logsafe.install()  # what uvicorn and the service log carries no token, key or JWT (`logsafe`)
     given = mcp_token(token_file)
     _check_serve_auth(host, given, no_auth=no_auth, rotate_token=rotate_token)
     settings = settings_of(ctx)
@@ -216,10 +215,16 @@ def mcp_token(token_file: Path | None) -> str | None:
         from fathom.config import Settings
 
         token = Settings.secret(Settings().mcp_token) or ""
-    if token and (len(token) < MIN_TOKEN_CHARS or any(c.isspace() for c in token)):
-        raise ConfigError(f"the MCP token must be at least {MIN_TOKEN_CHARS} characters without spaces; use a "
-                          f"long random string, e.g. fm_$(openssl rand -hex 32)")
-    return token or None
+    if not token:
+        return None
+    from fathom.server.token_strength import MAKE_ONE, check_chosen_token
+
+    setting = "FATHOM_MCP_TOKEN" if token_file is None else f"the token in {token_file}"
+    if any(c.isspace() for c in token):
+        raise ConfigError(f"{setting} holds a space: a token is one word; use a random one, e.g. "
+                          f"`{MAKE_ONE}`")
+    # Short, repetitive or word-made tokens are refused as the server's are (`server.token_strength`).
+    return check_chosen_token(setting, token, instead=None if token_file is None else "drop --token-file")
 
 
 def mcp(
@@ -229,10 +234,12 @@ def mcp(
     """Serve the MCP tools over stdio (for an MCP host that spawns fathom).
 
     The served projects' indexes follow their files as they change (unless --no-watch)."""
+    from fathom import logsafe
     from fathom.server.mcp_tools import build_mcp_server
     from fathom.server.warm import wait_for_encoder
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logsafe.install()  # stderr is the MCP host's log: no token, key or JWT reaches it (`logsafe`)
     fathom = fathom_of(ctx)
     watching = _watching(ctx, no_watch)
 

@@ -149,6 +149,10 @@ class Settings(BaseSettings):
     # (FATHOM_FORWARDED_ALLOW_IPS, comma-separated; none: the TCP peer is the client).
     header_timeout_s: float = Field(default=10.0, gt=0, le=600)
     max_connections: int = Field(default=1000, ge=1)
+    # The most of those one peer address (an IPv6 /64) may hold (FATHOM_MAX_CONNECTIONS_PER_PEER),
+    # so one client cannot take every slot; loopback addresses count each on their own, and a
+    # proxy named in FATHOM_FORWARDED_ALLOW_IPS only against the total.
+    max_connections_per_peer: int = Field(default=128, ge=1)
     forwarded_allow_ips: str = ""
     # The audit log (`server.audit`) rotates past this size (FATHOM_AUDIT_MAX_BYTES); three
     # older generations are kept.
@@ -168,6 +172,14 @@ class Settings(BaseSettings):
     git_token: SecretStr | None = None
     git_username: str = "x-access-token"
     git_timeout_s: float = Field(default=120.0, gt=0, le=3600)
+    # What a git project may write under the data dir (`fathom.index.git_export`): a file of a
+    # commit larger than FATHOM_GIT_MAX_FILE_BYTES is never written out (the walker reads none
+    # over 1 MB anyway), a branch whose other files pass FATHOM_GIT_MAX_TREE_BYTES is refused
+    # before any is written, and a fetch is stopped before the clone passes
+    # FATHOM_GIT_MAX_FETCH_BYTES. A repository of a few MB can hold GiBs of zeros.
+    git_max_file_bytes: int = Field(default=1_000_000, ge=1)
+    git_max_tree_bytes: int = Field(default=4 << 30, ge=1)
+    git_max_fetch_bytes: int = Field(default=10 << 30, ge=1 << 20)
     # Seconds a long-running command (`fathom watch`, `fathom mcp`) has to stop cleanly after
     # Ctrl-C or SIGTERM before its stop is forced (`fathom.stopping`).
     stop_grace_s: float = Field(default=10.0, gt=0, le=600)

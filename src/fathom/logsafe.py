@@ -1,10 +1,16 @@
 """Keeping secrets out of log records, whichever logger or handler they pass through.
 
 This module owns one guarantee: no log record emitted in a process that called `install()`
-carries anything shaped like an OpenRouter key (`sk-or-...`), a bearer credential (websockets
-dumps handshake headers, `Authorization` included, at DEBUG), one of Fathom's tokens (`fa_`,
-`fj_`, `fh_`, `fm_`, `fs_`) or a sidecar credential (`fsc_...`), and no WebSocket frame dump
-(websockets and uvicorn log every frame at DEBUG, payload included) carries frame content.
+carries anything shaped like an OpenRouter key (`sk-or-...`), a bearer credential or any other
+`Authorization` value (websockets dumps handshake headers at DEBUG), one of Fathom's tokens
+(`fa_`, `fj_`, `fh_`, `fm_`, `fs_`), a sidecar credential (`fsc_...`), a JWT (`eyJ….eyJ….sig`:
+an OAuth access or ID token, wherever it sits), or the value of a query parameter whose name
+says it holds a secret (`?access_token=`, `?code=`, `?api_key=`, `?client_secret=`, `?sig=`, …:
+uvicorn's access log writes each request's path with its query string, and a client may put a
+token there); and no WebSocket frame dump (websockets and uvicorn log every frame at DEBUG,
+payload included) carries frame content. `scrub` is the one place these shapes are known: the
+access log, the application's own logs (text or JSON lines) and the audit log (`server.audit`)
+all pass through it.
 It works at record creation (a record factory), so it covers loggers and handlers that did not
 exist yet when it was installed — pytest's capture, uvicorn's own handlers, a user's
 `logging.basicConfig` — which a per-handler filter would miss.
@@ -34,6 +40,23 @@ CREDENTIAL_RE = re.compile(r"\bfsc_[A-Za-z0-9_\-]+")
 # Fathom's own tokens wherever they appear, not only after "Bearer": admin (fa_), join (fj_),
 # host (fh_), MCP (fm_) and scrape (fs_) tokens, as issued (32 random bytes, URL-safe).
 TOKEN_RE = re.compile(r"\b(f[ajhms])_[A-Za-z0-9_\-]{16,}")
+# A JWT or JWE (OAuth access, refresh and ID tokens): base64url JSON header `eyJ…`, then dots.
+JWT_RE = re.compile(r"\beyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]{2,}(?:\.[A-Za-z0-9_\-]*)*")
+# Whatever scheme an `Authorization` header names (Basic, DPoP, token, …), as headers are dumped.
+AUTHORIZATION_RE = re.compile(r"(?i)\b((?:proxy-)?authorization:\s*[A-Za-z][\w-]*\s+)[^\s,;'\"]+")
+# Words that, inside a header's or a query parameter's name, say its value is a credential.
+_SECRET_NAME = r"(?:key|token|secret|passw(?:or)?d|pwd|auth|credential|signature|sig|session|cookie"
+# A dumped header (`< name: value`, `> name: value`: websockets logs a handshake's headers at
+# DEBUG, on the server and the sidecar) named like a credential: its value goes (an
+# `Authorization` value keeps its scheme, above). A browser's WebSocket client can pass a token
+# only in `Sec-WebSocket-Protocol`.
+SECRET_HEADER_RE = re.compile(rf"(?im)^([<>] (?!(?:proxy-)?authorization:)[\w-]*{_SECRET_NAME}"
+                              r"|sec-websocket-protocol)[\w-]*:[ \t]*)\S.*$")
+# A query parameter named like a secret: its value is never written, whatever it looks like (an
+# OAuth `code` or `state`, a `client_secret`, a signed URL's `sig`, `?key=`, `?access_token=`,
+# ...). The name may be percent-encoded or bracketed (`auth[token]`).
+SECRET_QUERY_RE = re.compile(rf"(?i)((?:^|[?&;\s])[\w.\-\[\]%]*{_SECRET_NAME}"
+                             r"|code|assertion|jwt|state|nonce|otp|ticket)[\w.\-\[\]%]*=)[^&;\s#'\"]*")
 
 # Loggers whose DEBUG frame dumps ("> TEXT '{...}' [n bytes]") would carry frame payloads:
 # command texts, and the key inside a config frame. Their frame lines are kept, content elided.
@@ -45,14 +68,11 @@ _installed = False
 
 
 def scrub(text: str) -> str:
-    """`text` with every key-shaped substring, bearer credential and sidecar credential replaced."""
+    """`text` with every key-shaped substring, credential, token, JWT and secret-named query
+    value replaced."""
+    text = SECRET_QUERY_RE.sub(r"\1***", AUTHORIZATION_RE.sub(r"\1***", SECRET_HEADER_RE.sub(r"\1***", text)))
     text = CREDENTIAL_RE.sub("fsc_***", BEARER_RE.sub(r"\1***", SECRET_RE.sub(REDACTED, text)))
-    return TOKEN_RE.sub(r"\1_***", text)
-
-
-def _needs_scrub(text: str) -> bool:
-    return bool(SECRET_RE.search(text) or BEARER_RE.search(text) or CREDENTIAL_RE.search(text)
-                or TOKEN_RE.search(text))
+    return JWT_RE.sub("eyJ***", TOKEN_RE.sub(r"\1_***", text))
 
 
 def _is_frame_dump(record: logging.LogRecord) -> bool:
@@ -71,8 +91,9 @@ def sanitize(record: logging.LogRecord) -> logging.LogRecord:
             message = record.getMessage()
         except Exception:  # a broken format string is logging's problem, not ours
             message = str(record.msg)
-        if _needs_scrub(message):
-            record.msg = scrub(message)
+        scrubbed = scrub(message)
+        if scrubbed != message:
+            record.msg = scrubbed
             record.args = ()
     if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
         # Format the traceback now, scrubbed; Formatter reuses exc_text instead of re-rendering.

@@ -10,8 +10,9 @@ tool specs, and the two rules that make them safe to hand to a model:
 * a tool reads only what the index would read: every file goes through the walker
   (`walker.read_one`, `walker.walk`) with the project's own selection, so gitignored,
   `.fathomignore`d and skipped files (`.env`, keys, the data dir, binaries) are refused to
-  `read_file`, left out of `list_dir` and never searched by `grep`, and no read takes more
-  than the walker's size limit (a 1 GiB file is refused unread, not loaded).
+  `read_file`, left out of `list_dir` and never searched by `grep`, key material in any other
+  file is read redacted (`[REDACTED:<rule>]`), and no read takes more than the walker's size
+  limit (a 1 GiB file is refused unread, not loaded).
 
 It refuses to write, execute or fetch anything, to follow a link out of the root, and to
 return unbounded output (every result is capped, and says when it was cut).
@@ -36,7 +37,16 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
 
 from fathom.errors import FathomError
-from fathom.index.walker import IGNORE_FILES, MAX_FILE_BYTES, ReadRefused, Selection, read_one, walk
+from fathom.index.walker import (
+    IGNORE_FILES,
+    MAX_FILE_BYTES,
+    ReadRefused,
+    Selection,
+    Tree,
+    Unreadable,
+    read_one,
+    walk,
+)
 
 # search(query, table, k) -> hits with .path .start_line .end_line .symbol .score .snippet
 Search = Callable[[str, str, int], Awaitable[list[Any]]]
@@ -147,7 +157,11 @@ class ProjectTools:
         parts = re.split(r"[\\/]+", raw)
         if ".." in parts:
             raise PathRefused(raw, "climbs out with '..'")
-        real = (self.root / raw).resolve(strict=False)
+        try:
+            real = (self.root / raw).resolve(strict=False)
+        except OSError as exc:  # a link swapped for a folder while it was read (EINVAL), a loop
+            raise ToolError(f"path {raw!r} cannot be resolved ({exc.strerror}): it is a link "
+                            f"loop or changed while it was read") from None
         if not real.is_relative_to(self.root):
             raise PathRefused(raw, "leads outside the project root through a symbolic link")
         return real
@@ -256,19 +270,29 @@ class ProjectTools:
     def _entries(self, real: Path) -> list[str]:
         out = []
         base = self.rel(real)
-        for entry in sorted(os.scandir(real), key=lambda e: e.name):
-            rel = entry.name if base == "." else f"{base}/{entry.name}"
-            if entry.name in IGNORE_FILES or not self.selection.admits(
-                    rel, is_dir=entry.is_dir(follow_symlinks=False)):
-                continue  # what a walk leaves out is not shown: not even its name
-            if entry.is_symlink():
-                target = Path(entry.path).resolve(strict=False)
-                inside = target.is_relative_to(self.root)
-                out.append(f"{entry.name} -> {'(inside)' if inside else '(outside the project: refused)'}")
-            elif entry.is_dir():
-                out.append(entry.name + "/")
-            else:
-                out.append(entry.name)
+        # Listed through the walker's descriptors, as a walk lists it: a folder swapped for a
+        # link after `folder` resolved it is refused, never listed from outside the root.
+        with Tree(self.root) as tree:
+            try:
+                listed = sorted(os.scandir(tree.folder([] if base == "." else base.split("/"))),
+                                key=lambda e: e.name)
+            except (Unreadable, OSError):
+                raise ToolError(f"refused: {base}/ cannot be listed (it is reached through a "
+                                f"symbolic link now, or unreadable)") from None
+            for entry in listed:
+                rel = entry.name if base == "." else f"{base}/{entry.name}"
+                if entry.name in IGNORE_FILES or not self.selection.admits(
+                        rel, is_dir=entry.is_dir(follow_symlinks=False)):
+                    continue  # what a walk leaves out is not shown: not even its name
+                if entry.is_symlink():
+                    target = (real / entry.name).resolve(strict=False)
+                    inside = target.is_relative_to(self.root)
+                    out.append(f"{entry.name} -> "
+                               f"{'(inside)' if inside else '(outside the project: refused)'}")
+                elif entry.is_dir():
+                    out.append(entry.name + "/")
+                else:
+                    out.append(entry.name)
         return out
 
     async def _grep(self, pattern: Any = None, path: Any = ".", ignore_case: Any = False) -> ToolOutcome:

@@ -4,16 +4,21 @@ What this module owns:
 
 * Checking a remote URL before anything is written: its scheme (https, http, ssh, scp-like
   `user@host:path`, file), no credentials inside it, and the operator's allow-list of remote
-  prefixes (`FATHOM_GIT_REMOTES`).
+  prefixes (`FATHOM_GIT_REMOTES`). A `file://` remote is also followed to what git would read
+  (links, a `gitdir:` file, `objects/info/alternates`: `fathom.index.git_local`), all of which
+  must lie inside an allowed folder by real path; git is then given that real folder. The
+  check is made again before every command that reads the remote, not only at the add.
 * Running `git` with a timeout, no terminal prompt, and the operator's credentials passed
   through the environment only (an SSH key file through `GIT_SSH_COMMAND`, an HTTPS token as
   an `http.extraHeader` through `GIT_CONFIG_*` variables): never on a command line another user
   could read in `ps`, never in a message, a log line or a file.
 * Telling git's failures apart as typed errors that name the fix (`GitUnreachable`,
   `GitAuthFailed`, `GitBranchMissing`), with every URL's userinfo and the token scrubbed.
-* A bare clone per project (no working tree), fetched branch by branch, and the files of a
-  commit written out (`git archive`, streamed into the folder as it comes: a repository of
-  any size costs a tar block of memory, not its size) — whole, or only the paths a diff names.
+* A bare clone per project (no working tree, no hooks, private modes whatever the umask),
+  fetched branch by branch within FATHOM_GIT_MAX_FETCH_BYTES, and the files of a commit
+  written out (`git archive`, streamed into the folder as it comes: a repository of any size
+  costs a tar block of memory, not its size) — whole, or only the paths a diff names — within
+  the per-file and per-tree bounds, 0600/0700 (`fathom.index.git_export`).
 
 What it refuses to do: speak any git protocol itself, keep a working tree, or index anything
 (`fathom.service.git_projects` decides what to index and when).
@@ -27,7 +32,6 @@ import os
 import re
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -37,17 +41,18 @@ from typing import IO, Any
 from urllib.parse import unquote, urlsplit
 
 from fathom.errors import ConfigError, FathomError
+from fathom.index import git_export
+from fathom.index.git_export import ATTRIBUTES, Exported, GitLimits, Plan, private_folder
+from fathom.index.git_local import reach
 from fathom.index.indexer import Discovery
 from fathom.index.walker import IGNORE_FILES
+from fathom.index.walking.roots import under_roots
 
 _SCP_LIKE = re.compile(r"^(?:[A-Za-z0-9._-]+@)?[A-Za-z0-9.-]+:(?!//)[^\s]+$")
 _TRANSPORT = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
 _USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@")
 _BRANCH = re.compile(r"^(?![/-])(?!.*//)(?!.*\.\.)(?!.*@\{)[A-Za-z0-9._/+-]{1,200}(?<![/.])$")
 SCHEMES = ("https", "http", "ssh", "git", "file")
-# Paths per `git archive` call: a diff of thousands of files is written out in slices, each
-# command line well under the system's limit.
-ARCHIVE_SLICE = 500
 
 
 class GitRemoteInvalid(ConfigError):
@@ -93,6 +98,13 @@ def check_branch(branch: object) -> str:
 
 
 def check_remote(url: object, allowed: Sequence[str]) -> str:
+    """The URL as given, once it is a git remote without credentials inside the allow-list
+    (for a `file://` remote, by the real paths git would read too: `local_repository`)."""
+    local_repository(_check_remote_text(url, allowed), allowed)
+    return str(url)
+
+
+def _check_remote_text(url: object, allowed: Sequence[str]) -> str:
     """The URL as given, once it is a git remote without credentials inside the allow-list.
 
     The allow-list is compared part by part, never as raw text: the scheme, user (when the
@@ -133,6 +145,40 @@ def check_remote(url: object, allowed: Sequence[str]) -> str:
             f"`https://github.com/myteam/`" + ("" if allowed else "; none is set, so no remote "
                                                                  "is allowed yet"))
     return url
+
+
+def local_repository(url: str, allowed: Sequence[str] | None) -> Path | None:
+    """For a `file://` remote, the real folder of the repository git would open there, once
+    everything git would read through (a link, a `gitdir:` file, a common folder, alternate
+    object folders) lies inside the real folder of an allowed `file://` entry; otherwise
+    GitRemoteNotAllowed naming FATHOM_GIT_REMOTES (`allowed` None: not checked). None for a
+    remote of another scheme, or when no repository is there (git says so itself). Git
+    ignores a file URL's host, so the entries' hosts do not matter here (the URL was compared
+    with them part by part before)."""
+    where = remote_parts(url)
+    if where[0] != "file":
+        return None
+    found = reach("/" + "/".join(where[4]))
+    if allowed is None:
+        return found.git_dir
+    roots = []
+    for entry in allowed:
+        try:
+            scheme, _, _, _, folders = remote_parts(entry.strip())
+        except ValueError:
+            continue
+        if scheme == "file":
+            roots.append(Path(os.path.realpath("/" + "/".join(folders))))
+    outside = [p for p in found.paths if not under_roots(p, roots)]
+    if outside:
+        raise GitRemoteNotAllowed(
+            f"git remote {scrub(url)} leads outside the folders FATHOM_GIT_REMOTES allows: git "
+            f"would read {outside[0]} (through a symbolic link, a `.git` file's `gitdir:`, a "
+            f"linked worktree's `commondir` or `objects/info/alternates`), and the allowed "
+            f"folders are {', '.join(map(str, roots)) or 'none'} once links are followed. Give "
+            f"the repository's own path inside an allowed folder, or have the operator add its "
+            f"real folder to FATHOM_GIT_REMOTES")
+    return found.git_dir
 
 
 _PORTS = {"https": 443, "http": 80, "ssh": 22, "git": 9418}
@@ -226,8 +272,26 @@ def _reason(stderr: str) -> str:
 class GitRepo:
     """One project's bare clone, and the `git` commands run on it or on its remote."""
 
-    def __init__(self, path: Path, url: str, credentials: Credentials, *, timeout_s: float = 120.0):
+    def __init__(self, path: Path, url: str, credentials: Credentials, *, timeout_s: float = 120.0,
+                 allowed: Sequence[str] | None = None, limits: GitLimits | None = None):
+        """`allowed`: the allow-list the remote is checked against before every command that
+        reads it (None: the caller vouches for the URL, as a test does)."""
         self.path, self.url, self.credentials, self.timeout_s = Path(path), url, credentials, timeout_s
+        self.allowed, self.limits = allowed, limits or GitLimits()
+
+    def remote(self) -> str:
+        """What git is given for the remote: a `file://` remote's real repository folder (so
+        the folder checked is the folder read), the URL as given otherwise. Checked against
+        the allow-list first, every time: a link placed in an allowed folder after the add
+        is refused at the next sync."""
+        if self.allowed is not None:
+            real = local_repository(_check_remote_text(self.url, self.allowed), self.allowed)
+        else:
+            try:
+                real = local_repository(self.url, None)
+            except ValueError:
+                real = None  # not a URL this module makes sense of: git says what it is
+        return real.as_uri() if real is not None else self.url
 
     # ---- running git
 
@@ -239,8 +303,9 @@ class GitRepo:
     def _command(self, args: Sequence[str], bare: bool) -> list[str]:
         # Every object fetched is checked by git itself (a tree entry `..` or `.git` refused);
         # zero-padded file modes, a harmless quirk of some old repositories, are let through.
+        # Whatever git creates in the clone is its user's alone (0600/0700), whatever the umask.
         cmd = ["git", "-c", "credential.helper=", "-c", "transfer.fsckObjects=true",
-               "-c", "fetch.fsck.zeroPaddedFilemode=ignore"]
+               "-c", "fetch.fsck.zeroPaddedFilemode=ignore", "-c", "core.sharedRepository=0600"]
         if bare:
             cmd += ["--git-dir", str(self.path)]
         return cmd + list(args)
@@ -251,10 +316,15 @@ class GitRepo:
             f"that the host is up and reachable from this server, or raise "
             f"FATHOM_GIT_TIMEOUT_S")
 
-    def git(self, *args: str, bare: bool = True, remote: bool = False) -> bytes:
-        """Run `git args…` (in the bare clone when `bare`); the failure as a typed error."""
+    def git(self, *args: str, bare: bool = True, remote: bool = False,
+            max_file_bytes: int | None = None) -> bytes:
+        """Run `git args…` (in the bare clone when `bare`; no file it writes larger than
+        `max_file_bytes`); the failure as a typed error."""
+        command = self._command(args, bare)
+        if max_file_bytes is not None:
+            command = git_export.file_size_limited(command, max_file_bytes)
         try:
-            done = subprocess.run(self._command(args, bare), capture_output=True,
+            done = subprocess.run(command, capture_output=True,
                                   env=self._env(), timeout=self.timeout_s, check=False)
         except subprocess.TimeoutExpired:
             raise self._timed_out() from None
@@ -325,7 +395,7 @@ class GitRepo:
 
     def remote_heads(self) -> dict[str, str]:
         """Branch -> commit on the remote (one round trip; no clone needed)."""
-        out = self.git("ls-remote", "--heads", "--", self.url, bare=False, remote=True)
+        out = self.git("ls-remote", "--heads", "--", self.remote(), bare=False, remote=True)
         heads = {}
         for line in out.decode("utf-8", "replace").splitlines():
             sha, _, ref = line.partition("\t")
@@ -335,7 +405,8 @@ class GitRepo:
 
     def remote_default(self) -> str | None:
         """The branch the remote's HEAD names, when it says."""
-        out = self.git("ls-remote", "--symref", "--", self.url, "HEAD", bare=False, remote=True)
+        out = self.git("ls-remote", "--symref", "--", self.remote(), "HEAD", bare=False,
+                       remote=True)
         m = re.search(rb"^ref: refs/heads/(\S+)\tHEAD", out, re.M)
         return check_branch(m.group(1).decode("utf-8", "replace")) if m else None
 
@@ -352,18 +423,41 @@ class GitRepo:
     # ---- the bare clone
 
     def ensure(self) -> None:
-        """The bare clone, made empty the first time (objects come with `fetch`)."""
-        if (self.path / "HEAD").exists():
-            return
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.git("init", "--bare", "--quiet", str(self.path), bare=False)
+        """The bare clone, made empty the first time (objects come with `fetch`; no hooks:
+        the template is empty), and its attributes that keep an archive to the blobs' bytes
+        (`git_export.ATTRIBUTES`), written again when a clone made before lacks them."""
+        if not (self.path / "HEAD").exists():
+            private_folder(self.path)
+            self.git("init", "--bare", "--quiet", "--template=", str(self.path), bare=False)
+        attributes = self.path / "info" / "attributes"
+        if not attributes.is_file() or attributes.read_text() != ATTRIBUTES:
+            private_folder(attributes.parent)
+            attributes.write_text(ATTRIBUTES)
+            os.chmod(attributes, git_export.FILE_MODE)
 
     def fetch(self, branches: Sequence[str]) -> dict[str, str]:
-        """Fetch the branches (and tags); branch -> its commit now."""
+        """Fetch the branches (and tags); branch -> its commit now. No file git writes may
+        pass the room the clone has left under FATHOM_GIT_MAX_FETCH_BYTES, and every object
+        comes in one pack (never thousands of loose files). Git's housekeeping (repacking the
+        packs fetches leave) runs after, outside that limit: under it, a repack of a clone
+        bigger than the room left would die half-written."""
+        remote = self.remote()
         self.ensure()
+        room = self.limits.max_fetch_bytes - git_export.folder_bytes(self.path)
+        if room <= 0:
+            raise git_export.fetch_too_large(scrub(self.url), self.limits)
         specs = [f"+refs/heads/{b}:refs/remotes/origin/{b}" for b in branches]
-        self.git("fetch", "--quiet", "--prune", "--no-write-fetch-head", "--", self.url, *specs,
-                 "+refs/tags/*:refs/tags/*", remote=True)
+        try:
+            self.git("-c", "fetch.unpackLimit=1", "-c", "transfer.unpackLimit=1", "-c",
+                     "maintenance.auto=false", "fetch", "--quiet", "--prune",
+                     "--no-write-fetch-head", "--", remote, *specs, "+refs/tags/*:refs/tags/*",
+                     remote=True, max_file_bytes=room)
+        except FathomError:
+            if git_export.clear_partial_fetch(self.path, room):
+                raise git_export.fetch_too_large(scrub(self.url), self.limits) from None
+            raise
+        with contextlib.suppress(FathomError):  # a failed repack leaves the packs as they were
+            self.git("-c", "gc.autoDetach=false", "gc", "--auto", "--quiet")
         return {b: self.resolve(f"refs/remotes/origin/{b}") for b in branches}
 
     def resolve(self, ref: str) -> str:
@@ -381,25 +475,32 @@ class GitRepo:
         out = self.git("diff", "--name-status", "--no-renames", "-z", old, new, "--")
         return parse_changes(out, new)
 
-    def export(self, commit: str, folder: Path, paths: Sequence[str] | None = None) -> int:
-        """Write the files of `commit` into `folder` (all of them, or only `paths`); returns how
-        many were written. Paths pass tar's `data` filter: nothing lands outside the folder, no
-        device files; a link leaving it is skipped (the repository's other files still come)."""
-        folder.mkdir(parents=True, exist_ok=True)
-        if paths is not None and not paths:
-            return 0
-        slices = [None] if paths is None else [list(paths[i:i + ARCHIVE_SLICE])
-                                               for i in range(0, len(paths), ARCHIVE_SLICE)]
-        written = 0
-        for part in slices:
+    def plan(self, commit: str) -> Plan:
+        """Every blob of `commit` with its size, and this clone's bounds (nothing written)."""
+        out = self.git("ls-tree", "-r", "-l", "-z", "--full-tree", commit)
+        return Plan.parse(out, commit, self.limits)
+
+    def export(self, commit: str, folder: Path, paths: Sequence[str] | None = None, *,
+               plan: Plan | None = None) -> Exported:
+        """Write the files of `commit` into `folder` (all of them, or only `paths`): how many
+        were written, and the paths left out as larger than FATHOM_GIT_MAX_FILE_BYTES (never
+        asked of git). A commit whose files pass FATHOM_GIT_MAX_TREE_BYTES is refused before
+        anything is written. Paths pass tar's `data` filter: nothing lands outside the folder,
+        no device files; a link leaving it is skipped (the repository's other files still
+        come). Files are written 0600 and folders 0700, whatever the archive says."""
+        plan = plan or self.plan(commit)
+        plan.check(scrub(self.url))
+        private_folder(folder)
+        done = Exported(too_large=plan.too_large(paths))
+        written_bytes = 0
+        for part in plan.pathspecs(paths):
             args = ["archive", "--format=tar", commit] + (["--", *part] if part else [])
             # A stream (`r|`): each member is written as it arrives, in the archive's order.
-            with self.streamed(*args) as out, tarfile.open(fileobj=out, mode="r|") as tar:
-                for member in tar:
-                    if not member.isdir():
-                        tar.extract(member, folder, filter=_inside)
-                        written += 1
-        return written
+            with self.streamed(*args) as out:
+                written_bytes = git_export.write_archive(out, folder, plan, done,
+                                                         remote=scrub(self.url),
+                                                         written_bytes=written_bytes)
+        return done
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
@@ -430,13 +531,6 @@ def diff_paths(changes: Sequence[Change]) -> list[str] | None:
     return [c.path for c in changes]
 
 
-def _inside(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
-    try:
-        return tarfile.data_filter(member, dest)
-    except tarfile.FilterError:
-        return None  # a link out of the tree, an absolute path: not written
-
-
 def check_tree_path(path: str, commit: str) -> str:
     """`path` when it is a relative path of plain names (no empty, `.` or `..` part, no
     absolute path); GitTreeUnsafe naming `commit` otherwise."""
@@ -456,10 +550,11 @@ def parse_changes(out: bytes, commit: str) -> list[Change]:
             for status, path in zip(fields[0::2], fields[1::2], strict=False) if status]
 
 
-def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Change]) -> None:
+def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Change]) -> Exported:
     """Bring `folder` (the files of an older commit) to `commit`: write what changed, remove
-    what is gone, and prune folders left empty. Every path is checked to lie inside `folder`
-    before anything is removed or written."""
+    what is gone (and the older version of a file now too large to write), and prune folders
+    left empty. Every path is checked to lie inside `folder`, and the commit against its
+    bounds, before anything is removed or written."""
     root = folder.resolve()
     for c in changes:
         check_tree_path(c.path, commit)
@@ -467,13 +562,16 @@ def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Ch
         if not target.parent.resolve().is_relative_to(root):
             raise GitTreeUnsafe(f"commit {commit[:40]} names the path {scrub(c.path)[:120]!r}, "
                                 f"which leads outside {folder} through a link: nothing was removed")
+    plan = repo.plan(commit)
+    plan.check(scrub(repo.url))
+    too_large = set(plan.too_large(c.path for c in changes if not c.gone))
     for c in changes:
         target = folder / c.path
-        if c.gone and (target.is_file() or target.is_symlink()):
+        if (c.gone or c.path in too_large) and (target.is_file() or target.is_symlink()):
             target.unlink()
             parent = target.parent.resolve()
             while parent != root and parent.is_relative_to(root) and parent.is_dir() \
                     and not any(parent.iterdir()):
                 parent.rmdir()
                 parent = parent.parent
-    repo.export(commit, folder, [c.path for c in changes if not c.gone])
+    return repo.export(commit, folder, [c.path for c in changes if not c.gone], plan=plan)

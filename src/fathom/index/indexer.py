@@ -41,12 +41,11 @@ is given), or read the filesystem itself beyond what the walker returns.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 import threading
 import time
 import uuid
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -58,7 +57,9 @@ import numpy as np
 
 from fathom.errors import ConfigError, FathomError, failure_of
 from fathom.index.chunk import Chunk
-from fathom.index.chunking import EstimatedTokens, TokenCounter, chunk_file, fit_tokens
+from fathom.index.chunk_cache import SHARED as _CHUNKS
+from fathom.index.chunk_cache import ChunkCache, chunk_and_fit
+from fathom.index.chunking import EstimatedTokens, TokenCounter
 from fathom.index.store import TABLE_KINDS, Slot, Store, UnknownProject
 from fathom.inference.provider import Provider
 from fathom.space import Provenance, Space
@@ -169,6 +170,7 @@ class IndexReport:
     split: int = 0  # chunks cut further to fit the encoder's token limit
     max_tokens: int | None = None  # that limit; None: sized in characters only
     secrets: list[str] = field(default_factory=list)  # files left out as `secret`, by path
+    redacted: list[str] = field(default_factory=list)  # files indexed with key material redacted
 
 
 class Job:
@@ -251,42 +253,6 @@ class Discovered:
     secrets: list[str] = field(default_factory=list)  # files left out as `secret`, by path
 
 
-class ChunkCache:
-    """The chunks of files already chunked, by (path, text): a sync after an edit re-parses
-    the edited files only. Bounded by the text it holds; least recently used goes first."""
-
-    def __init__(self, max_chars: int = 64 << 20):
-        self.max_chars = max_chars
-        self._items: OrderedDict[tuple[str, str, str], tuple[int, list[Chunk], int]] = OrderedDict()
-        self._chars = 0
-        self._lock = threading.Lock()
-
-    def chunks(self, path: str, text: str, tokens: TokenCounter | None = None) -> tuple[list[Chunk], int]:
-        """The file's chunks and how many were cut to fit `tokens` (cached per tokenizer)."""
-        key = (path, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
-               tokens.key if tokens is not None else "")
-        with self._lock:
-            hit = self._items.get(key)
-            if hit is not None:
-                self._items.move_to_end(key)
-                return hit[1], hit[2]
-        chunks, split = chunk_and_fit(path, text, tokens)
-        with self._lock:
-            if key not in self._items:
-                self._items[key] = (len(text), chunks, split)
-                self._chars += len(text)
-            while self._chars > self.max_chars and len(self._items) > 1:
-                _, (n, _, _) = self._items.popitem(last=False)
-                self._chars -= n
-        return chunks, split
-
-
-def chunk_and_fit(path: str, text: str, tokens: TokenCounter | None) -> tuple[list[Chunk], int]:
-    chunks = chunk_file(path, text)
-    return fit_tokens(chunks, tokens) if tokens is not None and chunks else (chunks, 0)
-
-
-_CHUNKS = ChunkCache()
 
 
 class Discovery:
@@ -330,16 +296,25 @@ class Discovery:
         return dict(self._survey.result.notes) if self._survey is not None else {}
 
     @property
-    def secrets(self) -> list[str]:
-        """The files left out as credentials (by name or by what they hold), by path."""
+    def secrets(self) -> list[str]:  # credential files left out whole (by name), by path
         return sorted(self._survey.result.secrets) if self._survey is not None else []
 
-    def __iter__(self) -> Iterator[Chunk]:
-        from fathom.index.walker import WalkCancelled
+    @property
+    def redacted(self) -> list[str]:  # files indexed with their key material redacted, by path
+        return sorted(self._survey.result.redacted) if self._survey is not None else []
 
+    def __iter__(self) -> Iterator[Chunk]:
         if self._survey is None:
             self.survey()
         listed = self._survey
+        try:
+            yield from self._read(listed)
+        finally:
+            listed.close()  # the folder descriptors the reads held
+
+    def _read(self, listed: Any) -> Iterator[Chunk]:
+        from fathom.index.walker import WalkCancelled
+
         for candidate in listed.candidates:
             if self.cancel is not None and self.cancel.is_set():
                 raise WalkCancelled(self.root)
@@ -546,7 +521,7 @@ class Indexer:
             tables=tables, providers=dict(run.providers), carried=run.carried,
             skipped_dirs=found.skipped_dirs, notes=found.notes,
             split=found.split, max_tokens=tokens.limit if tokens is not None else None,
-            secrets=found.secrets,
+            secrets=found.secrets, redacted=found.redacted,
         )
 
     def _rows(self, project: str) -> dict[str, int]:

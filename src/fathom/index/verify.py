@@ -13,17 +13,18 @@ The checks, per active table:
   and its chunk id the hash of its path, lines and content hash;
 * the full-text index exists and answers (`fts-missing`): without it every query silently
   becomes vector-only;
-* no row holds a credential (`secrets`): rows of a file the walker now leaves out as a secret
-  (by its name, or key material in a row's text), written by a build without that rule. They
-  are reported by project, path and count, never by content; a file the project takes back
-  with a `!path` line in its `.fathomignore` is not reported.
+* no row holds a credential (`secrets`): rows of a credential file the walker now leaves out
+  by its name, or rows whose text holds key material the walker now redacts, written by a
+  build without that rule. They are reported by project, path and count, never by content; a
+  file the project takes back with a `!path` line in its `.fathomignore` is not reported.
 
 The repairs: a garbled state.json is rebuilt from the tables on disk (the newest table of each
 kind becomes a resumable shadow, so the next `fathom index` embeds only what is missing); a
 table that cannot be read is set aside (the next `fathom index` rebuilds it); duplicate ids keep
 their one healthy row; rows whose identity is broken are deleted (the next index re-adds them
 from the files); the rows of a file that holds a secret are deleted, every row of that path in
-every table (the walker leaves the whole file out, so the next index does not bring them back);
+every table (the next index leaves a credential file out, and brings any other file back with
+its key material redacted);
 bad vectors are re-embedded from the stored text by an encoder the gate has
 cleared for the table, written through the store's clearance check like any other row; the
 full-text and vector indexes are rebuilt.
@@ -190,7 +191,7 @@ def check_project(store: Store, project: str, *,
             out.problems.append(Problem(
                 project, table, SECRETS,
                 f"{len(secret_rows)} rows of {len(paths)} files hold credentials ({shown}): "
-                f"indexed before secrets were left out", secret_rows, paths=paths))
+                f"indexed before secrets were left out or redacted", secret_rows, paths=paths))
         if isinstance(store, LanceStore):
             fts = _fts_problem(store, project, table)
             if fts:
@@ -199,8 +200,8 @@ def check_project(store: Store, project: str, *,
 
 
 def _holds_secret(path: str, text: str | None, taken_back: Callable[[str], bool] | None) -> bool:
-    """Whether a row is one the walker would leave out now: a credential file by name, or a
-    text with key material (a row is a chunk; one chunk with a key condemns its file)."""
+    """Whether a row is one the walker would not write now: of a credential file by name, or
+    a text with key material it would redact (one such chunk condemns its file's rows)."""
     if not (secret_by_name(path) or (text is not None and find_secret(text, path) is not None)):
         return False
     return taken_back is None or not taken_back(path)
@@ -280,8 +281,8 @@ async def repair_project(fathom: Repairer, check: ProjectCheck) -> None:
 
 
 def _remove_files(store: Store, project: str, paths: list[str]) -> str:
-    """Every row of these files, in every table of the project: the walker leaves such a file
-    out whole, so the rows without the key go too (they are the rest of the same file)."""
+    """Every row of these files, in every table of the project: the rows without the key go
+    too, so that no half of a file is left for the next index to reconcile."""
     removed = 0
     for table in TABLE_KINDS:
         if store.space_of(project, table) is None:
@@ -289,8 +290,9 @@ def _remove_files(store: Store, project: str, paths: list[str]) -> str:
         removed += store.delete(project, table, paths=paths)
         if isinstance(store, LanceStore):
             _purge(store, project, table)
-    return (f"deleted {removed} rows of {len(paths)} files; the next `fathom index` leaves them "
-            f"out (a `!path` line in .fathomignore takes one back)")
+    return (f"deleted {removed} rows of {len(paths)} files; the next `fathom index` leaves "
+            f"credential files out and indexes the others with their secrets redacted (a "
+            f"`!path` line in .fathomignore takes one back)")
 
 
 def _purge(store: LanceStore, project: str, table: str) -> None:

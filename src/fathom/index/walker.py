@@ -16,10 +16,14 @@ for the walk and for the watcher, which asks `Selection.admits(path)` of every c
 It trusts nothing on disk. Only regular files are opened (ignore files included): FIFOs,
 sockets and devices are skipped and counted, and the check is made on the opened descriptor
 (`O_NONBLOCK | O_NOFOLLOW`, then `fstat`), so a file swapped for a FIFO between the listing
-and the read cannot hang the walk. Every read is bounded in size and in time. A walk stops
-between entries when its `cancel` event is set. A file whose name is not valid UTF-8 is kept,
-under its name with the bad bytes escaped (`caf\\xe9.py`), and reported. System folders
-(`/`, `/proc`, `/sys`, `/dev`, `/etc` by default) are refused as a root, even through a link.
+and the read cannot hang the walk. Nothing is opened by its path: every folder is opened by
+name through its parent's descriptor and every file through its folder's (`walking.tree`), so
+a folder swapped for a link between the listing and the read (`renameat2` exchanges them
+atomically) is refused as a link, never followed out of the project. Every read is bounded in
+size and in time. A walk stops between entries when its `cancel` event is set. A file whose
+name is not valid UTF-8 is kept, under its name with the bad bytes escaped (`caf\\xe9.py`),
+and reported. System folders (`/`, `/proc`, `/sys`, `/dev`, `/etc` by default) are refused as
+a root, even through a link.
 
 A walk comes in two steps, so an indexer can stream a project of any size: `survey` lists the
 files it would read (names, sizes and the decisions by name, no file opened), and
@@ -33,11 +37,14 @@ through it. The caller's `extra_ignores` (the server's data dir inside a project
 every rule of the project, `.fathomignore` negations and `include` globs included.
 
 Secrets stay out: a credential file by its name (`.env`, `id_rsa`, `*.pem`, `.aws/`...) is not
-read, and a file whose text holds key material (`secrets.find_secret`, asked in the one step
-that reads and decodes a file, so every reader that goes through the walker gets it) is left
-out whole; both are counted as `secret` and named by path in `WalkResult.secrets`, never by
-content. Only a `.fathomignore` negation that names the file itself (`!config/test.env`, not
-a folder's `!config/`, not `.gitignore`, not an `include` glob) takes one back.
+read (counted as `secret`, named by path in `WalkResult.secrets`); in any other file, key
+material is redacted (`secrets.redact`, in the one step that reads and decodes a file, so every
+reader that goes through the walker gets the redacted text: the index, `read_code`'s check
+against the disk, the agents' `read_file` and `grep`). Each value becomes `[REDACTED:<rule>]`
+on the lines it held, so the code beside a key stays searchable at its own line numbers; the
+file is named by path in `WalkResult.redacted`, never quoted. Only a `.fathomignore` negation
+that names the file itself (`!config/test.env`, not a folder's `!config/`, not `.gitignore`,
+not an `include` glob) takes one back, whole and unredacted.
 
 Refuses: to follow symbolic links (a link can leave the project or loop), to chunk, and to
 guess at languages beyond `chunking.detect_language`.
@@ -60,7 +67,7 @@ from typing import Any
 
 from fathom.config import REFUSED_ROOTS
 from fathom.index.chunking import detect_language
-from fathom.index.secrets import find_secret, secret_by_name
+from fathom.index.secrets import find_secret, redact, secret_by_name
 from fathom.index.walking.names import (
     ALWAYS_SKIP_DIRS,
     BINARY_SUFFIXES,
@@ -76,7 +83,6 @@ from fathom.index.walking.read import (
     MAX_IGNORE_BYTES,
     READ_SECONDS,
     Unreadable,
-    lstat,
     read_regular,
 )
 from fathom.index.walking.reasons import (
@@ -117,6 +123,7 @@ from fathom.index.walking.selection import (
     Selection,
     SelectionOptions,
 )
+from fathom.index.walking.tree import Tree, WalkUnsupported
 
 # Every name the walker exported before its parts moved to `fathom.index.walking`.
 __all__ = [
@@ -125,9 +132,10 @@ __all__ = [
     "GENERATED", "GENERATED_MARKERS", "GENERATED_NAMES", "GENERATED_SUFFIXES", "GENERATED_TAG", "GITIGNORED",
     "IGNORED_DIR", "IGNORE_FILES", "ListedFile", "MAX_FILE_BYTES", "MAX_IGNORE_BYTES", "MINIFIED", "MISSING",
     "READ_SECONDS", "REFUSED_ROOTS", "RULES_FILE", "ReadRefused", "RefusedRoot", "Rules", "SECRET", "SLOW",
-    "SPECIAL", "SYMLINK", "Selection", "SelectionOptions", "SourceFile", "Survey", "TOO_LARGE", "UNREADABLE", "WalkCancelled",
-    "WalkResult", "check_root", "decode", "find_secret", "read_one", "read_regular", "resolve_roots",
-    "root_moved", "secret_by_name", "survey", "under_roots", "walk",
+    "SPECIAL", "SYMLINK", "Selection", "SelectionOptions", "SourceFile", "Survey", "TOO_LARGE", "Tree",
+    "UNREADABLE", "Unreadable", "WalkCancelled",
+    "WalkResult", "WalkUnsupported", "check_root", "decode", "find_secret", "read_one", "read_regular",
+    "resolve_roots", "root_moved", "secret_by_name", "survey", "under_roots", "walk",
 ]
 
 
@@ -158,6 +166,7 @@ class ListedFile:
     size: int  # bytes on disk when listed (0 if it could not be stat'ed; the read decides)
     escaped: bool = False  # its path had undecodable bytes, escaped in `rel`
     taken_back: bool = False  # a .fathomignore `!` line names it: read even if it holds a secret
+    names: tuple[str, ...] = ()  # its raw names from the root down, as it is opened (see Tree)
 
 
 # Its former name, kept for callers.
@@ -173,9 +182,10 @@ class WalkResult:
     # Folders left out whole, by reason: {"ignored-dir": ["node_modules", "web/dist"], ...}.
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)
     secrets: list[str] = field(default_factory=list)  # paths left out as `secret`, never content
+    redacted: list[str] = field(default_factory=list)  # paths kept with key material redacted
 
     def secret(self, rel: str) -> None:
-        """Count and name one file left out because it is, or holds, a credential."""
+        """Count and name one file left out because it is a credential file."""
         self.skipped[SECRET] += 1
         self.secrets.append(rel)
 
@@ -206,6 +216,7 @@ class Survey:
     candidates: list[ListedFile]
     result: WalkResult
     max_file_bytes: int = MAX_FILE_BYTES
+    tree: Tree | None = None  # the root as the listing opened it: files are read through it
 
     @property
     def bytes(self) -> int:
@@ -218,17 +229,27 @@ class Survey:
 
     def read(self, candidate: ListedFile) -> SourceFile | None:
         """The file as text, or None when its bytes refuse it (the reason is counted)."""
-        return _consider_file(candidate, self.max_file_bytes, self.result)
+        if self.tree is None:
+            self.tree = Tree(self.root)
+        return _consider_file(candidate, self.max_file_bytes, self.result, tree=self.tree)
+
+    def close(self) -> None:
+        """Close the descriptors the reads hold (a later read opens the same root again)."""
+        if self.tree is not None:
+            self.tree.close()
 
     def files(self, cancel: threading.Event | None = None) -> Iterator[SourceFile]:
         """Every indexable file, read one at a time; stops with `WalkCancelled` between two
         files once `cancel` is set."""
-        for candidate in self.candidates:
-            if cancel is not None and cancel.is_set():
-                raise WalkCancelled(self.root)
-            source = self.read(candidate)
-            if source is not None:
-                yield source
+        try:
+            for candidate in self.candidates:
+                if cancel is not None and cancel.is_set():
+                    raise WalkCancelled(self.root)
+                source = self.read(candidate)
+                if source is not None:
+                    yield source
+        finally:
+            self.close()
 
 
 def survey(
@@ -252,12 +273,21 @@ def survey(
     root = Path(root)
     result = WalkResult()
     selection = selection or Selection(root, include=include, extra_ignores=extra_ignores)
-    candidates = list(_walk_dir(root, "", selection.top(result.skipped), selection, result,
-                                cancel=cancel))
+    tree = Tree(root)
+    try:
+        top = selection.top(result.skipped, dir_fd=tree.root_fd())
+        candidates = list(_walk_dir(root, "", top, selection, result, cancel=cancel, tree=tree))
+    except Unreadable as exc:  # the root itself: nothing listed, as for any unreadable folder
+        result.skipped[exc.reason] += 1
+        candidates = []
+    except BaseException:
+        tree.close()
+        raise
+    tree.release()  # the reads open the folders they need again, through the root
     candidates.sort(key=lambda c: c.rel)
     for folders in result.skipped_dirs.values():
         folders.sort()
-    return Survey(root, candidates, result, max_file_bytes)
+    return Survey(root, candidates, result, max_file_bytes, tree)
 
 
 def walk(root: Path, *, cancel: threading.Event | None = None, **options: Any) -> WalkResult:
@@ -272,6 +302,7 @@ def walk(root: Path, *, cancel: threading.Event | None = None, **options: Any) -
     result.decoded_with_replacement.sort()
     result.escaped_names.sort()
     result.secrets.sort()
+    result.redacted.sort()
     return result
 
 
@@ -285,50 +316,70 @@ def read_one(root: Path, rel: str, *, selection: Selection | None = None,
     `Selection.directory` (with the ignore files of each folder in force), the file through
     `Selection.file` and the refusals by name, then the bytes through the walk's own read
     (`Survey.read`: bounded by `max_file_bytes`, decoded, judged). No link is followed on the
-    way. This is how anything outside a walk (the agents' file tools) reads a project file."""
+    way: every folder and the file are opened by name through the descriptor of the folder
+    above (`walking.tree`), so a folder swapped for a link meanwhile is refused as a link.
+    This is how anything outside a walk (the agents' file tools, `read_code`) reads a project
+    file."""
     root = Path(root)
     selection = selection or Selection(root, include=include, extra_ignores=extra_ignores)
     parts = [p for p in rel.split("/") if p and p != "."]
     if not parts or ".." in parts:
         raise ReadRefused(rel or ".", MISSING)
     rel = "/".join(parts)
-    scope = selection.scope(root, "", selection.top(), False)
-    here = root
-    for i, name in enumerate(parts[:-1]):
-        here = here / name
-        sub = "/".join(parts[: i + 1])
-        info = lstat(here)
-        if info is None or stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-            raise ReadRefused(rel, MISSING if info is None or not stat.S_ISLNK(info.st_mode)
-                              else SYMLINK)
-        reason, restricted = selection.directory(name, sub, str(here), scope)
+    with Tree(root) as tree:
+        scope = _folders_of_one(tree, selection, parts, rel)
+        name = parts[-1]
+        info = tree.stat(parts)
+        if info is None:
+            raise ReadRefused(rel, MISSING)
+        if stat.S_ISLNK(info.st_mode):
+            raise ReadRefused(rel, SYMLINK)
+        if not stat.S_ISREG(info.st_mode):
+            raise ReadRefused(rel, SPECIAL)
+        if name in IGNORE_FILES:
+            raise ReadRefused(rel, RULES_FILE)
+        reason, forced = selection.file(name, rel, scope)
+        taken_back = selection.taken_back(rel, scope)
+        if reason is None and not taken_back and secret_by_name(rel):
+            reason = SECRET
+        if reason is None and not forced:
+            reason = reason_by_name(name.lower())
         if reason is not None:
             raise ReadRefused(rel, reason)
-        scope = selection.scope(here, sub, scope, restricted)
-    name, path = parts[-1], here / parts[-1]
-    info = lstat(path)
-    if info is None:
-        raise ReadRefused(rel, MISSING)
-    if stat.S_ISLNK(info.st_mode):
-        raise ReadRefused(rel, SYMLINK)
-    if not stat.S_ISREG(info.st_mode):
-        raise ReadRefused(rel, SPECIAL)
-    if name in IGNORE_FILES:
-        raise ReadRefused(rel, RULES_FILE)
-    reason, forced = selection.file(name, rel, scope)
-    taken_back = selection.taken_back(rel, scope)
-    if reason is None and not taken_back and secret_by_name(rel):
-        reason = SECRET
-    if reason is None and not forced:
-        reason = reason_by_name(name.lower())
-    if reason is not None:
-        raise ReadRefused(rel, reason)
-    candidate = ListedFile(str(path), rel, info.st_size, taken_back=taken_back)
-    listed = Survey(root, [candidate], WalkResult(), max_file_bytes)
-    source = listed.read(candidate)
+        candidate = ListedFile(str(root.joinpath(*parts)), rel, info.st_size,
+                               taken_back=taken_back, names=tuple(parts))
+        listed = Survey(root, [candidate], WalkResult(), max_file_bytes, tree)
+        source = listed.read(candidate)
     if source is None:
         raise ReadRefused(rel, next(iter(listed.result.skipped), UNREADABLE))
     return source
+
+
+def _folders_of_one(tree: Tree, selection: Selection, parts: list[str], rel: str) -> Scope:
+    """The rules in force in the folder of the file at `parts`, each folder on the way judged
+    as a walk judges it and opened through the one above; `ReadRefused` at the first a walk
+    would not enter (a link, a missing or skipped folder)."""
+    try:
+        at = tree.root_fd()
+    except Unreadable as exc:
+        raise ReadRefused(rel, exc.reason) from None
+    scope = selection.scope(tree.root, "", selection.top(dir_fd=at), False, dir_fd=at)
+    for i, name in enumerate(parts[:-1]):
+        names = parts[: i + 1]
+        info = tree.stat(names)
+        if info is None or stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise ReadRefused(rel, MISSING if info is None or not stat.S_ISLNK(info.st_mode)
+                              else SYMLINK)
+        here, sub = tree.root.joinpath(*names), "/".join(names)
+        reason, restricted = selection.directory(name, sub, str(here), scope)
+        if reason is not None:
+            raise ReadRefused(rel, reason)
+        try:
+            at = tree.folder(names)
+        except Unreadable as exc:  # it became a link (or went) since it was looked at
+            raise ReadRefused(rel, exc.reason) from None
+        scope = selection.scope(here, sub, scope, restricted, dir_fd=at)
+    return scope
 
 
 def _display(name: str) -> str:
@@ -351,6 +402,7 @@ class _Folder:
     parent: Scope
     restricted: bool = False
     escaped: bool = False
+    names: tuple[str, ...] = ()  # raw names from the root down, as the tree opens it
 
 
 def _walk_dir(
@@ -363,6 +415,7 @@ def _walk_dir(
     *,
     cancel: threading.Event | None = None,
     escaped: bool = False,
+    tree: Tree,
 ) -> Iterator[ListedFile]:
     # An explicit stack, not recursion: a tree a thousand folders deep (generated fixtures,
     # a runaway script) is walked like any other instead of failing the whole project on
@@ -371,7 +424,7 @@ def _walk_dir(
     stack = [_Folder(directory, rel, parent, restricted, escaped)]
     while stack:
         folder = stack.pop()
-        children = list(_list_folder(folder, selection, result, cancel))
+        children = list(_list_folder(folder, selection, result, cancel, tree))
         for child in children:
             if isinstance(child, ListedFile):
                 yield child
@@ -379,12 +432,20 @@ def _walk_dir(
 
 
 def _list_folder(folder: _Folder, selection: Selection, result: WalkResult,
-                 cancel: threading.Event | None) -> Iterator[ListedFile | _Folder]:
-    """One folder's entries: the files a walk would read and the folders it enters."""
+                 cancel: threading.Event | None, tree: Tree) -> Iterator[ListedFile | _Folder]:
+    """One folder's entries: the files a walk would read and the folders it enters. The folder
+    is opened through its parent's descriptor: one swapped for a link since its parent was
+    listed is counted as a link, and nothing under it is listed."""
     directory, rel = folder.path, folder.rel
-    scope = selection.scope(directory, rel, folder.parent, folder.restricted, result.skipped)
+    prefix = str(directory)  # paths joined as strings: a Path per entry costs a walk ~10%
     try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        at = tree.folder(folder.names)
+        scope = selection.scope(directory, rel, folder.parent, folder.restricted,
+                                result.skipped, dir_fd=at)
+        entries = sorted(os.scandir(at), key=lambda e: e.name)
+    except Unreadable as exc:
+        result.skipped[exc.reason] += 1
+        return
     except OSError:
         result.skipped[UNREADABLE] += 1
         return
@@ -406,9 +467,11 @@ def _list_folder(folder: _Folder, selection: Selection, result: WalkResult,
         if is_dir:
             # A skipped directory is counted once, and named: walking node_modules to count
             # it costs more than indexing the project.
-            reason, inner = selection.directory(entry.name, child_rel, entry.path, scope)
+            path = f"{prefix}/{entry.name}"  # scandir of a descriptor names no folder
+            reason, inner = selection.directory(entry.name, child_rel, path, scope)
             if reason is None:
-                yield _Folder(Path(entry.path), child_rel, scope, inner, child_escaped)
+                yield _Folder(Path(path), child_rel, scope, inner, child_escaped,
+                              (*folder.names, entry.name))
             elif not scope.restricted:  # inside a skipped folder nothing more is named
                 result.skipped[reason] += 1
                 result.skipped_dirs.setdefault(reason, []).append(child_rel)
@@ -438,14 +501,15 @@ def _list_folder(folder: _Folder, selection: Selection, result: WalkResult,
             size = entry.stat(follow_symlinks=False).st_size
         except OSError:
             size = 0  # the read will say why
-        yield ListedFile(entry.path, child_rel, size, child_escaped, taken_back)
+        yield ListedFile(f"{prefix}/{entry.name}", child_rel, size, child_escaped, taken_back,
+                         (*folder.names, entry.name))
 
 
 def _consider_file(candidate: ListedFile, max_file_bytes: int,
-                   result: WalkResult) -> SourceFile | None:
+                   result: WalkResult, *, tree: Tree) -> SourceFile | None:
     rel = candidate.rel
     try:
-        raw = read_regular(candidate.path, max_file_bytes)
+        raw = _read_listed(candidate, max_file_bytes, tree)
     except Unreadable as exc:
         result.skipped[exc.reason] += 1
         return None
@@ -468,11 +532,13 @@ def _consider_file(candidate: ListedFile, max_file_bytes: int,
     if _minified(text):
         result.skipped[MINIFIED] += 1
         return None
-    if not candidate.taken_back and find_secret(text, rel) is not None:
-        # Left out whole: a chunk of the file without the key is still the file around it
-        # (a config's other passwords, the key's name and use). Named, never quoted.
-        result.secret(rel)
-        return None
+    if not candidate.taken_back:
+        # The values go, the code stays: every line where it was, so a chunk, a symbol, a
+        # search hit and `read_code` agree on line numbers with the file. Named, never quoted.
+        redacted = redact(text, rel)
+        if redacted.rules:
+            text = redacted.text
+            result.redacted.append(rel)
     language, table = detect_language(rel)
     source = SourceFile(path=rel, text=text, language=language, table=table, size=size, encoding=encoding)
     if source.lossy:
@@ -480,6 +546,17 @@ def _consider_file(candidate: ListedFile, max_file_bytes: int,
     if candidate.escaped:
         result.escaped_names.append(rel)
     return source
+
+
+def _read_listed(candidate: ListedFile, max_file_bytes: int, tree: Tree) -> bytes:
+    """A listed file's bytes, opened by name in its folder, that folder opened through the
+    tree's root descriptor: a folder on the way that is a link now refuses the read
+    (`SYMLINK`) instead of leading out of the project. What the listing saw of the file
+    itself (its inode) is not held against it: reached this way it lies in its folder under
+    the root, and a file saved over (a new inode, an editor's atomic save) between the
+    listing and the read is read as it is now."""
+    names = candidate.names or Path(candidate.path).relative_to(tree.root).parts
+    return read_regular(names[-1], max_file_bytes, dir_fd=tree.folder(names[:-1]))
 
 
 def _minified(text: str) -> bool:

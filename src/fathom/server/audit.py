@@ -18,9 +18,9 @@ Bounded, whatever clients send:
 
 Within a generation the file is append-only (`O_APPEND`, one write per entry), never rewritten.
 It refuses to hold a secret: callers pass names and request lines, never bodies; every field goes
-through the log scrubber anyway (a key or bearer-shaped string that slipped in is replaced before
-it reaches the disk), and a query string's secret-named values (`?key=…`, `?token=…`) are
-replaced whatever they look like.
+through the log scrubber anyway (`logsafe.scrub`: a key, token, JWT or credential that slipped in
+is replaced before it reaches the disk, and a query string's secret-named values, `?key=…`,
+`?access_token=…`, `?code=…`, are replaced whatever they look like).
 
 It refuses to decide what counts as an admin action: `server.guard` records every authenticated
 write to the admin API and every refused attempt of a token, the MCP endpoint records the tools
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -47,18 +46,6 @@ COMMAND_LINE = "server command line"
 DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 GENERATIONS = 3  # audit.log.1 .. audit.log.3 besides audit.log
 _TAIL_BLOCK = 64 * 1024
-
-# A query parameter whose name says it holds a secret: its value is never written, whatever it
-# looks like (the scrubber only knows the shapes of known keys and tokens).
-_SECRET_QUERY = re.compile(
-    r"(?i)((?:^|[?&;\s])[\w.\-\[\]]*(?:key|token|secret|passw(?:or)?d|pwd|auth|credential|signature|sig|session)"
-    r"[\w.\-\[\]]*=)[^&;\s]*")
-
-
-def scrub_request_line(text: str) -> str:
-    """`text` with secret-named query values and key- or token-shaped strings replaced."""
-    return scrub(_SECRET_QUERY.sub(r"\1***", text))
-
 
 @dataclass
 class _Bucket:
@@ -156,7 +143,7 @@ class AuditLog:
 
     def _append(self, who: str, what: str, outcome: str) -> dict[str, str]:
         entry = {"at": self._now().isoformat(timespec="seconds"), "who": scrub(who),
-                 "what": scrub_request_line(what), "outcome": scrub(outcome)}
+                 "what": scrub(what), "outcome": scrub(outcome)}
         line = (json.dumps(entry, ensure_ascii=False) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._rotate_for(len(line))

@@ -90,8 +90,11 @@ class IndexSummary(BaseModel):
     skipped_folders: dict[str, list[str]] = Field(default_factory=dict, description=(
         "folders left out whole, by reason (first 50 of each)"))
     secret_files: list[str] = Field(default_factory=list, description=(
-        "files left out because they are or hold credentials (first 50), by path; a "
-        "`!path` line in .fathomignore takes one back"))
+        "credential files left out whole by their name (first 50), by path; a `!path` line "
+        "in .fathomignore takes one back"))
+    redacted_files: list[str] = Field(default_factory=list, description=(
+        "files indexed with the key material in them redacted (first 50), by path: each value "
+        "reads `[REDACTED:<rule>]`, the code around it is searchable"))
     seconds: float | None = None
     code_chunks: int | None = None
     docs_chunks: int | None = None
@@ -102,7 +105,7 @@ def summary_of(r: IndexReport, job: Job) -> IndexSummary:
                         resumed=r.resumed, files=r.files, chunks=r.chunks, embedded=r.embedded,
                         reused=r.reused, carried=r.carried, deleted=r.deleted, skipped=r.skipped,
                         skipped_folders={k: v[:50] for k, v in r.skipped_dirs.items()},
-                        secret_files=r.secrets[:50], seconds=round(r.elapsed_s, 2),
+                        secret_files=r.secrets[:50], redacted_files=r.redacted[:50], seconds=round(r.elapsed_s, 2),
                         code_chunks=r.tables.get("code", 0), docs_chunks=r.tables.get("docs", 0))
 
 

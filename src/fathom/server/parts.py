@@ -7,13 +7,14 @@ index jobs pull from it. Two of any of them would be two truths, so a part hande
 (`ServerOptions`, what tests inject) must be the service's own. Parts not given are built from
 the settings: `Gate(data_dir)`, `CloudBudget(override=<the stored override>)`,
 `Fathom(settings)` (its model loads on first use), a `Router` over the registry with the gate's
-clearance. Tokens the operator chose in the environment must be long enough not to be guessed;
-each is kept only as a hash under the data dir.
+clearance. Tokens the operator chose in the environment must be strong enough not to be guessed
+(`server.token_strength`), all of them checked before anything is written; each is kept only as
+a hash under the data dir.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,8 @@ from fathom.server.auth import AdminAuth, ScrapeAuth
 from fathom.server.guard import Access, WrongTokenDelay
 from fathom.server.mcp_http import MCPEndpoint
 from fathom.server.metrics import Metrics
-from fathom.server.tokens import McpTokens, check_chosen_token
+from fathom.server.token_strength import check_chosen_token
+from fathom.server.tokens import McpTokens
 from fathom.service.jobs import IndexJobs
 
 
@@ -96,7 +98,7 @@ class ServerParts:
 def build_parts(settings: Settings, options: ServerOptions | None = None) -> ServerParts:
     """The server's parts, from `settings` and whatever `options` hands in."""
     logsafe.install()
-    options = options or ServerOptions()
+    options = _chosen_tokens(settings, options or ServerOptions())
     from fathom.datadir import open_data_dir
 
     open_data_dir(settings.data_dir)  # 0700, and tightened if an older one was not
@@ -139,11 +141,19 @@ def build_parts(settings: Settings, options: ServerOptions | None = None) -> Ser
                        wrong_tokens=options.wrong_tokens, owned=owned + ([oauth] if oauth is not None else []))
 
 
+def _chosen_tokens(settings: Settings, options: ServerOptions) -> ServerOptions:
+    """`options` with the tokens the operator chose in the environment, each refused if it could
+    be guessed (`WeakToken`), all before anything is written; tokens handed in are the caller's."""
+    def chosen(name: str, given: str | None) -> str | None:
+        return given or check_chosen_token(Settings.env_name(name), settings.secret(getattr(settings, name)))
+
+    return replace(options, admin_token=chosen("admin_token", options.admin_token),
+                   join_token=chosen("join_token", options.join_token),
+                   metrics_token=chosen("metrics_token", options.metrics_token))
+
+
 def _admin_tokens(settings: Settings, options: ServerOptions) -> tuple[AdminAuth, ScrapeAuth]:
-    # Tokens the operator chose in the environment must be long enough not to be guessed.
-    admin = options.admin_token or check_chosen_token("FATHOM_ADMIN_TOKEN", settings.secret(settings.admin_token))
-    scrape = options.metrics_token or check_chosen_token("FATHOM_METRICS_TOKEN",
-                                                         settings.secret(settings.metrics_token))
+    admin, scrape = options.admin_token, options.metrics_token
     return (AdminAuth(settings.data_dir, tokens=(admin,) if admin else ()),
             ScrapeAuth(settings.data_dir, tokens=(scrape,) if scrape else ()))
 
@@ -186,7 +196,7 @@ def _hub(settings: Settings, options: ServerOptions, service: Any, metrics: Metr
         return metrics.instrument(budgeted)
 
     hub = options.hub
-    join = options.join_token or check_chosen_token("FATHOM_JOIN_TOKEN", settings.secret(settings.join_token))
+    join = options.join_token
     if hub is None:
         hub = Hub(settings.data_dir, registry=service.registry, routing=service.routing,
                   join_tokens=(join,) if join else (), wrap=wrap)

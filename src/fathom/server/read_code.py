@@ -9,8 +9,10 @@ search hit links to).
 Who may read what is decided where every other read is: the store it reads through is the
 caller's scoped view (`fathom.scope`), so a token scoped to one project gets "no such project"
 for any other, by path, by id or by URI alike; and the file on disk is compared through the
-walker's one rule (`walker.read_one`), so a file a walk leaves out (a secret, an ignored path)
-is refused even when the index still holds it.
+walker's one rule (`walker.read_one`), so a file a walk leaves out (a credential file, an
+ignored path) is refused even when the index still holds it. Key material is not here to serve:
+the index holds every file as the walker read it, its secrets redacted (`[REDACTED:<rule>]`
+on the lines they held), and the disk is compared through that same redacting read.
 
 It refuses to read a file the index does not hold (nothing outside the index is served), to
 cut a line in half, and to import the MCP tool module (the tools register what it defines).

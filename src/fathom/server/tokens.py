@@ -95,20 +95,6 @@ class TokenFile(BaseModel):
     tokens: list[TokenRecord] = Field(default_factory=list)
 
 
-MIN_CHOSEN_TOKEN_CHARS = 24
-
-
-def check_chosen_token(variable: str, value: str | None) -> str | None:
-    """`value`, a token the operator chose (FATHOM_ADMIN_TOKEN and the like), if it is long enough
-    to resist guessing; a `ConfigError` naming the variable (never the value) otherwise."""
-    if value is not None and len(value) < MIN_CHOSEN_TOKEN_CHARS:
-        message = (f"{variable} is too short ({len(value)} characters; at least {MIN_CHOSEN_TOKEN_CHARS}): a short "
-                   f"token can be guessed. Use a random one, e.g. `python -c 'import secrets; "
-                   f"print(secrets.token_urlsafe(32))'`, or unset it to have the server issue one")
-        raise ConfigError(message, [message])
-    return value
-
-
 class UnknownToken(FathomError):
     def __init__(self, name: str, known: Iterable[str]):
         known = sorted(known)

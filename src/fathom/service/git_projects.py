@@ -4,7 +4,11 @@ What this module owns:
 
 * Adding a project from a remote (`fathom projects add NAME --git URL --branch B…`): the URL,
   the allow-list and every branch are checked against the remote before anything is written;
-  then a bare clone under `DATA_DIR/git/NAME/repo.git` is fetched and each branch indexed.
+  then a bare clone under `DATA_DIR/git/NAME/repo.git` is fetched (within
+  FATHOM_GIT_MAX_FETCH_BYTES), every branch's files are measured against
+  FATHOM_GIT_MAX_TREE_BYTES, and only then is the project recorded and each branch indexed; a
+  refusal on the way leaves no clone behind. A file over FATHOM_GIT_MAX_FILE_BYTES is never
+  written: a branch's report counts it among its `too-large` files and names it.
 * Branches that share vectors and storage by content. The default branch is the project
   itself (`NAME`), indexed from its files written out under `DATA_DIR/git/NAME/trees/`. Every
   other tracked branch is an overlay project `NAME@BRANCH` that holds only the files in which
@@ -43,6 +47,7 @@ from fathom.config import atomic_write_text
 from fathom.errors import ConfigError, FathomError
 from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
+from fathom.index.git_export import Exported, GitLimits
 from fathom.index.git_source import (
     Credentials,
     GitRepo,
@@ -55,6 +60,7 @@ from fathom.index.git_source import (
 from fathom.index.results import MAX_K, Noted, Ranking
 from fathom.index.store import UnknownProject
 from fathom.index.store.rules import check_project_name
+from fathom.index.walking.reasons import TOO_LARGE
 from fathom.service.git_syncs import Syncs, WebhookRefused, pushed_branch, signature_ok
 
 log = logging.getLogger("fathom.service.git")
@@ -62,6 +68,7 @@ log = logging.getLogger("fathom.service.git")
 MAX_BRANCHES = 50
 _COMMIT_ID = re.compile(r"^[0-9a-f]{7,40}$")
 MIN_POLL_S = 10.0
+MAX_NAMED = 100  # files too large to write out named in a report (all of them are counted)
 
 
 class NotAGitProject(ConfigError):
@@ -146,7 +153,10 @@ class GitProjects:
         token = s.git_token.get_secret_value() if s.git_token is not None else None
         return GitRepo(self.folder(project) / "repo.git", url,
                        Credentials(ssh_key_file=s.git_ssh_key_file, token=token,
-                                   username=s.git_username), timeout_s=s.git_timeout_s)
+                                   username=s.git_username), timeout_s=s.git_timeout_s,
+                       allowed=s.git_remote_list(),
+                       limits=GitLimits(s.git_max_file_bytes, s.git_max_tree_bytes,
+                                        s.git_max_fetch_bytes))
 
     def record(self, project: str) -> dict[str, Any]:
         git = (self.fathom.records.get(project) or {}).get("git")
@@ -241,7 +251,7 @@ class GitProjects:
         await asyncio.to_thread(self.refuse_taken_names, project, branches[1:])
         secret = secrets.token_urlsafe(32)
         async with self.lock(project):
-            commits = await asyncio.to_thread(repo.fetch, branches)
+            commits = await self._fetch_new(project, repo, branches)
             atomic_write_text(self.folder(project) / "webhook.secret", secret)
             git: dict[str, Any] = {"url": url, "default": branches[0], "branches": {},
                                    "poll_s": poll}
@@ -255,6 +265,20 @@ class GitProjects:
                 "branches": {b: r["commit"] for b, r in reports.items()}, "reports": reports,
                 "webhook": f"/hooks/git/{quote(project, safe='')}", "webhook_secret": secret,
                 "poll_s": poll}
+
+    async def _fetch_new(self, project: str, repo: GitRepo, branches: Sequence[str]) -> dict[str, str]:
+        """The first fetch of a project being added, and every branch's files measured against
+        their bound, before the project is recorded: a refusal (a fetch or a tree too large, an
+        unreachable remote) leaves no clone behind."""
+        try:
+            commits = await asyncio.to_thread(repo.fetch, branches)
+            for commit in commits.values():
+                plan = await asyncio.to_thread(repo.plan, commit)
+                plan.check(scrub(repo.url))
+        except BaseException:
+            await asyncio.to_thread(shutil.rmtree, self.folder(project), True)
+            raise
+        return commits
 
     async def track(self, project: str, branch: str) -> dict[str, Any]:
         """Index one more branch of a git project (an overlay of the default branch)."""
@@ -342,16 +366,18 @@ class GitProjects:
                              before: str | None) -> dict[str, Any]:
         tree = self.tree(project, (await asyncio.to_thread(self.record, project))["default"])
         if before is None or not tree.is_dir():
+            plan = await asyncio.to_thread(repo.plan, commit)
+            plan.check(scrub(repo.url))  # before the old tree is removed: it keeps serving
             await asyncio.to_thread(shutil.rmtree, tree, True)
-            written = await asyncio.to_thread(repo.export, commit, tree)
-            changed, paths = None, None
+            exported = await asyncio.to_thread(lambda: repo.export(commit, tree, plan=plan))
+            written, changed, paths = exported.written, None, None
         else:
             changes = await asyncio.to_thread(repo.changes, before, commit)
-            await asyncio.to_thread(apply_changes, repo, commit, tree, changes)
+            exported = await asyncio.to_thread(apply_changes, repo, commit, tree, changes)
             written, changed = sum(not c.gone for c in changes), len(changes)
             paths = diff_paths(changes)  # only the files the diff names are read
         report = await self.fathom.index(tree, project, reason="git", paths=paths)
-        return _summary(report, commit, files_written=written, files_changed=changed)
+        return _summary(report, commit, exported, files_written=written, files_changed=changed)
 
     async def _index_overlay(self, project: str, repo: GitRepo, branch: str, commit: str,
                              base: str) -> dict[str, Any]:
@@ -360,13 +386,16 @@ class GitProjects:
         name = overlay_name(project, branch)
         tree = self.tree(project, branch)
         changes = await asyncio.to_thread(repo.changes, base, commit)
+        plan = await asyncio.to_thread(repo.plan, commit)
+        plan.check(scrub(repo.url))  # before the old overlay is removed
         await asyncio.to_thread(shutil.rmtree, tree, True)
-        await asyncio.to_thread(repo.export, commit, tree, [c.path for c in changes if not c.gone])
+        exported = await asyncio.to_thread(
+            lambda: repo.export(commit, tree, [c.path for c in changes if not c.gone], plan=plan))
         await asyncio.to_thread(self.fathom.records.update, name, watch=False, lenders=[project],
                                 overlay={"of": project, "branch": branch, "commit": commit,
                                          "base": base, "shadows": sorted(c.path for c in changes)})
         report = await self.fathom.index(tree, name, reason="git")
-        return _summary(report, commit, files_changed=len(changes))
+        return _summary(report, commit, exported, files_changed=len(changes))
 
     # ---- staying fresh
 
@@ -570,7 +599,14 @@ class BranchView:
         return self.fathom.encoder_for(table, project)
 
 
-def _summary(report: Any, commit: str, **extra: Any) -> dict[str, Any]:
+def _summary(report: Any, commit: str, exported: Exported, **extra: Any) -> dict[str, Any]:
+    """A branch's index report; the files too large to write out are counted with the
+    walker's own `too-large` skips, and named (`too_large`)."""
+    skipped = dict(report.skipped)
+    if exported.too_large:
+        skipped[TOO_LARGE] = skipped.get(TOO_LARGE, 0) + len(exported.too_large)
     return {"commit": commit, "files": report.files, "chunks": report.chunks,
             "embedded": report.embedded, "reused": report.reused, "carried": report.carried,
-            "deleted": report.deleted, **extra}
+            "deleted": report.deleted, "skipped": skipped,
+            "too_large": exported.too_large[:MAX_NAMED],
+            **extra}

@@ -1,5 +1,6 @@
 """The parts of a project walk (`fathom.index.walker`): the skip reasons and their words
 (`reasons`), the roots a walk may start from (`roots`), what a file's name says (`names`), the
-selection rules of ignore files and globs (`selection`) and the bounded read of one file
-(`read`). `walker` puts them together; import from there.
+selection rules of ignore files and globs (`selection`), the bounded read of one file (`read`)
+and the folder descriptors every folder and file is opened through (`tree`). `walker` puts
+them together; import from there.
 """

@@ -25,7 +25,8 @@ SYMLINK = "symlink"
 SPECIAL = "special-file"  # FIFOs, sockets, devices: never opened for reading
 UNREADABLE = "unreadable"
 SLOW = "slow-read"  # a read that did not finish within READ_SECONDS
-SECRET = "secret"  # a credential file by name, or a file holding key material (named by path)
+SECRET = "secret"  # a credential file by its name or folder (named by path); key material
+#                   inside any other file is redacted, not skipped (`WalkResult.redacted`)
 # Not a skip: files read with replacement characters or as Latin-1 (kept, but reported).
 DECODED_WITH_REPLACEMENT = "decoded-with-replacement"
 # Not a skip: files kept under a name whose undecodable bytes were escaped (reported).
@@ -57,7 +58,7 @@ WHY = {
     SPECIAL: "it is not a regular file",
     UNREADABLE: "it cannot be read",
     SLOW: "reading it took too long",
-    SECRET: "it is a credential file or holds key material",
+    SECRET: "it is a credential file (by its name or its folder)",
 }
 RULES_FILE = "ignore-file"  # a .gitignore or .fathomignore: rules for the walk, not content
 MISSING = "missing"

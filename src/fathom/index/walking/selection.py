@@ -5,7 +5,9 @@ caller's `extra_ignores` (which win over every rule of the project).
 
 `Selection` holds these decisions once, for the walk, for `read_one` and for the watcher,
 which asks `Selection.admits(path)` of every changed file. It refuses to judge a file's bytes:
-the walker adds the refusals that need them.
+the walker adds the refusals that need them. The walk and `read_one` hand it each folder's
+descriptor (`dir_fd`, from `walking.tree`), and the ignore files are then read by name in
+that folder, never through a path a swapped link could redirect.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from fathom.index.walking.reasons import (
     GITIGNORED,
     IGNORED_DIR,
 )
+from fathom.index.walking.tree import read_beneath
 
 Rules = list[tuple[str, pathspec.GitIgnoreSpec]]
 FATHOMIGNORE = ".fathomignore"
@@ -73,17 +76,25 @@ class Selection:
         """Drop the cached ignore files (one changed)."""
         self._scopes.clear()
 
-    def top(self, skipped: Counter[str] | None = None) -> Scope:
-        base = read_spec(self.root / ".git" / "info" / "exclude", skipped)
+    def top(self, skipped: Counter[str] | None = None, *, dir_fd: int | None = None) -> Scope:
+        """The rules above every folder (`.git/info/exclude`); `dir_fd`: the root's descriptor."""
+        exclude = ".git/info/exclude"
+        base = read_spec(self.root / exclude if dir_fd is None else exclude, skipped,
+                         dir_fd=dir_fd)
         return Scope([("", base)] if base is not None else [], [])
 
     def scope(self, directory: Path, rel: str, parent: Scope,
-              restricted: bool | None = None, skipped: Counter[str] | None = None) -> Scope:
+              restricted: bool | None = None, skipped: Counter[str] | None = None, *,
+              dir_fd: int | None = None) -> Scope:
+        """The rules in force in `directory` (`dir_fd`: its descriptor, to read its ignore
+        files by name there)."""
         git, fathom = parent.git, parent.fathom
-        spec = read_spec(directory / ".gitignore", skipped)
+        spec = read_spec(directory / ".gitignore" if dir_fd is None else ".gitignore", skipped,
+                         dir_fd=dir_fd)
         if spec is not None:
             git = [*git, (rel, spec)]
-        spec = read_spec(directory / FATHOMIGNORE, skipped)
+        spec = read_spec(directory / FATHOMIGNORE if dir_fd is None else FATHOMIGNORE, skipped,
+                         dir_fd=dir_fd)
         if spec is not None:
             fathom = [*fathom, (rel, spec)]
         return Scope(git, fathom, parent.restricted if restricted is None else restricted)
@@ -189,16 +200,23 @@ def literal_prefix(glob: str) -> str:
     return "/".join(parts)
 
 
-def read_spec(path: Path, skipped: Counter[str] | None = None) -> pathspec.GitIgnoreSpec | None:
+def read_spec(path: Path | str, skipped: Counter[str] | None = None, *,
+              dir_fd: int | None = None) -> pathspec.GitIgnoreSpec | None:
     """An ignore file's rules; a missing one is None, one that is not a regular file (a FIFO
-    named .gitignore) is skipped (and counted in `skipped`), never read."""
-    if not os.path.lexists(path):
-        return None
+    named .gitignore) is skipped (and counted in `skipped`), never read. With `dir_fd`, `path`
+    is relative to that folder and each folder on the way is opened by name without following
+    a link (one that is not a plain folder: no rules from there)."""
+    raw: bytes | None = None
     try:
-        raw = read_regular(path, MAX_IGNORE_BYTES)
+        if dir_fd is not None:
+            raw = read_beneath(dir_fd, str(path).split("/"), MAX_IGNORE_BYTES)
+        elif os.path.lexists(path):
+            raw = read_regular(path, MAX_IGNORE_BYTES)
     except Unreadable as exc:
         if skipped is not None:
             skipped[exc.reason] += 1
+        return None
+    if raw is None:
         return None
     lines = raw.decode("utf-8", "replace").splitlines()
     return pathspec.GitIgnoreSpec.from_lines(lines) if lines else None

@@ -81,5 +81,6 @@ def job_view(job: Any) -> dict[str, Any]:
         out["report"] = {"files": report.files, "chunks": report.chunks, "embedded": report.embedded,
                          "reused": report.reused, "deleted": report.deleted, "tables": dict(report.tables),
                          "providers": dict(report.providers), "elapsed_s": round(report.elapsed_s, 2),
-                         "skipped": dict(report.skipped), "secrets": list(report.secrets)}
+                         "skipped": dict(report.skipped), "secrets": list(report.secrets),
+                         "redacted": list(report.redacted)}
     return out
