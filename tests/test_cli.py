@@ -41,6 +41,17 @@ def test_index_search_projects(fathom, sample_project):  # noqa: F811
     assert "auth/password.py:" in result.output and "shop/auth" not in result.output
     assert "verify_password" in result.output
 
+    # One result per file by default, naming the file's other matching ranges; one per chunk
+    # on asking: the same file then takes several places.
+    per_file = invoke(fathom, "search", "hash a password and verify it", "-k", "5")
+    per_chunk = invoke(fathom, "search", "hash a password and verify it", "-k", "5", "--group", "chunk")
+    assert per_file.exit_code == 0 and per_chunk.exit_code == 0, per_file.output + per_chunk.output
+    assert per_file.output.count("auth/password.py:") == 1, per_file.output
+    assert re.search(r"auth/password\.py:\d+-\d+ \+ \d+-\d+", per_file.output), per_file.output
+    assert per_chunk.output.count("auth/password.py:") >= 2, per_chunk.output
+    bad = invoke(fathom, "search", "x", "--group", "line")
+    assert bad.exit_code == 2 and "group must be one of file, chunk" in bad.output, bad.output
+
     result = invoke(fathom, "search", "how do I install it", "--docs", "--project", "shop")
     assert result.exit_code == 0, result.output
     assert "README.md" in result.output

@@ -597,6 +597,9 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
     assert "reconcile_ledger_entries" in found
     commit = fathom.records.get("shop")["git"]["branches"]["feature"]
     assert commit[:12] in found
+    per_chunk = await asyncio.to_thread(invoke, "search", QUERY, "--project", "shop", "--ref", "feature",
+                                        "--group", "chunk")
+    assert "reconcile_ledger_entries" in per_chunk and commit[:12] in per_chunk
 
     async with Client(build_mcp_server(fathom)) as client:
         at_feature = await client.call_tool("search_code", {"query": QUERY, "project": "shop",

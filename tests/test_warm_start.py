@@ -135,13 +135,20 @@ async def test_the_local_door_opens_local_reads_only(indexed, tmp_path):
         ok = await http.post("/local/search", json={"query": "hash a password", "k": 2},
                              headers={"Authorization": f"Bearer {token}"})
         assert ok.status_code == 200 and ok.json()["hits"][0]["path"] == "auth/password.py"
+        chunks = await http.post("/local/search", json={"query": "hash a password", "k": 5, "group": "chunk"},
+                                 headers={"Authorization": f"Bearer {token}"})
+        assert [h["path"] for h in chunks.json()["hits"]].count("auth/password.py") >= 2
+        assert len({h["path"] for h in ok.json()["hits"]}) == len(ok.json()["hits"])  # one per file
+        wrong = await http.post("/local/search", json={"query": "x", "group": "line"},
+                                headers={"Authorization": f"Bearer {token}"})
+        assert wrong.status_code == 400 and "group must be one of" in wrong.text
         assert (await http.post("/local/search", json={"query": "x"})).status_code == 401
         bad = await http.get("/local/projects", headers={"Authorization": "Bearer fl_not-this-runs-token"})
         assert bad.status_code == 401
         # The local token is no MCP token; the operator's token still opens /local/.
         assert (await http.post("/mcp", json={}, headers={"Authorization": f"Bearer {token}"})).status_code == 401
         assert (await http.get("/local/projects", headers={"Authorization": f"Bearer {mcp_token}"})).status_code == 200
-    assert door.searches == 1
+    assert door.searches == 2
     (door_dir / LOCAL_FILE).chmod(0o644)  # readable by others: its token is not trusted
     assert read_local_server(door_dir) is None
     door.close()

@@ -323,7 +323,9 @@ def print_hits(hits, title: str) -> None:
         first = next((ln.strip() for ln in h.snippet.splitlines() if ln.strip()), "")
         # The project and the path apart, as the MCP tools give and take them: a location
         # copied from here is one `find_similar` accepts (its path, and a line in it).
-        rows.append((f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}",
+        # A result per file names the file's other matching ranges after its best one.
+        also = "".join(f" + {o[0]}-{o[1]}" for o in getattr(h, "others", ()) or ())
+        rows.append((f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}{also}",
                      h.symbol or "", first))
     # The project and location are what a reader acts on: they never wrap; the snippet gives
     # way first.
@@ -376,6 +378,9 @@ def search(
     server: ServerOption = None,
     ref: Annotated[str | None, typer.Option(
         "--ref", help="A branch, tag or commit of a project from git (with --project).")] = None,
+    group: Annotated[str, typer.Option(
+        "--group", help="`file`: one result per file, with the other ranges of it that matched "
+                        "(`+ 12-40`); `chunk`: one result per chunk.")] = "file",
 ) -> None:
     """Search indexed code (or docs) by meaning and keywords.
 
@@ -383,8 +388,10 @@ def search(
     encoder is loaded already), else in-process. The score is the fused rank score of the
     vector and keyword rankings."""
     from fathom.cli_local import call, hits_of
+    from fathom.index.search import check_group
 
     table = "docs" if docs else "code"
+    group = check_group(group)  # refused before a server is asked or a model loaded
     title = f"{table}: {query}"
     filters = ", ".join(f"{name} {value}" for name, value in
                         (("language", language), ("path", path_glob), ("kind", kind)) if value)
@@ -393,7 +400,7 @@ def search(
     if target is not None and ref is None:  # a ref is searched in this process
         data = call(target, "POST", "/local/search", {"query": query, "project": project, "table": table,
                                                       "k": k, "language": language, "path": path_glob,
-                                                      "kind": kind}, say=say)
+                                                      "kind": kind, "group": group}, say=say)
     if data is not None:
         hits, notes = hits_of(data), data.get("notes") or []
         say(f"answered by the fathom {target.kind} at {target.url}")
@@ -403,11 +410,13 @@ def search(
         if project is None:
             raise ConfigError("--ref names a branch, tag or commit of one project: pass --project too")
         hits = run(fathom_of(ctx).git.search(query, project, ref, table, k,
-                                             where=SearchFilter.of(language, path_glob, kind)))
+                                             where=SearchFilter.of(language, path_glob, kind),
+                                             group=group))
         title += f" @ {ref}" + (f" (commit {hits[0].commit[:12]})" if hits and hits[0].commit else "")
         notes = hits.notes
     else:
-        hits = run(search_in_process(fathom_of(ctx), query, project, table, k, language, path_glob, kind))
+        hits = run(search_in_process(fathom_of(ctx), query, project, table, k, language, path_glob, kind,
+                                     group))
         notes = getattr(hits, "notes", ())
     print_hits(hits, title + (f" ({filters})" if filters else ""))
     for note in notes:
@@ -415,7 +424,8 @@ def search(
 
 
 async def search_in_process(fathom, query: str, project: str | None, table: str, k: int,
-                            language: str | None, path_glob: str | None, kind: str | None):
+                            language: str | None, path_glob: str | None, kind: str | None,
+                            group: str = "file"):
     """The search in this process; loading the encoder, when it takes over a second, says so."""
     from fathom.index.filters import SearchFilter
     from fathom.service.warmup import needs_loading
@@ -429,7 +439,7 @@ async def search_in_process(fathom, query: str, project: str | None, table: str,
     if uses_local and needs_loading(fathom.encoder):
         await fathom.warm_up().wait(lambda _: say(f"loading the encoder {fathom.encoder.id} (a running `fathom "
                                                   f"serve` keeps it loaded)…"), grace_s=1.0)
-    return await fathom.search(query, project=project, table=table, k=k, where=where)
+    return await fathom.search(query, project=project, table=table, k=k, where=where, group=group)
 
 
 def projects(ctx: typer.Context, server: ServerOption = None) -> None:

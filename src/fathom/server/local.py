@@ -104,7 +104,7 @@ def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
             where = SearchFilter.of(body.get("language"), body.get("path"), body.get("kind"))
             hits = await service().search(body["query"], project=body.get("project"),
                                           table=str(body.get("table") or "code"), k=int(body.get("k") or 10),
-                                          where=where)
+                                          where=where, group=str(body.get("group") or "file"))
         except ValueError as exc:
             return failure_response(ConfigError(f"invalid search request: {exc}"))
         except FathomError as exc:

@@ -540,9 +540,10 @@ class GitProjects:
                          f"track the branch with `fathom projects track {project} BRANCH`")
 
     async def search(self, query: str, project: str, ref: str | None, table: str = "code",
-                     k: int = 10, *, where: SearchFilter | None = None) -> Noted:
+                     k: int = 10, *, where: SearchFilter | None = None, group: str = "file") -> Noted:
         """The best `k` hits at `ref` (no reranker stage), each with the commit it comes from."""
-        found = await self.ranking(query, project, ref, table, k, where=where, rerank=False)
+        found = await self.ranking(query, project, ref, table, k, where=where, rerank=False,
+                                   group=group)
         return Noted(found.hits, found.notes)
 
     async def ranking(self, query: str, project: str, ref: str | None, table: str = "code",
