@@ -47,7 +47,8 @@ def test_index_search_projects(fathom, sample_project):  # noqa: F811
     per_chunk = invoke(fathom, "search", "hash a password and verify it", "-k", "5", "--group", "chunk")
     assert per_file.exit_code == 0 and per_chunk.exit_code == 0, per_file.output + per_chunk.output
     assert per_file.output.count("auth/password.py:") == 1, per_file.output
-    assert re.search(r"auth/password\.py:\d+-\d+ \+ \d+-\d+", per_file.output), per_file.output
+    assert re.search(r"auth/password\.py:\d+-\d+ .*│ \d+-\d+", per_file.output), per_file.output
+    assert "┃ also" in per_file.output and "┃ also" not in per_chunk.output  # its own column
     assert per_chunk.output.count("auth/password.py:") >= 2, per_chunk.output
     bad = invoke(fathom, "search", "x", "--group", "line")
     assert bad.exit_code == 2 and "group must be one of file, chunk" in bad.output, bad.output

@@ -322,22 +322,27 @@ def print_hits(hits, title: str) -> None:
     for h in hits:
         first = next((ln.strip() for ln in h.snippet.splitlines() if ln.strip()), "")
         # The project and the path apart, as the MCP tools give and take them: a location
-        # copied from here is one `find_similar` accepts (its path, and a line in it).
-        # A result per file names the file's other matching ranges after its best one.
-        also = "".join(f" + {o[0]}-{o[1]}" for o in getattr(h, "others", ()) or ())
-        rows.append((f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}{also}",
-                     h.symbol or "", first))
+        # copied from here is one `find_similar` accepts (its path, and a line in it). A
+        # result per file names the file's other matching ranges in a column of their own.
+        also = ", ".join(f"{o[0]}-{o[1]}" for o in getattr(h, "others", ()) or ())
+        rows.append((f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}",
+                     h.symbol or "", also, first))
     # The project and location are what a reader acts on: they never wrap; the snippet gives
     # way first.
     proj = min(32, max(7, *(len(r[1]) for r in rows)))
     loc = min(70, max(len(r[2]) for r in rows))
     sym = min(32, max(6, *(len(r[3]) for r in rows)))
-    snippet = max(12, console.width - proj - loc - sym - 6 - 16)  # 16: borders and padding
+    also = min(24, max(len(r[4]) for r in rows))
+    if not also:  # a result per chunk, or files with one range each: no empty column
+        rows = [(*r[:4], r[5]) for r in rows]
+    snippet = max(12, console.width - proj - loc - sym - (also + 3 if also else 0) - 6 - 16)  # 16: borders, padding
     table = Table(title=title, show_lines=False)
     table.add_column("score", justify="right", no_wrap=True, min_width=6)
     table.add_column("project", no_wrap=True, min_width=proj)
     table.add_column("location", no_wrap=True, min_width=loc)
     table.add_column("symbol", overflow="ellipsis", no_wrap=True, max_width=sym)
+    if also:
+        table.add_column("also", overflow="ellipsis", no_wrap=True, max_width=also)
     table.add_column("snippet", overflow="ellipsis", no_wrap=True, max_width=snippet)
     for row in rows:
         table.add_row(*(Text(c) for c in row))
@@ -379,8 +384,8 @@ def search(
     ref: Annotated[str | None, typer.Option(
         "--ref", help="A branch, tag or commit of a project from git (with --project).")] = None,
     group: Annotated[str, typer.Option(
-        "--group", help="`file`: one result per file, with the other ranges of it that matched "
-                        "(`+ 12-40`); `chunk`: one result per chunk.")] = "file",
+        "--group", help="`file`: one result per file, the other ranges of it that matched in "
+                        "the `also` column; `chunk`: one result per chunk.")] = "file",
 ) -> None:
     """Search indexed code (or docs) by meaning and keywords.
 
