@@ -40,7 +40,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("agents", ("fathom.agents",)),
     ("server", ("fathom.server",)),
     ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.cli_models", "fathom.cli_oauth", "fathom.cli_serve",
-             "fathom.cli_local", "fathom.cli_eval", "fathom.cli_git", "fathom.demo",
+             "fathom.cli_local", "fathom.cli_eval", "fathom.cli_git", "fathom.cli_hosts", "fathom.hosts",
+             "fathom.demo",
              "fathom.__main__")),
 ]
 ASIDE = "devtools"

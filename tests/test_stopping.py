@@ -202,3 +202,26 @@ def test_a_stop_that_cannot_finish_is_forced_and_shows_what_it_waited_on(tmp_pat
     assert "clean: stopped by SIGTERM" in out  # the loop's part stopped cleanly...
     assert proc.returncode == 1  # ...but the exit waited on the thread: forced
     assert "did not finish within 1 s" in err and "stuck_forever" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_serve_removes_its_local_file_and_says_it_stopped(tmp_path: Path, sig: str):
+    """`local_server.json` is gone after `fathom serve` stops, by SIGTERM as by Ctrl-C: uvicorn
+    raises SIGTERM again once it has shut down, which used to end the process before the file
+    was removed. The stop is said as a stop, not as an interrupted index."""
+    group = ProcessGroup(tmp_path / "logs")
+    port = free_port()
+    door = tmp_path / "data" / "local_server.json"
+    try:
+        proc = group.spawn("serve", [PY, "-m", "fathom.cli", "--data-dir", str(tmp_path / "data"),
+                                     "serve", "--port", str(port), "--no-auth", "--no-watch"], env=ENV)
+        wait_until(door.exists, "serve to open its local door", procs=[proc])
+        proc.popen.send_signal(getattr(signal, sig))
+        ended(proc.popen, proc.log_path)
+        out = proc.output()
+        assert not door.exists(), out
+        assert f"fathom serve: stopped by {sig}" in out, out
+        assert "interrupted" not in out and "active index is unchanged" not in out, out
+    finally:
+        group.stop()

@@ -244,7 +244,8 @@ def print_report(report) -> None:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("root", report.root)
-    table.add_row("mode", ("full" if report.full else "incremental")
+    table.add_row("mode", ("full (first index)" if getattr(report, "first", False)
+                           else "full" if report.full else "incremental")
                   + (" (resumed)" if report.resumed else ""))
     table.add_row("files", str(report.files))
     table.add_row("chunks", f"{report.chunks} (code {report.tables.get('code', 0)}, "
@@ -490,6 +491,10 @@ from fathom.cli_serve import register as _register_mcp_commands  # noqa: E402
 
 _register_mcp_commands(app, out=console, err=err_console, settings=settings_of, service=fathom_of, runner=run)
 _register_eval_command(app, out=console, err=err_console, settings=settings_of, runner=run)
+
+from fathom.cli_hosts import register as _register_connect_command  # noqa: E402
+
+_register_connect_command(app, settings=settings_of)  # `fathom connect HOST`
 
 from fathom.cli_models import register as _register_model_commands  # noqa: E402
 

@@ -63,6 +63,25 @@ def _cost(entry: Entry) -> str:
     return ", ".join(f"{k} {v:g}" for k, v in entry.cost.items())
 
 
+def _models_table(entries: list[Entry]) -> Table:
+    """The models as a table that keeps each name whole on one line at 80 columns: the name's
+    column is as wide as the longest name, its source goes under it (dim, folded to that width),
+    and the other columns fold instead; no box, so the columns cost one space each."""
+    from rich.text import Text
+
+    table = Table(title="Models this install can run (offline, in this process)", box=None,
+                  pad_edge=False, collapse_padding=True)
+    table.add_column("role", overflow="fold")
+    table.add_column("name and source", width=max([len("name and source")] + [len(e.name) for e in entries]),
+                     overflow="fold")
+    for col in ("width", "tokens", "size", "in use", "cost here"):
+        table.add_column(col, overflow="fold")
+    for e in entries:
+        table.add_row(e.role, Text(e.name).append(f"\n{e.source}", style="dim"), str(e.width or "-"),
+                      str(e.max_tokens or "-"), _size(e.size_bytes), "yes" if e.in_use else "", _cost(e))
+    return table
+
+
 @models_app.callback(invoke_without_command=True)
 def models(
     ctx: typer.Context,
@@ -80,13 +99,7 @@ def models(
     if as_json:
         console.print_json(json.dumps([e.as_json() for e in entries]))
         return
-    table = Table(title="Models this install can run (offline, in this process)")
-    for col in ("role", "name", "width", "tokens", "size", "in use", "source", "cost here"):
-        table.add_column(col, overflow="fold")
-    for e in entries:
-        table.add_row(e.role, e.name, str(e.width or "-"), str(e.max_tokens or "-"), _size(e.size_bytes),
-                      "yes" if e.in_use else "", e.source, _cost(e))
-    console.print(table)
+    console.print(_models_table(entries))
     choice = load_choice(settings.data_dir)
     if choice.reranker is None:
         console.print("No local reranker is chosen: searches rank by retrieval unless a sidecar or "

@@ -90,11 +90,9 @@ def serve(
     Clients send a token, on loopback too: printed once at the first start, with a ready client setup.
 
     The served projects' indexes follow their files as they change (unless --no-watch)."""
-    import uvicorn
-
     from fathom import logsafe
     from fathom.server.__main__ import listen
-    from fathom.server.local import LocalDoor, local_routes, local_url
+    from fathom.server.local import LocalDoor, local_routes, local_url, serve_with_door
     from fathom.server.mcp_http import standalone_app
     from fathom.server.mcp_tools import build_mcp_server
     from fathom.server.warm import wait_for_encoder
@@ -135,11 +133,15 @@ def serve(
     # the stop's grace.
     config = uvicorn_config(mcp_app, host=host, port=port, limits=ConnectionLimits.of(settings),
                             log_level="warning", timeout_graceful_shutdown=settings.stop_grace_s)
-    door.open()  # `fathom search` of this user answers through this server from now on
+
+    def said_stopped(signal_name: str) -> None:  # a stop is said as one, never as an interrupted index
+        err_console.print(Text(f"fathom serve: stopped by {signal_name}; the indexes keep what was written",
+                               style="dim"))
+
     try:
-        uvicorn.Server(config).run(sockets=[sock])
-    finally:
-        door.close()
+        serve_with_door(config, sock, door, said_stopped)  # the door is open while it serves, closed on any stop
+    except KeyboardInterrupt:  # Ctrl-C, raised again by uvicorn once it has shut down: already said
+        raise typer.Exit(130) from None
 
 
 def _check_serve_auth(host: str, given: str | None, *, no_auth: bool, rotate_token: bool) -> None:

@@ -17,6 +17,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -63,6 +64,19 @@ def _default_model_path() -> str:
     return str(base)
 
 
+BOOLEANS = "true or false, 1 or 0, yes or no, on or off"
+DEVICES = "cpu, cuda, cuda:N (the GPU numbered N) or mps"
+
+
+def setting_rule(error: Any) -> str:
+    """The rule a malformed variable broke, as pydantic said it, with the values it accepts
+    where pydantic does not list them (never the value given: it may be a token)."""
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if error.get("type") in ("bool_parsing", "bool_type"):
+        return f"{message}; use {BOOLEANS}"
+    return message
+
+
 class Settings(BaseSettings):
     """Process settings, from the environment (`FATHOM_*`) or arguments.
 
@@ -79,7 +93,7 @@ class Settings(BaseSettings):
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            problems = [f"{self.env_name(str(e['loc'][0])) if e['loc'] else 'FATHOM_*'}: {e['msg']}"
+            problems = [f"{self.env_name(str(e['loc'][0])) if e['loc'] else 'FATHOM_*'}: {setting_rule(e)}"
                         for e in exc.errors(include_input=False, include_url=False)]
             raise ConfigError("bad setting: " + "; ".join(problems)
                               + " (docs/configuration.md lists each variable)", problems) from None
@@ -91,6 +105,16 @@ class Settings(BaseSettings):
     local_model_name: str = "sentence-transformers/all-minilm-l6-v2"
     local_width: int = 384
     local_device: str = "cpu"
+
+    @field_validator("local_device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        # Refused at start: an unknown device used to cost a slow model load, then an error
+        # that blamed the model's path.
+        if not re.fullmatch(r"cpu|cuda|cuda:\d+|mps", value):
+            raise ValueError(f"not a device the encoder runs on; use one of {DEVICES}")
+        return value
+
     local_batch_size: int = 64
     # The longest input the local encoder reads, in its own tokens (special tokens included);
     # None: the model's own maximum sequence length. Chunks are sized to fit it.

@@ -38,6 +38,14 @@ def whole_number(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
+def did_you_mean(name: str, known: Any) -> str:
+    """" Did you mean 'x'?" for the known name closest to a mistyped `name`; "" when none is close."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.75)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 class InvalidRole(ConfigError):
     pass
 

@@ -168,6 +168,7 @@ class IndexReport:
     #                   file renamed, full rebuild in the same space): not embedded
     skipped_dirs: dict[str, list[str]] = field(default_factory=dict)  # folders left out, by reason
     split: int = 0  # chunks cut further to fit the encoder's token limit
+    first: bool = False  # the project had no active table before this run (built whole: `full`)
     max_tokens: int | None = None  # that limit; None: sized in characters only
     secrets: list[str] = field(default_factory=list)  # files left out as `secret`, by path
     redacted: list[str] = field(default_factory=list)  # files indexed with key material redacted
@@ -504,7 +505,8 @@ class Indexer:
         run.walked(found, 1.0)
         # Promotion comes after every table is embedded, in one step: a kill changes none or all.
         deleted = await asyncio.to_thread(self._finish, job, list(plans.values()))
-        embed_s = self.clock() - (run.embed_started or self.clock())
+        # Nothing embedded took 0 s (two clock readings once made it -0.0s).
+        embed_s = max(self.clock() - run.embed_started, 0.0) if run.embed_started is not None else 0.0
         emit(phase="promoting" if any(p.shadow for p in plans.values()) else "done",
              chunks_deleted=deleted)
 
@@ -512,7 +514,8 @@ class Indexer:
         elapsed = self.clock() - started
         emit(phase="done")
         return IndexReport(
-            project=job.project, root=str(root), full=job.full,
+            project=job.project, root=str(root), full=job.full or all(p.shadow for p in plans.values()),
+            first=bool(plans) and all(p.first for p in plans.values()),
             resumed=any(p.resumed for p in plans.values()), files=found.files,
             chunks=sum(len(p.seen) for p in plans.values()), embedded=run.done,
             reused=run.reused, deleted=deleted,
@@ -548,7 +551,7 @@ class Indexer:
             # leaves no half-built table visible, and the next run resumes it. A table that
             # has none yet gets its shadow with its first chunk (a project without docs
             # makes no docs table).
-            plan = _Plan(table, space, Slot.SHADOW, shadow=True)
+            plan = _Plan(table, space, Slot.SHADOW, shadow=True, first=active is None)
             # Vectors of unchanged text come over from the active table of the same space.
             if active == space:
                 plan.stored = {e.content_hash
@@ -672,6 +675,7 @@ class _Plan:
     shadow: bool
     opened: bool = False  # the slot exists (a shadow is begun with the table's first chunk)
     resumed: bool = False
+    first: bool = False  # the table had no active slot before this run
     have: dict[str, str] = field(default_factory=dict)  # chunk ids in the slot -> content hash
     #                                                    ("" for a resumed shadow's rows)
     stored: set[str] = field(default_factory=set)  # content hashes with a vector in the active slot

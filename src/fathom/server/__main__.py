@@ -88,10 +88,9 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
           watch: bool = True, forwarded_allow_ips: str | None = None,
           rotate_admin: bool = False, rotate_join: bool = False) -> int:
     """Bind, then build the app and issue tokens, then serve until stopped; the exit code."""
-    import uvicorn
-
     from fathom.fleet.transport import uvicorn_websocket_options
     from fathom.server.connections import ConnectionLimits, uvicorn_config
+    from fathom.server.local import serve_with_door
 
     setup_logging(log_level, log_format)
     # Bound before any token is issued: a start that cannot listen leaves nothing behind.
@@ -126,11 +125,7 @@ def serve(host: str, port: int, *, data_dir: Path | None = None, log_level: str 
                             forwarded_allow_ips=settings.forwarded_allow_ips, log_level=log_level.lower(),
                             log_config=None, timeout_graceful_shutdown=settings.stop_grace_s,
                             **uvicorn_websocket_options())
-    door.open()  # `fathom search` of this user answers through this server from now on
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
-    finally:
-        door.close()
+    serve_with_door(config, sock, door)  # the door is open while it serves, closed on any stop
     return 0
 
 

@@ -9,6 +9,9 @@ It owns:
   is still its own: a second server on the same data dir may have taken it over). The token is
   never printed, logged or put on a command line, and dies with the process: a stale file left
   by a killed server opens nothing.
+- `serve_with_door`: runs uvicorn with the door open, closing it on every stop. uvicorn, once
+  shut down gracefully, raises again the signal that stopped it; SIGTERM's default action then
+  ends the process before any `finally` of the caller runs, so the file is removed before that.
 - `/local/search` and `/local/projects` (`local_routes`): what `fathom search` and `fathom
   projects` print, computed here exactly as the CLI computes it in-process (`Fathom.search`,
   `Fathom.projects`), so both paths print the same. They take this run's local token or the
@@ -84,6 +87,39 @@ class LocalDoor:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             if json.loads(self.path.read_text()).get("token") == self._token:
                 self.path.unlink()
+
+
+def serve_with_door(config: Any, sock: Any, door: LocalDoor,
+                    on_stopped: Callable[[str], None] | None = None) -> None:
+    """Run uvicorn's server for `config` on `sock` with `door` open; the door closes on any stop:
+    a crash, Ctrl-C, and SIGTERM too (see the module docstring). `on_stopped` hears the name of
+    the signal that stopped it, once it has shut down (before the signal is raised again)."""
+    import signal
+
+    import uvicorn
+
+    stopped_by: list[int] = []
+
+    class DoorServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            stopped_by.append(sig)
+            super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Any:
+            with super().capture_signals():  # raises the stopping signal again as it exits
+                try:
+                    yield
+                finally:
+                    door.close()
+                    if stopped_by and on_stopped is not None:
+                        on_stopped(signal.Signals(stopped_by[0]).name)
+
+    door.open()  # `fathom search` of this user answers through this server from now on
+    try:
+        DoorServer(config).run(sockets=[sock])
+    finally:
+        door.close()  # only this run's file is removed, once
 
 
 def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from fathom.errors import StoreError
+from fathom.errors import StoreError, did_you_mean
 from fathom.space import Space
 
 
@@ -32,7 +32,7 @@ class UnknownProject(StoreError):
         self.project, self.known = project, list(known)
         hint = f" Known projects: {', '.join(self.known)}." if self.known else ""
         super().__init__(
-            f"no project {project!r} in the store. Index it first (`fathom index PATH "
+            f"no project {project!r} in the store.{did_you_mean(project, self.known)} Index it first (`fathom index PATH "
             f"--project {project}`).{hint}"
         )
 

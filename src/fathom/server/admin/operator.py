@@ -12,7 +12,7 @@ from typing import Any
 
 from fathom import __version__
 from fathom.config import PIN_NOTICE, RoutingStateDamaged, RoutingStore, Settings, default_routes
-from fathom.errors import ConfigError, FathomError
+from fathom.errors import ConfigError, FathomError, did_you_mean
 from fathom.fleet.hub import Hub
 from fathom.policy import BEHAVIOUR, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
@@ -233,5 +233,6 @@ async def require_project(service: Any, project: str) -> None:
         raise refusal(400, str(exc)) from None
     if not await asyncio.to_thread(service.store.has_project, project):
         known = [p.name for p in await asyncio.to_thread(service.store.list_projects)]
-        raise refusal(404, f"no project {project!r}; index it first (`fathom jobs start PATH --project "
-                           f"{project}`)" + (f". Known projects: {', '.join(known[:20])}" if known else ""))
+        raise refusal(404, f"no project {project!r}.{did_you_mean(project, known)} Index it first "
+                           f"(`fathom jobs start PATH --project {project}`)"
+                           + (f". Known projects: {', '.join(known[:20])}" if known else ""))
