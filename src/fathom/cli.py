@@ -319,15 +319,15 @@ def print_hits(hits, title: str) -> None:
     if not hits:
         console.print(f"no results for {title}")
         return
-    rows = []
+    rows: list[list[str]] = []
     for h in hits:
         first = next((ln.strip() for ln in h.snippet.splitlines() if ln.strip()), "")
         # The project and the path apart, as the MCP tools give and take them: a location
         # copied from here is one `find_similar` accepts (its path, and a line in it). A
         # result per file names the file's other matching ranges in a column of their own.
-        also = ", ".join(f"{o[0]}-{o[1]}" for o in getattr(h, "others", ()) or ())
-        rows.append((f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}",
-                     h.symbol or "", also, first))
+        ranges = ", ".join(f"{o[0]}-{o[1]}" for o in getattr(h, "others", ()) or ())
+        rows.append([f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}",
+                     h.symbol or "", ranges, first])
     # The project and location are what a reader acts on: they never wrap; the snippet gives
     # way first.
     proj = min(32, max(7, *(len(r[1]) for r in rows)))
@@ -335,7 +335,7 @@ def print_hits(hits, title: str) -> None:
     sym = min(32, max(6, *(len(r[3]) for r in rows)))
     also = min(24, max(len(r[4]) for r in rows))
     if not also:  # a result per chunk, or files with one range each: no empty column
-        rows = [(*r[:4], r[5]) for r in rows]
+        rows = [r[:4] + r[5:] for r in rows]
     snippet = max(12, console.width - proj - loc - sym - (also + 3 if also else 0) - 6 - 16)  # 16: borders, padding
     table = Table(title=title, show_lines=False)
     table.add_column("score", justify="right", no_wrap=True, min_width=6)
