@@ -115,6 +115,19 @@ def write_project(root: Path, files: dict[str, str] | None = None) -> Path:
     return root
 
 
+def index_sample(base: Path, encoder: LocalEncoder) -> tuple[Path, Path]:
+    """The sample project written under `base` and indexed as `shop` into `base / "data"`:
+    (data dir, project root)."""
+    import asyncio
+
+    from fathom.service import Fathom
+
+    root = write_project(base / "shop")
+    data = base / "data"
+    asyncio.run(Fathom(Settings(data_dir=data), encoder=encoder).index(root, "shop"))
+    return data, root
+
+
 @pytest.fixture
 def sample_project(tmp_path: Path) -> Path:
     """A handful of files: three Python modules, one JavaScript file, one README."""

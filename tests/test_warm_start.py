@@ -35,7 +35,7 @@ from fathom.server.warm import wait_for_encoder
 from fathom.service import Fathom
 from fathom.service.warmup import Warmup
 from tests.fleet_fixtures import free_port
-from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.retrieval_fixtures import index_sample, local_encoder  # noqa: F401
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
        "FATHOM_WATCH": "0"}
@@ -68,10 +68,7 @@ def held_server(indexed) -> tuple[HeldLoad, object]:
 
 @pytest.fixture(scope="module")
 def indexed(tmp_path_factory, local_encoder):  # noqa: F811
-    base = tmp_path_factory.mktemp("warm")
-    root = write_project(base / "shop")
-    data = base / "data"
-    asyncio.run(Fathom(Settings(data_dir=data), encoder=local_encoder).index(root, "shop"))
+    data, root = index_sample(tmp_path_factory.mktemp("warm"), local_encoder)
     return data, root, local_encoder
 
 

@@ -10,7 +10,10 @@ in-process `CosineReranker`, or OpenRouter's `/api/v1/rerank` (default
 
 When no reranker can serve — none is configured, none is allowed by the policy, or the one
 asked failed or answered garbage — search still answers, in retrieval order, and says so:
-`Ranking.reranked` is False and `reason` names why. Every hit carries `reranked` too.
+`Ranking.reranked` is False and `reason` names why. Every hit carries `reranked` too. Where
+no reranker is registered and no fleet is configured (`Router.has_fleet`: one machine, no
+sidecar, no key), the reason is `NOT_CONFIGURED`, not the route's advice about sidecars and
+OpenRouter keys.
 
 It refuses to drop a hit it could not score, to trust a score list of the wrong length or
 with non-finite values, to let a reranker failure fail the search, and to search or check a
@@ -60,7 +63,7 @@ class RerankStage:
         cands = list(candidates)
         if not cands:
             return Ranking([], reranked=False, reason=NO_CANDIDATES)
-        if self.reranker is None:
+        if self.reranker is None or self._none_on_one_machine():
             return _unranked(cands, k, NOT_CONFIGURED)
         docs = [c.text[:MAX_DOC_CHARS] for c in cands]
         try:
@@ -75,6 +78,13 @@ class RerankStage:
                         retrieval_rank=i + 1)
                 for i in order[:k]]
         return Ranking(hits, reranked=True, reranker=provider_id, candidates=len(cands))
+
+    def _none_on_one_machine(self) -> bool:
+        """No reranker registered and no fleet: the route's refusal would tell a user of one
+        machine to start a sidecar or push an OpenRouter key; "not configured" is the truth."""
+        router = self.reranker
+        return (isinstance(router, Router) and not router.registry.list(Role.RERANKER)
+                and not router.has_fleet())
 
     async def _score(self, query: str, docs: list[str], project: str | None) -> tuple[list[float], str]:
         if isinstance(self.reranker, Router):

@@ -61,18 +61,30 @@ class Router:
         eject_after: int = 3,
         eject_for: float = 30.0,
         local_fix: Callable[[Role], str] | None = None,
+        fleet: Callable[[], bool] | None = None,
     ):
         # A callable is read on every decision, so a policy change applies to the next request.
         self._routing = routing if callable(routing) else (lambda: routing)
         # How to add a local provider for a role, in a refusal: a server's fleet takes a
         # sidecar; one machine without a server takes a local LLM's URL (`standalone_router`).
         self.local_fix = local_fix or (lambda role: "start a sidecar for it")
+        # Whether the server keeps a fleet record of its own (sidecars it approved or may
+        # admit); `has_fleet` adds what the registry and the routing state show.
+        self._fleet = fleet or (lambda: False)
         self.registry = registry
         self.is_cleared = is_cleared
         self.clock = clock or registry.clock
         self.eject_after = eject_after
         self.eject_for = eject_for
         self._in_flight: dict[str, int] = {}
+
+    def has_fleet(self) -> bool:
+        """Whether a fleet is configured: a sidecar's or a cloud route is registered, a key
+        push was recorded, or the server's fleet record says so. Without one, a refusal says
+        nothing of sidecars and OpenRouter keys to a user of one machine."""
+        if any(p.info.host is not None or p.info.is_cloud for p in self.registry.list()):
+            return True
+        return self._routing().last_push is not None or bool(self._fleet())
 
     # -- the route ---------------------------------------------------------------------
 

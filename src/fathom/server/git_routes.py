@@ -110,9 +110,8 @@ def git_admin_router(service: Any, require_admin: Any) -> APIRouter:
 # ---- MCP: searches at a ref, and adding a project from git
 
 Ref = Annotated[str | None, Field(
-    description="For a project added from git: the branch, tag or commit to search (needs "
-                "`project`; the hits carry the commit). Default null: the project's default "
-                "branch.", max_length=200)]
+    description="For a project from git (with `project`): the branch, tag or commit to "
+                "search; null: its default branch.", max_length=200)]
 
 
 async def at_ref(service: Any, project: str | None, ref: str | None) -> bool:
@@ -153,25 +152,30 @@ class GitProjectAdded(BaseModel):
 
 
 def register_git_tools(server: Any, fathom: Any) -> None:
-    """`add_git_project`: a tool that writes, so only tokens allowed to index see or call it."""
+    """`add_git_project`: a tool that writes, so only tokens allowed to index see or call it.
+    Listed only while the server allows some remote (FATHOM_GIT_REMOTES): without one it could
+    only refuse, and its description would cost every agent's context for nothing."""
 
     @server.tool(title="Add a project from git",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=False, open_world_hint=True),
-                 description="Clone a git remote the server allows (FATHOM_GIT_REMOTES) and index "
-                             "its branches: the first is the default; each other branch costs "
-                             "only what differs. search_code and search_docs then take "
-                             "ref=BRANCH (or a tag or commit).")
+                 description="Clone a git remote the server allows and index its branches "
+                             "(the first is the default); searches then take ref=BRANCH, a "
+                             "tag or a commit.")
     @tool_errors
     async def add_git_project(
         project: ProjectName,
-        url: Annotated[str, Field(description="The remote, e.g. https://host/team/repo.git; "
-                                              "no credentials in it.", min_length=1, max_length=2000)],
-        branches: Annotated[list[str] | None, Field(description="Branches to index, the default "
-                                                    "first. Default null: the remote's default "
-                                                    "branch.", max_length=50)] = None,
+        url: Annotated[str, Field(description="The remote, e.g. https://host/team/repo.git, "
+                                              "without credentials.", min_length=1, max_length=2000)],
+        branches: Annotated[list[str] | None, Field(description="Branches, the default first; "
+                                                    "null: the remote's default.",
+                                                    max_length=50)] = None,
     ) -> GitProjectAdded:
         added = await fathom.git.add(project, url, branches or [])
         return GitProjectAdded(project=added["project"], url=added["url"], default=added["default"],
                                branches=added["branches"], webhook=added["webhook"],
                                poll_s=added["poll_s"])
+
+    only_when = getattr(server, "only_when", None)
+    if only_when is not None:  # read at every listing: the settings a test or reload changes
+        only_when("add_git_project", lambda: bool(fathom.settings.git_remote_list()))

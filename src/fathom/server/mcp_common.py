@@ -17,19 +17,23 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import Field
 
 from fathom.errors import FathomError, failure_of
-from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, MAX_MAX_TOKENS, MIN_MAX_TOKENS
+from fathom.server.answer_tokens import MAX_MAX_TOKENS, MIN_MAX_TOKENS
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
+# Described for the model that reads the tool list, in few words: the schema beside each
+# description already gives its type, default and bounds, and every host sends the list to
+# the model with each request.
 ProjectOpt = Annotated[str | None, Field(
-    description="The indexed project to search (see list_projects). Default null: every "
-                "indexed project.")]
-ProjectName = Annotated[str, Field(description="The project's name, as list_projects shows it.",
+    description="A project as list_projects names it; null: every project.")]
+ProjectName = Annotated[str, Field(description="The project, as list_projects names it.",
                                    min_length=1, max_length=200)]
-MaxTokens = Annotated[int, Field(
-    description=f"The most tokens the answer may take, {MIN_MAX_TOKENS} to {MAX_MAX_TOKENS}. "
-                f"Default {DEFAULT_MAX_TOKENS}.", ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
+MaxTokens = Annotated[int, Field(description="The most tokens the answer may take.",
+                                 ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
+PageCursor = Annotated[str | None, Field(
+    description="An earlier answer's `next_cursor`, for its next page (same other "
+                "arguments).", max_length=200)]
 
 
 def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:

@@ -169,36 +169,27 @@ def register_index_tools(server: MCPServer, fathom: Fathom) -> BackgroundIndex:
     @server.tool(title="Index a project",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=True, open_world_hint=False),
-                 description="Index (or re-index) a project folder on the server's machine, "
-                             "then keep it in sync as its files change. Incremental by "
-                             "default: only chunks whose text is new are embedded (moved or "
-                             "renamed text reuses its vectors); full=true rebuilds the index "
-                             "and swaps it in atomically. A first or full index answers at "
-                             "once with `background: true` and a `job`: follow it with "
-                             "index_status(project, job=ID), stop it with cancel_index. "
-                             "wait=true (or an incremental run) blocks until done, sending "
-                             "progress notifications (chunks done of total, rate).")
+                 description="Index (or re-index) a folder on the server's machine and keep "
+                             "it in sync. Incremental runs wait; a first or full one answers "
+                             "at once with a `job`: follow it with index_status(project, "
+                             "job=ID), stop it with cancel_index.")
     @tool_errors
     async def index_project(
-        path: Annotated[str, Field(description="The project folder: an absolute path on the "
-                                               "server's machine.", min_length=1,
+        path: Annotated[str, Field(description="The folder's absolute path.", min_length=1,
                                    max_length=4096)],
         project: Annotated[str | None, Field(
-            description="The project's name. Default null: the folder's name.",
+            description="The project's name; null: the folder's.",
             max_length=200)] = None,
         full: Annotated[bool, Field(
-            description="Rebuild the whole index in a shadow table and swap it in atomically "
-                        "(searches answer from the old one meanwhile). Default false: "
-                        "incremental.")] = False,
+            description="Rebuild aside and swap in (searches answer meanwhile); false: "
+                        "embed only new text.")] = False,
         include: Annotated[list[str] | None, Field(
-            description="Globs (gitignore syntax) to index although the built-in skips "
-                        "(build/, vendor/, node_modules/…) or .gitignore leave them out, e.g. "
-                        "[\"vendor/mylib/\"]; remembered for later runs. Default null: keep the "
-                        "project's current ones.", max_length=50)] = None,
+            description="Globs (gitignore syntax) to index although skipped (vendor/, "
+                        ".gitignore…), e.g. [\"vendor/mylib/\"]; remembered. null: keep.",
+            max_length=50)] = None,
         wait: Annotated[bool, Field(
-            description="Block until the run is done, even a first or full one (cancelling "
-                        "the call cancels the run). Default false: a first or full index "
-                        "runs in the background.")] = False,
+            description="Block until done, even a first or full run (sending progress).")]
+        = False,
         ctx: Context | None = None,
     ) -> IndexSummary:
         if not wait and await runs.first_or_full(path, project, full):
@@ -214,15 +205,9 @@ def register_index_tools(server: MCPServer, fathom: Fathom) -> BackgroundIndex:
     @server.tool(title="Cancel an index job",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=True, open_world_hint=False),
-                 description="Cancel a running index job of a project (index_project's "
-                             "background job, or any job index_status lists). It stops at its "
-                             "next checkpoint. A first or full run builds aside: "
-                             "cancelled, it promotes nothing, the active index is left as it "
-                             "was, and a later full run resumes from the rows already embedded. "
-                             "An incremental run writes into the active index batch by batch: "
-                             "cancelled, it keeps the batches already written (older rows they "
-                             "replace stay until the next run deletes them). Poll index_status(project, job=ID) "
-                             "until its state is `cancelled`.")
+                 description="Cancel a running index job (a first or full run leaves the "
+                             "index as it was; an incremental one keeps what it wrote); "
+                             "index_status(project, job=ID) shows it `cancelled`.")
     @tool_errors
     async def cancel_index(project: ProjectName, job: JobId) -> JobView:
         return job_view(runs.cancel(project, job))

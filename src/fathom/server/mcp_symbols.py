@@ -27,12 +27,10 @@ from fathom.index.pages import Cursor, digest
 from fathom.server.answer_tokens import (
     DEFAULT_MAX_TOKENS,
     ENVELOPE,
-    MAX_MAX_TOKENS,
-    MIN_MAX_TOKENS,
     AnswerTokens,
     tokens_of,
 )
-from fathom.server.mcp_common import ProjectOpt, tool_errors
+from fathom.server.mcp_common import MaxTokens, PageCursor, ProjectOpt, tool_errors
 from fathom.server.search_answer import resource_uri
 from fathom.service import symbols
 
@@ -40,24 +38,16 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
                             open_world_hint=False)
 
 Name = Annotated[str, Field(
-    description="The name as the code writes it (`send`), or qualified by its class or module "
-                "(`AsyncClient.send`; `::` and `\\` separators work too). Exact, case-sensitive.",
+    description="The name as the code writes it (`send`), or qualified (`AsyncClient.send`, "
+                "`::`, `\\`). Exact, case-sensitive.",
     min_length=1, max_length=symbols.MAX_NAME)]
 SymbolKind = Annotated[Literal["function", "method", "class", "module", "type", "macro", "other"] | None,
-                       Field(description="Only definitions of this kind: `function`, `method` (a "
-                                         "function defined in a class-like type), `class` "
-                                         "(classes, structs, interfaces, traits, enums, "
-                                         "objects), `module` (namespaces, modules), `type`, "
-                                         "`macro`, `other`. Default null: any kind.")]
+                       Field(description="Only definitions of this kind (`class` takes "
+                                         "structs, interfaces, traits, enums; `module` "
+                                         "namespaces); null: any.")]
 SymbolLanguage = Annotated[str | None, Field(
-    description="Only definitions in this language, lower case (`python`, `go`, `csharp`, "
-                "`ruby`, `shell`…). Default null: any language.", max_length=40)]
-PageCursor = Annotated[str | None, Field(
-    description="The `next_cursor` of an earlier answer, to read on (repeat the other "
-                "arguments unchanged). Default null: the first page.", max_length=200)]
-MaxTokens = Annotated[int, Field(
-    description=f"The most tokens the answer may take, {MIN_MAX_TOKENS} to {MAX_MAX_TOKENS}. "
-                f"Default {DEFAULT_MAX_TOKENS}.", ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
+    description="Only definitions in this language, lower case (`python`, `go`…); null: any.",
+    max_length=40)]
 
 
 class SymbolHit(BaseModel):
@@ -222,11 +212,7 @@ def register_symbol_tools(server: MCPServer, fathom: Any) -> None:
 def _symbol_tool(server: MCPServer, fathom: Any) -> None:
     @server.tool(title="Find a symbol", annotations=READ_ONLY,
                  description="Find where a function, method, class or other symbol is defined, "
-                             "by its name or qualified name (`send`, `AsyncClient.send`), in "
-                             "one project or every one. Returns each definition's signature, "
-                             "kind and location (path and lines, with a resource link), from "
-                             "the index's parse of every file; as many as max_tokens holds, "
-                             "`next_cursor` reads on.")
+                             "by name: each definition's signature, kind, path and lines.")
     @tool_errors
     async def find_symbol(name: Name, project: ProjectOpt = None, kind: SymbolKind = None,
                           language: SymbolLanguage = None,
@@ -253,12 +239,9 @@ def _symbol_tool(server: MCPServer, fathom: Any) -> None:
 
 def _references_tool(server: MCPServer, fathom: Any) -> None:
     @server.tool(title="Find references", annotations=READ_ONLY,
-                 description="Find where an identifier is used, in one project or every one: "
-                             "each usage site with its line and the symbol it sits in, ranked "
-                             "calls first, then imports, then other mentions. Give the name "
-                             "as the code writes it (a qualified name's last part is used). "
-                             "Definitions themselves are find_symbol's. As many as max_tokens "
-                             "holds; `next_cursor` reads on.")
+                 description="Find where an identifier is used (definitions: find_symbol): "
+                             "each site's line and enclosing symbol, calls first, then "
+                             "imports, then mentions.")
     @tool_errors
     async def find_references(name: Name, project: ProjectOpt = None,
                               max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
@@ -282,17 +265,13 @@ def _references_tool(server: MCPServer, fathom: Any) -> None:
 
 def _outline_tool(server: MCPServer, fathom: Any) -> None:
     @server.tool(title="Outline a file", annotations=READ_ONLY,
-                 description="The definitions of one indexed code file, in the order they "
-                             "appear, members indented under their class: qualified name, "
-                             "kind, signature and lines. `path` as search results give it, "
-                             "or a file name or module name (`_client.py`, `httpx._client`) "
-                             "when it names one file. As many as max_tokens holds; "
-                             "`next_cursor` reads on.")
+                 description="The definitions of one indexed code file in order, members "
+                             "under their class: qualified name, kind, signature, lines.")
     @tool_errors
     async def outline(
-        path: Annotated[str, Field(description="The file: its path relative to the project "
-                                               "root, or its name or module name when that "
-                                               "names one indexed file.", min_length=1,
+        path: Annotated[str, Field(description="Its path from the project root, or a file "
+                                               "or module name naming one indexed file "
+                                               "(`_client.py`, `httpx._client`).", min_length=1,
                                    max_length=1000)],
         project: ProjectOpt = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,

@@ -3,8 +3,9 @@ HTTP.
 
 What it owns: the tool names, their argument and result shapes (structured output; the
 search tools' result shape is `fathom.server.search_answer`'s, which the dashboard shares),
-and how they read to the agent that calls them: every parameter described with its default
-and bounds, a title and annotations on every tool (read-only searches, the destructive
+and how they read to the agent that calls them: every parameter described in few words (its
+default and bounds are in its schema; the listed schemas are `tool_schemas`' compact ones), a
+title and annotations on every tool (read-only searches, the destructive
 `drop_project`), a reason that concerns a whole
 response stated once in it, docs hits that open on words, and `ask`/`explore` listed only
 while some route can serve them (`index_project` and `cancel_index`, with their background
@@ -41,7 +42,7 @@ from fathom.index.store import UnknownProject
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS
 from fathom.server.git_routes import Ref, at_ref, ref_search_page, register_git_tools
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
-from fathom.server.mcp_common import MaxTokens, ProjectName, ProjectOpt, tool_errors
+from fathom.server.mcp_common import MaxTokens, PageCursor, ProjectName, ProjectOpt, tool_errors
 from fathom.server.mcp_index import JobView, job_view, register_index_tools
 from fathom.server.mcp_symbols import register_symbol_tools  # find_symbol, find_references, outline
 from fathom.server.read_code import CodeRead, read_lines, read_resource
@@ -56,6 +57,7 @@ from fathom.server.search_answer import similar_results as similar_results
 from fathom.server.search_pages import Rankings, search_page, similar_page, tool_result
 from fathom.server.stdio import loop_stdin
 from fathom.server.tool_listing import ToolListing
+from fathom.server.tool_schemas import compact_tool
 from fathom.service import MAX_LINE, Fathom
 from fathom.service.background import BackgroundIndex
 
@@ -76,32 +78,22 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
                             open_world_hint=False)
 
 # Parameters, described for the agent that reads the tool list (default and bounds included).
-Query = Annotated[str, Field(description="What to look for: a few words, a question or an "
-                                         "identifier, e.g. `retry with backoff`.",
-                             min_length=1, max_length=2000)]
-K = Annotated[int, Field(description=f"How many results to return, 1 to {MAX_K}. Default 10.",
-                         ge=1, le=MAX_K)]
+Query = Annotated[str, Field(description="A few words, a question or an identifier, e.g. "
+                                         "`retry with backoff`.", min_length=1, max_length=2000)]
+K = Annotated[int, Field(description="How many results.", ge=1, le=MAX_K)]
 Language = Annotated[str | None, Field(
-    description="Only chunks in this language, lower case as results name it (`python`, "
-                "`typescript`, `go`, `markdown`…). Default null: any language.",
+    description="Only this language, lower case (`python`, `typescript`, `markdown`…).",
     max_length=40)]
 PathGlob = Annotated[str | None, Field(
-    description="Only chunks of files matching this glob, relative to the project root: `*` "
-                "within a folder, `**` across folders; a glob without `/` matches file names "
-                "at any depth (`*.py`, `test_*`), a trailing `/` a whole folder (`src/`). "
-                "Default null: any file.", max_length=500)]
+    description="Only files matching this glob from the project root: `**` spans folders, "
+                "no `/` matches names at any depth (`*.py`), a trailing `/` a folder (`src/`).",
+    max_length=500)]
 Kind = Annotated[Literal["function", "method", "class"] | None, Field(
-    description="Only chunks that define this kind of symbol: `function`, `method` (a "
-                "function defined in a class-like type) or `class` (classes, structs, "
-                "interfaces, traits, enums). Default null: any chunk, including code between "
-                "definitions.")]
+    description="Only chunks defining this (`class` takes structs, interfaces, traits, "
+                "enums); null: any chunk.")]
 Group = Annotated[Literal["file", "chunk"], Field(
-    description="`file` (default): one result per file, its best chunk, with the file's other "
-                "matching ranges in `also`; `chunk`: one result per chunk, a file may repeat.")]
-PageCursor = Annotated[str | None, Field(
-    description="The `next_cursor` of an earlier answer, to read the next page of that "
-                "search (repeat its other arguments unchanged). Default null: the first page.",
-    max_length=200)]
+    description="`file`: a file's best chunk, its other matches in `also`; `chunk`: every "
+                "chunk.")]
 
 
 class ProjectEntry(BaseModel):
@@ -212,7 +204,7 @@ class ToolServer(MCPServer):
 
     async def list_tools(self) -> list[Any]:
         tools = await super().list_tools()
-        return [t for t in tools if self._listed(t.name)]
+        return [compact_tool(t) for t in tools if self._listed(t.name)]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
@@ -275,13 +267,9 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
                                              max_tokens=max_tokens, group=group))
 
     @server.tool(title="Search code", annotations=READ_ONLY,
-                 description="Search indexed source code by meaning and keywords (vector and "
-                             "keyword rankings fused). Returns file paths with line ranges, "
-                             "the symbol, scores (see each field) and a snippet, best first, "
-                             "as many as max_tokens holds (snippets grow to whole chunks when "
-                             "it allows; `next_cursor` reads on). Filters by language, path "
-                             "glob and symbol kind apply before the top k is taken. Every hit "
-                             "links its lines (read_code or resources/read).")
+                 description="Search indexed source code by meaning and keywords. Hits best "
+                             "first: path, lines, symbol, scores and a snippet (whole chunks "
+                             "when max_tokens allows); read_code(id) reads a hit's lines.")
     @tool_errors
     async def search_code(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
@@ -292,10 +280,9 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
                                   cursor, max_tokens, ref, group)
 
     @server.tool(title="Search documentation", annotations=READ_ONLY,
-                 description="Search indexed documentation (README, Markdown, reST, docstrings) "
-                             "by meaning and keywords. Same result shape, filters, budget and "
-                             "cursor as search_code; `kind` matches the symbol a docstring "
-                             "documents.")
+                 description="Search indexed documentation (README, Markdown, reST, "
+                             "docstrings) by meaning and keywords; answers as search_code "
+                             "(`kind`: the symbol a docstring documents).")
     @tool_errors
     async def search_docs(query: Query, project: ProjectOpt = None, k: K = 10,
                           language: Language = None, path: PathGlob = None,
@@ -310,26 +297,24 @@ def _similar_tool(server: MCPServer, fathom: Fathom, rankings: Rankings) -> None
     """`find_similar`: the chunks nearest to a chunk, or to a snippet, by vector alone."""
 
     @server.tool(title="Find similar code", annotations=READ_ONLY,
-                 description="Find the chunks whose vectors lie nearest to the chunk at a file "
-                             "and line of a project, or to a snippet. Give `path` and `line`, "
-                             "or `snippet`. Ordered by cosine similarity; the origin chunk "
-                             "itself is left out.")
+                 description="Find the chunks nearest by meaning (cosine) to the chunk at "
+                             "`path` + `line`, or to a `snippet`, the origin left out; answers "
+                             "as search_code.")
     @tool_errors
     async def find_similar(
         project: ProjectName,
         path: Annotated[str | None, Field(
-            description="A file path relative to the project root (as search results give "
-                        "it); needs `line`. Default null: use `snippet`.", max_length=1000)]
+            description="A file path from the project root, with `line`.", max_length=1000)]
         = None,
         line: Annotated[int | None, Field(
-            description="A 1-based line in `path`; the innermost chunk covering it is the "
-                        "origin. Default null.", ge=1, le=MAX_LINE)] = None,
+            description="A 1-based line of `path`: its innermost chunk is the origin.", ge=1,
+            le=MAX_LINE)] = None,
         snippet: Annotated[str | None, Field(
-            description="Code or text to find similar chunks to, instead of path and line. "
-                        "Default null.", max_length=20000)] = None,
+            description="Code or text to match, instead of path and line.",
+            max_length=20000)] = None,
         k: K = 10,
         table: Annotated[Literal["code", "docs"], Field(
-            description="The table to search: `code` (default) or `docs`.")] = "code",
+            description="The table to search.")] = "code",
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
         cursor: PageCursor = None,
     ) -> Annotated[CallToolResult, SearchResults]:
@@ -345,27 +330,23 @@ def _read_tools(server: MCPServer, fathom: Fathom) -> None:
     """`read_code` and the `fathom://` resource template (`fathom.server.read_code`)."""
 
     @server.tool(title="Read code", annotations=READ_ONLY,
-                 description="Read lines of an indexed file as the index holds them: a search "
-                             "hit's lines by its `id`, or `project` + `path` with an optional "
-                             "line range. The text block holds the lines, numbered; the "
-                             "structured result says whether the file on disk changed since "
-                             "it was indexed, and where to read on when the lines did not fit "
-                             "max_tokens.")
+                 description="Read an indexed file's lines as indexed, numbered: a search "
+                             "hit's by its `id`, or `project` + `path` and a line range. Says "
+                             "if the file changed since, and where to read on.")
     @tool_errors
     async def read_code(
         project: ProjectOpt = None,
         path: Annotated[str | None, Field(
-            description="A file path relative to the project root, as search results give "
-                        "it. Default null: use `id`.", max_length=1000)] = None,
+            description="A file path from the project root.", max_length=1000)] = None,
         start_line: Annotated[int | None, Field(
-            description="First line to read, 1-based. Default null: line 1.", ge=1,
+            description="First line, 1-based; null: 1.", ge=1,
             le=MAX_LINE)] = None,
         end_line: Annotated[int | None, Field(
-            description="Last line to read, inclusive. Default null: the last line.", ge=1,
+            description="Last line, inclusive; null: the end.", ge=1,
             le=MAX_LINE)] = None,
         id: Annotated[str | None, Field(
-            description="A search hit's `id` (PROJECT:TABLE:CHUNK): reads that hit's lines. "
-                        "Default null: use `project` and `path`.", max_length=300)] = None,
+            description="A search hit's `id`, instead of project and path.",
+            max_length=300)] = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> Annotated[CallToolResult, CodeRead]:
         answer = await asyncio.to_thread(read_lines, fathom, project=project, path=path,
@@ -390,8 +371,8 @@ def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> 
     """`list_projects`, `index_status` and `drop_project`."""
 
     @server.tool(title="List projects", annotations=READ_ONLY,
-                 description="List the indexed projects with their chunk counts, when each was "
-                             "last indexed and its live sync state.")
+                 description="The indexed projects: chunk counts, last indexed, live sync "
+                             "state.")
     @tool_errors
     async def list_projects() -> ProjectList:
         def load() -> ProjectList:
@@ -405,15 +386,12 @@ def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> 
         return await asyncio.to_thread(load)
 
     @server.tool(title="Index status", annotations=READ_ONLY,
-                 description="The index state of one project: rows per table, the encoder "
-                             "that defines each table, provenance counts, the last run, "
-                             "running jobs and its live sync (watch) state. With `job`, also "
-                             "that job's state and progress (how to follow index_project's "
-                             "background job).")
+                 description="One project's index: rows and encoder per table, the last "
+                             "run, jobs, live sync; with `job`, that job's progress.")
     @tool_errors
     async def index_status(project: ProjectName, job: Annotated[str | None, Field(
-            description="An index job's id (index_project's `job.id`): report its state and "
-                        "progress in `job`. Default null.", max_length=64)] = None,
+            description="An index job's id (index_project's `job.id`).",
+            max_length=64)] = None,
     ) -> IndexStatusResult:
         asked = job_view(runs.find(project, job)) if job is not None else None
         try:
@@ -433,10 +411,8 @@ def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> 
     @server.tool(title="Drop a project",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
                                              idempotent_hint=True, open_world_hint=False),
-                 description="Remove a project from the index, and everything of it: both "
-                             "tables, its record, its jobs and its live sync. The project's "
-                             "folder is not touched; index_project brings it back. Cannot be "
-                             "undone.")
+                 description="Remove a project from the index (tables, record, jobs, live "
+                             "sync); its folder is untouched. Cannot be undone.")
     @tool_errors
     async def drop_project(project: ProjectName) -> DropResult:
         return DropResult(**await fathom.drop(project))

@@ -27,27 +27,19 @@ from fathom.index import search as search_mod
 from fathom.index.filters import SearchFilter
 from fathom.index.results import Ranking, SearchHit
 
-# One meaning per score field, stated once and used in every schema that carries it.
+# One meaning per score field, stated once and used in every schema that carries it; short,
+# since agents' hosts transfer the schema (how the fused score is made: docs/architecture.md).
 SCORES = {
     "fused_score": (
-        "Fused score of this chunk: the vector (cosine) ranking and the keyword (full-text) "
-        "ranking fused, each list's scores normalised to 0..1 and combined with a keyword "
-        "weight of 0.2 for a plain-language query and 0.6 for one that looks like code; a "
-        "chunk whose symbol or file the query names gets a boost above 1 (see `match`). Then "
-        "the file counts: tests, examples, vendored, generated and data files count less "
-        "unless the query asks for them; a file the query names, or with several matching "
-        "chunks, counts more. It orders search results when they are not reranked; it "
-        "compares chunks within one response, not across responses. Null in find_similar."),
+        "Vector (cosine) and keyword (full-text) rankings fused, each normalised to 0..1; above "
+        "1 when the query names the chunk's symbol or file (see `match`). Orders unreranked "
+        "results; compares chunks within one response only. Null in find_similar."),
     "cosine": (
-        "Cosine similarity between the query's (or the origin chunk's) vector and this chunk's "
-        "vector, from -1 to 1, higher is closer; comparable across responses of one project "
-        "table. Null when only the keyword search found the chunk."),
+        "Cosine similarity of the query's (or origin chunk's) vector and this chunk's, -1..1; "
+        "comparable across responses. Null when only the keyword search found it."),
     "rerank_score": (
-        "The reranker's relevance score for this chunk, on the reranker model's own scale; "
-        "null when the response is not reranked (see `reranked` and `reason`)."),
+        "The reranker's score, on its model's scale; null when not reranked."),
 }
-ORDERED_BY = ("What the results are ordered by: `rerank_score` when a reranker rescored them, "
-              "else `fused_score` (search_code, search_docs) or `cosine` (find_similar).")
 SIMILAR_REASON = ("find_similar ranks by vector similarity alone: no keyword fusion, no "
                   "reranking")
 
@@ -88,43 +80,33 @@ class Range(BaseModel):
 
 
 class Result(BaseModel):
-    id: str = Field(default="", description="the hit's id, PROJECT:TABLE:CHUNK: read_code(id=…) reads "
-                    "its lines as indexed (stable while the chunk is unchanged)")
-    uri: str = Field(default="", description="the resource URI of the hit's lines "
-                     "(fathom://PROJECT/PATH?lines=START-END), for resources/read")
-    project: str = Field(description="the project the chunk belongs to")
-    path: str = Field(description="file path relative to the project root")
-    start_line: int = Field(description="first line of the chunk, 1-based")
-    end_line: int = Field(description="last line of the chunk, inclusive")
-    symbol: str | None = Field(None, description="function, class or heading the chunk covers")
-    kind: str | None = Field(None, description="what the symbol is: function, method or class; "
-                                               "null for code between definitions and for prose")
-    language: str = Field(description="the chunk's language, as the `language` filter takes it")
-    rank: int = Field(description="1-based position in this response")
+    # Fields that explain themselves go undescribed: the schema is sent with every tool list.
+    id: str = Field(default="", description="read_code(id=…) reads the hit's lines")
+    uri: str = Field(default="", description="the hit's lines, for resources/read")
+    project: str
+    path: str
+    start_line: int
+    end_line: int
+    symbol: str | None = None
+    kind: str | None = None
+    language: str
+    rank: int
     fused_score: float | None = Field(None, description=SCORES["fused_score"])
     cosine: float | None = Field(None, description=SCORES["cosine"])
     rerank_score: float | None = Field(None, description=SCORES["rerank_score"])
     # Why it ranked: its place in each of the two rankings the fusion combined.
-    vector_rank: int | None = Field(None, description="place (1 = best) in the vector search "
-                                    "by meaning; null: not among its candidates")
-    keyword_rank: int | None = Field(None, description="place (1 = best) in the keyword "
-                                     "(full-text) search; null: not among its candidates")
-    keyword_score: float | None = Field(None, description="full-text relevance (BM25-like; "
-                                        "its scale depends on the store); null: not found by it")
-    match: str | None = Field(None, description="'symbol', 'path' or 'symbol+path' when the "
-                              "query named this definition or file (ranked first for it)")
-    retrieval_rank: int | None = Field(None, description="place (1 = best) before reranking; "
-                                       "null when not reranked")
-    snippet: str = Field(description="the chunk's first lines (docs: from its first line of "
-                                     "words, without docstring or comment delimiters), or the "
-                                     "whole chunk when the answer's token budget allows (see "
-                                     "`whole`)")
+    vector_rank: int | None = Field(None, description="place in the vector search (1 = "
+                                    "best); null: not a candidate")
+    keyword_rank: int | None = Field(None, description="place in the keyword search; null: "
+                                     "not a candidate")
+    keyword_score: float | None = None
+    match: str | None = Field(None, description="'symbol', 'path' or 'symbol+path': the query "
+                              "named this definition or file")
+    retrieval_rank: int | None = Field(None, description="place before reranking")
+    snippet: str
     whole: bool = Field(default=False, description="the snippet is the whole chunk")
-    commit: str | None = Field(None, description="the git commit the chunk was indexed at, "
-                               "for a project from git (searched at a `ref`); null otherwise")
-    also: list[Range] = Field(default_factory=list, description="one result per file: the "
-                              "file's other chunks that matched, best first (read_code reads "
-                              "them by path and lines)")
+    commit: str | None = None  # the git commit indexed, for a project from git
+    also: list[Range] = Field(default_factory=list, description="the file's other matches")
 
     @classmethod
     def of(cls, hit: SearchHit, rank: int) -> Result:
@@ -146,35 +128,29 @@ class Result(BaseModel):
 
 
 class FileGroup(BaseModel):
-    project: str = Field(description="the project the file belongs to")
-    path: str = Field(description="file path relative to the project root")
-    hits: int = Field(description="how many of this response's results are in the file")
-    best_rank: int = Field(description="rank of the file's best result in this response")
+    project: str
+    path: str
+    hits: int
+    best_rank: int
 
 
 class SearchResults(BaseModel):
     query: str = Field(description="the query, or `path:line` for find_similar from a file")
-    table: Table = Field(description="the table searched")
-    ordered_by: Literal["rerank_score", "fused_score", "cosine"] = Field(description=ORDERED_BY)
+    table: Table
+    ordered_by: Literal["rerank_score", "fused_score", "cosine"]  # the score that orders
     results: list[Result] = Field(description="best first")
-    reranked: bool = Field(description="whether the reranker role rescored these results")
-    reason: str | None = Field(None, description="why the response is as it is, for the whole "
-                               "response (e.g. why it is not reranked); stated once here, not "
-                               "on each result")
-    reranker: str | None = Field(None, description="the provider that reranked the results")
-    filters: str | None = Field(None, description="the filters applied, if any")
-    notes: list[str] = Field(default_factory=list, description="what the reader must know "
-                             "besides the results, e.g. a damaged project the search skipped")
-    found: int | None = Field(default=None, description="how many results the search found (at most "
-                              "k); `results` holds those that fit max_tokens")
-    next_cursor: str | None = Field(default=None, description="more results did not fit max_tokens: "
-                                    "call again with the same arguments and this cursor for "
-                                    "the next page; null: nothing more")
-    tokens: int | None = Field(default=None, description="tokens of the answer, as max_tokens counts "
-                               "them")
-    files: list[FileGroup] = Field(default_factory=list, description="the files of this "
-                                   "response's results, best first, with how many results each "
-                                   "holds: an agent's next step is often to open the file")
+    reranked: bool
+    reason: str | None = Field(None, description="why the response is as it is (e.g. not "
+                               "reranked), once for all results")
+    reranker: str | None = None
+    filters: str | None = None
+    notes: list[str] = Field(default_factory=list)  # e.g. a damaged project skipped
+    found: int | None = Field(default=None, description="results found (at most k); `results` "
+                              "holds those that fit max_tokens")
+    next_cursor: str | None = Field(default=None, description="pass as `cursor` (same "
+                                    "arguments) for the next page; null: no more")
+    tokens: int | None = None  # as max_tokens counts them
+    files: list[FileGroup] = Field(default_factory=list)  # the results' files, best first
 
 
 async def search_results(service: search_mod.Searchable, query: str, project: str | None,

@@ -47,6 +47,7 @@ from fathom import scope
 from fathom.config import RoutingStore, Settings
 from fathom.datadir import open_data_dir
 from fathom.errors import ConfigError, FathomError, NoProviderAvailable, failure_of
+from fathom.fleet.auth import FleetAuth
 from fathom.index import search as search_mod
 from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
@@ -180,6 +181,12 @@ async def entered(lock: contextlib.AbstractContextManager[Any]) -> None:
         raise
 
 
+def fleet_recorded(settings: Settings) -> bool:
+    """The server was given a join token or approved a sidecar (its fleet record exists),
+    though none may be connected now: searches still name the fleet's fixes."""
+    return (settings.data_dir / FleetAuth.FILENAME).exists()
+
+
 class Fathom:
     """Everything a front end needs, built from `Settings`.
 
@@ -229,7 +236,8 @@ class Fathom:
                 self.registry.add(own)
         self._unbind_gate = self.gate.bind(self.registry)
         self._gate_clears = self.gate.for_router(self._current_space)
-        self.router = router or Router(self.routing.load, self.registry, is_cleared=self._may_write)
+        self.router = router or Router(self.routing.load, self.registry, is_cleared=self._may_write,
+                                       fleet=lambda: fleet_recorded(self.settings))
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
         self.git = GitProjects(self, clock=clock)  # projects from git remotes, branch by branch
 
@@ -254,8 +262,7 @@ class Fathom:
 
     @property
     def store(self) -> Store:
-        """The store, as the current caller may see it (`scope`: a scoped MCP token sees only
-        its projects; everyone else, the whole store)."""
+        """The store as the current caller may see it (`scope`: a scoped token, its projects)."""
         if self._store is None:
             self._store = open_store(self.settings, clearance=GateClearance(self.gate))
         return scope.confine(self._store)

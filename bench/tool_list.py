@@ -1,0 +1,57 @@
+"""The tool list: what `tools/list` costs an agent's context, tool by tool.
+
+    .venv/bin/python bench/tool_list.py [--git-remotes PREFIX]
+
+Starts the MCP server in-process (`build_mcp_server` over a fresh data dir, the default
+configuration unless `--git-remotes` allows a remote), lists its tools through the SDK's own
+client, and prints per tool the characters of its description, input schema and output
+schema as sent (compact JSON), then the totals: what a model is shown (name + description +
+input schema: hosts keep output schemas from the model) and the whole list. The budget
+(14,000 and 25,000) is held by tests/test_mcp_first_minutes.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+from typing import Any
+
+from mcp import Client
+
+from fathom.config import Settings
+from fathom.server.mcp_tools import build_mcp_server
+from fathom.service import Fathom
+
+
+def size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+async def measure(git_remotes: str) -> None:
+    with tempfile.TemporaryDirectory() as data:
+        fathom = Fathom(Settings(data_dir=data, git_remotes=git_remotes))
+        async with Client(build_mcp_server(fathom)) as client:
+            tools = (await client.list_tools()).tools
+    sees = whole = outputs = 0
+    print(f"{'tool':18} {'description':>11} {'input':>7} {'output':>7} {'model sees':>10}")
+    for tool in tools:
+        wire = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
+        described, given = len(tool.description or ""), size(wire["inputSchema"])
+        shown = len(tool.name) + described + given
+        result = size(wire["outputSchema"]) if "outputSchema" in wire else 0
+        sees, whole, outputs = sees + shown, whole + size(wire), outputs + result
+        print(f"{tool.name:18} {described:11,} {given:7,} {result:7,} {shown:10,}")
+    print(f"{len(tools)} tools: a model is shown {sees:,} characters; the whole list is "
+          f"{whole:,}, output schemas {outputs:,}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--git-remotes", default="", help="FATHOM_GIT_REMOTES for the run")
+    asyncio.run(measure(parser.parse_args().git_remotes))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""How the tool list reads on the wire: the schemas `tools/list` gives, made compact.
+
+An agent's host sends every tool's name, description and input schema to the model, and
+transfers (and some hosts count) the whole list, output schemas included. Pydantic's schemas
+carry what no reader needs: a `title` on every property and model, `default` values in a
+result's schema, `anyOf` spelt out for every nullable field.
+
+What it owns: `compact_tool`, the one rewrite of a listed tool. Input schemas lose only the
+generated titles, `"default": null` (an argument outside `required` may be left out) and
+`"additionalProperties": true` (the rule anyway); descriptions, other defaults and bounds
+stay: they are how a model calls the tool right. Output schemas also lose their defaults, and a nullable field reads `{"type":
+[T, "null"]}`; their field descriptions stay only on the tools named in `DESCRIBED_RESULTS`
+(the search result's fields are described once, on `search_code`), and a tool answering
+another's shape (`SAME_RESULT`: `search_docs`, `find_similar`) lists none: its description
+says "answers as search_code". How the scores are made is docs/architecture.md's (Search).
+
+What it refuses to do: change what a tool accepts or answers. It rewrites the listed copy;
+the SDK still checks calls and results against the tool's own schemas, and a compact schema
+accepts exactly what the full one does (titles, defaults and descriptions constrain nothing;
+an `anyOf` of bare types is the same set as the type list).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The tools whose result schema keeps its field descriptions.
+DESCRIBED_RESULTS = frozenset({"search_code"})
+# Tools that answer another's result shape: their listing points there instead of repeating
+# its schema (their description says so; the SDK still checks every result they give).
+SAME_RESULT = {"search_docs": "search_code", "find_similar": "search_code"}
+
+
+def compact_tool(tool: Any) -> Any:
+    """A copy of the listed `tool` (an `mcp.types.Tool`) with compact schemas."""
+    update: dict[str, Any] = {"input_schema": _compact(tool.input_schema, output=False,
+                                                       described=True)}
+    if tool.name in SAME_RESULT:
+        update["output_schema"] = None
+    elif tool.output_schema is not None:
+        update["output_schema"] = _compact(tool.output_schema, output=True,
+                                           described=tool.name in DESCRIBED_RESULTS)
+    return tool.model_copy(update=update)
+
+
+def _compact(schema: Any, *, output: bool, described: bool) -> Any:
+    if isinstance(schema, list):
+        return [_compact(s, output=output, described=described) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    dropped = {"title"} | ({"default"} if output else set()) | (set() if described else {"description"})
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            # Names of fields and models, not schema keywords: a field called `title` stays.
+            out[key] = {name: _compact(s, output=output, described=described)
+                        for name, s in value.items()}
+        elif key not in dropped and not (key == "default" and value is None) and not (
+                key == "additionalProperties" and value is True):
+            # A default of null says only that the argument may be left out, which its
+            # absence from `required` already says; any property is allowed unless said.
+            out[key] = _compact(value, output=output, described=described)
+    return _type_list(out) if output else out
+
+
+def _type_list(schema: dict[str, Any]) -> dict[str, Any]:
+    """`{"anyOf": [{"type": A}, {"type": B}]}` as `{"type": [A, B]}`: the same set of values
+    (only branches that are a bare type are merged; an input schema keeps its `anyOf`, which
+    every host's parser reads)."""
+    branches = schema.get("anyOf")
+    if not isinstance(branches, list) or not all(
+            isinstance(b, dict) and set(b) == {"type"} and isinstance(b["type"], str)
+            for b in branches):
+        return schema
+    merged = {k: v for k, v in schema.items() if k != "anyOf"}
+    merged["type"] = [b["type"] for b in branches]
+    return merged
