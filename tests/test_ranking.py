@@ -21,7 +21,7 @@ from fathom.config import Settings
 from fathom.errors import ConfigError
 from fathom.index import search
 from fathom.index.fusion import query_shape
-from fathom.index.ranking import by_file, file_role, name_share, query_share, rank
+from fathom.index.ranking import by_file, file_role, name_share, rank
 from fathom.index.store import Hit
 from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
@@ -63,22 +63,6 @@ def test_a_file_the_question_names_is_lifted_by_its_words_either_way():
     assert name_share("src/index.js", query_shape("index the files")) == 0.0  # carries no name
     pool = [hit("src/backoff.py", 0.82), hit("src/retry_policy.py", 0.8)]
     assert rank(pool, shape)[0].path == "src/retry_policy.py"
-
-
-def test_a_common_word_among_many_lifts_the_file_it_names_by_its_share_of_the_question():
-    # "url" names `url.py` whole, but it is one word of six: a question in plain words spells
-    # nouns many files are named after, and the answer lies in a file it does not name.
-    long = query_shape("convert a unicode url to an ascii percent encoded string")
-    assert name_share("util/url.py", long) == 1.0
-    assert query_share("util/url.py", long) == pytest.approx(1 / 7)
-    pool = [hit("util/url.py", 0.7), hit("requests/utils.py", 0.8)]
-    assert rank(pool, long)[0].path == "requests/utils.py"
-    # Asked by its name alone, or as most of a short question, the file still comes first.
-    assert query_share("src/router.go", query_shape("router")) == 1.0
-    assert rank([hit("src/dispatch.go", 0.9), hit("src/router.go", 0.6)],
-                query_shape("router"))[0].path == "src/router.go"
-    assert query_share("src/retry_policy.py", query_shape("RetryPolicy")) == 1.0
-    assert query_share("src/retry_policy.py", query_shape("retry_policy")) == 1.0
 
 
 def test_several_hits_lift_their_file():

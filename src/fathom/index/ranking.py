@@ -10,11 +10,10 @@ fused pool of one search, with nothing but the hits' paths, symbols and scores:
   multiplied by its `DEMOTION`.
 * **The file's name**: a file whose name the query spells, whole or by its words
   (`RetryPolicy` or "retry policy" for `retry_policy.py`, "router" for `router.go`), is
-  lifted by `NAME_LIFT` times the square of the share of its name's words the query holds,
-  times the share of the query's words its name holds: "router" names `router.go` outright,
-  while in "convert a unicode url to an ascii percent encoded one" the word "url" is one of
-  six, and `url.py` is lifted by a sixth (a question in plain words spells common nouns that
-  many files are named after; a whole-name lift there ranked those files above the answer).
+  lifted by `NAME_LIFT` times the square of the share of its name's words the query holds.
+  Not scaled by the share of the question the name holds: that spares a plain-words question
+  over many libraries ("url" in a long question lifting `url.py`) but cost semble's set more
+  than it gave (docs/benchmarks.md).
 * **A definition's name in plain words**: "retry policy" names `RetryPolicy` as surely as
   the back-ticked identifier does; fusion boosts only the latter, so a definition whose own
   name's words the query holds, and that fusion did not boost, is lifted by `SYMBOL_LIFT`.
@@ -38,7 +37,6 @@ asks for, or read any file.
 
 API:
     file_role(path) -> str | None;  name_share(path, shape) -> float
-    query_share(path, shape) -> float
     rank(hits, shape) -> list[Hit]          every hit, reordered, scores adjusted
     by_file(hits, *, others=MAX_OTHERS) -> list[FileHits]
 """
@@ -60,7 +58,6 @@ from fathom.index.store import CAMEL_PARTS, Hit
 # name boosts, so a demoted file's chunk that the query names still passes unnamed code.
 DEMOTION = {"test": 0.8, "example": 0.85, "vendored": 0.7, "generated": 0.7, "data": 0.75}
 NAME_LIFT = 0.5  # a file whose whole name the query spells
-QUERY_POWER = 1  # ... scaled by the share of the query's words its name holds, to this power
 SYMBOL_LIFT = 0.1  # a definition whose whole own name the query holds, as code or words
 SUPPORT = 0.2  # times the file's second-best chunk score, added to each of its chunks
 MAX_OTHERS = 5  # other ranges of a file kept on its result
@@ -127,11 +124,6 @@ _STOP = frozenset("a an the to from of in on at by for with and or not no is are
                   "where why do does get set make use".split())
 
 
-def _content_words(shape: QueryShape) -> frozenset[str]:
-    """The query's words that can name something: singular, stop words left out."""
-    return frozenset(_singular(w) for w in shape.words if w not in _STOP)
-
-
 def _asked_words(shape: QueryShape) -> frozenset[str]:
     """The query's words, singular, also split at `_` and `-` (`retry_policy` -> retry,
     policy; `retrypolicy` stays whole and names `RetryPolicy` whole)."""
@@ -160,32 +152,12 @@ def _symbol_share(symbol: str | None, asked: frozenset[str]) -> float:
     return _share(parts, asked)
 
 
-def _name_parts(path: str) -> list[str]:
+def _name_share(path: str, asked: frozenset[str]) -> float:
     stem = PurePosixPath(path).stem
     if stem.lower() in _NAMELESS:
-        return []
-    return [_singular(w) for w in _words(stem) if not w.isdigit() and w not in _STOP]
-
-
-def _name_share(path: str, asked: frozenset[str]) -> float:
-    return _share(_name_parts(path), asked)
-
-
-def _query_share(path: str, content: frozenset[str]) -> float:
-    """The share of the query's words that the file's name holds: a word is held when it
-    is one of the name's words or the whole name (`retrypolicy`), or when each of its `_`
-    and `-` parts is one of them (`retry_policy`)."""
-    parts = _name_parts(path)
-    if not parts or not content:
         return 0.0
-    whole, held = "".join(parts), set(parts)
-    return sum(1 for w in content
-               if w == whole or all(x in held for x in re.split(r"[_\-]", w) if x)) / len(content)
-
-
-def _name_lift(path: str, asked: frozenset[str], content: frozenset[str]) -> float:
-    share = _name_share(path, asked)
-    return NAME_LIFT * share ** 2 * _query_share(path, content) ** QUERY_POWER if share else 0.0
+    return _share([_singular(w) for w in _words(stem) if not w.isdigit() and w not in _STOP],
+                  asked)
 
 
 def name_share(path: str, shape: QueryShape) -> float:
@@ -193,12 +165,6 @@ def name_share(path: str, shape: QueryShape) -> float:
     named whole by "RetryPolicy", "retry policy" or "retry_policy"; `index.js`, `mod.rs`,
     `__init__.py` and such carry no name."""
     return _name_share(path, _asked_words(shape))
-
-
-def query_share(path: str, shape: QueryShape) -> float:
-    """The share of the query's words (stop words aside) that a file's name holds (0 to 1):
-    "router" for `router.go` is 1, "how does the router match paths" is a third."""
-    return _query_share(path, _content_words(shape))
 
 
 def _asked_roles(shape: QueryShape) -> set[str]:
@@ -215,14 +181,14 @@ def rank(hits: Sequence[Hit], shape: QueryShape, *, project: str | None = None) 
     ties broken by project, path and line (module docstring). Each path and each symbol is
     read once. `project`: the one project every hit comes from, set on each (None: each hit
     names its own)."""
-    roles, asked, content = _asked_roles(shape), _asked_words(shape), _content_words(shape)
+    roles, asked = _asked_roles(shape), _asked_words(shape)
     by_path: dict[str, tuple[float, float]] = {}  # path -> (role factor, name lift)
     by_symbol: dict[str | None, float] = {}
     scores: list[float] = []
     for h in hits:
         factor, lift = by_path.get(h.path) or by_path.setdefault(h.path, (
             DEMOTION.get(role or "", 1.0) if (role := file_role(h.path)) not in roles else 1.0,
-            _name_lift(h.path, asked, content)))
+            NAME_LIFT * _name_share(h.path, asked) ** 2))
         score = h.score * factor + lift
         if SYMBOL_LIFT and h.match is None:  # a name fusion already boosted counts once
             named = by_symbol.get(h.symbol)
