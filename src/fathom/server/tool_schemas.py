@@ -3,21 +3,24 @@
 An agent's host sends every tool's name, description and input schema to the model, and
 transfers (and some hosts count) the whole list, output schemas included. Pydantic's schemas
 carry what no reader needs: a `title` on every property and model, `default` values in a
-result's schema, `anyOf` spelt out for every nullable field.
+result's schema.
 
 What it owns: `compact_tool`, the one rewrite of a listed tool. Input schemas lose only the
 generated titles, `"default": null` (an argument outside `required` may be left out) and
 `"additionalProperties": true` (the rule anyway); descriptions, other defaults and bounds
-stay: they are how a model calls the tool right. Output schemas also lose their defaults, and a nullable field reads `{"type":
-[T, "null"]}`; their field descriptions stay only on the tools named in `DESCRIBED_RESULTS`
+stay: they are how a model calls the tool right. Output schemas also lose their defaults;
+their field descriptions stay only on the tools named in `DESCRIBED_RESULTS`
 (the search result's fields are described once, on `search_code`), and a tool answering
 another's shape (`SAME_RESULT`: `search_docs`, `find_similar`) lists none: its description
 says "answers as search_code". How the scores are made is docs/architecture.md's (Search).
 
 What it refuses to do: change what a tool accepts or answers. It rewrites the listed copy;
 the SDK still checks calls and results against the tool's own schemas, and a compact schema
-accepts exactly what the full one does (titles, defaults and descriptions constrain nothing;
-an `anyOf` of bare types is the same set as the type list).
+accepts exactly what the full one does (titles, defaults and descriptions constrain nothing).
+Nor does it merge a nullable field's `anyOf` into a type list (`{"type": [T, "null"]}`): legal
+JSON Schema, but a client that maps tool schemas onto a single-`type` dialect (the OpenAPI
+subset of Gemini's function declarations) may reject the tool; the MCP Inspector's `--strict`
+check flags it.
 """
 
 from __future__ import annotations
@@ -60,18 +63,4 @@ def _compact(schema: Any, *, output: bool, described: bool) -> Any:
             # A default of null says only that the argument may be left out, which its
             # absence from `required` already says; any property is allowed unless said.
             out[key] = _compact(value, output=output, described=described)
-    return _type_list(out) if output else out
-
-
-def _type_list(schema: dict[str, Any]) -> dict[str, Any]:
-    """`{"anyOf": [{"type": A}, {"type": B}]}` as `{"type": [A, B]}`: the same set of values
-    (only branches that are a bare type are merged; an input schema keeps its `anyOf`, which
-    every host's parser reads)."""
-    branches = schema.get("anyOf")
-    if not isinstance(branches, list) or not all(
-            isinstance(b, dict) and set(b) == {"type"} and isinstance(b["type"], str)
-            for b in branches):
-        return schema
-    merged = {k: v for k, v in schema.items() if k != "anyOf"}
-    merged["type"] = [b["type"] for b in branches]
-    return merged
+    return out
