@@ -21,7 +21,7 @@ from fathom.config import Settings
 from fathom.errors import ConfigError
 from fathom.index import search
 from fathom.index.fusion import query_shape
-from fathom.index.ranking import by_file, file_role, name_share, rank
+from fathom.index.ranking import asks_action, by_file, file_role, name_lift, name_share, rank
 from fathom.index.store import Hit
 from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
@@ -63,6 +63,27 @@ def test_a_file_the_question_names_is_lifted_by_its_words_either_way():
     assert name_share("src/index.js", query_shape("index the files")) == 0.0  # carries no name
     pool = [hit("src/backoff.py", 0.82), hit("src/retry_policy.py", 0.8)]
     assert rank(pool, shape)[0].path == "src/retry_policy.py"
+
+
+def test_a_question_asking_for_an_action_lifts_a_file_by_the_share_of_it_the_name_holds():
+    # An action asked for ("convert ...") describes a function, wherever it lives: "url" is
+    # one word of seven, and `url.py` gets a seventh of the lift; the answer in `utils.py`,
+    # which no word names, keeps its place.
+    action = query_shape("convert a unicode url to an ascii percent encoded string")
+    assert asks_action(action) and asks_action(query_shape("Returns the charset of a response"))
+    assert name_share("util/url.py", action) == 1.0
+    assert name_lift("util/url.py", action) == pytest.approx(0.5 / 7)
+    pool = [hit("util/url.py", 0.7), hit("requests/utils.py", 0.8)]
+    assert rank(pool, action)[0].path == "requests/utils.py"
+    # A question about a subject is answered by the file named after it: the whole lift.
+    for subject in ("how are urls parsed and joined", "url parsing and percent encoding",
+                    "Response type and HTTP response construction"):
+        assert not asks_action(query_shape(subject))
+    assert name_lift("util/url.py", query_shape("url parsing and percent encoding")) == 0.5
+    assert rank(pool, query_shape("url parsing and percent encoding"))[0].path == "util/url.py"
+    # Words as often nouns in code open a subject: "test runner output", "store enhancers".
+    assert not asks_action(query_shape("test runner output"))
+    assert not asks_action(query_shape("store enhancers and middleware"))
 
 
 def test_several_hits_lift_their_file():

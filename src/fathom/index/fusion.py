@@ -83,6 +83,7 @@ class QueryShape:
     names: frozenset[str] = frozenset()  # lower-cased identifier parts spelled as code
     words: frozenset[str] = frozenset()  # every lower-cased word and identifier part
     paths: tuple[str, ...] = ()  # path-like tokens, lower-cased
+    opening: str = ""  # the first token, lower-cased ("convert", "how", "requestcontext")
 
     @property
     def is_code(self) -> bool:
@@ -172,7 +173,8 @@ def query_shape(query: str) -> QueryShape:
         token = raws[0].strip(_STRIP)
         names.update(p.lower() for p in _NAME.findall(token))
         code = 1 if names else 0
-    return QueryShape(len(raws), code, frozenset(names), frozenset(words), tuple(paths))
+    opening = raws[0].strip(_STRIP).lower() if raws else ""
+    return QueryShape(len(raws), code, frozenset(names), frozenset(words), tuple(paths), opening)
 
 
 Key = tuple[str | None, str]

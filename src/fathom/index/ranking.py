@@ -11,9 +11,13 @@ fused pool of one search, with nothing but the hits' paths, symbols and scores:
 * **The file's name**: a file whose name the query spells, whole or by its words
   (`RetryPolicy` or "retry policy" for `retry_policy.py`, "router" for `router.go`), is
   lifted by `NAME_LIFT` times the square of the share of its name's words the query holds.
-  Not scaled by the share of the question the name holds: that spares a plain-words question
-  over many libraries ("url" in a long question lifting `url.py`) but cost semble's set more
-  than it gave (docs/benchmarks.md).
+  A question that asks for an action ("convert a unicode url to ascii", "Returns the
+  charset…": it opens on a verb of `_ACTIONS`) describes a function, which lives wherever it
+  lives: there the lift is also scaled by the share of the question's words the name holds,
+  so "url", one word of seven, lifts `url.py` by a seventh. A question about a subject ("how
+  does the router match paths", "Response type and HTTP response construction") is answered
+  by the file named after it, and keeps the whole lift. (Scaling every question cost semble's
+  set 0.853 -> 0.823; scaling none cost the plain-words sets: docs/benchmarks.md.)
 * **A definition's name in plain words**: "retry policy" names `RetryPolicy` as surely as
   the back-ticked identifier does; fusion boosts only the latter, so a definition whose own
   name's words the query holds, and that fusion did not boost, is lifted by `SYMBOL_LIFT`.
@@ -37,6 +41,7 @@ asks for, or read any file.
 
 API:
     file_role(path) -> str | None;  name_share(path, shape) -> float
+    asks_action(shape) -> bool;  name_lift(path, shape) -> float
     rank(hits, shape) -> list[Hit]          every hit, reordered, scores adjusted
     by_file(hits, *, others=MAX_OTHERS) -> list[FileHits]
 """
@@ -118,10 +123,38 @@ def _singular(word: str) -> str:
     return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
 
 
+# Verbs a question opens on when it asks for an action, not about a subject (also with a
+# third-person "s": "Returns the ..."). Words that are as often nouns in code ("test",
+# "store", "file", "request", "group", "filter", "map", "list") are left out: a question that
+# opens on one is taken as naming a subject.
+_ACTIONS = frozenset("""
+    get set convert split generate format remove turn join put read create start return serve
+    restart add find choose encode decode build delete mix pad escape iterate expand save load
+    parse check compute calculate make send write open close wrap strip render raise validate
+    merge copy sort count print show run call compare replace apply register resolve fetch
+    download upload compress decompress redirect allow keep reject match extract look pick
+    detect guess follow drop hash verify sign encrypt decrypt normalize normalise quote unquote
+    truncate append insert update reset clear flush wait retry schedule cancel stop kill spawn
+    connect disconnect bind listen accept receive emit dispatch transform serialize deserialize
+    dump tell determine ensure lower upper capitalize indent dedent highlight measure estimate
+""".split())
+
+
 # Words that name nothing: a file `to_thread.py` is not named by "convert to a string".
 _STOP = frozenset("a an the to from of in on at by for with and or not no is are be as it its "
                   "into onto out up down over under this that these those what which how when "
                   "where why do does get set make use".split())
+
+
+def asks_action(shape: QueryShape) -> bool:
+    """Whether the question opens on a verb of `_ACTIONS` (or its third-person form)."""
+    word = shape.opening
+    return word in _ACTIONS or (word.endswith("s") and word[:-1] in _ACTIONS)
+
+
+def _content_words(shape: QueryShape) -> frozenset[str]:
+    """The query's words that can name something: singular, stop words left out."""
+    return frozenset(_singular(w) for w in shape.words if w not in _STOP)
 
 
 def _asked_words(shape: QueryShape) -> frozenset[str]:
@@ -152,12 +185,36 @@ def _symbol_share(symbol: str | None, asked: frozenset[str]) -> float:
     return _share(parts, asked)
 
 
-def _name_share(path: str, asked: frozenset[str]) -> float:
+def _name_parts(path: str) -> list[str]:
     stem = PurePosixPath(path).stem
     if stem.lower() in _NAMELESS:
+        return []
+    return [_singular(w) for w in _words(stem) if not w.isdigit() and w not in _STOP]
+
+
+def _name_share(path: str, asked: frozenset[str]) -> float:
+    return _share(_name_parts(path), asked)
+
+
+def _query_share(path: str, content: frozenset[str]) -> float:
+    """The share of the question's words that the file's name holds: a word is held when it
+    is one of the name's words or the whole name (`retrypolicy`), or when each of its `_`
+    and `-` parts is one of them (`retry_policy`)."""
+    parts = _name_parts(path)
+    if not parts or not content:
         return 0.0
-    return _share([_singular(w) for w in _words(stem) if not w.isdigit() and w not in _STOP],
-                  asked)
+    whole, held = "".join(parts), set(parts)
+    return sum(1 for w in content
+               if w == whole or all(x in held for x in re.split(r"[_\-]", w) if x)) / len(content)
+
+
+def _name_lift(path: str, asked: frozenset[str], content: frozenset[str] | None) -> float:
+    """`content`: the question's words when it asks for an action (the lift is scaled by the
+    share of them the name holds), None when it names a subject."""
+    share = _name_share(path, asked)
+    if not share:
+        return 0.0
+    return NAME_LIFT * share ** 2 * (1.0 if content is None else _query_share(path, content))
 
 
 def name_share(path: str, shape: QueryShape) -> float:
@@ -165,6 +222,11 @@ def name_share(path: str, shape: QueryShape) -> float:
     named whole by "RetryPolicy", "retry policy" or "retry_policy"; `index.js`, `mod.rs`,
     `__init__.py` and such carry no name."""
     return _name_share(path, _asked_words(shape))
+
+
+def name_lift(path: str, shape: QueryShape) -> float:
+    """What a file's name adds to its chunks' scores for this question (module docstring)."""
+    return _name_lift(path, _asked_words(shape), _content_words(shape) if asks_action(shape) else None)
 
 
 def _asked_roles(shape: QueryShape) -> set[str]:
@@ -182,13 +244,14 @@ def rank(hits: Sequence[Hit], shape: QueryShape, *, project: str | None = None) 
     read once. `project`: the one project every hit comes from, set on each (None: each hit
     names its own)."""
     roles, asked = _asked_roles(shape), _asked_words(shape)
+    content = _content_words(shape) if asks_action(shape) else None
     by_path: dict[str, tuple[float, float]] = {}  # path -> (role factor, name lift)
     by_symbol: dict[str | None, float] = {}
     scores: list[float] = []
     for h in hits:
         factor, lift = by_path.get(h.path) or by_path.setdefault(h.path, (
             DEMOTION.get(role or "", 1.0) if (role := file_role(h.path)) not in roles else 1.0,
-            NAME_LIFT * _name_share(h.path, asked) ** 2))
+            _name_lift(h.path, asked, content)))
         score = h.score * factor + lift
         if SYMBOL_LIFT and h.match is None:  # a name fusion already boosted counts once
             named = by_symbol.get(h.symbol)
