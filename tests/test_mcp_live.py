@@ -169,7 +169,10 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
             chunks = indexed_other.structured_content["embedded"]
             assert chunks >= 100
             assert events[0][2] == "opening store"  # start-up says what it does
-            assert any(e[2].startswith("embedding:") and 0 < e[0] < e[1] for e in events), events
+            # How many events come between depends on how fast the chunks embed (the reporter
+            # sends at most one per interval; a fast run may send none mid-way): the order holds.
+            done = [e[0] for e in events]
+            assert done == sorted(done), events
             last = events[-1]
             assert last[0] == last[1] == chunks and f"of {chunks} chunks embedded" in last[2]
             assert "chunks/s" in last[2]

@@ -225,3 +225,25 @@ def test_serve_removes_its_local_file_and_says_it_stopped(tmp_path: Path, sig: s
         assert "interrupted" not in out and "active index is unchanged" not in out, out
     finally:
         group.stop()
+
+
+def test_a_ctrl_c_just_after_the_local_file_is_written_still_removes_it(tmp_path: Path):
+    """The window a loaded run hit: Ctrl-C lands after `local_server.json` is written and before
+    uvicorn takes the signals over. The file still goes, and the stop is said."""
+    import uvicorn
+
+    from fathom.server.local import LOCAL_FILE, LocalDoor, serve_with_door
+
+    class InterruptedDoor(LocalDoor):
+        def open(self) -> None:
+            super().open()
+            assert self.path.exists()
+            raise KeyboardInterrupt  # the signal, delivered as the file is in place
+
+    said: list[str] = []
+    door = InterruptedDoor(tmp_path, "http://127.0.0.1:1", kind="serve")
+    config = uvicorn.Config(lambda scope, receive, send: None, log_level="warning")
+    with pytest.raises(KeyboardInterrupt):
+        serve_with_door(config, None, door, said.append)
+    assert not (tmp_path / LOCAL_FILE).exists()
+    assert said == ["SIGINT"]

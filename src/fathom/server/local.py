@@ -115,9 +115,15 @@ def serve_with_door(config: Any, sock: Any, door: LocalDoor,
                     if stopped_by and on_stopped is not None:
                         on_stopped(signal.Signals(stopped_by[0]).name)
 
-    door.open()  # `fathom search` of this user answers through this server from now on
     try:
+        # Opened inside the `try`: a Ctrl-C that lands just after the file is written, before
+        # uvicorn takes the signals over, still removes it (a loaded CI run left it once).
+        door.open()  # `fathom search` of this user answers through this server from now on
         DoorServer(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        if not stopped_by and on_stopped is not None:  # before uvicorn heard it: said here
+            on_stopped("SIGINT")
+        raise
     finally:
         door.close()  # only this run's file is removed, once
 
