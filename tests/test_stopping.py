@@ -247,3 +247,24 @@ def test_a_ctrl_c_just_after_the_local_file_is_written_still_removes_it(tmp_path
         serve_with_door(config, None, door, said.append)
     assert not (tmp_path / LOCAL_FILE).exists()
     assert said == ["SIGINT"]
+
+
+def test_a_sigterm_just_after_the_local_file_is_written_still_removes_it(tmp_path: Path):
+    """SIGTERM in the same window: its default action would end the process before any
+    `finally`. The file goes, the stop is said, and the process still ends by SIGTERM."""
+    script = (
+        "import os, signal, sys, uvicorn\n"
+        "from fathom.server.local import LocalDoor, serve_with_door\n"
+        "class Door(LocalDoor):\n"
+        "    def open(self):\n"
+        "        super().open()\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "config = uvicorn.Config(lambda scope, receive, send: None, log_level='warning')\n"
+        "serve_with_door(config, None, Door(sys.argv[1], 'http://127.0.0.1:1', kind='serve'),\n"
+        "                lambda name: print('stopped by', name, flush=True))\n"
+        "print('not reached', flush=True)\n")
+    done = subprocess.run([PY, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == -signal.SIGTERM, done.stdout + done.stderr
+    assert "stopped by SIGTERM" in done.stdout and "not reached" not in done.stdout
+    assert not (tmp_path / "local_server.json").exists()

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -115,17 +116,36 @@ def serve_with_door(config: Any, sock: Any, door: LocalDoor,
                     if stopped_by and on_stopped is not None:
                         on_stopped(signal.Signals(stopped_by[0]).name)
 
+    # SIGTERM's default action ends the process at once: before uvicorn takes the signals over
+    # (and when it raises the signal again after its shutdown) it unwinds instead, so the file
+    # is removed; then the process ends by SIGTERM as it always did. (Loaded CI runs hit both
+    # windows: a signal just after the file was written, before uvicorn had started.)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _unwind) if main else None
     try:
-        # Opened inside the `try`: a Ctrl-C that lands just after the file is written, before
-        # uvicorn takes the signals over, still removes it (a loaded CI run left it once).
         door.open()  # `fathom search` of this user answers through this server from now on
         DoorServer(config).run(sockets=[sock])
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated) as stop:
+        name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
         if not stopped_by and on_stopped is not None:  # before uvicorn heard it: said here
-            on_stopped("SIGINT")
-        raise
+            on_stopped(name)
+        door.close()
+        if name == "SIGINT":
+            raise
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
         door.close()  # only this run's file is removed, once
+
+
+class _Terminated(BaseException):
+    """SIGTERM while `serve_with_door` holds the door: unwinds to its `finally`."""
+
+
+def _unwind(sig: int, frame: Any) -> None:
+    raise _Terminated
 
 
 def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
