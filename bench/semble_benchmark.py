@@ -361,14 +361,19 @@ def search_call(group: str | None) -> tuple[dict[str, Any], bool]:
     if group is None:
         return {}, False
     params = inspect.signature(search_mod.pipeline).parameters
-    if "group" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+    if "group" in params or "request" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
         return {"group": group}, True
     return {}, False
 
 
 async def ask(fathom: Fathom, project: str, query: str, k: int, extra: dict[str, Any]) -> tuple[list[Any], float]:
     t0 = time.perf_counter()
-    ranking = await search_mod.pipeline(fathom, query, project, "code", k=k, **extra)
+    if "request" in inspect.signature(search_mod.pipeline).parameters:  # one request model
+        from fathom.index.request import SearchRequest
+
+        ranking = await search_mod.pipeline(fathom, SearchRequest(query, project, "code", k, **extra))
+    else:  # an older checkout: the arguments one by one
+        ranking = await search_mod.pipeline(fathom, query, project, "code", k=k, **extra)
     return list(ranking.hits), (time.perf_counter() - t0) * 1000
 
 

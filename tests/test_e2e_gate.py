@@ -21,14 +21,13 @@ id, so `gamma` on sidecar `a` is the anchor and `delta` on sidecar `b` its peer.
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
 from fathom.errors import NoProviderAvailable, NotCleared, PinRequired
 from fathom.index import search as search_mod
 from fathom.index.chunk import Chunk
+from fathom.index.request import SearchRequest
 from fathom.inference.gate import Coverage, Gate, GateClearance, Status, audit, reembed
 from fathom.inference.openrouter import OpenRouterClient
 from fathom.inference.provider import Kind
@@ -184,7 +183,10 @@ async def test_queries_go_to_the_tables_reference_then_a_cleared_peer_never_a_re
     assert service.gate.is_cleared(space, twin) and not service.gate.is_cleared(space, delta)
     await service.index(write_project(tmp_path / "shop"), "shop")
     assert service.encoder_for("code", "shop") is gamma
-    for search in (service.search, functools.partial(search_mod.pipeline, service)):
+    def pipeline(query, project, k):
+        return search_mod.pipeline(service, SearchRequest(query, project, k=k))
+
+    for search in (service.search, pipeline):
         queries = embedding_calls(emulator, "gamma")
         hits = await search("retry a flaky call with exponential backoff", None, k=3)
         assert embedding_calls(emulator, "gamma") == queries + 1  # the query, by the anchor

@@ -107,7 +107,7 @@ async def test_a_file_remote_leading_outside_the_allowed_folder_is_refused_at_ad
         synced = await admin.post("/admin/projects/own/sync")
         assert synced.status_code == 400 and "FATHOM_GIT_REMOTES" in synced.text, synced.text
         assert service.records.get("own")["git"]["branches"]["main"] == indexed
-        hits = await service.git.search("own function", "own", None, k=3)
+        hits = await service.search("own function", "own", k=3)
         assert hits and hits[0].symbol == "own_function"
     await service.aclose()
     assert b"outside_vault_function" not in everything_written(data)

@@ -115,9 +115,9 @@ def test_two_branches_share_vectors_and_storage_and_search_by_ref(
             one_branch = size_of(tmp_path / "data")
             tracked = await fathom.git.track("shop", "feature")
             two_branches = size_of(tmp_path / "data")
-            at_feature = await fathom.git.search(QUERY, "shop", "feature", k=5)
-            at_main = await fathom.git.search(QUERY, "shop", None, k=5)
-            by_commit = await fathom.git.search(QUERY, "shop", tracked["commit"], k=5)
+            at_feature = await fathom.search(QUERY, "shop", ref="feature", k=5)
+            at_main = await fathom.search(QUERY, "shop", k=5)
+            by_commit = await fathom.search(QUERY, "shop", ref=tracked["commit"], k=5)
             return added, tracked, one_branch, two_branches, at_feature, at_main, by_commit
 
         added, tracked, one, two, at_feature, at_main, by_commit = asyncio.run(scenario())
@@ -186,9 +186,9 @@ def test_a_sync_stopped_before_the_overlays_followed_main_is_completed_by_the_ne
         failed = git.syncs.status("shop")["last"]
         monkeypatch.setattr(git, "_index_overlay", rebase)
         again = await git.syncs.run("shop", None, "operator")
-        at_feature = await git.search(LOYALTY_QUERY, "shop", "feature", k=5)
-        at_main = await git.search(LOYALTY_QUERY, "shop", None, k=5)
-        ledger = await git.search(QUERY, "shop", "feature", k=5)
+        at_feature = await fathom.search(LOYALTY_QUERY, "shop", ref="feature", k=5)
+        at_main = await fathom.search(LOYALTY_QUERY, "shop", k=5)
+        ledger = await fathom.search(QUERY, "shop", ref="feature", k=5)
         tracked = dict(fathom.records.get("shop")["git"]["branches"])
         base = fathom.records.get("shop@feature")["overlay"]["base"]
         # A sync that waited behind an untrack of its branch does not bring the branch back.
@@ -252,7 +252,7 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
             assert refused.status_code == 401 and secret not in refused.text
         unknown = await http.post("/hooks/git/nothing", content=body, headers=sign(secret, body))
         assert unknown.status_code == 401
-        before = await service.git.search(query, "shop", None, k=5)
+        before = await service.search(query, "shop", k=5)
         assert service.records.get("shop")["git"]["branches"]["main"] == added["branches"]["main"]
         # The forge gets its answer at once, while the sync cannot even start (the project's
         # lock is held here): the sync runs after the answer, and says so while it waits.
@@ -265,8 +265,8 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
         status = await wait_for(lambda: synced(http, auth), timeout=120, what="the webhook's sync")
         assert status["last"]["trigger"] == "webhook" and "error" not in status["last"], status
         answer = status["last"]["result"]
-        after = await service.git.search(query, "shop", None, k=5)
-        at_feature = await service.git.search(query, "shop", "feature", k=5)
+        after = await service.search(query, "shop", k=5)
+        at_feature = await service.search(query, "shop", ref="feature", k=5)
         searched = (await http.post("/admin/search", headers=auth, json={
             "query": QUERY, "project": "shop", "ref": "feature", "k": 5})).json()
         again = (await http.post("/admin/projects/shop/sync", headers=auth)).json()
@@ -379,7 +379,7 @@ async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_els
             assert "reconcile" not in str(unread.value)
     await service.aclose()
     assert over.status_code == 400 and "comes from git" in over.text, over.text
-    assert "reconcile_ledger_entries" in symbols(await service.git.search(QUERY, "shop", "feature"))
+    assert "reconcile_ledger_entries" in symbols(await service.search(QUERY, "shop", ref="feature"))
     assert service.records.get("shop")["git"] and service.records.get("shop@feature")["overlay"]
     assert "lookalike" not in service.records.get("shop")["git"]["branches"]
     assert "overlay" not in service.records.get("shop@lookalike")
@@ -409,7 +409,7 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
                 await call()
             except Exception as exc:  # noqa: BLE001 - the type is what is checked
                 errors[label] = exc
-        hits = await fathom.git.search("create one invoice record", "shop", None, k=3)
+        hits = await fathom.search("create one invoice record", "shop", k=3)
         return errors, hits
 
     errors, hits = asyncio.run(scenario())
@@ -446,7 +446,7 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
                                 git_username="alice"), encoder=local_encoder)
         with pytest.raises(GitAuthFailed):
             asyncio.run(wrong.git.sync("priv"))
-        hits = asyncio.run(wrong.git.search("unseal the vault", "priv", None, k=3))
+        hits = asyncio.run(wrong.search("unseal the vault", "priv", k=3))
         assert hits[0].symbol == "unseal_vault"
         await_close(wrong)
         written = b"".join(p.read_bytes() for p in data3.rglob("*") if p.is_file())
@@ -627,7 +627,7 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
     assert "deleted on the remote" in await asyncio.to_thread(invoke, "projects", "sync", "shop")
     assert "short" not in fathom.records.get("shop")["git"]["branches"]
     assert fathom.records.get("shop@short") is None
-    assert "reconcile_ledger_entries" in symbols(await fathom.git.search(QUERY, "shop", "feature"))
+    assert "reconcile_ledger_entries" in symbols(await fathom.search(QUERY, "shop", ref="feature"))
     # A tracked branch's overlay is not dropped on its own (the next sync would bring it back).
     alone = await asyncio.to_thread(cli.invoke, app, ["drop", "shop@feature", "--yes"],
                                     obj={"fathom": fathom}, env={"COLUMNS": "200"})
@@ -639,7 +639,7 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
     remote.commit({"shop/refund.py": None}, "drop refunds")
     synced = await asyncio.to_thread(invoke, "projects", "sync", "shop")
     assert "main" in synced
-    hits = await fathom.git.search("refund one record", "shop", None, k=10)
+    hits = await fathom.search("refund one record", "shop", k=10)
     assert all(h.path != "shop/refund.py" for h in hits)
     await asyncio.to_thread(invoke, "drop", "shop", "--yes")
     assert not (tmp_path / "data" / "git" / "shop").exists()

@@ -17,9 +17,10 @@ import pytest
 from mcp import Client
 
 from fathom.config import Settings
+from fathom.index.request import SearchRequest
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, tokens_of
 from fathom.server.mcp_tools import build_mcp_server
-from fathom.server.search_answer import search_results
+from fathom.server.search_answer import answer_of
 from fathom.service import Fathom
 from tests.admin_fixtures import build_operator_app
 from tests.fleet_fixtures import ADMIN, serve_in_loop
@@ -104,8 +105,8 @@ async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothi
     assert len(set(seen)) == len(seen) == 100
     # A search run again ranks the same hits, near enough: the pages came from one ranking
     # (kept by the server), which a re-run does not promise at the tail.
-    again = [r.id for r in (await search_results(service, query, "rich", "code", 100,
-                                                 group="chunk")).results]
+    request = SearchRequest(query, "rich", "code", 100, group="chunk")
+    again = [r.id for r in answer_of(await service.searches.ranking(request), request).results]
     assert len(set(again) & set(seen)) >= 90
     same = next((i for i, (a, b) in enumerate(zip(seen, again)) if a != b), 100)
     print(f"a search run again: the same first {same} of 100, "

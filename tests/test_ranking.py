@@ -22,6 +22,7 @@ from fathom.errors import ConfigError
 from fathom.index import search
 from fathom.index.fusion import query_shape
 from fathom.index.ranking import asks_action, by_file, file_role, name_lift, name_share, rank
+from fathom.index.request import SearchRequest
 from fathom.index.store import Hit
 from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder  # noqa: F401
@@ -136,23 +137,26 @@ def httpx_index(tmp_path_factory, local_encoder):  # noqa: F811
 async def test_the_order_does_not_depend_on_k(httpx_index):
     for group in ("file", "chunk"):
         for question in QUESTIONS:
-            longest = await search.pipeline(httpx_index, question, "httpx", "code", 50,
-                                            group=group)
+            longest = await search.pipeline(httpx_index, SearchRequest(question, "httpx", "code", 50,
+                                                                      group=group))
             ids = [(h.path, h.start_line) for h in longest.hits]
             for k in (1, 2, 3, 5, 10, 20):
-                got = await search.pipeline(httpx_index, question, "httpx", "code", k, group=group)
+                got = await search.pipeline(httpx_index, SearchRequest(question, "httpx", "code", k,
+                                                                     group=group))
                 assert [(h.path, h.start_line) for h in got.hits] == ids[:k], (group, question, k)
-            plain = await search.retrieve(httpx_index, question, "httpx", "code", 7, group=group)
+            plain = await search.retrieve(httpx_index, SearchRequest(question, "httpx", "code", 7,
+                                                                    group=group))
             assert [(h.path, h.start_line) for h in plain] == ids[:7], (group, question)
 
 
 @pytest.mark.slow
 async def test_the_default_answer_spends_its_top_five_on_five_files(httpx_index):
     for question in QUESTIONS:
-        found = await search.pipeline(httpx_index, question, "httpx", "code", 10)
+        found = await search.pipeline(httpx_index, SearchRequest(question, "httpx", "code", 10))
         paths = [h.path for h in found.hits]
         assert len(set(paths)) == len(paths) and len(paths) >= 5, (question, paths)
-        chunks = await search.pipeline(httpx_index, question, "httpx", "code", 100, group="chunk")
+        chunks = await search.pipeline(httpx_index, SearchRequest(question, "httpx", "code", 100,
+                                                                    group="chunk"))
         # The file's other chunks of the ranking travel with it, best first, none repeated.
         for h in found.hits:
             mine = [(c.start_line, c.end_line) for c in chunks.hits if c.path == h.path]
@@ -162,4 +166,4 @@ async def test_the_default_answer_spends_its_top_five_on_five_files(httpx_index)
 
 async def test_a_group_that_is_not_file_or_chunk_is_refused(httpx_index):
     with pytest.raises(ConfigError, match="group must be one of file, chunk"):
-        await search.pipeline(httpx_index, "x", "httpx", "code", 5, group="line")
+        SearchRequest("x", "httpx", "code", 5, group="line")

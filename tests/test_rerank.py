@@ -12,6 +12,7 @@ import math
 import pytest
 
 from fathom.index import search
+from fathom.index.request import SearchRequest
 from fathom.index.rerank import CosineReranker, RerankStage
 from fathom.inference.budget import CloudBudget
 from fathom.inference.openrouter import OpenRouterClient
@@ -38,8 +39,8 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
                          [cloud(emulator, Role.RERANKER, budget)])
 
     # A result per chunk: the reranker's order, chunk by chunk.
-    results = await search.pipeline(fathom, QUERY, project, "code", k=5, reranker=router,
-                                    group="chunk")
+    results = await search.pipeline(fathom, SearchRequest(QUERY, project, "code", 5, group="chunk"),
+                                    reranker=router)
 
     assert results.reranked and results.reason is None
     assert results.reranker == f"openrouter:{DEFAULTS[Role.RERANKER].model}@any"  # unpinned
@@ -61,8 +62,8 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
 
 async def test_no_reranker_configured_still_answers_in_retrieval_order(indexed_shop):  # noqa: F811
     fathom, project = indexed_shop.fathom, indexed_shop.project
-    results = await search.pipeline(fathom, QUERY, project, "code", k=5, reranker=None,
-                                    group="chunk")
+    results = await search.pipeline(fathom, SearchRequest(QUERY, project, "code", 5, group="chunk"),
+                                    reranker=None)
     assert not results.reranked
     assert "no reranker is configured" in results.reason
     assert [h.retrieval_rank for h in results.hits] == [1, 2, 3, 4, 5]
@@ -78,8 +79,8 @@ async def test_no_reranker_allowed_by_the_policy_is_flagged(indexed_shop, emulat
     budget = CloudBudget()
     router = make_router(routing(reranker=(Policy.LOCAL, FallbackMode.ANY)),
                          [cloud(emulator, Role.RERANKER, budget)])
-    results = await search.pipeline(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
-                                  reranker=router)
+    results = await search.pipeline(indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3),
+                                    reranker=router)
     assert not results.reranked and len(results.hits) == 3
     assert "no provider can serve role reranker under policy local" in results.reason
     assert emulator.control.counters()["requests"].get("rerank", 0) == 0
@@ -89,8 +90,8 @@ async def test_a_failing_cloud_reranker_is_flagged_not_fatal(indexed_shop, emula
     emulator.control.fail(status=502, count=None, endpoints=["rerank"])
     router = make_router(routing(reranker=(Policy.CLOUD, FallbackMode.ANY)),
                          [cloud(emulator, Role.RERANKER, CloudBudget())])
-    results = await search.pipeline(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
-                                  reranker=router)
+    results = await search.pipeline(indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3),
+                                    reranker=router)
     assert not results.reranked and len(results.hits) == 3
     assert "502" in results.reason and results.reason.startswith("not reranked:")
 
@@ -107,16 +108,17 @@ async def test_backup_fails_over_from_a_failing_local_to_the_cloud(indexed_shop,
 
     router = make_router(routing(reranker=(Policy.BACKUP, FallbackMode.ANY)),
                          [DownLocal(), cloud(emulator, Role.RERANKER, CloudBudget())])
-    results = await search.pipeline(indexed_shop.fathom, QUERY, indexed_shop.project, "code", k=3,
-                                  reranker=router)
+    results = await search.pipeline(indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3),
+                                    reranker=router)
     assert results.reranked and results.reranker.startswith("openrouter:")
 
 
 async def test_local_cosine_reranker_through_the_router(indexed_shop, local_encoder, emulator):  # noqa: F811
     local = CosineReranker(local_encoder)
     router = make_router(routing(reranker=(Policy.AGGREGATE, FallbackMode.ANY)), [local])
-    results = await search.pipeline(indexed_shop.fathom, "verify a password", indexed_shop.project,
-                                  "code", k=4, reranker=router)
+    results = await search.pipeline(indexed_shop.fathom,
+                                    SearchRequest("verify a password", indexed_shop.project, "code", 4),
+                                    reranker=router)
     assert results.reranked and results.reranker == local.id
     scores = [h.rerank_score for h in results.hits]
     assert scores == sorted(scores, reverse=True)

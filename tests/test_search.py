@@ -406,10 +406,11 @@ class Untouched:
 async def test_every_entry_of_the_pipeline_refuses_bad_arguments_before_searching(
         query, table, k, refusal):
     from fathom.index import search as search_mod
-    from fathom.server.search_answer import search_results
+    from fathom.index.request import SearchRequest
 
-    entries = (search_mod.pipeline, search_mod.candidates, search_mod.retrieve, search_results)
-    for entry in entries:
-        with pytest.raises(ConfigError) as refused:
-            await entry(Untouched(), query, None, table, k)
-        assert str(refused.value) == refusal, entry.__name__
+    with pytest.raises(ConfigError) as refused:  # every search's arguments, made into a request
+        SearchRequest(query, None, table, k)
+    assert str(refused.value) == refusal
+    with pytest.raises(ConfigError) as refused:  # the candidates entry (the agents' tools)
+        await search_mod.candidates(Untouched(), query, None, table, k)
+    assert str(refused.value) == refusal

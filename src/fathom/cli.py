@@ -394,49 +394,39 @@ def search(
     encoder is loaded already), else in-process. The score is the fused rank score of the
     vector and keyword rankings."""
     from fathom.cli_local import call, hits_of
-    from fathom.index.search import check_group
+    from fathom.index.request import SearchRequest
 
-    table = "docs" if docs else "code"
-    group = check_group(group)  # refused before a server is asked or a model loaded
-    title = f"{table}: {query}"
-    filters = ", ".join(f"{name} {value}" for name, value in
-                        (("language", language), ("path", path_glob), ("kind", kind)) if value)
+    # Checked whole before a server is asked or a model loaded.
+    request = SearchRequest.of(query, project, "docs" if docs else "code", k, language=language,
+                               path=path_glob, kind=kind, group=group, ref=ref)
+    title = f"{request.table}: {query}" + (f" @ {ref}" if ref else "")
+    filters = request.where.describe() if request.where else ""
     target = served(ctx, server)
     data = None
-    if target is not None and ref is None:  # a ref is searched in this process
-        data = call(target, "POST", "/local/search", {"query": query, "project": project, "table": table,
-                                                      "k": k, "language": language, "path": path_glob,
-                                                      "kind": kind, "group": group}, say=say)
+    if target is not None:
+        data = call(target, "POST", "/local/search", {"query": query, "project": project,
+                                                      "table": request.table, "k": k,
+                                                      "language": language, "path": path_glob,
+                                                      "kind": kind, "group": group, "ref": ref},
+                    say=say)
     if data is not None:
         hits, notes = hits_of(data), data.get("notes") or []
         say(f"answered by the fathom {target.kind} at {target.url}")
-    elif ref is not None:
-        from fathom.index.filters import SearchFilter
-
-        if project is None:
-            raise ConfigError("--ref names a branch, tag or commit of one project: pass --project too")
-        hits = run(fathom_of(ctx).git.search(query, project, ref, table, k,
-                                             where=SearchFilter.of(language, path_glob, kind),
-                                             group=group))
-        title += f" @ {ref}" + (f" (commit {hits[0].commit[:12]})" if hits and hits[0].commit else "")
-        notes = hits.notes
     else:
-        hits = run(search_in_process(fathom_of(ctx), query, project, table, k, language, path_glob, kind,
-                                     group))
+        hits = run(search_in_process(fathom_of(ctx), request))
         notes = getattr(hits, "notes", ())
+    if ref and hits and hits[0].commit:
+        title += f" (commit {hits[0].commit[:12]})"
     print_hits(hits, title + (f" ({filters})" if filters else ""))
     for note in notes:
         err_console.print(Text("note: ", style="yellow") + Text(note))
 
 
-async def search_in_process(fathom, query: str, project: str | None, table: str, k: int,
-                            language: str | None, path_glob: str | None, kind: str | None,
-                            group: str = "file"):
+async def search_in_process(fathom, request):
     """The search in this process; loading the encoder, when it takes over a second, says so."""
-    from fathom.index.filters import SearchFilter
     from fathom.service.warmup import needs_loading
 
-    where = SearchFilter.of(language, path_glob, kind)
+    project, table = request.project, request.table
     try:
         fathom.searchable(project, table)  # an unknown project is said before any load
         uses_local = fathom.encoder_for(table, project) is fathom.encoder
@@ -445,7 +435,7 @@ async def search_in_process(fathom, query: str, project: str | None, table: str,
     if uses_local and needs_loading(fathom.encoder):
         await fathom.warm_up().wait(lambda _: say(f"loading the encoder {fathom.encoder.id} (a running `fathom "
                                                   f"serve` keeps it loaded)…"), grace_s=1.0)
-    return await fathom.search(query, project=project, table=table, k=k, where=where, group=group)
+    return await fathom.searches.hits(request)
 
 
 def projects(ctx: typer.Context, server: ServerOption = None) -> None:

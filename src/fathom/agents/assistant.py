@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from fathom.agents.tools import Span, find_spans
 from fathom.errors import ConfigError, FathomError
-from fathom.index import search
+from fathom.index.request import SearchRequest
 from fathom.inference.calls import call_role
 from fathom.inference.provider import Provider
 from fathom.inference.router import Router
@@ -122,8 +122,8 @@ class CodeAssistant:
             if k == 0:
                 continue
             try:
-                results = await search.pipeline(self.fathom, question, project, table, k,
-                                              reranker=self.reranker)
+                results = await self.fathom.searches.ranking(
+                    SearchRequest(question, project, table, k), reranker=self.reranker)
             except FathomError as exc:
                 if table == "code":
                     raise

@@ -219,7 +219,7 @@ class Explorer:
                     on_step: Callable[[TraceStep], None] | None = None) -> Explorer:
         """An explorer over an indexed project: its root from the project's records, its
         search tools through the search pipeline (and the reranker stage when given)."""
-        from fathom.index import search as search_mod
+        from fathom.index.request import SearchRequest
 
         record = fathom.records.get(project) if isinstance(project, str) else None
         if not record or not record.get("root"):
@@ -231,7 +231,8 @@ class Explorer:
             if isinstance(reranker, Router) and local_only(router, Role.RLM):
                 # A local-only exploration sends no code to the cloud, its searches included.
                 ranker = local_reranker(reranker)
-            return (await search_mod.pipeline(fathom, query, project, table, k, reranker=ranker)).hits
+            return (await fathom.searches.ranking(SearchRequest(query, project, table, k),
+                                                  reranker=ranker)).hits
 
         root = Path(record["root"])
         # The tools read the folder the project was indexed from, or nothing: a folder since

@@ -1,9 +1,9 @@
-"""The search pipeline: a query in, ranked `SearchHit`s out, with one check of its arguments.
+"""The search pipeline: a request in, ranked `SearchHit`s out.
 
 What it owns: the whole path of a search, each stage named once:
 
-    pipeline(service, query, project, table, k, reranker=, depth=, where=) -> Ranking
-      check_search (query, table, k: once, here)
+    pipeline(service, request, reranker=, depth=) -> Ranking
+      (the request was checked when made: `fathom.index.request.SearchRequest`)
       -> retrieve: the projects the caller may search (`Searchable.searchable`), each one's
          query encoded by its table's reference encoder (`encode_query`); one project
          through `_hybrid`, every project of one space through `_hybrid_many` (the store's
@@ -23,8 +23,8 @@ What it owns: the whole path of a search, each stage named once:
 Also `find_similar`: the neighbours of the chunk at a file and line, or of a snippet, by
 vector alone. Fusion is backend-neutral and works on any `Store` (LanceDB, PostgreSQL).
 
-Each public function is an entry: it checks its arguments once and calls the stages below it,
-which trust them. The entries a front end uses are `pipeline` (MCP tools, dashboard, agents),
+Each public function is an entry: a search's arguments come checked in its `SearchRequest`
+(the other entries check theirs once) and the stages below trust them. The entries a front end uses are `pipeline` (MCP tools, dashboard, agents),
 `retrieve` (the service's plain search, the CLI's) and `check_similar` + `nearest` (the
 service's `find_similar`); `hybrid_search`, `hybrid_search_many`, `search` and `find_similar`
 are the store-level entries tests and benchmarks drive.
@@ -38,11 +38,11 @@ different scales; fusion normalises each list first), search a shadow slot, or c
 argument twice on one path.
 
 API:
-    await pipeline(service: Searchable, query, project=None, table="code", k=10, *,
-                   reranker=None, depth=None, where=None, group="file") -> Ranking
+    await pipeline(service: Searchable, request: SearchRequest, *, reranker=None,
+                   depth=None) -> Ranking
     await candidates(service, query, project=None, table="code", depth=40, *,
                      where=None) -> Noted[SearchHit]   (with full texts, before the reranker)
-    await retrieve(service, query, project, table, k, *, where=None, group="file") -> Noted
+    await retrieve(service, request: SearchRequest) -> Noted
     hybrid_search(store, project, table, vector, query, k=10, *, depth=None,
                   where=None) -> list[Hit]
     hybrid_search_many(store, projects, table, vector, query, k=10, *, depth=None,
@@ -70,6 +70,7 @@ from fathom.errors import ConfigError, StoreError, whole_number
 from fathom.index.filters import SearchFilter
 from fathom.index.fusion import fuse, query_shape
 from fathom.index.ranking import by_file, rank
+from fathom.index.request import SearchRequest
 from fathom.index.rerank import NO_CANDIDATES, NOT_CONFIGURED, RerankStage
 from fathom.index.results import (
     MAX_K,
@@ -78,7 +79,6 @@ from fathom.index.results import (
     SearchHit,
     check_k,
     check_query,
-    check_search,
     skipped_note,
 )
 from fathom.index.store import DamagedProject, Hit, Store, check_table_kind
@@ -95,7 +95,6 @@ STORE_DEPTH = 150
 # whole chunk sent to it).
 RERANK_DEPTH = 30
 MAX_DEPTH = 100
-GROUPS = ("file", "chunk")
 MAX_LINE = 2**31 - 1  # the stores keep line numbers as 32-bit integers
 
 
@@ -115,34 +114,33 @@ class Searchable(Protocol):
 # --------------------------------------------------------------------------- the pipeline
 
 
-async def pipeline(service: Searchable, query: str, project: str | None = None,
-                   table: str = "code", k: int = 10, *,
-                   reranker: Router | Provider | None = None, depth: int | None = None,
-                   where: SearchFilter | None = None, group: str = "file") -> Ranking:
+async def pipeline(service: Searchable, request: SearchRequest, *,
+                   reranker: Router | Provider | None = None,
+                   depth: int | None = None) -> Ranking:
     """The ranked pool (hybrid search, code-aware ranking), its head rescored by the reranker
     stage, then one result per file (`group="file"`) or per chunk (`"chunk"`): the best `k`.
+    The request was checked when made; it is trusted here.
 
     Nothing before the cut depends on `k`: the first k results of any answer are the first k
     of a longer one. `depth` is how many of the pool's head the reranker reads."""
-    check_search(query, table, k)
-    group = check_group(group)
     depth = min(MAX_DEPTH, max(depth or RERANK_DEPTH, 1))
-    pool = await _retrieve(service, query, project, table, where)
+    pool = await _retrieve(service, request)
     head: list[SearchHit] = []
     if not pool:
         found = Ranking([], reranked=False, reason=NO_CANDIDATES)
     elif reranker is None:
         found = Ranking([], reranked=False, reason=NOT_CONFIGURED, candidates=len(pool))
     else:
-        head = await _with_texts(service, table, pool[:depth])
-        found = await RerankStage(reranker).apply(query, head, len(head), project=project)
+        head = await _with_texts(service, request.table, pool[:depth])
+        found = await RerankStage(reranker).apply(request.query, head, len(head),
+                                                  project=request.project)
     tail = pool[len(head):]
     # The tail keeps retrieval order, each hit flagged as such once it is among those cut.
     place = {(h.project, h.chunk_id): len(head) + i for i, h in enumerate(tail, start=1)}
     cut = [replace(h, reranked=False, retrieval_score=h.score, retrieval_rank=placed)
            if (placed := place.get((h.project, h.chunk_id))) is not None else h
-           for h in _cut([*found.hits, *tail], k, group)]
-    hits = await _with_texts(service, table, cut)
+           for h in _cut([*found.hits, *tail], request.k, request.group)]
+    hits = await _with_texts(service, request.table, cut)
     return Ranking(hits, reranked=found.reranked, reason=found.reason, reranker=found.reranker,
                    candidates=found.candidates, notes=tuple(pool.notes))
 
@@ -152,27 +150,16 @@ async def candidates(service: Searchable, query: str, project: str | None = None
                      where: SearchFilter | None = None) -> Noted:
     """The ranked pool's best `depth` chunks over one project (or all), with full texts;
     `where` filters inside the store, before each half of the pool is cut."""
-    check_search(query, table, depth)
-    pool = await _retrieve(service, query, project, table, where)
+    request = SearchRequest(query, project, table, depth, where, "chunk")
+    pool = await _retrieve(service, request)
     return Noted(await _with_texts(service, table, pool[:depth]), pool.notes)
 
 
-async def retrieve(service: Searchable, query: str, project: str | None, table: str, k: int,
-                   *, where: SearchFilter | None = None, group: str = "file") -> Noted:
+async def retrieve(service: Searchable, request: SearchRequest) -> Noted:
     """The best `k` of the ranked pool over one project (or every searchable one), one per
     file or per chunk, without the reranker stage and without their full texts."""
-    check_search(query, table, k)
-    group = check_group(group)
-    pool = await _retrieve(service, query, project, table, where)
-    return Noted(_cut(pool, k, group), pool.notes)
-
-
-def check_group(group: str) -> str:
-    if group not in GROUPS:
-        raise ConfigError(f"group must be one of {', '.join(GROUPS)} (got {group!r}): 'file' "
-                          f"answers one result per file with its other matching ranges, "
-                          f"'chunk' one result per chunk")
-    return group
+    pool = await _retrieve(service, request)
+    return Noted(_cut(pool, request.k, request.group), pool.notes)
 
 
 def _cut(ranked: Sequence[SearchHit], k: int, group: str) -> list[SearchHit]:
@@ -208,12 +195,12 @@ async def _with_texts(service: Searchable, table: str,
             for h in hits]
 
 
-async def _retrieve(service: Searchable, query: str, project: str | None, table: str,
-                    where: SearchFilter | None) -> Noted:
+async def _retrieve(service: Searchable, request: SearchRequest) -> Noted:
     """The ranked pool: the best `POOL` fused `Hit`s over one project (or every searchable
     one), each project's query encoded by its table's own reference encoder, reordered by
     the code-aware stage (`fathom.index.ranking.rank`), as `SearchHit`s; a damaged project a
     search over all of them meets is skipped, and noted. Never cut by the caller's `k`."""
+    query, project, table, where = request.query, request.project, request.table, request.where
     names, notes = await asyncio.to_thread(service.searchable, project, table)
     shape = query_shape(query)
     if project is not None:

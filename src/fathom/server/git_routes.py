@@ -1,5 +1,6 @@
 """The server's side of projects from git: the forges' push webhook, the operator's git admin
-API, and the MCP parts (searches at a `ref`, the `add_git_project` tool).
+API, and the MCP tool `add_git_project` (a search at a `ref` is a field of the search request:
+`fathom.index.request`).
 
 * `POST /hooks/git/{project}`: a push event from GitHub, Gitea or GitLab. The guard lets it
   through without a bearer token; this route answers 401 unless the body carries a valid
@@ -24,13 +25,8 @@ from fastapi import APIRouter, Depends, Request, Response
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 
-from fathom.errors import ConfigError
-from fathom.index.filters import SearchFilter
-from fathom.server.answer_tokens import tokens_of
 from fathom.server.answers import refusal
 from fathom.server.mcp_common import ProjectName, tool_errors
-from fathom.server.search_answer import SearchResults, answer_of
-from fathom.server.search_pages import paged
 from fathom.service.git_syncs import WebhookRefused
 
 HOOK_PREFIX = "/hooks/git/"
@@ -107,39 +103,7 @@ def git_admin_router(service: Any, require_admin: Any) -> APIRouter:
     return router
 
 
-# ---- MCP: searches at a ref, and adding a project from git
-
-Ref = Annotated[str | None, Field(
-    description="For a project from git (with `project`): the branch, tag or commit to "
-                "search; null: its default branch.", max_length=200)]
-
-
-async def at_ref(service: Any, project: str | None, ref: str | None) -> bool:
-    """Whether a search goes through the git side: a `ref` was given, or the project comes from
-    git (its default branch is searched, and the hits carry their commit)."""
-    if ref is not None:
-        return True
-    git = getattr(service, "git", None)
-    return git is not None and project is not None and await asyncio.to_thread(git.tracks, project)
-
-
-async def ref_search_page(service: Any, rankings: Any, query: str, project: str | None, ref: str | None,
-                          table: str, k: int, *, where: SearchFilter | None, reranker: Any,
-                          cursor: str | None, max_tokens: int, group: str = "file") -> SearchResults:
-    """One page of `search_code` / `search_docs` at a git ref (paged like any search)."""
-    if project is None:
-        raise ConfigError("ref names a branch, tag or commit of one project: pass project too")
-
-    async def run() -> Any:
-        found = await service.git.ranking(query, project, ref, table, k, where=where,
-                                          reranker=reranker, group=group)
-        return answer_of(found, query, table, where), [h.text for h in found.hits]
-
-    return await paged(rankings, run, cursor=cursor, max_tokens=max_tokens,
-                       search=[table, query, project, k, where.describe() if where else None, ref,
-                               group],
-                       tokens=tokens_of(service))
-
+# ---- MCP: adding a project from git
 
 class GitProjectAdded(BaseModel):
     project: str

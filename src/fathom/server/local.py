@@ -155,7 +155,7 @@ def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
     from starlette.routing import Route
 
     from fathom.errors import ConfigError, FathomError
-    from fathom.index.filters import SearchFilter
+    from fathom.index.request import SearchRequest
     from fathom.server.answers import failure_response
 
     async def search(request: Request) -> JSONResponse:
@@ -163,10 +163,11 @@ def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
             body = await request.json()
             if not isinstance(body, dict) or not isinstance(body.get("query"), str):
                 raise ConfigError("the search needs a JSON body with a query")
-            where = SearchFilter.of(body.get("language"), body.get("path"), body.get("kind"))
-            hits = await service().search(body["query"], project=body.get("project"),
-                                          table=str(body.get("table") or "code"), k=int(body.get("k") or 10),
-                                          where=where, group=str(body.get("group") or "file"))
+            asked = SearchRequest.of(body["query"], body.get("project"), str(body.get("table") or "code"),
+                                     int(body.get("k") or 10), language=body.get("language"),
+                                     path=body.get("path"), kind=body.get("kind"),
+                                     group=str(body.get("group") or "file"), ref=body.get("ref"))
+            hits = await service().searches.hits(asked)
         except ValueError as exc:
             return failure_response(ConfigError(f"invalid search request: {exc}"))
         except FathomError as exc:

@@ -36,24 +36,16 @@ from pydantic import BaseModel, Field, ValidationError
 
 from fathom import __version__
 from fathom.errors import FathomError, OutOfRange
-from fathom.index.filters import SearchFilter
-from fathom.index.results import MAX_K
+from fathom.index.request import Group, K, Kind, Language, PathGlob, Query, Ref, SearchRequest
 from fathom.index.store import UnknownProject
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS
-from fathom.server.git_routes import Ref, at_ref, ref_search_page, register_git_tools
+from fathom.server.git_routes import register_git_tools
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
 from fathom.server.mcp_common import MaxTokens, PageCursor, ProjectName, ProjectOpt, tool_errors
 from fathom.server.mcp_index import JobView, job_view, register_index_tools
 from fathom.server.mcp_symbols import register_symbol_tools  # find_symbol, find_references, outline
 from fathom.server.read_code import CodeRead, read_lines, read_resource
 from fathom.server.search_answer import RESOURCE_TEMPLATE, SearchResults
-
-# The search answer is shared with the dashboard (its models and `search_results` lived here;
-# the old import paths still work).
-from fathom.server.search_answer import SCORES as SCORES
-from fathom.server.search_answer import Result as Result
-from fathom.server.search_answer import search_results as search_results
-from fathom.server.search_answer import similar_results as similar_results
 from fathom.server.search_pages import Rankings, search_page, similar_page, tool_result
 from fathom.server.stdio import loop_stdin
 from fathom.server.tool_listing import ToolListing
@@ -76,25 +68,6 @@ INSTRUCTIONS = (
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                             open_world_hint=False)
-
-# Parameters, described for the agent that reads the tool list (default and bounds included).
-Query = Annotated[str, Field(description="A few words, a question or an identifier, e.g. "
-                                         "`retry with backoff`.", min_length=1, max_length=2000)]
-K = Annotated[int, Field(description="How many results.", ge=1, le=MAX_K)]
-Language = Annotated[str | None, Field(
-    description="Only this language, lower case (`python`, `typescript`, `markdown`…).",
-    max_length=40)]
-PathGlob = Annotated[str | None, Field(
-    description="Only files matching this glob from the project root: `**` spans folders, "
-                "no `/` matches names at any depth (`*.py`), a trailing `/` a folder (`src/`).",
-    max_length=500)]
-Kind = Annotated[Literal["function", "method", "class"] | None, Field(
-    description="Only chunks defining this (`class` takes structs, interfaces, traits, "
-                "enums); null: any chunk.")]
-Group = Annotated[Literal["file", "chunk"], Field(
-    description="`file`: a file's best chunk, its other matches in `also`; `chunk`: every "
-                "chunk.")]
-
 
 class ProjectEntry(BaseModel):
     name: str
@@ -253,18 +226,11 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
 def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rankings) -> None:
     """`search_code` and `search_docs`, reranked by `router` (or the service's own)."""
 
-    async def paged_search(query: str, project: str | None, table: str, k: int,
-                           where: SearchFilter | None, cursor: str | None,
-                           max_tokens: int, ref: str | None = None,
-                           group: str = "file") -> CallToolResult:
+    async def paged_search(request: SearchRequest, cursor: str | None,
+                           max_tokens: int) -> CallToolResult:
         reranker = router if router is not None else getattr(fathom, "router", None)
-        if await at_ref(fathom, project, ref):  # a project from git: at a branch, tag or commit
-            return tool_result(await ref_search_page(fathom, rankings, query, project, ref, table, k,
-                                                     where=where, reranker=reranker, cursor=cursor,
-                                                     max_tokens=max_tokens, group=group))
-        return tool_result(await search_page(fathom, rankings, query, project, table, k,
-                                             where=where, reranker=reranker, cursor=cursor,
-                                             max_tokens=max_tokens, group=group))
+        return tool_result(await search_page(fathom, rankings, request, reranker=reranker,
+                                             cursor=cursor, max_tokens=max_tokens))
 
     @server.tool(title="Search code", annotations=READ_ONLY,
                  description="Search indexed source code by meaning and keywords. Hits best "
@@ -276,8 +242,9 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
                           kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
                           cursor: PageCursor = None, ref: Ref = None,
                           group: Group = "file") -> Annotated[CallToolResult, SearchResults]:
-        return await paged_search(query, project, "code", k, SearchFilter.of(language, path, kind),
-                                  cursor, max_tokens, ref, group)
+        return await paged_search(SearchRequest.of(query, project, "code", k, language=language,
+                                                   path=path, kind=kind, group=group, ref=ref),
+                                  cursor, max_tokens)
 
     @server.tool(title="Search documentation", annotations=READ_ONLY,
                  description="Search indexed documentation (README, Markdown, reST, "
@@ -289,8 +256,9 @@ def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rank
                           kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
                           cursor: PageCursor = None, ref: Ref = None,
                           group: Group = "file") -> Annotated[CallToolResult, SearchResults]:
-        return await paged_search(query, project, "docs", k, SearchFilter.of(language, path, kind),
-                                  cursor, max_tokens, ref, group)
+        return await paged_search(SearchRequest.of(query, project, "docs", k, language=language,
+                                                   path=path, kind=kind, group=group, ref=ref),
+                                  cursor, max_tokens)
 
 
 def _similar_tool(server: MCPServer, fathom: Fathom, rankings: Rankings) -> None:

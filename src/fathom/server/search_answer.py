@@ -3,13 +3,14 @@
 What it owns: the result models of `search_code`, `search_docs` and `find_similar` (`Result`,
 `SearchResults`: the tools' structured output, and the body of the dashboard's
 `POST /admin/search`), the one meaning of each score field (`SCORES`), and the one mapping
-from the search pipeline's hit to the wire (`Result.of`); `search_results` runs the pipeline
-(`fathom.index.search.pipeline`) and `similar_results` wraps `find_similar`'s hits. Also the
+from the search pipeline's hit to the wire (`Result.of`), made only for the hits an answer
+holds (a page maps its own; until then a hit keeps its whole text); the answer around them
+(`answer_head`, `similar_head`), and the whole answer the dashboard shows (`answer_of`). Also the
 two names a hit is opened by (`read_code`, resources): its `id` (`hit_id`, `parse_hit_id`) and
 its resource URI (`resource_uri`, on the template `RESOURCE_TEMPLATE`).
 
-What it refuses to do: check or search anything itself (the pipeline checks the arguments
-once, at its entry, and its refusals reach the caller unchanged), or import the rest of the
+What it refuses to do: check or search anything itself (a `SearchRequest` is checked when
+made, and its refusals reach the caller unchanged), or import the rest of the
 server: the MCP tools and the admin API both import it, never the other way round.
 """
 
@@ -17,14 +18,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Literal, cast
 from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
 from fathom.errors import ConfigError
-from fathom.index import search as search_mod
-from fathom.index.filters import SearchFilter
+from fathom.index.request import SearchRequest
 from fathom.index.results import Ranking, SearchHit
 
 # One meaning per score field, stated once and used in every schema that carries it; short,
@@ -153,29 +153,29 @@ class SearchResults(BaseModel):
     files: list[FileGroup] = Field(default_factory=list)  # the results' files, best first
 
 
-async def search_results(service: search_mod.Searchable, query: str, project: str | None,
-                         table: str, k: int, *, where: SearchFilter | None = None,
-                         reranker: Any = None, group: str = "file") -> SearchResults:
-    """What `search_code` and `search_docs` answer (the dashboard's search box shows the same):
-    vector + keyword candidates, rescored by the reranker role when one can serve; when none
-    can, the results still come back, flagged not reranked with the reason."""
-    found = await search_mod.pipeline(service, query, project, table, k, where=where,
-                                      reranker=reranker, group=group)
-    return answer_of(found, query, table, where)
-
-
-def answer_of(found: Ranking, query: str, table: str,
-              where: SearchFilter | None = None) -> SearchResults:
-    """The answer for the pipeline's ranking: every hit, ranked from 1."""
-    return SearchResults(query=query, table=cast(Table, table),
+def answer_head(found: Ranking, request: SearchRequest) -> SearchResults:
+    """The answer to `request` around its results (ordered by, reranked or why not, filters,
+    notes), with none in it yet: a page puts in the ones it holds (`Result.of`)."""
+    return SearchResults(query=request.query, table=cast(Table, request.table),
                          ordered_by="rerank_score" if found.reranked else "fused_score",
-                         results=[Result.of(h, i) for i, h in enumerate(found.hits, start=1)],
-                         reranked=found.reranked, reason=found.reason, reranker=found.reranker,
-                         filters=where.describe() if where else None, notes=list(found.notes))
+                         results=[], reranked=found.reranked, reason=found.reason,
+                         reranker=found.reranker,
+                         filters=request.where.describe() if request.where else None,
+                         notes=list(found.notes))
 
 
-def similar_results(hits: Sequence[SearchHit], query: str, table: str) -> SearchResults:
-    """What `find_similar` answers: its hits by cosine, `query` naming the origin."""
+def answer_of(found: Ranking, request: SearchRequest) -> SearchResults:
+    """The whole answer to `request`: every hit of its ranking, ranked from 1 (the
+    dashboard's search box, which pages nothing)."""
+    return answer_head(found, request).model_copy(update={"results": results_of(found.hits)})
+
+
+def results_of(hits: Sequence[SearchHit], first: int = 1) -> list[Result]:
+    return [Result.of(h, i) for i, h in enumerate(hits, start=first)]
+
+
+def similar_head(query: str, table: str) -> SearchResults:
+    """What `find_similar` answers around its hits (by cosine), `query` naming the origin."""
     return SearchResults(query=query, table=cast(Table, table), ordered_by="cosine",
-                         results=[Result.of(h, i) for i, h in enumerate(hits, start=1)],
-                         reranked=False, reason=SIMILAR_REASON, reranker=None, filters=None)
+                         results=[], reranked=False, reason=SIMILAR_REASON, reranker=None,
+                         filters=None)

@@ -1,8 +1,11 @@
 """Search answers held to a token budget, in pages, and as the MCP client receives them.
 
-What it owns: filling one page of a search answer (`page`): hits in rank order while the
-budget lasts (always at least one), then each hit's snippet grown to its whole chunk, in rank
-order, where the rest of the budget allows; the cursor for the rest (`fathom.index.pages`);
+What it owns: one page of a search (`search_page`, from a checked `SearchRequest`, through
+the service's one search path `Searches.ranking`) or of `find_similar` (`similar_page`), and
+filling it (`page`): the ranking's hits (each keeps its whole chunk text until here) in rank
+order while the budget lasts (always at least one), each made a wire `Result` only as the
+page takes it, then each snippet grown to its whole chunk, in rank order, where the rest of
+the budget allows; the cursor for the rest (`fathom.index.pages`);
 and the tool result a client receives (`tool_result`): the structured answer, a short text
 summary (one line a hit: where it is and its id) and a `resource_link` to every hit's lines.
 
@@ -28,23 +31,25 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from mcp.types import CallToolResult, ResourceLink, TextContent
 
 from fathom import scope
-from fathom.index import search as search_mod
-from fathom.index.filters import SearchFilter
 from fathom.index.pages import Cursor, digest
+from fathom.index.request import SearchRequest
 from fathom.index.results import SearchHit, docs_snippet, files_line, files_of
 from fathom.server.answer_tokens import ENVELOPE, AnswerTokens, tokens_of
 from fathom.server.search_answer import (
     FileGroup,
     Result,
     SearchResults,
-    answer_of,
-    similar_results,
+    answer_head,
+    hit_id,
+    results_of,
+    similar_head,
 )
+from fathom.service.searching import Searches
 
 
 def summary_line(r: Result) -> str:
@@ -72,48 +77,64 @@ def _result_costs(tokens: AnswerTokens, results: Sequence[Result]) -> list[int]:
     return tokens.count(texts)
 
 
-def page(answer: SearchResults, texts: Sequence[str], *, search: Sequence[Any],
-         cursor: str | None, max_tokens: int, tokens: AnswerTokens) -> SearchResults:
-    """The page of `answer` (every hit of the search, ranked; `texts[i]` the whole chunk of
-    `results[i]`, "" when unknown) that starts where `cursor` says and fits `max_tokens`.
-    `search` is the search's arguments: a cursor given with others is refused."""
-    ranked = answer.results
+def page(ranked: Ranked, *, search: Sequence[Any], cursor: str | None, max_tokens: int,
+         tokens: AnswerTokens) -> SearchResults:
+    """The page of `ranked` (the answer's head, and every hit of the search, best first, each
+    with its whole chunk) that starts where `cursor` says and fits `max_tokens`; the hits it
+    holds are mapped to the wire here, and only they. `search` is the search's arguments: a
+    cursor given with others is refused."""
+    answer, hits = ranked
     search_digest = digest(list(search))
-    ranking = digest([r.id or f"{r.project}:{r.path}:{r.start_line}" for r in ranked])
+    ranking = digest([_key(h) for h in hits])
     start = 0
     if cursor is not None:
         at = Cursor.decode(cursor)
-        at.check(search_digest, ranking, len(ranked))
+        at.check(search_digest, ranking, len(hits))
         start = at.offset
-    head = answer.model_copy(update={"results": [], "found": len(ranked),
+    head = answer.model_copy(update={"results": [], "found": len(hits),
                                      "next_cursor": Cursor(search_digest, 1, "x" * 16).encode(),
                                      "tokens": max_tokens})
     used = ENVELOPE + sum(tokens.count([_json(head.model_dump(mode="json")),
                                         "\n".join(head_lines(head))]))
-    rest = ranked[start:]
-    costs = _result_costs(tokens, rest)
+    rest = hits[start:]
+    costs: list[int] = []
     taken: list[Result] = []
-    for r, cost in zip(rest, costs, strict=True):
-        if taken and used + cost > max_tokens:
-            break
-        taken.append(r)
-        used += cost
-    whole, _ = _grown(taken, costs[:len(taken)], texts[start:start + len(taken)],
-                      answer.table, max_tokens - used, tokens)
-    return _measured(answer, whole, start, search_digest, ranking, max_tokens, tokens)
+    for batch in range(0, len(rest), _COSTED):  # costed a few at a time: a page stops early
+        results = results_of(rest[batch:batch + _COSTED], start + batch + 1)
+        more = _result_costs(tokens, results)
+        for r, cost in zip(results, more, strict=True):
+            if taken and used + cost > max_tokens:
+                break
+            taken.append(r)
+            costs.append(cost)
+            used += cost
+        else:
+            continue
+        break
+    whole, _ = _grown(taken, costs, [h.text for h in rest[:len(taken)]], answer.table,
+                      max_tokens - used, tokens)
+    return _measured(answer, taken, whole, start, len(hits), search_digest, ranking,
+                     max_tokens, tokens)
 
 
-def _measured(answer: SearchResults, shown: list[Result], start: int, search_digest: str,
-              ranking: str, max_tokens: int, tokens: AnswerTokens) -> SearchResults:
-    """The page as sent, counted whole (the sum of its parts tokenizes a little apart from
-    it): over `max_tokens`, the last grown snippet shrinks back, else the last hit's other
-    ranges (`also`) are left out, else the last hit goes to the next page, until it fits or
-    one short hit is left."""
-    originals = answer.results[start:]
+def _key(hit: SearchHit) -> str:
+    """A hit's identity in a ranking's digest (its id, as the client sees it)."""
+    return hit_id(hit.project, hit.table, hit.chunk_id) if hit.chunk_id else \
+        f"{hit.project}:{hit.path}:{hit.start_line}"
+
+
+def _measured(answer: SearchResults, originals: list[Result], shown: list[Result], start: int,
+              found: int, search_digest: str, ranking: str, max_tokens: int,
+              tokens: AnswerTokens) -> SearchResults:
+    """The page as sent, counted whole once (the sum of its parts tokenizes a little apart
+    from it); only when that is over `max_tokens` (rare: the parts were counted first), the
+    last grown snippet shrinks back, else the last hit's other ranges (`also`) are left out,
+    else the last hit goes to the next page, until it fits or one short hit is left.
+    `originals` are the page's hits before their snippets grew."""
     while True:
         end = start + len(shown)
-        next_cursor = Cursor(search_digest, end, ranking).encode() if end < len(answer.results) else None
-        page = answer.model_copy(update={"results": shown, "found": len(answer.results),
+        next_cursor = Cursor(search_digest, end, ranking).encode() if end < found else None
+        page = answer.model_copy(update={"results": shown, "found": found,
                                          "next_cursor": next_cursor, "tokens": 0})
         sent = tool_result(page).model_dump(mode="json", by_alias=True, exclude_unset=True)
         used = ENVELOPE + tokens.total(_json(sent))
@@ -188,7 +209,8 @@ def tool_result(answer: SearchResults) -> CallToolResult:
     return CallToolResult(content=content, structured_content=answer.model_dump(mode="json"))
 
 
-Ranked = tuple[SearchResults, list[str]]  # every hit of a search, and their chunks' texts
+Ranked = tuple[SearchResults, list[SearchHit]]  # an answer's head, and every hit with its text
+_COSTED = 16  # hits mapped and costed at once while a page fills
 
 
 class Rankings:
@@ -228,29 +250,32 @@ async def paged(rankings: Rankings, run: Callable[[], Awaitable[Ranked]], *,
     if cursor is not None:
         at = Cursor.decode(cursor)
         kept = rankings.get((scope.current(), at.search, at.ranking))
-    answer, texts = kept if kept is not None else await run()
-    out = page(answer, texts, search=search, cursor=cursor, max_tokens=max_tokens,
-               tokens=tokens)
+    ranked = kept if kept is not None else await run()
+    out = page(ranked, search=search, cursor=cursor, max_tokens=max_tokens, tokens=tokens)
     if out.next_cursor is not None and kept is None:
         at = Cursor.decode(out.next_cursor)
-        rankings.put((scope.current(), at.search, at.ranking), (answer, texts))
+        rankings.put((scope.current(), at.search, at.ranking), ranked)
     return out
 
 
-async def search_page(service: Any, rankings: Rankings, query: str, project: str | None,
-                      table: str, k: int, *, where: SearchFilter | None, reranker: Any,
-                      cursor: str | None, max_tokens: int, group: str = "file") -> SearchResults:
-    """One page of what `search_code` / `search_docs` found."""
+class Ranks(Protocol):
+    """What a page of a search needs of the service: its searches, and its token counter."""
+
+    @property
+    def searches(self) -> Searches: ...
+
+
+async def search_page(service: Ranks, rankings: Rankings, request: SearchRequest, *,
+                      reranker: Any, cursor: str | None, max_tokens: int) -> SearchResults:
+    """One page of what `search_code` / `search_docs` found for `request` (at a git ref, or
+    over a project from git, the git side answers: `Searches.ranking`)."""
 
     async def run() -> Ranked:
-        found = await search_mod.pipeline(service, query, project, table, k, where=where,
-                                          reranker=reranker, group=group)
-        return answer_of(found, query, table, where), [h.text for h in found.hits]
+        found = await service.searches.ranking(request, reranker=reranker)
+        return answer_head(found, request), list(found.hits)
 
     return await paged(rankings, run, cursor=cursor, max_tokens=max_tokens,
-                       search=[table, query, project, k, where.describe() if where else None]
-                       + ([group] if group != "file" else []),
-                       tokens=tokens_of(service))
+                       search=request.arguments(), tokens=tokens_of(service))
 
 
 async def similar_page(service: Any, rankings: Rankings, find: Callable[[], Awaitable[Any]],
@@ -260,7 +285,7 @@ async def similar_page(service: Any, rankings: Rankings, find: Callable[[], Awai
 
     async def run() -> Ranked:
         hits: Sequence[SearchHit] = await find()
-        return similar_results(hits, query, table), [h.text for h in hits]
+        return similar_head(query, table), list(hits)
 
     return await paged(rankings, run, search=search, cursor=cursor, max_tokens=max_tokens,
                        tokens=tokens_of(service))

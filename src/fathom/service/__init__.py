@@ -60,7 +60,8 @@ from fathom.index.indexer import (
     Job,
     space_for,
 )
-from fathom.index.results import SearchHit, skipped_note
+from fathom.index.request import SearchRequest
+from fathom.index.results import Noted, SearchHit, skipped_note
 from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' bound
 from fathom.index.store import (
     TABLE_KINDS,
@@ -94,6 +95,7 @@ from fathom.service.projects import (  # noqa: F401 - re-exported
     lenders_of,
     summaries,
 )
+from fathom.service.searching import Searches
 from fathom.service.warmup import Warmup
 from fathom.space import Provenance, Space
 
@@ -240,6 +242,7 @@ class Fathom:
                                        fleet=lambda: fleet_recorded(self.settings))
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
         self.git = GitProjects(self, clock=clock)  # projects from git remotes, branch by branch
+        self.searches = Searches(self, self.git)  # every search, at a git ref or not
 
     def warm_up(self, on_ready: Callable[[str], None] | None = None) -> Warmup:
         """Start loading the in-process encoder in the background (once): a long-running front
@@ -622,10 +625,11 @@ class Fathom:
         return names, notes
 
     async def search(self, query: str, project: str | None = None, table: str = "code",
-                     k: int = 10, *, where: SearchFilter | None = None,
-                     group: str = "file") -> list[SearchHit]:
-        """The ranked search's best `k` files (or chunks), no reranker: `fathom search`'s."""
-        return await search_mod.retrieve(self, query, project, table, k, where=where, group=group)
+                     k: int = 10, *, where: SearchFilter | None = None, group: str = "file",
+                     ref: str | None = None) -> Noted:
+        """The ranked search's best `k` files (or chunks), no reranker: `fathom search`'s,
+        at `ref` for a project from git (its default branch without one)."""
+        return await self.searches.hits(SearchRequest(query, project, table, k, where, group, ref))
 
     async def find_similar(self, project: str, *, path: str | None = None,
                            line: int | None = None, snippet: str | None = None, k: int = 10,

@@ -48,6 +48,7 @@ from fathom.index.eval_sets import (
     strip_docstrings,
 )
 from fathom.index.indexer import check_project_root
+from fathom.index.request import SearchRequest
 from fathom.index.results import files_of
 from fathom.index.walker import walk
 from fathom.inference.model_choice import with_chosen_models
@@ -164,7 +165,7 @@ async def _ask(fathom: Any, queries: list[EvalQuery]) -> list[ModeFigures]:
             elif mode == "keyword":
                 hits = await asyncio.to_thread(store.text_search, PROJECT, "code", q.text, K)
             else:  # encodes the query itself
-                hits = await search_mod.retrieve(fathom, q.text, PROJECT, "code", K)
+                hits = await search_mod.retrieve(fathom, SearchRequest(q.text, PROJECT, "code", K))
             took = (time.perf_counter() - t0) * 1000
             ms[mode].append(took + (encode_ms if mode == "vector" else 0.0))
             ranks[mode].append(rank_of(q, hits))

@@ -46,7 +46,6 @@ from fathom import scope
 from fathom.config import atomic_write_text
 from fathom.errors import ConfigError, FathomError
 from fathom.index import search as search_mod
-from fathom.index.filters import SearchFilter
 from fathom.index.git_export import Exported, GitLimits
 from fathom.index.git_source import (
     Credentials,
@@ -57,7 +56,8 @@ from fathom.index.git_source import (
     diff_paths,
     scrub,
 )
-from fathom.index.results import MAX_K, Noted, Ranking
+from fathom.index.request import SearchRequest
+from fathom.index.results import MAX_K, Ranking
 from fathom.index.store import UnknownProject
 from fathom.index.store.rules import check_project_name
 from fathom.index.walking.reasons import TOO_LARGE
@@ -539,24 +539,19 @@ class GitProjects:
                          f"branch ({', '.join(branches)}), a tag or commit one of them is at, or "
                          f"track the branch with `fathom projects track {project} BRANCH`")
 
-    async def search(self, query: str, project: str, ref: str | None, table: str = "code",
-                     k: int = 10, *, where: SearchFilter | None = None, group: str = "file") -> Noted:
-        """The best `k` hits at `ref` (no reranker stage), each with the commit it comes from."""
-        found = await self.ranking(query, project, ref, table, k, where=where, rerank=False,
-                                   group=group)
-        return Noted(found.hits, found.notes)
-
-    async def ranking(self, query: str, project: str, ref: str | None, table: str = "code",
-                      k: int = 10, *, where: SearchFilter | None = None, reranker: Any = None,
-                      rerank: bool = True, group: str = "file") -> Ranking:
-        """The search pipeline at `ref`: a branch's overlay and the default branch (less the
-        paths the overlay shadows) are searched as one, on one fused scale; every hit carries
-        its commit. Hits of an overlay name the overlay project (`read_code` reads them there)."""
-        search_mod.check_search(query, table, k)
+    async def ranking(self, request: SearchRequest, *, reranker: Any = None,
+                      rerank: bool = True) -> Ranking:
+        """The search pipeline at the request's ref (its project's default branch without
+        one): a branch's overlay and the default branch (less the paths the overlay shadows)
+        are searched as one, on one fused scale; every hit carries its commit. Hits of an
+        overlay name the overlay project (`read_code` reads them there)."""
+        project = request.project
+        if project is None:
+            raise ConfigError("a search at a branch, tag or commit names its project")
         if not await asyncio.to_thread(self.fathom.store.has_project, project):
             known = await asyncio.to_thread(self.fathom.store.list_projects)
             raise UnknownProject(project, [p.name for p in known])
-        branch, commit = await asyncio.to_thread(self.resolve, project, ref)
+        branch, commit = await asyncio.to_thread(self.resolve, project, request.ref)
         git = await asyncio.to_thread(self.record, project)
         names, shadows = [project], set()
         held = scope.current()
@@ -568,17 +563,16 @@ class GitProjects:
                 if await asyncio.to_thread(self.fathom.store.has_project, name):
                     names.append(name)
         view = BranchView(self.fathom, names)
-        wide = min(MAX_K, k + len(shadows))  # room for the hits the shadows take out
+        # Every project of the view at once, with room for the hits the shadows take out.
+        wide = replace(request, project=None, ref=None, k=min(MAX_K, request.k + len(shadows)))
         with scope.within(None if held is None else held | set(names)):
             if rerank:
-                found = await search_mod.pipeline(view, query, None, table, wide, where=where,
-                                                  reranker=reranker, group=group)
+                found = await search_mod.pipeline(view, wide, reranker=reranker)
             else:
-                hits = await search_mod.retrieve(view, query, None, table, wide, where=where,
-                                                 group=group)
+                hits = await search_mod.retrieve(view, wide)
                 found = Ranking(list(hits), reranked=False, notes=tuple(hits.notes))
         kept = [replace(h, commit=commit) for h in found.hits
-                if not (h.project == project and h.path in shadows)][:k]
+                if not (h.project == project and h.path in shadows)][:request.k]
         return replace(found, hits=kept)
 
 

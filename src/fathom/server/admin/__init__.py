@@ -48,7 +48,7 @@ from fathom.server.admin.bodies import (
     KeyPush,
     ProbeRequest,
     ReembedRequest,
-    SearchRequest,
+    SearchBody,
     TokenRequest,
     VerifyRequest,
     WatchChange,
@@ -79,7 +79,7 @@ from fathom.service.jobs import IndexJobs
 __all__ = [
     "ENDED_JOB_STATES", "MAX_KEY_BODY", "MAX_PATH_COMPONENT_BYTES", "MAX_POLICY_BODY", "MAX_WIDTH",
     "POLICY_BODY_SCHEMA", "ROUTE_FIELDS", "AdminAuth", "BudgetChange", "BudgetRecord", "IndexJobs", "JobStart",
-    "KeyPush", "OperatorParts", "ProbeRequest", "ReembedRequest", "ScrapeAuth", "SearchRequest", "TokenRequest",
+    "KeyPush", "OperatorParts", "ProbeRequest", "ReembedRequest", "ScrapeAuth", "SearchBody", "TokenRequest",
     "VerifyRequest", "WatchChange", "admin_dependency", "admin_router", "bearer_token", "body_problems",
     "budget_view", "check_policy_changes", "check_server_path", "damaged", "describe_body", "failure_response",
     "failure_status", "fleet_view", "iso", "job_view", "no_token_configured", "operator_router",

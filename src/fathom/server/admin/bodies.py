@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from fathom.fleet.protocol import NAME_PATTERN
+from fathom.index.request import Group, K, Kind, Language, PathGlob, Query, Ref, SearchRequest
 from fathom.policy import Policy
 from fathom.roles import FallbackMode, Role
 
@@ -100,19 +101,26 @@ class WatchChange(BaseModel):
     enabled: bool = Field(description="whether the project's index follows its files (live sync)")
 
 
-class SearchRequest(BaseModel):
-    """The dashboard's search box: the same search as the MCP tools `search_code` / `search_docs`."""
+class SearchBody(BaseModel):
+    """The dashboard's search box: the same search as the MCP tools `search_code` /
+    `search_docs`, its fields bounded as theirs are (`fathom.index.request`)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    query: str = Field(min_length=1, max_length=2000, description="words or an identifier")
+    query: Query
     project: str | None = Field(None, max_length=200, description="one project (default: every project)")
     table: Literal["code", "docs"] = Field("code", description="code (search_code) or docs (search_docs)")
-    k: int = Field(10, ge=1, le=50, description="how many hits")
-    ref: str | None = Field(None, min_length=1, max_length=200,
-                            description="a branch, tag or commit of a project from git")
-    group: Literal["file", "chunk"] = Field("file", description="one hit per file (its other "
-                                            "matching ranges in `also`) or per chunk")
+    k: K = 10
+    language: Language = None
+    path: PathGlob = None
+    kind: Kind = None
+    ref: Ref = None
+    group: Group = "file"
+
+    def request(self) -> SearchRequest:
+        return SearchRequest.of(self.query, self.project, self.table, self.k,
+                                language=self.language, path=self.path, kind=self.kind,
+                                group=self.group, ref=self.ref)
 
 
 ROUTE_FIELDS = ("policy", "model", "upstream", "width", "fallback")

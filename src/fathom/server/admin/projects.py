@@ -14,10 +14,10 @@ from urllib.parse import quote
 from fastapi import APIRouter
 
 from fathom.errors import ConfigError
-from fathom.server.admin.bodies import SearchRequest, WatchChange
+from fathom.server.admin.bodies import SearchBody, WatchChange
 from fathom.server.admin.operator import require_project
 from fathom.server.answers import refusal
-from fathom.server.search_answer import answer_of, search_results
+from fathom.server.search_answer import answer_of
 
 if TYPE_CHECKING:
     from fathom.server.admin.operator import OperatorParts
@@ -42,21 +42,16 @@ def projects_router(parts: OperatorParts) -> APIRouter:
         return {"projects": await asyncio.to_thread(load)}
 
     @router.post("/search", tags=["projects"])
-    async def search(body: SearchRequest) -> dict[str, Any]:
+    async def search(body: SearchBody) -> dict[str, Any]:
         """Search as an MCP client would (`search_code`, or `search_docs` with table docs): the
         hits with why they ranked (vector and keyword ranks, cosine, match, rerank score)."""
         service = parts.need("service")
         if body.project is not None:
             await require_project(service, body.project)
         try:
-            if body.ref is not None:  # a branch, tag or commit of a project from git
-                if body.project is None:
-                    raise ConfigError("ref names a branch, tag or commit of one project: give project too")
-                ranking = await service.git.ranking(body.query, body.project, body.ref, body.table,
-                                                    body.k, reranker=parts.router, group=body.group)
-                return answer_of(ranking, body.query, body.table).model_dump(mode="json")
-            found = await search_results(service, body.query, body.project, body.table, body.k,
-                                         reranker=parts.router, group=body.group)
+            request = body.request()
+            found = answer_of(await service.searches.ranking(request, reranker=parts.router),
+                              request)
         except ConfigError as exc:
             raise refusal(400, str(exc)) from None
         return found.model_dump(mode="json")

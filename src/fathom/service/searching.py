@@ -1,0 +1,62 @@
+"""Searches as a use case: one path from a `SearchRequest` to a `Ranking`, for every front end.
+
+What it owns: which side answers a request — the search pipeline (`fathom.index.search`) over
+the index as it is, or the git side (`GitProjects.ranking`) when the request names a ref or
+its project comes from git (the default branch is read then, and every hit carries its
+commit) — with or without the reranker stage. The MCP tools, the dashboard, `fathom search`
+(in-process and through a running server) and the agents all come through `ranking`, so a
+search at a ref is a field of the request, not a second path.
+
+What it refuses to do: check the request again (it was checked when made), or shape an
+answer for the wire (`fathom.server.search_answer` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from fathom.index import search as search_mod
+from fathom.index.request import SearchRequest
+from fathom.index.results import Noted, Ranking
+
+
+class GitSide(Protocol):
+    """What a search needs of the git side (`fathom.service.git_projects.GitProjects`)."""
+
+    def tracks(self, project: str | None) -> bool: ...
+
+    async def ranking(self, request: SearchRequest, *, reranker: Any = None,
+                      rerank: bool = True) -> Ranking: ...
+
+
+class Searches:
+    """Runs requests against `service` (a `search.Searchable`: the store as the caller sees
+    it, the projects a search reads, each table's query encoder) and its git side."""
+
+    def __init__(self, service: search_mod.Searchable, git: GitSide):
+        self.service, self.git = service, git
+
+    async def from_git(self, request: SearchRequest) -> bool:
+        """Whether the git side answers: a ref was given, or the project comes from git."""
+        if request.ref is not None:
+            return True
+        return request.project is not None and await asyncio.to_thread(self.git.tracks,
+                                                                        request.project)
+
+    async def ranking(self, request: SearchRequest, *, reranker: Any = None,
+                      rerank: bool = True) -> Ranking:
+        """The ranked answer to `request`: the reranker stage runs on its pool's head when
+        `rerank` (flagged not reranked, with the reason, when `reranker` is None or cannot
+        serve)."""
+        if await self.from_git(request):
+            return await self.git.ranking(request, reranker=reranker, rerank=rerank)
+        if rerank:
+            return await search_mod.pipeline(self.service, request, reranker=reranker)
+        hits = await search_mod.retrieve(self.service, request)
+        return Ranking(list(hits), reranked=False, notes=tuple(hits.notes))
+
+    async def hits(self, request: SearchRequest) -> Noted:
+        """The best `k` files (or chunks) with no reranker stage: `fathom search`'s answer."""
+        found = await self.ranking(request, rerank=False)
+        return Noted(found.hits, found.notes)
