@@ -47,7 +47,7 @@ from fathom.index.pgstore import (
     PostgresStore,
     RowBatch,
 )
-from fathom.index.store import TABLE_KINDS, LanceStore, Slot, Store
+from fathom.index.store import TABLE_KINDS, LanceStore, Slot, Store, lance_repair
 
 Progress = Callable[[str, str, int, int], None]  # project, table, rows copied, rows total
 
@@ -99,15 +99,7 @@ def read_rows(store: Store, project: str, table: str, batch_size: int = 1000,
         return
     if not isinstance(store, LanceStore):
         raise StoreError(f"cannot read rows out of a {type(store).__name__}")
-    name = store._slot_name(project, table, slot)
-    if name is None:
-        return
-    tbl = store._table(project, name)
-    try:
-        batches = tbl.search().limit(None).to_batches(batch_size)
-    except Exception:  # older LanceDB: a full read, sliced
-        batches = tbl.to_arrow().to_batches(max_chunksize=batch_size)
-    for rb in batches:
+    for rb in lance_repair.record_batches(store, project, table, slot, batch_size):
         if rb.num_rows == 0:
             continue
         cols = rb.to_pydict()

@@ -37,7 +37,6 @@ index run), re-embed through an encoder the gate has not cleared, or guess a pro
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -53,10 +52,8 @@ from fathom.index.store import (
     TABLE_KINDS,
     DamagedProject,
     LanceStore,
-    Slot,
     Store,
-    space_from_json,
-    space_to_json,
+    lance_repair,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -131,11 +128,10 @@ def check_project(store: Store, project: str, *,
     out = ProjectCheck(project)
     if isinstance(store, LanceStore):
         try:
-            state = store._read_state(project)
+            kinds = lance_repair.active_tables(store, project)
         except DamagedProject as exc:
             out.problems.append(Problem(project, None, STATE, exc.detail))
             return out
-        kinds = [t for t in TABLE_KINDS if state and state["tables"].get(t, {}).get("active")]
     else:
         kinds = [t for t in TABLE_KINDS if store.space_of(project, t) is not None]
     for table in kinds:
@@ -193,7 +189,7 @@ def check_project(store: Store, project: str, *,
                 f"{len(secret_rows)} rows of {len(paths)} files hold credentials ({shown}): "
                 f"indexed before secrets were left out or redacted", secret_rows, paths=paths))
         if isinstance(store, LanceStore):
-            fts = _fts_problem(store, project, table)
+            fts = lance_repair.fts_problem(store, project, table, _short)
             if fts:
                 out.problems.append(Problem(project, table, FTS_MISSING, fts))
     return out
@@ -218,20 +214,6 @@ def _identity_holds(chunk_id: str, content_hash: str, path: str, start: int, end
     probe = Chunk(path=path, language="", table="code", start_line=int(start), end_line=int(end),
                   symbol=None, text=text)
     return probe.chunk_id == chunk_id
-
-
-def _fts_problem(store: LanceStore, project: str, table: str) -> str | None:
-    name = store._slot_name(project, table, Slot.ACTIVE)
-    if name is None:
-        return None
-    tbl = store._table(project, name)
-    if not any(i.index_type == "FTS" for i in tbl.list_indices()):
-        return f"the {table} table has no full-text index: every query is vector-only"
-    try:
-        tbl.search("fathom", query_type="fts").limit(1).to_arrow()
-    except Exception as exc:  # any failure means keyword search is gone
-        return f"the {table} table's full-text index does not answer ({_short(exc)})"
-    return None
 
 
 # --------------------------------------------------------------------------- repair
@@ -289,77 +271,22 @@ def _remove_files(store: Store, project: str, paths: list[str]) -> str:
             continue
         removed += store.delete(project, table, paths=paths)
         if isinstance(store, LanceStore):
-            _purge(store, project, table)
+            lance_repair.purge(store, project, table)
     return (f"deleted {removed} rows of {len(paths)} files; the next `fathom index` leaves "
             f"credential files out and indexes the others with their secrets redacted (a "
             f"`!path` line in .fathomignore takes one back)")
 
 
-def _purge(store: LanceStore, project: str, table: str) -> None:
-    """A LanceDB delete only marks rows: their text stays in the table's data files, and in
-    its earlier versions, until they are compacted and collected. Both now, so the deleted
-    credentials leave the disk. LanceDB warns that a reader still on an older version fails:
-    a search running in a server at that instant is the price of not keeping the keys."""
-    import warnings
-    from datetime import timedelta
-
-    name = store._slot_name(project, table, Slot.ACTIVE)
-    if name is not None:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            store._table(project, name).optimize(cleanup_older_than=timedelta(0))
-
-
 def _rebuild_state(store: LanceStore, project: str) -> str:
-    """A new pointer file from the tables on disk: the newest table of each kind (by the
-    number in its name) becomes a shadow of the space its own schema records, so the next
-    index run resumes it (embedding only the chunks it lacks) and promotes it."""
-    d = store._dir(project)
-    path = d / "state.json"
-    aside = path.with_name(f"state.json.damaged-{int(store.clock())}")
-    path.replace(aside)
-    state: dict[str, Any] = {"project": project, "tables": {}, "next": 1}
-    found: dict[str, tuple[int, str]] = {}
-    for folder in d.glob("*.lance"):
-        m = re.fullmatch(r"(code|docs)_(\d+)_[0-9a-f]+", folder.stem)
-        if m:
-            kind, n = m.group(1), int(m.group(2))
-            state["next"] = max(state["next"], n + 1)
-            if n > found.get(kind, (-1, ""))[0]:
-                found[kind] = (n, folder.stem)
-    kept = []
-    for kind, (_, name) in found.items():
-        try:
-            meta = store._db(project).open_table(name).schema.metadata or {}
-            space = space_from_json(json.loads(meta[b"fathom.space"]))
-        except Exception:  # an unreadable table is left for collection
-            continue
-        if space is None or space.table != kind:
-            continue
-        state["tables"][kind] = {"active": None, "shadow": name,
-                                 "shadow_space": space_to_json(space), "generation": 1}
-        kept.append(f"{kind} ({name})")
-    store._write_state(project, state)
-    with store._mutex:
-        store._tables.clear()
-        store._matrices.clear()
-    return (f"rebuilt state.json (the damaged one kept as {aside.name}); kept "
+    aside, kept = lance_repair.rebuild_state(store, project)
+    return (f"rebuilt state.json (the damaged one kept as {aside}); kept "
             f"{', '.join(kept) or 'no table'} to resume: run `fathom index ROOT --project "
             f"{project}` to finish (only missing chunks are embedded)")
 
 
 def _set_aside(store: LanceStore, project: str, table: str | None) -> str:
-    """A table that cannot be read in full stops being what searches read: its pointer is
-    dropped and its folder collected, and the next index run rebuilds the table."""
     assert table is not None
-    with store._locked(project) as state:
-        entry = state["tables"].get(table, {})
-        name = entry.get("active")
-        entry["active"] = None
-        entry.pop("space", None)
-        entry["generation"] = entry.get("generation", 0) + 1
-    if name:
-        store._drop(project, name)
+    lance_repair.set_aside(store, project, table)
     return (f"set the unreadable {table} table aside; run `fathom index ROOT --project "
             f"{project}` to rebuild it")
 
@@ -367,35 +294,18 @@ def _set_aside(store: LanceStore, project: str, table: str | None) -> str:
 def _dedupe(store: LanceStore, project: str, table: str | None, chunk_ids: list[str]) -> str:
     """Keep one row per duplicated id: the first whose identity holds and whose vector is
     sound; ids with no sound row lose all of them (the next index re-embeds them)."""
-    import pyarrow as pa
-
-    from fathom.index.store import in_list
-
     assert table is not None
-    name = store._slot_name(project, table, Slot.ACTIVE)
-    tbl = store._table(project, name)  # type: ignore[arg-type]  # the check found its active slot
-    keep = []
-    for i in range(0, len(chunk_ids), store.BATCH):
-        rows = store._rows_where(tbl, in_list("chunk_id", chunk_ids[i:i + store.BATCH]))
-        seen: set[str] = set()
-        for j in range(rows.num_rows):
-            row = rows.slice(j, 1)
-            cid = row["chunk_id"][0].as_py()
-            vec = np.asarray(row["vector"][0].as_py(), dtype=np.float32)
-            sound = (np.isfinite(vec).all() and abs(float(np.linalg.norm(vec)) - 1) <= UNIT_TOLERANCE
-                     and _identity_holds(cid, row["content_hash"][0].as_py(), row["path"][0].as_py(),
-                                         row["start_line"][0].as_py(), row["end_line"][0].as_py(),
-                                         row["text"][0].as_py()))
-            if sound and cid not in seen:
-                seen.add(cid)
-                keep.append(row)
-    store.delete(project, table, chunk_ids=chunk_ids)
-    if keep:
-        tbl.add(pa.concat_tables(keep))
-    store._bump(project, table)
-    return (f"kept one row for {len(keep)} of {len(chunk_ids)} duplicated ids"
-            + (f"; {len(chunk_ids) - len(keep)} are re-embedded by the next `fathom index`"
-               if len(keep) < len(chunk_ids) else ""))
+
+    def sound(row: dict[str, Any]) -> bool:
+        vec = np.asarray(row["vector"], dtype=np.float32)
+        return bool(np.isfinite(vec).all() and abs(float(np.linalg.norm(vec)) - 1) <= UNIT_TOLERANCE
+                    and _identity_holds(row["chunk_id"], row["content_hash"], row["path"],
+                                        row["start_line"], row["end_line"], row["text"]))
+
+    kept = lance_repair.dedupe(store, project, table, chunk_ids, sound)
+    return (f"kept one row for {kept} of {len(chunk_ids)} duplicated ids"
+            + (f"; {len(chunk_ids) - kept} are re-embedded by the next `fathom index`"
+               if kept < len(chunk_ids) else ""))
 
 
 async def _reembed(fathom: Repairer, project: str, table: str | None, chunk_ids: list[str]) -> str:
@@ -422,10 +332,5 @@ async def _reembed(fathom: Repairer, project: str, table: str | None, chunk_ids:
 
 def _rebuild_indexes(store: Store, project: str, table: str) -> None:
     if isinstance(store, LanceStore):
-        from fathom.index.store import fts_config
-
-        name = store._slot_name(project, table, Slot.ACTIVE)
-        if name is None:
-            return
-        store._table(project, name).create_index("keywords", config=fts_config(), replace=True)
+        lance_repair.rebuild_fts(store, project, table)
     store.refresh(project, table)
