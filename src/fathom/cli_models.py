@@ -131,7 +131,8 @@ def use(
     ctx: typer.Context,
     role: Annotated[str, typer.Argument(help="embed or reranker")],
     name: Annotated[str, typer.Argument(
-        help="A name `fathom models` lists, a model folder's path, or `default` (embed) / `none` (reranker).")],
+        help="A name `fathom models` lists, a model folder's path, a Hugging Face Hub name (ORG/NAME: "
+             "downloaded once into the model cache), or `default` (embed) / `none` (reranker).")],
     as_name: Annotated[str | None, typer.Option(
         "--name", help="The name to record for a folder (its tables' model name); default: the folder's.")] = None,
 ) -> None:

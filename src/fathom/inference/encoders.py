@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from fathom.errors import ConfigError
 from fathom.inference.local import LocalEncoder
 from fathom.inference.onnx import OnnxEncoder, UnsupportedModel
-from fathom.inference.onnx.cache import default_cache_dir
 from fathom.inference.onnx.graph import read_shape
 from fathom.inference.provider import Provider
+from fathom.inference.weights import is_default_ref, model_cache_dir, on_disk
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.config import Settings
@@ -48,15 +48,21 @@ def runtime_of(settings: Settings) -> str:
         return "torch"
     if settings.local_device != "cpu" or not onnx_installed():
         return "torch"
+    path = settings.local_model_path
+    if is_default_ref(path):
+        folder = on_disk(cache_dir(settings))
+        if folder is None:
+            return "onnx"  # not downloaded yet: the pinned default is a BERT folder, ONNX's own
+        path = str(folder)
     try:
-        read_shape(Path(settings.local_model_path))
+        read_shape(Path(path))
     except UnsupportedModel:
         return "torch"  # another architecture: sentence-transformers serves it
     return "onnx"
 
 
 def cache_dir(settings: Settings) -> Path:
-    return Path(settings.model_cache).expanduser() if settings.model_cache else default_cache_dir()
+    return model_cache_dir(settings)
 
 
 def local_encoder(settings: Settings) -> Provider:

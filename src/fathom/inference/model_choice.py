@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from fathom.config import Settings, atomic_write_text
 from fathom.errors import ConfigError, FathomError
+from fathom.inference.weights import located
 from fathom.space import Space
 
 if TYPE_CHECKING:  # pragma: no cover - the provider module loads numpy
@@ -182,11 +183,12 @@ def with_model(settings: Settings, model: EmbedModel) -> Settings:
 
 def with_chosen_models(settings: Settings) -> Settings:
     """The settings with the recorded embedding model applied (unless the environment names
-    a model folder itself)."""
+    a model folder itself), and the default model's download located."""
     choice = load_choice(settings.data_dir)
-    if choice.embed is None or env_pins_model(settings):
-        return settings
-    return with_model(settings, choice.embed)
+    if choice.embed is not None and not env_pins_model(settings):
+        settings = with_model(settings, choice.embed)
+    # The default model by its Hub name, once downloaded: its folder in the cache.
+    return located(settings)
 
 
 def chosen_reranker(settings: Settings) -> Provider | None:

@@ -15,7 +15,8 @@ table's reference like any other provider.
 
 It refuses, like the torch encoder, a width other than the configured one
 (`EncoderWidthMismatch`), a token limit past the model's positions, and anything the graph
-builder cannot translate (`UnsupportedModel`). It never reaches the network.
+builder cannot translate (`UnsupportedModel`). It reaches the network only through
+`weights`, for the default model named by its Hub name and on no disk yet.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ from fathom.inference.local import (
 from fathom.inference.onnx.cache import VARIANTS, model_file
 from fathom.inference.onnx.graph import UnsupportedModel, read_shape
 from fathom.inference.provider import Kind, Provider, ProviderInfo
+from fathom.inference.weights import model_folder
 from fathom.roles import EMBEDDING_ROLES, Role
 
 log = logging.getLogger(__name__)
@@ -102,13 +105,14 @@ class OnnxEncoder(Provider):
         with self._load_lock:
             if self._session is not None:
                 return self._session
-            folder = Path(self.model_path)
+            # The default model by its Hub name: the package's folder, the cache, or a download.
+            folder = model_folder(self.model_path, self.cache_dir)
             if not folder.is_dir():
                 raise ModelLoadError(self.model_name, self.model_path, "no such folder")
             shape = read_shape(folder)
             if shape.hidden != self.width:
                 raise EncoderWidthMismatch(self.model_name, self.model_path, self.width, shape.hidden)
-            limit = self.max_tokens or shape.max_positions
+            limit = self.max_tokens or configured_max_tokens(str(folder)) or shape.max_positions
             if limit > shape.max_positions:
                 raise ConfigError(f"FATHOM_LOCAL_MAX_TOKENS={limit} is more than {self.model_name} can "
                                   f"read ({shape.max_positions} positions); set it to "
@@ -121,6 +125,8 @@ class OnnxEncoder(Provider):
             except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error
                 raise ModelLoadError(self.model_name, self.model_path, f"{type(exc).__name__}: {exc}") from exc
             self.max_tokens = limit
+            if self.info.max_tokens is None:  # a download's folder was read only now
+                self.info = replace(self.info, max_tokens=limit)
             return self._session
 
     def token_counter(self) -> TokenizerCounter:
