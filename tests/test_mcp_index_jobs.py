@@ -11,9 +11,11 @@ The run is held mid-embedding deterministically: the encoder at the Provider cut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -209,29 +211,38 @@ async def test_notifications_cancelled_cancels_a_blocking_run(shop: Shop):
         assert await results(client) == before
 
 
-@bounded
-async def test_a_read_only_token_cannot_cancel(tmp_path: Path):
+@contextlib.asynccontextmanager
+async def held_admin_job(tmp_path: Path) -> AsyncIterator[tuple[str, Operator, Any, dict[str, Any], asyncio.Event]]:
+    """The operator's server on 127.0.0.1 with a first index of `shop` started over the admin
+    API and held (its encoder's gate closed): yields the URL, the operator, its admin client,
+    the job and the gate (set it to let the run end)."""
     encoder = HeldEncoder()
     app = build_operator_app(tmp_path / "data", encoder=encoder)
     root = write_shop(tmp_path / "src" / "shop", files=4)
     async with serve_in_loop(app) as url:
         op = Operator(url, app, tmp_path / "data", tmp_path)
         async with op.client() as admin:
-            encoder.hold = asyncio.Event()  # hold the run, so there is one to cancel
+            gate = encoder.hold = asyncio.Event()
             job = (await admin.post("/admin/jobs", json={"path": str(root), "project": "shop"})).json()
             await asyncio.wait_for(encoder.reached.wait(), 30)
-            reader = await create(admin, "reader", ["shop"])
-            async with mcp(url, reader) as client:
-                assert "cancel_index" not in {t.name for t in (await client.list_tools()).tools}
-                refused = await client.call_tool("cancel_index", {"project": "shop", "job": job["id"]})
-                assert refused.is_error and "read-only" in text(refused)
-                seen = await client.call_tool("index_status", {"project": "shop", "job": job["id"]})
-                assert not seen.is_error, text(seen)
-                assert seen.structured_content["job"]["cancelling"] is False
-            encoder.hold.set()
-            assert (await op.wait_job(admin, job["id"]))["state"] == "done"
-            audit = json.dumps((await admin.get("/admin/audit")).json()["entries"])
-            assert "MCP cancel_index(" in audit
+            yield url, op, admin, job, gate
+
+
+@bounded
+async def test_a_read_only_token_cannot_cancel(tmp_path: Path):
+    async with held_admin_job(tmp_path) as (url, op, admin, job, gate):  # one to cancel
+        reader = await create(admin, "reader", ["shop"])
+        async with mcp(url, reader) as client:
+            assert "cancel_index" not in {t.name for t in (await client.list_tools()).tools}
+            refused = await client.call_tool("cancel_index", {"project": "shop", "job": job["id"]})
+            assert refused.is_error and "read-only" in text(refused)
+            seen = await client.call_tool("index_status", {"project": "shop", "job": job["id"]})
+            assert not seen.is_error, text(seen)
+            assert seen.structured_content["job"]["cancelling"] is False
+        gate.set()
+        assert (await op.wait_job(admin, job["id"]))["state"] == "done"
+        audit = json.dumps((await admin.get("/admin/audit")).json()["entries"])
+        assert "MCP cancel_index(" in audit
 
 
 async def test_a_cancel_after_the_last_batch_promotes_nothing(shop: Shop):

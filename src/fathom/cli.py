@@ -462,8 +462,11 @@ def projects(ctx: typer.Context, server: ServerOption = None) -> None:
             table.add_row(Text(p.name + " (damaged)", style="red"), "-", "-", "-", p.root or "-")
             continue
         # A shadow table outlives a cancelled full run (the next one resumes it): say that,
-        # rather than "indexing", which reads as a job running now.
-        table.add_row(Text(p.name + (" (unfinished full run)" if p.indexing else "")),
+        # rather than "indexing", which reads as a job running now. A running job (one the
+        # server reports) is said with its progress.
+        progress = getattr(p, "progress", None)
+        note = f" (indexing: {progress})" if progress else " (unfinished full run)" if p.indexing else ""
+        table.add_row(Text(p.name + note),
                       str(p.tables.get("code", 0)), str(p.tables.get("docs", 0)),
                       Text(p.last_indexed or "-"), Text(p.root or "-"))
     console.print(table)

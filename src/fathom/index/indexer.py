@@ -243,6 +243,17 @@ class Job:
         }
 
 
+def progress_line(job: Job) -> str:
+    """How far a run is, in one line: `embedding: 1,240 of 2,947 chunks embedded, 212 files
+    walked`. Until the walk ends the total is extrapolated from the share of bytes walked."""
+    p = job.progress
+    phase = "paused" if job.state is JobState.PAUSED else p.phase
+    if p.chunks_total:
+        return (f"{phase}: {p.chunks_done:,} of {p.chunks_total:,} chunks embedded, "
+                f"{p.files:,} files walked")
+    return f"{phase}: {p.files:,} files walked" if p.files else phase
+
+
 @dataclass(frozen=True)
 class Discovered:
     files: int

@@ -75,8 +75,9 @@ class ProjectEntry(BaseModel):
     code_chunks: int
     docs_chunks: int
     last_indexed: str | None = Field(description="ISO 8601, UTC")
-    indexing: bool = Field(description="a full re-index is being built (searches still answer "
-                                       "from the current index)")
+    indexing: bool = Field(description="a run builds its index (a re-index: the old answers)")
+    state: str = Field("indexed", description="indexed, indexing or damaged")
+    progress: str | None = Field(None, description="the running index job's progress")
     watch: str = Field(description="live sync: watching, syncing, waiting (a failed sync is "
                                    "retried), off, or not watched by this server")
     damaged: str | None = Field(None, description="why the project cannot be read (searches "
@@ -120,6 +121,8 @@ class IndexStatusResult(BaseModel):
     watch: WatchStatus
     include: list[str] = Field(description="the project's include globs")
     job: JobView | None = Field(None, description="the job asked for with `job`")
+    state: str = Field("indexed", description="indexed, indexing, or how a first index ended")
+    progress: str | None = Field(None, description="the running index job's progress")
 
 
 class DropResult(BaseModel):
@@ -348,7 +351,7 @@ def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> 
                 ProjectEntry(name=p.name, root=p.root, code_chunks=p.tables.get("code", 0),
                              docs_chunks=p.tables.get("docs", 0), last_indexed=p.last_indexed,
                              indexing=p.indexing, watch=fathom.watch_state(p.name)["state"],
-                             damaged=p.damaged)
+                             damaged=p.damaged, state=p.state, progress=p.progress)
                 for p in fathom.projects()])
 
         return await asyncio.to_thread(load)
@@ -367,14 +370,16 @@ def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> 
         except UnknownProject:
             if asked is None:
                 raise
-            # A first index still before its first rows: the job is all there is to show.
+            # A first index that ended without a table (failed, cancelled): its job is all
+            # there is to show.
             return IndexStatusResult(project=project, root=asked.root, tables={}, last_run=None,
                                      jobs=[], watch=WatchStatus.model_validate({"enabled": False, "state": "off"}),
-                                     include=[], job=asked)
+                                     include=[], job=asked, state=asked.state, progress=None)
         return IndexStatusResult(project=s.project, root=s.root,
                                  tables={t: TableStatus(**v) for t, v in s.tables.items()},
                                  last_run=s.last_run, jobs=s.jobs,
-                                 watch=WatchStatus(**s.watch), include=s.include, job=asked)
+                                 watch=WatchStatus(**s.watch), include=s.include, job=asked,
+                                 state=s.state, progress=s.progress)
 
     @server.tool(title="Drop a project",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,

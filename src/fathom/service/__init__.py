@@ -58,6 +58,7 @@ from fathom.index.indexer import (
     IndexProgress,
     IndexReport,
     Job,
+    progress_line,
     space_for,
 )
 from fathom.index.request import SearchRequest
@@ -83,7 +84,14 @@ from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import Role
 from fathom.service.batches import BatchHistory, record_of, sizing_of  # noqa: F401 - re-exported
 from fathom.service.git_projects import GitProjects
-from fathom.service.jobs import SYNC_JOBS_KEPT, JobTable, ended_early  # noqa: F401 - re-exported
+from fathom.service.jobs import (  # noqa: F401 - re-exported
+    SYNC_JOBS_KEPT,
+    JobTable,
+    ProjectIndexing,
+    ended_early,
+    first_index_notes,
+    refuse_first_index,
+)
 from fathom.service.projects import (  # noqa: F401 - re-exported
     MAX_INCLUDES,
     FolderTaken,
@@ -116,6 +124,8 @@ class IndexStatus:
     store: str | None = None  # where the index lives (a URL's password redacted)
     watch: dict[str, Any] = field(default_factory=dict)  # live sync: Fathom.watch_state
     include: list[str] = field(default_factory=list)  # the project's include globs
+    state: str = "indexed"  # or indexing: a run builds its index now (a first one: no tables yet)
+    progress: str | None = None  # how far that run is (`indexer.progress_line`)
 
 
 class _SharedState:
@@ -181,6 +191,24 @@ async def entered(lock: contextlib.AbstractContextManager[Any]) -> None:
     except asyncio.CancelledError:
         taking.add_done_callback(release_if_taken)
         raise
+
+
+def table_status(store: Store, project: str, table: str) -> dict[str, Any] | None:
+    """One table of `index_status`: rows, encoder, last indexed, shadow and provenance (None:
+    the project has no such table, active or shadow)."""
+    info = store.table_info(project, table)
+    if info.space is None and info.shadow_rows is None:
+        return None
+    return {
+        "rows": info.rows,
+        "model": info.space.model if info.space else None,
+        "width": info.space.width if info.space else None,
+        "reference": info.space.reference if info.space else None,
+        "last_indexed": info.last_indexed.isoformat(timespec="seconds") if info.last_indexed else None,
+        "shadow_rows": info.shadow_rows,
+        "provenance": {f"{pid}|{vid or '-'}": n for (pid, vid), n in
+                       store.provenance_counts(project, table).items()},
+    }
 
 
 def fleet_recorded(settings: Settings) -> bool:
@@ -606,6 +634,7 @@ class Fathom:
     def _require_project(self, project: str) -> None:
         if not isinstance(project, str) or not project:
             raise ConfigError("project must be a non-empty name; see `fathom projects`")
+        refuse_first_index(self.jobs, self.store, project)  # "being indexed", with how far
         if not self.store.has_project(project):
             raise UnknownProject(project, [p.name for p in self.store.list_projects()])
 
@@ -620,6 +649,7 @@ class Fathom:
         overlays = {n for n, r in self.records.load().items() if r.get("overlay")}  # git branches
         names = [p.name for p in projects if not p.damage and table in p.tables
                  and p.tables[table].space is not None and p.name not in overlays]
+        notes += first_index_notes(self.jobs, names, notes)
         if not names and not notes:
             raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
         return names, notes
@@ -646,7 +676,7 @@ class Fathom:
     # ---- projects
 
     def projects(self) -> list[ProjectSummary]:
-        return summaries(self.records, self.store)
+        return summaries(self.records, self.store, self.jobs.being_built())
 
     async def verify_store(self, project: str | None = None, *,
                            repair: bool = False) -> list[Any]:
@@ -657,28 +687,16 @@ class Fathom:
         return await verify_store(self, project, repair=repair)
 
     def index_status(self, project: str) -> IndexStatus:
-        self._require_project(project)
-        record = self.records.get(project) or {}
-        tables: dict[str, dict[str, Any]] = {}
-        for t in TABLE_KINDS:
-            info = self.store.table_info(project, t)
-            if info.space is None and info.shadow_rows is None:
-                continue
-            tables[t] = {
-                "rows": info.rows,
-                "model": info.space.model if info.space else None,
-                "width": info.space.width if info.space else None,
-                "reference": info.space.reference if info.space else None,
-                "last_indexed": info.last_indexed.isoformat(timespec="seconds")
-                if info.last_indexed else None,
-                "shadow_rows": info.shadow_rows,
-                "provenance": {f"{pid}|{vid or '-'}": n for (pid, vid), n in
-                               self.store.provenance_counts(project, t).items()},
-            }
+        with contextlib.suppress(ProjectIndexing):  # a first index: its job (and shadow) shown
+            self._require_project(project)
+        record, run = self.records.get(project) or {}, self.jobs.building(project)
+        tables = {t: v for t in (TABLE_KINDS if self.store.has_project(project) else ())
+                  if (v := table_status(self.store, project, t)) is not None}
         jobs = [j.as_dict() for j in self.jobs.of(project)]
-        return IndexStatus(project, record.get("root"), tables, record.get("last_run"), jobs,
-                           store_location(self.settings), self.watch_state(project),
-                           list(record.get("include") or []))
+        return IndexStatus(project, record.get("root") or (str(run.root) if run else None), tables,
+                           record.get("last_run"), jobs, store_location(self.settings),
+                           self.watch_state(project), list(record.get("include") or []),
+                           state="indexing" if run else "indexed", progress=progress_line(run) if run else None)
 
     async def aclose(self) -> None:
         await self.git.aclose()  # background syncs first: they write through what follows

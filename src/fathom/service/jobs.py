@@ -5,7 +5,10 @@ What this module owns:
 
 - `JobTable`: every index job of this process (asked for by the CLI, an MCP tool, the admin
   API, or the watcher's syncs), so `fathom status`, the MCP tools and the dashboard see the
-  same ones; and the rule that a watched project's finished syncs are pruned (`SYNC_JOBS_KEPT`).
+  same ones; the rule that a watched project's finished syncs are pruned (`SYNC_JOBS_KEPT`);
+  and which run is building a project now (`building`), which every front end shows as
+  "indexing" with its progress (`progress_line`), and which a question about a project not
+  yet searchable is answered with (`ProjectIndexing`) instead of "index it first".
 - `IndexJobs`: the jobs started over the admin API, running in the server's event loop and
   kept across restarts in the `JobLedger`; an action that does not apply to a job's state is
   refused with `JobConflict`, an unknown id with `UnknownJob` (the HTTP edge maps them).
@@ -44,8 +47,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fathom import scope
 from fathom.config import Settings, atomic_write_text, state_defect
-from fathom.errors import ConfigError, JobConflict, UnknownJob, failure_of
+from fathom.errors import ConfigError, JobConflict, StoreError, UnknownJob, failure_of
 from fathom.index.indexer import (
     IndexProgress,
     IndexReport,
@@ -53,7 +57,9 @@ from fathom.index.indexer import (
     JobCancelled,
     JobState,
     check_project_root,
+    progress_line,
 )
+from fathom.index.store import TABLE_KINDS, UnknownProject
 from fathom.inference.budget import current_project
 from fathom.service.projects import ProjectRecords, check_not_from_git
 
@@ -90,6 +96,38 @@ class JobTable(dict[str, Job]):
             if job.finished:
                 del self[job.id]
 
+    def building(self, project: str) -> Job | None:
+        """The run building `project`'s index now (pending, running or paused; the newest if
+        several), or None; None too for a project the current caller may not see (a scoped
+        token learns nothing of the projects outside its scope). A live sync is not such a
+        run (it keeps an index that answers), nor an interrupted job (a record of a run,
+        waiting to be resumed)."""
+        held = scope.current()
+        if held is not None and project not in held:
+            return None
+        going = [j for j in self.of(project) if not j.finished and j.reason != "sync"
+                 and j.state is not JobState.INTERRUPTED]
+        return going[-1] if going else None
+
+    def being_built(self) -> list[Job]:
+        """Every project's building run (`building`), as far as the current caller may see."""
+        jobs = (self.building(p) for p in dict.fromkeys(j.project for j in self.values()))
+        return [j for j in jobs if j is not None]
+
+
+class ProjectIndexing(UnknownProject):
+    """A question about a project whose first index is still being built: it has no table to
+    answer from yet. Says how far the run is and how to follow it, instead of "index it
+    first" (which would have an agent start the same run again)."""
+
+    def __init__(self, project: str, job: Job):
+        self.project, self.known, self.job_id = project, [], job.id
+        StoreError.__init__(
+            self,
+            f"project {project!r} is being indexed (job {job.id}, {progress_line(job)}); it "
+            f"answers once that first index is done. Follow it with index_status(project="
+            f"{project!r}, job={job.id!r}), or `fathom projects` on the command line")
+
 
 def ended_early(job: Job, exc: BaseException, clock: Callable[[], float]) -> None:
     """Record how a job ended that was refused before the indexer took it (a lock, a missing
@@ -101,6 +139,26 @@ def ended_early(job: Job, exc: BaseException, clock: Callable[[], float]) -> Non
     job.error = None if job.state is JobState.CANCELLED else (
         str(failure or exc) or type(exc).__name__)
     job.finished_at = clock()
+
+
+def refuse_first_index(jobs: JobTable, store: Any, project: str) -> None:
+    """`ProjectIndexing` when `project`'s first index is running: no table of it answers yet
+    (a shadow at most, until promotion). A question then learns how far the run is, instead
+    of "index it first", and is never answered as if the project were empty."""
+    run = jobs.building(project)
+    if run is not None and not any(store.space_of(project, t) for t in TABLE_KINDS):
+        raise ProjectIndexing(project, run)
+
+
+def first_index_notes(jobs: JobTable, answering: list[str], skipped: list[str]) -> list[str]:
+    """For a search of every project (`answering` the projects it reads, `skipped` its notes
+    on those it leaves out): a note on each project whose first index is running; when no
+    project answers and no note explains why, `ProjectIndexing` for the first of them."""
+    first = [j for j in jobs.being_built() if j.project not in answering]
+    if first and not answering and not skipped:
+        raise ProjectIndexing(first[0].project, first[0])
+    return [f"{j.project!r} is being indexed ({progress_line(j)}): it joins searches once "
+            f"that first index is done" for j in first]
 
 
 # ---------------------------------------------------------------------------- the ledger

@@ -7,7 +7,8 @@ checks of a folder asked to be indexed and the project name it gets (`index_targ
 a project has been indexed yet (`indexed_before`), the rule that a scoped caller may not
 index another project's folder (`check_not_taken`), and the rule that no folder is indexed
 under the name of a project from git or one of its branches (`check_not_from_git`: their
-indexes follow the remote). It refuses to index anything or to read
+indexes follow the remote), and each project's summary (`summaries`), one whose first index
+is still running included. It refuses to index anything or to read
 the store: `Fathom` does both.
 """
 
@@ -17,7 +18,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from filelock import FileLock, Timeout
 from fathom import scope
 from fathom.config import atomic_write_text
 from fathom.errors import ConfigError
-from fathom.index.indexer import check_project_root
+from fathom.index.indexer import Job, check_project_root, progress_line
 
 log = logging.getLogger("fathom.service")
 
@@ -194,29 +195,44 @@ class ProjectSummary:
     root: str | None
     tables: dict[str, int]  # active rows per table
     last_indexed: str | None  # ISO 8601, UTC
-    indexing: bool = False  # a shadow (an unfinished full run) exists
+    indexing: bool = False  # a shadow (an unfinished full run) exists, or a run builds it now
     damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
+    state: str = "indexed"  # indexed, indexing (a run builds it now: `progress`), damaged
+    progress: str | None = None  # how far that run is (`indexer.progress_line`)
+    job: str | None = None  # that run's id
 
 
-def summaries(book: ProjectRecords, store: Any) -> list[ProjectSummary]:
-    """Every project in `store`, with its root from the records (a damaged one: why)."""
+def summaries(book: ProjectRecords, store: Any, building: Sequence[Job] = ()) -> list[ProjectSummary]:
+    """Every project in `store`, with its root from the records (a damaged one: why), and
+    every project a run in `building` is building now: one being indexed for the first time
+    has no table yet, and is listed all the same, as `indexing`, with the run's progress."""
     try:
         records = book.load()
     except ConfigError as exc:
         log.warning("%s", exc)  # roots unknown; the projects themselves are still listed
         records = {}
+    runs = {job.project: job for job in building}
     out = []
     for p in store.list_projects():
+        root = (records.get(p.name) or {}).get("root")
         if p.damage:
-            out.append(ProjectSummary(name=p.name, root=(records.get(p.name) or {}).get("root"),
-                                      tables={}, last_indexed=None, damaged=p.damage))
+            out.append(ProjectSummary(name=p.name, root=root, tables={}, last_indexed=None,
+                                      damaged=p.damage, state="damaged"))
             continue
         last = [t.last_indexed for t in p.tables.values() if t.last_indexed is not None]
+        run = runs.pop(p.name, None)
         out.append(ProjectSummary(
-            name=p.name,
-            root=(records.get(p.name) or {}).get("root"),
+            name=p.name, root=root or (str(run.root) if run is not None else None),
             tables={t: info.rows for t, info in p.tables.items()},
             last_indexed=max(last).isoformat(timespec="seconds") if last else None,
-            indexing=any(info.shadow_rows is not None for info in p.tables.values()),
+            indexing=run is not None or any(info.shadow_rows is not None for info in p.tables.values()),
+            **_running(run),
         ))
+    # First indexes: nothing promoted yet, so the store does not list them.
+    out += [ProjectSummary(name=name, root=str(run.root), tables={}, last_indexed=None,
+                           indexing=True, **_running(run)) for name, run in runs.items()]
     return out
+
+
+def _running(run: Job | None) -> dict[str, Any]:
+    return {} if run is None else {"state": "indexing", "progress": progress_line(run), "job": run.id}
