@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("agents", ("fathom.agents",)),
     ("server", ("fathom.server",)),
     ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.cli_models", "fathom.cli_oauth", "fathom.cli_serve",
-             "fathom.cli_local", "fathom.cli_eval", "fathom.cli_git", "fathom.cli_hosts", "fathom.hosts",
+             "fathom.cli_local", "fathom.cli_eval", "fathom.cli_calls", "fathom.cli_git", "fathom.cli_hosts", "fathom.hosts",
              "fathom.demo",
              "fathom.__main__")),
 ]

@@ -18,7 +18,9 @@ from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 TOOLS = {"search_code", "search_docs", "find_similar", "read_code", "find_symbol",
          "find_references", "outline", "index_project", "list_projects", "index_status",
-         "drop_project", "cancel_index"}  # add_git_project: only where a remote is allowed
+         "drop_project", "cancel_index", "find_calls"}
+# find_calls: listed once a project has symbols (here: indexed); add_git_project: only where a
+# remote is allowed
 AGENT_TOOLS = {"ask", "explore"}  # listed only where a route can serve their roles
 
 

@@ -767,6 +767,9 @@ _register_operator_commands(app)
 from fathom.cli_oauth import register as _register_oauth_commands  # noqa: E402
 
 _register_oauth_commands(app)
+from fathom.cli_calls import register as _register_call_commands  # noqa: E402
+
+_register_call_commands(app, console=console, fathom_of=fathom_of)
 
 
 def entry() -> None:  # pragma: no cover - `python -m fathom.cli`

@@ -38,15 +38,14 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempot
                             open_world_hint=False)
 
 Name = Annotated[str, Field(
-    description="The name as the code writes it (`send`), or qualified (`AsyncClient.send`, "
-                "`::`, `\\`). Exact, case-sensitive.",
+    description="A name as the code writes it (`send`) or qualified (`Client.send`, `::`). "
+                "Exact.",
     min_length=1, max_length=symbols.MAX_NAME)]
 SymbolKind = Annotated[Literal["function", "method", "class", "module", "type", "macro", "other"] | None,
-                       Field(description="Only definitions of this kind (`class` takes "
-                                         "structs, interfaces, traits, enums; `module` "
-                                         "namespaces); null: any.")]
+                       Field(description="Only this kind (`class` takes structs, traits, "
+                                         "enums; `module` namespaces); null: any.")]
 SymbolLanguage = Annotated[str | None, Field(
-    description="Only definitions in this language, lower case (`python`, `go`…); null: any.",
+    description="Only this language (`python`, `go`…); null: any.",
     max_length=40)]
 
 
@@ -91,6 +90,7 @@ class Reference(BaseModel):
                                               "holding it; null: the file's top level")
     text: str = Field(description="the line, as indexed, trimmed")
     uri: str
+    resolution: str = "name-only"  # resolved, likely or name-only (calls.RESOLUTIONS)
 
 
 class ReferenceResults(BaseModel):
@@ -127,7 +127,7 @@ class Outline(BaseModel):
 
 
 COUNT_BATCH = 32  # items counted at once while a page fills
-Page = TypeVar("Page", SymbolResults, ReferenceResults, Outline)
+Page = TypeVar("Page", bound=BaseModel)
 
 
 def _json(value: Any) -> str:
@@ -195,7 +195,7 @@ def _symbol_line(s: SymbolHit) -> str:
 
 def _reference_line(r: Reference) -> str:
     where = f" in {r.enclosing}" if r.enclosing else ""
-    return f"{r.project}:{r.path}:{r.line} {r.use}{where}: {r.text}"
+    return f"{r.project}:{r.path}:{r.line} {r.use} [{r.resolution}]{where}: {r.text}"
 
 
 def _outline_line(e: OutlineEntry) -> str:
@@ -240,8 +240,8 @@ def _symbol_tool(server: MCPServer, fathom: Any) -> None:
 def _references_tool(server: MCPServer, fathom: Any) -> None:
     @server.tool(title="Find references", annotations=READ_ONLY,
                  description="Find where an identifier is used (definitions: find_symbol): "
-                             "each site's line and enclosing symbol, calls first, then "
-                             "imports, then mentions.")
+                             "each site's line and enclosing symbol, graded resolved, likely "
+                             "or name-only.")
     @tool_errors
     async def find_references(name: Name, project: ProjectOpt = None,
                               max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
@@ -251,10 +251,12 @@ def _references_tool(server: MCPServer, fathom: Any) -> None:
             rows, truncated = found.rows, found.truncated
             refs = [Reference(project=r.project, path=r.path, language=r.language, line=r.line,
                               column=r.column, use=r.use, enclosing=r.enclosing,  # type: ignore[arg-type]
+                              resolution=r.resolution,
                               text=r.text[:300], uri=f"{_file_uri(r.project, r.path)}?lines="
                                                      f"{r.line}-{r.line}")
                     for r in rows]
-            head = f"{len(refs)}{'+' if truncated else ''} usage(s) of {name!r}, calls first"
+            head = (f"{len(refs)}{'+' if truncated else ''} usage(s) of {name!r}, resolved "
+                    f"first, then likely, then name-only")
             return paged(ReferenceResults(query=name, found=len(refs), truncated=truncated,
                                           results=[], notes=found.notes), refs, _reference_line, head,
                          search=["references", name, project], cursor=cursor,

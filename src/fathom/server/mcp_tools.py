@@ -41,6 +41,7 @@ from fathom.index.store import UnknownProject
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS
 from fathom.server.git_routes import register_git_tools
 from fathom.server.mcp_agents import register_agent_tools  # ask (code-assistant), explore (rlm)
+from fathom.server.mcp_calls import register_call_tools  # find_calls
 from fathom.server.mcp_common import MaxTokens, PageCursor, ProjectName, ProjectOpt, tool_errors
 from fathom.server.mcp_index import JobView, job_view, register_index_tools
 from fathom.server.mcp_symbols import register_symbol_tools  # find_symbol, find_references, outline
@@ -218,6 +219,7 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     _similar_tool(server, fathom, rankings)
     _read_tools(server, fathom)
     register_symbol_tools(server, fathom)
+    register_call_tools(server, fathom)  # find_calls, listed once some project has symbols
     runs = register_index_tools(server, fathom)  # index_project, cancel_index
     register_git_tools(server, fathom)  # add_git_project (a writer: tokens that may index)
     _project_tools(server, fathom, runs)

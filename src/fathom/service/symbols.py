@@ -13,6 +13,7 @@ loop: every function here blocks (run it in a worker thread).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -23,6 +24,7 @@ from typing import Any
 from fathom.errors import ConfigError
 from fathom.index.results import skipped_note
 from fathom.index.store import DamagedProject
+from fathom.index.symbols import calls
 from fathom.index.symbols.extract import LANGUAGES
 from fathom.index.symbols.table import SymbolRow, SymbolTable
 
@@ -39,9 +41,13 @@ _tables: dict[str, SymbolTable] = {}
 _tables_lock = threading.Lock()  # two first uses at once build one table, not two
 
 
+def table_path(fathom: Any) -> Path:
+    return Path(fathom.settings.data_dir).expanduser() / "symbols.sqlite"
+
+
 def table_of(fathom: Any) -> SymbolTable:
     """The symbol table of the service's data dir (one per process and data dir)."""
-    path = str(Path(fathom.settings.data_dir).expanduser() / "symbols.sqlite")
+    path = str(table_path(fathom))
     with _tables_lock:
         table = _tables.get(path)
         if table is None:
@@ -108,12 +114,18 @@ def find_symbol(fathom: Any, name: str, *, project: str | None = None, kind: str
 
 
 def find_references(fathom: Any, name: str, *, project: str | None = None) -> Found:
-    """Where an identifier is used (a qualified name's last part), calls first, up to the
-    table's bound."""
-    identifier = check_name(name).rsplit(".", 1)[-1]
+    """Where an identifier is used (a qualified name's last part), up to the table's bound:
+    each use graded against the definitions `name` names (`calls.RESOLUTIONS`), resolved
+    first, then likely, then name-only, and calls first within each."""
+    dotted = check_name(name)
     projects, notes = fresh_projects(fathom, project)
-    rows, truncated = table_of(fathom).references(projects, identifier)
-    return Found(rows, notes, truncated)
+    table = table_of(fathom)
+    rows, truncated = table.references(projects, dotted.rsplit(".", 1)[-1])
+    definitions, _ = table.definitions(projects, dotted)
+    with table.snapshot() as conn:
+        graded = calls.graded_references(conn, rows, definitions)
+    return Found([dataclasses.replace(row, resolution=how) for row, how in graded], notes,
+                 truncated)
 
 
 def outline(fathom: Any, path: str, *, project: str | None = None) -> tuple[str, str, list[SymbolRow]]:

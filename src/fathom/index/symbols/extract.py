@@ -14,13 +14,14 @@ text comes from the caller (the symbol table assembles it from the index).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fathom.index.chunkers.code import definition_of, parser
 from fathom.index.chunkers.grammars import SPECS, symbol_kind
 from fathom.index.chunkers.limits import MAX_DEPTH
 from fathom.index.chunkers.spec import end_row, name_field, node_text
 from fathom.index.chunkers.structured import STRUCTURED_SPECS
+from fathom.index.symbols.imports import Binding, bindings_of, receiver_of
 
 # Languages whose definitions are code symbols: every grammar of the chunker but the config and
 # data formats (a YAML key is not a symbol) and the formats cut by their lines.
@@ -80,12 +81,16 @@ class Occurrence:
     column: int  # 0-based, in characters
     use: str  # one of USES
     enclosing: str | None  # the qualified name of the innermost definition holding it
+    # What the name is reached through: `self` in `self.send`, `httpx` in `httpx.get`, the
+    # text of any other expression (`self._transport`); None for a bare name.
+    receiver: str | None = None
 
 
 @dataclass(frozen=True)
 class FileSymbols:
     definitions: list[Definition]
     occurrences: list[Occurrence]
+    bindings: list[Binding] = field(default_factory=list)
 
 
 def extract(text: str, language: str) -> FileSymbols:
@@ -98,6 +103,7 @@ def extract(text: str, language: str) -> FileSymbols:
     definitions: list[Definition] = []
     occurrences: list[Occurrence] = []
     named_at: set[int] = set()  # start bytes of the names of definitions: not references
+    imports: list[object] = []  # the outermost node of each import statement
     lines = text.split("\n")
     # (node, enclosing qualified name, in a class-like type, inside an import, definition
     # depth, the span of the definition just entered: a node of the same span is that one
@@ -109,7 +115,9 @@ def extract(text: str, language: str) -> FileSymbols:
         node, scope, in_type, in_import, depth, entered = stack.pop()
         span = (node.start_byte, node.end_byte)  # type: ignore[attr-defined]
         found = _definition(spec, node) if depth < MAX_DEPTH and span != entered else None
-        in_import = in_import or node.type in _IMPORTS  # type: ignore[attr-defined]
+        if not in_import and node.type in _IMPORTS:  # type: ignore[attr-defined]
+            imports.append(node)  # at any depth: a function's own imports bind names too
+            in_import = True
         if found is None:
             if _is_name(node) and node.start_byte not in named_at:  # type: ignore[attr-defined]
                 occurrences.append(_occurrence(node, scope, in_import, lines))
@@ -135,7 +143,8 @@ def extract(text: str, language: str) -> FileSymbols:
                          for c in reversed(node.named_children)  # type: ignore[attr-defined]
                          if (c.start_byte, c.end_byte) != (found.start_byte, found.end_byte))
     definitions.sort(key=lambda d: (d.start_line, d.depth))
-    return FileSymbols(definitions, sorted(occurrences, key=lambda o: (o.line, o.column)))
+    return FileSymbols(definitions, sorted(occurrences, key=lambda o: (o.line, o.column)),
+                       bindings_of(imports, language))
 
 
 def _definition(spec, node):
@@ -175,7 +184,8 @@ def _occurrence(node, scope: str | None, in_import: bool, lines: list[str]) -> O
     line = lines[row] if row < len(lines) else ""
     column = len(line.encode("utf-8", "surrogatepass")[:byte_column].decode("utf-8", "replace"))
     use = "import" if in_import else ("call" if _is_called(node) else "mention")
-    return Occurrence(node_text(node), row + 1, column, use, scope)
+    return Occurrence(node_text(node), row + 1, column, use, scope,
+                      None if in_import else receiver_of(node))
 
 
 def _is_called(node) -> bool:

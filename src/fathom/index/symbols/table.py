@@ -53,10 +53,18 @@ CREATE INDEX IF NOT EXISTS symbols_name ON symbols (name, project);
 CREATE INDEX IF NOT EXISTS symbols_file ON symbols (project, path, start_line);
 CREATE TABLE IF NOT EXISTS refs (
     project TEXT NOT NULL, path TEXT NOT NULL, name TEXT NOT NULL, line INTEGER NOT NULL,
-    col INTEGER NOT NULL, use TEXT NOT NULL, enclosing TEXT);
+    col INTEGER NOT NULL, use TEXT NOT NULL, enclosing TEXT, receiver TEXT);
 CREATE INDEX IF NOT EXISTS refs_name ON refs (name, project);
 CREATE INDEX IF NOT EXISTS refs_file ON refs (project, path);
+CREATE TABLE IF NOT EXISTS imports (
+    project TEXT NOT NULL, path TEXT NOT NULL, local TEXT NOT NULL, module TEXT NOT NULL,
+    original TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS imports_file ON imports (project, path);
 """
+# The layout `SCHEMA` writes. A file of an older one (refs without receivers, no imports) is
+# brought to it by parsing every file again: its tables hold nothing the index does not.
+VERSION = 1
+TABLES = ("files", "symbols", "refs", "imports")
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,10 @@ class ReferenceRow:
     use: str
     enclosing: str | None
     text: str  # the line it is on, as indexed
+    receiver: str | None = None  # what the name is reached through (`self`, `httpx`)
+    # How surely it reaches the definition asked for (`calls.RESOLUTIONS`): graded by
+    # `find_references`, name-only until then.
+    resolution: str = "name-only"
 
 
 @dataclass(frozen=True)
@@ -127,7 +139,7 @@ class SymbolTable:
         self._locks: dict[str, threading.Lock] = defaultdict(threading.Lock)
         self._guard = threading.Lock()
         with self._connect() as conn:
-            conn.executescript(SCHEMA)
+            _migrate(conn)
         self.path.chmod(0o600)
 
     @contextmanager
@@ -142,7 +154,7 @@ class SymbolTable:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             if fresh:  # new, or removed since (a damaged one): made again, filled by refresh
-                conn.executescript(SCHEMA)
+                _migrate(conn)
                 self.path.chmod(0o600)
             with conn:  # one transaction: committed whole, or rolled back whole
                 yield conn
@@ -150,6 +162,14 @@ class SymbolTable:
             raise SymbolTableError(self.path, exc) from exc
         finally:
             conn.close()
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction: what a query reads in it comes from one version of the
+        table, whatever a refresh writes meanwhile (`calls` resolves over it)."""
+        with self._connect() as conn:
+            conn.execute("BEGIN")
+            yield conn
 
     def _lock(self, project: str) -> threading.Lock:
         with self._guard:
@@ -195,7 +215,7 @@ class SymbolTable:
                 last = n == len(batches) - 1
                 with self._connect() as conn:
                     for path in batch + (gone if last else []):
-                        for table in ("files", "symbols", "refs"):
+                        for table in TABLES:
                             conn.execute(f"DELETE FROM {table} WHERE project = ? AND path = ?",
                                          (project, path))
                     for path, key, language, text, found in parsed:
@@ -230,13 +250,15 @@ class SymbolTable:
             [(project, path, language, d.name, d.qualname, d.kind, d.signature, d.start_line,
               d.end_line, d.parent, d.depth) for d in found.definitions])
         conn.executemany(
-            "INSERT INTO refs VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(project, path, o.name, o.line, o.column, o.use, o.enclosing)
+            "INSERT INTO refs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            [(project, path, o.name, o.line, o.column, o.use, o.enclosing, o.receiver)
              for o in found.occurrences])
+        conn.executemany("INSERT INTO imports VALUES (?, ?, ?, ?, ?)",
+                         [(project, path, b.local, b.module, b.original) for b in found.bindings])
 
     def forget(self, project: str) -> None:
         with self._lock(project), self._connect() as conn:
-            for table in ("projects", "files", "symbols", "refs"):
+            for table in ("projects", *TABLES):
                 conn.execute(f"DELETE FROM {table} WHERE project = ?", (project,))
 
     # ---- queries
@@ -269,7 +291,7 @@ class SymbolTable:
             conn.execute("BEGIN")
             rows = conn.execute(
                 f"SELECT r.project, r.path, f.language, r.name, r.line, r.col, r.use, "
-                f"r.enclosing FROM refs AS r JOIN files AS f ON f.project = r.project AND "
+                f"r.enclosing, r.receiver FROM refs AS r JOIN files AS f ON f.project = r.project AND "
                 f"f.path = r.path WHERE r.name = ? AND r.project IN ({_marks(projects)}) "
                 f"ORDER BY CASE r.use {order} END, r.project, r.path, r.line, r.col LIMIT ?",
                 [name, *projects, MAX_REFERENCES + 1]).fetchall()
@@ -286,9 +308,9 @@ class SymbolTable:
                     at[(project, path)] = {n: text[n - 1].strip() if n <= len(text) else ""
                                            for n in lines}
         out = [ReferenceRow(project, path, language, ref, line, col, use, enclosing,
-                            at[(project, path)][line])
-               for project, path, language, ref, line, col, use, enclosing in rows[:MAX_REFERENCES]
-               if (project, path) in at]
+                            at[(project, path)][line], receiver)
+               for project, path, language, ref, line, col, use, enclosing, receiver
+               in rows[:MAX_REFERENCES] if (project, path) in at]
         return out, len(rows) > MAX_REFERENCES
 
     def files(self, projects: Sequence[str]) -> list[tuple[str, str]]:
@@ -304,6 +326,19 @@ class SymbolTable:
             return [SymbolRow(*r) for r in conn.execute(
                 "SELECT * FROM symbols WHERE project = ? AND path = ? ORDER BY start_line, depth",
                 (project, path)).fetchall()]
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring the file to `VERSION`: an older layout's derived tables are made again and every
+    file is marked to be parsed again at its project's next refresh."""
+    if conn.execute("PRAGMA user_version").fetchone()[0] < VERSION:
+        conn.execute("DROP TABLE IF EXISTS refs")
+        conn.executescript(SCHEMA)
+        conn.execute("UPDATE files SET key = ''")
+        conn.execute("DELETE FROM projects")
+        conn.execute(f"PRAGMA user_version = {VERSION}")
+    else:
+        conn.executescript(SCHEMA)
 
 
 def _marks(values: Sequence[Any]) -> str:

@@ -1,0 +1,80 @@
+"""Navigation by calls over the index: the callers of a definition, its callees, and its
+impact (the transitive callers up to a depth), in one project or across every project the
+caller sees. The MCP tool `find_calls` and the `fathom calls` command answer from here.
+
+What it owns: validating the arguments (the name, the direction, the depth) before anything is
+read, and choosing what is asked about: the definitions `name` names (as `find_symbol` finds
+them), read from symbol tables brought up to date first (`symbols.fresh_projects`, so the live
+sync's edits are seen as they are by `find_symbol`).
+
+It refuses to resolve anything itself (`fathom.index.symbols.calls` does) and to run on the
+event loop: every function here blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fathom.errors import ConfigError
+from fathom.index.symbols import calls as graph
+from fathom.index.symbols.table import SymbolRow
+from fathom.service.symbols import check_name, fresh_projects, table_of, table_path
+
+DIRECTIONS = ("callers", "callees", "impact")
+MAX_DEPTH = 5
+DEFAULT_DEPTH = 2
+# The most definitions one `callees` answer lists the calls of (a name defined in every class).
+MAX_CALLEE_DEFINITIONS = 50
+
+
+@dataclass(frozen=True)
+class CallAnswer:
+    direction: str
+    definitions: list[SymbolRow]  # what `name` names: the definitions asked about
+    calls: list[graph.Call] = field(default_factory=list)  # callers and callees
+    impacted: list[graph.Impacted] = field(default_factory=list)  # impact, nearest first
+    notes: list[str] = field(default_factory=list)  # projects left out (damaged)
+    truncated: bool = False  # a bound was reached: the first ones only
+
+
+def check_direction(direction: str, depth: int) -> None:
+    if direction not in DIRECTIONS:
+        raise ConfigError(f"direction {direction!r} is not one of {', '.join(DIRECTIONS)}: "
+                          f"callers (who calls it), callees (what it calls) or impact (who "
+                          f"calls it, transitively)")
+    if not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
+        raise ConfigError(f"depth {depth!r} is out of range: give 1 to {MAX_DEPTH} (how many "
+                          f"calls away impact looks)")
+
+
+def find_calls(fathom: Any, name: str, *, direction: str = "callers",
+               project: str | None = None, depth: int = DEFAULT_DEPTH) -> CallAnswer:
+    """The callers, callees or impact of the definitions `name` names."""
+    dotted = check_name(name)
+    check_direction(direction, depth)
+    projects, notes = fresh_projects(fathom, project)
+    table = table_of(fathom)
+    definitions, truncated = table.definitions(projects, dotted)
+    with table.snapshot() as conn:
+        if direction == "callers":
+            found, cut = graph.callers(conn, projects, definitions)
+            return CallAnswer(direction, definitions, calls=found, notes=notes,
+                              truncated=truncated or cut)
+        if direction == "callees":
+            made = [c for d in definitions[:MAX_CALLEE_DEFINITIONS]
+                    for c in graph.callees(conn, d)]
+            return CallAnswer(direction, definitions, calls=made, notes=notes,
+                              truncated=truncated or len(definitions) > MAX_CALLEE_DEFINITIONS)
+        impacted, stopped = graph.impact(conn, projects, definitions, depth)
+    return CallAnswer(direction, definitions, impacted=impacted, notes=notes,
+                      truncated=truncated or stopped)
+
+
+def has_symbols(fathom: Any) -> bool:
+    """Whether any project's symbols are in the table (where `find_calls` is listed): one
+    read of a file that exists, nothing made where none does."""
+    if not table_path(fathom).exists():
+        return False
+    with table_of(fathom).snapshot() as conn:
+        return conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
