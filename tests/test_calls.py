@@ -217,6 +217,10 @@ def test_fathom_calls_on_the_command_line(sample):
         "Console.print", "Console.log", "report", "main"}
     refused = runner.invoke(app, ["calls", "render", "--depth", "9"], obj={"fathom": fathom})
     assert refused.exit_code != 0 and "depth 9 is out of range" in refused.output
+    # The command's default depth (kept in the light CLI module) is the service's.
+    from fathom import cli_calls
+    from fathom.service import calls as service
+    assert cli_calls.DEFAULT_DEPTH == service.DEFAULT_DEPTH
 
 
 async def test_the_live_sync_keeps_callers_true_to_an_edited_file(tmp_path):

@@ -14,8 +14,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from fathom.server.mcp_calls import head_of, site_line, sites_of
-from fathom.service import calls as service
+# The service and the answer's shape load when the command runs: `import fathom.cli` stays
+# light (every `fathom mcp` bridge imports it; tests/test_no_torch.py holds it).
+DEFAULT_DEPTH = 2  # fathom.service.calls.DEFAULT_DEPTH (a test checks they agree)
 
 
 def register(app: typer.Typer, *, console: Any, fathom_of: Any) -> None:
@@ -27,13 +28,16 @@ def register(app: typer.Typer, *, console: Any, fathom_of: Any) -> None:
             "--direction", "-d", help="callers, callees or impact (transitive callers).")]
         = "callers",
         depth: Annotated[int, typer.Option("--depth", help="impact: how many calls away.")]
-        = service.DEFAULT_DEPTH,
+        = DEFAULT_DEPTH,
         project: Annotated[str | None, typer.Option("--project", "-p",
                                                     help="Only this project.")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="Print the call sites as JSON.")]
         = False,
     ) -> None:
         """Who calls a definition, what it calls, or what a change to it reaches."""
+        from fathom.server.mcp_calls import head_of, site_line, sites_of
+        from fathom.service import calls as service
+
         answer = service.find_calls(fathom_of(ctx), name, direction=direction,
                                     project=project, depth=depth)
         found = sites_of(answer)
