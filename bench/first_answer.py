@@ -78,7 +78,7 @@ async def first_mcp_answer(data: Path, query: str) -> float:
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=fathom(data, "mcp", "--no-watch")[1:],
+    params = StdioServerParameters(command=sys.executable, args=fathom(data, "mcp", "--in-process", "--no-watch")[1:],
                                    env=child_env())
     started = time.monotonic()
     # The child's stderr (its loading lines) goes nowhere: the table is what this prints.

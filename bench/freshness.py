@@ -56,7 +56,7 @@ async def session(data: Path, root: Path, edits: int) -> dict[str, list[float]]:
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "fathom.cli", "--data-dir", str(data), "mcp"],
+        args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process"],
         env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
              "TOKENIZERS_PARALLELISM": "false", "FATHOM_WATCH": "1"})
 

@@ -201,7 +201,10 @@ async def test_the_written_stdio_entry_starts_fathom_for_a_real_mcp_client(tmp_p
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")} | {
         "HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "TOKENIZERS_PARALLELISM": "false"}
+        "TOKENIZERS_PARALLELISM": "false",
+        # The entry bridges to a background Fathom, which stops a few seconds after this
+        # session instead of the default half hour.
+        "FATHOM_DAEMON_IDLE_MINUTES": "0.05"}
     done = subprocess.run([FATHOM, "connect", "gemini", "--data-dir", str(data), "--write"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -56,7 +56,7 @@ SERVER_STATUS = re.compile(r"^(loading the encoder \S+ in the background|encoder
 def test_tools_list_is_strictly_portable_and_describes_every_parameter(data):
     env = [a for k, v in SERVER_ENV.items() for a in ("-e", f"{k}={v}")]
     run = inspector("--strict", "--method", "tools/list", *env,
-                    str(BIN / "python"), "-m", "fathom.cli", "--data-dir", str(data), "mcp")
+                    str(BIN / "python"), "-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process")
     assert run.returncode == 0, run.stderr
     # --strict reports nothing; what is left is the server's own stderr (the encoder's
     # background load at start; the data dir the fixture wrote in-process, tightened), which a

@@ -187,8 +187,8 @@ def test_standalone_fathom_mcp_uses_the_local_llm_named_by_the_environment(fleet
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
     async def session(extra: dict[str, str], calls) -> tuple[set[str], list[dict[str, Any]]]:
-        params = StdioServerParameters(command=sys.executable, args=["-m", "fathom.cli", "--data-dir", str(data), "mcp"],
-                                       env={**env, **extra})
+        argv = ["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process"]
+        params = StdioServerParameters(command=sys.executable, args=argv, env={**env, **extra})
         async with asyncio.timeout(240), Client(params, read_timeout_seconds=180) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             return names, await mcp_calls(client, calls)

@@ -40,7 +40,7 @@ async def test_stdio_session_lists_tools_searches_and_survives_bad_calls(indexed
     data, _, _ = indexed
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "fathom.cli", "--data-dir", str(data), "mcp"],
+        args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process"],
         env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
              "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
     )

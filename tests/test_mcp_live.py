@@ -28,7 +28,7 @@ ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELI
 
 def stdio(data: Path, *extra: str) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", *extra],
+                                 args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process", *extra],
                                  env=ENV)
 
 

@@ -149,7 +149,7 @@ async def test_read_code_holds_to_max_tokens_and_says_where_to_read_on(tmp_path,
 async def test_over_stdio_a_hits_id_and_link_read_its_lines(indexed):  # noqa: F811
     data, root, _ = indexed
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "fathom.cli", "--data-dir", str(data), "mcp"],
+        command=sys.executable, args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process"],
         env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
              # the fathom under test, where a worktree's src is put ahead of the installed one
              "PYTHONPATH": os.environ.get("PYTHONPATH", "")})

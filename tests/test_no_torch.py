@@ -84,7 +84,7 @@ async def test_index_search_and_mcp_answer_without_torch(tmp_path, no_torch_env)
     assert "password.py" in found
     assert _refused(no_torch_env) == []
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "fathom", "mcp"], env=no_torch_env)
+    params = StdioServerParameters(command=sys.executable, args=["-m", "fathom", "mcp", "--in-process"], env=no_torch_env)
     async with asyncio.timeout(240):
         async with Client(params, read_timeout_seconds=180) as client:
             result = await client.call_tool("search_code", {"query": "hash a password", "k": 3})

@@ -95,7 +95,7 @@ class StdioHost:
         self.out, self.err = tmp / "mcp.out", tmp / "mcp.err"
         with self.out.open("w") as out, self.err.open("w") as err:
             self.popen = subprocess.Popen(
-                [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "mcp", "--no-watch"],
+                [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "mcp", "--in-process", "--no-watch"],
                 stdin=subprocess.PIPE, stdout=out, stderr=err, env=ENV, start_new_session=True)
 
     def send(self, message: dict) -> None:

@@ -183,7 +183,7 @@ async def test_fathom_mcp_loads_the_encoder_before_the_first_call(indexed, tmp_p
     log = tmp_path / "mcp.stderr"
     # stderr to a file (the host's log), so the test can read what the server said and when.
     params = StdioServerParameters(command="/bin/sh", args=["-c", 'exec "$@" 2>"$LOG"', "sh",
-                                                            *fathom_cmd(data, "mcp")],
+                                                            *fathom_cmd(data, "mcp", "--in-process")],
                                    env={**ENV, "LOG": str(log), "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
     async with asyncio.timeout(300):
         async with Client(params, read_timeout_seconds=240) as client:

@@ -43,6 +43,8 @@ def register(app: typer.Typer, *, out: Console, err: Console, settings: Callable
     console, err_console, settings_of, fathom_of, run = out, err, settings, service, runner
     app.command()(serve)
     app.command()(mcp)
+    app.command(hidden=True)(daemon)
+    app.command()(status)
 
 
 NO_WATCH_HELP = ("Do not watch the projects' folders (their indexes then change only when "
@@ -232,16 +234,55 @@ def mcp_token(token_file: Path | None) -> str | None:
 def mcp(
     ctx: typer.Context,
     no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
+    in_process: Annotated[bool, typer.Option(
+        "--in-process", help="Serve in this process (its own encoder and watchers) instead of through the "
+                             "background Fathom all sessions share. FATHOM_MCP_IN_PROCESS=1 does the same.")] = False,
 ) -> None:
     """Serve the MCP tools over stdio (for an MCP host that spawns fathom).
 
+    Sessions share one background Fathom per user and data dir (started by the first, stopped
+    after FATHOM_DAEMON_IDLE_MINUTES without one); in this process when none can start, or with
+    --in-process.
     The served projects' indexes follow their files as they change (unless --no-watch)."""
     from fathom import logsafe
+
+    logsafe.install()  # stderr is the MCP host's log: no token, key or JWT reaches it (`logsafe`)
+    settings = settings_of(ctx)
+    if not (in_process or settings.mcp_in_process) and _bridged(settings, watch=_watching(ctx, no_watch)):
+        return
+    _mcp_in_process(ctx, no_watch)
+
+
+def _bridged(settings: Any, *, watch: bool) -> bool:
+    """Serve this session through the data dir's daemon (started if none runs); False, said on
+    stderr, when none can be had: the caller serves in-process."""
+    from fathom.server.bridge import Bridge, DaemonUnavailable, SessionLost, start_daemon, stdin_lines
+    from fathom.stopping import Stopped, run_stoppable
+
+    try:
+        daemon = start_daemon(settings.data_dir, watch=watch)
+    except DaemonUnavailable as exc:
+        err_console.print(Text(f"fathom mcp: serving in-process: {exc}", style="yellow"))
+        return False
+    err_console.print(Text(f"fathom mcp: attached to the background Fathom (pid {daemon.pid})", style="dim"))
+    bridge = Bridge(daemon, data_dir=settings.data_dir, watch=watch,
+                    say=lambda line: err_console.print(Text(line, style="yellow")))
+
+    try:
+        run_stoppable(bridge.run(stdin_lines()), grace_s=settings.stop_grace_s)
+    except Stopped as exc:  # the host (or a person) ended the session; the daemon serves on
+        err_console.print(Text(f"fathom mcp: {exc}; the background Fathom serves on", style="dim"))
+    except SessionLost as exc:
+        err_console.print(Text(f"fathom mcp: {exc}", style="red"))
+        raise typer.Exit(1) from None
+    return True
+
+
+def _mcp_in_process(ctx: typer.Context, no_watch: bool) -> None:
     from fathom.server.mcp_tools import build_mcp_server
     from fathom.server.warm import wait_for_encoder
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    logsafe.install()  # stderr is the MCP host's log: no token, key or JWT reaches it (`logsafe`)
     fathom = fathom_of(ctx)
     watching = _watching(ctx, no_watch)
 
@@ -271,3 +312,45 @@ def warm_up(fathom: Any) -> None:
         return
     err_console.print(Text(f"loading the encoder {fathom.encoder.id} in the background", style="dim"))
     fathom.warm_up(on_ready=lambda line: err_console.print(Text(line, style="dim")))
+
+
+def daemon(
+    ctx: typer.Context,
+    no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
+) -> None:
+    """The background Fathom `fathom mcp` sessions share (started by them; see `fathom status`)."""
+    from fathom import logsafe
+    from fathom.server.daemon import serve_daemon
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logsafe.install()  # its log is a file in the data dir: no token, key or JWT reaches it
+    settings = settings_of(ctx)
+    fathom = fathom_of(ctx)
+    warm_up(fathom)
+    try:
+        serve_daemon(fathom, settings, watching=_watching(ctx, no_watch),
+                     say=lambda line: err_console.print(Text(line, style="dim")))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def status(ctx: typer.Context) -> None:
+    """Show the background Fathom this data dir's `fathom mcp` sessions share, if one runs."""
+    from fathom.server.bridge import daemon_status
+
+    data_dir = settings_of(ctx).data_dir
+    info = daemon_status(data_dir)
+    if info is None:
+        console.print(f"no background Fathom runs for {data_dir}: the next `fathom mcp` starts one")
+        return
+    console.print(f"background Fathom for {data_dir}")
+    console.print(f"  pid           {info.get('pid')}")
+    console.print(f"  url           {info.get('url')}/mcp")
+    if "answering" in info:
+        console.print(f"  answering     {info['answering']}")
+        return
+    timeout_min = float(info.get("idle_timeout_s") or 0) / 60
+    console.print(f"  sessions      {info.get('sessions')}")
+    console.print(f"  requests      {info.get('requests')}")
+    console.print(f"  idle for      {float(info.get('idle_for_s') or 0):.0f} s")
+    console.print(f"  idle timeout  {timeout_min:g} min (FATHOM_DAEMON_IDLE_MINUTES)")

@@ -209,6 +209,13 @@ class Settings(BaseSettings):
     # Seconds a long-running command (`fathom watch`, `fathom mcp`) has to stop cleanly after
     # Ctrl-C or SIGTERM before its stop is forced (`fathom.stopping`).
     stop_grace_s: float = Field(default=10.0, gt=0, le=600)
+    # `fathom mcp` serves through one background Fathom per user and data dir (`server.daemon`),
+    # started by the first session; it stops once no session is attached and no request came
+    # for this many minutes (FATHOM_DAEMON_IDLE_MINUTES; fractions allowed).
+    daemon_idle_minutes: float = Field(default=30.0, gt=0, le=7 * 24 * 60)
+    # True: `fathom mcp` serves in its own process, as before the shared background Fathom
+    # (FATHOM_MCP_IN_PROCESS; `fathom mcp --in-process` does the same).
+    mcp_in_process: bool = False
     # Host names the MCP endpoint answers to besides loopback and this machine's own names
     # (FATHOM_ALLOWED_HOSTS, comma-separated), e.g. the name a reverse proxy passes on; every
     # other Host header is refused (DNS-rebinding protection).

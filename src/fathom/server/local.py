@@ -72,14 +72,22 @@ class LocalDoor:
     def check(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(str(token), self._token)
 
-    def open(self) -> None:
+    def run_token(self) -> str:
+        """This run's token, for a server whose `/mcp` takes it too (`server.daemon`: its
+        sessions' bridges read it from the file). Never printed or logged."""
+        return self._token
+
+    def open(self, *, strict: bool = False) -> None:
         """Write the file (0600, replacing any earlier one: the newest server on a data dir is
-        the one the CLI asks). A failure only means the CLI searches in-process."""
+        the one the CLI asks). A failure only means the CLI searches in-process; `strict`: it
+        raises instead (a background Fathom nobody can find is of no use)."""
         body = json.dumps({"url": self.url, "pid": os.getpid(), "kind": self.kind, "token": self._token,
                            "started_at": time.time()})
         try:
             atomic_write_text(self.path, body)  # a 0600 temp file renamed into place
         except OSError as exc:
+            if strict:
+                raise
             log.warning("could not write %s (%s): `fathom search` will not find this server and searches "
                         "in-process", self.path, exc.strerror or exc)
 
@@ -91,10 +99,13 @@ class LocalDoor:
 
 
 def serve_with_door(config: Any, sock: Any, door: LocalDoor,
-                    on_stopped: Callable[[str], None] | None = None) -> None:
+                    on_stopped: Callable[[str], None] | None = None, *, strict: bool = False,
+                    on_server: Callable[[Any], None] | None = None) -> None:
     """Run uvicorn's server for `config` on `sock` with `door` open; the door closes on any stop:
     a crash, Ctrl-C, and SIGTERM too (see the module docstring). `on_stopped` hears the name of
-    the signal that stopped it, once it has shut down (before the signal is raised again)."""
+    the signal that stopped it, once it has shut down (before the signal is raised again).
+    `strict`: a door that cannot be opened stops the start (`LocalDoor.open`). `on_server` is
+    handed the uvicorn server before it runs (whoever may end it early sets `should_exit`)."""
     import signal
 
     import uvicorn
@@ -123,8 +134,11 @@ def serve_with_door(config: Any, sock: Any, door: LocalDoor,
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _unwind) if main else None
     try:
-        door.open()  # `fathom search` of this user answers through this server from now on
-        DoorServer(config).run(sockets=[sock])
+        door.open(strict=strict)  # `fathom search` of this user answers through this server from now on
+        uv = DoorServer(config)
+        if on_server is not None:
+            on_server(uv)
+        uv.run(sockets=[sock])
     except (KeyboardInterrupt, _Terminated) as stop:
         name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
         if not stopped_by and on_stopped is not None:  # before uvicorn heard it: said here
