@@ -1,13 +1,14 @@
 """The tool list: what `tools/list` costs an agent's context, tool by tool.
 
-    .venv/bin/python bench/tool_list.py [--git-remotes PREFIX]
+    .venv/bin/python bench/tool_list.py [--git-remotes PREFIX] [--indexed]
 
 Starts the MCP server in-process (`build_mcp_server` over a fresh data dir, the default
-configuration unless `--git-remotes` allows a remote), lists its tools through the SDK's own
+configuration unless `--git-remotes` allows a remote; `--indexed` indexes a two-function
+project first, so the tools listed once a project has symbols are listed too), lists its tools through the SDK's own
 client, and prints per tool the characters of its description, input schema and output
 schema as sent (compact JSON), then the totals: what a model is shown (name + description +
 input schema: hosts keep output schemas from the model) and the whole list. The budget
-(14,000 and 25,000) is held by tests/test_mcp_first_minutes.py.
+(14,000 and 25,000, with a project indexed) is held by tests/test_mcp_first_minutes.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import asyncio
 import json
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from mcp import Client
@@ -29,9 +31,13 @@ def size(value: Any) -> int:
     return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
 
 
-async def measure(git_remotes: str) -> None:
-    with tempfile.TemporaryDirectory() as data:
+async def measure(git_remotes: str, indexed: bool) -> None:
+    with tempfile.TemporaryDirectory() as data, tempfile.TemporaryDirectory() as project:
         fathom = Fathom(Settings(data_dir=data, git_remotes=git_remotes))
+        if indexed:
+            source = Path(project) / "app.py"
+            source.write_text("def total(xs):\n    return add(xs)\n\n\ndef add(xs):\n    return sum(xs)\n")
+            await fathom.index(project, "sample")
         async with Client(build_mcp_server(fathom)) as client:
             tools = (await client.list_tools()).tools
     sees = whole = outputs = 0
@@ -50,7 +56,9 @@ async def measure(git_remotes: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--git-remotes", default="", help="FATHOM_GIT_REMOTES for the run")
-    asyncio.run(measure(parser.parse_args().git_remotes))
+    parser.add_argument("--indexed", action="store_true", help="index a small project first")
+    args = parser.parse_args()
+    asyncio.run(measure(args.git_remotes, args.indexed))
 
 
 if __name__ == "__main__":

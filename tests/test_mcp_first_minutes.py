@@ -1,9 +1,9 @@
 """What an agent connected to a one-machine install sees, through a real MCP session (the SDK's
 own client over the server `build_mcp_server` builds, as `fathom mcp` serves it):
 
-- the tool list fits an agent's context: what a model is shown of each tool (name,
-  description, input schema) is at most 14,000 characters, the whole list as sent at most
-  25,000, and a tool the configuration makes useless (`add_git_project` with no git remote
+- the tool list fits an agent's context: with a project indexed (every tool a solo install
+  lists), what a model is shown of each tool (name, description, input schema) is at most
+  14,000 characters, the whole list as sent at most 25,000, and a tool the configuration makes useless (`add_git_project` with no git remote
   allowed) is not listed;
 - a search's answer says nothing of sidecars or OpenRouter keys unless a fleet is configured.
 """
@@ -52,12 +52,14 @@ def indexed(tmp_path_factory, local_encoder):  # noqa: F811
     return data, local_encoder
 
 
-async def test_the_tool_list_fits_an_agents_context(solo, tmp_path):
-    fathom = Fathom(Settings(data_dir=tmp_path / "data"))
+async def test_the_tool_list_fits_an_agents_context(solo, indexed):
+    data, encoder = indexed  # a project indexed: every tool a solo install lists (find_calls)
+    fathom = Fathom(Settings(data_dir=data), encoder=encoder)
     async with Client(build_mcp_server(fathom)) as client:
         tools = (await client.list_tools()).tools
     names = {t.name for t in tools}
-    assert "search_code" in names and "add_git_project" not in names  # no remote is allowed
+    assert {"search_code", "find_calls"} <= names
+    assert "add_git_project" not in names  # no remote is allowed
     sees = sum(model_sees(t) for t in tools)
     whole = len(compact([wire(t) for t in tools]))
     assert sees <= MODEL_SEES_MAX, f"the model is shown {sees} characters of tools"

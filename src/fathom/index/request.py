@@ -40,8 +40,8 @@ Language = Annotated[str | None, Field(
     description="Only this language, lower case (`python`, `typescript`, `markdown`…).",
     max_length=40)]
 PathGlob = Annotated[str | None, Field(
-    description="Only files matching this glob from the project root: `**` spans folders, "
-                "no `/` matches names at any depth (`*.py`), a trailing `/` a folder (`src/`).",
+    description="Only files matching this glob from the project root (`*.py` at any depth, "
+                "`src/` a folder, `**` spans folders).",
     max_length=500)]
 Kind = Annotated[Literal["function", "method", "class"] | None, Field(
     description="Only chunks defining this (`class` takes structs, interfaces, traits, "
@@ -50,8 +50,8 @@ Group = Annotated[Literal["file", "chunk"], Field(
     description="`file`: a file's best chunk, its other matches in `also`; `chunk`: every "
                 "chunk.")]
 Ref = Annotated[str | None, Field(
-    description="For a project from git (with `project`): the branch, tag or commit to "
-                "search; null: its default branch.", max_length=MAX_REF)]
+    description="A git project's branch, tag or commit (with `project`); null: its "
+                "default branch.", max_length=MAX_REF)]
 
 
 def check_group(group: Any) -> str:

@@ -170,9 +170,8 @@ def register_index_tools(server: MCPServer, fathom: Fathom) -> BackgroundIndex:
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=True, open_world_hint=False),
                  description="Index (or re-index) a folder on the server's machine and keep "
-                             "it in sync. Incremental runs wait; a first or full one answers "
-                             "at once with a `job`: follow it with index_status(project, "
-                             "job=ID), stop it with cancel_index.")
+                             "it in sync. A first or full run answers at once with a `job` "
+                             "(index_status(project, job=ID) follows it); others wait.")
     @tool_errors
     async def index_project(
         path: Annotated[str, Field(description="The folder's absolute path.", min_length=1,
@@ -205,9 +204,8 @@ def register_index_tools(server: MCPServer, fathom: Fathom) -> BackgroundIndex:
     @server.tool(title="Cancel an index job",
                  annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
                                              idempotent_hint=True, open_world_hint=False),
-                 description="Cancel a running index job (a first or full run leaves the "
-                             "index as it was; an incremental one keeps what it wrote); "
-                             "index_status(project, job=ID) shows it `cancelled`.")
+                 description="Cancel a running index job: a first or full run leaves the "
+                             "index as it was, an incremental one keeps what it wrote.")
     @tool_errors
     async def cancel_index(project: ProjectName, job: JobId) -> JobView:
         return job_view(runs.cancel(project, job))

@@ -8,11 +8,12 @@ result's schema.
 What it owns: `compact_tool`, the one rewrite of a listed tool. Input schemas lose only the
 generated titles, `"default": null` (an argument outside `required` may be left out) and
 `"additionalProperties": true` (the rule anyway); descriptions, other defaults and bounds
-stay: they are how a model calls the tool right. Output schemas also lose their defaults;
-their field descriptions stay only on the tools named in `DESCRIBED_RESULTS`
-(the search result's fields are described once, on `search_code`), and a tool answering
-another's shape (`SAME_RESULT`: `search_docs`, `find_similar`) lists none: its description
-says "answers as search_code". How the scores are made is docs/architecture.md's (Search).
+stay: they are how a model calls the tool right. Output schemas also lose their defaults and
+their field descriptions (hosts keep output schemas from the model: what a result's fields
+and scores mean is docs/architecture.md's, Search), and a tool answering another's shape
+(`SAME_RESULT`: `search_docs`, `find_similar`) lists none: its description says "answers as
+search_code". A read-only tool's annotations drop the two hints MCP reads only on a tool
+that writes (`destructiveHint`, `idempotentHint`).
 
 What it refuses to do: change what a tool accepts or answers. It rewrites the listed copy;
 the SDK still checks calls and results against the tool's own schemas, and a compact schema
@@ -27,8 +28,10 @@ from __future__ import annotations
 
 from typing import Any
 
-# The tools whose result schema keeps its field descriptions.
-DESCRIBED_RESULTS = frozenset({"search_code"})
+# The tools whose result schema keeps its field descriptions: none. Hosts keep output schemas
+# from the model, so a result's field descriptions reach no model; what each field (each
+# score) means is docs/architecture.md's (Search), and the names say the rest.
+DESCRIBED_RESULTS: frozenset[str] = frozenset()
 # Tools that answer another's result shape: their listing points there instead of repeating
 # its schema (their description says so; the SDK still checks every result they give).
 SAME_RESULT = {"search_docs": "search_code", "find_similar": "search_code"}
@@ -38,6 +41,12 @@ def compact_tool(tool: Any) -> Any:
     """A copy of the listed `tool` (an `mcp.types.Tool`) with compact schemas."""
     update: dict[str, Any] = {"input_schema": _compact(tool.input_schema, output=False,
                                                        described=True)}
+    hints = tool.annotations
+    if hints is not None and hints.read_only_hint:
+        # MCP: destructiveHint and idempotentHint are meaningful only when readOnlyHint is
+        # false; a read-only tool's say nothing.
+        update["annotations"] = hints.model_copy(update={"destructive_hint": None,
+                                                         "idempotent_hint": None})
     if tool.name in SAME_RESULT:
         update["output_schema"] = None
     elif tool.output_schema is not None:
