@@ -91,11 +91,12 @@ class StdioHost:
     """An MCP host on `fathom mcp`'s pipes: it keeps stdin open, as a host does, and reads
     the answers from a file."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, *, bridged: bool = False):
         self.out, self.err = tmp / "mcp.out", tmp / "mcp.err"
+        mode = [] if bridged else ["--in-process", "--no-watch"]  # bridged: the default
         with self.out.open("w") as out, self.err.open("w") as err:
             self.popen = subprocess.Popen(
-                [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "mcp", "--in-process", "--no-watch"],
+                [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "mcp", *mode],
                 stdin=subprocess.PIPE, stdout=out, stderr=err, env=ENV, start_new_session=True)
 
     def send(self, message: dict) -> None:
@@ -145,6 +146,42 @@ def test_mcp_stops_cleanly_while_the_host_keeps_stdin_open(tmp_path: Path,
         assert f"fathom mcp: stopped by {sig}" in said, said
     finally:
         host.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_the_bridge_and_the_background_fathom_each_stop_cleanly(tmp_path: Path, sig: str):
+    """`fathom mcp` as hosts start it (a bridge to the background Fathom): the bridge stops on
+    the signal while the host keeps stdin open, the background Fathom serves on; then the
+    background Fathom itself stops on the same signal and removes its run file."""
+    host = StdioHost(tmp_path, bridged=True)
+    run_file = tmp_path / "data" / "local_server.json"
+    daemon = None
+    try:
+        host.initialize()  # the first session starts the background Fathom
+        daemon = json.loads(run_file.read_text())["pid"]
+        host.popen.send_signal(getattr(signal, sig))
+        assert ended(host.popen, host.err) == 0
+        assert f"fathom mcp: stopped by {sig}" in host.err.read_text()
+        os.kill(daemon, 0)  # still serving: it outlives the session that started it
+        os.kill(daemon, getattr(signal, sig))
+        wait_until(lambda: not run_file.exists(), "the background Fathom to remove its run file",
+                   timeout=90)
+        wait_until(lambda: not _alive(daemon), "the background Fathom to exit", timeout=30)
+        log = (tmp_path / "data" / "daemon.log").read_text()
+        assert FORCED not in log, log
+    finally:
+        host.close()
+        if daemon is not None and _alive(daemon):
+            os.kill(daemon, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a process that exited but is not reaped yet does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 @pytest.mark.slow
