@@ -272,8 +272,8 @@ def test_a_ctrl_c_just_after_the_local_file_is_written_still_removes_it(tmp_path
     from fathom.server.local import LOCAL_FILE, LocalDoor, serve_with_door
 
     class InterruptedDoor(LocalDoor):
-        def open(self) -> None:
-            super().open()
+        def open(self, *, strict: bool = False) -> None:
+            super().open(strict=strict)
             assert self.path.exists()
             raise KeyboardInterrupt  # the signal, delivered as the file is in place
 
@@ -293,8 +293,8 @@ def test_a_sigterm_just_after_the_local_file_is_written_still_removes_it(tmp_pat
         "import os, signal, sys, uvicorn\n"
         "from fathom.server.local import LocalDoor, serve_with_door\n"
         "class Door(LocalDoor):\n"
-        "    def open(self):\n"
-        "        super().open()\n"
+        "    def open(self, *, strict=False):\n"
+        "        super().open(strict=strict)\n"
         "        os.kill(os.getpid(), signal.SIGTERM)\n"
         "config = uvicorn.Config(lambda scope, receive, send: None, log_level='warning')\n"
         "serve_with_door(config, None, Door(sys.argv[1], 'http://127.0.0.1:1', kind='serve'),\n"
