@@ -36,7 +36,10 @@ from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
        "PYTHONUNBUFFERED": "1", "FATHOM_WATCH": "1", "FATHOM_STOP_GRACE_S": "60",
-       "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+       "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+       # A proxy nothing listens on: a bridge that sent its loopback calls (and the run's
+       # token) through the environment's proxy would fail every request.
+       "HTTP_PROXY": "http://127.0.0.1:9", "ALL_PROXY": "http://127.0.0.1:9"}
 HEAVY = ("numpy", "lancedb", "onnxruntime", "fastapi", "starlette", "torch", "pyarrow")
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}

@@ -11,10 +11,12 @@ and `fathom search` processes beside it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -197,6 +199,29 @@ async def test_fathom_mcp_loads_the_encoder_before_the_first_call(indexed, tmp_p
     assert "in the background" in said and "waiting for the encoder" not in said
 
 
+class Listener:
+    """A TCP listener on 127.0.0.1 that keeps whatever is sent to it (a proxy nobody should
+    use): `received` is every byte, from every connection."""
+
+    def __init__(self) -> None:
+        self.received = b""
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2.0)
+                with contextlib.suppress(OSError):
+                    while chunk := conn.recv(65536):
+                        self.received += chunk
+
+
 @pytest.mark.slow
 def test_fathom_search_answers_through_a_running_serve_else_in_process(indexed, tmp_path):
     data, _, _ = indexed
@@ -207,8 +232,11 @@ def test_fathom_search_answers_through_a_running_serve_else_in_process(indexed, 
     try:
         found = wait_for(lambda: read_local_server(data), "fathom serve to write its local file", timeout=120)
         assert found.url == f"http://127.0.0.1:{port}" and found.pid == serve.pid
-        # A model folder the CLI cannot load: only the server's warm encoder can answer.
-        nowhere = {**env, "FATHOM_LOCAL_MODEL_PATH": str(tmp_path / "no-model")}
+        # A model folder the CLI cannot load: only the server's warm encoder can answer. And a
+        # proxy in the environment, which must never see the loopback call (nor its token).
+        proxy = Listener()
+        nowhere = {**env, "FATHOM_LOCAL_MODEL_PATH": str(tmp_path / "no-model"),
+                   **{name: proxy.url for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")}}
         served = subprocess.run(fathom_cmd(data, "search", "hash a password", "-k", "3"), env=nowhere,
                                 capture_output=True, text=True, timeout=300)
         assert served.returncode == 0, served.stderr
@@ -217,8 +245,10 @@ def test_fathom_search_answers_through_a_running_serve_else_in_process(indexed, 
         listed = subprocess.run(fathom_cmd(data, "projects"), env=nowhere, capture_output=True, text=True,
                                 timeout=120)
         assert listed.returncode == 0 and "shop" in listed.stdout
-        # The token went nowhere but the 0600 file: not on a command line, not in the server's output.
+        # The token went nowhere but the 0600 file: not on a command line, not in the server's
+        # output, not to a proxy.
         assert found.token not in served.stdout + served.stderr
+        assert proxy.received == b"", proxy.received[:200]
     finally:
         serve.send_signal(signal.SIGINT)
         out, err = serve.communicate(timeout=60)

@@ -65,6 +65,7 @@ class StandIn:
 
     def __init__(self, folder: Path):
         self.folder, self.faults, self.requests = folder, dict[str, list[str]](), list[str]()
+        self.listed_too: list[dict[str, object]] = []  # further `tree` entries a mirror lists
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -72,7 +73,8 @@ class StandIn:
                 stand_in.requests.append(self.path)
                 if self.path.startswith(f"/api/models/{OTHER}/"):
                     self._json({"sha": COMMIT} if self.path.endswith("/revision/main")
-                               else _tree(stand_in.folder) if f"/tree/{COMMIT}" in self.path else None)
+                               else _tree(stand_in.folder) + stand_in.listed_too
+                               if f"/tree/{COMMIT}" in self.path else None)
                     return
                 name = self.path.removeprefix(PREFIX).removeprefix(OTHER_PREFIX).removeprefix("/cdn/")
                 if self.path.startswith(PREFIX) and name == "model.safetensors":
@@ -221,6 +223,20 @@ def test_a_changed_small_file_or_an_unknown_name_is_refused(tmp_path, hub):
     with pytest.raises(HubDownloadError, match="HTTP 404: no public model of that name"):
         hub_api.hub_model("acme/nothing-here", tmp_path / "cache", report=lambda line: None)
     assert [p.name for p in (tmp_path / "cache" / "hub").glob("acme--*/*")] == [f"{COMMIT}.lock"]
+
+
+@pytest.mark.parametrize("name", ["../../escape.json", "1_Pooling/../../../escape.json",
+                                  "/tmp/escape.json"])
+def test_a_listed_file_outside_the_models_folder_is_refused(tmp_path, hub, name):
+    """A mirror (HF_ENDPOINT) lists a file whose name climbs out of the model's folder: the
+    download is refused before anything is fetched, and nothing lands outside the cache."""
+    body = b"{}"
+    hub.listed_too = [{"type": "file", "path": name, "size": len(body),
+                       "oid": hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()}]
+    with pytest.raises(HubDownloadError, match="a file outside the model's folder"):
+        hub_api.hub_model(OTHER, tmp_path / "cache", report=lambda line: None)
+    assert not any(p.name == "escape.json" for p in tmp_path.rglob("*"))
+    assert not any("/resolve/" in r for r in hub.requests)  # refused before any file
 
 
 # Hides the weights package and the torch stack from a child process, as a plain install has

@@ -92,8 +92,11 @@ def call(target: Target, method: str, path: str, body: Any = None, *,
     import httpx
 
     def send() -> httpx.Response:
+        # trust_env=False: a proxy from the environment would get the run's token in plain
+        # HTTP (and could not reach this loopback server anyway).
         with httpx.Client(base_url=target.url, timeout=httpx.Timeout(TIMEOUT_S, connect=5.0),
-                          headers={"Authorization": f"Bearer {target.token}"}) as http:
+                          headers={"Authorization": f"Bearer {target.token}"},
+                          trust_env=False) as http:
             return http.request(method, path, json=body)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:

@@ -148,7 +148,11 @@ def fetch_folder(repo: str, commit: str, files: dict[str, Pin], target: Path, *,
             meter = _Meter(max(total, 1), report)
             # Small files first: a wrong name or a refused model fails before the weights.
             for name, pin in sorted(files.items(), key=lambda item: item[1].size):
-                _fetch(http, repo, f"{base}/{name}", partial / name, pin, meter, sleep, fix)
+                dest = partial / name
+                if not safe_name(name) or not dest.resolve().is_relative_to(partial.resolve()):
+                    raise HubDownloadError(repo, f"{name!r} is not a file of the model's folder",
+                                           fix=fix)
+                _fetch(http, repo, f"{base}/{name}", dest, pin, meter, sleep, fix)
             os.replace(partial, target)
         finally:
             if client is None:
@@ -189,6 +193,10 @@ def listing(http: httpx.Client, repo: str, revision: str, fix: str) -> tuple[str
         raise HubDownloadError(repo, f"the Hub named no commit for revision {revision!r}", fix=fix)
     entries = _json(http, f"{base}/tree/{commit}?recursive=true", repo, fix)
     listed = {str(e["path"]): e for e in entries if isinstance(e, dict) and e.get("type") == "file"}
+    unsafe = sorted(p for p in listed if not safe_name(p))
+    if unsafe:  # a mirror's listing is not trusted to name only files inside the model's folder
+        raise HubDownloadError(repo, f"the listing names a file outside the model's folder "
+                                     f"({unsafe[0]!r})", fix=fix)
     modules = [m.get("path") for m in _json_file(http, repo, commit, listed, fix) if isinstance(m, dict)]
     wanted = {p for p in listed if ("/" not in p and not OTHER_FORMATS.fullmatch(p))
               or any(m and p.startswith(f"{m}/") for m in modules)}
@@ -246,6 +254,14 @@ class _Meter:
 
     def undo(self, n: int) -> None:
         self.done -= n  # a failed attempt's bytes are received again
+
+
+def safe_name(name: str) -> bool:
+    """Whether a listed file name stays inside the folder it is written to: relative, POSIX,
+    no `..`, no empty or `.` part."""
+    parts = name.split("/")
+    return bool(name) and "\\" not in name and not name.startswith("/") and all(
+        part not in ("", ".", "..") for part in parts)
 
 
 def _fetch(http: httpx.Client, repo: str, url: str, dest: Path, pin: Pin, meter: _Meter,

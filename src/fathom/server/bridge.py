@@ -187,7 +187,9 @@ class Bridge:
         self.closing = False
         self._lock = asyncio.Lock()
         self._answered: set[Any] = set()
-        self.http = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0))
+        # trust_env=False: no HTTP(S)_PROXY from the environment; the daemon is on loopback,
+        # and its run token goes nowhere else.
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0), trust_env=False)
 
     @property
     def url(self) -> str:
@@ -388,7 +390,7 @@ def daemon_status(data_dir: Path) -> dict[str, Any] | None:
     if found is None:
         return None
     try:
-        response = httpx.get(found.url.rstrip("/") + "/local/status", timeout=5.0,
+        response = httpx.get(found.url.rstrip("/") + "/local/status", timeout=5.0, trust_env=False,
                              headers={"Authorization": f"Bearer {found.token}"})
         response.raise_for_status()
         return dict(response.json())

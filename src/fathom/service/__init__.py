@@ -649,7 +649,7 @@ class Fathom:
         overlays = {n for n, r in self.records.load().items() if r.get("overlay")}  # git branches
         names = [p.name for p in projects if not p.damage and table in p.tables
                  and p.tables[table].space is not None and p.name not in overlays]
-        notes += first_index_notes(self.jobs, names, notes)
+        notes += first_index_notes(self.jobs, self.store, names, notes)
         if not names and not notes:
             raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
         return names, notes

@@ -78,7 +78,9 @@ class JobTable(dict[str, Job]):
     """Every index job of this process, by id (a dict: front ends read it as one)."""
 
     def of(self, project: str) -> list[Job]:
-        return [j for j in self.values() if j.project == project]
+        # A copy first: searches read the table from worker threads while the event loop
+        # adds and prunes jobs (a dict changed mid-iteration raises).
+        return [j for j in list(self.values()) if j.project == project]
 
     def prune_syncs(self, project: str, keep: int = SYNC_JOBS_KEPT) -> None:
         """A watched project syncs all day: only its last few finished sync jobs are kept."""
@@ -111,7 +113,7 @@ class JobTable(dict[str, Job]):
 
     def being_built(self) -> list[Job]:
         """Every project's building run (`building`), as far as the current caller may see."""
-        jobs = (self.building(p) for p in dict.fromkeys(j.project for j in self.values()))
+        jobs = (self.building(p) for p in dict.fromkeys(j.project for j in list(self.values())))
         return [j for j in jobs if j is not None]
 
 
@@ -150,11 +152,15 @@ def refuse_first_index(jobs: JobTable, store: Any, project: str) -> None:
         raise ProjectIndexing(project, run)
 
 
-def first_index_notes(jobs: JobTable, answering: list[str], skipped: list[str]) -> list[str]:
+def first_index_notes(jobs: JobTable, store: Any, answering: list[str],
+                      skipped: list[str]) -> list[str]:
     """For a search of every project (`answering` the projects it reads, `skipped` its notes
-    on those it leaves out): a note on each project whose first index is running; when no
-    project answers and no note explains why, `ProjectIndexing` for the first of them."""
-    first = [j for j in jobs.being_built() if j.project not in answering]
+    on those it leaves out): a note on each project whose first index is running (no table of
+    it answers yet: a full re-index of an indexed project, or a project without the table
+    asked, is no such project); when no project answers and no note explains why,
+    `ProjectIndexing` for the first of them."""
+    first = [j for j in jobs.being_built() if j.project not in answering
+             and not any(store.space_of(j.project, t) for t in TABLE_KINDS)]
     if first and not answering and not skipped:
         raise ProjectIndexing(first[0].project, first[0])
     return [f"{j.project!r} is being indexed ({progress_line(j)}): it joins searches once "
