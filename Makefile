@@ -67,7 +67,8 @@ demo: install
 
 # Lint and types first: they fail in a minute, before the suite (config in pyproject.toml).
 lint: install
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/python -m mypy src/fathom
 
 test: lint system-deps mcp-inspector oidc-provider

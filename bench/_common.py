@@ -20,9 +20,10 @@ import sys
 import threading
 import time
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,8 +65,10 @@ def machine() -> str:
     except OSError:
         pass
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    return (f"{os.cpu_count()} cores ({cpu}), {ram} RAM, Python {platform.python_version()}, "
-            f"load average {load} at start")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {ram} RAM, Python {platform.python_version()}, "
+        f"load average {load} at start"
+    )
 
 
 # -- a stand-in encoder for routing benchmarks ----------------------------------------------------
@@ -107,7 +110,7 @@ class Emulator:
     base_url: str  # .../api/v1
     control: EmulatorControl
     state: EmulatorState
-    _server: "_Server"
+    _server: _Server
 
     def stop(self) -> None:
         self.control.close()
@@ -123,10 +126,14 @@ class _Server:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(self.app, log_level="error", lifespan="off",
-                                                    access_log=False))
-        self.thread = threading.Thread(target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])),
-                                       name="bench-emulator", daemon=True)
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, log_level="error", lifespan="off", access_log=False)
+        )
+        self.thread = threading.Thread(
+            target=lambda: asyncio.run(self.server.serve(sockets=[self.sock])),
+            name="bench-emulator",
+            daemon=True,
+        )
 
     def start(self, timeout: float = 20.0) -> None:
         self.thread.start()
@@ -167,9 +174,12 @@ class EmulatorProcess:
 def start_emulator_process(name: str, width: int) -> EmulatorProcess:
     """An emulator answering hashed vectors of `width`, in a process of its own on a free
     127.0.0.1 port, until `stop()`."""
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_emulator_process.py")),
-                             "--width", str(width)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("_emulator_process.py")), "--width", str(width)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if not line.isdigit():
@@ -197,8 +207,10 @@ def import_litellm() -> Any:
     try:
         import litellm
     except ImportError:
-        sys.exit("LiteLLM is not installed. It is a benchmark-only extra: "
-                 "`.venv/bin/pip install -e '.[bench]'`, then run this script again.")
+        sys.exit(
+            "LiteLLM is not installed. It is a benchmark-only extra: "
+            "`.venv/bin/pip install -e '.[bench]'`, then run this script again."
+        )
     litellm.telemetry = False
     litellm.suppress_debug_info = True
     litellm.set_verbose = False
@@ -252,16 +264,24 @@ def percentile(values: Iterable[float], q: float) -> float:
 
 def texts(n: int, prefix: str = "chunk") -> list[str]:
     """N distinct short code-like chunks (distinct so hashed vectors differ)."""
-    return [f"def {prefix}_{i}(x):\n    return x * {i} + {hashlib.md5(str(i).encode()).hexdigest()[:6]!r}"
-            for i in range(n)]
+    return [
+        f"def {prefix}_{i}(x):\n    return x * {i} + {hashlib.md5(str(i).encode()).hexdigest()[:6]!r}"
+        for i in range(n)
+    ]
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain fixed-width table (also valid as the body of a Markdown table when pasted)."""
     cells = [[_fmt(c) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    line = lambda r: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
-                                       for i, (c, w) in enumerate(zip(r, widths))) + " |"
+
+    def line(r: Sequence[str]) -> str:
+        return (
+            "| "
+            + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
+            + " |"
+        )
+
     out = [line(headers), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
     out += [line(r) for r in cells]
     return "\n".join(out)

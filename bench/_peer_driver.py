@@ -41,8 +41,11 @@ def main() -> None:
         save_user_settings,
     )
 
-    save_user_settings(UserSettings(embedding=EmbeddingSettings(
-        provider="sentence-transformers", model=job["model"], device="cpu")))
+    save_user_settings(
+        UserSettings(
+            embedding=EmbeddingSettings(provider="sentence-transformers", model=job["model"], device="cpu")
+        )
+    )
     out = []
     try:
         for project in job["projects"]:
@@ -61,8 +64,16 @@ def main() -> None:
                 if not resp.success:
                     raise RuntimeError(f"peer search failed for {query!r}: {resp.message}")
                 results.append([[r.file_path, r.start_line, r.end_line] for r in resp.results])
-            out.append({"root": root, "chunks": status.total_chunks, "files": status.total_files,
-                        "index_s": index_s, "results": results, "search_ms": ms})
+            out.append(
+                {
+                    "root": root,
+                    "chunks": status.total_chunks,
+                    "files": status.total_files,
+                    "index_s": index_s,
+                    "results": results,
+                    "search_ms": ms,
+                }
+            )
     finally:
         client.stop()
     json.dump({"projects": out}, sys.stdout)

@@ -53,7 +53,7 @@ def module_path(files: dict[str, Module], here: str, level: int, name: str | Non
     """The file a (relative) module name names in the package, or None."""
     parts = here.split("/")[:-1]
     if level:
-        parts = parts[:len(parts) - (level - 1)] if level > 1 else parts
+        parts = parts[: len(parts) - (level - 1)] if level > 1 else parts
     elif name:
         parts = []
         name = ".".join(name.split(".")[1:])  # the package's own name is its root
@@ -68,8 +68,10 @@ def module_path(files: dict[str, Module], here: str, level: int, name: str | Non
 
 
 def read(root: Path, package: str) -> dict[str, Module]:
-    files = {str(p.relative_to(root)): Module(str(p.relative_to(root)), ast.parse(p.read_text()))
-             for p in sorted(root.rglob("*.py"))}
+    files = {
+        str(p.relative_to(root)): Module(str(p.relative_to(root)), ast.parse(p.read_text()))
+        for p in sorted(root.rglob("*.py"))
+    }
     for mod in files.values():
         for node in mod.tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -80,12 +82,17 @@ def read(root: Path, package: str) -> dict[str, Module]:
                     continue
                 source = module_path(files, mod.path, node.level, node.module)
                 for alias in node.names:
-                    sub = module_path(files, mod.path, node.level,
-                                      f"{node.module or ''}.{alias.name}".strip(".")
-                                      if not node.level else
-                                      f"{node.module}.{alias.name}" if node.module else alias.name)
-                    mod.imports[alias.asname or alias.name] = ((sub, None) if sub
-                                                               else (source, alias.name))
+                    sub = module_path(
+                        files,
+                        mod.path,
+                        node.level,
+                        f"{node.module or ''}.{alias.name}".strip(".")
+                        if not node.level
+                        else f"{node.module}.{alias.name}"
+                        if node.module
+                        else alias.name,
+                    )
+                    mod.imports[alias.asname or alias.name] = (sub, None) if sub else (source, alias.name)
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split(".")[0] == package and alias.asname:
@@ -93,8 +100,9 @@ def read(root: Path, package: str) -> dict[str, Module]:
     return files
 
 
-def target(files: dict[str, Module], path: str | None, name: str | None,
-           hops: int = 0) -> tuple[str, str] | None:
+def target(
+    files: dict[str, Module], path: str | None, name: str | None, hops: int = 0
+) -> tuple[str, str] | None:
     """(path, qualname) of `name` defined at the top of `path`, following re-exports."""
     if path is None or name is None or hops > 4:
         return None
@@ -117,8 +125,9 @@ def class_of(files: dict[str, Module], path: str, name: str) -> tuple[str, ast.C
     return None
 
 
-def method(files: dict[str, Module], path: str, cls: ast.ClassDef, name: str,
-           depth: int = 0) -> tuple[str, str] | None:
+def method(
+    files: dict[str, Module], path: str, cls: ast.ClassDef, name: str, depth: int = 0
+) -> tuple[str, str] | None:
     for node in cls.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
             return path, f"{cls.name}.{name}"
@@ -135,8 +144,14 @@ def method(files: dict[str, Module], path: str, cls: ast.ClassDef, name: str,
 def walk_edges(files: dict[str, Module]) -> set[Edge]:
     out: set[Edge] = set()
     for mod in files.values():
-        def visit(node: ast.AST, scope: str | None, cls: ast.ClassDef | None,
-                  local: dict[str, str], mod: Module = mod) -> None:
+
+        def visit(
+            node: ast.AST,
+            scope: str | None,
+            cls: ast.ClassDef | None,
+            local: dict[str, str],
+            mod: Module = mod,
+        ) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.ClassDef):
                     q = f"{scope}.{child.name}" if scope else child.name
@@ -144,18 +159,20 @@ def walk_edges(files: dict[str, Module]) -> set[Edge]:
                     visit(child, q, child if scope is None or cls is None else None, {})
                 elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     q = f"{scope}.{child.name}" if scope else child.name
-                    nested = {n.name: f"{q}.{n.name}" for n in ast.walk(child)
-                              if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                              and n is not child}
+                    nested = {
+                        n.name: f"{q}.{n.name}"
+                        for n in ast.walk(child)
+                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n is not child
+                    }
                     seen = {**local, **nested}  # its own nested functions, and its host's
-                    calls_in(child, q, cls if scope and cls and scope == cls.name else None,
-                             seen, mod)
+                    calls_in(child, q, cls if scope and cls and scope == cls.name else None, seen, mod)
                     visit(child, q, None, seen)
                 else:
                     visit(child, scope, cls, local)
 
-        def calls_in(fn: ast.AST, q: str, cls: ast.ClassDef | None, nested: dict[str, str],
-                     mod: Module) -> None:
+        def calls_in(
+            fn: ast.AST, q: str, cls: ast.ClassDef | None, nested: dict[str, str], mod: Module
+        ) -> None:
             stack = list(ast.iter_child_nodes(fn))
             while stack:
                 node = stack.pop()
@@ -166,8 +183,9 @@ def walk_edges(files: dict[str, Module]) -> set[Edge]:
                     continue
                 func, hit = node.func, None
                 if isinstance(func, ast.Name):
-                    hit = ((mod.path, nested[func.id]) if func.id in nested
-                           else target(files, mod.path, func.id))
+                    hit = (
+                        (mod.path, nested[func.id]) if func.id in nested else target(files, mod.path, func.id)
+                    )
                 elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
                     owner = func.value.id
                     if owner in ("self", "cls") and cls is not None:
@@ -184,34 +202,48 @@ def walk_edges(files: dict[str, Module]) -> set[Edge]:
 
 
 # What each package's latency rows ask: (name, direction) at the service.
-QUERIES = {"httpx": ["Client.send", "BaseClient._merge_cookies", "URL"],
-           "rich": ["Console.print", "Segment", "Text.append"]}
+QUERIES = {
+    "httpx": ["Client.send", "BaseClient._merge_cookies", "URL"],
+    "rich": ["Console.print", "Segment", "Text.append"],
+}
 
 
 def fathom_edges(fathom: Fathom, name: str) -> set[Edge]:
     symbols.fresh_projects(fathom, name)
     with symbols.table_of(fathom).snapshot() as conn:
-        return {(c.path, c.qualname, t.path, t.qualname)
-                for c, t, how in calls.edges(conn, name) if how == "resolved"}
+        return {
+            (c.path, c.qualname, t.path, t.qualname)
+            for c, t, how in calls.edges(conn, name)
+            if how == "resolved"
+        }
 
 
 def latency(fathom: Fathom, package: str, runs: int) -> None:
     """Median and p95 ms of each query at the service (symbol table already fresh)."""
     for name in QUERIES[package]:
         cases: list[tuple[str, Callable[[], Any]]] = [
-            ("find_references", lambda n=name: symbols.find_references(fathom, n))]
-        cases += [(f"find_calls {d}", lambda n=name, d=d: service.find_calls(
-            fathom, n, direction=d, depth=3)) for d in service.DIRECTIONS]
+            ("find_references", lambda n=name: symbols.find_references(fathom, n))
+        ]
+        cases += [
+            (f"find_calls {d}", lambda n=name, d=d: service.find_calls(fathom, n, direction=d, depth=3))
+            for d in service.DIRECTIONS
+        ]
         for what, fn in cases:
             ms, size = [], 0
             for _ in range(runs):
                 start = time.perf_counter()
                 answer = fn()
                 ms.append((time.perf_counter() - start) * 1000)
-            size = len(getattr(answer, "rows", None) or getattr(answer, "calls", None)
-                       or getattr(answer, "impacted", None) or [])
-            print(f"  {what}({name!r}): {size} item(s), p50 {statistics.median(ms):.1f} ms, "
-                  f"p95 {percentile(ms, 95):.1f} ms")
+            size = len(
+                getattr(answer, "rows", None)
+                or getattr(answer, "calls", None)
+                or getattr(answer, "impacted", None)
+                or []
+            )
+            print(
+                f"  {what}({name!r}): {size} item(s), p50 {statistics.median(ms):.1f} ms, "
+                f"p95 {percentile(ms, 95):.1f} ms"
+            )
 
 
 def measure(package: str, runs: int) -> None:
@@ -228,8 +260,10 @@ def measure(package: str, runs: int) -> None:
     both = walked & found
     precision = len(both) / len(found) if found else 0.0
     recall = len(both) / len(walked) if walked else 0.0
-    print(f"{package}: fathom resolved {len(found)} edges, ast walk {len(walked)}, both "
-          f"{len(both)}: precision {precision:.3f}, recall {recall:.3f}")
+    print(
+        f"{package}: fathom resolved {len(found)} edges, ast walk {len(walked)}, both "
+        f"{len(both)}: precision {precision:.3f}, recall {recall:.3f}"
+    )
     for label, edges in (("fathom only", found - walked), ("walk only", walked - found)):
         for edge in sorted(edges)[:5]:
             print(f"  {label}: {edge[0]}:{edge[1]} -> {edge[2]}:{edge[3]}")

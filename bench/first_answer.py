@@ -45,9 +45,14 @@ QUERY = "send a request and follow redirects"
 def child_env() -> dict[str, str]:
     """The children run this checkout's code, offline, with no server named and no live sync."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")}
-    return env | {"PYTHONPATH": str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", ""),
-                  "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                  "FATHOM_WATCH": "0", "COLUMNS": "160"}
+    return env | {
+        "PYTHONPATH": str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", ""),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "FATHOM_WATCH": "0",
+        "COLUMNS": "160",
+    }
 
 
 def fathom(data: Path, *args: str) -> list[str]:
@@ -69,7 +74,9 @@ def timed_cli(cmd: list[str], *, served: bool | None) -> float:
         raise RuntimeError(f"{' '.join(cmd[2:])} failed: {done.stderr.strip()}")
     said = "answered by the fathom serve" in done.stderr
     if served is not None and said != served:
-        raise RuntimeError(f"expected {'a served' if served else 'an in-process'} answer; stderr: {done.stderr}")
+        raise RuntimeError(
+            f"expected {'a served' if served else 'an in-process'} answer; stderr: {done.stderr}"
+        )
     return took
 
 
@@ -78,15 +85,17 @@ async def first_mcp_answer(data: Path, query: str) -> float:
     from mcp import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    params = StdioServerParameters(command=sys.executable, args=fathom(data, "mcp", "--in-process", "--no-watch")[1:],
-                                   env=child_env())
+    params = StdioServerParameters(
+        command=sys.executable, args=fathom(data, "mcp", "--in-process", "--no-watch")[1:], env=child_env()
+    )
     started = time.monotonic()
     # The child's stderr (its loading lines) goes nowhere: the table is what this prints.
     with open(os.devnull, "w") as quiet:
         async with stdio_client(params, errlog=quiet) as (read, write), ClientSession(read, write) as session:
             await session.initialize()
-            r = await session.call_tool("search_code", {"query": query, "project": "bench", "k": 5},
-                                        read_timeout_seconds=600)
+            r = await session.call_tool(
+                "search_code", {"query": query, "project": "bench", "k": 5}, read_timeout_seconds=600
+            )
             took = time.monotonic() - started
     if r.is_error or not r.structured_content["results"]:
         raise RuntimeError(f"search_code did not answer: {r.content}")
@@ -96,8 +105,13 @@ async def first_mcp_answer(data: Path, query: str) -> float:
 def start_serve(data: Path, port: int) -> subprocess.Popen[str]:
     from fathom.local_server import read_local_server
 
-    proc = subprocess.Popen(fathom(data, "serve", "--port", str(port), "--no-auth", "--no-watch"),
-                            env=child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        fathom(data, "serve", "--port", str(port), "--no-auth", "--no-watch"),
+        env=child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while read_local_server(data) is None:
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -129,9 +143,16 @@ def main() -> int:
         root, data = work / "bench", work / "data"
         shutil.copytree(args.path or default_project(), root, ignore=shutil.ignore_patterns("__pycache__"))
         started = time.monotonic()
-        subprocess.run(fathom(data, "index", str(root), "--project", "bench"), env=child_env(), check=True,
-                       capture_output=True, text=True)
-        print(f"project: a copy of {args.path or default_project()}, indexed in {time.monotonic() - started:.1f}s")
+        subprocess.run(
+            fathom(data, "index", str(root), "--project", "bench"),
+            env=child_env(),
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        print(
+            f"project: a copy of {args.path or default_project()}, indexed in {time.monotonic() - started:.1f}s"
+        )
         search = fathom(data, "search", args.query, "--project", "bench", "-k", "5")
 
         times["floor"] = [timed_cli(fathom(data, "--version"), served=None) for _ in range(args.runs)]
@@ -148,19 +169,31 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     cold = statistics.median(times["cold"])
-    labels = {"floor": "`fathom --version` (process start)",
-              "mcp": "spawn `fathom mcp` -> first `search_code` answer",
-              "cold": "`fathom search`, no server running",
-              "served": "`fathom search`, a local `fathom serve` running"}
+    labels = {
+        "floor": "`fathom --version` (process start)",
+        "mcp": "spawn `fathom mcp` -> first `search_code` answer",
+        "cold": "`fathom search`, no server running",
+        "served": "`fathom search`, a local `fathom serve` running",
+    }
     rows = []
     for key, label in labels.items():
         median = statistics.median(times[key])
         target = TARGETS.get(key)
-        rows.append([label, median, min(times[key]), max(times[key]), cold / median,
-                     f"<= {target:.1f} s: {'met' if median <= target else 'missed'}" if target else "-"])
+        rows.append(
+            [
+                label,
+                median,
+                min(times[key]),
+                max(times[key]),
+                cold / median,
+                f"<= {target:.1f} s: {'met' if median <= target else 'missed'}" if target else "-",
+            ]
+        )
     print()
     print(table(["path", "median s", "min s", "max s", "cold search ÷ this", "target"], rows))
-    print("\nall runs (s): " + "; ".join(f"{k} " + ", ".join(f"{t:.2f}" for t in v) for k, v in times.items()))
+    print(
+        "\nall runs (s): " + "; ".join(f"{k} " + ", ".join(f"{t:.2f}" for t in v) for k, v in times.items())
+    )
     return 0
 
 

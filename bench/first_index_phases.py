@@ -36,13 +36,32 @@ async def follow(path: Path, cache: Path | None, tmp: Path) -> tuple[list[tuple[
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
 
-    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PATH": os.environ["PATH"],
-           "HOME": str(tmp), "LOG": str(tmp / "mcp.log"), "PYTHONPATH": str(ROOT / "src")}
+    env = {
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp),
+        "LOG": str(tmp / "mcp.log"),
+        "PYTHONPATH": str(ROOT / "src"),
+    }
     if cache is not None:
         env["FATHOM_MODEL_CACHE"] = str(cache)
-    params = StdioServerParameters(command="/bin/sh", args=[
-        "-c", 'exec "$@" 2>"$LOG"', "sh", sys.executable, "-m", "fathom.cli",
-        "--data-dir", str(tmp / "data"), "mcp", "--in-process"], env=env)
+    params = StdioServerParameters(
+        command="/bin/sh",
+        args=[
+            "-c",
+            'exec "$@" 2>"$LOG"',
+            "sh",
+            sys.executable,
+            "-m",
+            "fathom.cli",
+            "--data-dir",
+            str(tmp / "data"),
+            "mcp",
+            "--in-process",
+        ],
+        env=env,
+    )
     phases: list[tuple[str, float]] = []
     said = ""
     async with asyncio.timeout(1800), Client(params, read_timeout_seconds=600) as client:
@@ -51,7 +70,9 @@ async def follow(path: Path, cache: Path | None, tmp: Path) -> tuple[list[tuple[
         t0 = last_at = time.monotonic()
         last = None
         while True:
-            view = (await client.call_tool("index_status", {"project": "bench", "job": job})).structured_content["job"]
+            view = (
+                await client.call_tool("index_status", {"project": "bench", "job": job})
+            ).structured_content["job"]
             phase = view["phase"] if view["state"] not in ("done", "failed", "cancelled") else view["state"]
             now = time.monotonic()
             if phase != last:
@@ -69,8 +90,9 @@ async def follow(path: Path, cache: Path | None, tmp: Path) -> tuple[list[tuple[
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--path", type=Path, default=ROOT / "src" / "fathom" / "index")
-    parser.add_argument("--warm-cache", action="store_true",
-                        help="use the usual model cache (the ONNX graph already built)")
+    parser.add_argument(
+        "--warm-cache", action="store_true", help="use the usual model cache (the ONNX graph already built)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)

@@ -57,8 +57,13 @@ async def session(data: Path, root: Path, edits: int) -> dict[str, list[float]]:
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process"],
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-             "TOKENIZERS_PARALLELISM": "false", "FATHOM_WATCH": "1"})
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "FATHOM_WATCH": "1",
+        },
+    )
 
     async def hits(client, query: str) -> list[dict]:
         r = await client.call_tool("search_code", {"query": query, "project": "bench", "k": 5})
@@ -92,7 +97,7 @@ async def session(data: Path, root: Path, edits: int) -> dict[str, list[float]]:
             target = files[i % len(files)]
             started = time.monotonic()
             with target.open("a") as fh:
-                fh.write(f"\n\ndef {name}(ledger):\n    \"\"\"{doc}\"\"\"\n    return ledger\n")
+                fh.write(f'\n\ndef {name}(ledger):\n    """{doc}"""\n    return ledger\n')
 
             async def found(name=name, doc=doc) -> bool:
                 return any(h["symbol"] == name for h in await hits(client, doc))
@@ -108,7 +113,7 @@ async def session(data: Path, root: Path, edits: int) -> dict[str, list[float]]:
             path = root / "freshness_bench" / f"doomed_{i}.py"
             path.parent.mkdir(exist_ok=True)
             doc = f"Doomed probe {i}: archive the expired coupons of campaign {i}."
-            path.write_text(f"def doomed_{i}(coupons):\n    \"\"\"{doc}\"\"\"\n    return coupons\n")
+            path.write_text(f'def doomed_{i}(coupons):\n    """{doc}"""\n    return coupons\n')
             doomed.append((path, doc))
         await until(lambda: _all_found(hits, client, doomed), timeout=120)
         await quiet(client)
@@ -131,8 +136,7 @@ async def session(data: Path, root: Path, edits: int) -> dict[str, list[float]]:
 
 async def _all_found(hits, client, doomed) -> bool:
     for path, doc in doomed:
-        if all(h["path"] != path.relative_to(path.parents[1]).as_posix()
-               for h in await hits(client, doc)):
+        if all(h["path"] != path.relative_to(path.parents[1]).as_posix() for h in await hits(client, doc)):
             return False
     return True
 
@@ -150,23 +154,25 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="fathom-fresh-"))
     try:
         root = work / "bench"
-        shutil.copytree(args.path or default_project(), root,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(args.path or default_project(), root, ignore=shutil.ignore_patterns("__pycache__"))
         data = work / "data"
         started = time.monotonic()
         report = asyncio.run(Fathom(Settings(data_dir=data)).index(root, "bench"))
-        print(f"project: {report.files} files, {report.chunks} chunks, indexed in "
-              f"{time.monotonic() - started:.1f}s before the session")
+        print(
+            f"project: {report.files} files, {report.chunks} chunks, indexed in "
+            f"{time.monotonic() - started:.1f}s before the session"
+        )
         out = asyncio.run(session(data, root, args.edits))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{'what':<34}{'n':>4}{'p50 s':>9}{'p95 s':>9}{'max s':>9}")
     for key, label in (("edit", "appended function found"), ("delete", "deleted file gone")):
         v = out[key]
-        print(f"{label:<34}{len(v):>4}{statistics.median(v):>9.2f}{pct(v, 0.95):>9.2f}"
-              f"{max(v):>9.2f}")
-    print(f"\nsync jobs run by the watcher during the session: {int(out['syncs'][0])} "
-          f"(one per edit or delete, one for the burst of {args.edits} new files, one at start)")
+        print(f"{label:<34}{len(v):>4}{statistics.median(v):>9.2f}{pct(v, 0.95):>9.2f}{max(v):>9.2f}")
+    print(
+        f"\nsync jobs run by the watcher during the session: {int(out['syncs'][0])} "
+        f"(one per edit or delete, one for the burst of {args.edits} new files, one at start)"
+    )
     worst = max(pct(out["edit"], 0.95), pct(out["delete"], 0.95))
     print(f"p95 target 2.00 s: {'met' if worst <= 2.0 else 'MISSED'} (worst p95 {worst:.2f} s)")
     return 0

@@ -57,15 +57,23 @@ async def run(repeat: int) -> list[tuple]:
     load_s = time.perf_counter() - t0
     other = LocalEncoder.from_settings(settings)
     other.info = dataclasses.replace(other.info, id="sidecar:minilm-second-copy")
-    space = Space(table="code", model=settings.local_model_name, width=settings.local_width,
-                  reference=ref.id)
+    space = Space(table="code", model=settings.local_model_name, width=settings.local_width, reference=ref.id)
     emu = c.start_emulator("gate")
     client = OpenRouterClient(c.BENCH_KEY, base_url=emu.base_url)
     budget = CloudBudget()
-    clouds = {u: BudgetedProvider(OpenRouterProvider(client, model=settings.local_model_name,
-                                                     roles=[Role.CODE_EMBEDDING], upstream=u,
-                                                     width=settings.local_width), budget)
-              for u in ("alpha", "beta")}
+    clouds = {
+        u: BudgetedProvider(
+            OpenRouterProvider(
+                client,
+                model=settings.local_model_name,
+                roles=[Role.CODE_EMBEDDING],
+                upstream=u,
+                width=settings.local_width,
+            ),
+            budget,
+        )
+        for u in ("alpha", "beta")
+    }
     rows = []
     try:
         with tempfile.TemporaryDirectory(prefix="fathom-gate-bench-") as tmp:
@@ -80,13 +88,31 @@ async def run(repeat: int) -> list[tuple]:
             ]
             for name, provider, note in cases:
                 cold, warm, v = await measure(gate, space, provider, repeat)
-                rows.append((name, n, "passed" if v.cleared else "refused",
-                             v.min_cosine if v.min_cosine is not None else float("nan"),
-                             cold, statistics.median(warm), min(warm), note))
+                rows.append(
+                    (
+                        name,
+                        n,
+                        "passed" if v.cleared else "refused",
+                        v.min_cosine if v.min_cosine is not None else float("nan"),
+                        cold,
+                        statistics.median(warm),
+                        min(warm),
+                        note,
+                    )
+                )
             counters = emu.control.counters()
-            rows.append(("(emulator requests seen)", "", "", float("nan"),
-                         float("nan"), float("nan"), float("nan"),
-                         f"{counters['served'].get('embeddings', 0)} embeddings requests"))
+            rows.append(
+                (
+                    "(emulator requests seen)",
+                    "",
+                    "",
+                    float("nan"),
+                    float("nan"),
+                    float("nan"),
+                    float("nan"),
+                    f"{counters['served'].get('embeddings', 0)} embeddings requests",
+                )
+            )
     finally:
         await budget.aclose()
         await client.aclose()
@@ -104,8 +130,21 @@ def main() -> None:
     print(c.machine())
     rows = asyncio.run(run(max(1, args.repeat)))
     print()
-    print(c.table(["candidate (code table, aggregate, local reference)", "probes", "verdict",
-                   "min cosine", "cold s", "warm s (median)", "warm s (min)", "notes"], rows))
+    print(
+        c.table(
+            [
+                "candidate (code table, aggregate, local reference)",
+                "probes",
+                "verdict",
+                "min cosine",
+                "cold s",
+                "warm s (median)",
+                "warm s (min)",
+                "notes",
+            ],
+            rows,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-
 from _common import hash_vectors, machine, peak_rss_mib, reset_peak_rss, rss_mib  # noqa: E402
 
 from fathom.index.indexer import WINDOW, Indexer  # noqa: E402
@@ -48,8 +47,9 @@ class HashEncoder(Provider):
     """The stand-in encoder: `hash_vectors` of the texts."""
 
     def __init__(self) -> None:
-        self.info = ProviderInfo(id="local:hash-384", kind=Kind.LOCAL, roles=EMBEDDING_ROLES,
-                                 model="hash-384", width=WIDTH)
+        self.info = ProviderInfo(
+            id="local:hash-384", kind=Kind.LOCAL, roles=EMBEDDING_ROLES, model="hash-384", width=WIDTH
+        )
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         return hash_vectors(texts, WIDTH)
@@ -75,7 +75,8 @@ def write_corpus(root: Path, functions: int, per_file: int = 40) -> int:
                 f"            return render(result, template='t{n % 11}.html')\n"
                 f"        except TimeoutError:\n"
                 f"            time.sleep(0.1 * 2 ** attempt)  # back off, then try again\n"
-                f"    raise RuntimeError('request {n} failed after %d attempts' % retries)\n")
+                f"    raise RuntimeError('request {n} failed after %d attempts' % retries)\n"
+            )
         text = "\n\n".join(body)
         path = root / f"pkg{f // 500}" / f"mod_{f}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -113,14 +114,17 @@ async def one(chunks: int, window: int) -> None:
         if hasattr(store, "wait_for_ann"):
             store.wait_for_ann()
         with_ann = peak_rss_mib()
-        print(f"{report.chunks:>8} chunks: {report.files} files, {size / 2**20:.0f} MiB of text "
-              f"(generated in {gen_s:.0f} s), indexed in {took:.0f} s "
-              f"({report.chunks / took:.0f} chunks/s); RSS {before:.0f} MiB before, peak "
-              f"{peak:.0f} MiB during the job (+{peak - before:.0f} MiB; "
-              f"{marks.get('streamed', float('nan')):.0f} MiB before promotion)"
-              f"{'' if reset else ' (peak not resettable: whole run)'}, {with_ann:.0f} MiB "
-              f"with the ANN build after it; target < 2048 MiB -> "
-              f"{'met' if peak < 2048 else 'NOT met'}", flush=True)
+        print(
+            f"{report.chunks:>8} chunks: {report.files} files, {size / 2**20:.0f} MiB of text "
+            f"(generated in {gen_s:.0f} s), indexed in {took:.0f} s "
+            f"({report.chunks / took:.0f} chunks/s); RSS {before:.0f} MiB before, peak "
+            f"{peak:.0f} MiB during the job (+{peak - before:.0f} MiB; "
+            f"{marks.get('streamed', float('nan')):.0f} MiB before promotion)"
+            f"{'' if reset else ' (peak not resettable: whole run)'}, {with_ann:.0f} MiB "
+            f"with the ANN build after it; target < 2048 MiB -> "
+            f"{'met' if peak < 2048 else 'NOT met'}",
+            flush=True,
+        )
         store.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -129,8 +133,7 @@ async def one(chunks: int, window: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--chunks", default="200000", help="a size, or sizes separated by commas")
-    ap.add_argument("--window", type=int, default=WINDOW,
-                    help="chunks planned and embedded at a time")
+    ap.add_argument("--window", type=int, default=WINDOW, help="chunks planned and embedded at a time")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a child: one size
     args = ap.parse_args()
     sizes = [int(n) for n in args.chunks.split(",")]
@@ -138,11 +141,14 @@ def main() -> None:
         asyncio.run(one(sizes[0], args.window))
         return
     print(f"machine : {machine()}")
-    print(f"indexer : a full run, window of {args.window} chunks, hash encoder, batches of 256; "
-          f"each size in a fresh process")
+    print(
+        f"indexer : a full run, window of {args.window} chunks, hash encoder, batches of 256; "
+        f"each size in a fresh process"
+    )
     for n in sizes:
-        subprocess.run([sys.executable, __file__, "--one", "--chunks", str(n),
-                        "--window", str(args.window)], check=True)
+        subprocess.run(
+            [sys.executable, __file__, "--one", "--chunks", str(n), "--window", str(args.window)], check=True
+        )
 
 
 if __name__ == "__main__":

@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, table  # noqa: E402
-
 import numpy as np  # noqa: E402
+from _common import machine, table  # noqa: E402
 
 from fathom.config import Settings  # noqa: E402
 from fathom.index.indexer import discover  # noqa: E402
@@ -57,10 +56,13 @@ def subset(src: Path, n: int | None, dst: Path) -> Path:
 
 def encoders(settings: Settings, batch: int) -> dict[str, object]:
     common = dict(model_name=settings.local_model_name, width=settings.local_width, batch_size=batch)
-    out: dict[str, object] = {"torch (sentence-transformers)": LocalEncoder(settings.local_model_path, **common)}
+    out: dict[str, object] = {
+        "torch (sentence-transformers)": LocalEncoder(settings.local_model_path, **common)
+    }
     for variant in ("fp32", "int8", "int8-all"):
-        out[f"onnx {variant}"] = OnnxEncoder(settings.local_model_path, cache_dir=cache_dir(settings),
-                                             variant=variant, **common)
+        out[f"onnx {variant}"] = OnnxEncoder(
+            settings.local_model_path, cache_dir=cache_dir(settings), variant=variant, **common
+        )
     for enc in out.values():
         enc.load()  # type: ignore[attr-defined]  # builds and quantizes the graphs once
         enc.encode_sync(["warm up the kernels"] * 8)  # type: ignore[attr-defined]
@@ -79,8 +81,9 @@ async def compare_encoders(settings: Settings, texts: list[str], rounds: int, ba
         print(f"round {i + 1}: " + ", ".join(f"{n} {t[-1]:.1f} s" for n, t in times.items()), flush=True)
 
     reference = encs["onnx fp32"]
-    space = Space(table="code", model=settings.local_model_name, width=settings.local_width,
-                  reference=reference.id)  # type: ignore[attr-defined]
+    space = Space(
+        table="code", model=settings.local_model_name, width=settings.local_width, reference=reference.id
+    )  # type: ignore[attr-defined]
     gate = Gate(work / "gate")
     gate.attach(reference)  # type: ignore[arg-type]
     verdicts = {}
@@ -96,13 +99,34 @@ async def compare_encoders(settings: Settings, texts: list[str], rounds: int, ba
         rate = len(texts) / min(times[name])
         cos = np.sum(vectors[name] * fp32, axis=1)
         v = verdicts.get(name)
-        verdict = ("reference" if name == "onnx fp32" else "same id as the reference" if v is None
-                   else f"{'cleared' if v.cleared else 'refused'} (probe min {v.min_cosine:.4f})")
-        rows.append([name, f"{min(times[name]):.1f} s", f"{rate:.1f}", f"{rate / torch_rate:.2f}",
-                     f"{cos.min():.4f}", f"{cos.mean():.5f}", verdict])
-    print(table(["encoder", "best", "chunks/s", "vs torch", "min cos vs fp32", "mean cos", "gate vs fp32"], rows))
-    print("(medians, chunks/s: " + ", ".join(
-        f"{n} {len(texts) / statistics.median(t):.1f}" for n, t in times.items()) + ")")
+        verdict = (
+            "reference"
+            if name == "onnx fp32"
+            else "same id as the reference"
+            if v is None
+            else f"{'cleared' if v.cleared else 'refused'} (probe min {v.min_cosine:.4f})"
+        )
+        rows.append(
+            [
+                name,
+                f"{min(times[name]):.1f} s",
+                f"{rate:.1f}",
+                f"{rate / torch_rate:.2f}",
+                f"{cos.min():.4f}",
+                f"{cos.mean():.5f}",
+                verdict,
+            ]
+        )
+    print(
+        table(
+            ["encoder", "best", "chunks/s", "vs torch", "min cos vs fp32", "mean cos", "gate vs fp32"], rows
+        )
+    )
+    print(
+        "(medians, chunks/s: "
+        + ", ".join(f"{n} {len(texts) / statistics.median(t):.1f}" for n, t in times.items())
+        + ")"
+    )
 
 
 async def index_end_to_end(settings: Settings, root: Path, rounds: int, work: Path) -> None:
@@ -124,18 +148,29 @@ async def index_end_to_end(settings: Settings, root: Path, rounds: int, work: Pa
         full.append(time.perf_counter() - t0)
         embed.append(report.embed_s)
         assert report.embedded == len(texts), (report.embedded, len(texts))
-        print(f"round {i + 1}: raw {raw[-1]:.1f} s, fathom index {full[-1]:.1f} s "
-              f"(embed phase {embed[-1]:.1f} s)", flush=True)
+        print(
+            f"round {i + 1}: raw {raw[-1]:.1f} s, fathom index {full[-1]:.1f} s "
+            f"(embed phase {embed[-1]:.1f} s)",
+            flush=True,
+        )
     assert report is not None
     n = len(texts)
     raw_rate, index_rate = n / min(raw), n / min(full)
-    print(f"chunks    : {n} ({report.files} files, encoder {encoder.id} on "
-          f"{type(encoder).__name__}, mean {sum(map(len, texts)) / n:.0f} chars)")
-    print(f"raw encode: best {min(raw):7.1f} s  {raw_rate:7.1f} chunks/s  (median {statistics.median(raw):.1f} s)")
-    print(f"fathom    : best {min(full):7.1f} s  {index_rate:7.1f} chunks/s  (median "
-          f"{statistics.median(full):.1f} s; embed phase best {min(embed):.1f} s)")
-    print(f"ratio     : {index_rate / raw_rate:.3f}  (best vs best; medians "
-          f"{statistics.median(raw) / statistics.median(full):.3f}; target >= 0.85)")
+    print(
+        f"chunks    : {n} ({report.files} files, encoder {encoder.id} on "
+        f"{type(encoder).__name__}, mean {sum(map(len, texts)) / n:.0f} chars)"
+    )
+    print(
+        f"raw encode: best {min(raw):7.1f} s  {raw_rate:7.1f} chunks/s  (median {statistics.median(raw):.1f} s)"
+    )
+    print(
+        f"fathom    : best {min(full):7.1f} s  {index_rate:7.1f} chunks/s  (median "
+        f"{statistics.median(full):.1f} s; embed phase best {min(embed):.1f} s)"
+    )
+    print(
+        f"ratio     : {index_rate / raw_rate:.3f}  (best vs best; medians "
+        f"{statistics.median(raw) / statistics.median(full):.3f}; target >= 0.85)"
+    )
 
 
 async def main() -> None:
@@ -157,9 +192,12 @@ async def main() -> None:
         settings = Settings(data_dir=work / "data", local_batch_size=args.batch_size)
         counter = Fathom(settings).encoder.token_counter()  # type: ignore[attr-defined]
         texts = [c.text for c in discover(root, tokens=counter).chunks][: args.chunks]
-        print(f"project: {args.path}" + (f" (first {args.files} files)" if args.files else "")
-              + f"; part 1: {len(texts)} chunks, mean {sum(map(len, texts)) / len(texts):.0f} chars, "
-              f"batch {args.batch_size}, best of {args.rounds}")
+        print(
+            f"project: {args.path}"
+            + (f" (first {args.files} files)" if args.files else "")
+            + f"; part 1: {len(texts)} chunks, mean {sum(map(len, texts)) / len(texts):.0f} chars, "
+            f"batch {args.batch_size}, best of {args.rounds}"
+        )
         await compare_encoders(settings, texts, args.rounds, args.batch_size, work)
         if not args.skip_index:
             await index_end_to_end(settings, root, args.rounds, work)

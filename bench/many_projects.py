@@ -42,7 +42,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-
 from _common import machine, peak_rss_mib  # noqa: E402
 from search_latency import BATCH, latency_line, pct, rows_for, timed, unit, vocabulary  # noqa: E402
 
@@ -74,15 +73,22 @@ async def main() -> None:
     ap.add_argument("--projects", type=int, default=50)
     ap.add_argument("--rows", type=int, default=20_000, help="chunks per project")
     ap.add_argument("--queries", type=int, default=40, help="all-project searches timed")
-    ap.add_argument("--overflow-queries", type=int, default=10,
-                    help="all-project searches timed at a bound that cannot hold every project")
+    ap.add_argument(
+        "--overflow-queries",
+        type=int,
+        default=10,
+        help="all-project searches timed at a bound that cannot hold every project",
+    )
     ap.add_argument("--vocab", type=int, default=20_000)
     ap.add_argument("--clusters", type=int, default=500)
     ap.add_argument("--spread", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--overflow-ann", action="store_true",
-                    help="build (and wait for) IVF-PQ indexes for the projects the cache has "
-                         "no room for, as a server does in the background")
+    ap.add_argument(
+        "--overflow-ann",
+        action="store_true",
+        help="build (and wait for) IVF-PQ indexes for the projects the cache has "
+        "no room for, as a server does in the background",
+    )
     args = ap.parse_args()
     sys.stdout.reconfigure(line_buffering=True)  # each figure as it comes (the run is long)
 
@@ -104,39 +110,50 @@ async def main() -> None:
             for s in range(0, args.rows, BATCH):
                 n = min(BATCH, args.rows - s)
                 labels = rng.integers(0, args.clusters, n)
-                x = unit(centres[labels]
-                         + args.spread * rng.standard_normal((n, width)).astype(np.float32))
-                rows = rows_for(p * args.rows + s, labels,
-                                rng.choice(words, 6 * n, p=weights).tolist())
+                x = unit(centres[labels] + args.spread * rng.standard_normal((n, width)).astype(np.float32))
+                rows = rows_for(p * args.rows + s, labels, rng.choice(words, 6 * n, p=weights).tolist())
                 writer.write(name, "code", rows, x, prov, slot=Slot.SHADOW)
             writer.promote(name, "code")
         build_s = time.perf_counter() - t0
         writer.close()
 
-        q = unit(centres[rng.integers(0, args.clusters, args.queries)]
-                 + args.spread * rng.standard_normal((args.queries, width)).astype(np.float32))
+        q = unit(
+            centres[rng.integers(0, args.clusters, args.queries)]
+            + args.spread * rng.standard_normal((args.queries, width)).astype(np.float32)
+        )
         qtext = [" ".join(rng.choice(words, 3, p=weights)) for _ in range(args.queries)]
         await encoder.embed(["warm up"])
 
         print(f"machine : {machine()}")
-        print(f"corpus  : {args.projects} projects x {args.rows} chunks x {width}-d "
-              f"(vocabulary {len(words)}); written and promoted in {build_s:.0f} s")
+        print(
+            f"corpus  : {args.projects} projects x {args.rows} chunks x {width}-d "
+            f"(vocabulary {len(words)}); written and promoted in {build_s:.0f} s"
+        )
         probe = LanceStore(settings.lance_dir)
         probe.vector_search(names[0], "code", q[0], 1)
         entry = next(iter(probe._matrices.values()))
         entry_bytes = entry.nbytes
         probe.close()
-        print(f"cache   : one project's entry {entry_bytes / 2**20:.1f} MiB (matrix "
-              f"{entry.matrix.nbytes / 2**20:.1f}, hit columns {entry.meta.nbytes / 2**20:.1f}, "
-              f"keyword index {entry.keywords.nbytes / 2**20:.1f}); all {args.projects}: "
-              f"~{args.projects * entry_bytes / 2**20:.0f} MiB against the default bound of "
-              f"{Settings().matrix_cache_bytes / 2**20:.0f} MiB")
+        print(
+            f"cache   : one project's entry {entry_bytes / 2**20:.1f} MiB (matrix "
+            f"{entry.matrix.nbytes / 2**20:.1f}, hit columns {entry.meta.nbytes / 2**20:.1f}, "
+            f"keyword index {entry.keywords.nbytes / 2**20:.1f}); all {args.projects}: "
+            f"~{args.projects * entry_bytes / 2**20:.0f} MiB against the default bound of "
+            f"{Settings().matrix_cache_bytes / 2**20:.0f} MiB"
+        )
         for bound in (Settings().matrix_cache_bytes, 1 << 30):
-            store = LanceStore(settings.lance_dir, matrix_cache_bytes=bound,
-                               ann_min_rows=args.rows if args.overflow_ann else 1 << 62)
+            store = LanceStore(
+                settings.lance_dir,
+                matrix_cache_bytes=bound,
+                ann_min_rows=args.rows if args.overflow_ann else 1 << 62,
+            )
             hybrid_search(store, names[0], "code", q[0], qtext[0], 10)  # loads it
-            one = timed(lambda i: hybrid_search(store, names[0], "code", q[i % args.queries],
-                                                qtext[i % args.queries], 10), 200)
+            one = timed(
+                lambda i: hybrid_search(
+                    store, names[0], "code", q[i % args.queries], qtext[i % args.queries], 10
+                ),
+                200,
+            )
             hybrid_search_many(store, names, "code", q[0], qtext[0], 10)  # first loads
             # The projects the cache has no room for get ANN indexes, built in the background
             # (answered exactly by LanceDB meanwhile); the figures below are after that.
@@ -145,21 +162,21 @@ async def main() -> None:
             ann_s = time.perf_counter() - t0
             hybrid_search_many(store, names, "code", q[0], qtext[0], 10)
             # LanceDB answers the projects left out at seconds a search: fewer searches there.
-            n = (args.queries if len(store._matrices) == args.projects
-                 else min(args.queries, args.overflow_queries))
+            n = (
+                args.queries
+                if len(store._matrices) == args.projects
+                else min(args.queries, args.overflow_queries)
+            )
             before = (store.cache_stats.hits, store.cache_stats.loads, store.cache_stats.bypassed)
-            many = timed(lambda i: hybrid_search_many(store, names, "code", q[i], qtext[i], 10),
-                         n)
+            many = timed(lambda i: hybrid_search_many(store, names, "code", q[i], qtext[i], 10), n)
             hits = store.cache_stats.hits - before[0]
             loads = store.cache_stats.loads - before[1]
             bypassed = store.cache_stats.bypassed - before[2]
             serial = timed(lambda i: serial_all(store, names, q[i], qtext[i]), min(n, 10))
             vector_half = timed(lambda i: store.search_many(names, "code", q[i], "", 40), n)
-            keyword_half = timed(lambda i: [store.text_search(p, "code", qtext[i], 40)
-                                            for p in names], n)
+            keyword_half = timed(lambda i: [store.text_search(p, "code", qtext[i], 40) for p in names], n)
             pooled = [store.search_many(names, "code", q[i], qtext[i], 40) for i in range(n)]
-            fusion = timed(lambda i: fuse(pooled[i].vector, pooled[i].text, qtext[i], limit=10),
-                           n)
+            fusion = timed(lambda i: fuse(pooled[i].vector, pooled[i].text, qtext[i], limit=10), n)
             fathom = Fathom(settings, encoder=encoder, store=store)
             await fathom.search("warm up", k=10)
             full = []
@@ -168,12 +185,17 @@ async def main() -> None:
                 await fathom.search(qtext[i], k=10)
                 full.append((time.perf_counter() - t0) * 1000)
             cached = sum(m.nbytes for m in store._matrices.values())
-            built = (f"ANN builds for the projects left out took {ann_s:.0f} s"
-                     if args.overflow_ann else "no ANN index for the projects left out")
-            print(f"\ncache bound {bound / 2**20:.0f} MiB: {len(store._matrices)} of "
-                  f"{args.projects} projects held ({cached / 2**20:.0f} MiB); hit rate over "
-                  f"{n} all-project searches {hits / max(1, hits + loads + bypassed):.3f} "
-                  f"({hits} hits, {loads} loads, {bypassed} answered by LanceDB); {built}")
+            built = (
+                f"ANN builds for the projects left out took {ann_s:.0f} s"
+                if args.overflow_ann
+                else "no ANN index for the projects left out"
+            )
+            print(
+                f"\ncache bound {bound / 2**20:.0f} MiB: {len(store._matrices)} of "
+                f"{args.projects} projects held ({cached / 2**20:.0f} MiB); hit rate over "
+                f"{n} all-project searches {hits / max(1, hits + loads + bypassed):.3f} "
+                f"({hits} hits, {loads} loads, {bypassed} answered by LanceDB); {built}"
+            )
             print(line("one project, hybrid", one))
             print(line(f"all {args.projects}, hybrid_search_many (parallel, fused once)", many))
             print(line("  vector half alone (search_many, no text)", vector_half))
@@ -181,11 +203,13 @@ async def main() -> None:
             print(line("  fusion step alone", fusion))
             print(line(f"all {args.projects}, project after project (previous)", serial))
             print(line(f"all {args.projects}, Fathom.search (MiniLM query + the above)", full))
-            print(f"ratio   : previous / parallel p50 = {pct(serial, 50) / pct(many, 50):.2f}x; "
-                  f"target all-project p50 <= 150 ms -> "
-                  f"{'met' if pct(many, 50) <= 150 else 'NOT met'}")
+            print(
+                f"ratio   : previous / parallel p50 = {pct(serial, 50) / pct(many, 50):.2f}x; "
+                f"target all-project p50 <= 150 ms -> "
+                f"{'met' if pct(many, 50) <= 150 else 'NOT met'}"
+            )
             store.close()
-            del store, fathom
+            store = fathom = None  # type: ignore[assignment]  # both freed before the next bound
         print(f"peak RSS of the process: {peak_rss_mib():.0f} MiB")
     finally:
         shutil.rmtree(work, ignore_errors=True)

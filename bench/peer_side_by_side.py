@@ -69,20 +69,16 @@ K = 10
 # (question, file inside starlette's package folder). In the asker's words, no identifier;
 # written from each file's code.
 STARLETTE: list[tuple[str, str]] = [
-    ("check the host header against a list of allowed domain names",
-     "middleware/trustedhost.py"),
+    ("check the host header against a list of allowed domain names", "middleware/trustedhost.py"),
     ("redirect plain http requests to https", "middleware/httpsredirect.py"),
     ("compress the response body when the client accepts gzip", "middleware/gzip.py"),
-    ("allow cross-origin requests from other sites and answer preflight requests",
-     "middleware/cors.py"),
+    ("allow cross-origin requests from other sites and answer preflight requests", "middleware/cors.py"),
     ("keep user data in a signed cookie between requests", "middleware/sessions.py"),
-    ("show a traceback page in the browser when the app crashes in debug mode",
-     "middleware/errors.py"),
+    ("show a traceback page in the browser when the app crashes in debug mode", "middleware/errors.py"),
     ("reject a request whose body is larger than a maximum size", "middleware/body_limit.py"),
     ("serve files from a folder on disk", "staticfiles.py"),
     ("parse an uploaded multipart form with files", "formparsers.py"),
-    ("read settings from environment variables and a .env file with type casting",
-     "config.py"),
+    ("read settings from environment variables and a .env file with type casting", "config.py"),
     ("run a function after the response has been sent", "background.py"),
     ("send only part of a file when the client asks for a byte range", "responses.py"),
     ("match the url path against the routes and extract path parameters", "routing.py"),
@@ -91,14 +87,11 @@ STARLETTE: list[tuple[str, str]] = [
     ("call a blocking function from async code in a worker thread", "concurrency.py"),
     ("a case-insensitive multi-valued mapping of http headers", "datastructures.py"),
     ("send and receive json messages over a websocket connection", "websockets.py"),
-    ("only let logged-in users with a given permission call an endpoint, else redirect",
-     "authentication.py"),
-    ("run an old-style synchronous python web app inside an async server",
-     "middleware/wsgi.py"),
+    ("only let logged-in users with a given permission call an endpoint, else redirect", "authentication.py"),
+    ("run an old-style synchronous python web app inside an async server", "middleware/wsgi.py"),
     ("build an openapi description of the api from the route docstrings", "schemas.py"),
     ("call the app in tests without starting a real server", "testclient.py"),
-    ("a class-based view that dispatches to a method named after the http verb",
-     "endpoints.py"),
+    ("a class-based view that dispatches to a method named after the http verb", "endpoints.py"),
     ("read the cookies and the query string of the incoming request", "requests.py"),
 ]
 
@@ -119,19 +112,16 @@ HTTPX: list[tuple[str, str]] = [
     ("hooks called on every request and every response", "_client.py"),
     ("send requests straight to an asgi application in the same process", "_transports/asgi.py"),
     ("call a wsgi app directly instead of over the network", "_transports/wsgi.py"),
-    ("turn the connection library's exceptions into this library's own errors",
-     "_transports/default.py"),
+    ("turn the connection library's exceptions into this library's own errors", "_transports/default.py"),
     ("pick a proxy from environment variables and honour no_proxy", "_utils.py"),
-    ("a transport that answers each request with a function you give, for tests",
-     "_transports/mock.py"),
+    ("a transport that answers each request with a function you give, for tests", "_transports/mock.py"),
     ("raise an error when the response is a client or server error", "_models.py"),
     ("find the charset of a response from its content type header", "_models.py"),
     ("encode a dict as a url-encoded form body or as json", "_content.py"),
     ("a command line tool that prints the response with colours", "_main.py"),
     ("the reason phrase of each numeric http status", "_status_codes.py"),
     ("one-shot get and post functions that open a client for a single request", "_api.py"),
-    ("the hierarchy of errors for timeouts, network failures and protocol errors",
-     "_exceptions.py"),
+    ("the hierarchy of errors for timeouts, network failures and protocol errors", "_exceptions.py"),
 ]
 
 
@@ -186,8 +176,9 @@ def minilm_folder() -> str:
 # --------------------------------------------------------------------------- the two systems
 
 
-def run_peer(python: str, work: Path, sets: dict[str, list[Question]],
-             model: str) -> tuple[dict[str, Ranked], dict[str, str]]:
+def run_peer(
+    python: str, work: Path, sets: dict[str, list[Question]], model: str
+) -> tuple[dict[str, Ranked], dict[str, str]]:
     """Index each set's folder (a copy, so the peer's settings folder stays out of Fathom's)
     and ask its questions, in one subprocess of the peer's Python."""
     job = {"home": str(work / "peer-home"), "model": model, "limit": K, "projects": []}
@@ -197,9 +188,14 @@ def run_peer(python: str, work: Path, sets: dict[str, list[Question]],
         job["projects"].append({"root": str(copy), "queries": [q.text for q in questions]})
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     t0 = time.perf_counter()
-    proc = subprocess.run([python, str(ROOT / "bench" / "_peer_driver.py")],
-                          input=json.dumps(job), capture_output=True, text=True, env=env,
-                          check=False)
+    proc = subprocess.run(
+        [python, str(ROOT / "bench" / "_peer_driver.py")],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"the peer failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     print(f"peer: {time.perf_counter() - t0:.0f} s in all (model load, index, questions)")
@@ -209,17 +205,16 @@ def run_peer(python: str, work: Path, sets: dict[str, list[Question]],
         root = project["root"]
         ranks = []
         for q, results in zip(questions, project["results"], strict=True):
-            paths = [os.path.relpath(p, root) if os.path.isabs(p) else p
-                     for p, _, _ in results]
+            paths = [os.path.relpath(p, root) if os.path.isabs(p) else p for p, _, _ in results]
             ranks.append(file_rank(paths, q.path))
         ranked[name] = Ranked(ranks, project["search_ms"])
-        info[name] = (f"{project['chunks']} chunks from {project['files']} files, "
-                      f"indexed in {project['index_s']:.0f} s")
+        info[name] = (
+            f"{project['chunks']} chunks from {project['files']} files, indexed in {project['index_s']:.0f} s"
+        )
     return ranked, info
 
 
-async def run_fathom(work: Path, sets: dict[str, list[Question]]
-                     ) -> tuple[dict[str, Ranked], dict[str, str]]:
+async def run_fathom(work: Path, sets: dict[str, list[Question]]) -> tuple[dict[str, Ranked], dict[str, str]]:
     from mcp import Client
 
     from fathom.server.mcp_tools import build_mcp_server
@@ -236,12 +231,10 @@ async def run_fathom(work: Path, sets: dict[str, list[Question]]
             info[name] = f"{report.chunks} code chunks, indexed in {time.perf_counter() - t0:.0f} s"
             ranks, ms = [], []
             async with Client(build_mcp_server(fathom)) as client:
-                await client.call_tool("search_code", {"query": "warm up", "project": name,
-                                                       "k": K})
+                await client.call_tool("search_code", {"query": "warm up", "project": name, "k": K})
                 for q in questions:
                     t0 = time.perf_counter()
-                    res = await client.call_tool("search_code", {"query": q.text,
-                                                                 "project": name, "k": K})
+                    res = await client.call_tool("search_code", {"query": q.text, "project": name, "k": K})
                     ms.append((time.perf_counter() - t0) * 1000)
                     if res.is_error:
                         raise RuntimeError(f"search_code failed for {q.text!r}: {res.content}")
@@ -260,43 +253,76 @@ def _r(rank: int | None) -> str:
     return str(rank) if rank else "-"
 
 
-def print_report(sets: dict[str, list[Question]], fathom: dict[str, Ranked],
-                 peer: dict[str, Ranked], *, ranks: bool) -> bool:
+def print_report(
+    sets: dict[str, list[Question]], fathom: dict[str, Ranked], peer: dict[str, Ranked], *, ranks: bool
+) -> bool:
     rows = []
     holds = True
     for name, questions in sets.items():
         f, p = fathom[name], peer[name]
         n = len(questions)
         holds &= f.mrr >= p.mrr
-        rows.append([f"{name} ({n})", f"{f.mrr:.3f}", f"{p.mrr:.3f}", f"{f.mrr - p.mrr:+.3f}",
-                     f"{f.hit3}/{n}", f"{p.hit3}/{n}",
-                     f"{percentile(f.ms, 50):.0f} / {percentile(p.ms, 50):.0f}"])
+        rows.append(
+            [
+                f"{name} ({n})",
+                f"{f.mrr:.3f}",
+                f"{p.mrr:.3f}",
+                f"{f.mrr - p.mrr:+.3f}",
+                f"{f.hit3}/{n}",
+                f"{p.hit3}/{n}",
+                f"{percentile(f.ms, 50):.0f} / {percentile(p.ms, 50):.0f}",
+            ]
+        )
     print()
-    print(table(["set", "Fathom MRR@10", "peer MRR@10", "Fathom - peer", "Fathom hit@3",
-                 "peer hit@3", "search p50 ms (Fathom / peer)"], rows))
+    print(
+        table(
+            [
+                "set",
+                "Fathom MRR@10",
+                "peer MRR@10",
+                "Fathom - peer",
+                "Fathom hit@3",
+                "peer hit@3",
+                "search p50 ms (Fathom / peer)",
+            ],
+            rows,
+        )
+    )
     print(f"Fathom MRR@10 >= the peer's on every set: {'yes' if holds else 'NO'}")
     for name, questions in sets.items():
         f, p = fathom[name], peer[name]
-        diff = [(q, a, b) for q, a, b in zip(questions, f.ranks, p.ranks, strict=True)
-                if ranks or a != b]
+        diff = [(q, a, b) for q, a, b in zip(questions, f.ranks, p.ranks, strict=True) if ranks or a != b]
         if not diff:
             continue
-        print(f"\n{name}: {'every question' if ranks else 'questions ranked differently'} "
-              "(file rank, Fathom / peer)")
-        print(table(["question", "expected file", "Fathom", "peer"],
-                    [[q.text, q.path, _r(a), _r(b)] for q, a, b in diff]))
+        print(
+            f"\n{name}: {'every question' if ranks else 'questions ranked differently'} "
+            "(file rank, Fathom / peer)"
+        )
+        print(
+            table(
+                ["question", "expected file", "Fathom", "peer"],
+                [[q.text, q.path, _r(a), _r(b)] for q, a, b in diff],
+            )
+        )
     return holds
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peer-python", default="/tmp/peer-venv/bin/python",
-                    help="the Python of the virtualenv cocoindex-code is installed in")
-    ap.add_argument("--libs", default=",".join(DOCSTRING_LIBS),
-                    help="installed packages the natural set's corpus is drawn from")
+    ap.add_argument(
+        "--peer-python",
+        default="/tmp/peer-venv/bin/python",
+        help="the Python of the virtualenv cocoindex-code is installed in",
+    )
+    ap.add_argument(
+        "--libs",
+        default=",".join(DOCSTRING_LIBS),
+        help="installed packages the natural set's corpus is drawn from",
+    )
     ap.add_argument("--sets", default="natural,starlette,httpx", help="which sets to run")
-    ap.add_argument("--ranks", action="store_true",
-                    help="print every question's rank, not only those ranked differently")
+    ap.add_argument(
+        "--ranks", action="store_true", help="print every question's rank, not only those ranked differently"
+    )
     args = ap.parse_args()
     started = time.perf_counter()
     print(machine())

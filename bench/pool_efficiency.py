@@ -19,17 +19,18 @@ import argparse
 import asyncio
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_clock
 
-from fathom.clock import Clock, SystemClock  # noqa: E402
 from tests.fake_clock import FakeClock  # noqa: E402
+
+from fathom.clock import Clock, SystemClock  # noqa: E402
 from fathom.inference.pool import Pool  # noqa: E402
 from fathom.inference.provider import Kind, Provider, ProviderInfo  # noqa: E402
 from fathom.roles import Role  # noqa: E402
@@ -52,8 +53,9 @@ class Spec:
 class LatencyOnly(Provider):
     def __init__(self, spec: Spec, clock: Clock):
         self.spec, self.clock = spec, clock
-        self.info = ProviderInfo(id=spec.id, kind=spec.kind, roles=frozenset({Role.CODE_EMBEDDING}),
-                                 model="bench", width=8)
+        self.info = ProviderInfo(
+            id=spec.id, kind=spec.kind, roles=frozenset({Role.CODE_EMBEDDING}), model="bench", width=8
+        )
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         await self.clock.sleep(self.spec.overhead + len(texts) / self.spec.rate)
@@ -62,12 +64,19 @@ class LatencyOnly(Provider):
 
 SCENARIOS: dict[str, list[Spec]] = {
     "rates 4:2:1, per-item cost only": [
-        Spec("gpu-a", 400), Spec("gpu-b", 200), Spec("cloud", 100, kind=Kind.CLOUD)],
+        Spec("gpu-a", 400),
+        Spec("gpu-b", 200),
+        Spec("cloud", 100, kind=Kind.CLOUD),
+    ],
     "GPU + sidecar + cloud with round trips": [
-        Spec("in-process", 130, 0.002), Spec("sidecar-a100", 900, 0.015),
-        Spec("openrouter", 600, 0.120, lanes=4, kind=Kind.CLOUD)],
+        Spec("in-process", 130, 0.002),
+        Spec("sidecar-a100", 900, 0.015),
+        Spec("openrouter", 600, 0.120, lanes=4, kind=Kind.CLOUD),
+    ],
     "one fast GPU, five slow sidecars": [
-        Spec("fast", 1000, 0.005), *[Spec(f"slow-{i}", 60, 0.010) for i in range(5)]],
+        Spec("fast", 1000, 0.005),
+        *[Spec(f"slow-{i}", 60, 0.010) for i in range(5)],
+    ],
 }
 
 
@@ -78,8 +87,14 @@ def scaled(specs: list[Spec], k: float) -> list[Spec]:
 
 async def run_one(specs: list[Spec], n: int, clock: Clock, target: float) -> tuple[float, dict[str, int]]:
     providers = [LatencyOnly(s, clock) for s in specs]
-    pool = Pool(providers, clock=clock, lanes=lambda p: p.spec.lanes, target_latency=target,
-                max_batch=MAX_BATCH, stall_timeout=None)
+    pool = Pool(
+        providers,
+        clock=clock,
+        lanes=lambda p: p.spec.lanes,
+        target_latency=target,
+        max_batch=MAX_BATCH,
+        stall_timeout=None,
+    )
     written = 0
 
     async def sink(indices, vectors, provider):
@@ -93,8 +108,9 @@ async def run_one(specs: list[Spec], n: int, clock: Clock, target: float) -> tup
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=30.0,
-                    help="ideal job length in (virtual) seconds, before speed-up")
+    ap.add_argument(
+        "--seconds", type=float, default=30.0, help="ideal job length in (virtual) seconds, before speed-up"
+    )
     ap.add_argument("--target", type=float, default=1.0, help="target batch latency, seconds")
     ap.add_argument("--speedup", type=float, default=5.0, help="real-time run k× faster")
     ap.add_argument("--quick", action="store_true", help="virtual time only")
@@ -114,13 +130,15 @@ def main() -> None:
             wall = time.perf_counter() - t0
             rows.append((name, f"real ({wall:.1f}s wall, {k:g}× speed)", n, n / elapsed / k, ideal_rate, per))
 
-    print(f"\nPool efficiency (target batch latency {args.target}s, max batch {MAX_BATCH}; "
-          f"ideal = every provider busy at its best batch size, no tail)\n")
+    print(
+        f"\nPool efficiency (target batch latency {args.target}s, max batch {MAX_BATCH}; "
+        f"ideal = every provider busy at its best batch size, no tail)\n"
+    )
     head = f"{'scenario':42} {'clock':30} {'items':>7} {'items/s':>9} {'ideal/s':>9} {'efficiency':>10}"
     print(head)
     print("-" * len(head))
     worst = 1.0
-    for name, mode, n, rate, ideal, per in rows:
+    for name, mode, n, rate, ideal, _per in rows:
         eff = rate / ideal
         worst = min(worst, eff)
         print(f"{name:42} {mode:30} {n:7d} {rate:9.1f} {ideal:9.1f} {eff:10.3f}")

@@ -98,12 +98,12 @@ class Fleet:
             ctl = self.emus[e.name].control
             ctl.reset()
             ctl.latency(base_ms=e.base_s * 1000, per_item_ms=e.per_item_s * 1000)
-            ctl.set_limits(concurrency=e.concurrency,
-                           **({"rpm": e.window_allowance, "window": self.window_s}
-                              if e.window_allowance else {}))
+            ctl.set_limits(
+                concurrency=e.concurrency,
+                **({"rpm": e.window_allowance, "window": self.window_s} if e.window_allowance else {}),
+            )
             if e.window_allowance:  # what GET /api/v1/key says of the key's rate limit
-                ctl.set_key(rate_limit={"requests": e.window_allowance,
-                                        "interval": f"{self.window_s:g}s"})
+                ctl.set_key(rate_limit={"requests": e.window_allowance, "interval": f"{self.window_s:g}s"})
 
     def counters(self) -> dict[str, dict]:
         return {name: emu.control.counters() for name, emu in self.emus.items()}
@@ -123,22 +123,34 @@ class Outcome:
     note: str = ""
 
 
-async def run_fathom(fleet: Fleet, chunks: list[str], batch: int, history: dict[str, Sizing],
-                     name: str) -> Outcome:
+async def run_fathom(
+    fleet: Fleet, chunks: list[str], batch: int, history: dict[str, Sizing], name: str
+) -> Outcome:
     providers = []
     budgets: dict[str, CloudBudget] = {}
     for e in ENDPOINTS:
         client = OpenRouterClient(c.BENCH_KEY, base_url=fleet.emus[e.name].base_url)
-        p = OpenRouterProvider(client, model=MINILM, roles=[Role.CODE_EMBEDDING], upstream=PIN,
-                               width=WIDTH, provider_id=f"openrouter:{e.name}")
+        p = OpenRouterProvider(
+            client,
+            model=MINILM,
+            roles=[Role.CODE_EMBEDDING],
+            upstream=PIN,
+            width=WIDTH,
+            provider_id=f"openrouter:{e.name}",
+        )
         providers.append(p)
         budget = CloudBudget(override=e.concurrency, window_s=fleet.window_s)
         budget.discover(await client.key_info())
         budgets[p.id] = budget
-    pool = Pool(providers, lanes=lambda p: budgets[p.id].effective_limit,
-                admission=lambda p: budgets[p.id].admission(p),
-                rate_limit=lambda p: budgets[p.id].key_rate(),
-                history=history, max_batch=batch, stall_timeout=120.0)
+    pool = Pool(
+        providers,
+        lanes=lambda p: budgets[p.id].effective_limit,
+        admission=lambda p: budgets[p.id].admission(p),
+        rate_limit=lambda p: budgets[p.id].key_rate(),
+        history=history,
+        max_batch=batch,
+        stall_timeout=120.0,
+    )
     seen: Counter[int] = Counter()
 
     async def sink(indices, vectors, provider):
@@ -177,8 +189,14 @@ async def delivered_latency(fleet: Fleet, chunks: list[str], batch: int, seconds
     until = time.perf_counter() + seconds
     for e in ENDPOINTS:
         client = OpenRouterClient(c.BENCH_KEY, base_url=fleet.emus[e.name].base_url)
-        p = OpenRouterProvider(client, model=MINILM, roles=[Role.CODE_EMBEDDING], upstream=PIN,
-                               width=WIDTH, provider_id=f"openrouter:{e.name}")
+        p = OpenRouterProvider(
+            client,
+            model=MINILM,
+            roles=[Role.CODE_EMBEDDING],
+            upstream=PIN,
+            width=WIDTH,
+            provider_id=f"openrouter:{e.name}",
+        )
         providers.append(p)
         budget = [e.window_allowance or 1 << 30]
         slots += [slot(e, p, until, budget) for _ in range(e.concurrency)]
@@ -192,23 +210,27 @@ async def delivered_latency(fleet: Fleet, chunks: list[str], batch: int, seconds
 
 def through_routing_state(history: dict[str, Sizing], folder: Path) -> dict[str, Sizing]:
     """The batch history as a restarted server gets it: written to `routing.json`, read back."""
-    RoutingStore(folder).record_batches("code", {pid: record_of(s) for pid, s in history.items()
-                                                 if s.spi is not None})
+    RoutingStore(folder).record_batches(
+        "code", {pid: record_of(s) for pid, s in history.items() if s.spi is not None}
+    )
     return {pid: sizing_of(r) for pid, r in RoutingStore(folder).load().batches["code"].items()}
 
 
 async def run_litellm(fleet: Fleet, chunks: list[str], batch: int, strategy: str) -> Outcome:
     litellm = c.import_litellm()
-    model_list = [{
-        "model_name": "code-embedding",
-        "litellm_params": {
-            "model": "openai/" + MINILM,
-            "api_base": fleet.emus[e.name].base_url,
-            "api_key": c.BENCH_KEY,
-            "max_parallel_requests": e.concurrency,
-            "extra_body": {"provider": {"order": [PIN], "allow_fallbacks": False}},
-        },
-    } for e in ENDPOINTS]
+    model_list = [
+        {
+            "model_name": "code-embedding",
+            "litellm_params": {
+                "model": "openai/" + MINILM,
+                "api_base": fleet.emus[e.name].base_url,
+                "api_key": c.BENCH_KEY,
+                "max_parallel_requests": e.concurrency,
+                "extra_body": {"provider": {"order": [PIN], "allow_fallbacks": False}},
+            },
+        }
+        for e in ENDPOINTS
+    ]
     router = litellm.Router(model_list=model_list, routing_strategy=strategy, num_retries=3)
     batches = deque(range(0, len(chunks), batch))
     done: Counter[int] = Counter()
@@ -218,7 +240,7 @@ async def run_litellm(fleet: Fleet, chunks: list[str], batch: int, strategy: str
         nonlocal errors
         while batches:
             start = batches.popleft()
-            part = chunks[start:start + batch]
+            part = chunks[start : start + batch]
             try:
                 resp = await router.aembedding(model="code-embedding", input=part)
                 if len(resp.data) != len(part):
@@ -244,8 +266,12 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64, help="items per request (both sides' maximum)")
     ap.add_argument("--window", type=float, default=10.0, help="the limited endpoint's window, s")
     ap.add_argument("--quick", action="store_true", help="a ~30 s run (6 s ideal jobs)")
-    ap.add_argument("--calibrate", type=float, default=5.0,
-                    help="seconds measuring the latency each endpoint delivers on this machine")
+    ap.add_argument(
+        "--calibrate",
+        type=float,
+        default=5.0,
+        help="seconds measuring the latency each endpoint delivers on this machine",
+    )
     ap.add_argument("--only", choices=["fathom", "litellm"], default=None)
     args = ap.parse_args()
     if args.quick:
@@ -257,10 +283,21 @@ def main() -> None:
     n = int(ideal * args.seconds)
     chunks = c.texts(n)
     print("\nEndpoints (each one OpenRouter emulator; one model, upstream pinned):")
-    print(c.table(["endpoint", "concurrency", "latency", "rate limit", f"best items/s at {args.batch}"],
-                  [(e.name, e.concurrency, f"{e.base_s * 1000:.0f} ms + {e.per_item_s * 1000:g} ms/item",
+    print(
+        c.table(
+            ["endpoint", "concurrency", "latency", "rate limit", f"best items/s at {args.batch}"],
+            [
+                (
+                    e.name,
+                    e.concurrency,
+                    f"{e.base_s * 1000:.0f} ms + {e.per_item_s * 1000:g} ms/item",
                     f"{e.window_allowance} req / {args.window:g} s" if e.window_allowance else "none",
-                    e.capacity(args.batch, args.window)) for e in ENDPOINTS]))
+                    e.capacity(args.batch, args.window),
+                )
+                for e in ENDPOINTS
+            ],
+        )
+    )
     print(f"\nN = {n} chunks, ideal {ideal:.0f} items/s ({args.seconds:g} s with no tail)")
 
     contenders: list[tuple[str, object]] = []
@@ -277,11 +314,16 @@ def main() -> None:
         fleet.stop()
         raise
     delivered_ideal = sum(e.capacity(args.batch, args.window, delivered[e.name]) for e in ENDPOINTS)
-    print(f"Delivered here and now ({args.calibrate:g} s, every endpoint driven at once at "
-          f"{args.batch} a request): " + ", ".join(
-              f"{e.name} {delivered[e.name] * 1000:.0f} ms (configured "
-              f"{(e.base_s + args.batch * e.per_item_s) * 1000:.0f})" for e in ENDPOINTS)
-          + f"; ideal at those latencies {delivered_ideal:.0f} items/s\n")
+    print(
+        f"Delivered here and now ({args.calibrate:g} s, every endpoint driven at once at "
+        f"{args.batch} a request): "
+        + ", ".join(
+            f"{e.name} {delivered[e.name] * 1000:.0f} ms (configured "
+            f"{(e.base_s + args.batch * e.per_item_s) * 1000:.0f})"
+            for e in ENDPOINTS
+        )
+        + f"; ideal at those latencies {delivered_ideal:.0f} items/s\n"
+    )
     rows = []
     results = {}
     history: dict[str, Sizing] = {}
@@ -293,14 +335,18 @@ def main() -> None:
             if kind == "fathom":
                 if strategy == NEXT:
                     history = through_routing_state(history, Path(state_dir.name))
-                    print("batch history read back from routing.json: " + ", ".join(
-                        f"{pid.split(':')[-1]} {s.batch_size}" for pid, s in sorted(history.items())))
+                    print(
+                        "batch history read back from routing.json: "
+                        + ", ".join(
+                            f"{pid.split(':')[-1]} {s.batch_size}" for pid, s in sorted(history.items())
+                        )
+                    )
                 coro = run_fathom(fleet, chunks, args.batch, history, str(strategy))
             else:
                 coro = run_litellm(fleet, chunks, args.batch, strategy)  # type: ignore[arg-type]
             try:
                 out = asyncio.run(asyncio.wait_for(coro, limit))
-            except (asyncio.TimeoutError, TimeoutError):
+            except TimeoutError:
                 name = str(strategy) if kind == "fathom" else f"LiteLLM {strategy}"
                 rows.append((name, f"> {limit:.0f}", "–", "–", "–", "–", "–", "–", "–", "did not finish"))
                 continue
@@ -311,18 +357,50 @@ def main() -> None:
             pins = {u for v in counters.values() for u in v["by_upstream"]}
             rate = out.items / out.wall_s
             results[out.name] = rate / ideal
-            note = "; ".join(x for x in (out.note, "" if pins <= {PIN} else f"PIN NOT HONOURED {pins}",
-                                         "" if out.written_once else "NOT EXACTLY ONCE") if x)
-            rows.append((out.name, out.wall_s, rate, rate / ideal, rate / delivered_ideal, r429,
-                         f"{100 * r429 / max(1, requests):.1f} %",
-                         " / ".join(str(served[e.name]) for e in ENDPOINTS),
-                         out.client_errors, note or "ok"))
+            note = "; ".join(
+                x
+                for x in (
+                    out.note,
+                    "" if pins <= {PIN} else f"PIN NOT HONOURED {pins}",
+                    "" if out.written_once else "NOT EXACTLY ONCE",
+                )
+                if x
+            )
+            rows.append(
+                (
+                    out.name,
+                    out.wall_s,
+                    rate,
+                    rate / ideal,
+                    rate / delivered_ideal,
+                    r429,
+                    f"{100 * r429 / max(1, requests):.1f} %",
+                    " / ".join(str(served[e.name]) for e in ENDPOINTS),
+                    out.client_errors,
+                    note or "ok",
+                )
+            )
     finally:
         fleet.stop()
         state_dir.cleanup()
 
-    print(c.table(["contender", "wall s", "items/s", "÷ ideal", "÷ delivered ideal", "429s", "429 % of requests",
-                   "requests served fast / slow / limited", "caller-visible failures", "notes"], rows))
+    print(
+        c.table(
+            [
+                "contender",
+                "wall s",
+                "items/s",
+                "÷ ideal",
+                "÷ delivered ideal",
+                "429s",
+                "429 % of requests",
+                "requests served fast / slow / limited",
+                "caller-visible failures",
+                "notes",
+            ],
+            rows,
+        )
+    )
     print()
     for mine in (FIRST, NEXT):
         fathom = results.get(mine)
@@ -330,8 +408,10 @@ def main() -> None:
             if fathom is not None and not name.startswith("Fathom") and eff > 0:
                 print(f"{mine} throughput ÷ {name}: {fathom / eff:.2f}×")
     if NEXT in results:
-        print(f"{NEXT}: {results[NEXT]:.3f} of ideal, {results[NEXT] * ideal / delivered_ideal:.3f} "
-              f"of the ideal at the latencies delivered here (target ≥ 0.95)")
+        print(
+            f"{NEXT}: {results[NEXT]:.3f} of ideal, {results[NEXT] * ideal / delivered_ideal:.3f} "
+            f"of the ideal at the latencies delivered here (target ≥ 0.95)"
+        )
 
 
 if __name__ == "__main__":

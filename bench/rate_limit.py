@@ -42,6 +42,7 @@ import bisect
 import math
 import time
 from dataclasses import dataclass, field
+from datetime import UTC
 
 import _common as c
 
@@ -93,27 +94,52 @@ class Contender:
 
 
 class FathomPool(Contender):
-    def __init__(self, base_url: str, rpm: float | None, window_s: float, budgeted: bool,
-                 discovered: bool = False):
+    def __init__(
+        self, base_url: str, rpm: float | None, window_s: float, budgeted: bool, discovered: bool = False
+    ):
         self.budgeted = budgeted
         self.discovered = discovered
-        self.name = ("Fathom CloudBudget (rpm discovered)" if discovered else
-                     "Fathom CloudBudget (rpm known)" if budgeted else "fixed 3 × 8 (pool, no budget)")
+        self.name = (
+            "Fathom CloudBudget (rpm discovered)"
+            if discovered
+            else "Fathom CloudBudget (rpm known)"
+            if budgeted
+            else "fixed 3 × 8 (pool, no budget)"
+        )
         self.client = OpenRouterClient(c.BENCH_KEY, base_url=base_url)
         if discovered:
             rpm = None  # the budget learns it from the key
         scale = window_s / 60.0
-        self.budget = CloudBudget(rpm=rpm, window_s=window_s, clean_window_s=10.0 * scale,
-                                  base_backoff_s=max(0.25, 1.0 * scale)) if budgeted else None
-        inner = [OpenRouterProvider(self.client, model=MINILM, roles=[Role.CODE_EMBEDDING],
-                                    upstream=PIN, width=WIDTH, provider_id=f"openrouter:sidecar-{i}")
-                 for i in range(PROVIDERS)]
+        self.budget = (
+            CloudBudget(
+                rpm=rpm, window_s=window_s, clean_window_s=10.0 * scale, base_backoff_s=max(0.25, 1.0 * scale)
+            )
+            if budgeted
+            else None
+        )
+        inner = [
+            OpenRouterProvider(
+                self.client,
+                model=MINILM,
+                roles=[Role.CODE_EMBEDDING],
+                upstream=PIN,
+                width=WIDTH,
+                provider_id=f"openrouter:sidecar-{i}",
+            )
+            for i in range(PROVIDERS)
+        ]
         providers = [BudgetedProvider(p, self.budget) for p in inner] if self.budget else inner
         budget = self.budget
         lanes = (lambda p: budget.effective_limit) if discovered and budget else LANES
-        self.pool = Pool(providers, lanes=lanes, max_batch=BATCH, initial_batch=BATCH,
-                         min_batch=1, admission=self.budget.admission if self.budget else None,
-                         stall_timeout=None)
+        self.pool = Pool(
+            providers,
+            lanes=lanes,
+            max_batch=BATCH,
+            initial_batch=BATCH,
+            min_batch=1,
+            admission=self.budget.admission if self.budget else None,
+            stall_timeout=None,
+        )
         self.task: asyncio.Task | None = None
 
     async def start(self) -> None:
@@ -121,13 +147,14 @@ class FathomPool(Contender):
             pass
 
         if self.discovered:
-            from datetime import datetime, timezone
+            from datetime import datetime
 
             from fathom.fleet.keycheck import KeyCheckRecord, feed_budget, read_key
 
             check = await read_key(self.client, "push")
-            feed_budget(self.budget)(KeyCheckRecord("bench", check.outcome, check.reason,
-                                                    datetime.now(timezone.utc), check.facts))
+            feed_budget(self.budget)(
+                KeyCheckRecord("bench", check.outcome, check.reason, datetime.now(UTC), check.facts)
+            )
         self.task = asyncio.create_task(self.pool.run(c.texts(200_000), sink))
 
     async def stop(self) -> str:
@@ -135,8 +162,10 @@ class FathomPool(Contender):
         note = ""
         if self.budget is not None:
             st = self.budget.state()
-            note = (f"ceiling {st.ceiling} ({st.ceiling_origin}), effective {st.effective_limit}, "
-                    f"halvings {st.halvings}, rtt {st.rtt_s * 1000:.0f} ms")
+            note = (
+                f"ceiling {st.ceiling} ({st.ceiling_origin}), effective {st.effective_limit}, "
+                f"halvings {st.halvings}, rtt {st.rtt_s * 1000:.0f} ms"
+            )
         self.task.cancel()
         try:
             await self.task
@@ -152,18 +181,21 @@ class LiteLLMRouter(Contender):
     def __init__(self, base_url: str, rpm_per_minute: float, strategy: str):
         litellm = c.import_litellm()
         self.name = f"LiteLLM {strategy}, rpm {rpm_per_minute / PROVIDERS:g} × 3"
-        model_list = [{
-            "model_name": "code-embedding",
-            "litellm_params": {
-                "model": "openai/" + MINILM,
-                "api_base": base_url,
-                "api_key": c.BENCH_KEY,
-                "rpm": max(1, int(rpm_per_minute // PROVIDERS)),
-                "max_parallel_requests": LANES,
-                "extra_body": {"provider": {"order": [PIN], "allow_fallbacks": False}},
-            },
-            "model_info": {"id": f"sidecar-{i}"},
-        } for i in range(PROVIDERS)]
+        model_list = [
+            {
+                "model_name": "code-embedding",
+                "litellm_params": {
+                    "model": "openai/" + MINILM,
+                    "api_base": base_url,
+                    "api_key": c.BENCH_KEY,
+                    "rpm": max(1, int(rpm_per_minute // PROVIDERS)),
+                    "max_parallel_requests": LANES,
+                    "extra_body": {"provider": {"order": [PIN], "allow_fallbacks": False}},
+                },
+                "model_info": {"id": f"sidecar-{i}"},
+            }
+            for i in range(PROVIDERS)
+        ]
         self.router = litellm.Router(model_list=model_list, routing_strategy=strategy, num_retries=3)
         self.stopping = False
         self.errors = 0
@@ -236,11 +268,23 @@ def summarise(m: Measure, per_window: int, ph: Phases) -> tuple:
     recovered = between(end, m.marks["recovery"]) / (rate * ph.recovery_s)
     rec_429 = r429("recovery") - r429("outage")
     in_steady = [t for t in acc if m.marks["warm"] <= t < m.marks["steady"]]
-    stall = max((b - a for a, b in zip([m.marks["warm"], *in_steady], [*in_steady, m.marks["steady"]])),
-                default=math.nan)
-    return (m.name, achieved, steady_429, f"{100 * steady_429 / max(1, steady_req):.1f} %",
-            m.counts["steady"]["peak_concurrency"], round(stall, 2), outage_429, first,
-            recovered, rec_429, m.note)
+    stall = max(
+        (b - a for a, b in zip([m.marks["warm"], *in_steady], [*in_steady, m.marks["steady"]])),
+        default=math.nan,
+    )
+    return (
+        m.name,
+        achieved,
+        steady_429,
+        f"{100 * steady_429 / max(1, steady_req):.1f} %",
+        m.counts["steady"]["peak_concurrency"],
+        round(stall, 2),
+        outage_429,
+        first,
+        recovered,
+        rec_429,
+        m.note,
+    )
 
 
 def main() -> None:
@@ -250,16 +294,21 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a ~1 min run (window scaled to 6 s)")
     ap.add_argument("--skip-litellm", action="store_true")
     args = ap.parse_args()
-    ph = (Phases(window_s=6.0, warm_s=1.0, steady_s=6.0, outage_s=2.0, recovery_s=6.0) if args.quick
-          else Phases(window_s=60.0, warm_s=5.0, steady_s=60.0, outage_s=5.0, recovery_s=20.0))
+    ph = (
+        Phases(window_s=6.0, warm_s=1.0, steady_s=6.0, outage_s=2.0, recovery_s=6.0)
+        if args.quick
+        else Phases(window_s=60.0, warm_s=5.0, steady_s=60.0, outage_s=5.0, recovery_s=20.0)
+    )
     per_window = max(1, round(args.rpm * ph.window_s / 60.0))
     c.use_hash_encoders(WIDTH)
     print(c.machine())
     print(f"LiteLLM {c.litellm_version()}")
-    print(f"\nlimit {args.rpm} requests/min as {per_window} per {ph.window_s:g} s sliding window; "
-          f"latency {args.latency_ms:g} ms + 2 ms/item, {BATCH} items/request; "
-          f"{PROVIDERS} providers × {LANES} on one key; phases: warm-up {ph.warm_s:g} s, steady "
-          f"{ph.steady_s:g} s, outage (all 429) {ph.outage_s:g} s, recovery {ph.recovery_s:g} s\n")
+    print(
+        f"\nlimit {args.rpm} requests/min as {per_window} per {ph.window_s:g} s sliding window; "
+        f"latency {args.latency_ms:g} ms + 2 ms/item, {BATCH} items/request; "
+        f"{PROVIDERS} providers × {LANES} on one key; phases: warm-up {ph.warm_s:g} s, steady "
+        f"{ph.steady_s:g} s, outage (all 429) {ph.outage_s:g} s, recovery {ph.recovery_s:g} s\n"
+    )
 
     emu = c.start_emulator("rate-limited")
     base = emu.base_url
@@ -270,8 +319,10 @@ def main() -> None:
         lambda: FathomPool(base, None, ph.window_s, budgeted=False),
     ]
     if not args.skip_litellm:
-        makers += [lambda: LiteLLMRouter(base, rpm, "usage-based-routing-v2"),
-                   lambda: LiteLLMRouter(base, rpm, "simple-shuffle")]
+        makers += [
+            lambda: LiteLLMRouter(base, rpm, "usage-based-routing-v2"),
+            lambda: LiteLLMRouter(base, rpm, "simple-shuffle"),
+        ]
     rows = []
     try:
         for make in makers:
@@ -293,9 +344,24 @@ def main() -> None:
         emu.stop()
 
     print()
-    print(c.table(["contender", "achieved ÷ limit", "429s (steady)", "429 % (steady)",
-                   "peak in flight", "longest gap (steady), s", "429s in outage", "first success after outage, s",
-                   "accepted ÷ limit in recovery", "429s in recovery", "notes"], rows))
+    print(
+        c.table(
+            [
+                "contender",
+                "achieved ÷ limit",
+                "429s (steady)",
+                "429 % (steady)",
+                "peak in flight",
+                "longest gap (steady), s",
+                "429s in outage",
+                "first success after outage, s",
+                "accepted ÷ limit in recovery",
+                "429s in recovery",
+                "notes",
+            ],
+            rows,
+        )
+    )
     if args.quick:
         print("\n(--quick: LiteLLM counts rpm per calendar minute; its rows are not comparable here)")
 

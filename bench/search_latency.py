@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
 import statistics
 import sys
@@ -46,22 +45,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
-
 from _common import machine, peak_rss_mib, reset_peak_rss, rss_mib  # noqa: E402
+
 from fathom.config import Settings  # noqa: E402
-from fathom.index.chunk import Chunk  # noqa: E402
-from fathom.index.indexer import space_for  # noqa: E402
-from fathom.index.fusion import fuse, rrf_fuse  # noqa: E402
-from fathom.index.search import hybrid_search  # noqa: E402
 from fathom.index.backend import open_store_url  # noqa: E402
+from fathom.index.chunk import Chunk  # noqa: E402
+from fathom.index.fusion import fuse, rrf_fuse  # noqa: E402
+from fathom.index.indexer import space_for  # noqa: E402
+from fathom.index.search import hybrid_search  # noqa: E402
 from fathom.index.store import HIT_COLUMNS, LanceStore, Slot, ann_params  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 from fathom.space import Provenance, Space  # noqa: E402
 
-WORDS = ("parse render retry cache token stream buffer index query vector table column "
-         "socket request response handler config logger thread queue batch encode decode "
-         "hash password invoice tax progress syntax markdown layout style").split()
+WORDS = (
+    "parse render retry cache token stream buffer index query vector table column "
+    "socket request response handler config logger thread queue batch encode decode "
+    "hash password invoice tax progress syntax markdown layout style"
+).split()
 
 
 BATCH = 20_000
@@ -88,10 +89,18 @@ def rows_for(start: int, labels: np.ndarray, words: list[str]) -> list[Chunk]:
     out = []
     for j, c in enumerate(labels.tolist()):
         i = start + j
-        text = " ".join(words[6 * j:6 * j + 6])
-        out.append(Chunk(path=f"pkg/mod_{i // 40}.py", language="python", table="code",
-                         start_line=(i % 40) * 10 + 1, end_line=(i % 40) * 10 + 9,
-                         symbol=f"func_{i}", text=f"def func_{i}():\n    # cluster {c}: {text}\n"))
+        text = " ".join(words[6 * j : 6 * j + 6])
+        out.append(
+            Chunk(
+                path=f"pkg/mod_{i // 40}.py",
+                language="python",
+                table="code",
+                start_line=(i % 40) * 10 + 1,
+                end_line=(i % 40) * 10 + 9,
+                symbol=f"func_{i}",
+                text=f"def func_{i}():\n    # cluster {c}: {text}\n",
+            )
+        )
     return out
 
 
@@ -100,7 +109,7 @@ def exact_top(matrix: np.ndarray, q: np.ndarray, k: int = 10) -> np.ndarray:
     best_s = np.full((len(q), k), -np.inf, np.float32)
     best_i = np.zeros((len(q), k), np.int64)
     for s in range(0, matrix.shape[0], 50_000):
-        sc = q @ np.asarray(matrix[s:s + 50_000]).T
+        sc = q @ np.asarray(matrix[s : s + 50_000]).T
         both_s = np.concatenate([best_s, sc], axis=1)
         both_i = np.concatenate([best_i, np.arange(s, s + sc.shape[1])[None].repeat(len(q), 0)], 1)
         keep = np.argpartition(-both_s, k - 1, axis=1)[:, :k]
@@ -139,30 +148,50 @@ def timed(fn, n: int) -> list[float]:
 
 
 def latency_line(name: str, v: list[float], width: int = 44) -> str:
-    return (f"{name:<{width}} p50 {pct(v, 50):8.2f} ms   p95 {pct(v, 95):8.2f} ms   "
-            f"mean {statistics.fmean(v):8.2f} ms")
+    return (
+        f"{name:<{width}} p50 {pct(v, 50):8.2f} ms   p95 {pct(v, 95):8.2f} ms   "
+        f"mean {statistics.fmean(v):8.2f} ms"
+    )
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=50_000)
     ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--width", type=int, default=None,
-                    help="vector width (default: the embedded MiniLM's, 384); another width "
-                         "skips the Fathom.search step, which needs that encoder")
+    ap.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="vector width (default: the embedded MiniLM's, 384); another width "
+        "skips the Fathom.search step, which needs that encoder",
+    )
     ap.add_argument("--clusters", type=int, default=500)
-    ap.add_argument("--spread", type=float, default=0.8,
-                    help="noise per dimension around a centre, relative to the centre (0.8 "
-                         "gives ~0.6 cosine between rows of one cluster, like related code)")
-    ap.add_argument("--vocab", type=int, default=len(WORDS),
-                    help="words the chunk texts and queries draw from (Zipf law past 30)")
-    ap.add_argument("--while-building", type=int, default=5,
-                    help="vector searches timed while the ANN index builds (exact; each also "
-                         "through LanceDB's flat scan, slow, for the ratio)")
+    ap.add_argument(
+        "--spread",
+        type=float,
+        default=0.8,
+        help="noise per dimension around a centre, relative to the centre (0.8 "
+        "gives ~0.6 cosine between rows of one cluster, like related code)",
+    )
+    ap.add_argument(
+        "--vocab",
+        type=int,
+        default=len(WORDS),
+        help="words the chunk texts and queries draw from (Zipf law past 30)",
+    )
+    ap.add_argument(
+        "--while-building",
+        type=int,
+        default=5,
+        help="vector searches timed while the ANN index builds (exact; each also "
+        "through LanceDB's flat scan, slow, for the ratio)",
+    )
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--store", default=None,
-                    help="postgresql://… to measure PostgreSQL + pgvector (default: LanceDB in a "
-                         "temporary folder)")
+    ap.add_argument(
+        "--store",
+        default=None,
+        help="postgresql://… to measure PostgreSQL + pgvector (default: LanceDB in a temporary folder)",
+    )
     args = ap.parse_args()
 
     rng = np.random.default_rng(args.seed)
@@ -171,20 +200,25 @@ async def main() -> None:
         settings = Settings(data_dir=work / "data")
         encoder = LocalEncoder.from_settings(settings)
         minilm = args.width in (None, encoder.width)
-        space = (space_for(encoder, "code") if minilm
-                 else Space("code", f"synthetic-{args.width}", args.width, "synthetic"))
+        space = (
+            space_for(encoder, "code")
+            if minilm
+            else Space("code", f"synthetic-{args.width}", args.width, "synthetic")
+        )
         width = space.width
         words, weights = vocabulary(args.vocab)
-        store = (open_store_url(args.store) if args.store
-                 else LanceStore(settings.lance_dir, matrix_cache_bytes=settings.matrix_cache_bytes))
+        store = (
+            open_store_url(args.store)
+            if args.store
+            else LanceStore(settings.lance_dir, matrix_cache_bytes=settings.matrix_cache_bytes)
+        )
         if store.has_project("bench"):
             store.drop_project("bench")
         if minilm:  # loaded before the measurements, as in a server that answers searches
             await encoder.embed(["warm up"])
 
         centres = rng.standard_normal((args.clusters, width)).astype(np.float32)
-        matrix = np.lib.format.open_memmap(work / "matrix.npy", "w+", np.float32,
-                                           (args.rows, width))
+        matrix = np.lib.format.open_memmap(work / "matrix.npy", "w+", np.float32, (args.rows, width))
         ids = np.empty(args.rows, "S32")
         prov = Provenance(space.reference, None)
         t0 = time.perf_counter()
@@ -195,8 +229,8 @@ async def main() -> None:
             x = unit(centres[labels] + args.spread * rng.standard_normal((n, width)).astype(np.float32))
             rows = rows_for(s, labels, rng.choice(words, 6 * n, p=weights).tolist())
             store.write("bench", "code", rows, x, prov, slot=Slot.SHADOW)
-            matrix[s:s + n] = x
-            ids[s:s + n] = [r.chunk_id.encode() for r in rows]
+            matrix[s : s + n] = x
+            ids[s : s + n] = [r.chunk_id.encode() for r in rows]
             del rows, x
         written = time.perf_counter() - t0
         matrix.flush()
@@ -205,8 +239,10 @@ async def main() -> None:
         promote_s = time.perf_counter() - t0
         ann_t0 = time.perf_counter()
 
-        q = unit(centres[rng.integers(0, args.clusters, args.queries)]
-                 + args.spread * rng.standard_normal((args.queries, width)).astype(np.float32))
+        q = unit(
+            centres[rng.integers(0, args.clusters, args.queries)]
+            + args.spread * rng.standard_normal((args.queries, width)).astype(np.float32)
+        )
         qtext = [" ".join(rng.choice(words, 3, p=weights)) for _ in range(args.queries)]
         exact_rows = exact_top(matrix, q)
         exact = [set(ids[r].tolist()) for r in exact_rows]
@@ -232,8 +268,9 @@ async def main() -> None:
                 during.append((time.perf_counter() - t0) * 1000)
                 during_recall.append(recall_of(i, hits))
                 t0 = time.perf_counter()
-                tbl.search(q[i], vector_column_name="vector").distance_type("cosine") \
-                    .bypass_vector_index().limit(10).select([*HIT_COLUMNS, "_distance"]).to_arrow()
+                tbl.search(q[i], vector_column_name="vector").distance_type(
+                    "cosine"
+                ).bypass_vector_index().limit(10).select([*HIT_COLUMNS, "_distance"]).to_arrow()
                 flat.append((time.perf_counter() - t0) * 1000)
             window_rss = rss_mib()
             if store.window_stats.served - served != len(during):
@@ -246,17 +283,21 @@ async def main() -> None:
         run_peak = peak_rss_mib()  # writing, promotion, the ANN build
         reset = reset_peak_rss()
         rss_before = rss_mib()
-        recall = [recall_of(i, store.vector_search("bench", "code", q[i], 10))
-                  for i in range(args.queries)]
+        recall = [recall_of(i, store.vector_search("bench", "code", q[i], 10)) for i in range(args.queries)]
         vec = timed(lambda i: store.vector_search("bench", "code", q[i], 10), args.queries)
         # The shipped fusion and the previous rule, interleaved query by query (which runs
         # first alternates), so the machine's load drifts over both alike.
-        hyb, rrf = interleaved(lambda i: hybrid_search(store, "bench", "code", q[i], qtext[i], 10),
-                               lambda i: hybrid_rrf(store, q[i], qtext[i]), args.queries)
+        hyb, rrf = interleaved(
+            lambda i: hybrid_search(store, "bench", "code", q[i], qtext[i], 10),
+            lambda i: hybrid_rrf(store, q[i], qtext[i]),
+            args.queries,
+        )
         text_only = timed(lambda i: store.text_search("bench", "code", qtext[i], 40), args.queries)
         # The fusion step alone, on the same depth-40 lists (the halves dominate the rest).
-        lists = [(store.vector_search("bench", "code", q[i], 40),
-                  store.text_search("bench", "code", qtext[i], 40)) for i in range(args.queries)]
+        lists = [
+            (store.vector_search("bench", "code", q[i], 40), store.text_search("bench", "code", qtext[i], 40))
+            for i in range(args.queries)
+        ]
         fuse_only = timed(lambda i: fuse(*lists[i], qtext[i], limit=10), args.queries)
         rrf_only = timed(lambda i: rrf_fuse(list(lists[i]), limit=10), args.queries)
         full = []
@@ -276,13 +317,30 @@ async def main() -> None:
             _, by_width_p, by_width_c = ann_params(width)
             default = (store.ann_nprobes or by_width_p, store.ann_candidates or by_width_c)
             m = min(args.queries, 100)
-            for nprobes, candidates in [(16, 100), (8, 200), (16, 200), (32, 200), (16, 300),
-                                        (8, 400), (16, 400), (32, 400), (64, 400), (16, 500)]:
+            for nprobes, candidates in [
+                (16, 100),
+                (8, 200),
+                (16, 200),
+                (32, 200),
+                (16, 300),
+                (8, 400),
+                (16, 400),
+                (32, 400),
+                (64, 400),
+                (16, 500),
+            ]:
                 store.ann_nprobes, store.ann_candidates = nprobes, candidates
                 rec = [recall_of(i, store.vector_search("bench", "code", q[i], 10)) for i in range(m)]
                 lat = timed(lambda i: store.vector_search("bench", "code", q[i], 10), m)
-                sweep.append((nprobes, candidates, pct(lat, 50), statistics.fmean(rec),
-                              (nprobes, candidates) == default))
+                sweep.append(
+                    (
+                        nprobes,
+                        candidates,
+                        pct(lat, 50),
+                        statistics.fmean(rec),
+                        (nprobes, candidates) == default,
+                    )
+                )
             store.ann_nprobes, store.ann_candidates = kept
 
         # Exact numpy top-10 over the same matrix in memory (read after the searches, so it
@@ -295,51 +353,70 @@ async def main() -> None:
             return top[np.argsort(-scores[top])]
 
         numpy_exact = timed(numpy_top, min(args.queries, 50))
-        del matrix
+        matrix = None  # the closure above is done with it; its pages leave RSS
 
         print(f"store   : {getattr(store, 'url', None) or 'LanceDB (temporary folder)'}")
         print(f"machine : {machine()}")
-        print(f"rows    : {args.rows} x {width}-d, {args.clusters} clusters (spread "
-              f"{args.spread}), vocabulary {len(words)}; write {written:.1f} s, promote "
-              f"(keyword index) {promote_s:.1f} s"
-              + (f", ANN build (background) {ann_s:.1f} s" if ann_s is not None else ""))
+        print(
+            f"rows    : {args.rows} x {width}-d, {args.clusters} clusters (spread "
+            f"{args.spread}), vocabulary {len(words)}; write {written:.1f} s, promote "
+            f"(keyword index) {promote_s:.1f} s"
+            + (f", ANN build (background) {ann_s:.1f} s" if ann_s is not None else "")
+        )
         cache = getattr(store, "matrix_cache_bytes", None)
         if building and isinstance(store, LanceStore):
             sub, nprobes, candidates = ann_params(width)
-            print(f"index   : IVF-PQ, {sub} sub-vectors of {width // sub} dims, nprobes "
-                  f"{store.ann_nprobes or nprobes}, {store.ann_candidates or candidates} "
-                  "candidates re-ranked")
+            print(
+                f"index   : IVF-PQ, {sub} sub-vectors of {width // sub} dims, nprobes "
+                f"{store.ann_nprobes or nprobes}, {store.ann_candidates or candidates} "
+                "candidates re-ranked"
+            )
         if during:
-            print(f"window  : the build thread's exact copy was ready {copy_s:.1f} s after "
-                  f"promotion; RSS {window_rss:.0f} MiB after the searches below")
-            print(latency_line("vector top-10 while the ANN builds (mapped)", during)
-                  + f"   recall {statistics.fmean(during_recall):.3f}")
-            print(latency_line("  LanceDB flat scan, same queries (before)", flat)
-                  + f"   {pct(flat, 50) / pct(during, 50):.1f}x the mapped copy's p50")
-        for name, v in [("vector top-10 (store)", vec),
-                        ("hybrid vector+FTS, shipped fusion", hyb),
-                        ("hybrid vector+FTS, RRF (previous rule)", rrf),
-                        ("  keyword top-40 alone", text_only),
-                        ("  fusion step alone, shipped", fuse_only),
-                        ("  fusion step alone, RRF", rrf_only),
-                        ("Fathom.search (MiniLM query + hybrid)", full),
-                        ("exact numpy top-10 (matrix in memory)", numpy_exact)]:
+            print(
+                f"window  : the build thread's exact copy was ready {copy_s:.1f} s after "
+                f"promotion; RSS {window_rss:.0f} MiB after the searches below"
+            )
+            print(
+                latency_line("vector top-10 while the ANN builds (mapped)", during)
+                + f"   recall {statistics.fmean(during_recall):.3f}"
+            )
+            print(
+                latency_line("  LanceDB flat scan, same queries (before)", flat)
+                + f"   {pct(flat, 50) / pct(during, 50):.1f}x the mapped copy's p50"
+            )
+        for name, v in [
+            ("vector top-10 (store)", vec),
+            ("hybrid vector+FTS, shipped fusion", hyb),
+            ("hybrid vector+FTS, RRF (previous rule)", rrf),
+            ("  keyword top-40 alone", text_only),
+            ("  fusion step alone, shipped", fuse_only),
+            ("  fusion step alone, RRF", rrf_only),
+            ("Fathom.search (MiniLM query + hybrid)", full),
+            ("exact numpy top-10 (matrix in memory)", numpy_exact),
+        ]:
             if v:
                 print(latency_line(name, v))
-        print(f"ratio   : exact numpy p50 / store vector p50 = "
-              f"{pct(numpy_exact, 50) / pct(vec, 50):.1f}x")
+        print(f"ratio   : exact numpy p50 / store vector p50 = {pct(numpy_exact, 50) / pct(vec, 50):.1f}x")
         for nprobes, candidates, p50, rec, is_default in sweep:
-            print(f"sweep   : nprobes {nprobes:3d}, {candidates:4d} candidates re-ranked "
-                  f"(refine_factor {candidates // 10:3d} at k=10): p50 {p50:6.2f} ms, "
-                  f"recall@10 {rec:.4f}{'   (store default)' if is_default else ''}")
-        print(f"RSS     : {rss_before:.0f} MiB before the searches, peak during them "
-              f"{search_peak:.0f} MiB{'' if reset else ' (peak not resettable: whole run)'}"
-              + (f"; cache bound {cache / 2**20:.0f} MiB, limit {cache / 2**20 + 1024:.0f} MiB "
-                 f"-> {'met' if search_peak < cache / 2**20 + 1024 else 'NOT met'}"
-                 if cache is not None else "")
-              + f"; peak before the searches (write, promote, ANN build) {run_peak:.0f} MiB")
-        print(f"recall@10 of the vector search vs exact: {statistics.fmean(recall):.4f} "
-              f"(min {min(recall):.2f})")
+            print(
+                f"sweep   : nprobes {nprobes:3d}, {candidates:4d} candidates re-ranked "
+                f"(refine_factor {candidates // 10:3d} at k=10): p50 {p50:6.2f} ms, "
+                f"recall@10 {rec:.4f}{'   (store default)' if is_default else ''}"
+            )
+        print(
+            f"RSS     : {rss_before:.0f} MiB before the searches, peak during them "
+            f"{search_peak:.0f} MiB{'' if reset else ' (peak not resettable: whole run)'}"
+            + (
+                f"; cache bound {cache / 2**20:.0f} MiB, limit {cache / 2**20 + 1024:.0f} MiB "
+                f"-> {'met' if search_peak < cache / 2**20 + 1024 else 'NOT met'}"
+                if cache is not None
+                else ""
+            )
+            + f"; peak before the searches (write, promote, ANN build) {run_peak:.0f} MiB"
+        )
+        print(
+            f"recall@10 of the vector search vs exact: {statistics.fmean(recall):.4f} (min {min(recall):.2f})"
+        )
         if args.store:
             store.drop_project("bench")
         store.close()

@@ -41,32 +41,41 @@ SHAPES = [(100_000, 384), (50_000, 2560)]
 def clustered(n: int, width: int, rng: np.random.Generator) -> np.ndarray:
     clusters = max(8, n // 100)
     centres = rng.standard_normal((clusters, width)).astype(np.float32)
-    v = centres[rng.integers(0, clusters, n)] + 0.5 * rng.standard_normal((n, width)).astype(
-        np.float32)
+    v = centres[rng.integers(0, clusters, n)] + 0.5 * rng.standard_normal((n, width)).astype(np.float32)
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
 def chunks(n: int) -> list[Chunk]:
-    return [Chunk(f"pkg/mod_{i // 20}.py", "python", "code", 1 + (i % 20) * 10,
-                  10 + (i % 20) * 10, f"f_{i}", f"def f_{i}(x):\n    return x + {i}\n")
-            for i in range(n)]
+    return [
+        Chunk(
+            f"pkg/mod_{i // 20}.py",
+            "python",
+            "code",
+            1 + (i % 20) * 10,
+            10 + (i % 20) * 10,
+            f"f_{i}",
+            f"def f_{i}(x):\n    return x + {i}\n",
+        )
+        for i in range(n)
+    ]
 
 
-def load(store: Store, project: str, space: Space, rows: list[Chunk], vecs: np.ndarray,
-         batch: int = 2000) -> tuple[float, float]:
+def load(
+    store: Store, project: str, space: Space, rows: list[Chunk], vecs: np.ndarray, batch: int = 2000
+) -> tuple[float, float]:
     prov = Provenance(space.reference, None)
     t0 = time.perf_counter()
     store.begin_shadow(project, "code", space)
     for i in range(0, len(rows), batch):
-        store.write(project, "code", rows[i:i + batch], vecs[i:i + batch], prov,
-                    slot=Slot.SHADOW)
+        store.write(project, "code", rows[i : i + batch], vecs[i : i + batch], prov, slot=Slot.SHADOW)
     t1 = time.perf_counter()
     store.promote(project, "code")
     return t1 - t0, time.perf_counter() - t1
 
 
-def measure(store: Store, project: str, rows: list[Chunk], vecs: np.ndarray,
-            queries: np.ndarray) -> dict[str, float]:
+def measure(
+    store: Store, project: str, rows: list[Chunk], vecs: np.ndarray, queries: np.ndarray
+) -> dict[str, float]:
     exact64 = vecs.astype(np.float64)
     ids = np.array([c.chunk_id for c in rows])
     store.vector_search(project, "code", queries[0], 10)  # warm caches and connections
@@ -77,8 +86,11 @@ def measure(store: Store, project: str, rows: list[Chunk], vecs: np.ndarray,
         lat.append((time.perf_counter() - t) * 1000)
         truth = set(ids[np.argsort(-(exact64 @ q))[:10]])
         recall.append(len(truth & {h.chunk_id for h in hits}) / 10)
-    return {"p50": float(np.percentile(lat, 50)), "p95": float(np.percentile(lat, 95)),
-            "recall": float(np.mean(recall))}
+    return {
+        "p50": float(np.percentile(lat, 50)),
+        "p95": float(np.percentile(lat, 95)),
+        "recall": float(np.mean(recall)),
+    }
 
 
 def main() -> int:
@@ -109,8 +121,10 @@ def main() -> int:
             vecs = clustered(n, width, rng)
             rows = chunks(n)
             picks = rng.choice(n, args.queries, replace=False)
-            queries = vecs[picks] + 0.1 * rng.standard_normal((args.queries, width)).astype(
-                np.float32) / np.sqrt(width) * 4
+            queries = (
+                vecs[picks]
+                + 0.1 * rng.standard_normal((args.queries, width)).astype(np.float32) / np.sqrt(width) * 4
+            )
             queries /= np.linalg.norm(queries, axis=1, keepdims=True)
             project = f"bench_{n}x{width}"
 
@@ -128,14 +142,16 @@ def main() -> int:
                 lance = LanceStore(work / "lance")
                 write_s, index_s = load(lance, project, space, rows, vecs)
                 r = measure(lance, project, rows, vecs, queries)
-                results.append((f"{n} x {width}", "LanceDB (default store)", r, write_s,
-                                index_s))
+                results.append((f"{n} x {width}", "LanceDB (default store)", r, write_s, index_s))
                 lance.drop_project(project)
                 lance.close()
-            for row in results[-(1 if args.no_lance else 2):]:
-                print(f"  {row[0]:>14}  {row[1]:<40} p50 {row[2]['p50']:7.2f} ms  "
-                      f"p95 {row[2]['p95']:7.2f} ms  recall@10 {row[2]['recall']:.3f}  "
-                      f"(write {row[3]:.1f} s, promote+index {row[4]:.1f} s)", flush=True)
+            for row in results[-(1 if args.no_lance else 2) :]:
+                print(
+                    f"  {row[0]:>14}  {row[1]:<40} p50 {row[2]['p50']:7.2f} ms  "
+                    f"p95 {row[2]['p95']:7.2f} ms  recall@10 {row[2]['recall']:.3f}  "
+                    f"(write {row[3]:.1f} s, promote+index {row[4]:.1f} s)",
+                    flush=True,
+                )
     finally:
         if local is not None:
             local.stop()
@@ -144,8 +160,9 @@ def main() -> int:
     print("\n| rows x width | store | p50 ms | p95 ms | recall@10 | write s | index s |")
     print("|---|---|---|---|---|---|---|")
     for shape, name, r, w, i in results:
-        print(f"| {shape} | {name} | {r['p50']:.2f} | {r['p95']:.2f} | {r['recall']:.3f} | "
-              f"{w:.1f} | {i:.1f} |")
+        print(
+            f"| {shape} | {name} | {r['p50']:.2f} | {r['p95']:.2f} | {r['recall']:.3f} | {w:.1f} | {i:.1f} |"
+        )
     return 0
 
 

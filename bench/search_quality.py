@@ -98,8 +98,21 @@ from fathom.index.store import Hit  # noqa: E402
 from fathom.inference.encoders import local_encoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 
-DOCSTRING_LIBS = ("rich", "werkzeug", "jinja2", "requests", "websockets", "packaging",
-                  "psycopg", "urllib3", "anyio", "attr", "markdown_it", "pygments", "tqdm")
+DOCSTRING_LIBS = (
+    "rich",
+    "werkzeug",
+    "jinja2",
+    "requests",
+    "websockets",
+    "packaging",
+    "psycopg",
+    "urllib3",
+    "anyio",
+    "attr",
+    "markdown_it",
+    "pygments",
+    "tqdm",
+)
 IDENTIFIER_LIBS = ("httpx", "click")
 K = 10
 SETS = ("docstring", "natural", "identifier", "rich")
@@ -139,8 +152,9 @@ def _is_test(rel: Path) -> bool:
     return any("test" in part.lower() for part in rel.parts)
 
 
-def docstring_corpus(libs: Sequence[str], root: Path,
-                     limit: int | None) -> tuple[list[Query], list[Query], list[str]]:
+def docstring_corpus(
+    libs: Sequence[str], root: Path, limit: int | None
+) -> tuple[list[Query], list[Query], list[str]]:
     """Write the corpus under `root` (one file per module); return the docstring queries (one
     per function), the NATURAL queries resolved to their targets, and NATURAL targets missing."""
     found: list[tuple[str, str, str, str, str]] = []  # (library, module, function, query, code)
@@ -169,8 +183,8 @@ def docstring_corpus(libs: Sequence[str], root: Path,
                 doc_node = node.body[0]
                 # The def line(s) up to the docstring, then everything after it: the docstring
                 # is removed, the code is kept exactly.
-                head = lines[node.lineno - 1: doc_node.lineno - 1]
-                body = lines[doc_node.end_lineno: node.end_lineno]  # type: ignore[misc]
+                head = lines[node.lineno - 1 : doc_node.lineno - 1]
+                body = lines[doc_node.end_lineno : node.end_lineno]  # type: ignore[misc]
                 if sum(1 for line in body if line.strip()) < 2:
                     continue
                 code = textwrap.dedent("\n".join(head + body))
@@ -255,8 +269,7 @@ def rank_of(hits: Sequence[Any], target: Target) -> int | None:
     other matching ranges too (`also`): the answer points at them in its own place."""
     for i, h in enumerate(hits[:K], start=1):
         ranges = ((h.start_line, h.end_line), *getattr(h, "also", ()))
-        if h.path == target.path and (target.line is None
-                                      or any(a <= target.line <= b for a, b in ranges)):
+        if h.path == target.path and (target.line is None or any(a <= target.line <= b for a, b in ranges)):
             return i
     return None
 
@@ -298,8 +311,7 @@ class Tally:
         hit1 = sum(1 for r in self.ranks if r == 1) / n
         hit3 = sum(1 for r in self.ranks if r and r <= 3) / n
         hit5 = sum(1 for r in self.ranks if r and r <= 5) / n
-        lat = (f"{percentile(self.ms, 50):.1f} / {percentile(self.ms, 95):.1f}"
-               if self.ms else "-")
+        lat = f"{percentile(self.ms, 50):.1f} / {percentile(self.ms, 95):.1f}" if self.ms else "-"
         return [name, f"{mrr:.3f}", f"{hit1:.3f}", f"{hit3:.3f}", f"{hit5:.3f}", lat]
 
     def file_hit3(self, support: float) -> float:
@@ -338,8 +350,9 @@ class _Shown:
     also: tuple[tuple[int, int], ...] = ()  # the file's other matching ranges (one per file)
 
 
-async def evaluate(fathom: Fathom, encoder: Any, project: str, queries: list[Query],
-                   *, keep_lists: bool) -> tuple[dict[str, Tally], list[Lists]]:
+async def evaluate(
+    fathom: Fathom, encoder: Any, project: str, queries: list[Query], *, keep_lists: bool
+) -> tuple[dict[str, Tally], list[Lists]]:
     """Each query three ways, one query at a time: vector only, keyword only, and
     `search_code` over an in-process MCP session (the shipped path)."""
     from mcp import Client
@@ -354,25 +367,29 @@ async def evaluate(fathom: Fathom, encoder: Any, project: str, queries: list[Que
     async with Client(build_mcp_server(fathom)) as client:
         await client.call_tool("search_code", {"query": "warm up", "project": project, "k": K})
         for q in queries:
-            vhits, vms = timed(lambda: store.vector_search(
-                project, "code", encoder.encode_sync([q.text])[0], depth))
+            vhits, vms = timed(
+                lambda: store.vector_search(project, "code", encoder.encode_sync([q.text])[0], depth)
+            )
             thits, tms = timed(lambda: store.text_search(project, "code", q.text, depth))
             t0 = time.perf_counter()
-            res = await client.call_tool("search_code", {"query": q.text, "project": project,
-                                                         "k": K})
+            res = await client.call_tool("search_code", {"query": q.text, "project": project, "k": K})
             sms = (time.perf_counter() - t0) * 1000
             if res.is_error:
                 raise RuntimeError(f"search_code failed for {q.text!r}: {res.content}")
-            shown = [_Shown(r["path"], r["start_line"], r["end_line"],
-                            tuple((a["start_line"], a["end_line"]) for a in r.get("also", ())))
-                     for r in res.structured_content["results"]]
-            for name, hits, ms in (("vector", vhits, vms), ("keyword", thits, tms),
-                                   ("shipped", shown, sms)):
+            shown = [
+                _Shown(
+                    r["path"],
+                    r["start_line"],
+                    r["end_line"],
+                    tuple((a["start_line"], a["end_line"]) for a in r.get("also", ())),
+                )
+                for r in res.structured_content["results"]
+            ]
+            for name, hits, ms in (("vector", vhits, vms), ("keyword", thits, tms), ("shipped", shown, sms)):
                 tallies[name].ranks.append(rank_of(hits, q.target))
                 tallies[name].ms.append(ms)
                 for support in FILE_SUPPORTS:
-                    tallies[name].files.setdefault(support, []).append(
-                        file_rank(hits, q.target, support))
+                    tallies[name].files.setdefault(support, []).append(file_rank(hits, q.target, support))
             if keep_lists:
                 lists.append(Lists(vhits, thits))
     return tallies, lists
@@ -394,6 +411,7 @@ def _convex(weight: float) -> Callable[[Sequence[Hit], Sequence[Hit], str], list
         shape = fusion.query_shape(query)
         flat = fusion.QueryShape(shape.tokens, 0)  # no names, no paths: no boosts
         return _with_weight(weight, lambda: fusion.fuse(vector, text, query, shape=flat))
+
     return rule
 
 
@@ -426,8 +444,10 @@ FUSION_RULES: dict[str, Callable[[Sequence[Hit], Sequence[Hit], str], list[Hit]]
 def fusion_rows(queries: list[Query], lists: list[Lists]) -> list[list[str]]:
     rows = []
     for name, rule in FUSION_RULES.items():
-        ranks = [rank_of(rule(lst.vector, lst.text, q.text), q.target)
-                 for q, lst in zip(queries, lists, strict=True)]
+        ranks = [
+            rank_of(rule(lst.vector, lst.text, q.text), q.target)
+            for q, lst in zip(queries, lists, strict=True)
+        ]
         rows.append(Tally(ranks, []).row(name)[:5])
     return rows
 
@@ -453,7 +473,8 @@ def _collect_signatures(root: Path) -> None:
         for c in chunks:
             if c.table == "code" and c.symbol and (c.path, c.symbol) not in _SIGNATURES:
                 _SIGNATURES[(c.path, c.symbol)] = next(
-                    (line for line in c.text.splitlines() if line.strip()), "")
+                    (line for line in c.text.splitlines() if line.strip()), ""
+                )
 
 
 def code_only(fathom: Fathom) -> None:
@@ -487,22 +508,33 @@ async def index(fathom: Fathom, root: Path, project: str) -> tuple[int, float, f
 def report(name: str, queries: list[Query], chunks: int, tallies: dict[str, Tally]) -> float:
     libs = sorted({q.library for q in queries})
     print(f"\n## {name}: {len(queries)} queries over {chunks} code chunks ({', '.join(libs)})")
-    print(table(["ranking", "MRR@10", "hit@1", "hit@3", "hit@5", "latency p50 / p95 ms"],
-                [tallies[n].row(label) for n, label in (
+    print(
+        table(
+            ["ranking", "MRR@10", "hit@1", "hit@3", "hit@5", "latency p50 / p95 ms"],
+            [
+                tallies[n].row(label)
+                for n, label in (
                     ("vector", "vector only (the model's cosine; query encoding included)"),
                     ("keyword", "keyword only (full-text)"),
-                    ("shipped", "Fathom search_code over MCP (as shipped)"))]))
+                    ("shipped", "Fathom search_code over MCP (as shipped)"),
+                )
+            ],
+        )
+    )
     best = max(tallies["vector"].mrr, tallies["keyword"].mrr)
     gain = tallies["shipped"].mrr - best
     print(f"shipped - better half: {gain:+.3f} MRR@10")
-    print("right file in the first 3 files (search_code's hits): "
-          + ", ".join(f"{'best-hit order' if s == 0 else f'file score {s:g}'} "
-                      f"{tallies['shipped'].file_hit3(s):.3f}" for s in FILE_SUPPORTS))
+    print(
+        "right file in the first 3 files (search_code's hits): "
+        + ", ".join(
+            f"{'best-hit order' if s == 0 else f'file score {s:g}'} {tallies['shipped'].file_hit3(s):.3f}"
+            for s in FILE_SUPPORTS
+        )
+    )
     if len(libs) <= 3:  # the hand-written sets: each library's share of the shipped figure
         parts = []
         for lib in libs:
-            ranks = [r for q, r in zip(queries, tallies["shipped"].ranks, strict=True)
-                     if q.library == lib]
+            ranks = [r for q, r in zip(queries, tallies["shipped"].ranks, strict=True) if q.library == lib]
             parts.append(f"{lib} {Tally(ranks, []).mrr:.3f} ({len(ranks)})")
         print("shipped MRR@10 by library: " + ", ".join(parts))
     return gain
@@ -517,26 +549,34 @@ class SetResult:
     rate: float
 
 
-async def run_sets(fathom: Fathom, encoder: Any, work: Path,
-                   sets: list[tuple[str, str, list[Query]]], *, fusions: bool,
-                   suffix: str = "") -> list[SetResult]:
+async def run_sets(
+    fathom: Fathom,
+    encoder: Any,
+    work: Path,
+    sets: list[tuple[str, str, list[Query]]],
+    *,
+    fusions: bool,
+    suffix: str = "",
+) -> list[SetResult]:
     chunks: dict[str, int] = {}
     rates: dict[str, float] = {}
     results: list[SetResult] = []
     for project in dict.fromkeys(p for _, p, _ in sets):
         n, secs, rate = await index(fathom, work / project, project + suffix)
         chunks[project], rates[project] = n, rate
-        print(f"indexed {project}{suffix}: {n} chunks in {secs:.0f} s "
-              f"(encoded at {rate:.0f} chunks/s)")
+        print(f"indexed {project}{suffix}: {n} chunks in {secs:.0f} s (encoded at {rate:.0f} chunks/s)")
     for name, project, queries in sets:
         code_chunks = fathom.store.table_info(project + suffix, "code").rows
-        tallies, lists = await evaluate(fathom, encoder, project + suffix, queries,
-                                        keep_lists=fusions)
+        tallies, lists = await evaluate(fathom, encoder, project + suffix, queries, keep_lists=fusions)
         report(name + suffix, queries, code_chunks, tallies)
         results.append(SetResult(name + suffix, tallies["shipped"], rates[project]))
         if fusions:
-            print(table(["fusion rule (same depth-40 lists)", "MRR@10", "hit@1", "hit@3", "hit@5"],
-                        fusion_rows(queries, lists)))
+            print(
+                table(
+                    ["fusion rule (same depth-40 lists)", "MRR@10", "hit@1", "hit@3", "hit@5"],
+                    fusion_rows(queries, lists),
+                )
+            )
     return results
 
 
@@ -557,34 +597,59 @@ def models_table(measured: list[tuple[str, list[SetResult]]]) -> str:
         for r in results:
             cells = r.shipped.row("")
             rows.append([model, r.name, cells[1], cells[3], cells[5], f"{r.rate:.0f}"])
-    return table(["model", "set", "MRR@10", "hit@3", "search_code p50 / p95 ms", "encode chunks/s"],
-                 rows)
+    return table(["model", "set", "MRR@10", "hit@3", "search_code p50 / p95 ms", "encode chunks/s"], rows)
 
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--libs", default=",".join(DOCSTRING_LIBS),
-                    help="installed packages the docstring corpus is drawn from")
-    ap.add_argument("--limit", type=int, default=None,
-                    help="at most this many functions in the docstring corpus (default: all)")
-    ap.add_argument("--queries", type=int, default=600,
-                    help="docstring queries asked, evenly spread over the corpus (default 600; "
-                         "every function stays in the corpus as a distractor)")
+    ap.add_argument(
+        "--libs",
+        default=",".join(DOCSTRING_LIBS),
+        help="installed packages the docstring corpus is drawn from",
+    )
+    ap.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="at most this many functions in the docstring corpus (default: all)",
+    )
+    ap.add_argument(
+        "--queries",
+        type=int,
+        default=600,
+        help="docstring queries asked, evenly spread over the corpus (default 600; "
+        "every function stays in the corpus as a distractor)",
+    )
     ap.add_argument("--quick", action="store_true", help="--limit 600 --queries 300")
-    ap.add_argument("--sets", default=",".join(SETS),
-                    help=f"the query sets to run, comma-separated (default: {','.join(SETS)})")
-    ap.add_argument("--fusions", action="store_true",
-                    help="also print the fusion rules considered, on the same lists")
-    ap.add_argument("--headers", action="store_true",
-                    help="also index both corpora with a path/symbol/signature header "
-                         "before each chunk's text, and measure them the same way")
-    ap.add_argument("--runtime", choices=["auto", "onnx", "torch"], default="auto",
-                    help="the embedded encoder's runtime (FATHOM_LOCAL_RUNTIME; default: auto)")
-    ap.add_argument("--store", default=None,
-                    help="postgresql://… to run on PostgreSQL + pgvector (default: LanceDB)")
-    ap.add_argument("--models", default="default",
-                    help="embedding models to measure one after the other, comma-separated: "
-                         "catalogue names (`fathom models`), model folders, or `default`")
+    ap.add_argument(
+        "--sets",
+        default=",".join(SETS),
+        help=f"the query sets to run, comma-separated (default: {','.join(SETS)})",
+    )
+    ap.add_argument(
+        "--fusions", action="store_true", help="also print the fusion rules considered, on the same lists"
+    )
+    ap.add_argument(
+        "--headers",
+        action="store_true",
+        help="also index both corpora with a path/symbol/signature header "
+        "before each chunk's text, and measure them the same way",
+    )
+    ap.add_argument(
+        "--runtime",
+        choices=["auto", "onnx", "torch"],
+        default="auto",
+        help="the embedded encoder's runtime (FATHOM_LOCAL_RUNTIME; default: auto)",
+    )
+    ap.add_argument(
+        "--store", default=None, help="postgresql://… to run on PostgreSQL + pgvector (default: LanceDB)"
+    )
+    ap.add_argument(
+        "--models",
+        default="default",
+        help="embedding models to measure one after the other, comma-separated: "
+        "catalogue names (`fathom models`), model folders, or `default`",
+    )
     args = ap.parse_args()
     limit = 600 if args.quick and args.limit is None else args.limit
     asked = 300 if args.quick else args.queries
@@ -637,7 +702,7 @@ async def main() -> None:
                     fathom.store.drop_project(project)
             results = await run_sets(fathom, encoder, work, sets, fusions=args.fusions)
             if args.headers:
-                for project in projects[:len(projects) // 2]:
+                for project in projects[: len(projects) // 2]:
                     _collect_signatures(work / project)
                 saved, indexer_mod.embedding_text = indexer_mod.embedding_text, with_header
                 try:

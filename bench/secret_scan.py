@@ -58,12 +58,17 @@ def measure(files: list[tuple[str, str]], runs: int) -> tuple[float, dict[str, l
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--site-packages", action="store_true",
-                        help="also every text file of the installed packages (419 MB here)")
+    parser.add_argument(
+        "--site-packages",
+        action="store_true",
+        help="also every text file of the installed packages (419 MB here)",
+    )
     parser.add_argument("--paths", action="store_true", help="name each flagged file")
     args = parser.parse_args(argv)
-    corpora = {"Starlette, as installed": Path(starlette.__file__).parent,
-               "fathom's own src/": Path(fathom.__file__).parent}
+    corpora = {
+        "Starlette, as installed": Path(starlette.__file__).parent,
+        "fathom's own src/": Path(fathom.__file__).parent,
+    }
     if args.site_packages:
         corpora["the installed site-packages"] = Path(site.getsitepackages()[0])
     print(machine())
@@ -73,8 +78,15 @@ def main(argv: list[str] | None = None) -> None:
         rate, flagged = measure(files, 1 if args.site_packages and "site" in name else args.runs)
         paths = {p for found in flagged.values() for p in found}
         per_rule = Counter({rule: len(found) for rule, found in flagged.items()})
-        rows.append([name, len(files), f"{rate:.1f}", len(paths),
-                     ", ".join(f"{r} {n}" for r, n in per_rule.most_common()) or "-"])
+        rows.append(
+            [
+                name,
+                len(files),
+                f"{rate:.1f}",
+                len(paths),
+                ", ".join(f"{r} {n}" for r, n in per_rule.most_common()) or "-",
+            ]
+        )
         if args.paths:
             for rule, found in sorted(flagged.items()):
                 for p in found:

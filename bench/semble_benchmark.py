@@ -105,17 +105,54 @@ SEMBLE_MIRRORS = ("MinishLab+semble", "michalfedyna+semble")
 K = 10
 
 # Kept for an outside check: never fetched, indexed, run or tuned on without --include-held-out.
-HELD_OUT = frozenset({"express", "sinatra", "chi", "model2vec", "trpc", "axum", "rack", "cobra",
-                      "fastapi", "gin", "fmtlib", "aiohttp", "serde", "gson"})
+HELD_OUT = frozenset(
+    {
+        "express",
+        "sinatra",
+        "chi",
+        "model2vec",
+        "trpc",
+        "axum",
+        "rack",
+        "cobra",
+        "fastapi",
+        "gin",
+        "fmtlib",
+        "aiohttp",
+        "serde",
+        "gson",
+    }
+)
 ALIASES = {"fmt": "fmtlib"}  # the name the repository goes by, against semble's label file
 
 # Small repos (at most ~1.5 MB of source under benchmark_root at the pinned revision), 14
 # languages, whose pinned revision the local mirrors held (snapkit, axios, circe, guzzle,
 # starlette, httpx, nlohmann-json and http4s were left out: their mirrors predate it).
 # Smallest first, so that a run stopped early has the most repos done.
-DEV_REPOS = ("bats-core", "redux", "zig-clap", "xmonad", "requests", "flask", "lazy.nvim", "click",
-             "plug", "monolog", "ktor", "aeson", "dapper", "telescope.nvim", "rails", "phoenix",
-             "alamofire", "vapor", "exposed", "vitest", "nvm", "libuv")
+DEV_REPOS = (
+    "bats-core",
+    "redux",
+    "zig-clap",
+    "xmonad",
+    "requests",
+    "flask",
+    "lazy.nvim",
+    "click",
+    "plug",
+    "monolog",
+    "ktor",
+    "aeson",
+    "dapper",
+    "telescope.nvim",
+    "rails",
+    "phoenix",
+    "alamofire",
+    "vapor",
+    "exposed",
+    "vitest",
+    "nvm",
+    "libuv",
+)
 
 # label -> (file under benchmarks/results/, mode or None), in the table's order.
 PUBLISHED = {
@@ -139,15 +176,16 @@ def git(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.C
 def git_dir_in(folder: Path) -> Path | None:
     """The git dir of a mirror folder: the folder itself (bare), its `repo/` or its `.git`."""
     for candidate in (folder / "repo", folder, folder / ".git"):
-        if candidate.is_dir() and git("--git-dir", str(candidate), "rev-parse", "--git-dir",
-                                      check=False).returncode == 0:
+        if (
+            candidate.is_dir()
+            and git("--git-dir", str(candidate), "rev-parse", "--git-dir", check=False).returncode == 0
+        ):
             return candidate
     return None
 
 
 def has_commit(git_dir: Path, rev: str) -> bool:
-    return git("--git-dir", str(git_dir), "cat-file", "-e", f"{rev}^{{commit}}",
-               check=False).returncode == 0
+    return git("--git-dir", str(git_dir), "cat-file", "-e", f"{rev}^{{commit}}", check=False).returncode == 0
 
 
 class SembleData:
@@ -182,8 +220,9 @@ class SembleData:
         return json.loads(out.stdout)
 
     def tasks(self, repo: str) -> list[Task]:
-        return [task_of(item) for item in self.read(f"annotations/{repo}.json")
-                if item.get("repo", repo) == repo]
+        return [
+            task_of(item) for item in self.read(f"annotations/{repo}.json") if item.get("repo", repo) == repo
+        ]
 
     def published(self, label: str) -> dict[str, dict[str, Any]]:
         """repo -> its published entry (`ndcg10`, and `by_category` where the file has it)."""
@@ -193,8 +232,7 @@ class SembleData:
                 entries = self.read(f"results/{name}")["repos"]
             except (subprocess.CalledProcessError, KeyError, json.JSONDecodeError):
                 entries = []
-            self._published[label] = {e["repo"]: e for e in entries
-                                      if mode is None or e.get("mode") == mode}
+            self._published[label] = {e["repo"]: e for e in entries if mode is None or e.get("mode") == mode}
         return self._published[label]
 
 
@@ -236,8 +274,9 @@ def target_of(raw: Any) -> Target:
 def task_of(item: dict[str, Any]) -> Task:
     category = item.get("category")
     targets = [target_of(t) for t in [*item.get("relevant", []), *item.get("secondary", [])]]
-    return Task(item["query"], category if isinstance(category, str) else category_of(item["query"]),
-                tuple(targets))
+    return Task(
+        item["query"], category if isinstance(category, str) else category_of(item["query"]), tuple(targets)
+    )
 
 
 def same_file(hit_path: str, target_path: str) -> bool:
@@ -305,8 +344,9 @@ def checkout(spec: dict[str, Any], repos_dir: Path, mirror_root: Path | None) ->
         git("clone", "--quiet", "--shared", "--no-checkout", str(mirror), str(dest))
         target = rev
     else:
-        print(f"  {spec['name']}: no local mirror holds {rev[:12]}; fetching it from {spec['url']}",
-              flush=True)
+        print(
+            f"  {spec['name']}: no local mirror holds {rev[:12]}; fetching it from {spec['url']}", flush=True
+        )
         git("init", "--quiet", str(dest))
         git("-C", str(dest), "fetch", "--quiet", "--depth", "1", spec["url"], rev)
         target = "FETCH_HEAD"
@@ -328,12 +368,12 @@ def meta_path(data_dir: Path, name: str) -> Path:
     return data_dir / "semble-bench" / f"{name}.json"
 
 
-async def index_repo(fathom: Fathom, name: str, rev: str, folder: Path, data_dir: Path, *,
-                     reindex: bool, tables: str) -> Indexed:
+async def index_repo(
+    fathom: Fathom, name: str, rev: str, folder: Path, data_dir: Path, *, reindex: bool, tables: str
+) -> Indexed:
     """Index `folder` as project `name`, unless an index of the same revision, folder, encoder
     and tables is there already."""
-    wanted = {"commit": rev, "folder": str(folder.resolve()), "encoder": fathom.encoder.id,
-              "tables": tables}
+    wanted = {"commit": rev, "folder": str(folder.resolve()), "encoder": fathom.encoder.id, "tables": tables}
     meta = meta_path(data_dir, name)
     old = json.loads(meta.read_text()) if meta.exists() else None
     exists = fathom.store.has_project(name)
@@ -348,8 +388,11 @@ async def index_repo(fathom: Fathom, name: str, rev: str, folder: Path, data_dir
     chunks = int(report.tables.get("code", report.chunks))
     meta.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # the data dir's own modes
     meta.touch(mode=0o600)
-    meta.write_text(json.dumps(wanted | {"chunks": chunks, "seconds": round(seconds, 1),
-                                         "rate": round(report.rate, 1)}, indent=1))
+    meta.write_text(
+        json.dumps(
+            wanted | {"chunks": chunks, "seconds": round(seconds, 1), "rate": round(report.rate, 1)}, indent=1
+        )
+    )
     return Indexed(chunks, seconds, report.rate, reused=False)
 
 
@@ -366,7 +409,9 @@ def search_call(group: str | None) -> tuple[dict[str, Any], bool]:
     return {}, False
 
 
-async def ask(fathom: Fathom, project: str, query: str, k: int, extra: dict[str, Any]) -> tuple[list[Any], float]:
+async def ask(
+    fathom: Fathom, project: str, query: str, k: int, extra: dict[str, Any]
+) -> tuple[list[Any], float]:
     t0 = time.perf_counter()
     if "request" in inspect.signature(search_mod.pipeline).parameters:  # one request model
         from fathom.index.request import SearchRequest
@@ -393,19 +438,29 @@ class RepoResult:
     asked: list[dict[str, Any]] = field(default_factory=list)
 
 
-async def run_repo(fathom: Fathom, data: SembleData, name: str, args: argparse.Namespace,
-                   extra: dict[str, Any]) -> RepoResult:
+async def run_repo(
+    fathom: Fathom, data: SembleData, name: str, args: argparse.Namespace, extra: dict[str, Any]
+) -> RepoResult:
     spec = data.repos[name]
     tasks = data.tasks(name)
     checked = await asyncio.to_thread(checkout, spec, args.repos_dir, args.mirror_root)
     root = spec.get("benchmark_root") or ""
     folder = checked / root if root else checked
     print(f"{name}: {len(tasks)} queries, indexing {folder}", flush=True)
-    done = await index_repo(fathom, name, spec["revision"], folder, args.data_dir,
-                            reindex=args.reindex, tables="all" if args.all_tables else "code")
-    print(f"  {done.chunks} code chunks, "
-          + ("index reused" if done.reused else f"indexed in {done.seconds:.0f} s ({done.rate:.1f} chunks/s)"),
-          flush=True)
+    done = await index_repo(
+        fathom,
+        name,
+        spec["revision"],
+        folder,
+        args.data_dir,
+        reindex=args.reindex,
+        tables="all" if args.all_tables else "code",
+    )
+    print(
+        f"  {done.chunks} code chunks, "
+        + ("index reused" if done.reused else f"indexed in {done.seconds:.0f} s ({done.rate:.1f} chunks/s)"),
+        flush=True,
+    )
     await ask(fathom, name, tasks[0].query, args.k, extra)  # warm-up: the table opened, the model loaded
     prefix = f"{name}/{root.strip('/')}/" if root else f"{name}/"
     asked: list[dict[str, Any]] = []
@@ -414,32 +469,56 @@ async def run_repo(fathom: Fathom, data: SembleData, name: str, args: argparse.N
         for _ in range(max(1, args.runs)):
             hits, ms = await ask(fathom, name, task.query, args.k, extra)
             times.append(ms)
-        ranked = [(prefix + h.path, int(h.start_line), int(h.end_line)) for h in hits[:args.k]]
+        ranked = [(prefix + h.path, int(h.start_line), int(h.end_line)) for h in hits[: args.k]]
         ranks = ranks_of(ranked, task.targets)
         franks = file_ranks_of(ranked, task.targets)
-        asked.append({
-            "repo": name, "query": task.query, "category": task.category,
-            "targets": [t.as_label() for t in task.targets],
-            "ranked": [{"path": p.removeprefix(f"{name}/"), "start_line": s, "end_line": e,
-                        "score": round(float(h.score), 6)}
-                       for (p, s, e), h in zip(ranked, hits)],
-            "ranks": ranks, "ndcg": round(ndcg(ranks, len(task.targets), args.k), 6),
-            "file_ranks": franks, "ndcg_files": round(ndcg(franks, len(task.targets), args.k), 6),
-            "ms": round(statistics.median(times), 2)})
+        asked.append(
+            {
+                "repo": name,
+                "query": task.query,
+                "category": task.category,
+                "targets": [t.as_label() for t in task.targets],
+                "ranked": [
+                    {
+                        "path": p.removeprefix(f"{name}/"),
+                        "start_line": s,
+                        "end_line": e,
+                        "score": round(float(h.score), 6),
+                    }
+                    for (p, s, e), h in zip(ranked, hits)
+                ],
+                "ranks": ranks,
+                "ndcg": round(ndcg(ranks, len(task.targets), args.k), 6),
+                "file_ranks": franks,
+                "ndcg_files": round(ndcg(franks, len(task.targets), args.k), 6),
+                "ms": round(statistics.median(times), 2),
+            }
+        )
         if args.verbose:
             q = asked[-1]
             print(f"  [{task.category:<12}] ndcg={q['ndcg']:.3f} ranks={ranks} q={task.query!r}", flush=True)
     by_cat: dict[str, list[float]] = {}
     for q in asked:
         by_cat.setdefault(q["category"], []).append(q["ndcg"])
-    result = RepoResult(name, spec["language"], spec["revision"], len(asked), done.chunks,
-                        round(done.seconds, 1), done.reused,
-                        statistics.fmean(q["ndcg"] for q in asked),
-                        statistics.fmean(q["ndcg_files"] for q in asked),
-                        percentile([q["ms"] for q in asked], 50),
-                        {c: statistics.fmean(v) for c, v in sorted(by_cat.items())}, asked)
-    print(f"  NDCG@{args.k} {result.ndcg10:.3f} (semble {data.published('semble').get(name, {}).get('ndcg10', float('nan')):.3f}), "
-          f"p50 {result.p50_ms:.0f} ms", flush=True)
+    result = RepoResult(
+        name,
+        spec["language"],
+        spec["revision"],
+        len(asked),
+        done.chunks,
+        round(done.seconds, 1),
+        done.reused,
+        statistics.fmean(q["ndcg"] for q in asked),
+        statistics.fmean(q["ndcg_files"] for q in asked),
+        percentile([q["ms"] for q in asked], 50),
+        {c: statistics.fmean(v) for c, v in sorted(by_cat.items())},
+        asked,
+    )
+    print(
+        f"  NDCG@{args.k} {result.ndcg10:.3f} (semble {data.published('semble').get(name, {}).get('ndcg10', float('nan')):.3f}), "
+        f"p50 {result.p50_ms:.0f} ms",
+        flush=True,
+    )
     return result
 
 
@@ -456,33 +535,63 @@ def report(data: SembleData, results: list[RepoResult], k: int) -> str:
     head = ["repo", "language", "queries", "chunks", f"Fathom NDCG@{k}", *labels, "p50 ms"]
     rows: list[list[Any]] = []
     for r in results:
-        rows.append([r.name, r.language, r.queries, r.chunks, r.ndcg10,
-                     *[pub[label].get(r.name, {}).get("ndcg10", float("nan")) for label in labels],
-                     r.p50_ms])
-    rows.append([f"mean over {len(results)} repos", "", sum(r.queries for r in results),
-                 sum(r.chunks for r in results), mean([r.ndcg10 for r in results]),
-                 *[mean([pub[label][r.name]["ndcg10"] for r in results if r.name in pub[label]])
-                   for label in labels],
-                 percentile([q["ms"] for r in results for q in r.asked], 50)])
+        rows.append(
+            [
+                r.name,
+                r.language,
+                r.queries,
+                r.chunks,
+                r.ndcg10,
+                *[pub[label].get(r.name, {}).get("ndcg10", float("nan")) for label in labels],
+                r.p50_ms,
+            ]
+        )
+    rows.append(
+        [
+            f"mean over {len(results)} repos",
+            "",
+            sum(r.queries for r in results),
+            sum(r.chunks for r in results),
+            mean([r.ndcg10 for r in results]),
+            *[
+                mean([pub[label][r.name]["ndcg10"] for r in results if r.name in pub[label]])
+                for label in labels
+            ],
+            percentile([q["ms"] for r in results for q in r.asked], 50),
+        ]
+    )
     out = [table(head, rows)]
-    cat_labels = [label for label in labels
-                  if any("by_category" in e for e in pub[label].values())]
+    cat_labels = [label for label in labels if any("by_category" in e for e in pub[label].values())]
     cats = [c for c in CATEGORIES if any(c in r.by_category for r in results)]
     cats += sorted({c for r in results for c in r.by_category} - set(cats))
     cat_rows = []
     for c in cats:
         have = [r for r in results if c in r.by_category]
-        cat_rows.append([c, sum(1 for r in results for q in r.asked if q["category"] == c),
-                         mean([r.by_category[c] for r in have]),
-                         *[mean([pub[label][r.name]["by_category"][c] for r in have
-                                 if c in pub[label].get(r.name, {}).get("by_category", {})])
-                           for label in cat_labels]])
+        cat_rows.append(
+            [
+                c,
+                sum(1 for r in results for q in r.asked if q["category"] == c),
+                mean([r.by_category[c] for r in have]),
+                *[
+                    mean(
+                        [
+                            pub[label][r.name]["by_category"][c]
+                            for r in have
+                            if c in pub[label].get(r.name, {}).get("by_category", {})
+                        ]
+                    )
+                    for label in cat_labels
+                ],
+            ]
+        )
     out.append("\nper category: the mean over repos of each repo's category mean (semble's way)")
     out.append(table(["category", "queries", f"Fathom NDCG@{k}", *cat_labels], cat_rows))
     every = [q for r in results for q in r.asked]
-    out.append(f"\nFathom, query-weighted mean over {len(every)} queries: "
-               f"{mean([q['ndcg'] for q in every]):.3f}; hit paths deduplicated before ranking "
-               f"(ColGREP's rule), mean over repos: {mean([r.ndcg_files for r in results]):.3f}")
+    out.append(
+        f"\nFathom, query-weighted mean over {len(every)} queries: "
+        f"{mean([q['ndcg'] for q in every]):.3f}; hit paths deduplicated before ranking "
+        f"(ColGREP's rule), mean over repos: {mean([r.ndcg_files for r in results]):.3f}"
+    )
     return "\n".join(out)
 
 
@@ -493,16 +602,29 @@ def fathom_version() -> tuple[str, list[str]]:
     return head, [line.strip() for line in dirty]
 
 
-def payload(args: argparse.Namespace, fathom: Fathom, results: list[RepoResult], grouped: bool) -> dict[str, Any]:
+def payload(
+    args: argparse.Namespace, fathom: Fathom, results: list[RepoResult], grouped: bool
+) -> dict[str, Any]:
     head, dirty = fathom_version()
     return {
-        "semble_commit": SEMBLE_COMMIT, "fathom_commit": head, "fathom_src_changes": dirty,
-        "encoder": fathom.encoder.id, "k": args.k, "group": args.group, "group_applied": grouped,
-        "tables": "all" if args.all_tables else "code", "machine": machine(),
-        "summary": {"repos": len(results), "ndcg10": mean([r.ndcg10 for r in results]),
-                    "ndcg_files": mean([r.ndcg_files for r in results]),
-                    "by_category": {c: mean([r.by_category[c] for r in results if c in r.by_category])
-                                    for c in sorted({c for r in results for c in r.by_category})}},
+        "semble_commit": SEMBLE_COMMIT,
+        "fathom_commit": head,
+        "fathom_src_changes": dirty,
+        "encoder": fathom.encoder.id,
+        "k": args.k,
+        "group": args.group,
+        "group_applied": grouped,
+        "tables": "all" if args.all_tables else "code",
+        "machine": machine(),
+        "summary": {
+            "repos": len(results),
+            "ndcg10": mean([r.ndcg10 for r in results]),
+            "ndcg_files": mean([r.ndcg_files for r in results]),
+            "by_category": {
+                c: mean([r.by_category[c] for r in results if c in r.by_category])
+                for c in sorted({c for r in results for c in r.by_category})
+            },
+        },
         "repos": [{k: v for k, v in asdict(r).items() if k != "asked"} for r in results],
         "queries": [q for r in results for q in r.asked],
     }
@@ -534,8 +656,10 @@ def chosen_repos(spec: str | None, data: SembleData, include_held_out: bool) -> 
         names = [ALIASES.get(n.strip(), n.strip()) for n in spec.split(",") if n.strip()]
     held = [n for n in names if n in HELD_OUT]
     if held and not include_held_out:
-        raise SystemExit(f"refusing held-out repositories {', '.join(held)}: they are kept for an "
-                         f"outside check (pass --include-held-out only for that check)")
+        raise SystemExit(
+            f"refusing held-out repositories {', '.join(held)}: they are kept for an "
+            f"outside check (pass --include-held-out only for that check)"
+        )
     unknown = [n for n in names if n not in data.repos]
     if unknown:
         raise SystemExit(f"no such repository in semble's repos.json: {', '.join(unknown)}")
@@ -548,8 +672,11 @@ async def main() -> None:
     ap.add_argument("--data-dir", type=Path, required=True, help="Fathom's data dir for the indexes")
     ap.add_argument("--repos", help="comma-separated names, or 'all' (default: the 22 dev repos)")
     ap.add_argument("--k", type=int, default=K, help="hits asked and the NDCG cut-off (semble: 10)")
-    ap.add_argument("--group", choices=("file", "chunk"),
-                    help="passed to the pipeline as group= when it takes that argument")
+    ap.add_argument(
+        "--group",
+        choices=("file", "chunk"),
+        help="passed to the pipeline as group= when it takes that argument",
+    )
     ap.add_argument("--json", type=Path, help="write every query's ranked hits and scores here")
     ap.add_argument("--mirror-root", type=Path, help="folder of local mirrors named <owner>+<name>")
     ap.add_argument("--semble", type=Path, help="a git repository of semble holding SEMBLE_COMMIT")
@@ -557,8 +684,11 @@ async def main() -> None:
     ap.add_argument("--resume", action="store_true", help="keep the repos --json already holds")
     ap.add_argument("--all-tables", action="store_true", help="index docs too, as `fathom index` does")
     ap.add_argument("--runs", type=int, default=1, help="timed runs per query (semble: 5)")
-    ap.add_argument("--include-held-out", action="store_true",
-                    help="allow the held-out repositories (the outside check only)")
+    ap.add_argument(
+        "--include-held-out",
+        action="store_true",
+        help="allow the held-out repositories (the outside check only)",
+    )
     ap.add_argument("--verbose", action="store_true", help="print each query's score and ranks")
     args = ap.parse_args()
     args.repos_dir, args.data_dir = args.repos_dir.resolve(), args.data_dir.resolve()
@@ -567,8 +697,10 @@ async def main() -> None:
     names = chosen_repos(args.repos, data, args.include_held_out)  # refused before anything starts
     print(machine())
     head, dirty = fathom_version()
-    print(f"Fathom {head[:12] or '(no git)'} from {ROOT}"
-          + (f", with {len(dirty)} uncommitted change(s) under src/" if dirty else ""))
+    print(
+        f"Fathom {head[:12] or '(no git)'} from {ROOT}"
+        + (f", with {len(dirty)} uncommitted change(s) under src/" if dirty else "")
+    )
     print(f"semble labels {SEMBLE_COMMIT[:12]} from {data.git_dir}; {len(names)} repos: {', '.join(names)}")
     fathom = Fathom(Settings(data_dir=args.data_dir))
     if not args.all_tables:
@@ -576,7 +708,9 @@ async def main() -> None:
     extra, grouped = search_call(args.group)
     if args.group and not grouped:
         print(f"note: the pipeline takes no group argument; --group {args.group} is ignored")
-    print(f"encoder {fathom.encoder.id}, k={args.k}, group={args.group if grouped else '(default)'}", flush=True)
+    print(
+        f"encoder {fathom.encoder.id}, k={args.k}, group={args.group if grouped else '(default)'}", flush=True
+    )
     previous = load_previous(args.json, args, fathom.encoder.id) if args.resume else {}
     results: list[RepoResult] = []
     started = time.perf_counter()
@@ -596,8 +730,10 @@ async def main() -> None:
     if results:
         print()
         print(report(data, results, args.k))
-        print(f"\nwall time {time.perf_counter() - started:.0f} s"
-              + (f"; every query in {args.json}" if args.json else ""))
+        print(
+            f"\nwall time {time.perf_counter() - started:.0f} s"
+            + (f"; every query in {args.json}" if args.json else "")
+        )
 
 
 if __name__ == "__main__":

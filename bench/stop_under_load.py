@@ -44,29 +44,49 @@ def main() -> int:
     started = time.monotonic()
     try:
         for run in range(1, args.runs + 1):
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "--durations=1", "tests/test_stopping.py", *(["-k", args.k] if args.k else [])]
+            argv = [
+                sys.executable,
+                "-m",
+                "pytest",
+                "-q",
+                "-p",
+                "no:cacheprovider",
+                "--durations=1",
+                "tests/test_stopping.py",
+                *(["-k", args.k] if args.k else []),
+            ]
             t0 = time.monotonic()
             try:
-                done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True,
-                                      timeout=args.run_timeout)
+                done = subprocess.run(
+                    argv, cwd=ROOT, capture_output=True, text=True, timeout=args.run_timeout
+                )
                 out, code = done.stdout, done.returncode
             except subprocess.TimeoutExpired as exc:
                 out, code = str(exc.stdout or ""), -1
             summary = (out.strip().splitlines() or ["(no output)"])[-1]
             slowest = re.search(r"^([\d.]+)s call\s+(\S+)", out, re.M)
-            print(f"run {run:3d}: {summary}  ({time.monotonic() - t0:.0f} s"
-                  + (f"; slowest {slowest[2].split('::')[-1]} {slowest[1]} s" if slowest else "")
-                  + ")", flush=True)
+            print(
+                f"run {run:3d}: {summary}  ({time.monotonic() - t0:.0f} s"
+                + (f"; slowest {slowest[2].split('::')[-1]} {slowest[1]} s" if slowest else "")
+                + ")",
+                flush=True,
+            )
             if code != 0:
                 failed += 1
-                print("\n".join(line for line in out.splitlines() if line.startswith("FAILED")
-                                or "did not exit" in line or "forcing it" in line))
+                print(
+                    "\n".join(
+                        line
+                        for line in out.splitlines()
+                        if line.startswith("FAILED") or "did not exit" in line or "forcing it" in line
+                    )
+                )
     finally:
         for hog in hogs:
             hog.terminate()
-    print(f"{args.runs - failed} of {args.runs} runs passed with {args.hogs} busy processes "
-          f"beside them, in {(time.monotonic() - started) / 60:.1f} min")
+    print(
+        f"{args.runs - failed} of {args.runs} runs passed with {args.hogs} busy processes "
+        f"beside them, in {(time.monotonic() - started) / 60:.1f} min"
+    )
     return 1 if failed else 0
 
 

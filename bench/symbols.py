@@ -34,8 +34,13 @@ from fathom.service import Fathom, symbols
 
 class HashEncoder(Provider):
     def __init__(self, width: int = 64):
-        self.info = ProviderInfo(id="hash:bench", kind=Kind.LOCAL, roles=frozenset(EMBEDDING_ROLES),
-                                 model="bench/hash", width=width)
+        self.info = ProviderInfo(
+            id="hash:bench",
+            kind=Kind.LOCAL,
+            roles=frozenset(EMBEDDING_ROLES),
+            model="bench/hash",
+            width=width,
+        )
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         return hash_vectors(list(texts), self.info.width or 64)
@@ -59,10 +64,12 @@ async def over_mcp(fathom: Fathom, runs: int) -> list[list[Any]]:
 
     rows = []
     async with Client(build_mcp_server(fathom)) as client:
-        for tool, args in (("find_symbol", {"name": "AsyncClient.send"}),
-                           ("find_references", {"name": "_merge_cookies"}),
-                           ("find_references", {"name": "self"}),
-                           ("outline", {"path": "_client.py"})):
+        for tool, args in (
+            ("find_symbol", {"name": "AsyncClient.send"}),
+            ("find_references", {"name": "_merge_cookies"}),
+            ("find_references", {"name": "self"}),
+            ("outline", {"path": "_client.py"}),
+        ):
             ms = []
             for _ in range(runs):
                 start = time.perf_counter()
@@ -70,8 +77,13 @@ async def over_mcp(fathom: Fathom, runs: int) -> list[list[Any]]:
                 ms.append((time.perf_counter() - start) * 1000)
             assert not result.is_error, result.content[0].text
             shown = len(result.structured_content["results"])
-            rows.append(row(f"MCP {tool}({next(iter(args.values()))!r}): {shown} shown of "
-                            f"{result.structured_content['found']}", ms))
+            rows.append(
+                row(
+                    f"MCP {tool}({next(iter(args.values()))!r}): {shown} shown of "
+                    f"{result.structured_content['found']}",
+                    ms,
+                )
+            )
     return rows
 
 
@@ -83,16 +95,19 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="fathom-bench-symbols-"))
     try:
         root = base / "httpx"
-        shutil.copytree(Path(httpx.__file__).parent, root,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            Path(httpx.__file__).parent, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+        )
         fathom = Fathom(Settings(data_dir=base / "data"), encoder=HashEncoder())
         start = time.perf_counter()
         report = asyncio.run(fathom.index(root, "httpx"))
         index_s = time.perf_counter() - start
         table_ = symbols.table_of(fathom)
-        print(f"httpx {httpx.__version__}: {report.files} files, "
-              f"{report.tables.get('code', 0)} code chunks, indexed in {index_s:.1f} s "
-              f"(hash encoder; the symbol table built at its end)")
+        print(
+            f"httpx {httpx.__version__}: {report.files} files, "
+            f"{report.tables.get('code', 0)} code chunks, indexed in {index_s:.1f} s "
+            f"(hash encoder; the symbol table built at its end)"
+        )
 
         def build() -> None:
             table_.forget("httpx")
@@ -104,21 +119,29 @@ def main() -> None:
                 conn.execute("UPDATE projects SET digest = ''")
             table_.refresh(fathom.store, "httpx")
 
-        rows = [row("build the whole table (23 files parsed)", timed(build, max(3, args.runs // 5))),
-                row("refresh, one file changed", timed(one_file, args.runs)),
-                row("refresh, nothing changed (manifest read + digest)",
-                    timed(lambda: table_.refresh(fathom.store, "httpx"), args.runs))]
+        rows = [
+            row("build the whole table (23 files parsed)", timed(build, max(3, args.runs // 5))),
+            row("refresh, one file changed", timed(one_file, args.runs)),
+            row(
+                "refresh, nothing changed (manifest read + digest)",
+                timed(lambda: table_.refresh(fathom.store, "httpx"), args.runs),
+            ),
+        ]
         for name, call in (
-                ("find_symbol('AsyncClient.send')", lambda: symbols.find_symbol(fathom, "AsyncClient.send")),
-                ("find_references('_merge_cookies')", lambda: symbols.find_references(fathom, "_merge_cookies")),
-                ("find_references('self')", lambda: symbols.find_references(fathom, "self")),
-                ("outline('_client.py')", lambda: symbols.outline(fathom, "_client.py"))):
+            ("find_symbol('AsyncClient.send')", lambda: symbols.find_symbol(fathom, "AsyncClient.send")),
+            ("find_references('_merge_cookies')", lambda: symbols.find_references(fathom, "_merge_cookies")),
+            ("find_references('self')", lambda: symbols.find_references(fathom, "self")),
+            ("outline('_client.py')", lambda: symbols.outline(fathom, "_client.py")),
+        ):
             rows.append(row(f"service {name}", timed(call, args.runs)))
         rows += asyncio.run(over_mcp(fathom, args.runs))
         size = table_.path.stat().st_size / 1024
         print(table(["what", "runs", "p50 ms", "p95 ms"], rows))
-        counts = sqlite3.connect(table_.path).execute(
-            "SELECT (SELECT count(*) FROM symbols), (SELECT count(*) FROM refs)").fetchone()
+        counts = (
+            sqlite3.connect(table_.path)
+            .execute("SELECT (SELECT count(*) FROM symbols), (SELECT count(*) FROM refs)")
+            .fetchone()
+        )
         print(f"symbols.sqlite: {size:.0f} KiB, {counts[0]} definitions, {counts[1]} occurrences")
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -25,11 +25,12 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+from index_throughput import subset  # noqa: E402  (bench/ is on sys.path when run as a script)
+
 from fathom.config import Settings  # noqa: E402
 from fathom.index.indexer import discover  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
-from index_throughput import subset  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 
 class CharsOnly(LocalEncoder):
@@ -57,7 +58,10 @@ async def main() -> None:
         chunking: dict[str, list[float]] = {"chars": [], "tokens": []}
         reports = {}
         for i in range(args.rounds):
-            for side, encoder, kw in (("chars", chars_side, {}), ("tokens", tokens_side, {"tokens": counter})):
+            for side, encoder, kw in (
+                ("chars", chars_side, {}),
+                ("tokens", tokens_side, {"tokens": counter}),
+            ):
                 t0 = time.perf_counter()
                 discover(root, cache=None, **kw)
                 chunking[side].append(time.perf_counter() - t0)
@@ -75,9 +79,13 @@ async def main() -> None:
         print(f"{'':8}  {'chunks':>7}  {'split':>6}  {'chunking s':>10}  {'index s (best)':>14}")
         for side in ("chars", "tokens"):
             r = reports[side]
-            print(f"{side:8}  {r.chunks:7d}  {r.split:6d}  {min(chunking[side]):10.2f}  {min(timings[side]):14.1f}")
-        print(f"chars-only chunks over {counter.limit} tokens: {len(over)} of {len(sizes)}; "
-              f"tokens the model dropped: {sum(n - counter.limit for n in over)} of {sum(sizes)}")
+            print(
+                f"{side:8}  {r.chunks:7d}  {r.split:6d}  {min(chunking[side]):10.2f}  {min(timings[side]):14.1f}"
+            )
+        print(
+            f"chars-only chunks over {counter.limit} tokens: {len(over)} of {len(sizes)}; "
+            f"tokens the model dropped: {sum(n - counter.limit for n in over)} of {sum(sizes)}"
+        )
         print(f"ratio tokens/chars index time: {min(timings['tokens']) / min(timings['chars']):.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)

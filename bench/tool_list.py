@@ -49,8 +49,10 @@ async def measure(git_remotes: str, indexed: bool) -> None:
         result = size(wire["outputSchema"]) if "outputSchema" in wire else 0
         sees, whole, outputs = sees + shown, whole + size(wire), outputs + result
         print(f"{tool.name:18} {described:11,} {given:7,} {result:7,} {shown:10,}")
-    print(f"{len(tools)} tools: a model is shown {sees:,} characters; the whole list is "
-          f"{whole:,}, output schemas {outputs:,}")
+    print(
+        f"{len(tools)} tools: a model is shown {sees:,} characters; the whole list is "
+        f"{whole:,}, output schemas {outputs:,}"
+    )
 
 
 def main() -> None:

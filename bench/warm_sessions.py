@@ -43,9 +43,13 @@ TARGETS = {"warm_s": 1.0, "warm_mib": 100.0, "cold_s": 3.0}
 
 def child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")}
-    return env | {"PYTHONPATH": str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", ""),
-                  "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                  "FATHOM_WATCH": "1"}
+    return env | {
+        "PYTHONPATH": str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", ""),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "FATHOM_WATCH": "1",
+    }
 
 
 def fathom(data: Path, *args: str) -> list[str]:
@@ -85,8 +89,9 @@ class Session:
         from mcp.client.stdio import StdioServerParameters
 
         before = session_pids(self.data)
-        params = StdioServerParameters(command=sys.executable, args=fathom(self.data, "mcp", *self.flags)[1:],
-                                       env=child_env())
+        params = StdioServerParameters(
+            command=sys.executable, args=fathom(self.data, "mcp", *self.flags)[1:], env=child_env()
+        )
         started = time.monotonic()
         client = await self.stack.enter_async_context(Client(params, read_timeout_seconds=600))
         result = await client.call_tool("search_code", {"query": query, "k": 5})
@@ -106,8 +111,13 @@ def index_projects(data: Path, count: int) -> list[str]:
         spec = importlib.util.find_spec(name)
         if spec is None or spec.origin is None:
             continue
-        done = subprocess.run(fathom(data, "index", str(Path(spec.origin).parent), "--project", name),
-                              env=child_env() | {"FATHOM_WATCH": "0"}, capture_output=True, text=True, timeout=1800)
+        done = subprocess.run(
+            fathom(data, "index", str(Path(spec.origin).parent), "--project", name),
+            env=child_env() | {"FATHOM_WATCH": "0"},
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"indexing {name} failed: {done.stderr[-2000:]}")
         names.append(name)
@@ -123,9 +133,16 @@ async def measure(data: Path, query: str) -> dict[str, Any]:
         warm_s = await second.first_answer(query)
         daemon = find_daemon(data)
         alone_s = await alone.first_answer(query)
-        return {"cold_s": cold_s, "warm_s": warm_s, "alone_s": alone_s,
-                "cold_mib": rss_mib(first.pid), "warm_mib": rss_mib(second.pid), "alone_mib": rss_mib(alone.pid),
-                "daemon_mib": rss_mib(daemon.pid) if daemon else 0.0, "daemon_pid": daemon.pid if daemon else 0}
+        return {
+            "cold_s": cold_s,
+            "warm_s": warm_s,
+            "alone_s": alone_s,
+            "cold_mib": rss_mib(first.pid),
+            "warm_mib": rss_mib(second.pid),
+            "alone_mib": rss_mib(alone.pid),
+            "daemon_mib": rss_mib(daemon.pid) if daemon else 0.0,
+            "daemon_pid": daemon.pid if daemon else 0,
+        }
     finally:
         for session in (alone, second, first):
             with contextlib.suppress(Exception):
@@ -134,7 +151,9 @@ async def measure(data: Path, query: str) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--projects", type=int, default=5, help="installed packages indexed and watched (at most 5)")
+    ap.add_argument(
+        "--projects", type=int, default=5, help="installed packages indexed and watched (at most 5)"
+    )
     ap.add_argument("--query", default=QUERY)
     args = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="fathom-warm-"))
@@ -150,19 +169,36 @@ def main() -> int:
         shutil.rmtree(base, ignore_errors=True)
     print(f"{machine()}; {len(names)} projects watched ({', '.join(names)})")
     rows = [
-        ["session 1 (cold: starts the daemon)", f"{figures['cold_s']:.2f}", f"{figures['cold_mib']:.0f}",
-         f"<= {TARGETS['cold_s']:g} s"],
-        ["session 2 (warm: attaches)", f"{figures['warm_s']:.2f}", f"{figures['warm_mib']:.0f}",
-         f"<= {TARGETS['warm_s']:g} s, <= {TARGETS['warm_mib']:g} MiB"],
-        ["`fathom mcp --in-process` (each session alone)", f"{figures['alone_s']:.2f}",
-         f"{figures['alone_mib']:.0f}", ""],
+        [
+            "session 1 (cold: starts the daemon)",
+            f"{figures['cold_s']:.2f}",
+            f"{figures['cold_mib']:.0f}",
+            f"<= {TARGETS['cold_s']:g} s",
+        ],
+        [
+            "session 2 (warm: attaches)",
+            f"{figures['warm_s']:.2f}",
+            f"{figures['warm_mib']:.0f}",
+            f"<= {TARGETS['warm_s']:g} s, <= {TARGETS['warm_mib']:g} MiB",
+        ],
+        [
+            "`fathom mcp --in-process` (each session alone)",
+            f"{figures['alone_s']:.2f}",
+            f"{figures['alone_mib']:.0f}",
+            "",
+        ],
         ["the daemon, shared by sessions 1 and 2", "", f"{figures['daemon_mib']:.0f}", ""],
     ]
     print(table(["spawn `fathom mcp` -> first search_code answer", "s", "own RSS MiB", "target"], rows))
-    print(f"ratios: warm/cold time {figures['warm_s'] / figures['cold_s']:.2f}, "
-          f"warm/in-process RSS {figures['warm_mib'] / max(figures['alone_mib'], 1):.2f}")
-    ok = (figures["warm_s"] <= TARGETS["warm_s"] and figures["warm_mib"] <= TARGETS["warm_mib"]
-          and figures["cold_s"] <= TARGETS["cold_s"])
+    print(
+        f"ratios: warm/cold time {figures['warm_s'] / figures['cold_s']:.2f}, "
+        f"warm/in-process RSS {figures['warm_mib'] / max(figures['alone_mib'], 1):.2f}"
+    )
+    ok = (
+        figures["warm_s"] <= TARGETS["warm_s"]
+        and figures["warm_mib"] <= TARGETS["warm_mib"]
+        and figures["cold_s"] <= TARGETS["cold_s"]
+    )
     print("targets met" if ok else "targets NOT met")
     return 0
 

@@ -36,9 +36,12 @@ def make_project(root: Path) -> Path:
     """A tiny project: two Python functions and a README section."""
     root.mkdir(parents=True, exist_ok=True)
     (root / "app.py").write_text(
-        "def add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n    return a + b\n\n\n"
-        "def greet(name):\n    return f'hello {name}'\n")
-    (root / "README.md").write_text("# Demo\n\nA tiny project for the operator tests.\n\n## Usage\n\nCall add.\n")
+        'def add(a, b):\n    """Add two numbers."""\n    return a + b\n\n\n'
+        "def greet(name):\n    return f'hello {name}'\n"
+    )
+    (root / "README.md").write_text(
+        "# Demo\n\nA tiny project for the operator tests.\n\n## Usage\n\nCall add.\n"
+    )
     return root
 
 
@@ -46,11 +49,20 @@ class FakeEncoder(Provider):
     """A provider at the cut-off whose vectors are HashEmbedder's, optionally skewed (so its
     cosine against the reference falls below the floor). Counts its calls."""
 
-    def __init__(self, pid: str, *, kind: Kind = Kind.LOCAL, roles: Sequence[Role] = tuple(EMBEDDING_ROLES),
-                 model: str = "test/hash-embedder", width: int = 8, upstream: str | None = None,
-                 skew: float = 0.0):
-        self.info = ProviderInfo(id=pid, kind=kind, roles=frozenset(roles), model=model, width=width,
-                                 upstream=upstream)
+    def __init__(
+        self,
+        pid: str,
+        *,
+        kind: Kind = Kind.LOCAL,
+        roles: Sequence[Role] = tuple(EMBEDDING_ROLES),
+        model: str = "test/hash-embedder",
+        width: int = 8,
+        upstream: str | None = None,
+        skew: float = 0.0,
+    ):
+        self.info = ProviderInfo(
+            id=pid, kind=kind, roles=frozenset(roles), model=model, width=width, upstream=upstream
+        )
         self.skew = skew
         self.calls = 0
 
@@ -67,9 +79,14 @@ class FakeEncoder(Provider):
         return np.stack(rows) if rows else np.zeros((0, w), np.float32)
 
 
-def build_operator_app(data_dir: Path, *, encoder: Provider | None = None,
-                       settings: Settings | None = None, chat: Provider | None = None,
-                       **options: Any) -> Any:
+def build_operator_app(
+    data_dir: Path,
+    *,
+    encoder: Provider | None = None,
+    settings: Settings | None = None,
+    chat: Provider | None = None,
+    **options: Any,
+) -> Any:
     """The operator app; `chat`: a (scripted) local chat model for the agents' roles."""
     registry = ProviderRegistry()
     if chat is not None:
@@ -80,8 +97,15 @@ def build_operator_app(data_dir: Path, *, encoder: Provider | None = None,
     # The server's in-process encoder serves the embedding roles only (as LocalEncoder does).
     encoder.info = dataclasses.replace(encoder.info, roles=frozenset(EMBEDDING_ROLES))
     service = Fathom(settings, encoder=encoder, registry=registry)
-    return create_app(settings, registry=registry, hub=hub, admin_token=ADMIN, metrics_token=METRICS,
-                      service=service, **options)
+    return create_app(
+        settings,
+        registry=registry,
+        hub=hub,
+        admin_token=ADMIN,
+        metrics_token=METRICS,
+        service=service,
+        **options,
+    )
 
 
 @dataclass
@@ -98,13 +122,14 @@ class Operator:
     def client(self, headers: dict[str, str] | None = None) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, headers=AUTH if headers is None else headers, timeout=30)
 
-    async def wait_job(self, client: httpx.AsyncClient, job_id: str, *, timeout: float = 60.0,
-                       until: Any = None) -> dict[str, Any]:
+    async def wait_job(
+        self, client: httpx.AsyncClient, job_id: str, *, timeout: float = 60.0, until: Any = None
+    ) -> dict[str, Any]:
         """Poll a job until it is finished (or `until(job)`); bounded."""
         deadline = time.monotonic() + timeout
         while True:
             job = (await client.get(f"/admin/jobs/{job_id}")).json()
-            if (until(job) if until is not None else job["finished"]):
+            if until(job) if until is not None else job["finished"]:
                 return job
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} did not get there: {job}")

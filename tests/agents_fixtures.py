@@ -79,8 +79,9 @@ class LocalChat(Provider):
     answers a fixed script of ChatResults and records every request."""
 
     def __init__(self, turns: list[ChatResult], pid: str = "local:chat"):
-        self.info = ProviderInfo(id=pid, kind=Kind.LOCAL,
-                                 roles=frozenset({Role.RLM, Role.CODE_ASSISTANT}), model="local-llm")
+        self.info = ProviderInfo(
+            id=pid, kind=Kind.LOCAL, roles=frozenset({Role.RLM, Role.CODE_ASSISTANT}), model="local-llm"
+        )
         self.turns = list(turns)
         self.requests: list[list[dict[str, Any]]] = []
 
@@ -92,8 +93,12 @@ class LocalChat(Provider):
 
 
 def tool_turn(name: str, **arguments: Any) -> ChatResult:
-    return ChatResult(content=None, tool_calls=(ToolCall(f"c-{name}", name, arguments),),
-                      finish_reason="tool_calls", usage={"total_tokens": 10})
+    return ChatResult(
+        content=None,
+        tool_calls=(ToolCall(f"c-{name}", name, arguments),),
+        finish_reason="tool_calls",
+        usage={"total_tokens": 10},
+    )
 
 
 class TickClock:

@@ -50,8 +50,7 @@ def _preloaded_model() -> Any:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        return sentence_transformers.SentenceTransformer(Settings().local_model_path,
-                                                         device="cpu")
+        return sentence_transformers.SentenceTransformer(Settings().local_model_path, device="cpu")
     except Exception:  # noqa: BLE001 - the child then loads it itself
         return None
 
@@ -70,10 +69,12 @@ def context() -> Any:
     return _CONTEXT
 
 
-def start(argv: list[str], log: Path, *, plan: dict[str, Any] | None = None,
-          events: Path | None = None) -> Any:
-    proc = context().Process(target=_main, args=(list(argv), str(log), plan,
-                                                 str(events) if events else None), daemon=False)
+def start(
+    argv: list[str], log: Path, *, plan: dict[str, Any] | None = None, events: Path | None = None
+) -> Any:
+    proc = context().Process(
+        target=_main, args=(list(argv), str(log), plan, str(events) if events else None), daemon=False
+    )
     proc.start()
     return proc
 
@@ -165,8 +166,7 @@ class _Recorder:
 
             setattr(cls, name, staticmethod(wrapper) if name == "_merge" else wrapper)
 
-        for name in ("_merge", "_create", "_drop", "_build_indexes", "_write_state",
-                     "_collect_garbage"):
+        for name in ("_merge", "_create", "_drop", "_build_indexes", "_write_state", "_collect_garbage"):
             wrap_method(name)
         # Everything the promotion does counts as "promote:" events.
         step = "promote_together" if hasattr(cls, "promote_together") else "promote"
@@ -182,8 +182,11 @@ class _Recorder:
         setattr(cls, step, promoting)
         for name in ("replace", "fsync"):
             original = getattr(os, name)
-            setattr(os, name, (lambda orig, n: lambda *a, **k: rec.event(
-                f"os.{n}", lambda: orig(*a, **k)))(original, name))
+            setattr(
+                os,
+                name,
+                (lambda orig, n: lambda *a, **k: rec.event(f"os.{n}", lambda: orig(*a, **k)))(original, name),
+            )
 
 
 def _die() -> None:

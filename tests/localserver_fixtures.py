@@ -33,9 +33,13 @@ class LocalLLM:
     control: LocalServerControl
 
 
-def spawn_local_llm(group: ProcessGroup, port: int, *, model: str = MODEL, extra: tuple[str, ...] = ()) -> LocalLLM:
-    proc = group.spawn(f"localserver-{port}", [PY, "-m", "fathom.devtools.localserver", "--port", str(port),
-                                               "--model", model, *extra])
+def spawn_local_llm(
+    group: ProcessGroup, port: int, *, model: str = MODEL, extra: tuple[str, ...] = ()
+) -> LocalLLM:
+    proc = group.spawn(
+        f"localserver-{port}",
+        [PY, "-m", "fathom.devtools.localserver", "--port", str(port), "--model", model, *extra],
+    )
     root = f"http://127.0.0.1:{port}"
     wait_http(root + "/v1/models", proc=proc, timeout=60)
     return LocalLLM(root, root + "/v1", model, LocalServerControl(root))

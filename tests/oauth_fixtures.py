@@ -47,14 +47,19 @@ class SigningKey:
     algorithm: str
 
     def jwk(self) -> dict[str, Any]:
-        algo = jwt.algorithms.RSAAlgorithm if self.algorithm.startswith(("RS", "PS")) else jwt.algorithms.ECAlgorithm
+        algo = (
+            jwt.algorithms.RSAAlgorithm
+            if self.algorithm.startswith(("RS", "PS"))
+            else jwt.algorithms.ECAlgorithm
+        )
         public = json.loads(algo.to_jwk(self.private.public_key()))
         return {**public, "kid": self.kid, "use": "sig", "alg": self.algorithm}
 
 
 def rsa_key(kid: str | None = None) -> SigningKey:
-    return SigningKey(kid or uuid.uuid4().hex[:12], rsa.generate_private_key(public_exponent=65537, key_size=2048),
-                      "RS256")
+    return SigningKey(
+        kid or uuid.uuid4().hex[:12], rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256"
+    )
 
 
 def ec_key(kid: str | None = None) -> SigningKey:
@@ -71,20 +76,38 @@ class Issuer:
     active: dict[str, dict[str, Any]] = field(default_factory=dict)  # introspection: token -> answer
     down: bool = False  # every endpoint answers 503, as an issuer in an outage does
 
-    def mint(self, key: SigningKey | None = None, *, now: float | None = None, lifetime: float = 600, **claims: Any) -> str:
+    def mint(
+        self, key: SigningKey | None = None, *, now: float | None = None, lifetime: float = 600, **claims: Any
+    ) -> str:
         key = key or self.published[0]
         now = time.time() if now is None else now
-        body = {"iss": self.url, "aud": RESOURCE, "sub": "user-1", "email": "alice@example.com",
-                "email_verified": True, "iat": int(now), "exp": int(now + lifetime), "scope": "fathom", **claims}
+        body = {
+            "iss": self.url,
+            "aud": RESOURCE,
+            "sub": "user-1",
+            "email": "alice@example.com",
+            "email_verified": True,
+            "iat": int(now),
+            "exp": int(now + lifetime),
+            "scope": "fathom",
+            **claims,
+        }
         body = {k: v for k, v in body.items() if v is not None}
-        return jwt.encode(body, key.private, algorithm=key.algorithm, headers={"kid": key.kid, "typ": "at+jwt"})
+        return jwt.encode(
+            body, key.private, algorithm=key.algorithm, headers={"kid": key.kid, "typ": "at+jwt"}
+        )
 
     def app(self) -> Starlette:
         async def metadata(request: Request) -> JSONResponse:
             if self.down:
                 return JSONResponse({"error": "temporarily_unavailable"}, status_code=503)
-            return JSONResponse({"issuer": self.url, "jwks_uri": f"{self.url}/jwks",
-                                 "introspection_endpoint": f"{self.url}/introspect"})
+            return JSONResponse(
+                {
+                    "issuer": self.url,
+                    "jwks_uri": f"{self.url}/jwks",
+                    "introspection_endpoint": f"{self.url}/introspect",
+                }
+            )
 
         async def jwks(request: Request) -> JSONResponse:
             self.jwks_reads += 1
@@ -99,14 +122,21 @@ class Issuer:
             form = await request.form()
             return JSONResponse(self.active.get(str(form.get("token")), {"active": False}))
 
-        return Starlette(routes=[Route("/.well-known/openid-configuration", metadata),
-                                 Route("/jwks", jwks), Route("/introspect", introspect, methods=["POST"])])
+        return Starlette(
+            routes=[
+                Route("/.well-known/openid-configuration", metadata),
+                Route("/jwks", jwks),
+                Route("/introspect", introspect, methods=["POST"]),
+            ]
+        )
 
 
 def unsigned(claims: dict[str, Any], kid: str) -> str:
     """An `alg: none` token: a header and claims, no signature."""
+
     def part(obj: dict[str, Any]) -> str:
         return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
     return f"{part({'alg': 'none', 'typ': 'JWT', 'kid': kid})}.{part(claims)}."
 
 

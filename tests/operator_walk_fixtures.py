@@ -77,13 +77,17 @@ class Rig:
         self.sidecar: Proc | None = None
         self.incarnations = {"server": 0, "sidecar": 0}
         self.emulator = EmulatorControl(f"http://127.0.0.1:{self.emu_port}")
-        self.admin = httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120)
+        self.admin = httpx.Client(
+            base_url=self.url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120
+        )
         self._store: Any = None
 
     # -- processes ---------------------------------------------------------------------
 
     def start(self) -> None:
-        spawn_emulator(self.group, self.emu_port, ["--remember"])  # the gate's probes are sent again and again
+        spawn_emulator(
+            self.group, self.emu_port, ["--remember"]
+        )  # the gate's probes are sent again and again
         self.start_server()
         # Approved before it first connects, as an operator who knows the host would.
         self.ok("POST", f"/admin/fleet/{SIDECAR}/approve", params={"pre_approve": "true"})
@@ -91,8 +95,14 @@ class Rig:
 
     def start_server(self) -> None:
         self.incarnations["server"] += 1
-        self.server = spawn_server(self.group, self.data_dir, self.port, log_level="DEBUG", extra=["--no-watch"],
-                                   log_name=f"server-{self.incarnations['server']}")
+        self.server = spawn_server(
+            self.group,
+            self.data_dir,
+            self.port,
+            log_level="DEBUG",
+            extra=["--no-watch"],
+            log_name=f"server-{self.incarnations['server']}",
+        )
 
     def stop_server(self) -> None:
         assert self.server is not None
@@ -102,9 +112,15 @@ class Rig:
 
     def start_sidecar(self) -> None:
         self.incarnations["sidecar"] += 1
-        self.sidecar = spawn_sidecar(self.group, SIDECAR, self.port, [], log_level="DEBUG",
-                                     extra=["--openrouter-url", f"http://127.0.0.1:{self.emu_port}/api/v1"],
-                                     log_name=f"sidecar-{self.incarnations['sidecar']}")
+        self.sidecar = spawn_sidecar(
+            self.group,
+            SIDECAR,
+            self.port,
+            [],
+            log_level="DEBUG",
+            extra=["--openrouter-url", f"http://127.0.0.1:{self.emu_port}/api/v1"],
+            log_name=f"sidecar-{self.incarnations['sidecar']}",
+        )
 
     def stop_sidecar(self) -> None:
         assert self.sidecar is not None
@@ -120,8 +136,11 @@ class Rig:
                 fleet = self.get("/admin/fleet")
             except httpx.HTTPError:
                 return False
-            return any(s["name"] == SIDECAR and s["connected"] and s["state"] == "approved"
-                       for s in fleet["sidecars"])
+            return any(
+                s["name"] == SIDECAR and s["connected"] and s["state"] == "approved"
+                for s in fleet["sidecars"]
+            )
+
         wait_until(connected, f"sidecar {SIDECAR} connected and approved", timeout, procs=self.live())
 
     def close(self) -> None:
@@ -146,16 +165,31 @@ class Rig:
 
     def cli(self, *args: str, stdin: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
         """`fathom ARGS` against this server, the admin token from the environment."""
-        env = {**os.environ, "FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_SERVER": self.url, "COLUMNS": "200",
-               "NO_COLOR": "1"}
-        return subprocess.run([FATHOM, *args], input=stdin if stdin is not None else "", capture_output=True,
-                              text=True, env=env, timeout=timeout)
+        env = {
+            **os.environ,
+            "FATHOM_ADMIN_TOKEN": ADMIN,
+            "FATHOM_SERVER": self.url,
+            "COLUMNS": "200",
+            "NO_COLOR": "1",
+        }
+        return subprocess.run(
+            [FATHOM, *args],
+            input=stdin if stdin is not None else "",
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
 
     def index(self, timeout: float = 240.0) -> dict[str, Any]:
         """Start an incremental index job of the project folder and wait for its end."""
         job = self.ok("POST", "/admin/jobs", json={"path": str(self.project_dir), "project": PROJECT})
-        return wait_until(lambda: (j := self.get(f"/admin/jobs/{job['id']}"))["finished"] and j,
-                          f"index job {job['id']}", timeout, procs=self.live())
+        return wait_until(
+            lambda: (j := self.get(f"/admin/jobs/{job['id']}"))["finished"] and j,
+            f"index job {job['id']}",
+            timeout,
+            procs=self.live(),
+        )
 
     # -- what the invariants read -------------------------------------------------------
 
@@ -182,23 +216,40 @@ class Rig:
                 continue
             tbl = store._table(PROJECT, name)
             tbl.checkout_latest()
-            data = (tbl.search().select(["chunk_id", "path", "text", "vector", "provider_id", "verdict_id",
-                                         "written_at"]).limit(None).to_arrow())
+            data = (
+                tbl.search()
+                .select(["chunk_id", "path", "text", "vector", "provider_id", "verdict_id", "written_at"])
+                .limit(None)
+                .to_arrow()
+            )
             if data.num_rows == 0:
                 continue
             width = tbl.schema.field("vector").type.list_size
-            vectors = data["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
-            for i, (cid, path, text, pid, vid, at) in enumerate(zip(
-                    data["chunk_id"].to_pylist(), data["path"].to_pylist(), data["text"].to_pylist(),
-                    data["provider_id"].to_pylist(), data["verdict_id"].to_pylist(),
-                    data["written_at"].to_pylist(), strict=True)):
-                out.append(Row(table, cid, path, text, np.asarray(vectors[i], np.float32), pid, vid,
-                               at.timestamp()))
+            vectors = (
+                data["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+            )
+            for i, (cid, path, text, pid, vid, at) in enumerate(
+                zip(
+                    data["chunk_id"].to_pylist(),
+                    data["path"].to_pylist(),
+                    data["text"].to_pylist(),
+                    data["provider_id"].to_pylist(),
+                    data["verdict_id"].to_pylist(),
+                    data["written_at"].to_pylist(),
+                    strict=True,
+                )
+            ):
+                out.append(
+                    Row(table, cid, path, text, np.asarray(vectors[i], np.float32), pid, vid, at.timestamp())
+                )
         return out
 
     def verdicts(self) -> dict[str, dict[str, Any]]:
         """Every verdict ever, by id."""
-        return {v["verdict_id"]: v for v in self.get("/admin/gate/verdicts", params={"history": "true"})["verdicts"]}
+        return {
+            v["verdict_id"]: v
+            for v in self.get("/admin/gate/verdicts", params={"history": "true"})["verdicts"]
+        }
 
     def latest_verdicts(self) -> list[dict[str, Any]]:
         return self.get("/admin/gate/verdicts")["verdicts"]
@@ -219,10 +270,14 @@ def write_module(root: Path, tag: str, functions: int = 4) -> Path:
     and a docs chunk apiece), unlike any other file (its tag is in every name and sentence)."""
     lines = [f'"""Helpers of area {tag}: scaling and offsets for the {tag} stage."""', ""]
     for i in range(functions):
-        lines += [f"def scale_{tag}_{i}(value, factor={i + 2}):",
-                  f'    """Scale a {tag} reading by factor {i + 2}, then add the {tag} offset {i * 7 + 3}."""',
-                  f"    total = value * factor + {i * 7 + 3}",
-                  f"    return total  # {tag}", "", ""]
+        lines += [
+            f"def scale_{tag}_{i}(value, factor={i + 2}):",
+            f'    """Scale a {tag} reading by factor {i + 2}, then add the {tag} offset {i * 7 + 3}."""',
+            f"    total = value * factor + {i * 7 + 3}",
+            f"    return total  # {tag}",
+            "",
+            "",
+        ]
     path = root / "pkg" / f"mod_{tag}.py"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines))
@@ -235,5 +290,17 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.sum(a * b, axis=1)
 
 
-__all__ = ["Rig", "Row", "write_module", "cosine_rows", "cloud_id", "SIDECAR", "PROJECT", "TABLES",
-           "EMBEDDING_ROLES", "GOOD_PIN", "BAD_PIN", "MINILM"]
+__all__ = [
+    "Rig",
+    "Row",
+    "write_module",
+    "cosine_rows",
+    "cloud_id",
+    "SIDECAR",
+    "PROJECT",
+    "TABLES",
+    "EMBEDDING_ROLES",
+    "GOOD_PIN",
+    "BAD_PIN",
+    "MINILM",
+]

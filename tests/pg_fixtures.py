@@ -60,8 +60,13 @@ class LocalPostgres:
 
         server = self._server
         try:
-            pgexec("pg_ctl", ("-w", "-m", "fast", "-D", str(self.folder), "stop"),
-                   bin_path=server.bin_path, user=server.system_user, timeout=60)
+            pgexec(
+                "pg_ctl",
+                ("-w", "-m", "fast", "-D", str(self.folder), "stop"),
+                bin_path=server.bin_path,
+                user=server.system_user,
+                timeout=60,
+            )
         except (subprocess.SubprocessError, OSError):
             pass
 
@@ -93,20 +98,26 @@ def start_local_postgres(folder: Path, *, shared_buffers: str = "256MB") -> Loca
     hba = folder / "pg_hba.conf"
     # Unix-socket admin stays `trust` (the fixture's own set-up); every TCP client must prove
     # the password, like a real deployment.
-    hba.write_text("local all all trust\n"
-                   "host all all 127.0.0.1/32 scram-sha-256\n"
-                   "host all all ::1/128 scram-sha-256\n")
+    hba.write_text(
+        "local all all trust\nhost all all 127.0.0.1/32 scram-sha-256\nhost all all ::1/128 scram-sha-256\n"
+    )
     password = "pw-" + secrets.token_hex(12)
     port = 0
     for attempt in range(3):
         port = _free_port()
-        opts = (f"-h 127.0.0.1 -p {port} -k {folder} -c shared_buffers={shared_buffers} "
-                f"-c max_connections=200 -c fsync=off -c synchronous_commit=off "
-                f"-c full_page_writes=off")
+        opts = (
+            f"-h 127.0.0.1 -p {port} -k {folder} -c shared_buffers={shared_buffers} "
+            f"-c max_connections=200 -c fsync=off -c synchronous_commit=off "
+            f"-c full_page_writes=off"
+        )
         try:
-            pgexec("pg_ctl", ("-w", "-t", "60", "-o", opts, "-l", str(folder / "log"), "-D",
-                              str(folder), "start"),
-                   bin_path=server.bin_path, user=server.system_user, timeout=90)
+            pgexec(
+                "pg_ctl",
+                ("-w", "-t", "60", "-o", opts, "-l", str(folder / "log"), "-D", str(folder), "start"),
+                bin_path=server.bin_path,
+                user=server.system_user,
+                timeout=90,
+            )
             break
         except subprocess.SubprocessError:
             # Most likely the port was taken between choosing it and binding it: try another.
@@ -119,15 +130,19 @@ def start_local_postgres(folder: Path, *, shared_buffers: str = "256MB") -> Loca
 
     import psycopg
 
-    with psycopg.connect(host=str(folder), port=port, user="postgres", dbname="postgres",
-                         autocommit=True) as conn:
-        conn.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
-                     f"'{ROLE}') THEN CREATE ROLE {ROLE} LOGIN SUPERUSER; END IF; END $$")
+    with psycopg.connect(
+        host=str(folder), port=port, user="postgres", dbname="postgres", autocommit=True
+    ) as conn:
+        conn.execute(
+            f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = "
+            f"'{ROLE}') THEN CREATE ROLE {ROLE} LOGIN SUPERUSER; END IF; END $$"
+        )
         conn.execute(f"ALTER ROLE {ROLE} PASSWORD '{password}'")
     # Every fresh test database is a copy of template1: with the extension there, a test
     # database is ready the instant it is created.
-    with psycopg.connect(host=str(folder), port=port, user="postgres", dbname="template1",
-                         autocommit=True) as conn:
+    with psycopg.connect(
+        host=str(folder), port=port, user="postgres", dbname="template1", autocommit=True
+    ) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
     return local
 

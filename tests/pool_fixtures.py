@@ -43,11 +43,25 @@ Script = Callable[[int, float], str | None]
 
 
 class FakeEmbedder(Provider):
-    def __init__(self, pid: str, clock: FakeClock, *, rate: float = 1.0, latency: float = 0.0,
-                 kind: Kind = Kind.LOCAL, roles: Sequence[Role] = (Role.EMBEDDING, Role.CODE_EMBEDDING),
-                 script: Script | None = None, retry_after: float = 5.0, late_s: float = 50.0):
+    def __init__(
+        self,
+        pid: str,
+        clock: FakeClock,
+        *,
+        rate: float = 1.0,
+        latency: float = 0.0,
+        kind: Kind = Kind.LOCAL,
+        roles: Sequence[Role] = (Role.EMBEDDING, Role.CODE_EMBEDDING),
+        script: Script | None = None,
+        retry_after: float = 5.0,
+        late_s: float = 50.0,
+    ):
         self.info = ProviderInfo(
-            id=pid, kind=kind, roles=frozenset(roles), model="fake-model", width=WIDTH,
+            id=pid,
+            kind=kind,
+            roles=frozenset(roles),
+            model="fake-model",
+            width=WIDTH,
             upstream="up" if kind is Kind.CLOUD else None,
         )
         self.clock = clock

@@ -82,7 +82,7 @@ def verify_password(password: str, stored: str) -> bool:
     digest = hashlib.pbkdf2_hmac("sha256", password.encode(), bytes.fromhex(salt_hex), 100_000)
     return hmac.compare_digest(digest.hex(), digest_hex)
 ''',
-    "web/server.js": '''// A tiny HTTP server that greets visitors.
+    "web/server.js": """// A tiny HTTP server that greets visitors.
 const http = require("http");
 
 function handleRequest(req, res) {
@@ -91,8 +91,8 @@ function handleRequest(req, res) {
 }
 
 http.createServer(handleRequest).listen(8080);
-''',
-    "README.md": '''# Sample shop
+""",
+    "README.md": """# Sample shop
 
 A small shop backend used in tests.
 
@@ -103,7 +103,7 @@ Run `pip install -e .` and then start the server with `python -m shop`.
 ## Configuration
 
 Set the `SHOP_DATABASE_URL` environment variable to point at your database.
-''',
+""",
 }
 
 
@@ -148,8 +148,9 @@ class CountingEncoder:
         class _Counting(Provider):
             def __init__(self) -> None:
                 self.inner = inner
-                self.info = (inner.info if provider_id is None
-                             else dataclasses.replace(inner.info, id=provider_id))
+                self.info = (
+                    inner.info if provider_id is None else dataclasses.replace(inner.info, id=provider_id)
+                )
                 self.texts: list[str] = []
                 self.batches = 0
                 self.probes = 0

@@ -65,18 +65,36 @@ def fake_keys(seed: int = 27) -> dict[str, Planted]:
     keys = {
         "private-key": private_key_block(rng),
         "putty-private-key": "PuTTY-User-Key-" + "File-3: ssh-rsa\nEncryption: none\nComment: ops\n"
-                             "Public-Lines: 2\n" + _rand(rng, B64, 64) + "\n" + _rand(rng, B64, 40)
-                             + "\nPrivate-Lines: 2\n" + _rand(rng, B64, 64) + "\n" + _rand(rng, B64, 44)
-                             + "\nPrivate-MAC: " + _rand(rng, HEX, 64) + "\n",
+        "Public-Lines: 2\n"
+        + _rand(rng, B64, 64)
+        + "\n"
+        + _rand(rng, B64, 40)
+        + "\nPrivate-Lines: 2\n"
+        + _rand(rng, B64, 64)
+        + "\n"
+        + _rand(rng, B64, 44)
+        + "\nPrivate-MAC: "
+        + _rand(rng, HEX, 64)
+        + "\n",
         "aws-access-key": "AK" + "IA" + _rand(rng, "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16),
         "google-api-key": "AI" + "za" + _rand(rng, ALNUM + "_-", 35),
         "github-token": "gh" + "p_" + _rand(rng, ALNUM, 36),
         "github-fine-grained-token": "github" + "_pat_" + _rand(rng, ALNUM + "_", 82),
         "gitlab-token": "glp" + "at-" + _rand(rng, ALNUM, 20),
-        "slack-token": "xo" + "xb-" + _rand(rng, string.digits, 12) + "-"
-                       + _rand(rng, string.digits, 13) + "-" + _rand(rng, ALNUM, 24),
-        "slack-app-token": "xa" + "pp-1-A" + _rand(rng, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 10)
-                           + "-" + _rand(rng, string.digits, 13) + "-" + _rand(rng, HEX, 64),
+        "slack-token": "xo"
+        + "xb-"
+        + _rand(rng, string.digits, 12)
+        + "-"
+        + _rand(rng, string.digits, 13)
+        + "-"
+        + _rand(rng, ALNUM, 24),
+        "slack-app-token": "xa"
+        + "pp-1-A"
+        + _rand(rng, "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", 10)
+        + "-"
+        + _rand(rng, string.digits, 13)
+        + "-"
+        + _rand(rng, HEX, 64),
         "stripe-key": "sk" + "_live_" + _rand(rng, ALNUM, 24),
         "openai-key": "sk-" + "proj-" + _rand(rng, ALNUM + "_-", 64),
         "anthropic-key": "sk-" + "ant-api03-" + _rand(rng, ALNUM + "_-", 93) + "AA",
@@ -84,9 +102,11 @@ def fake_keys(seed: int = 27) -> dict[str, Planted]:
         "huggingface-token": "h" + "f_" + _rand(rng, ALNUM, 34),
         "npm-token": "np" + "m_" + _rand(rng, ALNUM, 36),
         "pypi-token": "pypi-" + "AgE" + _rand(rng, ALNUM + "_-", 70),
-        "jwt": _b64url({"alg": "HS256", "typ": "JWT"}) + "."
-               + _b64url({"sub": "1234567890", "name": "Ops", "iat": 1700000000}) + "."
-               + _rand(rng, ALNUM + "_-", 43),
+        "jwt": _b64url({"alg": "HS256", "typ": "JWT"})
+        + "."
+        + _b64url({"sub": "1234567890", "name": "Ops", "iat": 1700000000})
+        + "."
+        + _rand(rng, ALNUM + "_-", 43),
         "sendgrid-key": "S" + "G." + _two_parts(rng),
         "twilio-key": "S" + "K" + _rand(rng, HEX, 32),
         "digitalocean-token": "do" + "p_v1_" + _rand(rng, HEX, 64),
@@ -94,14 +114,22 @@ def fake_keys(seed: int = 27) -> dict[str, Planted]:
     planted = {rule: Planted(key) for rule, key in keys.items()}
     planted["twilio-key"] = Planted(keys["twilio-key"], context="# the Twilio client's API key")
     hook_id = _rand(rng, string.digits, 19)
-    planted["slack-webhook"] = Planted(*_secret_in("https://hooks." + "slack.com/services/{}",
-                                                   "T0" + _rand(rng, ALNUM, 8) + "/B0" + _rand(rng, ALNUM, 8)
-                                                   + "/" + _rand(rng, ALNUM, 24)))
-    planted["discord-webhook"] = Planted(*_secret_in(
-        "https://disc" + "ord.com/api/webhooks/" + hook_id + "/{}", discord_token))
-    planted["azure-storage-key"] = Planted(*_secret_in(
-        "DefaultEndpointsProtocol=https;AccountName=opsstore;Account" + "Key={};"
-        "EndpointSuffix=core.windows.net", azure_key))
+    planted["slack-webhook"] = Planted(
+        *_secret_in(
+            "https://hooks." + "slack.com/services/{}",
+            "T0" + _rand(rng, ALNUM, 8) + "/B0" + _rand(rng, ALNUM, 8) + "/" + _rand(rng, ALNUM, 24),
+        )
+    )
+    planted["discord-webhook"] = Planted(
+        *_secret_in("https://disc" + "ord.com/api/webhooks/" + hook_id + "/{}", discord_token)
+    )
+    planted["azure-storage-key"] = Planted(
+        *_secret_in(
+            "DefaultEndpointsProtocol=https;AccountName=opsstore;Account" + "Key={};"
+            "EndpointSuffix=core.windows.net",
+            azure_key,
+        )
+    )
     planted["gcp-service-account"] = Planted(*_secret_in('"private_key_id": "{}"', _rand(rng, HEX, 40)))
     return planted
 
@@ -117,11 +145,14 @@ def near_misses(seed: int = 28) -> dict[str, tuple[str, str]]:
     hexes = _rand(rng, HEX, 64)
     marker = "PRIVATE" + " KEY-----"
     return {
-        "private-key": (f'HEADER = "-----BEGIN RSA {marker}\\n"\nif line == HEADER:\n    start = i\n', "pem.py"),
+        "private-key": (
+            f'HEADER = "-----BEGIN RSA {marker}\\n"\nif line == HEADER:\n    start = i\n',
+            "pem.py",
+        ),
         "putty-private-key": ("# a PuTTY-User-Key-File-3 header starts the file\n", "ppk.py"),
         "aws-access-key": ('key = "AK' + 'IAIOSFODNN7EXAMPLE"\n', "docs.py"),  # AWS's published example
         "google-api-key": ('key = "AI' + 'za-is-too-short"\n', "maps.py"),
-        "github-token": ('sample = "gh' + 'p_' + _rand(rng, ALNUM, 20) + '"\n', "gh.py"),
+        "github-token": ('sample = "gh' + "p_" + _rand(rng, ALNUM, 20) + '"\n', "gh.py"),
         "github-fine-grained-token": ('prefix = "github' + '_pat_"\n', "gh.py"),
         "gitlab-token": ('prefix = "glp' + 'at-"\n', "gl.py"),
         "slack-token": ("xo" + "xb-tokens start with xoxb\n", "notes.txt"),
@@ -137,11 +168,13 @@ def near_misses(seed: int = 28) -> dict[str, tuple[str, str]]:
         "jwt": ('header = "ey' + 'JhbGciOiJIUzI1NiJ9"\n', "auth.py"),
         "sendgrid-key": ("version = S" + "G.version.major\n", "sg.py"),
         # Twilio's shape with no word of Twilio in the text: a hash, not a key.
-        "twilio-key": ('digest = "S' + 'K' + _rand(rng, HEX, 32) + '"\n', "cache.py"),
-        "digitalocean-token": ('sample = "do' + 'p_v1_' + hexes[:40] + '"\n', "do.py"),
+        "twilio-key": ('digest = "S' + "K" + _rand(rng, HEX, 32) + '"\n', "cache.py"),
+        "digitalocean-token": ('sample = "do' + "p_v1_" + hexes[:40] + '"\n', "do.py"),
         "discord-webhook": ("post to https://disc" + "ord.com/api/webhooks/<id>/<token>\n", "README.md"),
-        "azure-storage-key": ("conn = 'DefaultEndpointsProtocol=https;AccountName=x;Account" + "Key=<key>'\n",
-                              "storage.py"),
+        "azure-storage-key": (
+            "conn = 'DefaultEndpointsProtocol=https;AccountName=x;Account" + "Key=<key>'\n",
+            "storage.py",
+        ),
         "gcp-service-account": ('{"private_key_id": "<key id>"}\n', "sa_template.json"),
         "assigned-credential": ('password: "change' + 'me-password-123"\n', "config/database.yml"),
         "url-password": ("--to postgresql://user:password@host:port/database\n", "cli.py"),
@@ -162,8 +195,16 @@ def config_password(seed: int = 6) -> str:
 def json_password(seed: int = 7) -> str:
     """A password with `@` and parentheses in it (`P@ss(w0rd)2024...`)."""
     rng = random.Random(seed)
-    return _rand(rng, ALNUM, 1) + "@" + _rand(rng, ALNUM, 2) + "(" + _rand(rng, ALNUM, 4) + ")" \
-        + _rand(rng, string.digits, 4) + _rand(rng, ALNUM, 4)
+    return (
+        _rand(rng, ALNUM, 1)
+        + "@"
+        + _rand(rng, ALNUM, 2)
+        + "("
+        + _rand(rng, ALNUM, 4)
+        + ")"
+        + _rand(rng, string.digits, 4)
+        + _rand(rng, ALNUM, 4)
+    )
 
 
 def split_pem_python(rng: random.Random) -> tuple[str, str]:
@@ -209,8 +250,10 @@ class SecretProject:
         return sorted(self.redacted)
 
     def __repr__(self) -> str:  # what a failing assertion prints: paths, never a secret
-        return (f"SecretProject(credential files {self.credential_files}, redacted files "
-                f"{self.redacted_files}, plain files {sorted(self.plain)})")
+        return (
+            f"SecretProject(credential files {self.credential_files}, redacted files "
+            f"{self.redacted_files}, plain files {sorted(self.plain)})"
+        )
 
 
 def assert_serves_none(answer: str, secrets: Sequence[str], where: str) -> None:
@@ -257,8 +300,9 @@ def write_secret_project(root: Path, seed: int = 27) -> SecretProject:
     return out
 
 
-def _credential_files(root: Path, rng: random.Random, pw: str, keys: dict[str, Planted],
-                      out: SecretProject) -> None:
+def _credential_files(
+    root: Path, rng: random.Random, pw: str, keys: dict[str, Planted], out: SecretProject
+) -> None:
     """Credential files by name: their contents may be unremarkable, the name says it."""
 
     def put(rel: str, text: str, needle: str) -> None:
@@ -279,21 +323,40 @@ def _credential_files(root: Path, rng: random.Random, pw: str, keys: dict[str, P
     put("vault.kdbx", "kdbx-" + _rand(rng, ALNUM, 20) + "\n", "kdbx-")
     auth = "_auth" + "Token=" + keys["npm-token"].text
     put(".npmrc", f"//registry.npmjs.org/:{auth}\n", auth)
-    put(".pypirc", "[pypi]\nusername = __token__\npassword = pypi-" + _rand(rng, ALNUM, 60) + "\n",
-        "username = __token__")
+    put(
+        ".pypirc",
+        "[pypi]\nusername = __token__\npassword = pypi-" + _rand(rng, ALNUM, 60) + "\n",
+        "username = __token__",
+    )
     put(".netrc", f"machine api.example.org login ops password {pw}\n", f"password {pw}")
     put(".git-credentials", f"https://ops:{pw}@git.example.org\n", pw)
-    put(".aws/credentials", "[default]\naws_access_key_id = " + keys["aws-access-key"].text
-        + "\naws_secret_access_key = " + _rand(rng, B64, 40) + "\n", keys["aws-access-key"].text)
+    put(
+        ".aws/credentials",
+        "[default]\naws_access_key_id = "
+        + keys["aws-access-key"].text
+        + "\naws_secret_access_key = "
+        + _rand(rng, B64, 40)
+        + "\n",
+        keys["aws-access-key"].text,
+    )
     put(".ssh/config", "Host prod\n  IdentityFile ~/.ssh/prod_key\n", "IdentityFile")
     put(".gnupg/gpg.conf", "default-key 0x" + _rand(rng, HEX.upper(), 16) + "\n", "default-key")
-    put("credentials.json", json.dumps({"installed": {"client_secret": "GOCSPX-" + _rand(rng, ALNUM, 28)}}),
-        "GOCSPX-")
-    put("keys/service-account.json", json.dumps({"type": "service_account", "client_email": "ops@proj.iam"}),
-        "ops@proj.iam")
+    put(
+        "credentials.json",
+        json.dumps({"installed": {"client_secret": "GOCSPX-" + _rand(rng, ALNUM, 28)}}),
+        "GOCSPX-",
+    )
+    put(
+        "keys/service-account.json",
+        json.dumps({"type": "service_account", "client_email": "ops@proj.iam"}),
+        "ops@proj.iam",
+    )
     put("terraform.tfstate", json.dumps({"version": 4, "outputs": {"db_password": {"value": pw}}}), pw)
-    put("terraform.tfstate.backup", json.dumps({"version": 4, "serial": 7, "lineage": "tfstate-lineage"}),
-        "tfstate-lineage")
+    put(
+        "terraform.tfstate.backup",
+        json.dumps({"version": 4, "serial": 7, "lineage": "tfstate-lineage"}),
+        "tfstate-lineage",
+    )
     put("secrets.yaml", f"api:\n  signing: {pw}\n", f"signing: {pw}")
     put("deploy/secrets.yml", "db:\n  user: ops-admin-user\n", "ops-admin-user")
 
@@ -307,43 +370,81 @@ def _redacted_forms(root: Path, rng: random.Random, seed: int, out: SecretProjec
         out.redacted[rel], out.beside[rel] = secrets, beside
 
     pw, yaml_pw, json_pw = random_password(seed), config_password(seed), json_password(seed)
-    put("config/database.yml", f'production:\n  adapter: postgresql\n  password: "{yaml_pw}"\n'
-        "  pool_plainly_sized: 5\n", [yaml_pw], "pool_plainly_sized")
-    put("config/app.json", json.dumps({"password": json_pw, "region": "region-plainly-named"}, indent=2),
-        [json_pw], "region-plainly-named")
+    put(
+        "config/database.yml",
+        f'production:\n  adapter: postgresql\n  password: "{yaml_pw}"\n  pool_plainly_sized: 5\n',
+        [yaml_pw],
+        "pool_plainly_sized",
+    )
+    put(
+        "config/app.json",
+        json.dumps({"password": json_pw, "region": "region-plainly-named"}, indent=2),
+        [json_pw],
+        "region-plainly-named",
+    )
     client_secret = _rand(rng, ALNUM, 30) + "9"
-    put("deploy/app.yaml", f"service:\n  client_secret: {client_secret}\n  replicas_plainly: 2\n",
-        [client_secret], "replicas_plainly")
-    put("web/settings.js", f'export const api = {{ apiKey: "{pw}" }};\n\nexport function settingsPlainly() {{}}\n',
-        [pw], "settingsPlainly")
+    put(
+        "deploy/app.yaml",
+        f"service:\n  client_secret: {client_secret}\n  replicas_plainly: 2\n",
+        [client_secret],
+        "replicas_plainly",
+    )
+    put(
+        "web/settings.js",
+        f'export const api = {{ apiKey: "{pw}" }};\n\nexport function settingsPlainly() {{}}\n',
+        [pw],
+        "settingsPlainly",
+    )
     text, body = split_pem_python(rng)
-    put("src/signing_split.py", text + "\n\ndef upload_report_to_bucket(report):\n    return SIGNING_KEY, report\n",
-        [body], "upload_report_to_bucket")
+    put(
+        "src/signing_split.py",
+        text + "\n\ndef upload_report_to_bucket(report):\n    return SIGNING_KEY, report\n",
+        [body],
+        "upload_report_to_bucket",
+    )
     text, body = split_pem_js(rng)
-    put("web/signing_split.js", text + "\nexport function signReportPlainly(report) {\n  return report;\n}\n",
-        [body], "signReportPlainly")
+    put(
+        "web/signing_split.js",
+        text + "\nexport function signReportPlainly(report) {\n  return report;\n}\n",
+        [body],
+        "signReportPlainly",
+    )
     oauth = "do" + "o_v1_" + _rand(rng, HEX, 64)
     refresh = "do" + "r_v1_" + _rand(rng, HEX, 64)
     app_hook = "https://disc" + "ordapp.com/api/webhooks/" + _rand(rng, string.digits, 18) + "/"
     app_token = _rand(rng, ALNUM + "_-", 68)
     account = "A" + "C" + _rand(rng, HEX, 32)
-    put("src/more_tokens.py", "from twilio.rest import Client\n\n"
+    put(
+        "src/more_tokens.py",
+        "from twilio.rest import Client\n\n"
         f'DO_OAUTH = "{oauth}"\nDO_REFRESH = "{refresh}"\nHOOK = "{app_hook}{app_token}"\n'
         f'ACCOUNT = "{account}"\n\n\ndef notify_channel_plainly(message):\n    return Client(ACCOUNT), message\n',
-        [oauth, refresh, app_token, account], "notify_channel_plainly")
+        [oauth, refresh, app_token, account],
+        "notify_channel_plainly",
+    )
 
 
 def _plain_files(root: Path, out: SecretProject) -> None:
     """Ordinary files, with a word only each holds: served."""
     plain = {
-        "src/app.py": ("def add_numbers_plainly(a, b):\n    \"\"\"Add two numbers.\"\"\"\n"
-                       "    password = os.environ[\"DB_PASSWORD\"]\n    return a + b\n", "add_numbers_plainly"),
-        "src/settings.py": ("SECRET_KEY = settings_from_env()\nPASSWORD_MIN = 12\n"
-                            "api_key: str | None = None\n", "settings_from_env"),
-        "web/main.js": ("export function renderGreetingPlainly(name) {\n  return `hi ${name}`;\n}\n",
-                        "renderGreetingPlainly"),
-        "deploy/app_plain.yaml": ("service:\n  replicas: 3\n  password: ${DB_PASSWORD}\n"
-                                  "  token: changeme\n  rolloutPlainly: true\n", "rolloutPlainly"),
+        "src/app.py": (
+            'def add_numbers_plainly(a, b):\n    """Add two numbers."""\n'
+            '    password = os.environ["DB_PASSWORD"]\n    return a + b\n',
+            "add_numbers_plainly",
+        ),
+        "src/settings.py": (
+            "SECRET_KEY = settings_from_env()\nPASSWORD_MIN = 12\napi_key: str | None = None\n",
+            "settings_from_env",
+        ),
+        "web/main.js": (
+            "export function renderGreetingPlainly(name) {\n  return `hi ${name}`;\n}\n",
+            "renderGreetingPlainly",
+        ),
+        "deploy/app_plain.yaml": (
+            "service:\n  replicas: 3\n  password: ${DB_PASSWORD}\n"
+            "  token: changeme\n  rolloutPlainly: true\n",
+            "rolloutPlainly",
+        ),
         "README.md": ("# Plainly\n\nCopy `.env.example` and set `DATABASE_PASSWORD`.\n", "Plainly"),
     }
     for rel, (text, word) in plain.items():

@@ -27,23 +27,31 @@ class FakeClock:
         return self.now
 
 
-def make_chunks(n: int, *, prefix: str = "f", table: str = "code", lines: int = 10,
-                files: int | None = None) -> list[Chunk]:
+def make_chunks(
+    n: int, *, prefix: str = "f", table: str = "code", lines: int = 10, files: int | None = None
+) -> list[Chunk]:
     """`n` chunks spread over `files` files (one per chunk by default)."""
     out = []
     for i in range(n):
         f = i % files if files else i
         start = 1 + (i // files) * lines if files else 1
-        out.append(Chunk(
-            path=f"pkg/{prefix}_{f}.py", language="python", table=table, start_line=start,
-            end_line=start + lines - 1, symbol=f"{prefix}_{i}",
-            text=f"def {prefix}_{i}(x):\n    return compute value {i} for the widget\n",
-        ))
+        out.append(
+            Chunk(
+                path=f"pkg/{prefix}_{f}.py",
+                language="python",
+                table=table,
+                start_line=start,
+                end_line=start + lines - 1,
+                symbol=f"{prefix}_{i}",
+                text=f"def {prefix}_{i}(x):\n    return compute value {i} for the widget\n",
+            )
+        )
     return out
 
 
-def clustered(n: int, *, width: int = WIDTH, clusters: int = 8, seed: int = 0,
-              spread: float = 0.15) -> np.ndarray:
+def clustered(
+    n: int, *, width: int = WIDTH, clusters: int = 8, seed: int = 0, spread: float = 0.15
+) -> np.ndarray:
     """Unit vectors around `clusters` centres: like real embeddings, neighbours exist."""
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((clusters, width))

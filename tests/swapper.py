@@ -40,16 +40,16 @@ def exchanger() -> Callable[[bytes, bytes], None]:
     libc = ctypes.CDLL(None, use_errno=True)
     wrapper = getattr(libc, "renameat2", None)
     if wrapper is not None:
-        wrapper.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                            ctypes.c_uint]
+        wrapper.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
 
         def call(a: bytes, b: bytes) -> int:
             return int(wrapper(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE))
     else:
         number = SYS_RENAMEAT2.get(platform.machine().lower())
         if number is None:
-            raise OSError(38, f"no renameat2 in libc and no known system call number for "
-                              f"{platform.machine()}")
+            raise OSError(
+                38, f"no renameat2 in libc and no known system call number for {platform.machine()}"
+            )
 
         def call(a: bytes, b: bytes) -> int:
             return int(libc.syscall(number, AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE))
@@ -73,9 +73,10 @@ class Swapper:
         self.control.write_bytes(bytes(16))
         self._file = self.control.open("r+b")
         self._shared = mmap.mmap(self._file.fileno(), 16)
-        self._child = subprocess.Popen([sys.executable, __file__, str(self.a), str(self.b),
-                                        str(self.control), str(self.seconds)],
-                                       stderr=subprocess.PIPE)
+        self._child = subprocess.Popen(
+            [sys.executable, __file__, str(self.a), str(self.b), str(self.control), str(self.seconds)],
+            stderr=subprocess.PIPE,
+        )
         return self
 
     @property
@@ -84,8 +85,9 @@ class Swapper:
             return self._final
         return int(struct.unpack("<q", self._shared[_COUNT])[0])
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._shared[_STOP] = 1
         try:
             _, err = self._child.communicate(timeout=30)
@@ -97,8 +99,9 @@ class Swapper:
         self._shared.close()
         self._file.close()
         if self._child.returncode != 0 and kind is None:
-            raise AssertionError(f"the swapper failed ({self._child.returncode}): "
-                                 f"{err.decode(errors='replace')}")
+            raise AssertionError(
+                f"the swapper failed ({self._child.returncode}): {err.decode(errors='replace')}"
+            )
 
 
 def main(argv: list[str]) -> int:

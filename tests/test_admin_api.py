@@ -27,7 +27,15 @@ from tests.fleet_fixtures import ADMIN, Fleet, HashEmbedder, serve_in_loop, wait
 
 REFERENCE = "hash:test/hash-embedder"  # the service's encoder: both tables' reference
 CE = Role.CODE_EMBEDDING
-OPEN = {"/health", "/healthz", "/", "/dashboard/app.js", "/dashboard/style.css", "/dashboard/favicon.svg", "/favicon.ico"}
+OPEN = {
+    "/health",
+    "/healthz",
+    "/",
+    "/dashboard/app.js",
+    "/dashboard/style.css",
+    "/dashboard/favicon.svg",
+    "/favicon.ico",
+}
 
 
 def _routes() -> list[tuple[str, str]]:
@@ -48,8 +56,12 @@ GUARDED = [r for r in ROUTES if r[1] not in OPEN | SIGNED]
 
 
 def _fill(path: str) -> str:
-    return path.replace("{name}", "gpu-x").replace("{project}", "demo").replace("{job_id}", "abc") \
+    return (
+        path.replace("{name}", "gpu-x")
+        .replace("{project}", "demo")
+        .replace("{job_id}", "abc")
         .replace("{action}", "pause")
+    )
 
 
 # ---------------------------------------------------------------------------- auth
@@ -57,10 +69,23 @@ def _fill(path: str) -> str:
 
 def test_the_route_list_covers_the_whole_operator_surface():
     paths = {p for _, p in GUARDED}
-    for wanted in ("/admin/policies", "/admin/key", "/admin/fleet", "/admin/fleet/{name}/approve",
-                   "/admin/fleet/{name}/revoke", "/admin/gate/verdicts", "/admin/gate/verify",
-                   "/admin/gate/audit/{project}", "/admin/budget", "/admin/jobs", "/admin/jobs/{job_id}",
-                   "/admin/jobs/{job_id}/{action}", "/admin/overview", "/metrics", "/openapi.json"):
+    for wanted in (
+        "/admin/policies",
+        "/admin/key",
+        "/admin/fleet",
+        "/admin/fleet/{name}/approve",
+        "/admin/fleet/{name}/revoke",
+        "/admin/gate/verdicts",
+        "/admin/gate/verify",
+        "/admin/gate/audit/{project}",
+        "/admin/budget",
+        "/admin/jobs",
+        "/admin/jobs/{job_id}",
+        "/admin/jobs/{job_id}/{action}",
+        "/admin/overview",
+        "/metrics",
+        "/openapi.json",
+    ):
         assert wanted in paths
 
 
@@ -69,12 +94,15 @@ def shared_app(tmp_path_factory: pytest.TempPathFactory):
     """One app for the auth checks (no lifespan needed to refuse a request). Its wrong-token
     delay runs on a virtual clock: every route here is asked with wrong tokens from one peer,
     and the real delay (its own test in test_server_hostile_clients) would sleep its cap each time."""
-    return build_operator_app(tmp_path_factory.mktemp("auth") / "data",
-                              wrong_tokens=WrongTokenDelay(clock=FakeClock()))
+    return build_operator_app(
+        tmp_path_factory.mktemp("auth") / "data", wrong_tokens=WrongTokenDelay(clock=FakeClock())
+    )
 
 
 def _asgi(app, headers: dict[str, str]) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", headers=headers)
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", headers=headers
+    )
 
 
 @pytest.mark.parametrize(("method", "path"), GUARDED, ids=[f"{m} {p}" for m, p in GUARDED])
@@ -106,8 +134,12 @@ async def test_health_and_the_dashboard_page_need_no_token(shared_app, path: str
         r = await anon.get(path)
     assert r.status_code == 200
     if path in ("/health", "/healthz"):
-        assert r.json() == {"ok": True, "version": r.json()["version"], "sidecars": 0,
-                            "encoder": "not started"}  # no lifespan here: nothing warms it
+        assert r.json() == {
+            "ok": True,
+            "version": r.json()["version"],
+            "sidecars": 0,
+            "encoder": "not started",
+        }  # no lifespan here: nothing warms it
 
 
 async def test_the_openapi_schema_is_served_to_the_admin(operator: Operator):
@@ -134,8 +166,9 @@ async def test_policies_show_each_role_with_its_serving_providers(operator: Oper
         assert not any("no upstream is pinned" in w for w in roles[CE]["warnings"])
         # Optional roles nobody set up are not configured (neutral), not unserved.
         assert roles["reranker"]["configured"] is False and roles["reranker"]["unavailable"] == []
-        await operator.app.state.service.gate.verify(operator.app.state.service.space("code"),
-                                                     operator.app.state.service.encoder, "aggregate")
+        await operator.app.state.service.gate.verify(
+            operator.app.state.service.space("code"), operator.app.state.service.encoder, "aggregate"
+        )
         roles = (await admin.get("/admin/policies")).json()["roles"]
         assert set(roles) == {r.value for r in Role}
         ce = roles[CE]
@@ -158,8 +191,10 @@ async def test_a_policy_change_is_stored_and_pushed_to_the_sidecars(operator: Op
     sidecar, _ = await fleet.start_sidecar("gpu-a", {CE: HashEmbedder()})
     try:
         async with operator.client() as admin:
-            r = await admin.put("/admin/policies", json={"rlm": {"policy": "local"},
-                                                          "reranker": {"model": "acme/rerank-2", "policy": "backup"}})
+            r = await admin.put(
+                "/admin/policies",
+                json={"rlm": {"policy": "local"}, "reranker": {"model": "acme/rerank-2", "policy": "backup"}},
+            )
             assert r.status_code == 200, r.text
             body = r.json()
             assert body["push"]["acked"] == ["gpu-a"] and body["push"]["key_sent"] is False
@@ -167,10 +202,17 @@ async def test_a_policy_change_is_stored_and_pushed_to_the_sidecars(operator: Op
             assert body["applied"]["reranker"]["model"] == "acme/rerank-2"
             again = (await admin.get("/admin/policies")).json()["roles"]
         stored = json.loads((operator.data_dir / "routing.json").read_text())
-        assert stored["roles"]["rlm"]["policy"] == "local" and stored["roles"]["reranker"]["policy"] == "backup"
+        assert (
+            stored["roles"]["rlm"]["policy"] == "local" and stored["roles"]["reranker"]["policy"] == "backup"
+        )
         assert again["reranker"]["model"] == "acme/rerank-2"
-        await wait_for(lambda: sidecar.config.get(Role.RERANKER) is not None
-                       and sidecar.config[Role.RERANKER].model == "acme/rerank-2", what="the sidecar's copy")
+        await wait_for(
+            lambda: (
+                sidecar.config.get(Role.RERANKER) is not None
+                and sidecar.config[Role.RERANKER].model == "acme/rerank-2"
+            ),
+            what="the sidecar's copy",
+        )
     finally:
         await fleet.close()
 
@@ -178,24 +220,34 @@ async def test_a_policy_change_is_stored_and_pushed_to_the_sidecars(operator: Op
 async def test_a_refused_policy_change_lists_every_problem_and_writes_nothing(operator: Operator):
     routing = operator.data_dir / "routing.json"
     async with operator.client() as admin:
-        r = await admin.put("/admin/policies", json={
-            "nope": {"policy": "local"},
-            "rlm": {"policy": "everywhere"},
-            CE: {"policy": "cloud"},  # cloud-capable embedding route without a pin
-            "reranker": {"width": 512, "colour": "blue"},
-            "embedding": {"fallback": "sometimes", "upstream": "has space"},
-        })
+        r = await admin.put(
+            "/admin/policies",
+            json={
+                "nope": {"policy": "local"},
+                "rlm": {"policy": "everywhere"},
+                CE: {"policy": "cloud"},  # cloud-capable embedding route without a pin
+                "reranker": {"width": 512, "colour": "blue"},
+                "embedding": {"fallback": "sometimes", "upstream": "has space"},
+            },
+        )
         assert r.status_code == 400
         detail = r.json()["detail"]
         problems = detail["problems"]
         assert not routing.exists()  # nothing was written, not even a default file
         assert "nothing was written" in detail["message"]
         text = "\n".join(problems)
-        for expected in ("unknown role 'nope'", "rlm: unknown policy 'everywhere'", "code-embedding: policy cloud",
-                         "upstream", "reranker: a reranker route writes no table", "reranker: unknown field 'colour'",
-                         "embedding: unknown fallback 'sometimes'", "embedding: upstream must be a name",
-                         # the sound rest of the embedding route still lacks a pin: said at once
-                         "embedding: policy aggregate can send embeddings to OpenRouter but no upstream"):
+        for expected in (
+            "unknown role 'nope'",
+            "rlm: unknown policy 'everywhere'",
+            "code-embedding: policy cloud",
+            "upstream",
+            "reranker: a reranker route writes no table",
+            "reranker: unknown field 'colour'",
+            "embedding: unknown fallback 'sometimes'",
+            "embedding: upstream must be a name",
+            # the sound rest of the embedding route still lacks a pin: said at once
+            "embedding: policy aggregate can send embeddings to OpenRouter but no upstream",
+        ):
             assert expected in text, expected
         assert len(problems) == 8
 
@@ -213,8 +265,16 @@ async def test_a_refused_policy_change_lists_every_problem_and_writes_nothing(op
 
 async def test_a_pin_makes_a_cloud_embedding_route_acceptable(operator: Operator):
     async with operator.client() as admin:
-        r = await admin.put("/admin/policies", json={CE: {"policy": "cloud", "upstream": "alpha",
-                                                          "model": "sentence-transformers/all-minilm-l6-v2"}})
+        r = await admin.put(
+            "/admin/policies",
+            json={
+                CE: {
+                    "policy": "cloud",
+                    "upstream": "alpha",
+                    "model": "sentence-transformers/all-minilm-l6-v2",
+                }
+            },
+        )
         assert r.status_code == 200, r.text
         assert r.json()["applied"][CE]["upstream"] == "alpha"
         r = await admin.put("/admin/policies", json={CE: {"upstream": None}})  # removing the pin: refused
@@ -260,8 +320,10 @@ async def test_fleet_list_approve_revoke_and_tokens(operator: Operator):
             assert [s["state"] for s in listed["sidecars"]] == ["pending"]
             assert "sidecar gpu-p is waiting for approval" in listed["problems"]
             assert (await admin.post("/admin/fleet/gpu-p/approve")).json()["state"] == "approved"
-            await wait_for(lambda: "sidecar:gpu-p:code-embedding:local" in operator.app.state.registry,
-                           what="its provider")
+            await wait_for(
+                lambda: "sidecar:gpu-p:code-embedding:local" in operator.app.state.registry,
+                what="its provider",
+            )
             assert (await admin.post("/admin/fleet/gpu-p/revoke")).json()["state"] == "revoked"
             assert (await admin.post("/admin/fleet/bad name!/approve")).status_code == 400
             issued = (await admin.post("/admin/fleet/tokens", json={"name": "gpu-h"})).json()
@@ -299,7 +361,9 @@ async def test_gate_verify_clears_a_twin_and_refuses_a_skewed_provider_with_evid
         calls = skewed.calls
         await admin.post("/admin/gate/verify", json={"provider": "fake:skewed", "table": "code"})
         assert skewed.calls == calls
-        await admin.post("/admin/gate/verify", json={"provider": "fake:skewed", "table": "code", "force": True})
+        await admin.post(
+            "/admin/gate/verify", json={"provider": "fake:skewed", "table": "code", "force": True}
+        )
         assert skewed.calls > calls
         assert len((await admin.get("/admin/gate/verdicts?history=true")).json()["verdicts"]) == 4
 
@@ -325,8 +389,12 @@ async def test_a_sole_cloud_provider_is_flagged_as_reduced_coverage(operator: Op
     sole = FakeEncoder("fake:cloud-alpha", kind=Kind.CLOUD, upstream="alpha")
     operator.app.state.registry.add(sole)
     async with operator.client() as admin:
-        assert (await admin.put("/admin/policies", json={CE: {"policy": "cloud", "upstream": "alpha"}})).status_code == 200
-        v = (await admin.post("/admin/gate/verify", json={"provider": sole.id, "table": "code"})).json()["verdicts"][0]
+        assert (
+            await admin.put("/admin/policies", json={CE: {"policy": "cloud", "upstream": "alpha"}})
+        ).status_code == 200
+        v = (await admin.post("/admin/gate/verify", json={"provider": sole.id, "table": "code"})).json()[
+            "verdicts"
+        ][0]
         assert v["cleared"] and v["regime"] == "cloud-ref" and v["reduced_coverage"]
         assert "sole cloud provider" in v["coverage_note"] and "REDUCED COVERAGE" in v["status_line"]
         listed = (await admin.get("/admin/gate/verdicts")).json()
@@ -359,8 +427,14 @@ async def test_budget_state_and_override(operator: Operator):
             assert key in b
         b = (await admin.put("/admin/budget", json={"override": 8})).json()
         assert b["ceiling_source"] == "override" and b["ceiling"] == 8 and b["override"] == 8
-        for bad in ({"override": 300}, {"override": 0}, {"override": "many"}, {"override": 2.5}, {},
-                    {"override": 8, "extra": 1}):
+        for bad in (
+            {"override": 300},
+            {"override": 0},
+            {"override": "many"},
+            {"override": 2.5},
+            {},
+            {"override": 8, "extra": 1},
+        ):
             r = await admin.put("/admin/budget", json=bad)
             assert r.status_code == 400 and r.json()["detail"]["problems"], bad
         r = await admin.put("/admin/budget", json={"override": 300})
@@ -384,8 +458,14 @@ async def test_a_job_runs_to_completion_with_progress(operator: Operator):
         r = await admin.post("/admin/jobs", json={"path": str(project), "project": "demo"})
         assert r.status_code == 202
         job = await operator.wait_job(admin, r.json()["id"])
-        assert job["state"] == "done" and job["percent"] == 100.0 and job["chunks_done"] == job["chunks_total"] > 0
-        assert job["report"]["tables"]["code"] >= 2 and job["report"]["providers"] == {REFERENCE: job["chunks_done"]}
+        assert (
+            job["state"] == "done"
+            and job["percent"] == 100.0
+            and job["chunks_done"] == job["chunks_total"] > 0
+        )
+        assert job["report"]["tables"]["code"] >= 2 and job["report"]["providers"] == {
+            REFERENCE: job["chunks_done"]
+        }
         listed = (await admin.get("/admin/jobs")).json()["jobs"]
         assert [j["id"] for j in listed] == [job["id"]]
         for action in ("pause", "resume", "cancel"):
@@ -399,14 +479,16 @@ async def test_a_job_runs_to_completion_with_progress(operator: Operator):
 async def test_job_start_refusals(operator: Operator):
     (operator.tmp / "file.txt").write_text("x")
     async with operator.client() as admin:
-        for body, words in (({"path": "relative/dir", "project": "p"}, "relative path"),
-                            # `~name` of a user this machine lacks: pathlib raises, the API refuses
-                            ({"path": "~no-such-user-fathom/x", "project": "p"}, "relative path"),
-                            ({"path": str(operator.tmp / "missing"), "project": "p"}, "no such folder"),
-                            ({"path": str(operator.tmp / "file.txt"), "project": "p"}, "not a folder"),
-                            ({"path": str(operator.tmp), "project": "bad\nname"}, "invalid project name"),
-                            ({"path": str(operator.tmp)}, "project"),
-                            ({"path": str(operator.tmp), "project": "p", "full": "maybe"}, "full")):
+        for body, words in (
+            ({"path": "relative/dir", "project": "p"}, "relative path"),
+            # `~name` of a user this machine lacks: pathlib raises, the API refuses
+            ({"path": "~no-such-user-fathom/x", "project": "p"}, "relative path"),
+            ({"path": str(operator.tmp / "missing"), "project": "p"}, "no such folder"),
+            ({"path": str(operator.tmp / "file.txt"), "project": "p"}, "not a folder"),
+            ({"path": str(operator.tmp), "project": "bad\nname"}, "invalid project name"),
+            ({"path": str(operator.tmp)}, "project"),
+            ({"path": str(operator.tmp), "project": "p", "full": "maybe"}, "full"),
+        ):
             r = await admin.post("/admin/jobs", json=body)
             assert r.status_code == 400 and words in r.text, (body, r.text)
         assert (await admin.get("/admin/jobs")).json()["jobs"] == []
@@ -445,8 +527,9 @@ async def test_pause_resume_and_cancel_a_running_job(tmp_path: Path):
             (project / "more.py").write_text("def more(x):\n    return x * 2\n")
             held.clear()
             encoder.started.clear()
-            second = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo",
-                                                            "full": True})).json()
+            second = (
+                await admin.post("/admin/jobs", json={"path": str(project), "project": "demo", "full": True})
+            ).json()
             await asyncio.wait_for(encoder.started.wait(), 30)
             assert (await admin.post(f"/admin/jobs/{second['id']}/pause")).status_code == 200
             assert (await admin.post(f"/admin/jobs/{second['id']}/resume")).status_code == 200
@@ -525,7 +608,9 @@ async def test_projects_watch_state_and_drop(operator: Operator):
         assert (await admin.get("/admin/projects/demo")).status_code == 404
         assert (await admin.delete("/admin/projects/demo")).status_code == 404
         assert operator.app.state.service.records.get("demo") is None
-        assert (await admin.get("/admin/projects", headers={"Authorization": "Bearer wrong"})).status_code == 401
+        assert (
+            await admin.get("/admin/projects", headers={"Authorization": "Bearer wrong"})
+        ).status_code == 401
 
 
 async def test_a_drop_cancels_the_running_job_first(tmp_path: Path):
@@ -638,7 +723,9 @@ def _taken(service, project: str):
     return lock
 
 
-async def test_the_projects_view_says_what_is_indexed_and_the_search_answers_as_search_code(operator: Operator):
+async def test_the_projects_view_says_what_is_indexed_and_the_search_answers_as_search_code(
+    operator: Operator,
+):
     project = make_project(operator.tmp / "demo")
     async with operator.client() as admin:
         job = (await admin.post("/admin/jobs", json={"path": str(project), "project": "demo"})).json()
@@ -649,18 +736,24 @@ async def test_the_projects_view_says_what_is_indexed_and_the_search_answers_as_
         assert view["details"]["code"]["model"] == "test/hash-embedder"
         assert sum(view["details"]["code"]["provenance"].values()) == 2
         assert view["last_run"]["outcome"] == "done" and view["last_run"]["files"] == 2
-        found = await admin.post("/admin/search", json={"query": "add two numbers", "project": "demo",
-                                                         "group": "chunk"})
+        found = await admin.post(
+            "/admin/search", json={"query": "add two numbers", "project": "demo", "group": "chunk"}
+        )
         assert found.status_code == 200, found.text
         hits = found.json()["results"]
         add = next(h for h in hits if h["symbol"] == "add")
-        per_file = (await admin.post("/admin/search", json={"query": "add two numbers",
-                                                             "project": "demo"})).json()["results"]
+        per_file = (
+            await admin.post("/admin/search", json={"query": "add two numbers", "project": "demo"})
+        ).json()["results"]
         assert [h["path"] for h in per_file].count("app.py") == 1  # a file once, by default
         assert add["path"] == "app.py" and add["keyword_rank"] == 1 and add["rank"] >= 1
         docs = await admin.post("/admin/search", json={"query": "usage", "table": "docs"})
         assert docs.status_code == 200 and docs.json()["table"] == "docs" and docs.json()["results"]
-        for body, status in (({"query": " "}, 400), ({"query": "x", "project": "ghost"}, 404),
-                             ({"query": "x", "k": 0}, 400), ({"query": "x", "table": "images"}, 400)):
+        for body, status in (
+            ({"query": " "}, 400),
+            ({"query": "x", "project": "ghost"}, 404),
+            ({"query": "x", "k": 0}, 400),
+            ({"query": "x", "table": "images"}, 400),
+        ):
             r = await admin.post("/admin/search", json=body)
             assert r.status_code == status, (body, r.text)

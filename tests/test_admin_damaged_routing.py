@@ -32,8 +32,12 @@ def operator_cli(url: str, *args: str):
         """fathom (operator commands only)."""
 
     register(app)
-    return CliRunner().invoke(app, list(args), catch_exceptions=False,
-                              env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"})
+    return CliRunner().invoke(
+        app,
+        list(args),
+        catch_exceptions=False,
+        env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"},
+    )
 
 
 async def test_a_corrupt_routing_file_is_named_with_its_fix_and_the_rest_keeps_working(operator: Operator):
@@ -49,16 +53,25 @@ async def test_a_corrupt_routing_file_is_named_with_its_fix_and_the_rest_keeps_w
         assert any(str(routing) in p and "fix" in p for p in body["problems"]), body["problems"]
         assert body["fleet"] is not None and body["budget"] is not None and body["jobs"] == []
 
-        for method, path, kwargs in (("GET", "/admin/policies", {}),
-                                     ("PUT", "/admin/policies", {"json": {"rlm": {"policy": "cloud"}}}),
-                                     ("POST", "/admin/key", {"json": {"roles": {"rlm": {"policy": "local"}}}})):
+        for method, path, kwargs in (
+            ("GET", "/admin/policies", {}),
+            ("PUT", "/admin/policies", {"json": {"rlm": {"policy": "cloud"}}}),
+            ("POST", "/admin/key", {"json": {"roles": {"rlm": {"policy": "local"}}}}),
+        ):
             r = await admin.request(method, path, **kwargs)
             assert r.status_code == 503, (path, r.status_code, r.text)
             detail = r.json()["detail"]
             assert str(routing) in detail["message"] and "routing.json.bak" not in detail["message"]
             assert "fix it" in detail["message"] or "move it aside" in detail["message"], detail
 
-        for path in ("/admin/fleet", "/admin/budget", "/admin/jobs", "/admin/gate/verdicts", "/metrics", "/health"):
+        for path in (
+            "/admin/fleet",
+            "/admin/budget",
+            "/admin/jobs",
+            "/admin/gate/verdicts",
+            "/metrics",
+            "/health",
+        ):
             r = await admin.get(path)
             assert r.status_code == 200, (path, r.status_code, r.text)
         assert routing.read_bytes() == GARBAGE  # never read as empty, never overwritten

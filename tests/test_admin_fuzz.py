@@ -41,8 +41,9 @@ schema = schemathesis.openapi.from_dict(_schema())
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     base = tmp_path_factory.mktemp("fuzz")
     project = make_project(base / "project")
-    RoutingStore(base / "data").update({Role.CODE_EMBEDDING: {
-        "policy": "aggregate", "model": "other/unserved-model", "upstream": "alpha"}})
+    RoutingStore(base / "data").update(
+        {Role.CODE_EMBEDDING: {"policy": "aggregate", "model": "other/unserved-model", "upstream": "alpha"}}
+    )
     running = ThreadedServer(build_operator_app(base / "data"))
     url = running.start()
     try:
@@ -55,8 +56,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 def test_no_server_error(case, server):
     url, project = server
-    if case.path == "/admin/jobs" and case.method.upper() == "POST" and isinstance(case.body, dict) \
-            and isinstance(case.body.get("path"), str) and case.body["path"].startswith("/"):
+    if (
+        case.path == "/admin/jobs"
+        and case.method.upper() == "POST"
+        and isinstance(case.body, dict)
+        and isinstance(case.body.get("path"), str)
+        and case.body["path"].startswith("/")
+    ):
         case.body["path"] = str(project)
     case.call_and_validate(base_url=url, headers=AUTH, checks=[not_a_server_error])
 
@@ -70,16 +76,20 @@ def test_a_role_no_reference_serves_is_refused_with_4xx_naming_the_fix(server):
         assert r.status_code == 409 and "other/unserved-model" in r.text and "sidecar" in r.text, r.text
         # `policy set` refuses to put a role in that state, and writes nothing.
         before = client.get("/admin/policies").json()["roles"]["embedding"]
-        r = client.put("/admin/policies", json={"embedding": {"model": "other/unserved-model",
-                                                                  "upstream": "alpha"}})
+        r = client.put(
+            "/admin/policies", json={"embedding": {"model": "other/unserved-model", "upstream": "alpha"}}
+        )
         assert r.status_code == 400 and "join a sidecar serving other/unserved-model" in r.text, r.text
         assert client.get("/admin/policies").json()["roles"]["embedding"] == before
         # Under `cloud` the reference is a pinned cloud route, not a local encoder: accepted.
-        r = client.put("/admin/policies", json={"embedding": {
-            "policy": "cloud", "model": "other/unserved-model", "upstream": "alpha"}})
+        r = client.put(
+            "/admin/policies",
+            json={"embedding": {"policy": "cloud", "model": "other/unserved-model", "upstream": "alpha"}},
+        )
         assert r.status_code == 200, r.text
-        r = client.put("/admin/policies", json={"embedding": {"policy": "local", "model": None,
-                                                              "upstream": None}})
+        r = client.put(
+            "/admin/policies", json={"embedding": {"policy": "local", "model": None, "upstream": None}}
+        )
         assert r.status_code == 200, r.text
 
 
@@ -94,16 +104,23 @@ def test_job_paths_the_os_cannot_hold_are_a_typed_400(server):
     url, project = server
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
         before = client.get("/admin/jobs").json()["jobs"]
-        for path, says in ((NUL_PATH, "control character"), (LONG_COMPONENT, "over 255 bytes"),
-                           (str(project) + "/" + "b" * 256, "over 255 bytes")):
+        for path, says in (
+            (NUL_PATH, "control character"),
+            (LONG_COMPONENT, "over 255 bytes"),
+            (str(project) + "/" + "b" * 256, "over 255 bytes"),
+        ):
             r = client.post("/admin/jobs", json={"path": path, "project": "demo"})
             assert r.status_code == 400, (path[:40], r.status_code, r.text[:300])
             detail = r.json()["detail"]
             assert any(says in p for p in detail["problems"]), detail
             assert "\x00" not in r.text and "a" * 300 not in r.text  # the input is never echoed
         # Wrong types are refused, not coerced: a number for a path, a string for a flag.
-        for body in ({"path": 7, "project": "demo"}, {"path": str(project), "project": "demo", "full": "yes"},
-                     {"path": str(project), "project": ["demo"]}, {"path": [str(project)], "project": "demo"}):
+        for body in (
+            {"path": 7, "project": "demo"},
+            {"path": str(project), "project": "demo", "full": "yes"},
+            {"path": str(project), "project": ["demo"]},
+            {"path": [str(project)], "project": "demo"},
+        ):
             r = client.post("/admin/jobs", json=body)
             assert r.status_code == 400, (body, r.text)
         r = client.post("/admin/jobs", json={"path": str(project), "project": "demo\x00x"})
@@ -122,8 +139,11 @@ def test_every_route_answers_hostile_path_and_query_values_with_4xx(server):
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as client:
         for template, operations in paths.items():
             for method, op in operations.items():
-                if method not in ("get", "post", "put", "delete") or template == "/admin/projects/{project}" \
-                        and method == "delete":
+                if (
+                    method not in ("get", "post", "put", "delete")
+                    or template == "/admin/projects/{project}"
+                    and method == "delete"
+                ):
                     continue
                 params = op.get("parameters", [])
                 in_path = [p["name"] for p in params if p["in"] == "path"]
@@ -135,8 +155,9 @@ def test_every_route_answers_hostile_path_and_query_values_with_4xx(server):
                     for name in in_path:
                         target = target.replace("{" + name + "}", quote(hostile, safe=""))
                     query = {name: hostile for name in in_query}
-                    r = client.request(method.upper(), target, params=query,
-                                       json={} if method in ("post", "put") else None)
+                    r = client.request(
+                        method.upper(), target, params=query, json={} if method in ("post", "put") else None
+                    )
                     seen += 1
                     assert r.status_code < 500, (method, template, hostile[:20], r.status_code, r.text[:300])
                     assert "\x00" not in r.text, (method, template)

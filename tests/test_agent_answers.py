@@ -31,9 +31,13 @@ async def test_ask_and_explore_answers_fit_max_tokens(tmp_path: Path):
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=encoder, registry=ProviderRegistry())
     await fathom.index(make_project(tmp_path / "demo"), "demo")
     local = (Policy.LOCAL, FallbackMode.LOCAL_ONLY)
-    chat = LocalChat([ChatResult(content=LONG, usage={"total_tokens": 10}),
-                      *(tool_turn("grep", pattern=f"add{i}") for i in range(10)),
-                      ChatResult(content=LONG, usage={"total_tokens": 10})])
+    chat = LocalChat(
+        [
+            ChatResult(content=LONG, usage={"total_tokens": 10}),
+            *(tool_turn("grep", pattern=f"add{i}") for i in range(10)),
+            ChatResult(content=LONG, usage={"total_tokens": 10}),
+        ]
+    )
     router = make_router(routing(code_assistant=local, rlm=local), [chat])
     tokens = tokens_of(fathom)
     async with Client(build_mcp_server(fathom, router=router)) as client:
@@ -41,15 +45,17 @@ async def test_ask_and_explore_answers_fit_max_tokens(tmp_path: Path):
         for name in ("ask", "explore"):
             bounds = tools[name].input_schema["properties"]["max_tokens"]
             assert (bounds["minimum"], bounds["maximum"], bounds["default"]) == (1000, 20000, 8000)
-        asked = await client.call_tool("ask", {"question": "what adds?", "project": "demo",
-                                               "max_tokens": 2000})
+        asked = await client.call_tool(
+            "ask", {"question": "what adds?", "project": "demo", "max_tokens": 2000}
+        )
         assert not asked.is_error, asked.content[0].text
         a = asked.structured_content
         assert a["truncated"] is True and a["answer"].startswith("word0 word1"), a["answer"][:200]
         assert a["answer"].endswith("…"), a["answer"][-200:]
         assert 2 * tokens.total(asked.content[0].text) <= 2000  # what the client was sent
-        explored = await client.call_tool("explore", {"question": "what adds?", "project": "demo",
-                                                      "max_tokens": 1500, "max_steps": 12})
+        explored = await client.call_tool(
+            "explore", {"question": "what adds?", "project": "demo", "max_tokens": 1500, "max_steps": 12}
+        )
         assert not explored.is_error, explored.content[0].text
         e = explored.structured_content
         assert e["truncated"] is True and e["trace_omitted"] > 0 and e["trace"] == []
@@ -58,12 +64,23 @@ async def test_ask_and_explore_answers_fit_max_tokens(tmp_path: Path):
 
 def test_the_trace_gives_way_before_the_answer():
     tokens = AnswerTokens(key="estimate")
-    steps = [TraceEntry(depth=0, step=i, tool="grep", args={"pattern": "x" * 50}, summary="y" * 200, ok=True)
-             for i in range(40)]
-    answer = ExploreResult(question="q", answer="short answer (a.py:1)", complete=True, stopped=None,
-                           citations=["a.py:1"], unverified=[], limits_hit=[], sub_questions=0,
-                           tokens_used=5, trace=steps)
+    steps = [
+        TraceEntry(depth=0, step=i, tool="grep", args={"pattern": "x" * 50}, summary="y" * 200, ok=True)
+        for i in range(40)
+    ]
+    answer = ExploreResult(
+        question="q",
+        answer="short answer (a.py:1)",
+        complete=True,
+        stopped=None,
+        citations=["a.py:1"],
+        unverified=[],
+        limits_hit=[],
+        sub_questions=0,
+        tokens_used=5,
+        trace=steps,
+    )
     fitted = fit_answer(answer, 2000, tokens)
     assert cost(fitted, tokens) <= 2000 and fitted.answer == answer.answer and not fitted.truncated
-    assert fitted.trace == steps[:len(fitted.trace)] and fitted.trace_omitted == 40 - len(fitted.trace) > 0
+    assert fitted.trace == steps[: len(fitted.trace)] and fitted.trace_omitted == 40 - len(fitted.trace) > 0
     assert fit_answer(answer, 20000, tokens) == answer  # within the budget: untouched

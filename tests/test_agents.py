@@ -48,12 +48,21 @@ def chat_requests(emulator) -> int:  # noqa: F811
 
 
 async def test_ask_answers_citing_retrieved_files(indexed_shop, emulator):  # noqa: F811
-    emulator.control.script([{"content": (
-        "Passwords are hashed with PBKDF2-HMAC-SHA256 and a random salt [1], and checked in "
-        "constant time (auth/password.py:15-19). See also [42] and ghost/nowhere.py:1-3.")}])
+    emulator.control.script(
+        [
+            {
+                "content": (
+                    "Passwords are hashed with PBKDF2-HMAC-SHA256 and a random salt [1], and checked in "
+                    "constant time (auth/password.py:15-19). See also [42] and ghost/nowhere.py:1-3."
+                )
+            }
+        ]
+    )
     budget = CloudBudget()
-    router = make_router(routing(code_assistant=(Policy.AGGREGATE, FallbackMode.ANY)),
-                         [cloud(emulator, Role.CODE_ASSISTANT, budget)])
+    router = make_router(
+        routing(code_assistant=(Policy.AGGREGATE, FallbackMode.ANY)),
+        [cloud(emulator, Role.CODE_ASSISTANT, budget)],
+    )
     assistant = CodeAssistant(indexed_shop.fathom, router, k_code=4, k_docs=2)
 
     answer = await assistant.ask("how are passwords hashed and verified?", indexed_shop.project)
@@ -66,11 +75,9 @@ async def test_ask_answers_citing_retrieved_files(indexed_shop, emulator):  # no
     for c in answer.citations:  # every citation is a real file and lines that were retrieved
         lines = (indexed_shop.root / c.path).read_text().splitlines()
         assert 1 <= c.start_line <= c.end_line <= len(lines)
-        assert any(b.span.path == c.path and b.span.start_line == c.start_line
-                   for b in answer.context)
+        assert any(b.span.path == c.path and b.span.start_line == c.start_line for b in answer.context)
     assert any("[42]" in r for r in answer.rejected)
-    assert any("ghost/nowhere.py:1-3" in r and "not in the retrieved context" in r
-               for r in answer.rejected)
+    assert any("ghost/nowhere.py:1-3" in r and "not in the retrieved context" in r for r in answer.rejected)
     assert {b.table for b in answer.context} == {"code", "docs"}
     assert budget.state().granted_total == 1
     assert emulator.control.counters()["by_model"] == {ASSISTANT_MODEL: 1}
@@ -78,10 +85,13 @@ async def test_ask_answers_citing_retrieved_files(indexed_shop, emulator):  # no
 
 async def test_ask_prompt_has_numbered_blocks_labelled_path_and_lines(indexed_shop, emulator):  # noqa: F811
     # No script: the emulator echoes the last user message, i.e. the prompt itself.
-    router = make_router(routing(code_assistant=(Policy.CLOUD, FallbackMode.ANY)),
-                         [cloud(emulator, Role.CODE_ASSISTANT, CloudBudget())])
+    router = make_router(
+        routing(code_assistant=(Policy.CLOUD, FallbackMode.ANY)),
+        [cloud(emulator, Role.CODE_ASSISTANT, CloudBudget())],
+    )
     answer = await CodeAssistant(indexed_shop.fathom, router, k_code=3, k_docs=1).ask(
-        "retry with backoff", indexed_shop.project)
+        "retry with backoff", indexed_shop.project
+    )
     assert answer.answer.startswith("echo: Context:")
     for block in answer.context:
         label = f"{block.span.path}:{block.span.start_line}"
@@ -96,21 +106,41 @@ async def test_ask_prompt_has_numbered_blocks_labelled_path_and_lines(indexed_sh
 
 
 async def test_explore_runs_a_multi_step_loop_with_a_subquestion(indexed_shop, emulator):  # noqa: F811
-    emulator.control.script([
-        {"tool_calls": [{"name": "search_code", "arguments": {"query": "password hashing"}},
-                        {"name": "list_dir", "arguments": {"path": "."}}]},
-        {"tool_calls": [{"name": "read_file", "arguments": {"path": "../../etc/passwd"}}]},
-        {"tool_calls": [{"name": "read_file",
-                         "arguments": {"path": "auth/password.py", "start_line": 8, "end_line": 12}}]},
-        {"tool_calls": [{"name": "ask_subquestion",
-                         "arguments": {"question": "How is a stored password verified?"}}]},
-        # depth 1
-        {"tool_calls": [{"name": "grep", "arguments": {"pattern": "compare_digest"}}]},
-        {"content": "With hmac.compare_digest, in auth/password.py:15-19."},
-        # back at depth 0
-        {"content": "Passwords are hashed with PBKDF2 and a salt (auth/password.py:8-12) and "
-                    "verified in constant time (auth/password.py:15-19); not in ghost.py:1-2."},
-    ])
+    emulator.control.script(
+        [
+            {
+                "tool_calls": [
+                    {"name": "search_code", "arguments": {"query": "password hashing"}},
+                    {"name": "list_dir", "arguments": {"path": "."}},
+                ]
+            },
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "../../etc/passwd"}}]},
+            {
+                "tool_calls": [
+                    {
+                        "name": "read_file",
+                        "arguments": {"path": "auth/password.py", "start_line": 8, "end_line": 12},
+                    }
+                ]
+            },
+            {
+                "tool_calls": [
+                    {
+                        "name": "ask_subquestion",
+                        "arguments": {"question": "How is a stored password verified?"},
+                    }
+                ]
+            },
+            # depth 1
+            {"tool_calls": [{"name": "grep", "arguments": {"pattern": "compare_digest"}}]},
+            {"content": "With hmac.compare_digest, in auth/password.py:15-19."},
+            # back at depth 0
+            {
+                "content": "Passwords are hashed with PBKDF2 and a salt (auth/password.py:8-12) and "
+                "verified in constant time (auth/password.py:15-19); not in ghost.py:1-2."
+            },
+        ]
+    )
     budget = CloudBudget()
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, budget)])
     explorer = Explorer.for_project(indexed_shop.fathom, router, indexed_shop.project)
@@ -120,8 +150,7 @@ async def test_explore_runs_a_multi_step_loop_with_a_subquestion(indexed_shop, e
     assert result.complete and result.stopped is None
     assert result.answer.startswith("Passwords are hashed")
     top = [s for s in result.trace if s.depth == 0]
-    assert [s.tool for s in top] == ["search_code", "list_dir", "read_file", "read_file",
-                                     "ask_subquestion"]
+    assert [s.tool for s in top] == ["search_code", "list_dir", "read_file", "read_file", "ask_subquestion"]
     assert len(top) >= 3 and result.sub_questions == 1
     sub = [s for s in result.trace if s.depth == 1]
     assert [s.tool for s in sub] == ["grep"] and "1 matches" in sub[0].summary
@@ -141,8 +170,9 @@ async def test_explore_runs_a_multi_step_loop_with_a_subquestion(indexed_shop, e
 async def test_explore_stops_at_the_step_limit(indexed_shop, emulator):  # noqa: F811
     emulator.control.script([{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 4)
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, CloudBudget())])
-    explorer = Explorer.for_project(indexed_shop.fathom, router, indexed_shop.project,
-                                    limits=Limits(max_steps=2))
+    explorer = Explorer.for_project(
+        indexed_shop.fathom, router, indexed_shop.project, limits=Limits(max_steps=2)
+    )
     result = await explorer.explore("what is in this project?")
     assert result.stopped == "stopped: step limit 2 reached"
     assert result.answer.startswith("stopped: step limit 2 reached")
@@ -151,16 +181,19 @@ async def test_explore_stops_at_the_step_limit(indexed_shop, emulator):  # noqa:
 
 
 async def test_explore_refuses_a_subquestion_beyond_the_depth_limit(indexed_shop, emulator):  # noqa: F811
-    emulator.control.script([
-        {"tool_calls": [{"name": "ask_subquestion", "arguments": {"question": "what hashes?"}}]},
-        # depth 1 = max_depth: its own sub-question is refused, and it answers anyway
-        {"tool_calls": [{"name": "ask_subquestion", "arguments": {"question": "deeper?"}}]},
-        {"content": "hashlib, see auth/password.py:3"},
-        {"content": "It uses hashlib (auth/password.py:3)."},
-    ])
+    emulator.control.script(
+        [
+            {"tool_calls": [{"name": "ask_subquestion", "arguments": {"question": "what hashes?"}}]},
+            # depth 1 = max_depth: its own sub-question is refused, and it answers anyway
+            {"tool_calls": [{"name": "ask_subquestion", "arguments": {"question": "deeper?"}}]},
+            {"content": "hashlib, see auth/password.py:3"},
+            {"content": "It uses hashlib (auth/password.py:3)."},
+        ]
+    )
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, CloudBudget())])
-    explorer = Explorer.for_project(indexed_shop.fathom, router, indexed_shop.project,
-                                    limits=Limits(max_depth=1))
+    explorer = Explorer.for_project(
+        indexed_shop.fathom, router, indexed_shop.project, limits=Limits(max_depth=1)
+    )
     result = await explorer.explore("which library hashes passwords?")
     assert result.complete and result.sub_questions == 1
     refused = [s for s in result.trace if s.depth == 1]
@@ -173,8 +206,9 @@ async def test_explore_refuses_a_subquestion_beyond_the_depth_limit(indexed_shop
 async def test_explore_stops_at_the_token_limit(indexed_shop, emulator):  # noqa: F811
     emulator.control.script([{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 3)
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, CloudBudget())])
-    explorer = Explorer.for_project(indexed_shop.fathom, router, indexed_shop.project,
-                                    limits=Limits(max_tokens=50))
+    explorer = Explorer.for_project(
+        indexed_shop.fathom, router, indexed_shop.project, limits=Limits(max_tokens=50)
+    )
     result = await explorer.explore("what is in this project?")
     assert result.stopped.startswith("stopped: token limit 50 reached (used ")
     assert result.tokens_used >= 50 and result.trace == []  # its tool calls never ran
@@ -186,23 +220,27 @@ async def test_explore_stops_at_the_time_limit(indexed_shop, emulator):  # noqa:
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, CloudBudget())])
     # Every reading of the clock is 10 s later: start 0 (deadline 25), check 10, tool 20,
     # check 30 -> stop. No wall-clock time is involved.
-    explorer = Explorer.for_project(indexed_shop.fathom, router, indexed_shop.project,
-                                    limits=Limits(max_seconds=25), clock=TickClock(10))
+    explorer = Explorer.for_project(
+        indexed_shop.fathom, router, indexed_shop.project, limits=Limits(max_seconds=25), clock=TickClock(10)
+    )
     result = await explorer.explore("what is in this project?")
     assert result.stopped == "stopped: time limit 25s reached"
     assert len(result.trace) == 1 and chat_requests(emulator) == 1
 
 
 async def test_a_stopped_subquestion_returns_to_its_parent(indexed_shop, emulator):  # noqa: F811
-    emulator.control.script([
-        {"tool_calls": [{"name": "ask_subquestion", "arguments": {"question": "list it all"}}]},
-        {"tool_calls": [{"name": "list_dir", "arguments": {}}]},  # depth 1, step 1 of 1
-        {"tool_calls": [{"name": "list_dir", "arguments": {"path": "auth"}}]},  # over its limit
-        {"content": "The project has auth, billing, net and web."},
-    ])
+    emulator.control.script(
+        [
+            {"tool_calls": [{"name": "ask_subquestion", "arguments": {"question": "list it all"}}]},
+            {"tool_calls": [{"name": "list_dir", "arguments": {}}]},  # depth 1, step 1 of 1
+            {"tool_calls": [{"name": "list_dir", "arguments": {"path": "auth"}}]},  # over its limit
+            {"content": "The project has auth, billing, net and web."},
+        ]
+    )
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, CloudBudget())])
-    explorer = Explorer.for_project(indexed_shop.fathom, router, indexed_shop.project,
-                                    limits=Limits(max_steps=2, sub_share=0.5))
+    explorer = Explorer.for_project(
+        indexed_shop.fathom, router, indexed_shop.project, limits=Limits(max_steps=2, sub_share=0.5)
+    )
     result = await explorer.explore("what is in this project?")
     assert result.complete
     assert result.limits_hit == ["stopped: step limit 1 reached (depth 1)"]
@@ -217,8 +255,7 @@ async def test_a_stopped_subquestion_returns_to_its_parent(indexed_shop, emulato
 async def test_local_only_rlm_never_calls_the_cloud(indexed_shop, emulator, policy):  # noqa: F811
     emulator.control.script([{"content": "from the cloud"}])
     budget = CloudBudget()
-    router = make_router(routing(rlm=(policy, FallbackMode.LOCAL_ONLY)),
-                         [cloud(emulator, Role.RLM, budget)])
+    router = make_router(routing(rlm=(policy, FallbackMode.LOCAL_ONLY)), [cloud(emulator, Role.RLM, budget)])
     explorer = Explorer.for_project(indexed_shop.fathom, router, indexed_shop.project)
     with pytest.raises(ExploreUnavailable) as info:
         await explorer.explore("anything")
@@ -240,11 +277,16 @@ async def test_rlm_default_route_is_local_only(indexed_shop, emulator):  # noqa:
 
 
 async def test_local_only_rlm_uses_a_local_llm_and_never_the_cloud(indexed_shop, emulator):  # noqa: F811
-    local = LocalChat([tool_turn("grep", pattern="def "),
-                       ChatResult(content="Functions live in auth/password.py:8-12.",
-                                  usage={"total_tokens": 10})])
-    router = make_router(routing(rlm=(Policy.AGGREGATE, FallbackMode.LOCAL_ONLY)),
-                         [local, cloud(emulator, Role.RLM, CloudBudget())])
+    local = LocalChat(
+        [
+            tool_turn("grep", pattern="def "),
+            ChatResult(content="Functions live in auth/password.py:8-12.", usage={"total_tokens": 10}),
+        ]
+    )
+    router = make_router(
+        routing(rlm=(Policy.AGGREGATE, FallbackMode.LOCAL_ONLY)),
+        [local, cloud(emulator, Role.RLM, CloudBudget())],
+    )
     explorer = Explorer.for_project(indexed_shop.fathom, router, indexed_shop.project)
     result = await explorer.explore("where are functions?")
     assert result.complete and result.providers == ["local:chat"] and len(local.requests) == 2
@@ -273,9 +315,11 @@ def test_fallback_status_states_what_local_only_means():
         assert f"({policy})" in line
     assert "cannot run" in fallback_status(RoleRoute(policy=Policy.CLOUD, fallback=FallbackMode.LOCAL_ONLY))
     assert "only while no local provider can serve" in fallback_status(
-        RoleRoute(policy=Policy.BACKUP, fallback=FallbackMode.ANY))
+        RoleRoute(policy=Policy.BACKUP, fallback=FallbackMode.ANY)
+    )
     assert "nothing leaves the network" in fallback_status(
-        RoleRoute(policy=Policy.LOCAL, fallback=FallbackMode.ANY))
+        RoleRoute(policy=Policy.LOCAL, fallback=FallbackMode.ANY)
+    )
 
 
 # ---- the tools' confinement ----------------------------------------------------------------
@@ -293,18 +337,24 @@ def confined(tmp_path: Path) -> ProjectTools:
     return ProjectTools(root)
 
 
-@pytest.mark.parametrize("path, reason", [
-    ("../../etc/passwd", "'..'"),
-    ("src/../../secret.txt", "'..'"),
-    ("/etc/passwd", "absolute"),
-    ("C:\\Windows\\win.ini", "absolute"),
-    ("~/secret.txt", "absolute"),
-    ("leak.txt", "symbolic link"),
-    ("up/secret.txt", "symbolic link"),
-])
+@pytest.mark.parametrize(
+    "path, reason",
+    [
+        ("../../etc/passwd", "'..'"),
+        ("src/../../secret.txt", "'..'"),
+        ("/etc/passwd", "absolute"),
+        ("C:\\Windows\\win.ini", "absolute"),
+        ("~/secret.txt", "absolute"),
+        ("leak.txt", "symbolic link"),
+        ("up/secret.txt", "symbolic link"),
+    ],
+)
 async def test_paths_outside_the_root_are_refused(confined, path, reason):
-    for tool, args in (("read_file", {"path": path}), ("list_dir", {"path": path}),
-                       ("grep", {"pattern": "secret", "path": path})):
+    for tool, args in (
+        ("read_file", {"path": path}),
+        ("list_dir", {"path": path}),
+        ("grep", {"pattern": "secret", "path": path}),
+    ):
         out = await confined.run(tool, args)
         assert not out.ok and out.text.startswith("error: refused: path") and reason in out.text
         assert "top secret" not in out.text

@@ -19,13 +19,16 @@ async def test_mcp_ask_and_explore(indexed_shop, emulator):  # noqa: F811
     budget = CloudBudget()
     router = make_router(
         routing(code_assistant=(Policy.CLOUD, FallbackMode.ANY), rlm=(Policy.CLOUD, FallbackMode.ANY)),
-        [cloud(emulator, Role.CODE_ASSISTANT, budget), cloud(emulator, Role.RLM, budget)])
-    emulator.control.script([
-        {"content": "Salted PBKDF2 [1]."},
-        {"tool_calls": [{"name": "read_file", "arguments": {"path": "/etc/passwd"}}]},
-        {"tool_calls": [{"name": "grep", "arguments": {"pattern": "pbkdf2_hmac"}}]},
-        {"content": "PBKDF2 in auth/password.py:10."},
-    ])
+        [cloud(emulator, Role.CODE_ASSISTANT, budget), cloud(emulator, Role.RLM, budget)],
+    )
+    emulator.control.script(
+        [
+            {"content": "Salted PBKDF2 [1]."},
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "/etc/passwd"}}]},
+            {"tool_calls": [{"name": "grep", "arguments": {"pattern": "pbkdf2_hmac"}}]},
+            {"content": "PBKDF2 in auth/password.py:10."},
+        ]
+    )
     async with Client(build_mcp_server(indexed_shop.fathom, router=router)) as client:
         # A route serves both roles here: both tools are listed, every parameter described.
         listed = {t.name: t for t in (await client.list_tools()).tools}
@@ -33,15 +36,15 @@ async def test_mcp_ask_and_explore(indexed_shop, emulator):  # noqa: F811
             assert listed[name].title and listed[name].annotations.read_only_hint
             props = listed[name].input_schema["properties"]
             assert props and all(p.get("description") for p in props.values()), name
-        asked = await client.call_tool("ask", {"question": "how are passwords hashed?",
-                                               "project": "shop"})
+        asked = await client.call_tool("ask", {"question": "how are passwords hashed?", "project": "shop"})
         assert not asked.is_error
         out = asked.structured_content
         assert out["answer"] == "Salted PBKDF2 [1]." and out["citations"][0].startswith("auth/password.py:")
         assert out["reranked"] is False  # no reranker registered: said, not hidden
 
-        explored = await client.call_tool("explore", {"question": "where is pbkdf2 used?",
-                                                      "project": "shop", "max_steps": 4})
+        explored = await client.call_tool(
+            "explore", {"question": "where is pbkdf2 used?", "project": "shop", "max_steps": 4}
+        )
         assert not explored.is_error
         e = explored.structured_content
         assert e["complete"] and e["citations"] == ["auth/password.py:10"]
@@ -70,15 +73,17 @@ async def test_mcp_explore_default_route_is_local_only(indexed_shop, emulator): 
 def test_cli_ask_and_explore_refuse_in_one_line(indexed_shop):  # noqa: F811
     runner = CliRunner()
     obj = {"fathom": indexed_shop.fathom}
-    result = runner.invoke(app, ["explore", "how are passwords hashed?", "-p", "shop"], obj=obj,
-                           env={"COLUMNS": "200"})
+    result = runner.invoke(
+        app, ["explore", "how are passwords hashed?", "-p", "shop"], obj=obj, env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 1, result.output
     assert "Traceback" not in result.output
     assert "error: explore cannot run: role rlm is in fallback mode local-only" in result.output
     assert "set FATHOM_LOCAL_CHAT_URL and FATHOM_LOCAL_CHAT_MODEL (or FATHOM_LOCAL_RLM_URL" in result.output
 
-    result = runner.invoke(app, ["ask", "how are passwords hashed?", "-p", "shop"], obj=obj,
-                           env={"COLUMNS": "200"})
+    result = runner.invoke(
+        app, ["ask", "how are passwords hashed?", "-p", "shop"], obj=obj, env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 1, result.output
     assert "no provider can serve role code-assistant" in result.output
     assert "FATHOM_LOCAL_CODE_ASSISTANT_URL" in result.output

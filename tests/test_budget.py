@@ -72,9 +72,7 @@ async def test_three_providers_each_wanting_eight_never_exceed_the_budget(overri
     ft = FakeTime()
     budget = make_budget(ft, override=override)
     tracker = InFlight()
-    providers = [
-        BudgetedProvider(FakeCloud(ft, n, service_s=1.0, tracker=tracker), budget) for n in "abc"
-    ]
+    providers = [BudgetedProvider(FakeCloud(ft, n, service_s=1.0, tracker=tracker), budget) for n in "abc"]
 
     async def worker(p: BudgetedProvider, cap: asyncio.Semaphore):
         for _ in range(3):
@@ -126,9 +124,7 @@ def test_override_out_of_range_is_refused():
 async def test_degenerate_one_per_minute_on_a_funded_account_does_not_throttle_to_one_a_minute():
     ft = FakeTime()
     budget = make_budget(ft)
-    budget.discover(
-        KeyReport(limit=100.0, limit_remaining=24.0, rate_limit=RateLimit(1, "1m"))
-    )
+    budget.discover(KeyReport(limit=100.0, limit_remaining=24.0, rate_limit=RateLimit(1, "1m")))
     st = budget.state()
     assert (st.ceiling_source, st.ceiling) == ("credits", 24)
     assert not st.window_armed and st.trusted_rpm is None
@@ -163,8 +159,9 @@ async def test_a_rediscovery_does_not_undo_a_halving():
 async def test_free_tier_key_arms_the_window_with_the_documented_limit():
     ft = FakeTime()
     budget = make_budget(ft)
-    budget.discover({"data": {"label": "sk-or-v1-x", "limit": 0, "limit_remaining": 0,
-                              "usage": 0, "is_free_tier": True}})
+    budget.discover(
+        {"data": {"label": "sk-or-v1-x", "limit": 0, "limit_remaining": 0, "usage": 0, "is_free_tier": True}}
+    )
     st = budget.state()
     assert st.trusted_rpm == 20.0 and st.rpm_trust == "free-tier-documented"
     assert st.window_armed and st.window_allowance == 20 and st.ceiling_source == "littles-law"
@@ -320,8 +317,7 @@ def test_throttle_classification():
 
 async def test_clean_windows_raise_one_permit_at_a_time_to_the_ceiling():
     ft = FakeTime()
-    budget = make_budget(ft, override=8, clean_window_s=10.0, base_backoff_s=1.0,
-                         rng=FixedRng(0.0))
+    budget = make_budget(ft, override=8, clean_window_s=10.0, base_backoff_s=1.0, rng=FixedRng(0.0))
     provider = BudgetedProvider(FakeCloud(ft, service_s=1.0), budget)
     permit = await budget.acquire("p")
     permit.throttled(None)
@@ -557,8 +553,7 @@ async def test_local_provider_never_takes_a_permit_even_in_a_cooldown():
     p = await budget.acquire("p")
     p.throttled(retry_after=600)
     tracker = InFlight()
-    local = BudgetedProvider(FakeCloud(ft, "gpu", service_s=0.1, kind=Kind.LOCAL,
-                                       tracker=tracker), budget)
+    local = BudgetedProvider(FakeCloud(ft, "gpu", service_s=0.1, kind=Kind.LOCAL, tracker=tracker), budget)
     tasks = [asyncio.create_task(local.rerank("q", ["a", "b"])) for _ in range(10)]
     await ft.advance(0.2)
     assert all(t.done() for t in tasks) and tracker.peak == 10
@@ -571,8 +566,11 @@ async def test_every_cloud_call_kind_takes_a_permit():
     budget = make_budget(ft, override=4)
     provider = BudgetedProvider(FakeCloud(ft, service_s=0.1), budget)
     assert provider.info is provider.inner.info and provider.id == "fake:a"
-    calls = [provider.embed(["a"]), provider.rerank("q", ["d"]),
-             provider.chat([{"role": "user", "content": "hi"}])]
+    calls = [
+        provider.embed(["a"]),
+        provider.rerank("q", ["d"]),
+        provider.chat([{"role": "user", "content": "hi"}]),
+    ]
     results = await asyncio.gather(*calls, ft.advance(1))
     assert results[2].content == "ok"
     assert budget.state().granted_total == 3
@@ -588,9 +586,19 @@ async def test_state_is_json_serialisable_and_complete():
     p.throttled(retry_after=2.0, kind="402")
     p.release()
     data = json.loads(json.dumps(budget.state().to_dict()))
-    for key in ("ceiling_source", "ceiling", "effective_limit", "in_flight", "window_count",
-                "window_armed", "trusted_rpm", "cooldown_remaining_s", "last_throttle",
-                "rtt_s", "waiting"):
+    for key in (
+        "ceiling_source",
+        "ceiling",
+        "effective_limit",
+        "in_flight",
+        "window_count",
+        "window_armed",
+        "trusted_rpm",
+        "cooldown_remaining_s",
+        "last_throttle",
+        "rtt_s",
+        "waiting",
+    ):
         assert key in data
     assert data["last_throttle"]["kind"] == "402" and data["window_count"] == 1
 

@@ -39,14 +39,29 @@ async def test_budget_holds_the_emulators_rate_with_few_429s_and_a_fair_split():
     so the run is the same every time and does not depend on the machine's speed."""
     clock = FakeClock()
     async with virtual_emulator(clock) as emu:
-        await emu.control("PUT", "/limits", {"rpm": R, "window": W, "retry_after": True,
-                                             "retry_after_seconds": 0.25})
+        await emu.control(
+            "PUT", "/limits", {"rpm": R, "window": W, "retry_after": True, "retry_after_seconds": 0.25}
+        )
         await emu.control("PUT", "/latency", {"base_ms": LATENCY_MS})
-        await emu.control("PUT", "/key", {"rate_limit": {"requests": R, "interval": f"{W:g}s"},
-                                          "limit": 100.0, "limit_remaining": 80.0, "is_free_tier": False})
+        await emu.control(
+            "PUT",
+            "/key",
+            {
+                "rate_limit": {"requests": R, "interval": f"{W:g}s"},
+                "limit": 100.0,
+                "limit_remaining": 80.0,
+                "is_free_tier": False,
+            },
+        )
         client = OpenRouterClient("sk-or-v1-budget-e2e-test", base_url=VIRTUAL_BASE_URL, http=emu.http)
-        budget = CloudBudget(window_s=W, clean_window_s=W / 2, base_backoff_s=0.25,
-                             clock=clock.now, sleep=clock.sleep, rng=random.Random(7))
+        budget = CloudBudget(
+            window_s=W,
+            clean_window_s=W / 2,
+            base_backoff_s=0.25,
+            clock=clock.now,
+            sleep=clock.sleep,
+            rng=random.Random(7),
+        )
         try:
             await _hold_the_rate(emu, client, budget, clock)
         finally:
@@ -63,8 +78,9 @@ async def _hold_the_rate(emu, client, budget, clock) -> None:
 
     providers = [
         BudgetedProvider(
-            OpenRouterProvider(client, model=MODEL, roles=[Role.CODE_ASSISTANT],
-                               provider_id=f"openrouter:{MODEL}#{i}"),
+            OpenRouterProvider(
+                client, model=MODEL, roles=[Role.CODE_ASSISTANT], provider_id=f"openrouter:{MODEL}#{i}"
+            ),
             budget,
         )
         for i in range(3)
@@ -100,8 +116,11 @@ async def _hold_the_rate(emu, client, budget, clock) -> None:
             await clock.sleep(0.02)
 
     # Providers 0 and 1 work for project alpha (16 workers), provider 2 for beta (8).
-    tasks = [asyncio.create_task(worker(p, "alpha" if i < 2 else "beta"))
-             for i, p in enumerate(providers) for _ in range(8)]
+    tasks = [
+        asyncio.create_task(worker(p, "alpha" if i < 2 else "beta"))
+        for i, p in enumerate(providers)
+        for _ in range(8)
+    ]
     tasks.append(asyncio.create_task(monitor()))
     await clock.sleep(W)
     warm = dict(budget.state().granted_by_project)  # the first burst is first-come
@@ -120,11 +139,13 @@ async def _hold_the_rate(emu, client, budget, clock) -> None:
     requests = counters["requests"].get("chat", 0)
     rate_429 = counters["rate_limited"] / max(1, requests)
     final = budget.state()
-    print(f"\nachieved {achieved:.3f} of the limit; 429s {counters['rate_limited']}/{requests}"
-          f" ({rate_429:.1%}) at {t429} s; peak {counters['peak_concurrency']} (max "
-          f"effective {max_effective}); rtt {final.rtt_s * 1000:.0f} ms; ceiling "
-          f"{final.ceiling}; halvings {final.halvings}; served {served}; granted after "
-          f"warm-up { {p: n - warm.get(p, 0) for p, n in final.granted_by_project.items()} }")
+    print(
+        f"\nachieved {achieved:.3f} of the limit; 429s {counters['rate_limited']}/{requests}"
+        f" ({rate_429:.1%}) at {t429} s; peak {counters['peak_concurrency']} (max "
+        f"effective {max_effective}); rtt {final.rtt_s * 1000:.0f} ms; ceiling "
+        f"{final.ceiling}; halvings {final.halvings}; served {served}; granted after "
+        f"warm-up { {p: n - warm.get(p, 0) for p, n in final.granted_by_project.items()} }"
+    )
 
     assert achieved >= 0.9
     assert rate_429 <= 0.02
@@ -147,8 +168,9 @@ async def _hold_the_rate(emu, client, budget, clock) -> None:
 async def test_degenerate_one_per_minute_key_is_sized_from_credits_over_http(emulator):
     control = emulator.control
     control.latency(base_ms=50)
-    control.set_key(rate_limit={"requests": 1, "interval": "1m"}, limit=50.0,
-                    limit_remaining=12.0, is_free_tier=False)
+    control.set_key(
+        rate_limit={"requests": 1, "interval": "1m"}, limit=50.0, limit_remaining=12.0, is_free_tier=False
+    )
     client = OpenRouterClient("sk-or-v1-budget-e2e-test", base_url=emulator.base_url)
     budget = CloudBudget()
     try:

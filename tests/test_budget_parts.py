@@ -96,8 +96,9 @@ def test_free_tier_key_trusts_the_documented_limit():
 
 
 def test_degenerate_rate_limit_on_a_funded_account_is_not_trusted():
-    report = KeyReport.from_json(FUNDED_DEGENERATE, credits={"data": {"total_credits": 40.0,
-                                                                      "total_usage": 12.5}})
+    report = KeyReport.from_json(
+        FUNDED_DEGENERATE, credits={"data": {"total_credits": 40.0, "total_usage": 12.5}}
+    )
     assert report.rate_limit is not None and report.rate_limit.rpm == 1.0
     assert report.funded and report.balance == pytest.approx(27.5)
     assert trusted_rpm(None, report) is None
@@ -136,8 +137,17 @@ def test_plausible_reported_rate_on_a_funded_account_is_trusted():
 
 
 @pytest.mark.parametrize(
-    "text, seconds", [("10s", 10.0), ("1m", 60.0), ("1h", 3600.0), ("500ms", 0.5), ("30", 30.0),
-                      (15, 15.0), ("soon", None), ("0s", None)]
+    "text, seconds",
+    [
+        ("10s", 10.0),
+        ("1m", 60.0),
+        ("1h", 3600.0),
+        ("500ms", 0.5),
+        ("30", 30.0),
+        (15, 15.0),
+        ("soon", None),
+        ("0s", None),
+    ],
 )
 def test_interval_parsing(text, seconds):
     assert interval_seconds(text) == seconds

@@ -78,7 +78,7 @@ FILES = {
     "svc/store.go": (
         "package svc\n"
         "\n"
-        "import \"strings\"\n"
+        'import "strings"\n'
         "\n"
         "type Store struct{}\n"
         "\n"
@@ -90,23 +90,9 @@ FILES = {
         "\treturn Clean(key)\n"
         "}\n"
     ),
-    "svc/clean.go": (
-        "package svc\n"
-        "\n"
-        "func Clean(key string) string {\n"
-        "\treturn key\n"
-        "}\n"
-    ),
-    "web/format.ts": (
-        "export function pad(s: string): string {\n"
-        "  return s + ' ';\n"
-        "}\n"
-    ),
-    "web/other.ts": (
-        "export function pad(s: string): string {\n"
-        "  return s;\n"
-        "}\n"
-    ),
+    "svc/clean.go": ("package svc\n\nfunc Clean(key string) string {\n\treturn key\n}\n"),
+    "web/format.ts": ("export function pad(s: string): string {\n  return s + ' ';\n}\n"),
+    "web/other.ts": ("export function pad(s: string): string {\n  return s;\n}\n"),
     "web/view.ts": (
         "import { pad } from './format';\n"
         "import * as fmt from './format';\n"
@@ -156,8 +142,9 @@ async def test_references_to_a_method_are_graded_and_builtins_stay_out(sample):
     builtins = [g for g in graded if g[0] == "app/report.py" and g[1] in (6, 13)]
     assert builtins == [("app/report.py", 6, "name-only"), ("app/report.py", 13, "name-only")]
     # `escape` imported from a module outside the project is not the project's `escape`.
-    assert [(r["line"], r["use"], r["resolution"]) for r in escapes["results"]
-            if r["path"] == "app/report.py"] == [(23, "call", "name-only"), (22, "import", "name-only")]
+    assert [
+        (r["line"], r["use"], r["resolution"]) for r in escapes["results"] if r["path"] == "app/report.py"
+    ] == [(23, "call", "name-only"), (22, "import", "name-only")]
     order = ["resolved", "likely", "name-only"]
     assert [order.index(g[2]) for g in graded] == sorted(order.index(g[2]) for g in graded)
 
@@ -172,25 +159,36 @@ async def test_callers_callees_and_impact_in_three_languages(sample):
         go_callers = await call(client, "find_calls", name="Clean")
         ts_callers = await call(client, "find_calls", name="pad")
         refused = await client.call_tool("find_calls", {"name": "render", "direction": "up"})
-    assert sites(callers) == [("app/console.py", 12, "Console.log", "resolved"),
-                              ("app/report.py", 11, "report", "likely")]
+    assert sites(callers) == [
+        ("app/console.py", 12, "Console.log", "resolved"),
+        ("app/report.py", 11, "report", "likely"),
+    ]
     reached = {(r["callee"], r["resolution"], tuple(r["targets"])) for r in callees["results"]}
-    assert reached == {("flush", "resolved", ("app/console.py:2 Base.flush",)),
-                       ("render", "resolved", ("app/console.py:15 render",))}
+    assert reached == {
+        ("flush", "resolved", ("app/console.py:2 Base.flush",)),
+        ("render", "resolved", ("app/console.py:15 render",)),
+    }
     # Impact: Console.print and report call render; Console.log calls Console.print (depth 2),
     # main calls report (depth 2); grouped by file.
     assert [(r["path"], r["caller"], r["depth"]) for r in impact["results"]] == [
-        ("app/console.py", "Console.print", 1), ("app/console.py", "Console.log", 2),
-        ("app/report.py", "report", 1), ("app/report.py", "main", 2)]
+        ("app/console.py", "Console.print", 1),
+        ("app/console.py", "Console.log", 2),
+        ("app/report.py", "report", 1),
+        ("app/report.py", "main", 2),
+    ]
     # Go: the method's own receiver, a function of the same package in another file; the
     # imported standard package is outside the project (name-only).
     assert {(r["callee"], r["resolution"]) for r in go_callees["results"]} == {
-        ("norm", "resolved"), ("TrimSpace", "name-only")}
+        ("norm", "resolved"),
+        ("TrimSpace", "name-only"),
+    }
     assert sites(go_callers) == [("svc/store.go", 12, "Store.norm", "resolved")]
     # TypeScript: an imported function, and the same through a namespace import: the `pad`
     # of the module imported, not the other file's.
-    assert sites(ts_callers) == [("web/view.ts", 6, "View.show", "resolved"),
-                                 ("web/view.ts", 9, "View.frame", "resolved")]
+    assert sites(ts_callers) == [
+        ("web/view.ts", 6, "View.show", "resolved"),
+        ("web/view.ts", 9, "View.frame", "resolved"),
+    ]
     assert {t for r in ts_callers["results"] for t in r["targets"]} == {"web/format.ts:1 pad"}
     assert refused.is_error and "direction" in refused.content[0].text
 
@@ -206,26 +204,32 @@ def test_fathom_calls_on_the_command_line(sample):
     data, _ = sample
     runner = CliRunner()
     fathom = Fathom(Settings(data_dir=data))
-    shown = runner.invoke(app, ["calls", "Console.print"], obj={"fathom": fathom},
-                          env={"COLUMNS": "200"})
+    shown = runner.invoke(app, ["calls", "Console.print"], obj={"fathom": fathom}, env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     assert "calls:app/console.py:12 [resolved] Console.log: self.print(text)" in shown.output
-    as_json = runner.invoke(app, ["calls", "render", "--direction", "impact", "--json"],
-                            obj={"fathom": fathom})
+    as_json = runner.invoke(
+        app, ["calls", "render", "--direction", "impact", "--json"], obj={"fathom": fathom}
+    )
     assert as_json.exit_code == 0, as_json.output
     assert {r["caller"] for r in json.loads(as_json.output)["results"]} == {
-        "Console.print", "Console.log", "report", "main"}
+        "Console.print",
+        "Console.log",
+        "report",
+        "main",
+    }
     refused = runner.invoke(app, ["calls", "render", "--depth", "9"], obj={"fathom": fathom})
     assert refused.exit_code != 0 and "depth 9 is out of range" in refused.output
     # The command's default depth (kept in the light CLI module) is the service's.
     from fathom import cli_calls
     from fathom.service import calls as service
+
     assert cli_calls.DEFAULT_DEPTH == service.DEFAULT_DEPTH
 
 
 async def test_the_live_sync_keeps_callers_true_to_an_edited_file(tmp_path):
     async with watched(tmp_path, FILES) as (fathom, root):
         async with Client(build_mcp_server(fathom)) as client:
+
             async def callers() -> list:
                 return sites(await call(client, "find_calls", name="render", project="shop"))
 
@@ -251,10 +255,12 @@ async def test_a_symbol_table_of_an_older_layout_is_parsed_again(tmp_path):
     await fathom.index(root, "calls")
     path = symbols.table_path(fathom)
     with sqlite3.connect(path) as conn:  # the layout before receivers and imports
-        conn.executescript("DROP TABLE refs; DROP TABLE imports; CREATE TABLE refs ("
-                           "project TEXT NOT NULL, path TEXT NOT NULL, name TEXT NOT NULL, "
-                           "line INTEGER NOT NULL, col INTEGER NOT NULL, use TEXT NOT NULL, "
-                           "enclosing TEXT); PRAGMA user_version = 0;")
+        conn.executescript(
+            "DROP TABLE refs; DROP TABLE imports; CREATE TABLE refs ("
+            "project TEXT NOT NULL, path TEXT NOT NULL, name TEXT NOT NULL, "
+            "line INTEGER NOT NULL, col INTEGER NOT NULL, use TEXT NOT NULL, "
+            "enclosing TEXT); PRAGMA user_version = 0;"
+        )
     symbols._tables.clear()  # as a new process finds it
     async with Client(build_mcp_server(Fathom(Settings(data_dir=tmp_path / "data")))) as client:
         callers = await call(client, "find_calls", name="Console.print")

@@ -217,7 +217,9 @@ def test_markdown_is_split_along_headings_with_heading_paths():
 
 
 def test_big_sections_are_windowed_and_keep_their_heading():
-    paragraphs = "\n\n".join(f"Paragraph {i} explains one more detail of the protocol at length." for i in range(80))
+    paragraphs = "\n\n".join(
+        f"Paragraph {i} explains one more detail of the protocol at length." for i in range(80)
+    )
     text = f"# Protocol\n\n## Frames\n\n{paragraphs}\n\n## Errors\n\nNone yet, but soon there will be some.\n"
     chunks = chunk_file("docs/protocol.md", text)
     frames = [c for c in chunks if c.symbol == "Protocol > Frames"]
@@ -349,12 +351,47 @@ def test_long_lines_are_sliced_to_the_size_bound():
 
 
 FRAGMENTS = {
-    "a.py": ["def f(x):", "    return x", "class A:", "    def m(self):", "        pass", "import os", "@dec", "# note", '"""doc"""', "    '''", "if x:", ")", "("],
-    "a.js": ["function f() {", "}", "class A {", "  m() { return 1; }", "const g = () => {", "};", "export default {", "// c", "/*", "*/"],
-    "a.go": ["package p", "func F() {", "}", "type T struct {", "func (t *T) M() {", "// c", "import \"x\""],
+    "a.py": [
+        "def f(x):",
+        "    return x",
+        "class A:",
+        "    def m(self):",
+        "        pass",
+        "import os",
+        "@dec",
+        "# note",
+        '"""doc"""',
+        "    '''",
+        "if x:",
+        ")",
+        "(",
+    ],
+    "a.js": [
+        "function f() {",
+        "}",
+        "class A {",
+        "  m() { return 1; }",
+        "const g = () => {",
+        "};",
+        "export default {",
+        "// c",
+        "/*",
+        "*/",
+    ],
+    "a.go": ["package p", "func F() {", "}", "type T struct {", "func (t *T) M() {", "// c", 'import "x"'],
     "a.rs": ["fn f() {", "}", "impl A {", "mod m {", "/// d", "#[derive(Debug)]", "struct S;"],
     "Main.java": ["class A {", "}", "void m() {", "interface I {", "enum E { X;", "/** d */"],
-    "a.cpp": ["namespace n {", "}", "class K {", "};", "#ifdef X", "#endif", "template <class T>", "int f() {", "extern \"C\" {"],
+    "a.cpp": [
+        "namespace n {",
+        "}",
+        "class K {",
+        "};",
+        "#ifdef X",
+        "#endif",
+        "template <class T>",
+        "int f() {",
+        'extern "C" {',
+    ],
     "a.md": ["# Title", "## Sub", "```", "text", "---", "===", "Para"],
     "a.rst": ["Title", "=====", "-----", "text", "~~~~~"],
     "a.toml": ["[x]", "a = 1", ""],

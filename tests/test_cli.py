@@ -83,7 +83,10 @@ def test_real_process_error_has_no_traceback(tmp_path):
     env = dict(os.environ, FATHOM_DATA_DIR=str(tmp_path / "data"), HF_HUB_OFFLINE="1")
     proc = subprocess.run(
         [sys.executable, "-m", "fathom.cli", "search", "anything", "--project", "ghost"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -111,15 +114,15 @@ def test_drop_asks_first_and_removes_everything(fathom, sample_project):  # noqa
 def test_include_filters_watch_setting_and_skipped_folders(fathom, sample_project):  # noqa: F811
     (sample_project / "vendor" / "mylib").mkdir(parents=True)
     (sample_project / "vendor" / "mylib" / "fastmath.py").write_text(
-        "def fast_inverse_square_root(x):\n    return x ** -0.5\n")
+        "def fast_inverse_square_root(x):\n    return x ** -0.5\n"
+    )
     (sample_project / "node_modules" / "left-pad").mkdir(parents=True)
     (sample_project / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1\n")
     result = invoke(fathom, "index", str(sample_project), "--project", "shop")
     assert result.exit_code == 0, result.output
     assert re.search(r"skipped folders\s+node_modules/, vendor/ \(built-in skip\)", result.output)
 
-    result = invoke(fathom, "index", str(sample_project), "--project", "shop",
-                    "--include", "vendor/mylib/")
+    result = invoke(fathom, "index", str(sample_project), "--project", "shop", "--include", "vendor/mylib/")
     assert result.exit_code == 0, result.output
     assert re.search(r"skipped folders\s+node_modules/ \(built-in skip\)", result.output)
     found = invoke(fathom, "search", "inverse square root", "--path", "vendor/**", "-k", "3")
@@ -157,7 +160,7 @@ def test_cold_start_progress_says_what_it_is_doing(tmp_path, sample_project, min
     events = []
     report = asyncio.run(fathom.index(sample_project, "shop", progress=events.append))
     phases = [e.phase for e in events]
-    start = phases[:phases.index("walking")]
+    start = phases[: phases.index("walking")]
     # Start-up is named while it happens, before any walking.
     assert start[0] == "opening store" and "loading model" in start and "checking encoders" in start
     walking = events[phases.index("walking")]
@@ -174,9 +177,22 @@ def test_fathom_watch_prints_a_line_per_sync(tmp_path, sample_project):  # noqa:
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fathom.cli", "--data-dir", str(tmp_path / "data"), "watch",
-         str(sample_project), "--project", "shop"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "-m",
+            "fathom.cli",
+            "--data-dir",
+            str(tmp_path / "data"),
+            "watch",
+            str(sample_project),
+            "--project",
+            "shop",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)

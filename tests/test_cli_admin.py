@@ -40,6 +40,7 @@ class Server:
     def add_provider(self, provider) -> None:
         async def add() -> None:
             self.app.state.registry.add(provider)
+
         self.running.call(add())
 
 
@@ -53,11 +54,23 @@ def server(tmp_path: Path) -> Iterator[Server]:
         running.stop()
 
 
-def invoke(cli_app: typer.Typer, server: Server | str, args: list[str], *, token: str = ADMIN,
-           input: str | None = None, columns: int = 200):
+def invoke(
+    cli_app: typer.Typer,
+    server: Server | str,
+    args: list[str],
+    *,
+    token: str = ADMIN,
+    input: str | None = None,
+    columns: int = 200,
+):
     url = server if isinstance(server, str) else server.url
-    result = CliRunner().invoke(cli_app, args, input=input, catch_exceptions=False,
-                                env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": token, "COLUMNS": str(columns)})
+    result = CliRunner().invoke(
+        cli_app,
+        args,
+        input=input,
+        catch_exceptions=False,
+        env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": token, "COLUMNS": str(columns)},
+    )
     return result
 
 
@@ -186,11 +199,15 @@ def test_printed_tokens_and_client_setups_come_out_whole_in_a_narrow_terminal(cl
     lines = r.stdout.splitlines()
     token = next(line for line in lines if line.startswith("MCP token for ")).rsplit(": ", 1)[1]
     assert re.fullmatch(r"fm_\S{20,}", token), lines
-    assert f'use it: claude mcp add --transport http fathom {server.url}/mcp --header "Authorization: Bearer ' \
-           f'{token}"' in lines, lines
+    assert (
+        f'use it: claude mcp add --transport http fathom {server.url}/mcp --header "Authorization: Bearer '
+        f'{token}"' in lines
+    ), lines
     r = invoke(cli_app, server, ["fleet", "token", "--name", "gpu-host-with-a-long-name"], columns=40)
     assert r.exit_code == 0, r.output
-    assert re.fullmatch(r"host token \(shown once; only its hash is kept\): \S{20,}", r.stdout.strip()), r.stdout
+    assert re.fullmatch(r"host token \(shown once; only its hash is kept\): \S{20,}", r.stdout.strip()), (
+        r.stdout
+    )
 
 
 def test_a_wrong_token_or_no_server_exits_1(cli_app, server: Server):
@@ -220,8 +237,12 @@ def test_the_fathom_command_carries_the_operator_commands(server: Server):
     for group in ("policy", "key", "fleet", "gate", "budget", "jobs"):
         assert group in r.stdout
     # Help that reads right: every option says what it is for, and a flag shows no `<bool>`.
-    for command, said in ((["jobs", "start"], "Rebuild in a shadow table"), (["search"], "Only this project"),
-                          (["ask"], "Only this project"), (["jobs", "list"], "List every job")):
+    for command, said in (
+        (["jobs", "start"], "Rebuild in a shadow table"),
+        (["search"], "Only this project"),
+        (["ask"], "Only this project"),
+        (["jobs", "list"], "List every job"),
+    ):
         r = invoke(fathom_app, server, [*command, "--help"])
         assert r.exit_code == 0 and said in words(r.stdout), (command, r.stdout)
         assert "<bool>" not in r.stdout, (command, r.stdout)
@@ -229,13 +250,21 @@ def test_the_fathom_command_carries_the_operator_commands(server: Server):
 
 def test_tokens_create_list_revoke_and_the_audit_log(cli_app, server: Server):
     r = invoke(cli_app, server, ["tokens", "list"])
-    assert r.exit_code == 0 and "no MCP token yet" in r.stdout and "no folder can be indexed over MCP" in r.stdout
-    r = invoke(cli_app, server, ["tokens", "create", "--name", "alice", "--project", "api", "--project", "web"])
+    assert (
+        r.exit_code == 0
+        and "no MCP token yet" in r.stdout
+        and "no folder can be indexed over MCP" in r.stdout
+    )
+    r = invoke(
+        cli_app, server, ["tokens", "create", "--name", "alice", "--project", "api", "--project", "web"]
+    )
     assert r.exit_code == 0, r.output
     token = re.search(r"\(shown once; only its hash is kept\): (fm_\S+)", r.stdout).group(1)
     assert "it sees: api, web; read-only" in r.stdout
-    assert f'claude mcp add --transport http fathom {server.url}/mcp --header "Authorization: Bearer {token}"' \
+    assert (
+        f'claude mcp add --transport http fathom {server.url}/mcp --header "Authorization: Bearer {token}"'
         in " ".join(r.stdout.split())
+    )
     r = invoke(cli_app, server, ["tokens", "create", "--name", "alice"])
     assert r.exit_code == 2 and "exists already" in r.output
     r = invoke(cli_app, server, ["tokens", "list"])
@@ -253,7 +282,9 @@ def test_tokens_create_list_revoke_and_the_audit_log(cli_app, server: Server):
     r = invoke(cli_app, server, ["audit-log"])
     assert r.exit_code == 0, r.output
     log = " ".join(r.stdout.split())
-    assert "created MCP token alice (projects: api, web; read-only)" in log and "revoked MCP token alice" in log
+    assert (
+        "created MCP token alice (projects: api, web; read-only)" in log and "revoked MCP token alice" in log
+    )
     assert "refused 404" in log and "mcp:bob" in log and "refused 403" in log
     assert token not in r.stdout and bob not in r.stdout
 
@@ -273,12 +304,16 @@ def test_provider_ids_print_byte_for_byte_as_the_api_returns_them(cli_app, tmp_p
     try:
         server.add_provider(twin)
         project = make_project(tmp_path / "demo")
-        assert invoke(cli_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"]).exit_code == 0
+        assert (
+            invoke(cli_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"]).exit_code
+            == 0
+        )
         assert invoke(cli_app, server, ["gate", "verify", twin.id, "--table", "code"]).exit_code == 0
         api = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {TOKEN}"})
         ids = {
-            "policy show": {p["id"] for r in api.get("/admin/policies").json()["roles"].values()
-                            for p in r["providers"]},
+            "policy show": {
+                p["id"] for r in api.get("/admin/policies").json()["roles"].values() for p in r["providers"]
+            },
             "gate verdicts": {v["provider"] for v in api.get("/admin/gate/verdicts").json()["verdicts"]},
             "gate audit demo": {c["provider"] for c in api.get("/admin/gate/audit/demo").json()["counts"]},
         }
@@ -301,25 +336,41 @@ def test_fleet_rows_read_right_and_skipped_folders_are_not_counted_as_files(monk
     from fathom import cli_admin
     from fathom.cli import skipped_files
 
-    sidecar = {"name": "gpu-1", "state": "approved", "connected": True, "key_present": True, "last_seen_s": 0.4,
-               "load": 3.1123046875, "in_flight": 0, "routes": [], "problems": [],
-               "cloud": [{"provider": "sidecar:gpu-1:embedding:cloud:alpha", "state": "no_credits"},
-                         {"provider": "sidecar:gpu-1:rlm:cloud:auto", "state": "no_credits"}]}
+    sidecar = {
+        "name": "gpu-1",
+        "state": "approved",
+        "connected": True,
+        "key_present": True,
+        "last_seen_s": 0.4,
+        "load": 3.1123046875,
+        "in_flight": 0,
+        "routes": [],
+        "problems": [],
+        "cloud": [
+            {"provider": "sidecar:gpu-1:embedding:cloud:alpha", "state": "no_credits"},
+            {"provider": "sidecar:gpu-1:rlm:cloud:auto", "state": "no_credits"},
+        ],
+    }
     monkeypatch.setattr(cli_admin, "console", Console(width=250, emoji=False, highlight=False))
     with cli_admin.console.capture() as shown:
         cli_admin.print_fleet({"sidecars": [sidecar], "problems": [], "last_push": None})
     out = shown.get()
     assert "3.11" in out and "3.1123" not in out and "no credits" in out
     # node_modules/ and dist/ are named on their own line, not counted among the skipped files.
-    assert skipped_files({"ignored-dir": 2, "binary": 3, "gitignored": 1},
-                         {"ignored-dir": ["node_modules", "web/node_modules"], "gitignored": ["dist"]}) == {"binary": 3}
+    assert skipped_files(
+        {"ignored-dir": 2, "binary": 3, "gitignored": 1},
+        {"ignored-dir": ["node_modules", "web/node_modules"], "gitignored": ["dist"]},
+    ) == {"binary": 3}
 
 
 def test_fathom_drop_through_a_server_takes_the_admin_token_from_the_environment_only(server: Server):
     from fathom.cli import app as fathom_app
 
     project = make_project(server.tmp / "demo")
-    assert invoke(fathom_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"]).exit_code == 0
+    assert (
+        invoke(fathom_app, server, ["jobs", "start", str(project), "--project", "demo", "--watch"]).exit_code
+        == 0
+    )
     local = ["--data-dir", str(server.tmp / "cli")]  # this CLI's own data dir holds nothing
     drop = [*local, "drop", "demo", "--server", server.url]
     # No admin token in the environment: refused, saying where it goes; never taken from argv.
@@ -337,7 +388,9 @@ def test_fathom_drop_through_a_server_takes_the_admin_token_from_the_environment
     assert "demo" in invoke(fathom_app, server, ["--data-dir", str(server.tmp / "cli"), "jobs"]).stdout
     r = invoke(fathom_app, server, [*drop, "--yes"])
     assert r.exit_code == 0, r.output
-    assert re.search(rf"dropped demo on the fathom server at {re.escape(server.url)} \(code \d+, docs \d+\)", r.stdout)
+    assert re.search(
+        rf"dropped demo on the fathom server at {re.escape(server.url)} \(code \d+, docs \d+\)", r.stdout
+    )
     assert server.running.call(_listed(server.app)) == []
 
 
@@ -369,7 +422,9 @@ def test_fathom_watching_through_a_server_stops_and_starts_its_watcher_at_once(t
         wait_until(lambda: state()["state"] == "watching", "the server to watch demo again", timeout=60)
         r = invoke(fathom_app, server, [*local, "watching", "ghost", "--off", "--server", server.url])
         assert r.exit_code == 1 and "ghost" in r.output, r.output
-        r = invoke(fathom_app, server, [*local, "watching", "demo", "--off", "--server", server.url], token="")
+        r = invoke(
+            fathom_app, server, [*local, "watching", "demo", "--off", "--server", server.url], token=""
+        )
         assert r.exit_code == 2 and "set FATHOM_ADMIN_TOKEN in the environment" in words(r.output), r.output
         assert state()["enabled"]
     finally:
@@ -392,8 +447,12 @@ def test_fathom_drop_through_a_fathom_serve_is_refused_with_why(tmp_path: Path):
     running = ThreadedServer(standalone_app(build_mcp_server(service), host="127.0.0.1"))
     url = running.start()
     try:
-        r = invoke(fathom_app, url, ["--data-dir", str(tmp_path / "cli"), "drop", "demo", "--server", url, "--yes"],
-                   token="")
+        r = invoke(
+            fathom_app,
+            url,
+            ["--data-dir", str(tmp_path / "cli"), "drop", "demo", "--server", url, "--yes"],
+            token="",
+        )
     finally:
         running.stop()
     said = words(r.output)

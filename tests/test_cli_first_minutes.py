@@ -33,13 +33,15 @@ def row(output: str, name: str) -> str:
     return found.group(1)
 
 
-def test_first_index_then_a_mistyped_project(tmp_path: Path, local_encoder,  # noqa: F811
-                                                           sample_project: Path):  # noqa: F811
+def test_first_index_then_a_mistyped_project(
+    tmp_path: Path,
+    local_encoder,  # noqa: F811
+    sample_project: Path,
+):  # noqa: F811
     # A clock that moves at every reading: a duration computed from two readings of "now"
     # comes out negative, one computed from a start and an end never does.
     ticks = itertools.count(0.0, 0.25)
-    fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder,
-                    clock=lambda: next(ticks))
+    fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder, clock=lambda: next(ticks))
     first = invoke(fathom, "index", str(sample_project), "--project", "shop")
     assert first.exit_code == 0, first.output
     assert row(first.output, "mode") == "full (first index)", first.output
@@ -64,11 +66,14 @@ def test_first_index_then_a_mistyped_project(tmp_path: Path, local_encoder,  # n
 def test_a_malformed_setting_lists_the_values_it_accepts(monkeypatch, tmp_path: Path):
     """A bad boolean and an unknown device are refused at start, in one line naming the variable
     and every value it takes: before any model is loaded, not blamed on the model's path."""
-    for name, value, accepted in (("FATHOM_WATCH", "maybe", "true or false, 1 or 0, yes or no, on or off"),
-                                  ("FATHOM_LOCAL_DEVICE", "gpu", "cpu, cuda, cuda:N (the GPU numbered N) or mps")):
+    for name, value, accepted in (
+        ("FATHOM_WATCH", "maybe", "true or false, 1 or 0, yes or no, on or off"),
+        ("FATHOM_LOCAL_DEVICE", "gpu", "cpu, cuda, cuda:N (the GPU numbered N) or mps"),
+    ):
         monkeypatch.setenv(name, value)
-        result = runner.invoke(app, ["--data-dir", str(tmp_path / "data"), "search", "retry"],
-                               env={"COLUMNS": "400"})
+        result = runner.invoke(
+            app, ["--data-dir", str(tmp_path / "data"), "search", "retry"], env={"COLUMNS": "400"}
+        )
         said = " ".join(result.output.split())
         assert result.exit_code == 2 and f"error: bad setting: {name}: " in said, said
         assert accepted in said and "model" not in said and "Traceback" not in said, said
@@ -78,12 +83,20 @@ def test_a_malformed_setting_lists_the_values_it_accepts(monkeypatch, tmp_path: 
 
 
 def test_the_models_table_keeps_each_name_whole_at_80_columns(tmp_path: Path):
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")},
-           "HF_HUB_OFFLINE": "1", "COLUMNS": "80"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")},
+        "HF_HUB_OFFLINE": "1",
+        "COLUMNS": "80",
+    }
 
     def models(*args: str) -> str:
-        done = subprocess.run([sys.executable, "-m", "fathom", "--data-dir", str(tmp_path / "data"),
-                               "models", *args], capture_output=True, text=True, env=env, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "fathom", "--data-dir", str(tmp_path / "data"), "models", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 

@@ -69,9 +69,15 @@ def test_server_and_sidecar_options_all_have_help_and_name_their_variable():
             if param.envvar:
                 assert param.show_envvar and param.envvar.startswith("FATHOM_"), (name, param.opts)
         read = {p.envvar for p in command.params if p.envvar}
-        wanted = {"server": {"FATHOM_HOST", "FATHOM_PORT", "FATHOM_DATA_DIR", "FATHOM_LOG_LEVEL"},
-                  "sidecar": {"FATHOM_SIDECAR_TOKEN_FILE", "FATHOM_OPENROUTER_BASE_URL",
-                              "FATHOM_SIDECAR_STATE_DIR", "FATHOM_LOG_LEVEL"}}[name]
+        wanted = {
+            "server": {"FATHOM_HOST", "FATHOM_PORT", "FATHOM_DATA_DIR", "FATHOM_LOG_LEVEL"},
+            "sidecar": {
+                "FATHOM_SIDECAR_TOKEN_FILE",
+                "FATHOM_OPENROUTER_BASE_URL",
+                "FATHOM_SIDECAR_STATE_DIR",
+                "FATHOM_LOG_LEVEL",
+            },
+        }[name]
         assert wanted <= read, (name, wanted - read)
     result = runner.invoke(app, ["server", "--help"], env={"COLUMNS": "200"})
     assert "FATHOM_PORT" in result.output and "python -m" not in result.output

@@ -38,8 +38,10 @@ FILES = {
 }
 OTHER_JSON = {"theme": "dark", "numStartups": 7}
 OTHER_SERVER = {"command": "npx", "args": ["-y", "other-server"]}
-CODEX_SEED = ('# my Codex settings\nmodel = "o3"\n\n# a server of mine\n'
-              '[mcp_servers.other]\ncommand = "npx"\nargs = ["-y", "other-server"]\n')
+CODEX_SEED = (
+    '# my Codex settings\nmodel = "o3"\n\n# a server of mine\n'
+    '[mcp_servers.other]\ncommand = "npx"\nargs = ["-y", "other-server"]\n'
+)
 
 
 @pytest.fixture
@@ -109,8 +111,11 @@ def test_connect_writes_the_documented_stdio_entry_and_keeps_the_rest(home, host
     assert path.read_bytes() == after and not path.with_name(path.name + ".bak.1").exists()
 
     # The entry already there, in the user's own layout, is left as it is too.
-    relaid = (after.decode().replace('args = ["mcp"]', 'args = [ "mcp" ]') if host == "codex"
-              else json.dumps(json.loads(after), indent=4))
+    relaid = (
+        after.decode().replace('args = ["mcp"]', 'args = [ "mcp" ]')
+        if host == "codex"
+        else json.dumps(json.loads(after), indent=4)
+    )
     path.write_text(relaid)
     assert "nothing to change" in connect(host, "--write").output and path.read_text() == relaid
 
@@ -137,8 +142,11 @@ def test_connect_http_names_the_token_variable_never_a_token(home, host, monkeyp
     elif host == "cursor":
         assert entry == {"url": url, "headers": {"Authorization": "Bearer ${env:FATHOM_MCP_TOKEN}"}}
     else:
-        assert entry == {"type": "http", "url": url,
-                         "headers": {"Authorization": "Bearer ${FATHOM_MCP_TOKEN}"}}
+        assert entry == {
+            "type": "http",
+            "url": url,
+            "headers": {"Authorization": "Bearer ${FATHOM_MCP_TOKEN}"},
+        }
     assert connect(host, "--http", "--write").output.startswith(f"{path} already has")
 
 
@@ -146,8 +154,11 @@ def test_connect_http_names_the_token_variable_never_a_token(home, host, monkeyp
 def test_a_file_that_does_not_parse_is_refused_unchanged(home, host):
     path = home / FILES[host]
     path.parent.mkdir(parents=True, exist_ok=True)
-    broken = ('model = "o3\n[mcp_servers.other]\n' if host == "codex"
-              else '{\n  // a comment\n  "mcpServers": {},\n}\n')
+    broken = (
+        'model = "o3\n[mcp_servers.other]\n'
+        if host == "codex"
+        else '{\n  // a comment\n  "mcpServers": {},\n}\n'
+    )
     path.write_text(broken)
     result = connect(host, "--write")
     assert result.exit_code == 2
@@ -173,11 +184,15 @@ def test_workspace_writes_the_projects_own_file(home, tmp_path):
 
 
 def test_codex_entry_is_replaced_in_place_keeping_the_next_tables_comment():
-    old = ('[mcp_servers.fathom]\ncommand = "/old/fathom"\nargs = ["mcp"]\n\n'
-           '[mcp_servers.fathom.env]\nX = "1"\n\n# mine\n[mcp_servers.other]\ncommand = "npx"\n')
+    old = (
+        '[mcp_servers.fathom]\ncommand = "/old/fathom"\nargs = ["mcp"]\n\n'
+        '[mcp_servers.fathom.env]\nX = "1"\n\n# mine\n[mcp_servers.other]\ncommand = "npx"\n'
+    )
     new = updated_text("codex", Path("config.toml"), old, Launch(command="/new/fathom", args=("mcp",)))
     assert tomllib.loads(new)["mcp_servers"] == {
-        "fathom": {"command": "/new/fathom", "args": ["mcp"]}, "other": {"command": "npx"}}
+        "fathom": {"command": "/new/fathom", "args": ["mcp"]},
+        "other": {"command": "npx"},
+    }
     assert "# mine\n[mcp_servers.other]" in new and "/old/fathom" not in new
 
 
@@ -200,13 +215,21 @@ async def test_the_written_stdio_entry_starts_fathom_for_a_real_mcp_client(tmp_p
     home.mkdir()
     data = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")} | {
-        "HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+        "HOME": str(home),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
         "TOKENIZERS_PARALLELISM": "false",
         # The entry bridges to a background Fathom, which stops a few seconds after this
         # session instead of the default half hour.
-        "FATHOM_DAEMON_IDLE_MINUTES": "0.05"}
-    done = subprocess.run([FATHOM, "connect", "gemini", "--data-dir", str(data), "--write"],
-                          env=env, capture_output=True, text=True, timeout=120)
+        "FATHOM_DAEMON_IDLE_MINUTES": "0.05",
+    }
+    done = subprocess.run(
+        [FATHOM, "connect", "gemini", "--data-dir", str(data), "--write"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     entry = json.loads((home / FILES["gemini"]).read_text())["mcpServers"]["fathom"]
     params = StdioServerParameters(command=entry["command"], args=entry["args"], env=env)

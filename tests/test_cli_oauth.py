@@ -30,8 +30,12 @@ def cli() -> typer.Typer:
 
 
 def invoke(url: str, args: list[str]):
-    return CliRunner().invoke(cli(), args, catch_exceptions=False,
-                              env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"})
+    return CliRunner().invoke(
+        cli(),
+        args,
+        catch_exceptions=False,
+        env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"},
+    )
 
 
 def test_show_and_set_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -45,12 +49,24 @@ def test_show_and_set_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     try:
         r = invoke(url, ["oauth", "show"])
         assert r.exit_code == 0, r.output
-        assert ISSUER in r.output and "https://fathom.example.com/mcp" in r.output and "introspection" in r.output
+        assert (
+            ISSUER in r.output
+            and "https://fathom.example.com/mcp" in r.output
+            and "introspection" in r.output
+        )
         assert "No rule yet" in r.output and "a-client-secret" not in r.output
 
         good = tmp_path / "mapping.json"
-        good.write_text(json.dumps({"rules": [{"match": {"email": "alice@example.com"}, "projects": ["api"]},
-                                              {"match": {"group": "ops"}, "can_index": True}]}))
+        good.write_text(
+            json.dumps(
+                {
+                    "rules": [
+                        {"match": {"email": "alice@example.com"}, "projects": ["api"]},
+                        {"match": {"group": "ops"}, "can_index": True},
+                    ]
+                }
+            )
+        )
         r = invoke(url, ["oauth", "set-mapping", str(good)])
         assert r.exit_code == 0, r.output
         assert "email alice@example.com" in r.output and "group ops" in r.output
@@ -72,7 +88,9 @@ def test_show_and_set_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         running.stop()
 
 
-def test_show_on_a_server_without_oauth_says_how_to_turn_it_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_show_on_a_server_without_oauth_says_how_to_turn_it_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     monkeypatch.delenv("FATHOM_OAUTH_ISSUER", raising=False)
     running = ThreadedServer(build_operator_app(tmp_path / "data"))
     url = running.start()

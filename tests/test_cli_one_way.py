@@ -33,12 +33,18 @@ def invoke(*args: str, fathom: Fathom | None = None, env: dict[str, str] | None 
 
 def rows(table: str) -> list[list[str]]:
     """The cells of each row of a rich table as printed, its header first."""
-    return [[c.strip() for c in re.split("[│┃]", line)[1:-1]] for line in table.splitlines()
-            if line[:1] in "│┃" and len(re.split("[│┃]", line)) > 2]
+    return [
+        [c.strip() for c in re.split("[│┃]", line)[1:-1]]
+        for line in table.splitlines()
+        if line[:1] in "│┃" and len(re.split("[│┃]", line)) > 2
+    ]
 
 
-def test_a_location_fathom_search_prints_is_one_find_similar_takes(tmp_path: Path, local_encoder,  # noqa: F811
-                                                                   sample_project):  # noqa: F811
+def test_a_location_fathom_search_prints_is_one_find_similar_takes(
+    tmp_path: Path,
+    local_encoder,  # noqa: F811
+    sample_project,
+):  # noqa: F811
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
     assert invoke("index", str(sample_project), "--project", "shop", fathom=fathom).exit_code == 0
     found = invoke("search", "verify a password against its hash", "-k", "3", fathom=fathom)
@@ -52,10 +58,12 @@ def test_a_location_fathom_search_prints_is_one_find_similar_takes(tmp_path: Pat
 
     async def ask() -> tuple[Any, Any]:
         async with Client(build_mcp_server(fathom)) as client:
-            similar = await client.call_tool("find_similar", {"project": project, "path": path,
-                                                              "line": int(lines.split("-")[0])})
-            searched = await client.call_tool("search_code", {"query": "verify a password against its hash",
-                                                              "k": 3})
+            similar = await client.call_tool(
+                "find_similar", {"project": project, "path": path, "line": int(lines.split("-")[0])}
+            )
+            searched = await client.call_tool(
+                "search_code", {"query": "verify a password against its hash", "k": 3}
+            )
         return similar, searched
 
     similar, searched = asyncio.run(ask())
@@ -63,8 +71,10 @@ def test_a_location_fathom_search_prints_is_one_find_similar_takes(tmp_path: Pat
     assert (project, path) == ("shop", "auth/password.py")
     assert similar.structured_content["results"], similar.structured_content
     # MCP names the same chunk with the same path, the project beside it.
-    assert {(r["project"], f"{r['path']}:{r['start_line']}-{r['end_line']}")
-            for r in searched.structured_content["results"]} >= {(project, location)}
+    assert {
+        (r["project"], f"{r['path']}:{r['start_line']}-{r['end_line']}")
+        for r in searched.structured_content["results"]
+    } >= {(project, location)}
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
@@ -83,7 +93,9 @@ def test_the_data_dir_is_taken_before_or_after_the_command(tmp_path: Path, where
 
 def test_the_data_dir_after_a_subcommand_of_a_group_and_in_its_help(tmp_path: Path):
     data = tmp_path / "data"
-    result = invoke("store", "verify", "--data-dir", str(data), env={"FATHOM_DATA_DIR": str(tmp_path / "other")})
+    result = invoke(
+        "store", "verify", "--data-dir", str(data), env={"FATHOM_DATA_DIR": str(tmp_path / "other")}
+    )
     assert result.exit_code == 0, result.output
     assert "verified 0 project(s)" in result.stdout and data.exists() and not (tmp_path / "other").exists()
     for command in (["search"], ["drop"], ["store", "verify"], ["index"]):
@@ -104,7 +116,12 @@ def test_two_different_data_dirs_are_refused_with_both_named(tmp_path: Path):
 def test_a_token_goes_over_plain_http_only_to_this_machine():
     from fathom.cli_local import server_url
 
-    for ok in ("http://127.0.0.1:8766", "http://localhost:8765/", "http://[::1]:8766", "https://fathom.example.net"):
+    for ok in (
+        "http://127.0.0.1:8766",
+        "http://localhost:8765/",
+        "http://[::1]:8766",
+        "https://fathom.example.net",
+    ):
         assert server_url(ok) == ok.rstrip("/")
     for bad in ("http://fathom.example.net:8765", "http://10.0.0.5:8765"):
         with pytest.raises(ConfigError, match="clear text; use the server's https:// address"):

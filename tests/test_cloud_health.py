@@ -37,19 +37,22 @@ async def test_each_real_refusal_is_its_own_state(emulator):  # noqa: F811
         assert book.of(ROUTE).state is CloudState.SERVING
         assert book.note_failure(ROUTE, await _failure(client)).state is CloudState.THROTTLED
     # Nothing listens on this port: a transport failure.
-    async with OpenRouterClient(good, base_url="http://127.0.0.1:9/api/v1",
-                                http=httpx.AsyncClient(timeout=2)) as client:
+    async with OpenRouterClient(
+        good, base_url="http://127.0.0.1:9/api/v1", http=httpx.AsyncClient(timeout=2)
+    ) as client:
         assert book.note_failure(ROUTE, await _failure(client)).state is CloudState.UNREACHABLE
     # The record never carries the key, whatever the error said.
     assert bad not in str(book.of(ROUTE).to_dict())
 
 
 def test_a_sidecars_error_codes_mean_the_same_states():
-    for code, throttle, state in (("Unauthorized", None, Outcome.REJECTED),
-                                  ("InsufficientCredits", None, Outcome.NO_CREDITS),
-                                  ("RateLimited", "429", Outcome.THROTTLED),
-                                  ("InFlightBudgetExhausted", "402", Outcome.THROTTLED),
-                                  ("UpstreamError", None, Outcome.UNREACHABLE)):
+    for code, throttle, state in (
+        ("Unauthorized", None, Outcome.REJECTED),
+        ("InsufficientCredits", None, Outcome.NO_CREDITS),
+        ("RateLimited", "429", Outcome.THROTTLED),
+        ("InFlightBudgetExhausted", "402", Outcome.THROTTLED),
+        ("UpstreamError", None, Outcome.UNREACHABLE),
+    ):
         exc = error_from_info("gpu-1", ErrorInfo(code=code, message="m", throttle_kind=throttle))
         assert outcome_of(exc) is state, code
     # A failure that says nothing about the route (bad input, the sidecar gone) is not a state.
@@ -105,4 +108,7 @@ def test_the_metric_says_up_only_for_a_cloud_route_seen_serving():
     metrics.watch(registry=registry, hub=Hub())
     text = metrics.render()[0].decode()
     assert f'fathom_provider_up{{health="key_rejected",kind="cloud",provider="{ROUTE}"}} 0.0' in text
-    assert 'fathom_provider_up{health="ok",kind="local",provider="sidecar:gpu-1:code-embedding:local"} 1.0' in text
+    assert (
+        'fathom_provider_up{health="ok",kind="local",provider="sidecar:gpu-1:code-embedding:local"} 1.0'
+        in text
+    )

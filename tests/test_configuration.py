@@ -60,13 +60,17 @@ def test_every_variable_the_source_names_is_a_setting():
             if name not in fields:
                 strays.setdefault(name, path.relative_to(ROOT).as_posix())
     assert not strays, "not in Settings (add the field and its row in docs/configuration.md): " + ", ".join(
-        f"{name} in {where}" for name, where in sorted(strays.items()))
+        f"{name} in {where}" for name, where in sorted(strays.items())
+    )
 
 
 def test_no_module_reads_a_fathom_variable_by_hand():
     by_hand = re.compile(r"(environ(\.get)?\s*[\[(]|getenv\s*\()\s*[\"']FATHOM_")
-    offenders = [p.relative_to(ROOT).as_posix() for p in (ROOT / "src" / "fathom").rglob("*.py")
-                 if by_hand.search(p.read_text())]
+    offenders = [
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "src" / "fathom").rglob("*.py")
+        if by_hand.search(p.read_text())
+    ]
     assert not offenders, f"read FATHOM_* through Settings instead, in: {', '.join(offenders)}"
 
 
@@ -102,8 +106,13 @@ def test_the_server_refuses_a_malformed_variable_in_one_line(tmp_path):
     import sys
 
     env = dict(os.environ, FATHOM_MAX_BODY_BYTES="lots", FATHOM_DATA_DIR=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "fathom.server", "--port", "0"], capture_output=True,
-                          text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fathom.server", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error: bad setting: FATHOM_MAX_BODY_BYTES")
     assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())  # no token issued, nothing kept

@@ -56,8 +56,9 @@ def build_app(data_dir: Path, *, chat: LocalChat | None = None, watch: bool = Fa
     encoder = HashEmbedder(width=8)
     encoder.info = dataclasses.replace(encoder.info, roles=frozenset(EMBEDDING_ROLES))
     service = Fathom(settings, encoder=encoder, registry=registry)
-    return create_app(settings, registry=registry, hub=hub, admin_token=ADMIN,
-                      metrics_token=METRICS, service=service)
+    return create_app(
+        settings, registry=registry, hub=hub, admin_token=ADMIN, metrics_token=METRICS, service=service
+    )
 
 
 def mcp(url: str, token: str) -> Client:
@@ -77,8 +78,9 @@ async def index(op: Operator, root: Path, project: str) -> dict[str, Any]:
 
 async def token(op: Operator, name: str, projects: list[str], can_index: bool = False) -> str:
     async with op.client() as admin:
-        r = await admin.post("/admin/tokens", json={"name": name, "projects": projects,
-                                                    "can_index": can_index})
+        r = await admin.post(
+            "/admin/tokens", json={"name": name, "projects": projects, "can_index": can_index}
+        )
         assert r.status_code == 201, r.text
         return r.json()["token"]
 
@@ -110,8 +112,10 @@ async def test_a_project_folder_swapped_for_a_link_outside_the_roots_stops_its_s
     outside = roots.tmp / "outside"
     outside.mkdir()
     (outside / "stolen.py").write_text("def outside_payroll_ledger():\n    return 'outside only'\n")
-    await wait_for(lambda: (s := sync_of(op, "alpha")) is not None and s.state == "watching"
-                   and s.syncs >= 1, what="alpha watched")
+    await wait_for(
+        lambda: (s := sync_of(op, "alpha")) is not None and s.state == "watching" and s.syncs >= 1,
+        what="alpha watched",
+    )
     reader = await token(op, "reader", ["alpha"])
 
     # The folder inside the roots becomes a link to a folder outside them; the old folder,
@@ -127,8 +131,9 @@ async def test_a_project_folder_swapped_for_a_link_outside_the_roots_stops_its_s
         assert not status.is_error, status.content[0].text
         watch = status.structured_content["watch"]
         assert watch["state"] == "stopped"
-        assert ("the project folder now resolves outside the index roots: "
-                f"{allowed / 'alpha'} leads to {outside}") in watch["detail"]
+        assert (
+            f"the project folder now resolves outside the index roots: {allowed / 'alpha'} leads to {outside}"
+        ) in watch["detail"]
         assert "fix: put the project folder back" in watch["detail"]
         assert watch["last_error"] == watch["detail"]
         found = await client.call_tool("search_code", {"query": "outside_payroll_ledger", "k": 20})
@@ -155,20 +160,26 @@ async def test_a_token_that_may_index_indexes_no_other_projects_folder(roots: Op
     op, allowed = roots, roots.tmp / "allowed"
     bob = await token(op, "bob", ["alpha"], can_index=True)
     for name in ("alpha", "beta"):  # the live sync's first pass writes the records: let it end
-        await wait_for(lambda n=name: (s := sync_of(op, n)) is not None and s.state == "watching"
-                       and s.syncs >= 1, what=f"{name} watched")
-    records = (op.data_dir / "projects.json")
+        await wait_for(
+            lambda n=name: (s := sync_of(op, n)) is not None and s.state == "watching" and s.syncs >= 1,
+            what=f"{name} watched",
+        )
+    records = op.data_dir / "projects.json"
     before = records.read_text() if records.exists() else None
     beta_rows = op.app.state.service.store.table_info("beta", "code").rows
     async with mcp(op.url, bob) as client:
-        for path, relation in ((allowed / "beta", "is the folder of"),
-                               (allowed / "beta" / "sub", "lies inside the folder of"),
-                               (allowed, "contains the folder of")):
+        for path, relation in (
+            (allowed / "beta", "is the folder of"),
+            (allowed / "beta" / "sub", "lies inside the folder of"),
+            (allowed, "contains the folder of"),
+        ):
             refused = await client.call_tool("index_project", {"path": str(path), "project": "alpha"})
             assert refused.is_error, path
             message = refused.content[0].text
-            assert f"refusing to index {path}: it {relation} another project, which this token " \
-                   f"does not hold" in message, message
+            assert (
+                f"refusing to index {path}: it {relation} another project, which this token "
+                f"does not hold" in message
+            ), message
             assert "beta" not in message.replace(str(allowed / "beta"), "")  # never named
             assert "--project PROJECT --can-index" in message
         # Nothing changed: alpha keeps its root, beta its rows, nothing of beta is in alpha.
@@ -178,8 +189,9 @@ async def test_a_token_that_may_index_indexes_no_other_projects_folder(roots: Op
         found = await client.call_tool("search_code", {"query": "beta_vault_combination", "k": 20})
         assert "beta_vault_combination" not in json.dumps(found.structured_content["results"])
         # Its own project's folder: indexed.
-        done = await client.call_tool("index_project", {"path": str(allowed / "alpha"), "project": "alpha",
-                                                         "wait": True})
+        done = await client.call_tool(
+            "index_project", {"path": str(allowed / "alpha"), "project": "alpha", "wait": True}
+        )
         assert not done.is_error, done.content[0].text
         assert done.structured_content["files"] == 2
     # The admin token is not restricted.
@@ -188,10 +200,13 @@ async def test_a_token_that_may_index_indexes_no_other_projects_folder(roots: Op
 
 
 async def test_explore_reads_only_what_the_index_reads_and_never_a_huge_file_whole(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     root = make_project(tmp_path / "proj")
     (root / ".env").write_text("DATABASE_PASSWORD=hunter2-env-value\n")
-    (root / "server.pem").write_text("-----BEGIN PRIVATE KEY-----\nMIIpemBodyValue\n-----END PRIVATE KEY-----\n")
+    (root / "server.pem").write_text(
+        "-----BEGIN PRIVATE KEY-----\nMIIpemBodyValue\n-----END PRIVATE KEY-----\n"
+    )
     (root / ".gitignore").write_text("local_settings.py\n")
     (root / "local_settings.py").write_text("TOKEN = 'gitignored-token-value'\n")
     (root / ".fathomignore").write_text("private/\n")
@@ -200,10 +215,15 @@ async def test_explore_reads_only_what_the_index_reads_and_never_a_huge_file_who
     with (root / "huge.txt").open("wb") as fh:  # 1 GiB, sparse: no disk, all of it on read
         fh.truncate(1 << 30)
     reads = ["huge.txt", ".env", "server.pem", "local_settings.py", "private/notes.md", "app.py"]
-    chat = LocalChat([*(tool_turn("read_file", path=p) for p in reads),
-                      tool_turn("list_dir", path="."), tool_turn("list_dir", path="private"),
-                      tool_turn("grep", pattern="[Vv]alue"),
-                      ChatResult(content="Nothing secret here (app.py:1).", usage={"total_tokens": 10})])
+    chat = LocalChat(
+        [
+            *(tool_turn("read_file", path=p) for p in reads),
+            tool_turn("list_dir", path="."),
+            tool_turn("list_dir", path="private"),
+            tool_turn("grep", pattern="[Vv]alue"),
+            ChatResult(content="Nothing secret here (app.py:1).", usage={"total_tokens": 10}),
+        ]
+    )
     bounded: list[tuple[int, int]] = []
     real_read = walker.read_regular
 
@@ -221,8 +241,9 @@ async def test_explore_reads_only_what_the_index_reads_and_never_a_huge_file_who
         tracemalloc.start()
         try:
             async with mcp(url, reader) as client:
-                explored = await client.call_tool("explore", {"question": "what is secret?",
-                                                              "project": "proj", "max_steps": 12})
+                explored = await client.call_tool(
+                    "explore", {"question": "what is secret?", "project": "proj", "max_steps": 12}
+                )
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
@@ -240,8 +261,12 @@ async def test_explore_reads_only_what_the_index_reads_and_never_a_huge_file_who
     secrets = ["MIIpem", "gitignored-token-value", "fathomignored-notes-value"]
     for secret in secrets + ["hunter2"]:
         assert secret not in shown, secret
-    listing = next(m["content"] for request in chat.requests for m in request
-                   if m.get("role") == "tool" and str(m.get("content", "")).startswith("./\n"))
+    listing = next(
+        m["content"]
+        for request in chat.requests
+        for m in request
+        if m.get("role") == "tool" and str(m.get("content", "")).startswith("./\n")
+    )
     hidden = {".env", "server.pem", "local_settings.py", "private/", ".gitignore", ".fathomignore"}
     assert "app.py" in listing and not hidden & set(listing.splitlines()[1:]), listing
     # The 1 GiB file: asked for at most the walker's limit, and never loaded.
@@ -280,8 +305,10 @@ async def test_the_data_dir_inside_a_project_is_never_indexed_nor_starts_a_sync(
         store = app.state.service.store
         paths = {e.path for t in ("code", "docs") for e in store.manifest("proj", t)}
         assert paths == {"app.py", "README.md"}, paths
-        await wait_for(lambda: (s := sync_of(op, "proj")) is not None and s.syncs >= 1
-                       and s.state == "watching", what="the first sync")
+        await wait_for(
+            lambda: (s := sync_of(op, "proj")) is not None and s.syncs >= 1 and s.state == "watching",
+            what="the first sync",
+        )
         # The server writes its state (a token, the audit log, the project record) and indexes
         # again: none of it is a change of the project.
         await token(op, "someone", ["proj"])
@@ -294,4 +321,3 @@ async def test_the_data_dir_inside_a_project_is_never_indexed_nor_starts_a_sync(
         await wait_for(lambda: sync_of(op, "proj").syncs > settled, what="a sync for a real edit")
         paths = {e.path for t in ("code", "docs") for e in store.manifest("proj", t)}
         assert paths == {"app.py", "README.md", "extra.py"}, paths
-

@@ -28,12 +28,20 @@ def rows(store, project="shop", table="code", slot=Slot.ACTIVE):
     """Every row's chunk id -> (content hash, path, provider, verdict, written_at, vector)."""
     name = store._slot_name(project, table, slot)
     data = store._table(project, name).search().limit(None).to_arrow().to_pylist()
-    return {r["chunk_id"]: (r["content_hash"], r["path"], r["provider_id"], r["verdict_id"],
-                            r["written_at"], tuple(r["vector"])) for r in data}
+    return {
+        r["chunk_id"]: (
+            r["content_hash"],
+            r["path"],
+            r["provider_id"],
+            r["verdict_id"],
+            r["written_at"],
+            tuple(r["vector"]),
+        )
+        for r in data
+    }
 
 
-def test_a_line_inserted_at_the_top_of_a_real_file_embeds_only_the_changed_chunk(
-        tmp_path, local_encoder):  # noqa: F811
+def test_a_line_inserted_at_the_top_of_a_real_file_embeds_only_the_changed_chunk(tmp_path, local_encoder):  # noqa: F811
     root = tmp_path / "httpx"
     (root / "httpx").mkdir(parents=True)
     source = HTTPX_CLIENT.read_text()
@@ -53,8 +61,9 @@ def test_a_line_inserted_at_the_top_of_a_real_file_embeds_only_the_changed_chunk
 
     counting = CountingEncoder(local_encoder)
     obj = {"fathom": Fathom(Settings(data_dir=tmp_path / "data"), encoder=counting)}
-    result = CliRunner().invoke(app, ["index", str(root), "--project", "httpx"], obj=obj,
-                                env={"COLUMNS": "200"})
+    result = CliRunner().invoke(
+        app, ["index", str(root), "--project", "httpx"], obj=obj, env={"COLUMNS": "200"}
+    )
     assert result.exit_code == 0, result.output
     # A new process re-probes the encoder it cleared before writing again; beyond that, only
     # the chunks whose text changed were embedded.
@@ -64,13 +73,16 @@ def test_a_line_inserted_at_the_top_of_a_real_file_embeds_only_the_changed_chunk
     assert f"embedded {len(new_text)} in" in summary
     assert "only chunks whose text is new" in summary
     assert f"reused {len(moved)} vectors of unchanged text at new lines or paths" in summary, summary
-    print(f"one line inserted at the top of httpx/_client.py: {len(after)} chunks, "
-          f"{len(counting.texts)} embedded, {len(moved)} vectors reused")
+    print(
+        f"one line inserted at the top of httpx/_client.py: {len(after)} chunks, "
+        f"{len(counting.texts)} embedded, {len(moved)} vectors reused"
+    )
 
     # The index now holds exactly the new chunks, at their new lines.
     store = obj["fathom"].store
     assert {e.chunk_id for e in store.manifest("httpx", "code")} | {
-        e.chunk_id for e in store.manifest("httpx", "docs")} == {c.chunk_id for c in after}
+        e.chunk_id for e in store.manifest("httpx", "docs")
+    } == {c.chunk_id for c in after}
     hits = asyncio.run(obj["fathom"].search("send a request and follow redirects", "httpx", k=3))
     assert all(h.path == "httpx/_client.py" for h in hits)
 
@@ -84,21 +96,27 @@ class TwoProviderClearance:
 
     def check(self, space, provenance):
         if (provenance.provider_id, provenance.verdict_id) not in self.cleared:
-            raise NotCleared(space.table, provenance.provider_id, provenance.verdict_id,
-                             reason="not cleared in this test")
+            raise NotCleared(
+                space.table, provenance.provider_id, provenance.verdict_id, reason="not cleared in this test"
+            )
 
     def revoke(self, provider_id, verdict_id):
         self.cleared.discard((provider_id, verdict_id))
 
 
 def _indexer(store, encoder, verdict):
-    return Indexer(store, encoder, batch_size=4,
-                   provenance=lambda p, space: Provenance(p.id, verdict),
-                   space_of=lambda table: Space(table, encoder.info.model, 384, "ref"))
+    return Indexer(
+        store,
+        encoder,
+        batch_size=4,
+        provenance=lambda p, space: Provenance(p.id, verdict),
+        space_of=lambda table: Space(table, encoder.info.model, 384, "ref"),
+    )
 
 
 async def test_reused_vectors_keep_the_provenance_they_were_written_under(
-        tmp_path, local_encoder, sample_project):  # noqa: F811
+    tmp_path, local_encoder, sample_project
+):  # noqa: F811
     clearance = TwoProviderClearance({("alpha", "v-alpha"), ("beta", "v-beta")})
     store = LanceStore(tmp_path / "lance", clearance)
     alpha = CountingEncoder(local_encoder, provider_id="alpha")
@@ -131,8 +149,11 @@ async def test_reused_vectors_keep_the_provenance_they_were_written_under(
     invoice.write_text("# more billing\n" + invoice.read_text())
     beta2 = CountingEncoder(local_encoder, provider_id="beta")
     report = await _indexer(store, beta2, "v-beta").run(Indexer(store, beta2).job("shop", sample_project))
-    moved_alpha = [c for c in chunk_file("billing/invoice.py", invoice.read_text())
-                   if c.table == "code" and c.content_hash in by_text]
+    moved_alpha = [
+        c
+        for c in chunk_file("billing/invoice.py", invoice.read_text())
+        if c.table == "code" and c.content_hash in by_text
+    ]
     assert moved_alpha and {c.text for c in moved_alpha} <= set(beta2.texts)
     invoice_rows = [r for r in rows(store).values() if r[1] == "billing/invoice.py"]
     assert invoice_rows and all(r[2] == "beta" for r in invoice_rows)  # nothing of alpha's left
@@ -140,7 +161,8 @@ async def test_reused_vectors_keep_the_provenance_they_were_written_under(
 
 
 async def test_a_full_rebuild_reuses_vectors_only_within_the_same_space(
-        tmp_path, local_encoder, sample_project):  # noqa: F811
+    tmp_path, local_encoder, sample_project
+):  # noqa: F811
     store = LanceStore(tmp_path / "lance")
     await Indexer(store, local_encoder).run(Indexer(store, local_encoder).job("shop", sample_project))
     before = rows(store)
@@ -150,11 +172,11 @@ async def test_a_full_rebuild_reuses_vectors_only_within_the_same_space(
     report = await indexer.run(indexer.job("shop", sample_project, full=True))
     assert counting.texts == [] and report.embedded == 0 and report.carried == report.chunks
     assert {h: v for h, _, _, _, _, v in rows(store).values()} == {
-        h: v for h, _, _, _, _, v in before.values()}
+        h: v for h, _, _, _, _, v in before.values()
+    }
 
     # Another reference encoder defines another space: nothing can be carried into it.
     other = CountingEncoder(local_encoder, provider_id="local:another-encoder")
-    rebuilt = Indexer(store, other, space_of=lambda t: Space(t, "another", 384,
-                                                                "local:another-encoder"))
+    rebuilt = Indexer(store, other, space_of=lambda t: Space(t, "another", 384, "local:another-encoder"))
     report = await rebuilt.run(rebuilt.job("shop", sample_project, full=True))
     assert report.carried == 0 and report.embedded == report.chunks == len(other.texts)

@@ -41,10 +41,12 @@ PROJECT = "shop"
 CORPUS_A = dict(SAMPLE_FILES)
 CORPUS_B = {k: v for k, v in SAMPLE_FILES.items() if k != "web/server.js"} | {
     "net/retry.py": SAMPLE_FILES["net/retry.py"].replace("attempts=5", "attempts=7"),
-    "cache/lru.py": ('"""A least-recently-used cache."""\n\n\nclass LRU:\n    """Evicts the '
-                     'entry used longest ago."""\n\n    def __init__(self, size):\n        '
-                     'self.size = size\n        self.items = {}\n\n    def get(self, key):\n'
-                     '        return self.items.get(key)\n'),
+    "cache/lru.py": (
+        '"""A least-recently-used cache."""\n\n\nclass LRU:\n    """Evicts the '
+        'entry used longest ago."""\n\n    def __init__(self, size):\n        '
+        "self.size = size\n        self.items = {}\n\n    def get(self, key):\n"
+        "        return self.items.get(key)\n"
+    ),
     "README.md": SAMPLE_FILES["README.md"] + "\n## Caching\n\nAn LRU cache keeps hot items.\n",
 }
 CORPORA = {"A": CORPUS_A, "B": CORPUS_B}
@@ -79,14 +81,14 @@ def snapshot(data: Path) -> Snapshot:
 
 
 def identical(a: Snapshot, b: Snapshot) -> bool:
-    return all(a[t].keys() == b[t].keys() and all(np.array_equal(a[t][c], b[t][c]) for c in a[t])
-               for t in a)
+    return all(a[t].keys() == b[t].keys() and all(np.array_equal(a[t][c], b[t][c]) for c in a[t]) for t in a)
 
 
 def same_index(a: Snapshot, b: Snapshot) -> bool:
     """Same chunk ids, and vectors equal up to float noise (a resumed run batches differently)."""
-    return all(a[t].keys() == b[t].keys() and all(np.allclose(a[t][c], b[t][c], atol=1e-4)
-                                                  for c in a[t]) for t in a)
+    return all(
+        a[t].keys() == b[t].keys() and all(np.allclose(a[t][c], b[t][c], atol=1e-4) for c in a[t]) for t in a
+    )
 
 
 class Runs:
@@ -95,19 +97,29 @@ class Runs:
     def __init__(self, base: Path, root: Path):
         self.base, self.root, self.n = base, root, 0
 
-    def start(self, data: Path, *, full: bool = True, plan: dict | None = None,
-              events: bool = False):
+    def start(self, data: Path, *, full: bool = True, plan: dict | None = None, events: bool = False):
         self.n += 1
         log = self.base / f"run{self.n}.log"
         argv = ["--data-dir", str(data), "index", str(self.root), "--project", PROJECT]
-        proc = cli_child.start(argv + (["--full"] if full else []), log, plan=plan,
-                               events=self.base / f"run{self.n}.events" if events else None)
+        proc = cli_child.start(
+            argv + (["--full"] if full else []),
+            log,
+            plan=plan,
+            events=self.base / f"run{self.n}.events" if events else None,
+        )
         proc.log = log  # type: ignore[attr-defined]
         proc.events = self.base / f"run{self.n}.events"  # type: ignore[attr-defined]
         return proc
 
-    def run(self, data: Path, *, full: bool = True, plan: dict | None = None,
-            events: bool = False, timeout: float = 300):
+    def run(
+        self,
+        data: Path,
+        *,
+        full: bool = True,
+        plan: dict | None = None,
+        events: bool = False,
+        timeout: float = 300,
+    ):
         proc = self.start(data, full=full, plan=plan, events=events)
         proc.join(timeout)
         if proc.exitcode is None:
@@ -178,10 +190,12 @@ def test_sigkill_at_seeded_random_moments_never_damages_the_index(runs, tmp_path
             proc.join(60)
         else:
             labels = events[target]
-            span = (len([x for x in labels if x.startswith("promote:")]) if mode == "promote"
-                    else len(labels))
-            plan = {"at": rng.randrange(span), "when": rng.choice(["before", "after", "during"]),
-                    "delay": rng.uniform(0, 0.03)}
+            span = len([x for x in labels if x.startswith("promote:")]) if mode == "promote" else len(labels)
+            plan = {
+                "at": rng.randrange(span),
+                "when": rng.choice(["before", "after", "during"]),
+                "delay": rng.uniform(0, 0.03),
+            }
             if mode == "promote":
                 plan["phase"] = "promote"
             proc = runs.run(data, plan=plan)
@@ -200,8 +214,10 @@ def test_sigkill_at_seeded_random_moments_never_damages_the_index(runs, tmp_path
         assert same_index(snapshot(data), refs[target]), modes[-1]
         current = target
     assert in_promotion >= 2, modes
-    print(f"\n{kills} kills in {trials} runs, {in_promotion} inside the promotion (seed {SEED}):\n  "
-          + "\n  ".join(modes))
+    print(
+        f"\n{kills} kills in {trials} runs, {in_promotion} inside the promotion (seed {SEED}):\n  "
+        + "\n  ".join(modes)
+    )
 
 
 def test_a_kill_between_the_two_promotions_leaves_both_tables_in_step(runs, tmp_path, clean):
@@ -234,11 +250,16 @@ def small_disk(tmp_path: Path):
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("the disk-full test mounts a small tmpfs, which needs root; run as root (CI does)")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({done.stderr.strip()}); the disk-full test needs "
-                    f"CAP_SYS_ADMIN")
+        pytest.skip(
+            f"cannot mount a tmpfs here ({done.stderr.strip()}); the disk-full test needs CAP_SYS_ADMIN"
+        )
     try:
         yield mnt
     finally:
@@ -262,8 +283,9 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
-def test_a_full_disk_is_one_clear_line_and_the_next_run_completes(runs, tmp_path, small_disk,
-                                                                  clean, local_encoder):  # noqa: F811
+def test_a_full_disk_is_one_clear_line_and_the_next_run_completes(
+    runs, tmp_path, small_disk, clean, local_encoder
+):  # noqa: F811
     ref_b = clean[0]["B"]
     data = small_disk / "data"
     write_corpus(runs.root, CORPUS_A)
@@ -296,16 +318,20 @@ def test_a_full_disk_is_one_clear_line_and_the_next_run_completes(runs, tmp_path
 
     async def mcp_call():
         async with Client(build_mcp_server(fathom)) as client:
-            return await client.call_tool("index_project", {"path": str(runs.root),
-                                                            "project": PROJECT, "full": True,
-                                                            "wait": True})
+            return await client.call_tool(
+                "index_project", {"path": str(runs.root), "project": PROJECT, "full": True, "wait": True}
+            )
 
     result = asyncio.run(mcp_call())
     assert result.is_error and "no space left on the disk" in result.content[0].text
     started = subprocess.run(
-        [sys.executable, "-m", "fathom.server", "--data-dir", str(small_disk / "srv"),
-         "--port", "0"], capture_output=True, text=True, timeout=120, check=False,
-        env=dict(os.environ, FATHOM_ADMIN_TOKEN="", FATHOM_JOIN_TOKEN=""))
+        [sys.executable, "-m", "fathom.server", "--data-dir", str(small_disk / "srv"), "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, FATHOM_ADMIN_TOKEN="", FATHOM_JOIN_TOKEN=""),
+    )
     assert started.returncode == 1, started.stderr[-3000:]
     assert "Traceback" not in started.stderr
     lines = [ln for ln in started.stderr.splitlines() if ln.strip()]

@@ -39,9 +39,11 @@ from tests.fleet_fixtures import (
     wait_until,
 )
 
-WORDS = ("the a of to in is it and def return class self import from for if else none true "
-         "false parse header request response retry after cookie url path file read write "
-         "json encode decode date time tax price total invoice customer order cart sum").split()
+WORDS = (
+    "the a of to in is it and def return class self import from for if else none true "
+    "false parse header request response retry after cookie url path file read write "
+    "json encode decode date time tax price total invoice customer order cart sum"
+).split()
 
 
 def build_cross_encoder(folder: Path, seed: int = 7) -> Path:
@@ -50,13 +52,29 @@ def build_cross_encoder(folder: Path, seed: int = 7) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *chars,
-             *(f"##{c}" for c in chars), *"_.,:;()[]{}=+-*/'\"#%"]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *WORDS,
+        *chars,
+        *(f"##{c}" for c in chars),
+        *"_.,:;()[]{}=+-*/'\"#%",
+    ]
     torch.manual_seed(seed)
     # A wider initialisation than BERT's 0.02, so a random model's scores differ by input.
-    config = BertConfig(vocab_size=len(vocab), hidden_size=64, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=128,
-                        max_position_embeddings=512, num_labels=1, initializer_range=0.3)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=128,
+        max_position_embeddings=512,
+        num_labels=1,
+        initializer_range=0.3,
+    )
     BertForSequenceClassification(config).save_pretrained(folder)
     BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}).save_pretrained(folder)
     return folder
@@ -74,10 +92,12 @@ def reference_scores(folder: Path, query: str, docs: list[str]) -> list[float]:
     return [float(s) for s in model.predict([(query, d) for d in docs], show_progress_bar=False)]
 
 
-DOCS = ["def parse_date(value):\n    return datetime.strptime(value, '%Y-%m-%d')",
-        "class Cart:\n    def total(self):\n        return sum(i.price for i in self.items)",
-        "def read_json(path):\n    with open(path) as f:\n        return json.load(f)",
-        "def retry_after(response):\n    return int(response.headers['Retry-After'])"]
+DOCS = [
+    "def parse_date(value):\n    return datetime.strptime(value, '%Y-%m-%d')",
+    "class Cart:\n    def total(self):\n        return sum(i.price for i in self.items)",
+    "def read_json(path):\n    with open(path) as f:\n        return json.load(f)",
+    "def retry_after(response):\n    return int(response.headers['Retry-After'])",
+]
 
 
 async def test_scores_are_the_cross_encoders_and_keep_document_order(cross_encoder_dir):
@@ -93,7 +113,7 @@ async def test_scores_are_the_cross_encoders_and_keep_document_order(cross_encod
 
 async def test_the_sidecar_spec_opens_a_cross_encoder(cross_encoder_dir):
     backends, kinds = await open_backends([f"reranker=in-process,model={cross_encoder_dir}"])
-    (role, backend), = backends.items()
+    ((role, backend),) = backends.items()
     assert role == "reranker" and kinds[role] == "in-process"
     assert isinstance(backend, CrossEncoderReranker) and backend.loaded  # loaded at start
     with pytest.raises(ConfigError, match="model=PATH"):
@@ -112,17 +132,17 @@ async def test_a_folder_that_is_not_a_cross_encoder_is_refused(minilm_path, tmp_
 
 FILES = {
     "shop/cart.py": "def cart_total(items):\n    # the total price of the cart\n"
-                    "    return sum(i.price * i.qty for i in items)\n",
+    "    return sum(i.price * i.qty for i in items)\n",
     "shop/tax.py": "def sales_tax(total, rate):\n    # tax owed on an order total\n"
-                   "    return round(total * rate, 2)\n",
+    "    return round(total * rate, 2)\n",
     "shop/invoice.py": "def invoice_lines(order):\n    # one invoice line per item of an order\n"
-                       "    return [f'{i.name}: {i.price}' for i in order.items]\n",
+    "    return [f'{i.name}: {i.price}' for i in order.items]\n",
     "shop/customer.py": "def customer_email(customer):\n    # the address to send an invoice to\n"
-                        "    return customer.email.strip().lower()\n",
+    "    return customer.email.strip().lower()\n",
     "shop/dates.py": "def parse_order_date(text):\n    # when the order was placed\n"
-                     "    return datetime.strptime(text, '%Y-%m-%d')\n",
+    "    return datetime.strptime(text, '%Y-%m-%d')\n",
     "shop/cookies.py": "def read_cart_cookie(request):\n    # the cart id kept in a cookie\n"
-                       "    return request.cookies.get('cart')\n",
+    "    return request.cookies.get('cart')\n",
 }
 
 
@@ -135,16 +155,20 @@ def test_a_sidecar_cross_encoder_reorders_search_code_results(tmp_path, cross_en
     group = ProcessGroup(tmp_path / "logs")
     port = free_port()
     try:
-        server = group.spawn("server", [PY, "-m", "fathom.server", "--port", str(port),
-                                        "--data-dir", str(tmp_path / "data")],
-                             env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN})
+        server = group.spawn(
+            "server",
+            [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(tmp_path / "data")],
+            env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN},
+        )
         wait_http(f"http://127.0.0.1:{port}/healthz", proc=server)
-        sidecar = spawn_sidecar(group, "ce", port,
-                                [f"reranker=in-process,model={cross_encoder_dir}"],
-                                extra=["--no-cloud"])
+        sidecar = spawn_sidecar(
+            group, "ce", port, [f"reranker=in-process,model={cross_encoder_dir}"], extra=["--no-cloud"]
+        )
         procs = [server, sidecar]
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120,
-                          headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", timeout=120, headers={"Authorization": f"Bearer {ADMIN}"}
+        ) as admin:
+
             def state() -> str | None:
                 for s in admin.get("/admin/fleet").json()["sidecars"]:
                     if s["name"] == "ce" and s["connected"]:
@@ -154,24 +178,37 @@ def test_a_sidecar_cross_encoder_reorders_search_code_results(tmp_path, cross_en
             wait_until(lambda: state() == "pending", "sidecar ce pending", procs=procs)
             assert admin.post("/admin/fleet/ce/approve").json()["state"] == "approved"
             routes = {s["name"]: s["routes"] for s in admin.get("/admin/fleet").json()["sidecars"]}
-            assert routes["ce"] == [{"role": "reranker", "backend": "in-process",
-                                     "model": "tiny-cross-encoder", "width": None,
-                                     "max_tokens": None}]
+            assert routes["ce"] == [
+                {
+                    "role": "reranker",
+                    "backend": "in-process",
+                    "model": "tiny-cross-encoder",
+                    "width": None,
+                    "max_tokens": None,
+                }
+            ]
             job = admin.post("/admin/jobs", json={"path": str(root), "project": "shop"})
             assert job.status_code == 202, job.text
             job_id = job.json()["id"]
-            done = wait_until(lambda: (v := admin.get(f"/admin/jobs/{job_id}").json())["state"]
-                              in ("done", "failed") and v, "index job", procs=procs)
+            done = wait_until(
+                lambda: (v := admin.get(f"/admin/jobs/{job_id}").json())["state"] in ("done", "failed") and v,
+                "index job",
+                procs=procs,
+            )
             assert done["state"] == "done", done
 
         query = "the total price of an order"
 
         async def search() -> dict:
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120)
-            async with asyncio.timeout(180), http, Client(streamable_http_client(
-                    f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
-                result = await client.call_tool("search_code", {"query": query, "project": "shop",
-                                                                "k": len(FILES)})
+            async with (
+                asyncio.timeout(180),
+                http,
+                Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client,
+            ):
+                result = await client.call_tool(
+                    "search_code", {"query": query, "project": "shop", "k": len(FILES)}
+                )
                 assert not result.is_error, result.content[0].text
                 return result.structured_content
 
@@ -183,7 +220,7 @@ def test_a_sidecar_cross_encoder_reorders_search_code_results(tmp_path, cross_en
         # The sidecar's model scored them: the scores this process computes with the same
         # folder, on the same chunk texts, in the order of the results.
         texts = [(root / h["path"]).read_text().splitlines() for h in hits]
-        docs = ["\n".join(lines[h["start_line"] - 1:h["end_line"]]) for h, lines in zip(hits, texts)]
+        docs = ["\n".join(lines[h["start_line"] - 1 : h["end_line"]]) for h, lines in zip(hits, texts)]
         expected = reference_scores(cross_encoder_dir, query, docs)
         assert [h["rerank_score"] for h in hits] == pytest.approx(expected, abs=1e-5)
         assert expected == sorted(expected, reverse=True)

@@ -21,8 +21,14 @@ from tests.fleet_fixtures import ADMIN, JOIN, ProcessGroup, ThreadedServer, spaw
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 MINILM = "sentence-transformers/all-minilm-l6-v2"
 
 
@@ -61,13 +67,22 @@ async def test_the_page_is_served_without_auth_behind_a_strict_policy(tmp_path: 
     # The page carries no data: no token, no state, nothing from the server's parts.
     assert page.content == asset("index.html") and ADMIN not in page.text  # static, whatever the state
     for ref in [*re.findall(r'(?:src|href)="(/[^"]+)"', page.text), "/favicon.ico"]:
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as anon:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
+        ) as anon:
             assert (await anon.get(ref)).status_code == 200, ref
 
 
 def test_the_script_never_interprets_server_text_as_markup():
     js = asset("app.js").decode()
-    for forbidden in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+    for forbidden in (
+        "innerHTML",
+        "outerHTML",
+        "insertAdjacentHTML",
+        "document.write",
+        "eval(",
+        "new Function",
+    ):
         assert forbidden not in js, forbidden
     assert "sessionStorage" in js and "localStorage" not in js and "document.cookie" not in js
 
@@ -101,21 +116,40 @@ def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path,
     try:
         # A real sidecar process: MiniLM in-process for the code table, and OpenRouter (the
         # emulator) for cloud routes once a key is pushed.
-        sidecar = spawn_sidecar(group, "gpu-1", port, ["code-embedding=in-process"],
-                                extra=["--openrouter-url", emulator_server.base_url])
-        _wait(lambda: any(s["name"] == "gpu-1" and s["connected"] for s in admin.get("/admin/fleet").json()["sidecars"])
-              or sidecar.popen.poll() is not None, what="the sidecar to connect")
+        sidecar = spawn_sidecar(
+            group,
+            "gpu-1",
+            port,
+            ["code-embedding=in-process"],
+            extra=["--openrouter-url", emulator_server.base_url],
+        )
+        _wait(
+            lambda: (
+                any(
+                    s["name"] == "gpu-1" and s["connected"]
+                    for s in admin.get("/admin/fleet").json()["sidecars"]
+                )
+                or sidecar.popen.poll() is not None
+            ),
+            what="the sidecar to connect",
+        )
         assert sidecar.popen.poll() is None, sidecar.output()
         assert admin.post("/admin/fleet/gpu-1/approve").json()["state"] == "approved"
         # The docs table goes to the cloud, pinned; the key goes to the sidecar.
-        r = admin.put("/admin/policies", json={"embedding": {"policy": "cloud", "model": MINILM, "upstream": "alpha"}})
+        r = admin.put(
+            "/admin/policies", json={"embedding": {"policy": "cloud", "model": MINILM, "upstream": "alpha"}}
+        )
         assert r.status_code == 200, r.text
         push = admin.post("/admin/key", json={"key": "sk-or-v1-" + "d00d" * 16}).json()
         assert push["acked"] == ["gpu-1"]
         cloud = "sidecar:gpu-1:embedding:cloud:alpha"
-        _wait(lambda: any(p["id"] == cloud and p["available"]
-                          for p in admin.get("/admin/policies").json()["roles"]["embedding"]["providers"]),
-              what="the cloud route")
+        _wait(
+            lambda: any(
+                p["id"] == cloud and p["available"]
+                for p in admin.get("/admin/policies").json()["roles"]["embedding"]["providers"]
+            ),
+            what="the cloud route",
+        )
         # Two verdicts: the sidecar's MiniLM against the server's (full), the sole cloud route (reduced).
         local = admin.post("/admin/gate/verify", json={"provider": "sidecar:gpu-1:code-embedding:local"})
         assert local.status_code == 200 and local.json()["verdicts"][0]["cleared"], local.text
@@ -130,7 +164,9 @@ def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path,
                 page.goto(url + "/")
                 page.fill("#token", ADMIN)
                 page.click("#login-form button")
-                expect(page.locator("#status")).to_have_text(re.compile(r"^connected"), timeout=30_000)  # not "not connected"
+                expect(page.locator("#status")).to_have_text(
+                    re.compile(r"^connected"), timeout=30_000
+                )  # not "not connected"
 
                 # Gate verdicts with the minimum cosine and regime, reduced coverage flagged.
                 local_row = page.locator('#verdicts tr[data-provider="sidecar:gpu-1:code-embedding:local"]')
@@ -165,16 +201,22 @@ def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path,
                 page.fill("#pf-width", "768")
                 page.click("#pf-apply")
                 result = page.locator("#policy-result")
-                expect(result).to_contain_text("Refused: policy change refused (2 problems); nothing was written")
+                expect(result).to_contain_text(
+                    "Refused: policy change refused (2 problems); nothing was written"
+                )
                 problems = result.locator("li")
                 expect(problems).to_have_count(2)
                 expect(problems.nth(0)).to_contain_text("width 768 does not match")
                 expect(problems.nth(1)).to_contain_text("no upstream is pinned")
                 assert (data / "routing.json").read_bytes() == routing_before
-                expect(page.locator('#roles tr[data-role="code-embedding"] td.policy')).to_have_text("aggregate")
+                expect(page.locator('#roles tr[data-role="code-embedding"] td.policy')).to_have_text(
+                    "aggregate"
+                )
 
                 # The cloud route served the gate's probes: serving, seen, not assumed.
-                chip = page.locator(f'#roles tr[data-role="embedding"] span.provider[data-provider="{cloud}"] .health')
+                chip = page.locator(
+                    f'#roles tr[data-role="embedding"] span.provider[data-provider="{cloud}"] .health'
+                )
                 expect(chip).to_have_text("serving")
                 page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
@@ -189,15 +231,24 @@ def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path,
                 r = admin.post("/admin/fleet/probe", json={"provider": cloud, "texts": ["def add(a, b)"]})
                 assert r.status_code == 502 and "401" in r.text, r.text
                 expect(chip).to_have_text("key rejected")
-                expect(page.locator('#fleet tr[data-sidecar="gpu-1"] td.cloud-health')).to_contain_text("key rejected")
+                expect(page.locator('#fleet tr[data-sidecar="gpu-1"] td.cloud-health')).to_contain_text(
+                    "key rejected"
+                )
                 page.screenshot(path=str(ARTIFACTS / "dashboard-key-rejected.png"), full_page=True)
             finally:
                 browser.close()
-        up = re.search(r'fathom_provider_up\{health="([a-z_]+)",kind="cloud",provider="' + re.escape(cloud)
-                       + r'"\} (\S+)', admin.get("/metrics").text)
+        up = re.search(
+            r'fathom_provider_up\{health="([a-z_]+)",kind="cloud",provider="'
+            + re.escape(cloud)
+            + r'"\} (\S+)',
+            admin.get("/metrics").text,
+        )
         assert up is not None and up.groups() == ("key_rejected", "0.0"), up
-        route = next(p for p in admin.get("/admin/policies").json()["roles"]["embedding"]["providers"]
-                     if p["id"] == cloud)
+        route = next(
+            p
+            for p in admin.get("/admin/policies").json()["roles"]["embedding"]["providers"]
+            if p["id"] == cloud
+        )
         assert route["health"] == "key_rejected" and not route["serving"] and not route["up"]
         fleet = admin.get("/admin/fleet").json()["sidecars"][0]["cloud"]
         states = {c["provider"]: c["state"] for c in fleet}
@@ -205,8 +256,10 @@ def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path,
         from typer.testing import CliRunner
 
         from fathom.cli import app as cli
-        shown = CliRunner().invoke(cli, ["fleet"], env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN,
-                                                        "COLUMNS": "200"})
+
+        shown = CliRunner().invoke(
+            cli, ["fleet"], env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"}
+        )
         assert shown.exit_code == 0 and "key rejected" in shown.stdout, shown.output
         for said in (admin.get("/metrics").text, shown.stdout, str(fleet), str(route)):
             assert bad not in said
@@ -248,7 +301,9 @@ def test_a_browser_sees_what_is_indexed_searches_it_and_drops_a_project(tmp_path
                 # What is indexed: rows, model and width per table, the last run, provenance.
                 expect(row.locator("td.last-run")).to_contain_text("done, 2 files")
                 details = page.locator('#projects tr[data-project-details="demo"]')
-                expect(details.locator('dd[data-table="code"]')).to_contain_text("2 rows, test/hash-embedder, width 8")
+                expect(details.locator('dd[data-table="code"]')).to_contain_text(
+                    "2 rows, test/hash-embedder, width 8"
+                )
                 expect(details).to_contain_text("hash:test/hash-embedder")
 
                 # The search box answers as search_code does, with why each hit ranked.
@@ -303,7 +358,9 @@ def test_a_fresh_server_with_the_default_encoder_shows_no_problem(tmp_path: Path
 
     from fathom.server.app import create_app
 
-    running = ThreadedServer(create_app(Settings(data_dir=tmp_path / "data"), admin_token=ADMIN, join_token=JOIN))
+    running = ThreadedServer(
+        create_app(Settings(data_dir=tmp_path / "data"), admin_token=ADMIN, join_token=JOIN)
+    )
     url = running.start()
     try:
         ARTIFACTS.mkdir(exist_ok=True)
@@ -323,7 +380,9 @@ def test_a_fresh_server_with_the_default_encoder_shows_no_problem(tmp_path: Path
                     expect(row.locator(".bad")).to_have_count(0)
                 for role in ("embedding", "code-embedding"):
                     row = page.locator(f'#roles tr[data-role="{role}"]')
-                    expect(row.locator(f'span.provider.serving[data-provider="local:{MINILM}"]')).to_have_count(1)
+                    expect(
+                        row.locator(f'span.provider.serving[data-provider="local:{MINILM}"]')
+                    ).to_have_count(1)
                     expect(row).not_to_contain_text("no upstream is pinned")
                 expect(page.locator("body")).not_to_contain_text(re.compile(r"\bR[0-9]+\b"))
                 page.screenshot(path=str(ARTIFACTS / "dashboard-fresh.png"), full_page=True)

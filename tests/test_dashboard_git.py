@@ -37,7 +37,9 @@ def test_a_browser_adds_syncs_untracks_and_tracks_a_git_project(tmp_path: Path):
             page.fill("#gf-name", "elsewhere")
             page.fill("#gf-url", "https://git.example.com/other/app.git")
             page.click("#git-form button")
-            expect(result).to_contain_text("Refused: git remote https://git.example.com/other/app.git is not allowed")
+            expect(result).to_contain_text(
+                "Refused: git remote https://git.example.com/other/app.git is not allowed"
+            )
             expect(result).to_contain_text("FATHOM_GIT_REMOTES")
             expect(page.locator("#projects")).to_contain_text("no project is indexed yet")
             assert not (data / "git" / "elsewhere").exists()
@@ -65,8 +67,9 @@ def test_a_browser_adds_syncs_untracks_and_tracks_a_git_project(tmp_path: Path):
             expect(page.locator("#branch-form")).to_be_visible()
 
             # A push to main (a file added, one removed), synced from the project's row.
-            pushed = remote.commit({"shop/ledger.py": module_text("ledger"), "shop/coupon.py": None},
-                                   "ledger")
+            pushed = remote.commit(
+                {"shop/ledger.py": module_text("ledger"), "shop/coupon.py": None}, "ledger"
+            )
             row.get_by_role("button", name="Sync now").click()
             expect(result).to_contain_text(f"Synced shop: main indexed {pushed[:12]}", timeout=120_000)
             expect(details).to_contain_text(f"main (default) at {pushed[:12]}")
@@ -75,13 +78,18 @@ def test_a_browser_adds_syncs_untracks_and_tracks_a_git_project(tmp_path: Path):
 
             # A project from git follows its remote: its live sync cannot be turned on.
             for name in ("shop", "shop@feature"):
-                refused = httpx.put(f"{url}/admin/projects/{name}/watch", json={"enabled": True},
-                                    headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+                refused = httpx.put(
+                    f"{url}/admin/projects/{name}/watch",
+                    json={"enabled": True},
+                    headers={"Authorization": f"Bearer {ADMIN}"},
+                    timeout=30,
+                )
                 assert refused.status_code == 400, refused.text
                 assert "comes from git" in refused.text
             # A tracked branch's overlay goes with its branch only.
-            alone = httpx.delete(f"{url}/admin/projects/shop@feature",
-                                 headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
+            alone = httpx.delete(
+                f"{url}/admin/projects/shop@feature", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30
+            )
             assert alone.status_code == 400 and "untrack it" in alone.text, alone.text
 
             # Untracked from the overlay's row; tracked again from the form.
@@ -118,9 +126,12 @@ def test_a_browser_adds_syncs_untracks_and_tracks_a_git_project(tmp_path: Path):
             expect(left).to_have_count(0)
 
             audit = page.locator("#audit")
-            for action in ("POST /admin/projects/git", "POST /admin/projects/shop/sync",
-                           "DELETE /admin/projects/shop/branches/feature",
-                           "POST /admin/projects/shop/branches"):
+            for action in (
+                "POST /admin/projects/git",
+                "POST /admin/projects/shop/sync",
+                "DELETE /admin/projects/shop/branches/feature",
+                "POST /admin/projects/shop/branches",
+            ):
                 expect(audit).to_contain_text(action)
             # The secret was shown once, in the answer to the add, and nowhere else.
             assert secret not in page.locator("#projects").inner_text()

@@ -26,9 +26,16 @@ def test_a_browser_sees_the_issuer_and_the_mapping(tmp_path: Path, monkeypatch: 
     running = ThreadedServer(build_operator_app(tmp_path / "data"))
     url = running.start()
     try:
-        r = httpx.put(f"{url}/admin/oauth/mapping", headers={"Authorization": f"Bearer {ADMIN}"}, json={"rules": [
-            {"match": {"group": "search-admins"}, "can_index": True},
-            {"match": {"email_domain": "example.com", "scope": "fathom"}, "projects": ["web", "api"]}]})
+        r = httpx.put(
+            f"{url}/admin/oauth/mapping",
+            headers={"Authorization": f"Bearer {ADMIN}"},
+            json={
+                "rules": [
+                    {"match": {"group": "search-admins"}, "can_index": True},
+                    {"match": {"email_domain": "example.com", "scope": "fathom"}, "projects": ["web", "api"]},
+                ]
+            },
+        )
         assert r.status_code == 200, r.text
         with signed_in(url) as page:
             state = page.locator("#oauth-state")

@@ -13,13 +13,25 @@ from tests.admin_fixtures import build_operator_app
 from tests.fleet_fixtures import ThreadedServer
 from tests.test_dashboard import ARTIFACTS, signed_in
 
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 def initialize(url: str, token: str) -> int:
-    return httpx.post(f"{url}/mcp", json=INIT, timeout=30, headers={
-        "Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}).status_code
+    return httpx.post(
+        f"{url}/mcp",
+        json=INIT,
+        timeout=30,
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
+    ).status_code
 
 
 @pytest.mark.slow

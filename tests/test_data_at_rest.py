@@ -26,7 +26,12 @@ from tests.fleet_fixtures import PY, ProcessGroup, free_port, wait_http, wait_un
 from tests.git_fixtures import Remote
 
 ADMIN = "fa_data-at-rest-admin-VbQWf0i5FcCpIhUUA_LDGGOxLHZBgyIZ"
-ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "FATHOM_WATCH": "0"}
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "FATHOM_WATCH": "0",
+}
 
 
 def under_umask_022(argv: list[str]) -> list[str]:
@@ -69,43 +74,72 @@ def test_an_index_through_the_server_and_the_cli_leaves_nothing_readable_by_othe
     remote = Remote(tmp_path / "remote")
     (remote.work / "run.sh").write_text("#!/bin/sh\necho run\n")
     (remote.work / "run.sh").chmod(0o755)  # an executable: the archive says 0755
-    remote.commit({"src/shop/cart.py": "def add_to_cart(cart, item):\n    cart.append(item)\n",
-                   "README.md": "# Shop\n"}, "first")
+    remote.commit(
+        {
+            "src/shop/cart.py": "def add_to_cart(cart, item):\n    cart.append(item)\n",
+            "README.md": "# Shop\n",
+        },
+        "first",
+    )
     group = ProcessGroup(tmp_path / "logs")
     port = free_port()
     try:
-        server = group.spawn("server", under_umask_022([PY, "-m", "fathom.server", "--port", str(port),
-                                                        "--data-dir", str(data)]),
-                             env={**ENV, "FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_GIT_REMOTES": remote.file_url})
+        server = group.spawn(
+            "server",
+            under_umask_022([PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data)]),
+            env={**ENV, "FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_GIT_REMOTES": remote.file_url},
+        )
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/health", proc=server)
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60) as admin:
             job = admin.post("/admin/jobs", json={"path": str(api), "project": "api"})
             assert job.status_code == 202, job.text
-            done = wait_until(lambda: (j := admin.get(f"/admin/jobs/{job.json()['id']}").json())["finished"] and j,
-                              "the index job", procs=[server])
+            done = wait_until(
+                lambda: (j := admin.get(f"/admin/jobs/{job.json()['id']}").json())["finished"] and j,
+                "the index job",
+                procs=[server],
+            )
             assert done["state"] == "done", done
             # An MCP token (its hash) and an audit line: more files the server writes there.
             assert admin.post("/admin/tokens", json={"name": "alice"}).status_code in (200, 201)
-            added = admin.post("/admin/projects/git", json={"name": "shop", "url": remote.file_url,
-                                                            "branches": ["main"]}, timeout=300)
+            added = admin.post(
+                "/admin/projects/git",
+                json={"name": "shop", "url": remote.file_url, "branches": ["main"]},
+                timeout=300,
+            )
             assert added.status_code == 200, added.text
         group.stop()
         after = {"server": too_wide(data)}
-        serve = group.spawn("serve", under_umask_022([PY, "-m", "fathom.cli", "--data-dir", str(data), "serve",
-                                                      "--port", str(free_port())]), env=ENV)
-        wait_until(lambda: "fathom MCP (streamable HTTP) on" in serve.output(), "fathom serve to start",
-                   procs=[serve])
+        serve = group.spawn(
+            "serve",
+            under_umask_022(
+                [PY, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--port", str(free_port())]
+            ),
+            env=ENV,
+        )
+        wait_until(
+            lambda: "fathom MCP (streamable HTTP) on" in serve.output(),
+            "fathom serve to start",
+            procs=[serve],
+        )
         group.stop()
         after["serve"] = too_wide(data)
     finally:
         group.stop()
-    cli = subprocess.run(under_umask_022([PY, "-m", "fathom.cli", "--data-dir", str(data), "index", str(web),
-                                          "--project", "web"]),
-                         capture_output=True, text=True, timeout=300, env={**os.environ, **ENV})
+    cli = subprocess.run(
+        under_umask_022(
+            [PY, "-m", "fathom.cli", "--data-dir", str(data), "index", str(web), "--project", "web"]
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **ENV},
+    )
     assert cli.returncode == 0, cli.stdout + cli.stderr
     written = {p.relative_to(data).parts[0] for p in data.rglob("*")}
-    assert {"lance", "audit.log", "admin.json", "mcp_tokens.json", "git", "serve_token.json"} <= written, written
+    assert {"lance", "audit.log", "admin.json", "mcp_tokens.json", "git", "serve_token.json"} <= written, (
+        written
+    )
     assert len(list((data / "lance").rglob("*.lance"))) >= 3  # the three projects' tables are there
     assert (data / "git" / "shop" / "trees" / "main" / "run.sh").is_file()
     after["index"] = too_wide(data)
@@ -130,8 +164,13 @@ def test_a_data_dir_left_readable_is_tightened_at_start_with_one_log_line(tmp_pa
     os.chmod(outside / "notes.txt", 0o644)
     assert len(shared_paths(data)) == 8
 
-    done = subprocess.run(under_umask_022([PY, "-m", "fathom.cli", "--data-dir", str(data), "projects"]),
-                          capture_output=True, text=True, timeout=120, env={**os.environ, **ENV})
+    done = subprocess.run(
+        under_umask_022([PY, "-m", "fathom.cli", "--data-dir", str(data), "projects"]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **ENV},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert shared_paths(data) == []
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
@@ -143,6 +182,11 @@ def test_a_data_dir_left_readable_is_tightened_at_start_with_one_log_line(tmp_pa
     assert len(said) == 1 and "off 8 path(s)" in said[0], done.stderr
 
     # Private already: the next start changes nothing and says nothing.
-    again = subprocess.run([PY, "-m", "fathom.cli", "--data-dir", str(data), "projects"],
-                           capture_output=True, text=True, timeout=120, env={**os.environ, **ENV})
+    again = subprocess.run(
+        [PY, "-m", "fathom.cli", "--data-dir", str(data), "projects"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **ENV},
+    )
     assert again.returncode == 0 and "took group and other access off" not in again.stderr

@@ -27,8 +27,11 @@ CODE = re.compile(r"\bR[0-9]{1,2}\b")
 ISSUE = re.compile(r"\bissues?\s+#?[0-9]+", re.IGNORECASE)  # also across a line break
 MODULE_COMMAND = re.compile(r"python3? -m fathom\.[\w.]*")
 SOURCE = ROOT / "src" / "fathom"
-SOURCE_FILES = sorted(p for p in SOURCE.rglob("*")
-                      if p.suffix in {".py", ".json", ".html", ".js", ".css", ".md", ".txt", ".toml"})
+SOURCE_FILES = sorted(
+    p
+    for p in SOURCE.rglob("*")
+    if p.suffix in {".py", ".json", ".html", ".js", ".css", ".md", ".txt", ".toml"}
+)
 
 
 def offences(text: str, patterns: tuple[re.Pattern[str], ...] = (CODE, ISSUE, MODULE_COMMAND)) -> list[str]:
@@ -37,7 +40,9 @@ def offences(text: str, patterns: tuple[re.Pattern[str], ...] = (CODE, ISSUE, MO
     for pattern in patterns:
         for m in pattern.finditer(text):
             number = text.count("\n", 0, m.start()) + 1
-            found.append(f"line {number}: {' '.join(m.group(0).split())!r} in {lines[number - 1].strip()[:100]!r}")
+            found.append(
+                f"line {number}: {' '.join(m.group(0).split())!r} in {lines[number - 1].strip()[:100]!r}"
+            )
     return found
 
 
@@ -55,8 +60,11 @@ def test_the_check_finds_what_it_looks_for():
 
 def test_the_source_names_rules_not_requirement_codes_or_issues():
     assert len(SOURCE_FILES) > 100  # the walk found the package, not an empty folder
-    found = {str(p.relative_to(ROOT)): hits for p in SOURCE_FILES
-             if (hits := offences(p.read_text(encoding="utf-8"), (CODE, ISSUE)))}
+    found = {
+        str(p.relative_to(ROOT)): hits
+        for p in SOURCE_FILES
+        if (hits := offences(p.read_text(encoding="utf-8"), (CODE, ISSUE)))
+    }
     assert found == {}
 
 

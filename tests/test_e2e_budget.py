@@ -42,12 +42,15 @@ RETRY_AFTER_S = 3.0  # what the emulator's 429s ask for
 
 
 async def test_cloud_answering_429_to_everything_stops_pulling_and_locals_finish_the_job(
-        tmp_path, emulator, memo_local, memo_emulator_encoders):
+    tmp_path, emulator, memo_local, memo_emulator_encoders
+):
     fathom = make_fathom(tmp_path / "data", memo_local)
-    fathom.routing.update({
-        Role.CODE_EMBEDDING: {"policy": "aggregate", "upstream": "alpha"},
-        Role.EMBEDDING: {"policy": "aggregate", "upstream": "alpha"},
-    })
+    fathom.routing.update(
+        {
+            Role.CODE_EMBEDDING: {"policy": "aggregate", "upstream": "alpha"},
+            Role.EMBEDDING: {"policy": "aggregate", "upstream": "alpha"},
+        }
+    )
     client = OpenRouterClient(KEY, base_url=emulator.base_url)
     alpha = cloud_route(fathom, client, "alpha")
     project = write_functions(tmp_path / "proj", files=4, per_file=8, tag="outage")
@@ -67,10 +70,12 @@ async def test_cloud_answering_429_to_everything_stops_pulling_and_locals_finish
         counters = emulator.control.counters()
         sent = counters["requests"]["embeddings"] - before
         state = fathom.budget.state()
-        print(f"\n{report.chunks} chunks in {elapsed:.1f}s; cloud requests during the outage "
-              f"{sent}, all 429 ({counters['rate_limited']}); budget: effective "
-              f"{state.effective_limit}/{state.ceiling}, halvings {state.halvings}, throttled "
-              f"{state.throttled_total}, cooldown left {state.cooldown_remaining_s:.1f}s")
+        print(
+            f"\n{report.chunks} chunks in {elapsed:.1f}s; cloud requests during the outage "
+            f"{sent}, all 429 ({counters['rate_limited']}); budget: effective "
+            f"{state.effective_limit}/{state.ceiling}, halvings {state.halvings}, throttled "
+            f"{state.throttled_total}, cooldown left {state.cooldown_remaining_s:.1f}s"
+        )
 
         # The job completed through the local encoder alone, every chunk exactly once.
         assert report.providers == {memo_local.id: report.chunks}
@@ -79,7 +84,8 @@ async def test_cloud_answering_429_to_everything_stops_pulling_and_locals_finish
             rows = all_rows(fathom, "proj", table)
             assert len(rows) == len(set(rows)) == report.tables[table]
             assert set(fathom.store.provenance_counts("proj", table)) == {
-                (memo_local.id, fathom.gate.verdict_for(fathom.space(table), memo_local).verdict_id)}
+                (memo_local.id, fathom.gate.verdict_for(fathom.space(table), memo_local).verdict_id)
+            }
         assert report.tables["code"] + report.tables["docs"] == report.chunks
 
         # The cloud did try, was told 429 every time, and backed off: each throttle reported
@@ -99,16 +105,19 @@ async def test_cloud_answering_429_to_everything_stops_pulling_and_locals_finish
 
 
 async def test_two_projects_indexing_at_once_share_one_key_fairly(
-        tmp_path, emulator, memo_local, memo_emulator_encoders):
+    tmp_path, emulator, memo_local, memo_emulator_encoders
+):
     # Two permits for the whole key, and an upstream slow enough that the permits, not the
     # CPU, are what the two jobs wait for; small batches (latency per item) so each job makes
     # many requests.
     budget = CloudBudget(override=2)
     fathom = make_fathom(tmp_path / "data", memo_local, budget=budget)
-    fathom.routing.update({
-        Role.CODE_EMBEDDING: {"policy": "cloud", "upstream": "alpha"},
-        Role.EMBEDDING: {"policy": "local"},
-    })
+    fathom.routing.update(
+        {
+            Role.CODE_EMBEDDING: {"policy": "cloud", "upstream": "alpha"},
+            Role.EMBEDDING: {"policy": "local"},
+        }
+    )
     client = OpenRouterClient(KEY, base_url=emulator.base_url)
     alpha = cloud_route(fathom, client, "alpha")
     big = write_functions(tmp_path / "big", files=6, per_file=10, tag="big", docstrings=False)
@@ -132,14 +141,17 @@ async def test_two_projects_indexing_at_once_share_one_key_fairly(
                 await asyncio.sleep(0.01)
 
         watcher = asyncio.create_task(watch())
-        jobs = {asyncio.create_task(fathom.index(big, "big")): "big",
-                asyncio.create_task(fathom.index(small, "small")): "small"}
+        jobs = {
+            asyncio.create_task(fathom.index(big, "big")): "big",
+            asyncio.create_task(fathom.index(small, "small")): "small",
+        }
         done, _ = await asyncio.wait(jobs, timeout=300, return_when=asyncio.FIRST_COMPLETED)
         assert done, "neither job finished"
         first = jobs[next(iter(done))]
         snapshots["end"] = dict(budget.state().granted_by_project)
-        reports = {jobs[t]: r for t, r in zip(jobs, await asyncio.wait_for(
-            asyncio.gather(*jobs), timeout=300))}
+        reports = {
+            jobs[t]: r for t, r in zip(jobs, await asyncio.wait_for(asyncio.gather(*jobs), timeout=300))
+        }
         stop.set()
         await watcher
 
@@ -147,9 +159,11 @@ async def test_two_projects_indexing_at_once_share_one_key_fairly(
         share = {p: end[p] - warm[p] for p in ("big", "small")}
         total = sum(share.values())
         state = budget.state()
-        print(f"\nfirst to finish: {first}; permits while both waited {share} (warm-up {warm}, "
-              f"at the end {state.granted_by_project}); peak in flight {state.peak_in_flight}, "
-              f"emulator peak {emulator.control.counters()['peak_concurrency']}")
+        print(
+            f"\nfirst to finish: {first}; permits while both waited {share} (warm-up {warm}, "
+            f"at the end {state.granted_by_project}); peak in flight {state.peak_in_flight}, "
+            f"emulator peak {emulator.control.counters()['peak_concurrency']}"
+        )
 
         assert first == "small"  # a third of the work, and not starved by the big one
         assert total >= 10

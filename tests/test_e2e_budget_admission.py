@@ -31,10 +31,15 @@ pytestmark = pytest.mark.slow
 
 
 async def test_a_cloud_lane_waiting_for_a_permit_holds_no_work(
-        tmp_path, emulator, memo_local, memo_emulator_encoders):
+    tmp_path, emulator, memo_local, memo_emulator_encoders
+):
     fathom = make_fathom(tmp_path / "data", memo_local, budget=CloudBudget(override=1))
-    fathom.routing.update({Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
-                           Role.EMBEDDING: {"policy": "local"}})
+    fathom.routing.update(
+        {
+            Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+            Role.EMBEDDING: {"policy": "local"},
+        }
+    )
     client = OpenRouterClient(KEY, base_url=emulator.base_url)
     alpha = cloud_route(fathom, client, "alpha")
     pools = []
@@ -50,8 +55,12 @@ async def test_a_cloud_lane_waiting_for_a_permit_holds_no_work(
         await fathom.verify_providers("code")
         held = await fathom.budget.acquire()  # another caller holds the key's only permit
         job = asyncio.create_task(fathom.index(project, "adm"))
-        await wait_for(lambda: pools and pools[-1].progress is not None
-                       and sum(fathom.budget.state().waiting.values()) >= 1, what="a waiting cloud lane")
+        await wait_for(
+            lambda: (
+                pools and pools[-1].progress is not None and sum(fathom.budget.state().waiting.values()) >= 1
+            ),
+            what="a waiting cloud lane",
+        )
         for _ in range(50):
             await asyncio.sleep(0)
         progress = pools[-1].progress

@@ -49,15 +49,19 @@ from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 slow = pytest.mark.slow
 
+
 def pinned(upstream: str) -> dict:
-    return {role: {"policy": "aggregate", "upstream": upstream}
-            for role in (Role.CODE_EMBEDDING, Role.EMBEDDING)}
+    return {
+        role: {"policy": "aggregate", "upstream": upstream} for role in (Role.CODE_EMBEDDING, Role.EMBEDDING)
+    }
 
 
 def cloud_e5() -> dict:
     """code-embedding under cloud on e5, pinned to gamma; docs stay local."""
-    return {Role.CODE_EMBEDDING: {"policy": "cloud", "model": E5, "upstream": "gamma"},
-            Role.EMBEDDING: {"policy": "local"}}
+    return {
+        Role.CODE_EMBEDDING: {"policy": "cloud", "model": E5, "upstream": "gamma"},
+        Role.EMBEDDING: {"policy": "local"},
+    }
 
 
 def sidecar_id(host: str, upstream: str) -> str:
@@ -105,8 +109,10 @@ async def test_beta_pinned_is_refused_and_receives_no_index_chunk(service, clien
     for table in ("code", "docs"):
         await service.verify_providers(table)
     code = service.gate.verdict_for(service.space("code"), beta)
-    print(f"\nbeta (MiniLM int8 @beta) against local MiniLM: min cosine {code.min_cosine:.4f}, "
-          f"mean {np.mean(list(code.evidence.cosines.values())):.4f}; {code.reason}")
+    print(
+        f"\nbeta (MiniLM int8 @beta) against local MiniLM: min cosine {code.min_cosine:.4f}, "
+        f"mean {np.mean(list(code.evidence.cosines.values())):.4f}; {code.reason}"
+    )
     assert code.status is Status.REFUSED
     assert 0.75 < code.min_cosine < 0.97
     assert code.widths_seen == (384,) and code.finite_ok and code.count_ok
@@ -141,24 +147,31 @@ async def test_gamma_e5_is_refused_against_local_minilm_although_both_are_384d(s
 @slow
 async def test_under_cloud_with_gamma_as_anchor_delta_is_refused(service, client, emulator):
     service.routing.update(cloud_e5())
-    gamma = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"),
-                        roles={Role.CODE_EMBEDDING})
-    delta = cloud_route(service, client, "delta", model=E5, provider_id=sidecar_id("b", "delta"),
-                        roles={Role.CODE_EMBEDDING})
+    gamma = cloud_route(
+        service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"), roles={Role.CODE_EMBEDDING}
+    )
+    delta = cloud_route(
+        service, client, "delta", model=E5, provider_id=sidecar_id("b", "delta"), roles={Role.CODE_EMBEDDING}
+    )
     space = service.space("code")
     assert (space.model, space.reference) == (E5, gamma.id)
 
     await service.verify_providers("code")
     anchor = service.gate.verdict_for(space, gamma)
     v = service.gate.verdict_for(space, delta)
-    print(f"\ndelta (e5 enpt @delta) against the anchor gamma: min cosine {v.min_cosine:.4f}; "
-          f"failing probes {list(v.evidence.failing)[:4]}")
+    print(
+        f"\ndelta (e5 enpt @delta) against the anchor gamma: min cosine {v.min_cosine:.4f}; "
+        f"failing probes {list(v.evidence.failing)[:4]}"
+    )
     assert anchor.cleared and anchor.coverage is Coverage.SELF and anchor.key.regime is Reference.CLOUD
     assert v.status is Status.REFUSED and v.key.reference.startswith(gamma.id)
     assert v.min_cosine < 0.99
     # It fails on the multilingual probes, not on English code.
-    multilingual = {p.id for p in service.gate.probes.probes
-                    if p.language in ("chinese", "turkish", "french") or p.id.startswith("zh-")}
+    multilingual = {
+        p.id
+        for p in service.gate.probes.probes
+        if p.language in ("chinese", "turkish", "french") or p.id.startswith("zh-")
+    }
     assert set(v.evidence.failing) & multilingual
     assert not service.router.permits(Role.CODE_EMBEDDING, delta)
     assert service.router.permits(Role.CODE_EMBEDDING, gamma)
@@ -166,23 +179,28 @@ async def test_under_cloud_with_gamma_as_anchor_delta_is_refused(service, client
 
 
 async def test_queries_go_to_the_tables_reference_then_a_cleared_peer_never_a_refused_one(
-        service, client, emulator, tmp_path):
+    service, client, emulator, tmp_path
+):
     """`Fathom.encoder_for`, the one choice of query encoder, for both search paths (the
     service's and the reranker stage's): a table's own reference encoder as recorded in its
     space, then a peer the gate cleared for that space."""
     assert service.encoder_for("code") is service.encoder  # no table yet: the local reference
     service.routing.update(cloud_e5())
-    gamma = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"),
-                        roles={Role.CODE_EMBEDDING})
-    twin = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("b", "gamma"),
-                       roles={Role.CODE_EMBEDDING})
-    delta = cloud_route(service, client, "delta", model=E5, provider_id=sidecar_id("c", "delta"),
-                        roles={Role.CODE_EMBEDDING})
+    gamma = cloud_route(
+        service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"), roles={Role.CODE_EMBEDDING}
+    )
+    twin = cloud_route(
+        service, client, "gamma", model=E5, provider_id=sidecar_id("b", "gamma"), roles={Role.CODE_EMBEDDING}
+    )
+    delta = cloud_route(
+        service, client, "delta", model=E5, provider_id=sidecar_id("c", "delta"), roles={Role.CODE_EMBEDDING}
+    )
     space = service.space("code")
     await service.verify_providers("code")
     assert service.gate.is_cleared(space, twin) and not service.gate.is_cleared(space, delta)
     await service.index(write_project(tmp_path / "shop"), "shop")
     assert service.encoder_for("code", "shop") is gamma
+
     def pipeline(query, project, k):
         return search_mod.pipeline(service, SearchRequest(query, project, k=k))
 
@@ -200,10 +218,12 @@ async def test_queries_go_to_the_tables_reference_then_a_cleared_peer_never_a_re
 
 @slow
 async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_reembed(
-        service, client, emulator, tmp_path):
+    service, client, emulator, tmp_path
+):
     service.routing.update(cloud_e5())
-    gamma = cloud_route(service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"),
-                        roles={Role.CODE_EMBEDDING})
+    gamma = cloud_route(
+        service, client, "gamma", model=E5, provider_id=sidecar_id("a", "gamma"), roles={Role.CODE_EMBEDDING}
+    )
     space = service.space("code")
     assert space.reference == gamma.id
 
@@ -233,8 +253,10 @@ async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_r
     # re-probe an incremental index writes the changed file's new chunk through it.
     emulator.control.drift("gamma", "enpt")
     retry = root / "net" / "retry.py"
-    retry.write_text(retry.read_text() + '\n\ndef jitter(delay):\n    """Random extra delay."""\n'
-                     "    return delay * random.random()\n")
+    retry.write_text(
+        retry.read_text() + '\n\ndef jitter(delay):\n    """Random extra delay."""\n'
+        "    return delay * random.random()\n"
+    )
     await service.index(root, "shop")
     written_after = set(all_rows(service, "shop", "code")) - first_rows
     assert written_after
@@ -245,10 +267,18 @@ async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_r
     assert str(service.registry.health(gamma.id).state) == "quarantined"
     # The store's second lock refuses its verdict now...
     with pytest.raises(NotCleared, match="quarantined"):
-        row = Chunk(path="late.py", language="python", table="code", start_line=1, end_line=1,
-                    symbol="late", text="def late(): return 1")
-        service.store.write("shop", "code", [row], np.eye(1, 384, dtype=np.float32),
-                            Provenance(gamma.id, first.verdict_id))
+        row = Chunk(
+            path="late.py",
+            language="python",
+            table="code",
+            start_line=1,
+            end_line=1,
+            symbol="late",
+            text="def late(): return 1",
+        )
+        service.store.write(
+            "shop", "code", [row], np.eye(1, 384, dtype=np.float32), Provenance(gamma.id, first.verdict_id)
+        )
     # ...and it no longer pulls: under cloud no one is left to embed a new change.
     (root / "extra.py").write_text("def late():\n    return 1\n")
     with pytest.raises(NoProviderAvailable):
@@ -278,16 +308,16 @@ async def test_sole_cloud_provider_reduced_coverage_drift_quarantine_audit_and_r
     counts = service.store.provenance_counts("shop", "code")
     assert counts[(gamma.id, again.verdict_id)] == len(written_after)
     assert sum(counts.values()) == len(all_rows(service, "shop", "code"))
-    assert (await service.search("retry a flaky call with exponential backoff", "shop"))[0].path \
-        == "net/retry.py"
+    assert (await service.search("retry a flaky call with exponential backoff", "shop"))[
+        0
+    ].path == "net/retry.py"
 
 
 # ------------------------------------------------------------------------- 5
 
 
 @slow
-async def test_unpinned_embedding_route_is_refused_before_any_request(service, client, emulator,
-                                                                      tmp_path):
+async def test_unpinned_embedding_route_is_refused_before_any_request(service, client, emulator, tmp_path):
     service.routing.update(pinned("alpha"))  # the role is pinned; this route ignores it
     unpinned = cloud_route(service, client, None)
     with pytest.raises(PinRequired) as err:
@@ -306,7 +336,8 @@ async def test_unpinned_embedding_route_is_refused_before_any_request(service, c
 
 @slow
 async def test_verdicts_survive_a_restart_are_reprobed_and_a_changed_pin_or_model_invalidates_them(
-        tmp_path, memo_local, memo_emulator_encoders, client, emulator):
+    tmp_path, memo_local, memo_emulator_encoders, client, emulator
+):
     data = tmp_path / "data"
     first = make_fathom(data, memo_local)
     first.routing.update(pinned("alpha"))
@@ -340,8 +371,7 @@ async def test_verdicts_survive_a_restart_are_reprobed_and_a_changed_pin_or_mode
         await second.gate.drain()
         assert second.gate.verdict_for(space, repinned) is None
         assert not second.router.permits(Role.CODE_EMBEDDING, repinned)
-        other_model = cloud_route(second, client, "alpha", model=E5, provider_id=alpha.id,
-                                  register=False)
+        other_model = cloud_route(second, client, "alpha", model=E5, provider_id=alpha.id, register=False)
         assert second.gate.verdict_for(space, other_model) is None
 
         # Judged again as re-pinned (refused: beta is int8), the old verdict is superseded and
@@ -352,7 +382,6 @@ async def test_verdicts_survive_a_restart_are_reprobed_and_a_changed_pin_or_mode
             GateClearance(second.gate).check(space, Provenance(alpha.id, cleared.verdict_id))
     finally:
         await second.aclose()
-
 
 
 # ------------------------------------------------------------------------- audit window (fast)
@@ -377,8 +406,18 @@ async def test_rows_a_requalified_provider_rewrites_after_its_quarantine_are_not
     space = Space(table="code", model="fake/encoder", width=sole.width, reference=sole.id)
     store.open_table("proj", "code", space)
     v1 = await gate.verify(space, sole, Policy.CLOUD)
-    rows = [Chunk(path="a.py", language="python", table="code", start_line=i, end_line=i,
-                  symbol=f"f{i}", text=f"def f{i}(): return {i}") for i in range(1, 4)]
+    rows = [
+        Chunk(
+            path="a.py",
+            language="python",
+            table="code",
+            start_line=i,
+            end_line=i,
+            symbol=f"f{i}",
+            text=f"def f{i}(): return {i}",
+        )
+        for i in range(1, 4)
+    ]
 
     async def write(chunks, verdict):
         vectors = await sole.embed([c.text for c in chunks])
@@ -405,5 +444,7 @@ async def test_rows_a_requalified_provider_rewrites_after_its_quarantine_are_not
     done = await reembed(gate, store, "proj", sole)
     assert done.rows == {"code": 2}
     assert audit(gate, store, "proj").suspect_count == 0
-    assert store.provenance_counts("proj", "code") == {(sole.id, v1.verdict_id): 1,
-                                                       (sole.id, v2.verdict_id): 2}
+    assert store.provenance_counts("proj", "code") == {
+        (sole.id, v1.verdict_id): 1,
+        (sole.id, v2.verdict_id): 2,
+    }

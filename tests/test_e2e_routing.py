@@ -33,13 +33,16 @@ pytestmark = pytest.mark.slow
 
 
 async def test_aggregate_index_job_writes_rows_from_local_and_pinned_cloud_into_one_table(
-        tmp_path, emulator, memo_local, memo_emulator_encoders):
+    tmp_path, emulator, memo_local, memo_emulator_encoders
+):
     project = write_functions(tmp_path / "proj", files=6, per_file=12)
     fathom = make_fathom(tmp_path / "data", memo_local)
-    fathom.routing.update({
-        Role.CODE_EMBEDDING: {"policy": "aggregate", "upstream": "alpha"},
-        Role.EMBEDDING: {"policy": "aggregate", "upstream": "alpha"},
-    })
+    fathom.routing.update(
+        {
+            Role.CODE_EMBEDDING: {"policy": "aggregate", "upstream": "alpha"},
+            Role.EMBEDDING: {"policy": "aggregate", "upstream": "alpha"},
+        }
+    )
     client = OpenRouterClient(KEY, base_url=emulator.base_url)
     alpha = cloud_route(fathom, client, "alpha")
     try:

@@ -20,8 +20,14 @@ def test_pinned_means_one_upstream_and_no_fallback():
     assert pinned_upstream({"order": ["alpha"], "allow_fallbacks": False}) == "alpha"
     assert pinned_upstream({"only": ["alpha"]}) == "alpha"
     assert pinned_upstream({"only": ["alpha", "beta"], "ignore": ["beta"]}) == "alpha"
-    for loose in (None, {}, {"order": ["alpha"]}, {"order": ["alpha", "beta"], "allow_fallbacks": False},
-                  {"only": ["alpha", "beta"]}, "alpha"):
+    for loose in (
+        None,
+        {},
+        {"order": ["alpha"]},
+        {"order": ["alpha", "beta"], "allow_fallbacks": False},
+        {"only": ["alpha", "beta"]},
+        "alpha",
+    ):
         assert pinned_upstream(loose) is None, loose
 
 
@@ -52,15 +58,21 @@ def test_remember_answers_a_text_with_its_own_vector_per_variant():
     pinned = {"order": ["alpha"], "allow_fallbacks": False}
 
     async def go():
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://emu",
-                                     headers=headers, timeout=60) as http:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://emu", headers=headers, timeout=60
+        ) as http:
+
             async def vec(text):
-                r = await http.post("/api/v1/embeddings", json={"model": MINILM, "input": [text], "provider": pinned})
+                r = await http.post(
+                    "/api/v1/embeddings", json={"model": MINILM, "input": [text], "provider": pinned}
+                )
                 return np.array(r.json()["data"][0]["embedding"], dtype=np.float32)
+
             first, again = await vec("def retry(): pass"), await vec("def retry(): pass")
             await http.put("/control/upstreams/alpha", json={"variant": "int8"})
             drifted = await vec("def retry(): pass")
             return first, again, drifted
+
     first, again, drifted = asyncio.run(go())
     assert np.array_equal(first, again)
     assert float(first @ drifted) < 0.9999  # int8 answered by the int8 encoder, not from fp32's memory

@@ -52,17 +52,22 @@ class Written:
             self.by[i] = provider.id
 
 
-@pytest.mark.parametrize(("name", "error", "retryable", "words"), [
-    ("drop", InvalidResponse, False, "one vector per input"),
-    ("http_500", UpstreamError, True, "500"),
-    ("not_json", InvalidResponse, False, "not JSON"),
-    ("other_upstream", UpstreamMismatch, False, "alpha"),
-])
+@pytest.mark.parametrize(
+    ("name", "error", "retryable", "words"),
+    [
+        ("drop", InvalidResponse, False, "one vector per input"),
+        ("http_500", UpstreamError, True, "500"),
+        ("not_json", InvalidResponse, False, "not JSON"),
+        ("other_upstream", UpstreamMismatch, False, "alpha"),
+    ],
+)
 async def test_each_switch_gives_a_typed_error_and_the_job_writes_nothing_from_it(
-        emulator, memo_emulator_encoders, memo_local, name, error, retryable, words):
+    emulator, memo_emulator_encoders, memo_local, name, error, retryable, words
+):
     async with OpenRouterClient(KEY, base_url=emulator.base_url) as client:
-        cloud = OpenRouterProvider(client, model=MINILM, roles=[Role.CODE_EMBEDDING],
-                                   upstream="alpha", width=384)
+        cloud = OpenRouterProvider(
+            client, model=MINILM, roles=[Role.CODE_EMBEDDING], upstream="alpha", width=384
+        )
         # Alone: the product's typed error, naming the problem.
         switch(emulator, name, count=1)
         with pytest.raises(error) as caught:
@@ -76,8 +81,14 @@ async def test_each_switch_gives_a_typed_error_and_the_job_writes_nothing_from_i
         # cloud route is set aside, and every text is still written exactly once.
         switch(emulator, name, count=None)
         sink = Written()
-        report = await Pool([memo_local, cloud], clock=SystemClock(), max_failures=1,
-                            eject_base=0.05, eject_max=0.2, stall_timeout=60).run(TEXTS, sink)
+        report = await Pool(
+            [memo_local, cloud],
+            clock=SystemClock(),
+            max_failures=1,
+            eject_base=0.05,
+            eject_max=0.2,
+            stall_timeout=60,
+        ).run(TEXTS, sink)
         assert sink.twice == [] and sorted(sink.by) == list(range(len(TEXTS)))
         assert set(sink.by.values()) == {memo_local.id}  # nothing from the broken answers
         assert report.failures.get(cloud.id, 0) >= 1 and report.ejections.get(cloud.id, 0) >= 1

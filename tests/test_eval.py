@@ -137,16 +137,21 @@ def test_strip_docstrings_blanks_them_line_for_line():
 
 
 def test_questions_come_one_per_answer():
-    documented = {"a.py": [Documented("f", 1, "Parse the header line.\n\nMore."),
-                           Documented("g", 5, "Short one."),  # under three words
-                           Documented("__init__", 9, "Build the whole thing now."),
-                           Documented("h", 12, "Parse the header line.")],  # asked twice
-                  "tests/test_a.py": [Documented("k", 1, "Check the parser works well.")],
-                  "b.py": [Documented("Box.open", 3, "Open the lid of the box.")]}
-    assert docstring_queries(documented) == [EvalQuery("Open the lid of the box", "docstring",
-                                                       "b.py", 3)]
-    sources = {"m.py": "class BackgroundTasks:\n    def add_task(self): pass\n    def run(self): pass\n",
-               "n.py": "def add_task(): pass\n"}
+    documented = {
+        "a.py": [
+            Documented("f", 1, "Parse the header line.\n\nMore."),
+            Documented("g", 5, "Short one."),  # under three words
+            Documented("__init__", 9, "Build the whole thing now."),
+            Documented("h", 12, "Parse the header line."),
+        ],  # asked twice
+        "tests/test_a.py": [Documented("k", 1, "Check the parser works well.")],
+        "b.py": [Documented("Box.open", 3, "Open the lid of the box.")],
+    }
+    assert docstring_queries(documented) == [EvalQuery("Open the lid of the box", "docstring", "b.py", 3)]
+    sources = {
+        "m.py": "class BackgroundTasks:\n    def add_task(self): pass\n    def run(self): pass\n",
+        "n.py": "def add_task(): pass\n",
+    }
     assert identifier_queries(sources) == [EvalQuery("background tasks", "identifier", "m.py", 1)]
     assert words_of("HTTPTransport") == "http transport"
     assert words_of("get_environment_proxies") == "get environment proxies"
@@ -171,14 +176,22 @@ def test_questions_file_is_checked_before_use(tmp_path):
 
 def test_a_labelled_set_in_semble_benchmarks_form_is_read_with_every_answer_file(tmp_path):
     labelled = tmp_path / "labels.json"
-    labelled.write_text(json.dumps([
-        {"query": "how are redirects followed", "category": "architecture",
-         "relevant": ["src/client.py", {"path": "src/models.py", "start_line": 3, "end_line": 9}],
-         "secondary": ["src/client.py", "src/utils.py"]},
-    ]))
+    labelled.write_text(
+        json.dumps(
+            [
+                {
+                    "query": "how are redirects followed",
+                    "category": "architecture",
+                    "relevant": ["src/client.py", {"path": "src/models.py", "start_line": 3, "end_line": 9}],
+                    "secondary": ["src/client.py", "src/utils.py"],
+                },
+            ]
+        )
+    )
     [q] = read_questions(labelled, {"src/client.py", "src/models.py", "src/utils.py"})
-    assert q == EvalQuery("how are redirects followed", "questions", "src/client.py",
-                          others=("src/models.py", "src/utils.py"))
+    assert q == EvalQuery(
+        "how are redirects followed", "questions", "src/client.py", others=("src/models.py", "src/utils.py")
+    )
     assert q.answered_by("src/utils.py", 40, 60) and not q.answered_by("src/other.py", 1, 9)
     with pytest.raises(ConfigError, match="entry 1 .* expects 'src/utils.py'"):
         read_questions(labelled, {"src/client.py", "src/models.py"})
@@ -208,7 +221,6 @@ EXPECTED = {
 }
 
 
-
 @pytest.mark.slow
 def test_eval_prints_known_figures_and_leaves_the_data_dir_alone(tmp_path):
     root = write(tmp_path / "proj")
@@ -216,14 +228,21 @@ def test_eval_prints_known_figures_and_leaves_the_data_dir_alone(tmp_path):
     questions.write_text(QUESTIONS)
     data = tmp_path / "data"
     runner = CliRunner()
-    res = runner.invoke(app, ["--data-dir", str(data), "eval", str(root), "--questions",
-                              str(questions), "--json"])
+    res = runner.invoke(
+        app, ["--data-dir", str(data), "eval", str(root), "--questions", str(questions), "--json"]
+    )
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
-    figures = {(s["name"], m["mode"]): (m["mrr"], m["hit1"], m["hit3"], m["file3"])
-               for s in report["sets"] for m in s["modes"]}
+    figures = {
+        (s["name"], m["mode"]): (m["mrr"], m["hit1"], m["hit3"], m["file3"])
+        for s in report["sets"]
+        for m in s["modes"]
+    }
     assert {s["name"]: s["queries"] for s in report["sets"]} == {
-        "docstring": 6, "identifier": 6, "questions": 3}
+        "docstring": 6,
+        "identifier": 6,
+        "questions": 3,
+    }
     assert figures == EXPECTED
     assert report["files"] == 5 and report["chunks"] > 0 and report["chunks_per_s"] > 0
     assert not data.exists()  # evaluated in a temporary data dir, never the user's
@@ -238,12 +257,14 @@ def test_eval_refuses_bad_input_before_indexing(tmp_path):
     bad = tmp_path / "q.json"
     bad.write_text(json.dumps([{"question": "where is the cache", "file": "nowhere.py"}]))
     runner = CliRunner()
-    res = runner.invoke(app, ["eval", str(root), "--questions", str(bad),
-                              "--data-dir", str(tmp_path / "data")])
+    res = runner.invoke(
+        app, ["eval", str(root), "--questions", str(bad), "--data-dir", str(tmp_path / "data")]
+    )
     assert res.exit_code == 2
     assert "expects 'nowhere.py'" in res.output
-    res = runner.invoke(app, ["eval", str(root), "--sets", "docstring,riddles",
-                              "--data-dir", str(tmp_path / "data")])
+    res = runner.invoke(
+        app, ["eval", str(root), "--sets", "docstring,riddles", "--data-dir", str(tmp_path / "data")]
+    )
     assert res.exit_code == 2 and "unknown question set" in res.output
     assert not (tmp_path / "data").exists()
 
@@ -256,6 +277,7 @@ def test_eval_measures_the_model_fathom_models_use_chose(tmp_path, monkeypatch):
     from fathom.config import Settings
     from fathom.inference.model_choice import EmbedModel, ModelChoice, save_choice
     from fathom.service.evaluation import evaluate
+
     monkeypatch.delenv("FATHOM_LOCAL_MODEL_PATH", raising=False)
     folder = tmp_path / "enc"  # never loaded: the run stops once the model is named
     data = tmp_path / "data"
@@ -272,7 +294,14 @@ def test_eval_measures_the_model_fathom_models_use_chose(tmp_path, monkeypatch):
             raise Seen  # the model is known: no need to index with it
 
     with pytest.raises(Seen):
-        asyncio.run(evaluate(Settings(data_dir=data), write(tmp_path / "proj"),
-                             sets=["identifier"], limit=3, progress=progress))
+        asyncio.run(
+            evaluate(
+                Settings(data_dir=data),
+                write(tmp_path / "proj"),
+                sets=["identifier"],
+                limit=3,
+                progress=progress,
+            )
+        )
     assert said[-1] == "indexing 5 files with local:team/tiny"
     assert sorted(p.name for p in data.iterdir()) == ["models.json"]  # the user's dir untouched

@@ -56,7 +56,10 @@ def test_files_of_groups_by_file_best_first():
     hits = [_Hit("a.py"), _Hit("b.py"), _Hit("b.py"), _Hit("c.py"), _Hit("b.py")]
     by_best = files_of(hits)
     assert [(f.path, f.hits, f.best_rank) for f in by_best] == [
-        ("a.py", 1, 1), ("b.py", 3, 2), ("c.py", 1, 4)]
+        ("a.py", 1, 1),
+        ("b.py", 3, 2),
+        ("c.py", 1, 4),
+    ]
     # With support, a file holding many hits can pass one whose single hit ranks higher.
     supported = files_of(hits, support=1.0)
     assert [f.path for f in supported] == ["b.py", "a.py", "c.py"]
@@ -73,22 +76,25 @@ async def test_search_code_names_the_file_holding_several_hits(tmp_path, local_e
     async with asyncio.timeout(120):
         async with Client(build_mcp_server(fathom)) as client:
             # A result per chunk: a file may hold several of them, and the answer says so.
-            res = await client.call_tool("search_code", {"query": "password hashing and checking",
-                                                         "project": "app", "k": 4,
-                                                         "group": "chunk"})
-            per_file = await client.call_tool("search_code", {
-                "query": "password hashing and checking", "project": "app", "k": 4})
+            res = await client.call_tool(
+                "search_code",
+                {"query": "password hashing and checking", "project": "app", "k": 4, "group": "chunk"},
+            )
+            per_file = await client.call_tool(
+                "search_code", {"query": "password hashing and checking", "project": "app", "k": 4}
+            )
     assert not res.is_error
     answer = res.structured_content
     in_file = [r for r in answer["results"] if r["path"] == "auth/password.py"]
     assert len(in_file) >= 2
     first = answer["files"][0]
-    assert first == {"project": "app", "path": "auth/password.py", "hits": len(in_file),
-                     "best_rank": 1}
+    assert first == {"project": "app", "path": "auth/password.py", "hits": len(in_file), "best_rank": 1}
     assert sum(f["hits"] for f in answer["files"]) == len(answer["results"])
     text = res.content[0].text
-    assert f"{len(in_file)} of the top {len(answer['results'])} hits are in app:auth/password.py." \
+    assert (
+        f"{len(in_file)} of the top {len(answer['results'])} hits are in app:auth/password.py."
         in text.splitlines()[1]
+    )
     # By default, one result per file: the file once, its other hits as its ranges.
     files = per_file.structured_content["results"]
     assert len({r["path"] for r in files}) == len(files)

@@ -29,8 +29,21 @@ def test_plain_ws_only_to_loopback():
 
 
 def test_cli_refuses_insecure_server_before_loading_anything(capsys):
-    assert main(["--server", "ws://192.0.2.1:8765", "--token", "t", "--name", "n",
-                 "--serve", "embedding=in-process"]) == 2
+    assert (
+        main(
+            [
+                "--server",
+                "ws://192.0.2.1:8765",
+                "--token",
+                "t",
+                "--name",
+                "n",
+                "--serve",
+                "embedding=in-process",
+            ]
+        )
+        == 2
+    )
     assert "plain ws://" in capsys.readouterr().err
 
 
@@ -46,29 +59,52 @@ def test_backoff_is_jittered_exponential_and_capped():
 def test_parse_serve():
     spec = parse_serve("embedding=openai-compatible:http://127.0.0.1:8000/v1,model=e5,width=384")
     assert (spec.role, spec.kind, spec.target, spec.model, spec.width) == (
-        Role.EMBEDDING, "openai-compatible", "http://127.0.0.1:8000/v1", "e5", 384)
+        Role.EMBEDDING,
+        "openai-compatible",
+        "http://127.0.0.1:8000/v1",
+        "e5",
+        384,
+    )
     assert parse_serve("code-embedding=in-process").kind == "in-process"
     assert parse_serve("reranker=tei:http://h:8080").target == "http://h:8080"
-    for bad in ("embedding", "nope=in-process", "embedding=gpu", "embedding=tei", "embedding=tei:http://x,width=a"):
+    for bad in (
+        "embedding",
+        "nope=in-process",
+        "embedding=gpu",
+        "embedding=tei",
+        "embedding=tei:http://x,width=a",
+    ):
         with pytest.raises(ConfigError):
             parse_serve(bad)
 
 
 async def test_config_merges_field_by_field_and_keeps_the_key():
     sc = Sidecar("s", {Role.CODE_EMBEDDING: HashEmbedder()}, openrouter_base_url="http://127.0.0.1:9/api/v1")
-    first = p.parse_frame(p.encode_config("c1", {
-        Role.RERANKER: p.RoleConfig(policy="aggregate", model="qwen/qwen3-reranker-8b", fallback="any"),
-        Role.EMBEDDING: p.RoleConfig(policy="aggregate", model="m", upstream="alpha", width=384),
-    }, "sk-or-v1-" + "a" * 64))
+    first = p.parse_frame(
+        p.encode_config(
+            "c1",
+            {
+                Role.RERANKER: p.RoleConfig(
+                    policy="aggregate", model="qwen/qwen3-reranker-8b", fallback="any"
+                ),
+                Role.EMBEDDING: p.RoleConfig(policy="aggregate", model="m", upstream="alpha", width=384),
+            },
+            "sk-or-v1-" + "a" * 64,
+        )
+    )
     ack = await sc.apply_config(first)
     assert ack.key_present and ack.cloud_roles == [Role.EMBEDDING, Role.RERANKER]
     assert "sk-or" not in repr(sc) and "aaaa" not in repr(sc.__dict__)
     # Keyless, partial: only the named field changes; the key stays.
-    ack = await sc.apply_config(p.parse_frame(p.encode_config("c2", {Role.RERANKER: p.RoleConfig(policy="local")})))
+    ack = await sc.apply_config(
+        p.parse_frame(p.encode_config("c2", {Role.RERANKER: p.RoleConfig(policy="local")}))
+    )
     assert ack.key_present and ack.cloud_roles == [Role.EMBEDDING]
     assert sc.config[Role.RERANKER].model == "qwen/qwen3-reranker-8b"
     # A null sent explicitly (a pin removed) does reach the sidecar: no cloud embedding then.
-    ack = await sc.apply_config(p.parse_frame(p.encode_config("c3", {Role.EMBEDDING: p.RoleConfig(upstream=None)})))
+    ack = await sc.apply_config(
+        p.parse_frame(p.encode_config("c3", {Role.EMBEDDING: p.RoleConfig(upstream=None)}))
+    )
     assert ack.cloud_roles == []
     ack = await sc.apply_config(p.parse_frame(p.encode_config("c4", {}, forget_key=True)))
     assert not ack.key_present
@@ -76,8 +112,12 @@ async def test_config_merges_field_by_field_and_keeps_the_key():
 
 async def test_commands_for_unserved_routes_and_missing_key_answer_typed_errors():
     sc = Sidecar("s", {Role.CODE_EMBEDDING: HashEmbedder()})
-    await sc.apply_config(p.parse_frame(p.encode_config("c", {Role.RERANKER: p.RoleConfig(policy="cloud", model="r")})))
-    cmd = p.Command(id="1", op="rerank", role=Role.RERANKER, route="cloud", payload={"query": "q", "documents": ["d"]})
+    await sc.apply_config(
+        p.parse_frame(p.encode_config("c", {Role.RERANKER: p.RoleConfig(policy="cloud", model="r")}))
+    )
+    cmd = p.Command(
+        id="1", op="rerank", role=Role.RERANKER, route="cloud", payload={"query": "q", "documents": ["d"]}
+    )
     assert (await sc.execute(cmd)).error.code == "KeyMissing"
     cmd = p.Command(id="2", op="embed", role=Role.EMBEDDING, route="local", payload={"texts": ["x"]})
     res = await sc.execute(cmd)
@@ -85,14 +125,20 @@ async def test_commands_for_unserved_routes_and_missing_key_answer_typed_errors(
     cmd = p.Command(id="3", op="embed", role=Role.CODE_EMBEDDING, route="local", payload={"texts": "x"})
     res = await sc.execute(cmd)
     assert res.error.code == "InvalidPayload"
-    ok = await sc.execute(p.Command(id="4", op="embed", role=Role.CODE_EMBEDDING, route="local",
-                                    payload={"texts": ["x", "y"]}))
+    ok = await sc.execute(
+        p.Command(id="4", op="embed", role=Role.CODE_EMBEDDING, route="local", payload={"texts": ["x", "y"]})
+    )
     assert ok.ok and p.decode_vectors(ok.payload).shape == (2, 8)
 
 
 def test_throttles_keep_their_kind_and_wait():
     info = error_info(RateLimited("429 from OpenRouter", retry_after=3.0))
-    assert (info.code, info.throttle_kind, info.retry_after, info.retryable) == ("RateLimited", "429", 3.0, True)
+    assert (info.code, info.throttle_kind, info.retry_after, info.retryable) == (
+        "RateLimited",
+        "429",
+        3.0,
+        True,
+    )
     info = error_info(InFlightBudgetExhausted("402", retry_after=1.5))
     assert (info.throttle_kind, info.retry_after) == ("402", 1.5)
     assert error_info(RuntimeError("boom sk-or-v1-abc")).message == "boom sk-or-***"
@@ -134,7 +180,9 @@ def test_a_tls_failure_on_wss_says_to_dial_ws():
 
     from fathom.fleet.agent import tls_hint
 
-    hint = tls_hint("wss://127.0.0.1:8765", ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"))
+    hint = tls_hint(
+        "wss://127.0.0.1:8765", ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")
+    )
     assert "ws://127.0.0.1:8765" in hint and "plain HTTP" in hint
     assert tls_hint("ws://127.0.0.1:8765", ssl.SSLError(1, "x")) == ""
     assert tls_hint("wss://127.0.0.1:8765", ConnectionRefusedError()) == ""

@@ -120,8 +120,12 @@ def live_objects_holding(canary: Canary) -> list[str]:
         for ref in gc.get_referents(obj):
             if canary.in_value(ref):
                 return True
-            if (depth < 8 and isinstance(ref, (dict, tuple, list, set, frozenset))
-                    and not gc.is_tracked(ref) and id(ref) not in seen):
+            if (
+                depth < 8
+                and isinstance(ref, (dict, tuple, list, set, frozenset))
+                and not gc.is_tracked(ref)
+                and id(ref) not in seen
+            ):
                 seen.add(id(ref))
                 if holds(ref, depth + 1):
                     return True
@@ -149,9 +153,14 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
     root.setLevel(logging.DEBUG)
     # Every logger that could carry a frame or the key logs at DEBUG into the capture, whatever
     # an earlier server in this process (uvicorn's default config) set them to.
-    noisy = {name: (logging.getLogger(name).level, logging.getLogger(name).disabled,
-                    logging.getLogger(name).propagate)
-             for name in ("uvicorn", "uvicorn.error", "websockets", "fathom", "httpx", "httpcore")}
+    noisy = {
+        name: (
+            logging.getLogger(name).level,
+            logging.getLogger(name).disabled,
+            logging.getLogger(name).propagate,
+        )
+        for name in ("uvicorn", "uvicorn.error", "websockets", "fathom", "httpx", "httpcore")
+    }
     for name in noisy:
         lg = logging.getLogger(name)
         lg.setLevel(logging.DEBUG)
@@ -166,17 +175,31 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
             port = int(url.rsplit(":", 1)[1])
             for name in ("sc-1", "sc-2"):
                 hub.auth.approve(name)
-                spawn_sidecar(group, name, port, [], log_level="DEBUG",
-                              extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"])
+                spawn_sidecar(
+                    group,
+                    name,
+                    port,
+                    [],
+                    log_level="DEBUG",
+                    extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"],
+                )
             cloud = {n: f"sidecar:{n}:{Role.CODE_ASSISTANT}:cloud:auto" for n in ("sc-1", "sc-2")}
-            await wait_for(lambda: all(pid in registry for pid in cloud.values()), timeout=60, what="sidecars")
-            await wait_for(lambda: registry.health(cloud["sc-2"]).reason == "key missing on sc-2",
-                           what="key state")
+            await wait_for(
+                lambda: all(pid in registry for pid in cloud.values()), timeout=60, what="sidecars"
+            )
+            await wait_for(
+                lambda: registry.health(cloud["sc-2"]).reason == "key missing on sc-2", what="key state"
+            )
 
             # The push comes from another process: this one never sees the joined key.
             poster = await asyncio.to_thread(
-                subprocess.run, [PY, "-c", POSTER, url, ADMIN], capture_output=True, text=True, timeout=120,
-                env={"K1": canary.h1, "K2": canary.h2, "PATH": "/usr/bin:/bin"})
+                subprocess.run,
+                [PY, "-c", POSTER, url, ADMIN],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={"K1": canary.h1, "K2": canary.h2, "PATH": "/usr/bin:/bin"},
+            )
             status, _, response = poster.stdout.partition("\n")
             assert status == "200", poster.stdout + poster.stderr
             outcome = json.loads(response)
@@ -203,15 +226,21 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
             async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
                 for path in ("/admin/fleet", "/admin/overview", "/healthz", "/metrics", "/openapi.json"):
                     r = await admin.get(path)
-                    for secret in (canary, *[Canary.from_file(group.folder / f"sidecar-state-{n}" / "credential")
-                                             for n in ("sc-1", "sc-2")]):
+                    for secret in (
+                        canary,
+                        *[
+                            Canary.from_file(group.folder / f"sidecar-state-{n}" / "credential")
+                            for n in ("sc-1", "sc-2")
+                        ],
+                    ):
                         assert not secret.in_text(r.text), path
                         assert not secret.in_bytes(r.content), path
 
             # The server's live objects, after the handler returned: neither the key nor either
             # sidecar's credential (the hub keeps a hash of it).
-            credentials = [Canary.from_file(group.folder / f"sidecar-state-{n}" / "credential")
-                           for n in ("sc-1", "sc-2")]
+            credentials = [
+                Canary.from_file(group.folder / f"sidecar-state-{n}" / "credential") for n in ("sc-1", "sc-2")
+            ]
             for secret in (canary, *credentials):
                 holders = live_objects_holding(secret)
                 assert holders == [], holders
@@ -225,8 +254,14 @@ async def test_canary_key_used_by_two_sidecars_then_found_nowhere(tmp_path: Path
             # A restarted sidecar has no key and says so; the other keeps working.
             group.kill(group.procs[1])  # sc-1, SIGKILL
             await wait_for(lambda: "sc-1" not in hub.connected(), what="sc-1 gone")
-            spawn_sidecar(group, "sc-1", port, [], log_level="DEBUG",
-                          extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"])
+            spawn_sidecar(
+                group,
+                "sc-1",
+                port,
+                [],
+                log_level="DEBUG",
+                extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"],
+            )
             await wait_for(lambda: cloud["sc-1"] in registry, timeout=60, what="sc-1 back")
             await wait_for(lambda: "key missing on sc-1" in hub.problems(), what="key missing reported")
             with pytest.raises(KeyMissing, match="key missing on sc-1"):
@@ -289,21 +324,33 @@ async def test_canary_key_is_in_no_token_route_no_audit_entry_and_no_mcp_answer(
         async with serve_in_loop(app) as url:
             port = int(url.rsplit(":", 1)[1])
             hub.auth.approve("sc-1")
-            spawn_sidecar(group, "sc-1", port, [], extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"])
+            spawn_sidecar(
+                group, "sc-1", port, [], extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"]
+            )
             await wait_for(lambda: "sc-1" in hub.connected(), timeout=60, what="the sidecar")
             poster = await asyncio.to_thread(
-                subprocess.run, [PY, "-c", POSTER, url, ADMIN], capture_output=True, text=True, timeout=120,
-                env={"K1": canary.h1, "K2": canary.h2, "PATH": "/usr/bin:/bin"})
+                subprocess.run,
+                [PY, "-c", POSTER, url, ADMIN],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env={"K1": canary.h1, "K2": canary.h2, "PATH": "/usr/bin:/bin"},
+            )
             assert poster.stdout.startswith("200"), poster.stdout + poster.stderr
             assert json.loads(poster.stdout.partition("\n")[2])["acked"] == ["sc-1"]
 
             async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
-                created = (await admin.post("/admin/tokens", json={"name": "dev", "projects": ["api"]})).json()
+                created = (
+                    await admin.post("/admin/tokens", json={"name": "dev", "projects": ["api"]})
+                ).json()
                 token = created["token"]
                 await admin.post("/admin/tokens", json={"name": "gone"})
                 await admin.post("/admin/tokens/gone/revoke")
-                responses = [created, (await admin.get("/admin/tokens")).json(),
-                             (await admin.get("/admin/audit")).json()]
+                responses = [
+                    created,
+                    (await admin.get("/admin/tokens")).json(),
+                    (await admin.get("/admin/audit")).json(),
+                ]
                 for path in ("/admin/tokens", "/admin/audit?limit=1000", "/admin/overview"):
                     responses.append((await admin.get(path)).text)
             http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
@@ -313,8 +360,14 @@ async def test_canary_key_is_in_no_token_route_no_audit_entry_and_no_mcp_answer(
                 responses += [listed.structured_content, refused.content[0].text]
             cli_env = {**os.environ, "FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"}
             for argv in (["audit-log", "--limit", "200"], ["tokens", "list"]):
-                done = await asyncio.to_thread(subprocess.run, [PY, "-m", "fathom.cli", *argv], capture_output=True,
-                                               text=True, timeout=120, env=cli_env)
+                done = await asyncio.to_thread(
+                    subprocess.run,
+                    [PY, "-m", "fathom.cli", *argv],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    env=cli_env,
+                )
                 assert done.returncode == 0, done.stdout + done.stderr
                 outputs.append(done.stdout + done.stderr)
             assert "POST /admin/key" in outputs[0] and "created MCP token dev" in outputs[0]

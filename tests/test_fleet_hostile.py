@@ -51,8 +51,9 @@ def ws_url(url: str) -> str:
     return url.replace("http://", "ws://") + "/sidecar"
 
 
-async def attempt(url: str, token: str | None, *, source: str = "127.0.0.1",
-                  forwarded_for: str | None = None) -> int:
+async def attempt(
+    url: str, token: str | None, *, source: str = "127.0.0.1", forwarded_for: str | None = None
+) -> int:
     """One join attempt from the local address `source`: the HTTP status of a refused handshake,
     the close code of a connection closed at once, or 101 for one the hub keeps open."""
     headers = {}
@@ -61,8 +62,14 @@ async def attempt(url: str, token: str | None, *, source: str = "127.0.0.1",
     if forwarded_for is not None:
         headers["X-Forwarded-For"] = forwarded_for
     try:
-        async with websockets.connect(ws_url(url), compression=None, proxy=None, open_timeout=10,
-                                      additional_headers=headers, local_addr=(source, 0)) as ws:
+        async with websockets.connect(
+            ws_url(url),
+            compression=None,
+            proxy=None,
+            open_timeout=10,
+            additional_headers=headers,
+            local_addr=(source, 0),
+        ) as ws:
             try:
                 await asyncio.wait_for(ws.recv(), 0.3)
             except websockets.ConnectionClosed:
@@ -185,8 +192,9 @@ def test_strangers_big_frames_are_refused_before_the_server_holds_them(server_pr
 
     async def one() -> int | None:
         try:
-            async with websockets.connect(ws_url(url), compression=None, proxy=None, open_timeout=10,
-                                          max_size=None, write_limit=2**24) as ws:
+            async with websockets.connect(
+                ws_url(url), compression=None, proxy=None, open_timeout=10, max_size=None, write_limit=2**24
+            ) as ws:
                 with contextlib.suppress(websockets.ConnectionClosed):  # closed while it still sends
                     await asyncio.wait_for(ws.send(frame), 30)
                 return await closed_with(ws, 30)
@@ -206,14 +214,21 @@ def test_strangers_big_frames_are_refused_before_the_server_holds_them(server_pr
 
 
 async def test_a_pending_sidecar_is_held_to_small_frames_until_approved(fleet: Fleet):
-    big = p.Heartbeat(load=0, in_flight=0).model_dump(mode="json") | {"pad": "a" * (p.MAX_PENDING_FRAME_BYTES + 1)}
+    big = p.Heartbeat(load=0, in_flight=0).model_dump(mode="json") | {
+        "pad": "a" * (p.MAX_PENDING_FRAME_BYTES + 1)
+    }
     async with asyncio.timeout(30):
         # A first frame over the small bound: refused before it is parsed, and counted.
         async with websockets.connect(fleet.ws_url, compression=None, proxy=None, max_size=None) as ws:
             await ws.send(json.dumps(big))
             assert await closed_with(ws) in (1009, CLOSE_POLICY)
-        async with websockets.connect(fleet.ws_url, compression=None, proxy=None, max_size=None,
-                                      additional_headers={"Authorization": f"Bearer {JOIN}"}) as ws:
+        async with websockets.connect(
+            fleet.ws_url,
+            compression=None,
+            proxy=None,
+            max_size=None,
+            additional_headers={"Authorization": f"Bearer {JOIN}"},
+        ) as ws:
             status = await register(ws, "gpu-p")
             assert isinstance(status, p.Status) and status.state == "pending"
             await ws.send(json.dumps(big))  # pending: still the small bound
@@ -223,7 +238,9 @@ async def test_a_pending_sidecar_is_held_to_small_frames_until_approved(fleet: F
             assert (await admin.post("/admin/fleet/gpu-p/approve")).status_code == 200
         await wait_for(lambda: sidecar.state == "approved", what="approval")
         # Approved: the bound is widened, and an embed result of 1.4 MB comes through.
-        result = await fleet.hub.command("gpu-p", "embed", CE, "local", {"texts": [f"t{i}" for i in range(1024)]})
+        result = await fleet.hub.command(
+            "gpu-p", "embed", CE, "local", {"texts": [f"t{i}" for i in range(1024)]}
+        )
         assert p.decode_vectors(result).shape == (1024, 256)
 
 
@@ -245,19 +262,25 @@ async def test_pending_sidecars_are_bounded_in_number_and_their_fields_in_size(f
             assert len(fleet.hub.connected()) == MAX_PENDING and "one-too-many" not in fleet.hub.connected()
             # An operator's pre-approved sidecar still gets in.
             async with fleet.admin() as admin:
-                host_token = (await admin.post("/admin/fleet/tokens", json={"name": "gpu-ok"})).json()["token"]
+                host_token = (await admin.post("/admin/fleet/tokens", json={"name": "gpu-ok"})).json()[
+                    "token"
+                ]
                 sidecar, _ = await fleet.start_sidecar("gpu-ok", token=host_token)
                 assert sidecar.state == "approved"
                 # A dashboard poll with the list full stays small.
                 listing = await admin.get("/admin/fleet")
                 assert listing.status_code == 200 and len(listing.content) < 256 * 1024, len(listing.content)
             # Oversized fields are refused, not kept: a long version, too many, a long model.
-            for fields in ({"versions": {"fathom": "x" * 65}},
-                           {"versions": {f"k{i}": "1" for i in range(17)}},
-                           {"versions": {"k" * 33: "1"}},
-                           {"routes": [{"role": CE.value, "backend": "tei", "model": "m" * 257}]}):
+            for fields in (
+                {"versions": {"fathom": "x" * 65}},
+                {"versions": {f"k{i}": "1" for i in range(17)}},
+                {"versions": {"k" * 33: "1"}},
+                {"routes": [{"role": CE.value, "backend": "tei", "model": "m" * 257}]},
+            ):
                 async with websockets.connect(fleet.ws_url, compression=None, proxy=None) as ws:
-                    frame = p.Register(name="fat", token=JOIN, credential=new_credential()).model_dump(mode="json")
+                    frame = p.Register(name="fat", token=JOIN, credential=new_credential()).model_dump(
+                        mode="json"
+                    )
                     await ws.send(json.dumps(frame | fields))
                     reply = p.parse_frame(await asyncio.wait_for(ws.recv(), 10))
                     assert isinstance(reply, p.Error) and reply.code == "invalid", reply
@@ -273,8 +296,9 @@ async def test_pending_sidecars_are_bounded_in_number_and_their_fields_in_size(f
 @pytest.fixture
 async def pending_link(fleet: Fleet) -> AsyncIterator[tuple[Fleet, Any]]:
     """A raw connection registered as a pending sidecar "raw"."""
-    async with websockets.connect(fleet.ws_url, compression=None, proxy=None,
-                                  additional_headers={"Authorization": f"Bearer {JOIN}"}) as ws:
+    async with websockets.connect(
+        fleet.ws_url, compression=None, proxy=None, additional_headers={"Authorization": f"Bearer {JOIN}"}
+    ) as ws:
         status = await register(ws, "raw")
         assert isinstance(status, p.Status) and status.state == "pending"
         yield fleet, ws
@@ -292,8 +316,11 @@ async def roundtrip(ws: Any) -> None:
 
 async def test_a_pending_sidecars_key_check_moves_nothing(pending_link):
     fleet, ws = pending_link
-    check = p.KeyCheck(outcome="ok", reason="push", facts=p.KeyFacts(
-        rate_limit_requests=20, rate_limit_interval="1m", is_free_tier=True))
+    check = p.KeyCheck(
+        outcome="ok",
+        reason="push",
+        facts=p.KeyFacts(rate_limit_requests=20, rate_limit_interval="1m", is_free_tier=True),
+    )
     async with fleet.admin() as admin, asyncio.timeout(30):
         before = (await admin.get("/admin/budget")).json()
         await ws.send(p.encode(check))
@@ -329,32 +356,53 @@ async def test_a_stream_of_refused_frames_is_cut_off(pending_link):
 async def test_a_silent_connection_is_closed_after_the_register_timeout(tmp_path: Path):
     app, hub, _ = build_app(tmp_path / "data", register_timeout=0.5)
     async with serve_in_loop(app) as url, asyncio.timeout(20):
-        async with websockets.connect(ws_url(url), compression=None, proxy=None,
-                                      additional_headers={"Authorization": f"Bearer {JOIN}"}) as ws:
+        async with websockets.connect(
+            ws_url(url), compression=None, proxy=None, additional_headers={"Authorization": f"Bearer {JOIN}"}
+        ) as ws:
             reply = p.parse_frame(await asyncio.wait_for(ws.recv(), 10))
             assert isinstance(reply, p.Error) and reply.code == "register_timeout"
             assert await closed_with(ws) == CLOSE_POLICY
     assert hub.connected() == []
 
 
-async def test_without_the_bounded_transport_the_hub_still_refuses_a_pending_big_frame_unparsed(tmp_path: Path):
+async def test_without_the_bounded_transport_the_hub_still_refuses_a_pending_big_frame_unparsed(
+    tmp_path: Path,
+):
     """Under a plain uvicorn (no per-connection bound) the hub checks a message's size before
     parsing it: a pending sidecar's frame over the small bound is refused (its connection lives)."""
     import uvicorn
 
     app, hub, _ = build_app(tmp_path / "data")
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning",
-                                           ws="websockets-sansio", ws_max_size=p.MAX_FRAME_BYTES, log_config=None))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=free_port(),
+            log_level="warning",
+            ws="websockets-sansio",
+            ws_max_size=p.MAX_FRAME_BYTES,
+            log_config=None,
+        )
+    )
     task = asyncio.create_task(server.serve())
     try:
         await wait_for(lambda: server.started or task.done(), what="a plain uvicorn")
         url = f"http://127.0.0.1:{server.config.port}"
-        async with asyncio.timeout(30), websockets.connect(
-                ws_url(url), compression=None, proxy=None, max_size=None,
-                additional_headers={"Authorization": f"Bearer {JOIN}"}) as ws:
+        async with (
+            asyncio.timeout(30),
+            websockets.connect(
+                ws_url(url),
+                compression=None,
+                proxy=None,
+                max_size=None,
+                additional_headers={"Authorization": f"Bearer {JOIN}"},
+            ) as ws,
+        ):
             status = await register(ws, "gpu-plain")
             assert isinstance(status, p.Status) and status.state == "pending"
-            big = p.Heartbeat(load=0, in_flight=0).model_dump(mode="json") | {"pad": "a" * p.MAX_PENDING_FRAME_BYTES}
+            big = p.Heartbeat(load=0, in_flight=0).model_dump(mode="json") | {
+                "pad": "a" * p.MAX_PENDING_FRAME_BYTES
+            }
             await ws.send(json.dumps(big))
             reply = p.parse_frame(await asyncio.wait_for(ws.recv(), 10))
             assert isinstance(reply, p.Error) and reply.code == "oversized", reply

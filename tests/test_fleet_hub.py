@@ -45,7 +45,9 @@ async def test_pending_sidecar_gets_no_command_and_no_key(fleet: Fleet):
         # Approval takes effect on the live connection: providers appear, config (no key) arrives.
         r = await admin.post("/admin/fleet/gpu-a/approve")
         assert r.status_code == 200 and r.json()["state"] == "approved"
-    await wait_for(lambda: sidecar.state == "approved" and sidecar.received.get("config", 0) == 1, what="approval")
+    await wait_for(
+        lambda: sidecar.state == "approved" and sidecar.received.get("config", 0) == 1, what="approval"
+    )
     assert local_id("gpu-a") in fleet.registry and not sidecar.key_present
     vec = await fleet.registry.get(local_id("gpu-a")).embed(["hello"])
     assert np.allclose(vec[0], HashEmbedder.vector("hello", 8))
@@ -53,7 +55,9 @@ async def test_pending_sidecar_gets_no_command_and_no_key(fleet: Fleet):
 
 async def test_wrong_token_refused_at_connect(fleet: Fleet):
     with pytest.raises(SidecarRefused, match="wrong join token"):
-        await asyncio.wait_for(Sidecar("intruder", {}).run(fleet.url, "fj_wrong", backoff=Backoff(0.01, 0.02)), 20)
+        await asyncio.wait_for(
+            Sidecar("intruder", {}).run(fleet.url, "fj_wrong", backoff=Backoff(0.01, 0.02)), 20
+        )
     # The same through the register frame (a client that cannot set headers): refused, closed 4401.
     async with websockets.connect(fleet.ws_url, compression=None, proxy=None) as ws:
         await ws.send(json.dumps({"v": 1, "type": "register", "name": "intruder", "token": "fj_wrong"}))
@@ -79,7 +83,9 @@ async def test_host_token_pre_approves_exactly_its_name(fleet: Fleet):
     assert sidecar.state == "approved"
     await wait_for(lambda: local_id("gpu-h") in fleet.registry, what="provider")
     with pytest.raises(SidecarRefused):
-        await asyncio.wait_for(Sidecar("other", {}).run(fleet.url, issued["token"], backoff=Backoff(0.01, 0.02)), 20)
+        await asyncio.wait_for(
+            Sidecar("other", {}).run(fleet.url, issued["token"], backoff=Backoff(0.01, 0.02)), 20
+        )
     # Only hashes are on disk.
     fleet_file = (fleet.data_dir / "fleet.json").read_text()
     assert issued["token"] not in fleet_file and JOIN not in fleet_file
@@ -153,8 +159,9 @@ async def test_drop_mid_command_fails_fast_and_pool_loses_nothing(fleet: Fleet):
         fleet.hub.auth.approve(name)
     x, _ = await fleet.start_sidecar("gpu-x", {CE: doomed})
     await fleet.start_sidecar("gpu-y", {CE: healthy})
-    await wait_for(lambda: {local_id("gpu-x"), local_id("gpu-y")} <= set(p.id for p in fleet.registry),
-                   what="providers")
+    await wait_for(
+        lambda: {local_id("gpu-x"), local_id("gpu-y")} <= set(p.id for p in fleet.registry), what="providers"
+    )
     # Direct: a command held by a sidecar that drops fails at once with SidecarUnavailable.
     held = asyncio.create_task(fleet.registry.get(local_id("gpu-x")).embed(["held"]))
     await asyncio.wait_for(doomed.started.wait(), 10)
@@ -177,8 +184,14 @@ async def test_drop_mid_command_fails_fast_and_pool_loses_nothing(fleet: Fleet):
             written[i] = provider.id
 
     # The sidecars only: the server's own in-process encoder is in the registry too.
-    pool = Pool(fleet.registry, role=CE, initial_batch=3, max_batch=3, stall_timeout=60,
-                eligible=lambda p: p.id.startswith("sidecar:"))
+    pool = Pool(
+        fleet.registry,
+        role=CE,
+        initial_batch=3,
+        max_batch=3,
+        stall_timeout=60,
+        eligible=lambda p: p.id.startswith("sidecar:"),
+    )
     job = asyncio.create_task(pool.run(texts, sink))
     await asyncio.wait_for(doomed.started.wait(), 10)
     await asyncio.wait_for(healthy.started.wait(), 10)
@@ -200,11 +213,15 @@ async def test_health_is_listed_and_silent_sidecars_are_reaped(fleet: Fleet):
     now = [fleet.hub.clock() + 10 * fleet.hub.heartbeat_timeout]
     real_clock, fleet.hub.clock = fleet.hub.clock, lambda: now[0]
     removed = []
-    fleet.registry.subscribe(lambda change: removed.append(change.provider.id) if change.kind == "removed" else None)
+    fleet.registry.subscribe(
+        lambda change: removed.append(change.provider.id) if change.kind == "removed" else None
+    )
     try:
         assert await fleet.hub.reap() == ["gpu-h1"]
     finally:
         fleet.hub.clock = real_clock
     assert local_id("gpu-h1") in removed and all(pid.startswith("sidecar:gpu-h1:") for pid in removed)
     # The sidecar itself is alive: it reconnects and is served again.
-    await wait_for(lambda: sidecar.received["status"] >= 2 and local_id("gpu-h1") in fleet.registry, what="rejoin")
+    await wait_for(
+        lambda: sidecar.received["status"] >= 2 and local_id("gpu-h1") in fleet.registry, what="rejoin"
+    )

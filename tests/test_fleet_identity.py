@@ -54,13 +54,18 @@ def fleet_cli(url: str, *args: str):
         """fathom (operator commands only)."""
 
     register(app)
-    return CliRunner().invoke(app, ["fleet", *args], catch_exceptions=False,
-                              env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "250"})
+    return CliRunner().invoke(
+        app,
+        ["fleet", *args],
+        catch_exceptions=False,
+        env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "250"},
+    )
 
 
 @pytest.mark.slow
 async def test_an_impostor_under_an_approved_name_stays_pending_gets_no_key_and_the_real_sidecar_gets_back_in(
-        tmp_path: Path):
+    tmp_path: Path,
+):
     data = tmp_path / "data"
     state = tmp_path / "real-state"
     group = ProcessGroup(tmp_path / "logs")
@@ -80,8 +85,11 @@ async def test_an_impostor_under_an_approved_name_stays_pending_gets_no_key_and_
             fleet = Fleet(url, hub, registry, data)
             env = {"FATHOM_SIDECAR_STATE_DIR": str(state)}
             real = spawn_sidecar(group, "gpu-1", port, [], env=env)
-            await wait_for(lambda: "gpu-1" in hub.connected() or real.popen.poll() is not None, timeout=60,
-                           what="the real sidecar to connect")
+            await wait_for(
+                lambda: "gpu-1" in hub.connected() or real.popen.poll() is not None,
+                timeout=60,
+                what="the real sidecar to connect",
+            )
             assert real.popen.poll() is None, real.output()
             async with fleet.admin() as admin:
                 assert (await admin.post("/admin/fleet/gpu-1/approve")).json()["state"] == "approved"
@@ -117,8 +125,11 @@ async def test_an_impostor_under_an_approved_name_stays_pending_gets_no_key_and_
 
             # The real sidecar restarts: it takes its name back, and the impostor is cut off.
             real = spawn_sidecar(group, "gpu-1", port, [], env=env)
-            await wait_for(lambda: hub.status_of("gpu-1").state == "approved" and hub.status_of("gpu-1").connected,
-                           timeout=60, what="the real sidecar back")
+            await wait_for(
+                lambda: hub.status_of("gpu-1").state == "approved" and hub.status_of("gpu-1").connected,
+                timeout=60,
+                what="the real sidecar back",
+            )
             impostor_stop.set()
             await asyncio.wait_for(impostor_task, 20)
             assert impostor.received.get("config", 0) == 0 and not impostor.key_present
@@ -126,7 +137,9 @@ async def test_an_impostor_under_an_approved_name_stays_pending_gets_no_key_and_
                 push = (await admin.post("/admin/key", json={"key": KEY})).json()
                 assert push["acked"] == ["gpu-1"], push
                 listed = (await admin.get("/admin/fleet")).json()
-                fleet_json = (await admin.get("/admin/fleet")).text + (await admin.get("/admin/overview")).text
+                fleet_json = (await admin.get("/admin/fleet")).text + (
+                    await admin.get("/admin/overview")
+                ).text
             assert next(s for s in listed["sidecars"] if s["name"] == "gpu-1")["state"] == "approved"
             assert real.popen.poll() is None
 
@@ -173,7 +186,11 @@ async def test_a_host_that_joined_first_keeps_its_name_while_connected(tmp_path:
             async with websockets.connect(fleet.ws_url, compression=None, proxy=None) as ws:
                 await ws.send(p.encode(p.Register(name="gpu-9", token=JOIN)))
                 reply = p.parse_frame(await ws.recv())
-                assert isinstance(reply, p.Error) and reply.code == "join_refused" and "credential" in reply.message
+                assert (
+                    isinstance(reply, p.Error)
+                    and reply.code == "join_refused"
+                    and "credential" in reply.message
+                )
             # The operator may hand the name to a replacement host explicitly.
             await fleet.stop_sidecar(real)
             await wait_for(lambda: "gpu-2" not in hub.connected(), what="gpu-2 offline")
@@ -189,7 +206,8 @@ async def test_a_host_that_joined_first_keeps_its_name_while_connected(tmp_path:
 
 
 async def test_failed_joins_are_rate_limited_per_address_and_logged_as_a_summary_and_a_valid_token_still_joins(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
     now = [1000.0]
     app, hub, registry = build_app(tmp_path / "data", clock=lambda: now[0])
     statuses: list[int] = []
@@ -201,8 +219,13 @@ async def test_failed_joins_are_rate_limited_per_address_and_logged_as_a_summary
             """The HTTP status of a refused handshake, the close code of a connection closed at
             once, or 101 for one the hub keeps open (waiting for the register frame)."""
             try:
-                async with websockets.connect(ws_url, compression=None, proxy=None, open_timeout=10,
-                                              additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+                async with websockets.connect(
+                    ws_url,
+                    compression=None,
+                    proxy=None,
+                    open_timeout=10,
+                    additional_headers={"Authorization": f"Bearer {token}"},
+                ) as ws:
                     try:
                         await asyncio.wait_for(ws.recv(), 0.3)
                     except websockets.ConnectionClosed:

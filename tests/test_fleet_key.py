@@ -28,8 +28,9 @@ async def two_cloud_sidecars(fleet: Fleet, emulator, names=("gpu-1", "gpu-2")):
     out = []
     for name in names:
         fleet.hub.auth.approve(name)
-        sidecar, _ = await fleet.start_sidecar(name, {Role.CODE_EMBEDDING: HashEmbedder()},
-                                               openrouter_base_url=emulator.base_url)
+        sidecar, _ = await fleet.start_sidecar(
+            name, {Role.CODE_EMBEDDING: HashEmbedder()}, openrouter_base_url=emulator.base_url
+        )
         out.append(sidecar)
     await wait_for(lambda: all(cloud_id(n) in fleet.registry for n in names), what="cloud routes")
     await wait_for(lambda: all(s.received.get("config", 0) >= 1 for s in out), what="stored config pushed")
@@ -125,13 +126,16 @@ async def test_restart_reports_key_missing_and_reconnect_keeps_key(fleet: Fleet,
     configs = b.received["config"]
     link = fleet.hub._links["gpu-2"]
     await fleet.hub._close(link, 1012, "test: restart the connection")
-    await wait_for(lambda: b.received["config"] > configs and "gpu-2" in fleet.hub.connected(), what="reconnect")
+    await wait_for(
+        lambda: b.received["config"] > configs and "gpu-2" in fleet.hub.connected(), what="reconnect"
+    )
     assert b.key_present and "key missing on gpu-2" not in fleet.hub.problems()
     assert (await fleet.registry.get(cloud_id("gpu-2")).chat(HELLO)).content
     # A restarted process has no key: status says so, and the cloud route fails loudly.
     await fleet.stop_sidecar(a)
-    fresh, _ = await fleet.start_sidecar("gpu-1", {Role.CODE_EMBEDDING: HashEmbedder()},
-                                         openrouter_base_url=emulator.base_url)
+    fresh, _ = await fleet.start_sidecar(
+        "gpu-1", {Role.CODE_EMBEDDING: HashEmbedder()}, openrouter_base_url=emulator.base_url
+    )
     await wait_for(lambda: cloud_id("gpu-1") in fleet.registry, what="gpu-1 back")
     assert not fresh.key_present
     assert "key missing on gpu-1" in fleet.hub.problems()
@@ -169,8 +173,9 @@ async def test_bad_key_push_is_refused_without_echo(fleet: Fleet):
 
 async def test_cloud_embedding_and_throttles_reach_the_budget(fleet: Fleet, emulator):
     await two_cloud_sidecars(fleet, emulator, names=("gpu-e",))
-    await fleet.hub.push_config({Role.EMBEDDING: {"policy": "aggregate", "model": MINILM, "upstream": "alpha"}},
-                                key=new_key())
+    await fleet.hub.push_config(
+        {Role.EMBEDDING: {"policy": "aggregate", "model": MINILM, "upstream": "alpha"}}, key=new_key()
+    )
     pid = cloud_id("gpu-e", Role.EMBEDDING, "alpha")
     await wait_for(lambda: pid in fleet.registry, what="pinned cloud embedding route")
     provider = fleet.registry.get(pid)

@@ -77,14 +77,23 @@ def test_fathom_tokens_are_scrubbed_wherever_they_appear():
 def test_jwts_secret_named_query_values_and_credential_headers_are_scrubbed():
     jwt = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJl"
     # uvicorn's access line, as it formats it: the path with its query string.
-    out = capture("uvicorn.access", '%s - "%s %s HTTP/%s" %d', "127.0.0.1:5000", "GET",
-                  "/cb?code=Splx10&state=af0ifjs&next=/home&client_secret=hunter2&auth%5Btoken%5D=t0k", "1.1", 200)
+    out = capture(
+        "uvicorn.access",
+        '%s - "%s %s HTTP/%s" %d',
+        "127.0.0.1:5000",
+        "GET",
+        "/cb?code=Splx10&state=af0ifjs&next=/home&client_secret=hunter2&auth%5Btoken%5D=t0k",
+        "1.1",
+        200,
+    )
     assert "code=***&state=***&next=/home&client_secret=***&auth%5Btoken%5D=***" in out, out
     assert not any(s in out for s in ("Splx10", "af0ifjs", "hunter2", "t0k"))
     # A JWT under any name, or none; an Authorization value of any scheme keeps only its scheme.
     out = capture("httpx", "HTTP Request: GET %s then %s", f"https://idp.example/x?q={jwt}", jwt)
     assert "q=eyJ*** then eyJ***" in out and "c2lnbmF0dXJl" not in out
-    assert capture("websockets.client", "> Authorization: Basic dXNlcjpwYXNz") == "> Authorization: Basic ***\n"
+    assert (
+        capture("websockets.client", "> Authorization: Basic dXNlcjpwYXNz") == "> Authorization: Basic ***\n"
+    )
     # A handshake's headers named like a credential, as websockets dumps them at DEBUG.
     for header in (f"< sec-websocket-protocol: {jwt}", "< x-api-key: k3y-value", "< cookie: session=s3ss"):
         out = capture("uvicorn.error", "%s", header)

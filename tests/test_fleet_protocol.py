@@ -21,12 +21,18 @@ from tests.fleet_fixtures import JOIN, ThreadedServer, build_app
 
 def test_frames_round_trip():
     frames = [
-        p.Register(name="gpu-1", routes=[p.RouteDecl(role=Role.CODE_EMBEDDING, backend="in-process",
-                                                     model="m", width=384)], cloud=True),
+        p.Register(
+            name="gpu-1",
+            routes=[p.RouteDecl(role=Role.CODE_EMBEDDING, backend="in-process", model="m", width=384)],
+            cloud=True,
+        ),
         p.Heartbeat(load=0.5, in_flight=2, key_present=True),
         p.Command(id="c1", op="embed", role=Role.EMBEDDING, route="local", payload={"texts": ["a"]}),
-        p.Result(id="c1", ok=False, error=p.ErrorInfo(code="RateLimited", message="slow down",
-                                                      throttle_kind="429", retry_after=2.0)),
+        p.Result(
+            id="c1",
+            ok=False,
+            error=p.ErrorInfo(code="RateLimited", message="slow down", throttle_kind="429", retry_after=2.0),
+        ),
         p.Ack(config_id="k1", key_present=False),
         p.Status(state="pending"),
         p.Error(code="x", message="y"),
@@ -62,11 +68,17 @@ def test_config_frame_carries_key_only_in_its_text():
     assert "sk-or" not in repr(frame) and "sk-or" not in str(frame)
     # A keyless push leaves the key out entirely (the sidecar keeps its own).
     keyless = p.parse_frame(p.encode_config("c2", {}))
-    assert isinstance(keyless, p.Config) and keyless.key is None and "key" not in json.loads(p.encode_config("c2", {}))
+    assert (
+        isinstance(keyless, p.Config)
+        and keyless.key is None
+        and "key" not in json.loads(p.encode_config("c2", {}))
+    )
 
 
 def test_config_sends_explicit_nulls_but_not_unset_fields():
-    full = json.loads(p.encode_config("c", {Role.EMBEDDING: p.RoleConfig(policy="local", model="m", upstream=None)}))
+    full = json.loads(
+        p.encode_config("c", {Role.EMBEDDING: p.RoleConfig(policy="local", model="m", upstream=None)})
+    )
     assert full["roles"]["embedding"] == {"policy": "local", "model": "m", "upstream": None}
     partial = json.loads(p.encode_config("c", {Role.EMBEDDING: p.RoleConfig(policy="cloud")}))
     assert partial["roles"]["embedding"] == {"policy": "cloud"}
@@ -98,24 +110,35 @@ def test_parse_never_raises_on_bytes(data):
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=20,
 )
 frame_like = st.fixed_dictionaries(
     {"v": st.sampled_from([1, 2, "1", None]), "type": st.sampled_from([*p.FRAME_TYPES, "bogus", ""])},
-    optional={"id": st.text(max_size=10), "payload": json_values, "load": json_values, "ok": json_values,
-              "name": st.text(max_size=10), "config_id": st.text(max_size=10)},
+    optional={
+        "id": st.text(max_size=10),
+        "payload": json_values,
+        "load": json_values,
+        "ok": json_values,
+        "name": st.text(max_size=10),
+        "config_id": st.text(max_size=10),
+    },
 )
 # Well-formed frames of every type a sidecar sends, a key check included: random dictionaries
 # almost never pass a model, so without these the hub's handling of a valid frame from a
 # sidecar it has not approved would never be reached.
 ids = st.text(min_size=1, max_size=10)
 valid_frames = st.one_of(
-    st.builds(p.Heartbeat, load=st.floats(0, 1e6), in_flight=st.integers(0, 1_000_000),
-              key_present=st.booleans()),
-    st.builds(p.KeyCheck, outcome=st.sampled_from(["ok", "rejected", "no_credits", "throttled",
-                                                   "unreachable"]),
-              reason=st.sampled_from(["push", "connect", "periodic", "storm"])),
+    st.builds(
+        p.Heartbeat, load=st.floats(0, 1e6), in_flight=st.integers(0, 1_000_000), key_present=st.booleans()
+    ),
+    st.builds(
+        p.KeyCheck,
+        outcome=st.sampled_from(["ok", "rejected", "no_credits", "throttled", "unreachable"]),
+        reason=st.sampled_from(["push", "connect", "periodic", "storm"]),
+    ),
     st.builds(p.Ack, config_id=ids, key_present=st.booleans()),
     st.builds(p.Result, id=ids, ok=st.just(True), payload=st.just({})),
     st.builds(p.Error, code=st.text(max_size=20), message=st.text(max_size=50), ref=st.none() | ids),
@@ -135,8 +158,13 @@ def live_hub(tmp_path_factory):
     app, hub, registry = build_app(data_dir, max_frame_bytes=4096)
     server = ThreadedServer(app)
     url = server.start()
-    ws = connect(url.replace("http", "ws") + "/sidecar", additional_headers={"Authorization": f"Bearer {JOIN}"},
-                 compression=None, proxy=None, open_timeout=10)
+    ws = connect(
+        url.replace("http", "ws") + "/sidecar",
+        additional_headers={"Authorization": f"Bearer {JOIN}"},
+        compression=None,
+        proxy=None,
+        open_timeout=10,
+    )
     ws.send(p.encode(p.Register(name="fuzzer", credential=new_credential())))
     status = p.parse_frame(ws.recv(timeout=10))
     assert isinstance(status, p.Status) and status.state == "pending"
@@ -154,8 +182,9 @@ def test_hub_survives_random_frames(live_hub, message):
     frame = p.parse_frame(data)
     # Every frame a sidecar sends is taken silently (a key check from a pending sidecar is
     # dropped, never answered); anything else is answered with an error.
-    if isinstance(frame, p.FrameError) or not isinstance(frame, (p.Heartbeat, p.Result, p.Ack, p.Error,
-                                                                 p.KeyCheck)):
+    if isinstance(frame, p.FrameError) or not isinstance(
+        frame, (p.Heartbeat, p.Result, p.Ack, p.Error, p.KeyCheck)
+    ):
         # A refused or out-of-place frame gets an error frame back; the connection stays open.
         reply = p.parse_frame(ws.recv(timeout=10))
         assert isinstance(reply, p.Error), reply

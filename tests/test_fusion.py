@@ -12,10 +12,18 @@ from fathom.index.fusion import fuse, query_shape, rrf_fuse
 from fathom.index.store import Hit
 
 
-def hit(cid: str, score: float, *, path: str | None = None, symbol: str | None = None,
-        start: int = 1) -> Hit:
-    return Hit(chunk_id=cid, path=path or f"pkg/{cid}.py", start_line=start, end_line=start + 9,
-               symbol=symbol, language="python", score=score, snippet="", provider_id="p")
+def hit(cid: str, score: float, *, path: str | None = None, symbol: str | None = None, start: int = 1) -> Hit:
+    return Hit(
+        chunk_id=cid,
+        path=path or f"pkg/{cid}.py",
+        start_line=start,
+        end_line=start + 9,
+        symbol=symbol,
+        language="python",
+        score=score,
+        snippet="",
+        provider_id="p",
+    )
 
 
 def ids(hits) -> list[str]:
@@ -25,32 +33,38 @@ def ids(hits) -> list[str]:
 # ---------------------------------------------------------------- the query's shape
 
 
-@pytest.mark.parametrize("query", [
-    "python check if a string is a number",
-    "how do I retry a request after a timeout",
-    "it's the object's class (or the object itself)",  # apostrophes are not quotes
-    "read a file line by line",
-    "python function to read a csv file",  # "function" introduces no name
-    "a class of problems",
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "python check if a string is a number",
+        "how do I retry a request after a timeout",
+        "it's the object's class (or the object itself)",  # apostrophes are not quotes
+        "read a file line by line",
+        "python function to read a csv file",  # "function" introduces no name
+        "a class of problems",
+    ],
+)
 def test_plain_language_leans_on_vectors(query):
     shape = query_shape(query)
     assert not shape.is_code and not shape.names and not shape.paths
     assert shape.keyword_weight == fusion.NATURAL_WEIGHT
 
 
-@pytest.mark.parametrize("query,names", [
-    ("build_request", {"build_request"}),
-    ("`raise_for_status`", {"raise_for_status"}),
-    ("HTTPTransport.handle_request", {"httptransport", "handle_request"}),
-    ("where is `Retry-After` parsed", {"retry", "after"}),
-    ("Retry-After header", {"retry", "after"}),
-    ("getUserName", {"getusername"}),
-    ("class Timeout", {"timeout"}),
-    ("confirm", {"confirm"}),  # one word typed into a code search is a name
-    ('the "NO_PROXY" variable', {"no_proxy"}),
-    ("parse_date()", {"parse_date"}),
-])
+@pytest.mark.parametrize(
+    "query,names",
+    [
+        ("build_request", {"build_request"}),
+        ("`raise_for_status`", {"raise_for_status"}),
+        ("HTTPTransport.handle_request", {"httptransport", "handle_request"}),
+        ("where is `Retry-After` parsed", {"retry", "after"}),
+        ("Retry-After header", {"retry", "after"}),
+        ("getUserName", {"getusername"}),
+        ("class Timeout", {"timeout"}),
+        ("confirm", {"confirm"}),  # one word typed into a code search is a name
+        ('the "NO_PROXY" variable', {"no_proxy"}),
+        ("parse_date()", {"parse_date"}),
+    ],
+)
 def test_code_leans_on_keywords_and_names_what_it_spells(query, names):
     shape = query_shape(query)
     assert shape.is_code and shape.keyword_weight == fusion.CODE_WEIGHT
@@ -115,22 +129,30 @@ def test_a_query_naming_a_function_finds_its_definition_first():
     # The definition is last in both lists (callers mention the name more often).
     vector = [hit("caller1", 0.7), hit("caller2", 0.69), hit("def", 0.5, symbol="Client.build_request")]
     text = [hit("caller2", 8.0), hit("caller1", 7.5), hit("def", 3.0, symbol="Client.build_request")]
-    for query in ("build_request", "`build_request`", "Client.build_request",
-                  "where is build_request defined"):
+    for query in (
+        "build_request",
+        "`build_request`",
+        "Client.build_request",
+        "where is build_request defined",
+    ):
         top = fuse(vector, text, query)[0]
         assert (top.chunk_id, top.match) == ("def", "symbol"), query
 
 
 def test_the_more_specific_definition_wins():
-    cands = [hit("base", 0.9, symbol="BaseTransport.handle_request"),
-             hit("cls", 0.85, symbol="HTTPTransport"),
-             hit("meth", 0.5, symbol="HTTPTransport.handle_request"),
-             hit("other", 0.8, symbol="HTTPTransport.close")]
+    cands = [
+        hit("base", 0.9, symbol="BaseTransport.handle_request"),
+        hit("cls", 0.85, symbol="HTTPTransport"),
+        hit("meth", 0.5, symbol="HTTPTransport.handle_request"),
+        hit("other", 0.8, symbol="HTTPTransport.close"),
+    ]
     # Both parts named beats one; a method of another class named only by its own name, and
     # the class itself, follow; a method whose own name is not in the query is not boosted.
     assert ids(fuse(cands, [], "HTTPTransport.handle_request")) == ["meth", "base", "cls", "other"]
-    basic = [hit("digest", 0.9, symbol="DigestAuth._build_auth_header"),
-             hit("basic", 0.6, symbol="BasicAuth._build_auth_header")]
+    basic = [
+        hit("digest", 0.9, symbol="DigestAuth._build_auth_header"),
+        hit("basic", 0.6, symbol="BasicAuth._build_auth_header"),
+    ]
     assert ids(fuse(basic, [], "basic auth `_build_auth_header`"))[0] == "basic"
 
 
@@ -141,19 +163,23 @@ def test_plain_words_name_no_definition():
 
 
 def test_a_named_file_comes_first_and_a_named_file_and_symbol_first_of_all():
-    vector = [hit("x", 0.9, path="httpx/_client.py", symbol="AsyncHTTPTransport"),
-              hit("y", 0.8, path="httpx/_transports/default.py", symbol="HTTPTransport"),
-              hit("z", 0.4, path="httpx/_transports/default.py", symbol="AsyncHTTPTransport")]
+    vector = [
+        hit("x", 0.9, path="httpx/_client.py", symbol="AsyncHTTPTransport"),
+        hit("y", 0.8, path="httpx/_transports/default.py", symbol="HTTPTransport"),
+        hit("z", 0.4, path="httpx/_transports/default.py", symbol="AsyncHTTPTransport"),
+    ]
     fused = fuse(vector, [], "_transports/default.py AsyncHTTPTransport")
-    assert [(h.chunk_id, h.match) for h in fused] == [
-        ("z", "symbol+path"), ("x", "symbol"), ("y", "path")]
+    assert [(h.chunk_id, h.match) for h in fused] == [("z", "symbol+path"), ("x", "symbol"), ("y", "path")]
 
 
 def test_the_first_window_of_a_long_definition_is_shown_first():
     # A long function cut into windows: the second window matched better, but the first
     # holds the signature, so it takes the group's best score and comes first.
-    vector = [hit("w2", 0.9, path="m.py", symbol="style", start=40),
-              hit("other", 0.8), hit("w1", 0.5, path="m.py", symbol="style", start=1)]
+    vector = [
+        hit("w2", 0.9, path="m.py", symbol="style", start=40),
+        hit("other", 0.8),
+        hit("w1", 0.5, path="m.py", symbol="style", start=1),
+    ]
     fused = fuse(vector, [], "format text with colours")
     assert ids(fused)[:2] == ["w1", "w2"]
     assert fused[0].score == fused[1].score
@@ -164,7 +190,6 @@ def test_each_hit_says_why_it_ranked():
     text = [hit("b", 4.0)]
     by_id = {h.chunk_id: h for h in fuse(vector, text, "parse_date")}
     b, a = by_id["b"], by_id["a"]
-    assert (b.vector_rank, b.text_rank, b.vector_score, b.text_score, b.match) == \
-        (2, 1, 0.5, 4.0, "symbol")
+    assert (b.vector_rank, b.text_rank, b.vector_score, b.text_score, b.match) == (2, 1, 0.5, 4.0, "symbol")
     assert (a.vector_rank, a.text_rank, a.text_score, a.match) == (1, None, None, None)
     assert b.score > 1 > a.score >= 0

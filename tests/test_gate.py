@@ -131,8 +131,7 @@ def test_the_floor_is_strict_a_cosine_of_exactly_0_99_is_refused():
     ref = np.array([[1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
     at_floor = [0.99, math.sqrt(1 - 0.99**2)]
     above = [0.9905, math.sqrt(1 - 0.9905**2)]
-    evidence = inspect(["at", "above", "same"], np.array([at_floor, above, [1.0, 0.0]]), 2,
-                       reference=ref)
+    evidence = inspect(["at", "above", "same"], np.array([at_floor, above, [1.0, 0.0]]), 2, reference=ref)
     assert evidence.cosines["at"] == MIN_COSINE == 0.99
     assert list(evidence.failing) == ["at"] and not evidence.passed
     assert inspect(["above"], np.array([above]), 2, reference=ref[:1]).passed
@@ -147,12 +146,15 @@ async def test_a_stack_a_little_above_the_floor_is_cleared(gate):
     assert v.cleared and 0.99 < v.min_cosine < 0.996
 
 
-@pytest.mark.parametrize("stack,expect", [
-    (lambda texts, m: m[:, : WIDTH - 4], "width 12"),
-    (lambda texts, m: np.where(np.arange(m.size).reshape(m.shape) == 5, np.nan, m), "non-finite"),
-    (lambda texts, m: m[:-1], "vectors for"),
-    (lambda texts, m: np.vstack([m, m[:1]]), "vectors for"),
-])
+@pytest.mark.parametrize(
+    "stack,expect",
+    [
+        (lambda texts, m: m[:, : WIDTH - 4], "width 12"),
+        (lambda texts, m: np.where(np.arange(m.size).reshape(m.shape) == 5, np.nan, m), "non-finite"),
+        (lambda texts, m: m[:-1], "vectors for"),
+        (lambda texts, m: np.vstack([m, m[:1]]), "vectors for"),
+    ],
+)
 async def test_wrong_width_nan_or_count_is_refused(gate, stack, expect):
     gate.attach(FakeEncoder("local:ref"))
     v = await gate.verify(local_space(), FakeEncoder("sidecar:bad", stack=stack), Policy.AGGREGATE)
@@ -163,8 +165,9 @@ async def test_wrong_width_nan_or_count_is_refused(gate, stack, expect):
 async def test_width_check_alone_would_pass_a_foreign_space(gate):
     """Equal width, other encoder: the cosine floor is what refuses it."""
     gate.attach(FakeEncoder("local:ref"))
-    foreign = FakeEncoder("sidecar:e5", stack=lambda texts, m: np.stack(
-        [np.roll(v, 3) for v in m]).astype(np.float32))
+    foreign = FakeEncoder(
+        "sidecar:e5", stack=lambda texts, m: np.stack([np.roll(v, 3) for v in m]).astype(np.float32)
+    )
     v = await gate.verify(local_space(), foreign, Policy.AGGREGATE)
     assert v.widths_seen == (WIDTH,) and v.finite_ok and v.count_ok
     assert not v.passed and v.min_cosine < 0.9
@@ -225,8 +228,16 @@ async def test_verdicts_survive_a_restart_and_cleared_providers_are_reprobed_fir
     saved = json.loads(text)["verdicts"][0]
     assert saved["verdict_id"] == v1.verdict_id and saved["status"] == "cleared"
     assert set(saved["evidence"]["cosines"]) == set(load_probes().ids)
-    assert set(saved["key"]) == {"space", "table", "provider_id", "model", "upstream", "regime",
-                                 "reference", "width"}  # no field could hold a secret
+    assert set(saved["key"]) == {
+        "space",
+        "table",
+        "provider_id",
+        "model",
+        "upstream",
+        "regime",
+        "reference",
+        "width",
+    }  # no field could hold a secret
 
 
 async def test_changed_pin_or_model_invalidates(tmp_path, wall):
@@ -398,6 +409,7 @@ async def test_reprobe_after_reconnect_catches_a_changed_stack(gate):
 
     async def listener(event):
         heard.append(event)
+
     gate.add_listener(listener)
 
     back = FakeEncoder("sidecar:gpu1", stack=rotated_all(0.95))  # reconnects, other stack
@@ -478,7 +490,6 @@ async def test_gate_events_for_pool_listeners(gate):
     remove()
     await gate.verify(local_space(), FakeEncoder("c"), Policy.AGGREGATE)
     assert events == [("cleared", "a"), ("refused", "b")]
-
 
 
 # ------------------------------------------------------------------------------ wiring

@@ -25,9 +25,18 @@ class WallClock:
 
 
 def chunks(prefix: str, n: int) -> list[Chunk]:
-    return [Chunk(path=f"{prefix}.py", language="python", table="code", start_line=i * 10 + 1,
-                  end_line=i * 10 + 5, symbol=f"{prefix}_{i}", text=f"def {prefix}_{i}(): return {i}")
-            for i in range(n)]
+    return [
+        Chunk(
+            path=f"{prefix}.py",
+            language="python",
+            table="code",
+            start_line=i * 10 + 1,
+            end_line=i * 10 + 5,
+            symbol=f"{prefix}_{i}",
+            text=f"def {prefix}_{i}(): return {i}",
+        )
+        for i in range(n)
+    ]
 
 
 async def write(store, provider, verdict, rows):
@@ -99,8 +108,7 @@ async def test_store_with_gate_clearance_refuses_unverified_writers(tmp_path):
     with pytest.raises(NotCleared):
         store.write("proj", "code", rows, vectors, Provenance("local:ref", None))
     gate.attach(FakeEncoder("local:ref"))
-    refused = await gate.verify(space, FakeEncoder("sidecar:int8", stack=rotated_all(0.92)),
-                                Policy.AGGREGATE)
+    refused = await gate.verify(space, FakeEncoder("sidecar:int8", stack=rotated_all(0.92)), Policy.AGGREGATE)
     with pytest.raises(NotCleared, match="refused"):
         store.write("proj", "code", rows, vectors, Provenance("sidecar:int8", refused.verdict_id))
     assert store.provenance_counts("proj", "code") == {}

@@ -117,12 +117,16 @@ def alpha_requests(emulator) -> int:
 
 @pytest.mark.slow
 async def test_drift_is_caught_after_a_sidecar_restart_a_server_restart_and_a_forced_verify(
-        tmp_path, memo_local, memo_emulator_encoders, emulator, caplog):
+    tmp_path, memo_local, memo_emulator_encoders, emulator, caplog
+):
     caplog.set_level(logging.WARNING, logger="fathom.inference.gate.core")
     data, port = tmp_path / "data", free_port()
-    RoutingStore(data).update({
-        Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
-        Role.EMBEDDING: {"policy": "local"}})
+    RoutingStore(data).update(
+        {
+            Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+            Role.EMBEDDING: {"policy": "local"},
+        }
+    )
     root = write_project(tmp_path / "shop")
     fleet: Fleet | None = None
     try:
@@ -147,11 +151,11 @@ async def test_drift_is_caught_after_a_sidecar_restart_a_server_restart_and_a_fo
             # The re-probe the reconnect started meets the missing key: wait for it to end
             # (not a guessed time), and see that it ran and was deferred, not dropped.
             await one.service.gate.drain()
-            assert any(ALPHA in r.getMessage() and "deferred" in r.getMessage()
-                       for r in caplog.records), "the reconnect's re-probe never ran"
+            assert any(ALPHA in r.getMessage() and "deferred" in r.getMessage() for r in caplog.records), (
+                "the reconnect's re-probe never ran"
+            )
             assert not fresh.key_present and one.service.gate.awaiting_reprobe(ALPHA)
-            assert not one.service.gate.is_cleared(
-                one.service.space("code"), one.service.registry.get(ALPHA))
+            assert not one.service.gate.is_cleared(one.service.space("code"), one.service.registry.get(ALPHA))
             before = alpha_requests(emulator)
             assert (await client.post("/admin/key", json={"key": KEY})).status_code == 200
             await wait_for(lambda: alpha_requests(emulator) > before, what="the deferred re-probe")
@@ -179,8 +183,9 @@ async def test_drift_is_caught_after_a_sidecar_restart_a_server_restart_and_a_fo
             emulator.control.drift("alpha", "int8")
             (root / "late.py").write_text("def late_arrival(x):\n    return x * 3\n")
             await index(client, root)
-            r = await client.post("/admin/gate/verify", json={"provider": ALPHA, "table": "code",
-                                                               "force": True})
+            r = await client.post(
+                "/admin/gate/verify", json={"provider": ALPHA, "table": "code", "force": True}
+            )
             assert r.status_code == 200 and r.json()["verdicts"][0]["status"] == "refused", r.text
             report = await audit(client)
             late = [s for s in report["suspects"] if "late.py" in s["paths"]]
@@ -192,14 +197,18 @@ async def test_drift_is_caught_after_a_sidecar_restart_a_server_restart_and_a_fo
 
 @pytest.mark.slow
 async def test_changing_a_roles_model_makes_a_new_provider_with_no_verdict_until_probed(
-        tmp_path, memo_local, memo_emulator_encoders, emulator):
+    tmp_path, memo_local, memo_emulator_encoders, emulator
+):
     """Issue 14, point 6: the server's cloud route follows a `policy set` of the model at once
     (not when the sidecar next reconnects), so no verdict of the old model clears it and no
     row is written naming the wrong model."""
     data = tmp_path / "data"
-    RoutingStore(data).update({
-        Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
-        Role.EMBEDDING: {"policy": "local"}})
+    RoutingStore(data).update(
+        {
+            Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+            Role.EMBEDDING: {"policy": "local"},
+        }
+    )
     async with server(data, memo_local, 0) as one, one.client() as client:
         fleet = Fleet(one.url, one.hub, one.service.registry, data)
         try:
@@ -236,14 +245,18 @@ async def test_changing_a_roles_model_makes_a_new_provider_with_no_verdict_until
 
 @pytest.mark.slow
 async def test_one_failing_burst_on_a_cloud_route_is_one_ejection_episode(
-        tmp_path, memo_local, memo_emulator_encoders, emulator, caplog):
+    tmp_path, memo_local, memo_emulator_encoders, emulator, caplog
+):
     """Issue 14, point 8, through the server: the upstream answers 500 to the batches the
     route's four lanes have in flight at once. That is one failure episode: one back-off of
     5 s (it was 5 and 10 s, and up to 40 s with more lanes), after which the job finishes."""
     data = tmp_path / "data"
-    RoutingStore(data).update({
-        Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
-        Role.EMBEDDING: {"policy": "local"}})
+    RoutingStore(data).update(
+        {
+            Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+            Role.EMBEDDING: {"policy": "local"},
+        }
+    )
     root = write_functions(tmp_path / "shop", 1, 2, docstrings=False)
     async with server(data, memo_local, 0) as one, one.client() as client:
         fleet = Fleet(one.url, one.hub, one.service.registry, data)
@@ -257,8 +270,11 @@ async def test_one_failing_burst_on_a_cloud_route_is_one_ejection_episode(
             emulator.control.fail(status=500, count=4, endpoints=["embeddings"])
             with caplog.at_level("WARNING", logger="fathom.inference.pool"):
                 job = await index(client, root)
-            ejections = [r.getMessage() for r in caplog.records
-                         if "ejected for" in r.getMessage() and ALPHA in r.getMessage()]
+            ejections = [
+                r.getMessage()
+                for r in caplog.records
+                if "ejected for" in r.getMessage() and ALPHA in r.getMessage()
+            ]
             assert emulator.control.counters()["issued"]["500"] == 4
             assert len(ejections) == 1 and "ejected for 5s" in ejections[0], ejections
             assert job["state"] == "done"

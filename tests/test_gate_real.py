@@ -48,8 +48,9 @@ async def test_same_stack_in_another_instance_passes(tmp_path, space, minilm_ref
     assert v.widths_seen == (384,) and len(v.cosines) == len(load_probes())
 
 
-async def test_int8_quantization_of_the_same_model_is_refused(tmp_path, space, minilm_ref,
-                                                              minilm_int8_encode):
+async def test_int8_quantization_of_the_same_model_is_refused(
+    tmp_path, space, minilm_ref, minilm_int8_encode
+):
     gate = Gate(tmp_path)
     gate.attach(minilm_ref)
     beta = MemoEncoder("sidecar:minilm-int8", minilm_int8_encode, model=MINILM)
@@ -63,8 +64,7 @@ async def test_int8_quantization_of_the_same_model_is_refused(tmp_path, space, m
     assert not gate.is_cleared(space, beta)
 
 
-async def test_e5_is_refused_against_minilm_although_both_are_384d(tmp_path, space, minilm_ref,
-                                                                   e5_encoders):
+async def test_e5_is_refused_against_minilm_although_both_are_384d(tmp_path, space, minilm_ref, e5_encoders):
     gate = Gate(tmp_path)
     gate.attach(minilm_ref)
     gamma = e5_encoders["original"]

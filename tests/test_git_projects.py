@@ -40,11 +40,40 @@ from tests.retrieval_fixtures import local_encoder  # noqa: F401
 from tests.test_mcp_tokens import create as create_token
 from tests.test_mcp_tokens import mcp as mcp_client
 
-TOPICS = ["invoice", "shipment", "customer", "warehouse", "payment", "discount", "refund",
-          "catalog", "inventory", "supplier", "coupon", "address", "session", "report",
-          "currency", "schedule", "basket", "review", "ticket", "audit", "carrier", "voucher",
-          "employee", "contract", "budget", "forecast", "delivery", "quote", "warranty",
-          "subscription", "promotion", "region"]
+TOPICS = [
+    "invoice",
+    "shipment",
+    "customer",
+    "warehouse",
+    "payment",
+    "discount",
+    "refund",
+    "catalog",
+    "inventory",
+    "supplier",
+    "coupon",
+    "address",
+    "session",
+    "report",
+    "currency",
+    "schedule",
+    "basket",
+    "review",
+    "ticket",
+    "audit",
+    "carrier",
+    "voucher",
+    "employee",
+    "contract",
+    "budget",
+    "forecast",
+    "delivery",
+    "quote",
+    "warranty",
+    "subscription",
+    "promotion",
+    "region",
+]
 
 FEATURE_FUNCTION = '''
 
@@ -78,11 +107,12 @@ def {verb}_{topic}(store, record_id, payload=None):
 
 def build_remote(root: Path) -> Remote:
     remote = Remote(root)
-    remote.commit({f"shop/{t}.py": module_text(t) for t in TOPICS}
-                  | {"README.md": "# Shop\n\nA shop's back office.\n"}, "first")
+    remote.commit(
+        {f"shop/{t}.py": module_text(t) for t in TOPICS} | {"README.md": "# Shop\n\nA shop's back office.\n"},
+        "first",
+    )
     remote.branch("feature")
-    remote.commit({"shop/payment.py": module_text("payment") + FEATURE_FUNCTION}, "ledger",
-                  branch="feature")
+    remote.commit({"shop/payment.py": module_text("payment") + FEATURE_FUNCTION}, "ledger", branch="feature")
     return remote
 
 
@@ -103,8 +133,7 @@ QUERY = "reconcile ledger entries with the bank statement"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["file", "http"])
-def test_two_branches_share_vectors_and_storage_and_search_by_ref(
-        tmp_path, local_encoder, transport):  # noqa: F811
+def test_two_branches_share_vectors_and_storage_and_search_by_ref(tmp_path, local_encoder, transport):  # noqa: F811
     remote = build_remote(tmp_path)
     with http_remote(tmp_path) as base:
         url = remote.file_url if transport == "file" else base + "remote.git"
@@ -130,10 +159,10 @@ def test_two_branches_share_vectors_and_storage_and_search_by_ref(
     assert {h.commit for h in at_main} == {added["branches"]["main"]}
     # Only the chunks of payment.py whose text main does not have were embedded.
     tokens = local_encoder.token_counter()
-    old = {c.content_hash for c in fit_tokens(chunk_file("shop/payment.py", module_text("payment")),
-                                              tokens)[0]}
-    new = fit_tokens(chunk_file("shop/payment.py", module_text("payment") + FEATURE_FUNCTION),
-                     tokens)[0]
+    old = {
+        c.content_hash for c in fit_tokens(chunk_file("shop/payment.py", module_text("payment")), tokens)[0]
+    }
+    new = fit_tokens(chunk_file("shop/payment.py", module_text("payment") + FEATURE_FUNCTION), tokens)[0]
     differing = [c for c in new if c.content_hash not in old]
     assert 0 < len(differing) < len(new)
     assert tracked["embedded"] == len(differing)
@@ -151,18 +180,21 @@ def sign(secret: str, body: bytes) -> dict[str, str]:
     return {"X-Hub-Signature-256": f"sha256={digest}"}
 
 
-LOYALTY = {"shop/loyalty.py": '''
+LOYALTY = {
+    "shop/loyalty.py": '''
 def apply_loyalty_bonus(customer, points):
     """Add bonus points to the customer's loyalty balance."""
     customer.points_balance += points * 2
     return customer.points_balance
-'''}
+'''
+}
 LOYALTY_QUERY = "apply a loyalty bonus to the customer's points balance"
 
 
 @pytest.mark.slow
 def test_a_sync_stopped_before_the_overlays_followed_main_is_completed_by_the_next(
-        tmp_path, local_encoder, monkeypatch):  # noqa: F811
+    tmp_path, local_encoder, monkeypatch
+):  # noqa: F811
     """The default branch moved and was saved, then re-basing `feature` on it failed: until
     the next sync, a search at `feature` would show main's new file as feature's. The next
     sync (main now unchanged) re-bases the overlay left behind."""
@@ -219,35 +251,53 @@ def test_a_sync_stopped_before_the_overlays_followed_main_is_completed_by_the_ne
 async def synced(http: httpx.AsyncClient, auth: dict[str, str]) -> dict | None:
     """The project's sync status once its last sync has ended and none runs or waits."""
     status = (await http.get("/admin/projects/shop/sync", headers=auth)).json()
-    done = status["last"] and "finished_at" in status["last"] and not status["running"] \
-        and not status["queued"]
+    done = (
+        status["last"] and "finished_at" in status["last"] and not status["running"] and not status["queued"]
+    )
     return status if done else None
 
 
 @pytest.mark.slow
 async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_changes_nothing(
-        tmp_path, local_encoder):  # noqa: F811
+    tmp_path, local_encoder
+):  # noqa: F811
     """Over the real server on 127.0.0.1: the admin API adds the project, the forge's webhook
     route syncs a signed push and answers 401 to anything else, changing nothing."""
     remote = build_remote(tmp_path)
     settings = settings_for(tmp_path, remote.file_url)
     registry = ProviderRegistry()
     service = Fathom(settings, encoder=local_encoder, registry=registry)
-    app = create_app(settings, registry=registry, hub=Hub(settings.data_dir, registry=registry,
-                                                          join_tokens=(JOIN,)),
-                     admin_token=ADMIN, service=service)
+    app = create_app(
+        settings,
+        registry=registry,
+        hub=Hub(settings.data_dir, registry=registry, join_tokens=(JOIN,)),
+        admin_token=ADMIN,
+        service=service,
+    )
     query = LOYALTY_QUERY
     async with serve_in_loop(app) as url, httpx.AsyncClient(base_url=url, timeout=120) as http:
         auth = {"Authorization": f"Bearer {ADMIN}"}
-        assert (await http.post("/admin/projects/git", json={"name": "shop", "url": remote.file_url,
-                                                             "branches": ["main"]})).status_code == 401
-        added = (await http.post("/admin/projects/git", headers=auth, json={
-            "name": "shop", "url": remote.file_url, "branches": ["main", "feature"]})).json()
+        assert (
+            await http.post(
+                "/admin/projects/git", json={"name": "shop", "url": remote.file_url, "branches": ["main"]}
+            )
+        ).status_code == 401
+        added = (
+            await http.post(
+                "/admin/projects/git",
+                headers=auth,
+                json={"name": "shop", "url": remote.file_url, "branches": ["main", "feature"]},
+            )
+        ).json()
         secret = added["webhook_secret"]
         pushed = remote.commit(LOYALTY, "loyalty")
         body = json.dumps({"ref": "refs/heads/main", "after": pushed}).encode()
-        for headers in ({}, sign("not-the-secret", body), {"X-Gitlab-Token": "wrong"},
-                        {"X-Gitea-Signature": "0" * 64}):
+        for headers in (
+            {},
+            sign("not-the-secret", body),
+            {"X-Gitlab-Token": "wrong"},
+            {"X-Gitea-Signature": "0" * 64},
+        ):
             refused = await http.post("/hooks/git/shop", content=body, headers=headers)
             assert refused.status_code == 401 and secret not in refused.text
         unknown = await http.post("/hooks/git/nothing", content=body, headers=sign(secret, body))
@@ -257,8 +307,7 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
         # The forge gets its answer at once, while the sync cannot even start (the project's
         # lock is held here): the sync runs after the answer, and says so while it waits.
         async with service.git.lock("shop"):
-            hooked = await http.post("/hooks/git/shop", content=body, headers=sign(secret, body),
-                                     timeout=30)
+            hooked = await http.post("/hooks/git/shop", content=body, headers=sign(secret, body), timeout=30)
             waiting = (await http.get("/admin/projects/shop/sync", headers=auth)).json()
         assert hooked.status_code == 202 and hooked.json()["queued"], hooked.text
         assert waiting["running"] and waiting["last"] is None
@@ -267,8 +316,13 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
         answer = status["last"]["result"]
         after = await service.search(query, "shop", k=5)
         at_feature = await service.search(query, "shop", ref="feature", k=5)
-        searched = (await http.post("/admin/search", headers=auth, json={
-            "query": QUERY, "project": "shop", "ref": "feature", "k": 5})).json()
+        searched = (
+            await http.post(
+                "/admin/search",
+                headers=auth,
+                json={"query": QUERY, "project": "shop", "ref": "feature", "k": 5},
+            )
+        ).json()
         again = (await http.post("/admin/projects/shop/sync", headers=auth)).json()
         dropped = await http.delete("/admin/projects/shop/branches/feature", headers=auth)
     await service.aclose()
@@ -297,8 +351,7 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
 
 
 @pytest.mark.slow
-async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_else(
-        tmp_path, local_encoder):  # noqa: F811
+async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_else(tmp_path, local_encoder):  # noqa: F811
     """Over the real server and MCP over HTTP: a token scoped to a git project reads the lines
     of a hit on one of its branches (by id, by path, by resource link), while a token for
     another project cannot, and a folder project whose name only looks like a branch of it
@@ -309,66 +362,88 @@ async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_els
     allowed = tmp_path / "allowed"
     (allowed / "lookalike").mkdir(parents=True)
     (allowed / "lookalike" / "vault.py").write_text(
-        "def lookalike_vault_function(code):\n    return 'not shop ' + code\n")
+        "def lookalike_vault_function(code):\n    return 'not shop ' + code\n"
+    )
     (allowed / "mine").mkdir()
     (allowed / "mine" / "tool.py").write_text("def a_tool_of_mine():\n    return 1\n")
-    settings = Settings(data_dir=tmp_path / "data", git_remotes=remote.file_url,
-                        index_roots=str(allowed))
+    settings = Settings(data_dir=tmp_path / "data", git_remotes=remote.file_url, index_roots=str(allowed))
     registry = ProviderRegistry()
     service = Fathom(settings, encoder=local_encoder, registry=registry)
-    app = create_app(settings, registry=registry, hub=Hub(settings.data_dir, registry=registry,
-                                                          join_tokens=(JOIN,)),
-                     admin_token=ADMIN, service=service)
+    app = create_app(
+        settings,
+        registry=registry,
+        hub=Hub(settings.data_dir, registry=registry, join_tokens=(JOIN,)),
+        admin_token=ADMIN,
+        service=service,
+    )
     auth = {"Authorization": f"Bearer {ADMIN}"}
     payment = git("show", "feature:shop/payment.py", cwd=remote.work).splitlines()
-    async with serve_in_loop(app) as url, httpx.AsyncClient(base_url=url, timeout=120,
-                                                            headers=auth) as admin:
-        added = await admin.post("/admin/projects/git", json={
-            "name": "shop", "url": remote.file_url, "branches": ["main", "feature"]})
+    async with serve_in_loop(app) as url, httpx.AsyncClient(base_url=url, timeout=120, headers=auth) as admin:
+        added = await admin.post(
+            "/admin/projects/git",
+            json={"name": "shop", "url": remote.file_url, "branches": ["main", "feature"]},
+        )
         assert added.status_code == 200, added.text
-        job = (await admin.post("/admin/jobs", json={"path": str(allowed / "lookalike"),
-                                                     "project": "shop@lookalike"})).json()
-        done = await wait_for(lambda: job_finished(admin, job["id"]), timeout=120,
-                              what="the look-alike folder's index")
+        job = (
+            await admin.post(
+                "/admin/jobs", json={"path": str(allowed / "lookalike"), "project": "shop@lookalike"}
+            )
+        ).json()
+        done = await wait_for(
+            lambda: job_finished(admin, job["id"]), timeout=120, what="the look-alike folder's index"
+        )
         assert done["state"] == "done", done
-        over = await admin.post("/admin/jobs", json={"path": str(allowed / "lookalike"),
-                                                     "project": "shop@feature"})
+        over = await admin.post(
+            "/admin/jobs", json={"path": str(allowed / "lookalike"), "project": "shop@feature"}
+        )
         remote.branch("lookalike")
         taken = await admin.post("/admin/projects/shop/branches", json={"branch": "lookalike"})
         assert taken.status_code == 400 and "is taken by a project" in taken.text, taken.text
         alice = await create_token(admin, "alice", ["shop"], can_index=True)
         bob = await create_token(admin, "bob", ["other"])
         async with mcp_client(url, alice) as client:
-            found = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
-                                                           "ref": "feature", "k": 5})
+            found = await client.call_tool(
+                "search_code", {"query": QUERY, "project": "shop", "ref": "feature", "k": 5}
+            )
             assert not found.is_error, found.content[0].text
-            hit = next(r for r in found.structured_content["results"]
-                       if r["symbol"] == "reconcile_ledger_entries")
+            hit = next(
+                r for r in found.structured_content["results"] if r["symbol"] == "reconcile_ledger_entries"
+            )
             assert hit["project"] == "shop@feature"
-            expected = payment[hit["start_line"] - 1:hit["end_line"]]
+            expected = payment[hit["start_line"] - 1 : hit["end_line"]]
             by_id = await client.call_tool("read_code", {"id": hit["id"]})
             assert not by_id.is_error, by_id.content[0].text
-            assert [line.split("\t", 1)[1] for line in by_id.content[0].text.split("\n")[1:]
-                    if "\t" in line] == expected
+            assert [
+                line.split("\t", 1)[1] for line in by_id.content[0].text.split("\n")[1:] if "\t" in line
+            ] == expected
             assert (await client.read_resource(hit["uri"])).contents[0].text.split("\n") == expected
-            by_path = await client.call_tool("read_code", {
-                "project": "shop@feature", "path": "shop/payment.py",
-                "start_line": hit["start_line"], "end_line": hit["end_line"]})
+            by_path = await client.call_tool(
+                "read_code",
+                {
+                    "project": "shop@feature",
+                    "path": "shop/payment.py",
+                    "start_line": hit["start_line"],
+                    "end_line": hit["end_line"],
+                },
+            )
             assert not by_path.is_error, by_path.content[0].text
-            assert [line.split("\t", 1)[1] for line in by_path.content[0].text.split("\n")[1:]
-                    if "\t" in line] == expected
+            assert [
+                line.split("\t", 1)[1] for line in by_path.content[0].text.split("\n")[1:] if "\t" in line
+            ] == expected
             listed = await client.call_tool("list_projects", {})
             names = {p["name"] for p in listed.structured_content["projects"]}
             assert names == {"shop", "shop@feature"}
-            for tool, args in (("read_code", {"project": "shop@lookalike", "path": "vault.py"}),
-                               ("search_code", {"query": "lookalike vault function",
-                                                "project": "shop@lookalike"})):
+            for tool, args in (
+                ("read_code", {"project": "shop@lookalike", "path": "vault.py"}),
+                ("search_code", {"query": "lookalike vault function", "project": "shop@lookalike"}),
+            ):
                 refused = await client.call_tool(tool, args)
                 assert refused.is_error, (tool, refused)
                 assert "lookalike_vault_function" not in json.dumps(refused.model_dump(mode="json"))
             for name in ("shop", "shop@feature"):
-                indexed = await client.call_tool("index_project", {
-                    "path": str(allowed / "mine"), "project": name, "wait": True})
+                indexed = await client.call_tool(
+                    "index_project", {"path": str(allowed / "mine"), "project": name, "wait": True}
+                )
                 assert indexed.is_error and "comes from git" in indexed.content[0].text, indexed
         async with mcp_client(url, bob) as other:
             for args in ({"id": hit["id"]}, {"project": "shop@feature", "path": "shop/payment.py"}):
@@ -423,9 +498,15 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
     names = {p.name for p in fathom.projects()}
     assert names == {"shop"}  # nothing was added by a refused call
     with http_remote(tmp_path, credentials=("alice", "s3cret-token")) as base:
-        token_fathom = Fathom(Settings(data_dir=tmp_path / "data2", git_remotes=base,
-                                       git_token="wrong-token-canary", git_username="alice"),
-                              encoder=local_encoder)
+        token_fathom = Fathom(
+            Settings(
+                data_dir=tmp_path / "data2",
+                git_remotes=base,
+                git_token="wrong-token-canary",
+                git_username="alice",
+            ),
+            encoder=local_encoder,
+        )
         with pytest.raises(GitAuthFailed) as bad:
             asyncio.run(token_fathom.git.add("priv", base + "remote.git", ["main"]))
         assert "wrong-token-canary" not in str(bad.value) and "FATHOM_GIT_TOKEN" in str(bad.value)
@@ -437,13 +518,17 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
     small.commit({"vault.py": "def unseal_vault(key):\n    return key[::-1]\n"}, "vault")
     with http_remote(tmp_path / "private", credentials=("alice", "s3cret-token")) as base:
         data3 = tmp_path / "data3"
-        good = Fathom(Settings(data_dir=data3, git_remotes=base, git_token="s3cret-token",
-                               git_username="alice"), encoder=local_encoder)
+        good = Fathom(
+            Settings(data_dir=data3, git_remotes=base, git_token="s3cret-token", git_username="alice"),
+            encoder=local_encoder,
+        )
         asyncio.run(good.git.add("priv", base + "remote.git", ["main"]))
         await_close(good)
         small.commit({"vault.py": "def reseal_vault(key):\n    return key\n"}, "reseal")
-        wrong = Fathom(Settings(data_dir=data3, git_remotes=base, git_token="wrong-token-canary",
-                                git_username="alice"), encoder=local_encoder)
+        wrong = Fathom(
+            Settings(data_dir=data3, git_remotes=base, git_token="wrong-token-canary", git_username="alice"),
+            encoder=local_encoder,
+        )
         with pytest.raises(GitAuthFailed):
             asyncio.run(wrong.git.sync("priv"))
         hits = asyncio.run(wrong.search("unseal the vault", "priv", k=3))
@@ -458,7 +543,8 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
 
 @pytest.mark.slow
 def test_a_branch_a_failed_track_left_indexed_may_be_dropped_and_goes_with_its_project(
-        tmp_path, local_encoder):  # noqa: F811
+    tmp_path, local_encoder
+):  # noqa: F811
     """A track that fails after its branch was indexed (the branch never recorded as tracked)
     leaves `NAME@BRANCH` behind: it is not refused as a tracked branch, a new track reuses it,
     and dropping the project takes it along. A name a folder project holds is refused."""
@@ -519,41 +605,47 @@ def test_remote_urls_are_checked_and_scrubbed():
     assert "hunter2" not in scrub("fatal: https://bob:hunter2@host/x.git not found")
 
 
-@pytest.mark.parametrize("url, entry", [
-    ("http://host/myteam/../attacker/evil.git", "http://host/myteam/"),
-    ("http://host/myteam/%2e%2E/attacker/evil.git", "http://host/myteam/"),
-    ("http://host/myteam/./x.git", "http://host/myteam/"),
-    ("http://host/myteam\\..\\attacker/evil.git", "http://host/myteam/"),
-    ("http://host/myteam/a%2F..%2Fb.git", "http://host/myteam/"),
-    ("file:///srv/git/../etc/x.git", "file:///srv/git/"),
-    ("git@host:myteam/../attacker/x.git", "git@host:myteam/"),
-    ("ext::sh -c touch% /tmp/pwned", "ext::"),
-    ("ext::ssh://host/x", "ext::"),
-    ("git@-oProxyCommand=x:y", "git@-oProxyCommand=x:"),
-])
+@pytest.mark.parametrize(
+    "url, entry",
+    [
+        ("http://host/myteam/../attacker/evil.git", "http://host/myteam/"),
+        ("http://host/myteam/%2e%2E/attacker/evil.git", "http://host/myteam/"),
+        ("http://host/myteam/./x.git", "http://host/myteam/"),
+        ("http://host/myteam\\..\\attacker/evil.git", "http://host/myteam/"),
+        ("http://host/myteam/a%2F..%2Fb.git", "http://host/myteam/"),
+        ("file:///srv/git/../etc/x.git", "file:///srv/git/"),
+        ("git@host:myteam/../attacker/x.git", "git@host:myteam/"),
+        ("ext::sh -c touch% /tmp/pwned", "ext::"),
+        ("ext::ssh://host/x", "ext::"),
+        ("git@-oProxyCommand=x:y", "git@-oProxyCommand=x:"),
+    ],
+)
 def test_remotes_git_would_resolve_elsewhere_are_refused(url, entry):
     with pytest.raises(GitRemoteInvalid):
         check_remote(url, [entry])
 
 
-@pytest.mark.parametrize("url, entry, allowed", [
-    ("https://github.com.evil.com/myteam/x.git", "https://github.com", False),
-    ("https://github.com/myteam/x.git", "https://github.com", True),
-    ("https://github.com/myteam/x.git", "https://github.com/myteam", True),
-    ("https://github.com/myteamevil/x.git", "https://github.com/myteam", False),
-    ("https://github.com/myteamevil/x.git", "https://github.com/myteam/", False),
-    ("https://GitHub.com/myteam/x.git", "https://github.com/myteam/", True),
-    ("https://github.com:8443/myteam/x.git", "https://github.com/myteam/", False),
-    ("http://github.com/myteam/x.git", "https://github.com/myteam/", False),
-    ("http://127.0.0.1:9/x.git", "http://127.0.0.1:9/", True),
-    ("file:///srv/git/app.git", "file:///srv/git", True),
-    ("file:///srv/gitevil/app.git", "file:///srv/git", False),
-    ("git@github.com:myteam/x.git", "git@github.com:myteam", True),
-    ("git@github.com:myteamevil/x.git", "git@github.com:myteam", False),
-    ("git@github.com.evil.com:myteam/x.git", "git@github.com:myteam/", False),
-    ("ssh://git@host/team/x.git", "ssh://host/team/", True),
-    ("ssh://bob@host/team/x.git", "ssh://git@host/team/", False),
-])
+@pytest.mark.parametrize(
+    "url, entry, allowed",
+    [
+        ("https://github.com.evil.com/myteam/x.git", "https://github.com", False),
+        ("https://github.com/myteam/x.git", "https://github.com", True),
+        ("https://github.com/myteam/x.git", "https://github.com/myteam", True),
+        ("https://github.com/myteamevil/x.git", "https://github.com/myteam", False),
+        ("https://github.com/myteamevil/x.git", "https://github.com/myteam/", False),
+        ("https://GitHub.com/myteam/x.git", "https://github.com/myteam/", True),
+        ("https://github.com:8443/myteam/x.git", "https://github.com/myteam/", False),
+        ("http://github.com/myteam/x.git", "https://github.com/myteam/", False),
+        ("http://127.0.0.1:9/x.git", "http://127.0.0.1:9/", True),
+        ("file:///srv/git/app.git", "file:///srv/git", True),
+        ("file:///srv/gitevil/app.git", "file:///srv/git", False),
+        ("git@github.com:myteam/x.git", "git@github.com:myteam", True),
+        ("git@github.com:myteamevil/x.git", "git@github.com:myteam", False),
+        ("git@github.com.evil.com:myteam/x.git", "git@github.com:myteam/", False),
+        ("ssh://git@host/team/x.git", "ssh://host/team/", True),
+        ("ssh://bob@host/team/x.git", "ssh://git@host/team/", False),
+    ],
+)
 def test_the_allow_list_is_compared_host_and_folder_wise(url, entry, allowed):
     if allowed:
         assert check_remote(url, [entry]) == url
@@ -575,7 +667,8 @@ def test_webhook_signatures_of_each_forge():
 
 @pytest.mark.slow
 async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
-        tmp_path, local_encoder, monkeypatch):  # noqa: F811
+    tmp_path, local_encoder, monkeypatch
+):  # noqa: F811
     remote = build_remote(tmp_path)
     settings = settings_for(tmp_path, remote.file_url)
     fathom = Fathom(settings, encoder=local_encoder)
@@ -587,8 +680,9 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
         return result.output
 
     # The CLI runs the service's coroutines on its own loop: a worker thread here.
-    added = await asyncio.to_thread(invoke, "projects", "add", "shop", "--git", remote.file_url,
-                                    "--branch", "main")
+    added = await asyncio.to_thread(
+        invoke, "projects", "add", "shop", "--git", remote.file_url, "--branch", "main"
+    )
     assert "webhook secret" in added and "main" in added
     listed = await asyncio.to_thread(invoke, "projects")
     assert "shop" in listed
@@ -597,13 +691,15 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
     assert "reconcile_ledger_entries" in found
     commit = fathom.records.get("shop")["git"]["branches"]["feature"]
     assert commit[:12] in found
-    per_chunk = await asyncio.to_thread(invoke, "search", QUERY, "--project", "shop", "--ref", "feature",
-                                        "--group", "chunk")
+    per_chunk = await asyncio.to_thread(
+        invoke, "search", QUERY, "--project", "shop", "--ref", "feature", "--group", "chunk"
+    )
     assert "reconcile_ledger_entries" in per_chunk and commit[:12] in per_chunk
 
     async with Client(build_mcp_server(fathom)) as client:
-        at_feature = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
-                                                            "ref": "feature", "k": 5})
+        at_feature = await client.call_tool(
+            "search_code", {"query": QUERY, "project": "shop", "ref": "feature", "k": 5}
+        )
         assert not at_feature.is_error
         results = at_feature.structured_content["results"]
         assert "reconcile_ledger_entries" in {r["symbol"] for r in results}
@@ -612,11 +708,13 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
         assert "reconcile_ledger_entries" not in {r["symbol"] for r in at_main.structured_content["results"]}
         main_commit = fathom.records.get("shop")["git"]["branches"]["main"]
         assert {r["commit"] for r in at_main.structured_content["results"]} == {main_commit}
-        missing = await client.call_tool("search_code", {"query": QUERY, "project": "shop",
-                                                         "ref": "no-such-ref"})
+        missing = await client.call_tool(
+            "search_code", {"query": QUERY, "project": "shop", "ref": "no-such-ref"}
+        )
         assert missing.is_error and "track" in missing.content[0].text
-        refused = await client.call_tool("add_git_project", {"project": "other",
-                                                             "url": "https://elsewhere.example/x.git"})
+        refused = await client.call_tool(
+            "add_git_project", {"project": "other", "url": "https://elsewhere.example/x.git"}
+        )
         assert refused.is_error and "FATHOM_GIT_REMOTES" in refused.content[0].text
 
     # A branch deleted on the remote is dropped by the next sync; the others keep serving.
@@ -629,8 +727,9 @@ async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
     assert fathom.records.get("shop@short") is None
     assert "reconcile_ledger_entries" in symbols(await fathom.search(QUERY, "shop", ref="feature"))
     # A tracked branch's overlay is not dropped on its own (the next sync would bring it back).
-    alone = await asyncio.to_thread(cli.invoke, app, ["drop", "shop@feature", "--yes"],
-                                    obj={"fathom": fathom}, env={"COLUMNS": "200"})
+    alone = await asyncio.to_thread(
+        cli.invoke, app, ["drop", "shop@feature", "--yes"], obj={"fathom": fathom}, env={"COLUMNS": "200"}
+    )
     assert alone.exit_code == 2 and "fathom projects untrack shop feature" in alone.output, alone.output
     assert fathom.store.has_project("shop@feature")
     await asyncio.to_thread(invoke, "projects", "untrack", "shop", "feature")
@@ -656,14 +755,15 @@ def test_the_poll_loop_syncs_each_project_when_its_interval_has_passed(tmp_path,
 
     now = [1000.0]
     records = ProjectRecords(tmp_path)
-    service = SimpleNamespace(records=records, settings=Settings(data_dir=tmp_path,
-                                                                  git_remotes="file://"))
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=tmp_path, git_remotes="file://"))
     git = GitProjects(service, clock=lambda: now[0])
     gone = (tmp_path / "gone.git").as_uri()
-    records.put("polled", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40},
-                                   "poll_s": 60.0}})
-    records.put("hooked", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40},
-                                   "poll_s": None}})
+    records.put(
+        "polled", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40}, "poll_s": 60.0}}
+    )
+    records.put(
+        "hooked", {"git": {"url": gone, "default": "main", "branches": {"main": "0" * 40}, "poll_s": None}}
+    )
     records.put("plain", {"root": str(tmp_path)})
     (tmp_path / "git" / "polled" / "repo.git").mkdir(parents=True)  # its clone, as `add` left it
     last: dict[str, float] = {}
@@ -698,8 +798,7 @@ def test_a_link_out_of_the_tree_is_skipped_and_the_other_files_come(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["..", ".", ".hidden"])
-def test_a_git_project_named_with_a_leading_dot_is_refused_and_never_reaches_the_data_folder(
-        tmp_path, name):
+def test_a_git_project_named_with_a_leading_dot_is_refused_and_never_reaches_the_data_folder(tmp_path, name):
     from types import SimpleNamespace
 
     from fathom.service.git_projects import GitProjects, UnsafeGitFolder
@@ -709,8 +808,7 @@ def test_a_git_project_named_with_a_leading_dot_is_refused_and_never_reaches_the
     (data / "git").mkdir(parents=True)
     (data / "keep.txt").write_text("the data folder's own file")
     records = ProjectRecords(data)
-    service = SimpleNamespace(records=records, settings=Settings(data_dir=data,
-                                                                  git_remotes="file://"))
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=data, git_remotes="file://"))
     git = GitProjects(service)
     assert git.folder("shop") == (data / "git" / "shop").resolve()
     with pytest.raises(UnsafeGitFolder):
@@ -735,18 +833,29 @@ def crafted_remote(root: Path) -> tuple[Path, str, str]:
         import subprocess
 
         from tests.git_fixtures import ENV
-        return subprocess.run(["git", "--git-dir", str(bare), *args], input=stdin, text=True,
-                              capture_output=True, check=True, env={**ENV, "PATH": "/usr/bin:/bin"}
-                              ).stdout.strip()
+
+        return subprocess.run(
+            ["git", "--git-dir", str(bare), *args],
+            input=stdin,
+            text=True,
+            capture_output=True,
+            check=True,
+            env={**ENV, "PATH": "/usr/bin:/bin"},
+        ).stdout.strip()
 
     blob = run("hash-object", "-w", "--stdin", stdin="victim\n")
     victim = run("mktree", stdin=f"100644 blob {blob}\tvictim\n")
     up = run("mktree", stdin=f"040000 tree {victim}\t..\n")
     upup = run("mktree", stdin=f"040000 tree {up}\t..\n")
-    first = run("commit-tree", run("mktree", stdin=f"040000 tree {upup}\tsub\n100644 blob {blob}"
-                                                   f"\tok.txt\n"), "-m", "crafted")
-    second = run("commit-tree", run("mktree", stdin=f"100644 blob {blob}\tok.txt\n"), "-p", first,
-                 "-m", "removal")
+    first = run(
+        "commit-tree",
+        run("mktree", stdin=f"040000 tree {upup}\tsub\n100644 blob {blob}\tok.txt\n"),
+        "-m",
+        "crafted",
+    )
+    second = run(
+        "commit-tree", run("mktree", stdin=f"100644 blob {blob}\tok.txt\n"), "-p", first, "-m", "removal"
+    )
     run("update-ref", "refs/heads/main", second)
     return bare, first, second
 
@@ -816,8 +925,7 @@ def test_a_crafted_tree_cannot_remove_or_write_outside_the_folder(tmp_path):
             check_tree_path(bad, second)
     with pytest.raises(GitTreeUnsafe):
         parse_changes(b"D\0sub/../../victim\0", second)
-    assert parse_changes(b"M\0a/b.py\0D\0c.py\0", second) == [Change("a/b.py", False),
-                                                               Change("c.py", True)]
+    assert parse_changes(b"M\0a/b.py\0D\0c.py\0", second) == [Change("a/b.py", False), Change("c.py", True)]
     # Applying such a change (however it came) removes nothing outside the tree.
     tree = tmp_path / "trees" / "main"
     (tree / "sub").mkdir(parents=True)
@@ -850,12 +958,10 @@ def test_a_search_ref_is_a_branch_a_tag_or_a_commit_id_and_nothing_else(tmp_path
     git("push", "--quiet", "origin", "v1", cwd=remote.work)
     data = tmp_path / "data"
     records = ProjectRecords(data)
-    service = SimpleNamespace(records=records, settings=Settings(data_dir=data,
-                                                                  git_remotes=remote.file_url))
+    service = SimpleNamespace(records=records, settings=Settings(data_dir=data, git_remotes=remote.file_url))
     projects = GitProjects(service)
     projects.repo("shop", remote.file_url).fetch(["main"])
-    records.put("shop", {"git": {"url": remote.file_url, "default": "main",
-                                 "branches": {"main": commit}}})
+    records.put("shop", {"git": {"url": remote.file_url, "default": "main", "branches": {"main": commit}}})
     assert projects.resolve("shop", None) == ("main", commit)
     assert projects.resolve("shop", "main") == ("main", commit)
     assert projects.resolve("shop", commit[:7]) == ("main", commit)
@@ -915,14 +1021,17 @@ async def test_pushes_during_a_sync_make_one_more_sync_and_a_shutdown_stops_it()
     status = syncs.status("shop")
     assert status["running"] and status["queued"] == ["feature", "main"] and status["last"] is None
     release.set()
-    done = await wait_for(lambda: (s := syncs.status("shop"))["last"] and not s["running"]
-                          and not s["queued"] and s, what="the coalesced sync")
+    done = await wait_for(
+        lambda: (s := syncs.status("shop"))["last"] and not s["running"] and not s["queued"] and s,
+        what="the coalesced sync",
+    )
     assert calls == [["main"], ["feature", "main"]]
     assert done["last"]["result"]["branches"] == {"feature": {"commit": "c1"}, "main": {"commit": "c1"}}
 
     syncs.request("shop", ["broken"])
-    failed = await wait_for(lambda: "error" in ((s := syncs.status("shop"))["last"] or {}) and s,
-                            what="the failed sync")
+    failed = await wait_for(
+        lambda: "error" in ((s := syncs.status("shop"))["last"] or {}) and s, what="the failed sync"
+    )
     assert failed["last"]["error"] == "remote gone" and failed["last"]["branches"] == ["broken"]
 
     release.clear()
@@ -949,8 +1058,11 @@ def test_the_git_commands_work_on_a_running_server_through_its_admin_api(tmp_pat
     mine = ["--data-dir", str(tmp_path / "cli")]
 
     def invoke(*args: str, token: str = ADMIN, code: int = 0) -> str:
-        result = CliRunner().invoke(app, [*mine, "projects", *args, "--server", url],
-                                    env={"FATHOM_ADMIN_TOKEN": token, "COLUMNS": "200"})
+        result = CliRunner().invoke(
+            app,
+            [*mine, "projects", *args, "--server", url],
+            env={"FATHOM_ADMIN_TOKEN": token, "COLUMNS": "200"},
+        )
         assert result.exit_code == code, result.output
         return " ".join(result.output.split())
 

@@ -51,7 +51,8 @@ def release_fifo_readers(*fifos: Path, seconds: float = 3.0) -> None:
 
 
 async def test_fifo_ignore_files_and_a_flood_of_index_calls_never_hang_the_mcp_server(
-        tmp_path, local_encoder):  # noqa: F811
+    tmp_path, local_encoder
+):  # noqa: F811
     root = write_project(tmp_path / "p")
     (root / "sub").mkdir()
     (root / "sub" / "code.py").write_text("def in_sub():\n    return 'sub'\n")
@@ -69,9 +70,12 @@ async def test_fifo_ignore_files_and_a_flood_of_index_calls_never_hang_the_mcp_s
         async with Client(build_mcp_server(fathom)) as client:
             # More index calls at once than the default executor has threads (6 on 2 cores).
             started = time.monotonic()
-            results = await asyncio.gather(*(
-                client.call_tool("index_project", {"path": str(root), "project": f"p{i}", "wait": True})
-                for i in range(8)))
+            results = await asyncio.gather(
+                *(
+                    client.call_tool("index_project", {"path": str(root), "project": f"p{i}", "wait": True})
+                    for i in range(8)
+                )
+            )
             took = time.monotonic() - started
             assert took < 100, f"the index calls hung for {took:.0f}s on a FIFO"
             for r in results:
@@ -81,8 +85,9 @@ async def test_fifo_ignore_files_and_a_flood_of_index_calls_never_hang_the_mcp_s
                 assert skipped.get("special-file") == 3, skipped
                 assert r.structured_content["files"] == 6  # the sample's 5 files and sub/code.py
             # The session still answers every tool.
-            found = await client.call_tool("search_code", {"query": "retry a flaky network call",
-                                                           "project": "p0", "k": 3})
+            found = await client.call_tool(
+                "search_code", {"query": "retry a flaky network call", "project": "p0", "k": 3}
+            )
             assert not found.is_error and found.structured_content["results"]
             listed = await client.call_tool("list_projects", {})
             assert len(listed.structured_content["projects"]) == 8
@@ -225,8 +230,9 @@ async def _walking_threads_when_busy() -> list[str]:
 def test_a_file_name_that_is_not_utf8_is_indexed_under_an_escaped_name(tmp_path, local_encoder):  # noqa: F811
     root = write_project(tmp_path / "shop")
     with open(os.fsencode(root) + b"/caf\xe9.py", "wb") as fh:
-        fh.write(b"def brew_coffee(beans):\n    \"\"\"Grind the beans and brew a cup.\"\"\"\n"
-                 b"    return grind(beans)\n")
+        fh.write(
+            b'def brew_coffee(beans):\n    """Grind the beans and brew a cup."""\n    return grind(beans)\n'
+        )
     os.mkdir(os.fsencode(root) + b"/d\xff")
     with open(os.fsencode(root) + b"/d\xff/tea.py", "wb") as fh:
         fh.write(b"def steep_tea(leaves):\n    return leaves\n")
@@ -255,8 +261,9 @@ def test_a_file_name_that_is_not_utf8_is_indexed_under_an_escaped_name(tmp_path,
 async def test_system_folders_are_refused_as_a_root_even_through_a_link(tmp_path, local_encoder):  # noqa: F811
     secret = tmp_path / "secret"
     write_project(secret)
-    settings = Settings(data_dir=tmp_path / "data",
-                        refused_roots=["/", "/proc", "/sys", "/dev", "/etc", str(secret)])
+    settings = Settings(
+        data_dir=tmp_path / "data", refused_roots=["/", "/proc", "/sys", "/dev", "/etc", str(secret)]
+    )
     fathom = Fathom(settings, encoder=local_encoder)
     link = tmp_path / "innocent"
     link.symlink_to("/etc")
@@ -274,8 +281,9 @@ async def test_system_folders_are_refused_as_a_root_even_through_a_link(tmp_path
         listed = await client.call_tool("list_projects", {})
         assert listed.structured_content["projects"] == []
 
-    result = await asyncio.to_thread(runner.invoke, app, ["index", "/etc", "--project", "etc"],
-                                     obj={"fathom": fathom})
+    result = await asyncio.to_thread(
+        runner.invoke, app, ["index", "/etc", "--project", "etc"], obj={"fathom": fathom}
+    )
     assert result.exit_code == 2 and "refusing to index /etc" in result.output
 
     app_ = build_operator_app(tmp_path / "srv")

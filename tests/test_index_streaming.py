@@ -86,13 +86,14 @@ def write_corpus(root: Path) -> None:
     for f in range(FILES):
         body = "\n\n".join(
             f"def step_{f}_{j}(value):\n    total = value * {j} + {f}\n    return total - {j % 5}\n"
-            for j in range(PER_FILE))
+            for j in range(PER_FILE)
+        )
         (root / f"pkg{f // 10}").mkdir(parents=True, exist_ok=True)
         (root / f"pkg{f // 10}" / f"mod_{f:02d}.py").write_text(body)
     for d in range(3):
         (root / f"pkg{d}" / "README.md").write_text(
-            f"# Package {d}\n\nSteps that scale a value.\n\n"
-            f"## Usage\n\nCall step {d} with a value.\n")
+            f"# Package {d}\n\nSteps that scale a value.\n\n## Usage\n\nCall step {d} with a value.\n"
+        )
 
 
 @pytest.fixture
@@ -102,14 +103,12 @@ def store(tmp_path: Path) -> LanceStore:
     s.close()
 
 
-async def test_a_project_24_windows_long_is_indexed_a_window_at_a_time(
-        tmp_path, store, local_encoder):  # noqa: F811
+async def test_a_project_24_windows_long_is_indexed_a_window_at_a_time(tmp_path, store, local_encoder):  # noqa: F811
     root = tmp_path / "proj"
     write_corpus(root)
     watched = Watched()
     encoder = watched.encoder(local_encoder)
-    indexer = Indexer(store, encoder, batch_size=16, window=WINDOW,
-                      discover_fn=watched.discovery)
+    indexer = Indexer(store, encoder, batch_size=16, window=WINDOW, discover_fn=watched.discovery)
     events = []
     report = await indexer.run(indexer.job("big", root), events.append)
 
@@ -144,8 +143,7 @@ async def test_a_project_24_windows_long_is_indexed_a_window_at_a_time(
     last.write_text(last.read_text().replace("return total - 4", "return total + 40", 1))
     watched = Watched()
     encoder = watched.encoder(local_encoder)
-    indexer = Indexer(store, encoder, batch_size=16, window=WINDOW,
-                      discover_fn=watched.discovery)
+    indexer = Indexer(store, encoder, batch_size=16, window=WINDOW, discover_fn=watched.discovery)
     again = await indexer.run(indexer.job("big", root))
     assert again.embedded == encoder.texts == 1
     assert again.carried == PER_FILE

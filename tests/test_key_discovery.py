@@ -30,8 +30,9 @@ KEY = "sk-or-v1-" + "d1sc0" * 12
 
 
 def record(check: p.KeyCheck, name: str = "gpu-1") -> KeyCheckRecord:
-    return KeyCheckRecord(sidecar=name, outcome=check.outcome, reason=check.reason,
-                          at=datetime.now(UTC), facts=check.facts)
+    return KeyCheckRecord(
+        sidecar=name, outcome=check.outcome, reason=check.reason, at=datetime.now(UTC), facts=check.facts
+    )
 
 
 async def check_with(emu: VirtualEmulator, **key_fields) -> p.KeyCheck:
@@ -49,8 +50,9 @@ async def test_each_answer_of_the_key_endpoints_becomes_an_outcome_and_only_ok_m
         assert budget.state().ceiling_origin == "default"
 
         # A key that reports a plausible limit: discovered and trusted; the window arms.
-        ok = await check_with(emu, rate_limit={"requests": 120, "interval": "1m"}, limit=50.0,
-                              limit_remaining=30.0)
+        ok = await check_with(
+            emu, rate_limit={"requests": 120, "interval": "1m"}, limit=50.0, limit_remaining=30.0
+        )
         assert ok.outcome == "ok" and ok.facts.rate_limit_requests == 120
         wire = p.encode(ok)
         assert KEY not in wire and "label" not in wire and "emu...lator" not in wire
@@ -61,8 +63,12 @@ async def test_each_answer_of_the_key_endpoints_becomes_an_outcome_and_only_ok_m
         assert st.window_armed and st.window_allowance == 120
 
         # Each refusal of the key read is an outcome, and leaves the budget as it was.
-        for status, outcome in ((401, "rejected"), (402, "no_credits"), (429, "throttled"),
-                                (500, "unreachable")):
+        for status, outcome in (
+            (401, "rejected"),
+            (402, "no_credits"),
+            (429, "throttled"),
+            (500, "unreachable"),
+        ):
             await emu.control("POST", "/key-fail", {"status": status, "count": 1})
             failed = await check_with(emu)
             assert (failed.outcome, failed.facts) == (outcome, None), status
@@ -74,8 +80,13 @@ async def test_each_answer_of_the_key_endpoints_becomes_an_outcome_and_only_ok_m
         await emu.control("PUT", "/keys", {"accepted": None})
 
         # Degenerate limits are not trusted: a balance sizes the ceiling, no window arms.
-        for degenerate in ({"requests": -1, "interval": "1m"}, {"requests": 0, "interval": "10s"},
-                           {"requests": 1, "interval": "1m"}, "absent", None):
+        for degenerate in (
+            {"requests": -1, "interval": "1m"},
+            {"requests": 0, "interval": "10s"},
+            {"requests": 1, "interval": "1m"},
+            "absent",
+            None,
+        ):
             check = await check_with(emu, rate_limit=degenerate, limit=50.0, limit_remaining=12.0)
             assert check.outcome == "ok"
             feed(record(check))
@@ -87,7 +98,11 @@ async def test_each_answer_of_the_key_endpoints_becomes_an_outcome_and_only_ok_m
         feed(record(check))
         st = budget.state()
         assert (st.ceiling_source, st.ceiling, st.ceiling_origin, st.window_armed) == (
-            "default", 4, "default", False)
+            "default",
+            4,
+            "default",
+            False,
+        )
         # A management key reads the account's credits as well: its balance sizes the ceiling.
         await emu.control("PUT", "/keys", {"management": [KEY]})
         await emu.control("PUT", "/credits", {"total_credits": 40.0, "total_usage": 15.0})
@@ -101,8 +116,12 @@ async def test_each_answer_of_the_key_endpoints_becomes_an_outcome_and_only_ok_m
 async def test_emulator_control_refuses_a_key_answer_openrouter_never_sends():
     clock = FakeClock()
     async with virtual_emulator(clock) as emu:
-        for body in ({"rate_limit": {"requests": "many", "interval": "1m"}},
-                     {"rate_limit": {"requests": 10}}, {"limit": "lots"}, {"is_free_tier": "no"}):
+        for body in (
+            {"rate_limit": {"requests": "many", "interval": "1m"}},
+            {"rate_limit": {"requests": 10}},
+            {"limit": "lots"},
+            {"is_free_tier": "no"},
+        ):
             r = await emu.http.put("/control/key", json=body)
             assert r.status_code == 400, body
         r = await emu.http.post("/control/key-fail", json={"status": 404})
@@ -148,10 +167,21 @@ async def test_a_discovered_limit_is_held_by_a_cloud_only_job_of_over_a_minute()
         budget = CloudBudget(clock=clock.now, sleep=clock.sleep, rng=random.Random(3))
         feed_budget(budget)(record(await check_with(emu, rate_limit={"requests": 120, "interval": "1m"})))
         assert budget.state().ceiling_origin == "discovered: 120 req/min"
-        cloud = BudgetedProvider(OpenRouterProvider(client, model=MINILM, roles=[Role.CODE_EMBEDDING],
-                                                    upstream="alpha", width=384), budget)
-        pool = Pool([cloud], role=Role.CODE_EMBEDDING, clock=clock, admission=budget.admission,
-                    lanes=lambda prov: budget.effective_limit, initial_batch=8, max_batch=8)
+        cloud = BudgetedProvider(
+            OpenRouterProvider(
+                client, model=MINILM, roles=[Role.CODE_EMBEDDING], upstream="alpha", width=384
+            ),
+            budget,
+        )
+        pool = Pool(
+            [cloud],
+            role=Role.CODE_EMBEDDING,
+            clock=clock,
+            admission=budget.admission,
+            lanes=lambda prov: budget.effective_limit,
+            initial_batch=8,
+            max_batch=8,
+        )
         texts = [f"def f{i}(x):\n    return x + {i}" for i in range(8 * 160)]
         written: list[int] = []
 
@@ -168,10 +198,12 @@ async def test_a_discovered_limit_is_held_by_a_cloud_only_job_of_over_a_minute()
         per_minute = len(accepted) / (elapsed / 60.0)
         gaps = np.diff([t0, *accepted, clock.now()])
         st = budget.state()
-        print(f"\n{len(accepted)} requests in {elapsed:.1f}s virtual: {per_minute:.1f}/min "
-              f"({per_minute / 120:.3f} of the limit); 429s {counters['rate_limited']}/{requests}; "
-              f"longest stall {gaps.max():.2f}s; ceiling {st.ceiling} ({st.ceiling_origin}), "
-              f"rtt {st.rtt_s:.3f}s, halvings {st.halvings}")
+        print(
+            f"\n{len(accepted)} requests in {elapsed:.1f}s virtual: {per_minute:.1f}/min "
+            f"({per_minute / 120:.3f} of the limit); 429s {counters['rate_limited']}/{requests}; "
+            f"longest stall {gaps.max():.2f}s; ceiling {st.ceiling} ({st.ceiling_origin}), "
+            f"rtt {st.rtt_s:.3f}s, halvings {st.halvings}"
+        )
         assert sorted(written) == list(range(len(texts)))
         assert elapsed >= 60.0
         assert per_minute >= 0.9 * 120
@@ -185,14 +217,20 @@ async def test_a_discovered_limit_is_held_by_a_cloud_only_job_of_over_a_minute()
 def test_a_key_check_frame_has_no_room_for_a_secret():
     """The frame admits only the named figures: a label, a key or free text in the interval
     is refused, and the refusal does not echo it."""
-    for facts in ({"label": KEY}, {"key": KEY}, {"rate_limit_interval": KEY[:16]},
-                  {"rate_limit_interval": "1 minute, sk-or"}):
+    for facts in (
+        {"label": KEY},
+        {"key": KEY},
+        {"rate_limit_interval": KEY[:16]},
+        {"rate_limit_interval": "1 minute, sk-or"},
+    ):
         wire = json.dumps({"v": 1, "type": "key_check", "outcome": "ok", "reason": "push", "facts": facts})
         refused = p.parse_frame(wire)
         assert isinstance(refused, p.FrameError) and refused.code == "invalid", facts
         assert KEY[:16] not in str(refused) and "sk-or" not in str(refused)
-    assert isinstance(p.parse_frame(json.dumps({"v": 1, "type": "key_check", "outcome": "maybe",
-                                                "reason": "push"})), p.FrameError)
+    assert isinstance(
+        p.parse_frame(json.dumps({"v": 1, "type": "key_check", "outcome": "maybe", "reason": "push"})),
+        p.FrameError,
+    )
 
 
 def test_a_key_check_interval_of_zero_or_less_is_refused_before_anything_starts():

@@ -44,10 +44,14 @@ class Live:
     def sidecar(self, emulator, *extra: str):
         self.hub.auth.approve(NAME)
         port = int(self.url.rsplit(":", 1)[1])
-        proc = spawn_sidecar(self.group, NAME, port, [],
-                             extra=["--openrouter-url", emulator.base_url, *extra])
-        wait_until(lambda: NAME in self.hub.connected() and CLOUD_CODE in self.app.state.registry,
-                   f"{NAME} and its cloud route", procs=[proc])
+        proc = spawn_sidecar(
+            self.group, NAME, port, [], extra=["--openrouter-url", emulator.base_url, *extra]
+        )
+        wait_until(
+            lambda: NAME in self.hub.connected() and CLOUD_CODE in self.app.state.registry,
+            f"{NAME} and its cloud route",
+            procs=[proc],
+        )
         return proc
 
     def push_key(self) -> None:
@@ -60,8 +64,12 @@ class Live:
 def live(tmp_path: Path) -> Iterator[Live]:
     app, hub, _ = build_app(tmp_path / "data")
     # A cloud-only code table on MiniLM, pinned to the emulator's `alpha` upstream.
-    hub.routing.update({CE: {"policy": "cloud", "model": MINILM, "upstream": "alpha", "width": 384},
-                        Role.EMBEDDING: {"policy": "local"}})
+    hub.routing.update(
+        {
+            CE: {"policy": "cloud", "model": MINILM, "upstream": "alpha", "width": 384},
+            Role.EMBEDDING: {"policy": "local"},
+        }
+    )
     running = ThreadedServer(app)
     url = running.start()
     group = ProcessGroup(tmp_path / "procs")
@@ -82,8 +90,12 @@ def fathom_budget(url: str) -> str:
         """fathom (operator commands only)."""
 
     register(cli)
-    r = CliRunner().invoke(cli, ["budget"], catch_exceptions=False,
-                           env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"})
+    r = CliRunner().invoke(
+        cli,
+        ["budget"],
+        catch_exceptions=False,
+        env={"FATHOM_SERVER": url, "FATHOM_ADMIN_TOKEN": ADMIN, "COLUMNS": "200"},
+    )
     assert r.exit_code == 0, r.output
     return r.stdout
 
@@ -103,7 +115,10 @@ def test_the_sidecar_reads_the_keys_limits_and_the_servers_budget_learns_them(li
     assert check.facts.rate_limit_requests == 120 and check.facts.rate_limit_interval == "1m"
     st = live.budget.state()
     assert (st.ceiling_source, st.ceiling_origin, st.window_armed) == (
-        "littles-law", "discovered: 120 req/min", True)
+        "littles-law",
+        "discovered: 120 req/min",
+        True,
+    )
     assert "(discovered: 120 req/min)" in fathom_budget(live.url)
     budget = live.http.get("/admin/budget").json()
     assert budget["ceiling_origin"] == "discovered: 120 req/min"
@@ -114,8 +129,11 @@ def test_the_sidecar_reads_the_keys_limits_and_the_servers_budget_learns_them(li
 
     # Periodically: the key is re-read without any push; a changed limit is followed.
     emulator.control.set_key(rate_limit={"requests": 600, "interval": "1m"})
-    wait_until(lambda: live.budget.state().ceiling_origin == "discovered: 600 req/min",
-               "the periodic re-check", procs=[proc])
+    wait_until(
+        lambda: live.budget.state().ceiling_origin == "discovered: 600 req/min",
+        "the periodic re-check",
+        procs=[proc],
+    )
     assert live.hub.key_check(NAME).reason == "periodic"
 
     # A revoked key: the check says so; the budget keeps what it learnt.

@@ -21,21 +21,23 @@ from fathom.index.store import LanceStore, Slot
 from tests.store_fixtures import CLEARED, SPACE, WIDTH
 
 QUERIES = [
-    "parse the query string",          # stop words between stems
-    "retries", "retry", "retrying",     # one stem, three spellings
-    "QueryShape",                       # camelCase: its parts are in the keywords column
-    "getUserName",                      # one word in the query: not split
-    "getusername_nowhere",              # in no chunk: nothing, from both
-    "matrix_cache_bytes",               # snake_case: three tokens
+    "parse the query string",  # stop words between stems
+    "retries",
+    "retry",
+    "retrying",  # one stem, three spellings
+    "QueryShape",  # camelCase: its parts are in the keywords column
+    "getUserName",  # one word in the query: not split
+    "getusername_nowhere",  # in no chunk: nothing, from both
+    "matrix_cache_bytes",  # snake_case: three tokens
     "how does the cache evict a table when it is full",
     "WidthMismatch vector width",
     "atomic_write_text rename",
-    "café naïve résumé",                # accents fold to ASCII
-    "x" * 39 + " store",                # 39 bytes: indexed; 40 and more: not
-    "store store store",                # a repeated word counts each time
+    "café naïve résumé",  # accents fold to ASCII
+    "x" * 39 + " store",  # 39 bytes: indexed; 40 and more: not
+    "store store store",  # a repeated word counts each time
     "utf 8 decode errors replace",
-    "ourselves themselves because",     # stemmed before the stop-word check: kept
-    "the and of",                       # nothing but stop words
+    "ourselves themselves because",  # stemmed before the stop-word check: kept
+    "the and of",  # nothing but stop words
 ]
 
 
@@ -43,10 +45,10 @@ def _chunks():
     root = Path(fathom.__file__).parent
     chunks = []
     for path in sorted((root / "index").rglob("*.py")):
-        chunks += [c for c in chunk_file(str(path.relative_to(root)), path.read_text())
-                   if c.table == "code"]
-    extra = chunk_file("extra/accents.py", "def café():\n    return 'naïve résumé' # " + "x" * 39
-                       + " " + "y" * 40 + "\n")
+        chunks += [c for c in chunk_file(str(path.relative_to(root)), path.read_text()) if c.table == "code"]
+    extra = chunk_file(
+        "extra/accents.py", "def café():\n    return 'naïve résumé' # " + "x" * 39 + " " + "y" * 40 + "\n"
+    )
     return chunks + extra
 
 

@@ -29,23 +29,49 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Lowest first. A module belongs to the first layer one of whose prefixes it starts with.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("vocabulary", ("fathom", "fathom.errors", "fathom.roles", "fathom.policy", "fathom.space",
-                    "fathom.clock", "fathom.logsafe", "fathom.config",
-                    # the long-running commands' shared log set-up (server and sidecar use it)
-                    "fathom.commandline")),
+    (
+        "vocabulary",
+        (
+            "fathom",
+            "fathom.errors",
+            "fathom.roles",
+            "fathom.policy",
+            "fathom.space",
+            "fathom.clock",
+            "fathom.logsafe",
+            "fathom.config",
+            # the long-running commands' shared log set-up (server and sidecar use it)
+            "fathom.commandline",
+        ),
+    ),
     ("inference", ("fathom.inference",)),
     ("retrieval", ("fathom.index", "fathom.scope")),
     ("fleet", ("fathom.fleet",)),
     ("service", ("fathom.service",)),
     ("agents", ("fathom.agents",)),
     ("server", ("fathom.server",)),
-    ("cli", ("fathom.cli", "fathom.cli_admin", "fathom.cli_models", "fathom.cli_oauth", "fathom.cli_serve",
-             "fathom.cli_local", "fathom.cli_eval", "fathom.cli_calls", "fathom.cli_git", "fathom.cli_hosts", "fathom.hosts",
-             "fathom.demo",
-             "fathom.__main__")),
+    (
+        "cli",
+        (
+            "fathom.cli",
+            "fathom.cli_admin",
+            "fathom.cli_models",
+            "fathom.cli_oauth",
+            "fathom.cli_serve",
+            "fathom.cli_local",
+            "fathom.cli_eval",
+            "fathom.cli_calls",
+            "fathom.cli_git",
+            "fathom.cli_hosts",
+            "fathom.hosts",
+            "fathom.demo",
+            "fathom.__main__",
+        ),
+    ),
 ]
 ASIDE = "devtools"
 ASIDE_PREFIX = "fathom.devtools"
+
 
 def modules(src: Path = SRC) -> dict[str, tuple[Path, bool]]:
     """Every module of the package: dotted name -> (file, is a package's __init__)."""
@@ -59,8 +85,9 @@ def modules(src: Path = SRC) -> dict[str, tuple[Path, bool]]:
 
 def _type_checking(node: ast.If) -> bool:
     t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or \
-        (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
 
 
 def absolute(node: ast.ImportFrom, package: str) -> str:
@@ -156,8 +183,13 @@ def private_uses(mods: dict[str, tuple[Path, bool]]) -> list[str]:
                     elif _private(a.name) and owner_of(base) != name:
                         bad.append(f"{name}:{node.lineno} imports {a.name} from {owner_of(base)}")
         for node in ast.walk(tree):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                    and node.value.id in bound and _private(node.attr) and bound[node.value.id] != name:
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and _private(node.attr)
+                and bound[node.value.id] != name
+            ):
                 bad.append(f"{name}:{node.lineno} uses {node.attr} of {bound[node.value.id]}")
     return sorted(set(bad))
 
@@ -185,8 +217,9 @@ def upward(edges: list[tuple[str, str, int, bool]]) -> list[str]:
         if ls == ASIDE:
             continue
         if ld == ASIDE or RANK[ld] > RANK[ls]:
-            bad.append(f"{src}:{line} ({ls}) imports {dst} ({ld})"
-                       + (" under TYPE_CHECKING" if type_only else ""))
+            bad.append(
+                f"{src}:{line} ({ls}) imports {dst} ({ld})" + (" under TYPE_CHECKING" if type_only else "")
+            )
     return bad
 
 
@@ -256,8 +289,10 @@ def test_the_checks_see_function_level_and_type_only_imports():
     assert ("fathom.index.watch", "fathom.index.indexer") in {(s, d) for s, d, _, t in edges if t}
     climb = [("fathom.index.rerank", "fathom.agents.routes", 1, False)]
     assert upward(climb) == ["fathom.index.rerank:1 (retrieval) imports fathom.agents.routes (agents)"]
-    loop = [("fathom.index.store", "fathom.index.pgstore", 1, False),
-            ("fathom.index.pgstore", "fathom.index.store", 2, True)]
+    loop = [
+        ("fathom.index.store", "fathom.index.pgstore", 1, False),
+        ("fathom.index.pgstore", "fathom.index.store", 2, True),
+    ]
     assert cycles(loop) == [["fathom.index.pgstore", "fathom.index.store"]]
 
 
@@ -275,9 +310,12 @@ def test_the_private_check_sees_names_attributes_and_private_modules(tmp_path):
         "from fathom.index.store import _in_list, own\n"
         "from fathom.index import store as s\n"
         "from fathom.index import _impl\n"
-        "s._in_list(); s.own(); s.__name__\n", encoding="utf-8")
-    (tmp_path / "fathom" / "service.py").write_text("import fathom.index._impl\nfrom .index.store import _in_list\n",
-                                                  encoding="utf-8")
+        "s._in_list(); s.own(); s.__name__\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "fathom" / "service.py").write_text(
+        "import fathom.index._impl\nfrom .index.store import _in_list\n", encoding="utf-8"
+    )
     assert private_uses(modules(tmp_path)) == [
         "fathom.index.verify:1 imports _in_list from fathom.index.store",
         "fathom.index.verify:4 uses _in_list of fathom.index.store",

@@ -27,8 +27,14 @@ async def test_embed_empty_batch(local_encoder):  # noqa: F811
 
 
 async def test_same_text_same_vector_and_similar_texts_closer(local_encoder):  # noqa: F811
-    v = await local_encoder.embed(["retry a network call with backoff", "retry a network call with backoff",
-                                   "exponential backoff for failed HTTP requests", "bake a chocolate cake"])
+    v = await local_encoder.embed(
+        [
+            "retry a network call with backoff",
+            "retry a network call with backoff",
+            "exponential backoff for failed HTTP requests",
+            "bake a chocolate cake",
+        ]
+    )
     assert float(v[0] @ v[1]) == pytest.approx(1.0, abs=1e-5)
     assert float(v[0] @ v[2]) > float(v[0] @ v[3])
 

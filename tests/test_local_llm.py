@@ -68,8 +68,9 @@ def chat_backend(llm, **options: str) -> str:
 
 def local_fathom(shop, llm, local_encoder, **more) -> Fathom:  # noqa: F811
     """A second front end on the indexed shop's data dir whose settings name the local LLM."""
-    settings = shop.fathom.settings.model_copy(update={"local_chat_url": llm.base_url,
-                                                        "local_chat_model": llm.model, **more})
+    settings = shop.fathom.settings.model_copy(
+        update={"local_chat_url": llm.base_url, "local_chat_model": llm.model, **more}
+    )
     return Fathom(settings, encoder=local_encoder)
 
 
@@ -77,10 +78,15 @@ def local_fathom(shop, llm, local_encoder, **more) -> Fathom:  # noqa: F811
 
 
 async def test_chat_backend_streams_and_passes_tools_through(local_llm):  # noqa: F811
-    local_llm.control.script([
-        {"content": "Let me search.", "tool_calls": [{"name": "grep", "arguments": {"pattern": "pbkdf2"}}]},
-        {"content": "They are hashed in auth/password.py:8-12."},
-    ])
+    local_llm.control.script(
+        [
+            {
+                "content": "Let me search.",
+                "tool_calls": [{"name": "grep", "arguments": {"pattern": "pbkdf2"}}],
+            },
+            {"content": "They are hashed in auth/password.py:8-12."},
+        ]
+    )
     backend = await open_backend(parse_serve(chat_backend(local_llm)))
     assert isinstance(backend, OpenAICompatibleChat) and backend.info.kind is Kind.LOCAL
     assert backend.info.roles == {Role.RLM} and backend.info.model == local_llm.model
@@ -92,7 +98,9 @@ async def test_chat_backend_streams_and_passes_tools_through(local_llm):  # noqa
         await backend.aclose()
 
     assert first.content == "Let me search." and "".join(pieces) == "Let me search." and len(pieces) == 3
-    assert [(c.name, c.arguments, c.problem) for c in first.tool_calls] == [("grep", {"pattern": "pbkdf2"}, None)]
+    assert [(c.name, c.arguments, c.problem) for c in first.tool_calls] == [
+        ("grep", {"pattern": "pbkdf2"}, None)
+    ]
     assert first.finish_reason == "tool_calls" and first.usage["total_tokens"] > 0
     assert second.content == "They are hashed in auth/password.py:8-12." and second.tool_calls == ()
     sent = [r for r in local_llm.control.requests() if r["endpoint"] == "chat"]
@@ -102,8 +110,16 @@ async def test_chat_backend_streams_and_passes_tools_through(local_llm):  # noqa
 
 
 async def test_chat_backend_without_streaming(local_llm):  # noqa: F811
-    local_llm.control.script([{"tool_calls": [{"name": "read_file", "arguments": {"path": "a.py"}},
-                                              {"name": "list_dir", "arguments": "{not json"}]}])
+    local_llm.control.script(
+        [
+            {
+                "tool_calls": [
+                    {"name": "read_file", "arguments": {"path": "a.py"}},
+                    {"name": "list_dir", "arguments": "{not json"},
+                ]
+            }
+        ]
+    )
     backend = await open_backend(parse_serve(chat_backend(local_llm, stream="false")))
     try:
         result = await backend.chat(ASK, tools=TOOL_SPECS)
@@ -137,8 +153,14 @@ async def test_chat_refusals_are_the_cloud_clients_typed_errors(local_llm):  # n
             await backend.chat(ASK)
         assert info.value.retryable and info.value.status == 503
 
-        local_llm.control.script([{"content": "half an answer that breaks", "stream_error":
-                                   {"after_chunks": 2, "message": "CUDA out of memory"}}])
+        local_llm.control.script(
+            [
+                {
+                    "content": "half an answer that breaks",
+                    "stream_error": {"after_chunks": 2, "message": "CUDA out of memory"},
+                }
+            ]
+        )
         with pytest.raises(StreamError) as info:
             await backend.chat(ASK)
         assert info.value.partial == "half an " and "CUDA out of memory" in str(info.value)
@@ -173,14 +195,22 @@ async def test_the_cloud_client_maps_the_same_refusals_to_the_same_types(local_l
 
 def test_serve_specs_for_the_chat_roles():
     spec = parse_serve("code-assistant=openai-compatible:http://127.0.0.1:11434/v1,model=qwen2.5-coder:7b")
-    assert (spec.role, spec.kind, spec.model) == (Role.CODE_ASSISTANT, "openai-compatible", "qwen2.5-coder:7b")
-    assert parse_serve("rlm=openai:http://h:8000/v1,model=m,stream=false,timeout=60").options == \
-        {"stream": "false", "timeout": "60"}
-    for bad, why in [("rlm=tei:http://h:8080", "served by a chat model"),
-                     ("code-assistant=in-process", "served by a chat model"),
-                     ("rlm=openai-compatible:http://h/v1,stream=maybe", "stream must be true or false"),
-                     ("rlm=openai-compatible:http://h/v1,timeout=0", "timeout must be a positive"),
-                     ("embedding=openai-compatible:http://h/v1,stream=false", "chat roles only")]:
+    assert (spec.role, spec.kind, spec.model) == (
+        Role.CODE_ASSISTANT,
+        "openai-compatible",
+        "qwen2.5-coder:7b",
+    )
+    assert parse_serve("rlm=openai:http://h:8000/v1,model=m,stream=false,timeout=60").options == {
+        "stream": "false",
+        "timeout": "60",
+    }
+    for bad, why in [
+        ("rlm=tei:http://h:8080", "served by a chat model"),
+        ("code-assistant=in-process", "served by a chat model"),
+        ("rlm=openai-compatible:http://h/v1,stream=maybe", "stream must be true or false"),
+        ("rlm=openai-compatible:http://h/v1,timeout=0", "timeout must be a positive"),
+        ("embedding=openai-compatible:http://h/v1,stream=false", "chat roles only"),
+    ]:
         with pytest.raises(ConfigError, match=why):
             parse_serve(bad)
 
@@ -192,7 +222,9 @@ DOCS = ["retry the network call with backoff", "hash a password with a salt", "r
 
 
 async def test_openai_compatible_and_tei_rerankers(local_llm):  # noqa: F811
-    oai = await open_backend(parse_serve(f"reranker=openai-compatible:{local_llm.base_url},model={local_llm.model}"))
+    oai = await open_backend(
+        parse_serve(f"reranker=openai-compatible:{local_llm.base_url},model={local_llm.model}")
+    )
     tei = await open_backend(parse_serve(f"reranker=tei:{local_llm.root_url}"))
     try:
         assert isinstance(oai, OpenAICompatibleReranker) and isinstance(tei, TEIBackend)
@@ -210,7 +242,9 @@ async def test_openai_compatible_and_tei_rerankers(local_llm):  # noqa: F811
 async def test_a_server_that_cannot_rerank_is_refused_at_start(local_llm):  # noqa: F811
     local_llm.control.fail(404, message="Not Found", kind="NotFound", endpoints=["rerank"])
     with pytest.raises(ConfigError, match="cannot rerank.*offers /rerank"):
-        await open_backend(parse_serve(f"reranker=openai-compatible:{local_llm.base_url},model={local_llm.model}"))
+        await open_backend(
+            parse_serve(f"reranker=openai-compatible:{local_llm.base_url},model={local_llm.model}")
+        )
 
 
 # ---- one machine, no server ------------------------------------------------------------------
@@ -239,17 +273,29 @@ def test_settings_name_a_local_llm_per_role(monkeypatch, tmp_path):
     assert Settings().local_chat(Role.RLM) is None and local_chat_providers(Settings()) == []
 
 
-async def test_standalone_mcp_serves_ask_and_explore_from_the_local_llm(indexed_shop, local_llm,  # noqa: F811
-                                                                        local_encoder, emulator):  # noqa: F811
+async def test_standalone_mcp_serves_ask_and_explore_from_the_local_llm(
+    indexed_shop,
+    local_llm,  # noqa: F811
+    local_encoder,
+    emulator,
+):  # noqa: F811
     fathom = local_fathom(indexed_shop, local_llm, local_encoder)
-    local_llm.control.script([
-        {"match": "Context:", "content": "PBKDF2 with a random salt [1]."},
-        {"tool_calls": [{"name": "search_code", "arguments": {"query": "password hashing"}}]},
-        {"tool_calls": [{"name": "grep", "arguments": {"pattern": "pbkdf2_hmac"}}]},
-        {"tool_calls": [{"name": "read_file", "arguments": {"path": "auth/password.py", "start_line": 8,
-                                                            "end_line": 12}}]},
-        {"content": "hash_password uses PBKDF2 (auth/password.py:8-12)."},
-    ])
+    local_llm.control.script(
+        [
+            {"match": "Context:", "content": "PBKDF2 with a random salt [1]."},
+            {"tool_calls": [{"name": "search_code", "arguments": {"query": "password hashing"}}]},
+            {"tool_calls": [{"name": "grep", "arguments": {"pattern": "pbkdf2_hmac"}}]},
+            {
+                "tool_calls": [
+                    {
+                        "name": "read_file",
+                        "arguments": {"path": "auth/password.py", "start_line": 8, "end_line": 12},
+                    }
+                ]
+            },
+            {"content": "hash_password uses PBKDF2 (auth/password.py:8-12)."},
+        ]
+    )
     async with Client(build_mcp_server(fathom)) as client:
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"ask", "explore"} <= names
@@ -258,7 +304,9 @@ async def test_standalone_mcp_serves_ask_and_explore_from_the_local_llm(indexed_
         a = asked.structured_content
         assert a["provider"] == f"openai-compatible:{local_llm.base_url}:{local_llm.model}"
         assert a["citations"] and a["citations"][0].startswith("auth/password.py:")
-        explored = await client.call_tool("explore", {"question": "how are passwords hashed?", "project": "shop"})
+        explored = await client.call_tool(
+            "explore", {"question": "how are passwords hashed?", "project": "shop"}
+        )
         assert not explored.is_error, explored.content[0].text
         e = explored.structured_content
         assert e["complete"] and [t["tool"] for t in e["trace"]] == ["search_code", "grep", "read_file"]
@@ -267,17 +315,26 @@ async def test_standalone_mcp_serves_ask_and_explore_from_the_local_llm(indexed_
     assert emulator.control.counters()["requests"] == {}
 
 
-def test_cli_explore_shows_each_step_and_refuses_without_a_local_llm(indexed_shop, local_llm,  # noqa: F811
-                                                                     local_encoder):  # noqa: F811
-    local_llm.control.script([
-        {"tool_calls": [{"name": "list_dir", "arguments": {"path": "auth"}}]},
-        {"tool_calls": [{"name": "grep", "arguments": {"pattern": "compare_digest"}}]},
-        {"content": "In constant time, auth/password.py:19."},
-    ])
+def test_cli_explore_shows_each_step_and_refuses_without_a_local_llm(
+    indexed_shop,
+    local_llm,  # noqa: F811
+    local_encoder,
+):  # noqa: F811
+    local_llm.control.script(
+        [
+            {"tool_calls": [{"name": "list_dir", "arguments": {"path": "auth"}}]},
+            {"tool_calls": [{"name": "grep", "arguments": {"pattern": "compare_digest"}}]},
+            {"content": "In constant time, auth/password.py:19."},
+        ]
+    )
     runner = CliRunner()
     fathom = local_fathom(indexed_shop, local_llm, local_encoder)
-    result = runner.invoke(app, ["explore", "how is a password checked?", "-p", "shop"], obj={"fathom": fathom},
-                           env={"COLUMNS": "200"})
+    result = runner.invoke(
+        app,
+        ["explore", "how is a password checked?", "-p", "shop"],
+        obj={"fathom": fathom},
+        env={"COLUMNS": "200"},
+    )
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     step1 = next(i for i, ln in enumerate(lines) if ln.startswith("0.1 list_dir(path='auth')"))
@@ -300,21 +357,32 @@ def explorer_on(fathom: Fathom, **limits) -> tuple[Explorer, list]:
     return Explorer.for_project(fathom, router, "shop", limits=Limits(**limits), on_step=steps.append), steps
 
 
-async def test_malformed_tool_calls_are_corrected_and_the_run_recovers(indexed_shop, local_llm,  # noqa: F811
-                                                                       local_encoder):  # noqa: F811
-    local_llm.control.script([
-        {"tool_calls": [{"name": "grep", "arguments": "{\"pattern\": \"pbkdf2_hmac\""}]},  # cut-off JSON
-        {"tool_calls": [{"name": "open_file", "arguments": {"path": "auth/password.py"}}]},  # no such tool
-        {"content": '<tool_call>{"name": "grep", "arguments": {"pattern": "pbkdf2_hmac"}}</tool_call>'},
-        {"tool_calls": [{"name": "grep", "arguments": {"pattern": "pbkdf2_hmac"}}]},
-        {"content": "PBKDF2, auth/password.py:10."},
-    ])
+async def test_malformed_tool_calls_are_corrected_and_the_run_recovers(
+    indexed_shop,
+    local_llm,  # noqa: F811
+    local_encoder,
+):  # noqa: F811
+    local_llm.control.script(
+        [
+            {"tool_calls": [{"name": "grep", "arguments": '{"pattern": "pbkdf2_hmac"'}]},  # cut-off JSON
+            {
+                "tool_calls": [{"name": "open_file", "arguments": {"path": "auth/password.py"}}]
+            },  # no such tool
+            {"content": '<tool_call>{"name": "grep", "arguments": {"pattern": "pbkdf2_hmac"}}</tool_call>'},
+            {"tool_calls": [{"name": "grep", "arguments": {"pattern": "pbkdf2_hmac"}}]},
+            {"content": "PBKDF2, auth/password.py:10."},
+        ]
+    )
     explorer, steps = explorer_on(local_fathom(indexed_shop, local_llm, local_encoder))
     result = await explorer.explore("which function derives the key?")
 
     assert result.complete and result.answer == "PBKDF2, auth/password.py:10."
     assert [s.summary.split(":")[0] for s in result.trace] == [
-        "corrected (1 of 3)", "corrected (2 of 3)", "corrected (3 of 3)", "grep /pbkdf2_hmac/"]
+        "corrected (1 of 3)",
+        "corrected (2 of 3)",
+        "corrected (3 of 3)",
+        "grep /pbkdf2_hmac/",
+    ]
     assert [s.tool for s in result.trace] == ["grep", "open_file", "grep", "grep"] and result.trace[3].ok
     assert steps == result.trace  # each one heard as it happened
     sent = [r for r in local_llm.control.requests() if r["endpoint"] == "chat"]
@@ -325,23 +393,33 @@ async def test_malformed_tool_calls_are_corrected_and_the_run_recovers(indexed_s
     assert "wrote a call to grep as text, so nothing ran" in told[3]
 
 
-async def test_a_model_that_keeps_making_malformed_calls_is_stopped(indexed_shop, local_llm,  # noqa: F811
-                                                                    local_encoder):  # noqa: F811
-    local_llm.control.script([{"tool_calls": [{"name": "grep", "arguments": "pattern=pbkdf2"}]}] * 3
-                             + [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}])
+async def test_a_model_that_keeps_making_malformed_calls_is_stopped(
+    indexed_shop,
+    local_llm,  # noqa: F811
+    local_encoder,
+):  # noqa: F811
+    local_llm.control.script(
+        [{"tool_calls": [{"name": "grep", "arguments": "pattern=pbkdf2"}]}] * 3
+        + [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}]
+    )
     explorer, _ = explorer_on(local_fathom(indexed_shop, local_llm, local_encoder), max_corrections=2)
     result = await explorer.explore("which function derives the key?")
 
-    assert result.stopped.startswith("stopped: correction limit 2 reached: the model kept making tool "
-                                     "calls that cannot run (last: your call to grep cannot run")
+    assert result.stopped.startswith(
+        "stopped: correction limit 2 reached: the model kept making tool "
+        "calls that cannot run (last: your call to grep cannot run"
+    )
     assert result.answer.startswith(result.stopped) and result.limits_hit == [result.stopped]
     assert [s.ok for s in result.trace] == [False, False, False]
     assert result.trace[-1].summary.startswith("not corrected")
     assert local_llm.control.counters()["requests"] == {"chat": 3}  # nothing sent after the stop
 
 
-async def test_a_full_context_stops_the_loop_with_the_evidence_so_far(indexed_shop, local_llm,  # noqa: F811
-                                                                      local_encoder):  # noqa: F811
+async def test_a_full_context_stops_the_loop_with_the_evidence_so_far(
+    indexed_shop,
+    local_llm,  # noqa: F811
+    local_encoder,
+):  # noqa: F811
     question = "what does auth/password.py do?"
     explorer, _ = explorer_on(local_fathom(indexed_shop, local_llm, local_encoder))
     local_llm.control.script([{"content": "a first answer, to measure the first turn"}])
@@ -349,10 +427,12 @@ async def test_a_full_context_stops_the_loop_with_the_evidence_so_far(indexed_sh
     first = local_llm.control.requests()[-1]
     # The model's context holds the first turn (and its max_tokens), not the file read into it.
     local_llm.control.context(prompt_tokens(first["messages"], first["tools"]) + first["max_tokens"] + 50)
-    local_llm.control.script([
-        {"tool_calls": [{"name": "read_file", "arguments": {"path": "auth/password.py"}}]},
-        {"content": "never reached"},
-    ])
+    local_llm.control.script(
+        [
+            {"tool_calls": [{"name": "read_file", "arguments": {"path": "auth/password.py"}}]},
+            {"content": "never reached"},
+        ]
+    )
     result = await explorer.explore(question)
 
     assert result.stopped.startswith("stopped: context limit of the model reached")
@@ -391,35 +471,57 @@ async def test_a_request_held_across_a_reset_takes_no_turn_of_the_next_script(lo
     assert after.json()["choices"][0]["message"]["content"] == "the next test's first turn"
 
 
-async def test_each_step_is_reported_before_the_next_model_turn(indexed_shop, local_llm,  # noqa: F811
-                                                                local_encoder):  # noqa: F811
-    local_llm.control.script([
-        {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
-        {"tool_calls": [{"name": "list_dir", "arguments": {"path": "net"}}]},
-        {"content": "Four folders."},
-    ])
+async def test_each_step_is_reported_before_the_next_model_turn(
+    indexed_shop,
+    local_llm,  # noqa: F811
+    local_encoder,
+):  # noqa: F811
+    local_llm.control.script(
+        [
+            {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
+            {"tool_calls": [{"name": "list_dir", "arguments": {"path": "net"}}]},
+            {"content": "Four folders."},
+        ]
+    )
     fathom = local_fathom(indexed_shop, local_llm, local_encoder)
     heard: list[tuple[int, int]] = []
     explorer = Explorer.for_project(
-        fathom, standalone_router(fathom), "shop",
-        on_step=lambda s: heard.append((s.step, httpx.get(local_llm.root_url + "/control/counters")
-                                        .json()["requests"]["chat"])))
+        fathom,
+        standalone_router(fathom),
+        "shop",
+        on_step=lambda s: heard.append(
+            (s.step, httpx.get(local_llm.root_url + "/control/counters").json()["requests"]["chat"])
+        ),
+    )
     result = await explorer.explore("what is here?")
     assert result.complete and heard == [(1, 1), (2, 2)]  # step n heard after n model turns, not at the end
 
 
 @pytest.mark.parametrize("rlm_fallback, cloud_reranks", [(FallbackMode.LOCAL_ONLY, 0), (FallbackMode.ANY, 1)])
-async def test_a_local_only_exploration_never_reranks_in_the_cloud(indexed_shop, local_llm, emulator,  # noqa: F811
-                                                                    rlm_fallback, cloud_reranks):
+async def test_a_local_only_exploration_never_reranks_in_the_cloud(
+    indexed_shop,
+    local_llm,
+    emulator,  # noqa: F811
+    rlm_fallback,
+    cloud_reranks,
+):
     # The reranker role may use the cloud (aggregate, fallback any), and only a cloud reranker is
     # registered. rlm is served locally either way (policy local); only its fallback mode differs.
-    local_llm.control.script([{"tool_calls": [{"name": "search_code", "arguments": {"query": "password"}}]},
-                              {"content": "auth/password.py:8-12"}])
+    local_llm.control.script(
+        [
+            {"tool_calls": [{"name": "search_code", "arguments": {"query": "password"}}]},
+            {"content": "auth/password.py:8-12"},
+        ]
+    )
     chat = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model)
-    router = make_router(routing(rlm=(Policy.LOCAL, rlm_fallback), reranker=(Policy.AGGREGATE, FallbackMode.ANY)),
-                         [chat, cloud(emulator, Role.RERANKER, CloudBudget())])
+    router = make_router(
+        routing(rlm=(Policy.LOCAL, rlm_fallback), reranker=(Policy.AGGREGATE, FallbackMode.ANY)),
+        [chat, cloud(emulator, Role.RERANKER, CloudBudget())],
+    )
     try:
-        result = await Explorer.for_project(indexed_shop.fathom, router, "shop", reranker=router).explore("where?")
+        result = await Explorer.for_project(indexed_shop.fathom, router, "shop", reranker=router).explore(
+            "where?"
+        )
     finally:
         await chat.aclose()
     assert result.complete and result.trace[0].ok

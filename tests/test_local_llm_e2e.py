@@ -54,8 +54,11 @@ ASK_TURN = {"match": "Context:", "content": "Passwords are salted and hashed wit
 EXPLORE = [
     {"tool_calls": [{"name": "search_code", "arguments": {"query": "password hashing"}}]},
     {"tool_calls": [{"name": "grep", "arguments": {"pattern": "compare_digest"}}]},
-    {"tool_calls": [{"name": "read_file", "arguments": {"path": "auth/password.py", "start_line": 15,
-                                                        "end_line": 19}}]},
+    {
+        "tool_calls": [
+            {"name": "read_file", "arguments": {"path": "auth/password.py", "start_line": 15, "end_line": 19}}
+        ]
+    },
     {"content": "Hashed with PBKDF2 and checked in constant time (auth/password.py:15-19)."},
 ]
 
@@ -84,34 +87,64 @@ def fleet(tmp_path_factory):
     admin = None
     try:
         port, emu_port = free_port(), free_port()
-        server = group.spawn("server", [PY, "-m", "fathom.server", "--port", str(port), "--data-dir",
-                                        str(base / "data"), "--log-level", "INFO"],
-                             env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN})
+        server = group.spawn(
+            "server",
+            [
+                PY,
+                "-m",
+                "fathom.server",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(base / "data"),
+                "--log-level",
+                "INFO",
+            ],
+            env={"FATHOM_JOIN_TOKEN": JOIN, "FATHOM_ADMIN_TOKEN": ADMIN},
+        )
         emulator = group.spawn("emulator", [PY, "-m", "fathom.devtools.emulator", "--port", str(emu_port)])
         llm = spawn_local_llm(group, free_port())
         wait_http(f"http://127.0.0.1:{port}/healthz", proc=server)
         wait_http(f"http://127.0.0.1:{emu_port}/control/state", proc=emulator)
-        serve = [f"{role}=openai-compatible:{llm.base_url},model={MODEL}"
-                 for role in ("code-assistant", "rlm", "reranker")]
-        sidecar = spawn_sidecar(group, SIDECAR, port, serve,
-                                extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"])
-        admin = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"},
-                             timeout=120)
+        serve = [
+            f"{role}=openai-compatible:{llm.base_url},model={MODEL}"
+            for role in ("code-assistant", "rlm", "reranker")
+        ]
+        sidecar = spawn_sidecar(
+            group, SIDECAR, port, serve, extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"]
+        )
+        admin = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120
+        )
         procs = [server, emulator, sidecar]
 
         def states() -> dict[str, str]:
-            return {s["name"]: s["state"] for s in admin.get("/admin/fleet").json()["sidecars"] if s["connected"]}
+            return {
+                s["name"]: s["state"] for s in admin.get("/admin/fleet").json()["sidecars"] if s["connected"]
+            }
 
         wait_until(lambda: states().get(SIDECAR) == "pending", "the sidecar to connect", procs=procs)
         assert admin.post(f"/admin/fleet/{SIDECAR}/approve").json()["state"] == "approved"
         root = write_project(base / "shop")
         job = admin.post("/admin/jobs", json={"path": str(root), "project": "shop"})
         assert job.status_code == 202, job.text
-        view = wait_until(lambda: (v := admin.get(f"/admin/jobs/{job.json()['id']}").json())["state"]
-                          in ("done", "failed") and v, "the index job", procs=procs)
+        view = wait_until(
+            lambda: (
+                (v := admin.get(f"/admin/jobs/{job.json()['id']}").json())["state"] in ("done", "failed")
+                and v
+            ),
+            "the index job",
+            procs=procs,
+        )
         assert view["state"] == "done", view
-        yield {"url": f"http://127.0.0.1:{port}", "admin": admin, "llm": llm, "root": root, "procs": procs,
-               "emulator": EmulatorControl(f"http://127.0.0.1:{emu_port}")}
+        yield {
+            "url": f"http://127.0.0.1:{port}",
+            "admin": admin,
+            "llm": llm,
+            "root": root,
+            "procs": procs,
+            "emulator": EmulatorControl(f"http://127.0.0.1:{emu_port}"),
+        }
     finally:
         if admin is not None:
             admin.close()
@@ -119,9 +152,12 @@ def fleet(tmp_path_factory):
 
 
 def test_a_sidecar_fronting_a_local_llm_answers_ask_and_explore_over_mcp(fleet):
-    routes = {r["role"]: r for s in fleet["admin"].get("/admin/fleet").json()["sidecars"] for r in s["routes"]}
+    routes = {
+        r["role"]: r for s in fleet["admin"].get("/admin/fleet").json()["sidecars"] for r in s["routes"]
+    }
     assert {r: (routes[r]["backend"], routes[r]["model"]) for r in ("code-assistant", "rlm", "reranker")} == {
-        r: ("openai-compatible", MODEL) for r in ("code-assistant", "rlm", "reranker")}
+        r: ("openai-compatible", MODEL) for r in ("code-assistant", "rlm", "reranker")
+    }
     llm = fleet["llm"]
     llm.control.reset()
     llm.control.script([ASK_TURN, *EXPLORE])
@@ -130,7 +166,8 @@ def test_a_sidecar_fronting_a_local_llm_answers_ask_and_explore_over_mcp(fleet):
         fleet["url"],
         ("search_code", {"query": "verify a password in constant time", "project": "shop", "k": 3}),
         ("ask", {"question": "how are passwords stored?", "project": "shop"}),
-        ("explore", {"question": "how are passwords checked?", "project": "shop"}))
+        ("explore", {"question": "how are passwords checked?", "project": "shop"}),
+    )
 
     assert found["reranked"] is True, found["reason"]  # by the sidecar's /v1/rerank
     check_ask(asked, fleet["root"])
@@ -148,12 +185,18 @@ def test_rlm_under_local_only_sends_nothing_to_the_cloud_with_a_key_pushed(fleet
     push = admin.post("/admin/key", json={"key": KEY}).json()
     assert push["acked"] == [SIDECAR], push
     rlm = admin.get("/admin/policies").json()["roles"]["rlm"]
-    assert (rlm["policy"], rlm["fallback"], rlm["model"]) == ("aggregate", "local-only", DEFAULTS[Role.RLM].model)
+    assert (rlm["policy"], rlm["fallback"], rlm["model"]) == (
+        "aggregate",
+        "local-only",
+        DEFAULTS[Role.RLM].model,
+    )
     emulator.script([{"content": "from the cloud"}])  # healthy, and willing to answer
 
     llm.control.reset()
     llm.control.script(EXPLORE)
-    (explored,) = server_mcp(fleet["url"], ("explore", {"question": "how are passwords checked?", "project": "shop"}))
+    (explored,) = server_mcp(
+        fleet["url"], ("explore", {"question": "how are passwords checked?", "project": "shop"})
+    )
     check_explore(explored)
     assert llm.control.counters()["requests"]["chat"] == 4
     # Not one request reached the cloud: no chat, and no rerank for its searches either (the
@@ -166,9 +209,15 @@ def test_rlm_under_local_only_sends_nothing_to_the_cloud_with_a_key_pushed(fleet
     # could have seen a leak.
     r = admin.put("/admin/policies", json={"rlm": {"policy": "cloud", "fallback": "any"}})
     assert r.status_code == 200, r.text
-    wait_until(lambda: any(p["id"].endswith(":rlm:cloud:auto") and p["serving"] for p in
-                           admin.get("/admin/policies").json()["roles"]["rlm"]["providers"]),
-               "the sidecar's cloud route for rlm", procs=fleet["procs"], timeout=30)
+    wait_until(
+        lambda: any(
+            p["id"].endswith(":rlm:cloud:auto") and p["serving"]
+            for p in admin.get("/admin/policies").json()["roles"]["rlm"]["providers"]
+        ),
+        "the sidecar's cloud route for rlm",
+        procs=fleet["procs"],
+        timeout=30,
+    )
     try:
         (cloud,) = server_mcp(fleet["url"], ("explore", {"question": "anything", "project": "shop"}))
         assert cloud["answer"] == "from the cloud"
@@ -193,10 +242,15 @@ def test_standalone_fathom_mcp_uses_the_local_llm_named_by_the_environment(fleet
             names = {t.name for t in (await client.list_tools()).tools}
             return names, await mcp_calls(client, calls)
 
-    names, (asked, explored) = asyncio.run(session(
-        {"FATHOM_LOCAL_CHAT_URL": llm.base_url, "FATHOM_LOCAL_CHAT_MODEL": MODEL},
-        [("ask", {"question": "how are passwords stored?", "project": "shop"}),
-         ("explore", {"question": "how are passwords checked?", "project": "shop"})]))
+    names, (asked, explored) = asyncio.run(
+        session(
+            {"FATHOM_LOCAL_CHAT_URL": llm.base_url, "FATHOM_LOCAL_CHAT_MODEL": MODEL},
+            [
+                ("ask", {"question": "how are passwords stored?", "project": "shop"}),
+                ("explore", {"question": "how are passwords checked?", "project": "shop"}),
+            ],
+        )
+    )
     assert {"ask", "explore"} <= names
     check_ask(asked, root)
     assert asked["provider"] == f"openai-compatible:{llm.base_url}:{MODEL}"

@@ -66,31 +66,77 @@ def test_server_and_sidecar_log_json_lines_without_the_canary_key(tmp_path: Path
     emu_port, port = free_port(), free_port()
     server_err = tmp_path / "server.stderr"
     with open(tmp_path / "server.stdout", "w") as out, open(server_err, "w") as err:
-        server = subprocess.Popen([PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(tmp_path / "data"),
-                                   "--log-level", "DEBUG", "--log-format", "json", "--no-watch"],
-                                  stdout=out, stderr=err, start_new_session=True,
-                                  env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                                       "FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_JOIN_TOKEN": JOIN,
-                                       "PYTHONUNBUFFERED": "1"})
+        server = subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "fathom.server",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(tmp_path / "data"),
+                "--log-level",
+                "DEBUG",
+                "--log-format",
+                "json",
+                "--no-watch",
+            ],
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            env={
+                "PATH": "/usr/bin:/bin",
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "FATHOM_ADMIN_TOKEN": ADMIN,
+                "FATHOM_JOIN_TOKEN": JOIN,
+                "PYTHONUNBUFFERED": "1",
+            },
+        )
     url = f"http://127.0.0.1:{port}"
     admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=120)
     try:
         spawn_emulator(group, emu_port)
         wait_http(url + "/health")
-        sidecar = spawn_sidecar(group, "sc-1", port, [], log_level="DEBUG",
-                                extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1", "--log-format", "json"])
-        wait_until(lambda: any(s["name"] == "sc-1" and s["connected"] for s in admin.get("/admin/fleet").json()["sidecars"]),
-                   "the sidecar", procs=[sidecar])
+        sidecar = spawn_sidecar(
+            group,
+            "sc-1",
+            port,
+            [],
+            log_level="DEBUG",
+            extra=["--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1", "--log-format", "json"],
+        )
+        wait_until(
+            lambda: any(
+                s["name"] == "sc-1" and s["connected"] for s in admin.get("/admin/fleet").json()["sidecars"]
+            ),
+            "the sidecar",
+            procs=[sidecar],
+        )
         assert admin.post("/admin/fleet/sc-1/approve").status_code == 200
-        r = admin.put("/admin/policies", json={"embedding": {"policy": "cloud", "model": MINILM, "upstream": "alpha"}})
+        r = admin.put(
+            "/admin/policies", json={"embedding": {"policy": "cloud", "model": MINILM, "upstream": "alpha"}}
+        )
         assert r.status_code == 200, r.text
         # The key is joined only in a poster process: this one never holds it whole.
-        poster = subprocess.run([PY, "-c", POSTER, url, ADMIN], capture_output=True, text=True, timeout=120,
-                                env={"K1": canary.h1, "K2": canary.h2, "PATH": "/usr/bin:/bin"})
-        assert poster.stdout.startswith("200") and '"acked":["sc-1"]' in poster.stdout, poster.stdout + poster.stderr
+        poster = subprocess.run(
+            [PY, "-c", POSTER, url, ADMIN],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={"K1": canary.h1, "K2": canary.h2, "PATH": "/usr/bin:/bin"},
+        )
+        assert poster.stdout.startswith("200") and '"acked":["sc-1"]' in poster.stdout, (
+            poster.stdout + poster.stderr
+        )
         cloud = "sidecar:sc-1:embedding:cloud:alpha"
-        wait_until(lambda: admin.post("/admin/fleet/probe", json={"provider": cloud, "texts": ["x"]}).status_code == 200,
-                   "a call through the key", procs=[sidecar])
+        wait_until(
+            lambda: (
+                admin.post("/admin/fleet/probe", json={"provider": cloud, "texts": ["x"]}).status_code == 200
+            ),
+            "a call through the key",
+            procs=[sidecar],
+        )
     finally:
         admin.close()
         server.terminate()

@@ -16,9 +16,21 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
-TOOLS = {"search_code", "search_docs", "find_similar", "read_code", "find_symbol",
-         "find_references", "outline", "index_project", "list_projects", "index_status",
-         "drop_project", "cancel_index", "find_calls"}
+TOOLS = {
+    "search_code",
+    "search_docs",
+    "find_similar",
+    "read_code",
+    "find_symbol",
+    "find_references",
+    "outline",
+    "index_project",
+    "list_projects",
+    "index_status",
+    "drop_project",
+    "cancel_index",
+    "find_calls",
+}
 # find_calls: listed once a project has symbols (here: indexed); add_git_project: only where a
 # remote is allowed
 AGENT_TOOLS = {"ask", "explore"}  # listed only where a route can serve their roles
@@ -41,8 +53,12 @@ async def test_stdio_session_lists_tools_searches_and_survives_bad_calls(indexed
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process"],
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-             "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        },
     )
     async with asyncio.timeout(240):
         async with Client(params, read_timeout_seconds=180) as client:
@@ -90,16 +106,19 @@ async def test_tools_in_process(indexed, tmp_path):
         assert verdict is not None and verdict.cleared
         assert tables["code"]["provenance"] == {f"{encoder.id}|{verdict.verdict_id}": tables["code"]["rows"]}
 
-        similar = await client.call_tool("find_similar", {"project": "shop",
-                                                          "path": "auth/password.py", "line": 9})
+        similar = await client.call_tool(
+            "find_similar", {"project": "shop", "path": "auth/password.py", "line": 9}
+        )
         assert not similar.is_error
         results = similar.structured_content["results"]
         assert results[0]["symbol"] == "verify_password"  # its sibling, not itself
-        assert all(not (r["path"] == "auth/password.py" and r["start_line"] <= 9 <= r["end_line"])
-                   for r in results)
+        assert all(
+            not (r["path"] == "auth/password.py" and r["start_line"] <= 9 <= r["end_line"]) for r in results
+        )
 
-        snippet = await client.call_tool("find_similar", {"project": "shop",
-                                                          "snippet": "sleep longer after every failed attempt"})
+        snippet = await client.call_tool(
+            "find_similar", {"project": "shop", "snippet": "sleep longer after every failed attempt"}
+        )
         assert snippet.structured_content["results"][0]["path"] == "net/retry.py"
 
         for args, needle in [
@@ -131,12 +150,10 @@ async def test_search_code_says_why_each_hit_ranked(indexed):
         assert top["vector_rank"] is not None and -1 <= top["cosine"] <= 1
         # A question in plain words: ranked by meaning, no name matched; every hit carries
         # its places in the two lists (null where a list did not hold it).
-        asked = await client.call_tool("search_code", {"query": "sleep longer after each failure",
-                                                       "k": 5})
+        asked = await client.call_tool("search_code", {"query": "sleep longer after each failure", "k": 5})
         hits = asked.structured_content["results"]
         assert hits[0]["path"] == "net/retry.py" and all(h["match"] is None for h in hits)
-        assert all({"vector_rank", "keyword_rank", "cosine", "keyword_score"} <= h.keys()
-                   for h in hits)
+        assert all({"vector_rank", "keyword_rank", "cosine", "keyword_score"} <= h.keys() for h in hits)
         assert any(h["vector_rank"] == 1 for h in hits)
         # Not reranked here: no reranker score, no place before reranking.
         assert all(h["rerank_score"] is None for h in hits)

@@ -30,8 +30,12 @@ from tests.fleet_fixtures import ADMIN
 CONFIGURE = "Configure your MCP client to send the header `Authorization: Bearer <token>`"
 NOT_OAUTH = "This server uses static bearer tokens, not OAuth."
 INSPECTOR = Path(sys.executable).parent.parent / "mcp-inspector" / "node_modules" / ".bin" / "mcp-inspector"
-DISCOVERY = ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource",
-             "/.well-known/oauth-authorization-server", "/.well-known/openid-configuration")
+DISCOVERY = (
+    "/.well-known/oauth-protected-resource/mcp",
+    "/.well-known/oauth-protected-resource",
+    "/.well-known/oauth-authorization-server",
+    "/.well-known/openid-configuration",
+)
 
 
 async def sdk_session(url: str, token: str | None, seen: list[str]) -> None:
@@ -40,7 +44,11 @@ async def sdk_session(url: str, token: str | None, seen: list[str]) -> None:
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     http = httpx2.AsyncClient(headers=headers, timeout=30, event_hooks={"request": [record]})
-    async with asyncio.timeout(60), http, Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+    async with (
+        asyncio.timeout(60),
+        http,
+        Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client,
+    ):
         await client.list_tools()
 
 
@@ -52,8 +60,10 @@ def what_the_client_says(exc: BaseException) -> str:
 
 
 async def test_the_python_sdk_client_is_told_how_to_configure_a_token(operator: Operator):  # noqa: F811
-    for token, opening in ((None, "Fathom needs a token. "),
-                           ("fm_not-a-token-of-this-server", "The token sent to Fathom was refused")):
+    for token, opening in (
+        (None, "Fathom needs a token. "),
+        ("fm_not-a-token-of-this-server", "The token sent to Fathom was refused"),
+    ):
         seen: list[str] = []
         with pytest.raises(Exception) as refused:
             await sdk_session(operator.url, token, seen)
@@ -70,11 +80,17 @@ async def test_the_python_sdk_client_is_told_how_to_configure_a_token(operator: 
 async def test_the_401_and_the_discovery_documents_say_there_is_no_oauth(operator: Operator):  # noqa: F811
     async with httpx.AsyncClient(base_url=operator.url) as anon:
         bare = await anon.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        wrong = await anon.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                                headers={"Authorization": "Bearer fm_wrong"})
+        wrong = await anon.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+            headers={"Authorization": "Bearer fm_wrong"},
+        )
         documents = [await anon.get(path) for path in DISCOVERY]
-        defaults = [await anon.post("/register", json={"redirect_uris": ["http://127.0.0.1/cb"]}),
-                    await anon.get("/authorize"), await anon.post("/token", data={"grant_type": "x"})]
+        defaults = [
+            await anon.post("/register", json={"redirect_uris": ["http://127.0.0.1/cb"]}),
+            await anon.get("/authorize"),
+            await anon.post("/token", data={"grant_type": "x"}),
+        ]
     assert bare.status_code == wrong.status_code == 401
     # RFC 6750: no credentials, no error code; a wrong one, invalid_token. No resource_metadata.
     assert bare.headers["www-authenticate"] == 'Bearer realm="fathom"'
@@ -88,20 +104,34 @@ async def test_the_401_and_the_discovery_documents_say_there_is_no_oauth(operato
         assert "static bearer tokens, not OAuth" in r.json()["error_description"]
 
 
-def inspector(args: list[str], home: Path, *, tty: bool = False, timeout: float = 120) -> tuple[int, str, str]:
+def inspector(
+    args: list[str], home: Path, *, tty: bool = False, timeout: float = 120
+) -> tuple[int, str, str]:
     """Run the MCP Inspector CLI; with `tty`, as a person at a terminal would (stdin a pty).
     Returns its exit code, its stdout and its stdout and stderr together."""
     if not INSPECTOR.exists():
         pytest.fail(f"the MCP Inspector CLI is not installed at {INSPECTOR}: run `make mcp-inspector`")
-    env = {**os.environ, "HOME": str(home), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "MCP_INSPECTOR_SECRET_STORE": "memory", "BROWSER": "/bin/true", "MCP_AUTO_OPEN_ENABLED": "false",
-           "NO_COLOR": "1"}
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "MCP_INSPECTOR_SECRET_STORE": "memory",
+        "BROWSER": "/bin/true",
+        "MCP_AUTO_OPEN_ENABLED": "false",
+        "NO_COLOR": "1",
+    }
     master = slave = None
     if tty:
         master, slave = pty.openpty()
     try:
-        done = subprocess.run([str(INSPECTOR), "--cli", *args], env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=slave if tty else subprocess.DEVNULL)
+        done = subprocess.run(
+            [str(INSPECTOR), "--cli", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=slave if tty else subprocess.DEVNULL,
+        )
     finally:
         for fd in (master, slave):
             if fd is not None:
@@ -119,7 +149,8 @@ async def test_the_mcp_inspector_cli_is_told_how_to_configure_a_token(operator: 
     print(f"MCP Inspector CLI, no token, --stored-auth-only (exit {code}):\n{out}")
     assert code != 0 and "Fathom needs a token" in out and CONFIGURE in out and NOT_OAUTH in out
     code, _, out = await asyncio.to_thread(
-        inspector, [*listing, "--stored-auth-only", "--header", "Authorization: Bearer fm_wrong"], tmp_path)
+        inspector, [*listing, "--stored-auth-only", "--header", "Authorization: Bearer fm_wrong"], tmp_path
+    )
     print(f"MCP Inspector CLI, wrong token (exit {code}):\n{out}")
     assert code != 0 and "The token sent to Fathom was refused" in out and CONFIGURE in out
 
@@ -132,8 +163,9 @@ async def test_the_mcp_inspector_cli_is_told_how_to_configure_a_token(operator: 
     # With a token it is served.
     async with operator.client() as admin:
         token = (await admin.post("/admin/tokens", json={"name": "inspector"})).json()["token"]
-    code, listed, out = await asyncio.to_thread(inspector, [*listing, "--header", f"Authorization: Bearer {token}"],
-                                                tmp_path)
+    code, listed, out = await asyncio.to_thread(
+        inspector, [*listing, "--header", f"Authorization: Bearer {token}"], tmp_path
+    )
     assert code == 0, out
     names = {t["name"] for t in json.loads(listed)["tools"]}
     assert {"search_code", "list_projects"} <= names and "index_project" not in names

@@ -34,38 +34,64 @@ from tests.fake_clock import FakeClock
 from tests.fleet_fixtures import wait_for
 from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
-ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "PYTHONUNBUFFERED": "1", "FATHOM_WATCH": "1", "FATHOM_STOP_GRACE_S": "60",
-       "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-       # A proxy nothing listens on: a bridge that sent its loopback calls (and the run's
-       # token) through the environment's proxy would fail every request.
-       "HTTP_PROXY": "http://127.0.0.1:9", "ALL_PROXY": "http://127.0.0.1:9"}
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",
+    "FATHOM_WATCH": "1",
+    "FATHOM_STOP_GRACE_S": "60",
+    "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    # A proxy nothing listens on: a bridge that sent its loopback calls (and the run's
+    # token) through the environment's proxy would fail every request.
+    "HTTP_PROXY": "http://127.0.0.1:9",
+    "ALL_PROXY": "http://127.0.0.1:9",
+}
 HEAVY = ("numpy", "lancedb", "onnxruntime", "fastapi", "starlette", "torch", "pyarrow")
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
 
 
-def bridge_params(data: Path, env: dict[str, str] | None = None, log: Path | None = None) -> StdioServerParameters:
+def bridge_params(
+    data: Path, env: dict[str, str] | None = None, log: Path | None = None
+) -> StdioServerParameters:
     argv = [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "mcp"]
     if log is None:
         return StdioServerParameters(command=argv[0], args=argv[1:], env={**ENV, **(env or {})})
     # stderr to a file (the host's log), so the test reads what the bridge said
-    return StdioServerParameters(command="/bin/sh", args=["-c", 'exec "$@" 2>"$LOG"', "sh", *argv],
-                                 env={**ENV, **(env or {}), "LOG": str(log)})
+    return StdioServerParameters(
+        command="/bin/sh",
+        args=["-c", 'exec "$@" 2>"$LOG"', "sh", *argv],
+        env={**ENV, **(env or {}), "LOG": str(log)},
+    )
 
 
 class RawHost:
     """An MCP host on a bridge's pipes, speaking JSON-RPC lines itself: its process can be
     signalled or killed, and it may run with `python -X importtime`."""
 
-    def __init__(self, data: Path, tmp: Path, *, python_flags: tuple[str, ...] = (), env: dict[str, str] | None = None):
+    def __init__(
+        self, data: Path, tmp: Path, *, python_flags: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ):
         tmp.mkdir(exist_ok=True)
         self.out, self.err = tmp / "raw.out", tmp / "raw.err"
         with self.out.open("w") as out, self.err.open("w") as err:
             self.popen = subprocess.Popen(
                 [sys.executable, *python_flags, "-m", "fathom.cli", "--data-dir", str(data), "mcp"],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, env={**os.environ, **ENV, **(env or {})},
-                start_new_session=True)
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                env={**os.environ, **ENV, **(env or {})},
+                start_new_session=True,
+            )
 
     def send(self, message: dict) -> None:
         assert self.popen.stdin is not None
@@ -88,8 +114,14 @@ class RawHost:
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def search(self, msg_id: int, query: str) -> list[dict]:
-        self.send({"jsonrpc": "2.0", "id": msg_id, "method": "tools/call",
-                   "params": {"name": "search_code", "arguments": {"query": query, "project": "shop", "k": 5}}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": msg_id,
+                "method": "tools/call",
+                "params": {"name": "search_code", "arguments": {"query": query, "project": "shop", "k": 5}},
+            }
+        )
         answer = self.answer(msg_id)
         assert "result" in answer and not answer["result"].get("isError"), answer
         return answer["result"]["structuredContent"]["results"]
@@ -101,8 +133,13 @@ class RawHost:
 
 
 def status(data: Path) -> str:
-    done = subprocess.run([sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "status"],
-                          env={**os.environ, **ENV}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "status"],
+        env={**os.environ, **ENV},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -113,7 +150,9 @@ def refuses_another_user(data: Path, daemon) -> None:
     run_file = data / LOCAL_FILE
     assert run_file.stat().st_mode & 0o777 == 0o600 and (data / DAEMON_LOG).stat().st_mode & 0o777 == 0o600
     for headers in ({}, {"Authorization": "Bearer fl_not-this-runs-token"}):
-        refused = httpx.post(daemon.url + "/mcp", json=INIT, headers={**headers, "Accept": "application/json"})
+        refused = httpx.post(
+            daemon.url + "/mcp", json=INIT, headers={**headers, "Accept": "application/json"}
+        )
         assert refused.status_code == 401
     assert daemon.token not in (data / DAEMON_LOG).read_text()
     run_file.chmod(0o644)
@@ -193,8 +232,9 @@ async def in_two_sessions(first: Client, data: Path, root: Path, seen: list[int]
         events.append(message)
 
     other = write_project(tmp_path / "other", {"clock.py": "def tick():\n    return 1\n"})
-    done = await first.call_tool("index_project", {"path": str(other), "project": "other", "wait": True},
-                                 progress_callback=on_progress)
+    done = await first.call_tool(
+        "index_project", {"path": str(other), "project": "other", "wait": True}, progress_callback=on_progress
+    )
     assert not done.is_error and events and events[0] == "opening store", events
     daemon = find_daemon(data)
     assert daemon is not None and daemon.kind == "daemon"
@@ -206,16 +246,21 @@ async def in_two_sessions(first: Client, data: Path, root: Path, seen: list[int]
         assert (await asyncio.to_thread(raw.search, 2, "hash a password"))[0]["path"] == "auth/password.py"
         # One daemon for both: the second session started none, and loaded nothing heavy itself.
         assert find_daemon(data).pid == daemon.pid
-        imported = {line.rsplit("|", 1)[-1].strip() for line in raw.err.read_text().splitlines()
-                    if line.startswith("import time:")}
+        imported = {
+            line.rsplit("|", 1)[-1].strip()
+            for line in raw.err.read_text().splitlines()
+            if line.startswith("import time:")
+        }
         assert not imported & set(HEAVY), sorted(imported & set(HEAVY))
         said = await asyncio.to_thread(status, data)
         assert f"pid           {daemon.pid}" in said and "sessions      2" in said, said
 
         # One session's edit, synced by the daemon's one watcher, is found by the other.
         with (root / "net/retry.py").open("a") as fh:
-            fh.write('\n\ndef jitter_delay(value):\n    """Random jitter added to a retry delay."""\n'
-                     '    return value\n')
+            fh.write(
+                '\n\ndef jitter_delay(value):\n    """Random jitter added to a retry delay."""\n'
+                "    return value\n"
+            )
 
         ids = iter(range(100, 10_000))
 
@@ -223,15 +268,23 @@ async def in_two_sessions(first: Client, data: Path, root: Path, seen: list[int]
             hits = raw.search(next(ids), "Random jitter added to a retry delay.")
             return any(h.get("symbol") == "jitter_delay" for h in hits)
 
-        await wait_for(lambda: asyncio.to_thread(found_by_raw), timeout=90, interval=0.2,
-                       what="the first session's edit in the second session's search")
+        await wait_for(
+            lambda: asyncio.to_thread(found_by_raw),
+            timeout=90,
+            interval=0.2,
+            what="the first session's edit in the second session's search",
+        )
 
         # A crashed client: the daemon serves the other session on, and counts it gone.
         raw.popen.kill()
         raw.popen.wait(timeout=30)
         assert (await search(first, "Random jitter added to a retry delay."))[0]["symbol"] == "jitter_delay"
-        await wait_for(lambda: "sessions      1" in status(data), timeout=60, interval=0.2,
-                       what="the killed client's session to be counted gone")
+        await wait_for(
+            lambda: "sessions      1" in status(data),
+            timeout=60,
+            interval=0.2,
+            what="the killed client's session to be counted gone",
+        )
         assert not pid_gone(daemon.pid)
 
         # Ctrl-C or SIGTERM on a bridge: it stops promptly by itself; the daemon serves on.
@@ -269,7 +322,9 @@ async def test_idle_rule_on_a_fake_clock():
     attendance = Attendance(600.0, clock=clock.now)
     stopped: list[float] = []
     attendance.begin(stream=True)  # a session attached
-    watcher = asyncio.create_task(stop_when_idle(attendance, lambda: stopped.append(clock.now()), clock.sleep))
+    watcher = asyncio.create_task(
+        stop_when_idle(attendance, lambda: stopped.append(clock.now()), clock.sleep)
+    )
     await clock.sleep(3600.0)  # an hour attached (virtual): the rule looked many times
     assert not stopped and not watcher.done() and attendance.idle_for() == 0.0
     attendance.end(stream=True)  # the session left

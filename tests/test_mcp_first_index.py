@@ -88,7 +88,8 @@ async def refusal(client: Client, tool: str, args: dict[str, Any]) -> str:
 
 @bounded
 async def test_a_first_index_is_shown_as_indexing_everywhere_until_it_answers(
-        served: tuple[Fathom, HeldAfterFirst], tmp_path: Path):
+    served: tuple[Fathom, HeldAfterFirst], tmp_path: Path
+):
     fathom, encoder = served
     async with Client(build_mcp_server(fathom)) as client:
         other, job, gate = await start_held(client, encoder, tmp_path)
@@ -109,9 +110,11 @@ async def test_a_first_index_is_shown_as_indexing_everywhere_until_it_answers(
         assert all(t["rows"] == 0 for t in s["tables"].values()), s["tables"]  # nothing promoted yet
         assert [j["id"] for j in s["jobs"]] == [job] and s["jobs"][0]["chunks_done"] > 0
 
-        for tool, args in (("search_code", {"query": "invoice_total", "project": "other"}),
-                           ("search_docs", {"query": "invoice", "project": "other"}),
-                           ("find_symbol", {"name": "invoice_total", "project": "other"})):
+        for tool, args in (
+            ("search_code", {"query": "invoice_total", "project": "other"}),
+            ("search_docs", {"query": "invoice", "project": "other"}),
+            ("find_symbol", {"name": "invoice_total", "project": "other"}),
+        ):
             said = await refusal(client, tool, args)
             assert "'other' is being indexed" in said and f"job {job}" in said, said
             assert re.search(r"embedding: [1-9][\d,]* of [1-9][\d,]* chunks embedded", said), said
@@ -122,8 +125,9 @@ async def test_a_first_index_is_shown_as_indexing_everywhere_until_it_answers(
         every = await client.call_tool("search_code", {"query": "invoice_total", "k": 5})
         assert not every.is_error, text(every)
         assert {h["project"] for h in every.structured_content["results"]} == {"shop"}
-        assert any(n.startswith("'other' is being indexed (embedding: ") for n in every.structured_content["notes"]), \
-            every.structured_content["notes"]
+        assert any(
+            n.startswith("'other' is being indexed (embedding: ") for n in every.structured_content["notes"]
+        ), every.structured_content["notes"]
 
         gate.set()
         assert (await ended(client, "other", job))["state"] == "done"
@@ -158,12 +162,18 @@ async def test_a_scoped_token_learns_nothing_of_a_first_index_outside_its_scope(
 
 @bounded
 async def test_fathom_projects_through_a_running_serve_shows_the_first_index(
-        served: tuple[Fathom, HeldAfterFirst], tmp_path: Path):
+    served: tuple[Fathom, HeldAfterFirst], tmp_path: Path
+):
     fathom, encoder = served
     port = free_port()
     door = LocalDoor(fathom.settings.data_dir, f"http://127.0.0.1:{port}", kind="serve")
-    app = standalone_app(build_mcp_server(fathom), auth=ServeToken(fathom.settings.data_dir),
-                         host="127.0.0.1", local=door, routes=local_routes(lambda: fathom, door))
+    app = standalone_app(
+        build_mcp_server(fathom),
+        auth=ServeToken(fathom.settings.data_dir),
+        host="127.0.0.1",
+        local=door,
+        routes=local_routes(lambda: fathom, door),
+    )
     async with serve_in_loop(app, port=port), Client(build_mcp_server(fathom)) as client:
         door.open()
         try:
@@ -174,7 +184,10 @@ async def test_fathom_projects_through_a_running_serve_shows_the_first_index(
             door.close()
         assert listed.exit_code == 0, listed.output
         names = " ".join(cells[0] for cells in rows(listed.output))  # a long name cell folds
-        assert re.search(r"other \(indexing: embedding: [1-9][\d,]* of [1-9][\d,]* chunks embedded, "
-                         r"[1-9][\d,]* files walked\)", names), listed.output
+        assert re.search(
+            r"other \(indexing: embedding: [1-9][\d,]* of [1-9][\d,]* chunks embedded, "
+            r"[1-9][\d,]* files walked\)",
+            names,
+        ), listed.output
         gate.set()
         assert (await ended(client, "other", job))["state"] == "done"

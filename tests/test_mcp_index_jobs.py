@@ -37,12 +37,17 @@ def write_shop(root: Path, files: int = 12) -> Path:
     """A project of `files` modules with several functions each: several embedding batches."""
     root.mkdir(parents=True, exist_ok=True)
     for i in range(files):
-        (root / f"mod_{i}.py").write_text("".join(
-            f"def handler_{i}_{j}(request):\n    \"\"\"Handle request {j} of module {i}.\"\"\"\n"
-            f"    return request.value + {j}\n\n\n" for j in range(8)))
+        (root / f"mod_{i}.py").write_text(
+            "".join(
+                f'def handler_{i}_{j}(request):\n    """Handle request {j} of module {i}."""\n'
+                f"    return request.value + {j}\n\n\n"
+                for j in range(8)
+            )
+        )
     (root / "billing.py").write_text(
-        "def invoice_total(lines):\n    \"\"\"Sum the invoice lines with tax.\"\"\"\n"
-        "    return sum(line.price * 1.2 for line in lines)\n")
+        'def invoice_total(lines):\n    """Sum the invoice lines with tax."""\n'
+        "    return sum(line.price * 1.2 for line in lines)\n"
+    )
     return root
 
 
@@ -67,8 +72,9 @@ class Shop:
     def __init__(self, tmp: Path):
         self.encoder = HeldEncoder()
         self.encoder.info = dataclasses.replace(self.encoder.info, roles=frozenset(EMBEDDING_ROLES))
-        self.fathom = Fathom(Settings(data_dir=tmp / "data"), encoder=self.encoder,
-                             registry=ProviderRegistry())
+        self.fathom = Fathom(
+            Settings(data_dir=tmp / "data"), encoder=self.encoder, registry=ProviderRegistry()
+        )
         self.root = write_shop(tmp / "shop")
 
     def edit(self) -> None:
@@ -116,8 +122,7 @@ async def ended(client: Client, project: str, job: str) -> dict[str, Any]:
 
 
 async def results(client: Client) -> list[tuple[str, int, float | None]]:
-    r = await client.call_tool("search_code", {"query": "invoice_total",
-                                               "project": "shop", "k": 5})
+    r = await client.call_tool("search_code", {"query": "invoice_total", "project": "shop", "k": 5})
     assert not r.is_error, r.content[0].text
     return [(h["path"], h["start_line"], h["cosine"]) for h in r.structured_content["results"]]
 
@@ -160,8 +165,9 @@ async def test_cancel_index_mid_run_leaves_the_active_table_answering(shop: Shop
         assert "billing.py" in [path for path, _, _ in before]
         shop.edit()
         gate = shop.hold()
-        started = await client.call_tool("index_project", {"path": str(shop.root), "project": "shop",
-                                                           "full": True})
+        started = await client.call_tool(
+            "index_project", {"path": str(shop.root), "project": "shop", "full": True}
+        )
         job = started.structured_content["job"]["id"]
         await asyncio.wait_for(shop.encoder.reached.wait(), 30)  # a batch is being embedded
         assert (await job_of(client, "shop", job))["phase"] == "embedding"
@@ -179,8 +185,9 @@ async def test_cancel_index_mid_run_leaves_the_active_table_answering(shop: Shop
         assert after["tables"]["code"]["rows"] == rows["tables"]["code"]["rows"]
         assert after["last_run"] == rows["last_run"]
         # Cancelling a finished job changes nothing; an unknown job is named.
-        assert (await client.call_tool("cancel_index", {"project": "shop", "job": job})
-                ).structured_content["state"] == "cancelled"
+        assert (await client.call_tool("cancel_index", {"project": "shop", "job": job})).structured_content[
+            "state"
+        ] == "cancelled"
         missing = await client.call_tool("cancel_index", {"project": "shop", "job": "nope"})
         assert missing.is_error and "no index job 'nope'" in missing.content[0].text
 
@@ -192,8 +199,11 @@ async def test_notifications_cancelled_cancels_a_blocking_run(shop: Shop):
         before = await results(client)
         shop.edit()
         gate = shop.hold()
-        call = asyncio.create_task(client.call_tool(
-            "index_project", {"path": str(shop.root), "project": "shop", "full": True, "wait": True}))
+        call = asyncio.create_task(
+            client.call_tool(
+                "index_project", {"path": str(shop.root), "project": "shop", "full": True, "wait": True}
+            )
+        )
         await asyncio.wait_for(shop.encoder.reached.wait(), 30)
         status = (await client.call_tool("index_status", {"project": "shop"})).structured_content
         [job] = [j["id"] for j in status["jobs"] if j["state"] == "running"]
@@ -212,7 +222,9 @@ async def test_notifications_cancelled_cancels_a_blocking_run(shop: Shop):
 
 
 @contextlib.asynccontextmanager
-async def held_admin_job(tmp_path: Path) -> AsyncIterator[tuple[str, Operator, Any, dict[str, Any], asyncio.Event]]:
+async def held_admin_job(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[str, Operator, Any, dict[str, Any], asyncio.Event]]:
     """The operator's server on 127.0.0.1 with a first index of `shop` started over the admin
     API and held (its encoder's gate closed): yields the URL, the operator, its admin client,
     the job and the gate (set it to let the run end)."""

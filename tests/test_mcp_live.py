@@ -23,14 +23,20 @@ from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
-ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "FATHOM_WATCH": "1"}
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "FATHOM_WATCH": "1",
+}
 
 
 def stdio(data: Path, *extra: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process", *extra],
-                                 env=ENV)
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process", *extra],
+        env=ENV,
+    )
 
 
 until = functools.partial(wait_for, timeout=60.0, interval=0.1)
@@ -69,7 +75,7 @@ async def test_stdio_session_follows_edits_and_deletes_without_a_reindex(indexed
             ]:
                 started = time.monotonic()
                 with (root / path).open("a") as fh:
-                    fh.write(f"\n\ndef {name}(value):\n    \"\"\"{doc}\"\"\"\n    return value\n")
+                    fh.write(f'\n\ndef {name}(value):\n    """{doc}"""\n    return value\n')
 
                 async def appended(name=name, doc=doc):
                     hits = (await search(client, doc, k=5))["results"]
@@ -87,8 +93,10 @@ async def test_stdio_session_follows_edits_and_deletes_without_a_reindex(indexed
 
             await until(gone, what="the deleted file to leave the results")
             deleted = time.monotonic() - started
-            print(f"live sync over stdio: appended functions found after "
-                  f"{', '.join(f'{s:.2f}s' for s in latencies)}; deleted file gone after {deleted:.2f}s")
+            print(
+                f"live sync over stdio: appended functions found after "
+                f"{', '.join(f'{s:.2f}s' for s in latencies)}; deleted file gone after {deleted:.2f}s"
+            )
 
             status = (await client.call_tool("index_status", {"project": "shop"})).structured_content
             assert status["watch"]["syncs"] >= 4 and status["watch"]["last_error"] is None
@@ -97,9 +105,15 @@ async def test_stdio_session_follows_edits_and_deletes_without_a_reindex(indexed
 
 async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
     data, root = indexed
-    other = write_project(tmp_path / "other", {
-        f"lib/util_{i}.py": "".join(f"def helper_{i}_{j}(x):\n    return x + {j}\n\n\n"
-                                    for j in range(15)) for i in range(10)})
+    other = write_project(
+        tmp_path / "other",
+        {
+            f"lib/util_{i}.py": "".join(
+                f"def helper_{i}_{j}(x):\n    return x + {j}\n\n\n" for j in range(15)
+            )
+            for i in range(10)
+        },
+    )
     async with asyncio.timeout(300):
         async with Client(stdio(data, "--no-watch"), read_timeout_seconds=180) as client:
             listed = (await client.list_tools()).tools
@@ -125,12 +139,14 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
             schema = by_name["search_code"].output_schema["$defs"]["Result"]["properties"]
             assert {"fused_score", "cosine", "rerank_score"} <= schema.keys()
             described = Result.model_json_schema()["properties"]
-            assert "fused" in described["fused_score"]["description"] and "normalised" in described["fused_score"]["description"]
+            assert (
+                "fused" in described["fused_score"]["description"]
+                and "normalised" in described["fused_score"]["description"]
+            )
             assert "Cosine similarity" in described["cosine"]["description"]
 
             # Filters, inside the store: still k results when the filter is narrow.
-            js = await search(client, "hash a password", k=3, language="javascript",
-                              group="chunk")
+            js = await search(client, "hash a password", k=3, language="javascript", group="chunk")
             assert len(js["results"]) == 3  # every JavaScript chunk, though none is about passwords
             assert {h["path"] for h in js["results"]} == {"web/server.js"}
             # One result per file by default: the file once, its other chunks as its ranges.
@@ -140,8 +156,9 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
             assert js["filters"] == "language javascript"
             classes = await search(client, "add up the totals", k=5, kind="class")
             assert [h["symbol"] for h in classes["results"]] == ["Invoice"]
-            methods = await client.call_tool("search_docs", {"query": "tax", "kind": "method",
-                                                             "group": "chunk"})
+            methods = await client.call_tool(
+                "search_docs", {"query": "tax", "kind": "method", "group": "chunk"}
+            )
             symbols = {h["symbol"] for h in methods.structured_content["results"]}
             assert {"Invoice.total", "Invoice.apply_tax"} <= symbols
             assert all(h["kind"] == "method" for h in methods.structured_content["results"])
@@ -155,8 +172,9 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
                 first = hit["snippet"].splitlines()[0]
                 assert first.strip() and not first.lstrip().startswith(('"""', "'''")), hit
 
-            similar = await client.call_tool("find_similar", {"project": "shop",
-                                                              "path": "auth/password.py", "line": 9})
+            similar = await client.call_tool(
+                "find_similar", {"project": "shop", "path": "auth/password.py", "line": 9}
+            )
             out = similar.structured_content
             assert out["ordered_by"] == "cosine" and out["results"][0]["fused_score"] is None
             assert out["results"][0]["cosine"] >= out["results"][-1]["cosine"]
@@ -168,8 +186,10 @@ async def test_tools_read_as_an_agent_needs(indexed, tmp_path):
                 events.append((progress, total, message))
 
             indexed_other = await client.call_tool(
-                "index_project", {"path": str(other), "project": "other", "wait": True},
-                progress_callback=on_progress)
+                "index_project",
+                {"path": str(other), "project": "other", "wait": True},
+                progress_callback=on_progress,
+            )
             assert not indexed_other.is_error, indexed_other.content[0].text
             chunks = indexed_other.structured_content["embedded"]
             assert chunks >= 100
@@ -207,10 +227,25 @@ async def test_serve_over_http_follows_edits_without_a_reindex(indexed):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--no-auth", "--port", str(port)],
-        env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "fathom.cli",
+            "--data-dir",
+            str(data),
+            "serve",
+            "--no-auth",
+            "--port",
+            str(port),
+        ],
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     try:
         async with asyncio.timeout(300):
+
             async def up():
                 assert server.poll() is None, server.stderr.read().decode()
                 try:
@@ -221,19 +256,24 @@ async def test_serve_over_http_follows_edits_without_a_reindex(indexed):
                     return False
 
             await until(up, timeout=180, what="fathom serve to listen")
-            async with httpx2.AsyncClient(timeout=120) as http, Client(streamable_http_client(
-                    f"http://127.0.0.1:{port}/mcp", http_client=http)) as client:
+            async with (
+                httpx2.AsyncClient(timeout=120) as http,
+                Client(streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http)) as client,
+            ):
+
                 async def watching():
                     status = await client.call_tool("index_status", {"project": "shop"})
                     return status.structured_content["watch"]["state"] == "watching"
 
                 await until(watching, what="the project to be watched")
                 with (root / "net" / "retry.py").open("a") as fh:
-                    fh.write('\n\ndef jitter_delay(value):\n    """Random jitter added to a retry '
-                             'delay."""\n    return value\n')
+                    fh.write(
+                        '\n\ndef jitter_delay(value):\n    """Random jitter added to a retry '
+                        'delay."""\n    return value\n'
+                    )
 
                 async def appended():
-                    hits = (await search(client, "Random jitter added to a retry delay.", k=5))
+                    hits = await search(client, "Random jitter added to a retry delay.", k=5)
                     return any(h["symbol"] == "jitter_delay" for h in hits["results"])
 
                 await until(appended, what="jitter_delay in search_code over HTTP")

@@ -72,7 +72,8 @@ async def pages(client: Client, args: dict[str, Any]) -> AsyncIterator[Any]:
 
 @pytest.mark.slow
 async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothing(
-        tmp_path: Path, local_encoder):  # noqa: F811
+    tmp_path: Path, local_encoder
+):  # noqa: F811
     import rich
 
     root = Path(shutil.copytree(Path(rich.__file__).parent, tmp_path / "rich"))
@@ -85,8 +86,7 @@ async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothi
     seen: list[str] = []
     async with serve_in_loop(wired) as url, mcp(url, ADMIN) as client:
         # A result per chunk: 100 of them (rich has fewer than 100 files that match).
-        async for answer in pages(client, {"query": query, "project": "rich", "k": 100,
-                                           "group": "chunk"}):
+        async for answer in pages(client, {"query": query, "project": "rich", "k": 100, "group": "chunk"}):
             body = wired.bodies[-1].decode()
             # What the client received, counted as the budget counts: under the default.
             assert tokens.total(body) <= DEFAULT_MAX_TOKENS, (tokens.total(body), len(body))
@@ -96,10 +96,12 @@ async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothi
             got = answer.structured_content["results"]
             assert got and [r["rank"] for r in got] == list(range(len(seen) + 1, len(seen) + len(got) + 1))
             seen += [r["id"] for r in got]
-            print(f"page {len(wired.calls)}: {len(got)} hits, {len(body)} bytes received, "
-                  f"{tokens.total(body)} tokens ({answer.structured_content['tokens']} counted), "
-                  f"structured alone {len(structured)} bytes; the JSON text block the SDK adds "
-                  f"by default would make it {len(body) + len(structured)} bytes")
+            print(
+                f"page {len(wired.calls)}: {len(got)} hits, {len(body)} bytes received, "
+                f"{tokens.total(body)} tokens ({answer.structured_content['tokens']} counted), "
+                f"structured alone {len(structured)} bytes; the JSON text block the SDK adds "
+                f"by default would make it {len(body) + len(structured)} bytes"
+            )
     assert len(wired.calls) > 1  # 100 hits do not fit one default answer
     # Every hit of the ranking once, in rank order (ranks 1..100 held page after page above).
     assert len(set(seen)) == len(seen) == 100
@@ -109,12 +111,12 @@ async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothi
     again = [r.id for r in answer_of(await service.searches.ranking(request), request).results]
     assert len(set(again) & set(seen)) >= 90
     same = next((i for i, (a, b) in enumerate(zip(seen, again)) if a != b), 100)
-    print(f"a search run again: the same first {same} of 100, "
-          f"{len(set(again) & set(seen))} of 100 in common")
+    print(f"a search run again: the same first {same} of 100, {len(set(again) & set(seen))} of 100 in common")
 
 
 async def test_a_page_grows_snippets_and_a_cursor_refuses_another_search_or_a_new_ranking(
-        tmp_path: Path, local_encoder):  # noqa: F811
+    tmp_path: Path, local_encoder
+):  # noqa: F811
     root = write_project(tmp_path / "shop")
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
     await fathom.index(root, "shop")
@@ -123,7 +125,7 @@ async def test_a_page_grows_snippets_and_a_cursor_refuses_another_search_or_a_ne
         roomy = (await client.call_tool("search_code", {"query": "password", "k": 5})).structured_content
         assert roomy["next_cursor"] is None and roomy["found"] == len(roomy["results"])
         for hit in roomy["results"]:
-            lines = (root / hit["path"]).read_text().splitlines()[hit["start_line"] - 1:hit["end_line"]]
+            lines = (root / hit["path"]).read_text().splitlines()[hit["start_line"] - 1 : hit["end_line"]]
             assert hit["whole"] and hit["snippet"] == "\n".join(lines)
         # The least budget: fewer hits a page, the rest behind the cursor.
         args = {"query": "password", "k": 5, "max_tokens": 1000}
@@ -131,7 +133,9 @@ async def test_a_page_grows_snippets_and_a_cursor_refuses_another_search_or_a_ne
         tight = first.structured_content
         assert tight["tokens"] <= 1000 and tight["next_cursor"]
         assert 1 <= len(tight["results"]) < len(roomy["results"])
-        assert [r["id"] for r in tight["results"]] == [r["id"] for r in roomy["results"]][:len(tight["results"])]
+        assert [r["id"] for r in tight["results"]] == [r["id"] for r in roomy["results"]][
+            : len(tight["results"])
+        ]
         assert first.content[0].type == "text" and tight["next_cursor"] in first.content[0].text
 
         cursor = tight["next_cursor"]
@@ -143,14 +147,16 @@ async def test_a_page_grows_snippets_and_a_cursor_refuses_another_search_or_a_ne
         # The index changes between pages: the next page still comes from the ranking the
         # cursor cut (kept), so nothing is lost or repeated.
         (root / "auth" / "tokens.py").write_text(
-            "def rotate_password(user):\n    \"\"\"Give the user a new password.\"\"\"\n"
-            "    return reset_password(user)\n")
+            'def rotate_password(user):\n    """Give the user a new password."""\n'
+            "    return reset_password(user)\n"
+        )
         await fathom.index(root, "shop")
         kept = await client.call_tool("search_code", args | {"cursor": cursor})
         assert not kept.is_error, kept.content[0].text
         shown = len(tight["results"])
-        assert [r["id"] for r in kept.structured_content["results"]] == \
-            [r["id"] for r in roomy["results"]][shown:shown + len(kept.structured_content["results"])]
+        assert [r["id"] for r in kept.structured_content["results"]] == [r["id"] for r in roomy["results"]][
+            shown : shown + len(kept.structured_content["results"])
+        ]
     # A server that no longer holds the ranking (restarted) searches again: the ranking came
     # out different, and the cursor says so rather than serve a page of another ranking.
     async with Client(build_mcp_server(fathom)) as client:
@@ -175,4 +181,3 @@ async def test_find_similar_pages_too(tmp_path: Path, local_encoder):  # noqa: F
                 break
         whole = await client.call_tool("find_similar", args | {"max_tokens": 20000})
         assert ids == [r["id"] for r in whole.structured_content["results"]] and len(ids) > 1
-

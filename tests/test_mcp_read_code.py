@@ -29,7 +29,7 @@ from tests.test_mcp_tokens import create, mcp, team  # noqa: F401
 
 
 def lines_of(path: Path, start: int, end: int) -> list[str]:
-    return path.read_text().splitlines()[start - 1:end]
+    return path.read_text().splitlines()[start - 1 : end]
 
 
 def numbered(result: Any) -> tuple[str, list[str]]:
@@ -67,8 +67,11 @@ async def test_a_hits_id_and_resource_link_read_its_exact_lines(shop):
         assert got == expected
         assert f"shop:auth/password.py:{hit['start_line']}-{hit['end_line']}" in head
         meta = by_id.structured_content
-        assert (meta["start_line"], meta["end_line"], meta["on_disk"]) == \
-            (hit["start_line"], hit["end_line"], "unchanged")
+        assert (meta["start_line"], meta["end_line"], meta["on_disk"]) == (
+            hit["start_line"],
+            hit["end_line"],
+            "unchanged",
+        )
 
         # Every hit links its lines as a resource; reading the link gives the same text.
         links = [c for c in found.content if c.type == "resource_link"]
@@ -78,8 +81,9 @@ async def test_a_hits_id_and_resource_link_read_its_exact_lines(shop):
 
         # By path and range; a range past the end is held to the file.
         whole = (root / "auth/password.py").read_text().splitlines()
-        ranged = await client.call_tool("read_code", {"project": "shop", "path": "auth/password.py",
-                                                      "start_line": 2, "end_line": 10_000})
+        ranged = await client.call_tool(
+            "read_code", {"project": "shop", "path": "auth/password.py", "start_line": 2, "end_line": 10_000}
+        )
         assert numbered(ranged)[1] == whole[1:]
         assert ranged.structured_content["last_line"] == len(whole)
 
@@ -106,18 +110,22 @@ async def test_read_code_says_when_the_file_changed_and_never_reads_what_a_walk_
         # Now left out by the project's own rules: refused, although the index still holds it.
         path.write_text("\n".join(indexed) + "\n")
         (root / ".fathomignore").write_text("auth/\n")
-        for refused in (await client.call_tool("read_code", args),
-                        await client.call_tool("read_code", args | {"start_line": 1})):
+        for refused in (
+            await client.call_tool("read_code", args),
+            await client.call_tool("read_code", args | {"start_line": 1}),
+        ):
             assert refused.is_error and "(fathomignored)" in refused.content[0].text
             assert "hash_password" not in refused.content[0].text
         with pytest.raises(MCPError, match="fathomignored"):
             await client.read_resource("fathom://shop/auth/password.py?lines=1-3")
 
         # Only what the index holds: a path it never indexed, a bad id, a climbing URI.
-        for bad, needle in (({"project": "shop", "path": "nowhere.py"}, "no indexed file"),
-                            ({"id": "shop:code:xyz"}, "is not a hit id"),
-                            ({"id": "shop:code:" + "0" * 32}, "search again"),
-                            ({"project": "shop"}, "needs `project` and `path`")):
+        for bad, needle in (
+            ({"project": "shop", "path": "nowhere.py"}, "no indexed file"),
+            ({"id": "shop:code:xyz"}, "is not a hit id"),
+            ({"id": "shop:code:" + "0" * 32}, "search again"),
+            ({"project": "shop"}, "needs `project` and `path`"),
+        ):
             res = await client.call_tool("read_code", bad)
             assert res.is_error and needle in res.content[0].text, res.content[0].text
         with pytest.raises(MCPError):
@@ -125,22 +133,26 @@ async def test_read_code_says_when_the_file_changed_and_never_reads_what_a_walk_
 
 
 async def test_read_code_holds_to_max_tokens_and_says_where_to_read_on(tmp_path, local_encoder):  # noqa: F811
-    body = "\n".join(f"def function_number_{i}(argument):\n    return argument * {i}\n"
-                     for i in range(400))
+    body = "\n".join(f"def function_number_{i}(argument):\n    return argument * {i}\n" for i in range(400))
     root = write_project(tmp_path / "big", {"many.py": body})
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
     await fathom.index(root, "big")
     every = (root / "many.py").read_text().splitlines()
     async with Client(build_mcp_server(fathom)) as client:
-        first = await client.call_tool("read_code", {"project": "big", "path": "many.py",
-                                                     "max_tokens": 1000})
+        first = await client.call_tool("read_code", {"project": "big", "path": "many.py", "max_tokens": 1000})
         meta, got = first.structured_content, numbered(first)[1]
         assert meta["next_start_line"] == meta["end_line"] + 1 < len(every)
-        assert got == every[:meta["end_line"]] and meta["tokens"] <= 1000
-        rest = await client.call_tool("read_code", {"project": "big", "path": "many.py",
-                                                    "start_line": meta["next_start_line"],
-                                                    "end_line": meta["next_start_line"] + 3})
-        assert numbered(rest)[1] == every[meta["end_line"]:meta["end_line"] + 4]
+        assert got == every[: meta["end_line"]] and meta["tokens"] <= 1000
+        rest = await client.call_tool(
+            "read_code",
+            {
+                "project": "big",
+                "path": "many.py",
+                "start_line": meta["next_start_line"],
+                "end_line": meta["next_start_line"] + 3,
+            },
+        )
+        assert numbered(rest)[1] == every[meta["end_line"] : meta["end_line"] + 4]
         with pytest.raises(MCPError, match=r"read it in parts, e.g. \?lines=1-"):
             await client.read_resource("fathom://big/many.py")
 
@@ -149,10 +161,16 @@ async def test_read_code_holds_to_max_tokens_and_says_where_to_read_on(tmp_path,
 async def test_over_stdio_a_hits_id_and_link_read_its_lines(indexed):  # noqa: F811
     data, root, _ = indexed
     params = StdioServerParameters(
-        command=sys.executable, args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process"],
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-             # the fathom under test, where a worktree's src is put ahead of the installed one
-             "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+        command=sys.executable,
+        args=["-m", "fathom.cli", "--data-dir", str(data), "mcp", "--in-process"],
+        env={
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            # the fathom under test, where a worktree's src is put ahead of the installed one
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+        },
+    )
     async with asyncio.timeout(240):
         async with Client(params, read_timeout_seconds=180) as client:
             assert "read_code" in {t.name for t in (await client.list_tools()).tools}
@@ -168,21 +186,22 @@ async def test_a_scoped_token_reads_no_other_project_by_path_id_or_uri(team: Ope
     async with team.client() as admin:
         alice = await create(admin, "alice", ["alpha"])
     async with mcp(team.url, ADMIN) as operator:
-        found = await operator.call_tool("search_code", {"query": "secret_beta_function",
-                                                         "project": "beta"})
+        found = await operator.call_tool("search_code", {"query": "secret_beta_function", "project": "beta"})
         beta = found.structured_content["results"][0]
         assert beta["path"] == "vault.py"
         assert "secret_beta_function" in (await operator.read_resource(beta["uri"])).contents[0].text
     async with mcp(team.url, alice) as client:
         own = await client.call_tool("search_code", {"query": "add two numbers", "project": "alpha"})
         hit = own.structured_content["results"][0]
-        expected = lines_of(team.tmp / "src" / "alpha" / hit["path"], hit["start_line"],
-                            hit["end_line"])
+        expected = lines_of(team.tmp / "src" / "alpha" / hit["path"], hit["start_line"], hit["end_line"])
         assert numbered(await client.call_tool("read_code", {"id": hit["id"]}))[1] == expected
         assert (await read_link(client, own))[1].split("\n") == expected
 
-        for args in ({"project": "beta", "path": "vault.py"}, {"id": beta["id"]},
-                     {"project": "beta", "id": beta["id"]}):
+        for args in (
+            {"project": "beta", "path": "vault.py"},
+            {"id": beta["id"]},
+            {"project": "beta", "id": beta["id"]},
+        ):
             refused = await client.call_tool("read_code", args)
             assert refused.is_error, args
             assert "beta" in refused.content[0].text  # named as asked, and nothing of it shown

@@ -62,6 +62,7 @@ def httpx_index(tmp_path_factory):
 
 # ---- the independent walk: Python's own parser over the same files
 
+
 def ast_definitions(source: str) -> list[tuple[str, str, int, int]]:
     """(qualified name, kind, first line, last line) of every def and class, in order."""
     found: list[tuple[str, str, int, int]] = []
@@ -98,8 +99,7 @@ def ast_references(source: str, name: str) -> list[tuple[int, str, str | None]]:
             return
         if isinstance(node, ast.Import | ast.ImportFrom):
             module = getattr(node, "module", None) or ""
-            found.extend((node.lineno, "import", scope) for part in module.split(".")
-                         if part == name)
+            found.extend((node.lineno, "import", scope) for part in module.split(".") if part == name)
             for alias in node.names:
                 parts = alias.name.split(".") + ([alias.asname] if alias.asname else [])
                 found.extend((alias.lineno, "import", scope) for part in parts if part == name)
@@ -122,8 +122,10 @@ def ast_references(source: str, name: str) -> list[tuple[int, str, str | None]]:
 
 
 def outline_of(result: Any) -> list[tuple[str, str, int, int]]:
-    return [(e["qualname"], e["kind"], e["start_line"], e["end_line"])
-            for e in result.structured_content["results"]]
+    return [
+        (e["qualname"], e["kind"], e["start_line"], e["end_line"])
+        for e in result.structured_content["results"]
+    ]
 
 
 async def test_symbols_on_httpx_match_an_ast_walk_of_the_same_files(httpx_index):
@@ -141,38 +143,55 @@ async def test_symbols_on_httpx_match_an_ast_walk_of_the_same_files(httpx_index)
         assert not found.is_error, found.content[0].text
         want = [d for d in expected_defs if d[0] == "AsyncClient.send"]
         assert len(want) == 1
-        got = [(r["path"], r["qualname"], r["kind"], r["start_line"], r["end_line"])
-               for r in found.structured_content["results"]]
+        got = [
+            (r["path"], r["qualname"], r["kind"], r["start_line"], r["end_line"])
+            for r in found.structured_content["results"]
+        ]
         assert got == [("_client.py", *want[0])]
         hit = found.structured_content["results"][0]
         assert hit["signature"].startswith("async def send(") and "-> Response" in hit["signature"]
         # A bare name finds every definition of it, in every file.
         every = await client.call_tool("find_symbol", {"name": "send", "project": "httpx"})
         expected_sends = sorted(
-            (p.relative_to(root).as_posix(), d[0]) for p in root.rglob("*.py")
-            for d in ast_definitions(p.read_text()) if d[0].rsplit(".", 1)[-1] == "send")
-        assert sorted((r["path"], r["qualname"]) for r in
-                      every.structured_content["results"]) == expected_sends
+            (p.relative_to(root).as_posix(), d[0])
+            for p in root.rglob("*.py")
+            for d in ast_definitions(p.read_text())
+            if d[0].rsplit(".", 1)[-1] == "send"
+        )
+        assert (
+            sorted((r["path"], r["qualname"]) for r in every.structured_content["results"]) == expected_sends
+        )
         classes = await client.call_tool("find_symbol", {"name": "send", "kind": "class"})
         assert classes.structured_content["results"] == []
 
         # find_references: every use the walk finds, across the project, calls first.
         refs = await client.call_tool("find_references", {"name": "_merge_cookies"})
         assert not refs.is_error, refs.content[0].text
-        expected_refs = sorted((p.relative_to(root).as_posix(), *r) for p in root.rglob("*.py")
-                               for r in ast_references(p.read_text(), "_merge_cookies"))
-        got_refs = [(r["path"], r["line"], r["use"], r["enclosing"])
-                    for r in refs.structured_content["results"]]
+        expected_refs = sorted(
+            (p.relative_to(root).as_posix(), *r)
+            for p in root.rglob("*.py")
+            for r in ast_references(p.read_text(), "_merge_cookies")
+        )
+        got_refs = [
+            (r["path"], r["line"], r["use"], r["enclosing"]) for r in refs.structured_content["results"]
+        ]
         assert expected_refs and sorted(got_refs) == expected_refs
         for common in ("Request", "_merge_headers", "URL"):  # calls, imports and mentions
             many = await client.call_tool("find_references", {"name": common, "max_tokens": 20000})
             rows = many.structured_content["results"]
             assert sorted((r["path"], r["line"], r["use"], r["enclosing"]) for r in rows) == sorted(
-                (p.relative_to(root).as_posix(), *r) for p in root.rglob("*.py")
-                for r in ast_references(p.read_text(), common)), common
+                (p.relative_to(root).as_posix(), *r)
+                for p in root.rglob("*.py")
+                for r in ast_references(p.read_text(), common)
+            ), common
             # Resolved first, then likely, then name-only; calls first within each.
-            order = [(["resolved", "likely", "name-only"].index(r["resolution"]),
-                      ["call", "import", "mention"].index(r["use"])) for r in rows]
+            order = [
+                (
+                    ["resolved", "likely", "name-only"].index(r["resolution"]),
+                    ["call", "import", "mention"].index(r["use"]),
+                )
+                for r in rows
+            ]
             assert order == sorted(order)
 
         # outline: the file's definitions, in order, as the walk finds them.
@@ -205,18 +224,22 @@ async def test_answers_hold_to_max_tokens_and_page_with_a_cursor(httpx_index):
         assert other.is_error and "another search" in other.content[0].text
         refs = await client.call_tool("find_references", {"name": "self", "max_tokens": 1000})
         assert refs.structured_content["next_cursor"] and refs.structured_content["tokens"] <= 1000
-        for bad, needle in (({"name": "AsyncClient send"}, "not an identifier"),
-                            ({"name": "send", "language": "cobol"}, "no symbols"),
-                            ({"name": "send", "project": "ghost"}, "no project 'ghost'")):
+        for bad, needle in (
+            ({"name": "AsyncClient send"}, "not an identifier"),
+            ({"name": "send", "language": "cobol"}, "no symbols"),
+            ({"name": "send", "project": "ghost"}, "no project 'ghost'"),
+        ):
             res = await client.call_tool("find_symbol", bad)
             assert res.is_error and needle in res.content[0].text, res.content[0].text
         missing = await client.call_tool("outline", {"path": "nowhere.py"})
         assert missing.is_error and "no indexed code file" in missing.content[0].text
     # Below the MCP endpoint too: inside another scope, the project is no project at all.
     with scope.within({"elsewhere"}):
-        for ask in (lambda: symbols.find_symbol(fathom, "send", project="httpx"),
-                    lambda: symbols.find_references(fathom, "send", project="httpx"),
-                    lambda: symbols.outline(fathom, "_client.py", project="httpx")):
+        for ask in (
+            lambda: symbols.find_symbol(fathom, "send", project="httpx"),
+            lambda: symbols.find_references(fathom, "send", project="httpx"),
+            lambda: symbols.outline(fathom, "_client.py", project="httpx"),
+        ):
             with pytest.raises(UnknownProject, match="no project 'httpx'"):
                 ask()
         with pytest.raises(ConfigError, match="no project is indexed"):
@@ -240,13 +263,15 @@ async def test_every_language_fixture_indexed_answers_its_symbols(backend, tmp_p
                 assert outline_of(outline) == definitions, name
                 qualname, kind, start, end = definitions[-1]
                 found = await client.call_tool("find_symbol", {"name": qualname, "kind": kind})
-                assert (name, start, end) in {(r["path"], r["start_line"], r["end_line"])
-                                              for r in found.structured_content["results"]}
+                assert (name, start, end) in {
+                    (r["path"], r["start_line"], r["end_line"]) for r in found.structured_content["results"]
+                }
                 called, _, line, enclosing = next(u for u in uses if u[1] == "call")
                 refs = await client.call_tool("find_references", {"name": called})
                 assert {"path": name, "line": line, "use": "call", "enclosing": enclosing} in [
                     {k: r[k] for k in ("path", "line", "use", "enclosing")}
-                    for r in refs.structured_content["results"]], (name, called)
+                    for r in refs.structured_content["results"]
+                ], (name, called)
     finally:
         await fathom.aclose()
 
@@ -254,13 +279,14 @@ async def test_every_language_fixture_indexed_answers_its_symbols(backend, tmp_p
 async def test_a_damaged_project_is_left_out_and_named(tmp_path):
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=hash_encoder())
     for name in ("good", "bad"):
-        await fathom.index(write_project(tmp_path / name, {"app.py": f"def {name}_one():\n"
-                                                                     f"    return 1\n"}), name)
+        await fathom.index(
+            write_project(tmp_path / name, {"app.py": f"def {name}_one():\n    return 1\n"}), name
+        )
     # A truncated data file: found only when the table is read, not when projects are listed.
     state = json.loads((tmp_path / "data/lance/projects/bad/state.json").read_text())
     table = tmp_path / f"data/lance/projects/bad/{state['tables']['code']['active']}.lance"
     for data in (table / "data").glob("*.lance"):
-        data.write_bytes(data.read_bytes()[:len(data.read_bytes()) // 2])
+        data.write_bytes(data.read_bytes()[: len(data.read_bytes()) // 2])
     await fathom.aclose()
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=hash_encoder())  # no cache
     try:
@@ -293,6 +319,7 @@ async def watched(tmp_path: Path, files: dict[str, str] | None = None) -> AsyncI
 async def test_the_live_sync_keeps_symbols_true_to_an_edited_file(tmp_path):
     async with watched(tmp_path) as (fathom, root):
         async with Client(build_mcp_server(fathom)) as client:
+
             async def lines_of(name: str) -> list[int]:
                 res = await client.call_tool("find_symbol", {"name": name, "project": "shop"})
                 return [r["start_line"] for r in res.structured_content["results"]]
@@ -300,8 +327,9 @@ async def test_the_live_sync_keeps_symbols_true_to_an_edited_file(tmp_path):
             assert await lines_of("compute_invoice_discount") == []
             retry = root / "net" / "retry.py"
             before = retry.read_text()
-            retry.write_text("def compute_invoice_discount(total, rate):\n"
-                             "    return total * (1 - rate)\n\n\n" + before)
+            retry.write_text(
+                "def compute_invoice_discount(total, rate):\n    return total * (1 - rate)\n\n\n" + before
+            )
             await wait_for(lambda: lines_of("compute_invoice_discount"), what="the new function")
             assert await lines_of("compute_invoice_discount") == [1]
             # Every definition below it moved with it, as the file now reads.
@@ -309,8 +337,9 @@ async def test_the_live_sync_keeps_symbols_true_to_an_edited_file(tmp_path):
             outline = await client.call_tool("outline", {"path": "net/retry.py"})
             assert outline_of(outline) == ast_definitions(retry.read_text())
             retry.write_text(before)
-            await wait_for(lambda: _absent(lines_of("compute_invoice_discount")),
-                           what="the function gone again")
+            await wait_for(
+                lambda: _absent(lines_of("compute_invoice_discount")), what="the function gone again"
+            )
         # Dropping the project drops its symbols, and the text of its files, with it.
         assert symbols.table_of(fathom).files(["shop"])
         await fathom.drop("shop")
@@ -331,24 +360,29 @@ async def test_a_scoped_token_sees_no_other_projects_symbols(team: Operator):  #
         names = {t.name for t in (await client.list_tools()).tools}
         assert {"find_symbol", "find_references", "outline"} <= names
         # "Every project" is every project of the token: beta's symbols are not there.
-        for tool, args in (("find_symbol", {"name": "secret_beta_function"}),
-                           ("find_references", {"name": "code"})):
+        for tool, args in (
+            ("find_symbol", {"name": "secret_beta_function"}),
+            ("find_references", {"name": "code"}),
+        ):
             every = await client.call_tool(tool, args)
             assert not every.is_error, every.content[0].text
             assert every.structured_content["results"] == []  # beta's alone hold them
             assert "vault.py" not in json.dumps(every.model_dump(mode="json"))
         own = await client.call_tool("find_symbol", {"name": "add"})
-        assert [(r["project"], r["path"]) for r in own.structured_content["results"]] == \
-            [("alpha", "app.py")]
+        assert [(r["project"], r["path"]) for r in own.structured_content["results"]] == [("alpha", "app.py")]
         # Named, it is "no such project", by every tool alike.
-        for tool, args in (("find_symbol", {"name": "secret_beta_function", "project": "beta"}),
-                           ("find_references", {"name": "code", "project": "beta"}),
-                           ("outline", {"path": "vault.py", "project": "beta"}),
-                           ("outline", {"path": "vault.py"})):
+        for tool, args in (
+            ("find_symbol", {"name": "secret_beta_function", "project": "beta"}),
+            ("find_references", {"name": "code", "project": "beta"}),
+            ("outline", {"path": "vault.py", "project": "beta"}),
+            ("outline", {"path": "vault.py"}),
+        ):
             refused = await client.call_tool(tool, args)
             assert refused.is_error, (tool, args)
             sent = json.dumps(refused.model_dump(mode="json"))
             assert "beta only" not in sent and "secret_beta_function(code)" not in sent
             said = refused.content[0].text
-            assert any(words in said for words in ("not one this token may see",
-                                                   "no project 'beta'", "no indexed code file"))
+            assert any(
+                words in said
+                for words in ("not one this token may see", "no project 'beta'", "no indexed code file")
+            )

@@ -50,8 +50,9 @@ def mcp(url: str, token: str | None) -> Client:
     return Client(streamable_http_client(f"{url}/mcp", http_client=http))
 
 
-async def create(admin: httpx.AsyncClient, name: str, projects: list[str] | None = None,
-                 can_index: bool = False) -> str:
+async def create(
+    admin: httpx.AsyncClient, name: str, projects: list[str] | None = None, can_index: bool = False
+) -> str:
     r = await admin.post("/admin/tokens", json={"name": name, "projects": projects, "can_index": can_index})
     assert r.status_code == 201, r.text
     body = r.json()
@@ -67,8 +68,14 @@ async def test_an_mcp_token_sees_its_projects_only_and_no_admin_route(team: Oper
     async with team.client() as admin:
         alice = await create(admin, "alice", ["alpha"])
         listed = (await admin.get("/admin/tokens")).json()
-    assert listed["tokens"] == [{"name": "alice", "projects": ["alpha"], "can_index": False,
-                                 "created_at": listed["tokens"][0]["created_at"]}]
+    assert listed["tokens"] == [
+        {
+            "name": "alice",
+            "projects": ["alpha"],
+            "can_index": False,
+            "created_at": listed["tokens"][0]["created_at"],
+        }
+    ]
     assert alice not in json.dumps(listed)
     # Only the hash is on disk.
     stored = (team.data_dir / "mcp_tokens.json").read_text()
@@ -83,7 +90,9 @@ async def test_an_mcp_token_sees_its_projects_only_and_no_admin_route(team: Oper
         # Its own project: found.
         own = await client.call_tool("search_code", {"query": "add two numbers", "project": "alpha"})
         assert not own.is_error, text(own)
-        assert own.structured_content["results"] and {r["project"] for r in own.structured_content["results"]} == {"alpha"}
+        assert own.structured_content["results"] and {
+            r["project"] for r in own.structured_content["results"]
+        } == {"alpha"}
 
         # "Every project" means every project of the token: beta's best match never comes back.
         every = await client.call_tool("search_code", {"query": "secret_beta_function", "k": 20})
@@ -97,15 +106,20 @@ async def test_an_mcp_token_sees_its_projects_only_and_no_admin_route(team: Oper
         assert [p["name"] for p in listed.structured_content["projects"]] == ["alpha"]
 
         # Another project's results, status, neighbours and exploration: refused, naming its own.
-        for tool, args in (("search_code", {"query": "secret", "project": "beta"}),
-                           ("search_docs", {"query": "x", "project": "beta"}),
-                           ("index_status", {"project": "beta"}),
-                           ("find_similar", {"project": "beta", "snippet": "return code"}),
-                           ("explore", {"question": "what is in vault.py?", "project": "beta"}),
-                           ("ask", {"question": "what does secret_beta_function do?", "project": "beta"})):
+        for tool, args in (
+            ("search_code", {"query": "secret", "project": "beta"}),
+            ("search_docs", {"query": "x", "project": "beta"}),
+            ("index_status", {"project": "beta"}),
+            ("find_similar", {"project": "beta", "snippet": "return code"}),
+            ("explore", {"question": "what is in vault.py?", "project": "beta"}),
+            ("ask", {"question": "what does secret_beta_function do?", "project": "beta"}),
+        ):
             refused = await client.call_tool(tool, args)
             assert refused.is_error, (tool, text(refused))
-            assert "'beta' is not one this token may see; its projects: alpha" in text(refused), (tool, text(refused))
+            assert "'beta' is not one this token may see; its projects: alpha" in text(refused), (
+                tool,
+                text(refused),
+            )
             assert "secret_beta_function" not in text(refused)
         # A project that does not exist gets the same words: nothing is learnt from a refusal.
         ghost = await client.call_tool("index_status", {"project": "ghost"})
@@ -119,9 +133,16 @@ async def test_an_mcp_token_sees_its_projects_only_and_no_admin_route(team: Oper
 
     # Nothing under /admin, whatever the method; /metrics neither.
     async with httpx.AsyncClient(base_url=team.url, headers={"Authorization": f"Bearer {alice}"}) as dev:
-        for method, path in (("GET", "/admin/overview"), ("GET", "/admin/tokens"), ("POST", "/admin/key"),
-                             ("PUT", "/admin/policies"), ("POST", "/admin/jobs"), ("GET", "/metrics"),
-                             ("GET", "/openapi.json"), ("POST", "/admin/tokens")):
+        for method, path in (
+            ("GET", "/admin/overview"),
+            ("GET", "/admin/tokens"),
+            ("POST", "/admin/key"),
+            ("PUT", "/admin/policies"),
+            ("POST", "/admin/jobs"),
+            ("GET", "/metrics"),
+            ("GET", "/openapi.json"),
+            ("POST", "/admin/tokens"),
+        ):
             r = await dev.request(method, path, json={"name": "mallory", "key": "sk-or-v1-x" * 4})
             assert r.status_code == 403, (method, path, r.status_code, r.text)
             assert "needs the admin token" in r.text and "alice" in r.text
@@ -150,22 +171,30 @@ async def test_indexing_needs_can_index_and_an_allowed_root(team: Operator):
         for path in (outside, allowed / "escape", Path("/etc")):
             refused = await client.call_tool("index_project", {"path": str(path), "project": "alpha"})
             assert refused.is_error, path
-            assert f"outside the folders this server allows to be indexed over MCP; the allowed roots are " \
-                   f"{os.path.realpath(allowed)}" in text(refused), text(refused)
+            assert (
+                f"outside the folders this server allows to be indexed over MCP; the allowed roots are "
+                f"{os.path.realpath(allowed)}" in text(refused)
+            ), text(refused)
         # Under the root but into a project it does not see (by name, or by the folder's name).
         for args in ({"path": str(other), "project": "gamma"}, {"path": str(other)}):
             refused = await client.call_tool("index_project", args)
             assert refused.is_error and "'gamma'" in text(refused) and "alpha" in text(refused), text(refused)
-        done = await client.call_tool("index_project", {"path": str(inside), "project": "alpha", "full": True,
-                                                         "wait": True})
+        done = await client.call_tool(
+            "index_project", {"path": str(inside), "project": "alpha", "full": True, "wait": True}
+        )
         assert not done.is_error, text(done)
         assert done.structured_content["project"] == "alpha" and done.structured_content["chunks"] > 0
     async with team.client() as admin:
         audit = (await admin.get("/admin/audit")).json()["entries"]
     bob_entries = [e for e in audit if e["who"] == "mcp:bob"]
     assert [e["outcome"] for e in bob_entries if "full=True" in e["what"]] == ["ok"]
-    assert sum(e["outcome"].startswith("refused: ") and "outside the folders" in e["outcome"]
-               for e in bob_entries) == 3
+    assert (
+        sum(
+            e["outcome"].startswith("refused: ") and "outside the folders" in e["outcome"]
+            for e in bob_entries
+        )
+        == 3
+    )
     assert bob not in json.dumps(audit) and bob not in (team.data_dir / "audit.log").read_text()
     assert not (team.data_dir / "lance").joinpath("gamma").exists()
 
@@ -182,13 +211,20 @@ async def test_a_revoked_token_is_refused_at_once_and_the_admin_token_still_work
                 await client.call_tool("list_projects", {})
             assert "The token sent to Fathom was refused" in str(refused.value), refused.value
         async with httpx.AsyncClient(base_url=team.url) as anon:
-            r = await anon.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                                headers={"Authorization": f"Bearer {carol}", "Accept": "application/json, text/event-stream"})
+            r = await anon.post(
+                "/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                headers={"Authorization": f"Bearer {carol}", "Accept": "application/json, text/event-stream"},
+            )
         assert r.status_code == 401 and 'error="invalid_token"' in r.headers["www-authenticate"]
         assert (await admin.post("/admin/tokens/carol/revoke")).status_code == 404
-        assert (await admin.post("/admin/tokens", json={"name": "carol"})).status_code == 201  # the name is free
+        assert (
+            await admin.post("/admin/tokens", json={"name": "carol"})
+        ).status_code == 201  # the name is free
         assert (await admin.post("/admin/tokens", json={"name": "carol"})).status_code == 409
-        audit = [(e["who"], e["what"], e["outcome"]) for e in (await admin.get("/admin/audit")).json()["entries"]]
+        audit = [
+            (e["who"], e["what"], e["outcome"]) for e in (await admin.get("/admin/audit")).json()["entries"]
+        ]
     assert ("admin", "POST /admin/tokens/carol/revoke: revoked MCP token carol", "ok") in audit
     assert ("admin", "POST /admin/tokens/carol/revoke", "refused 404") in audit
 
@@ -201,14 +237,20 @@ async def test_a_revoked_token_is_refused_at_once_and_the_admin_token_still_work
         beta = await client.call_tool("search_code", {"query": "secret_beta_function", "project": "beta"})
         assert not beta.is_error and beta.structured_content["results"][0]["project"] == "beta"
         anywhere = make_project(team.tmp / "operator-only")
-        done = await client.call_tool("index_project", {"path": str(anywhere), "project": "ops", "wait": True})
+        done = await client.call_tool(
+            "index_project", {"path": str(anywhere), "project": "ops", "wait": True}
+        )
         assert not done.is_error, text(done)
 
 
 async def test_token_requests_are_validated_before_anything_is_written(team: Operator):
     async with team.client() as admin:
-        for body, words in (({"name": "bad name"}, "name"), ({"name": "x", "projects": ["bad\nname"]}, "invalid project"),
-                            ({"name": "x", "token": "fm_mine"}, "token"), ({}, "name")):
+        for body, words in (
+            ({"name": "bad name"}, "name"),
+            ({"name": "x", "projects": ["bad\nname"]}, "invalid project"),
+            ({"name": "x", "token": "fm_mine"}, "token"),
+            ({}, "name"),
+        ):
             r = await admin.post("/admin/tokens", json=body)
             assert r.status_code == 400 and words in r.text, (body, r.text)
         assert (await admin.get("/admin/tokens")).json()["tokens"] == []

@@ -51,10 +51,15 @@ class Ticks:
 
 async def test_a_metered_provider_counts_throughput_latency_errors_and_throttles():
     metrics = Metrics()
-    ok = metrics.instrument(FakeEncoder("sidecar:gpu1:code-embedding:local", roles=[Role.CODE_EMBEDDING]),
-                            clock=Ticks())
-    cloud = MeteredProvider(Refusing("openrouter:m@alpha", kind=Kind.CLOUD, roles=[Role.EMBEDDING]), metrics,
-                            role=Role.EMBEDDING, clock=Ticks())
+    ok = metrics.instrument(
+        FakeEncoder("sidecar:gpu1:code-embedding:local", roles=[Role.CODE_EMBEDDING]), clock=Ticks()
+    )
+    cloud = MeteredProvider(
+        Refusing("openrouter:m@alpha", kind=Kind.CLOUD, roles=[Role.EMBEDDING]),
+        metrics,
+        role=Role.EMBEDDING,
+        clock=Ticks(),
+    )
     await ok.embed(["a", "b", "c"])
     await ok.embed(["d"])
     with pytest.raises(Throttled):
@@ -91,12 +96,17 @@ async def test_the_scrape_reads_budget_gate_fleet_providers_and_jobs(operator: O
     operator.app.state.metrics.observe_request(Role.CODE_EMBEDDING, "fake:twin", 0.01, True, texts=7)
     try:
         await fleet.start_sidecar("gpu-m", {Role.CODE_EMBEDDING: HashEmbedder()})
-        await wait_for(lambda: "sidecar:gpu-m:code-embedding:local" in operator.app.state.registry, what="route")
+        await wait_for(
+            lambda: "sidecar:gpu-m:code-embedding:local" in operator.app.state.registry, what="route"
+        )
         async with operator.client() as admin:
             await admin.put("/admin/budget", json={"override": 12})
             await admin.post("/admin/gate/verify", json={"provider": "fake:twin", "table": "code"})
-            job = (await admin.post("/admin/jobs", json={"path": str(make_project(operator.tmp / "p")),
-                                                         "project": "p"})).json()
+            job = (
+                await admin.post(
+                    "/admin/jobs", json={"path": str(make_project(operator.tmp / "p")), "project": "p"}
+                )
+            ).json()
             await operator.wait_job(admin, job["id"])
         async with operator.client({"Authorization": f"Bearer {METRICS}"}) as scraper:
             r = await scraper.get("/metrics")

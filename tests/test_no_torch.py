@@ -52,14 +52,20 @@ def no_torch_env(tmp_path: Path) -> dict[str, str]:
     (shim / "sitecustomize.py").write_text(SHIM)
     src = Path(__file__).resolve().parents[1] / "src"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")}
-    return env | {"PYTHONPATH": os.pathsep.join([str(shim), str(src)]),
-                  "NO_TORCH_LOG": str(tmp_path / "refused.txt"), "FATHOM_DATA_DIR": str(tmp_path / "data"),
-                  "FATHOM_WATCH": "0", "COLUMNS": "200", "HF_HUB_OFFLINE": "1"}
+    return env | {
+        "PYTHONPATH": os.pathsep.join([str(shim), str(src)]),
+        "NO_TORCH_LOG": str(tmp_path / "refused.txt"),
+        "FATHOM_DATA_DIR": str(tmp_path / "data"),
+        "FATHOM_WATCH": "0",
+        "COLUMNS": "200",
+        "HF_HUB_OFFLINE": "1",
+    }
 
 
 def _fathom(env: dict[str, str], *args: str) -> str:
-    proc = subprocess.run([sys.executable, "-m", "fathom", *args], capture_output=True, text=True,
-                          env=env, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "fathom", *args], capture_output=True, text=True, env=env, timeout=600
+    )
     assert proc.returncode == 0, f"fathom {' '.join(args)}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     return proc.stdout
 
@@ -70,8 +76,9 @@ def _refused(env: dict[str, str]) -> list[str]:
 
 
 def test_the_shim_blocks_torch(no_torch_env):
-    proc = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True,
-                          env=no_torch_env, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import torch"], capture_output=True, text=True, env=no_torch_env, timeout=60
+    )
     assert proc.returncode != 0 and "blocked by the test" in proc.stderr
     assert _refused(no_torch_env) == ["torch"]
 
@@ -84,7 +91,9 @@ async def test_index_search_and_mcp_answer_without_torch(tmp_path, no_torch_env)
     assert "password.py" in found
     assert _refused(no_torch_env) == []
 
-    params = StdioServerParameters(command=sys.executable, args=["-m", "fathom", "mcp", "--in-process"], env=no_torch_env)
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "fathom", "mcp", "--in-process"], env=no_torch_env
+    )
     async with asyncio.timeout(240):
         async with Client(params, read_timeout_seconds=180) as client:
             result = await client.call_tool("search_code", {"query": "hash a password", "k": 3})
@@ -96,8 +105,19 @@ async def test_index_search_and_mcp_answer_without_torch(tmp_path, no_torch_env)
 def test_the_cli_starts_without_the_search_stack_or_the_fleet_agent():
     # Every `fathom …` pays for what `import fathom.cli` loads; a search answered by a running
     # server needs none of these, so none may load before a command asks for it.
-    heavy = ("numpy", "onnxruntime", "lancedb", "torch", "fathom.service", "fathom.index.search",
-             "fathom.fleet.agent", "fathom.fleet.protocol", "fathom.agents.rlm")
+    heavy = (
+        "numpy",
+        "onnxruntime",
+        "lancedb",
+        "torch",
+        "fathom.service",
+        "fathom.index.search",
+        "fathom.fleet.agent",
+        "fathom.fleet.protocol",
+        "fathom.agents.rlm",
+    )
     code = f"import sys, fathom.cli; print([m for m in {heavy!r} if m in sys.modules])"
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
     assert loaded.stdout.strip() == "[]", loaded.stdout

@@ -84,13 +84,16 @@ class Browser:
             for _ in range(20):
                 self.visited.append(url.split("?")[0])
                 r = await browser.get(url)
-                assert r.status_code in (302, 303), f"{url.split('?')[0]} answered {r.status_code}: {r.text[:500]}"
+                assert r.status_code in (302, 303), (
+                    f"{url.split('?')[0]} answered {r.status_code}: {r.text[:500]}"
+                )
                 url = urljoin(url, r.headers["location"])
                 if url.startswith(self.redirect_uri):
                     query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
                     assert "code" in query, f"the authorization server refused: {query}"
-                    self.result = AuthorizationCodeResult(code=query["code"], state=query.get("state"),
-                                                          iss=query.get("iss"))
+                    self.result = AuthorizationCodeResult(
+                        code=query["code"], state=query.get("state"), iss=query.get("iss")
+                    )
                     return
         raise AssertionError(f"no redirect to the client after {self.visited}")
 
@@ -105,15 +108,26 @@ async def test_an_oauth_only_mcp_client_signs_in_and_searches_within_its_mapping
     fathom_port, oidc_port, redirect_port = free_port(), free_port(), free_port()
     resource = f"http://127.0.0.1:{fathom_port}/mcp"
     redirect_uri = f"http://127.0.0.1:{redirect_port}/callback"  # never dialled: the browser stops there
-    config = {"port": oidc_port, "provider_module": str(PROVIDER_MODULE), "client_id": CLIENT_ID,
-              "redirect_uri": redirect_uri, "resource": resource, "scope": "fathom", "user": USER}
+    config = {
+        "port": oidc_port,
+        "provider_module": str(PROVIDER_MODULE),
+        "client_id": CLIENT_ID,
+        "redirect_uri": redirect_uri,
+        "resource": resource,
+        "scope": "fathom",
+        "user": USER,
+    }
     log = tmp_path / "oidc-provider.log"
     with log.open("wb") as stderr:
         # Its own process group: the venv's `node` is a Python launcher whose child is the real
         # node, and stopping the launcher alone would leave that child serving after the test.
-        node = subprocess.Popen([str(NODE), str(PROVIDER_SCRIPT)], stdout=subprocess.PIPE, stderr=stderr,
-                                env={**os.environ, "OIDC_TEST_CONFIG": json.dumps(config)},
-                                start_new_session=True)
+        node = subprocess.Popen(
+            [str(NODE), str(PROVIDER_SCRIPT)],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env={**os.environ, "OIDC_TEST_CONFIG": json.dumps(config)},
+            start_new_session=True,
+        )
     try:
         assert node.stdout is not None
         line = (await asyncio.wait_for(asyncio.to_thread(node.stdout.readline), 30)).decode()
@@ -123,15 +137,27 @@ async def test_an_oauth_only_mcp_client_signs_in_and_searches_within_its_mapping
         async with team_server(tmp_path, monkeypatch, issuer, port=fathom_port) as op:
             assert f"{op.url}/mcp" == resource
             browser = Browser(redirect_uri)
-            storage = Storage(OAuthClientInformationFull(
-                client_id=CLIENT_ID, redirect_uris=[redirect_uri], token_endpoint_auth_method="none",
-                grant_types=["authorization_code", "refresh_token"], response_types=["code"]))
+            storage = Storage(
+                OAuthClientInformationFull(
+                    client_id=CLIENT_ID,
+                    redirect_uris=[redirect_uri],
+                    token_endpoint_auth_method="none",
+                    grant_types=["authorization_code", "refresh_token"],
+                    response_types=["code"],
+                )
+            )
             auth = OAuthClientProvider(
                 server_url=resource,
-                client_metadata=OAuthClientMetadata(redirect_uris=[redirect_uri], token_endpoint_auth_method="none",
-                                                    grant_types=["authorization_code", "refresh_token"],
-                                                    client_name="fathom e2e"),
-                storage=storage, redirect_handler=browser.open, callback_handler=browser.callback)
+                client_metadata=OAuthClientMetadata(
+                    redirect_uris=[redirect_uri],
+                    token_endpoint_auth_method="none",
+                    grant_types=["authorization_code", "refresh_token"],
+                    client_name="fathom e2e",
+                ),
+                storage=storage,
+                redirect_handler=browser.open,
+                callback_handler=browser.callback,
+            )
             seen: list[tuple[int, str]] = []
 
             async def record(response: httpx2.Response) -> None:
@@ -140,7 +166,9 @@ async def test_an_oauth_only_mcp_client_signs_in_and_searches_within_its_mapping
             http = httpx2.AsyncClient(auth=auth, timeout=60, event_hooks={"response": [record]})
             async with Client(streamable_http_client(resource, http_client=http)) as client:
                 names = {t.name for t in (await client.list_tools()).tools}
-                found = await client.call_tool("search_code", {"query": "add two numbers", "project": "alpha"})
+                found = await client.call_tool(
+                    "search_code", {"query": "add two numbers", "project": "alpha"}
+                )
                 other = await client.call_tool("search_code", {"query": "add", "project": "beta"})
 
             # The client was refused, discovered the server's metadata and the issuer's, signed in
@@ -151,7 +179,11 @@ async def test_an_oauth_only_mcp_client_signs_in_and_searches_within_its_mapping
             assert (200, f"{issuer}/token") in seen, seen
             assert any(u.endswith("/auth") for u in browser.visited), browser.visited
             assert any("/interaction/" in u for u in browser.visited), browser.visited
-            assert storage.tokens is not None and storage.tokens.scope and "fathom" in storage.tokens.scope.split()
+            assert (
+                storage.tokens is not None
+                and storage.tokens.scope
+                and "fathom" in storage.tokens.scope.split()
+            )
             import jwt
 
             claims = jwt.decode(storage.tokens.access_token, options={"verify_signature": False})

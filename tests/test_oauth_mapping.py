@@ -12,21 +12,37 @@ from fathom.errors import ConfigError
 from fathom.server.oauth.access_tokens import Identity
 from fathom.server.oauth.mapping import AccessMapping
 
-ALICE = Identity(subject="u-1", issuer="https://id.example", email="Alice@Example.com", groups=frozenset({"web"}),
-                 scopes=frozenset({"fathom"}), email_verified=True)
-BOB = Identity(subject="u-2", issuer="https://id.example", email="bob@other.org", groups=frozenset({"indexers"}),
-               scopes=frozenset({"fathom", "fathom:index"}), email_verified=True)
+ALICE = Identity(
+    subject="u-1",
+    issuer="https://id.example",
+    email="Alice@Example.com",
+    groups=frozenset({"web"}),
+    scopes=frozenset({"fathom"}),
+    email_verified=True,
+)
+BOB = Identity(
+    subject="u-2",
+    issuer="https://id.example",
+    email="bob@other.org",
+    groups=frozenset({"indexers"}),
+    scopes=frozenset({"fathom", "fathom:index"}),
+    email_verified=True,
+)
 CAROL = Identity(subject="u-3", issuer="https://id.example")
 
 
 def test_the_first_matching_rule_grants_and_every_condition_must_hold(tmp_path):
     mapping = AccessMapping(tmp_path / "oauth_mapping.json")
     assert mapping.grant(ALICE) is None  # no rule: nobody gets in
-    mapping.replace({"rules": [
-        {"match": {"group": "indexers", "scope": "fathom:index"}, "can_index": True},
-        {"match": {"email_domain": "example.com", "group": "web"}, "projects": ["web", "api"]},
-        {"match": {"subject": "u-3"}, "projects": ["docs"]},
-    ]})
+    mapping.replace(
+        {
+            "rules": [
+                {"match": {"group": "indexers", "scope": "fathom:index"}, "can_index": True},
+                {"match": {"email_domain": "example.com", "group": "web"}, "projects": ["web", "api"]},
+                {"match": {"subject": "u-3"}, "projects": ["docs"]},
+            ]
+        }
+    )
     alice = mapping.grant(ALICE)
     assert alice is not None and alice.projects == {"web", "api"} and not alice.can_index
     assert alice.who == "oauth:Alice@Example.com" and not alice.admin
@@ -49,13 +65,16 @@ def test_everyone_must_be_said_in_words(tmp_path):
     assert mapping.grant(CAROL) is not None and mapping.rules[0].view()["describes"] == "everyone"
 
 
-@pytest.mark.parametrize("document, words", [
-    ({"rules": [{"match": {"email": "a@b"}, "projects": []}]}, "project list is empty"),
-    ({"rules": [{"match": {"emial": "a@b"}}]}, "emial"),
-    ({"rules": [{"match": {"email": "a@b"}, "can_index": "yes please"}]}, "can_index"),
-    ({"rules": [{"match": {"email": "a@b"}, "projects": ["bad\nname"]}]}, "invalid project name"),
-    ({"rulez": []}, "rulez"),
-])
+@pytest.mark.parametrize(
+    "document, words",
+    [
+        ({"rules": [{"match": {"email": "a@b"}, "projects": []}]}, "project list is empty"),
+        ({"rules": [{"match": {"emial": "a@b"}}]}, "emial"),
+        ({"rules": [{"match": {"email": "a@b"}, "can_index": "yes please"}]}, "can_index"),
+        ({"rules": [{"match": {"email": "a@b"}, "projects": ["bad\nname"]}]}, "invalid project name"),
+        ({"rulez": []}, "rulez"),
+    ],
+)
 def test_a_bad_document_is_refused_whole_and_changes_nothing(tmp_path, document, words):
     path = tmp_path / "m.json"
     mapping = AccessMapping(path)
@@ -79,8 +98,14 @@ def test_a_damaged_file_is_refused_at_start_with_the_fix(tmp_path):
 @pytest.mark.parametrize("verified", [None, False, "false", 0, "yes"])
 def test_an_email_rule_needs_an_email_the_issuer_verified(tmp_path, verified):
     mapping = AccessMapping(tmp_path / "m.json")
-    mapping.replace({"rules": [{"match": {"email": "alice@example.com"}, "projects": ["web"]},
-                               {"match": {"email_domain": "example.com"}, "projects": ["api"]}]})
+    mapping.replace(
+        {
+            "rules": [
+                {"match": {"email": "alice@example.com"}, "projects": ["web"]},
+                {"match": {"email_domain": "example.com"}, "projects": ["api"]},
+            ]
+        }
+    )
     claims = {"sub": "u-1", "email": "alice@example.com", "email_verified": verified}
     unverified = Identity.of({k: v for k, v in claims.items() if v is not None}, issuer="x")
     assert not unverified.email_verified and mapping.grant(unverified) is None

@@ -21,15 +21,23 @@ from tests.fleet_fixtures import free_port, serve_in_loop
 from tests.oauth_fixtures import Issuer, rsa_key, running_issuer
 from tests.test_mcp_tokens import create, mcp, text
 
-MAPPING = {"rules": [
-    {"match": {"email": "alice@example.com"}, "projects": ["alpha"]},
-    {"match": {"group": "indexers"}, "can_index": True},
-]}
+MAPPING = {
+    "rules": [
+        {"match": {"email": "alice@example.com"}, "projects": ["alpha"]},
+        {"match": {"group": "indexers"}, "can_index": True},
+    ]
+}
 
 
 @contextlib.asynccontextmanager
-async def team_server(tmp: Path, monkeypatch: pytest.MonkeyPatch, issuer: Issuer | str | None, *,
-                      static: bool = True, port: int | None = None) -> AsyncIterator[Operator]:
+async def team_server(
+    tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    issuer: Issuer | str | None,
+    *,
+    static: bool = True,
+    port: int | None = None,
+) -> AsyncIterator[Operator]:
     """The full app with projects alpha and beta indexed; with `issuer` (its URL), OAuth on and
     `MAPPING` set through the admin API."""
     port = port or free_port()
@@ -67,15 +75,24 @@ async def test_the_401_points_at_the_metadata_which_names_the_issuer(tmp_path, m
             r = await anon.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
             assert r.status_code == 401
             challenge = r.headers["www-authenticate"]
-            assert challenge == (f'Bearer realm="fathom", resource_metadata='
-                                 f'"{op.url}/.well-known/oauth-protected-resource/mcp", scope="fathom"')
+            assert challenge == (
+                f'Bearer realm="fathom", resource_metadata='
+                f'"{op.url}/.well-known/oauth-protected-resource/mcp", scope="fathom"'
+            )
             assert issuer.url in r.json()["error"]["message"]
-            for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
+            for path in (
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-protected-resource",
+            ):
                 meta = await anon.get(path)
                 assert meta.status_code == 200, path
-                assert meta.json() == {"resource": f"{op.url}/mcp", "authorization_servers": [issuer.url],
-                                       "bearer_methods_supported": ["header"], "resource_name": "Fathom",
-                                       "scopes_supported": ["fathom"]}
+                assert meta.json() == {
+                    "resource": f"{op.url}/mcp",
+                    "authorization_servers": [issuer.url],
+                    "bearer_methods_supported": ["header"],
+                    "resource_name": "Fathom",
+                    "scopes_supported": ["fathom"],
+                }
             # This server is no authorization server: its own AS metadata is a 404 naming the issuer.
             other = await anon.get("/.well-known/oauth-authorization-server")
             assert other.status_code == 404 and issuer.url in other.json()["error_description"]
@@ -84,13 +101,17 @@ async def test_the_401_points_at_the_metadata_which_names_the_issuer(tmp_path, m
             expired = mint(issuer, op, exp=1_000_000_000, iat=999_999_000)
             r = await anon.post("/mcp", json={}, headers={"Authorization": f"Bearer {expired}"})
             assert r.status_code == 401, r.text
-            assert 'error="invalid_token", error_description="it has expired; sign in again"' in \
-                r.headers["www-authenticate"]
+            assert (
+                'error="invalid_token", error_description="it has expired; sign in again"'
+                in r.headers["www-authenticate"]
+            )
             foreign = mint(issuer, op, aud="https://other.example/mcp")
             r = await anon.post("/mcp", json={}, headers={"Authorization": f"Bearer {foreign}"})
             assert r.status_code == 401 and "another audience" in r.headers["www-authenticate"]
             # Valid, but without the required scope: 403 insufficient_scope, naming it.
-            r = await anon.post("/mcp", json={}, headers={"Authorization": f"Bearer {mint(issuer, op, scope='x')}"})
+            r = await anon.post(
+                "/mcp", json={}, headers={"Authorization": f"Bearer {mint(issuer, op, scope='x')}"}
+            )
             assert r.status_code == 403 and 'error="insufficient_scope"' in r.headers["www-authenticate"]
             # Valid, but no rule maps this person: 403, and the audit log names them.
             nobody = mint(issuer, op, sub="u-9", email="eve@example.com")
@@ -109,8 +130,11 @@ async def test_an_unreachable_issuer_answers_503_not_a_sign_in_challenge(tmp_pat
     async with team_server(tmp_path, monkeypatch, issuer.url) as op:
         token = mint(issuer, op)
         async with httpx.AsyncClient(base_url=op.url) as anon:
-            r = await anon.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
-                                headers={"Authorization": f"Bearer {token}"})
+            r = await anon.post(
+                "/mcp",
+                json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                headers={"Authorization": f"Bearer {token}"},
+            )
         assert r.status_code == 503, r.text
         assert r.headers["retry-after"] == "30" and "www-authenticate" not in r.headers
         message = r.json()["error"]["message"]
@@ -129,7 +153,9 @@ async def test_a_mapped_person_sees_their_projects_and_no_write_tool(tmp_path, m
             assert not own.is_error and {r["project"] for r in own.structured_content["results"]} == {"alpha"}
             other = await client.call_tool("search_code", {"query": "add", "project": "beta"})
             assert other.is_error and "'beta' is not one this token may see" in text(other)
-            denied = await client.call_tool("index_project", {"path": str(op.tmp / "allowed"), "project": "alpha"})
+            denied = await client.call_tool(
+                "index_project", {"path": str(op.tmp / "allowed"), "project": "alpha"}
+            )
             assert denied.is_error and "read-only" in text(denied)
         # A group that may index, every project.
         indexer = mint(issuer, op, sub="u-2", email="bob@example.com", groups=["indexers"])
@@ -194,12 +220,18 @@ def test_a_half_configured_oauth_is_refused_at_start_naming_the_setting(tmp_path
 
     assert OAuthDoor.from_settings(Settings(data_dir=tmp_path)) is None  # no issuer: no OAuth
     base = {"data_dir": tmp_path, "oauth_issuer": "https://id.example.com"}
-    for extra, words in (({}, "FATHOM_OAUTH_RESOURCE is not"),
-                         ({"oauth_resource": "fathom.example.com/mcp"}, "FATHOM_OAUTH_RESOURCE must be"),
-                         ({"oauth_resource": "https://f.example/mcp", "oauth_algorithms": "RS256,HS256"},
-                          "FATHOM_OAUTH_ALGORITHMS names HS256"),
-                         ({"oauth_resource": "https://f.example/mcp", "oauth_introspection_url": "https://id/i"},
-                          "FATHOM_OAUTH_CLIENT_SECRET")):
+    for extra, words in (
+        ({}, "FATHOM_OAUTH_RESOURCE is not"),
+        ({"oauth_resource": "fathom.example.com/mcp"}, "FATHOM_OAUTH_RESOURCE must be"),
+        (
+            {"oauth_resource": "https://f.example/mcp", "oauth_algorithms": "RS256,HS256"},
+            "FATHOM_OAUTH_ALGORITHMS names HS256",
+        ),
+        (
+            {"oauth_resource": "https://f.example/mcp", "oauth_introspection_url": "https://id/i"},
+            "FATHOM_OAUTH_CLIENT_SECRET",
+        ),
+    ):
         with pytest.raises(ConfigError, match=words):
             OAuthDoor.from_settings(Settings(**base, **extra))
 
@@ -211,15 +243,30 @@ async def test_introspection_configured_by_settings_opens_mcp_as_mapped(tmp_path
     from tests.oauth_fixtures import INTROSPECTION_CLIENT, RESOURCE
 
     async with running_issuer(rsa_key()) as issuer:
-        door = OAuthDoor.from_settings(Settings(
-            data_dir=tmp_path, oauth_issuer=issuer.url, oauth_resource=RESOURCE,
-            oauth_introspection_url=f"{issuer.url}/introspect", oauth_client_id=INTROSPECTION_CLIENT[0],
-            oauth_client_secret=INTROSPECTION_CLIENT[1]))
+        door = OAuthDoor.from_settings(
+            Settings(
+                data_dir=tmp_path,
+                oauth_issuer=issuer.url,
+                oauth_resource=RESOURCE,
+                oauth_introspection_url=f"{issuer.url}/introspect",
+                oauth_client_id=INTROSPECTION_CLIENT[0],
+                oauth_client_secret=INTROSPECTION_CLIENT[1],
+            )
+        )
         assert door is not None and door.view()["validation"] == "introspection"
         door.mapping.replace(MAPPING)
-        answer = {"active": True, "iss": issuer.url, "aud": RESOURCE, "sub": "u-1", "email": "alice@example.com",
-                  "email_verified": True}
-        issuer.active = {"opaque-alice": answer, "opaque-eve": {**answer, "sub": "u-9", "email": "eve@example.com"}}
+        answer = {
+            "active": True,
+            "iss": issuer.url,
+            "aud": RESOURCE,
+            "sub": "u-1",
+            "email": "alice@example.com",
+            "email_verified": True,
+        }
+        issuer.active = {
+            "opaque-alice": answer,
+            "opaque-eve": {**answer, "sub": "u-9", "email": "eve@example.com"},
+        }
         alice = await door.authenticate("opaque-alice")
         assert alice.who == "oauth:alice@example.com" and alice.projects == {"alpha"} and not alice.can_index
         with pytest.raises(NotMapped):
@@ -252,7 +299,9 @@ async def test_an_open_path_never_validates_an_oauth_token(tmp_path):
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=guard), base_url="http://t") as client:
         assert (await client.get("/health", headers=headers)).status_code == 200
         assert (await client.post("/hooks/git/shop", headers=headers, content=b"{}")).status_code == 200
-        assert (await client.get("/.well-known/oauth-protected-resource/mcp", headers=headers)).status_code == 200
+        assert (
+            await client.get("/.well-known/oauth-protected-resource/mcp", headers=headers)
+        ).status_code == 200
         assert calls == []
         assert (await client.post("/mcp", headers=headers, json={})).status_code == 200
         assert calls == ["some-access-token"]

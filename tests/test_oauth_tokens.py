@@ -28,8 +28,9 @@ from tests.oauth_fixtures import (
 
 def verifier(issuer: Issuer, clock: ManualClock, **kwargs) -> AccessTokens:
     keys = KeySet(issuer=issuer.url, clock=clock, refetch_after_s=30)
-    return AccessTokens(keys, issuer=issuer.url, audience=RESOURCE, algorithms=("RS256", "ES256"), now=clock.now,
-                        **kwargs)
+    return AccessTokens(
+        keys, issuer=issuer.url, audience=RESOURCE, algorithms=("RS256", "ES256"), now=clock.now, **kwargs
+    )
 
 
 async def refused(tokens: AccessTokens, token: str) -> str:
@@ -67,8 +68,9 @@ async def test_a_token_for_another_audience_is_refused():
     clock = ManualClock()
     async with running_issuer(rsa_key()) as issuer:
         tokens = verifier(issuer, clock)
-        assert "another audience" in await refused(tokens, issuer.mint(now=clock.now(),
-                                                                        aud="https://other.example/api"))
+        assert "another audience" in await refused(
+            tokens, issuer.mint(now=clock.now(), aud="https://other.example/api")
+        )
         assert "`aud`" in await refused(tokens, issuer.mint(now=clock.now(), aud=None))
 
 
@@ -92,7 +94,9 @@ async def test_an_alg_none_token_and_an_hmac_one_are_refused():
         import jwt
 
         # HS256 with the issuer's public key as the "secret": the classic confusion, refused by name.
-        hmac = jwt.encode(claims, "a-public-key-anyone-can-read-000000", algorithm="HS256", headers={"kid": "k1"})
+        hmac = jwt.encode(
+            claims, "a-public-key-anyone-can-read-000000", algorithm="HS256", headers={"kid": "k1"}
+        )
         assert "'HS256' is not one" in await refused(tokens, hmac)
         assert issuer.jwks_reads == 0  # refused before any key was fetched
 
@@ -192,30 +196,57 @@ def test_the_algorithm_allow_list_refuses_none_and_shared_secrets():
 def test_metadata_urls_follow_both_discovery_rules():
     assert metadata_urls("https://id.example.com") == [
         "https://id.example.com/.well-known/openid-configuration",
-        "https://id.example.com/.well-known/oauth-authorization-server"]
+        "https://id.example.com/.well-known/oauth-authorization-server",
+    ]
     assert metadata_urls("https://id.example.com/realms/dev/") == [
         "https://id.example.com/realms/dev/.well-known/openid-configuration",
-        "https://id.example.com/.well-known/oauth-authorization-server/realms/dev"]
+        "https://id.example.com/.well-known/oauth-authorization-server/realms/dev",
+    ]
 
 
 async def test_introspection_asks_the_issuer_and_checks_its_answer():
     clock = ManualClock()
     async with running_issuer(rsa_key()) as issuer:
         client_id, secret = INTROSPECTION_CLIENT
-        intro = Introspection(f"{issuer.url}/introspect", client_id=client_id, client_secret=secret,
-                              issuer=issuer.url, audience=RESOURCE, now=clock.now)
-        base = {"active": True, "iss": issuer.url, "aud": RESOURCE, "sub": "bob", "scope": "fathom",
-                "exp": int(clock.now() + 600)}
-        issuer.active = {"opaque-good": base, "opaque-aud": {**base, "aud": "https://other.example"},
-                         "opaque-iss": {**base, "iss": "https://evil.example"},
-                         "opaque-old": {**base, "exp": int(clock.now() - 1)}}
+        intro = Introspection(
+            f"{issuer.url}/introspect",
+            client_id=client_id,
+            client_secret=secret,
+            issuer=issuer.url,
+            audience=RESOURCE,
+            now=clock.now,
+        )
+        base = {
+            "active": True,
+            "iss": issuer.url,
+            "aud": RESOURCE,
+            "sub": "bob",
+            "scope": "fathom",
+            "exp": int(clock.now() + 600),
+        }
+        issuer.active = {
+            "opaque-good": base,
+            "opaque-aud": {**base, "aud": "https://other.example"},
+            "opaque-iss": {**base, "iss": "https://evil.example"},
+            "opaque-old": {**base, "exp": int(clock.now() - 1)},
+        }
         who = await intro.verify("opaque-good")
         assert who.subject == "bob" and who.scopes == {"fathom"}
-        for token, words in (("opaque-aud", "another audience"), ("opaque-iss", "another authorization server"),
-                             ("opaque-old", "expired"), ("revoked", "not active")):
+        for token, words in (
+            ("opaque-aud", "another audience"),
+            ("opaque-iss", "another authorization server"),
+            ("opaque-old", "expired"),
+            ("revoked", "not active"),
+        ):
             with pytest.raises(TokenRefused, match=words):
                 await intro.verify(token)
-        wrong = Introspection(f"{issuer.url}/introspect", client_id=client_id, client_secret="wrong-secret",
-                              issuer=issuer.url, audience=RESOURCE, now=clock.now)
+        wrong = Introspection(
+            f"{issuer.url}/introspect",
+            client_id=client_id,
+            client_secret="wrong-secret",
+            issuer=issuer.url,
+            audience=RESOURCE,
+            now=clock.now,
+        )
         with pytest.raises(TokenRefused, match="could not be asked"):
             await wrong.verify("opaque-good")

@@ -27,8 +27,16 @@ MODEL = Settings().local_model_name
 
 # Texts where tokenisation could differ: blanks, accents and CJK, an empty string, a text far
 # past the 256-token limit (truncation), and repeated whitespace.
-EDGES = ["", "   ", "  leading and trailing  ", "héllo wörld, naïve café", "中文的代码搜索",
-         "x = 1\n" * 400, "def f():\n\n\n\treturn\t\t42", "🙂 emoji 🙂"]
+EDGES = [
+    "",
+    "   ",
+    "  leading and trailing  ",
+    "héllo wörld, naïve café",
+    "中文的代码搜索",
+    "x = 1\n" * 400,
+    "def f():\n\n\n\treturn\t\t42",
+    "🙂 emoji 🙂",
+]
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +77,11 @@ def test_rows_come_back_in_the_callers_order_whatever_the_batching(onnx_fp32, mo
     assert float(whole[0] @ onnx_fp32.encode_sync(["short"])[0]) > 0.9999
 
 
-def test_token_counter_counts_as_the_torch_encoders_so_chunks_are_the_same(onnx_fp32, torch_encoder,  # noqa: F811
-                                                                           code_chunks):
+def test_token_counter_counts_as_the_torch_encoders_so_chunks_are_the_same(
+    onnx_fp32,
+    torch_encoder,  # noqa: F811
+    code_chunks,
+):
     mine, theirs = onnx_fp32.token_counter(), torch_encoder.token_counter()
     assert mine.key == theirs.key and mine.limit == theirs.limit == 256
     sample = code_chunks[:50] + EDGES
@@ -89,7 +100,9 @@ def test_the_graph_is_built_once_and_rebuilt_when_the_model_changes(minilm_path,
     assert model_file(folder, tmp_path / "cache") == first and first.stat().st_mtime_ns == stamp
     pooling = folder / "1_Pooling" / "config.json"
     config = json.loads(pooling.read_text())
-    pooling.write_text(json.dumps(config | {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    pooling.write_text(
+        json.dumps(config | {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True})
+    )
     second = model_file(folder, tmp_path / "cache")
     assert second != first and first.exists()
     assert not [p for p in (tmp_path / "cache").iterdir() if p.name.startswith(".building-")]

@@ -51,8 +51,9 @@ async def test_onnx_fp32_clears_and_extends_a_table_the_torch_encoder_built(tmp_
     assert isinstance(fresh.encoder, OnnxEncoder) and fresh.encoder.id == torch_encoder.id
     assert fresh.gate.awaiting_reprobe(fresh.encoder)  # cleared before, not trusted until re-probed
     (project / "billing" / "refunds.py").write_text(
-        "def refund(invoice, amount):\n    \"\"\"Give part of an invoice back to the customer.\"\"\"\n"
-        "    invoice.total -= amount\n    return invoice\n")
+        'def refund(invoice, amount):\n    """Give part of an invoice back to the customer."""\n'
+        "    invoice.total -= amount\n    return invoice\n"
+    )
     report = await fresh.index(project, "shop")
 
     after = fresh.gate.verdict_for(space, fresh.encoder)
@@ -70,7 +71,8 @@ async def test_onnx_fp32_clears_and_extends_a_table_the_torch_encoder_built(tmp_
 
 
 async def test_an_onnx_graph_that_computes_something_else_is_quarantined_there(
-        tmp_path, torch_encoder, cache, minilm_path):  # noqa: F811
+    tmp_path, torch_encoder, cache, minilm_path
+):  # noqa: F811
     settings, project, built = await _torch_built(tmp_path, torch_encoder, cache)
     space = built.space("code")
     # The same model name (so the same provider id) with CLS pooling instead of mean: a stale
@@ -78,8 +80,12 @@ async def test_an_onnx_graph_that_computes_something_else_is_quarantined_there(
     folder = tmp_path / "minilm-cls"
     shutil.copytree(minilm_path, folder)
     pooling = folder / "1_Pooling" / "config.json"
-    pooling.write_text(json.dumps(json.loads(pooling.read_text())
-                                  | {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}))
+    pooling.write_text(
+        json.dumps(
+            json.loads(pooling.read_text())
+            | {"pooling_mode_mean_tokens": False, "pooling_mode_cls_token": True}
+        )
+    )
     wrong = Fathom(settings.model_copy(update={"local_model_path": str(folder)}))
     assert wrong.encoder.id == torch_encoder.id
     (project / "billing" / "refunds.py").write_text("def refund(invoice):\n    return invoice\n")

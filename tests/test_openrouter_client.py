@@ -54,7 +54,9 @@ def test_retry_after_reads_seconds_and_http_dates():
     now = datetime(2030, 1, 1, tzinfo=UTC)
     assert parse_retry_after("7") == 7.0
     assert parse_retry_after("1.5") == 1.5
-    assert parse_retry_after(format_datetime(now + timedelta(seconds=30), usegmt=True), now=lambda: now) == 30.0
+    assert (
+        parse_retry_after(format_datetime(now + timedelta(seconds=30), usegmt=True), now=lambda: now) == 30.0
+    )
     assert parse_retry_after("soon") is None and parse_retry_after(None) is None
 
 
@@ -183,17 +185,23 @@ async def test_vectors_are_put_back_in_index_order(emulator, client):
     texts = ["first text", "second, different", "third one here"]
     straight = (await client.embeddings(MINILM, texts, provider=pin("alpha"))).vectors
     emulator.control.corrupt("reverse", count=1)
-    reordered = (await client.embeddings(MINILM, texts, provider=pin("alpha"), encoding_format="base64")).vectors
+    reordered = (
+        await client.embeddings(MINILM, texts, provider=pin("alpha"), encoding_format="base64")
+    ).vectors
     np.testing.assert_allclose(reordered, straight, atol=1e-6)
 
 
 async def test_chat_with_scripted_tool_calls(emulator, client):
-    emulator.control.script([
-        {"tool_calls": [{"name": "search_code", "arguments": {"query": "retry", "k": 3}}]},
-        {"content": "Found it in retry.py."},
-    ])
+    emulator.control.script(
+        [
+            {"tool_calls": [{"name": "search_code", "arguments": {"query": "retry", "k": 3}}]},
+            {"content": "Found it in retry.py."},
+        ]
+    )
     tools = [{"type": "function", "function": {"name": "search_code", "parameters": {"type": "object"}}}]
-    first = await client.chat("poolside/laguna-s-2.1", [{"role": "user", "content": "where is retry?"}], tools=tools)
+    first = await client.chat(
+        "poolside/laguna-s-2.1", [{"role": "user", "content": "where is retry?"}], tools=tools
+    )
     assert first.finish_reason == "tool_calls"
     assert [(c.name, c.arguments) for c in first.tool_calls] == [("search_code", {"query": "retry", "k": 3})]
     second = await client.chat("poolside/laguna-s-2.1", [{"role": "user", "content": "and?"}])
@@ -203,9 +211,14 @@ async def test_chat_with_scripted_tool_calls(emulator, client):
 
 
 async def test_streamed_chat_assembles_content_and_tool_calls(emulator, client):
-    emulator.control.script([
-        {"content": "Let me look that up now.", "tool_calls": [{"name": "grep", "arguments": {"pattern": "def retry"}}]},
-    ])
+    emulator.control.script(
+        [
+            {
+                "content": "Let me look that up now.",
+                "tool_calls": [{"name": "grep", "arguments": {"pattern": "def retry"}}],
+            },
+        ]
+    )
     deltas: list[str] = []
     result = await client.chat("m/x", [{"role": "user", "content": "q"}], stream=True, on_delta=deltas.append)
     assert result.content == "Let me look that up now." and len(deltas) > 1
@@ -214,11 +227,19 @@ async def test_streamed_chat_assembles_content_and_tool_calls(emulator, client):
 
 
 async def test_mid_stream_error_event_is_a_stream_error(emulator, client):
-    emulator.control.script([
-        {"content": "one two three four five", "stream_error": {"after_chunks": 2, "code": 429,
-                                                               "message": "Rate limit exceeded",
-                                                               "error_type": "rate_limit_exceeded"}},
-    ])
+    emulator.control.script(
+        [
+            {
+                "content": "one two three four five",
+                "stream_error": {
+                    "after_chunks": 2,
+                    "code": 429,
+                    "message": "Rate limit exceeded",
+                    "error_type": "rate_limit_exceeded",
+                },
+            },
+        ]
+    )
     with pytest.raises(StreamError) as caught:
         await client.chat("m/x", [{"role": "user", "content": "q"}], stream=True)
     err = caught.value
@@ -234,9 +255,16 @@ async def test_rule_turns_match_by_substring_and_are_not_consumed(emulator, clie
 
 async def test_key_info_reports_what_the_control_api_set(emulator, client):
     info = await client.key_info()
-    assert info.rate_limit is not None and info.rate_limit.requests * 60 / interval_seconds(info.rate_limit.interval) == pytest.approx(1000 / 60)
-    emulator.control.set_key(rate_limit={"requests": 1, "interval": "1m"}, limit=5.0,
-                             limit_remaining=1.25, usage=3.75, is_free_tier=True)
+    assert info.rate_limit is not None and info.rate_limit.requests * 60 / interval_seconds(
+        info.rate_limit.interval
+    ) == pytest.approx(1000 / 60)
+    emulator.control.set_key(
+        rate_limit={"requests": 1, "interval": "1m"},
+        limit=5.0,
+        limit_remaining=1.25,
+        usage=3.75,
+        is_free_tier=True,
+    )
     info = await client.key_info()
     assert info.rate_limit.requests == 1 and interval_seconds(info.rate_limit.interval) == 60
     assert (info.limit, info.limit_remaining, info.usage, info.is_free_tier) == (5.0, 1.25, 3.75, True)

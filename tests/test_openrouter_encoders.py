@@ -17,7 +17,7 @@ PROBES = [
     "def add(a, b):\n    return a + b",
     "class LRUCache:\n    def __init__(self, capacity: int):\n        self.capacity = capacity",
     "SELECT name, count(*) FROM users GROUP BY name HAVING count(*) > 1;",
-    "fn main() { println!(\"hello\"); }",
+    'fn main() { println!("hello"); }',
     "The quick brown fox jumps over the lazy dog.",
     "Retries use exponential backoff with jitter to avoid thundering herds.",
     "快速的棕色狐狸跳过了懒狗。",
@@ -50,8 +50,9 @@ async def test_pinned_alpha_matches_the_local_encoder_and_beta_does_not(emulator
     local = local_minilm.encode(PROBES, convert_to_numpy=True)
     async with OpenRouterClient(KEY, base_url=emulator.base_url) as client:
         alpha = await client.embeddings(MINILM, PROBES, provider=pin("alpha"), expected_width=384)
-        beta = await client.embeddings(MINILM, PROBES, provider=pin("beta", "only"),
-                                       encoding_format="base64", expected_width=384)
+        beta = await client.embeddings(
+            MINILM, PROBES, provider=pin("beta", "only"), encoding_format="base64", expected_width=384
+        )
     assert alpha.upstream == "alpha" and beta.upstream == "beta"
     assert _cos(alpha.vectors, local).min() > 0.9999
     beta_cos = _cos(beta.vectors, local)
@@ -89,7 +90,9 @@ async def test_order_with_fallbacks_moves_on_when_the_first_upstream_is_down(emu
 
 async def test_provider_adapter_embeds_with_its_pin_and_refuses_another_upstream(emulator, local_minilm):
     async with OpenRouterClient(KEY, base_url=emulator.base_url) as client:
-        provider = OpenRouterProvider(client, model=MINILM, roles=[Role.CODE_EMBEDDING], upstream="alpha", width=384)
+        provider = OpenRouterProvider(
+            client, model=MINILM, roles=[Role.CODE_EMBEDDING], upstream="alpha", width=384
+        )
         assert provider.id == f"openrouter:{MINILM}@alpha" and provider.info.is_cloud
         vecs = await provider.embed(PROBES[:3])
         assert vecs.dtype == np.float32 and vecs.shape == (3, 384)

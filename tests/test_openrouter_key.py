@@ -36,8 +36,18 @@ def all_logs():
     root.addHandler(handler)
     root.setLevel(logging.DEBUG)
     touched = []
-    for name in ("httpx", "httpcore", "httpcore.http11", "httpcore.connection", "uvicorn", "uvicorn.access",
-                 "uvicorn.error", "fastapi", "asyncio", "fathom"):
+    for name in (
+        "httpx",
+        "httpcore",
+        "httpcore.http11",
+        "httpcore.connection",
+        "uvicorn",
+        "uvicorn.access",
+        "uvicorn.error",
+        "fastapi",
+        "asyncio",
+        "fathom",
+    ):
         lg = logging.getLogger(name)
         touched.append((lg, lg.level, lg.propagate, lg.disabled))
         lg.setLevel(logging.DEBUG)
@@ -58,7 +68,9 @@ async def test_the_key_is_in_no_log_exception_or_repr(emulator, all_logs):
     emulator.control.set_keys(management=[])
     seen_errors: list[BaseException] = []
     async with OpenRouterClient(CANARY, base_url=emulator.base_url) as client:
-        provider = OpenRouterProvider(client, model=MINILM, roles=[Role.EMBEDDING], upstream="alpha", width=384)
+        provider = OpenRouterProvider(
+            client, model=MINILM, roles=[Role.EMBEDDING], upstream="alpha", width=384
+        )
         await provider.embed(["hello"])
         await client.chat("m/x", [{"role": "user", "content": "hi"}], stream=True)
         await client.key_info()
@@ -82,8 +94,14 @@ async def test_the_key_is_in_no_log_exception_or_repr(emulator, all_logs):
             await client.embeddings(MINILM, ["x"])
         except OpenRouterError as exc:
             seen_errors.append(exc)
-        texts = [repr(client), str(client), repr(provider), str(provider), repr(vars(client)),
-                 repr(provider.info)]
+        texts = [
+            repr(client),
+            str(client),
+            repr(provider),
+            str(provider),
+            repr(vars(client)),
+            repr(provider.info),
+        ]
         with pytest.raises(TypeError):
             pickle.dumps(client)
     assert len(seen_errors) >= 6
@@ -92,7 +110,7 @@ async def test_the_key_is_in_no_log_exception_or_repr(emulator, all_logs):
     texts += all_logs.lines
     assert any("HTTP Request" in line for line in all_logs.lines), "httpx logging was not captured"
     assert not [t for t in texts if CANARY in t]
-    assert not [t for t in texts if CANARY[len("sk-or-v1-"):] in t]
+    assert not [t for t in texts if CANARY[len("sk-or-v1-") :] in t]
     counters = emulator.control.counters()
     assert key_hash(CANARY) in counters["key_hashes"]
     assert CANARY not in repr(counters) and CANARY not in repr(emulator.control.state())

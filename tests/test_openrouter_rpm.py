@@ -70,7 +70,9 @@ async def test_the_emulator_app_enforces_rpm_over_http_with_a_fake_clock():
         statuses = []
         for step in range(8):
             clock.now = step * 5.0
-            statuses.append((await http.post("/api/v1/chat/completions", json=body, headers=headers)).status_code)
+            statuses.append(
+                (await http.post("/api/v1/chat/completions", json=body, headers=headers)).status_code
+            )
         assert statuses == [200, 200, 200, 429, 429, 429, 429, 429]
         clock.now = 60.0  # t=0 is still inside [0, 60]
         limited = await http.post("/api/v1/chat/completions", json=body, headers=headers)

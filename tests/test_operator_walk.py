@@ -97,15 +97,27 @@ class World:
     def candidates(self) -> list[tuple[str, float]]:
         """(step, weight): the operator's whole repertoire, a little biased by the state."""
         out: list[tuple[str, float]] = [
-            ("add_file", 1.5), ("index", 2 if self.pending_files else 0.7), ("verify_force", 1.5),
-            ("restart_server", 1.5), ("restart_sidecar", 1), ("push_key", 3 if not self.key_held else 0.4),
-            ("push_without_key", 0.5), ("outage_429", 0.5), ("policy:model=e5", 0.3),
+            ("add_file", 1.5),
+            ("index", 2 if self.pending_files else 0.7),
+            ("verify_force", 1.5),
+            ("restart_server", 1.5),
+            ("restart_sidecar", 1),
+            ("push_key", 3 if not self.key_held else 0.4),
+            ("push_without_key", 0.5),
+            ("outage_429", 0.5),
+            ("policy:model=e5", 0.3),
             ("recover", 1) if self.drifted else ("drift", 1.5),
-            ("policy:pin=" + (GOOD_PIN if self.pin == BAD_PIN else BAD_PIN), 0.4 if self.pin == GOOD_PIN else 2),
+            (
+                "policy:pin=" + (GOOD_PIN if self.pin == BAD_PIN else BAD_PIN),
+                0.4 if self.pin == GOOD_PIN else 2,
+            ),
         ]
         out += [(f"budget:override={n}", 0.15) for n in ("1", "2", "8", "none")]
-        out += [(f"policy:policy={p}", 0.3 if self.policy == "aggregate" else 1.5)
-                for p in ("aggregate", "backup", "local") if p != self.policy]
+        out += [
+            (f"policy:policy={p}", 0.3 if self.policy == "aggregate" else 1.5)
+            for p in ("aggregate", "backup", "local")
+            if p != self.policy
+        ]
         return out
 
     def towards(self, goal: str) -> str:
@@ -135,8 +147,14 @@ class World:
         if name in ("add_file", "outage_429"):
             self.pending_files += 1
         if name in ("index", "outage_429"):
-            if self.alpha_live() and self.key_held and self.drifted and self.alpha_cleared and self.pending_files \
-                    and self.policy == "aggregate":
+            if (
+                self.alpha_live()
+                and self.key_held
+                and self.drifted
+                and self.alpha_cleared
+                and self.pending_files
+                and self.policy == "aggregate"
+            ):
                 self.drifted_write = True
             self.pending_files = 0
         elif name == "drift":
@@ -245,7 +263,9 @@ class Walk:
         rig.start()
         rig.wait_connected()
         for role in EMBEDDING_ROLES:
-            self.cli_ok("policy", "set", role, "--policy", "aggregate", "--model", MINILM, "--upstream", GOOD_PIN)
+            self.cli_ok(
+                "policy", "set", role, "--policy", "aggregate", "--model", MINILM, "--upstream", GOOD_PIN
+            )
         self.push_key()
         job = rig.index()
         assert job["state"] == "done", job
@@ -270,8 +290,13 @@ class Walk:
         if name == "add_file":
             self.add_file()
         elif name == "index":
-            self.index_job(exposed=world.alpha_live() and world.key_held and world.drifted and world.alpha_cleared
-                           and world.policy == "aggregate")
+            self.index_job(
+                exposed=world.alpha_live()
+                and world.key_held
+                and world.drifted
+                and world.alpha_cleared
+                and world.policy == "aggregate"
+            )
         elif name == "drift":
             rig.emulator.drift(GOOD_PIN, "int8")
             self.episodes.append(Episode(start=time.time()))
@@ -280,14 +305,21 @@ class Walk:
             self.episodes[-1].end = time.time()
         elif name == "verify_force":
             if world.alpha_live() and world.key_held and world.drifted and world.drifted_write:
-                self.p3_rows = sum(1 for r in rig.rows() if r.provider_id.endswith(f":cloud:{GOOD_PIN}")
-                                   and self.agreement([r])[0] <= AGREE)
+                self.p3_rows = sum(
+                    1
+                    for r in rig.rows()
+                    if r.provider_id.endswith(f":cloud:{GOOD_PIN}") and self.agreement([r])[0] <= AGREE
+                )
             for role in EMBEDDING_ROLES:
                 if not world.cloud_live():
                     break
-                r = rig.call("POST", "/admin/gate/verify", json={"provider": cloud_id(role, world.pin), "force": True})
+                r = rig.call(
+                    "POST", "/admin/gate/verify", json={"provider": cloud_id(role, world.pin), "force": True}
+                )
                 # 503: no verdict could be reached now (no key): a typed answer, never a bare 500.
-                assert r.status_code in (200, 503), f"gate verify --force answered {r.status_code}: {r.text[:1000]}"
+                assert r.status_code in (200, 503), (
+                    f"gate verify --force answered {r.status_code}: {r.text[:1000]}"
+                )
         elif name == "restart_server":
             rig.stop_server()
             rig.start_server()
@@ -324,7 +356,10 @@ class Walk:
             self.episodes[-1].detected = started
         self.done.append(step)
         self.check(before, settle=due)
-        print(f"step {len(self.done):2d} {step:24s} {time.time() - started:5.1f}s {'; '.join(self.notes)}", flush=True)
+        print(
+            f"step {len(self.done):2d} {step:24s} {time.time() - started:5.1f}s {'; '.join(self.notes)}",
+            flush=True,
+        )
 
     def index_job(self, *, exposed: bool = False) -> None:
         """An index job. While a cleared upstream is drifted (`exposed`) the cloud routes must
@@ -336,9 +371,18 @@ class Walk:
             job = self.rig.index()
             assert job["state"] in ("done", "failed"), job
             by = (job.get("report") or {}).get("providers", {})
-            self.notes.append(f"index {job['state']}: " + ", ".join(f"{k.split(':')[-3] if k.startswith('sidecar') else 'local'}"
-                                                                     f"={v}" for k, v in sorted(by.items())))
-            if not exposed or any(k.endswith(f":cloud:{GOOD_PIN}") and v for k, v in by.items()) or attempt == 2:
+            self.notes.append(
+                f"index {job['state']}: "
+                + ", ".join(
+                    f"{k.split(':')[-3] if k.startswith('sidecar') else 'local'}={v}"
+                    for k, v in sorted(by.items())
+                )
+            )
+            if (
+                not exposed
+                or any(k.endswith(f":cloud:{GOOD_PIN}") and v for k, v in by.items())
+                or attempt == 2
+            ):
                 return
             for _ in range(4 ** (attempt + 1)):
                 self.add_file()
@@ -353,14 +397,17 @@ class Walk:
         rig = self.rig
         before = rig.policies()
         r = rig.cli("policy", "set", "code-embedding", "--model", E5, "--upstream", "gamma")
-        assert r.returncode == 2, (f"`fathom policy set code-embedding --model {E5}` should be refused (exit 2: "
-                                   f"no reference serves that model under aggregate), got {r.returncode}:\n"
-                                   f"{r.stdout}\n{r.stderr}")
+        assert r.returncode == 2, (
+            f"`fathom policy set code-embedding --model {E5}` should be refused (exit 2: "
+            f"no reference serves that model under aggregate), got {r.returncode}:\n"
+            f"{r.stdout}\n{r.stderr}"
+        )
         assert " 500" not in r.stdout + r.stderr, r.stdout + r.stderr
         after = rig.policies()
         for role in EMBEDDING_ROLES:
-            assert {k: after[role][k] for k in ("policy", "model", "upstream")} == \
-                   {k: before[role][k] for k in ("policy", "model", "upstream")}, "a refused policy set changed the routing"
+            assert {k: after[role][k] for k in ("policy", "model", "upstream")} == {
+                k: before[role][k] for k in ("policy", "model", "upstream")
+            }, "a refused policy set changed the routing"
 
     # -- invariants --------------------------------------------------------------------
 
@@ -373,7 +420,9 @@ class Walk:
                 self.reference[text] = vec
         if not rows:
             return np.zeros(0)
-        return cosine_rows(np.stack([r.vector for r in rows]), np.stack([self.reference[r.text] for r in rows]))
+        return cosine_rows(
+            np.stack([r.vector for r in rows]), np.stack([self.reference[r.text] for r in rows])
+        )
 
     def check(self, budget_before: dict[str, Any], *, settle: bool) -> None:
         rig = self.rig
@@ -383,9 +432,11 @@ class Walk:
         limit = max(budget_before["effective"], budget_after["effective"])
         problems = []
         if peak > limit:
-            problems.append(f"(c) the emulator saw {peak} requests in flight during the step; the budget's "
-                            f"effective limit was {budget_before['effective']} before it and "
-                            f"{budget_after['effective']} after it")
+            problems.append(
+                f"(c) the emulator saw {peak} requests in flight during the step; the budget's "
+                f"effective limit was {budget_before['effective']} before it and "
+                f"{budget_after['effective']} after it"
+            )
         # (b)
         unpinned = rig.emulator.counters()["unpinned_embeddings"]
         if unpinned:
@@ -415,7 +466,9 @@ class Walk:
         self.drifted_rows_seen = max(self.drifted_rows_seen, int(np.sum(cos <= AGREE)))
         for row, c in zip(rows, cos):
             v = verdicts.get(row.verdict_id or "")
-            where = f"{row.table} row {row.path} by {row.provider_id} (verdict {row.verdict_id}, cosine {c:.4f})"
+            where = (
+                f"{row.table} row {row.path} by {row.provider_id} (verdict {row.verdict_id}, cosine {c:.4f})"
+            )
             if v is None or v["provider"] != row.provider_id or v["table"] != row.table:
                 problems.append(f"(a) {where}: names no verdict the gate gave this provider for this table")
                 continue
@@ -425,19 +478,25 @@ class Walk:
                 continue
             episode = self.episode_of(row)
             if not row.provider_id.endswith(f":cloud:{GOOD_PIN}") or episode is None:
-                problems.append(f"(a) {where}: disagrees with the reference encoder, and no drift explains it")
+                problems.append(
+                    f"(a) {where}: disagrees with the reference encoder, and no drift explains it"
+                )
             elif episode.detected is not None and row.written_at < episode.detected:
                 must_revoke.append(row)
                 if v["revoked_at"] is None:
-                    problems.append(f"(a) {where}: written by a drifted upstream whose re-probe was due, yet its "
-                                    f"verdict is {v['status']} and not revoked")
+                    problems.append(
+                        f"(a) {where}: written by a drifted upstream whose re-probe was due, yet its "
+                        f"verdict is {v['status']} and not revoked"
+                    )
         if must_revoke:
             audit = rig.get(f"/admin/gate/audit/{PROJECT}")
             listed = {p for s in audit["suspects"] for p in s["paths"]}
             missing = sorted({r.path for r in must_revoke} - listed)
             if audit["suspect_count"] < len(must_revoke) or missing:
-                problems.append(f"(a) `gate audit` lists {audit['suspect_count']} suspect rows, but "
-                                f"{len(must_revoke)} drifted rows must be listed (paths not listed: {missing})")
+                problems.append(
+                    f"(a) `gate audit` lists {audit['suspect_count']} suspect rows, but "
+                    f"{len(must_revoke)} drifted rows must be listed (paths not listed: {missing})"
+                )
         # A live provider serving drifted vectors must not count as cleared (the gate's own
         # answer, pending re-probes included) once its re-probe was due: alpha during a detected
         # drift, and beta (int8 behind its pin) ever.
@@ -452,8 +511,10 @@ class Walk:
                 if pid.endswith(f":cloud:{BAD_PIN}"):
                     problems.append(f"(a) {pid} (int8 behind its pin) counts as cleared for {role}")
                 elif drifted_due and pid == cloud_id(role, GOOD_PIN):
-                    problems.append(f"(a) {pid} serves drifted vectors and its re-probe was due, yet it counts as "
-                                    f"cleared for {role} (latest verdict: {self.latest_line(pid)})")
+                    problems.append(
+                        f"(a) {pid} serves drifted vectors and its re-probe was due, yet it counts as "
+                        f"cleared for {role} (latest verdict: {self.latest_line(pid)})"
+                    )
         return problems
 
     def latest_line(self, pid: str) -> str:
@@ -468,13 +529,15 @@ class Walk:
 
     def report(self, problems: list[str]) -> str:
         step = self.done[-1] if self.done else "set-up"
-        return "\n".join([
-            f"operator walk (seed {self.seed}) broke an invariant after step {len(self.done)}: {step}",
-            *[f"  - {p}" for p in problems],
-            f"steps so far: {','.join(self.done)}",
-            f"replay: FATHOM_WALK_REPLAY='{','.join(self.done)}' pytest tests/test_operator_walk.py",
-            f"logs under {self.rig.group.folder}",
-        ])
+        return "\n".join(
+            [
+                f"operator walk (seed {self.seed}) broke an invariant after step {len(self.done)}: {step}",
+                *[f"  - {p}" for p in problems],
+                f"steps so far: {','.join(self.done)}",
+                f"replay: FATHOM_WALK_REPLAY='{','.join(self.done)}' pytest tests/test_operator_walk.py",
+                f"logs under {self.rig.group.folder}",
+            ]
+        )
 
 
 # ---------------------------------------------------------------------------- the test
@@ -504,11 +567,15 @@ def test_operator_walk_keeps_the_promises(tmp_path: Path, example: int):
                     raise
                 walk.done.append(step)
                 raise AssertionError(walk.report([f"the step itself failed: {exc}"])) from exc
-        print(f"operator walk seed {seed}: {len(steps)} steps ({','.join(steps)}); reached: "
-              f"{sorted(walk.world.reached)}; most drifted rows alive at once: {walk.drifted_rows_seen}; "
-              f"drifted rows when a forced verify was due: {walk.p3_rows}")
+        print(
+            f"operator walk seed {seed}: {len(steps)} steps ({','.join(steps)}); reached: "
+            f"{sorted(walk.world.reached)}; most drifted rows alive at once: {walk.drifted_rows_seen}; "
+            f"drifted rows when a forced verify was due: {walk.p3_rows}"
+        )
         if not REPLAY and example == 0 and P3 in walk.world.reached:
-            assert walk.p3_rows, ("the walk reached a forced verify after a drift, but the drifted upstream had "
-                                  "written no rows: point 3 went unchecked (the cloud route pulled no work)")
+            assert walk.p3_rows, (
+                "the walk reached a forced verify after a drift, but the drifted upstream had "
+                "written no rows: point 3 went unchecked (the cloud route pulled no work)"
+            )
     finally:
         rig.close()

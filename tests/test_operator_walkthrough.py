@@ -38,19 +38,19 @@ DOC_JOB = "3f2a9c0b1d4e"
 
 # Commands the docs show that cannot run in this test, and why (matched by their start).
 SKIPPED = {
-    "fathom server --port 8765 --data-dir ~/.fathom --rotate-admin-token":
-        "needs the running server stopped first (a rotation happens as a server starts)",
+    "fathom server --port 8765 --data-dir ~/.fathom --rotate-admin-token": "needs the running server stopped first (a rotation happens as a server starts)",
     "fathom key push\n": "an interactive hidden prompt",
     "fathom jobs pause": "the documented job finished already; pause, resume and cancel are tested in test_cli_admin",
     "fathom jobs resume": "as above",
     "fathom jobs cancel": "as above",
     "claude mcp add": "a client outside Fathom (tested in test_mcp_clients)",
-    "fathom server --host 127.0.0.1 --port 8765 --forwarded-allow-ips":
-        "a second server on the walkthrough's port (forwarded addresses are tested in "
-        "test_server_hostile_clients and test_fleet_hostile)",
+    "fathom server --host 127.0.0.1 --port 8765 --forwarded-allow-ips": "a second server on the walkthrough's port (forwarded addresses are tested in "
+    "test_server_hostile_clients and test_fleet_hostile)",
 }
 # A block that shows another situation than the walkthrough's (another host claiming a name).
-SKIPPED_OUTPUT = {"gpu-1    pending  yes  -  …  gpu-1: a different host claims this name; sidecar gpu-1 is offline"}
+SKIPPED_OUTPUT = {
+    "gpu-1    pending  yes  -  …  gpu-1: a different host claims this name; sidecar gpu-1 is offline"
+}
 
 
 @dataclass
@@ -102,8 +102,10 @@ def check_shown(step: Step, output: str, subs: dict[str, str]) -> None:
         for doc, real in subs.items():
             line = line.replace(doc, real)
         missing = [w for w in words(line) if w not in got]
-        assert not missing, (f"`{step.command}` does not print what docs/operator.md shows:\n  shown: {line}\n"
-                             f"  missing words: {missing}\n  real output:\n{output}")
+        assert not missing, (
+            f"`{step.command}` does not print what docs/operator.md shows:\n  shown: {line}\n"
+            f"  missing words: {missing}\n  real output:\n{output}"
+        )
 
 
 FEATURE_ONLY = "retry_upload"
@@ -113,13 +115,18 @@ def make_remote(root: Path) -> Path:
     """The docs' `billing` repository: `feature` adds a function `main` lacks; `release/2.0` is cut
     from `main`. Returns the folder the docs' git host stands for."""
     remote = Remote(root)
-    remote.commit({"app.py": "def add(a, b):\n    \"\"\"Add two numbers.\"\"\"\n    return a + b\n"})
+    remote.commit({"app.py": 'def add(a, b):\n    """Add two numbers."""\n    return a + b\n'})
     remote.branch("release/2.0")
     remote.branch("feature", "main")
-    remote.commit({"upload.py": f"def {FEATURE_ONLY}(send, attempts=3):\n"
-                                "    \"\"\"Retry the upload until it succeeds or the attempts run out.\"\"\"\n"
-                                "    for _ in range(attempts):\n        if send():\n            return True\n"
-                                "    return False\n"}, branch="feature")
+    remote.commit(
+        {
+            "upload.py": f"def {FEATURE_ONLY}(send, attempts=3):\n"
+            '    """Retry the upload until it succeeds or the attempts run out."""\n'
+            "    for _ in range(attempts):\n        if send():\n            return True\n"
+            "    return False\n"
+        },
+        branch="feature",
+    )
     (root / "billing.git").symlink_to(remote.bare)
     return root
 
@@ -133,13 +140,27 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
     key_file = tmp_path / "openrouter-key"
     key_file.write_text("sk-or-v1-" + "5eed" * 16 + "\n")
     remotes = make_remote(tmp_path / "remotes")
-    subs = {"/home/you/.fathom": str(data), "~/.fathom": str(data), "8765": str(port),
-            "wss://fathom.example.net": f"ws://127.0.0.1:{port}", "~/.secrets/openrouter": str(key_file),
-            "/home/you/src/api": str(project), "~/src/api": str(project),
-            "<openrouter-model-id>": MINILM, "<openrouter-provider-slug>": "alpha",
-            "https://git.example.com/team/": remotes.as_uri() + "/"}
-    env = {**os.environ, "COLUMNS": "250", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "TOKENIZERS_PARALLELISM": "false", "NO_COLOR": "1", "FATHOM_DATA_DIR": str(data)}
+    subs = {
+        "/home/you/.fathom": str(data),
+        "~/.fathom": str(data),
+        "8765": str(port),
+        "wss://fathom.example.net": f"ws://127.0.0.1:{port}",
+        "~/.secrets/openrouter": str(key_file),
+        "/home/you/src/api": str(project),
+        "~/src/api": str(project),
+        "<openrouter-model-id>": MINILM,
+        "<openrouter-provider-slug>": "alpha",
+        "https://git.example.com/team/": remotes.as_uri() + "/",
+    }
+    env = {
+        **os.environ,
+        "COLUMNS": "250",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "NO_COLOR": "1",
+        "FATHOM_DATA_DIR": str(data),
+    }
     env.pop("FATHOM_SERVER", None)
     env.pop("FATHOM_ADMIN_TOKEN", None)
     ran: list[str] = []
@@ -156,28 +177,46 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
                 # As from a shell: the server inherits what was exported before it (git settings).
                 server = group.spawn("server", [FATHOM, *shlex.split(command)[1:], "--no-watch"], env=env)
                 wait_http(f"http://127.0.0.1:{port}/health", proc=server)
-                wait_until(lambda: "fathom server on" in server.output(), "the server's first lines", procs=[server])
+                wait_until(
+                    lambda: "fathom server on" in server.output(), "the server's first lines", procs=[server]
+                )
                 output = server.output()
                 subs["fa_…"] = re.search(r"admin token \(shown once\): (fa_\S+)", output).group(1)
                 subs["fj_…"] = re.search(r"join token \(shown once\): (fj_\S+)", output).group(1)
                 check_shown(step, output, subs)
                 continue
             if command.startswith("export "):
-                name, _, value = command[len("export "):].partition("=")
+                name, _, value = command[len("export ") :].partition("=")
                 for doc, real in subs.items():
                     value = value.replace(doc, real)
                 env[name] = " ".join(shlex.split(value))  # as a shell reads the quotes
                 continue
             if command.startswith("fathom sidecar"):
                 # The docs' sidecar, with this test's stand-in for OpenRouter and its own state dir.
-                sidecar = group.spawn("sidecar", [FATHOM, *shlex.split(command)[1:], "--heartbeat", "0.5",
-                                                  "--openrouter-url", f"http://127.0.0.1:{emu_port}/api/v1"],
-                                      env={"FATHOM_SIDECAR_TOKEN": env["FATHOM_SIDECAR_TOKEN"],
-                                           "FATHOM_SIDECAR_STATE_DIR": str(tmp_path / "sidecar-state")})
-                admin = httpx.Client(base_url=env["FATHOM_SERVER"],
-                                     headers={"Authorization": f"Bearer {env['FATHOM_ADMIN_TOKEN']}"})
-                wait_until(lambda: admin.get("/admin/fleet").json()["sidecars"], "the sidecar to connect",
-                           procs=[sidecar])
+                sidecar = group.spawn(
+                    "sidecar",
+                    [
+                        FATHOM,
+                        *shlex.split(command)[1:],
+                        "--heartbeat",
+                        "0.5",
+                        "--openrouter-url",
+                        f"http://127.0.0.1:{emu_port}/api/v1",
+                    ],
+                    env={
+                        "FATHOM_SIDECAR_TOKEN": env["FATHOM_SIDECAR_TOKEN"],
+                        "FATHOM_SIDECAR_STATE_DIR": str(tmp_path / "sidecar-state"),
+                    },
+                )
+                admin = httpx.Client(
+                    base_url=env["FATHOM_SERVER"],
+                    headers={"Authorization": f"Bearer {env['FATHOM_ADMIN_TOKEN']}"},
+                )
+                wait_until(
+                    lambda: admin.get("/admin/fleet").json()["sidecars"],
+                    "the sidecar to connect",
+                    procs=[sidecar],
+                )
                 admin.close()
                 continue
             for doc, real in subs.items():
@@ -204,13 +243,26 @@ def test_the_operator_walkthrough_runs_as_documented(tmp_path: Path):
     finally:
         group.stop()
     # The walkthrough did go through every part: server, sidecar, key, policy, gate, jobs, tokens.
-    for part in ("fathom server --port 8765 --data-dir", "fathom sidecar", "fathom key push <",
-                 "fathom policy set code-embedding --policy cloud", "fathom gate verify", "fathom jobs start",
-                 "fathom tokens revoke", "fathom serve --no-auth --host 0.0.0.0", "fathom audit-log",
-                 "fathom projects add billing --git", "fathom projects sync billing"):
+    for part in (
+        "fathom server --port 8765 --data-dir",
+        "fathom sidecar",
+        "fathom key push <",
+        "fathom policy set code-embedding --policy cloud",
+        "fathom gate verify",
+        "fathom jobs start",
+        "fathom tokens revoke",
+        "fathom serve --no-auth --host 0.0.0.0",
+        "fathom audit-log",
+        "fathom projects add billing --git",
+        "fathom projects sync billing",
+    ):
         assert any(c.startswith(part) for c in ran), part
     # With FATHOM_SERVER exported, the git commands were done by the server, through its admin API.
     audited = (data / "audit.log").read_text()
-    for done in ("POST /admin/projects/git", "POST /admin/projects/billing/branches",
-                 "DELETE /admin/projects/billing/branches/release/2.0", "POST /admin/projects/billing/sync"):
+    for done in (
+        "POST /admin/projects/git",
+        "POST /admin/projects/billing/branches",
+        "DELETE /admin/projects/billing/branches/release/2.0",
+        "POST /admin/projects/billing/sync",
+    ):
         assert done in audited, done

@@ -49,9 +49,11 @@ from tests.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
-QUERIES = [("retry with exponential backoff", "net/retry.py"),
-           ("verify a password against its stored hash", "auth/password.py"),
-           ("invoice total with tax", "billing/invoice.py")]
+QUERIES = [
+    ("retry with exponential backoff", "net/retry.py"),
+    ("verify a password against its stored hash", "auth/password.py"),
+    ("invoice total with tax", "billing/invoice.py"),
+]
 runner = CliRunner()
 
 
@@ -61,15 +63,15 @@ def hits_of(hits) -> list[tuple]:
 
 def verdict_ids_in_db(url: str) -> list[str]:
     with psycopg.connect(url) as conn:
-        return [r[0] for r in conn.execute(
-            "SELECT verdict_id FROM fathom.verdicts ORDER BY seq").fetchall()]
+        return [r[0] for r in conn.execute("SELECT verdict_id FROM fathom.verdicts ORDER BY seq").fetchall()]
 
 
 # ---------------------------------------------------------------- one service, shared state
 
 
 async def test_fathom_on_postgres_indexes_searches_and_shares_gate_and_routing(
-        pg_server, pg_url, local_encoder, tmp_path, caplog):  # noqa: F811
+    pg_server, pg_url, local_encoder, tmp_path, caplog
+):  # noqa: F811
     caplog.set_level(logging.DEBUG)
     root = write_project(tmp_path / "shop")
     one = Fathom(Settings(data_dir=tmp_path / "d1", store_url=pg_url), encoder=local_encoder)
@@ -111,28 +113,41 @@ async def test_fathom_on_postgres_indexes_searches_and_shares_gate_and_routing(
         assert two.routing.load().roles[Role.RERANKER].policy.value == "local"
         assert two.router.serving(Role.CODE_EMBEDDING)  # cleared by the shared verdict
         for query, _ in QUERIES:
-            assert hits_of(await two.search(query, project="shop", k=5)) == \
-                hits_of(await one.search(query, project="shop", k=5))
-        assert [(p.name, p.tables) for p in two.projects()] == \
-            [(p.name, p.tables) for p in one.projects()]
+            assert hits_of(await two.search(query, project="shop", k=5)) == hits_of(
+                await one.search(query, project="shop", k=5)
+            )
+        assert [(p.name, p.tables) for p in two.projects()] == [(p.name, p.tables) for p in one.projects()]
         # Nothing to embed again: the second server reuses the first one's rows.
         again = await two.index(root, "shop")
         assert again.embedded == 0 and again.reused == report.chunks
         assert verdict_ids_in_db(pg_url) == ids  # and it judged nothing anew
 
         # The password shows in no status, listing, admin response, repr or log line.
-        texts = [json.dumps(asdict(status)), repr(one.settings), repr(one.store),
-                 repr(one.gate.verdicts), repr(one.routing), str(one.projects())]
+        texts = [
+            json.dumps(asdict(status)),
+            repr(one.settings),
+            repr(one.store),
+            repr(one.gate.verdicts),
+            repr(one.routing),
+            str(one.projects()),
+        ]
         listed = runner.invoke(app, ["projects"], obj={"fathom": one}, env={"COLUMNS": "200"})
         assert listed.exit_code == 0 and "shop" in listed.output
         texts.append(listed.output)
         token = "fm_admin-test-token"
         web = create_app(one.settings, service=one, admin_token=token)
-        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=web),
-                                     base_url="http://test",
-                                     headers={"Authorization": f"Bearer {token}"}) as client:
-            for path in ("/admin/overview", "/admin/gate/verdicts?history=true",
-                         "/admin/policies", "/admin/jobs", "/admin/gate/audit/shop"):
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=web),
+            base_url="http://test",
+            headers={"Authorization": f"Bearer {token}"},
+        ) as client:
+            for path in (
+                "/admin/overview",
+                "/admin/gate/verdicts?history=true",
+                "/admin/policies",
+                "/admin/jobs",
+                "/admin/gate/audit/shop",
+            ):
                 got = await client.get(path)
                 assert got.status_code == 200, (path, got.text)
                 texts.append(got.text)
@@ -201,8 +216,13 @@ asyncio.run(main())
 
 def _env(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")}
-    env.update(FATHOM_STORE_URL=url, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
-               COLUMNS="200", PYTHONPATH=str(REPO / "src"))
+    env.update(
+        FATHOM_STORE_URL=url,
+        HF_HUB_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        COLUMNS="200",
+        PYTHONPATH=str(REPO / "src"),
+    )
     return env
 
 
@@ -213,9 +233,23 @@ def test_two_fathom_processes_on_one_database(pg_server, pg_url, tmp_path):  # n
     marker, release = tmp_path / "holding", tmp_path / "release"
     query = "retry a flaky network call"
     env = _env(pg_url)
-    a = subprocess.Popen([sys.executable, str(script), "hold-index", str(tmp_path / "a"),
-                          str(root), "shop", query, str(marker), str(release)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    a = subprocess.Popen(
+        [
+            sys.executable,
+            str(script),
+            "hold-index",
+            str(tmp_path / "a"),
+            str(root),
+            "shop",
+            query,
+            str(marker),
+            str(release),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     outputs: list[str] = []
     try:
         for _ in range(1800):  # bounded: three minutes for A to start and take the lock
@@ -226,9 +260,23 @@ def test_two_fathom_processes_on_one_database(pg_server, pg_url, tmp_path):  # n
 
         # Server B (the CLI, another data dir) is refused while A indexes, naming A.
         refused = subprocess.run(
-            [sys.executable, "-m", "fathom.cli", "--data-dir", str(tmp_path / "b"), "index",
-             str(root), "--project", "shop"],
-            capture_output=True, text=True, env=env, timeout=180, check=False)
+            [
+                sys.executable,
+                "-m",
+                "fathom.cli",
+                "--data-dir",
+                str(tmp_path / "b"),
+                "index",
+                str(root),
+                "--project",
+                "shop",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+            check=False,
+        )
         outputs += [refused.stdout, refused.stderr]
         message = " ".join(refused.stderr.split())
         assert refused.returncode == 1, refused.stderr
@@ -246,16 +294,20 @@ def test_two_fathom_processes_on_one_database(pg_server, pg_url, tmp_path):  # n
         assert done_a["hits"][0]["path"] == "net/retry.py"
 
         # Now B may index (nothing left to embed) and searches exactly as A does.
-        b = subprocess.run([sys.executable, str(script), "index", str(tmp_path / "b"), str(root),
-                            "shop", query], capture_output=True, text=True, env=env, timeout=180,
-                           check=False)
+        b = subprocess.run(
+            [sys.executable, str(script), "index", str(tmp_path / "b"), str(root), "shop", query],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+            check=False,
+        )
         outputs += [b.stdout, b.stderr]
         assert b.returncode == 0, b.stderr[-3000:]
         done_b = json.loads(b.stdout.strip().splitlines()[-1])
         assert done_b["embedded"] == 0
         assert done_b["hits"] == done_a["hits"]
-        assert done_a["status"] == done_b["status"] == \
-            pg_url.replace(pg_server.password, "***")
+        assert done_a["status"] == done_b["status"] == pg_url.replace(pg_server.password, "***")
 
         # The password shows in no output of either process, DEBUG logs included.
         blob = "\n".join(outputs)
@@ -271,7 +323,8 @@ def test_two_fathom_processes_on_one_database(pg_server, pg_url, tmp_path):  # n
 
 
 async def test_store_migrate_moves_a_lancedb_index_with_provenance_and_gate_state(
-        pg_server, pg_url, local_encoder, tmp_path, caplog):  # noqa: F811
+    pg_server, pg_url, local_encoder, tmp_path, caplog
+):  # noqa: F811
     caplog.set_level(logging.DEBUG)
     root = write_project(tmp_path / "shop")
     data = tmp_path / "data"
@@ -284,20 +337,29 @@ async def test_store_migrate_moves_a_lancedb_index_with_provenance_and_gate_stat
         assert all(before.values())
         assert all(v is not None for counts in before.values() for (_, v) in counts)
         results = {q: hits_of(await lance.search(q, project="shop", k=5)) for q, _ in QUERIES}
-        vectors = {q: [h.chunk_id for h in lance.store.vector_search(
-            "shop", "code", (await local_encoder.embed([q]))[0], 5)] for q, _ in QUERIES}
+        vectors = {
+            q: [
+                h.chunk_id
+                for h in lance.store.vector_search("shop", "code", (await local_encoder.embed([q]))[0], 5)
+            ]
+            for q, _ in QUERIES
+        }
         verdicts = [v.verdict_id for v in lance.gate.verdicts.all()]
         routes = lance.routing.update({Role.RERANKER: {"policy": "local"}})
         await lance.aclose()
 
         # The password comes from the environment (not the command line), as the docs advise.
-        moved = runner.invoke(app, ["--data-dir", str(data), "store", "migrate"],
-                              env={"FATHOM_STORE_URL": pg_url, "COLUMNS": "200"})
+        moved = runner.invoke(
+            app,
+            ["--data-dir", str(data), "store", "migrate"],
+            env={"FATHOM_STORE_URL": pg_url, "COLUMNS": "200"},
+        )
         assert moved.exit_code == 0, moved.output
         assert "fathom:***@127.0.0.1" in moved.output
         assert pg_server.password not in moved.output
-        assert f"done: {sum(sum(c.values()) for c in before.values())} rows in 2 tables" \
-            in " ".join(moved.output.split())
+        assert f"done: {sum(sum(c.values()) for c in before.values())} rows in 2 tables" in " ".join(
+            moved.output.split()
+        )
         assert f"gate: {len(verdicts)} verdicts" in moved.output
 
         # The same data dir, now served from PostgreSQL.
@@ -307,8 +369,10 @@ async def test_store_migrate_moves_a_lancedb_index_with_provenance_and_gate_stat
         assert [v.verdict_id for v in pg.gate.verdicts.all()] == verdicts
         assert pg.routing.load() == routes
         for q, path in QUERIES:
-            assert [h.chunk_id for h in pg.store.vector_search(
-                "shop", "code", (await local_encoder.embed([q]))[0], 5)] == vectors[q]
+            assert [
+                h.chunk_id
+                for h in pg.store.vector_search("shop", "code", (await local_encoder.embed([q]))[0], 5)
+            ] == vectors[q]
             # The keyword half is each engine's own (LanceDB FTS, PostgreSQL tsvector), so the
             # fused ranks may differ; the vector half above is identical, and so is the answer.
             got = hits_of(await pg.search(q, project="shop", k=5))
@@ -323,9 +387,21 @@ async def test_store_migrate_moves_a_lancedb_index_with_provenance_and_gate_stat
         assert verdict_ids_in_db(pg_url) == verdicts
 
         # Running it again is harmless (every table already matches; resumable by design).
-        twice = runner.invoke(app, ["--data-dir", str(data), "store", "migrate", "--to", pg_url,
-                                    "--project", "shop", "--no-gate-state"],
-                              env={"COLUMNS": "200"})
+        twice = runner.invoke(
+            app,
+            [
+                "--data-dir",
+                str(data),
+                "store",
+                "migrate",
+                "--to",
+                pg_url,
+                "--project",
+                "shop",
+                "--no-gate-state",
+            ],
+            env={"COLUMNS": "200"},
+        )
         assert twice.exit_code == 0, twice.output
         assert pg_server.password not in twice.output
         assert {t: pg.store.provenance_counts("shop", t) for t in TABLE_KINDS} == before
@@ -336,18 +412,30 @@ async def test_store_migrate_moves_a_lancedb_index_with_provenance_and_gate_stat
 
 
 def test_store_migrate_refusals_are_one_line(pg_server, pg_url, tmp_path):  # noqa: F811
-    not_pg = runner.invoke(app, ["--data-dir", str(tmp_path), "store", "migrate", "--to",
-                                 "mysql://me:sekrit-pw@host/db"])
+    not_pg = runner.invoke(
+        app, ["--data-dir", str(tmp_path), "store", "migrate", "--to", "mysql://me:sekrit-pw@host/db"]
+    )
     assert not_pg.exit_code == 2
     assert "postgresql://" in not_pg.output and "sekrit-pw" not in not_pg.output
-    no_index = runner.invoke(app, ["--data-dir", str(tmp_path / "empty"), "store", "migrate",
-                                   "--to", pg_url])
+    no_index = runner.invoke(app, ["--data-dir", str(tmp_path / "empty"), "store", "migrate", "--to", pg_url])
     assert no_index.exit_code == 2 and "no LanceDB index at" in no_index.output
     assert pg_server.password not in no_index.output
     LanceStore(tmp_path / "lance2").close()
-    unknown = runner.invoke(app, ["--data-dir", str(tmp_path), "store", "migrate",
-                                  "--from", str(tmp_path / "lance2"),
-                                  "--to", pg_url, "--project", "nope"])
+    unknown = runner.invoke(
+        app,
+        [
+            "--data-dir",
+            str(tmp_path),
+            "store",
+            "migrate",
+            "--from",
+            str(tmp_path / "lance2"),
+            "--to",
+            pg_url,
+            "--project",
+            "nope",
+        ],
+    )
     assert unknown.exit_code == 1 and "nope" in unknown.output and "Traceback" not in unknown.output
     assert pg_server.password not in unknown.output
 
@@ -355,8 +443,7 @@ def test_store_migrate_refusals_are_one_line(pg_server, pg_url, tmp_path):  # no
 # ---------------------------------------------------------------- the password shows nowhere
 
 
-def test_a_wrong_password_is_refused_without_showing_it(
-        pg_server, pg_url, tmp_path, caplog):  # noqa: F811
+def test_a_wrong_password_is_refused_without_showing_it(pg_server, pg_url, tmp_path, caplog):  # noqa: F811
     caplog.set_level(logging.DEBUG)
     password = pg_server.password
     wrong = pg_url.replace(password, "not-" + password)
@@ -365,14 +452,16 @@ def test_a_wrong_password_is_refused_without_showing_it(
         bad.store  # noqa: B018 - opening it is the point
     texts = [str(refused.value), repr(refused.value), repr(bad.settings)]
     assert "password authentication failed" in str(refused.value)
-    cli = runner.invoke(app, ["--data-dir", str(tmp_path / "d"), "projects"],
-                        env={"FATHOM_STORE_URL": wrong, "COLUMNS": "200"})
+    cli = runner.invoke(
+        app,
+        ["--data-dir", str(tmp_path / "d"), "projects"],
+        env={"FATHOM_STORE_URL": wrong, "COLUMNS": "200"},
+    )
     assert cli.exit_code == 1 and "cannot connect to the PostgreSQL store" in cli.output
     assert "Traceback" not in cli.output
     texts.append(cli.output)
     texts += [r.getMessage() for r in caplog.records]
-    texts += [logging.Formatter().formatException(r.exc_info) for r in caplog.records
-              if r.exc_info]
+    texts += [logging.Formatter().formatException(r.exc_info) for r in caplog.records if r.exc_info]
     blob = "\n".join(texts)
     assert password not in blob
     assert "fathom:***@127.0.0.1" in blob

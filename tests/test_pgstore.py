@@ -61,14 +61,18 @@ def test_2560d_table_is_searched_through_a_halfvec_index_and_rescored_exactly(pg
     chunks = make_chunks(n, prefix="wide")
     vecs = clustered(n, width=width, clusters=16, seed=4, spread=0.3)
     store.begin_shadow("p", "code", space)
-    store.write("p", "code", chunks, vecs, Provenance("local:big-encoder", None),
-                slot=Slot.SHADOW)
+    store.write("p", "code", chunks, vecs, Provenance("local:big-encoder", None), slot=Slot.SHADOW)
     store.promote("p", "code")
-    (name,) = [r[0] for r in store.db.conn().execute(
-        "SELECT active FROM fathom.slots WHERE project = 'p'").fetchall()]
+    (name,) = [
+        r[0]
+        for r in store.db.conn().execute("SELECT active FROM fathom.slots WHERE project = 'p'").fetchall()
+    ]
 
-    indexdef = store.db.conn().execute(
-        "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"{name}_ann",)).fetchone()[0]
+    indexdef = (
+        store.db.conn()
+        .execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (f"{name}_ann",))
+        .fetchone()[0]
+    )
     assert "hnsw" in indexdef and f"halfvec({width})" in indexdef
     assert "halfvec_cosine_ops" in indexdef
     plan = plain(store.explain_vector_search("p", "code", vecs[0], 10))
@@ -92,8 +96,7 @@ def test_384d_table_uses_a_plain_hnsw_index(pg_url):
     space = Space("code", "m", 384, "local:m")
     vecs = clustered(300, width=384, seed=2)
     store.begin_shadow("p", "code", space)
-    store.write("p", "code", make_chunks(300), vecs, Provenance("local:m", None),
-                slot=Slot.SHADOW)
+    store.write("p", "code", make_chunks(300), vecs, Provenance("local:m", None), slot=Slot.SHADOW)
     store.promote("p", "code")
     plan = plain(store.explain_vector_search("p", "code", vecs[0], 10))
     assert re.search(r"Index Scan using v\d+_ann", plan) and "halfvec" not in plan, plan
@@ -118,8 +121,15 @@ def test_text_search_splits_code_identifiers(pg):
     chunks = make_chunks(3)
     from fathom.index.chunk import Chunk
 
-    special = Chunk("src/userRepo.ts", "typescript", "code", 3, 9, "UserRepo.getUserName",
-                    "getUserName(id) { return this.cache.lookup_name(id) }\x00")
+    special = Chunk(
+        "src/userRepo.ts",
+        "typescript",
+        "code",
+        3,
+        9,
+        "UserRepo.getUserName",
+        "getUserName(id) { return this.cache.lookup_name(id) }\x00",
+    )
     pg.write("p", "code", [*chunks, special], clustered(4), CLEARED)
     for q in ["getUserName", "user name", "lookup", "cache.lookup_name", "userRepo"]:
         assert pg.text_search("p", "code", q, 1)[0].chunk_id == special.chunk_id, q
@@ -152,14 +162,20 @@ def test_promotion_killed_inside_its_transaction_changes_nothing(pg, pg_url):
 
     blocker = psycopg.connect(pg_url)  # a reader in a long transaction on the old table
     blocker.execute(f"SELECT count(*) FROM fathom.{active}").fetchone()
-    proc = subprocess.Popen([sys.executable, "-c", _PROMOTER, pg_url], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PROMOTER, pg_url],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         watch = pg.db.connect()
         for _ in range(600):  # until the promoter waits for the lock, inside its transaction
             row = watch.execute(
                 "SELECT wait_event_type, query FROM pg_stat_activity "
-                "WHERE application_name = 'fathom-promoter' AND state = 'active'").fetchone()
+                "WHERE application_name = 'fathom-promoter' AND state = 'active'"
+            ).fetchone()
             if row and row[0] == "Lock" and "DROP TABLE" in row[1]:
                 break
             assert proc.poll() is None, proc.stderr.read()[-3000:]
@@ -239,9 +255,14 @@ class Server:
     """A Fathom server process holding its own PostgresStore on the shared database."""
 
     def __init__(self, url: str):
-        self.proc = subprocess.Popen([sys.executable, "-c", _SERVER, url], cwd=REPO,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVER, url],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
     def __call__(self, **cmd) -> dict:
         self.proc.stdin.write(json.dumps(cmd) + "\n")
@@ -323,15 +344,36 @@ def _verdict(provider_id: str, space: Space, *, decided_at: float = 1_800_000_00
     from fathom.inference.gate import Coverage, Evidence, Verdict, VerdictKey, verdict_id_for
     from fathom.policy import Reference
 
-    key = VerdictKey(space=space.key, table=space.table, provider_id=provider_id,
-                     model=space.model, upstream=None, regime=Reference.LOCAL,
-                     reference="self", width=space.width)
-    ev = Evidence(count_expected=3, count_seen=3, width_expected=space.width,
-                  widths_seen=(space.width,), finite_ok=True, cosines={"a": 0.999})
-    return Verdict(key=key, verdict_id=verdict_id_for(key, decided_at), passed=True,
-                   coverage=Coverage.FULL, reason="matches the reference", evidence=ev,
-                   probe_set="ps1", decided_at=decided_at, elapsed_s=0.1,
-                   last_good_check=decided_at)
+    key = VerdictKey(
+        space=space.key,
+        table=space.table,
+        provider_id=provider_id,
+        model=space.model,
+        upstream=None,
+        regime=Reference.LOCAL,
+        reference="self",
+        width=space.width,
+    )
+    ev = Evidence(
+        count_expected=3,
+        count_seen=3,
+        width_expected=space.width,
+        widths_seen=(space.width,),
+        finite_ok=True,
+        cosines={"a": 0.999},
+    )
+    return Verdict(
+        key=key,
+        verdict_id=verdict_id_for(key, decided_at),
+        passed=True,
+        coverage=Coverage.FULL,
+        reason="matches the reference",
+        evidence=ev,
+        probe_set="ps1",
+        decided_at=decided_at,
+        elapsed_s=0.1,
+        last_good_check=decided_at,
+    )
 
 
 def test_verdicts_are_shared_by_every_server(pg_url):
@@ -367,8 +409,14 @@ def test_golden_vectors_round_trip(pg):
 
     golden = PgGoldenStore(pg)
     vec = clustered(4, width=WIDTH)
-    g = Golden(space=SPACE.key, probe_set="ps1", probe_ids=("a", "b", "c", "d"),
-               reference="local:test-encoder", recorded_at=1.5, vectors=vec)
+    g = Golden(
+        space=SPACE.key,
+        probe_set="ps1",
+        probe_ids=("a", "b", "c", "d"),
+        reference="local:test-encoder",
+        recorded_at=1.5,
+        vectors=vec,
+    )
     assert golden.get(SPACE.key) is None
     golden.put(g)
     got = golden.get(SPACE.key, "ps1")
@@ -399,13 +447,14 @@ def test_routing_state_is_shared_and_validated(pg_url):
 
 
 def test_redact_url():
-    assert redact_url("postgresql://fathom:s3cr3t@db.example:5432/fathom") == \
-        "postgresql://fathom:***@db.example:5432/fathom"
+    assert (
+        redact_url("postgresql://fathom:s3cr3t@db.example:5432/fathom")
+        == "postgresql://fathom:***@db.example:5432/fathom"
+    )
     assert redact_url("postgresql://fathom@db/x") == "postgresql://fathom@db/x"
     assert "s3cr3t" not in redact_url("postgresql://u@h/d?password=s3cr3t&sslmode=require")
     assert "sslmode=require" in redact_url("postgresql://u@h/d?password=s3cr3t&sslmode=require")
-    assert redact_url("host=h user=u password=s3cr3t dbname=d") == \
-        "host=h user=u password=*** dbname=d"
+    assert redact_url("host=h user=u password=s3cr3t dbname=d") == "host=h user=u password=*** dbname=d"
     assert redact_url("postgresql://u:p%40ss@h/d") == "postgresql://u:***@h/d"
 
 
@@ -413,8 +462,14 @@ def test_the_password_never_shows(pg_server, pg_url, caplog):
     password = pg_server.password
     caplog.set_level(logging.DEBUG)
     store = open_store_url(pg_url)
-    texts = [repr(store), str(store), store.url, repr(store.db), repr(PgVerdictStore(store)),
-             repr(PgRoutingStore(store))]
+    texts = [
+        repr(store),
+        str(store),
+        store.url,
+        repr(store.db),
+        repr(PgVerdictStore(store)),
+        repr(PgRoutingStore(store)),
+    ]
     store.open_table("p", "code", SPACE)
     store.write("p", "code", make_chunks(3), clustered(3), CLEARED)
     with store.project_lock("p", holder="me"):
@@ -434,8 +489,7 @@ def test_the_password_never_shows(pg_server, pg_url, caplog):
         PostgresStore(f"postgresql://fathom:{password}@127.0.0.1:1/x", connect_timeout=2)
     for err in (bad_login.value, no_db.value, no_server.value):
         texts += [str(err), repr(err), repr(err.args), str(err.__cause__ or "")]
-        assert err.__cause__ is None and err.__context__ is None or \
-            password not in str(err.__context__)
+        assert err.__cause__ is None and err.__context__ is None or password not in str(err.__context__)
     texts += [r.getMessage() for r in caplog.records]
     blob = "\n".join(texts)
     assert password not in blob and password[::-1] not in blob
@@ -452,12 +506,35 @@ def test_copy_rows_validates_like_a_write(pg):
     pg.begin_shadow("p", "code", SPACE)
     from fathom.index.pgstore import RowBatch
 
-    good = RowBatch(["a"], ["h"], ["x.py"], ["python"], [1], [2], [None], ["t"],
-                    clustered(1), ["sidecar:1"], ["v-1"],
-                    [datetime(2030, 1, 1, tzinfo=UTC)])
+    good = RowBatch(
+        ["a"],
+        ["h"],
+        ["x.py"],
+        ["python"],
+        [1],
+        [2],
+        [None],
+        ["t"],
+        clustered(1),
+        ["sidecar:1"],
+        ["v-1"],
+        [datetime(2030, 1, 1, tzinfo=UTC)],
+    )
     assert pg._copy_rows("p", "code", good) == 1
-    bad = RowBatch(["b"], ["h"], ["x.py"], ["python"], [1], [2], [None], ["t"],
-                   np.ones((1, WIDTH + 1), np.float32), ["sidecar:1"], ["v-1"], [None])
+    bad = RowBatch(
+        ["b"],
+        ["h"],
+        ["x.py"],
+        ["python"],
+        [1],
+        [2],
+        [None],
+        ["t"],
+        np.ones((1, WIDTH + 1), np.float32),
+        ["sidecar:1"],
+        ["v-1"],
+        [None],
+    )
     with pytest.raises(StoreError):
         pg._copy_rows("p", "code", bad)
     assert pg.provenance_counts("p", "code", Slot.SHADOW) == {("sidecar:1", "v-1"): 1}

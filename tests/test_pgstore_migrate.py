@@ -36,9 +36,9 @@ class Interrupted(Exception):
 @pytest.fixture
 def lance(tmp_path):
     clock = FakeClock()
-    store = LanceStore(tmp_path / "lance", AllowList({(REFERENCE, None),
-                                                      (SIDECAR.provider_id, "v-7")}),
-                       clock=clock)
+    store = LanceStore(
+        tmp_path / "lance", AllowList({(REFERENCE, None), (SIDECAR.provider_id, "v-7")}), clock=clock
+    )
     chunks, vecs = make_chunks(10), clustered(10)
     store.open_table("p", "code", SPACE)
     store.write("p", "code", chunks, vecs, CLEARED)
@@ -46,8 +46,7 @@ def lance(tmp_path):
     late, late_vecs = make_chunks(5, prefix="late"), clustered(5, seed=2)
     store.write("p", "code", late, late_vecs, SIDECAR)
     store.open_table("p", "docs", DOCS_SPACE)
-    store.write("p", "docs", make_chunks(3, prefix="doc", table="docs"), clustered(3, seed=3),
-                CLEARED)
+    store.write("p", "docs", make_chunks(3, prefix="doc", table="docs"), clustered(3, seed=3), CLEARED)
     store.open_table("other", "code", SPACE)
     store.write("other", "code", make_chunks(2, prefix="o"), clustered(2, seed=4), CLEARED)
     yield store, chunks + late, np.vstack([vecs, late_vecs]), clock
@@ -78,24 +77,27 @@ def test_migration_preserves_provenance_and_resumes_after_an_interruption(lance,
 
     for project, table in by_table:
         assert target.space_of(project, table) == source.space_of(project, table)
-        assert target.provenance_counts(project, table) == \
-            source.provenance_counts(project, table)
-        assert sorted(target.manifest(project, table), key=lambda e: e.chunk_id) == \
-            sorted(source.manifest(project, table), key=lambda e: e.chunk_id)
-        assert target.table_info(project, table).last_indexed == \
-            source.table_info(project, table).last_indexed
-    assert target.provenance_counts("p", "code") == {(REFERENCE, None): 10,
-                                                     (SIDECAR.provider_id, "v-7"): 5}
+        assert target.provenance_counts(project, table) == source.provenance_counts(project, table)
+        assert sorted(target.manifest(project, table), key=lambda e: e.chunk_id) == sorted(
+            source.manifest(project, table), key=lambda e: e.chunk_id
+        )
+        assert (
+            target.table_info(project, table).last_indexed == source.table_info(project, table).last_indexed
+        )
+    assert target.provenance_counts("p", "code") == {(REFERENCE, None): 10, (SIDECAR.provider_id, "v-7"): 5}
     # written_at is the original one, not the migration's.
     cut = datetime.fromtimestamp(clock.now - 3600, tz=UTC)
-    assert {e.chunk_id for e in target.written_since("p", "code", cut)} == \
-        {e.chunk_id for e in source.written_since("p", "code", cut)} == \
-        {c.chunk_id for c in chunks[10:]}
+    assert (
+        {e.chunk_id for e in target.written_since("p", "code", cut)}
+        == {e.chunk_id for e in source.written_since("p", "code", cut)}
+        == {c.chunk_id for c in chunks[10:]}
+    )
     ids = [c.chunk_id for c in chunks]
     assert target.chunk_texts("p", "code", ids) == source.chunk_texts("p", "code", ids)
     for i in (0, 7, 12):
-        assert [h.chunk_id for h in target.vector_search("p", "code", vecs[i], 5)] == \
-            [h.chunk_id for h in source.vector_search("p", "code", vecs[i], 5)]
+        assert [h.chunk_id for h in target.vector_search("p", "code", vecs[i], 5)] == [
+            h.chunk_id for h in source.vector_search("p", "code", vecs[i], 5)
+        ]
         hit, vec = target.chunk_at("p", "code", chunks[i].path, 2)
         assert hit.provider_id == source.chunk_at("p", "code", chunks[i].path, 2)[0].provider_id
         assert np.array_equal(vec, vecs[i])
@@ -121,8 +123,7 @@ def test_gate_and_routing_state_move_too(tmp_path, pg_url):
     target = PostgresStore(pg_url)
     report = migrate_gate_state(data, target)
     assert (report.verdicts, report.routing) == (2, True)
-    assert [v.verdict_id for v in PgVerdictStore(target).all()] == [v1.verdict_id,
-                                                                   v2.verdict_id]
+    assert [v.verdict_id for v in PgVerdictStore(target).all()] == [v1.verdict_id, v2.verdict_id]
     assert PgRoutingStore(target).load() == RoutingStore(data).load()
     assert PgVerdictStore(target).watched() == [Watched(SPACE, "sidecar:gpu1", 1.5e9)]
     assert migrate_gate_state(data, target).verdicts == 2  # idempotent
@@ -141,5 +142,4 @@ def test_cli_entry_point(lance, pg_server, pg_url, capsys):
     err = capsys.readouterr().err
     assert "no project 'nope'" in err and pg_server.password not in err
     assert PostgresStore(pg_url).table_info("other", "code").rows == 2
-    assert PostgresStore(pg_url).provenance_counts("other", "code", Slot.ACTIVE) == {
-        (REFERENCE, None): 2}
+    assert PostgresStore(pg_url).provenance_counts("other", "code", Slot.ACTIVE) == {(REFERENCE, None): 2}

@@ -24,8 +24,11 @@ def clock() -> FakeClock:
 
 async def test_aggregate_over_rates_4_2_1_finishes_near_ideal_exactly_once(clock):
     n = 700
-    ps = [FakeEmbedder("local-a", clock, rate=4), FakeEmbedder("sidecar-b", clock, rate=2),
-          FakeEmbedder("cloud-c", clock, rate=1, kind=Kind.CLOUD)]
+    ps = [
+        FakeEmbedder("local-a", clock, rate=4),
+        FakeEmbedder("sidecar-b", clock, rate=2),
+        FakeEmbedder("cloud-c", clock, rate=1, kind=Kind.CLOUD),
+    ]
     sink = Collector(clock)
     seen: list[Progress] = []
     report = await Pool(ps, clock=clock, on_progress=seen.append).run(texts_for(n), sink)
@@ -57,21 +60,24 @@ async def test_batch_size_adapts_to_the_target_latency(clock):
 async def test_the_next_job_starts_each_provider_at_its_measured_batch_size(clock):
     fast, slow = FakeEmbedder("fast", clock, rate=64), FakeEmbedder("slow", clock, rate=2)
     history = {}
-    await Pool([fast, slow], clock=clock, initial_batch=4, max_batch=32,
-               history=history).run(texts_for(800), Collector(clock))
+    await Pool([fast, slow], clock=clock, initial_batch=4, max_batch=32, history=history).run(
+        texts_for(800), Collector(clock)
+    )
     assert history["fast"].batch_size == 32 and history["slow"].batch_size <= 2
     fast.calls.clear()
     slow.calls.clear()
     # A new pool (the next job) over the same history: no ramp from 4 again.
     sink = Collector(clock)
-    await Pool([fast, slow], clock=clock, initial_batch=4, max_batch=32,
-               history=history).run(texts_for(400), sink)
+    await Pool([fast, slow], clock=clock, initial_batch=4, max_batch=32, history=history).run(
+        texts_for(400), sink
+    )
     sink.assert_exactly_once(400)
     assert len(fast.calls[0].texts) == 32 and len(slow.calls[0].texts) <= 2
     # Within a pool's own bounds, whatever another pool learned.
     fast.calls.clear()
-    await Pool([fast], clock=clock, initial_batch=4, max_batch=16,
-               history=history).run(texts_for(64), Collector(clock))
+    await Pool([fast], clock=clock, initial_batch=4, max_batch=16, history=history).run(
+        texts_for(64), Collector(clock)
+    )
     assert len(fast.calls[0].texts) == 16
 
 
@@ -163,8 +169,9 @@ async def test_permit_is_taken_before_pulling_and_settled_after(clock):
             events.append(("throttled", self.n, retry_after, kind))
 
     # First cloud call is answered 429 (retry after 5 s); the rest succeed.
-    cloud = FakeEmbedder("cloud", clock, rate=4, kind=Kind.CLOUD, script=nth({1}, "throttle"),
-                         retry_after=5.0)
+    cloud = FakeEmbedder(
+        "cloud", clock, rate=4, kind=Kind.CLOUD, script=nth({1}, "throttle"), retry_after=5.0
+    )
     local = FakeEmbedder("local", clock, rate=1)
     queued_at_grant: list[int] = []
     pool: Pool
@@ -204,8 +211,7 @@ async def test_a_budget_refusal_pauses_the_cloud_not_the_job(clock):
         return None
 
     sink = Collector(clock)
-    await Pool([local, cloud], clock=clock, admission=admission, throttle_wait=3.0).run(
-        texts_for(60), sink)
+    await Pool([local, cloud], clock=clock, admission=admission, throttle_wait=3.0).run(texts_for(60), sink)
     sink.assert_exactly_once(60)
     assert refusals == [0.0] and cloud.calls[0].start == 3.0
 
@@ -222,12 +228,15 @@ async def test_backup_cloud_idle_while_locals_healthy(clock):
 async def test_backup_cloud_takes_over_when_locals_fail_and_disengages_when_one_returns(clock):
     n = 400
     # Both locals fail every call that starts in [10, 30); re-probes find them back after 30.
-    locals_ = [FakeEmbedder("local-a", clock, rate=4, script=window(10, 30, "fail")),
-               FakeEmbedder("local-b", clock, rate=2, script=window(10, 30, "fail-now"))]
+    locals_ = [
+        FakeEmbedder("local-a", clock, rate=4, script=window(10, 30, "fail")),
+        FakeEmbedder("local-b", clock, rate=2, script=window(10, 30, "fail-now")),
+    ]
     cloud = FakeEmbedder("cloud", clock, rate=3, kind=Kind.CLOUD)
     sink = Collector(clock)
-    report = await Pool([*locals_, cloud], clock=clock, cloud_reserve_only=True,
-                        eject_base=4.0).run(texts_for(n), sink)
+    report = await Pool([*locals_, cloud], clock=clock, cloud_reserve_only=True, eject_base=4.0).run(
+        texts_for(n), sink
+    )
     sink.assert_exactly_once(n)
     assert report.ejections["local-a"] >= 1 and report.ejections["local-b"] >= 1
     assert cloud.calls, "the cloud never stepped in"
@@ -248,8 +257,9 @@ async def test_ejection_then_reprobe_with_one_small_batch(clock):
     good = FakeEmbedder("good", clock, rate=2)
     bad = FakeEmbedder("bad", clock, rate=2, script=window(0, 12, "fail-now"))
     sink = Collector(clock)
-    report = await Pool([good, bad], clock=clock, max_failures=3, eject_base=5.0,
-                        min_batch=1).run(texts_for(100), sink)
+    report = await Pool([good, bad], clock=clock, max_failures=3, eject_base=5.0, min_batch=1).run(
+        texts_for(100), sink
+    )
     sink.assert_exactly_once(100)
     starts = [c.start for c in bad.calls]
     # Three quick failures, ejected 5 s, a one-item probe fails (still down), ejected 10 s,
@@ -268,8 +278,9 @@ async def test_one_bad_burst_on_many_lanes_is_one_ejection_episode(clock):
     good = FakeEmbedder("good", clock, rate=2)
     bad = FakeEmbedder("bad", clock, rate=2, latency=1.0, script=window(0, 9, "fail"))
     sink = Collector(clock)
-    report = await Pool([good, bad], clock=clock, max_failures=1, eject_base=5.0, min_batch=1,
-                        lanes=4).run(texts_for(200), sink)
+    report = await Pool([good, bad], clock=clock, max_failures=1, eject_base=5.0, min_batch=1, lanes=4).run(
+        texts_for(200), sink
+    )
     sink.assert_exactly_once(200)
     failed = [c for c in bad.calls if c.outcome == "failed"]
     assert [c.start for c in failed[:4]] == [0.0] * 4  # one burst on four lanes

@@ -21,8 +21,9 @@ def budget_for(clock: FakeClock, permits: int) -> CloudBudget:
 async def test_budgeted_cloud_uses_the_pools_permit_and_reports_a_throttle_once():
     clock = FakeClock()
     budget = budget_for(clock, 2)
-    inner = FakeEmbedder("openrouter:m@up", clock, rate=4, kind=Kind.CLOUD,
-                         script=nth({2}, "throttle"), retry_after=5.0)
+    inner = FakeEmbedder(
+        "openrouter:m@up", clock, rate=4, kind=Kind.CLOUD, script=nth({2}, "throttle"), retry_after=5.0
+    )
     cloud = BudgetedProvider(inner, budget)
     local = FakeEmbedder("local", clock, rate=2)
     registry = ProviderRegistry(clock=clock)
@@ -40,8 +41,13 @@ async def test_budgeted_cloud_uses_the_pools_permit_and_reports_a_throttle_once(
 
     current_project.set("billing")
     joiner = asyncio.ensure_future(cloud_joins_from_elsewhere())
-    pool = Pool(registry, role=Role.CODE_EMBEDDING, clock=clock, admission=admission,
-                lanes=lambda p: 2 if p.info.is_cloud else 1)
+    pool = Pool(
+        registry,
+        role=Role.CODE_EMBEDDING,
+        clock=clock,
+        admission=admission,
+        lanes=lambda p: 2 if p.info.is_cloud else 1,
+    )
     sink = Collector(clock)
     report = await pool.run(texts_for(300), sink)
     await joiner
@@ -64,8 +70,9 @@ async def test_a_budget_with_no_permit_to_give_never_idles_the_locals():
     inner = FakeEmbedder("openrouter:m@up", clock, rate=50, kind=Kind.CLOUD)
     a, b = FakeEmbedder("gpu-a", clock, rate=4), FakeEmbedder("gpu-b", clock, rate=2)
     sink = Collector(clock)
-    report = await Pool([a, b, BudgetedProvider(inner, budget)], clock=clock,
-                        admission=budget.admission).run(texts_for(600), sink)
+    report = await Pool([a, b, BudgetedProvider(inner, budget)], clock=clock, admission=budget.admission).run(
+        texts_for(600), sink
+    )
     sink.assert_exactly_once(600)
     assert inner.calls == []
     assert report.elapsed <= 1.1 * 600 / (4 + 2)

@@ -42,15 +42,18 @@ def test_the_next_job_after_a_restart_starts_at_the_learned_batch_size(tmp_path:
     data = tmp_path / "data"
     group = ProcessGroup(tmp_path / "logs")
     port = free_port()
-    admin = httpx.Client(base_url=f"http://127.0.0.1:{port}",
-                         headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60)
+    admin = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {ADMIN}"}, timeout=60
+    )
 
     def index(root: Path, project: str) -> dict[str, Any]:
         started = admin.post("/admin/jobs", json={"path": str(root), "project": project})
         assert started.status_code in (200, 201, 202), started.text
         job_id = started.json()["id"]
-        done = poll(lambda: (j := admin.get(f"/admin/jobs/{job_id}").json())["finished"] and j,
-                    what=f"the {project} job")
+        done = poll(
+            lambda: (j := admin.get(f"/admin/jobs/{job_id}").json())["finished"] and j,
+            what=f"the {project} job",
+        )
         assert done["state"] == "done", done
         return done
 

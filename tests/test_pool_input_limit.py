@@ -77,7 +77,9 @@ async def test_one_refusal_sets_the_ceiling_and_the_refused_items_are_retried(cl
     p = cloud(clock, 32)
     history: dict[str, Sizing] = {}
     sink = Collector(clock)
-    report = await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(texts_for(2000), sink)
+    report = await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(
+        texts_for(2000), sink
+    )
 
     sink.assert_exactly_once(2000)
     assert len(p.refused) == 1 and p.refused[0] > 32, p.refused
@@ -92,19 +94,25 @@ async def test_one_refusal_sets_the_ceiling_and_the_refused_items_are_retried(cl
 async def test_the_ceiling_holds_in_the_next_job_and_a_success_at_it_does_not_raise_it(clock):
     p = cloud(clock, 32)
     history: dict[str, Sizing] = {}
-    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(texts_for(1000), Collector(clock))
+    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(
+        texts_for(1000), Collector(clock)
+    )
     assert len(p.refused) == 1
     p.calls.clear()
     p.refused.clear()
 
     sink = Collector(clock)
-    report = await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(texts_for(3000), sink)
+    report = await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(
+        texts_for(3000), sink
+    )
     sink.assert_exactly_once(3000)
     assert p.refused == [] and report.too_large == {}
     assert max(p.served_sizes()) == 32 and history["cloud"].ceiling == 32
     # The same provider lifts its limit: the ceiling stays until the operator removes it.
     p.max_inputs = 1000
-    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(texts_for(1000), Collector(clock))
+    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history).run(
+        texts_for(1000), Collector(clock)
+    )
     assert history["cloud"].ceiling == 32 and max(p.served_sizes()) == 32
 
 
@@ -115,8 +123,15 @@ async def test_a_key_rate_floor_never_sends_past_the_ceiling(clock):
     history: dict[str, Sizing] = {}
     rate = KeyRate(per_s=100.0, lanes_follow=True)
     sink = Collector(clock)
-    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history, max_batch=256,
-               rate_limit=lambda _: rate).run(texts_for(2000), sink)
+    await Pool(
+        [p],
+        clock=clock,
+        stall_timeout=STALL,
+        lanes=4,
+        history=history,
+        max_batch=256,
+        rate_limit=lambda _: rate,
+    ).run(texts_for(2000), sink)
     sink.assert_exactly_once(2000)
     # 256 -> 128 -> 64 -> 32: one refusal per halving, each tried by one lane at a time.
     assert p.refused == [256, 128, 64], p.refused
@@ -124,8 +139,15 @@ async def test_a_key_rate_floor_never_sends_past_the_ceiling(clock):
 
     p.calls.clear()
     p.refused.clear()
-    await Pool([p], clock=clock, stall_timeout=STALL, lanes=4, history=history, max_batch=256,
-               rate_limit=lambda _: rate).run(texts_for(2000), Collector(clock))
+    await Pool(
+        [p],
+        clock=clock,
+        stall_timeout=STALL,
+        lanes=4,
+        history=history,
+        max_batch=256,
+        rate_limit=lambda _: rate,
+    ).run(texts_for(2000), Collector(clock))
     assert p.refused == [] and set(p.served_sizes()) <= {32} | set(range(1, 32))
 
 
@@ -136,7 +158,9 @@ async def test_a_ceiling_is_the_largest_size_served_below_the_refusal_when_that_
     history = {"cloud": Sizing(30, 1 / 45)}
     history["cloud"].accepted = 30
     sink = Collector(clock)
-    await Pool([p], clock=clock, stall_timeout=STALL, lanes=1, target_latency=1.0, history=history).run(texts_for(600), sink)
+    await Pool([p], clock=clock, stall_timeout=STALL, lanes=1, target_latency=1.0, history=history).run(
+        texts_for(600), sink
+    )
     sink.assert_exactly_once(600)
     assert p.refused == [45] and history["cloud"].ceiling == 30
     assert set(p.served_sizes()[1:-1]) == {30}
@@ -150,7 +174,8 @@ async def test_a_single_input_refused_as_too_large_is_a_failure_not_a_loop(clock
     history: dict[str, Sizing] = {}
     sink = Collector(clock)
     report = await Pool([p, local], clock=clock, stall_timeout=STALL, history=history, eject_base=1000).run(
-        texts_for(300), sink)
+        texts_for(300), sink
+    )
     sink.assert_exactly_once(300)
     assert history["cloud"].ceiling == 1 and report.ejections.get("cloud") == 1
     assert p.served_sizes() == [] and len(p.refused) <= 4
@@ -173,26 +198,34 @@ def test_the_ceiling_is_kept_in_the_batch_history_across_a_restart(tmp_path):
 
 def relayed(message: str) -> dict:
     """OpenRouter's relay of an upstream's refusal: its own message, the upstream's in raw."""
-    return {"error": {"code": 400, "message": "Provider returned error",
-                      "metadata": {"provider_name": "alpha", "raw": json.dumps({"error": {"message": message}})}}}
+    return {
+        "error": {
+            "code": 400,
+            "message": "Provider returned error",
+            "metadata": {"provider_name": "alpha", "raw": json.dumps({"error": {"message": message}})},
+        }
+    }
 
 
-@pytest.mark.parametrize(("status", "body"), [
-    (400, {"error": {"code": 400, "message": "Too many inputs. The max number of inputs is 16."}}),
-    (400, relayed("Too many inputs. The max number of inputs is 2048.")),
-    (400, relayed("invalid request: too many texts - total number of texts must be at most 96")),
-    (400, relayed("Too many inputs in request, split into more batches.")),
-    (400, relayed("batch size 64 > maximum allowed batch size 32")),
-    (400, relayed("The batch size limit is 128. Your batch size is 200.")),
-    (400, relayed("The max allowed tokens per submitted batch is 120000.")),
-    (400, relayed("At most 100 requests can be in one batch.")),
-    (400, relayed("input array too long")),
-    (400, relayed("List should have at most 32 items after validation, not 64")),
-    (400, {"error": {"code": 400, "message": "Request too large: exceeds the maximum batch size"}}),
-    (413, "<html><head><title>413 Request Entity Too Large</title></head></html>"),
-    (413, {"error": {"code": 413, "message": "Payload Too Large"}}),
-    (413, ""),  # a proxy's bare refusal: the status alone says it
-])
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (400, {"error": {"code": 400, "message": "Too many inputs. The max number of inputs is 16."}}),
+        (400, relayed("Too many inputs. The max number of inputs is 2048.")),
+        (400, relayed("invalid request: too many texts - total number of texts must be at most 96")),
+        (400, relayed("Too many inputs in request, split into more batches.")),
+        (400, relayed("batch size 64 > maximum allowed batch size 32")),
+        (400, relayed("The batch size limit is 128. Your batch size is 200.")),
+        (400, relayed("The max allowed tokens per submitted batch is 120000.")),
+        (400, relayed("At most 100 requests can be in one batch.")),
+        (400, relayed("input array too long")),
+        (400, relayed("List should have at most 32 items after validation, not 64")),
+        (400, {"error": {"code": 400, "message": "Request too large: exceeds the maximum batch size"}}),
+        (413, "<html><head><title>413 Request Entity Too Large</title></head></html>"),
+        (413, {"error": {"code": 413, "message": "Payload Too Large"}}),
+        (413, ""),  # a proxy's bare refusal: the status alone says it
+    ],
+)
 async def test_the_client_reads_every_real_too_large_shape(status, body):
     def answer(request: httpx.Request) -> httpx.Response:
         text = body if isinstance(body, str) else json.dumps(body)
@@ -206,15 +239,21 @@ async def test_the_client_reads_every_real_too_large_shape(status, body):
     assert "fewer" in str(caught.value)
 
 
-@pytest.mark.parametrize(("body", "error"), [
-    (relayed("This model's maximum context length is 512 tokens."), BadRequest),
-    ({"error": {"code": 400, "message": "This model's maximum context length is 512 tokens."}},
-     ContextLengthExceeded),
-    ({"error": {"code": 400, "message": "encoding_format must be float or base64"}}, BadRequest),
-])
+@pytest.mark.parametrize(
+    ("body", "error"),
+    [
+        (relayed("This model's maximum context length is 512 tokens."), BadRequest),
+        (
+            {"error": {"code": 400, "message": "This model's maximum context length is 512 tokens."}},
+            ContextLengthExceeded,
+        ),
+        ({"error": {"code": 400, "message": "encoding_format must be float or base64"}}, BadRequest),
+    ],
+)
 async def test_other_refusals_are_not_taken_for_a_batch_limit(body, error):
-    async with httpx.AsyncClient(transport=httpx.MockTransport(
-            lambda r: httpx.Response(400, json=body))) as http:
+    async with httpx.AsyncClient(
+        transport=httpx.MockTransport(lambda r: httpx.Response(400, json=body))
+    ) as http:
         client = OpenRouterClient("sk-or-v1-shapes", base_url="http://upstream/api/v1", http=http)
         with pytest.raises(error) as caught:
             await client.embeddings("m", ["a"])

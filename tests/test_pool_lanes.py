@@ -18,13 +18,21 @@ from tests.pool_fixtures import Throttled
 
 async def test_cloud_lanes_follow_the_budgets_effective_limit_mid_job():
     clock = FakeClock()
-    budget = CloudBudget(override=4, clock=clock.now, sleep=clock.sleep, rng=random.Random(0),
-                         clean_window_s=100.0)
+    budget = CloudBudget(
+        override=4, clock=clock.now, sleep=clock.sleep, rng=random.Random(0), clean_window_s=100.0
+    )
     tracker = InFlight()
     fake = FakeCloud(clock, service_s=1.0, tracker=tracker)
     cloud = BudgetedProvider(fake, budget)
-    pool = Pool([cloud], role=Role.EMBEDDING, clock=clock, admission=budget.admission,
-                lanes=lambda p: budget.effective_limit, initial_batch=1, max_batch=1)
+    pool = Pool(
+        [cloud],
+        role=Role.EMBEDDING,
+        clock=clock,
+        admission=budget.admission,
+        lanes=lambda p: budget.effective_limit,
+        initial_batch=1,
+        max_batch=1,
+    )
     peaks: list[int] = []
 
     async def sink(indices, vectors, provider) -> None:
@@ -42,7 +50,6 @@ async def test_cloud_lanes_follow_the_budgets_effective_limit_mid_job():
         tracker.peak = 0
         await clock.sleep(5.0)
         peaks.append(tracker.peak)
-
 
     op = asyncio.create_task(operator())
     report = await pool.run([f"t{i}" for i in range(400)], sink)

@@ -46,8 +46,9 @@ def clock() -> FakeClock:
 def test_batch_history_is_kept_beside_the_routes_and_read_back(tmp_path):
     store = RoutingStore(tmp_path)
     store.update({Role.CODE_EMBEDDING: {"policy": Policy.LOCAL}})
-    store.record_batches("code", {"local:minilm": BatchRecord(batch_size=96, spi=0.01, base=0.02,
-                                                              per_item=0.009)})
+    store.record_batches(
+        "code", {"local:minilm": BatchRecord(batch_size=96, spi=0.01, base=0.02, per_item=0.009)}
+    )
     store.record_batches("code", {"sidecar:gpu": BatchRecord(batch_size=256, spi=0.001)})
     store.update({Role.CODE_EMBEDDING: {"policy": Policy.AGGREGATE, "upstream": "alpha"}})
 
@@ -102,9 +103,13 @@ def test_a_damaged_batch_entry_is_dropped_and_the_routes_still_served(tmp_path, 
     assert state.roles[Role.CODE_EMBEDDING].policy is Policy.LOCAL
     assert state.batches == {"code": {"good": BatchRecord(batch_size=64, spi=0.005)}}
     said = [r.getMessage() for r in caplog.records]
-    for where in ("negative for the code table", "smuggled for the code table",
-                  "not-a-number for the code table", "not-a-record for the code table",
-                  "the docs table"):
+    for where in (
+        "negative for the code table",
+        "smuggled for the code table",
+        "not-a-number for the code table",
+        "not-a-record for the code table",
+        "the docs table",
+    ):
         assert sum(where in m for m in said) == 1, (where, said)
     assert not any("sk-or-v1-do-not-echo" in m for m in said)
 
@@ -128,14 +133,17 @@ async def test_a_low_rpm_key_sends_its_largest_batch_from_the_first_request(cloc
     """Requests are the scarce resource under a trusted rate: the first request carries
     max_batch, not initial_batch, whether the budget's lanes follow the rate (Little's law)
     or are held by an override short of it; a high rate with few lanes keeps learned sizes."""
-    for rate, want in ((KeyRate(per_s=0.5, lanes_follow=True), 64),
-                       (KeyRate(per_s=0.5, lanes_follow=False), 64),  # 2 lanes: 4 s a request
-                       (KeyRate(per_s=1000.0, lanes_follow=False), 8),  # the rate binds nothing
-                       (None, 8)):
+    for rate, want in (
+        (KeyRate(per_s=0.5, lanes_follow=True), 64),
+        (KeyRate(per_s=0.5, lanes_follow=False), 64),  # 2 lanes: 4 s a request
+        (KeyRate(per_s=1000.0, lanes_follow=False), 8),  # the rate binds nothing
+        (None, 8),
+    ):
         cloud = FakeEmbedder("cloud", clock, rate=100, latency=0.1, kind=Kind.CLOUD)
         history = {"cloud": Sizing(8, 0.011, LatencyLine(0.1, 0.01))}
-        await Pool([cloud], clock=clock, lanes=2, max_batch=64, history=history,
-                   rate_limit=lambda p: rate).run(texts_for(200), Collector(clock))
+        await Pool(
+            [cloud], clock=clock, lanes=2, max_batch=64, history=history, rate_limit=lambda p: rate
+        ).run(texts_for(200), Collector(clock))
         assert len(cloud.calls[0].texts) == want, rate
 
 
@@ -152,12 +160,22 @@ async def test_a_discovered_low_rpm_sizes_every_request_through_the_emulator(clo
             client = OpenRouterClient("sk-or-v1-pool-rate-test", base_url=VIRTUAL_BASE_URL, http=emu.http)
             budget = CloudBudget(clock=clock.now, sleep=clock.sleep, rng=random.Random(3))
             budget.discover(await client.key_info())
-            provider = _Recording(client, model=MODEL, roles=[Role.CODE_EMBEDDING], upstream="alpha",
-                                  provider_id="openrouter:alpha")
+            provider = _Recording(
+                client,
+                model=MODEL,
+                roles=[Role.CODE_EMBEDDING],
+                upstream="alpha",
+                provider_id="openrouter:alpha",
+            )
             try:
-                report = await Pool([provider], clock=clock, admission=budget.admission,
-                                    lanes=lambda p: budget.effective_limit, max_batch=64,
-                                    rate_limit=lambda p: budget.key_rate()).run(texts_for(300), _count)
+                report = await Pool(
+                    [provider],
+                    clock=clock,
+                    admission=budget.admission,
+                    lanes=lambda p: budget.effective_limit,
+                    max_batch=64,
+                    rate_limit=lambda p: budget.key_rate(),
+                ).run(texts_for(300), _count)
             finally:
                 await budget.aclose()
                 await client.aclose()
@@ -176,13 +194,18 @@ async def test_a_discovered_low_rpm_sizes_requests_over_a_socket(emulator):  # n
     emulator.control.set_key(rate_limit={"requests": 30, "interval": "1m"})
     client = OpenRouterClient("sk-or-v1-pool-rate-test", base_url=emulator.base_url)
     budget = CloudBudget()
-    provider = OpenRouterProvider(client, model=MODEL, roles=[Role.CODE_EMBEDDING], upstream="alpha",
-                                  provider_id="openrouter:alpha")
+    provider = OpenRouterProvider(
+        client, model=MODEL, roles=[Role.CODE_EMBEDDING], upstream="alpha", provider_id="openrouter:alpha"
+    )
     try:
         budget.discover(await client.key_info())
-        report = await Pool([provider], admission=budget.admission, max_batch=64,
-                            lanes=lambda p: budget.effective_limit,
-                            rate_limit=lambda p: budget.key_rate()).run(texts_for(200), _count)
+        report = await Pool(
+            [provider],
+            admission=budget.admission,
+            max_batch=64,
+            lanes=lambda p: budget.effective_limit,
+            rate_limit=lambda p: budget.key_rate(),
+        ).run(texts_for(200), _count)
     finally:
         await budget.aclose()
         await client.aclose()
@@ -265,16 +288,26 @@ async def test_a_slow_upstreams_batch_is_not_copied_through_the_emulator(clock):
     sends nothing. Then `slow` stalls far past that: `fast` copies the batch and wins."""
     async with virtual_emulator(clock) as slow_emu, virtual_emulator(clock) as fast_emu:
         await slow_emu.control("PUT", "/latency", {"base_ms": 3000, "per_item_ms": 100})
-        clients = [OpenRouterClient("sk-or-v1-pool-straggler", base_url=VIRTUAL_BASE_URL, http=emu.http)
-                   for emu in (slow_emu, fast_emu)]
-        slow, fast = (OpenRouterProvider(client, model=MODEL, roles=[Role.CODE_EMBEDDING], upstream="alpha",
-                                         provider_id=f"openrouter:{name}")
-                      for client, name in zip(clients, ("slow", "fast")))
+        clients = [
+            OpenRouterClient("sk-or-v1-pool-straggler", base_url=VIRTUAL_BASE_URL, http=emu.http)
+            for emu in (slow_emu, fast_emu)
+        ]
+        slow, fast = (
+            OpenRouterProvider(
+                client,
+                model=MODEL,
+                roles=[Role.CODE_EMBEDDING],
+                upstream="alpha",
+                provider_id=f"openrouter:{name}",
+            )
+            for client, name in zip(clients, ("slow", "fast"))
+        )
         history = {"openrouter:slow": _slow_history()["slow"]}
         try:
             for stall, copies in ((0.0, 0), (60.0, 1)):
-                await slow_emu.control("PUT", "/latency", {"base_ms": 3000 + stall * 1000,
-                                                           "per_item_ms": 100})
+                await slow_emu.control(
+                    "PUT", "/latency", {"base_ms": 3000 + stall * 1000, "per_item_ms": 100}
+                )
                 pool = Pool([slow], clock=clock, straggler_factor=3.0, history=history)
 
                 async def join() -> None:
@@ -313,12 +346,15 @@ async def test_the_end_game_lets_every_lane_finish_together_without_slivers(cloc
     job within 8 % of every lane busy to the end at 64 a batch."""
     fast = FakeEmbedder("fast", clock, rate=100, latency=0.3, kind=Kind.CLOUD)
     slow = FakeEmbedder("slow", clock, rate=50, latency=0.5, kind=Kind.CLOUD)
-    history = {"fast": Sizing(64, (0.3 + 0.64) / 64, LatencyLine(0.3, 0.01)),
-               "slow": Sizing(64, (0.5 + 1.28) / 64, LatencyLine(0.5, 0.02))}
+    history = {
+        "fast": Sizing(64, (0.3 + 0.64) / 64, LatencyLine(0.3, 0.01)),
+        "slow": Sizing(64, (0.5 + 1.28) / 64, LatencyLine(0.5, 0.02)),
+    }
     n = 2000
     sink = Collector(clock)
-    report = await Pool([fast, slow], clock=clock, lanes=4, max_batch=64,
-                        history=history).run(texts_for(n), sink)
+    report = await Pool([fast, slow], clock=clock, lanes=4, max_batch=64, history=history).run(
+        texts_for(n), sink
+    )
     sink.assert_exactly_once(n)
     ideal = n / (4 * 64 / 0.94 + 4 * 64 / 1.78)
     assert report.elapsed <= 1.08 * ideal, (report.elapsed, ideal)
@@ -334,7 +370,6 @@ async def test_the_end_game_spreads_a_fixed_cost_provider_over_every_lane(clock)
     before the plan existed, rather than piled on the first lanes to pull."""
     cloud = FakeEmbedder("cloud", clock, rate=1e9, latency=0.4, kind=Kind.CLOUD)
     history = {"cloud": Sizing(60, 0.4 / 60, LatencyLine(0.4, 0.0))}
-    report = await Pool([cloud], clock=clock, lanes=16, history=history).run(texts_for(160),
-                                                                             Collector(clock))
+    report = await Pool([cloud], clock=clock, lanes=16, history=history).run(texts_for(160), Collector(clock))
     assert [len(c.texts) for c in cloud.calls] == [10] * 16 and cloud.peak_in_flight == 16
     assert report.elapsed == pytest.approx(0.4)

@@ -23,8 +23,14 @@ class SameModelSidecar(Provider):
 
     def __init__(self, inner: LocalEncoder):
         self.inner = inner
-        self.info = ProviderInfo(id="sidecar:minilm", kind=inner.info.kind, roles=inner.info.roles,
-                                 model=inner.info.model, width=inner.info.width, host="gpu-1")
+        self.info = ProviderInfo(
+            id="sidecar:minilm",
+            kind=inner.info.kind,
+            roles=inner.info.roles,
+            model=inner.info.model,
+            width=inner.info.width,
+            host="gpu-1",
+        )
         self.calls = 0
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:

@@ -51,7 +51,8 @@ async def test_the_emulator_refuses_a_request_over_its_input_limit_like_a_provid
 
 @pytest.mark.slow
 async def test_an_input_limit_costs_at_most_two_refusals_once_and_none_after_a_restart(
-        tmp_path, emulator, memo_local, memo_emulator_encoders):
+    tmp_path, emulator, memo_local, memo_emulator_encoders
+):
     emulator.control.set_limits(max_inputs=LIMIT)
     data = tmp_path / "data"
 
@@ -71,8 +72,12 @@ async def test_an_input_limit_costs_at_most_two_refusals_once_and_none_after_a_r
 
     client = OpenRouterClient(KEY, base_url=emulator.base_url)
     fathom = make_fathom(data, memo_local)
-    fathom.routing.update({Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
-                           Role.EMBEDDING: {"policy": "local"}})
+    fathom.routing.update(
+        {
+            Role.CODE_EMBEDDING: {"policy": "cloud", "model": MINILM, "upstream": "alpha"},
+            Role.EMBEDDING: {"policy": "local"},
+        }
+    )
     alpha = cloud_route(fathom, client, "alpha")
     try:
         await index_whole(fathom, "first")

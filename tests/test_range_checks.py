@@ -53,24 +53,32 @@ async def test_mcp_numeric_arguments_out_of_range_get_a_clear_error(operator: Op
         # Within range, the same tools answer.
         ok = await client.call_tool("find_similar", {"project": "demo", "path": "app.py", "line": 2})
         assert not ok.is_error, ok.content[0].text
-        past_the_end = await client.call_tool("find_similar", {"project": "demo", "path": "app.py", "line": BIG - 1})
+        past_the_end = await client.call_tool(
+            "find_similar", {"project": "demo", "path": "app.py", "line": BIG - 1}
+        )
         assert past_the_end.is_error and "no indexed code chunk" in past_the_end.content[0].text
 
 
-@pytest.mark.parametrize("method,path,body,needle", [
-    ("PUT", "/admin/budget", {"override": BIG}, "override"),
-    ("PUT", "/admin/budget", {"override": 2**70}, "override"),
-    ("PUT", "/admin/budget", {"override": 0}, "override"),
-    ("PUT", "/admin/policies", {"code-embedding": {"width": BIG}}, "width"),
-    ("PUT", "/admin/policies", {"code-embedding": {"width": -1}}, "width"),
-    ("POST", "/admin/fleet/probe", {"provider": "x", "texts": []}, "texts"),
-])
-async def test_admin_numeric_arguments_out_of_range_get_a_clear_400(operator: Operator, method: str, path: str,
-                                                                    body: dict, needle: str):
+@pytest.mark.parametrize(
+    "method,path,body,needle",
+    [
+        ("PUT", "/admin/budget", {"override": BIG}, "override"),
+        ("PUT", "/admin/budget", {"override": 2**70}, "override"),
+        ("PUT", "/admin/budget", {"override": 0}, "override"),
+        ("PUT", "/admin/policies", {"code-embedding": {"width": BIG}}, "width"),
+        ("PUT", "/admin/policies", {"code-embedding": {"width": -1}}, "width"),
+        ("POST", "/admin/fleet/probe", {"provider": "x", "texts": []}, "texts"),
+    ],
+)
+async def test_admin_numeric_arguments_out_of_range_get_a_clear_400(
+    operator: Operator, method: str, path: str, body: dict, needle: str
+):
     async with operator.client() as admin:
         r = await admin.request(method, path, json=body)
         assert r.status_code == 400, r.text
         detail = r.json()["detail"]
-        text = detail if isinstance(detail, str) else " ".join([detail["message"], *detail.get("problems", [])])
+        text = (
+            detail if isinstance(detail, str) else " ".join([detail["message"], *detail.get("problems", [])])
+        )
         assert needle in text, text
         assert (await admin.get("/admin/budget")).status_code == 200

@@ -29,20 +29,44 @@ from tests.retrieval_fixtures import local_encoder  # noqa: F401
 
 
 def hit(path: str, score: float, line: int = 1, symbol: str | None = None) -> Hit:
-    return Hit(chunk_id=f"{path}:{line}", path=path, start_line=line, end_line=line + 9,
-               symbol=symbol, language="python", score=score, snippet="", provider_id="p",
-               project="p")
+    return Hit(
+        chunk_id=f"{path}:{line}",
+        path=path,
+        start_line=line,
+        end_line=line + 9,
+        symbol=symbol,
+        language="python",
+        score=score,
+        snippet="",
+        provider_id="p",
+        project="p",
+    )
 
 
-@pytest.mark.parametrize("path,role", [
-    ("src/retry.py", None), ("lib/router.go", None), ("tests/test_retry.py", "test"),
-    ("pkg/retry_test.go", "test"), ("web/app.spec.ts", "test"), ("src/__tests__/a.js", "test"),
-    ("conftest.py", "test"), ("examples/basic.py", "example"), ("docs_src/tutorial.py", "example"),
-    ("vendor/github.com/x/y.go", "vendored"), ("node_modules/a/index.js", "vendored"),
-    ("api/service_pb2.py", "generated"), ("dist/app.min.js", "generated"),
-    ("routes.json", "data"), ("config/app.yaml", "data"), ("Cargo.lock", "data"),
-    ("testing.py", None), ("contest.py", None), ("latest.py", None),
-])
+@pytest.mark.parametrize(
+    "path,role",
+    [
+        ("src/retry.py", None),
+        ("lib/router.go", None),
+        ("tests/test_retry.py", "test"),
+        ("pkg/retry_test.go", "test"),
+        ("web/app.spec.ts", "test"),
+        ("src/__tests__/a.js", "test"),
+        ("conftest.py", "test"),
+        ("examples/basic.py", "example"),
+        ("docs_src/tutorial.py", "example"),
+        ("vendor/github.com/x/y.go", "vendored"),
+        ("node_modules/a/index.js", "vendored"),
+        ("api/service_pb2.py", "generated"),
+        ("dist/app.min.js", "generated"),
+        ("routes.json", "data"),
+        ("config/app.yaml", "data"),
+        ("Cargo.lock", "data"),
+        ("testing.py", None),
+        ("contest.py", None),
+        ("latest.py", None),
+    ],
+)
 def test_what_a_file_is(path: str, role: str | None):
     assert file_role(path) == role
 
@@ -77,8 +101,11 @@ def test_a_question_asking_for_an_action_lifts_a_file_by_the_share_of_it_the_nam
     pool = [hit("util/url.py", 0.7), hit("requests/utils.py", 0.8)]
     assert rank(pool, action)[0].path == "requests/utils.py"
     # A question about a subject is answered by the file named after it: the whole lift.
-    for subject in ("how are urls parsed and joined", "url parsing and percent encoding",
-                    "Response type and HTTP response construction"):
+    for subject in (
+        "how are urls parsed and joined",
+        "url parsing and percent encoding",
+        "Response type and HTTP response construction",
+    ):
         assert not asks_action(query_shape(subject))
     assert name_lift("util/url.py", query_shape("url parsing and percent encoding")) == 0.5
     assert rank(pool, query_shape("url parsing and percent encoding"))[0].path == "util/url.py"
@@ -112,11 +139,26 @@ def test_by_file_keeps_each_files_best_and_its_other_ranges_in_order():
 
 
 QUESTIONS = [
-    "follow redirects", "send a request with a timeout", "basic authentication",
-    "digest auth challenge", "parse a url", "encode query parameters", "stream the response",
-    "decode gzip content", "cookies jar", "connection pool limits", "proxy configuration",
-    "retry on connect error", "multipart form upload", "raise for status", "event hooks",
-    "Client.send", "HTTPStatusError", "build_request", "transport mounts", "read the body",
+    "follow redirects",
+    "send a request with a timeout",
+    "basic authentication",
+    "digest auth challenge",
+    "parse a url",
+    "encode query parameters",
+    "stream the response",
+    "decode gzip content",
+    "cookies jar",
+    "connection pool limits",
+    "proxy configuration",
+    "retry on connect error",
+    "multipart form upload",
+    "raise for status",
+    "event hooks",
+    "Client.send",
+    "HTTPStatusError",
+    "build_request",
+    "transport mounts",
+    "read the body",
 ]
 
 
@@ -137,15 +179,18 @@ def httpx_index(tmp_path_factory, local_encoder):  # noqa: F811
 async def test_the_order_does_not_depend_on_k(httpx_index):
     for group in ("file", "chunk"):
         for question in QUESTIONS:
-            longest = await search.pipeline(httpx_index, SearchRequest(question, "httpx", "code", 50,
-                                                                      group=group))
+            longest = await search.pipeline(
+                httpx_index, SearchRequest(question, "httpx", "code", 50, group=group)
+            )
             ids = [(h.path, h.start_line) for h in longest.hits]
             for k in (1, 2, 3, 5, 10, 20):
-                got = await search.pipeline(httpx_index, SearchRequest(question, "httpx", "code", k,
-                                                                     group=group))
+                got = await search.pipeline(
+                    httpx_index, SearchRequest(question, "httpx", "code", k, group=group)
+                )
                 assert [(h.path, h.start_line) for h in got.hits] == ids[:k], (group, question, k)
-            plain = await search.retrieve(httpx_index, SearchRequest(question, "httpx", "code", 7,
-                                                                    group=group))
+            plain = await search.retrieve(
+                httpx_index, SearchRequest(question, "httpx", "code", 7, group=group)
+            )
             assert [(h.path, h.start_line) for h in plain] == ids[:7], (group, question)
 
 
@@ -155,13 +200,14 @@ async def test_the_default_answer_spends_its_top_five_on_five_files(httpx_index)
         found = await search.pipeline(httpx_index, SearchRequest(question, "httpx", "code", 10))
         paths = [h.path for h in found.hits]
         assert len(set(paths)) == len(paths) and len(paths) >= 5, (question, paths)
-        chunks = await search.pipeline(httpx_index, SearchRequest(question, "httpx", "code", 100,
-                                                                    group="chunk"))
+        chunks = await search.pipeline(
+            httpx_index, SearchRequest(question, "httpx", "code", 100, group="chunk")
+        )
         # The file's other chunks of the ranking travel with it, best first, none repeated.
         for h in found.hits:
             mine = [(c.start_line, c.end_line) for c in chunks.hits if c.path == h.path]
             assert mine[0] == (h.start_line, h.end_line)
-            assert [(a, b) for a, b, _, _ in h.others] == mine[1:1 + len(h.others)]
+            assert [(a, b) for a, b, _, _ in h.others] == mine[1 : 1 + len(h.others)]
 
 
 async def test_a_group_that_is_not_file_or_chunk_is_refused(httpx_index):

@@ -35,12 +35,14 @@ def key(h) -> tuple[str, int, int]:
 async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emulator):  # noqa: F811
     fathom, project = indexed_shop.fathom, indexed_shop.project
     budget = CloudBudget()
-    router = make_router(routing(reranker=(Policy.CLOUD, FallbackMode.ANY)),
-                         [cloud(emulator, Role.RERANKER, budget)])
+    router = make_router(
+        routing(reranker=(Policy.CLOUD, FallbackMode.ANY)), [cloud(emulator, Role.RERANKER, budget)]
+    )
 
     # A result per chunk: the reranker's order, chunk by chunk.
-    results = await search.pipeline(fathom, SearchRequest(QUERY, project, "code", 5, group="chunk"),
-                                    reranker=router)
+    results = await search.pipeline(
+        fathom, SearchRequest(QUERY, project, "code", 5, group="chunk"), reranker=router
+    )
 
     assert results.reranked and results.reason is None
     assert results.reranker == f"openrouter:{DEFAULTS[Role.RERANKER].model}@any"  # unpinned
@@ -62,8 +64,9 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
 
 async def test_no_reranker_configured_still_answers_in_retrieval_order(indexed_shop):  # noqa: F811
     fathom, project = indexed_shop.fathom, indexed_shop.project
-    results = await search.pipeline(fathom, SearchRequest(QUERY, project, "code", 5, group="chunk"),
-                                    reranker=None)
+    results = await search.pipeline(
+        fathom, SearchRequest(QUERY, project, "code", 5, group="chunk"), reranker=None
+    )
     assert not results.reranked
     assert "no reranker is configured" in results.reason
     assert [h.retrieval_rank for h in results.hits] == [1, 2, 3, 4, 5]
@@ -77,10 +80,12 @@ async def test_no_reranker_configured_still_answers_in_retrieval_order(indexed_s
 async def test_no_reranker_allowed_by_the_policy_is_flagged(indexed_shop, emulator):  # noqa: F811
     # Policy local, only a cloud route registered: nothing may serve, nothing is sent.
     budget = CloudBudget()
-    router = make_router(routing(reranker=(Policy.LOCAL, FallbackMode.ANY)),
-                         [cloud(emulator, Role.RERANKER, budget)])
-    results = await search.pipeline(indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3),
-                                    reranker=router)
+    router = make_router(
+        routing(reranker=(Policy.LOCAL, FallbackMode.ANY)), [cloud(emulator, Role.RERANKER, budget)]
+    )
+    results = await search.pipeline(
+        indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3), reranker=router
+    )
     assert not results.reranked and len(results.hits) == 3
     assert "no provider can serve role reranker under policy local" in results.reason
     assert emulator.control.counters()["requests"].get("rerank", 0) == 0
@@ -88,10 +93,12 @@ async def test_no_reranker_allowed_by_the_policy_is_flagged(indexed_shop, emulat
 
 async def test_a_failing_cloud_reranker_is_flagged_not_fatal(indexed_shop, emulator):  # noqa: F811
     emulator.control.fail(status=502, count=None, endpoints=["rerank"])
-    router = make_router(routing(reranker=(Policy.CLOUD, FallbackMode.ANY)),
-                         [cloud(emulator, Role.RERANKER, CloudBudget())])
-    results = await search.pipeline(indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3),
-                                    reranker=router)
+    router = make_router(
+        routing(reranker=(Policy.CLOUD, FallbackMode.ANY)), [cloud(emulator, Role.RERANKER, CloudBudget())]
+    )
+    results = await search.pipeline(
+        indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3), reranker=router
+    )
     assert not results.reranked and len(results.hits) == 3
     assert "502" in results.reason and results.reason.startswith("not reranked:")
 
@@ -100,25 +107,35 @@ async def test_backup_fails_over_from_a_failing_local_to_the_cloud(indexed_shop,
     from fathom.errors import ProviderUnavailable
 
     class DownLocal(Provider):
-        info = ProviderInfo(id="sidecar:gpu-1:reranker:local", kind=Kind.LOCAL,
-                            roles=frozenset({Role.RERANKER}), model="tei", host="gpu-1")
+        info = ProviderInfo(
+            id="sidecar:gpu-1:reranker:local",
+            kind=Kind.LOCAL,
+            roles=frozenset({Role.RERANKER}),
+            model="tei",
+            host="gpu-1",
+        )
 
         async def rerank(self, query, documents):
             raise ProviderUnavailable("sidecar gpu-1 is not connected")
 
-    router = make_router(routing(reranker=(Policy.BACKUP, FallbackMode.ANY)),
-                         [DownLocal(), cloud(emulator, Role.RERANKER, CloudBudget())])
-    results = await search.pipeline(indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3),
-                                    reranker=router)
+    router = make_router(
+        routing(reranker=(Policy.BACKUP, FallbackMode.ANY)),
+        [DownLocal(), cloud(emulator, Role.RERANKER, CloudBudget())],
+    )
+    results = await search.pipeline(
+        indexed_shop.fathom, SearchRequest(QUERY, indexed_shop.project, "code", 3), reranker=router
+    )
     assert results.reranked and results.reranker.startswith("openrouter:")
 
 
 async def test_local_cosine_reranker_through_the_router(indexed_shop, local_encoder, emulator):  # noqa: F811
     local = CosineReranker(local_encoder)
     router = make_router(routing(reranker=(Policy.AGGREGATE, FallbackMode.ANY)), [local])
-    results = await search.pipeline(indexed_shop.fathom,
-                                    SearchRequest("verify a password", indexed_shop.project, "code", 4),
-                                    reranker=router)
+    results = await search.pipeline(
+        indexed_shop.fathom,
+        SearchRequest("verify a password", indexed_shop.project, "code", 4),
+        reranker=router,
+    )
     assert results.reranked and results.reranker == local.id
     scores = [h.rerank_score for h in results.hits]
     assert scores == sorted(scores, reverse=True)
@@ -127,8 +144,9 @@ async def test_local_cosine_reranker_through_the_router(indexed_shop, local_enco
 
 
 class Garbage(Provider):
-    info = ProviderInfo(id="local:garbage", kind=Kind.LOCAL, roles=frozenset({Role.RERANKER}),
-                        model="garbage")
+    info = ProviderInfo(
+        id="local:garbage", kind=Kind.LOCAL, roles=frozenset({Role.RERANKER}), model="garbage"
+    )
 
     def __init__(self, scores):
         self.scores = scores
@@ -137,10 +155,13 @@ class Garbage(Provider):
         return self.scores(len(documents))
 
 
-@pytest.mark.parametrize("scores, why", [
-    (lambda n: [1.0] * (n - 1), "scores for"),
-    (lambda n: [math.nan] * n, "non-finite"),
-])
+@pytest.mark.parametrize(
+    "scores, why",
+    [
+        (lambda n: [1.0] * (n - 1), "scores for"),
+        (lambda n: [math.nan] * n, "non-finite"),
+    ],
+)
 async def test_unusable_scores_are_refused(indexed_shop, scores, why):  # noqa: F811
     cands = await search.candidates(indexed_shop.fathom, QUERY, indexed_shop.project, "code", 6)
     results = await RerankStage(Garbage(scores)).apply(QUERY, cands, 4)
@@ -149,8 +170,7 @@ async def test_unusable_scores_are_refused(indexed_shop, scores, why):  # noqa: 
 
 
 async def test_candidates_carry_full_chunk_texts(indexed_shop):  # noqa: F811
-    cands = await search.candidates(indexed_shop.fathom, "verify a password", indexed_shop.project,
-                                    "code", 5)
+    cands = await search.candidates(indexed_shop.fathom, "verify a password", indexed_shop.project, "code", 5)
     top = next(c for c in cands if c.path == "auth/password.py" and c.start_line == 15)
     assert "compare_digest" in top.text
     assert top.text.count("\n") >= top.end_line - top.start_line - 1

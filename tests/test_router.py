@@ -21,10 +21,26 @@ ALL_ROLES = tuple(Role)
 class FakeServer(Provider):
     """Serves every role; a call takes `delay` virtual seconds or fails as told."""
 
-    def __init__(self, pid: str, clock: FakeClock, kind: Kind = Kind.LOCAL, *, host: str | None = None,
-                 delay: float = 1.0, fail: Exception | None = None, roles=ALL_ROLES):
-        self.info = ProviderInfo(id=pid, kind=kind, roles=frozenset(roles), model="m", width=4,
-                                 upstream="up" if kind is Kind.CLOUD else None, host=host)
+    def __init__(
+        self,
+        pid: str,
+        clock: FakeClock,
+        kind: Kind = Kind.LOCAL,
+        *,
+        host: str | None = None,
+        delay: float = 1.0,
+        fail: Exception | None = None,
+        roles=ALL_ROLES,
+    ):
+        self.info = ProviderInfo(
+            id=pid,
+            kind=kind,
+            roles=frozenset(roles),
+            model="m",
+            width=4,
+            upstream="up" if kind is Kind.CLOUD else None,
+            host=host,
+        )
         self.clock, self.delay, self.fail = clock, delay, fail
         self.served: list[str] = []
 
@@ -47,11 +63,22 @@ class FakeServer(Provider):
         return np.full((len(texts), 4), 1.0, dtype=np.float32)
 
 
-def state(policy: Policy, role: Role = Role.CODE_EMBEDDING, *, fallback=FallbackMode.ANY,
-          pushed: bool = True, upstream: str | None = "up") -> RoutingState:
+def state(
+    policy: Policy,
+    role: Role = Role.CODE_EMBEDDING,
+    *,
+    fallback=FallbackMode.ANY,
+    pushed: bool = True,
+    upstream: str | None = "up",
+) -> RoutingState:
     s = RoutingState()
-    s.roles[role] = RoleRoute(policy=policy, model="m", upstream=upstream, fallback=fallback,
-                              width=4 if role in EMBEDDING_ROLES else None)
+    s.roles[role] = RoleRoute(
+        policy=policy,
+        model="m",
+        upstream=upstream,
+        fallback=fallback,
+        width=4 if role in EMBEDDING_ROLES else None,
+    )
     if pushed:
         s.last_push = PushRecord(at="2026-01-01T00:00:00Z", acked=["host-1"])
     return s
@@ -77,8 +104,12 @@ def ids(ps):
 @pytest.mark.parametrize("policy", list(Policy))
 def test_embedding_serving_set_follows_the_behaviour_table(policy, clock, registry):
     role = Role.CODE_EMBEDDING
-    for p in (FakeServer("local", clock), FakeServer("sidecar", clock, host="gpu-1"),
-              FakeServer("cloud-a", clock, Kind.CLOUD), FakeServer("cloud-b", clock, Kind.CLOUD)):
+    for p in (
+        FakeServer("local", clock),
+        FakeServer("sidecar", clock, host="gpu-1"),
+        FakeServer("cloud-a", clock, Kind.CLOUD),
+        FakeServer("cloud-b", clock, Kind.CLOUD),
+    ):
         registry.add(p)
     cleared = ClearedFlags([(role, "local"), (role, "sidecar"), (role, "cloud-a")])  # not cloud-b
     router = Router(state(policy), registry, is_cleared=cleared)
@@ -100,9 +131,11 @@ def test_a_provider_not_serving_the_role_or_out_of_service_is_not_a_candidate(cl
     registry.add(FakeServer("docs-only", clock, roles=(Role.EMBEDDING,)))
     registry.add(FakeServer("local", clock))
     registry.quarantine("local", "golden vectors drifted")
-    router = Router(state(Policy.LOCAL), registry,
-                    is_cleared=ClearedFlags([(Role.CODE_EMBEDDING, "docs-only"),
-                                             (Role.CODE_EMBEDDING, "local")]))
+    router = Router(
+        state(Policy.LOCAL),
+        registry,
+        is_cleared=ClearedFlags([(Role.CODE_EMBEDDING, "docs-only"), (Role.CODE_EMBEDDING, "local")]),
+    )
     with pytest.raises(NoRoute) as err:
         router.candidates(Role.CODE_EMBEDDING) or router.pool(Role.CODE_EMBEDDING)
     assert "local quarantined (golden vectors drifted) until restored" in str(err.value)
@@ -113,8 +146,9 @@ def test_a_provider_not_serving_the_role_or_out_of_service_is_not_a_candidate(cl
 def test_cloud_with_no_cleared_provider_names_the_reason(clock, registry):
     role = Role.EMBEDDING
     registry.add(FakeServer("local", clock))
-    router = Router(state(Policy.CLOUD, role, pushed=False), registry,
-                    is_cleared=ClearedFlags([(role, "local")]))
+    router = Router(
+        state(Policy.CLOUD, role, pushed=False), registry, is_cleared=ClearedFlags([(role, "local")])
+    )
     with pytest.raises(NoProviderAvailable) as err:
         router.pool(role)
     msg = str(err.value)
@@ -205,8 +239,9 @@ async def test_throttles_fail_over_without_ejecting_but_failures_eject(clock, re
     b = FakeServer("cloud-b", clock, Kind.CLOUD)
     registry.add(a)
     registry.add(b)
-    router = Router(state(Policy.CLOUD, Role.RERANKER), registry, is_cleared=ClearedFlags(),
-                    eject_after=2, eject_for=30)
+    router = Router(
+        state(Policy.CLOUD, Role.RERANKER), registry, is_cleared=ClearedFlags(), eject_after=2, eject_for=30
+    )
     for _ in range(3):
         await router.rerank("q", ["x"])
     assert registry.available("cloud-a")  # a rate limit is not a fault
@@ -269,8 +304,12 @@ async def test_router_pool_under_backup_engages_cloud_when_the_sidecar_drops(clo
     cloud = FakeEmbedder("cloud", clock, rate=4, kind=Kind.CLOUD)
     registry.add(sidecar)
     registry.add(cloud)
-    router = Router(state(Policy.BACKUP, role), registry, clock=clock,
-                    is_cleared=ClearedFlags([(role, "sidecar"), (role, "cloud")]))
+    router = Router(
+        state(Policy.BACKUP, role),
+        registry,
+        clock=clock,
+        is_cleared=ClearedFlags([(role, "sidecar"), (role, "cloud")]),
+    )
 
     async def drop_and_return():
         await clock.sleep(10.1)
@@ -297,5 +336,9 @@ def test_registry_listeners_hear_every_change(clock, registry):
     registry.remove("x")
     unsubscribe()
     registry.add(p)
-    assert heard == [(ChangeKind.ADDED, "x"), (ChangeKind.HEALTH, "x"), (ChangeKind.HEALTH, "x"),
-                     (ChangeKind.REMOVED, "x")]
+    assert heard == [
+        (ChangeKind.ADDED, "x"),
+        (ChangeKind.HEALTH, "x"),
+        (ChangeKind.HEALTH, "x"),
+        (ChangeKind.REMOVED, "x"),
+    ]

@@ -31,8 +31,11 @@ def test_a_scope_sees_its_projects_only(two_projects: Fathom):
         assert [p.name for p in fathom.projects()] == ["alpha"]
         assert fathom.store.has_project("alpha") and not fathom.store.has_project("beta")
         assert fathom.index_status("alpha").tables["code"]["rows"] > 0
-        for call in (lambda: fathom.index_status("beta"), lambda: fathom.store.table_info("beta", "code"),
-                     lambda: fathom.store.chunk_ids("beta", "code")):
+        for call in (
+            lambda: fathom.index_status("beta"),
+            lambda: fathom.store.table_info("beta", "code"),
+            lambda: fathom.store.chunk_ids("beta", "code"),
+        ):
             with pytest.raises(UnknownProject, match="no project 'beta'") as refused:
                 call()
             assert "beta" not in refused.value.known and refused.value.known == ["alpha"]

@@ -32,8 +32,18 @@ from tests.test_store_conformance import haystack  # noqa: F401  (the same hayst
 
 
 def hit(cid: str, **kw) -> Hit:
-    return Hit(chunk_id=cid, path=f"{cid}.py", start_line=1, end_line=2, symbol=None,
-               language="python", score=0.0, snippet="", provider_id="p", **kw)
+    return Hit(
+        chunk_id=cid,
+        path=f"{cid}.py",
+        start_line=1,
+        end_line=2,
+        symbol=None,
+        language="python",
+        score=0.0,
+        snippet="",
+        provider_id="p",
+        **kw,
+    )
 
 
 def test_rrf_fuse_rewards_agreement():
@@ -74,8 +84,13 @@ def test_hybrid_hits_carry_path_and_line_range(store, haystack):
     by_id = {c.chunk_id: c for c in [*chunks, needle]}
     for h in hits:
         c = by_id[h.chunk_id]
-        assert (h.path, h.start_line, h.end_line, h.symbol, h.language) == \
-            (c.path, c.start_line, c.end_line, c.symbol, c.language)
+        assert (h.path, h.start_line, h.end_line, h.symbol, h.language) == (
+            c.path,
+            c.start_line,
+            c.end_line,
+            c.symbol,
+            c.language,
+        )
         assert h.snippet and h.snippet in c.text
         assert h.provider_id == CLEARED.provider_id
         assert h.table == "code"
@@ -109,8 +124,9 @@ class HashingEncoder(Provider):
 
     def __init__(self, width: int = WIDTH, provider_id: str = CLEARED.provider_id):
         self.width = width
-        self.info = ProviderInfo(id=provider_id, kind=Kind.LOCAL, roles=frozenset(EMBEDDING_ROLES),
-                                 model="hashing", width=width)
+        self.info = ProviderInfo(
+            id=provider_id, kind=Kind.LOCAL, roles=frozenset(EMBEDDING_ROLES), model="hashing", width=width
+        )
 
     def encode(self, text: str) -> np.ndarray:
         v = np.zeros(self.width, np.float32)
@@ -153,8 +169,7 @@ async def test_find_similar_from_file_and_line_and_from_snippet(store):
     similar = await find_similar(store, "p", path="db/query.py", line=20, k=3)
     assert chunks[3].chunk_id not in {h.chunk_id for h in similar}  # itself excluded
     assert len(similar) == 3
-    from_snippet = await find_similar(store, "p", snippet="render an html template",
-                                      encoder=encoder, k=1)
+    from_snippet = await find_similar(store, "p", snippet="render an html template", encoder=encoder, k=1)
     assert from_snippet[0].path == "ui/render.py"
     with pytest.raises(ConfigError):
         await find_similar(store, "p", path="nowhere.py", line=1)
@@ -167,14 +182,14 @@ async def test_real_encoder_hybrid_search(tmp_path, minilm_path):
     """The real path: MiniLM vectors written under the reference's provenance, then searched."""
     from fathom.inference.local import LocalEncoder
 
-    encoder = LocalEncoder(minilm_path, model_name="sentence-transformers/all-minilm-l6-v2",
-                           width=384)
+    encoder = LocalEncoder(minilm_path, model_name="sentence-transformers/all-minilm-l6-v2", width=384)
     space = Space("code", encoder.info.model, 384, encoder.id)
     store = LanceStore(tmp_path)
     chunks = [Chunk(p, "python", "code", s, e, sym, t) for p, s, e, sym, t in CORPUS]
     store.open_table("p", "code", space)
-    store.write("p", "code", chunks, await encoder.embed([c.text for c in chunks]),
-                Provenance(encoder.id, None))
+    store.write(
+        "p", "code", chunks, await encoder.embed([c.text for c in chunks]), Provenance(encoder.id, None)
+    )
     hits = await search(store, encoder, "p", "connect to a network server", k=2)
     assert hits[0].path == "net/socket.py"
     hits = await search(store, encoder, "p", "run_query", k=2)
@@ -183,10 +198,18 @@ async def test_real_encoder_hybrid_search(tmp_path, minilm_path):
 
 def test_keyword_search_finds_camel_case_parts_and_paths(store):
     chunks = [
-        Chunk("src/auth/session_store.go", "go", "code", 3, 14, "SessionStore.getUserName",
-              "func (s *SessionStore) getUserName(id int) string {\n\treturn s.names[id]\n}"),
-        Chunk("src/ui/button.ts", "typescript", "code", 1, 6, "Button",
-              "export class Button {\n  click() {}\n}"),
+        Chunk(
+            "src/auth/session_store.go",
+            "go",
+            "code",
+            3,
+            14,
+            "SessionStore.getUserName",
+            "func (s *SessionStore) getUserName(id int) string {\n\treturn s.names[id]\n}",
+        ),
+        Chunk(
+            "src/ui/button.ts", "typescript", "code", 1, 6, "Button", "export class Button {\n  click() {}\n}"
+        ),
     ]
     store.open_table("p", "code", SPACE)
     store.write("p", "code", chunks, clustered(2, seed=2), CLEARED)
@@ -217,8 +240,13 @@ def test_a_search_over_many_projects_fans_out_and_ranks_on_one_scale(store, monk
         v = query + noise * rng.standard_normal((9, WIDTH))
         v[-1] = query + 0.01 * rng.standard_normal(WIDTH)  # the shared chunk: nearest everywhere
         store.open_table(project, "code", SPACE)
-        store.write(project, "code", chunks,
-                    (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32), CLEARED)
+        store.write(
+            project,
+            "code",
+            chunks,
+            (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32),
+            CLEARED,
+        )
     # Each project's vector half waits until all three have started: a serial loop would
     # never get past the first.
     barrier = threading.Barrier(3, timeout=20)
@@ -238,8 +266,10 @@ def test_a_search_over_many_projects_fans_out_and_ranks_on_one_scale(store, monk
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
-WORDS = ("parse render retry cache token stream buffer index query vector table column socket "
-         "request response handler config logger thread queue batch encode decode").split()
+WORDS = (
+    "parse render retry cache token stream buffer index query vector table column socket "
+    "request response handler config logger thread queue batch encode decode"
+).split()
 
 
 def _many_projects(root, projects=("a", "b", "c", "d", "e", "f"), n=120):
@@ -251,10 +281,18 @@ def _many_projects(root, projects=("a", "b", "c", "d", "e", "f"), n=120):
     for p, project in enumerate(projects):
         seed = {"b": 0, "e": 3}.get(project, p)
         rng = np.random.default_rng(seed)
-        chunks = [Chunk(f"src/{project if project not in 'be' else projects[seed]}_{i % 9}.py",
-                        "python", "code", 1 + 10 * (i // 9), 9 + 10 * (i // 9), f"fn_{seed}_{i}",
-                        f"def fn_{seed}_{i}():\n    " + " ".join(rng.choice(WORDS, 1 + i % 7)))
-                  for i in range(n)]
+        chunks = [
+            Chunk(
+                f"src/{project if project not in 'be' else projects[seed]}_{i % 9}.py",
+                "python",
+                "code",
+                1 + 10 * (i // 9),
+                9 + 10 * (i // 9),
+                f"fn_{seed}_{i}",
+                f"def fn_{seed}_{i}():\n    " + " ".join(rng.choice(WORDS, 1 + i % 7)),
+            )
+            for i in range(n)
+        ]
         made[project] = clustered(n, seed=seed)
         writer.open_table(project, "code", SPACE)
         writer.write(project, "code", chunks, made[project], CLEARED)
@@ -267,10 +305,14 @@ def _pooled_by_hand(store, projects, vector, query, depth, where=None):
     order, then each project's own), each cut to `depth`."""
     vector_hits, text_hits = [], []
     for project in projects:
-        vector_hits += [dataclasses.replace(h, project=project)
-                        for h in store.vector_search(project, "code", vector, depth, where=where)]
-        text_hits += [dataclasses.replace(h, project=project)
-                      for h in store.text_search(project, "code", query, depth, where=where)]
+        vector_hits += [
+            dataclasses.replace(h, project=project)
+            for h in store.vector_search(project, "code", vector, depth, where=where)
+        ]
+        text_hits += [
+            dataclasses.replace(h, project=project)
+            for h in store.text_search(project, "code", query, depth, where=where)
+        ]
     vector_hits.sort(key=lambda h: -h.score)
     text_hits.sort(key=lambda h: -h.score)
     return vector_hits[:depth], text_hits[:depth]
@@ -294,22 +336,22 @@ def test_all_projects_rank_as_the_union_of_one_project_searches(tmp_path):
     for project in ("a", "b", "c"):  # these three fill the cache; "d", "e", "f" do not fit
         store.vector_search(project, "code", vectors[project][0], 1)
     rng = np.random.default_rng(11)
-    cases = [(vectors[p][j] + 0.05 * rng.standard_normal(WIDTH), " ".join(rng.choice(WORDS, w)))
-             for p, j, w in (("a", 3, 1), ("d", 5, 2), ("f", 7, 3), ("c", 1, 2))]
+    cases = [
+        (vectors[p][j] + 0.05 * rng.standard_normal(WIDTH), " ".join(rng.choice(WORDS, w)))
+        for p, j, w in (("a", 3, 1), ("d", 5, 2), ("f", 7, 3), ("c", 1, 2))
+    ]
     cases += [(vectors["e"][2], ""), (vectors["b"][4], "fn_0_4 retry")]
     where = SearchFilter.of(path="src/?_[0-4].py")
     ties = 0
     for vector, query in cases:
         for k, flt in ((10, None), (5, where)):
             depth = max(4 * k, 40)
-            hits, damaged = hybrid_search_many(store, projects, "code", vector, query, k,
-                                               where=flt)
+            hits, damaged = hybrid_search_many(store, projects, "code", vector, query, k, where=flt)
             v, t = _pooled_by_hand(store, projects, vector, query, depth, where=flt)
             assert damaged == {} and hits == fuse(v, t, query, limit=k), (query, flt)
             pooled = store.search_many(projects, "code", vector, query, depth, where=flt)
             assert (pooled.vector, pooled.text) == (v, t)
-            assert Store.search_many(store, projects, "code", vector, query, depth,
-                                     where=flt) == pooled
+            assert Store.search_many(store, projects, "code", vector, query, depth, where=flt) == pooled
             ties += sum(a.score == b.score and a.project != b.project for a, b in zip(v, v[1:]))
     assert ties  # the copies' ties were there to be ordered
     assert set(store._matrices) == {("a", "code"), ("b", "code"), ("c", "code")}
@@ -360,15 +402,23 @@ async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_pat
     store = LanceStore(tmp_path)
     body = "\n".join(f"    retry the request, attempt {i}" for i in range(20))
     for project in ("held", "other"):
-        chunks = [Chunk(f"src/{project}_{i}.py", "python", "code", 1, 22, f"call_{i}",
-                        f"def call_{i}():\n{body}\n    return {project}_{i}") for i in range(6)]
+        chunks = [
+            Chunk(
+                f"src/{project}_{i}.py",
+                "python",
+                "code",
+                1,
+                22,
+                f"call_{i}",
+                f"def call_{i}():\n{body}\n    return {project}_{i}",
+            )
+            for i in range(6)
+        ]
         store.open_table(project, "code", SPACE)
-        store.write(project, "code", chunks, await encoder.embed([c.text for c in chunks]),
-                    CLEARED)
+        store.write(project, "code", chunks, await encoder.embed([c.text for c in chunks]), CLEARED)
     one = LanceStore(tmp_path)
     one.vector_search("held", "code", encoder.encode("retry"), 1)
-    store = LanceStore(tmp_path, matrix_cache_bytes=int(1.5 * next(iter(
-        one._matrices.values())).nbytes))
+    store = LanceStore(tmp_path, matrix_cache_bytes=int(1.5 * next(iter(one._matrices.values())).nbytes))
     store.vector_search("held", "code", encoder.encode("retry"), 1)  # "other" does not fit
 
     class Service:
@@ -396,15 +446,17 @@ class Untouched:
         raise AssertionError(f"the pipeline reached the service ({name}) with bad arguments")
 
 
-@pytest.mark.parametrize("query, table, k, refusal", [
-    ("", "code", 5, "the search query is empty: give a few words or an identifier"),
-    ("  \n\t", "code", 5, "the search query is empty: give a few words or an identifier"),
-    ("retry", "tests", 5, "unknown table 'tests': use 'code' or 'docs'"),
-    ("retry", "code", 0, "k must be a whole number from 1 to 100, got 0"),
-    ("retry", "code", 101, "k must be a whole number from 1 to 100, got 101"),
-])
-async def test_every_entry_of_the_pipeline_refuses_bad_arguments_before_searching(
-        query, table, k, refusal):
+@pytest.mark.parametrize(
+    "query, table, k, refusal",
+    [
+        ("", "code", 5, "the search query is empty: give a few words or an identifier"),
+        ("  \n\t", "code", 5, "the search query is empty: give a few words or an identifier"),
+        ("retry", "tests", 5, "unknown table 'tests': use 'code' or 'docs'"),
+        ("retry", "code", 0, "k must be a whole number from 1 to 100, got 0"),
+        ("retry", "code", 101, "k must be a whole number from 1 to 100, got 101"),
+    ],
+)
+async def test_every_entry_of_the_pipeline_refuses_bad_arguments_before_searching(query, table, k, refusal):
     from fathom.index import search as search_mod
     from fathom.index.request import SearchRequest
 

@@ -68,7 +68,7 @@ def test_every_rule_family_has_a_planted_key_and_a_near_miss():
 def _planted_text(rule: str) -> tuple[str, str]:
     key = fake_keys()[rule]
     if rule == "gcp-service-account":  # a key file's field: JSON, as the console writes it
-        return "{\n  \"type\": \"service_account\",\n  " + key.text + "\n}\n", "config/sa.json"
+        return '{\n  "type": "service_account",\n  ' + key.text + "\n}\n", "config/sa.json"
     context = key.context or "import os"
     return f"{context}\n\n\nvalue = {json.dumps(key.text)}\n", "config/module.py"
 
@@ -103,67 +103,76 @@ def test_each_rule_passes_over_its_near_miss(rule: str):
 # ---------------------------------------------------------------- the generic rule
 
 
-@pytest.mark.parametrize("text, path", [
-    ("password: {pw}\n", "config/database.yml"),
-    ("DB_PASSWORD={pw}\n", "settings.env.txt"),
-    ("db_password = \"{pw}\"\n", "app/settings.py"),
-    ("{{\"client_secret\": \"{pw}\"}}\n", "oauth.json"),
-    ("const cfg = {{ apiKey: '{pw}' }};\n", "web/cfg.js"),
-    ("AWS_SECRET_ACCESS_KEY={pw}\n", "deploy/vars.sh"),
-    ("url = \"postgresql://app:{pw}@db.internal/prod\"\n", "app/db.py"),
-])
+@pytest.mark.parametrize(
+    "text, path",
+    [
+        ("password: {pw}\n", "config/database.yml"),
+        ("DB_PASSWORD={pw}\n", "settings.env.txt"),
+        ('db_password = "{pw}"\n', "app/settings.py"),
+        ('{{"client_secret": "{pw}"}}\n', "oauth.json"),
+        ("const cfg = {{ apiKey: '{pw}' }};\n", "web/cfg.js"),
+        ("AWS_SECRET_ACCESS_KEY={pw}\n", "deploy/vars.sh"),
+        ('url = "postgresql://app:{pw}@db.internal/prod"\n', "app/db.py"),
+    ],
+)
 def test_a_credential_assigned_a_random_value_is_found(text: str, path: str):
     assert find_secret(text.format(pw=random_password()), path) is not None
 
 
-@pytest.mark.parametrize("text, path", [
-    # A quoted literal in a config or data file is a literal, `$` and parentheses and all.
-    ("production:\n  password: \"{yaml}\"\n", "config/database.yml"),
-    ("{{\n  \"password\": \"{json}\"\n}}\n", "config/app.json"),
-    ("[db]\npassword = \"{yaml}\"\n", "settings.ini"),
-    ("db.password=\"{json}\"\n", "app.properties"),
-    ("[database]\npassword = '{json}'\n", "pyproject.toml"),
-    ("DB_PASSWORD=\"{yaml}\"\n", ".env.staging.txt"),
-    ("DB_PASSWORD='{json}'\n", "prod.env"),
-    # A placeholder word inside a random value does not make it a placeholder.
-    ("password: \"test{pw}\"\n", "config/ci.yml"),
-    ("api_key = \"example-{pw}\"\n", "app/client.py"),
-])
+@pytest.mark.parametrize(
+    "text, path",
+    [
+        # A quoted literal in a config or data file is a literal, `$` and parentheses and all.
+        ('production:\n  password: "{yaml}"\n', "config/database.yml"),
+        ('{{\n  "password": "{json}"\n}}\n', "config/app.json"),
+        ('[db]\npassword = "{yaml}"\n', "settings.ini"),
+        ('db.password="{json}"\n', "app.properties"),
+        ("[database]\npassword = '{json}'\n", "pyproject.toml"),
+        ('DB_PASSWORD="{yaml}"\n', ".env.staging.txt"),
+        ("DB_PASSWORD='{json}'\n", "prod.env"),
+        # A placeholder word inside a random value does not make it a placeholder.
+        ('password: "test{pw}"\n', "config/ci.yml"),
+        ('api_key = "example-{pw}"\n', "app/client.py"),
+    ],
+)
 def test_config_literals_and_values_holding_a_placeholder_word_are_found(text: str, path: str):
     text = text.format(yaml=config_password(), json=json_password(), pw=random_password())
     assert rules(text, path) == {"assigned-credential"}, text
     assert file_kind(path) in ("config", "code")
 
 
-@pytest.mark.parametrize("text, path", [
-    ("password = os.environ[\"DB_PASSWORD\"]\n", "app.py"),
-    ("password = \"\"\n", "app.py"),
-    ("password=\"\"\n", ".envrc.txt"),
-    ("password = \"changeme\"\n", "app.py"),
-    ("password: changeme123\n", "config.yml"),
-    ("password: \"changeme123\"\n", "config.yml"),
-    ("password: \"your-password-here\"\n", "config.yml"),
-    ("\"api_key\": \"xxxxxxxxxxxxxxxx\"\n", "settings.json"),
-    ("token: ${GITHUB_TOKEN}\n", "ci.yml"),
-    ("token: \"${GITHUB_TOKEN}\"\n", "ci.yml"),
-    ("password: \"$DB_PASSWORD\"\n", "compose.yaml"),
-    ("password: \"%DB_PASSWORD%\"\n", "deploy.yaml"),
-    ("api_key: \"{{ vault_api_key }}\"\n", "deploy.yml"),
-    ("password = \"%(db_password)s\"\n", "alembic.ini"),
-    ("\"bos_token\": \"<|endoftext|>\"\n", "tokenizer_config.json"),
-    ("\"code\": \"self.tokens = min(self.capacity, self.tokens + 1)\"\n", "probes.json"),
-    ("secret_key = settings.SECRET_KEY\n", "app.py"),
-    ("password = get_password(user)\n", "app.py"),
-    ("password = new_password9\n", "app.py"),
-    ("api_key: Optional[str] = None\n", "app.py"),
-    ("token_type = \"bearer\"\n", "auth.py"),
-    ("password_encryption = scram-sha-256\n", "postgresql.conf"),
-    ("--to postgresql://user:password@host:port/database\n", "cli.py"),
-    ("token = \"<your-token-here>\"\n", "README.md"),
-    ("# tokens: words+symbols are a lower bound\n", "tokens.py"),
-    ("tokenizer_info_str = \"#version:\"\n", "convert.py"),
-    ("password = \"[REDACTED:assigned-credential]\"\n", "config.py"),  # a redaction already made
-])
+@pytest.mark.parametrize(
+    "text, path",
+    [
+        ('password = os.environ["DB_PASSWORD"]\n', "app.py"),
+        ('password = ""\n', "app.py"),
+        ('password=""\n', ".envrc.txt"),
+        ('password = "changeme"\n', "app.py"),
+        ("password: changeme123\n", "config.yml"),
+        ('password: "changeme123"\n', "config.yml"),
+        ('password: "your-password-here"\n', "config.yml"),
+        ('"api_key": "xxxxxxxxxxxxxxxx"\n', "settings.json"),
+        ("token: ${GITHUB_TOKEN}\n", "ci.yml"),
+        ('token: "${GITHUB_TOKEN}"\n', "ci.yml"),
+        ('password: "$DB_PASSWORD"\n', "compose.yaml"),
+        ('password: "%DB_PASSWORD%"\n', "deploy.yaml"),
+        ('api_key: "{{ vault_api_key }}"\n', "deploy.yml"),
+        ('password = "%(db_password)s"\n', "alembic.ini"),
+        ('"bos_token": "<|endoftext|>"\n', "tokenizer_config.json"),
+        ('"code": "self.tokens = min(self.capacity, self.tokens + 1)"\n', "probes.json"),
+        ("secret_key = settings.SECRET_KEY\n", "app.py"),
+        ("password = get_password(user)\n", "app.py"),
+        ("password = new_password9\n", "app.py"),
+        ("api_key: Optional[str] = None\n", "app.py"),
+        ('token_type = "bearer"\n', "auth.py"),
+        ("password_encryption = scram-sha-256\n", "postgresql.conf"),
+        ("--to postgresql://user:password@host:port/database\n", "cli.py"),
+        ('token = "<your-token-here>"\n', "README.md"),
+        ("# tokens: words+symbols are a lower bound\n", "tokens.py"),
+        ('tokenizer_info_str = "#version:"\n', "convert.py"),
+        ('password = "[REDACTED:assigned-credential]"\n', "config.py"),  # a redaction already made
+    ],
+)
 def test_ordinary_code_references_and_placeholders_are_not_secrets(text: str, path: str):
     assert find_secret(text, path) is None, list(scan(text, path))
 
@@ -191,16 +200,18 @@ def fake_body_lines(text: str) -> list[str]:
 
 def test_redaction_keeps_line_numbers_and_is_final():
     keys = fake_keys()
-    text = ("import os\n\n\nKEY = \"\"\"" + keys["private-key"].text + "\"\"\"\n"
-            "TOKEN = \"" + keys["github-token"].text + "\"  # used below\n\n\n"
-            "def upload_report_to_bucket(report):\n    return KEY, TOKEN, report\n")
+    text = (
+        'import os\n\n\nKEY = """' + keys["private-key"].text + '"""\n'
+        'TOKEN = "' + keys["github-token"].text + '"  # used below\n\n\n'
+        "def upload_report_to_bucket(report):\n    return KEY, TOKEN, report\n"
+    )
     redacted = redact(text, "src/upload.py")
     assert redacted.rules == ("private-key", "github-token")
     before, after = text.split("\n"), redacted.text.split("\n")
     assert len(before) == len(after)
     line = next(i for i, ln in enumerate(before) if ln.startswith("def upload_report_to_bucket"))
     assert after[line] == before[line] and after[line + 1] == before[line + 1]
-    assert after[line - 3] == "TOKEN = \"[REDACTED:github-token]\"  # used below"
+    assert after[line - 3] == 'TOKEN = "[REDACTED:github-token]"  # used below'
     assert list(scan(redacted.text, "src/upload.py")) == []  # nothing left to find
     assert redact(redacted.text, "src/upload.py").text == redacted.text
 
@@ -225,23 +236,64 @@ def test_real_codebases_are_not_flagged():
     assert _flagged(Path(fathom.__file__).parent) == []
 
 
-@pytest.mark.parametrize("rel", [
-    ".env", ".env.local", ".env.example", "prod.env", "id_rsa", "id_rsa.pub", "deploy/id_dsa",
-    "id_ecdsa", "id_ed25519", "tls/server.key", "ca.pem", "client.p12", "client.pfx",
-    "vault.kdbx", ".npmrc", ".pypirc", ".netrc", ".git-credentials", ".aws/config",
-    "home/.aws/credentials", ".ssh/known_hosts", ".gnupg/pubring.kbx", "credentials.json",
-    "credentials-prod.json", "service-account.json", "my-project-1a2b3c4d5e6f.json",
-    "terraform.tfstate", "infra/terraform.tfstate.backup", "secrets.yaml", "config/secrets.yml",
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        ".env",
+        ".env.local",
+        ".env.example",
+        "prod.env",
+        "id_rsa",
+        "id_rsa.pub",
+        "deploy/id_dsa",
+        "id_ecdsa",
+        "id_ed25519",
+        "tls/server.key",
+        "ca.pem",
+        "client.p12",
+        "client.pfx",
+        "vault.kdbx",
+        ".npmrc",
+        ".pypirc",
+        ".netrc",
+        ".git-credentials",
+        ".aws/config",
+        "home/.aws/credentials",
+        ".ssh/known_hosts",
+        ".gnupg/pubring.kbx",
+        "credentials.json",
+        "credentials-prod.json",
+        "service-account.json",
+        "my-project-1a2b3c4d5e6f.json",
+        "terraform.tfstate",
+        "infra/terraform.tfstate.backup",
+        "secrets.yaml",
+        "config/secrets.yml",
+    ],
+)
 def test_credential_files_by_name(rel: str):
     assert secret_by_name(rel)
 
 
-@pytest.mark.parametrize("rel", [
-    "app.py", "credentials.py", "auth/credentials.go", "environment.py", "env.py", "config.json",
-    "package.json", "tsconfig.json", "README.md", "keys.py", "token.py", "secrets_test.py",
-    "docs/keys.md", "terraform/main.tf",
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "app.py",
+        "credentials.py",
+        "auth/credentials.go",
+        "environment.py",
+        "env.py",
+        "config.json",
+        "package.json",
+        "tsconfig.json",
+        "README.md",
+        "keys.py",
+        "token.py",
+        "secrets_test.py",
+        "docs/keys.md",
+        "terraform/main.tf",
+    ],
+)
 def test_code_about_credentials_is_not_a_credential_file(rel: str):
     assert not secret_by_name(rel)
 
@@ -254,7 +306,9 @@ def test_the_walk_leaves_credential_files_out_and_redacts_keys_in_the_rest(tmp_p
     result = walk(tmp_path / "p")
     kept = {f.path: f.text for f in result.files}
     assert sorted(kept) == sorted([*planted.redacted, *planted.plain])
-    assert result.skipped[SECRET] == len(planted.credential_files) and result.secrets == planted.credential_files
+    assert (
+        result.skipped[SECRET] == len(planted.credential_files) and result.secrets == planted.credential_files
+    )
     assert result.redacted == planted.redacted_files
     for rel, text in kept.items():
         assert_serves_none(text, planted.secrets, rel)
@@ -304,8 +358,9 @@ def test_every_read_through_the_walker_gets_the_redacted_text(tmp_path: Path):
     root = tmp_path / "p"
     (root / "src").mkdir(parents=True)
     key = fake_keys()["github-token"].text
-    (root / "src" / "client.py").write_text(f"TOKEN = '{key}'\n\n\ndef upload_report_to_bucket():\n"
-                                            f"    return TOKEN\n")
+    (root / "src" / "client.py").write_text(
+        f"TOKEN = '{key}'\n\n\ndef upload_report_to_bucket():\n    return TOKEN\n"
+    )
     (root / "src" / "plain.py").write_text("def f():\n    return 1\n")
     (root / ".env").write_text(f"TOKEN={key}\n")
     listed = walker.survey(root)
@@ -339,7 +394,8 @@ def _disk_holds(folder: Path, needle: str) -> list[str]:
 
 
 def test_store_verify_reports_and_repair_removes_secrets_indexed_by_an_older_build(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     root = tmp_path / "p"
     planted = write_secret_project(root)
     (root / ".fathomignore").write_text("!src/keys_jwt.py\n")
@@ -351,8 +407,9 @@ def test_store_verify_reports_and_repair_removes_secrets_indexed_by_an_older_bui
         result = _cli(_service(data), "index", str(root), "--project", "p")
         assert result.exit_code == 0, result.output
     aws, github = fake_keys()["aws-access-key"].text, fake_keys()["github-token"].text
-    assert _disk_holds(data / "lance", aws) and _disk_holds(data / "lance", github), \
+    assert _disk_holds(data / "lance", aws) and _disk_holds(data / "lance", github), (
         "the old build indexed the keys"
+    )
 
     result = _cli(_service(data), "store", "verify", "p")
     assert result.exit_code == 1, result.output
@@ -363,8 +420,9 @@ def test_store_verify_reports_and_repair_removes_secrets_indexed_by_an_older_bui
     checks = asyncio.run(_service(data).verify_store("p"))
     found = {path for c in checks for p in c.problems if p.kind == "secrets" for path in p.paths}
     # (the old build left the certs/ files out too, as "data")
-    assert found == {p for p in [*planted.by_name, *planted.redacted]
-                     if not p.startswith("certs/")} - {"src/keys_jwt.py"}
+    assert found == {p for p in [*planted.by_name, *planted.redacted] if not p.startswith("certs/")} - {
+        "src/keys_jwt.py"
+    }
 
     result = _cli(_service(data), "store", "verify", "p", "--repair")
     assert result.exit_code == 0, result.output
@@ -381,7 +439,9 @@ def test_store_verify_reports_and_repair_removes_secrets_indexed_by_an_older_bui
     assert "no problems found" in _cli(_service(data), "store", "verify", "p").output
     assert _disk_holds(data / "lance", github) == []
     service = _service(data)
-    for word, rel in (("add_numbers_plainly", "src/app.py"),
-                      ("publish_with_github_token", "src/keys_github_token.py")):
+    for word, rel in (
+        ("add_numbers_plainly", "src/app.py"),
+        ("publish_with_github_token", "src/keys_github_token.py"),
+    ):
         hits = asyncio.run(service.search(word, project="p"))
         assert any(h.path == rel for h in hits), word

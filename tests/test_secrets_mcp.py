@@ -31,16 +31,25 @@ from tests.secret_fixtures import SecretProject, assert_serves_none, write_secre
 
 # What `explore`'s scripted model reads: every redacted line, every line a raw key would
 # match, and whole files with keys split over lines, in config, beside functions.
-READS = ("src/signing_split.py", "web/signing_split.js", "src/more_tokens.py", "config/database.yml",
-         "config/app.json", "src/keys_private_key.py", "src/keys_azure_storage_key.py")
+READS = (
+    "src/signing_split.py",
+    "web/signing_split.js",
+    "src/more_tokens.py",
+    "config/database.yml",
+    "config/app.json",
+    "src/keys_private_key.py",
+    "src/keys_azure_storage_key.py",
+)
 # (A pattern is echoed back to the model: it names no secret text itself.)
 GREPS = ("REDACTED", r"gh[pousr]_|sk-|AKIA|xox|SG\.|do[por]_v1|webhooks|AccountKey|PRIVATE.KEY|passw")
 
 
 def explore_script() -> list[ChatResult]:
-    return [*(tool_turn("grep", pattern=p) for p in GREPS),
-            *(tool_turn("read_file", path=p) for p in READS),
-            ChatResult(content="Keys are redacted (src/signing_split.py:1).", usage={"total_tokens": 10})]
+    return [
+        *(tool_turn("grep", pattern=p) for p in GREPS),
+        *(tool_turn("read_file", path=p) for p in READS),
+        ChatResult(content="Keys are redacted (src/signing_split.py:1).", usage={"total_tokens": 10}),
+    ]
 
 
 @pytest.fixture
@@ -97,8 +106,7 @@ async def read_back_every_redacted_file(client: Client, planted: SecretProject) 
     """`read_code`, the `fathom://` resource and `outline` of every file that held a key: the
     code is there, at its lines, agreeing with the disk; no secret is."""
     for rel, beside in planted.beside.items():
-        read = await client.call_tool("read_code", {"project": "vault", "path": rel,
-                                                    "max_tokens": 20000})
+        read = await client.call_tool("read_code", {"project": "vault", "path": rel, "max_tokens": 20000})
         assert not read.is_error, read.content[0].text
         answer = text_of(read)
         assert_none_in(answer, planted, f"read_code {rel}")
@@ -108,8 +116,9 @@ async def read_back_every_redacted_file(client: Client, planted: SecretProject) 
         resource = await client.read_resource(f"fathom://vault/{rel}")
         assert_none_in(resource.contents[0].text, planted, f"resource {rel}")
         if rel.endswith((".py", ".js")):
-            outline = await client.call_tool("outline", {"path": rel, "project": "vault",
-                                                         "max_tokens": 20000})
+            outline = await client.call_tool(
+                "outline", {"path": rel, "project": "vault", "max_tokens": 20000}
+            )
             assert not outline.is_error, outline.content[0].text
             assert_none_in(text_of(outline), planted, f"outline {rel}")
             assert beside in text_of(outline), rel
@@ -127,7 +136,8 @@ async def find_what_lies_beside_the_keys(client: Client, planted: SecretProject)
 
 @pytest.mark.slow  # a minute: every secret asked for, every file read back, both tokens
 async def test_no_secret_is_served_by_any_tool_resource_or_route_and_the_code_beside_is(
-        server: tuple[Operator, LocalChat]):
+    server: tuple[Operator, LocalChat],
+):
     op, chat = server
     root = op.tmp / "vault"
     planted = write_secret_project(root)
@@ -154,8 +164,9 @@ async def test_no_secret_is_served_by_any_tool_resource_or_route_and_the_code_be
         for rel, needle in planted.by_name.items():
             assert f'"path": "{rel}"' not in await served(client, needle), rel
         await read_back_every_redacted_file(client, planted)
-        explored = await client.call_tool("explore", {"question": "where are the keys?",
-                                                      "project": "vault", "max_steps": 12})
+        explored = await client.call_tool(
+            "explore", {"question": "where are the keys?", "project": "vault", "max_steps": 12}
+        )
     assert not explored.is_error, explored.content[0].text
     trace = explored.structured_content["trace"]
     assert [t["tool"] for t in trace] == ["grep"] * len(GREPS) + ["read_file"] * len(READS)
@@ -168,8 +179,9 @@ async def test_no_secret_is_served_by_any_tool_resource_or_route_and_the_code_be
     async with op.client() as admin:
         for needle in planted.secrets:
             for table in ("code", "docs"):
-                r = await admin.post("/admin/search", json={"query": needle[:500], "project": "vault",
-                                                            "table": table, "k": 50})
+                r = await admin.post(
+                    "/admin/search", json={"query": needle[:500], "project": "vault", "table": table, "k": 50}
+                )
                 assert r.status_code == 200, r.status_code
                 answer = r.json()
                 assert answer.pop("query") == needle[:500]  # the query it echoes

@@ -22,8 +22,16 @@ import pytest
 from tests.fleet_fixtures import PY, ProcessGroup, free_port, wait_until
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 ISSUED = re.compile(r"MCP token \((?:rotated; )?shown once; only its hash is kept\): (fm_\S+)")
 NO_AUTH_SAYS = "any local user of this machine can search and index with your read rights"
@@ -35,8 +43,11 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def start_serve(group: ProcessGroup, name: str, data: Path, port: int, *args: str) -> object:
     # A narrow terminal: the token and the client line must come out whole anyway.
-    proc = group.spawn(name, [PY, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--port", str(port), *args],
-                       env=clean_env(COLUMNS="40"))
+    proc = group.spawn(
+        name,
+        [PY, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--port", str(port), *args],
+        env=clean_env(COLUMNS="40"),
+    )
     wait_until(lambda: "fathom MCP (streamable HTTP) on" in proc.output(), f"{name} to start", procs=[proc])
     return proc
 
@@ -54,9 +65,15 @@ def test_serve_issues_a_token_on_loopback_prints_it_once_and_asks_for_it(tmp_pat
         out = first.output()
         token = ISSUED.search(out).group(1)
         client_line = [line for line in out.splitlines() if "claude mcp add" in line]
-        assert client_line == [f"use it: claude mcp add --transport http fathom http://127.0.0.1:{port}/mcp "
-                               f"--header \"Authorization: Bearer {token}\""], out
-        bare, wrong, right = initialize(port, None), initialize(port, "fm_" + "x" * 43), initialize(port, token)
+        assert client_line == [
+            f"use it: claude mcp add --transport http fathom http://127.0.0.1:{port}/mcp "
+            f'--header "Authorization: Bearer {token}"'
+        ], out
+        bare, wrong, right = (
+            initialize(port, None),
+            initialize(port, "fm_" + "x" * 43),
+            initialize(port, token),
+        )
         assert bare.status_code == 401 and "Fathom needs a token" in bare.json()["error"]["message"]
         assert wrong.status_code == 401
         assert right.status_code == 200 and "serverInfo" in right.text, right.text
@@ -96,8 +113,25 @@ def test_no_auth_on_loopback_serves_without_a_token_and_says_what_it_allows(tmp_
 def test_no_auth_beyond_loopback_is_refused_before_anything_listens(tmp_path: Path):
     data, port = tmp_path / "data", free_port()
     for host in ("0.0.0.0", "192.0.2.10"):
-        done = subprocess.run([PY, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--no-auth", "--host", host,
-                               "--port", str(port)], capture_output=True, text=True, timeout=120, env=clean_env())
+        done = subprocess.run(
+            [
+                PY,
+                "-m",
+                "fathom.cli",
+                "--data-dir",
+                str(data),
+                "serve",
+                "--no-auth",
+                "--host",
+                host,
+                "--port",
+                str(port),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=clean_env(),
+        )
         said = " ".join(done.stderr.split())
         assert done.returncode == 2, done.stdout + done.stderr
         assert f"refusing --no-auth on {host}" in said and "127.0.0.1" in said
@@ -110,10 +144,28 @@ def test_no_auth_beyond_loopback_is_refused_before_anything_listens(tmp_path: Pa
     empty.write_text("\n")
     short.write_text("fm_too-short\n")
     weak.write_text("fm_" + "ab" * 15 + "\n")
-    for token_file, reason in ((empty, "is empty"), (short, "is too short (12 characters; at least 24)"),
-                               (weak, "is too easy to guess")):
-        done = subprocess.run([PY, "-m", "fathom.cli", "--data-dir", str(data), "serve", "--port", str(port),
-                               "--token-file", str(token_file)], capture_output=True, text=True, timeout=120,
-                              env=clean_env())
+    for token_file, reason in (
+        (empty, "is empty"),
+        (short, "is too short (12 characters; at least 24)"),
+        (weak, "is too easy to guess"),
+    ):
+        done = subprocess.run(
+            [
+                PY,
+                "-m",
+                "fathom.cli",
+                "--data-dir",
+                str(data),
+                "serve",
+                "--port",
+                str(port),
+                "--token-file",
+                str(token_file),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=clean_env(),
+        )
         assert done.returncode == 2 and reason in " ".join(done.stderr.split()), done.stderr
         assert "ababab" not in done.stdout + done.stderr

@@ -24,8 +24,15 @@ from tests.fleet_fixtures import ProcessGroup, free_port, spawn_server
 MB = 1024 * 1024
 
 
-async def raw_request(url: str, head: str, body_bytes: int = 0, *, chunk: int = 256 * 1024,
-                      timeout: float = 60.0, keep_sending: bool = False) -> tuple[int, bytes, int, int]:
+async def raw_request(
+    url: str,
+    head: str,
+    body_bytes: int = 0,
+    *,
+    chunk: int = 256 * 1024,
+    timeout: float = 60.0,
+    keep_sending: bool = False,
+) -> tuple[int, bytes, int, int]:
     """Send `head`, then up to `body_bytes` of body (chunked if `head` says so), reading the
     reply at the same time; stop sending as soon as a reply arrives (or, with `keep_sending`,
     go on like a hostile client until the body is all sent or the server closes).
@@ -75,7 +82,9 @@ async def raw_request(url: str, head: str, body_bytes: int = 0, *, chunk: int = 
     return status, bytes(reply), sent if before_reply is None else before_reply, sent
 
 
-def head(method: str, path: str, *, length: int | None = None, chunked: bool = False, token: str | None = None) -> str:
+def head(
+    method: str, path: str, *, length: int | None = None, chunked: bool = False, token: str | None = None
+) -> str:
     lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json"]
     if token:
         lines.append(f"Authorization: Bearer {token}")
@@ -88,9 +97,17 @@ def head(method: str, path: str, *, length: int | None = None, chunked: bool = F
 
 async def test_malformed_json_without_a_token_gets_401(operator: Operator):
     async with operator.client(headers={}) as anon:
-        for method, path in (("POST", "/admin/jobs"), ("PUT", "/admin/policies"), ("POST", "/admin/key"),
-                             ("PUT", "/admin/budget"), ("POST", "/admin/gate/verify"), ("POST", "/mcp")):
-            r = await anon.request(method, path, content=b"{not json", headers={"Content-Type": "application/json"})
+        for method, path in (
+            ("POST", "/admin/jobs"),
+            ("PUT", "/admin/policies"),
+            ("POST", "/admin/key"),
+            ("PUT", "/admin/budget"),
+            ("POST", "/admin/gate/verify"),
+            ("POST", "/mcp"),
+        ):
+            r = await anon.request(
+                method, path, content=b"{not json", headers={"Content-Type": "application/json"}
+            )
             assert r.status_code == 401, (path, r.status_code, r.text)
             # A bare RFC 6750 challenge (/mcp names its realm): no error code without a token.
             assert r.headers["www-authenticate"] in ("Bearer", 'Bearer realm="fathom"')
@@ -99,8 +116,9 @@ async def test_malformed_json_without_a_token_gets_401(operator: Operator):
 
 
 async def test_an_unauthenticated_body_is_refused_before_it_is_sent(operator: Operator):
-    status, reply, sent, _ = await raw_request(operator.url, head("POST", "/admin/jobs", length=250 * MB), 0,
-                                            timeout=10)
+    status, reply, sent, _ = await raw_request(
+        operator.url, head("POST", "/admin/jobs", length=250 * MB), 0, timeout=10
+    )
     assert status == 401 and sent == 0, reply[:300]
 
 
@@ -108,17 +126,23 @@ async def test_every_route_has_a_body_limit_enforced_while_streaming(operator: O
     from fathom.server.guard import DEFAULT_BODY_LIMIT
 
     # Declared too large: refused from the headers alone, before any byte of body.
-    status, reply, sent, _ = await raw_request(operator.url, head("POST", "/admin/jobs", length=5 * MB,
-                                                               token=operator_token()), 0, timeout=10)
+    status, reply, sent, _ = await raw_request(
+        operator.url, head("POST", "/admin/jobs", length=5 * MB, token=operator_token()), 0, timeout=10
+    )
     assert status == 413 and sent == 0, reply[:300]
     assert b"limit" in reply
     # Chunked (no length): cut off once the route's limit is passed, not after reading it all.
-    status, reply, sent, _ = await raw_request(operator.url, head("POST", "/admin/jobs", chunked=True,
-                                                               token=operator_token()), 64 * MB, timeout=30)
+    status, reply, sent, _ = await raw_request(
+        operator.url, head("POST", "/admin/jobs", chunked=True, token=operator_token()), 64 * MB, timeout=30
+    )
     assert status == 413 and sent < 8 * MB, (status, sent)
     # The server-wide default covers routes without a tighter limit (here /mcp).
-    status, _, sent, _ = await raw_request(operator.url, head("POST", "/mcp", chunked=True, token=operator_token()),
-                                        DEFAULT_BODY_LIMIT * 8, timeout=30)
+    status, _, sent, _ = await raw_request(
+        operator.url,
+        head("POST", "/mcp", chunked=True, token=operator_token()),
+        DEFAULT_BODY_LIMIT * 8,
+        timeout=30,
+    )
     assert status == 413 and sent < DEFAULT_BODY_LIMIT * 4, (status, sent)
     # A route's own limit is tighter than the default.
     async with operator.client() as admin:
@@ -172,12 +196,23 @@ async def test_four_concurrent_unauthenticated_250_mb_bodies_leave_the_server_me
         size = 250 * MB
         started = time.monotonic()
         try:
-            results = await asyncio.wait_for(asyncio.gather(
-                raw_request(url, head("POST", "/admin/jobs", length=size), size, timeout=90, keep_sending=True),
-                raw_request(url, head("POST", "/admin/jobs", length=size), size, timeout=90, keep_sending=True),
-                raw_request(url, head("POST", "/admin/jobs", chunked=True), size, timeout=90, keep_sending=True),
-                raw_request(url, head("PUT", "/admin/policies", chunked=True), size, timeout=90, keep_sending=True),
-            ), 120)
+            results = await asyncio.wait_for(
+                asyncio.gather(
+                    raw_request(
+                        url, head("POST", "/admin/jobs", length=size), size, timeout=90, keep_sending=True
+                    ),
+                    raw_request(
+                        url, head("POST", "/admin/jobs", length=size), size, timeout=90, keep_sending=True
+                    ),
+                    raw_request(
+                        url, head("POST", "/admin/jobs", chunked=True), size, timeout=90, keep_sending=True
+                    ),
+                    raw_request(
+                        url, head("PUT", "/admin/policies", chunked=True), size, timeout=90, keep_sending=True
+                    ),
+                ),
+                120,
+            )
         finally:
             await asyncio.sleep(0.5)
             stop.set()
@@ -185,9 +220,11 @@ async def test_four_concurrent_unauthenticated_250_mb_bodies_leave_the_server_me
         after = _rss_kb(pid)
         elapsed = time.monotonic() - started
         growth_mb = (max(peak[0], after) - before) / 1024
-        print(f"server RSS before {before / 1024:.1f} MB, peak {peak[0] / 1024:.1f} MB, after {after / 1024:.1f} MB"
-              f" (growth {growth_mb:.1f} MB) in {elapsed:.1f}s; body MB sent before each reply:"
-              f" {[round(r[2] / MB, 1) for r in results]}, in all: {[round(r[3] / MB, 1) for r in results]}")
+        print(
+            f"server RSS before {before / 1024:.1f} MB, peak {peak[0] / 1024:.1f} MB, after {after / 1024:.1f} MB"
+            f" (growth {growth_mb:.1f} MB) in {elapsed:.1f}s; body MB sent before each reply:"
+            f" {[round(r[2] / MB, 1) for r in results]}, in all: {[round(r[3] / MB, 1) for r in results]}"
+        )
         assert [r[0] for r in results] == [401, 401, 401, 401], [r[1][:200] for r in results]
         assert growth_mb < 50, growth_mb
         assert all(r[2] < 8 * MB for r in results), [r[2] for r in results]

@@ -15,6 +15,7 @@ injected clocks; the header-timeout tests wait on the real one, bounded (a 1 s t
 connections, a few seconds in all), and the per-peer test opens 30 sockets, waiting at most 15 s
 for their refusals.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -43,8 +44,16 @@ from tests.fleet_fixtures import ADMIN, JOIN, PY, ProcessGroup, free_port, wait_
 
 SCRAPE = "fs_test-scrape-Hn4vQ0tR8yWk2LpZ6xCm1BfJ"  # a chosen token is random (`server.token_strength`)
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 
 
 class StepClock:
@@ -63,14 +72,24 @@ class StepClock:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: Any, *, limits: ConnectionLimits | None = None,
-                forwarded: str | None = None) -> AsyncIterator[str]:
+async def serve(
+    app: Any, *, limits: ConnectionLimits | None = None, forwarded: str | None = None
+) -> AsyncIterator[str]:
     """`app` under uvicorn as `fathom server` configures it, on a free 127.0.0.1 port."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
-    config = uvicorn_config(app, host="127.0.0.1", port=0, limits=limits, forwarded_allow_ips=forwarded,
-                            log_level="warning", lifespan="on", ws="websockets-sansio", log_config=None)
+    config = uvicorn_config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        limits=limits,
+        forwarded_allow_ips=forwarded,
+        log_level="warning",
+        lifespan="on",
+        ws="websockets-sansio",
+        log_config=None,
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     for _ in range(500):
@@ -193,15 +212,25 @@ def test_one_peer_cannot_fill_the_connection_cap(tmp_path: Path):
     taken in; the rest are refused at once, and another address is still served."""
     group = ProcessGroup(tmp_path / "logs")
     port, url = (port := free_port()), f"http://127.0.0.1:{port}"
-    server = group.spawn("server", [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(tmp_path / "data"),
-                                    "--no-watch"],
-                         env={"FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_JOIN_TOKEN": JOIN, "FATHOM_MAX_CONNECTIONS": "20",
-                              "FATHOM_MAX_CONNECTIONS_PER_PEER": "8", "FATHOM_HEADER_TIMEOUT_S": "120"})
+    server = group.spawn(
+        "server",
+        [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(tmp_path / "data"), "--no-watch"],
+        env={
+            "FATHOM_ADMIN_TOKEN": ADMIN,
+            "FATHOM_JOIN_TOKEN": JOIN,
+            "FATHOM_MAX_CONNECTIONS": "20",
+            "FATHOM_MAX_CONNECTIONS_PER_PEER": "8",
+            "FATHOM_HEADER_TIMEOUT_S": "120",
+        },
+    )
     sockets: list[socket.socket] = []
     try:
         # Ready, asked from a third address: nothing of 127.0.0.1's is open before the attack.
-        wait_until(lambda: server.popen.poll() is None and _status(lambda: health_from("127.0.0.3", url)) == 200,
-                   "the server", procs=[server])
+        wait_until(
+            lambda: server.popen.poll() is None and _status(lambda: health_from("127.0.0.3", url)) == 200,
+            "the server",
+            procs=[server],
+        )
         sockets = [idle_socket("127.0.0.1", port) for _ in range(30)]  # more than the total cap of 20
         answered: dict[socket.socket, bytes] = {}
         deadline = time.monotonic() + 15  # bounded: a refusal is written as the socket is accepted
@@ -209,7 +238,9 @@ def test_one_peer_cannot_fill_the_connection_cap(tmp_path: Path):
             ready, _, _ = select.select([s for s in sockets if s not in answered], [], [], 0.5)
             answered.update((s, s.recv(4096)) for s in ready)
         assert len(answered) == 22, f"{len(answered)} of 30 refused: {set(answered.values())}"
-        assert all(a.startswith(b"HTTP/1.1 503") and b"this address holds too many" in a for a in answered.values())
+        assert all(
+            a.startswith(b"HTTP/1.1 503") and b"this address holds too many" in a for a in answered.values()
+        )
         # Another address is served; the eight taken in are live connections, served too.
         assert health_from("127.0.0.2", url) == 200
         held = [s for s in sockets if s not in answered]
@@ -224,7 +255,9 @@ def test_one_peer_cannot_fill_the_connection_cap(tmp_path: Path):
             s.close()
         group.stop()
     # One warning names the setting, not one per refused socket.
-    warnings = [line for line in server.output().splitlines() if "refusing connections from 127.0.0.1" in line]
+    warnings = [
+        line for line in server.output().splitlines() if "refusing connections from 127.0.0.1" in line
+    ]
     assert len(warnings) == 1 and "FATHOM_MAX_CONNECTIONS_PER_PEER" in warnings[0], warnings
 
 
@@ -239,17 +272,27 @@ def test_a_peer_is_its_address_an_ipv6_host_its_64():
     assert peer_of("127.0.0.2") == "127.0.0.2" and peer_of("::1") == "::1"
     assert peer_of("2001:db8:1:2::5") == peer_of("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
     assert peer_of("::ffff:203.0.113.9") == "203.0.113.9" and peer_of(None) is None
-    assert trusted("10.0.0.7", ["10.0.0.0/24"]) and trusted("127.0.0.1", ["*"]) and not trusted("10.0.1.7", ["10.0.0.7"])
+    assert (
+        trusted("10.0.0.7", ["10.0.0.0/24"])
+        and trusted("127.0.0.1", ["*"])
+        and not trusted("10.0.1.7", ["10.0.0.7"])
+    )
 
 
 @pytest.mark.parametrize("forwarded, expected", [(None, "127.0.0.1"), ("127.0.0.1", "203.0.113.9")])
-async def test_a_forwarded_address_is_believed_only_from_a_named_proxy(tmp_path: Path, forwarded: str | None,
-                                                                       expected: str):
+async def test_a_forwarded_address_is_believed_only_from_a_named_proxy(
+    tmp_path: Path, forwarded: str | None, expected: str
+):
     app = build_operator_app(tmp_path / "data")
     async with serve(app, forwarded=forwarded) as url:
         async with httpx.AsyncClient(base_url=url) as client:
-            r = await client.get("/admin/fleet", headers={"Authorization": "Bearer fa_wrong-token-0000000000000",
-                                                          "X-Forwarded-For": "203.0.113.9"})
+            r = await client.get(
+                "/admin/fleet",
+                headers={
+                    "Authorization": "Bearer fa_wrong-token-0000000000000",
+                    "X-Forwarded-For": "203.0.113.9",
+                },
+            )
             assert r.status_code == 401
     [entry] = [e for e in audit_entries(tmp_path / "data") if e["who"] == "unknown token"]
     assert entry["what"].endswith(f"from {expected}"), entry
@@ -308,7 +351,9 @@ async def test_refusals_are_audited_at_a_bounded_rate_with_a_summary(tmp_path: P
             assert len(refused) == 20, len(refused)  # the burst, then counted
             clock.t += 10  # the bucket refills: the count is written once, when the log is next read
             entries = (await admin.get("/admin/audit", params={"limit": 5})).json()["entries"]
-            assert entries[-1]["who"] == "mcp:reader" and entries[-1]["what"].startswith("180 more refused requests")
+            assert entries[-1]["who"] == "mcp:reader" and entries[-1]["what"].startswith(
+                "180 more refused requests"
+            )
             assert entries[-1]["outcome"] == "refused 403"
             # Once refilled, refusals are written one by one again.
             async with httpx.AsyncClient(base_url=url, headers=reader) as client:
@@ -316,7 +361,9 @@ async def test_refusals_are_audited_at_a_bounded_rate_with_a_summary(tmp_path: P
             assert len([e for e in audit_entries(data) if e["who"] == "mcp:reader"]) == 22
 
 
-async def test_the_audit_log_rotates_and_is_read_from_its_tail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+async def test_the_audit_log_rotates_and_is_read_from_its_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     import fathom.server.audit as audit_module
 
     data = tmp_path / "data"
@@ -335,8 +382,10 @@ async def test_the_audit_log_rotates_and_is_read_from_its_tail(tmp_path: Path, m
             entries = (await admin.get("/admin/audit", params={"limit": 60})).json()["entries"]
             assert len(entries) == 60 and all(e["what"].startswith("PUT /admin/budget") for e in entries)
             # A big log is read from its end: the bytes read stay small whatever its size.
-            big = "".join(json.dumps({"at": None, "who": "admin", "what": f"PUT /x/{i}", "outcome": "ok"}) + "\n"
-                          for i in range(200_000))
+            big = "".join(
+                json.dumps({"at": None, "who": "admin", "what": f"PUT /x/{i}", "outcome": "ok"}) + "\n"
+                for i in range(200_000)
+            )
             (data / "audit.log").write_text(big)
             read = [0]
             real_open = open
@@ -349,6 +398,7 @@ async def test_the_audit_log_rotates_and_is_read_from_its_tail(tmp_path: Path, m
                     out = real_read(*a)
                     read[0] += len(out)
                     return out
+
                 fh.read = counted
                 return fh
 
@@ -370,18 +420,28 @@ async def test_secrets_in_a_query_string_never_reach_the_audit_log(operator: Ope
     text = (operator.data_dir / "audit.log").read_text()
     assert key not in text and "0123456789abcdef" not in text and plain not in text and "x7Kp2Lm9" not in text
     whats = [e["what"] for e in entries if e["what"].startswith("POST /admin/fleet/tokens")]
-    assert whats == ["POST /admin/fleet/tokens?key=***", "POST /admin/fleet/tokens?api_key=***",
-                     "POST /admin/fleet/tokens?q=sk-or-***", "POST /admin/fleet/tokens?access_token=***&rebind=1"]
+    assert whats == [
+        "POST /admin/fleet/tokens?key=***",
+        "POST /admin/fleet/tokens?api_key=***",
+        "POST /admin/fleet/tokens?q=sk-or-***",
+        "POST /admin/fleet/tokens?access_token=***&rebind=1",
+    ]
 
 
 def jwt(subject: str) -> str:
     """A JWT's shape: base64url JSON header and claims, then a signature."""
+
     def part(value: object) -> str:
         text = value if isinstance(value, str) else json.dumps(value)
         return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
-    return ".".join((part({"alg": "RS256", "kid": "k1"}), part({"sub": subject, "aud": "fathom"}),
-                     part(f"signature of {subject}")))
+    return ".".join(
+        (
+            part({"alg": "RS256", "kid": "k1"}),
+            part({"sub": subject, "aud": "fathom"}),
+            part(f"signature of {subject}"),
+        )
+    )
 
 
 def test_tokens_in_a_query_string_or_a_header_never_reach_the_server_log(tmp_path: Path):
@@ -391,10 +451,26 @@ def test_tokens_in_a_query_string_or_a_header_never_reach_the_server_log(tmp_pat
     group = ProcessGroup(tmp_path / "logs")
     port, data = free_port(), tmp_path / "data"
     url = f"http://127.0.0.1:{port}"
-    server = group.spawn("server", [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data),
-                                    "--log-level", "DEBUG", "--no-watch"],
-                         env={"FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_JOIN_TOKEN": JOIN})
-    plain = {n: f"Zq8x7Kp2Lm9-{n}-W4tR" for n in ("code", "state", "key", "client", "pw", "sig", "token", "api", "cookie")}
+    server = group.spawn(
+        "server",
+        [
+            PY,
+            "-m",
+            "fathom.server",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data),
+            "--log-level",
+            "DEBUG",
+            "--no-watch",
+        ],
+        env={"FATHOM_ADMIN_TOKEN": ADMIN, "FATHOM_JOIN_TOKEN": JOIN},
+    )
+    plain = {
+        n: f"Zq8x7Kp2Lm9-{n}-W4tR"
+        for n in ("code", "state", "key", "client", "pw", "sig", "token", "api", "cookie")
+    }
     tokens = {n: jwt(f"{n}-person") for n in ("access", "refresh", "id", "free", "proto")}
     admin = {"Authorization": f"Bearer {ADMIN}"}
     try:
@@ -402,24 +478,35 @@ def test_tokens_in_a_query_string_or_a_header_never_reach_the_server_log(tmp_pat
         with httpx.Client(base_url=url, timeout=30) as http:
             assert http.get(f"/mcp?access_token={tokens['access']}").status_code == 401
             assert http.get(f"/health?code={plain['code']}&state={plain['state']}").status_code == 200
-            r = http.get(f"/admin/overview?api_key={plain['key']}&client_secret={plain['client']}&password={plain['pw']}"
-                         f"&sig={plain['sig']}&refresh_token={tokens['refresh']}&id_token={tokens['id']}", headers=admin)
+            r = http.get(
+                f"/admin/overview?api_key={plain['key']}&client_secret={plain['client']}&password={plain['pw']}"
+                f"&sig={plain['sig']}&refresh_token={tokens['refresh']}&id_token={tokens['id']}",
+                headers=admin,
+            )
             assert r.status_code == 200
-            assert http.get(f"/health?q={tokens['free']}").status_code == 200  # under a name that says nothing
+            assert (
+                http.get(f"/health?q={tokens['free']}").status_code == 200
+            )  # under a name that says nothing
             assert http.post(f"/admin/fleet/tokens?token={plain['token']}", headers=admin).status_code == 200
         # A WebSocket handshake, its headers dumped at DEBUG: a browser passes its token in
         # Sec-WebSocket-Protocol; others in a key header or a cookie.
         with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-            sock.sendall(("GET /sidecar HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
-                          "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                          f"Sec-WebSocket-Protocol: {tokens['proto']}\r\nX-Api-Key: {plain['api']}\r\n"
-                          f"Cookie: session={plain['cookie']}\r\n\r\n").encode())
+            sock.sendall(
+                (
+                    "GET /sidecar HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                    "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                    f"Sec-WebSocket-Protocol: {tokens['proto']}\r\nX-Api-Key: {plain['api']}\r\n"
+                    f"Cookie: session={plain['cookie']}\r\n\r\n"
+                ).encode()
+            )
             assert sock.recv(4096).startswith(b"HTTP/1.1 ")  # answered: the head was read and dumped
     finally:
         group.stop()
     log, audit = server.output(), (data / "audit.log").read_text()
     # The lines were written, each with its secret replaced.
-    assert 'GET /mcp?access_token=*** HTTP/1.1" 401' in log and "GET /health?code=***&state=*** HTTP/1.1" in log
+    assert (
+        'GET /mcp?access_token=*** HTTP/1.1" 401' in log and "GET /health?code=***&state=*** HTTP/1.1" in log
+    )
     assert "api_key=***&client_secret=***&password=***&sig=***&refresh_token=***&id_token=***" in log
     assert "GET /health?q=eyJ*** HTTP/1.1" in log
     assert "< sec-websocket-protocol: ***" in log and "< x-api-key: ***" in log and "< cookie: ***" in log
@@ -442,20 +529,32 @@ async def test_an_mcp_session_answers_only_the_token_that_opened_it(operator: Op
         assert opened.status_code == 200, opened.text
         session = opened.headers["mcp-session-id"]
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
-        as_reader = {"Authorization": f"Bearer {reader}", "mcp-session-id": session,
-                     "mcp-protocol-version": "2025-06-18"}
+        as_reader = {
+            "Authorization": f"Bearer {reader}",
+            "mcp-session-id": session,
+            "mcp-protocol-version": "2025-06-18",
+        }
         assert (await http.delete("/mcp", headers=as_reader)).status_code == 404
         r = await http.post("/mcp", json=ping, headers=as_reader)
         assert r.status_code == 404 and "Session not found" in r.text, r.text
         # The admin's session is untouched and still answers its own token.
-        r = await http.post("/mcp", json=ping, headers={**AUTH, "mcp-session-id": session,
-                                                        "mcp-protocol-version": "2025-06-18"})
+        r = await http.post(
+            "/mcp",
+            json=ping,
+            headers={**AUTH, "mcp-session-id": session, "mcp-protocol-version": "2025-06-18"},
+        )
         assert r.status_code == 200, r.text
         # And a session the reader opened answers the reader, not the admin.
-        mine = (await http.post("/mcp", json=INIT, headers={"Authorization": f"Bearer {reader}"}))
+        mine = await http.post("/mcp", json=INIT, headers={"Authorization": f"Bearer {reader}"})
         assert mine.status_code == 200
-        r = await http.delete("/mcp", headers={**AUTH, "mcp-session-id": mine.headers["mcp-session-id"],
-                                                "mcp-protocol-version": "2025-06-18"})
+        r = await http.delete(
+            "/mcp",
+            headers={
+                **AUTH,
+                "mcp-session-id": mine.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-06-18",
+            },
+        )
         assert r.status_code == 404
 
 
@@ -472,8 +571,12 @@ async def test_an_empty_project_list_is_refused_not_read_as_every_project(operat
 
     from fathom.cli import app as cli
 
-    done = await asyncio.to_thread(CliRunner().invoke, cli, ["tokens", "create", "--name", "blank", "--project", ""],
-                                   env={"FATHOM_SERVER": operator.url, "FATHOM_ADMIN_TOKEN": ADMIN})
+    done = await asyncio.to_thread(
+        CliRunner().invoke,
+        cli,
+        ["tokens", "create", "--name", "blank", "--project", ""],
+        env={"FATHOM_SERVER": operator.url, "FATHOM_ADMIN_TOKEN": ADMIN},
+    )
     assert done.exit_code != 0 and "invalid project name" in done.output, done.output
 
 
@@ -482,9 +585,17 @@ async def test_an_empty_project_list_is_refused_not_read_as_every_project(operat
 WEAK_TOKENS = [
     ("FATHOM_ADMIN_TOKEN", "aaaaaaaaaaaaaaaaaaaaaaaa", "is too easy to guess: about 2^8 tries"),
     ("FATHOM_ADMIN_TOKEN", "abcdef123456abcdef123456", "is too easy to guess: about 2^14 tries"),
-    ("FATHOM_ADMIN_TOKEN", "correct-horse-battery-staple-7Kq2", "is too easy to guess: 76 % of it is dictionary words"),
+    (
+        "FATHOM_ADMIN_TOKEN",
+        "correct-horse-battery-staple-7Kq2",
+        "is too easy to guess: 76 % of it is dictionary words",
+    ),
     ("FATHOM_METRICS_TOKEN", "qwertyuiopasdfghjklzxcvbnm", "is too easy to guess: about 2^19 tries"),
-    ("FATHOM_JOIN_TOKEN", "acgtgtcagtacgtgcatgcatgcatcgtagc", "is too easy to guess: it uses only 4 different characters"),
+    (
+        "FATHOM_JOIN_TOKEN",
+        "acgtgtcagtacgtgcatgcatgcatcgtagc",
+        "is too easy to guess: it uses only 4 different characters",
+    ),
     ("FATHOM_JOIN_TOKEN", "short-join", "is too short (10 characters; at least 24)"),
 ]
 
@@ -499,8 +610,15 @@ def test_a_weak_operator_token_is_refused_at_start_and_a_strong_one_starts(tmp_p
             port = free_port()
             proc = group.spawn(f"weak-{n}", [*argv, str(port)], env={**strong, setting: weak})
             # Bounded, and failing at once if it starts instead of refusing.
-            wait_until(lambda: proc.popen.poll() is not None or _status(lambda: httpx.get(
-                f"http://127.0.0.1:{port}/health", timeout=2).status_code) == 200, "the start's end", timeout=120)
+            wait_until(
+                lambda: (
+                    proc.popen.poll() is not None
+                    or _status(lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code)
+                    == 200
+                ),
+                "the start's end",
+                timeout=120,
+            )
             said = " ".join(proc.output().split())
             assert proc.popen.poll() == 2, (setting, weak, said)
             assert f"{setting} {reason}" in said and "secrets.token_urlsafe(32)" in said, said
@@ -512,7 +630,10 @@ def test_a_weak_operator_token_is_refused_at_start_and_a_strong_one_starts(tmp_p
         proc = group.spawn("strong", [*argv, str(port)], env=strong)
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/health", proc=proc)
-        assert httpx.get(f"{url}/admin/overview", headers={"Authorization": f"Bearer {ADMIN}"}).status_code == 200
+        assert (
+            httpx.get(f"{url}/admin/overview", headers={"Authorization": f"Bearer {ADMIN}"}).status_code
+            == 200
+        )
         assert httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {SCRAPE}"}).status_code == 200
     finally:
         group.stop()
@@ -534,7 +655,9 @@ async def test_the_admin_routes_check_the_token_without_the_request_guard(tmp_pa
     async with serve(bare) as url:
         async with httpx.AsyncClient(base_url=url) as client:
             assert (await client.get("/admin/fleet")).status_code == 401
-            assert (await client.get("/admin/fleet", headers={"Authorization": "Bearer wrong"})).status_code == 401
+            assert (
+                await client.get("/admin/fleet", headers={"Authorization": "Bearer wrong"})
+            ).status_code == 401
             assert (await client.post("/admin/fleet/tokens")).status_code == 401
             assert (await client.get("/admin/fleet", headers=AUTH)).status_code == 200
     await hub.aclose()
@@ -554,5 +677,10 @@ def test_an_audit_log_keeps_three_generations(tmp_path: Path):
     log = AuditLog(tmp_path, max_bytes=300)
     for i in range(40):
         log.record("admin", f"action {i}")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["audit.log", "audit.log.1", "audit.log.2", "audit.log.3"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "audit.log",
+        "audit.log.1",
+        "audit.log.2",
+        "audit.log.3",
+    ]
     assert log.read(3)[-1]["what"] == "action 39"

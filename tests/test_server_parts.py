@@ -14,11 +14,16 @@ from tests.test_layers import imports, modules
 
 def test_the_answers_import_nothing_of_the_server_and_the_guard_not_the_admin_api():
     edges = imports(modules())
-    answers = [dst for src, dst, _, _ in edges if src == "fathom.server.answers" and dst.startswith("fathom.server")]
+    answers = [
+        dst for src, dst, _, _ in edges if src == "fathom.server.answers" and dst.startswith("fathom.server")
+    ]
     assert answers == []
     low = ("fathom.server.auth", "fathom.server.guard", "fathom.server.tokens", "fathom.server.mcp_http")
-    reach = [(src, dst) for src, dst, _, _ in edges
-             if src in low and (dst == "fathom.server.admin" or dst.startswith("fathom.server.admin."))]
+    reach = [
+        (src, dst)
+        for src, dst, _, _ in edges
+        if src in low and (dst == "fathom.server.admin" or dst.startswith("fathom.server.admin."))
+    ]
     assert reach == []
 
 
@@ -31,7 +36,9 @@ async def test_an_app_over_built_parts_serves_the_admin_api_behind_its_token(tmp
     settings = Settings(data_dir=tmp_path)
     service = Fathom(settings, encoder=HashEmbedder(width=8))
     parts = build_parts(settings, ServerOptions(admin_token=ADMIN, service=service))
-    assert parts.service is service and parts.registry is service.registry and parts.operator.jobs is parts.jobs
+    assert (
+        parts.service is service and parts.registry is service.registry and parts.operator.jobs is parts.jobs
+    )
     with pytest.raises(TypeError):
         create_app(settings, parts=parts)  # parts already built from settings: one or the other
     app = create_app(parts=parts)
@@ -40,8 +47,9 @@ async def test_an_app_over_built_parts_serves_the_admin_api_behind_its_token(tmp
         async with httpx.AsyncClient(base_url=url) as client:
             anon = await client.get("/admin/overview")
             admin = await client.get("/admin/overview", headers={"Authorization": f"Bearer {ADMIN}"})
-            budget = await client.put("/admin/budget", json={"override": 7},
-                                      headers={"Authorization": f"Bearer {ADMIN}"})
+            budget = await client.put(
+                "/admin/budget", json={"override": 7}, headers={"Authorization": f"Bearer {ADMIN}"}
+            )
     assert anon.status_code == 401
     assert admin.status_code == 200 and {"policies", "fleet", "budget", "jobs"} <= set(admin.json())
     # The override is saved under the data dir the parts were built on, then applied.

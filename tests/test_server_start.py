@@ -25,8 +25,16 @@ from tests.fleet_fixtures import PY, ProcessGroup, free_port, spawn_sidecar, wai
 
 TOKEN = "fm_serve-test-59v6C5Q4dflnf36eVTCaqeGfZkBwh88X"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
@@ -46,9 +54,24 @@ def test_serve_with_a_token_refuses_requests_without_it(tmp_path: Path):
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
     try:
-        proc = group.spawn("serve", [PY, "-m", "fathom.cli", "--data-dir", str(tmp_path / "data"), "serve",
-                                     "--host", "0.0.0.0", "--port", str(port), "--token-file", str(token_file)],
-                           env=clean_env())
+        proc = group.spawn(
+            "serve",
+            [
+                PY,
+                "-m",
+                "fathom.cli",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "serve",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(port),
+                "--token-file",
+                str(token_file),
+            ],
+            env=clean_env(),
+        )
         url = f"http://127.0.0.1:{port}"
         wait_http(f"{url}/.well-known/oauth-protected-resource", proc=proc)
         with httpx.Client(base_url=url, headers=MCP_HEADERS, timeout=30) as http:
@@ -56,10 +79,16 @@ def test_serve_with_a_token_refuses_requests_without_it(tmp_path: Path):
             wrong = http.post("/mcp", json=INIT, headers={"Authorization": "Bearer fm_wrong-token-000000000"})
             right = http.post("/mcp", json=INIT, headers={"Authorization": f"Bearer {TOKEN}"})
             # DNS-rebinding protection stays on: a foreign Host or Origin is refused, token or not.
-            rebound = http.post("/mcp", json=INIT, headers={"Authorization": f"Bearer {TOKEN}",
-                                                            "Host": f"attacker.example:{port}"})
-            origin = http.post("/mcp", json=INIT, headers={"Authorization": f"Bearer {TOKEN}",
-                                                           "Origin": "http://attacker.example"})
+            rebound = http.post(
+                "/mcp",
+                json=INIT,
+                headers={"Authorization": f"Bearer {TOKEN}", "Host": f"attacker.example:{port}"},
+            )
+            origin = http.post(
+                "/mcp",
+                json=INIT,
+                headers={"Authorization": f"Bearer {TOKEN}", "Origin": "http://attacker.example"},
+            )
         assert bare.status_code == 401 and "Fathom needs a token" in bare.json()["error"]["message"]
         assert wrong.status_code == 401 and "was refused" in wrong.json()["error"]["message"]
         assert right.status_code == 200, right.text
@@ -82,17 +111,23 @@ async def test_serve_on_loopback_needs_no_token_unless_one_is_set(tmp_path: Path
             r = await http.post("/mcp", json=INIT)
             assert r.status_code == expected, (token, r.text)
             if token:
-                assert (await http.post("/mcp", json=INIT, headers={"Authorization": f"Bearer {token}"})).status_code == 200
+                assert (
+                    await http.post("/mcp", json=INIT, headers={"Authorization": f"Bearer {token}"})
+                ).status_code == 200
     await fathom.aclose()
 
 
 # ---------------------------------------------------------------------------- fathom server
 
 
-def start_server(group: ProcessGroup, name: str, data_dir: Path, port: int, *args: str,
-                 env: dict[str, str] | None = None) -> object:
-    return group.spawn(name, [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data_dir), *args],
-                       env=clean_env(**(env or {})))
+def start_server(
+    group: ProcessGroup, name: str, data_dir: Path, port: int, *args: str, env: dict[str, str] | None = None
+) -> object:
+    return group.spawn(
+        name,
+        [PY, "-m", "fathom.server", "--port", str(port), "--data-dir", str(data_dir), *args],
+        env=clean_env(**(env or {})),
+    )
 
 
 def printed_tokens(output: str) -> dict[str, str]:
@@ -123,8 +158,11 @@ def test_a_busy_port_prints_no_token_and_exits_cleanly(tmp_path: Path):
         tokens = printed_tokens(proc.output())
         assert set(tokens) == {"admin", "sidecar join"}, proc.output()
         wait_http(f"http://127.0.0.1:{port}/health", proc=proc)
-        r = httpx.get(f"http://127.0.0.1:{port}/admin/overview", headers={"Authorization": f"Bearer {tokens['admin']}"},
-                      timeout=30)
+        r = httpx.get(
+            f"http://127.0.0.1:{port}/admin/overview",
+            headers={"Authorization": f"Bearer {tokens['admin']}"},
+            timeout=30,
+        )
         assert r.status_code == 200
     finally:
         busy.close()
@@ -139,7 +177,9 @@ def test_rotation_prints_a_fresh_token_once_and_the_old_one_stops_working(tmp_pa
     url = f"http://127.0.0.1:{port}"
 
     def overview(token: str) -> int:
-        return httpx.get(f"{url}/admin/overview", headers={"Authorization": f"Bearer {token}"}, timeout=30).status_code
+        return httpx.get(
+            f"{url}/admin/overview", headers={"Authorization": f"Bearer {token}"}, timeout=30
+        ).status_code
 
     def run(name: str, *args: str, env: dict[str, str] | None = None) -> tuple[object, dict[str, str]]:
         proc = start_server(group, name, data, port, *args, env=env)
@@ -161,7 +201,9 @@ def test_rotation_prints_a_fresh_token_once_and_the_old_one_stops_working(tmp_pa
 
         rotated, new = run("rotated", "--rotate-admin-token", "--rotate-join-token")
         out = rotated.output()
-        assert "admin token (rotated; shown once)" in out and "sidecar join token (rotated; shown once)" in out
+        assert (
+            "admin token (rotated; shown once)" in out and "sidecar join token (rotated; shown once)" in out
+        )
         assert set(new) == {"admin", "sidecar join"} and new["admin"] != old["admin"]
         assert overview(old["admin"]) == 401 and overview(new["admin"]) == 200
         # The old join token is refused; the new one joins, read from a file.
@@ -169,20 +211,42 @@ def test_rotation_prints_a_fresh_token_once_and_the_old_one_stops_working(tmp_pa
         assert refused.popen.wait(timeout=120) == 2 and "refused" in refused.output()
         token_file = tmp_path / "join-token"
         token_file.write_text(new["sidecar join"] + "\n")
-        joined = group.spawn("sidecar-gpu-new", [PY, "-m", "fathom.fleet.command", "--server", f"ws://127.0.0.1:{port}",
-                                                 "--name", "gpu-new", "--token-file", str(token_file),
-                                                 "--state-dir", str(tmp_path / "state")], env=clean_env())
+        joined = group.spawn(
+            "sidecar-gpu-new",
+            [
+                PY,
+                "-m",
+                "fathom.fleet.command",
+                "--server",
+                f"ws://127.0.0.1:{port}",
+                "--name",
+                "gpu-new",
+                "--token-file",
+                str(token_file),
+                "--state-dir",
+                str(tmp_path / "state"),
+            ],
+            env=clean_env(),
+        )
 
         def pending() -> bool:
-            sidecars = httpx.get(f"{url}/admin/fleet", headers={"Authorization": f"Bearer {new['admin']}"},
-                                 timeout=30).json()["sidecars"]
-            return any(s["name"] == "gpu-new" and s["state"] == "pending" and s["connected"] for s in sidecars)
+            sidecars = httpx.get(
+                f"{url}/admin/fleet", headers={"Authorization": f"Bearer {new['admin']}"}, timeout=30
+            ).json()["sidecars"]
+            return any(
+                s["name"] == "gpu-new" and s["state"] == "pending" and s["connected"] for s in sidecars
+            )
 
         wait_until(pending, "the sidecar with the new join token", procs=[joined])
         assert "visible to every user" not in joined.output()  # no warning: it was not on argv
-        audit = httpx.get(f"{url}/admin/audit", headers={"Authorization": f"Bearer {new['admin']}"}, timeout=30).json()
+        audit = httpx.get(
+            f"{url}/admin/audit", headers={"Authorization": f"Bearer {new['admin']}"}, timeout=30
+        ).json()
         rotations = [e for e in audit["entries"] if e["who"] == "server command line"]
-        assert [e["what"].split(" (")[0] for e in rotations] == ["rotated the sidecar join token", "rotated the admin token"]
+        assert [e["what"].split(" (")[0] for e in rotations] == [
+            "rotated the sidecar join token",
+            "rotated the admin token",
+        ]
         text = (data / "audit.log").read_text()
         for token in (*old.values(), *new.values()):
             assert token not in text and token not in (data / "admin.json").read_text()
@@ -215,8 +279,21 @@ def test_the_sidecar_takes_its_token_from_a_file_or_the_environment(tmp_path: Pa
     with pytest.raises(Exception, match="is empty"):
         join_token(None, tmp_path / "empty")
     # On the command line it still works, with a warning that `ps` shows it.
-    assert sidecar_main(["--server", "ws://192.0.2.1:8765", "--token", "fj_on-argv", "--name", "n",
-                         "--serve", "embedding=in-process"]) == 2  # refused for the insecure URL, after the warning
+    assert (
+        sidecar_main(
+            [
+                "--server",
+                "ws://192.0.2.1:8765",
+                "--token",
+                "fj_on-argv",
+                "--name",
+                "n",
+                "--serve",
+                "embedding=in-process",
+            ]
+        )
+        == 2
+    )  # refused for the insecure URL, after the warning
     err = capsys.readouterr().err
     assert "visible to every user of this host" in err and "fj_on-argv" not in err
     assert sidecar_main(["--server", "wss://fathom.example.net", "--name", "n"]) == 2

@@ -28,9 +28,14 @@ from tests.fleet_fixtures import PY, ProcessGroup, free_port, wait_until
 from tests.retrieval_fixtures import sample_project  # noqa: F401
 
 GRACE = "60"  # seconds: a clean stop takes one or two; past this the watchdog forces it
-ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")},
-       "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "PYTHONUNBUFFERED": "1", "FATHOM_STOP_GRACE_S": GRACE}
+ENV = {
+    **{k: v for k, v in os.environ.items() if not k.startswith("FATHOM_")},
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "PYTHONUNBUFFERED": "1",
+    "FATHOM_STOP_GRACE_S": GRACE,
+}
 FORCED = "forcing it"
 EDIT = "\n\ndef jitter(delay):\n    return delay * 1.1\n"
 
@@ -42,23 +47,32 @@ def ended(popen: subprocess.Popen, log: Path | None = None, timeout: float = 90.
     except subprocess.TimeoutExpired:
         popen.kill()
         popen.wait(timeout=30)
-        raise AssertionError(f"did not exit within {timeout} s of the signal:\n"
-                             + (log.read_text() if log else "")) from None
+        raise AssertionError(
+            f"did not exit within {timeout} s of the signal:\n" + (log.read_text() if log else "")
+        ) from None
     text = log.read_text() if log else ""
     assert FORCED not in text, text
     return code
 
 
 def _watch(group: ProcessGroup, tmp: Path, project: Path):
-    return group.spawn("watch", [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "watch",
-                                 str(project), "--project", "shop"], env=ENV)
+    return group.spawn(
+        "watch",
+        [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "watch", str(project), "--project", "shop"],
+        env=ENV,
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("moment,sig", [("starting", "SIGINT"), ("syncing", "SIGINT"),
-                                        ("idle", "SIGINT"), ("idle", "SIGTERM")])
-def test_watch_stops_cleanly_at_any_moment(tmp_path: Path, sample_project: Path,  # noqa: F811
-                                           moment: str, sig: str):
+@pytest.mark.parametrize(
+    "moment,sig", [("starting", "SIGINT"), ("syncing", "SIGINT"), ("idle", "SIGINT"), ("idle", "SIGTERM")]
+)
+def test_watch_stops_cleanly_at_any_moment(
+    tmp_path: Path,
+    sample_project: Path,  # noqa: F811
+    moment: str,
+    sig: str,
+):
     group = ProcessGroup(tmp_path / "logs")
     try:
         proc = _watch(group, tmp_path, sample_project)
@@ -79,9 +93,23 @@ def test_watch_stops_cleanly_at_any_moment(tmp_path: Path, sample_project: Path,
         else:  # stopped before its first index ended: said as an interrupted index
             assert code == 130 and "interrupted: the active index is unchanged" in out, out
         # Nothing left held or half-written: the same project indexes again at once.
-        again = subprocess.run([PY, "-m", "fathom.cli", "--data-dir", str(tmp_path / "data"),
-                                "index", str(sample_project), "--project", "shop"],
-                               env=ENV, capture_output=True, text=True, timeout=300)
+        again = subprocess.run(
+            [
+                PY,
+                "-m",
+                "fathom.cli",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "index",
+                str(sample_project),
+                "--project",
+                "shop",
+            ],
+            env=ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert again.returncode == 0, again.stdout + again.stderr
     finally:
         group.stop()
@@ -97,7 +125,12 @@ class StdioHost:
         with self.out.open("w") as out, self.err.open("w") as err:
             self.popen = subprocess.Popen(
                 [PY, "-m", "fathom.cli", "--data-dir", str(tmp / "data"), "mcp", *mode],
-                stdin=subprocess.PIPE, stdout=out, stderr=err, env=ENV, start_new_session=True)
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                env=ENV,
+                start_new_session=True,
+            )
 
     def send(self, message: dict) -> None:
         assert self.popen.stdin is not None
@@ -105,13 +138,23 @@ class StdioHost:
         self.popen.stdin.flush()
 
     def answered(self, msg_id: int) -> bool:
-        return any(json.loads(line).get("id") == msg_id
-                   for line in self.out.read_text().splitlines() if line.strip())
+        return any(
+            json.loads(line).get("id") == msg_id for line in self.out.read_text().splitlines() if line.strip()
+        )
 
     def initialize(self) -> None:
-        self.send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                              "clientInfo": {"name": "test", "version": "1"}}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "test", "version": "1"},
+                },
+            }
+        )
         wait_until(lambda: self.answered(1) or self.popen.poll() is not None, "initialize")
         assert self.answered(1), self.err.read_text()
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -123,11 +166,15 @@ class StdioHost:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("moment,sig", [("loading", "SIGINT"), ("idle", "SIGINT"),
-                                        ("idle", "SIGTERM"), ("indexing", "SIGTERM")])
-def test_mcp_stops_cleanly_while_the_host_keeps_stdin_open(tmp_path: Path,
-                                                           sample_project: Path,  # noqa: F811
-                                                           moment: str, sig: str):
+@pytest.mark.parametrize(
+    "moment,sig", [("loading", "SIGINT"), ("idle", "SIGINT"), ("idle", "SIGTERM"), ("indexing", "SIGTERM")]
+)
+def test_mcp_stops_cleanly_while_the_host_keeps_stdin_open(
+    tmp_path: Path,
+    sample_project: Path,  # noqa: F811
+    moment: str,
+    sig: str,
+):
     host = StdioHost(tmp_path)
     try:
         if moment == "loading":
@@ -135,10 +182,17 @@ def test_mcp_stops_cleanly_while_the_host_keeps_stdin_open(tmp_path: Path,
         else:
             host.initialize()
             if moment == "indexing":
-                host.send({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                           "params": {"name": "index_project",
-                                      "arguments": {"path": str(sample_project),
-                                                    "project": "shop", "wait": True}}})
+                host.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 2,
+                        "method": "tools/call",
+                        "params": {
+                            "name": "index_project",
+                            "arguments": {"path": str(sample_project), "project": "shop", "wait": True},
+                        },
+                    }
+                )
                 time.sleep(1.0)
         host.popen.send_signal(getattr(signal, sig))
         assert ended(host.popen, host.err) == 0
@@ -165,8 +219,7 @@ def test_the_bridge_and_the_background_fathom_each_stop_cleanly(tmp_path: Path, 
         assert f"fathom mcp: stopped by {sig}" in host.err.read_text()
         os.kill(daemon, 0)  # still serving: it outlives the session that started it
         os.kill(daemon, getattr(signal, sig))
-        wait_until(lambda: not run_file.exists(), "the background Fathom to remove its run file",
-                   timeout=90)
+        wait_until(lambda: not run_file.exists(), "the background Fathom to remove its run file", timeout=90)
         wait_until(lambda: not _alive(daemon), "the background Fathom to exit", timeout=30)
         log = (tmp_path / "data" / "daemon.log").read_text()
         assert FORCED not in log, log
@@ -190,22 +243,42 @@ def test_serve_stops_within_its_grace_while_a_client_holds_a_stream(tmp_path: Pa
     group = ProcessGroup(tmp_path / "logs")
     port = free_port()
     try:
-        proc = group.spawn("serve", [PY, "-m", "fathom.cli", "--data-dir", str(tmp_path / "data"),
-                                     "serve", "--port", str(port), "--no-auth", "--no-watch"],
-                           env={**ENV, "FATHOM_STOP_GRACE_S": "2"})
-        wait_until(lambda: "fathom MCP (streamable HTTP) on" in proc.output(), "serve to start",
-                   procs=[proc])
-        headers = {"Accept": "application/json, text/event-stream",
-                   "Content-Type": "application/json"}
+        proc = group.spawn(
+            "serve",
+            [
+                PY,
+                "-m",
+                "fathom.cli",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "serve",
+                "--port",
+                str(port),
+                "--no-auth",
+                "--no-watch",
+            ],
+            env={**ENV, "FATHOM_STOP_GRACE_S": "2"},
+        )
+        wait_until(lambda: "fathom MCP (streamable HTTP) on" in proc.output(), "serve to start", procs=[proc])
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
         url = f"http://127.0.0.1:{port}/mcp"
         with httpx.Client(timeout=30) as client:
-            init = client.post(url, headers=headers, json={
-                "jsonrpc": "2.0", "id": 1, "method": "initialize",
-                "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                           "clientInfo": {"name": "test", "version": "1"}}})
+            init = client.post(
+                url,
+                headers=headers,
+                json={
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "test", "version": "1"},
+                    },
+                },
+            )
             assert init.status_code == 200, init.text
-            session = {"mcp-session-id": init.headers["mcp-session-id"],
-                       "mcp-protocol-version": "2025-06-18"}
+            session = {"mcp-session-id": init.headers["mcp-session-id"], "mcp-protocol-version": "2025-06-18"}
             with client.stream("GET", url, headers={"Accept": "text/event-stream", **session}):
                 proc.popen.send_signal(signal.SIGINT)
                 code = ended(proc.popen, proc.log_path, timeout=60)
@@ -230,9 +303,11 @@ def test_a_stop_that_cannot_finish_is_forced_and_shows_what_it_waited_on(tmp_pat
         "try:\n"
         "    run_stoppable(main(), grace_s=1.0)\n"
         "except Stopped as exc:\n"
-        "    print(f'clean: {exc}', flush=True)\n")
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+        "    print(f'clean: {exc}', flush=True)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
@@ -251,8 +326,22 @@ def test_serve_removes_its_local_file_and_says_it_stopped(tmp_path: Path, sig: s
     port = free_port()
     door = tmp_path / "data" / "local_server.json"
     try:
-        proc = group.spawn("serve", [PY, "-m", "fathom.cli", "--data-dir", str(tmp_path / "data"),
-                                     "serve", "--port", str(port), "--no-auth", "--no-watch"], env=ENV)
+        proc = group.spawn(
+            "serve",
+            [
+                PY,
+                "-m",
+                "fathom.cli",
+                "--data-dir",
+                str(tmp_path / "data"),
+                "serve",
+                "--port",
+                str(port),
+                "--no-auth",
+                "--no-watch",
+            ],
+            env=ENV,
+        )
         wait_until(door.exists, "serve to open its local door", procs=[proc])
         proc.popen.send_signal(getattr(signal, sig))
         ended(proc.popen, proc.log_path)
@@ -299,9 +388,15 @@ def test_a_sigterm_just_after_the_local_file_is_written_still_removes_it(tmp_pat
         "config = uvicorn.Config(lambda scope, receive, send: None, log_level='warning')\n"
         "serve_with_door(config, None, Door(sys.argv[1], 'http://127.0.0.1:1', kind='serve'),\n"
         "                lambda name: print('stopped by', name, flush=True))\n"
-        "print('not reached', flush=True)\n")
-    done = subprocess.run([PY, "-c", script, str(tmp_path)], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        "print('not reached', flush=True)\n"
+    )
+    done = subprocess.run(
+        [PY, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert done.returncode == -signal.SIGTERM, done.stdout + done.stderr
     assert "stopped by SIGTERM" in done.stdout and "not reached" not in done.stdout
     assert not (tmp_path / "local_server.json").exists()

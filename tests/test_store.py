@@ -45,9 +45,14 @@ def test_space_lives_in_the_lance_table_metadata(store):
     name = store._active("p", "code")[0]
     meta = store._table("p", name).schema.metadata
     assert json.loads(meta[b"fathom.space"]) == {
-        "table": "code", "model": "test-encoder", "width": WIDTH, "reference": REFERENCE}
-    assert str(store._table("p", name).schema.field("vector").type) == \
-        f"fixed_size_list<item: float>[{WIDTH}]"
+        "table": "code",
+        "model": "test-encoder",
+        "width": WIDTH,
+        "reference": REFERENCE,
+    }
+    assert (
+        str(store._table("p", name).schema.field("vector").type) == f"fixed_size_list<item: float>[{WIDTH}]"
+    )
 
 
 # ---------------------------------------------------------------- refused writes
@@ -121,16 +126,14 @@ def _vector_indexes(store, project="p"):
     return [i for i in tbl.list_indices() if i.columns == ["vector"]]
 
 
-def test_a_table_past_exact_max_rows_is_searched_through_its_ann_index_whatever_the_room(
-        tmp_path):
+def test_a_table_past_exact_max_rows_is_searched_through_its_ann_index_whatever_the_room(tmp_path):
     """The cache has room for both tables (the default bound), but past `exact_max_rows` an
     exact scan is slower than the ANN index: the big table is never loaded, the small one is."""
     store = LanceStore(tmp_path, ann_min_rows=500, exact_max_rows=1000)
     big, big_vecs = _big_table(store, "big", n=1200)
     small, small_vecs = _big_table(store, "small", n=800)
     assert store.wait_for_ann(timeout=120)
-    assert [h.chunk_id for h in store.vector_search("small", "code", small_vecs[3], 1)] == [
-        small[3].chunk_id]
+    assert [h.chunk_id for h in store.vector_search("small", "code", small_vecs[3], 1)] == [small[3].chunk_id]
     assert store.vector_search("big", "code", big_vecs[3], 1)[0].chunk_id == big[3].chunk_id
     assert {slug for slug, _ in store._matrices} == {"small"}
     assert _vector_indexes(store, "big") and not _vector_indexes(store, "small")
@@ -214,12 +217,12 @@ def test_the_build_window_is_served_exactly_from_a_mapped_copy_then_by_the_index
             hits = store.vector_search("p", "code", vecs[qi], 10)
             assert [h.chunk_id for h in hits] == [chunks[i].chunk_id for i in exact]
             assert [h.path for h in hits] == [chunks[i].path for i in exact]
-            np.testing.assert_allclose([h.score for h in hits], vecs[exact] @ vecs[qi],
-                                       atol=1e-5)
+            np.testing.assert_allclose([h.score for h in hits], vecs[exact] @ vecs[qi], atol=1e-5)
             assert store.window_stats.served == served
         assert lance == []  # not one query reached LanceDB's flat scan
         # A filtered search is LanceDB's (the copy holds no filter columns).
         from fathom.index.filters import SearchFilter
+
         store.vector_search("p", "code", vecs[3], 5, where=SearchFilter(language="python"))
         assert len(lance) == 1 and store.window_stats.served == 3
         # The copy is no table: verify and garbage collection leave it be.
@@ -307,8 +310,7 @@ def test_the_matrix_cache_stays_under_its_bound_and_keeps_the_tables_in_use(tmp_
     probe = LanceStore(tmp_path)
     probe.vector_search("a", "code", query, 1)
     one = next(iter(probe._matrices.values())).nbytes  # the three tables are alike in size
-    store = LanceStore(tmp_path, clock=clock, matrix_cache_bytes=int(2.5 * one),
-                       cache_idle_s=60)
+    store = LanceStore(tmp_path, clock=clock, matrix_cache_bytes=int(2.5 * one), cache_idle_s=60)
 
     def held():
         return sum(m.nbytes for m in store._matrices.values())
@@ -380,7 +382,7 @@ def test_searches_from_threads_while_batches_are_written(store):
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures = [pool.submit(searcher, i) for i in range(30)]
         for b in range(0, 60, 10):
-            store.write("p", "code", more[b:b + 10], more_vecs[b:b + 10], CLEARED)
+            store.write("p", "code", more[b : b + 10], more_vecs[b : b + 10], CLEARED)
         assert all(f.result(timeout=60) == 5 for f in futures)
     assert store.table_info("p", "code").rows == 70
     assert store.vector_search("p", "code", more_vecs[59], 1)[0].chunk_id == more[59].chunk_id

@@ -69,11 +69,18 @@ class Backend:
         if isinstance(store, LanceStore):
             return {p.name.removesuffix(".lance") for p in store._dir(project).glob("*.lance")}
         conn = store.db.conn()  # type: ignore[attr-defined]
-        meta = {r[0] for r in conn.execute(
-            "SELECT name FROM fathom.vector_tables WHERE project = %s", (project,)).fetchall()}
-        real = {r[0] for r in conn.execute(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'fathom' AND tablename ~ '^v[0-9]+$'"
-        ).fetchall()}
+        meta = {
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM fathom.vector_tables WHERE project = %s", (project,)
+            ).fetchall()
+        }
+        real = {
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'fathom' AND tablename ~ '^v[0-9]+$'"
+            ).fetchall()
+        }
         assert meta <= real  # every recorded table exists
         return meta
 
@@ -253,16 +260,14 @@ def test_interrupted_shadow_leaves_active_intact_and_resumes(backend, store):
 
     restarted = backend.open()
     assert sorted(e.chunk_id for e in restarted.manifest("p", "code")) == before
-    assert restarted.vector_search("p", "code", old_vecs[3], 1)[0].chunk_id == \
-        old_chunks[3].chunk_id
+    assert restarted.vector_search("p", "code", old_vecs[3], 1)[0].chunk_id == old_chunks[3].chunk_id
 
     resumed = restarted.begin_shadow("p", "code", SPACE)
     assert resumed.resumed and resumed.rows == 15
     done = restarted.chunk_ids("p", "code", Slot.SHADOW)
     assert done == {c.chunk_id for c in new_chunks[:15]}
     todo = [i for i, c in enumerate(new_chunks) if c.chunk_id not in done]
-    restarted.write("p", "code", [new_chunks[i] for i in todo], new_vecs[todo], CLEARED,
-                    slot=Slot.SHADOW)
+    restarted.write("p", "code", [new_chunks[i] for i in todo], new_vecs[todo], CLEARED, slot=Slot.SHADOW)
     assert restarted.promote("p", "code").rows == 40
 
 
@@ -285,8 +290,13 @@ time.sleep(120)  # only a kill ends this process
 def test_writer_killed_mid_shadow_build_leaves_active_searchable_and_resumes(backend, store):
     """A real writer process is SIGKILLed in the middle of a shadow build."""
     old_chunks, old_vecs = indexed(store)
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, backend.location], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, backend.location],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # the first batch is committed...
         assert line.startswith("batch"), proc.stderr.read()[-3000:]
@@ -301,20 +311,18 @@ def test_writer_killed_mid_shadow_build_leaves_active_searchable_and_resumes(bac
     # The server's store object keeps answering from the untouched active table.
     assert store.vector_search("p", "code", old_vecs[5], 1)[0].chunk_id == old_chunks[5].chunk_id
     assert store.text_search("p", "code", "half", 5) == []
-    assert sorted(e.chunk_id for e in store.manifest("p", "code")) == \
-        sorted(c.chunk_id for c in old_chunks)
+    assert sorted(e.chunk_id for e in store.manifest("p", "code")) == sorted(c.chunk_id for c in old_chunks)
 
     # Resume: every batch is all-or-nothing, so what is there is a prefix of whole batches.
     want, want_vecs = make_chunks(200, prefix="half"), clustered(200, seed=5)
     resumed = store.begin_shadow("p", "code", SPACE)
     assert resumed.resumed and resumed.rows >= 12
     done = store.chunk_ids("p", "code", Slot.SHADOW)
-    assert done == {c.chunk_id for c in want[:len(done)]}
+    assert done == {c.chunk_id for c in want[: len(done)]}
     assert len(done) % 12 == 0 or len(done) == 200
     todo = [i for i, c in enumerate(want) if c.chunk_id not in done]
     if todo:
-        store.write("p", "code", [want[i] for i in todo], want_vecs[todo], CLEARED,
-                    slot=Slot.SHADOW)
+        store.write("p", "code", [want[i] for i in todo], want_vecs[todo], CLEARED, slot=Slot.SHADOW)
     assert store.promote("p", "code").rows == 200
     assert store.vector_search("p", "code", want_vecs[150], 1)[0].chunk_id == want[150].chunk_id
 
@@ -338,8 +346,14 @@ def test_full_reindex_can_move_the_table_to_a_new_space(store):
     store.begin_shadow("p", "code", wider)
     with pytest.raises(WidthMismatch):
         store.write("p", "code", make_chunks(2), clustered(2), CLEARED, slot=Slot.SHADOW)
-    store.write("p", "code", make_chunks(2), clustered(2, width=32),
-                Provenance("local:bigger-encoder", None), slot=Slot.SHADOW)
+    store.write(
+        "p",
+        "code",
+        make_chunks(2),
+        clustered(2, width=32),
+        Provenance("local:bigger-encoder", None),
+        slot=Slot.SHADOW,
+    )
     assert store.space_of("p", "code") == SPACE
     store.promote("p", "code")
     assert store.space_of("p", "code") == wider
@@ -376,8 +390,9 @@ def test_incremental_delete_and_upsert(store):
     assert manifest[chunks[0].chunk_id].path == chunks[0].path
     assert store.vector_search("p", "code", vecs[4], 1)[0].chunk_id == chunks[4].chunk_id
 
-    changed = Chunk(chunks[4].path, "python", "code", 1, 12, "f_4",
-                    "def f_4(x):\n    return a brand new zanzibar body\n")
+    changed = Chunk(
+        chunks[4].path, "python", "code", 1, 12, "f_4", "def f_4(x):\n    return a brand new zanzibar body\n"
+    )
     assert store.delete("p", "code", chunk_ids=[chunks[4].chunk_id]) == 1
     assert store.delete("p", "code", paths=[chunks[7].path]) == 1
     assert store.delete("p", "code", chunk_ids=["not-there"]) == 0
@@ -392,8 +407,7 @@ def test_incremental_delete_and_upsert(store):
     assert store.text_search("p", "code", "zanzibar", 3)[0].chunk_id == changed.chunk_id
     store.refresh("p", "code")
     assert store.text_search("p", "code", "zanzibar", 3)[0].chunk_id == changed.chunk_id
-    assert chunks[7].chunk_id not in {h.chunk_id for h in store.vector_search(
-        "p", "code", vecs[7], 10)}
+    assert chunks[7].chunk_id not in {h.chunk_id for h in store.vector_search("p", "code", vecs[7], 10)}
 
 
 def test_upsert_is_idempotent(store):
@@ -421,8 +435,15 @@ def haystack(store):
     """200 chunks in clusters; one holds a rare identifier but sits in an unrelated cluster."""
     chunks = make_chunks(200, files=20, lines=8)
     vecs = clustered(200, clusters=6, seed=3)
-    needle = Chunk("pkg/registry.py", "python", "code", 41, 57, "Registry.frobnicate_registry",
-                   "def frobnicate_registry(self, entries):\n    return merge(entries)\n")
+    needle = Chunk(
+        "pkg/registry.py",
+        "python",
+        "code",
+        41,
+        57,
+        "Registry.frobnicate_registry",
+        "def frobnicate_registry(self, entries):\n    return merge(entries)\n",
+    )
     needle_vec = clustered(1, clusters=1, seed=99)
     store.open_table("p", "code", SPACE)
     store.write("p", "code", [*chunks, needle], np.vstack([vecs, needle_vec]), CLEARED)
@@ -432,16 +453,18 @@ def haystack(store):
 def test_hybrid_search_returns_the_exact_keyword_match(store, haystack):
     chunks, vecs, needle, _ = haystack
     query_vec = vecs[0]  # the vector half points somewhere else entirely
-    assert needle.chunk_id not in {h.chunk_id for h in store.vector_search("p", "code",
-                                                                          query_vec, 10)}
-    assert store.text_search("p", "code", "frobnicate_registry", 3)[0].chunk_id == \
-        needle.chunk_id
+    assert needle.chunk_id not in {h.chunk_id for h in store.vector_search("p", "code", query_vec, 10)}
+    assert store.text_search("p", "code", "frobnicate_registry", 3)[0].chunk_id == needle.chunk_id
     hits = hybrid_search(store, "p", "code", query_vec, "frobnicate_registry", k=5)
     assert needle.chunk_id in {h.chunk_id for h in hits[:2]}
     top = next(h for h in hits if h.chunk_id == needle.chunk_id)
     assert top.text_score is not None and top.text_score > 0
-    assert (top.path, top.start_line, top.end_line, top.symbol) == \
-        (needle.path, 41, 57, "Registry.frobnicate_registry")
+    assert (top.path, top.start_line, top.end_line, top.symbol) == (
+        needle.path,
+        41,
+        57,
+        "Registry.frobnicate_registry",
+    )
 
 
 def test_a_query_naming_a_function_finds_its_definition_first(store, haystack):
@@ -449,26 +472,50 @@ def test_a_query_naming_a_function_finds_its_definition_first(store, haystack):
     # vector points at them. The fused search puts the definition first, on either backend,
     # and says why.
     chunks, vecs, needle, _ = haystack
-    callers = [Chunk(f"pkg/registry_use_{i}.py", "python", "code", 1, 6,
-                     f"RegistryUse.frobnicate_registry_twice_{i}",
-                     f"def frobnicate_registry_twice_{i}(registry):\n"
-                     f"    registry.frobnicate_registry(1)\n"
-                     f"    registry.frobnicate_registry(2)\n"
-                     f"    return registry.frobnicate_registry(3)\n")
-               for i in range(3)]
+    callers = [
+        Chunk(
+            f"pkg/registry_use_{i}.py",
+            "python",
+            "code",
+            1,
+            6,
+            f"RegistryUse.frobnicate_registry_twice_{i}",
+            f"def frobnicate_registry_twice_{i}(registry):\n"
+            f"    registry.frobnicate_registry(1)\n"
+            f"    registry.frobnicate_registry(2)\n"
+            f"    return registry.frobnicate_registry(3)\n",
+        )
+        for i in range(3)
+    ]
     # Weaker keyword matches, so the callers' keyword scores sit near the top of the list.
-    callers += [Chunk(f"pkg/notes_{i}.py", "python", "code", 1, 3, f"note_{i}",
-                      f"def note_{i}():\n    return 'see the registry docs'\n") for i in range(5)]
+    callers += [
+        Chunk(
+            f"pkg/notes_{i}.py",
+            "python",
+            "code",
+            1,
+            3,
+            f"note_{i}",
+            f"def note_{i}():\n    return 'see the registry docs'\n",
+        )
+        for i in range(5)
+    ]
     caller_vecs = clustered(len(callers), clusters=1, seed=5)
     store.write("p", "code", callers, caller_vecs, CLEARED)
     store.refresh("p", "code")
     # The question's vector lies among the callers, which the keyword half also holds:
     # equal-weight RRF ranks a caller first.
-    lists = [store.vector_search("p", "code", caller_vecs[0], 40),
-             store.text_search("p", "code", "frobnicate_registry", 40)]
+    lists = [
+        store.vector_search("p", "code", caller_vecs[0], 40),
+        store.text_search("p", "code", "frobnicate_registry", 40),
+    ]
     assert rrf_fuse(lists)[0].chunk_id != needle.chunk_id
-    for query in ("frobnicate_registry", "`frobnicate_registry`",
-                  "Registry.frobnicate_registry", "where is frobnicate_registry defined"):
+    for query in (
+        "frobnicate_registry",
+        "`frobnicate_registry`",
+        "Registry.frobnicate_registry",
+        "where is frobnicate_registry defined",
+    ):
         top = hybrid_search(store, "p", "code", caller_vecs[0], query, k=5)[0]
         assert (top.chunk_id, top.match) == (needle.chunk_id, "symbol"), query
         assert top.text_rank is not None and top.text_score is not None
@@ -486,14 +533,28 @@ def test_natural_language_never_drags_a_clear_vector_first_down(store):
     def near(cos: float) -> np.ndarray:
         noise = rng.standard_normal(WIDTH)
         noise -= noise @ q * q
-        v = cos * q + np.sqrt(1 - cos ** 2) * noise / np.linalg.norm(noise)
+        v = cos * q + np.sqrt(1 - cos**2) * noise / np.linalg.norm(noise)
         return v.astype(np.float32)
 
-    a = Chunk("pkg/clean.py", "python", "code", 1, 4, "strip_markup",
-              "def strip_markup(value):\n    return _PATTERN.sub(' ', value).strip()\n")
-    b = Chunk("pkg/listing.py", "python", "code", 1, 4, "tags_for",
-              "def tags_for(html_string):\n    # remove nothing: list the html tags of a string\n"
-              "    return re.findall('<(\\w+)', html_string)\n")
+    a = Chunk(
+        "pkg/clean.py",
+        "python",
+        "code",
+        1,
+        4,
+        "strip_markup",
+        "def strip_markup(value):\n    return _PATTERN.sub(' ', value).strip()\n",
+    )
+    b = Chunk(
+        "pkg/listing.py",
+        "python",
+        "code",
+        1,
+        4,
+        "tags_for",
+        "def tags_for(html_string):\n    # remove nothing: list the html tags of a string\n"
+        "    return re.findall('<(\\w+)', html_string)\n",
+    )
     others = make_chunks(30, prefix="o")
     rows = [a, b, *others]
     vectors = np.vstack([near(0.80), near(0.60), *[near(c) for c in np.linspace(0.55, 0.1, 30)]])
@@ -568,23 +629,21 @@ def test_provenance_counts_written_since_and_replace_vectors(store, clock):
 
     new = clustered(2, seed=11)
     verdicted = Provenance(REFERENCE, "verdict-1")
-    assert store.replace_vectors("p", "code", [chunks[0].chunk_id, chunks[1].chunk_id], new,
-                                 verdicted) == 2
-    assert store.provenance_counts("p", "code") == {(REFERENCE, None): 6,
-                                                    (REFERENCE, "verdict-1"): 2}
+    assert store.replace_vectors("p", "code", [chunks[0].chunk_id, chunks[1].chunk_id], new, verdicted) == 2
+    assert store.provenance_counts("p", "code") == {(REFERENCE, None): 6, (REFERENCE, "verdict-1"): 2}
     hit, vec = store.chunk_at("p", "code", chunks[1].path, 2)
     assert hit.chunk_id == chunks[1].chunk_id and hit.symbol == chunks[1].symbol
     assert np.allclose(vec, new[1], atol=1e-6)
     assert store.vector_search("p", "code", new[0], 1)[0].chunk_id == chunks[0].chunk_id
     assert store.chunk_texts("p", "code", [chunks[0].chunk_id, "nope"]) == {
-        chunks[0].chunk_id: chunks[0].text}
+        chunks[0].chunk_id: chunks[0].text
+    }
 
 
 def test_replace_vectors_is_validated_and_cleared(store):
     chunks, vecs = indexed(store, n=3)
     with pytest.raises(NotCleared):
-        store.replace_vectors("p", "code", [chunks[0].chunk_id], vecs[:1],
-                              Provenance("cloud:x", "v"))
+        store.replace_vectors("p", "code", [chunks[0].chunk_id], vecs[:1], Provenance("cloud:x", "v"))
     with pytest.raises(WidthMismatch):
         store.replace_vectors("p", "code", [chunks[0].chunk_id], np.ones((1, 3)), CLEARED)
     with pytest.raises(StoreError) as err:
@@ -635,12 +694,9 @@ def test_bad_project_names_are_refused(store):
 def test_fake_clock_drives_written_at(store, clock):
     clock.now = 1_900_000_000.0
     indexed(store, n=1)
-    assert store.table_info("p", "code").last_indexed == datetime.fromtimestamp(
-        1_900_000_000.0, tz=UTC)
-    assert len(store.written_since("p", "code", datetime.fromtimestamp(1_899_999_999.0,
-                                                                          tz=UTC))) == 1
-    assert store.written_since("p", "code", datetime.fromtimestamp(1_900_000_001.0,
-                                                                      tz=UTC)) == []
+    assert store.table_info("p", "code").last_indexed == datetime.fromtimestamp(1_900_000_000.0, tz=UTC)
+    assert len(store.written_since("p", "code", datetime.fromtimestamp(1_899_999_999.0, tz=UTC))) == 1
+    assert store.written_since("p", "code", datetime.fromtimestamp(1_900_000_001.0, tz=UTC)) == []
 
 
 # ---------------------------------------------------------------- content reuse
@@ -660,8 +716,9 @@ def test_carry_vectors_reuses_same_space_vectors_with_their_own_provenance(backe
     clock.now += 3600  # the carry happens an hour later
 
     # a's lines shifted, b's file was renamed, c is new text.
-    a2 = Chunk(a.path, a.language, "code", a.start_line + 1, a.end_line + 1, a.symbol, a.text,
-               kind="function")
+    a2 = Chunk(
+        a.path, a.language, "code", a.start_line + 1, a.end_line + 1, a.symbol, a.text, kind="function"
+    )
     b2 = Chunk("pkg/renamed.py", b.language, "code", b.start_line, b.end_line, b.symbol, b.text)
     c = Chunk("pkg/new.py", "python", "code", 1, 2, "c", "def c():\n    return 'new text'\n")
     assert store.carry_vectors("p", "code", [a2, b2, c]) == {a2.chunk_id, b2.chunk_id}
@@ -673,8 +730,7 @@ def test_carry_vectors_reuses_same_space_vectors_with_their_own_provenance(backe
     # The carried row keeps the write time of its vector, so an audit of alpha's rows since
     # then finds it (and a window after it does not).
     since = datetime.fromtimestamp(written_b, tz=UTC)
-    assert {e.chunk_id for e in store.written_since("p", "code", since, "alpha")} == {
-        b.chunk_id, b2.chunk_id}
+    assert {e.chunk_id for e in store.written_since("p", "code", since, "alpha")} == {b.chunk_id, b2.chunk_id}
     assert store.written_since("p", "code", since + timedelta(seconds=1), "alpha") == []
 
     # alpha's verdict revoked: its vector is no longer carried (the caller embeds again).
@@ -697,14 +753,21 @@ def _filter_fixture(store):
     query /= np.linalg.norm(query)
     chunks, vecs = [], []
     for i in range(50):
-        lang, kind, path = (("python", "function", f"src/py_{i}.py") if i < 40 else
-                            ("go", "class", f"pkg/go_{i}.go") if i < 45 else
-                            ("go", "method", f"cmd/tool/go_{i}.go"))
+        lang, kind, path = (
+            ("python", "function", f"src/py_{i}.py")
+            if i < 40
+            else ("go", "class", f"pkg/go_{i}.go")
+            if i < 45
+            else ("go", "method", f"cmd/tool/go_{i}.go")
+        )
         near = 0.2 if i < 40 else 2.0 + i / 10  # every Python chunk beats every Go one
         v = query + near * rng.standard_normal(WIDTH)
         vecs.append(v / np.linalg.norm(v))
-        chunks.append(Chunk(path, lang, "code", 1, 3, f"s{i}",
-                            f"widget handler number {i} for the {lang} side", kind=kind))
+        chunks.append(
+            Chunk(
+                path, lang, "code", 1, 3, f"s{i}", f"widget handler number {i} for the {lang} side", kind=kind
+            )
+        )
     store.open_table("p", "code", SPACE)
     store.write("p", "code", chunks, np.asarray(vecs, np.float32), CLEARED)
     store.refresh("p", "code")
@@ -718,8 +781,11 @@ def test_filters_are_applied_before_the_top_k_is_cut(backend, where_the_vectors_
     options = {}
     if where_the_vectors_are == "index":  # LanceDB without its matrix cache; pgvector's HNSW
         # (pgvector: a search list far smaller than the table, as on a big table.)
-        options = ({"matrix_cache_bytes": 0} if backend.name == "lance" else
-                   {"ann_min_rows": 1, "ef_search": 5, "refine": 1})
+        options = (
+            {"matrix_cache_bytes": 0}
+            if backend.name == "lance"
+            else {"ann_min_rows": 1, "ef_search": 5, "refine": 1}
+        )
     store = backend.open(**options)
     query, chunks, vecs = _filter_fixture(store)
     cos = vecs @ query
@@ -753,8 +819,9 @@ def test_hybrid_search_passes_the_filter_to_both_rankings(store):
     from fathom.index.filters import SearchFilter
 
     query, chunks, _ = _filter_fixture(store)
-    hits = hybrid_search(store, "p", "code", query, "widget handler go", k=5,
-                         where=SearchFilter.of(language="go"))
+    hits = hybrid_search(
+        store, "p", "code", query, "widget handler go", k=5, where=SearchFilter.of(language="go")
+    )
     assert len(hits) == 5 and all(h.language == "go" for h in hits)
 
 
@@ -784,8 +851,16 @@ def test_chunks_of_a_file_or_of_ids_come_back_as_written(store):
     """`read_code` serves a file's indexed version from these rows: every field as written,
     the chunk id (path, lines and text hashed) the same."""
     chunks, _ = indexed(store, n=6)
-    kinded = Chunk(chunks[2].path, "python", "code", 30, 31, "Box.draw",
-                   "def draw(self):\n    return '┌─┐ é'\n", kind="method")
+    kinded = Chunk(
+        chunks[2].path,
+        "python",
+        "code",
+        30,
+        31,
+        "Box.draw",
+        "def draw(self):\n    return '┌─┐ é'\n",
+        kind="method",
+    )
     store.write("p", "code", [kinded], clustered(1, seed=3), CLEARED)
     of_file = store.chunks("p", "code", path=chunks[2].path)
     assert sorted(of_file, key=lambda c: c.start_line) == [chunks[2], kinded]

@@ -75,10 +75,16 @@ def indexed_pair(tmp_path_factory, local_encoder):  # noqa: F811
     base = tmp_path_factory.mktemp("pair")
     data = base / "data"
     shop = write_project(base / "shop")
-    other = write_project(base / "other", {"lib/queue.py": (
-        '"""A bounded work queue."""\n\n\ndef enqueue(queue, item, limit=10):\n    """Put an item '
-        'on the queue unless it is full."""\n    if len(queue) >= limit:\n        raise OverflowError'
-        '("queue full")\n    queue.append(item)\n')})
+    other = write_project(
+        base / "other",
+        {
+            "lib/queue.py": (
+                '"""A bounded work queue."""\n\n\ndef enqueue(queue, item, limit=10):\n    """Put an item '
+                'on the queue unless it is full."""\n    if len(queue) >= limit:\n        raise OverflowError'
+                '("queue full")\n    queue.append(item)\n'
+            )
+        },
+    )
     fathom = Fathom(Settings(data_dir=data), encoder=local_encoder)
     assert cli(fathom, "index", str(shop), "--project", "shop").exit_code == 0
     assert cli(fathom, "index", str(other), "--project", "other").exit_code == 0
@@ -116,10 +122,20 @@ async def test_a_cli_run_and_a_server_job_never_index_one_project_at_once(tmp_pa
     for i in range(12):
         (root / f"extra/mod{i}.py").parent.mkdir(exist_ok=True)
         (root / f"extra/mod{i}.py").write_text(
-            "\n\n".join(f"def task_{i}_{j}(value):\n    return value * {j} + {i}" for j in range(6)))
+            "\n\n".join(f"def task_{i}_{j}(value):\n    return value * {j} + {i}" for j in range(6))
+        )
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", COLUMNS="200")
-    cmd = [sys.executable, "-m", "fathom.cli", "--data-dir", str(data), "index", str(root),
-           "--project", "shop"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fathom.cli",
+        "--data-dir",
+        str(data),
+        "index",
+        str(root),
+        "--project",
+        "shop",
+    ]
     host = socket.gethostname()
     app_ = build_operator_app(data, encoder=local_encoder)
     async with serve_in_loop(app_) as url:
@@ -128,8 +144,7 @@ async def test_a_cli_run_and_a_server_job_never_index_one_project_at_once(tmp_pa
         await asyncio.to_thread(getattr, app_.state.service, "store")
         async with op.client() as client:
             # 1. The CLI takes the project; it is frozen (SIGSTOP) while it holds it.
-            first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, env=env)
+            first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
             try:
                 for _ in range(1800):
                     record = _lock_record(data, "shop")
@@ -157,8 +172,7 @@ async def test_a_cli_run_and_a_server_job_never_index_one_project_at_once(tmp_pa
             assert first.returncode == 0, err[-3000:]
 
             # 3. A server job holds the project (paused between batches); the CLI is refused.
-            r = await client.post("/admin/jobs", json={"path": str(root), "project": "shop",
-                                                       "full": True})
+            r = await client.post("/admin/jobs", json={"path": str(root), "project": "shop", "full": True})
             job_id = r.json()["id"]
             await client.post(f"/admin/jobs/{job_id}/pause")
             for _ in range(600):
@@ -167,8 +181,9 @@ async def test_a_cli_run_and_a_server_job_never_index_one_project_at_once(tmp_pa
                     break
                 await asyncio.sleep(0.05)
             assert record and record["pid"] == os.getpid(), record
-            refused = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True,
-                                              env=env, timeout=300)
+            refused = await asyncio.to_thread(
+                subprocess.run, cmd, capture_output=True, text=True, env=env, timeout=300
+            )
             assert refused.returncode == 1, refused.stderr[-3000:]
             line = one_line_error(refused.stderr)
             message = " ".join(line.split())
@@ -193,19 +208,28 @@ async def test_a_cli_run_and_a_server_job_never_index_one_project_at_once(tmp_pa
     from fathom.index.indexer import discover
 
     chunks = discover(root).chunks
-    rows = {t: [c for b in read_rows(check.store, "shop", t) for c in b.chunk_ids]
-            for t in ("code", "docs")}
+    rows = {t: [c for b in read_rows(check.store, "shop", t) for c in b.chunk_ids] for t in ("code", "docs")}
     assert sorted(rows["code"] + rows["docs"]) == sorted(c.chunk_id for c in chunks)
 
 
 def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, local_encoder):  # noqa: F811
     data = tmp_path / "data"
     root = write_project(tmp_path / "shop")
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time\nfrom fathom.index.store import LanceStore\n"
-        "s = LanceStore(sys.argv[1])\n"
-        "with s.project_lock('shop'):\n    print('held', flush=True)\n    time.sleep(600)\n"),
-        str(data / "lance")], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time\nfrom fathom.index.store import LanceStore\n"
+                "s = LanceStore(sys.argv[1])\n"
+                "with s.project_lock('shop'):\n    print('held', flush=True)\n    time.sleep(600)\n"
+            ),
+            str(data / "lance"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     assert holder.stdout.readline().strip() == "held"
     fathom = Fathom(Settings(data_dir=data), encoder=local_encoder)
     result = cli(fathom, "index", str(root), "--project", "shop")
@@ -220,12 +244,16 @@ def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, local_encoder): 
 def test_project_records_are_locked_across_processes(tmp_path):
     """Four processes finishing runs at once, each writing its project's record (a last-run
     summary of a few KB, as a real one): no record is lost to another's read-modify-write."""
-    script = ("import sys\nfrom pathlib import Path\nfrom fathom.service import ProjectRecords\n"
-              "r = ProjectRecords(Path(sys.argv[1]))\n"
-              "for i in range(60):\n"
-              "    r.put(f'{sys.argv[2]}{i}', {'root': str(i), 'last_run': {'n': 'x' * 4000}})\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), tag], cwd=REPO)
-             for tag in ("a", "b", "c", "d")]
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom fathom.service import ProjectRecords\n"
+        "r = ProjectRecords(Path(sys.argv[1]))\n"
+        "for i in range(60):\n"
+        "    r.put(f'{sys.argv[2]}{i}', {'root': str(i), 'last_run': {'n': 'x' * 4000}})\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script, str(tmp_path), tag], cwd=REPO)
+        for tag in ("a", "b", "c", "d")
+    ]
     for p in procs:
         assert p.wait(180) == 0
     records = ProjectRecords(tmp_path).load()
@@ -241,8 +269,7 @@ def admin_audit_status(data: Path, project: str) -> int:
 
     async def ask() -> int:
         app_ = build_operator_app(data)
-        async with serve_in_loop(app_) as url, \
-                httpx.AsyncClient(base_url=url, headers=AUTH) as client:
+        async with serve_in_loop(app_) as url, httpx.AsyncClient(base_url=url, headers=AUTH) as client:
             r = await client.get(f"/admin/gate/audit/{project}")
             assert "is damaged" in r.json()["detail"]["message"], r.text
             assert "fathom store verify" in r.json()["detail"]["message"]
@@ -266,23 +293,20 @@ def test_a_garbled_state_file_is_damage_not_an_empty_store(two_projects):
     assert "project 'shop' is damaged" in line and "state.json is unreadable" in line
     assert "fathom store verify shop --repair" in line
     # An index run refuses too: it never overwrites the damaged file as if it were empty.
-    assert "is damaged" in one_line_error(cli(fathom, "index", str(shop), "--project",
-                                              "shop").output)
+    assert "is damaged" in one_line_error(cli(fathom, "index", str(shop), "--project", "shop").output)
     result = cli(fathom, "search", "bounded work queue", "-k", "3")
     assert result.exit_code == 0 and found_in(result.output, "other", "lib/queue.py"), result.output
     assert "skipped project 'shop', which is damaged" in result.output
 
     async def over_mcp() -> None:
         async with Client(build_mcp_server(fathom)) as client:
-            r = await client.call_tool("search_code", {"query": "hash a password",
-                                                       "project": "shop"})
+            r = await client.call_tool("search_code", {"query": "hash a password", "project": "shop"})
             assert r.is_error and "project 'shop' is damaged" in r.content[0].text
             r = await client.call_tool("search_code", {"query": "bounded work queue", "k": 3})
             assert not r.is_error and r.structured_content["results"][0]["project"] == "other"
             assert any("'shop'" in n for n in r.structured_content["notes"])
             listed = (await client.call_tool("list_projects", {})).structured_content["projects"]
-            assert {p["name"]: bool(p["damaged"]) for p in listed} == {"shop": True,
-                                                                        "other": False}
+            assert {p["name"]: bool(p["damaged"]) for p in listed} == {"shop": True, "other": False}
 
     asyncio.run(over_mcp())
     assert admin_audit_status(data, "shop") == 409
@@ -318,8 +342,7 @@ def test_a_deleted_table_folder_hides_only_its_own_project(two_projects):
     assert result.exit_code == 0 and "set the unreadable code table aside" in result.output
     result = cli(fresh(), "index", str(shop), "--project", "shop")
     assert result.exit_code == 0, result.output
-    assert "auth/password.py" in cli(fresh(), "search", "hash a password", "--project",
-                                     "shop").output
+    assert "auth/password.py" in cli(fresh(), "search", "hash a password", "--project", "shop").output
     assert "no problems found" in cli(fresh(), "store", "verify").output
 
 
@@ -327,8 +350,12 @@ def test_a_deleted_table_folder_hides_only_its_own_project(two_projects):
 def test_a_truncated_data_or_manifest_file_is_a_typed_error(two_projects, damage):
     data, shop, fresh = two_projects
     table = active_table(data, "shop", "code")
-    files = sorted((table / ("data" if damage == "data" else "_versions")).glob(
-        "*.lance" if damage == "data" else "*.manifest"), key=os.path.getsize)
+    files = sorted(
+        (table / ("data" if damage == "data" else "_versions")).glob(
+            "*.lance" if damage == "data" else "*.manifest"
+        ),
+        key=os.path.getsize,
+    )
     for f in files:
         raw = f.read_bytes()
         f.write_bytes(raw[: len(raw) // 2])
@@ -358,14 +385,13 @@ def _corrupt_vector_bytes(table_dir: Path, vectors: list[np.ndarray]) -> int:
             needle = np.asarray(vec, np.float32).tobytes()
             at = raw.find(needle)
             if at >= 0:
-                raw[at:at + 64] = junk
+                raw[at : at + 64] = junk
                 hit += 1
         f.write_bytes(bytes(raw))
     return hit
 
 
-def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_duplicates(
-        two_projects):
+def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_duplicates(two_projects):
     data, shop, fresh = two_projects
     store = LanceStore(data / "lance")
     rows = next(read_rows(store, "shop", "code"))
@@ -394,8 +420,9 @@ def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_dupl
     assert result.exit_code == 1, result.output
     for kind in ("bad-vectors", "fts-missing", "duplicate-ids"):
         assert kind in result.output, result.output
-    assert "error: 3 problem(s) in the store. Run `fathom store verify shop --repair`" in \
-        " ".join(result.output.split())
+    assert "error: 3 problem(s) in the store. Run `fathom store verify shop --repair`" in " ".join(
+        result.output.split()
+    )
 
     fixer = fresh()
     result = cli(fixer, "store", "verify", "shop", "--repair")
@@ -404,9 +431,12 @@ def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_dupl
     assert "no problems found" in cli(fresh(), "store", "verify", "shop").output
     # The re-embedded rows are the encoder's vectors again, written under its gate verdict.
     store = LanceStore(data / "lance")
-    now = {c: v for b in read_rows(store, "shop", "code")
-           for c, v, vid in zip(b.chunk_ids, b.vectors, b.verdict_ids, strict=True)
-           if c in victims and vid}
+    now = {
+        c: v
+        for b in read_rows(store, "shop", "code")
+        for c, v, vid in zip(b.chunk_ids, b.vectors, b.verdict_ids, strict=True)
+        if c in victims and vid
+    }
     assert set(now) == set(victims)
     for cid in victims:
         assert np.allclose(now[cid], wanted[cid], atol=1e-4)
@@ -423,8 +453,11 @@ def test_verify_names_a_row_count_that_disagrees_with_the_manifest(two_projects,
 
     def claims_more(self, project, table):
         info = real(self, project, table)
-        return info if project != "shop" or table != "code" else \
-            __import__("dataclasses").replace(info, rows=info.rows + 3)
+        return (
+            info
+            if project != "shop" or table != "code"
+            else __import__("dataclasses").replace(info, rows=info.rows + 3)
+        )
 
     monkeypatch.setattr(LanceStore, "table_info", claims_more)
     result = cli(fresh(), "store", "verify")
@@ -439,8 +472,13 @@ def test_stored_vectors_are_unit_length_whoever_encoded_them(tmp_path):
 
     store = LanceStore(tmp_path / "lance")
     store.open_table("p", "code", Space("code", "m", 4, "ref"))
-    store.write("p", "code", [Chunk("a.py", "python", "code", 1, 2, None, "x = 1")],
-                np.array([[3.0, 4.0, 0.0, 0.0]]), Provenance("ref", None))
+    store.write(
+        "p",
+        "code",
+        [Chunk("a.py", "python", "code", 1, 2, None, "x = 1")],
+        np.array([[3.0, 4.0, 0.0, 0.0]]),
+        Provenance("ref", None),
+    )
     vec = next(read_rows(store, "p", "code")).vectors[0]
     assert np.allclose(vec, [0.6, 0.8, 0.0, 0.0])
 
@@ -471,8 +509,9 @@ def test_a_shadow_with_duplicate_ids_is_never_promoted(tmp_path):
 
 
 @pytest.mark.slow
-def test_postgres_lost_mid_run_is_one_line_and_the_next_run_completes(tmp_path, pg_server,
-                                                                      pg_url, local_encoder):  # noqa: F811
+def test_postgres_lost_mid_run_is_one_line_and_the_next_run_completes(
+    tmp_path, pg_server, pg_url, local_encoder
+):  # noqa: F811
     import psycopg
 
     from fathom.inference.provider import Provider
@@ -483,8 +522,11 @@ def test_postgres_lost_mid_run_is_one_line_and_the_next_run_completes(tmp_path, 
     def lose() -> None:
         with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
             conn.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
-            conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                         "WHERE datname = %s AND pid <> pg_backend_pid()", (database,))
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            )
 
     class LosesTheDatabase(Provider):
         """The real encoder; the database goes away after its first batch."""
@@ -501,11 +543,16 @@ def test_postgres_lost_mid_run_is_one_line_and_the_next_run_completes(tmp_path, 
     settings = Settings(data_dir=tmp_path / "data", store_url=pg_url, local_batch_size=4)
     fathom = Fathom(settings, encoder=LosesTheDatabase(local_encoder))
     result = cli(fathom, "index", str(root), "--project", "shop")
-    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), \
-        (result.output, "".join(__import__("traceback").format_exception(*result.exc_info)))
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), (
+        result.output,
+        "".join(__import__("traceback").format_exception(*result.exc_info)),
+    )
     line = one_line_error(result.output)
-    assert "PostgreSQL store" in line and "run the same command again" in line or \
-        "cannot connect to the PostgreSQL store" in line, line
+    assert (
+        "PostgreSQL store" in line
+        and "run the same command again" in line
+        or "cannot connect to the PostgreSQL store" in line
+    ), line
     assert settings.store_url.split("@")[0].split(":")[-1] not in line  # no password
 
     with psycopg.connect(pg_server.admin_url, autocommit=True) as conn:
@@ -513,8 +560,7 @@ def test_postgres_lost_mid_run_is_one_line_and_the_next_run_completes(tmp_path, 
     again = Fathom(settings, encoder=local_encoder)
     result = cli(again, "index", str(root), "--project", "shop")
     assert result.exit_code == 0, result.output
-    assert "auth/password.py" in cli(again, "search", "hash a password", "--project",
-                                     "shop").output
+    assert "auth/password.py" in cli(again, "search", "hash a password", "--project", "shop").output
 
 
 from tests.pg_fixtures import pg_server, pg_url  # noqa: E402,F401

@@ -24,46 +24,98 @@ FIXTURES = Path(__file__).parent / "fixtures" / "symbols"
 # (name, use, line, enclosing definition))
 EXPECTED: dict[str, tuple[list[tuple[str, str, int, int]], list[tuple[str, str, int, str | None]]]] = {
     "shapes.cs": (
-        [("Geometry", "module", 3, 24), ("Geometry.Circle", "class", 5, 23),
-         ("Geometry.Circle.Circle", "method", 9, 12), ("Geometry.Circle.Area", "method", 14, 17),
-         ("Geometry.Circle.Scale", "method", 19, 22)],
-        [("System", "import", 1, None), ("Collections", "import", 1, None),
-         ("Generic", "import", 1, None), ("Scale", "call", 16, "Geometry.Circle.Area")]),
+        [
+            ("Geometry", "module", 3, 24),
+            ("Geometry.Circle", "class", 5, 23),
+            ("Geometry.Circle.Circle", "method", 9, 12),
+            ("Geometry.Circle.Area", "method", 14, 17),
+            ("Geometry.Circle.Scale", "method", 19, 22),
+        ],
+        [
+            ("System", "import", 1, None),
+            ("Collections", "import", 1, None),
+            ("Generic", "import", 1, None),
+            ("Scale", "call", 16, "Geometry.Circle.Area"),
+        ],
+    ),
     "shapes.rb": (
-        [("Geometry", "module", 3, 21), ("Geometry.Circle", "class", 4, 16),
-         ("Geometry.Circle.initialize", "method", 5, 7), ("Geometry.Circle.area", "method", 9, 11),
-         ("Geometry.Circle.unit", "method", 13, 15), ("Geometry.scale", "method", 18, 20)],
-        [("require", "call", 1, None), ("scale", "call", 10, "Geometry.Circle.area"),
-         ("new", "call", 14, "Geometry.Circle.unit")]),
+        [
+            ("Geometry", "module", 3, 21),
+            ("Geometry.Circle", "class", 4, 16),
+            ("Geometry.Circle.initialize", "method", 5, 7),
+            ("Geometry.Circle.area", "method", 9, 11),
+            ("Geometry.Circle.unit", "method", 13, 15),
+            ("Geometry.scale", "method", 18, 20),
+        ],
+        [
+            ("require", "call", 1, None),
+            ("scale", "call", 10, "Geometry.Circle.area"),
+            ("new", "call", 14, "Geometry.Circle.unit"),
+        ],
+    ),
     "shapes.php": (
-        [("Circle", "class", 7, 20), ("Circle.__construct", "method", 11, 14),
-         ("Circle.area", "method", 16, 19), ("scale", "function", 22, 25)],
-        [("Math", "import", 5, None), ("Constants", "import", 5, None),
-         ("scale", "call", 18, "Circle.area")]),
+        [
+            ("Circle", "class", 7, 20),
+            ("Circle.__construct", "method", 11, 14),
+            ("Circle.area", "method", 16, 19),
+            ("scale", "function", 22, 25),
+        ],
+        [("Math", "import", 5, None), ("Constants", "import", 5, None), ("scale", "call", 18, "Circle.area")],
+    ),
     "Shapes.kt": (
-        [("Circle", "class", 5, 13), ("Circle.area", "method", 6, 8),
-         ("Circle.Companion", "class", 10, 12), ("Circle.Companion.unit", "method", 11, 11),
-         ("scale", "function", 15, 17)],
-        [("kotlin", "import", 3, None), ("math", "import", 3, None), ("PI", "import", 3, None),
-         ("scale", "call", 7, "Circle.area"), ("Circle", "call", 11, "Circle.Companion.unit")]),
+        [
+            ("Circle", "class", 5, 13),
+            ("Circle.area", "method", 6, 8),
+            ("Circle.Companion", "class", 10, 12),
+            ("Circle.Companion.unit", "method", 11, 11),
+            ("scale", "function", 15, 17),
+        ],
+        [
+            ("kotlin", "import", 3, None),
+            ("math", "import", 3, None),
+            ("PI", "import", 3, None),
+            ("scale", "call", 7, "Circle.area"),
+            ("Circle", "call", 11, "Circle.Companion.unit"),
+        ],
+    ),
     "Shapes.swift": (
-        [("Circle", "class", 3, 13), ("Circle.init", "method", 6, 8),
-         ("Circle.area", "method", 10, 12), ("Shape", "class", 15, 17),
-         ("Shape.area", "method", 16, 16), ("scale", "function", 19, 21)],
-        [("Foundation", "import", 1, None), ("scale", "call", 11, "Circle.area")]),
+        [
+            ("Circle", "class", 3, 13),
+            ("Circle.init", "method", 6, 8),
+            ("Circle.area", "method", 10, 12),
+            ("Shape", "class", 15, 17),
+            ("Shape.area", "method", 16, 16),
+            ("scale", "function", 19, 21),
+        ],
+        [("Foundation", "import", 1, None), ("scale", "call", 11, "Circle.area")],
+    ),
     "Shapes.scala": (
-        [("Circle", "class", 5, 9), ("Circle.area", "method", 6, 8), ("Shapes", "class", 11, 13),
-         ("Shapes.scale", "method", 12, 12)],
-        [("scala", "import", 3, None), ("math", "import", 3, None), ("Pi", "import", 3, None),
-         ("scale", "call", 7, "Circle.area")]),
+        [
+            ("Circle", "class", 5, 9),
+            ("Circle.area", "method", 6, 8),
+            ("Shapes", "class", 11, 13),
+            ("Shapes.scale", "method", 12, 12),
+        ],
+        [
+            ("scala", "import", 3, None),
+            ("math", "import", 3, None),
+            ("Pi", "import", 3, None),
+            ("scale", "call", 7, "Circle.area"),
+        ],
+    ),
     "shapes.lua": (
-        [("Circle.new", "method", 3, 5), ("Circle.area", "method", 7, 9),
-         ("scale", "function", 11, 13)],
-        [("setmetatable", "call", 4, "Circle.new"), ("scale", "call", 8, "Circle.area")]),
+        [("Circle.new", "method", 3, 5), ("Circle.area", "method", 7, 9), ("scale", "function", 11, 13)],
+        [("setmetatable", "call", 4, "Circle.new"), ("scale", "call", 8, "Circle.area")],
+    ),
     "shapes.sh": (
         [("scale", "function", 4, 6), ("area", "function", 8, 11)],
-        [("set", "call", 2, None), ("echo", "call", 5, "scale"), ("scale", "call", 10, "area"),
-         ("area", "call", 13, None)]),
+        [
+            ("set", "call", 2, None),
+            ("echo", "call", 5, "scale"),
+            ("scale", "call", 10, "area"),
+            ("area", "call", 13, None),
+        ],
+    ),
 }
 
 
@@ -75,13 +127,13 @@ def test_each_language_fixture_gives_its_definitions_calls_and_imports(name: str
     found = extract(path.read_text(), language)
     definitions, uses = EXPECTED[name]
     assert [(d.qualname, d.kind, d.start_line, d.end_line) for d in found.definitions] == definitions
-    assert [(o.name, o.use, o.line, o.enclosing) for o in found.occurrences
-            if o.use != "mention"] == uses
+    assert [(o.name, o.use, o.line, o.enclosing) for o in found.occurrences if o.use != "mention"] == uses
     # A definition's own name is not a use of it; every signature is its head, on one line.
     lines = path.read_text().split("\n")
     for d in found.definitions:
-        assert (d.name, d.start_line) not in {(o.name, o.line) for o in found.occurrences
-                                              if o.column == lines[o.line - 1].find(d.name)}
+        assert (d.name, d.start_line) not in {
+            (o.name, o.line) for o in found.occurrences if o.column == lines[o.line - 1].find(d.name)
+        }
         assert d.signature and "\n" not in d.signature and d.name.lower() in d.signature.lower()
 
 
@@ -91,7 +143,7 @@ def test_every_new_language_has_a_fixture():
     assert {p.name for p in FIXTURES.iterdir()} == set(EXPECTED)
 
 
-PYTHON = '''\
+PYTHON = """\
 import os
 from pathlib import Path as P
 
@@ -111,7 +163,7 @@ class Host(Base):
         class Local:
             pass
         return await path.read()
-'''
+"""
 
 
 def test_python_definitions_match_its_own_ast():
@@ -131,7 +183,9 @@ def test_python_definitions_match_its_own_ast():
     visit(ast.parse(PYTHON), None, False)
     assert [(d.qualname, d.kind, d.start_line, d.end_line) for d in found.definitions] == walked
     assert [d.signature for d in found.definitions if d.name in ("size", "grow")] == [
-        "def size(self) -> int", "async def grow(self, path)"]
+        "def size(self) -> int",
+        "async def grow(self, path)",
+    ]
     uses = {(o.name, o.line): (o.use, o.enclosing) for o in found.occurrences}
     assert uses[("top", 7)] == ("call", "top.inner")  # a recursive call, from the nested def
     assert uses[("grow", 14)] == ("call", "Host.size")  # `self.grow(…)` calls grow, not self
@@ -156,8 +210,7 @@ class RowStore:
         self.reads = 0
 
     def _rows(self) -> list[Chunk]:
-        return [c for path, text in self.files.items() for c in chunk_file(path, text)
-                if c.table == "code"]
+        return [c for path, text in self.files.items() for c in chunk_file(path, text) if c.table == "code"]
 
     def manifest(self, project: str, table: str) -> list[ManifestEntry]:
         return [ManifestEntry(c.chunk_id, c.content_hash, c.path) for c in self._rows()]
@@ -169,16 +222,22 @@ class RowStore:
 
 
 def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
-    store = RowStore({"a.py": "def one():\n    return two()\n",
-                      "b.py": "def two():\n    return 2\n", "c.py": "def four():\n    pass\n",
-                      "README.md": "# Hi\n"})
+    store = RowStore(
+        {
+            "a.py": "def one():\n    return two()\n",
+            "b.py": "def two():\n    return 2\n",
+            "c.py": "def four():\n    pass\n",
+            "README.md": "# Hi\n",
+        }
+    )
     table = SymbolTable(tmp_path / "symbols.sqlite")
     first = table.refresh(store, "p")
     assert (first.parsed, first.forgotten, first.unchanged) == (3, 0, False)
     assert [(r.path, r.qualname) for r in table.definitions(["p"], "two")[0]] == [("b.py", "two")]
     refs, cut = table.references(["p"], "two")
     assert [(r.path, r.line, r.use, r.enclosing, r.text) for r in refs] == [
-        ("a.py", 2, "call", "one", "return two()")] and not cut
+        ("a.py", 2, "call", "one", "return two()")
+    ] and not cut
 
     reads = store.reads
     assert table.refresh(store, "p").unchanged and store.reads == reads  # nothing re-read
@@ -194,31 +253,32 @@ def test_the_table_follows_the_store_file_by_file(tmp_path: Path):
     assert (tmp_path / "symbols.sqlite").stat().st_mode & 0o777 == 0o600
 
 
-@pytest.mark.parametrize(("language", "source", "calls"), [
-    ("csharp", "class A { void F() { var x = new List<decimal>(); Make<int>(1); } }", ["List", "Make"]),
-    ("java", "class A { void f() { var x = new ArrayList<String>(); g(); } }", ["ArrayList", "g"]),
-    ("scala", "object A { def f = new Ledger(1) }", ["Ledger"]),
-    ("rust", "fn f() { parse::<u8>(); v.push(1); }", ["parse", "push"]),
-    ("typescript", "f<number>(1); new Map<string, number>(); a.b.c();", ["f", "Map", "c"]),
-    ("go", "package p\nfunc f() { fmt.Println(1); g() }", ["Println", "g"]),
-    ("c", "int f(void) { return g(h); }", ["g"]),
-    ("cpp", "int f() { return ns::g(1) + obj.m(); }", ["g", "m"]),
-    ("javascript", "new Queue(); this.drain(); x(y)(z);", ["Queue", "drain", "x"]),
-])
+@pytest.mark.parametrize(
+    ("language", "source", "calls"),
+    [
+        ("csharp", "class A { void F() { var x = new List<decimal>(); Make<int>(1); } }", ["List", "Make"]),
+        ("java", "class A { void f() { var x = new ArrayList<String>(); g(); } }", ["ArrayList", "g"]),
+        ("scala", "object A { def f = new Ledger(1) }", ["Ledger"]),
+        ("rust", "fn f() { parse::<u8>(); v.push(1); }", ["parse", "push"]),
+        ("typescript", "f<number>(1); new Map<string, number>(); a.b.c();", ["f", "Map", "c"]),
+        ("go", "package p\nfunc f() { fmt.Println(1); g() }", ["Println", "g"]),
+        ("c", "int f(void) { return g(h); }", ["g"]),
+        ("cpp", "int f() { return ns::g(1) + obj.m(); }", ["g", "m"]),
+        ("javascript", "new Queue(); this.drain(); x(y)(z);", ["Queue", "drain", "x"]),
+    ],
+)
 def test_a_call_is_its_callees_last_name_with_or_without_type_arguments(language, source, calls):
     found = extract(source, language)
     assert [o.name for o in found.occurrences if o.use == "call"] == calls
 
 
-def test_references_read_one_snapshot_while_a_refresh_forgets_a_file(tmp_path: Path,
-                                                                     monkeypatch):
+def test_references_read_one_snapshot_while_a_refresh_forgets_a_file(tmp_path: Path, monkeypatch):
     """A refresh that forgets a file between the references query's statements changes
     nothing it answers: rows and the lines they are on come from one snapshot."""
     import sqlite3
     from contextlib import contextmanager
 
-    store = RowStore({"a.py": "def one():\n    return two()\n",
-                      "b.py": "def three():\n    two()\n"})
+    store = RowStore({"a.py": "def one():\n    return two()\n", "b.py": "def three():\n    two()\n"})
     table = SymbolTable(tmp_path / "symbols.sqlite")
     table.refresh(store, "p")
     opened = table._connect
@@ -293,6 +353,7 @@ class FakeFathom:
 
     def __init__(self, data_dir: Path, store: RowStore):
         from types import SimpleNamespace
+
         self.settings = SimpleNamespace(data_dir=data_dir)
         self.store = store
 
@@ -310,9 +371,11 @@ def test_a_damaged_symbol_table_is_a_typed_error_naming_the_fix(tmp_path: Path):
     (tmp_path / "symbols.sqlite").write_bytes(b"not a database, garbage " * 400)
     for wal in ("symbols.sqlite-wal", "symbols.sqlite-shm"):
         (tmp_path / wal).unlink(missing_ok=True)
-    for call in (lambda: symbols.find_symbol(fathom, "one"),
-                 lambda: symbols.find_references(fathom, "two"),
-                 lambda: symbols.outline(fathom, "a.py")):
+    for call in (
+        lambda: symbols.find_symbol(fathom, "one"),
+        lambda: symbols.find_references(fathom, "two"),
+        lambda: symbols.outline(fathom, "a.py"),
+    ):
         with pytest.raises(SymbolTableError) as caught:
             call()
         assert isinstance(caught.value, StoreError) and not caught.value.busy
@@ -357,8 +420,7 @@ def test_first_uses_at_once_build_one_table(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(symbols, "SymbolTable", Slow)
     fathom = FakeFathom(tmp_path, RowStore({}))
     seen: list[SymbolTable] = []
-    threads = [threading.Thread(target=lambda: seen.append(symbols.table_of(fathom)))
-               for _ in range(4)]
+    threads = [threading.Thread(target=lambda: seen.append(symbols.table_of(fathom))) for _ in range(4)]
     for t in threads:
         t.start()
     for t in threads:

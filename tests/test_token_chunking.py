@@ -29,8 +29,10 @@ def counter(request):
 
 def corpus():
     files = [(p.name, p.read_text()) for p in sorted(SAMPLES.iterdir()) if p.is_file()]
-    files += [(p.relative_to(Path(rich.__file__).parent).as_posix(), p.read_text())
-              for p in sorted(Path(rich.__file__).parent.glob("[a-m]*.py"))]
+    files += [
+        (p.relative_to(Path(rich.__file__).parent).as_posix(), p.read_text())
+        for p in sorted(Path(rich.__file__).parent.glob("[a-m]*.py"))
+    ]
     return files + sorted(HOSTILE.items())
 
 
@@ -111,8 +113,15 @@ async def test_a_sidecar_route_carries_its_token_limit_to_the_server():
     routes = {r.role: r for r in sidecar.register_frame().routes}
     assert sorted(r.max_tokens for r in routes.values()) == [128, 256]
     for r in routes.values():
-        provider = SidecarProvider(None, "gpu-1", r.role, "local", model=r.model, width=r.width,  # type: ignore[arg-type]
-                                   max_tokens=r.max_tokens)
+        provider = SidecarProvider(
+            None,
+            "gpu-1",
+            r.role,
+            "local",
+            model=r.model,
+            width=r.width,  # type: ignore[arg-type]
+            max_tokens=r.max_tokens,
+        )
         assert provider.info.max_tokens == r.max_tokens
     with pytest.raises(Exception, match="max_tokens"):
         parse_serve("embedding=in-process,max_tokens=many")

@@ -28,7 +28,9 @@ def test_behaviour_table():
     assert BEHAVIOUR[Policy.BACKUP].cloud_reserve_only
     assert not BEHAVIOUR[Policy.AGGREGATE].cloud_reserve_only
     assert BEHAVIOUR[Policy.CLOUD].reference is Reference.CLOUD
-    assert all(BEHAVIOUR[p].reference is Reference.LOCAL for p in (Policy.LOCAL, Policy.AGGREGATE, Policy.BACKUP))
+    assert all(
+        BEHAVIOUR[p].reference is Reference.LOCAL for p in (Policy.LOCAL, Policy.AGGREGATE, Policy.BACKUP)
+    )
 
 
 def test_unknown_names_are_typed_errors_naming_the_choices():
@@ -47,8 +49,13 @@ def test_routing_state_round_trips_and_refuses_unpinned_cloud_embedding(tmp_path
 
     before = store.path.read_text()
     with pytest.raises(ConfigError) as err:
-        store.update({Role.CODE_EMBEDDING: {"policy": "aggregate"}, Role.EMBEDDING: {"upstream": None},
-                      Role.RERANKER: {"policy": "sideways"}})
+        store.update(
+            {
+                Role.CODE_EMBEDDING: {"policy": "aggregate"},
+                Role.EMBEDDING: {"upstream": None},
+                Role.RERANKER: {"policy": "sideways"},
+            }
+        )
     assert len(err.value.problems) == 3  # every problem listed
     assert store.path.read_text() == before  # nothing written
 

@@ -70,27 +70,33 @@ def swapper_for(root: Path, tmp: Path) -> Swapper:
         exchange(a, b)
     except OSError as exc:
         if exc.errno in (errno.ENOSYS, errno.EINVAL, errno.EPERM, errno.EOPNOTSUPP):
-            pytest.skip(f"renameat2(RENAME_EXCHANGE) is refused here ({exc.strerror}): the race "
-                        f"cannot be run on this kernel or filesystem ({tmp})")
+            pytest.skip(
+                f"renameat2(RENAME_EXCHANGE) is refused here ({exc.strerror}): the race "
+                f"cannot be run on this kernel or filesystem ({tmp})"
+            )
         raise
     return Swapper(root / "sub", root / "lnk", control=tmp / "swaps")
 
 
-async def race(swapper: Swapper, step: Callable[[], Awaitable[None]], *, rounds: int,
-               seconds: float, enough: Callable[[], bool] = lambda: True) -> int:
+async def race(
+    swapper: Swapper,
+    step: Callable[[], Awaitable[None]],
+    *,
+    rounds: int,
+    seconds: float,
+    enough: Callable[[], bool] = lambda: True,
+) -> int:
     """`step` again and again until `rounds` are done, SWAPS exchanges happened and the caller
     saw `enough`, or `seconds` passed; the rounds done."""
     deadline = time.monotonic() + seconds
     done = 0
-    while ((done < rounds or swapper.swaps < SWAPS or not enough())
-           and time.monotonic() < deadline):
+    while (done < rounds or swapper.swaps < SWAPS or not enough()) and time.monotonic() < deadline:
         await step()
         done += 1
     return done
 
 
-async def test_the_walk_read_one_and_the_file_tools_never_serve_a_folder_swapped_for_a_link(
-        tmp_path):
+async def test_the_walk_read_one_and_the_file_tools_never_serve_a_folder_swapped_for_a_link(tmp_path):
     root, _ = race_project(tmp_path)
     served: list[str] = []
     refused: list[str] = []
@@ -110,9 +116,13 @@ async def test_the_walk_read_one_and_the_file_tools_never_serve_a_folder_swapped
             assert source.text == INSIDE
             served.append(rel)
         tools = ProjectTools(root)  # a new one each round: it keeps its grep walk
-        for name, args in (("read_file", {"path": "sub/inside.py"}), ("list_dir", {"path": "sub"}),
-                           ("read_file", {"path": "lnk/inside.py"}), ("list_dir", {"path": "lnk"}),
-                           ("grep", {"pattern": "def "})):
+        for name, args in (
+            ("read_file", {"path": "sub/inside.py"}),
+            ("list_dir", {"path": "sub"}),
+            ("read_file", {"path": "lnk/inside.py"}),
+            ("list_dir", {"path": "lnk"}),
+            ("grep", {"pattern": "def "}),
+        ):
             shown = await tools.run(name, args)
             assert MARK not in shown.text and "stolen.py" not in shown.text, (name, args, shown)
 
@@ -153,8 +163,9 @@ async def test_the_server_never_indexes_nor_reads_a_folder_swapped_for_a_link(tm
                     if not read.is_error:
                         # "changed" would mean the file compared was not the project's.
                         states.append(read.structured_content["on_disk"])
-                found = await client.call_tool("search_code", {"query": "outside payroll ledger",
-                                                               "project": "race", "k": 20})
+                found = await client.call_tool(
+                    "search_code", {"query": "outside payroll ledger", "project": "race", "k": 20}
+                )
                 assert not found.is_error and MARK not in json.dumps(found.structured_content)
 
             with swapper_for(root, tmp_path) as swapper:
@@ -164,8 +175,7 @@ async def test_the_server_never_indexes_nor_reads_a_folder_swapped_for_a_link(tm
                 # Bounded at 4 minutes: on a loaded machine most reads meet the link (a run
                 # under load saw one read compare in 60 s); an idle one gets there in a few
                 # rounds and stops.
-                rounds = await race(swapper, step, rounds=8, seconds=240,
-                                    enough=lambda: len(states) >= 2)
+                rounds = await race(swapper, step, rounds=8, seconds=240, enough=lambda: len(states) >= 2)
     assert swapper.swaps >= SWAPS, f"only {swapper.swaps} swaps in {rounds} rounds"
     assert rounds >= 8, f"only {rounds} rounds in the time given"
     assert len(states) >= 2 and "changed" not in states, states

@@ -72,7 +72,19 @@ def test_git_info_exclude_is_respected(tmp_path):
 
 
 def test_vendored_and_tool_directories_are_skipped_once_each(tmp_path):
-    for directory in ["node_modules/lodash", "vendor/github.com/x", "third_party/zlib", ".venv/lib", "__pycache__", "build", "dist", "target", ".tox", ".mypy_cache", "pkg.egg-info"]:
+    for directory in [
+        "node_modules/lodash",
+        "vendor/github.com/x",
+        "third_party/zlib",
+        ".venv/lib",
+        "__pycache__",
+        "build",
+        "dist",
+        "target",
+        ".tox",
+        ".mypy_cache",
+        "pkg.egg-info",
+    ]:
         write(tmp_path, f"{directory}/mod.py")
     write(tmp_path, "myenv/pyvenv.cfg", "home = /usr/bin\n")  # a virtualenv by any name
     write(tmp_path, "myenv/lib/site.py")
@@ -210,8 +222,11 @@ def test_fathomignore_excludes_and_re_includes_over_the_built_in_skips(tmp_path)
     assert paths(result) == ["app.py", "build/tool.py", "pkg/shared.py"]
     assert result.skipped["fathomignored"] == 3  # scratch/ (once), draft.tmp.py, pkg/local_only.py
     # Skipped folders are named, by reason.
-    assert result.skipped_dirs == {"fathomignored": ["scratch"], "gitignored": ["generated"],
-                                   "ignored-dir": ["node_modules"]}
+    assert result.skipped_dirs == {
+        "fathomignored": ["scratch"],
+        "gitignored": ["generated"],
+        "ignored-dir": ["node_modules"],
+    }
 
 
 def test_include_globs_take_back_skipped_folders_and_files(tmp_path):
@@ -233,9 +248,21 @@ def test_include_globs_take_back_skipped_folders_and_files(tmp_path):
 def test_the_watchers_filter_agrees_with_the_walk(tmp_path):
     write(tmp_path, ".gitignore", "*.log\nout/\n")
     write(tmp_path, ".fathomignore", "!dist/\nprivate/\n")
-    files = ["a.py", "app.log", "out/x.py", "dist/bundle.py", "private/k.py", "vendor/v.py",
-             "vendor/keep/k.py", "src/m.py", "src/__pycache__/m.pyc", ".git/config",
-             "node_modules/n.js", "yarn.lock", "docs/guide.md"]
+    files = [
+        "a.py",
+        "app.log",
+        "out/x.py",
+        "dist/bundle.py",
+        "private/k.py",
+        "vendor/v.py",
+        "vendor/keep/k.py",
+        "src/m.py",
+        "src/__pycache__/m.pyc",
+        ".git/config",
+        "node_modules/n.js",
+        "yarn.lock",
+        "docs/guide.md",
+    ]
     for rel in files:
         write(tmp_path, rel)
     selection = walker.Selection(tmp_path, include=["vendor/keep/"])
@@ -251,7 +278,7 @@ def test_infrastructure_files_are_taken_and_their_state_and_secrets_are_not(tmp_
     # while Terraform state (it holds every output and password in clear) stays a secret.
     taken = {
         "infra/main.tf": ('resource "aws_s3_bucket" "logs" {\n  bucket = "shop-logs"\n}\n', "terraform"),
-        "Dockerfile": ("FROM python:3.12-slim AS app\nCMD [\"serve\"]\n", "dockerfile"),
+        "Dockerfile": ('FROM python:3.12-slim AS app\nCMD ["serve"]\n', "dockerfile"),
         "deploy/Dockerfile.prod": ("FROM nginx:1.27\n", "dockerfile"),
         "pyproject.toml": ('[project]\nname = "shop"\n', "toml"),
         "db/schema.sql": ("CREATE TABLE t (id INT);\n", "sql"),

@@ -39,8 +39,12 @@ from fathom.service.warmup import Warmup
 from tests.fleet_fixtures import free_port
 from tests.retrieval_fixtures import index_sample, local_encoder  # noqa: F401
 
-ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-       "FATHOM_WATCH": "0"}
+ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "FATHOM_WATCH": "0",
+}
 
 
 class HeldLoad:
@@ -88,8 +92,11 @@ async def test_a_search_before_the_encoder_is_loaded_waits_and_says_so(indexed):
         assert [p["name"] for p in listed.structured_content["projects"]] == ["shop"]
         assert not held.loaded
         result = await asyncio.wait_for(
-            client.call_tool("search_code", {"query": "hash a password", "k": 3}, progress_callback=on_progress),
-            timeout=60)
+            client.call_tool(
+                "search_code", {"query": "hash a password", "k": 3}, progress_callback=on_progress
+            ),
+            timeout=60,
+        )
     assert said and "waiting for the encoder held:encoder" in said[0]
     assert held.loaded and not result.is_error
     assert result.structured_content["results"][0]["path"] == "auth/password.py"
@@ -122,8 +129,13 @@ async def test_the_local_door_opens_local_reads_only(indexed, tmp_path):
     door = LocalDoor(door_dir, "http://127.0.0.1:1", kind="serve")
     auth = ServeToken(door_dir)
     mcp_token = auth.issue()
-    app = standalone_app(build_mcp_server(fathom), auth=auth, host="127.0.0.1", local=door,
-                         routes=local_routes(lambda: fathom, door))
+    app = standalone_app(
+        build_mcp_server(fathom),
+        auth=auth,
+        host="127.0.0.1",
+        local=door,
+        routes=local_routes(lambda: fathom, door),
+    )
     door.open()
     mode = (door_dir / LOCAL_FILE).stat().st_mode & 0o777
     assert mode == 0o600
@@ -131,22 +143,35 @@ async def test_the_local_door_opens_local_reads_only(indexed, tmp_path):
     assert read_local_server(door_dir) is not None and read_local_server(door_dir).token == token
     assert token not in repr(read_local_server(door_dir))
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
-        ok = await http.post("/local/search", json={"query": "hash a password", "k": 2},
-                             headers={"Authorization": f"Bearer {token}"})
+        ok = await http.post(
+            "/local/search",
+            json={"query": "hash a password", "k": 2},
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert ok.status_code == 200 and ok.json()["hits"][0]["path"] == "auth/password.py"
-        chunks = await http.post("/local/search", json={"query": "hash a password", "k": 5, "group": "chunk"},
-                                 headers={"Authorization": f"Bearer {token}"})
+        chunks = await http.post(
+            "/local/search",
+            json={"query": "hash a password", "k": 5, "group": "chunk"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert [h["path"] for h in chunks.json()["hits"]].count("auth/password.py") >= 2
         assert len({h["path"] for h in ok.json()["hits"]}) == len(ok.json()["hits"])  # one per file
-        wrong = await http.post("/local/search", json={"query": "x", "group": "line"},
-                                headers={"Authorization": f"Bearer {token}"})
+        wrong = await http.post(
+            "/local/search",
+            json={"query": "x", "group": "line"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
         assert wrong.status_code == 400 and "group must be one of" in wrong.text
         assert (await http.post("/local/search", json={"query": "x"})).status_code == 401
         bad = await http.get("/local/projects", headers={"Authorization": "Bearer fl_not-this-runs-token"})
         assert bad.status_code == 401
         # The local token is no MCP token; the operator's token still opens /local/.
-        assert (await http.post("/mcp", json={}, headers={"Authorization": f"Bearer {token}"})).status_code == 401
-        assert (await http.get("/local/projects", headers={"Authorization": f"Bearer {mcp_token}"})).status_code == 200
+        assert (
+            await http.post("/mcp", json={}, headers={"Authorization": f"Bearer {token}"})
+        ).status_code == 401
+        assert (
+            await http.get("/local/projects", headers={"Authorization": f"Bearer {mcp_token}"})
+        ).status_code == 200
     assert door.searches == 2
     (door_dir / LOCAL_FILE).chmod(0o644)  # readable by others: its token is not trusted
     assert read_local_server(door_dir) is None
@@ -157,8 +182,9 @@ async def test_the_local_door_opens_local_reads_only(indexed, tmp_path):
 def test_a_file_whose_server_is_gone_is_ignored(tmp_path):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    (tmp_path / LOCAL_FILE).write_text(json.dumps({"url": "http://127.0.0.1:9", "pid": dead.pid,
-                                                   "kind": "serve", "token": "fl_x"}))
+    (tmp_path / LOCAL_FILE).write_text(
+        json.dumps({"url": "http://127.0.0.1:9", "pid": dead.pid, "kind": "serve", "token": "fl_x"})
+    )
     (tmp_path / LOCAL_FILE).chmod(0o600)
     assert read_local_server(tmp_path) is None
 
@@ -184,14 +210,19 @@ async def test_fathom_mcp_loads_the_encoder_before_the_first_call(indexed, tmp_p
     data, _, _ = indexed
     log = tmp_path / "mcp.stderr"
     # stderr to a file (the host's log), so the test can read what the server said and when.
-    params = StdioServerParameters(command="/bin/sh", args=["-c", 'exec "$@" 2>"$LOG"', "sh",
-                                                            *fathom_cmd(data, "mcp", "--in-process")],
-                                   env={**ENV, "LOG": str(log), "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    params = StdioServerParameters(
+        command="/bin/sh",
+        args=["-c", 'exec "$@" 2>"$LOG"', "sh", *fathom_cmd(data, "mcp", "--in-process")],
+        env={**ENV, "LOG": str(log), "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+    )
     async with asyncio.timeout(300):
         async with Client(params, read_timeout_seconds=240) as client:
             # No call yet: the encoder loads on its own, and the server says when it is done.
-            await asyncio.to_thread(wait_for, lambda: log.exists() and "loaded in" in log.read_text(),
-                                    "fathom mcp to load its encoder")
+            await asyncio.to_thread(
+                wait_for,
+                lambda: log.exists() and "loaded in" in log.read_text(),
+                "fathom mcp to load its encoder",
+            )
             result = await client.call_tool("search_code", {"query": "hash a password", "k": 3})
     assert not result.is_error
     assert result.structured_content["results"][0]["path"] == "auth/password.py"
@@ -227,23 +258,37 @@ def test_fathom_search_answers_through_a_running_serve_else_in_process(indexed, 
     data, _, _ = indexed
     port = free_port()
     env = {**os.environ, **ENV}
-    serve = subprocess.Popen(fathom_cmd(data, "serve", "--port", str(port)), env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    serve = subprocess.Popen(
+        fathom_cmd(data, "serve", "--port", str(port)),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         found = wait_for(lambda: read_local_server(data), "fathom serve to write its local file", timeout=120)
         assert found.url == f"http://127.0.0.1:{port}" and found.pid == serve.pid
         # A model folder the CLI cannot load: only the server's warm encoder can answer. And a
         # proxy in the environment, which must never see the loopback call (nor its token).
         proxy = Listener()
-        nowhere = {**env, "FATHOM_LOCAL_MODEL_PATH": str(tmp_path / "no-model"),
-                   **{name: proxy.url for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")}}
-        served = subprocess.run(fathom_cmd(data, "search", "hash a password", "-k", "3"), env=nowhere,
-                                capture_output=True, text=True, timeout=300)
+        nowhere = {
+            **env,
+            "FATHOM_LOCAL_MODEL_PATH": str(tmp_path / "no-model"),
+            **{name: proxy.url for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")},
+        }
+        served = subprocess.run(
+            fathom_cmd(data, "search", "hash a password", "-k", "3"),
+            env=nowhere,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert served.returncode == 0, served.stderr
         assert "auth/password.py" in served.stdout
         assert f"answered by the fathom serve at http://127.0.0.1:{port}" in served.stderr
-        listed = subprocess.run(fathom_cmd(data, "projects"), env=nowhere, capture_output=True, text=True,
-                                timeout=120)
+        listed = subprocess.run(
+            fathom_cmd(data, "projects"), env=nowhere, capture_output=True, text=True, timeout=120
+        )
         assert listed.returncode == 0 and "shop" in listed.stdout
         # The token went nowhere but the 0600 file: not on a command line, not in the server's
         # output, not to a proxy.
@@ -254,7 +299,12 @@ def test_fathom_search_answers_through_a_running_serve_else_in_process(indexed, 
         out, err = serve.communicate(timeout=60)
     assert found.token not in out + err
     assert not (data / LOCAL_FILE).exists()  # removed at stop
-    alone = subprocess.run(fathom_cmd(data, "search", "hash a password", "-k", "3"), env=env,
-                           capture_output=True, text=True, timeout=300)
+    alone = subprocess.run(
+        fathom_cmd(data, "search", "hash a password", "-k", "3"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert alone.returncode == 0, alone.stderr
     assert "auth/password.py" in alone.stdout and "answered by" not in alone.stderr

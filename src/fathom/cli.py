@@ -103,8 +103,12 @@ class FathomGroup(TyperGroup):
             show_error(failure)
             raise typer.Exit(exit_code(failure)) from None
         except KeyboardInterrupt:
-            err_console.print(Text("interrupted: the active index is unchanged; run the same "
-                                   "command again to resume", style="yellow"))
+            err_console.print(
+                Text(
+                    "interrupted: the active index is unchanged; run the same command again to resume",
+                    style="yellow",
+                )
+            )
             raise typer.Exit(130) from None
 
 
@@ -130,12 +134,18 @@ def show_version(value: bool) -> None:
 @app.callback()
 def main(
     ctx: typer.Context,
-    data_dir: Annotated[Path | None, typer.Option(
-        "--data-dir", envvar="FATHOM_DATA_DIR",
-        help="Where indexes and state live (default ~/.fathom); also taken after the command.")] = None,
-    version: Annotated[bool, typer.Option(
-        "--version", callback=show_version, is_eager=True,
-        help="Print the version and exit.")] = False,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            envvar="FATHOM_DATA_DIR",
+            help="Where indexes and state live (default ~/.fathom); also taken after the command.",
+        ),
+    ] = None,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=show_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
 ) -> None:
     # Before any command writes: the data dir and all under it are this user's alone (0700/0600).
     private_umask()
@@ -200,8 +210,9 @@ def _eta(seconds: float | None) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
-async def index_with_progress(fathom, path: Path, project: str | None, full: bool,
-                              include: list[str] | None = None):
+async def index_with_progress(
+    fathom, path: Path, project: str | None, full: bool, include: list[str] | None = None
+):
     """Index with a rich progress bar on stderr; returns the report. Start-up shows as what
     it is (opening the store, loading the model, checking the encoders), and the elapsed
     time counts it."""
@@ -209,17 +220,26 @@ async def index_with_progress(fathom, path: Path, project: str | None, full: boo
         task = bar.add_task("index", total=None, phase="starting", rate=0.0, eta="--:--")
 
         def on_progress(p) -> None:
-            bar.update(task, total=p.chunks_total or None, completed=p.chunks_done,
-                       phase=p.phase, rate=p.rate, eta=_eta(p.eta_s))
+            bar.update(
+                task,
+                total=p.chunks_total or None,
+                completed=p.chunks_done,
+                phase=p.phase,
+                rate=p.rate,
+                eta=_eta(p.eta_s),
+            )
 
-        return await fathom.index(path, project, full=full, progress=on_progress,
-                                  include=include)
+        return await fathom.index(path, project, full=full, progress=on_progress, include=include)
 
 
 def skipped_folders_line(skipped_dirs: dict[str, list[str]], limit: int = 8) -> str:
     """`node_modules/, vendor/ (built-in skip); dist/ (gitignored)`: folders named, not counted."""
-    labels = {"ignored-dir": "built-in skip", "gitignored": "gitignored",
-              "fathomignored": ".fathomignore", "excluded": "excluded"}
+    labels = {
+        "ignored-dir": "built-in skip",
+        "gitignored": "gitignored",
+        "fathomignored": ".fathomignore",
+        "excluded": "excluded",
+    }
     parts = []
     for reason, folders in sorted(skipped_dirs.items()):
         shown = ", ".join(f"{f}/" for f in folders[:limit])
@@ -244,19 +264,32 @@ def print_report(report) -> None:
     table.add_column(style="bold")
     table.add_column()
     table.add_row("root", report.root)
-    table.add_row("mode", ("full (first index)" if getattr(report, "first", False)
-                           else "full" if report.full else "incremental")
-                  + (" (resumed)" if report.resumed else ""))
+    table.add_row(
+        "mode",
+        (
+            "full (first index)"
+            if getattr(report, "first", False)
+            else "full"
+            if report.full
+            else "incremental"
+        )
+        + (" (resumed)" if report.resumed else ""),
+    )
     table.add_row("files", str(report.files))
-    table.add_row("chunks", f"{report.chunks} (code {report.tables.get('code', 0)}, "
-                            f"docs {report.tables.get('docs', 0)})")
-    table.add_row("embedded", f"{report.embedded} in {report.embed_s:.1f}s"
-                  + (f" ({report.rate:.1f} chunks/s)" if report.embedded else "")
-                  + (" (only chunks whose text is new)" if not report.full or report.carried
-                     else ""))
+    table.add_row(
+        "chunks",
+        f"{report.chunks} (code {report.tables.get('code', 0)}, docs {report.tables.get('docs', 0)})",
+    )
+    table.add_row(
+        "embedded",
+        f"{report.embedded} in {report.embed_s:.1f}s"
+        + (f" ({report.rate:.1f} chunks/s)" if report.embedded else "")
+        + (" (only chunks whose text is new)" if not report.full or report.carried else ""),
+    )
     if report.carried:
-        table.add_row("reused", f"{report.carried} vectors of unchanged text at new lines or "
-                                f"paths (not embedded)")
+        table.add_row(
+            "reused", f"{report.carried} vectors of unchanged text at new lines or paths (not embedded)"
+        )
     if getattr(report, "max_tokens", None):
         table.add_row("split", f"{report.split} chunks cut to fit the encoder's {report.max_tokens} tokens")
     table.add_row("unchanged", str(report.reused))
@@ -270,13 +303,19 @@ def print_report(report) -> None:
         table.add_row("skipped folders", folders)
     secrets = getattr(report, "secrets", None)
     if secrets:
-        table.add_row("secrets", f"{_first_paths(secrets)} (left out: credential files by name; "
-                                 f"take one back with a `!path` line in .fathomignore)")
+        table.add_row(
+            "secrets",
+            f"{_first_paths(secrets)} (left out: credential files by name; "
+            f"take one back with a `!path` line in .fathomignore)",
+        )
     redacted = getattr(report, "redacted", None)
     if redacted:
-        table.add_row("redacted", f"{len(redacted)} files had secrets redacted "
-                                  f"({_first_paths(redacted)}): their code is indexed, each "
-                                  f"value reads [REDACTED:<rule>]")
+        table.add_row(
+            "redacted",
+            f"{len(redacted)} files had secrets redacted "
+            f"({_first_paths(redacted)}): their code is indexed, each "
+            f"value reads [REDACTED:<rule>]",
+        )
     notes = getattr(report, "notes", None)
     if notes:
         table.add_row("kept, noted", ", ".join(f"{kind} {n}" for kind, n in sorted(notes.items())))
@@ -288,18 +327,26 @@ def print_report(report) -> None:
 def index(
     ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="The project folder to index.")],
-    project: Annotated[str | None, typer.Option(
-        "--project", "-p", help="Project name (default: the folder's name).")] = None,
-    full: Annotated[bool, typer.Option(
-        "--full", help="Rebuild the whole index in a shadow table and swap it in atomically.")]
-    = False,
-    include: Annotated[list[str] | None, typer.Option(
-        "--include", metavar="GLOB",
-        help="Index what the built-in skips (build/, vendor/, node_modules/...) or .gitignore "
-             "leave out, e.g. --include 'vendor/mylib/' (repeatable; remembered for the "
-             "project's later runs and syncs).")] = None,
-    no_include: Annotated[bool, typer.Option(
-        "--no-include", help="Forget the project's --include globs.")] = False,
+    project: Annotated[
+        str | None, typer.Option("--project", "-p", help="Project name (default: the folder's name).")
+    ] = None,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="Rebuild the whole index in a shadow table and swap it in atomically."),
+    ] = False,
+    include: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--include",
+            metavar="GLOB",
+            help="Index what the built-in skips (build/, vendor/, node_modules/...) or .gitignore "
+            "leave out, e.g. --include 'vendor/mylib/' (repeatable; remembered for the "
+            "project's later runs and syncs).",
+        ),
+    ] = None,
+    no_include: Annotated[
+        bool, typer.Option("--no-include", help="Forget the project's --include globs.")
+    ] = False,
 ) -> None:
     """Index a project folder: code along syntax, docs along headings.
 
@@ -307,8 +354,7 @@ def index(
     if include and no_include:
         raise ConfigError("--include and --no-include contradict each other: give one")
     fathom = fathom_of(ctx)
-    report = run(index_with_progress(fathom, path, project, full,
-                                     [] if no_include else include or None))
+    report = run(index_with_progress(fathom, path, project, full, [] if no_include else include or None))
     print_report(report)
 
 
@@ -326,8 +372,16 @@ def print_hits(hits, title: str) -> None:
         # copied from here is one `find_similar` accepts (its path, and a line in it). A
         # result per file names the file's other matching ranges in a column of their own.
         ranges = ", ".join(f"{o[0]}-{o[1]}" for o in getattr(h, "others", ()) or ())
-        rows.append([f"{h.score:.4f}", h.project or "", f"{h.path}:{h.start_line}-{h.end_line}",
-                     h.symbol or "", ranges, first])
+        rows.append(
+            [
+                f"{h.score:.4f}",
+                h.project or "",
+                f"{h.path}:{h.start_line}-{h.end_line}",
+                h.symbol or "",
+                ranges,
+                first,
+            ]
+        )
     # The project and location are what a reader acts on: they never wrap; the snippet gives
     # way first.
     proj = min(32, max(7, *(len(r[1]) for r in rows)))
@@ -336,7 +390,9 @@ def print_hits(hits, title: str) -> None:
     also = min(24, max(len(r[4]) for r in rows))
     if not also:  # a result per chunk, or files with one range each: no empty column
         rows = [r[:4] + r[5:] for r in rows]
-    snippet = max(12, console.width - proj - loc - sym - (also + 3 if also else 0) - 6 - 16)  # 16: borders, padding
+    snippet = max(
+        12, console.width - proj - loc - sym - (also + 3 if also else 0) - 6 - 16
+    )  # 16: borders, padding
     table = Table(title=title, show_lines=False)
     table.add_column("score", justify="right", no_wrap=True, min_width=6)
     table.add_column("project", no_wrap=True, min_width=proj)
@@ -350,10 +406,16 @@ def print_hits(hits, title: str) -> None:
     console.print(table)
 
 
-ServerOption = Annotated[str | None, typer.Option(
-    "--server", envvar="FATHOM_SERVER", show_default=False,
-    help="A running fathom serve/server to ask (default: the one this data dir's own serve or "
-         "server runs, if any; else in-process).")]
+ServerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--server",
+        envvar="FATHOM_SERVER",
+        show_default=False,
+        help="A running fathom serve/server to ask (default: the one this data dir's own serve or "
+        "server runs, if any; else in-process).",
+    ),
+]
 
 
 def served(ctx: typer.Context, server: str | None):
@@ -371,22 +433,35 @@ def say(text: str) -> None:
 def search(
     ctx: typer.Context,
     query: Annotated[str, typer.Argument(help="What to look for, in words or identifiers.")],
-    project: Annotated[str | None, typer.Option(
-        "--project", "-p", help="Only this project (default: every indexed project).")] = None,
+    project: Annotated[
+        str | None,
+        typer.Option("--project", "-p", help="Only this project (default: every indexed project)."),
+    ] = None,
     docs: Annotated[bool, typer.Option("--docs", help="Search the docs table.")] = False,
     k: Annotated[int, typer.Option("-k", help="Number of results (1-100).")] = 10,
-    language: Annotated[str | None, typer.Option(
-        "--language", help="Only chunks in this language (python, go, markdown, ...).")] = None,
-    path_glob: Annotated[str | None, typer.Option(
-        "--path", help="Only files matching this glob (`src/**`, `*.py`).")] = None,
-    kind: Annotated[str | None, typer.Option(
-        "--kind", help="Only chunks defining a function, method or class.")] = None,
+    language: Annotated[
+        str | None,
+        typer.Option("--language", help="Only chunks in this language (python, go, markdown, ...)."),
+    ] = None,
+    path_glob: Annotated[
+        str | None, typer.Option("--path", help="Only files matching this glob (`src/**`, `*.py`).")
+    ] = None,
+    kind: Annotated[
+        str | None, typer.Option("--kind", help="Only chunks defining a function, method or class.")
+    ] = None,
     server: ServerOption = None,
-    ref: Annotated[str | None, typer.Option(
-        "--ref", help="A branch, tag or commit of a project from git (with --project).")] = None,
-    group: Annotated[str, typer.Option(
-        "--group", help="`file`: one result per file, the other ranges of it that matched in "
-                        "the `also` column; `chunk`: one result per chunk.")] = "file",
+    ref: Annotated[
+        str | None,
+        typer.Option("--ref", help="A branch, tag or commit of a project from git (with --project)."),
+    ] = None,
+    group: Annotated[
+        str,
+        typer.Option(
+            "--group",
+            help="`file`: one result per file, the other ranges of it that matched in "
+            "the `also` column; `chunk`: one result per chunk.",
+        ),
+    ] = "file",
 ) -> None:
     """Search indexed code (or docs) by meaning and keywords.
 
@@ -397,18 +472,39 @@ def search(
     from fathom.index.request import SearchRequest
 
     # Checked whole before a server is asked or a model loaded.
-    request = SearchRequest.of(query, project, "docs" if docs else "code", k, language=language,
-                               path=path_glob, kind=kind, group=group, ref=ref)
+    request = SearchRequest.of(
+        query,
+        project,
+        "docs" if docs else "code",
+        k,
+        language=language,
+        path=path_glob,
+        kind=kind,
+        group=group,
+        ref=ref,
+    )
     title = f"{request.table}: {query}" + (f" @ {ref}" if ref else "")
     filters = request.where.describe() if request.where else ""
     target = served(ctx, server)
     data = None
     if target is not None:
-        data = call(target, "POST", "/local/search", {"query": query, "project": project,
-                                                      "table": request.table, "k": k,
-                                                      "language": language, "path": path_glob,
-                                                      "kind": kind, "group": group, "ref": ref},
-                    say=say)
+        data = call(
+            target,
+            "POST",
+            "/local/search",
+            {
+                "query": query,
+                "project": project,
+                "table": request.table,
+                "k": k,
+                "language": language,
+                "path": path_glob,
+                "kind": kind,
+                "group": group,
+                "ref": ref,
+            },
+            say=say,
+        )
     if data is not None:
         hits, notes = hits_of(data), data.get("notes") or []
         say(f"answered by the fathom {target.kind} at {target.url}")
@@ -433,8 +529,12 @@ async def search_in_process(fathom, request):
     except FathomError:
         uses_local = False  # the search itself says what is wrong
     if uses_local and needs_loading(fathom.encoder):
-        await fathom.warm_up().wait(lambda _: say(f"loading the encoder {fathom.encoder.id} (a running `fathom "
-                                                  f"serve` keeps it loaded)…"), grace_s=1.0)
+        await fathom.warm_up().wait(
+            lambda _: say(
+                f"loading the encoder {fathom.encoder.id} (a running `fathom serve` keeps it loaded)…"
+            ),
+            grace_s=1.0,
+        )
     return await fathom.searches.hits(request)
 
 
@@ -466,15 +566,23 @@ def projects(ctx: typer.Context, server: ServerOption = None) -> None:
         # server reports) is said with its progress.
         progress = getattr(p, "progress", None)
         note = f" (indexing: {progress})" if progress else " (unfinished full run)" if p.indexing else ""
-        table.add_row(Text(p.name + note),
-                      str(p.tables.get("code", 0)), str(p.tables.get("docs", 0)),
-                      Text(p.last_indexed or "-"), Text(p.root or "-"))
+        table.add_row(
+            Text(p.name + note),
+            str(p.tables.get("code", 0)),
+            str(p.tables.get("docs", 0)),
+            Text(p.last_indexed or "-"),
+            Text(p.root or "-"),
+        )
     console.print(table)
     for p in items:
         if p.damaged:
-            err_console.print(Text("damaged: ", style="bold red")
-                              + Text(f"{p.name}: {p.damaged}. Run `fathom store verify {p.name} "
-                                     f"--repair`; searches skip it meanwhile."))
+            err_console.print(
+                Text("damaged: ", style="bold red")
+                + Text(
+                    f"{p.name}: {p.damaged}. Run `fathom store verify {p.name} "
+                    f"--repair`; searches skip it meanwhile."
+                )
+            )
 
 
 # ---------------------------------------------------------------- MCP: `fathom serve`, `fathom mcp`
@@ -507,8 +615,10 @@ def print_sync(project: str, report, error) -> None:
 
     stamp = datetime.now().strftime("%H:%M:%S")
     if error is not None:
-        err_console.print(Text(f"{stamp} {project}: sync failed, will retry: ", style="yellow")
-                          + Text(" ".join((str(error) or type(error).__name__).split())))
+        err_console.print(
+            Text(f"{stamp} {project}: sync failed, will retry: ", style="yellow")
+            + Text(" ".join((str(error) or type(error).__name__).split()))
+        )
         return
     changes = [f"{report.embedded} embedded"]
     if report.carried:
@@ -516,16 +626,20 @@ def print_sync(project: str, report, error) -> None:
     if report.deleted:
         changes.append(f"{report.deleted} removed")
     quiet = not (report.embedded or report.carried or report.deleted)
-    console.print(f"{stamp} {project}: " + ("up to date" if quiet else ", ".join(changes))
-                  + f" in {report.elapsed_s:.2f}s ({report.chunks} chunks)")
+    console.print(
+        f"{stamp} {project}: "
+        + ("up to date" if quiet else ", ".join(changes))
+        + f" in {report.elapsed_s:.2f}s ({report.chunks} chunks)"
+    )
 
 
 @app.command()
 def watch(
     ctx: typer.Context,
     path: Annotated[Path, typer.Argument(help="The project folder to keep indexed.")],
-    project: Annotated[str | None, typer.Option(
-        "--project", "-p", help="Project name (default: the folder's name).")] = None,
+    project: Annotated[
+        str | None, typer.Option("--project", "-p", help="Project name (default: the folder's name).")
+    ] = None,
 ) -> None:
     """Index a folder, then keep its index current as its files change (Ctrl-C stops).
 
@@ -565,14 +679,21 @@ def watch(
 def watching(
     ctx: typer.Context,
     project: Annotated[str, typer.Argument(help="The project.")],
-    on: Annotated[bool | None, typer.Option(
-        "--on/--off", help="Turn live sync of the project on or off (default: show it).")]
-    = None,
-    server: Annotated[str | None, typer.Option(
-        "--server", envvar="FATHOM_SERVER", show_default=False,
-        help="A running `fathom server` whose project it is, through its admin API: its watcher "
-             "follows at once. The admin token is read from FATHOM_ADMIN_TOKEN, never from the "
-             "command line (default: this data dir, in-process).")] = None,
+    on: Annotated[
+        bool | None,
+        typer.Option("--on/--off", help="Turn live sync of the project on or off (default: show it)."),
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            envvar="FATHOM_SERVER",
+            show_default=False,
+            help="A running `fathom server` whose project it is, through its admin API: its watcher "
+            "follows at once. The admin token is read from FATHOM_ADMIN_TOKEN, never from the "
+            "command line (default: this data dir, in-process).",
+        ),
+    ] = None,
 ) -> None:
     """Show, or set, whether a project's index follows its files (live sync).
 
@@ -585,21 +706,28 @@ def watching(
     else:
         fathom = fathom_of(ctx)
         state = run(fathom.set_watch(project, on)) if on is not None else fathom.watch_state(project)
-    console.print(f"{project}: live sync {'on' if state['enabled'] else 'off'}"
-                  + (f" ({state['state']})" if state["enabled"] else ""))
+    console.print(
+        f"{project}: live sync {'on' if state['enabled'] else 'off'}"
+        + (f" ({state['state']})" if state["enabled"] else "")
+    )
 
 
 @app.command()
 def drop(
     ctx: typer.Context,
     project: Annotated[str, typer.Argument(help="The project to remove from the index.")],
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-    = False,
-    server: Annotated[str | None, typer.Option(
-        "--server", envvar="FATHOM_SERVER", show_default=False,
-        help="A running `fathom server` to drop it from, through its admin API: the admin token is "
-             "read from FATHOM_ADMIN_TOKEN, never from the command line (default: this data dir, "
-             "in-process).")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    server: Annotated[
+        str | None,
+        typer.Option(
+            "--server",
+            envvar="FATHOM_SERVER",
+            show_default=False,
+            help="A running `fathom server` to drop it from, through its admin API: the admin token is "
+            "read from FATHOM_ADMIN_TOKEN, never from the command line (default: this data dir, "
+            "in-process).",
+        ),
+    ] = None,
 ) -> None:
     """Remove a project and everything of it from the index (asks first unless --yes).
 
@@ -643,20 +771,27 @@ app.command("sidecar")(_sidecar)
 # ---------------------------------------------------------------- store
 
 
-store_app = typer.Typer(help="The index store: verify and repair it, or move it from LanceDB "
-                             "to PostgreSQL.", no_args_is_help=True)
+store_app = typer.Typer(
+    help="The index store: verify and repair it, or move it from LanceDB to PostgreSQL.", no_args_is_help=True
+)
 app.add_typer(store_app, name="store")
 
 
 @store_app.command("verify")
 def store_verify(
     ctx: typer.Context,
-    project: Annotated[str | None, typer.Argument(
-        help="The project to check (default: every project).")] = None,
-    repair: Annotated[bool, typer.Option(
-        "--repair", help="Fix what can be fixed: rebuild indexes and state, drop duplicate and "
-                         "damaged rows, delete the rows of files that hold credentials, "
-                         "re-embed damaged vectors under the gate.")] = False,
+    project: Annotated[
+        str | None, typer.Argument(help="The project to check (default: every project).")
+    ] = None,
+    repair: Annotated[
+        bool,
+        typer.Option(
+            "--repair",
+            help="Fix what can be fixed: rebuild indexes and state, drop duplicate and "
+            "damaged rows, delete the rows of files that hold credentials, "
+            "re-embed damaged vectors under the gate.",
+        ),
+    ] = False,
 ) -> None:
     """Check stored tables for damage: duplicate ids, bad vectors, damaged rows, a missing
     full-text index, row counts that disagree with the manifest, rows of files that hold
@@ -680,26 +815,40 @@ def store_verify(
     left = [p for p in problems if not p.repaired]
     if left:
         hint = "" if repair else f" Run `fathom store verify {project or ''} --repair`.".replace("  ", " ")
-        err_console.print(Text("error: ", style="bold red")
-                          + Text(f"{len(left)} problem(s) in the store.{hint}"))
+        err_console.print(
+            Text("error: ", style="bold red") + Text(f"{len(left)} problem(s) in the store.{hint}")
+        )
         raise typer.Exit(1)
 
 
 @store_app.command("migrate")
 def store_migrate(
     ctx: typer.Context,
-    to: Annotated[str, typer.Option(
-        "--to", envvar="FATHOM_STORE_URL", show_default=False,
-        help="The PostgreSQL database: postgresql://user:password@host:port/database "
-             "(default: FATHOM_STORE_URL, which keeps the password off the command line).")],
-    project: Annotated[list[str] | None, typer.Option(
-        "--project", "-p", help="Only this project (repeatable; default: every project).")]
-    = None,
-    source: Annotated[Path | None, typer.Option(
-        "--from", help="The LanceDB folder to copy from (default: <data dir>/lance).")] = None,
-    gate_state: Annotated[bool, typer.Option(
-        "--gate-state/--no-gate-state",
-        help="Also copy the gate's verdicts and golden vectors and the routing state.")] = True,
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            envvar="FATHOM_STORE_URL",
+            show_default=False,
+            help="The PostgreSQL database: postgresql://user:password@host:port/database "
+            "(default: FATHOM_STORE_URL, which keeps the password off the command line).",
+        ),
+    ],
+    project: Annotated[
+        list[str] | None,
+        typer.Option("--project", "-p", help="Only this project (repeatable; default: every project)."),
+    ] = None,
+    source: Annotated[
+        Path | None,
+        typer.Option("--from", help="The LanceDB folder to copy from (default: <data dir>/lance)."),
+    ] = None,
+    gate_state: Annotated[
+        bool,
+        typer.Option(
+            "--gate-state/--no-gate-state",
+            help="Also copy the gate's verdicts and golden vectors and the routing state.",
+        ),
+    ] = True,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 1000,
 ) -> None:
     """Copy an index from LanceDB into PostgreSQL + pgvector, provenance preserved.
@@ -715,14 +864,21 @@ def store_migrate(
         raise ConfigError(f"--to must be a postgresql://… URL, got {redact_url(to)!r}")
     folder = (source or settings.lance_dir).expanduser()
     if not (folder / "projects").is_dir():
-        raise ConfigError(f"no LanceDB index at {folder}: pass --from FOLDER (the `lance` folder "
-                          f"under the data dir that `fathom index` wrote)")
+        raise ConfigError(
+            f"no LanceDB index at {folder}: pass --from FOLDER (the `lance` folder "
+            f"under the data dir that `fathom index` wrote)"
+        )
     lance = LanceStore(folder)
     target = PostgresStore(to)
     try:
-        with Progress(TextColumn("[bold blue]{task.description:<20}"), BarColumn(),
-                      MofNCompleteColumn(), TextColumn("rows"), TimeElapsedColumn(),
-                      console=err_console) as bar:
+        with Progress(
+            TextColumn("[bold blue]{task.description:<20}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("rows"),
+            TimeElapsedColumn(),
+            console=err_console,
+        ) as bar:
             tasks: dict[tuple[str, str], Any] = {}
 
             def on_progress(name: str, table: str, done: int, total: int) -> None:
@@ -731,23 +887,31 @@ def store_migrate(
                     tasks[key] = bar.add_task(f"{name}/{table}", total=total or None)
                 bar.update(tasks[key], completed=done)
 
-            report = migrate(lance, target, projects=project or None, batch_size=batch_size,
-                             progress=on_progress)
+            report = migrate(
+                lance, target, projects=project or None, batch_size=batch_size, progress=on_progress
+            )
         table = Table(title=f"migrated into {target.url}")
         for col in ("project", "table", "rows", "copied now", "provenance (provider | verdict: rows)"):
             table.add_column(col, overflow="fold")
         for t in report.tables:
-            groups = "\n".join(f"{p} | {v or '-'}: {n}" for (p, v), n in
-                               sorted(t.provenance.items(), key=lambda kv: str(kv[0])))
-            table.add_row(t.project, t.table, str(t.rows),
-                          str(t.copied) + (" (resumed)" if t.resumed else ""), groups)
+            groups = "\n".join(
+                f"{p} | {v or '-'}: {n}"
+                for (p, v), n in sorted(t.provenance.items(), key=lambda kv: str(kv[0]))
+            )
+            table.add_row(
+                t.project, t.table, str(t.rows), str(t.copied) + (" (resumed)" if t.resumed else ""), groups
+            )
         console.print(table)
         if gate_state:
             g = migrate_gate_state(settings.data_dir, target)
-            console.print(f"gate: {g.verdicts} verdicts, {g.golden} golden vector sets; routing "
-                          f"state {'copied' if g.routing else 'not found (defaults apply)'}")
-        console.print(f"done: {report.rows} rows in {len(report.tables)} tables. Serve from it "
-                      f"with FATHOM_STORE_URL={target.url} (password as before)")
+            console.print(
+                f"gate: {g.verdicts} verdicts, {g.golden} golden vector sets; routing "
+                f"state {'copied' if g.routing else 'not found (defaults apply)'}"
+            )
+        console.print(
+            f"done: {report.rows} rows in {len(report.tables)} tables. Serve from it "
+            f"with FATHOM_STORE_URL={target.url} (password as before)"
+        )
     finally:
         target.close()
         lance.close()

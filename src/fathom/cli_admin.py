@@ -66,14 +66,18 @@ class AdminRefused(AdminError):
 
 class ServerUnreachable(AdminError):
     def __init__(self, server: str, reason: str):
-        super().__init__(f"cannot reach the fathom server at {server} ({reason}); start it with "
-                         f"`fathom server`, or point --server / FATHOM_SERVER at it")
+        super().__init__(
+            f"cannot reach the fathom server at {server} ({reason}); start it with "
+            f"`fathom server`, or point --server / FATHOM_SERVER at it"
+        )
 
 
 class TokenRefused(AdminError):
     def __init__(self, server: str, detail: str):
-        super().__init__(f"the server at {server} refused the admin token: {detail}. Pass the token the "
-                         f"server printed at its first start with --token or FATHOM_ADMIN_TOKEN")
+        super().__init__(
+            f"the server at {server} refused the admin token: {detail}. Pass the token the "
+            f"server printed at its first start with --token or FATHOM_ADMIN_TOKEN"
+        )
 
 
 def show_failure(exc: AdminError) -> None:
@@ -84,6 +88,7 @@ def show_failure(exc: AdminError) -> None:
 
 def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn an `AdminError` into its printed problems and exit code."""
+
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -94,6 +99,7 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
         except ConfigError as exc:
             show_failure(AdminError(str(exc), exc.problems))
             raise typer.Exit(2) from None
+
     return wrapper
 
 
@@ -103,18 +109,34 @@ def handled(fn: Callable[..., Any]) -> Callable[..., Any]:
 class AdminClient:
     """A thin synchronous client of the admin API. `transport` is for tests."""
 
-    def __init__(self, server: str, token: str | None, *, timeout: float = 120.0,
-                 transport: httpx.BaseTransport | None = None):
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        *,
+        timeout: float = 120.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
         self.server = server.rstrip("/")
         if not token:
-            raise AdminError("no admin token: pass --token or set FATHOM_ADMIN_TOKEN (the server prints one "
-                             "at its first start)")
-        self._http = httpx.Client(base_url=self.server, timeout=timeout, transport=transport,
-                                  headers={"Authorization": f"Bearer {token}"})
+            raise AdminError(
+                "no admin token: pass --token or set FATHOM_ADMIN_TOKEN (the server prints one "
+                "at its first start)"
+            )
+        self._http = httpx.Client(
+            base_url=self.server,
+            timeout=timeout,
+            transport=transport,
+            headers={"Authorization": f"Bearer {token}"},
+        )
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         try:
-            r = self._http.request(method, path, json=body) if body is not None else self._http.request(method, path)
+            r = (
+                self._http.request(method, path, json=body)
+                if body is not None
+                else self._http.request(method, path)
+            )
         except httpx.HTTPError as exc:
             raise ServerUnreachable(self.server, type(exc).__name__) from None
         data: Any
@@ -148,10 +170,18 @@ def _detail(data: Any, r: httpx.Response) -> tuple[str, list[str]]:
 client_factory: Callable[[str, str | None], AdminClient] = AdminClient
 
 
-ServerOpt = Annotated[str, typer.Option("--server", envvar="FATHOM_SERVER", show_envvar=True,
-                                        help="URL of the running fathom server.")]
-TokenOpt = Annotated[str | None, typer.Option("--token", envvar="FATHOM_ADMIN_TOKEN", show_envvar=True,
-                                              show_default=False, help="The admin token.")]
+ServerOpt = Annotated[
+    str,
+    typer.Option(
+        "--server", envvar="FATHOM_SERVER", show_envvar=True, help="URL of the running fathom server."
+    ),
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token", envvar="FATHOM_ADMIN_TOKEN", show_envvar=True, show_default=False, help="The admin token."
+    ),
+]
 
 
 def connect(server: str, token: str | None) -> AdminClient:
@@ -185,17 +215,23 @@ def ago(s: float | None) -> str:
 
 def print_push(push: dict[str, Any]) -> None:
     acked, offline, failed, pending = push["acked"], push["offline"], push["failed"], push["pending"]
-    console.print(Text("pushed to: ") + Text(', '.join(acked) or 'no sidecar', style="bold")
-                  + Text((f"; offline: {', '.join(offline)}" if offline else "")
-                         + (f"; pending approval (sent nothing): {', '.join(pending)}" if pending else "")))
+    console.print(
+        Text("pushed to: ")
+        + Text(", ".join(acked) or "no sidecar", style="bold")
+        + Text(
+            (f"; offline: {', '.join(offline)}" if offline else "")
+            + (f"; pending approval (sent nothing): {', '.join(pending)}" if pending else "")
+        )
+    )
     for name, why in sorted(failed.items()):
         console.print(Text(f"  no acknowledgement from {name}", style="red") + Text(f": {why}"))
 
 
 # ---------------------------------------------------------------------------- policy
 
-policy_app = typer.Typer(help="Each role's route: policy, model, upstream pin, width, fallback.",
-                         no_args_is_help=True)
+policy_app = typer.Typer(
+    help="Each role's route: policy, model, upstream pin, width, fallback.", no_args_is_help=True
+)
 
 
 def roles_table(roles: dict[str, Any], only: str | None = None) -> Table:
@@ -205,14 +241,24 @@ def roles_table(roles: dict[str, Any], only: str | None = None) -> Table:
     for name, r in roles.items():
         if only and name != only:
             continue
-        serving = Text("\n".join(serving_line(p) for p in r["providers"] if p["id"] in r["serving"])
-                       or "none", style="" if r["serving"] else "red")
+        serving = Text(
+            "\n".join(serving_line(p) for p in r["providers"] if p["id"] in r["serving"]) or "none",
+            style="" if r["serving"] else "red",
+        )
         if not r["serving"] and r.get("configured") is False:  # optional, and nobody set it up: neutral
             serving = Text("not configured", style="dim")
         notes = "\n".join([*r["warnings"], *r["unavailable"]])
-        t.add_row(plain(name), plain(r["table"]), plain(r["policy"], "bold"), plain(r["model"]),
-                  plain(r["upstream"]), plain(r["width"]), plain(r["fallback"]), serving,
-                  Text(notes, style="yellow"))
+        t.add_row(
+            plain(name),
+            plain(r["table"]),
+            plain(r["policy"], "bold"),
+            plain(r["model"]),
+            plain(r["upstream"]),
+            plain(r["width"]),
+            plain(r["fallback"]),
+            serving,
+            Text(notes, style="yellow"),
+        )
     return t
 
 
@@ -223,8 +269,11 @@ def serving_line(p: dict[str, Any]) -> str:
 
 @policy_app.command("show")
 @handled
-def policy_show(role: Annotated[str | None, typer.Argument(help="Only this role.")] = None,
-                server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def policy_show(
+    role: Annotated[str | None, typer.Argument(help="Only this role.")] = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
     """Show every role's route and the providers serving it."""
     data = connect(server, token).call("GET", "/admin/policies")
     if role is not None and role not in data["roles"]:
@@ -238,24 +287,40 @@ def policy_set(
     role: Annotated[str, typer.Argument(help="embedding, code-embedding, reranker, code-assistant or rlm.")],
     policy: Annotated[str | None, typer.Option(help="local, cloud, aggregate or backup.")] = None,
     model: Annotated[str | None, typer.Option(help="The model id.")] = None,
-    upstream: Annotated[str | None, typer.Option(help="The OpenRouter upstream pin (embedding roles).")] = None,
+    upstream: Annotated[
+        str | None, typer.Option(help="The OpenRouter upstream pin (embedding roles).")
+    ] = None,
     no_upstream: Annotated[bool, typer.Option("--no-upstream", help="Remove the upstream pin.")] = False,
     width: Annotated[int | None, typer.Option(help="The table's width (embedding roles).")] = None,
     fallback: Annotated[str | None, typer.Option(help="any or local-only.")] = None,
-    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
 ) -> None:
     """Change one role's route. The server validates first; a refusal changes nothing."""
-    change: dict[str, Any] = {k: v for k, v in (("policy", policy), ("model", model), ("upstream", upstream),
-                                                ("width", width), ("fallback", fallback)) if v is not None}
+    change: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("policy", policy),
+            ("model", model),
+            ("upstream", upstream),
+            ("width", width),
+            ("fallback", fallback),
+        )
+        if v is not None
+    }
     if no_upstream:
         if upstream is not None:
             raise AdminRefused("give --upstream or --no-upstream, not both")
         change["upstream"] = None
     if not change:
-        raise AdminRefused(f"nothing to change for {role}: give --policy, --model, --upstream, --width or --fallback")
+        raise AdminRefused(
+            f"nothing to change for {role}: give --policy, --model, --upstream, --width or --fallback"
+        )
     data = connect(server, token).call("PUT", "/admin/policies", {role: change})
-    console.print(Text("applied", style="green")
-                  + Text(f" to {role}: " + ", ".join(f"{k} = {dash(v)}" for k, v in change.items())))
+    console.print(
+        Text("applied", style="green")
+        + Text(f" to {role}: " + ", ".join(f"{k} = {dash(v)}" for k, v in change.items()))
+    )
     print_push(data["push"])
     console.print(roles_table(data["roles"], role))
 
@@ -272,24 +337,32 @@ def read_key() -> str:
     else:
         key = getpass.getpass("OpenRouter key (input hidden): ").strip()
     if not key:
-        raise AdminRefused("no key given: pipe it on stdin (e.g. `fathom key push < keyfile`) or type it at the prompt")
+        raise AdminRefused(
+            "no key given: pipe it on stdin (e.g. `fathom key push < keyfile`) or type it at the prompt"
+        )
     return key
 
 
 @key_app.command("push")
 @handled
 def key_push(
-    without_key: Annotated[bool, typer.Option("--without-key",
-                                              help="Re-push the routing only; sidecars keep the key they hold.")] = False,
-    forget: Annotated[bool, typer.Option("--forget", help="Tell the sidecars to drop the key they hold.")] = False,
+    without_key: Annotated[
+        bool, typer.Option("--without-key", help="Re-push the routing only; sidecars keep the key they hold.")
+    ] = False,
+    forget: Annotated[
+        bool, typer.Option("--forget", help="Tell the sidecars to drop the key they hold.")
+    ] = False,
     key_arg: Annotated[str | None, typer.Option("--key", hidden=True)] = None,
-    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
 ) -> None:
     """Push the OpenRouter key (from stdin or a hidden prompt) to every approved, connected sidecar."""
     if key_arg is not None:
         key_arg = None
-        raise AdminRefused("refusing a key on the command line: the shell history and the process list would "
-                           "keep it. Pipe it on stdin (`fathom key push < keyfile`) or type it at the prompt")
+        raise AdminRefused(
+            "refusing a key on the command line: the shell history and the process list would "
+            "keep it. Pipe it on stdin (`fathom key push < keyfile`) or type it at the prompt"
+        )
     client = connect(server, token)
     body: dict[str, Any] = {"forget_key": True} if forget else {}
     if not without_key and not forget:
@@ -300,35 +373,62 @@ def key_push(
         body.clear()  # drop our reference to the key
     print_push(push)
     if (push["key_sent"] or forget) and not push["acked"]:
-        raise AdminError("no sidecar acknowledged the push, so no sidecar holds the key: approve and connect a "
-                         "sidecar (`fathom fleet`), then push again")
+        raise AdminError(
+            "no sidecar acknowledged the push, so no sidecar holds the key: approve and connect a "
+            "sidecar (`fathom fleet`), then push again"
+        )
 
 
 # ---------------------------------------------------------------------------- fleet
 
-fleet_app = typer.Typer(help="Sidecars: list (default), approve, revoke, tokens.", invoke_without_command=True)
+fleet_app = typer.Typer(
+    help="Sidecars: list (default), approve, revoke, tokens.", invoke_without_command=True
+)
 
 
 def print_fleet(data: dict[str, Any]) -> None:
     t = Table(title="Fleet", title_justify="left")
-    for col in ("sidecar", "state", "connected", "key", "cloud", "last seen", "load", "in flight", "routes",
-                "problems"):
+    for col in (
+        "sidecar",
+        "state",
+        "connected",
+        "key",
+        "cloud",
+        "last seen",
+        "load",
+        "in flight",
+        "routes",
+        "problems",
+    ):
         t.add_column(col, overflow="fold")
     for s in data["sidecars"]:
-        key = plain("-") if s["key_present"] is None else (
-            plain("present") if s["key_present"] else plain("missing", "red"))
+        key = (
+            plain("-")
+            if s["key_present"] is None
+            else (plain("present") if s["key_present"] else plain("missing", "red"))
+        )
         state = {"approved": "green", "pending": "yellow", "revoked": "red"}.get(s["state"], "white")
-        t.add_row(plain(s["name"]), plain(s["state"], state), plain("yes") if s["connected"] else plain("no", "red"),
-                  key, cloud_cell(s.get("cloud") or []), ago(s["last_seen_s"]),
-                  "-" if s["load"] is None else f"{s['load']:.2f}", str(s["in_flight"]),
-                  plain(", ".join(f"{r['role']}={r['backend']}" for r in s["routes"])),
-                  Text("; ".join(s["problems"]), style="red"))
+        t.add_row(
+            plain(s["name"]),
+            plain(s["state"], state),
+            plain("yes") if s["connected"] else plain("no", "red"),
+            key,
+            cloud_cell(s.get("cloud") or []),
+            ago(s["last_seen_s"]),
+            "-" if s["load"] is None else f"{s['load']:.2f}",
+            str(s["in_flight"]),
+            plain(", ".join(f"{r['role']}={r['backend']}" for r in s["routes"])),
+            Text("; ".join(s["problems"]), style="red"),
+        )
     console.print(t)
     for p in data["problems"]:
         console.print(Text("! ", style="yellow") + Text(p))
     last = data.get("last_push")
-    console.print(Text(f"last key push: {last['at']}, acked by {', '.join(last['acked']) or 'nobody'}")
-                  if last else "no key has been pushed yet (`fathom key push`)")
+    console.print(
+        Text(f"last key push: {last['at']}, acked by {', '.join(last['acked']) or 'nobody'}")
+        if last
+        else "no key has been pushed yet (`fathom key push`)"
+    )
 
 
 def cloud_cell(routes: list[dict[str, Any]]) -> Text:
@@ -357,8 +457,12 @@ def _conn(ctx: typer.Context, server: str | None, token: str | None) -> AdminCli
     return connect(server or obj.get("server") or DEFAULT_SERVER, token or obj.get("token"))
 
 
-LocalServerOpt = Annotated[str | None, typer.Option("--server", envvar="FATHOM_SERVER", show_default=False,
-                                                    help="URL of the running fathom server.")]
+LocalServerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--server", envvar="FATHOM_SERVER", show_default=False, help="URL of the running fathom server."
+    ),
+]
 
 
 @fleet_app.command("list")
@@ -370,25 +474,43 @@ def fleet_list(ctx: typer.Context, server: LocalServerOpt = None, token: TokenOp
 
 @fleet_app.command("approve")
 @handled
-def fleet_approve(ctx: typer.Context, name: str,
-                  rebind: Annotated[bool, typer.Option(
-                      help="Hand the name to the host connected under it now, which another host's "
-                           "credential holds (a replaced or reinstalled host).")] = False,
-                  pre_approve: Annotated[bool, typer.Option(
-                      "--pre-approve", help="Approve a name no sidecar has connected under yet; the first host "
-                                            "to connect under it is bound to it.")] = False,
-                  server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+def fleet_approve(
+    ctx: typer.Context,
+    name: str,
+    rebind: Annotated[
+        bool,
+        typer.Option(
+            help="Hand the name to the host connected under it now, which another host's "
+            "credential holds (a replaced or reinstalled host)."
+        ),
+    ] = False,
+    pre_approve: Annotated[
+        bool,
+        typer.Option(
+            "--pre-approve",
+            help="Approve a name no sidecar has connected under yet; the first host "
+            "to connect under it is bound to it.",
+        ),
+    ] = False,
+    server: LocalServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
     """Approve a sidecar: it gets work and config pushes from now on, bound to its host's credential."""
     query = "&".join(q for q, on in (("rebind=true", rebind), ("pre_approve=true", pre_approve)) if on)
     path = f"/admin/fleet/{quote(name, safe='')}/approve" + (f"?{query}" if query else "")
     s = _conn(ctx, server, token).call("POST", path)
-    console.print(Text(f"{name}: ") + Text(s["state"], style="green")
-                  + Text("" if s["connected"] else " (not connected now)"))
+    console.print(
+        Text(f"{name}: ")
+        + Text(s["state"], style="green")
+        + Text("" if s["connected"] else " (not connected now)")
+    )
 
 
 @fleet_app.command("revoke")
 @handled
-def fleet_revoke(ctx: typer.Context, name: str, server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+def fleet_revoke(
+    ctx: typer.Context, name: str, server: LocalServerOpt = None, token: TokenOpt = None
+) -> None:
     """Revoke a sidecar: it loses its work at once and is disconnected."""
     s = _conn(ctx, server, token).call("POST", f"/admin/fleet/{quote(name, safe='')}/revoke")
     console.print(Text(f"{name}: ") + Text(s["state"], style="red"))
@@ -396,9 +518,14 @@ def fleet_revoke(ctx: typer.Context, name: str, server: LocalServerOpt = None, t
 
 @fleet_app.command("token")
 @handled
-def fleet_token(ctx: typer.Context,
-                name: Annotated[str | None, typer.Option(help="Issue a host token that pre-approves this sidecar name.")] = None,
-                server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+def fleet_token(
+    ctx: typer.Context,
+    name: Annotated[
+        str | None, typer.Option(help="Issue a host token that pre-approves this sidecar name.")
+    ] = None,
+    server: LocalServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
     """Issue a join token (or a host token for one sidecar name); shown once."""
     issued = _conn(ctx, server, token).call("POST", "/admin/fleet/tokens", {"name": name} if name else None)
     print_whole(f"{issued['kind']} token (shown once; only its hash is kept): {issued['token']}")
@@ -406,7 +533,9 @@ def fleet_token(ctx: typer.Context,
 
 # ---------------------------------------------------------------------------- gate
 
-gate_app = typer.Typer(help="The compatibility gate: verdicts, verify now, audit, re-embed.", no_args_is_help=True)
+gate_app = typer.Typer(
+    help="The compatibility gate: verdicts, verify now, audit, re-embed.", no_args_is_help=True
+)
 
 
 def print_verdicts(verdicts: list[dict[str, Any]], *, evidence: bool = False) -> None:
@@ -417,15 +546,24 @@ def print_verdicts(verdicts: list[dict[str, Any]], *, evidence: bool = False) ->
         style = {"cleared": "green", "refused": "red", "quarantined": "red"}[v["status"]]
         coverage = Text("REDUCED", style="bold yellow") if v["reduced_coverage"] else Text(v["coverage"])
         mc = "-" if v["min_cosine"] is None else f"{v['min_cosine']:.4f}"
-        t.add_row(plain(v["table"]), plain(v["provider"]), plain(v["status"], style), plain(v["regime"]), coverage,
-                  mc, plain(v["revoked_reason"] and f"revoked: {v['revoked_reason']}" or v["reason"]))
+        t.add_row(
+            plain(v["table"]),
+            plain(v["provider"]),
+            plain(v["status"], style),
+            plain(v["regime"]),
+            coverage,
+            mc,
+            plain(v["revoked_reason"] and f"revoked: {v['revoked_reason']}" or v["reason"]),
+        )
     console.print(t)
     for v in verdicts:
         if v["reduced_coverage"]:
             console.print(Text(f"! {v['provider']} ({v['table']}): {v['coverage_note']}", style="yellow"))
         if evidence and v["cosines"]:
-            c = Table(title=escape(f"{v['provider']}: cosine per probe (floor {v['threshold']})"),
-                      title_justify="left")
+            c = Table(
+                title=escape(f"{v['provider']}: cosine per probe (floor {v['threshold']})"),
+                title_justify="left",
+            )
             c.add_column("probe")
             c.add_column("cosine", justify="right")
             for probe, cos in sorted(v["cosines"].items(), key=lambda kv: kv[1]):
@@ -435,11 +573,16 @@ def print_verdicts(verdicts: list[dict[str, Any]], *, evidence: bool = False) ->
 
 @gate_app.command("verdicts")
 @handled
-def gate_verdicts(history: Annotated[bool, typer.Option(help="Every verdict ever, not only the latest.")] = False,
-                  evidence: Annotated[bool, typer.Option(help="Also print the cosine of every probe.")] = False,
-                  server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def gate_verdicts(
+    history: Annotated[bool, typer.Option(help="Every verdict ever, not only the latest.")] = False,
+    evidence: Annotated[bool, typer.Option(help="Also print the cosine of every probe.")] = False,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
     """The gate's verdicts with their evidence (minimum cosine, regime, coverage)."""
-    data = connect(server, token).call("GET", f"/admin/gate/verdicts?history={'true' if history else 'false'}")
+    data = connect(server, token).call(
+        "GET", f"/admin/gate/verdicts?history={'true' if history else 'false'}"
+    )
     if not data["verdicts"]:
         console.print("no verdict yet: `fathom gate verify PROVIDER` probes one now")
         return
@@ -450,10 +593,13 @@ def gate_verdicts(history: Annotated[bool, typer.Option(help="Every verdict ever
 
 @gate_app.command("verify")
 @handled
-def gate_verify(provider: Annotated[str, typer.Argument(help="A live provider id (see `fathom policy show`).")],
-                table: Annotated[str | None, typer.Option(help="code or docs (default: every table it serves).")] = None,
-                force: Annotated[bool, typer.Option(help="Probe again even if a verdict exists.")] = False,
-                server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def gate_verify(
+    provider: Annotated[str, typer.Argument(help="A live provider id (see `fathom policy show`).")],
+    table: Annotated[str | None, typer.Option(help="code or docs (default: every table it serves).")] = None,
+    force: Annotated[bool, typer.Option(help="Probe again even if a verdict exists.")] = False,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
     """Probe a provider now, under its role's policy; exit 1 if the gate refuses it."""
     body: dict[str, Any] = {"provider": provider, "force": force}
     if table:
@@ -462,9 +608,14 @@ def gate_verify(provider: Annotated[str, typer.Argument(help="A live provider id
     print_verdicts(data["verdicts"], evidence=True)
     refused = [v for v in data["verdicts"] if not v["cleared"]]
     if refused:
-        raise AdminError(f"the gate refused {provider}", [f"{v['table']}: {v['reason']}. Serve this table from the "
-                                                          f"reference stack, or build a new index from this encoder"
-                                                          for v in refused])
+        raise AdminError(
+            f"the gate refused {provider}",
+            [
+                f"{v['table']}: {v['reason']}. Serve this table from the "
+                f"reference stack, or build a new index from this encoder"
+                for v in refused
+            ],
+        )
 
 
 @gate_app.command("audit")
@@ -476,35 +627,56 @@ def gate_audit(project: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt
     for col in ("table", "provider", "verdict", "status", "rows"):
         t.add_column(col, overflow="fold")
     for c in data["counts"]:
-        t.add_row(plain(c["table"]), plain(c["provider"]), plain(c["verdict_id"]), plain(c["status"]),
-                  str(c["rows"]))
+        t.add_row(
+            plain(c["table"]),
+            plain(c["provider"]),
+            plain(c["verdict_id"]),
+            plain(c["status"]),
+            str(c["rows"]),
+        )
     console.print(t)
     for s in data["suspects"]:
-        console.print(Text(f"{s['rows']} suspect rows", style="red")
-                      + Text(f" in {s['table']} by quarantined {s['provider']} since "
-                             f"{s['last_good_check'] or 'its first write'}: {s['reason']}"))
+        console.print(
+            Text(f"{s['rows']} suspect rows", style="red")
+            + Text(
+                f" in {s['table']} by quarantined {s['provider']} since "
+                f"{s['last_good_check'] or 'its first write'}: {s['reason']}"
+            )
+        )
     if data["suspect_count"]:
         console.print(f"re-embed them with a cleared encoder: `fathom gate reembed {project}`")
 
 
 @gate_app.command("reembed")
 @handled
-def gate_reembed(project: str, encoder: Annotated[str | None, typer.Option(help="A cleared provider id.")] = None,
-                 server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def gate_reembed(
+    project: str,
+    encoder: Annotated[str | None, typer.Option(help="A cleared provider id.")] = None,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
     """Re-embed exactly the suspect rows the audit lists."""
-    data = connect(server, token).call("POST", f"/admin/gate/reembed/{quote(project, safe='')}",
-                                       {"encoder": encoder} if encoder else None)
-    console.print(Text(f"re-embedded {data['total']} rows with {data['encoder']}"
-                       + "".join(f"; {t}: {n}" for t, n in data["rows"].items())))
+    data = connect(server, token).call(
+        "POST", f"/admin/gate/reembed/{quote(project, safe='')}", {"encoder": encoder} if encoder else None
+    )
+    console.print(
+        Text(
+            f"re-embedded {data['total']} rows with {data['encoder']}"
+            + "".join(f"; {t}: {n}" for t, n in data["rows"].items())
+        )
+    )
 
 
 # ---------------------------------------------------------------------------- budget
 
 
 @handled
-def budget(override: Annotated[int | None, typer.Option(help="Set the ceiling override, 1-256 permits.")] = None,
-           clear: Annotated[bool, typer.Option("--clear", help="Remove the override.")] = False,
-           server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def budget(
+    override: Annotated[int | None, typer.Option(help="Set the ceiling override, 1-256 permits.")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the override.")] = False,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
     """The cloud budget: ceiling and its source, effective limit, in flight, window, cooldown."""
     client = connect(server, token)
     if override is not None and clear:
@@ -517,22 +689,36 @@ def budget(override: Annotated[int | None, typer.Option(help="Set the ceiling ov
     t = Table(title="Cloud budget", title_justify="left", show_header=False)
     t.add_column("", style="dim")
     t.add_column("")
-    window = f"{b['window']['count']} / {b['window']['allowance']} in {b['window']['seconds']:g}s" \
-        if b["window"]["armed"] else "not armed"
+    window = (
+        f"{b['window']['count']} / {b['window']['allowance']} in {b['window']['seconds']:g}s"
+        if b["window"]["armed"]
+        else "not armed"
+    )
     last = b["last_429"]
-    for k, v in (("ceiling", f"{b['ceiling']} ({b.get('ceiling_origin') or b['ceiling_source']})"), ("effective limit", b["effective"]),
-                 ("in flight", b["in_flight"]), ("waiting", sum(b["waiting"].values())), ("RPM window", window),
-                 ("cooldown left", f"{b['cooldown_left_s']:.1f}s" if b["in_cooldown"] else "none"),
-                 ("last 429", f"{last['kind']} {ago(last['ago_s'])} ago" + (" (halved)" if last["halved"] else "")
-                  if last else "never")):
+    for k, v in (
+        ("ceiling", f"{b['ceiling']} ({b.get('ceiling_origin') or b['ceiling_source']})"),
+        ("effective limit", b["effective"]),
+        ("in flight", b["in_flight"]),
+        ("waiting", sum(b["waiting"].values())),
+        ("RPM window", window),
+        ("cooldown left", f"{b['cooldown_left_s']:.1f}s" if b["in_cooldown"] else "none"),
+        (
+            "last 429",
+            f"{last['kind']} {ago(last['ago_s'])} ago" + (" (halved)" if last["halved"] else "")
+            if last
+            else "never",
+        ),
+    ):
         t.add_row(k, plain(v))
     console.print(t)
 
 
 # ---------------------------------------------------------------------------- jobs
 
-jobs_app = typer.Typer(help="Index jobs on the server: list (default), start, show, pause, resume, cancel.",
-                       invoke_without_command=True)
+jobs_app = typer.Typer(
+    help="Index jobs on the server: list (default), start, show, pause, resume, cancel.",
+    invoke_without_command=True,
+)
 
 
 def print_jobs(jobs: list[dict[str, Any]]) -> None:
@@ -540,21 +726,38 @@ def print_jobs(jobs: list[dict[str, Any]]) -> None:
     for col in ("job", "project", "state", "phase", "progress", "rate", "eta"):
         t.add_column(col, overflow="fold")
     for j in jobs:
-        t.add_row(plain(j["id"]), plain(j["project"]), plain(j["state"] + (f": {j['error']}" if j["error"] else "")),
-                  plain(j["phase"]), f"{j['chunks_done']}/{j['chunks_total']} ({j['percent']:.0f}%)",
-                  f"{j['rate']:.1f}/s" if j["rate"] else "-", eta(j))
+        t.add_row(
+            plain(j["id"]),
+            plain(j["project"]),
+            plain(j["state"] + (f": {j['error']}" if j["error"] else "")),
+            plain(j["phase"]),
+            f"{j['chunks_done']}/{j['chunks_total']} ({j['percent']:.0f}%)",
+            f"{j['rate']:.1f}/s" if j["rate"] else "-",
+            eta(j),
+        )
     console.print(t if jobs else "no index job has run on this server yet")
 
 
 def watch(client: AdminClient, job: dict[str, Any], interval: float = 0.5) -> dict[str, Any]:
-    with Progress(TextColumn("[bold blue]{task.fields[phase]:<13}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=console) as bar:
+    with Progress(
+        TextColumn("[bold blue]{task.fields[phase]:<13}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as bar:
         task = bar.add_task(job["project"], total=None, phase=job["phase"], rate="")
         while not job["finished"] and job["state"] != "interrupted":
             time.sleep(interval)
             job = client.call("GET", f"/admin/jobs/{job['id']}")
-            bar.update(task, total=job["chunks_total"] or None, completed=job["chunks_done"], phase=job["phase"],
-                       rate=f"{job['rate']:.1f} chunks/s" if job["rate"] else "")
+            bar.update(
+                task,
+                total=job["chunks_total"] or None,
+                completed=job["chunks_done"],
+                phase=job["phase"],
+                rate=f"{job['rate']:.1f} chunks/s" if job["rate"] else "",
+            )
     return job
 
 
@@ -582,26 +785,37 @@ def jobs_list(ctx: typer.Context, server: LocalServerOpt = None, token: TokenOpt
 
 @jobs_app.command("start")
 @handled
-def jobs_start(ctx: typer.Context,
-               path: Annotated[Path, typer.Argument(help="The project folder (as the server sees it).")],
-               project: Annotated[str | None, typer.Option(help="Project name (default: the folder's name).")] = None,
-               full: Annotated[bool, typer.Option(help="Rebuild in a shadow table.")] = False,
-               watch_it: Annotated[bool, typer.Option("--watch", help="Follow its progress until it ends.")] = False,
-               server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+def jobs_start(
+    ctx: typer.Context,
+    path: Annotated[Path, typer.Argument(help="The project folder (as the server sees it).")],
+    project: Annotated[str | None, typer.Option(help="Project name (default: the folder's name).")] = None,
+    full: Annotated[bool, typer.Option(help="Rebuild in a shadow table.")] = False,
+    watch_it: Annotated[bool, typer.Option("--watch", help="Follow its progress until it ends.")] = False,
+    server: LocalServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
     """Start indexing a folder on the server."""
     root = path.expanduser().resolve()
     client = _conn(ctx, server, token)
-    job = client.call("POST", "/admin/jobs", {"path": str(root), "project": project or root.name, "full": full})
-    console.print(Text("started job ") + Text(job["id"], style="bold") + Text(f" for {job['project']} ({root})"))
+    job = client.call(
+        "POST", "/admin/jobs", {"path": str(root), "project": project or root.name, "full": full}
+    )
+    console.print(
+        Text("started job ") + Text(job["id"], style="bold") + Text(f" for {job['project']} ({root})")
+    )
     if watch_it:
         finish(watch(client, job))
 
 
 @jobs_app.command("show")
 @handled
-def jobs_show(ctx: typer.Context, job_id: str,
-              watch_it: Annotated[bool, typer.Option("--watch", help="Follow its progress until it ends.")] = False,
-              server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+def jobs_show(
+    ctx: typer.Context,
+    job_id: str,
+    watch_it: Annotated[bool, typer.Option("--watch", help="Follow its progress until it ends.")] = False,
+    server: LocalServerOpt = None,
+    token: TokenOpt = None,
+) -> None:
     """One job's progress."""
     client = _conn(ctx, server, token)
     job = client.call("GET", f"/admin/jobs/{quote(job_id, safe='')}")
@@ -610,12 +824,17 @@ def jobs_show(ctx: typer.Context, job_id: str,
 
 def _job_action(action: str) -> Callable[..., None]:
     @handled
-    def command(ctx: typer.Context, job_id: str, server: LocalServerOpt = None, token: TokenOpt = None) -> None:
+    def command(
+        ctx: typer.Context, job_id: str, server: LocalServerOpt = None, token: TokenOpt = None
+    ) -> None:
         job = _conn(ctx, server, token).call("POST", f"/admin/jobs/{quote(job_id, safe='')}/{action}")
         console.print(Text(f"job {job_id}: {action} requested; now {job['state']}"))
-    command.__doc__ = {"pause": "Pause a job (it stops between batches).",
-                       "resume": "Resume a paused job, or one a server stop or crash interrupted.",
-                       "cancel": "Cancel a job (the active table is unchanged)."}[action]
+
+    command.__doc__ = {
+        "pause": "Pause a job (it stops between batches).",
+        "resume": "Resume a paused job, or one a server stop or crash interrupted.",
+        "cancel": "Cancel a job (the active table is unchanged).",
+    }[action]
     return command
 
 
@@ -625,7 +844,9 @@ for _action in ("pause", "resume", "cancel"):
 
 # ---------------------------------------------------------------------------- MCP tokens
 
-tokens_app = typer.Typer(help="MCP tokens for developers' MCP clients: create, list, revoke.", no_args_is_help=True)
+tokens_app = typer.Typer(
+    help="MCP tokens for developers' MCP clients: create, list, revoke.", no_args_is_help=True
+)
 
 
 def print_tokens(data: dict[str, Any]) -> None:
@@ -633,12 +854,18 @@ def print_tokens(data: dict[str, Any]) -> None:
     for col in ("name", "projects", "may index", "created"):
         t.add_column(col, overflow="fold")
     for r in data["tokens"]:
-        t.add_row(plain(r["name"]), plain(", ".join(r["projects"]) if r["projects"] else "every project"),
-                  "yes" if r["can_index"] else "no", plain(r["created_at"]))
+        t.add_row(
+            plain(r["name"]),
+            plain(", ".join(r["projects"]) if r["projects"] else "every project"),
+            "yes" if r["can_index"] else "no",
+            plain(r["created_at"]),
+        )
     console.print(t if data["tokens"] else "no MCP token yet: `fathom tokens create --name NAME`")
     roots = data.get("index_roots") or []
-    console.print("index roots (FATHOM_INDEX_ROOTS): " + (", ".join(roots) if roots else
-                                                           "none: no folder can be indexed over MCP"))
+    console.print(
+        "index roots (FATHOM_INDEX_ROOTS): "
+        + (", ".join(roots) if roots else "none: no folder can be indexed over MCP")
+    )
 
 
 def print_whole(line: str) -> None:
@@ -652,26 +879,37 @@ def print_mcp_client(url: str, bearer: str) -> None:
     """A ready MCP client configuration for `url`: Claude Code's command (other clients take the
     same URL and header). `bearer` is the token, or a shell expression that gives it. One line,
     never wrapped (`print_whole`), whatever the terminal's width."""
-    print_whole(f"use it: claude mcp add --transport http fathom {url} --header \"Authorization: Bearer {bearer}\"")
+    print_whole(
+        f'use it: claude mcp add --transport http fathom {url} --header "Authorization: Bearer {bearer}"'
+    )
 
 
 @tokens_app.command("create")
 @handled
 def tokens_create(
     name: Annotated[str, typer.Option("--name", help="Who the token is for (the audit log names it).")],
-    project: Annotated[list[str] | None, typer.Option(
-        "--project", "-p", help="A project it sees (repeatable; none: every project).")] = None,
-    can_index: Annotated[bool, typer.Option(
-        "--can-index", help="It may call index_project, under FATHOM_INDEX_ROOTS only.")] = False,
-    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
+    project: Annotated[
+        list[str] | None,
+        typer.Option("--project", "-p", help="A project it sees (repeatable; none: every project)."),
+    ] = None,
+    can_index: Annotated[
+        bool, typer.Option("--can-index", help="It may call index_project, under FATHOM_INDEX_ROOTS only.")
+    ] = False,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
 ) -> None:
     """Create an MCP token; it is printed once, and only its hash is kept."""
-    created = connect(server, token).call("POST", "/admin/tokens", {"name": name, "projects": project or None,
-                                                                     "can_index": can_index})
+    created = connect(server, token).call(
+        "POST", "/admin/tokens", {"name": name, "projects": project or None, "can_index": can_index}
+    )
     scope = ", ".join(created["projects"]) if created["projects"] else "every project"
     print_whole(f"MCP token for {created['name']} (shown once; only its hash is kept): {created['token']}")
-    console.print(Text(f"it sees: {scope}; " + ("it may index under FATHOM_INDEX_ROOTS" if created["can_index"]
-                                                else "read-only")))
+    console.print(
+        Text(
+            f"it sees: {scope}; "
+            + ("it may index under FATHOM_INDEX_ROOTS" if created["can_index"] else "read-only")
+        )
+    )
     print_mcp_client(f"{server.rstrip('/')}/mcp", created["token"])
 
 
@@ -691,9 +929,13 @@ def tokens_revoke(name: str, server: ServerOpt = DEFAULT_SERVER, token: TokenOpt
 
 
 @handled
-def audit_log(limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_000,
-                                                 help="How many of the latest entries.")] = 50,
-              server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> None:
+def audit_log(
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=10_000, help="How many of the latest entries.")
+    ] = 50,
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
+) -> None:
     """The audit log: every admin action on the server, who (which token) did it and when."""
     data = connect(server, token).call("GET", f"/admin/audit?limit={limit}")
     t = Table(title=escape(f"Audit log ({data['path']})"), title_justify="left")
@@ -701,8 +943,12 @@ def audit_log(limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10_
         t.add_column(col, overflow="fold")
     for e in data["entries"]:
         outcome = str(e.get("outcome"))
-        t.add_row(plain(e.get("at")), plain(e.get("who")), plain(e.get("what")),
-                  Text(outcome, style="green" if outcome == "ok" else "red"))
+        t.add_row(
+            plain(e.get("at")),
+            plain(e.get("who")),
+            plain(e.get("what")),
+            Text(outcome, style="green" if outcome == "ok" else "red"),
+        )
     console.print(t if data["entries"] else "the audit log is empty: no admin action yet")
 
 

@@ -24,27 +24,30 @@ def register(app: typer.Typer, *, console: Any, fathom_of: Any) -> None:
     def calls_command(
         ctx: typer.Context,
         name: Annotated[str, typer.Argument(help="The definition: `send` or `Client.send`.")],
-        direction: Annotated[str, typer.Option(
-            "--direction", "-d", help="callers, callees or impact (transitive callers).")]
-        = "callers",
-        depth: Annotated[int, typer.Option("--depth", help="impact: how many calls away.")]
-        = DEFAULT_DEPTH,
-        project: Annotated[str | None, typer.Option("--project", "-p",
-                                                    help="Only this project.")] = None,
-        as_json: Annotated[bool, typer.Option("--json", help="Print the call sites as JSON.")]
-        = False,
+        direction: Annotated[
+            str, typer.Option("--direction", "-d", help="callers, callees or impact (transitive callers).")
+        ] = "callers",
+        depth: Annotated[int, typer.Option("--depth", help="impact: how many calls away.")] = DEFAULT_DEPTH,
+        project: Annotated[str | None, typer.Option("--project", "-p", help="Only this project.")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="Print the call sites as JSON.")] = False,
     ) -> None:
         """Who calls a definition, what it calls, or what a change to it reaches."""
         from fathom.server.mcp_calls import head_of, site_line, sites_of
         from fathom.service import calls as service
 
-        answer = service.find_calls(fathom_of(ctx), name, direction=direction,
-                                    project=project, depth=depth)
+        answer = service.find_calls(fathom_of(ctx), name, direction=direction, project=project, depth=depth)
         found = sites_of(answer)
         if as_json:
-            typer.echo(json.dumps({"direction": direction, "notes": answer.notes,
-                                   "truncated": answer.truncated,
-                                   "results": [s.model_dump(mode="json") for s in found]}))
+            typer.echo(
+                json.dumps(
+                    {
+                        "direction": direction,
+                        "notes": answer.notes,
+                        "truncated": answer.truncated,
+                        "results": [s.model_dump(mode="json") for s in found],
+                    }
+                )
+            )
             return
         console.print(escape(head_of(answer, name, len(found))))
         for site in found:

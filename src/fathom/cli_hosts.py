@@ -51,8 +51,10 @@ def fathom_executable(argv0: str | None = None) -> str:
     for candidate in candidates:
         if candidate.is_file():
             return str(candidate.absolute())
-    raise ConfigError("no `fathom` executable was found beside this Python or on PATH: install "
-                      "Fathom (pip install .) and run `fathom connect` from that install")
+    raise ConfigError(
+        "no `fathom` executable was found beside this Python or on PATH: install "
+        "Fathom (pip install .) and run `fathom connect` from that install"
+    )
 
 
 def stdio_launch(data_dir: Path, executable: str) -> Launch:
@@ -89,8 +91,9 @@ def write_config(path: Path, old: str | None, new: str) -> Path | None:
     """Put `new` in place of `old`, after a backup of `old`; the backup's path (None for a new
     file)."""
     if read_config(path) != old:
-        raise ConfigError(f"{path} changed while fathom connect was reading it; nothing was "
-                          "written: run it again")
+        raise ConfigError(
+            f"{path} changed while fathom connect was reading it; nothing was written: run it again"
+        )
     if old is None:
         atomic_write_text(path, new)
         return None
@@ -107,19 +110,28 @@ def register(app: typer.Typer, *, settings: Any) -> None:
     def connect(
         ctx: typer.Context,
         host: Annotated[str, typer.Argument(help=f"The MCP host: {', '.join(HOSTS)}.")],
-        http: Annotated[bool, typer.Option(
-            "--http", help="Point the host at a running `fathom serve` (streamable HTTP) "
-                           "instead of spawning `fathom mcp`.")] = False,
-        url: Annotated[str, typer.Option(
-            "--url", help="The MCP address, with --http.")] = SERVE_URL,
-        workspace: Annotated[Path | None, typer.Option(
-            "--workspace", metavar="DIR",
-            help="Write the project's own config in DIR (.mcp.json, .cursor/mcp.json, "
-                 ".vscode/mcp.json, .gemini/settings.json, .codex/config.toml) instead of "
-                 "the user's.")] = None,
-        write: Annotated[bool, typer.Option(
-            "--write", help="Apply the change (after a backup); without it, only show it.")]
-        = False,
+        http: Annotated[
+            bool,
+            typer.Option(
+                "--http",
+                help="Point the host at a running `fathom serve` (streamable HTTP) "
+                "instead of spawning `fathom mcp`.",
+            ),
+        ] = False,
+        url: Annotated[str, typer.Option("--url", help="The MCP address, with --http.")] = SERVE_URL,
+        workspace: Annotated[
+            Path | None,
+            typer.Option(
+                "--workspace",
+                metavar="DIR",
+                help="Write the project's own config in DIR (.mcp.json, .cursor/mcp.json, "
+                ".vscode/mcp.json, .gemini/settings.json, .codex/config.toml) instead of "
+                "the user's.",
+            ),
+        ] = None,
+        write: Annotated[
+            bool, typer.Option("--write", help="Apply the change (after a backup); without it, only show it.")
+        ] = False,
     ) -> None:
         """Add Fathom to an MCP host's config file: shows the diff, --write applies it.
 
@@ -127,10 +139,14 @@ def register(app: typer.Typer, *, settings: Any) -> None:
         as it is. docs/hosts.md shows each host's entry.
         """
         check_host(host)
-        path = config_path(host, home=Path.home(), env=dict(os.environ), platform=sys.platform,
-                           workspace=workspace.expanduser().absolute() if workspace else None)
-        launch = (Launch(url=url) if http
-                  else stdio_launch(settings(ctx).data_dir, fathom_executable()))
+        path = config_path(
+            host,
+            home=Path.home(),
+            env=dict(os.environ),
+            platform=sys.platform,
+            workspace=workspace.expanduser().absolute() if workspace else None,
+        )
+        launch = Launch(url=url) if http else stdio_launch(settings(ctx).data_dir, fathom_executable())
         old = read_config(path)
         new = updated_text(host, path, old, launch)
         if new == old:
@@ -143,5 +159,7 @@ def register(app: typer.Typer, *, settings: Any) -> None:
         backup = write_config(path, old, new)
         typer.echo(f"wrote {path}" + (f" (the old file is in {backup})" if backup else ""))
         if http and host != "vscode":
-            typer.echo(f"the host sends ${TOKEN_ENV} as the token: set it where the host starts "
-                       "(fathom serve prints the token on its first start).")
+            typer.echo(
+                f"the host sends ${TOKEN_ENV} as the token: set it where the host starts "
+                "(fathom serve prints the token on its first start)."
+            )

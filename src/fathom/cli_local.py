@@ -42,8 +42,10 @@ class ServerUnreachable(FathomError):
 
     def __init__(self, url: str, reason: str):
         self.url = url
-        super().__init__(f"cannot reach the fathom server at {url} ({reason}); start it (`fathom serve` or "
-                         f"`fathom server`), or leave out --server (and unset FATHOM_SERVER) to search in-process")
+        super().__init__(
+            f"cannot reach the fathom server at {url} ({reason}); start it (`fathom serve` or "
+            f"`fathom server`), or leave out --server (and unset FATHOM_SERVER) to search in-process"
+        )
 
 
 class ServerRefused(FathomError):
@@ -77,15 +79,18 @@ def target_of(data_dir: Path, server: str | None) -> Target | None:
     settings = Settings()
     token = Settings.secret(settings.admin_token) or Settings.secret(settings.mcp_token)
     if not token:
-        raise ConfigError(f"no token for the server at {url}: it is not the server this data dir's own "
-                          f"`fathom serve`/`fathom server` runs (whose token the CLI reads itself), so set "
-                          f"FATHOM_ADMIN_TOKEN (a `fathom server`) or FATHOM_MCP_TOKEN (a `fathom serve`) in the "
-                          f"environment, or pass --data-dir of that server")
+        raise ConfigError(
+            f"no token for the server at {url}: it is not the server this data dir's own "
+            f"`fathom serve`/`fathom server` runs (whose token the CLI reads itself), so set "
+            f"FATHOM_ADMIN_TOKEN (a `fathom server`) or FATHOM_MCP_TOKEN (a `fathom serve`) in the "
+            f"environment, or pass --data-dir of that server"
+        )
     return Target(url, token, explicit=True)
 
 
-def call(target: Target, method: str, path: str, body: Any = None, *,
-         say: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+def call(
+    target: Target, method: str, path: str, body: Any = None, *, say: Callable[[str], None] | None = None
+) -> dict[str, Any] | None:
     """One request to the server's `/local/` routes: its JSON answer, or None when a server
     found only through the data dir's file did not answer (search in-process then). While it
     takes longer than `SAY_AFTER_S`, `say` is told what it waits for."""
@@ -94,9 +99,12 @@ def call(target: Target, method: str, path: str, body: Any = None, *,
     def send() -> httpx.Response:
         # trust_env=False: a proxy from the environment would get the run's token in plain
         # HTTP (and could not reach this loopback server anyway).
-        with httpx.Client(base_url=target.url, timeout=httpx.Timeout(TIMEOUT_S, connect=5.0),
-                          headers={"Authorization": f"Bearer {target.token}"},
-                          trust_env=False) as http:
+        with httpx.Client(
+            base_url=target.url,
+            timeout=httpx.Timeout(TIMEOUT_S, connect=5.0),
+            headers={"Authorization": f"Bearer {target.token}"},
+            trust_env=False,
+        ) as http:
             return http.request(method, path, json=body)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
@@ -106,8 +114,10 @@ def call(target: Target, method: str, path: str, body: Any = None, *,
                 response = pending.result(timeout=SAY_AFTER_S)
             except concurrent.futures.TimeoutError:
                 if say is not None:
-                    say(f"waiting for the fathom {target.kind} at {target.url} (it may still be loading its "
-                        f"encoder)…")
+                    say(
+                        f"waiting for the fathom {target.kind} at {target.url} (it may still be loading its "
+                        f"encoder)…"
+                    )
                 response = pending.result()
         except httpx.HTTPError as exc:
             if target.explicit:
@@ -127,13 +137,19 @@ def answer(target: Target, response: Any) -> dict[str, Any]:
     detail = data.get("detail") if isinstance(data, dict) else None
     message = (detail.get("message") if isinstance(detail, dict) else detail) or response.reason_phrase
     if response.status_code == 401:
-        raise ServerRefused(f"the fathom {target.kind} at {target.url} refused the token: "
-                            + ("its data dir's file is out of date; run the command again"
-                               if not target.explicit else "set FATHOM_ADMIN_TOKEN (or FATHOM_MCP_TOKEN) to a "
-                               "token it takes"))
+        raise ServerRefused(
+            f"the fathom {target.kind} at {target.url} refused the token: "
+            + (
+                "its data dir's file is out of date; run the command again"
+                if not target.explicit
+                else "set FATHOM_ADMIN_TOKEN (or FATHOM_MCP_TOKEN) to a token it takes"
+            )
+        )
     if response.status_code in (400, 404, 409):
         raise ServerRefusedInput(str(message))
-    raise ServerRefused(f"the fathom {target.kind} at {target.url} answered {response.status_code}: {message}")
+    raise ServerRefused(
+        f"the fathom {target.kind} at {target.url} answered {response.status_code}: {message}"
+    )
 
 
 def hits_of(data: dict[str, Any]) -> list[Any]:
@@ -172,10 +188,12 @@ class AdminSession:
             raise NoAdminApi(url, doing)
         token = Settings.secret(Settings().admin_token)
         if not token:
-            raise ConfigError(f"{doing} through the fathom server at {url} takes its admin token: set "
-                              f"FATHOM_ADMIN_TOKEN in the environment (never on the command line, where the "
-                              f"shell history keeps it), or run the command on the server's machine without "
-                              f"--server")
+            raise ConfigError(
+                f"{doing} through the fathom server at {url} takes its admin token: set "
+                f"FATHOM_ADMIN_TOKEN in the environment (never on the command line, where the "
+                f"shell history keeps it), or run the command on the server's machine without "
+                f"--server"
+            )
         self.client = AdminClient(url, token, timeout=TIMEOUT_S)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
@@ -184,8 +202,10 @@ class AdminSession:
         try:
             return self.client.call(method, path, body)
         except TokenRefused:
-            raise ServerRefused(f"the fathom server at {self.url} refused the admin token in FATHOM_ADMIN_TOKEN: "
-                                f"set it to the admin token that server printed at its first start") from None
+            raise ServerRefused(
+                f"the fathom server at {self.url} refused the admin token in FATHOM_ADMIN_TOKEN: "
+                f"set it to the admin token that server printed at its first start"
+            ) from None
 
     def __enter__(self) -> AdminSession:
         return self
@@ -240,6 +260,8 @@ class NoAdminApi(ServerRefused, ConfigError):
 
     def __init__(self, url: str, doing: str = "dropping"):
         self.url = url
-        super().__init__(f"the server at {url} has no admin API for {doing} (a `fathom serve` answers "
-                         f"searches only): run the command on its machine without --server (and with FATHOM_SERVER "
-                         f"unset), with its data dir, or point --server at a `fathom server`")
+        super().__init__(
+            f"the server at {url} has no admin API for {doing} (a `fathom serve` answers "
+            f"searches only): run the command on its machine without --server (and with FATHOM_SERVER "
+            f"unset), with its data dir, or point --server at a `fathom server`"
+        )

@@ -39,12 +39,14 @@ console = Console(soft_wrap=True)  # messages stay one line each, for scripts to
 settings_of: Callable[[typer.Context], Any]
 fathom_of: Callable[[typer.Context], Any]
 
-models_app = typer.Typer(help="The encoders and rerankers this install can run, and which are used.",
-                         no_args_is_help=False)
+models_app = typer.Typer(
+    help="The encoders and rerankers this install can run, and which are used.", no_args_is_help=False
+)
 
 
-def register(app: typer.Typer, *, settings: Callable[[typer.Context], Any],
-             service: Callable[[typer.Context], Any]) -> None:
+def register(
+    app: typer.Typer, *, settings: Callable[[typer.Context], Any], service: Callable[[typer.Context], Any]
+) -> None:
     """Attach `fathom models` to `app`, with the CLI's settings and service."""
     global settings_of, fathom_of
     settings_of, fathom_of = settings, service
@@ -69,16 +71,30 @@ def _models_table(entries: list[Entry]) -> Table:
     and the other columns fold instead; no box, so the columns cost one space each."""
     from rich.text import Text
 
-    table = Table(title="Models this install can run (offline, in this process)", box=None,
-                  pad_edge=False, collapse_padding=True)
+    table = Table(
+        title="Models this install can run (offline, in this process)",
+        box=None,
+        pad_edge=False,
+        collapse_padding=True,
+    )
     table.add_column("role", overflow="fold")
-    table.add_column("name and source", width=max([len("name and source")] + [len(e.name) for e in entries]),
-                     overflow="fold")
+    table.add_column(
+        "name and source",
+        width=max([len("name and source")] + [len(e.name) for e in entries]),
+        overflow="fold",
+    )
     for col in ("width", "tokens", "size", "in use", "cost here"):
         table.add_column(col, overflow="fold")
     for e in entries:
-        table.add_row(e.role, Text(e.name).append(f"\n{e.source}", style="dim"), str(e.width or "-"),
-                      str(e.max_tokens or "-"), _size(e.size_bytes), "yes" if e.in_use else "", _cost(e))
+        table.add_row(
+            e.role,
+            Text(e.name).append(f"\n{e.source}", style="dim"),
+            str(e.width or "-"),
+            str(e.max_tokens or "-"),
+            _size(e.size_bytes),
+            "yes" if e.in_use else "",
+            _cost(e),
+        )
     return table
 
 
@@ -86,8 +102,10 @@ def _models_table(entries: list[Entry]) -> Table:
 def models(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False,
-    measured: Annotated[bool, typer.Option(
-        "--measure", help="Load each model and time it on this machine (seconds to minutes).")] = False,
+    measured: Annotated[
+        bool,
+        typer.Option("--measure", help="Load each model and time it on this machine (seconds to minutes)."),
+    ] = False,
 ) -> None:
     """List the models this install can run in-process: role, width, size, use, cost here."""
     if ctx.invoked_subcommand is not None:
@@ -102,11 +120,15 @@ def models(
     console.print(_models_table(entries))
     choice = load_choice(settings.data_dir)
     if choice.reranker is None:
-        console.print("No local reranker is chosen: searches rank by retrieval unless a sidecar or "
-                      "a cloud route serves the reranker role. `fathom models use reranker PATH` "
-                      "takes a cross-encoder folder.")
+        console.print(
+            "No local reranker is chosen: searches rank by retrieval unless a sidecar or "
+            "a cloud route serves the reranker role. `fathom models use reranker PATH` "
+            "takes a cross-encoder folder."
+        )
     if env_pins_model(settings):
-        console.print("FATHOM_LOCAL_MODEL_PATH names the embedding model: it wins over `fathom models use embed`.")
+        console.print(
+            "FATHOM_LOCAL_MODEL_PATH names the embedding model: it wins over `fathom models use embed`."
+        )
     for line in _tables_elsewhere(fathom_of(ctx)):
         console.print(line)
 
@@ -119,10 +141,15 @@ def _tables_elsewhere(service: Any) -> list[str]:
         for table, info in sorted(project.tables.items()):
             if info.space is None or info.space.reference == service.encoder.id:
                 continue
-            building = (f"; {info.shadow_rows} rows already rebuilt with {info.shadow_space.model}"
-                        if info.shadow_space is not None else "")
-            lines.append(f"{project.name} {table}: {info.rows} rows built by {info.space.model}, "
-                         f"answering with it until `fathom index` rebuilds it{building}")
+            building = (
+                f"; {info.shadow_rows} rows already rebuilt with {info.shadow_space.model}"
+                if info.shadow_space is not None
+                else ""
+            )
+            lines.append(
+                f"{project.name} {table}: {info.rows} rows built by {info.space.model}, "
+                f"answering with it until `fathom index` rebuilds it{building}"
+            )
     return lines
 
 
@@ -130,11 +157,19 @@ def _tables_elsewhere(service: Any) -> list[str]:
 def use(
     ctx: typer.Context,
     role: Annotated[str, typer.Argument(help="embed or reranker")],
-    name: Annotated[str, typer.Argument(
-        help="A name `fathom models` lists, a model folder's path, a Hugging Face Hub name (ORG/NAME: "
-             "downloaded once into the model cache), or `default` (embed) / `none` (reranker).")],
-    as_name: Annotated[str | None, typer.Option(
-        "--name", help="The name to record for a folder (its tables' model name); default: the folder's.")] = None,
+    name: Annotated[
+        str,
+        typer.Argument(
+            help="A name `fathom models` lists, a model folder's path, a Hugging Face Hub name (ORG/NAME: "
+            "downloaded once into the model cache), or `default` (embed) / `none` (reranker)."
+        ),
+    ],
+    as_name: Annotated[
+        str | None,
+        typer.Option(
+            "--name", help="The name to record for a folder (its tables' model name); default: the folder's."
+        ),
+    ] = None,
 ) -> None:
     """Choose the embedding model or the reranker of this install (recorded in models.json)."""
     settings = settings_of(ctx)
@@ -150,29 +185,39 @@ def _use_reranker(settings: Any, name: str, as_name: str | None) -> None:
     choice = load_choice(settings.data_dir)
     if name.lower() == "none":
         save_choice(settings.data_dir, choice.with_reranker(None))
-        console.print("No local reranker: searches are reranked by a sidecar or cloud route "
-                      "where one serves, else kept in retrieval order (each answer says why).")
+        console.print(
+            "No local reranker: searches are reranked by a sidecar or cloud route "
+            "where one serves, else kept in retrieval order (each answer says why)."
+        )
         return
     entry = resolve(settings, "reranker", name, as_name=as_name)
     save_choice(settings.data_dir, choice.with_reranker(RerankerModel(entry.name, entry.path)))
-    console.print(f"Reranker: {entry.name} ({entry.path}), used by the next `fathom mcp` / "
-                  f"`fathom serve` / `fathom server` start; a running one keeps its own until restarted.")
+    console.print(
+        f"Reranker: {entry.name} ({entry.path}), used by the next `fathom mcp` / "
+        f"`fathom serve` / `fathom server` start; a running one keeps its own until restarted."
+    )
 
 
 def _use_embed(settings: Any, name: str, as_name: str | None) -> None:
     choice = load_choice(settings.data_dir)
     current = settings_model(with_chosen_models(settings))
     default = default_model()
-    target = default if name.lower() == "default" else resolve(settings, "embed", name, as_name=as_name).embed_model()
+    target = (
+        default
+        if name.lower() == "default"
+        else resolve(settings, "embed", name, as_name=as_name).embed_model()
+    )
     choice.check_name_free(target, default, current)  # before anything is written
     if target.name == current.name and target.width == current.width:
         console.print(f"{target.name} is already the embedding model: nothing changed.")
         return
     new = None if target.name == default.name else target
     save_choice(settings.data_dir, choice.with_embed(new, replaced=current))
-    console.print(f"Embedding model: {target.name} ({target.width}-d) instead of {current.name}. "
-                  f"Each project's next `fathom index` builds its tables with it in full, under the "
-                  f"gate; until then its tables keep answering with {current.name}. A running "
-                  f"server picks the change up when restarted.")
+    console.print(
+        f"Embedding model: {target.name} ({target.width}-d) instead of {current.name}. "
+        f"Each project's next `fathom index` builds its tables with it in full, under the "
+        f"gate; until then its tables keep answering with {current.name}. A running "
+        f"server picks the change up when restarted."
+    )
     if env_pins_model(settings):
         console.print("FATHOM_LOCAL_MODEL_PATH is set and names the model until it is unset.")

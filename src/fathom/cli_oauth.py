@@ -16,8 +16,10 @@ from rich.text import Text
 
 from fathom.cli_admin import DEFAULT_SERVER, AdminError, ServerOpt, TokenOpt, connect, console, handled
 
-oauth_app = typer.Typer(help="OAuth sign-in for MCP clients: show the set-up, set the claims-to-access mapping.",
-                        no_args_is_help=True)
+oauth_app = typer.Typer(
+    help="OAuth sign-in for MCP clients: show the set-up, set the claims-to-access mapping.",
+    no_args_is_help=True,
+)
 
 
 def print_mapping(mapping: dict[str, Any]) -> None:
@@ -26,12 +28,17 @@ def print_mapping(mapping: dict[str, Any]) -> None:
         t.add_column(col, overflow="fold")
     for n, rule in enumerate(mapping.get("rules", []), 1):
         projects = rule.get("projects")
-        t.add_row(str(n), Text(rule.get("describes", "")), Text("every project" if projects is None
-                                                                else ", ".join(projects)),
-                  "yes" if rule.get("can_index") else "no")
+        t.add_row(
+            str(n),
+            Text(rule.get("describes", "")),
+            Text("every project" if projects is None else ", ".join(projects)),
+            "yes" if rule.get("can_index") else "no",
+        )
     console.print(t)
     if not mapping.get("rules"):
-        console.print("No rule yet: everyone who signs in is refused. Set one with `fathom oauth set-mapping FILE`.")
+        console.print(
+            "No rule yet: everyone who signs in is refused. Set one with `fathom oauth set-mapping FILE`."
+        )
 
 
 @oauth_app.command("show")
@@ -43,12 +50,20 @@ def oauth_show(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> No
     if not data.get("enabled"):
         console.print(Text(f"OAuth: off. Static MCP tokens: {static}.\n{data.get('note', '')}"))
         return
-    for label, key in (("issuer", "issuer"), ("resource", "resource"), ("audience", "audience"),
-                       ("metadata", "metadata_url"), ("checked by", "validation"), ("JWKS", "jwks_url")):
+    for label, key in (
+        ("issuer", "issuer"),
+        ("resource", "resource"),
+        ("audience", "audience"),
+        ("metadata", "metadata_url"),
+        ("checked by", "validation"),
+        ("JWKS", "jwks_url"),
+    ):
         value = data.get(key)
         if value:
             console.print(Text(f"{label:>10}: ", style="bold") + Text(str(value)))
-    console.print(Text(f"{'scopes':>10}: ", style="bold") + Text(" ".join(data.get("scopes") or []) or "none required"))
+    console.print(
+        Text(f"{'scopes':>10}: ", style="bold") + Text(" ".join(data.get("scopes") or []) or "none required")
+    )
     console.print(Text(f"{'static':>10}: ", style="bold") + Text(f"MCP tokens {static}"))
     print_mapping(data.get("mapping") or {})
 
@@ -56,9 +71,14 @@ def oauth_show(server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None) -> No
 @oauth_app.command("set-mapping")
 @handled
 def oauth_set_mapping(
-    file: Annotated[Path, typer.Argument(help="A JSON mapping: {\"rules\": [{\"match\": {...}, \"projects\": [...], "
-                                              "\"can_index\": false}]}.")],
-    server: ServerOpt = DEFAULT_SERVER, token: TokenOpt = None,
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help='A JSON mapping: {"rules": [{"match": {...}, "projects": [...], "can_index": false}]}.'
+        ),
+    ],
+    server: ServerOpt = DEFAULT_SERVER,
+    token: TokenOpt = None,
 ) -> None:
     """Replace the mapping from claims to projects and rights (the server checks it first)."""
     try:
@@ -66,7 +86,9 @@ def oauth_set_mapping(
     except OSError as exc:
         raise AdminError(f"cannot read {file}: {exc.strerror or exc}") from None
     except ValueError as exc:
-        raise AdminError(f"{file} is not JSON ({exc}); see docs/operator.md for the mapping's shape") from None
+        raise AdminError(
+            f"{file} is not JSON ({exc}); see docs/operator.md for the mapping's shape"
+        ) from None
     print_mapping(connect(server, token).call("PUT", "/admin/oauth/mapping", document))
 
 

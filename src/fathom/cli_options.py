@@ -31,8 +31,9 @@ class DataDirTwice(ConfigError):
 
     def __init__(self, before: Path, after: Path):
         self.before, self.after = before, after
-        super().__init__(f"--data-dir was given twice, {before} before the command and {after} after it: "
-                         f"give it once")
+        super().__init__(
+            f"--data-dir was given twice, {before} before the command and {after} after it: give it once"
+        )
 
 
 def _data_dir_after(ctx: typer.Context, value: Path | None) -> None:
@@ -59,8 +60,12 @@ def _data_dir_option() -> Any:
     options = typer.Typer()
 
     @options.command()
-    def _(data_dir: Annotated[Path | None, typer.Option(
-            "--data-dir", show_default=False, callback=_data_dir_after, help=DATA_DIR_HELP)] = None) -> None:
+    def _(
+        data_dir: Annotated[
+            Path | None,
+            typer.Option("--data-dir", show_default=False, callback=_data_dir_after, help=DATA_DIR_HELP),
+        ] = None,
+    ) -> None:
         """Never run."""
 
     param = typer.main.get_command(options).params[0]
@@ -91,6 +96,8 @@ def server_url(server: str) -> str:
     if url.startswith(("ws://", "wss://")):
         raise ConfigError(f"--server takes the server's http:// URL here, not its sidecar address {server!r}")
     if url.startswith("http://") and not is_loopback(urlsplit(url).hostname or ""):
-        raise ConfigError(f"--server {server!r}: a token would cross the network in clear text; use the "
-                          f"server's https:// address (behind its TLS proxy), or http:// only to this machine")
+        raise ConfigError(
+            f"--server {server!r}: a token would cross the network in clear text; use the "
+            f"server's https:// address (behind its TLS proxy), or http:// only to this machine"
+        )
     return url

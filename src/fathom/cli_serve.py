@@ -36,8 +36,15 @@ fathom_of: Callable[[typer.Context], Any]
 run: Callable[[Any], Any]
 
 
-def register(app: typer.Typer, *, out: Console, err: Console, settings: Callable[[typer.Context], Any],
-             service: Callable[[typer.Context], Any], runner: Callable[[Any], Any]) -> None:
+def register(
+    app: typer.Typer,
+    *,
+    out: Console,
+    err: Console,
+    settings: Callable[[typer.Context], Any],
+    service: Callable[[typer.Context], Any],
+    runner: Callable[[Any], Any],
+) -> None:
     """Attach `mcp` and `serve` to `app`, with the CLI's consoles, settings, service and runner."""
     global console, err_console, settings_of, fathom_of, run
     console, err_console, settings_of, fathom_of, run = out, err, settings, service, runner
@@ -47,16 +54,20 @@ def register(app: typer.Typer, *, out: Console, err: Console, settings: Callable
     app.command()(status)
 
 
-NO_WATCH_HELP = ("Do not watch the projects' folders (their indexes then change only when "
-                 "re-indexed). FATHOM_WATCH=0 does the same.")
+NO_WATCH_HELP = (
+    "Do not watch the projects' folders (their indexes then change only when "
+    "re-indexed). FATHOM_WATCH=0 does the same."
+)
 
 
 def _watching(ctx: typer.Context, no_watch: bool) -> bool:
     return not no_watch and settings_of(ctx).watch
 
 
-NO_AUTH_ALLOWS = ("any local user of this machine can search and index with your read rights: every project "
-                  "in the data dir, and any folder you can read")
+NO_AUTH_ALLOWS = (
+    "any local user of this machine can search and index with your read rights: every project "
+    "in the data dir, and any folder you can read"
+)
 
 
 class NoAuthRefused(ConfigError):
@@ -65,27 +76,41 @@ class NoAuthRefused(ConfigError):
 
     def __init__(self, host: str):
         self.host = host
-        super().__init__(f"refusing --no-auth on {host}: without a token anyone who can reach that address could "
-                         f"read, and index, code on this machine. --no-auth is for 127.0.0.1 (or ::1) only; on "
-                         f"{host} drop --no-auth and clients send the token `fathom serve` prints")
+        super().__init__(
+            f"refusing --no-auth on {host}: without a token anyone who can reach that address could "
+            f"read, and index, code on this machine. --no-auth is for 127.0.0.1 (or ::1) only; on "
+            f"{host} drop --no-auth and clients send the token `fathom serve` prints"
+        )
 
 
 def serve(
     ctx: typer.Context,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(
-        help=f"TCP port (`fathom server` uses {SERVER_PORT}).")] = SERVE_PORT,
+    port: Annotated[int, typer.Option(help=f"TCP port (`fathom server` uses {SERVER_PORT}).")] = SERVE_PORT,
     no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
-    token_file: Annotated[Path | None, typer.Option(
-        "--token-file", envvar="FATHOM_MCP_TOKEN_FILE", show_default=False,
-        help="A file holding the token clients must send (else FATHOM_MCP_TOKEN; neither: one issued at "
-             "the first start and printed once).")] = None,
-    rotate_token: Annotated[bool, typer.Option(
-        "--rotate-token",
-        help="Replace the issued token with a fresh one, printed once (the old one stops working).")] = False,
-    no_auth: Annotated[bool, typer.Option(
-        "--no-auth",
-        help=f"Serve without a token, on a loopback address only: {NO_AUTH_ALLOWS}.")] = False,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--token-file",
+            envvar="FATHOM_MCP_TOKEN_FILE",
+            show_default=False,
+            help="A file holding the token clients must send (else FATHOM_MCP_TOKEN; neither: one issued at "
+            "the first start and printed once).",
+        ),
+    ] = None,
+    rotate_token: Annotated[
+        bool,
+        typer.Option(
+            "--rotate-token",
+            help="Replace the issued token with a fresh one, printed once (the old one stops working).",
+        ),
+    ] = False,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth", help=f"Serve without a token, on a loopback address only: {NO_AUTH_ALLOWS}."
+        ),
+    ] = False,
 ) -> None:
     """Serve the MCP tools over streamable HTTP (at /mcp), keeping indexes in sync.
 
@@ -107,24 +132,40 @@ def serve(
     try:
         sock = listen(host, port)
     except OSError as exc:
-        raise FathomError(f"cannot listen on {host}:{port}: {exc.strerror or exc}. Is another server running "
-                          f"there? Stop it, or choose another --port. No token was issued.") from None
+        raise FathomError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}. Is another server running "
+            f"there? Stop it, or choose another --port. No token was issued."
+        ) from None
     try:
         fathom = fathom_of(ctx)
-        auth = _serve_token(settings, f"http://{client_host(host)}:{port}/mcp", given, token_file,
-                            no_auth=no_auth, rotate_token=rotate_token)
+        auth = _serve_token(
+            settings,
+            f"http://{client_host(host)}:{port}/mcp",
+            given,
+            token_file,
+            no_auth=no_auth,
+            rotate_token=rotate_token,
+        )
         server = build_mcp_server(fathom)
         wait_for_encoder(server, fathom)
         door = LocalDoor(settings.data_dir, local_url(host, port), kind="serve")
-        mcp_app = standalone_app(server, token=given, auth=auth, host=host,
-                                 allowed_hosts=settings.allowed_host_list(),
-                                 on_start=fathom.start_watching if _watching(ctx, no_watch) else None,
-                                 local=door, routes=local_routes(lambda: fathom, door))
+        mcp_app = standalone_app(
+            server,
+            token=given,
+            auth=auth,
+            host=host,
+            allowed_hosts=settings.allowed_host_list(),
+            on_start=fathom.start_watching if _watching(ctx, no_watch) else None,
+            local=door,
+            routes=local_routes(lambda: fathom, door),
+        )
     except BaseException:
         sock.close()
         raise
-    err_console.print(f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp"
-                      + (" (no token asked for)" if no_auth else " (bearer token required)"))
+    err_console.print(
+        f"fathom MCP (streamable HTTP) on http://{host}:{port}/mcp"
+        + (" (no token asked for)" if no_auth else " (bearer token required)")
+    )
     sys.stdout.flush()
     warm_up(fathom)
     # The team server's connection bounds: a header timeout, a connection cap, and no
@@ -133,15 +174,24 @@ def serve(
 
     # A client's open stream (an MCP GET) does not hold a Ctrl-C or SIGTERM up for longer than
     # the stop's grace.
-    config = uvicorn_config(mcp_app, host=host, port=port, limits=ConnectionLimits.of(settings),
-                            log_level="warning", timeout_graceful_shutdown=settings.stop_grace_s)
+    config = uvicorn_config(
+        mcp_app,
+        host=host,
+        port=port,
+        limits=ConnectionLimits.of(settings),
+        log_level="warning",
+        timeout_graceful_shutdown=settings.stop_grace_s,
+    )
 
     def said_stopped(signal_name: str) -> None:  # a stop is said as one, never as an interrupted index
-        err_console.print(Text(f"fathom serve: stopped by {signal_name}; the indexes keep what was written",
-                               style="dim"))
+        err_console.print(
+            Text(f"fathom serve: stopped by {signal_name}; the indexes keep what was written", style="dim")
+        )
 
     try:
-        serve_with_door(config, sock, door, said_stopped)  # the door is open while it serves, closed on any stop
+        serve_with_door(
+            config, sock, door, said_stopped
+        )  # the door is open while it serves, closed on any stop
     except KeyboardInterrupt:  # Ctrl-C, raised again by uvicorn once it has shut down: already said
         raise typer.Exit(130) from None
 
@@ -153,15 +203,19 @@ def _check_serve_auth(host: str, given: str | None, *, no_auth: bool, rotate_tok
     if no_auth and not is_loopback(host):
         raise NoAuthRefused(host)
     if no_auth and given:
-        raise ConfigError("--no-auth and a token (FATHOM_MCP_TOKEN or --token-file) were both given: "
-                          "drop one of them")
+        raise ConfigError(
+            "--no-auth and a token (FATHOM_MCP_TOKEN or --token-file) were both given: drop one of them"
+        )
     if rotate_token and (no_auth or given):
-        raise ConfigError("--rotate-token replaces the token `fathom serve` issued; with --no-auth, "
-                          "FATHOM_MCP_TOKEN or --token-file there is none to replace")
+        raise ConfigError(
+            "--rotate-token replaces the token `fathom serve` issued; with --no-auth, "
+            "FATHOM_MCP_TOKEN or --token-file there is none to replace"
+        )
 
 
-def _serve_token(settings: Any, url: str, given: str | None, token_file: Path | None, *, no_auth: bool,
-                 rotate_token: bool) -> Any:
+def _serve_token(
+    settings: Any, url: str, given: str | None, token_file: Path | None, *, no_auth: bool, rotate_token: bool
+) -> Any:
     """The issued token `fathom serve` checks (None: the operator's own, or --no-auth), after
     telling the operator how clients reach the server with it."""
     import shlex
@@ -171,21 +225,27 @@ def _serve_token(settings: Any, url: str, given: str | None, token_file: Path | 
 
     auth: Any = None
     if given:  # the operator's own: shown as where it is, never printed
-        print_mcp_client(url, "$FATHOM_MCP_TOKEN" if token_file is None
-                         else f"$(cat {shlex.quote(str(token_file))})")
+        print_mcp_client(
+            url, "$FATHOM_MCP_TOKEN" if token_file is None else f"$(cat {shlex.quote(str(token_file))})"
+        )
     elif not no_auth:
         auth = ServeToken(settings.data_dir)
         if rotate_token or not auth.configured:
             issued = auth.replace() if rotate_token else auth.issue()
-            print_whole(f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash is kept): "
-                        f"{issued}")
+            print_whole(
+                f"MCP token ({'rotated; ' if rotate_token else ''}shown once; only its hash is kept): "
+                f"{issued}"
+            )
             print_mcp_client(url, issued)
         else:
-            console.print("MCP clients send the token this data dir's first `fathom serve` printed (only its "
-                          "hash is kept); `fathom serve --rotate-token` prints a new one")
+            console.print(
+                "MCP clients send the token this data dir's first `fathom serve` printed (only its "
+                "hash is kept); `fathom serve --rotate-token` prints a new one"
+            )
     else:
-        err_console.print(Text(f"warning: --no-auth: no token is asked for; {NO_AUTH_ALLOWS}",
-                               style="yellow"))
+        err_console.print(
+            Text(f"warning: --no-auth: no token is asked for; {NO_AUTH_ALLOWS}", style="yellow")
+        )
     return auth
 
 
@@ -213,8 +273,9 @@ def mcp_token(token_file: Path | None) -> str | None:
         if not token:
             raise ConfigError(f"the token file {token_file} is empty: put the token clients must send in it")
         if mode & 0o077:
-            err_console.print(f"warning: {token_file} can be read by other users of this machine; "
-                              f"`chmod 600 {token_file}`")
+            err_console.print(
+                f"warning: {token_file} can be read by other users of this machine; `chmod 600 {token_file}`"
+            )
     else:
         from fathom.config import Settings
 
@@ -225,8 +286,9 @@ def mcp_token(token_file: Path | None) -> str | None:
 
     setting = "FATHOM_MCP_TOKEN" if token_file is None else f"the token in {token_file}"
     if any(c.isspace() for c in token):
-        raise ConfigError(f"{setting} holds a space: a token is one word; use a random one, e.g. "
-                          f"`{MAKE_ONE}`")
+        raise ConfigError(
+            f"{setting} holds a space: a token is one word; use a random one, e.g. `{MAKE_ONE}`"
+        )
     # Short, repetitive or word-made tokens are refused as the server's are (`server.token_strength`).
     return check_chosen_token(setting, token, instead=None if token_file is None else "drop --token-file")
 
@@ -234,9 +296,14 @@ def mcp_token(token_file: Path | None) -> str | None:
 def mcp(
     ctx: typer.Context,
     no_watch: Annotated[bool, typer.Option("--no-watch", help=NO_WATCH_HELP)] = False,
-    in_process: Annotated[bool, typer.Option(
-        "--in-process", help="Serve in this process (its own encoder and watchers) instead of through the "
-                             "background Fathom all sessions share. FATHOM_MCP_IN_PROCESS=1 does the same.")] = False,
+    in_process: Annotated[
+        bool,
+        typer.Option(
+            "--in-process",
+            help="Serve in this process (its own encoder and watchers) instead of through the "
+            "background Fathom all sessions share. FATHOM_MCP_IN_PROCESS=1 does the same.",
+        ),
+    ] = False,
 ) -> None:
     """Serve the MCP tools over stdio (for an MCP host that spawns fathom).
 
@@ -265,8 +332,12 @@ def _bridged(settings: Any, *, watch: bool) -> bool:
         err_console.print(Text(f"fathom mcp: serving in-process: {exc}", style="yellow"))
         return False
     err_console.print(Text(f"fathom mcp: attached to the background Fathom (pid {daemon.pid})", style="dim"))
-    bridge = Bridge(daemon, data_dir=settings.data_dir, watch=watch,
-                    say=lambda line: err_console.print(Text(line, style="yellow")))
+    bridge = Bridge(
+        daemon,
+        data_dir=settings.data_dir,
+        watch=watch,
+        say=lambda line: err_console.print(Text(line, style="yellow")),
+    )
 
     try:
         run_stoppable(bridge.run(stdin_lines()), grace_s=settings.stop_grace_s)
@@ -299,8 +370,7 @@ def _mcp_in_process(ctx: typer.Context, no_watch: bool) -> None:
     try:
         run_stoppable(main(), grace_s=settings_of(ctx).stop_grace_s)
     except Stopped as exc:  # the host (or a person) ended the session: a clean stop
-        err_console.print(Text(f"fathom mcp: {exc}; the indexes keep what was written",
-                               style="dim"))
+        err_console.print(Text(f"fathom mcp: {exc}; the indexes keep what was written", style="dim"))
 
 
 def warm_up(fathom: Any) -> None:
@@ -328,8 +398,12 @@ def daemon(
     fathom = fathom_of(ctx)
     warm_up(fathom)
     try:
-        serve_daemon(fathom, settings, watching=_watching(ctx, no_watch),
-                     say=lambda line: err_console.print(Text(line, style="dim")))
+        serve_daemon(
+            fathom,
+            settings,
+            watching=_watching(ctx, no_watch),
+            say=lambda line: err_console.print(Text(line, style="dim")),
+        )
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 

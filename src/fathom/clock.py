@@ -23,8 +23,7 @@ class Clock(Protocol):
         """Monotonic seconds; only differences are meaningful."""
         ...
 
-    async def sleep(self, seconds: float) -> None:
-        ...
+    async def sleep(self, seconds: float) -> None: ...
 
 
 class SystemClock:

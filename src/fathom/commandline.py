@@ -15,8 +15,12 @@ from fathom import logsafe
 from fathom.datadir import private_umask
 
 # `--log-level` of the long-running commands (`server`, `sidecar`).
-LogLevel = Annotated[str, typer.Option(
-    envvar="FATHOM_LOG_LEVEL", show_envvar=True, help="DEBUG, INFO, WARNING or ERROR (logs go to stderr).")]
+LogLevel = Annotated[
+    str,
+    typer.Option(
+        envvar="FATHOM_LOG_LEVEL", show_envvar=True, help="DEBUG, INFO, WARNING or ERROR (logs go to stderr)."
+    ),
+]
 
 
 # `--log-format` of the same commands.
@@ -26,9 +30,15 @@ def _log_format(value: str) -> str:
     return value
 
 
-LogFormat = Annotated[str, typer.Option(
-    envvar="FATHOM_LOG_FORMAT", show_envvar=True, callback=_log_format,
-    help="text (lines) or json (one object per line, for a log collector).")]
+LogFormat = Annotated[
+    str,
+    typer.Option(
+        envvar="FATHOM_LOG_FORMAT",
+        show_envvar=True,
+        callback=_log_format,
+        help="text (lines) or json (one object per line, for a log collector).",
+    ),
+]
 
 
 def setup_logging(level: str, log_format: str = "text") -> None:

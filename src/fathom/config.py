@@ -43,6 +43,7 @@ def is_loopback(host: str) -> bool:
     except ValueError:
         return False
 
+
 log = logging.getLogger(__name__)
 
 # Folders no project lives in: indexing them would serve /etc/shadow back to a search, or walk
@@ -95,10 +96,14 @@ class Settings(BaseSettings):
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            problems = [f"{self.env_name(str(e['loc'][0])) if e['loc'] else 'FATHOM_*'}: {setting_rule(e)}"
-                        for e in exc.errors(include_input=False, include_url=False)]
-            raise ConfigError("bad setting: " + "; ".join(problems)
-                              + " (docs/configuration.md lists each variable)", problems) from None
+            problems = [
+                f"{self.env_name(str(e['loc'][0])) if e['loc'] else 'FATHOM_*'}: {setting_rule(e)}"
+                for e in exc.errors(include_input=False, include_url=False)
+            ]
+            raise ConfigError(
+                "bad setting: " + "; ".join(problems) + " (docs/configuration.md lists each variable)",
+                problems,
+            ) from None
 
     data_dir: Path = Field(default_factory=lambda: Path.home() / ".fathom")
     # The embedded local encoder: a model folder (or name) and its width. A GPU deployment
@@ -268,6 +273,7 @@ class Settings(BaseSettings):
 
     def allowed_host_list(self) -> list[str]:
         return [h.strip() for h in self.allowed_hosts.split(",") if h.strip()]
+
     # System folders refused as an index root (and what lies under them, `/` excepted), also
     # when reached through a link. FATHOM_REFUSED_ROOTS='["/", "/proc", "/srv/secrets"]'.
     refused_roots: list[str] = Field(default_factory=lambda: list(REFUSED_ROOTS))
@@ -301,9 +307,11 @@ class Settings(BaseSettings):
             return None
         if not model:
             var = f"FATHOM_{prefix.upper()}_MODEL"
-            raise ConfigError(f"a local LLM URL is set for role {role} but no model: set "
-                              f"FATHOM_LOCAL_CHAT_MODEL (or {var}) to a model the server serves, "
-                              f"e.g. qwen2.5-coder:7b for Ollama")
+            raise ConfigError(
+                f"a local LLM URL is set for role {role} but no model: set "
+                f"FATHOM_LOCAL_CHAT_MODEL (or {var}) to a model the server serves, "
+                f"e.g. qwen2.5-coder:7b for Ollama"
+            )
         return url, model
 
 
@@ -354,9 +362,11 @@ class BatchRecordDamaged(ConfigError):
 
     def __init__(self, where: str, defect: str):
         self.where, self.defect = where, defect
-        super().__init__(f"the batch history of {where} in the routing state is damaged "
-                         f"({defect}); it is ignored, and that provider starts its next job at "
-                         f"the default batch size and is measured again")
+        super().__init__(
+            f"the batch history of {where} in the routing state is damaged "
+            f"({defect}); it is ignored, and that provider starts its next job at "
+            f"the default batch size and is measured again"
+        )
 
 
 _MAX_KEY = 512  # a table name or provider id longer than this is not one Fathom wrote
@@ -383,8 +393,9 @@ def sound_batch_records(value: Any) -> dict[str, dict[str, BatchRecord]]:
         kept: dict[str, BatchRecord] = {}
         for pid, raw in providers.items():
             if not isinstance(pid, str) or not 0 < len(pid) <= _MAX_KEY:
-                problems.append(BatchRecordDamaged(f"a provider of the {table} table",
-                                                   "its id is not a short string"))
+                problems.append(
+                    BatchRecordDamaged(f"a provider of the {table} table", "its id is not a short string")
+                )
                 continue
             try:
                 kept[pid] = raw if isinstance(raw, BatchRecord) else BatchRecord.model_validate(raw)
@@ -478,9 +489,11 @@ class RoutingStore:
             state = RoutingState.model_validate(data)
         except (ValueError, OSError) as exc:
             raise RoutingStateDamaged(
-                str(self.path), state_defect(exc),
+                str(self.path),
+                state_defect(exc),
                 "fix it (restore it from a backup, or correct the JSON), or move it aside to start "
-                "again from the default routes, then set the policies again (`fathom policy set`)") from None
+                "again from the default routes, then set the policies again (`fathom policy set`)",
+            ) from None
         # Roles added since the file was written get their defaults.
         for role, route in default_routes().items():
             state.roles.setdefault(role, route)
@@ -514,6 +527,7 @@ class RoutingStore:
     def record_batches(self, table: str, records: Mapping[str, BatchRecord]) -> None:
         """Merge what a job measured of each provider into `table`'s batch history; the routes
         are left as they are."""
+
         def merge(state: RoutingState) -> None:
             state.batches[table] = {**state.batches.get(table, {}), **records}
 
@@ -522,6 +536,7 @@ class RoutingStore:
 
     def record_push(self, record: PushRecord) -> None:
         """Keep the outcome of the last config push; the routes are left as they are."""
+
         def keep(state: RoutingState) -> None:
             state.last_push = record
 
@@ -537,8 +552,10 @@ class RoutingStore:
             except ValidationError as exc:
                 # Name the field and the rule, never the value: a refused request may carry a
                 # secret pasted into the wrong field, and this text goes back to the caller.
-                problems += [f"{role}: {'.'.join(map(str, e['loc'])) or 'route'}: {e['msg']}"
-                             for e in exc.errors(include_input=False, include_url=False)]
+                problems += [
+                    f"{role}: {'.'.join(map(str, e['loc'])) or 'route'}: {e['msg']}"
+                    for e in exc.errors(include_input=False, include_url=False)
+                ]
             except (TypeError, ValueError):
                 problems.append(f"{role}: the change must be an object of route fields")
         problems += state.problems(changes.keys())

@@ -56,11 +56,20 @@ def open_data_dir(data_dir: Path) -> Path:
         _opened.add(key)
     tightened, refused = tighten(path)
     if tightened:
-        log.warning("data dir %s: took group and other access off %d path(s) (folders are now 0700, "
-                    "files 0600): other users of this machine could read them", path, tightened)
+        log.warning(
+            "data dir %s: took group and other access off %d path(s) (folders are now 0700, "
+            "files 0600): other users of this machine could read them",
+            path,
+            tightened,
+        )
     if refused:
-        log.warning("data dir %s: %d path(s) under it could not be made private (owned by another user?); "
-                    "`chmod -R go= %s` as their owner", path, refused, path)
+        log.warning(
+            "data dir %s: %d path(s) under it could not be made private (owned by another user?); "
+            "`chmod -R go= %s` as their owner",
+            path,
+            refused,
+            path,
+        )
     return path
 
 

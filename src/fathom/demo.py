@@ -72,8 +72,9 @@ async def run_demo(settings: Settings, root: Path, *, k: int = 3) -> tuple[int, 
         console.print(f"  {mark} expected {expected} in the top {k}")
     console.print()
     console.print(Rule(f"{relevant}/{len(QUERIES)} queries found the expected module in the top {k}"))
-    console.print("Try it yourself: "
-                  f"fathom --data-dir {settings.data_dir} search \"QUERY\" --project {PROJECT}")
+    console.print(
+        f'Try it yourself: fathom --data-dir {settings.data_dir} search "QUERY" --project {PROJECT}'
+    )
     await fathom.aclose()
     return relevant, len(QUERIES)
 

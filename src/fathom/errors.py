@@ -39,7 +39,7 @@ def whole_number(name: str, value: object, low: int, high: int) -> int:
 
 
 def did_you_mean(name: str, known: Any) -> str:
-    """" Did you mean 'x'?" for the known name closest to a mistyped `name`; "" when none is close."""
+    """ " Did you mean 'x'?" for the known name closest to a mistyped `name`; "" when none is close."""
     import difflib
 
     close = difflib.get_close_matches(str(name), [str(k) for k in known], n=1, cutoff=0.75)
@@ -151,8 +151,7 @@ class DiskFull(StoreError):
 
 
 _DISK_FULL_ERRNOS = {28, 122}  # ENOSPC, EDQUOT
-_DISK_FULL_TEXTS = ("no space left on device", "os error 28", "disk quota exceeded",
-                    "os error 122")
+_DISK_FULL_TEXTS = ("no space left on device", "os error 28", "disk quota exceeded", "os error 122")
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -180,8 +179,10 @@ def failure_of(exc: BaseException) -> FathomError | None:
         return exc
     if is_disk_full(exc):
         return DiskFull(" ".join(str(exc).split())[:200])
-    if any(k.__module__.split(".")[0] == "psycopg" and k.__name__ in (
-            "OperationalError", "InterfaceError") for k in type(exc).__mro__):
+    if any(
+        k.__module__.split(".")[0] == "psycopg" and k.__name__ in ("OperationalError", "InterfaceError")
+        for k in type(exc).__mro__
+    ):
         # The connection dropped mid-operation (the server stopped, the network went away).
         # libpq's text names host and port, never the password.
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

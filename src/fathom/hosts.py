@@ -44,9 +44,11 @@ class HostConfigUnreadable(ConfigError):
 
     def __init__(self, path: Path, reason: str):
         self.path, self.reason = path, reason
-        super().__init__(f"{path}: {reason}; the file was not changed. Fix it (or move it "
-                         "away) and run `fathom connect` again, or add Fathom's entry by hand "
-                         "as docs/hosts.md shows")
+        super().__init__(
+            f"{path}: {reason}; the file was not changed. Fix it (or move it "
+            "away) and run `fathom connect` again, or add Fathom's entry by hand "
+            "as docs/hosts.md shows"
+        )
 
 
 @dataclass(frozen=True)
@@ -64,13 +66,21 @@ def check_host(name: str) -> str:
     return name
 
 
-def config_path(host: str, *, home: Path, env: dict[str, str], platform: str,
-                workspace: Path | None = None) -> Path:
+def config_path(
+    host: str, *, home: Path, env: dict[str, str], platform: str, workspace: Path | None = None
+) -> Path:
     """The file `host` reads its MCP servers from: the user's, or `workspace`'s own."""
     if workspace is not None:
-        return workspace / {"claude": ".mcp.json", "cursor": ".cursor/mcp.json",
-                            "vscode": ".vscode/mcp.json", "gemini": ".gemini/settings.json",
-                            "codex": ".codex/config.toml"}[host]
+        return (
+            workspace
+            / {
+                "claude": ".mcp.json",
+                "cursor": ".cursor/mcp.json",
+                "vscode": ".vscode/mcp.json",
+                "gemini": ".gemini/settings.json",
+                "codex": ".codex/config.toml",
+            }[host]
+        )
     if host == "claude":
         return home / ".claude.json"
     if host == "cursor":
@@ -98,8 +108,12 @@ def entry_for(host: str, launch: Launch) -> dict[str, Any]:
         return {"type": "stdio", **spawn} if host in ("claude", "vscode") else spawn
     if host == "codex":  # Codex refuses an inline bearer token: it reads a variable's name.
         return {"url": launch.url, "bearer_token_env_var": TOKEN_ENV}
-    bearer = {"claude": f"Bearer ${{{TOKEN_ENV}}}", "cursor": f"Bearer ${{env:{TOKEN_ENV}}}",
-              "vscode": f"Bearer ${{input:{VSCODE_INPUT}}}", "gemini": f"Bearer ${TOKEN_ENV}"}[host]
+    bearer = {
+        "claude": f"Bearer ${{{TOKEN_ENV}}}",
+        "cursor": f"Bearer ${{env:{TOKEN_ENV}}}",
+        "vscode": f"Bearer ${{input:{VSCODE_INPUT}}}",
+        "gemini": f"Bearer ${TOKEN_ENV}",
+    }[host]
     headers = {"Authorization": bearer}
     if host == "gemini":  # Gemini's `url` is SSE; streamable HTTP is `httpUrl`.
         return {"httpUrl": launch.url, "headers": headers}
@@ -118,9 +132,14 @@ def updated_text(host: str, path: Path, old: str | None, launch: Launch) -> str:
 
 
 def unified_diff(path: Path, old: str | None, new: str) -> str:
-    return "".join(difflib.unified_diff(
-        (old or "").splitlines(keepends=True), new.splitlines(keepends=True),
-        fromfile=str(path) if old is not None else "/dev/null", tofile=str(path)))
+    return "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            fromfile=str(path) if old is not None else "/dev/null",
+            tofile=str(path),
+        )
+    )
 
 
 def _json_updated(host: str, path: Path, old: str | None, entry: dict[str, Any]) -> str:
@@ -129,8 +148,9 @@ def _json_updated(host: str, path: Path, old: str | None, entry: dict[str, Any])
         try:
             data = json.loads(old)
         except json.JSONDecodeError as exc:
-            raise HostConfigUnreadable(path, f"not valid JSON ({exc}); comments and trailing "
-                                             "commas are not read here") from None
+            raise HostConfigUnreadable(
+                path, f"not valid JSON ({exc}); comments and trailing commas are not read here"
+            ) from None
     if not isinstance(data, dict):
         raise HostConfigUnreadable(path, "its top level is not a JSON object")
     key = "servers" if host == "vscode" else "mcpServers"
@@ -144,16 +164,24 @@ def _json_updated(host: str, path: Path, old: str | None, entry: dict[str, Any])
         if not isinstance(inputs, list):
             raise HostConfigUnreadable(path, 'its "inputs" is not a JSON array')
         if not any(isinstance(i, dict) and i.get("id") == VSCODE_INPUT for i in inputs):
-            changed["inputs"] = [*inputs, {
-                "type": "promptString", "id": VSCODE_INPUT, "password": True,
-                "description": "Fathom's MCP token (fathom serve prints it on its first start)"}]
+            changed["inputs"] = [
+                *inputs,
+                {
+                    "type": "promptString",
+                    "id": VSCODE_INPUT,
+                    "password": True,
+                    "description": "Fathom's MCP token (fathom serve prints it on its first start)",
+                },
+            ]
     if old is not None and changed == data:
         return old
     return json.dumps(changed, indent=2, ensure_ascii=False) + "\n"
 
 
 # `[mcp_servers.fathom]` and its sub-tables (`[mcp_servers.fathom.env]`), quoted or not.
-_OUR_HEADER = re.compile(r'^\s*\[\s*mcp_servers\s*\.\s*("fathom"|\'fathom\'|fathom)\s*(\.[^\]]*)?\]\s*(#.*)?$')
+_OUR_HEADER = re.compile(
+    r'^\s*\[\s*mcp_servers\s*\.\s*("fathom"|\'fathom\'|fathom)\s*(\.[^\]]*)?\]\s*(#.*)?$'
+)
 _ANY_HEADER = re.compile(r"^\s*\[")
 
 
@@ -180,8 +208,9 @@ def _toml_updated(path: Path, old: str | None, entry: dict[str, Any]) -> str:
     # dotted keys elsewhere, fails this and is refused rather than duplicated).
     expected = {**data, "mcp_servers": {**servers, ENTRY: entry}}
     if _toml_parsed(path, new, "Fathom's entry could not be placed in it safely") != expected:
-        raise HostConfigUnreadable(path, "Fathom's entry could not be placed in it safely "
-                                         "(it is defined inline or with dotted keys)")
+        raise HostConfigUnreadable(
+            path, "Fathom's entry could not be placed in it safely (it is defined inline or with dotted keys)"
+        )
     return new
 
 

@@ -40,8 +40,12 @@ def read_local_server(data_dir: Path) -> LocalServer | None:
         if info.st_uid != os.getuid() or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             return None  # not this user's alone: its token cannot be trusted to be private
         data = json.loads(path.read_text())
-        server = LocalServer(url=str(data["url"]), pid=int(data["pid"]), kind=str(data.get("kind") or "server"),
-                             token=str(data["token"]))
+        server = LocalServer(
+            url=str(data["url"]),
+            pid=int(data["pid"]),
+            kind=str(data.get("kind") or "server"),
+            token=str(data["token"]),
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return server if pid_alive(server.pid) else None

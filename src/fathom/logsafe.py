@@ -50,13 +50,17 @@ _SECRET_NAME = r"(?:key|token|secret|passw(?:or)?d|pwd|auth|credential|signature
 # DEBUG, on the server and the sidecar) named like a credential: its value goes (an
 # `Authorization` value keeps its scheme, above). A browser's WebSocket client can pass a token
 # only in `Sec-WebSocket-Protocol`.
-SECRET_HEADER_RE = re.compile(rf"(?im)^([<>] (?!(?:proxy-)?authorization:)[\w-]*{_SECRET_NAME}"
-                              r"|sec-websocket-protocol)[\w-]*:[ \t]*)\S.*$")
+SECRET_HEADER_RE = re.compile(
+    rf"(?im)^([<>] (?!(?:proxy-)?authorization:)[\w-]*{_SECRET_NAME}"
+    r"|sec-websocket-protocol)[\w-]*:[ \t]*)\S.*$"
+)
 # A query parameter named like a secret: its value is never written, whatever it looks like (an
 # OAuth `code` or `state`, a `client_secret`, a signed URL's `sig`, `?key=`, `?access_token=`,
 # ...). The name may be percent-encoded or bracketed (`auth[token]`).
-SECRET_QUERY_RE = re.compile(rf"(?i)((?:^|[?&;\s])[\w.\-\[\]%]*{_SECRET_NAME}"
-                             r"|code|assertion|jwt|state|nonce|otp|ticket)[\w.\-\[\]%]*=)[^&;\s#'\"]*")
+SECRET_QUERY_RE = re.compile(
+    rf"(?i)((?:^|[?&;\s])[\w.\-\[\]%]*{_SECRET_NAME}"
+    r"|code|assertion|jwt|state|nonce|otp|ticket)[\w.\-\[\]%]*=)[^&;\s#'\"]*"
+)
 
 # Loggers whose DEBUG frame dumps ("> TEXT '{...}' [n bytes]") would carry frame payloads:
 # command texts, and the key inside a config frame. Their frame lines are kept, content elided.
@@ -133,7 +137,9 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname, "logger": record.name, "message": scrub(record.getMessage()),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": scrub(record.getMessage()),
         }
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)

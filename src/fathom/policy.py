@@ -45,19 +45,31 @@ class Behaviour:
 
 BEHAVIOUR: dict[Policy, Behaviour] = {
     Policy.LOCAL: Behaviour(
-        local=True, cloud=False, cloud_reserve_only=False, reference=Reference.LOCAL,
+        local=True,
+        cloud=False,
+        cloud_reserve_only=False,
+        reference=Reference.LOCAL,
         summary="local GPUs and sidecar hosts only; nothing leaves the network",
     ),
     Policy.CLOUD: Behaviour(
-        local=False, cloud=True, cloud_reserve_only=False, reference=Reference.CLOUD,
+        local=False,
+        cloud=True,
+        cloud_reserve_only=False,
+        reference=Reference.CLOUD,
         summary="OpenRouter only; no GPU needed",
     ),
     Policy.AGGREGATE: Behaviour(
-        local=True, cloud=True, cloud_reserve_only=False, reference=Reference.LOCAL,
+        local=True,
+        cloud=True,
+        cloud_reserve_only=False,
+        reference=Reference.LOCAL,
         summary="local and cloud in one fan-out pool pulling from the same queue",
     ),
     Policy.BACKUP: Behaviour(
-        local=True, cloud=True, cloud_reserve_only=True, reference=Reference.LOCAL,
+        local=True,
+        cloud=True,
+        cloud_reserve_only=True,
+        reference=Reference.LOCAL,
         summary="local first; cloud held in reserve while no local provider can serve",
     ),
 }

@@ -25,7 +25,9 @@ import inspect
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-_scope: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar("fathom_project_scope", default=None)
+_scope: contextvars.ContextVar[frozenset[str] | None] = contextvars.ContextVar(
+    "fathom_project_scope", default=None
+)
 
 
 def current() -> frozenset[str] | None:

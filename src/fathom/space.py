@@ -48,5 +48,9 @@ class ReferenceOnlyClearance:
 
     def check(self, space: Space, provenance: Provenance) -> None:
         if provenance.provider_id != space.reference:
-            raise NotCleared(space.table, provenance.provider_id, provenance.verdict_id,
-                             reason=f"only the reference encoder {space.reference!r} is cleared")
+            raise NotCleared(
+                space.table,
+                provenance.provider_id,
+                provenance.verdict_id,
+                reason=f"only the reference encoder {space.reference!r} is cleared",
+            )

@@ -72,8 +72,10 @@ class _Watchdog:
         # Waits on an event never set: the wait is the clock (a daemon thread ends with the
         # process, so a clean stop simply never reaches the lines below).
         threading.Event().wait(self.grace_s)
-        sys.stderr.write(f"fathom: the stop did not finish within {self.grace_s:g} s "
-                         f"(FATHOM_STOP_GRACE_S); forcing it. What it waited on:\n")
+        sys.stderr.write(
+            f"fathom: the stop did not finish within {self.grace_s:g} s "
+            f"(FATHOM_STOP_GRACE_S); forcing it. What it waited on:\n"
+        )
         sys.stderr.flush()
         faulthandler.dump_traceback(all_threads=True)
         os._exit(1)

@@ -32,18 +32,44 @@ if TYPE_CHECKING:  # pragma: no cover
 _HOMES = {
     "fathom.agents.routes": ("cloud_provider", "fallback_status"),
     "fathom.inference.calls": ("CloudForbidden", "Served", "call_role"),
-    "fathom.agents.tools": ("TOOL_SPECS", "PathRefused", "ProjectTools", "Span", "ToolError", "ToolOutcome",
-                            "find_spans"),
+    "fathom.agents.tools": (
+        "TOOL_SPECS",
+        "PathRefused",
+        "ProjectTools",
+        "Span",
+        "ToolError",
+        "ToolOutcome",
+        "find_spans",
+    ),
     "fathom.agents.assistant": ("Answer", "Citation", "CodeAssistant", "ContextBlock", "ask"),
     "fathom.agents.rlm": ("Exploration", "ExploreUnavailable", "Explorer", "Limits", "TraceStep", "explore"),
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
-    "Answer", "Citation", "CloudForbidden", "CodeAssistant", "ContextBlock", "Exploration",
-    "ExploreUnavailable", "Explorer", "Limits", "PathRefused", "ProjectTools", "Served", "Span",
-    "TOOL_SPECS", "ToolError", "ToolOutcome", "TraceStep", "ask", "call_role", "cloud_provider",
-    "explore", "fallback_status", "find_spans",
+    "Answer",
+    "Citation",
+    "CloudForbidden",
+    "CodeAssistant",
+    "ContextBlock",
+    "Exploration",
+    "ExploreUnavailable",
+    "Explorer",
+    "Limits",
+    "PathRefused",
+    "ProjectTools",
+    "Served",
+    "Span",
+    "TOOL_SPECS",
+    "ToolError",
+    "ToolOutcome",
+    "TraceStep",
+    "ask",
+    "call_role",
+    "cloud_provider",
+    "explore",
+    "fallback_status",
+    "find_spans",
 ]
 
 

@@ -91,20 +91,41 @@ class Answer:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "question": self.question, "answer": self.answer,
+            "question": self.question,
+            "answer": self.answer,
             "citations": [asdict(c) | {"label": str(c)} for c in self.citations],
             "rejected": self.rejected,
-            "context": [{"number": b.number, "label": b.label, "project": b.project,
-                         "table": b.table, "symbol": b.symbol} for b in self.context],
-            "provider": self.provider, "model": self.model, "usage": self.usage,
-            "reranked": self.reranked, "notes": self.notes,
+            "context": [
+                {
+                    "number": b.number,
+                    "label": b.label,
+                    "project": b.project,
+                    "table": b.table,
+                    "symbol": b.symbol,
+                }
+                for b in self.context
+            ],
+            "provider": self.provider,
+            "model": self.model,
+            "usage": self.usage,
+            "reranked": self.reranked,
+            "notes": self.notes,
         }
 
 
 class CodeAssistant:
-    def __init__(self, fathom: Fathom, router: Router, *, reranker: Router | Provider | None = None,
-                 k_code: int = 6, k_docs: int = 3, max_block_chars: int = 2400,
-                 max_context_chars: int = 14000, max_answer_tokens: int = 1024):
+    def __init__(
+        self,
+        fathom: Fathom,
+        router: Router,
+        *,
+        reranker: Router | Provider | None = None,
+        k_code: int = 6,
+        k_docs: int = 3,
+        max_block_chars: int = 2400,
+        max_context_chars: int = 14000,
+        max_answer_tokens: int = 1024,
+    ):
         if k_code < 0 or k_docs < 0 or k_code + k_docs == 0:
             raise ConfigError("ask needs at least one context chunk: set k_code or k_docs above 0")
         self.fathom, self.router, self.reranker = fathom, router, reranker
@@ -112,7 +133,9 @@ class CodeAssistant:
         self.max_block_chars, self.max_context_chars = max_block_chars, max_context_chars
         self.max_answer_tokens = max_answer_tokens
 
-    async def retrieve(self, question: str, project: str | None) -> tuple[list[ContextBlock], bool, list[str]]:
+    async def retrieve(
+        self, question: str, project: str | None
+    ) -> tuple[list[ContextBlock], bool, list[str]]:
         """Numbered blocks (code first, then docs), whether the code was reranked, notes."""
         blocks: list[ContextBlock] = []
         notes: list[str] = []
@@ -123,7 +146,8 @@ class CodeAssistant:
                 continue
             try:
                 results = await self.fathom.searches.ranking(
-                    SearchRequest(question, project, table, k), reranker=self.reranker)
+                    SearchRequest(question, project, table, k), reranker=self.reranker
+                )
             except FathomError as exc:
                 if table == "code":
                     raise
@@ -139,9 +163,17 @@ class CodeAssistant:
                     notes.append(f"context full at {len(blocks)} blocks")
                     break
                 used += len(text)
-                blocks.append(ContextBlock(len(blocks) + 1, h.project, h.table,
-                                           Span(h.path, h.start_line, h.end_line), h.symbol,
-                                           h.language, text))
+                blocks.append(
+                    ContextBlock(
+                        len(blocks) + 1,
+                        h.project,
+                        h.table,
+                        Span(h.path, h.start_line, h.end_line),
+                        h.symbol,
+                        h.language,
+                        text,
+                    )
+                )
         return blocks, reranked, notes
 
     def messages(self, question: str, blocks: list[ContextBlock]) -> list[dict[str, Any]]:
@@ -156,18 +188,31 @@ class CodeAssistant:
             raise ConfigError("the question is empty: ask something about the code")
         blocks, reranked, notes = await self.retrieve(question, project)
         if not blocks:
-            raise ConfigError("nothing was retrieved for this question: index the project "
-                              "first (`fathom index PATH`) or rephrase it")
+            raise ConfigError(
+                "nothing was retrieved for this question: index the project "
+                "first (`fathom index PATH`) or rephrase it"
+            )
         served = await call_role(
-            self.router, Role.CODE_ASSISTANT,
+            self.router,
+            Role.CODE_ASSISTANT,
             lambda p: p.chat(self.messages(question, blocks), max_tokens=self.max_answer_tokens),
             project=project,
         )
         result = served.value
         text = result.content or ""
         citations, rejected = cite(text, blocks)
-        return Answer(question, text, citations, rejected, blocks, served.provider.id,
-                      result.model, dict(result.usage), reranked, notes)
+        return Answer(
+            question,
+            text,
+            citations,
+            rejected,
+            blocks,
+            served.provider.id,
+            result.model,
+            dict(result.usage),
+            reranked,
+            notes,
+        )
 
 
 def cite(answer: str, blocks: list[ContextBlock]) -> tuple[list[Citation], list[str]]:
@@ -192,19 +237,23 @@ def cite(answer: str, blocks: list[ContextBlock]) -> tuple[list[Citation], list[
         if not same_file:
             rejected.append(f"{span}: {span.path} was not in the retrieved context")
             continue
-        hit = [b for b in same_file
-               if span.start_line <= b.span.end_line and b.span.start_line <= span.end_line]
+        hit = [
+            b for b in same_file if span.start_line <= b.span.end_line and b.span.start_line <= span.end_line
+        ]
         if not hit:
             ranges = ", ".join(b.label for b in same_file)
             rejected.append(f"{span}: those lines were not retrieved (retrieved: {ranges})")
             continue
         for b in hit:
             take(b)
-    citations = [Citation(b.project, b.span.path, b.span.start_line, b.span.end_line, b.number)
-                 for b in sorted(chosen, key=lambda b: b.number)]
+    citations = [
+        Citation(b.project, b.span.path, b.span.start_line, b.span.end_line, b.number)
+        for b in sorted(chosen, key=lambda b: b.number)
+    ]
     return citations, rejected
 
 
-async def ask(fathom: Fathom, router: Router, question: str, project: str | None = None,
-              **options: Any) -> Answer:
+async def ask(
+    fathom: Fathom, router: Router, question: str, project: str | None = None, **options: Any
+) -> Answer:
     return await CodeAssistant(fathom, router, **options).ask(question, project)

@@ -50,14 +50,21 @@ def show_step(console: Console, step: TraceStep) -> None:
     console.print(line)
 
 
-def register(app: typer.Typer, *, console: Console, fathom_of: Callable[[typer.Context], Fathom],
-             run: Callable[[Awaitable[Any]], Any]) -> None:
+def register(
+    app: typer.Typer,
+    *,
+    console: Console,
+    fathom_of: Callable[[typer.Context], Fathom],
+    run: Callable[[Awaitable[Any]], Any],
+) -> None:
     @app.command()
     def ask(
         ctx: typer.Context,
         question: Annotated[str, typer.Argument(help="A question about the indexed code.")],
-        project: Annotated[str | None, typer.Option(
-            "--project", "-p", help="Only this project (default: every indexed project).")] = None,
+        project: Annotated[
+            str | None,
+            typer.Option("--project", "-p", help="Only this project (default: every indexed project)."),
+        ] = None,
     ) -> None:
         """Answer a question from retrieved code and docs, citing path:line ranges."""
         from fathom.agents.assistant import CodeAssistant
@@ -68,8 +75,7 @@ def register(app: typer.Typer, *, console: Console, fathom_of: Callable[[typer.C
         answer = run(_closing(router, CodeAssistant(fathom, router, reranker=router).ask(question, project)))
         console.print(Text(answer.answer))
         if answer.citations:
-            console.print(Text("citations: " + ", ".join(str(c) for c in answer.citations),
-                               style="cyan"))
+            console.print(Text("citations: " + ", ".join(str(c) for c in answer.citations), style="cyan"))
         for r in answer.rejected:
             console.print(Text(f"not from the retrieved context: {r}", style="yellow"))
 
@@ -89,14 +95,18 @@ def register(app: typer.Typer, *, console: Console, fathom_of: Callable[[typer.C
 
         fathom = fathom_of(ctx)
         router = standalone_router(fathom)
-        explorer = Explorer.for_project(fathom, router, project, reranker=router,
-                                        limits=Limits(max_depth=max_depth, max_steps=max_steps),
-                                        on_step=functools.partial(show_step, console) if trace else None)
+        explorer = Explorer.for_project(
+            fathom,
+            router,
+            project,
+            reranker=router,
+            limits=Limits(max_depth=max_depth, max_steps=max_steps),
+            on_step=functools.partial(show_step, console) if trace else None,
+        )
         with console.status(f"exploring {project} …"):
             result = run(_closing(router, explorer.explore(question)))
         console.print(Text(result.answer, style="yellow" if result.stopped else ""))
         if result.citations:
-            console.print(Text("citations: " + ", ".join(str(c) for c in result.citations),
-                               style="cyan"))
+            console.print(Text("citations: " + ", ".join(str(c) for c in result.citations), style="cyan"))
         for u in result.unverified:
             console.print(Text(f"not found in the project: {u}", style="yellow"))

@@ -68,13 +68,20 @@ from fathom.roles import Role
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.service import Fathom
 
-SUBQUESTION_SPEC: dict[str, Any] = {"type": "function", "function": {
-    "name": "ask_subquestion",
-    "description": "Delegate a focused sub-question to a fresh exploration with a smaller "
-                   "budget; returns its answer with citations.",
-    "parameters": {"type": "object", "properties": {"question": {"type": "string"}},
-                   "required": ["question"], "additionalProperties": False},
-}}
+SUBQUESTION_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "ask_subquestion",
+        "description": "Delegate a focused sub-question to a fresh exploration with a smaller "
+        "budget; returns its answer with citations.",
+        "parameters": {
+            "type": "object",
+            "properties": {"question": {"type": "string"}},
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+    },
+}
 
 SYSTEM_PROMPT = (
     "You answer questions about one software project by exploring it with tools: search_code, "
@@ -105,10 +112,12 @@ class ExploreUnavailable(NoProviderAvailable):
         self.local_only = local_only_mode
         head = "explore cannot run: "
         if local_only_mode:
-            head += ("role rlm is in fallback mode local-only, so it never calls the cloud "
-                     "whatever its policy, and no local LLM can serve it. Serve rlm from a local "
-                     "LLM (see below), or allow the cloud with `fathom policy set rlm --fallback "
-                     "any`. ")
+            head += (
+                "role rlm is in fallback mode local-only, so it never calls the cloud "
+                "whatever its policy, and no local LLM can serve it. Serve rlm from a local "
+                "LLM (see below), or allow the cloud with `fathom policy set rlm --fallback "
+                "any`. "
+            )
         super().__init__(head + str(cause))
 
 
@@ -135,14 +144,18 @@ class Limits:
         whole_number("max_tokens", self.max_tokens, 1, MAX_TOKENS)
         whole_number("max_corrections", self.max_corrections, 0, MAX_CORRECTIONS)
         if not 0 < self.max_seconds <= MAX_SECONDS:
-            raise ConfigError(f"max_seconds must be from 0 (excluded) to {MAX_SECONDS:g}, got {self.max_seconds!r}")
+            raise ConfigError(
+                f"max_seconds must be from 0 (excluded) to {MAX_SECONDS:g}, got {self.max_seconds!r}"
+            )
         if not 0 < self.sub_share <= 1:
             raise ConfigError(f"sub_share must be in (0, 1], got {self.sub_share}")
 
     def child(self, tokens_left: int) -> Limits:
-        return replace(self,
-                       max_steps=max(1, int(self.max_steps * self.sub_share)),
-                       max_tokens=max(1, min(tokens_left, int(self.max_tokens * self.sub_share))))
+        return replace(
+            self,
+            max_steps=max(1, int(self.max_steps * self.sub_share)),
+            max_tokens=max(1, min(tokens_left, int(self.max_tokens * self.sub_share))),
+        )
 
 
 @dataclass(frozen=True)
@@ -203,9 +216,16 @@ class _End:
 
 
 class Explorer:
-    def __init__(self, router: Router, tools: ProjectTools, *, limits: Limits | None = None,
-                 clock: Clock | None = None, project: str | None = None,
-                 on_step: Callable[[TraceStep], None] | None = None):
+    def __init__(
+        self,
+        router: Router,
+        tools: ProjectTools,
+        *,
+        limits: Limits | None = None,
+        clock: Clock | None = None,
+        project: str | None = None,
+        on_step: Callable[[TraceStep], None] | None = None,
+    ):
         self.router = router
         self.tools = tools
         self.limits = limits or Limits()
@@ -214,34 +234,47 @@ class Explorer:
         self.on_step = on_step
 
     @classmethod
-    def for_project(cls, fathom: Fathom, router: Router, project: str, *, reranker: Any = None,
-                    limits: Limits | None = None, clock: Clock | None = None,
-                    on_step: Callable[[TraceStep], None] | None = None) -> Explorer:
+    def for_project(
+        cls,
+        fathom: Fathom,
+        router: Router,
+        project: str,
+        *,
+        reranker: Any = None,
+        limits: Limits | None = None,
+        clock: Clock | None = None,
+        on_step: Callable[[TraceStep], None] | None = None,
+    ) -> Explorer:
         """An explorer over an indexed project: its root from the project's records, its
         search tools through the search pipeline (and the reranker stage when given)."""
         from fathom.index.request import SearchRequest
 
         record = fathom.records.get(project) if isinstance(project, str) else None
         if not record or not record.get("root"):
-            raise ConfigError(f"no indexed project {project!r} with a known root folder: run "
-                              f"`fathom index PATH --project {project}` first")
+            raise ConfigError(
+                f"no indexed project {project!r} with a known root folder: run "
+                f"`fathom index PATH --project {project}` first"
+            )
 
         async def search(query: str, table: str, k: int) -> list[Any]:
             ranker = reranker
             if isinstance(reranker, Router) and local_only(router, Role.RLM):
                 # A local-only exploration sends no code to the cloud, its searches included.
                 ranker = local_reranker(reranker)
-            return (await fathom.searches.ranking(SearchRequest(query, project, table, k),
-                                                  reranker=ranker)).hits
+            return (
+                await fathom.searches.ranking(SearchRequest(query, project, table, k), reranker=ranker)
+            ).hits
 
         root = Path(record["root"])
         # The tools read the folder the project was indexed from, or nothing: a folder since
         # replaced by a link to elsewhere is not read under the project's name.
         problem = root_moved(root, resolve_roots(fathom.settings.index_root_list()))
         if problem is not None:
-            raise ConfigError(f"cannot explore {project!r}: {problem}; put the project folder "
-                              f"back, or index the new place (`fathom index PATH --project "
-                              f"{project}`)")
+            raise ConfigError(
+                f"cannot explore {project!r}: {problem}; put the project folder "
+                f"back, or index the new place (`fathom index PATH --project "
+                f"{project}`)"
+            )
         tools = ProjectTools(root, search=search, **fathom.selection_of(project, root))
         return cls(router, tools, limits=limits, clock=clock, project=project, on_step=on_step)
 
@@ -263,11 +296,23 @@ class Explorer:
         answer = end.answer
         if end.stopped:
             read = ", ".join(dict.fromkeys(str(s) for s in end.seen)) or "nothing yet"
-            answer = f"{end.stopped}. " + (f"Partial answer: {end.answer} " if end.answer else "") \
+            answer = (
+                f"{end.stopped}. "
+                + (f"Partial answer: {end.answer} " if end.answer else "")
                 + f"Evidence seen so far: {read}."
-        return Exploration(question, answer, citations, unverified, run.trace, end.stopped,
-                           run.limits_hit, run.tokens_used, run.sub_questions,
-                           list(dict.fromkeys(run.providers)))
+            )
+        return Exploration(
+            question,
+            answer,
+            citations,
+            unverified,
+            run.trace,
+            end.stopped,
+            run.limits_hit,
+            run.tokens_used,
+            run.sub_questions,
+            list(dict.fromkeys(run.providers)),
+        )
 
     def _specs(self) -> list[dict[str, Any]]:
         return [*TOOL_SPECS, SUBQUESTION_SPEC]
@@ -275,9 +320,15 @@ class Explorer:
     async def _loop(self, question: str, depth: int, limits: Limits, run: _Run) -> _End:
         token_cap = run.tokens_used + limits.max_tokens
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM_PROMPT.format(
-                depth=depth, max_depth=limits.max_depth, max_steps=limits.max_steps,
-                max_tokens=limits.max_tokens)},
+            {
+                "role": "system",
+                "content": SYSTEM_PROMPT.format(
+                    depth=depth,
+                    max_depth=limits.max_depth,
+                    max_steps=limits.max_steps,
+                    max_tokens=limits.max_tokens,
+                ),
+            },
             {"role": "user", "content": question},
         ]
         steps = 0
@@ -290,33 +341,54 @@ class Explorer:
             # the message) and tries again, a bounded number of times.
             nonlocal corrections
             if corrections >= limits.max_corrections:
-                self._record(run, TraceStep(depth, steps + 1, tool, args, f"not corrected: {problem}", ok=False))
-                raise _LimitStop(f"stopped: correction limit {limits.max_corrections} reached: the model "
-                                 f"kept making tool calls that cannot run (last: {problem})")
+                self._record(
+                    run, TraceStep(depth, steps + 1, tool, args, f"not corrected: {problem}", ok=False)
+                )
+                raise _LimitStop(
+                    f"stopped: correction limit {limits.max_corrections} reached: the model "
+                    f"kept making tool calls that cannot run (last: {problem})"
+                )
             corrections += 1
-            self._record(run, TraceStep(depth, steps + 1, tool, args, f"corrected ({corrections} of "
-                                        f"{limits.max_corrections}): {problem}", ok=False))
+            self._record(
+                run,
+                TraceStep(
+                    depth,
+                    steps + 1,
+                    tool,
+                    args,
+                    f"corrected ({corrections} of {limits.max_corrections}): {problem}",
+                    ok=False,
+                ),
+            )
 
         try:
             while True:
                 left = self._check_time(run)
                 if run.tokens_used >= token_cap:
-                    raise _LimitStop(f"stopped: token limit {limits.max_tokens} reached "
-                                     f"(used {run.tokens_used - token_cap + limits.max_tokens})")
+                    raise _LimitStop(
+                        f"stopped: token limit {limits.max_tokens} reached "
+                        f"(used {run.tokens_used - token_cap + limits.max_tokens})"
+                    )
                 result = await self._chat(messages, min(4096, token_cap - run.tokens_used), run, left)
                 run.tokens_used += _tokens(result, messages)
                 if not result.tool_calls:
                     written = written_tool_call(result.content, ALL_TOOLS)
                     if written is None:
                         return _End(result.content or "", None, seen)
-                    correct(written[0], written[1], "a tool call written as text, not made through tool calling")
-                    messages += [{"role": "assistant", "content": result.content or ""},
-                                 {"role": "user", "content": WRITTEN_CALL.format(name=written[0])}]
+                    correct(
+                        written[0], written[1], "a tool call written as text, not made through tool calling"
+                    )
+                    messages += [
+                        {"role": "assistant", "content": result.content or ""},
+                        {"role": "user", "content": WRITTEN_CALL.format(name=written[0])},
+                    ]
                     continue
                 said = result.content or said
                 if run.tokens_used >= token_cap:
-                    raise _LimitStop(f"stopped: token limit {limits.max_tokens} reached "
-                                     f"(used {run.tokens_used - token_cap + limits.max_tokens})")
+                    raise _LimitStop(
+                        f"stopped: token limit {limits.max_tokens} reached "
+                        f"(used {run.tokens_used - token_cap + limits.max_tokens})"
+                    )
                 messages.append(_assistant_message(result))
                 for call in result.tool_calls:
                     if steps >= limits.max_steps:
@@ -326,17 +398,27 @@ class Explorer:
                     if problem is not None:
                         correct(call.name or "(no name)", dict(call.arguments), problem)
                         # Every tool call gets its answer, or the next request is malformed.
-                        messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
-                                         "content": f"error: {problem}"})
+                        messages.append(
+                            {
+                                "role": "tool",
+                                "tool_call_id": call.id,
+                                "name": call.name,
+                                "content": f"error: {problem}",
+                            }
+                        )
                         continue
                     steps += 1
-                    outcome = await self._tool(call.name, call.arguments, depth, limits, run,
-                                               token_cap - run.tokens_used, left)
+                    outcome = await self._tool(
+                        call.name, call.arguments, depth, limits, run, token_cap - run.tokens_used, left
+                    )
                     seen.extend(outcome.spans)
-                    self._record(run, TraceStep(depth, steps, call.name, dict(call.arguments),
-                                                outcome.summary, outcome.ok))
-                    messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name,
-                                     "content": outcome.text})
+                    self._record(
+                        run,
+                        TraceStep(depth, steps, call.name, dict(call.arguments), outcome.summary, outcome.ok),
+                    )
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": outcome.text}
+                    )
         except _LimitStop as stop:
             run.limits_hit.append(stop.message if depth == 0 else f"{stop.message} (depth {depth})")
             return _End(said, stop.message, seen)
@@ -371,14 +453,19 @@ class Explorer:
             raise _LimitStop(f"stopped: time limit {self.limits.max_seconds:g}s reached")
         return task.result()
 
-    async def _chat(self, messages: list[dict[str, Any]], max_tokens: int, run: _Run,
-                    left: float) -> ChatResult:
+    async def _chat(
+        self, messages: list[dict[str, Any]], max_tokens: int, run: _Run, left: float
+    ) -> ChatResult:
         try:
-            served = await self._within(left, call_role(
-                self.router, Role.RLM,
-                lambda p: p.chat(list(messages), tools=self._specs(), max_tokens=max(1, max_tokens)),
-                project=self.project,
-            ))
+            served = await self._within(
+                left,
+                call_role(
+                    self.router,
+                    Role.RLM,
+                    lambda p: p.chat(list(messages), tools=self._specs(), max_tokens=max(1, max_tokens)),
+                    project=self.project,
+                ),
+            )
         except NoProviderAvailable as exc:
             if not run.trace:
                 raise  # nothing gathered yet: the refusal itself is the answer
@@ -386,41 +473,63 @@ class Explorer:
         run.providers.append(served.provider.id)
         return served.value
 
-    async def _tool(self, name: str, args: dict[str, Any], depth: int, limits: Limits,
-                    run: _Run, tokens_left: int, left: float) -> ToolOutcome:
+    async def _tool(
+        self,
+        name: str,
+        args: dict[str, Any],
+        depth: int,
+        limits: Limits,
+        run: _Run,
+        tokens_left: int,
+        left: float,
+    ) -> ToolOutcome:
         if name != "ask_subquestion":
             return await self._within(left, self.tools.run(name, args))
         sub = args.get("question") if isinstance(args, dict) else None
         if not isinstance(sub, str) or not sub.strip():
-            return ToolOutcome("error: ask_subquestion needs a non-empty 'question'",
-                               "ask_subquestion without a question", ok=False)
+            return ToolOutcome(
+                "error: ask_subquestion needs a non-empty 'question'",
+                "ask_subquestion without a question",
+                ok=False,
+            )
         if depth + 1 > limits.max_depth:
             msg = f"stopped: depth limit {limits.max_depth} reached"
             run.limits_hit.append(f"{msg} (sub-question {sub[:80]!r} not explored)")
-            return ToolOutcome(f"{msg}; this sub-question was not explored. Answer it yourself "
-                               f"with the other tools.", msg, ok=False)
+            return ToolOutcome(
+                f"{msg}; this sub-question was not explored. Answer it yourself with the other tools.",
+                msg,
+                ok=False,
+            )
         run.sub_questions += 1
         child = limits.child(max(1, tokens_left))
         end = await self._loop(sub, depth + 1, child, run)
         spans = tuple(find_spans(end.answer)) or tuple(end.seen)
         if end.stopped:
-            text = (f"sub-question {end.stopped} at depth {depth + 1}. Partial answer: "
-                    f"{end.answer or 'none'}. Evidence seen: "
-                    + (", ".join(dict.fromkeys(str(s) for s in end.seen)) or "none"))
-            return ToolOutcome(text, f"sub-question (depth {depth + 1}) {end.stopped}", ok=False,
-                               spans=tuple(end.seen))
-        return ToolOutcome(end.answer, f"sub-question answered at depth {depth + 1}: "
-                           f"{end.answer[:120]}", spans=spans)
+            text = (
+                f"sub-question {end.stopped} at depth {depth + 1}. Partial answer: "
+                f"{end.answer or 'none'}. Evidence seen: "
+                + (", ".join(dict.fromkeys(str(s) for s in end.seen)) or "none")
+            )
+            return ToolOutcome(
+                text, f"sub-question (depth {depth + 1}) {end.stopped}", ok=False, spans=tuple(end.seen)
+            )
+        return ToolOutcome(
+            end.answer, f"sub-question answered at depth {depth + 1}: {end.answer[:120]}", spans=spans
+        )
 
 
 def _unrunnable(call: ToolCall) -> str | None:
     """Why a tool call cannot run as the model made it, worded for the model; None if it can."""
     if call.problem:
-        return (f"your call to {call.name or 'a tool'} cannot run: {call.problem}. Call it again "
-                f"with its arguments as one JSON object that matches the tool's schema")
+        return (
+            f"your call to {call.name or 'a tool'} cannot run: {call.problem}. Call it again "
+            f"with its arguments as one JSON object that matches the tool's schema"
+        )
     if call.name not in ALL_TOOLS:
-        return (f"there is no tool named {call.name!r}; the tools are "
-                f"{', '.join(sorted(ALL_TOOLS))}. Call one of them, or answer in plain words")
+        return (
+            f"there is no tool named {call.name!r}; the tools are "
+            f"{', '.join(sorted(ALL_TOOLS))}. Call one of them, or answer in plain words"
+        )
     return None
 
 
@@ -459,16 +568,26 @@ def written_tool_call(text: str | None, names: Collection[str]) -> tuple[str, di
 def _model_stop(exc: NoProviderAvailable) -> str:
     cause = exc.__cause__
     if isinstance(cause, ContextLengthExceeded):
-        return ("stopped: context limit of the model reached (the conversation no longer fits; "
-                "ask a narrower question or serve a model with a longer context)")
+        return (
+            "stopped: context limit of the model reached (the conversation no longer fits; "
+            "ask a narrower question or serve a model with a longer context)"
+        )
     return f"stopped: the model failed ({exc})"
 
 
 def _assistant_message(result: ChatResult) -> dict[str, Any]:
-    return {"role": "assistant", "content": result.content or "", "tool_calls": [
-        {"id": c.id, "type": "function",
-         "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-        for c in result.tool_calls]}
+    return {
+        "role": "assistant",
+        "content": result.content or "",
+        "tool_calls": [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+            }
+            for c in result.tool_calls
+        ],
+    }
 
 
 def _tokens(result: ChatResult, messages: list[dict[str, Any]]) -> int:
@@ -483,9 +602,15 @@ def _tokens(result: ChatResult, messages: list[dict[str, Any]]) -> int:
     return (sent + len(result.content or "")) // 4 + 1
 
 
-async def explore(fathom: Fathom, router: Router, question: str, project: str, *,
-                  reranker: Any = None, limits: Limits | None = None,
-                  clock: Clock | None = None) -> Exploration:
-    explorer = Explorer.for_project(fathom, router, project, reranker=reranker, limits=limits,
-                                    clock=clock)
+async def explore(
+    fathom: Fathom,
+    router: Router,
+    question: str,
+    project: str,
+    *,
+    reranker: Any = None,
+    limits: Limits | None = None,
+    clock: Clock | None = None,
+) -> Exploration:
+    explorer = Explorer.for_project(fathom, router, project, reranker=reranker, limits=limits, clock=clock)
     return await explorer.explore(question)

@@ -35,8 +35,15 @@ from fathom.roles import DEFAULTS, EMBEDDING_ROLES, FallbackMode, Role
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.service import Fathom
 
-def cloud_provider(client: OpenRouterClient, role: Role, budget: CloudBudget, *,
-                   model: str | None = None, upstream: str | None = None) -> BudgetedProvider:
+
+def cloud_provider(
+    client: OpenRouterClient,
+    role: Role,
+    budget: CloudBudget,
+    *,
+    model: str | None = None,
+    upstream: str | None = None,
+) -> BudgetedProvider:
     """The OpenRouter route of a stateless role, behind the key's budget.
 
     Unpinned by default: reranking and chat write nothing, so two upstreams serving the same
@@ -60,21 +67,31 @@ def fallback_status(role_route: RoleRoute, role: Role | str | None = None) -> st
     policy: Policy = role_route.policy
     behaviour = BEHAVIOUR[policy]
     if role_route.fallback is FallbackMode.LOCAL_ONLY:
-        line = (f"fallback local-only: {who} never calls the cloud, whatever its policy "
-                f"({policy}); only local GPUs and sidecar hosts serve it")
+        line = (
+            f"fallback local-only: {who} never calls the cloud, whatever its policy "
+            f"({policy}); only local GPUs and sidecar hosts serve it"
+        )
         if not behaviour.local:
-            line += ("; its policy allows no local provider, so it cannot run until the policy "
-                     "or the fallback mode changes")
+            line += (
+                "; its policy allows no local provider, so it cannot run until the policy "
+                "or the fallback mode changes"
+            )
         return line + ". Switch with `fathom policy set <role> --fallback any`."
     if not behaviour.cloud:
         return f"fallback any: {who} is local-only by policy ({policy}); nothing leaves the network."
     if behaviour.cloud_reserve_only:
-        return (f"fallback any: {who} may call the cloud under policy {policy}, only while no "
-                f"local provider can serve; every cloud call takes a budget permit.")
+        return (
+            f"fallback any: {who} may call the cloud under policy {policy}, only while no "
+            f"local provider can serve; every cloud call takes a budget permit."
+        )
     if not behaviour.local:
-        return f"fallback any: {who} is served by the cloud only ({policy}); every call takes a budget permit."
-    return (f"fallback any: {who} may call the cloud under policy {policy} (least-loaded of local "
-            f"and cloud); every cloud call takes a budget permit.")
+        return (
+            f"fallback any: {who} is served by the cloud only ({policy}); every call takes a budget permit."
+        )
+    return (
+        f"fallback any: {who} may call the cloud under policy {policy} (least-loaded of local "
+        f"and cloud); every cloud call takes a budget permit."
+    )
 
 
 CHAT_ROLES = (Role.CODE_ASSISTANT, Role.RLM)
@@ -101,16 +118,21 @@ def local_chat_providers(settings: Settings) -> list[Provider]:
         options["stream"] = settings.local_chat_stream
     if settings.local_chat_timeout is not None:
         options["timeout"] = settings.local_chat_timeout
-    return [OpenAICompatibleChat(url, roles=roles, model=model, **options) for (url, model), roles in wanted.items()]
+    return [
+        OpenAICompatibleChat(url, roles=roles, model=model, **options)
+        for (url, model), roles in wanted.items()
+    ]
 
 
 def local_chat_fix(role: Role) -> str:
     """What to set so that one machine has a local LLM for `role` (named in refusals)."""
     own = f"FATHOM_LOCAL_{Role.parse(role).value.replace('-', '_').upper()}"
-    return (f"for a local LLM on this machine, set FATHOM_LOCAL_CHAT_URL and "
-            f"FATHOM_LOCAL_CHAT_MODEL (or {own}_URL and {own}_MODEL) to an OpenAI-compatible "
-            f"server such as Ollama (http://127.0.0.1:11434/v1) or vLLM "
-            f"(http://127.0.0.1:8000/v1); or run a fathom server with a sidecar serving {role}")
+    return (
+        f"for a local LLM on this machine, set FATHOM_LOCAL_CHAT_URL and "
+        f"FATHOM_LOCAL_CHAT_MODEL (or {own}_URL and {own}_MODEL) to an OpenAI-compatible "
+        f"server such as Ollama (http://127.0.0.1:11434/v1) or vLLM "
+        f"(http://127.0.0.1:8000/v1); or run a fathom server with a sidecar serving {role}"
+    )
 
 
 def standalone_router(fathom: Fathom, registry: ProviderRegistry | None = None) -> Router:
@@ -129,9 +151,13 @@ def standalone_router(fathom: Fathom, registry: ProviderRegistry | None = None) 
             registry.add(provider)
         for provider in fathom.registry.list(Role.RERANKER, kind=Kind.LOCAL):
             registry.add(provider)  # the cross-encoder `fathom models use reranker` chose
-    return Router(fathom.routing.load, registry,
-                  # Stateless roles write no table: the gate's clearance never applies.
-                  is_cleared=lambda role, provider: False, local_fix=local_chat_fix)
+    return Router(
+        fathom.routing.load,
+        registry,
+        # Stateless roles write no table: the gate's clearance never applies.
+        is_cleared=lambda role, provider: False,
+        local_fix=local_chat_fix,
+    )
 
 
 def local_reranker(router: Router) -> Router:

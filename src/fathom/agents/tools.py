@@ -92,28 +92,56 @@ class ToolOutcome:
 
 
 def _fn(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "function", "function": {
-        "name": name, "description": description,
-        "parameters": {"type": "object", "properties": properties, "required": required,
-                       "additionalProperties": False},
-    }}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": False,
+            },
+        },
+    }
 
 
 TOOL_SPECS: list[dict[str, Any]] = [
-    _fn("search_code", "Search the project's indexed source code by meaning and keywords.",
+    _fn(
+        "search_code",
+        "Search the project's indexed source code by meaning and keywords.",
         {"query": {"type": "string"}, "k": {"type": "integer", "minimum": 1, "maximum": 20}},
-        ["query"]),
-    _fn("search_docs", "Search the project's indexed documentation (README, Markdown, docs).",
+        ["query"],
+    ),
+    _fn(
+        "search_docs",
+        "Search the project's indexed documentation (README, Markdown, docs).",
         {"query": {"type": "string"}, "k": {"type": "integer", "minimum": 1, "maximum": 20}},
-        ["query"]),
-    _fn("read_file", "Read lines of a file, numbered. Paths are relative to the project root.",
-        {"path": {"type": "string"}, "start_line": {"type": "integer", "minimum": 1},
-         "end_line": {"type": "integer", "minimum": 1}}, ["path"]),
-    _fn("list_dir", "List a directory of the project (relative path; '.' is the root).",
-        {"path": {"type": "string"}}, []),
-    _fn("grep", "Search the project's text files for a regular expression; returns path:line: text.",
-        {"pattern": {"type": "string"}, "path": {"type": "string"},
-         "ignore_case": {"type": "boolean"}}, ["pattern"]),
+        ["query"],
+    ),
+    _fn(
+        "read_file",
+        "Read lines of a file, numbered. Paths are relative to the project root.",
+        {
+            "path": {"type": "string"},
+            "start_line": {"type": "integer", "minimum": 1},
+            "end_line": {"type": "integer", "minimum": 1},
+        },
+        ["path"],
+    ),
+    _fn(
+        "list_dir",
+        "List a directory of the project (relative path; '.' is the root).",
+        {"path": {"type": "string"}},
+        [],
+    ),
+    _fn(
+        "grep",
+        "Search the project's text files for a regular expression; returns path:line: text.",
+        {"pattern": {"type": "string"}, "path": {"type": "string"}, "ignore_case": {"type": "boolean"}},
+        ["pattern"],
+    ),
 ]
 
 
@@ -124,9 +152,18 @@ class ProjectTools:
     answer with a clear error and the others still work.
     """
 
-    def __init__(self, root: str | Path, *, search: Search | None = None, max_chars: int = 6000,
-                 max_read_lines: int = 200, max_matches: int = 50, include: Sequence[str] = (),
-                 extra_ignores: Sequence[str] = (), max_file_bytes: int = MAX_FILE_BYTES):
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        search: Search | None = None,
+        max_chars: int = 6000,
+        max_read_lines: int = 200,
+        max_matches: int = 50,
+        include: Sequence[str] = (),
+        extra_ignores: Sequence[str] = (),
+        max_file_bytes: int = MAX_FILE_BYTES,
+    ):
         self.root = Path(root).resolve(strict=True)
         if not self.root.is_dir():
             raise ToolError(f"project root {self.root} is not a directory")
@@ -160,8 +197,10 @@ class ProjectTools:
         try:
             real = (self.root / raw).resolve(strict=False)
         except OSError as exc:  # a link swapped for a folder while it was read (EINVAL), a loop
-            raise ToolError(f"path {raw!r} cannot be resolved ({exc.strerror}): it is a link "
-                            f"loop or changed while it was read") from None
+            raise ToolError(
+                f"path {raw!r} cannot be resolved ({exc.strerror}): it is a link "
+                f"loop or changed while it was read"
+            ) from None
         if not real.is_relative_to(self.root):
             raise PathRefused(raw, "leads outside the project root through a symbolic link")
         return real
@@ -173,8 +212,9 @@ class ProjectTools:
         """The lines of the file at `real` (inside the root), read as a walk reads it, or
         `ToolError` naming why a walk would leave it out."""
         try:
-            source = read_one(self.root, self.rel(real), selection=self.selection,
-                              max_file_bytes=self.max_file_bytes)
+            source = read_one(
+                self.root, self.rel(real), selection=self.selection, max_file_bytes=self.max_file_bytes
+            )
         except ReadRefused as exc:
             raise ToolError(f"refused: {exc}") from None
         return source.text.splitlines()
@@ -186,8 +226,10 @@ class ProjectTools:
         if not real.is_dir():
             raise ToolError(f"no directory {path!r} in the project")
         if rel != "." and not self.selection.admits(rel, is_dir=True):
-            raise ToolError(f"refused: {rel}/ is a folder the index leaves out (ignored, "
-                            f"excluded or skipped); search the index instead")
+            raise ToolError(
+                f"refused: {rel}/ is a folder the index leaves out (ignored, "
+                f"excluded or skipped); search the index instead"
+            )
         return real
 
     # -- dispatch ----------------------------------------------------------------------
@@ -196,8 +238,12 @@ class ProjectTools:
         """Run one tool call; a bad call comes back as an error outcome, never an exception,
         because the model must see the refusal and carry on."""
         handlers: dict[str, Callable[..., Awaitable[ToolOutcome]]] = {
-            "search_code": self._search_code, "search_docs": self._search_docs,
-            "read_file": self._read_file, "list_dir": self._list_dir, "grep": self._grep}
+            "search_code": self._search_code,
+            "search_docs": self._search_docs,
+            "read_file": self._read_file,
+            "list_dir": self._list_dir,
+            "grep": self._grep,
+        }
         handler = handlers.get(name)
         if handler is None:
             known = ", ".join(sorted(handlers))
@@ -231,8 +277,9 @@ class ProjectTools:
             label = f" ({h.symbol})" if getattr(h, "symbol", None) else ""
             lines.append(f"[{i}] {span}{label} score={float(h.score):.4f}\n{h.snippet}")
         text = self._cap("\n\n".join(lines))
-        return ToolOutcome(text, f"{len(hits)} {table} hits: " + ", ".join(map(str, spans[:5])),
-                           spans=tuple(spans))
+        return ToolOutcome(
+            text, f"{len(hits)} {table} hits: " + ", ".join(map(str, spans[:5])), spans=tuple(spans)
+        )
 
     async def _search_code(self, query: Any = None, k: Any = 5) -> ToolOutcome:
         return await self._search("code", query, k)
@@ -257,8 +304,9 @@ class ProjectTools:
         rel = self.rel(real)
         more = f"\n[lines {end + 1}-{total} not shown]" if end < total else ""
         span = Span(rel, start, end)
-        return ToolOutcome(self._cap(f"{span} (of {total} lines)\n{body}{more}"),
-                           f"read {span}", spans=(span,))
+        return ToolOutcome(
+            self._cap(f"{span} (of {total} lines)\n{body}{more}"), f"read {span}", spans=(span,)
+        )
 
     async def _list_dir(self, path: Any = ".") -> ToolOutcome:
         real = self.folder(path)
@@ -274,21 +322,26 @@ class ProjectTools:
         # link after `folder` resolved it is refused, never listed from outside the root.
         with Tree(self.root) as tree:
             try:
-                listed = sorted(os.scandir(tree.folder([] if base == "." else base.split("/"))),
-                                key=lambda e: e.name)
+                listed = sorted(
+                    os.scandir(tree.folder([] if base == "." else base.split("/"))), key=lambda e: e.name
+                )
             except (Unreadable, OSError):
-                raise ToolError(f"refused: {base}/ cannot be listed (it is reached through a "
-                                f"symbolic link now, or unreadable)") from None
+                raise ToolError(
+                    f"refused: {base}/ cannot be listed (it is reached through a "
+                    f"symbolic link now, or unreadable)"
+                ) from None
             for entry in listed:
                 rel = entry.name if base == "." else f"{base}/{entry.name}"
                 if entry.name in IGNORE_FILES or not self.selection.admits(
-                        rel, is_dir=entry.is_dir(follow_symlinks=False)):
+                    rel, is_dir=entry.is_dir(follow_symlinks=False)
+                ):
                     continue  # what a walk leaves out is not shown: not even its name
                 if entry.is_symlink():
                     target = (real / entry.name).resolve(strict=False)
                     inside = target.is_relative_to(self.root)
-                    out.append(f"{entry.name} -> "
-                               f"{'(inside)' if inside else '(outside the project: refused)'}")
+                    out.append(
+                        f"{entry.name} -> {'(inside)' if inside else '(outside the project: refused)'}"
+                    )
                 elif entry.is_dir():
                     out.append(entry.name + "/")
                 else:
@@ -309,16 +362,20 @@ class ProjectTools:
             return ToolOutcome(f"no match for /{pattern}/ under {base}", f"grep /{pattern}/: 0 matches")
         cut = len(matches) > self.max_matches
         shown = matches[: self.max_matches]
-        text = "\n".join(shown) + (f"\n[more than {self.max_matches} matches; narrow the pattern]" if cut else "")
-        return ToolOutcome(self._cap(text), f"grep /{pattern}/: {len(shown)}{'+' if cut else ''} matches",
-                           spans=tuple(spans[: self.max_matches]))
+        text = "\n".join(shown) + (
+            f"\n[more than {self.max_matches} matches; narrow the pattern]" if cut else ""
+        )
+        return ToolOutcome(
+            self._cap(text),
+            f"grep /{pattern}/: {len(shown)}{'+' if cut else ''} matches",
+            spans=tuple(spans[: self.max_matches]),
+        )
 
     def _grep_files(self, regex: re.Pattern[str], base: str) -> tuple[list[str], list[Span]]:
         if self._files is None:
             # The walker's rules, with the project's selection: .gitignore, .fathomignore,
             # no vendored trees, no binaries, no symlinks, nothing over the size limit.
-            self._files = list(walk(self.root, selection=self.selection,
-                                    max_file_bytes=self.max_file_bytes))
+            self._files = list(walk(self.root, selection=self.selection, max_file_bytes=self.max_file_bytes))
         prefix = "" if base == "." else base.rstrip("/") + "/"
         matches, spans = [], []
         for f in self._files:

@@ -105,7 +105,9 @@ class Admissions:
         with contextlib.suppress(Exception):
             if ws.client_state.name == "CONNECTING":
                 await ws.accept()
-            await ws.close(code=CLOSE_TOO_MANY_FAILURES, reason=f"too many failed joins; retry in {wait:.0f}s")
+            await ws.close(
+                code=CLOSE_TOO_MANY_FAILURES, reason=f"too many failed joins; retry in {wait:.0f}s"
+            )
         return True
 
     async def admit(self, ws: WebSocket, header_token: str | None, peer: str, host: str) -> Link | None:
@@ -115,7 +117,9 @@ class Admissions:
         token = header_token or (frame.token.get_secret_value() if frame.token else None)
         credential = hash_credential(frame.credential.get_secret_value()) if frame.credential else None
         try:
-            if (token is None or not self.hub.auth.recognizes(token)) and await self.refuse_blocked(ws, host, token):
+            if (token is None or not self.hub.auth.recognizes(token)) and await self.refuse_blocked(
+                ws, host, token
+            ):
                 return None
             admission = self.hub.auth.admit(frame.name, token, credential)
         except JoinRefused as exc:
@@ -134,15 +138,20 @@ class Admissions:
         link = Link(ws, frame, admission, self.hub.clock(), credential or "")
         self.hub.links[link.name] = link
         self.hub.ensure_reaper()
-        log.info("sidecar %s connected from %s (%s; routes: %s)", link.name, peer,
-                 "claims an approved name" if link.claimed else link.state,
-                 ", ".join(f"{r.role}={r.backend}" for r in link.routes) or "none")
+        log.info(
+            "sidecar %s connected from %s (%s; routes: %s)",
+            link.name,
+            peer,
+            "claims an approved name" if link.claimed else link.state,
+            ", ".join(f"{r.role}={r.backend}" for r in link.routes) or "none",
+        )
         if not await self._greet(link):
             return None
         return link
 
-    async def _register_frame(self, ws: WebSocket, header_token: str | None, peer: str,
-                              host: str) -> p.Register | None:
+    async def _register_frame(
+        self, ws: WebSocket, header_token: str | None, peer: str, host: str
+    ) -> p.Register | None:
         """The first frame, if it is a register frame in time; else the peer is answered (or
         counted against its address) and None."""
         timeout = self.hub.register_timeout
@@ -156,8 +165,11 @@ class Admissions:
         frame = parse_message(message, self.hub.pending_frame_bytes)
         if isinstance(frame, p.Register):
             return frame
-        code, msg = (frame.code, str(frame)) if isinstance(frame, p.FrameError) else (
-            "expected_register", "the first frame must be a register frame")
+        code, msg = (
+            (frame.code, str(frame))
+            if isinstance(frame, p.FrameError)
+            else ("expected_register", "the first frame must be a register frame")
+        )
         if message.get("code") == CLOSE_TOO_BIG:
             code, msg = "oversized", f"the first frame exceeds {self.hub.pending_frame_bytes} bytes"
         elif code == "disconnected":  # gone before saying anything: nothing to answer or count
@@ -182,20 +194,32 @@ class Admissions:
         held = self.hub.links.get(name)
         if held is not None and held.claimed and admission is Admission.APPROVED:
             # The name's own host is back: the claimant holding its name gives way.
-            log.warning("sidecar %s connected from %s with its own credential: disconnecting the host "
-                        "that claimed its name", name, peer)
+            log.warning(
+                "sidecar %s connected from %s with its own credential: disconnecting the host "
+                "that claimed its name",
+                name,
+                peer,
+            )
             await self.hub.drop(held, "disconnected: the host this name belongs to connected")
             await held.close(CLOSE_NAME_IN_USE, "name taken by its own host")
         elif held is not None:
-            log.log(logging.DEBUG if admission is Admission.CLAIMED else logging.WARNING,
-                    "sidecar %s from %s refused: that name is already connected", name, peer)
+            log.log(
+                logging.DEBUG if admission is Admission.CLAIMED else logging.WARNING,
+                "sidecar %s from %s refused: that name is already connected",
+                name,
+                peer,
+            )
             await refuse(ws, "name_in_use", f"a sidecar named {name} is already connected", CLOSE_NAME_IN_USE)
             return False
         if admission is not Admission.APPROVED and self.pending_count() >= self.hub.max_pending:
             self._log_pending_full(name, peer)
-            await refuse(ws, "too_many_pending",
-                         f"{self.hub.max_pending} sidecars already wait for approval; retrying later "
-                         f"(an operator approves or revokes them with `fathom fleet`)", CLOSE_TRY_LATER)
+            await refuse(
+                ws,
+                "too_many_pending",
+                f"{self.hub.max_pending} sidecars already wait for approval; retrying later "
+                f"(an operator approves or revokes them with `fathom fleet`)",
+                CLOSE_TRY_LATER,
+            )
             return False
         return True
 
@@ -206,14 +230,26 @@ class Admissions:
                 await link.send(p.encode(p.Status(state="approved")))
                 self.hub.activate(link)
             elif link.claimed:
-                await link.send(p.encode(p.Status(
-                    state="pending", message=f"the name {link.name} belongs to another host (another "
-                                             f"credential); an operator must hand it to this host "
-                                             f"(`fathom fleet approve {link.name} --rebind`)")))
+                await link.send(
+                    p.encode(
+                        p.Status(
+                            state="pending",
+                            message=f"the name {link.name} belongs to another host (another "
+                            f"credential); an operator must hand it to this host "
+                            f"(`fathom fleet approve {link.name} --rebind`)",
+                        )
+                    )
+                )
             else:
-                await link.send(p.encode(p.Status(
-                    state="pending", message=f"waiting for an operator to approve {link.name} "
-                                             f"(`fathom fleet approve {link.name}`)")))
+                await link.send(
+                    p.encode(
+                        p.Status(
+                            state="pending",
+                            message=f"waiting for an operator to approve {link.name} "
+                            f"(`fathom fleet approve {link.name}`)",
+                        )
+                    )
+                )
         except SidecarUnavailable:
             await self.hub.drop(link, "disconnected")
             return False
@@ -227,9 +263,13 @@ class Admissions:
         now = self.hub.clock()
         if self._pending_full_logged_at is None or now - self._pending_full_logged_at >= 60.0:
             self._pending_full_logged_at = now
-            log.warning("sidecar %s from %s refused: %d sidecars already wait for approval (approve or "
-                        "revoke them, or rotate the join token if you did not start them)", name, peer,
-                        self.hub.max_pending)
+            log.warning(
+                "sidecar %s from %s refused: %d sidecars already wait for approval (approve or "
+                "revoke them, or rotate the join token if you did not start them)",
+                name,
+                peer,
+                self.hub.max_pending,
+            )
         else:
             log.debug("sidecar %s from %s refused: the pending list is full", name, peer)
 
@@ -239,8 +279,13 @@ class Admissions:
         last = self.claims.get(name)
         self.claims[name] = now
         if last is None or now - last > CLAIM_MEMORY_S:
-            log.warning("sidecar %s from %s presents another credential than the host %s is bound to: "
-                        "held pending (a different host claims this name)", name, peer, name)
+            log.warning(
+                "sidecar %s from %s presents another credential than the host %s is bound to: "
+                "held pending (a different host claims this name)",
+                name,
+                peer,
+                name,
+            )
 
     def claimed(self, name: str) -> bool:
         link = self.hub.links.get(name)

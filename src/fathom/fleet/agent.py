@@ -65,8 +65,10 @@ def tls_hint(url: str, exc: BaseException) -> str:
     import ssl
 
     if isinstance(exc, ssl.SSLError) and url.startswith("wss://"):
-        return (f": the TLS handshake failed, so the server likely speaks plain HTTP; without a TLS proxy in "
-                f"front of it use {'ws://' + url[len('wss://'):]} (on loopback or a trusted network only)")
+        return (
+            f": the TLS handshake failed, so the server likely speaks plain HTTP; without a TLS proxy in "
+            f"front of it use {'ws://' + url[len('wss://') :]} (on loopback or a trusted network only)"
+        )
     return ""
 
 
@@ -75,8 +77,10 @@ class SidecarRefused(FathomError):
 
     def __init__(self, server: str, reason: str):
         self.server, self.reason = server, reason
-        super().__init__(f"the server at {server} refused this sidecar: {reason}. Check --token "
-                         f"(the join token printed by `fathom server`, or a host token for this --name).")
+        super().__init__(
+            f"the server at {server} refused this sidecar: {reason}. Check --token "
+            f"(the join token printed by `fathom server`, or a host token for this --name)."
+        )
 
 
 class InsecureServerURL(ConfigError):
@@ -97,8 +101,6 @@ class KeyMissing(ProviderUnavailable):
 
     def __init__(self, name: str):
         super().__init__(f"key missing on {name}: push the OpenRouter key to serve cloud routes")
-
-
 
 
 def server_url(url: str, path: str = "/sidecar") -> str:
@@ -166,8 +168,9 @@ def error_info(exc: BaseException) -> p.ErrorInfo:
     """A failed command as the server will see it: class name, scrubbed message, and what the
     budget needs to know about a throttle. Never the command's payload."""
     if isinstance(exc, ValidationError):
-        return p.ErrorInfo(code="InvalidPayload", message=f"invalid command payload: {p.describe(exc)}",
-                           retryable=False)
+        return p.ErrorInfo(
+            code="InvalidPayload", message=f"invalid command payload: {p.describe(exc)}", retryable=False
+        )
     throttle = getattr(exc, "throttle_kind", None)
     if throttle is None:
         names = {"RateLimited": "429", "InFlightBudgetExhausted": "402"}
@@ -263,15 +266,31 @@ class Sidecar:
     def register_frame(self) -> p.Register:
         routes = []
         for role, backend in sorted(self.backends.items()):
-            routes.append(p.RouteDecl(role=role, backend=self.backend_kinds.get(role, "in-process"),
-                                      model=backend.info.model, width=backend.info.width,
-                                      max_tokens=backend.info.max_tokens))
-        return p.Register(name=self.name, routes=routes, cloud=self.cloud, key_present=self.key_present,
-                          versions=_versions(), credential=SecretStr(self._credential.reveal()))
+            routes.append(
+                p.RouteDecl(
+                    role=role,
+                    backend=self.backend_kinds.get(role, "in-process"),
+                    model=backend.info.model,
+                    width=backend.info.width,
+                    max_tokens=backend.info.max_tokens,
+                )
+            )
+        return p.Register(
+            name=self.name,
+            routes=routes,
+            cloud=self.cloud,
+            key_present=self.key_present,
+            versions=_versions(),
+            credential=SecretStr(self._credential.reveal()),
+        )
 
     def heartbeat_frame(self) -> p.Heartbeat:
-        return p.Heartbeat(load=max(0.0, float(self._load())), in_flight=self.in_flight,
-                           key_present=self.key_present, versions=_versions())
+        return p.Heartbeat(
+            load=max(0.0, float(self._load())),
+            in_flight=self.in_flight,
+            key_present=self.key_present,
+            versions=_versions(),
+        )
 
     def cloud_roles(self) -> list[Role]:
         if not (self.cloud and self.key_present):
@@ -283,7 +302,9 @@ class Sidecar:
         key if not, drop it on `forget_key`."""
         for role, incoming in frame.roles.items():
             held = self.config.get(role, p.RoleConfig())
-            self.config[role] = held.model_copy(update={f: getattr(incoming, f) for f in incoming.model_fields_set})
+            self.config[role] = held.model_copy(
+                update={f: getattr(incoming, f) for f in incoming.model_fields_set}
+            )
         if frame.forget_key:
             self._key = None
         elif frame.key is not None:
@@ -291,8 +312,12 @@ class Sidecar:
         await self._reset_cloud()
         if frame.key is not None and not frame.forget_key:
             self.request_key_check("push")
-        log.info("config applied (%d roles); key %s; cloud routes: %s", len(frame.roles),
-                 "held" if self.key_present else "missing", ", ".join(self.cloud_roles()) or "none")
+        log.info(
+            "config applied (%d roles); key %s; cloud routes: %s",
+            len(frame.roles),
+            "held" if self.key_present else "missing",
+            ", ".join(self.cloud_roles()) or "none",
+        )
         return p.Ack(config_id=frame.id, key_present=self.key_present, cloud_roles=self.cloud_roles())
 
     async def _reset_cloud(self) -> None:
@@ -308,14 +333,22 @@ class Sidecar:
             raise NotServed(f"{self.name} does not serve cloud routes")
         cfg = self.config.get(role)
         if cfg is None or not cfg.cloud_allowed(role):
-            raise NotServed(f"{self.name}: the routing of {role} does not allow a cloud route "
-                            f"(policy, fallback, model or upstream pin)")
+            raise NotServed(
+                f"{self.name}: the routing of {role} does not allow a cloud route "
+                f"(policy, fallback, model or upstream pin)"
+            )
         prov = self._cloud.get(role)
         if prov is None:
             from fathom.inference.openrouter import OpenRouterProvider
 
-            prov = OpenRouterProvider(self._openrouter_client(), model=cfg.model or "", roles=[role],
-                                      upstream=cfg.upstream, width=cfg.width, max_tokens=cfg.max_tokens)
+            prov = OpenRouterProvider(
+                self._openrouter_client(),
+                model=cfg.model or "",
+                roles=[role],
+                upstream=cfg.upstream,
+                width=cfg.width,
+                max_tokens=cfg.max_tokens,
+            )
             self._cloud[role] = prov
         return prov
 
@@ -326,7 +359,9 @@ class Sidecar:
         if self._client is None:
             from fathom.inference.openrouter import DEFAULT_BASE_URL, OpenRouterClient
 
-            self._client = OpenRouterClient(self._key.reveal(), base_url=self.openrouter_base_url or DEFAULT_BASE_URL)
+            self._client = OpenRouterClient(
+                self._key.reveal(), base_url=self.openrouter_base_url or DEFAULT_BASE_URL
+            )
         return self._client
 
     # ---- key discovery ----------------------------------------------------------------------
@@ -379,7 +414,9 @@ class Sidecar:
         except asyncio.CancelledError:
             raise
         except NotServed as exc:
-            return p.Result(id=cmd.id, ok=False, error=p.ErrorInfo(code="NotServed", message=str(exc), retryable=False))
+            return p.Result(
+                id=cmd.id, ok=False, error=p.ErrorInfo(code="NotServed", message=str(exc), retryable=False)
+            )
         except Exception as exc:  # a backend failure is an answer, not a crash
             info = error_info(exc)
             log.warning("%s %s (%s) failed: %s: %s", cmd.op, cmd.role, cmd.route, info.code, info.message)
@@ -391,8 +428,9 @@ class Sidecar:
 
     # ---- the connection loop ----------------------------------------------------------------
 
-    async def run(self, server: str, token: str, *, stop: asyncio.Event | None = None,
-                  backoff: Backoff | None = None) -> None:
+    async def run(
+        self, server: str, token: str, *, stop: asyncio.Event | None = None, backoff: Backoff | None = None
+    ) -> None:
         """Connect, serve, reconnect with backoff until `stop` is set. Raises `SidecarRefused`
         if the server refuses the token."""
         import websockets
@@ -471,8 +509,11 @@ class Sidecar:
         await send(p.encode(self.register_frame()))
         if self.key_present:  # a reconnect: the server's budget may have restarted knowing nothing
             self.request_key_check("connect")
-        helpers = [asyncio.create_task(heartbeats()), asyncio.create_task(stopper()),
-                   asyncio.create_task(self._key_check_loop(send))]
+        helpers = [
+            asyncio.create_task(heartbeats()),
+            asyncio.create_task(stopper()),
+            asyncio.create_task(self._key_check_loop(send)),
+        ]
         try:
             async for message in ws:
                 frame = p.parse_frame(message, max_bytes=self.max_frame_bytes)
@@ -500,8 +541,13 @@ class Sidecar:
                 elif isinstance(frame, p.Error):
                     log.warning("server reported %s: %s", frame.code, frame.message)
                 else:
-                    await send(p.encode(p.Error(code="unexpected_frame",
-                                                message=f"a server does not send {frame.type} frames")))
+                    await send(
+                        p.encode(
+                            p.Error(
+                                code="unexpected_frame", message=f"a server does not send {frame.type} frames"
+                            )
+                        )
+                    )
                 message = None
         except ConnectionClosed:
             pass
@@ -510,8 +556,11 @@ class Sidecar:
                 task.cancel()
             await asyncio.gather(*helpers, *tasks, return_exceptions=True)
             if ws.close_code is not None and ws.close_code not in (1000, 1001):
-                log.warning("connection closed by the server (code %s%s)", ws.close_code,
-                            f": {ws.close_reason}" if ws.close_reason else "")
+                log.warning(
+                    "connection closed by the server (code %s%s)",
+                    ws.close_code,
+                    f": {ws.close_reason}" if ws.close_reason else "",
+                )
         return accepted
 
     async def aclose(self) -> None:
@@ -528,7 +577,9 @@ def _system_load() -> float:
         return 0.0
 
 
-async def open_backends(specs: Sequence[str | BackendSpec]) -> tuple[dict[Role, Provider], dict[Role, p.BackendKind]]:
+async def open_backends(
+    specs: Sequence[str | BackendSpec],
+) -> tuple[dict[Role, Provider], dict[Role, p.BackendKind]]:
     """Build (and, for in-process models, load off the event loop) the backends of `specs`."""
     parsed = [s if isinstance(s, BackendSpec) else parse_serve(s) for s in specs]
     roles = [s.role for s in parsed]
@@ -568,9 +619,16 @@ async def run_sidecar(
     check_interval(key_check_interval)
     credential = load_or_create_credential(state_dir or default_state_dir())
     backends, kinds = await open_backends(serve)
-    sidecar = Sidecar(name, backends, backend_kinds=kinds, openrouter_base_url=openrouter_base_url, cloud=cloud,
-                      heartbeat_interval=heartbeat_interval, credential=credential,
-                      key_check_interval=key_check_interval)
+    sidecar = Sidecar(
+        name,
+        backends,
+        backend_kinds=kinds,
+        openrouter_base_url=openrouter_base_url,
+        cloud=cloud,
+        heartbeat_interval=heartbeat_interval,
+        credential=credential,
+        key_check_interval=key_check_interval,
+    )
     del credential  # the sidecar holds it now, hidden from every repr
     if on_ready is not None:
         on_ready(sidecar)

@@ -103,8 +103,13 @@ class IssuedToken:
 class FleetAuth:
     FILENAME = "fleet.json"
 
-    def __init__(self, data_dir: Path, *, join_tokens: Iterable[str] = (),
-                 now: Callable[[], datetime] = lambda: datetime.now(UTC)):
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        join_tokens: Iterable[str] = (),
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ):
         self.path = Path(data_dir) / self.FILENAME
         self._now = now
         self._lock = threading.Lock()
@@ -127,7 +132,9 @@ class FleetAuth:
         try:
             return FleetRecord.model_validate(json.loads(self.path.read_text()))
         except (ValueError, OSError) as exc:
-            raise ConfigError(f"{self.path} is not a valid fleet record ({type(exc).__name__}); fix or remove it") from exc
+            raise ConfigError(
+                f"{self.path} is not a valid fleet record ({type(exc).__name__}); fix or remove it"
+            ) from exc
 
     def _save(self) -> None:
         atomic_write_text(self.path, self._record.model_dump_json(indent=2))
@@ -178,8 +185,10 @@ class FleetAuth:
         if not token:
             raise JoinRefused(name, "no join token presented")
         if not credential_hash:
-            raise JoinRefused(name, "no sidecar credential presented (a sidecar older than this server?); "
-                                    "upgrade the sidecar")
+            raise JoinRefused(
+                name,
+                "no sidecar credential presented (a sidecar older than this server?); upgrade the sidecar",
+            )
         h = hash_token(token)
         with self._lock:
             rec = self._record
@@ -261,8 +270,16 @@ class FailedJoins:
     `max_sources` addresses and tokens are remembered, oldest dropped first.
     """
 
-    def __init__(self, *, clock: Callable[[], float], log: logging.Logger, burst: int = 10,
-                 window_s: float = 60.0, block_s: float = 300.0, max_sources: int = 4096):
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float],
+        log: logging.Logger,
+        burst: int = 10,
+        window_s: float = 60.0,
+        block_s: float = 300.0,
+        max_sources: int = 4096,
+    ):
         self.clock, self.log = clock, log
         self.burst, self.window_s, self.block_s, self.max_sources = burst, window_s, block_s, max_sources
         self._seen: OrderedDict[str, _Failures] = OrderedDict()
@@ -315,15 +332,25 @@ class FailedJoins:
             self.log.warning("sidecar join %s refused: %s", source, reason)
         elif f.count == self.burst:
             f.blocked_until = now + self.block_s
-            self.log.warning("refusing sidecar joins %s without a valid token for %.0fs: %d failed joins "
-                             "within %.0fs (last: %s)", source, self.block_s, f.count, now - f.window_start, reason)
+            self.log.warning(
+                "refusing sidecar joins %s without a valid token for %.0fs: %d failed joins "
+                "within %.0fs (last: %s)",
+                source,
+                self.block_s,
+                f.count,
+                now - f.window_start,
+                reason,
+            )
         else:
             self.log.debug("sidecar join %s refused: %s", source, reason)
 
     def _unblock(self, source: str, f: _Failures) -> None:
         if f.refused_while_blocked:
-            self.log.warning("sidecar joins %s: %d refused while blocked; the block has ended",
-                             source, f.refused_while_blocked)
+            self.log.warning(
+                "sidecar joins %s: %d refused while blocked; the block has ended",
+                source,
+                f.refused_while_blocked,
+            )
         self._seen.pop(source, None)
 
 

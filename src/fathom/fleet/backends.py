@@ -64,9 +64,14 @@ from fathom.roles import Role
 # The backends a sidecar serves a role with (a subset of the protocol's `BackendKind`), by
 # every name `--serve` accepts for them.
 ServedKind = Literal["in-process", "openai-compatible", "tei"]
-KINDS: dict[str, ServedKind] = {"in-process": "in-process", "st": "in-process", "local": "in-process",
-                             "openai-compatible": "openai-compatible", "openai": "openai-compatible",
-                             "tei": "tei"}
+KINDS: dict[str, ServedKind] = {
+    "in-process": "in-process",
+    "st": "in-process",
+    "local": "in-process",
+    "openai-compatible": "openai-compatible",
+    "openai": "openai-compatible",
+    "tei": "tei",
+}
 # The roles served by a chat model: only an OpenAI-compatible server can serve them.
 CHAT_ROLES = frozenset({Role.CODE_ASSISTANT, Role.RLM})
 # A local model takes its time: a long prompt on a small GPU can take minutes before the first
@@ -113,8 +118,9 @@ def parse_serve(spec: str) -> BackendSpec:
     kind_text, _, target = head.partition(":")
     kind = KINDS.get(kind_text.strip().lower())
     if kind is None:
-        raise ConfigError(f"--serve {spec!r}: unknown backend {kind_text!r}; use in-process, "
-                          f"openai-compatible or tei")
+        raise ConfigError(
+            f"--serve {spec!r}: unknown backend {kind_text!r}; use in-process, openai-compatible or tei"
+        )
     options: dict[str, str] = {}
     for opt in opts:
         k, eq, v = opt.partition("=")
@@ -132,14 +138,20 @@ def parse_serve(spec: str) -> BackendSpec:
         if max_tokens_n is not None and max_tokens_n < 16:
             raise ValueError
     except ValueError:
-        raise ConfigError(f"--serve {spec!r}: max_tokens must be an integer of at least 16 (the model's "
-                          f"input limit in tokens)") from None
+        raise ConfigError(
+            f"--serve {spec!r}: max_tokens must be an integer of at least 16 (the model's "
+            f"input limit in tokens)"
+        ) from None
     if kind != "in-process" and not target:
-        raise ConfigError(f"--serve {spec!r}: a {kind} backend needs a URL, e.g. {kind}:http://127.0.0.1:8000")
+        raise ConfigError(
+            f"--serve {spec!r}: a {kind} backend needs a URL, e.g. {kind}:http://127.0.0.1:8000"
+        )
     if role in CHAT_ROLES and kind != "openai-compatible":
-        raise ConfigError(f"--serve {spec!r}: role {role} is served by a chat model; front an "
-                          f"OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio), e.g. "
-                          f"{role}=openai-compatible:http://127.0.0.1:11434/v1,model=NAME")
+        raise ConfigError(
+            f"--serve {spec!r}: role {role} is served by a chat model; front an "
+            f"OpenAI-compatible server (Ollama, vLLM, llama.cpp, LM Studio), e.g. "
+            f"{role}=openai-compatible:http://127.0.0.1:11434/v1,model=NAME"
+        )
     for name in ("stream", "timeout"):
         if name in options and role not in CHAT_ROLES:
             raise ConfigError(f"--serve {spec!r}: option {name} applies to the chat roles only")
@@ -150,20 +162,37 @@ def parse_serve(spec: str) -> BackendSpec:
             raise ValueError
     except ValueError:
         raise ConfigError(f"--serve {spec!r}: timeout must be a positive number of seconds") from None
-    return BackendSpec(role=role, kind=kind, target=target or None, model=options.pop("model", None),
-                       width=width_n, options=options, max_tokens=max_tokens_n)
+    return BackendSpec(
+        role=role,
+        kind=kind,
+        target=target or None,
+        model=options.pop("model", None),
+        width=width_n,
+        options=options,
+        max_tokens=max_tokens_n,
+    )
 
 
 class _HttpBackend(Provider):
-    def __init__(self, url: str, *, role: Role | Iterable[Role], model: str, width: int | None,
-                 http: httpx.AsyncClient | None, backend: str, timeout: float = 120.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        role: Role | Iterable[Role],
+        model: str,
+        width: int | None,
+        http: httpx.AsyncClient | None,
+        backend: str,
+        timeout: float = 120.0,
+    ):
         self.url = url.rstrip("/")
         self.backend = backend
         self._owns_http = http is None
         self._http = http or httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=5.0))
         roles = frozenset({role} if isinstance(role, Role) else role)
-        self.info = ProviderInfo(id=f"{backend}:{self.url}:{model}", kind=Kind.LOCAL, roles=roles,
-                                 model=model, width=width)
+        self.info = ProviderInfo(
+            id=f"{backend}:{self.url}:{model}", kind=Kind.LOCAL, roles=roles, model=model, width=width
+        )
 
     async def _post(self, path: str, body: dict[str, Any]) -> Any:
         url = self.url + path
@@ -195,10 +224,24 @@ class _HttpBackend(Provider):
 class OpenAICompatibleEmbedder(_HttpBackend):
     """`POST {base}/embeddings` on a server on this host (base ends in /v1)."""
 
-    def __init__(self, url: str, *, role: Role, model: str, width: int | None = None,
-                 input_type: str | None = None, http: httpx.AsyncClient | None = None):
-        super().__init__(normalize_openai_base(url), role=role, model=model, width=width, http=http,
-                         backend="openai-compatible")
+    def __init__(
+        self,
+        url: str,
+        *,
+        role: Role,
+        model: str,
+        width: int | None = None,
+        input_type: str | None = None,
+        http: httpx.AsyncClient | None = None,
+    ):
+        super().__init__(
+            normalize_openai_base(url),
+            role=role,
+            model=model,
+            width=width,
+            http=http,
+            backend="openai-compatible",
+        )
         self.input_type = input_type
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -220,8 +263,15 @@ class OpenAICompatibleEmbedder(_HttpBackend):
 class TEIBackend(_HttpBackend):
     """A text-embeddings-inference server: `POST /embed` and `POST /rerank`."""
 
-    def __init__(self, url: str, *, role: Role, model: str, width: int | None = None,
-                 http: httpx.AsyncClient | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        role: Role,
+        model: str,
+        width: int | None = None,
+        http: httpx.AsyncClient | None = None,
+    ):
         super().__init__(url, role=role, model=model, width=width, http=http, backend="tei")
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -248,8 +298,14 @@ class OpenAICompatibleReranker(_HttpBackend):
     `{model, query, documents}` -> `{results: [{index, relevance_score}]}`."""
 
     def __init__(self, url: str, *, model: str, http: httpx.AsyncClient | None = None):
-        super().__init__(normalize_openai_base(url), role=Role.RERANKER, model=model, width=None, http=http,
-                         backend="openai-compatible")
+        super().__init__(
+            normalize_openai_base(url),
+            role=Role.RERANKER,
+            model=model,
+            width=None,
+            http=http,
+            backend="openai-compatible",
+        )
 
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         documents = list(documents)
@@ -288,14 +344,33 @@ class OpenAICompatibleChat(_HttpBackend):
     `ContextLengthExceeded`, any other 4xx `BadRequest`; a server that cannot be reached is
     `BackendUnavailable`."""
 
-    def __init__(self, url: str, *, roles: Iterable[Role], model: str, stream: bool = True,
-                 timeout: float = CHAT_TIMEOUT, http: httpx.AsyncClient | None = None):
-        super().__init__(normalize_openai_base(url), role=roles, model=model, width=None, http=http,
-                         backend="openai-compatible", timeout=timeout)
+    def __init__(
+        self,
+        url: str,
+        *,
+        roles: Iterable[Role],
+        model: str,
+        stream: bool = True,
+        timeout: float = CHAT_TIMEOUT,
+        http: httpx.AsyncClient | None = None,
+    ):
+        super().__init__(
+            normalize_openai_base(url),
+            role=roles,
+            model=model,
+            width=None,
+            http=http,
+            backend="openai-compatible",
+            timeout=timeout,
+        )
         self.stream = stream
 
-    async def chat(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
-                   **options: Any) -> ChatResult:
+    async def chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        **options: Any,
+    ) -> ChatResult:
         on_delta: OnDelta | None = options.pop("on_delta", None)
         stream = bool(options.pop("stream", self.stream))
         body: dict[str, Any] = {**options, "model": self.info.model, "messages": [dict(m) for m in messages]}
@@ -310,18 +385,21 @@ class OpenAICompatibleChat(_HttpBackend):
                 try:
                     return parse_completion(resp.json(), self.info.model)
                 except (ValueError, AttributeError) as exc:
-                    raise BackendError(url, f"answered 200 with something that is not a chat completion ({exc})") from None
+                    raise BackendError(
+                        url, f"answered 200 with something that is not a chat completion ({exc})"
+                    ) from None
             body["stream"] = True
             body.setdefault("stream_options", {"include_usage": True})
             return await self._stream(url, body, on_delta)
         except httpx.TimeoutException as exc:
-            raise UpstreamError(f"the local LLM at {self.url} ({self.info.model}) did not answer in time "
-                                f"({type(exc).__name__}); it may be overloaded, or raise timeout= in --serve") from None
+            raise UpstreamError(
+                f"the local LLM at {self.url} ({self.info.model}) did not answer in time "
+                f"({type(exc).__name__}); it may be overloaded, or raise timeout= in --serve"
+            ) from None
         except httpx.TransportError as exc:
             raise BackendUnavailable(url, type(exc).__name__) from None
 
-    async def _stream(self, url: str, body: dict[str, Any],
-                      on_delta: OnDelta | None) -> ChatResult:
+    async def _stream(self, url: str, body: dict[str, Any], on_delta: OnDelta | None) -> ChatResult:
         assembled = ChatStream(self.info.model)
         async with self._http.stream("POST", url, json=body) as resp:
             if resp.status_code != 200:
@@ -344,21 +422,33 @@ class OpenAICompatibleChat(_HttpBackend):
         where = f"the local LLM at {self.url} ({self.info.model}) answered {status}: {message}"
         kw: dict[str, Any] = {"status": status, "upstream_message": message}
         if status in (400, 413, 200) and says_context_exceeded(message):
-            return ContextLengthExceeded(f"{where}. The request does not fit the model's context; send "
-                                         f"less, or serve a model with a longer context (for Ollama, "
-                                         f"raise num_ctx; for vLLM, --max-model-len).", **kw)
+            return ContextLengthExceeded(
+                f"{where}. The request does not fit the model's context; send "
+                f"less, or serve a model with a longer context (for Ollama, "
+                f"raise num_ctx; for vLLM, --max-model-len).",
+                **kw,
+            )
         if status in (400, 404) and says_model_missing(message):
-            return ModelNotFound(f"{where}. Name a model this server serves (GET {self.url}/models), "
-                                 f"or pull / load it first.", **kw)
+            return ModelNotFound(
+                f"{where}. Name a model this server serves (GET {self.url}/models), or pull / load it first.",
+                **kw,
+            )
         if partial is not None:
-            return StreamError(f"the streamed chat from {self.url} failed mid-stream: {message}; the "
-                               f"partial answer was dropped, retry the request", partial=partial,
-                               retryable=True, **kw)
+            return StreamError(
+                f"the streamed chat from {self.url} failed mid-stream: {message}; the "
+                f"partial answer was dropped, retry the request",
+                partial=partial,
+                retryable=True,
+                **kw,
+            )
         if status >= 500 or status in (408, 429):
             return UpstreamError(f"{where}. The server failed or is overloaded; retry later.", **kw)
         if status == 404:
-            return BadRequest(f"{where}. This server offers no {self.url}/chat/completions: check the URL "
-                              f"(it ends in /v1 for Ollama, vLLM, llama.cpp and LM Studio).", **kw)
+            return BadRequest(
+                f"{where}. This server offers no {self.url}/chat/completions: check the URL "
+                f"(it ends in /v1 for Ollama, vLLM, llama.cpp and LM Studio).",
+                **kw,
+            )
         return BadRequest(f"{where}. The request was refused; fix it before retrying.", **kw)
 
 
@@ -370,8 +460,9 @@ def normalize_openai_base(url: str) -> str:
     return url if url.endswith("/v1") else url + "/v1"
 
 
-async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | None = None,
-                       http: httpx.AsyncClient | None = None) -> Provider:
+async def open_backend(
+    spec: BackendSpec, *, shared: dict[tuple, Provider] | None = None, http: httpx.AsyncClient | None = None
+) -> Provider:
     """Build the backend for `spec`, asking an HTTP server for its model and width when the spec
     does not say. `shared` lets two roles served by the same in-process model load it once."""
     shared = {} if shared is None else shared
@@ -383,13 +474,21 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
 
         settings = Settings()
         path = spec.target or settings.local_model_path
-        name = spec.model or (settings.local_model_name if not spec.target else path.rstrip("/").split("/")[-1])
+        name = spec.model or (
+            settings.local_model_name if not spec.target else path.rstrip("/").split("/")[-1]
+        )
         width = spec.width or settings.local_width
         key = ("in-process", path, name, width, spec.max_tokens)
         enc = shared.get(key)
         if enc is None:
-            enc = LocalEncoder(path, model_name=name, width=width, device=spec.options.get("device", settings.local_device),
-                               roles=[spec.role], max_tokens=spec.max_tokens or settings.local_max_tokens)
+            enc = LocalEncoder(
+                path,
+                model_name=name,
+                width=width,
+                device=spec.options.get("device", settings.local_device),
+                roles=[spec.role],
+                max_tokens=spec.max_tokens or settings.local_max_tokens,
+            )
             shared[key] = enc
         return enc
     assert spec.target is not None
@@ -407,8 +506,14 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
         if spec.role is Role.RERANKER:
             backend = OpenAICompatibleReranker(base, model=model, http=http)
         else:
-            backend = OpenAICompatibleEmbedder(base, role=spec.role, model=model, width=spec.width,
-                                               input_type=spec.options.get("input_type"), http=http)
+            backend = OpenAICompatibleEmbedder(
+                base,
+                role=spec.role,
+                model=model,
+                width=spec.width,
+                input_type=spec.options.get("input_type"),
+                http=http,
+            )
     else:
         model = spec.model or await _tei_model(spec.target.rstrip("/"), http)
         backend = TEIBackend(spec.target, role=spec.role, model=model, width=spec.width, http=http)
@@ -424,9 +529,11 @@ async def open_backend(spec: BackendSpec, *, shared: dict[tuple, Provider] | Non
             await backend.rerank("probe", ["probe"])
         except ProviderError as exc:
             await backend.aclose()
-            raise ConfigError(f"--serve reranker={spec.kind}:{spec.target}: the server cannot rerank ({exc}); "
-                              f"serve a reranker model from a server that offers /rerank (TEI, vLLM, "
-                              f"llama.cpp's server with --reranking)") from None
+            raise ConfigError(
+                f"--serve reranker={spec.kind}:{spec.target}: the server cannot rerank ({exc}); "
+                f"serve a reranker model from a server that offers /rerank (TEI, vLLM, "
+                f"llama.cpp's server with --reranking)"
+            ) from None
     return backend
 
 
@@ -436,8 +543,10 @@ def _cross_encoder(spec: BackendSpec) -> Provider:
     # The folder is the model: `model=PATH` (as documented) or `in-process:PATH`.
     path = spec.target or spec.model
     if not path:
-        raise ConfigError("--serve reranker=in-process needs a cross-encoder model folder: "
-                          "--serve reranker=in-process,model=PATH")
+        raise ConfigError(
+            "--serve reranker=in-process needs a cross-encoder model folder: "
+            "--serve reranker=in-process,model=PATH"
+        )
     return CrossEncoderReranker(path, device=spec.options.get("device", "cpu"))
 
 

@@ -63,7 +63,9 @@ class FrameReader:
                 with contextlib.suppress(SidecarUnavailable):
                     await link.send(p.encode(frame.to_frame()))
                 if link.bad_frames >= MAX_BAD_FRAMES:
-                    log.warning("closing sidecar %s after %d refused frames in a row", link.name, link.bad_frames)
+                    log.warning(
+                        "closing sidecar %s after %d refused frames in a row", link.name, link.bad_frames
+                    )
                     await link.close(CLOSE_POLICY)
                     return
                 continue
@@ -92,19 +94,31 @@ class FrameReader:
             if link.approved:  # only a sidecar the server gave the key speaks for the key
                 self.hub.key_reports.record(link.name, frame)
         elif isinstance(frame, p.Error):
-            log.warning("sidecar %s reported error %s%s: %s", link.name, frame.code,
-                        f" (re {frame.ref})" if frame.ref else "", frame.message)
+            log.warning(
+                "sidecar %s reported error %s%s: %s",
+                link.name,
+                frame.code,
+                f" (re {frame.ref})" if frame.ref else "",
+                frame.message,
+            )
             fut = link.acks.get(frame.ref or "") or link.pending.get(frame.ref or "")
             if fut is not None and not fut.done():
                 fut.set_exception(SidecarUnavailable(link.name, f"refused frame {frame.ref}: {frame.code}"))
         else:
-            await link.send(p.encode(p.Error(code="unexpected_frame",
-                                             message=f"a sidecar does not send {frame.type} frames here")))
+            await link.send(
+                p.encode(
+                    p.Error(
+                        code="unexpected_frame", message=f"a sidecar does not send {frame.type} frames here"
+                    )
+                )
+            )
 
     def set_key_present(self, link: Link, present: bool) -> None:
         if link.key_present != present:
             link.key_present = present
             if not present and link.approved and link.cloud_capable:
-                log.warning("key missing on %s: its cloud routes are unavailable until the key is pushed", link.name)
+                log.warning(
+                    "key missing on %s: its cloud routes are unavailable until the key is pushed", link.name
+                )
             self.hub.routes.mark_key_health(link)
             self.hub.notify()

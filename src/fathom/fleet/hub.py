@@ -100,9 +100,24 @@ log = logging.getLogger("fathom.fleet.hub")
 _Link = Link  # the name this class had before it moved to `fleet.link`
 
 __all__ = [
-    "CLAIM_MEMORY_S", "CLOSE_NAME_IN_USE", "CLOSE_POLICY", "CLOSE_REVOKED", "CLOSE_STALE", "CLOSE_TOO_BIG",
-    "CLOSE_TOO_MANY_FAILURES", "CLOSE_TRY_LATER", "CLOSE_UNAUTHORIZED", "MAX_BAD_FRAMES", "MAX_PENDING",
-    "Hub", "NameClaimed", "PushOutcome", "SidecarStatus", "claim_problem", "cloud_routes", "role_configs",
+    "CLAIM_MEMORY_S",
+    "CLOSE_NAME_IN_USE",
+    "CLOSE_POLICY",
+    "CLOSE_REVOKED",
+    "CLOSE_STALE",
+    "CLOSE_TOO_BIG",
+    "CLOSE_TOO_MANY_FAILURES",
+    "CLOSE_TRY_LATER",
+    "CLOSE_UNAUTHORIZED",
+    "MAX_BAD_FRAMES",
+    "MAX_PENDING",
+    "Hub",
+    "NameClaimed",
+    "PushOutcome",
+    "SidecarStatus",
+    "claim_problem",
+    "cloud_routes",
+    "role_configs",
 ]
 
 
@@ -263,17 +278,28 @@ class Hub:
         if link is not None and link.closed:
             link = None
         if link is not None and link.claimed and not rebind:
-            raise NameClaimed(name, f"{claim_problem(name)}: the name is bound to another host's credential. "
-                                    f"If this host replaced it, approve it with rebind (`fathom fleet approve "
-                                    f"{name} --rebind`); if not, leave it pending, or revoke the name "
-                                    f"(`fathom fleet revoke {name}`) and approve its own host again")
+            raise NameClaimed(
+                name,
+                f"{claim_problem(name)}: the name is bound to another host's credential. "
+                f"If this host replaced it, approve it with rebind (`fathom fleet approve "
+                f"{name} --rebind`); if not, leave it pending, or revoke the name "
+                f"(`fathom fleet revoke {name}`) and approve its own host again",
+            )
         if rebind and (link is None or link.state == "approved"):
-            raise NameClaimed(name, f"{name}: no other host is connected under this name, so there is nothing "
-                                    f"to rebind; a rebind hands the name to the host connected under it now")
-        self.auth.approve(name, link.credential_hash if link is not None and link.state != "approved" else None)
+            raise NameClaimed(
+                name,
+                f"{name}: no other host is connected under this name, so there is nothing "
+                f"to rebind; a rebind hands the name to the host connected under it now",
+            )
+        self.auth.approve(
+            name, link.credential_hash if link is not None and link.state != "approved" else None
+        )
         if rebind:
-            log.warning("sidecar name %s handed to the host connected from %s by the operator", name,
-                        f"{link.ws.client.host}" if link is not None and link.ws.client else "?")
+            log.warning(
+                "sidecar name %s handed to the host connected from %s by the operator",
+                name,
+                f"{link.ws.client.host}" if link is not None and link.ws.client else "?",
+            )
             self.admissions.claims.pop(name, None)
         if link is not None and link.state != "approved":
             link.claimed = False
@@ -312,8 +338,16 @@ class Hub:
             return f"key missing on {provider.sidecar}"
         return None
 
-    async def command(self, name: str, op: p.Op, role: Role, route: p.RouteKind, payload: dict[str, Any],
-                      *, timeout: float | None = None) -> dict[str, Any]:
+    async def command(
+        self,
+        name: str,
+        op: p.Op,
+        role: Role,
+        route: p.RouteKind,
+        payload: dict[str, Any],
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
         """Send one command to an approved sidecar and await its result payload."""
         link = self.links.get(name)
         if link is None or link.closed:
@@ -338,8 +372,14 @@ class Hub:
 
     # ---- config and key push --------------------------------------------------------------
 
-    async def push_config(self, roles: dict[Role, dict[str, Any]] | None = None, key: str | None = None,
-                          *, forget_key: bool = False, timeout: float | None = None) -> PushOutcome:
+    async def push_config(
+        self,
+        roles: dict[Role, dict[str, Any]] | None = None,
+        key: str | None = None,
+        *,
+        forget_key: bool = False,
+        timeout: float | None = None,
+    ) -> PushOutcome:
         """Store `roles` changes (validated; a refusal sends nothing), then send the full role
         config — with `key` if given — to every approved, connected sidecar and await each ack.
 
@@ -393,23 +433,40 @@ class Hub:
         key_check = checked.to_dict() if checked is not None else None
         if link is None:
             state = "approved" if approval else ("revoked" if self.auth.is_revoked(name) else "pending")
-            return SidecarStatus(name=name, state=state, connected=False,
-                                 approved_via=approval.via if approval else None,
-                                 problems=[f"sidecar {name} is offline"] if approval else [],
-                                 key_check=key_check)
-        problems = [x for x in self.problems()
-                    if x.endswith(f" {name}") or f" {name} " in x or x.startswith(f"{name}: ")]
+            return SidecarStatus(
+                name=name,
+                state=state,
+                connected=False,
+                approved_via=approval.via if approval else None,
+                problems=[f"sidecar {name} is offline"] if approval else [],
+                key_check=key_check,
+            )
+        problems = [
+            x
+            for x in self.problems()
+            if x.endswith(f" {name}") or f" {name} " in x or x.startswith(f"{name}: ")
+        ]
         return SidecarStatus(
-            name=name, state=link.state, connected=not link.closed,
+            name=name,
+            state=link.state,
+            connected=not link.closed,
             approved_via=approval.via if approval else None,
             routes=[r.model_dump(mode="json") for r in link.routes],
-            cloud_capable=link.cloud_capable, key_present=link.key_present,
+            cloud_capable=link.cloud_capable,
+            key_present=link.key_present,
             last_seen_s=round(max(0.0, self.clock() - link.last_seen), 3),
-            load=link.load, in_flight=len(link.pending), versions=dict(link.versions),
-            providers=sorted(link.providers), problems=problems, claimed=link.claimed,
+            load=link.load,
+            in_flight=len(link.pending),
+            versions=dict(link.versions),
+            providers=sorted(link.providers),
+            problems=problems,
+            claimed=link.claimed,
             key_check=key_check,
-            cloud=[{"provider": pid} | self.cloud_health.of(pid, name).to_dict()
-                   for pid, prov in sorted(link.providers.items()) if prov.route == "cloud"],
+            cloud=[
+                {"provider": pid} | self.cloud_health.of(pid, name).to_dict()
+                for pid, prov in sorted(link.providers.items())
+                if prov.route == "cloud"
+            ],
         )
 
     def sidecars(self) -> list[SidecarStatus]:

@@ -52,14 +52,17 @@ def load_or_create_credential(state_dir: Path) -> str:
             _create(path)
         text = path.read_text(encoding="ascii", errors="replace").strip()
     except OSError as exc:
-        raise ConfigError(f"cannot read or create the sidecar credential in {state_dir} "
-                          f"({exc.strerror or type(exc).__name__}); give a writable folder with --state-dir "
-                          f"or {STATE_DIR_ENV}") from None
+        raise ConfigError(
+            f"cannot read or create the sidecar credential in {state_dir} "
+            f"({exc.strerror or type(exc).__name__}); give a writable folder with --state-dir "
+            f"or {STATE_DIR_ENV}"
+        ) from None
     if not is_credential(text):
         raise ConfigError(
             f"{path} is not a valid sidecar credential file. Restore it from a backup; or, if this "
             f"host must start over with a new identity, move the file aside, start the sidecar, and "
-            f"have an operator hand it its name again (`fathom fleet approve NAME --rebind`).")
+            f"have an operator hand it its name again (`fathom fleet approve NAME --rebind`)."
+        )
     return text
 
 

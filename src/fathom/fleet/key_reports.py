@@ -35,8 +35,9 @@ class KeyReports:
         return self._records.get(name)
 
     def record(self, name: str, frame: p.KeyCheck) -> None:
-        record = KeyCheckRecord(sidecar=name, outcome=frame.outcome, reason=frame.reason,
-                                at=self.now(), facts=frame.facts)
+        record = KeyCheckRecord(
+            sidecar=name, outcome=frame.outcome, reason=frame.reason, at=self.now(), facts=frame.facts
+        )
         self._records[name] = record
         # The check speaks for every cloud route of this sidecar: "serving" on ok, else the
         # refusal (a bad key shows as rejected within one check of the push).

@@ -41,8 +41,10 @@ STORM_WINDOW_S = 30.0
 
 class BadKeyCheckInterval(ConfigError):
     def __init__(self, value: object):
-        super().__init__(f"--key-check-interval must be a positive number of seconds; got {value!r}. "
-                         f"Give e.g. 300 (the default: every five minutes).")
+        super().__init__(
+            f"--key-check-interval must be a positive number of seconds; got {value!r}. "
+            f"Give e.g. 300 (the default: every five minutes)."
+        )
 
 
 def check_interval(value: float) -> float:
@@ -135,8 +137,12 @@ class KeyCheckRecord:
     facts: p.KeyFacts | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "reason": self.reason, "at": self.at.isoformat(),
-                "facts": None if self.facts is None else self.facts.model_dump(mode="json")}
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "at": self.at.isoformat(),
+            "facts": None if self.facts is None else self.facts.model_dump(mode="json"),
+        }
 
 
 def key_report(facts: p.KeyFacts) -> KeyReport:

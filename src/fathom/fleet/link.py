@@ -39,10 +39,14 @@ def new_id() -> str:
 class Link:
     """One live connection of one sidecar."""
 
-    def __init__(self, ws: WebSocket, reg: p.Register, admission: Admission, now: float, credential_hash: str):
+    def __init__(
+        self, ws: WebSocket, reg: p.Register, admission: Admission, now: float, credential_hash: str
+    ):
         self.ws = ws
         self.name = reg.name
-        self.credential_hash = credential_hash  # what the sidecar's approval is bound to; never the credential
+        self.credential_hash = (
+            credential_hash  # what the sidecar's approval is bound to; never the credential
+        )
         self.claimed = admission is Admission.CLAIMED  # an approved name, another host's credential
         self.routes = list(reg.routes)
         self.cloud_capable = reg.cloud

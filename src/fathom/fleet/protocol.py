@@ -287,10 +287,18 @@ def parse_frame(data: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES) -> Frame
         # The id is echoed back so the peer can match the error to its frame: only a plain
         # short token, never arbitrary text.
         rid = obj.get("id") if obj.get("id") is not None else obj.get("config_id")
-        ref = rid if isinstance(rid, str) and rid.isascii() and rid.replace("-", "").isalnum() and len(rid) <= 64 else None
+        ref = (
+            rid
+            if isinstance(rid, str) and rid.isascii() and rid.replace("-", "").isalnum() and len(rid) <= 64
+            else None
+        )
         version = obj.get("v")
         if version != PROTOCOL_VERSION:
-            shown = version if isinstance(version, int) and not isinstance(version, bool) else "missing or not an integer"
+            shown = (
+                version
+                if isinstance(version, int) and not isinstance(version, bool)
+                else "missing or not an integer"
+            )
             return FrameError(
                 "unsupported_version",
                 f"protocol version {shown} is not supported; this side speaks v{PROTOCOL_VERSION}: "
@@ -301,7 +309,9 @@ def parse_frame(data: str | bytes, *, max_bytes: int = MAX_FRAME_BYTES) -> Frame
         if kind not in FRAME_TYPES:
             # The unknown value itself is not echoed: a type field is input like any other.
             shown = f"of {len(kind)} characters" if isinstance(kind, str) else "missing or not a string"
-            return FrameError("unknown_type", f"unknown frame type ({shown}); known: {', '.join(FRAME_TYPES)}", ref=ref)
+            return FrameError(
+                "unknown_type", f"unknown frame type ({shown}); known: {', '.join(FRAME_TYPES)}", ref=ref
+            )
         try:
             return _FRAME.validate_python(obj)
         except ValidationError as exc:
@@ -325,8 +335,9 @@ def encode(frame: BaseModel) -> str:
     return frame.model_dump_json(exclude_none=True)
 
 
-def encode_config(config_id: str, roles: dict[Role, RoleConfig], key: str | None = None,
-                  *, forget_key: bool = False) -> str:
+def encode_config(
+    config_id: str, roles: dict[Role, RoleConfig], key: str | None = None, *, forget_key: bool = False
+) -> str:
     """The JSON text of a config frame. The key goes straight into the text: no model, dict or
     cache outside this call's frame ever holds it, and the caller drops the text once sent."""
     # exclude_unset, not exclude_none: a field the server sets to null (a pin removed) must
@@ -364,14 +375,19 @@ def encode_vectors(vectors: np.ndarray) -> dict[str, Any]:
     arr = np.ascontiguousarray(vectors, dtype="<f4")
     if arr.ndim != 2:
         raise ValueError(f"vectors must be 2-d, got shape {arr.shape}")
-    return {"shape": [int(arr.shape[0]), int(arr.shape[1])], "vectors": base64.b64encode(arr.tobytes()).decode("ascii")}
+    return {
+        "shape": [int(arr.shape[0]), int(arr.shape[1])],
+        "vectors": base64.b64encode(arr.tobytes()).decode("ascii"),
+    }
 
 
 def decode_vectors(payload: dict[str, Any]) -> np.ndarray:
     """The array in an embed result payload; ValueError if its shape and bytes disagree."""
     shape = payload.get("shape")
     data = payload.get("vectors")
-    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d >= 0 for d in shape)):
+    if not (
+        isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and d >= 0 for d in shape)
+    ):
         raise ValueError("embed result has no valid shape [n, width]")
     if not isinstance(data, str):
         raise ValueError("embed result has no vectors")
@@ -380,4 +396,3 @@ def decode_vectors(payload: dict[str, Any]) -> np.ndarray:
     if len(raw) != 4 * n * width:
         raise ValueError(f"embed result holds {len(raw)} bytes, shape {shape} needs {4 * n * width}")
     return np.frombuffer(raw, dtype="<f4").reshape(n, width).astype(np.float32)
-

@@ -46,8 +46,13 @@ class PushOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "at": self.at.isoformat(), "key_sent": self.key_sent, "pushed": self.pushed,
-            "acked": self.acked, "offline": self.offline, "failed": self.failed, "pending": self.pending,
+            "at": self.at.isoformat(),
+            "key_sent": self.key_sent,
+            "pushed": self.pushed,
+            "acked": self.acked,
+            "offline": self.offline,
+            "failed": self.failed,
+            "pending": self.pending,
         }
 
 
@@ -72,8 +77,14 @@ class ConfigPush:
     def __init__(self, hub: Sender):
         self.hub = hub
 
-    async def push(self, roles: dict[Role, dict[str, Any]] | None = None, key: str | None = None,
-                   *, forget_key: bool = False, timeout: float | None = None) -> PushOutcome:
+    async def push(
+        self,
+        roles: dict[Role, dict[str, Any]] | None = None,
+        key: str | None = None,
+        *,
+        forget_key: bool = False,
+        timeout: float | None = None,
+    ) -> PushOutcome:
         hub = self.hub
         key_sent = key is not None
         state = hub.routing.update(roles) if roles else hub.routing.load()
@@ -103,20 +114,28 @@ class ConfigPush:
                 if key_sent or forget_key:
                     # A new key (or none): what was known of the old one is void. Noted as it is
                     # sent, so the key check the sidecar makes on receiving it comes after.
-                    hub.cloud_health.note(link.name, Outcome.RESET, "key forgotten" if forget_key else "key pushed")
+                    hub.cloud_health.note(
+                        link.name, Outcome.RESET, "key forgotten" if forget_key else "key pushed"
+                    )
         key = None  # nothing below needs the key: drop this frame's reference now
         if waiting:
             await asyncio.wait(waiting.values(), timeout=hub.ack_timeout if timeout is None else timeout)
         self._collect(waiting, names, outcome)
         if key_sent:
             self.record(outcome)
-        log.info("config push (%s): acked by %s; offline: %s; failed: %s",
-                 "with key" if key_sent else "without key", outcome.acked or "none",
-                 outcome.offline or "none", sorted(outcome.failed) or "none")
+        log.info(
+            "config push (%s): acked by %s; offline: %s; failed: %s",
+            "with key" if key_sent else "without key",
+            outcome.acked or "none",
+            outcome.offline or "none",
+            sorted(outcome.failed) or "none",
+        )
         hub.notify()
         return outcome
 
-    def _collect(self, waiting: dict[str, asyncio.Future], names: dict[str, str], outcome: PushOutcome) -> None:
+    def _collect(
+        self, waiting: dict[str, asyncio.Future], names: dict[str, str], outcome: PushOutcome
+    ) -> None:
         """Sort the awaited acks into `outcome`: acked, or failed with the reason."""
         for cid, fut in waiting.items():
             name = names[cid]
@@ -134,8 +153,13 @@ class ConfigPush:
 
     def record(self, outcome: PushOutcome) -> None:
         try:
-            self.hub.routing.record_push(PushRecord(at=outcome.at, acked=list(outcome.acked),
-                                                    offline=sorted([*outcome.offline, *outcome.failed])))
+            self.hub.routing.record_push(
+                PushRecord(
+                    at=outcome.at,
+                    acked=list(outcome.acked),
+                    offline=sorted([*outcome.offline, *outcome.failed]),
+                )
+            )
         except ConfigError as exc:
             log.error("could not record the key push: %s", exc)
 

@@ -40,8 +40,16 @@ class SidecarChannel(Protocol):
 
     def route_unavailable_reason(self, provider: SidecarProvider) -> str | None: ...
 
-    async def command(self, name: str, op: Op, role: Role, route: RouteKind, payload: dict[str, Any],
-                      *, timeout: float | None = None) -> dict[str, Any]: ...
+    async def command(
+        self,
+        name: str,
+        op: Op,
+        role: Role,
+        route: RouteKind,
+        payload: dict[str, Any],
+        *,
+        timeout: float | None = None,
+    ) -> dict[str, Any]: ...
 
 
 # ---- errors -------------------------------------------------------------------------------
@@ -90,8 +98,15 @@ class SidecarThrottled(SidecarError):
     provider must see it like a direct 429/402. `throttle_kind` is rate_limited,
     in_flight_budget or credits; `retry_after` is in seconds when the upstream said."""
 
-    def __init__(self, sidecar: str, code: str, message: str, throttle_kind: str,
-                 retry_after: float | None, retryable: bool = True):
+    def __init__(
+        self,
+        sidecar: str,
+        code: str,
+        message: str,
+        throttle_kind: str,
+        retry_after: float | None,
+        retryable: bool = True,
+    ):
         self.throttle_kind, self.retry_after = throttle_kind, retry_after
         super().__init__(sidecar, code, message, retryable)
 
@@ -111,15 +126,18 @@ def error_from_info(sidecar: str, info: ErrorInfo) -> ProviderError:
         # on this side as the cloud client raises, so the agents can tell it from a failure.
         return _MODEL_REFUSALS[info.code](f"sidecar {sidecar}: {info.message}")
     if info.throttle_kind:
-        return SidecarThrottled(sidecar, info.code, info.message, info.throttle_kind, info.retry_after,
-                                info.retryable)
+        return SidecarThrottled(
+            sidecar, info.code, info.message, info.throttle_kind, info.retry_after, info.retryable
+        )
     if info.code in ("SidecarUnavailable", "ProviderUnavailable", "BackendUnavailable"):
         return SidecarUnavailable(sidecar, f"cannot serve: {info.message}")
     return SidecarError(sidecar, info.code, info.message, info.retryable)
 
 
-_MODEL_REFUSALS: dict[str, type[ProviderError]] = {"ModelNotFound": ModelNotFound,
-                                                   "ContextLengthExceeded": ContextLengthExceeded}
+_MODEL_REFUSALS: dict[str, type[ProviderError]] = {
+    "ModelNotFound": ModelNotFound,
+    "ContextLengthExceeded": ContextLengthExceeded,
+}
 
 
 # ---- the provider -------------------------------------------------------------------------
@@ -134,9 +152,19 @@ def provider_id(sidecar: str, role: Role, route: RouteKind, upstream: str | None
 class SidecarProvider(Provider):
     """One route on one sidecar. Holds no socket: every call is a command through the hub."""
 
-    def __init__(self, hub: SidecarChannel, sidecar: str, role: Role, route: RouteKind, *, model: str,
-                 width: int | None = None, upstream: str | None = None, backend: str | None = None,
-                 max_tokens: int | None = None):
+    def __init__(
+        self,
+        hub: SidecarChannel,
+        sidecar: str,
+        role: Role,
+        route: RouteKind,
+        *,
+        model: str,
+        width: int | None = None,
+        upstream: str | None = None,
+        backend: str | None = None,
+        max_tokens: int | None = None,
+    ):
         self.hub = hub
         self.sidecar = sidecar
         self.role = role
@@ -177,27 +205,42 @@ class SidecarProvider(Provider):
         if vectors.shape[0] != len(texts):
             raise BadResult(self.sidecar, f"{vectors.shape[0]} vectors for {len(texts)} texts")
         if self.info.width is not None and vectors.shape[1] != self.info.width:
-            raise BadResult(self.sidecar, f"vectors of width {vectors.shape[1]}, route declared {self.info.width}")
+            raise BadResult(
+                self.sidecar, f"vectors of width {vectors.shape[1]}, route declared {self.info.width}"
+            )
         return vectors
 
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         documents = list(documents)
         payload = await self._call("rerank", {"query": query, "documents": documents})
         scores = payload.get("scores")
-        if not isinstance(scores, list) or len(scores) != len(documents) or not all(
-            isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores
+        if (
+            not isinstance(scores, list)
+            or len(scores) != len(documents)
+            or not all(isinstance(s, (int, float)) and not isinstance(s, bool) for s in scores)
         ):
             raise BadResult(self.sidecar, f"expected {len(documents)} numeric scores")
         return [float(s) for s in scores]
 
-    async def chat(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
-                   **options: Any) -> ChatResult:
-        payload = await self._call("chat", {"messages": list(messages), "tools": list(tools) if tools else None,
-                                            "options": options})
+    async def chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        **options: Any,
+    ) -> ChatResult:
+        payload = await self._call(
+            "chat", {"messages": list(messages), "tools": list(tools) if tools else None, "options": options}
+        )
         try:
-            calls = tuple(ToolCall(id=str(c["id"]), name=str(c["name"]), arguments=dict(c.get("arguments") or {}),
-                                   problem=str(c["problem"]) if c.get("problem") else None)
-                          for c in payload.get("tool_calls") or ())
+            calls = tuple(
+                ToolCall(
+                    id=str(c["id"]),
+                    name=str(c["name"]),
+                    arguments=dict(c.get("arguments") or {}),
+                    problem=str(c["problem"]) if c.get("problem") else None,
+                )
+                for c in payload.get("tool_calls") or ()
+            )
             return ChatResult(
                 content=payload.get("content"),
                 tool_calls=calls,
@@ -213,8 +256,11 @@ def chat_payload(result: ChatResult) -> dict[str, Any]:
     """The sidecar's encoding of a ChatResult (the inverse of `SidecarProvider.chat`)."""
     return {
         "content": result.content,
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                       | ({"problem": c.problem} if c.problem else {}) for c in result.tool_calls],
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments}
+            | ({"problem": c.problem} if c.problem else {})
+            for c in result.tool_calls
+        ],
         "finish_reason": result.finish_reason,
         "usage": dict(result.usage),
         "model": result.model,

@@ -28,8 +28,14 @@ log = logging.getLogger("fathom.fleet.hub")
 
 def role_configs(state: RoutingState) -> dict[Role, p.RoleConfig]:
     return {
-        role: p.RoleConfig(policy=r.policy, model=r.model, upstream=r.upstream, fallback=r.fallback, width=r.width,
-                           max_tokens=r.max_tokens)
+        role: p.RoleConfig(
+            policy=r.policy,
+            model=r.model,
+            upstream=r.upstream,
+            fallback=r.fallback,
+            width=r.width,
+            max_tokens=r.max_tokens,
+        )
         for role, r in state.roles.items()
     }
 
@@ -69,8 +75,16 @@ class SidecarRoutes:
     def desired(self, link: Link, state: RoutingState | None = None) -> dict[str, SidecarProvider]:
         out: dict[str, SidecarProvider] = {}
         for r in link.routes:
-            prov = SidecarProvider(self.hub, link.name, r.role, "local", model=r.model, width=r.width,
-                                   backend=r.backend, max_tokens=r.max_tokens)
+            prov = SidecarProvider(
+                self.hub,
+                link.name,
+                r.role,
+                "local",
+                model=r.model,
+                width=r.width,
+                backend=r.backend,
+                max_tokens=r.max_tokens,
+            )
             out[prov.id] = prov
         if link.cloud_capable:
             if state is None:
@@ -80,8 +94,16 @@ class SidecarRoutes:
                     log.error("routing state unreadable, no cloud routes for %s: %s", link.name, exc)
                     state = None
             for role, route in (cloud_routes(state) if state else {}).items():
-                prov = SidecarProvider(self.hub, link.name, role, "cloud", model=route.model, width=route.width,
-                                       upstream=route.upstream, max_tokens=route.max_tokens)
+                prov = SidecarProvider(
+                    self.hub,
+                    link.name,
+                    role,
+                    "cloud",
+                    model=route.model,
+                    width=route.width,
+                    upstream=route.upstream,
+                    max_tokens=route.max_tokens,
+                )
                 out[prov.id] = prov
         return out
 

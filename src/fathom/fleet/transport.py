@@ -34,8 +34,13 @@ MESSAGE_BOUND = "fathom.websocket.message_bound"
 class BoundedWebSocketProtocol(WebSocketsSansIOProtocol):
     """uvicorn's websockets-sansio protocol, whose connections start at the small bound."""
 
-    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self._ceiling = config.ws_max_size
         # Set before the first byte arrives: a frame pipelined behind the handshake request is

@@ -34,8 +34,7 @@ def open_store(settings: Any = None, clearance: Clearance | None = None, **kwarg
     return open_store_url(url or settings.lance_dir, clearance, **kwargs)
 
 
-def open_store_url(url_or_path: str | Path, clearance: Clearance | None = None,
-                   **kwargs: Any) -> Store:
+def open_store_url(url_or_path: str | Path, clearance: Clearance | None = None, **kwargs: Any) -> Store:
     """The store a URL names: `postgresql://…` (or `postgres://…`) opens the PostgreSQL +
     pgvector backend, anything else is a LanceDB folder."""
     if isinstance(url_or_path, str) and url_or_path.startswith(("postgresql://", "postgres://")):

@@ -28,8 +28,11 @@ class ChunkCache:
 
     def chunks(self, path: str, text: str, tokens: TokenCounter | None = None) -> tuple[list[Chunk], int]:
         """The file's chunks and how many were cut to fit `tokens` (cached per tokenizer)."""
-        key = (path, hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
-               tokens.key if tokens is not None else "")
+        key = (
+            path,
+            hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(),
+            tokens.key if tokens is not None else "",
+        )
         with self._lock:
             hit = self._items.get(key)
             if hit is not None:

@@ -47,9 +47,25 @@ from fathom.index.chunkers.tokens import EstimatedTokens, TokenCounter, fit_toke
 
 # Every public name chunking exported before its parts moved to `fathom.index.chunkers`.
 __all__ = [
-    "CODE", "DOCS", "DOC_LANGUAGES", "EstimatedTokens", "LANGUAGES", "Limits", "MAX_CHARS", "MAX_DEPTH",
-    "MAX_LINES", "OVERLAP_LINES", "SYMBOL_KINDS", "TINY_CHARS", "TokenCounter", "WINDOW_LINES", "chunk_file",
-    "detect_language", "fit_tokens", "source_lines", "symbol_kind",
+    "CODE",
+    "DOCS",
+    "DOC_LANGUAGES",
+    "EstimatedTokens",
+    "LANGUAGES",
+    "Limits",
+    "MAX_CHARS",
+    "MAX_DEPTH",
+    "MAX_LINES",
+    "OVERLAP_LINES",
+    "SYMBOL_KINDS",
+    "TINY_CHARS",
+    "TokenCounter",
+    "WINDOW_LINES",
+    "chunk_file",
+    "detect_language",
+    "fit_tokens",
+    "source_lines",
+    "symbol_kind",
 ]
 
 

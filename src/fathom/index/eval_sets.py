@@ -96,8 +96,11 @@ def _docstring_node(node: ast.AST) -> ast.Expr | None:
     if not body:
         return None
     first = body[0]
-    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)):
+    if (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
         return first
     return None
 
@@ -137,10 +140,11 @@ def strip_docstrings(source: str) -> tuple[str, list[Documented]]:
             continue
         start, end = doc.lineno, doc.end_lineno
         body: list[ast.stmt] = getattr(node, "body", [])
-        shares = (name is not None and start == getattr(node, "lineno", 0)) or \
-            (len(body) > 1 and body[1].lineno == end)
-        before = lines[start - 1][:doc.col_offset]
-        after = lines[end - 1][doc.end_col_offset or 0:]
+        shares = (name is not None and start == getattr(node, "lineno", 0)) or (
+            len(body) > 1 and body[1].lineno == end
+        )
+        before = lines[start - 1][: doc.col_offset]
+        after = lines[end - 1][doc.end_col_offset or 0 :]
         if shares or before.strip() or (after.strip() and not after.strip().startswith("#")):
             continue
         for i in range(start - 1, end):
@@ -148,8 +152,7 @@ def strip_docstrings(source: str) -> tuple[str, list[Documented]]:
         if len(body) == 1:  # the docstring was the whole body
             lines[start - 1] = before + "pass"
         if name is not None:
-            found.append(Documented(name, getattr(node, "lineno", start),
-                                    _text_of(doc)))
+            found.append(Documented(name, getattr(node, "lineno", start), _text_of(doc)))
     text = "\n".join(lines) + ("\n" if source.endswith("\n") else "")
     return text, found
 
@@ -179,8 +182,7 @@ def _unique(queries: list[EvalQuery]) -> list[EvalQuery]:
     return [q for q in queries if count[q.text.lower()] == 1]
 
 
-def docstring_queries(documented: dict[str, list[Documented]],
-                      limit: int | None = None) -> list[EvalQuery]:
+def docstring_queries(documented: dict[str, list[Documented]], limit: int | None = None) -> list[EvalQuery]:
     """One question per documented definition (`{path: strip_docstrings' list}`)."""
     out = []
     for path in sorted(documented):
@@ -245,8 +247,10 @@ def read_questions(path: Path, known_files: Iterable[str]) -> list[EvalQuery]:
     try:
         raw = path.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError(f"cannot read the questions file {path}: {exc.strerror}; give a "
-                          f"JSON or YAML file of {{question, file}} entries") from None
+        raise ConfigError(
+            f"cannot read the questions file {path}: {exc.strerror}; give a "
+            f"JSON or YAML file of {{question, file}} entries"
+        ) from None
     data: Any
     try:
         if path.suffix.lower() in (".yaml", ".yml"):
@@ -256,26 +260,36 @@ def read_questions(path: Path, known_files: Iterable[str]) -> list[EvalQuery]:
         else:
             data = json.loads(raw)
     except ValueError as exc:  # json.JSONDecodeError and yaml.YAMLError's parse errors
-        raise ConfigError(f"the questions file {path} does not parse ({exc}); write a list of "
-                          f'{{"question": ..., "file": ...}} entries') from None
+        raise ConfigError(
+            f"the questions file {path} does not parse ({exc}); write a list of "
+            f'{{"question": ..., "file": ...}} entries'
+        ) from None
     except Exception as exc:  # noqa: BLE001 - yaml.YAMLError is not a ValueError
-        raise ConfigError(f"the questions file {path} does not parse ({type(exc).__name__}); "
-                          f'write a list of {{"question": ..., "file": ...}} entries') from None
+        raise ConfigError(
+            f"the questions file {path} does not parse ({type(exc).__name__}); "
+            f'write a list of {{"question": ..., "file": ...}} entries'
+        ) from None
     if not isinstance(data, list) or not data:
-        raise ConfigError(f"the questions file {path} holds no list of questions; write a list "
-                          f'of {{"question": ..., "file": ...}} entries')
+        raise ConfigError(
+            f"the questions file {path} holds no list of questions; write a list "
+            f'of {{"question": ..., "file": ...}} entries'
+        )
     known = set(known_files)
     out = []
     for i, entry in enumerate(data, start=1):
         question, files = _entry(entry)
         if question is None or not files:
-            raise ConfigError(f"entry {i} of {path} needs a non-empty \"question\" and a "
-                              f"\"file\" (the expected file, relative to the project root), or "
-                              f"a labelled \"query\" with its \"relevant\" files")
+            raise ConfigError(
+                f'entry {i} of {path} needs a non-empty "question" and a '
+                f'"file" (the expected file, relative to the project root), or '
+                f'a labelled "query" with its "relevant" files'
+            )
         for file in files:
             if file not in known:
-                raise ConfigError(f"entry {i} of {path} expects {file!r}, which the project's "
-                                  f"index does not hold; give the path relative to the project "
-                                  f"root")
+                raise ConfigError(
+                    f"entry {i} of {path} expects {file!r}, which the project's "
+                    f"index does not hold; give the path relative to the project "
+                    f"root"
+                )
         out.append(EvalQuery(question, "questions", files[0], others=tuple(files[1:])))
     return out

@@ -57,7 +57,7 @@ def glob_regex(glob: str) -> str:
             out.append("[^/]")
         elif c == "[" and pattern.find("]", i + 2) > 0:
             end = pattern.find("]", i + 2)  # a class holds at least one character
-            body = pattern[i + 1:end]
+            body = pattern[i + 1 : end]
             negate = body[:1] in ("!", "^")
             body = body[1:] if negate else body
             body = "".join("\\" + ch if ch in "\\[]^" else ch for ch in body)
@@ -87,15 +87,14 @@ class SearchFilter:
         problems = []
         if language is not None and (not isinstance(language, str) or language not in LANGUAGES):
             known = ", ".join(sorted(lang for lang in LANGUAGES if lang in _COMMON)) + ", …"
-            problems.append(f"language {language!r} is not a language Fathom indexes (e.g. "
-                            f"{known}: lower case, as `index_status` and the results name them)")
-        if path is not None and (not isinstance(path, str) or not path.strip()
-                                 or len(path) > MAX_GLOB):
-            problems.append(f"path must be a glob of 1-{MAX_GLOB} characters such as `src/**` "
-                            f"or `*.py`")
+            problems.append(
+                f"language {language!r} is not a language Fathom indexes (e.g. "
+                f"{known}: lower case, as `index_status` and the results name them)"
+            )
+        if path is not None and (not isinstance(path, str) or not path.strip() or len(path) > MAX_GLOB):
+            problems.append(f"path must be a glob of 1-{MAX_GLOB} characters such as `src/**` or `*.py`")
         if kind is not None and kind not in SYMBOL_KINDS:
-            problems.append(f"kind {kind!r} is not a symbol kind: use one of "
-                            f"{', '.join(SYMBOL_KINDS)}")
+            problems.append(f"kind {kind!r} is not a symbol kind: use one of {', '.join(SYMBOL_KINDS)}")
         if problems:
             raise ConfigError("invalid search filter: " + "; ".join(problems), problems)
         if language is None and path is None and kind is None:
@@ -129,17 +128,24 @@ class SearchFilter:
         if self.path is not None:
             rx = re.compile(self.path_regex or "")
             seen: dict[str, bool] = {}
-            keep &= np.fromiter((seen.setdefault(p, rx.match(p) is not None) if p not in seen
-                                 else seen[p] for p in paths), bool, len(paths))
+            keep &= np.fromiter(
+                (seen.setdefault(p, rx.match(p) is not None) if p not in seen else seen[p] for p in paths),
+                bool,
+                len(paths),
+            )
         return keep
 
     def describe(self) -> str:
-        return ", ".join(f"{k} {v}" for k, v in (("language", self.language), ("path", self.path),
-                                                 ("kind", self.kind)) if v is not None)
+        return ", ".join(
+            f"{k} {v}"
+            for k, v in (("language", self.language), ("path", self.path), ("kind", self.kind))
+            if v is not None
+        )
 
 
-_COMMON = frozenset({"python", "javascript", "typescript", "go", "rust", "java", "c", "cpp",
-                     "markdown", "rst", "text"})
+_COMMON = frozenset(
+    {"python", "javascript", "typescript", "go", "rust", "java", "c", "cpp", "markdown", "rst", "text"}
+)
 
 
 def _sql_str(value: str) -> str:

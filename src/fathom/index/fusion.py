@@ -62,7 +62,9 @@ _TOKEN = re.compile(r"`[^`]+`|\"[^\"]+\"|'[^'\s]+'|\S+")
 _STRIP = "`\"'.,;:!?()[]{}<>"
 _EXTENSIONS = re.compile(
     r"\.(py|pyi|js|jsx|mjs|ts|tsx|go|rs|java|kt|c|h|cc|cpp|hpp|cs|rb|php|swift|scala|sh|sql|"
-    r"md|rst|txt|toml|yaml|yml|json|html|css)$", re.IGNORECASE)
+    r"md|rst|txt|toml|yaml|yml|json|html|css)$",
+    re.IGNORECASE,
+)
 _CAMEL = re.compile(r"[a-z0-9][A-Z]|[A-Z]{2,}[a-z]")
 _HEADER = re.compile(r"^[A-Z][a-z]+(-[A-Z][a-z]*)+$")  # Retry-After, Content-Encoding
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -133,9 +135,16 @@ def _looks_like_code(raw: str, token: str) -> bool:
         return True  # the asker means this exact string
     if not token:
         return False
-    return ("_" in token or "()" in raw or "::" in token or "->" in token
-            or bool(_CAMEL.search(token)) or bool(_HEADER.match(token))
-            or bool(re.search(r"[A-Za-z0-9]\.[A-Za-z_]", token)) or _is_path(token))
+    return (
+        "_" in token
+        or "()" in raw
+        or "::" in token
+        or "->" in token
+        or bool(_CAMEL.search(token))
+        or bool(_HEADER.match(token))
+        or bool(re.search(r"[A-Za-z0-9]\.[A-Za-z_]", token))
+        or _is_path(token)
+    )
 
 
 def _names_after(definer: str, raw: str) -> bool:
@@ -233,8 +242,14 @@ def path_match(path: str, shape: QueryShape) -> bool:
     return any(low == p or low.endswith("/" + p) for p in shape.paths)
 
 
-def fuse(vector_hits: Sequence[Hit], text_hits: Sequence[Hit], query: str, *,
-         limit: int | None = None, shape: QueryShape | None = None) -> list[Hit]:
+def fuse(
+    vector_hits: Sequence[Hit],
+    text_hits: Sequence[Hit],
+    query: str,
+    *,
+    limit: int | None = None,
+    shape: QueryShape | None = None,
+) -> list[Hit]:
     """One ranking from the two best-first lists of one search (module docstring).
 
     Each hit comes back with its score explained: `score` (the fused score), `vector_rank`
@@ -268,18 +283,24 @@ def fuse(vector_hits: Sequence[Hit], text_hits: Sequence[Hit], query: str, *,
         if in_path:
             score += shape.name_weight * PATH_BOOST
         fused[cid] = score
-        match[cid] = (("symbol+path" if in_path else "symbol") if named
-                      else ("path" if in_path else None))
+        match[cid] = ("symbol+path" if in_path else "symbol") if named else ("path" if in_path else None)
     head = _heads(first, fused)
     # Stable: ties keep first-seen order (the vector list's, then the keyword list's).
     order = sorted(first, key=lambda cid: (-fused[cid], cid not in head))
     if limit is not None:
         order = order[:limit]
-    return [dataclasses.replace(first[cid], score=round(fused[cid], 6),
-                                vector_score=v_score.get(cid), text_score=t_score.get(cid),
-                                vector_rank=v_rank.get(cid), text_rank=t_rank.get(cid),
-                                match=match[cid])
-            for cid in order]
+    return [
+        dataclasses.replace(
+            first[cid],
+            score=round(fused[cid], 6),
+            vector_score=v_score.get(cid),
+            text_score=t_score.get(cid),
+            vector_rank=v_rank.get(cid),
+            text_rank=t_rank.get(cid),
+            match=match[cid],
+        )
+        for cid in order
+    ]
 
 
 def _heads(hits: dict[Key, Hit], fused: dict[Key, float]) -> set[Key]:
@@ -298,8 +319,7 @@ def _heads(hits: dict[Key, Hit], fused: dict[Key, float]) -> set[Key]:
     return heads
 
 
-def rrf_fuse(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K,
-             limit: int | None = None) -> list[Hit]:
+def rrf_fuse(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K, limit: int | None = None) -> list[Hit]:
     """Reciprocal rank fusion: score(d) = sum over rankings of 1 / (k + rank(d)), rank from 1.
 
     The rule `fuse` replaced, kept so benchmarks can show both side by side. A hit keeps the
@@ -319,6 +339,9 @@ def rrf_fuse(rankings: Sequence[Sequence[Hit]], *, k: int = RRF_K,
     order = sorted(fused, key=lambda cid: -fused[cid])
     if limit is not None:
         order = order[:limit]
-    return [dataclasses.replace(first[cid], score=fused[cid],
-                                vector_score=vector_score.get(cid),
-                                text_score=text_score.get(cid)) for cid in order]
+    return [
+        dataclasses.replace(
+            first[cid], score=fused[cid], vector_score=vector_score.get(cid), text_score=text_score.get(cid)
+        )
+        for cid in order
+    ]

@@ -102,14 +102,14 @@ class Plan:
 
     def too_large(self, paths: Iterable[str] | None = None) -> list[str]:
         cap = self.limits.max_file_bytes
-        return sorted(p for p in (self.sizes if paths is None else paths)
-                      if self.sizes.get(p, 0) > cap)
+        return sorted(p for p in (self.sizes if paths is None else paths) if self.sizes.get(p, 0) > cap)
 
     def wanted(self, paths: Iterable[str] | None = None) -> list[str]:
         """The paths (all, or those given that the commit holds) within the per-file bound."""
         cap = self.limits.max_file_bytes
-        return [p for p in (self.sizes if paths is None else paths)
-                if p in self.sizes and self.sizes[p] <= cap]
+        return [
+            p for p in (self.sizes if paths is None else paths) if p in self.sizes and self.sizes[p] <= cap
+        ]
 
     def pathspecs(self, paths: Sequence[str] | None = None) -> list[list[str]]:
         """The pathspecs of the `git archive` calls that write `paths` (None: the whole commit)
@@ -120,7 +120,7 @@ class Plan:
             if sum(map(len, excluded)) <= EXCLUSION_CHARS:
                 return [excluded]  # none: the whole commit, in one archive
         wanted = self.wanted(paths)
-        return [literal(wanted[i:i + ARCHIVE_SLICE]) for i in range(0, len(wanted), ARCHIVE_SLICE)]
+        return [literal(wanted[i : i + ARCHIVE_SLICE]) for i in range(0, len(wanted), ARCHIVE_SLICE)]
 
     def check(self, remote: str) -> None:
         """`GitTooLarge` when the files within the per-file bound pass the tree's bound."""
@@ -135,7 +135,8 @@ def tree_too_large(commit: str, remote: str, total: int, limits: GitLimits) -> G
         f"FATHOM_GIT_MAX_FILE_BYTES={limits.max_file_bytes} bytes each), more than "
         f"FATHOM_GIT_MAX_TREE_BYTES={limits.max_tree_bytes}: nothing of it was written. Raise "
         f"FATHOM_GIT_MAX_TREE_BYTES if the repository is meant to be that large",
-        "FATHOM_GIT_MAX_TREE_BYTES")
+        "FATHOM_GIT_MAX_TREE_BYTES",
+    )
 
 
 def fetch_too_large(remote: str, limits: GitLimits) -> GitTooLarge:
@@ -143,7 +144,9 @@ def fetch_too_large(remote: str, limits: GitLimits) -> GitTooLarge:
         f"fetching {remote} would make its clone larger than FATHOM_GIT_MAX_FETCH_BYTES="
         f"{limits.max_fetch_bytes} bytes: the fetch was stopped and what it had received "
         f"removed (the branches indexed before keep serving). Raise FATHOM_GIT_MAX_FETCH_BYTES "
-        f"if the repository is meant to be that large", "FATHOM_GIT_MAX_FETCH_BYTES")
+        f"if the repository is meant to be that large",
+        "FATHOM_GIT_MAX_FETCH_BYTES",
+    )
 
 
 def literal(paths: Sequence[str]) -> list[str]:
@@ -172,8 +175,9 @@ def _private_member(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | Non
     return member.replace(mode=DIR_MODE if member.isdir() else FILE_MODE, deep=False)
 
 
-def write_archive(stream: IO[bytes], folder: Path, plan: Plan, done: Exported, *,
-                  remote: str, written_bytes: int = 0) -> int:
+def write_archive(
+    stream: IO[bytes], folder: Path, plan: Plan, done: Exported, *, remote: str, written_bytes: int = 0
+) -> int:
     """Write the members of a tar stream into `folder` as they arrive, into `done`; returns the
     bytes written so far (`written_bytes` before this stream)."""
     limits = plan.limits

@@ -84,8 +84,7 @@ def _open(path: str) -> Path | None:
 
 def _is_repository(folder: Path) -> bool:
     """git's test, loosely: a HEAD, and objects here or through a common folder."""
-    return (folder / "HEAD").is_file() and ((folder / "objects").is_dir()
-                                            or (folder / "commondir").is_file())
+    return (folder / "HEAD").is_file() and ((folder / "objects").is_dir() or (folder / "commondir").is_file())
 
 
 def _read_small(path: Path) -> str | None:

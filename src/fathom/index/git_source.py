@@ -91,9 +91,11 @@ def scrub(text: str, secrets: Sequence[str] = ()) -> str:
 
 def check_branch(branch: object) -> str:
     if not isinstance(branch, str) or not _BRANCH.match(branch) or branch.endswith(".lock"):
-        raise ConfigError(f"invalid branch name {scrub(str(branch))[:80]!r}: give a branch as the "
-                          f"remote names it, e.g. `main` or `release/1.2` (letters, digits and `._/+-`, "
-                          f"not beginning with `-` or `/`, no `..`)")
+        raise ConfigError(
+            f"invalid branch name {scrub(str(branch))[:80]!r}: give a branch as the "
+            f"remote names it, e.g. `main` or `release/1.2` (letters, digits and `._/+-`, "
+            f"not beginning with `-` or `/`, no `..`)"
+        )
     return branch
 
 
@@ -112,28 +114,42 @@ def _check_remote_text(url: object, allowed: Sequence[str]) -> str:
     `https://host/team` allows `https://host/team/app.git`, not `https://host/teamevil/`).
     A path with `.` or `..` folders (also percent-encoded) or a backslash is refused outright:
     git and the server would resolve them and land outside the folder the entry names."""
-    if not isinstance(url, str) or not url.strip() or len(url) > 2000 or any(c.isspace() or
-                                                                           ord(c) < 32 for c in url):
-        raise GitRemoteInvalid("invalid git remote: give a URL such as https://host/team/repo.git, "
-                               "ssh://git@host/team/repo.git, git@host:team/repo.git or "
-                               "file:///srv/git/repo.git")
+    if (
+        not isinstance(url, str)
+        or not url.strip()
+        or len(url) > 2000
+        or any(c.isspace() or ord(c) < 32 for c in url)
+    ):
+        raise GitRemoteInvalid(
+            "invalid git remote: give a URL such as https://host/team/repo.git, "
+            "ssh://git@host/team/repo.git, git@host:team/repo.git or "
+            "file:///srv/git/repo.git"
+        )
     shown = scrub(url)
     if _TRANSPORT.match(url):
-        raise GitRemoteInvalid(f"invalid git remote {shown}: git's `TRANSPORT::ADDRESS` form is "
-                               f"not accepted; use one of the schemes {', '.join(SCHEMES)}")
+        raise GitRemoteInvalid(
+            f"invalid git remote {shown}: git's `TRANSPORT::ADDRESS` form is "
+            f"not accepted; use one of the schemes {', '.join(SCHEMES)}"
+        )
     if "://" in url:
         parts = urlsplit(url)
         if parts.scheme not in SCHEMES or (parts.scheme != "file" and not parts.hostname):
-            raise GitRemoteInvalid(f"invalid git remote {shown}: use one of the schemes "
-                                   f"{', '.join(SCHEMES)} with a host (file:// with a path)")
+            raise GitRemoteInvalid(
+                f"invalid git remote {shown}: use one of the schemes "
+                f"{', '.join(SCHEMES)} with a host (file:// with a path)"
+            )
         if parts.password is not None or (parts.username and parts.scheme in ("http", "https")):
-            raise GitRemoteInvalid(f"git remote {shown} carries credentials: remove them from the "
-                                   f"URL and set FATHOM_GIT_TOKEN (HTTPS) or FATHOM_GIT_SSH_KEY_FILE "
-                                   f"(SSH) in the server's configuration instead")
+            raise GitRemoteInvalid(
+                f"git remote {shown} carries credentials: remove them from the "
+                f"URL and set FATHOM_GIT_TOKEN (HTTPS) or FATHOM_GIT_SSH_KEY_FILE "
+                f"(SSH) in the server's configuration instead"
+            )
     elif not _SCP_LIKE.match(url) or "::" in url:
-        raise GitRemoteInvalid(f"invalid git remote {shown}: give a URL such as "
-                               f"https://host/team/repo.git or git@host:team/repo.git (only the "
-                               f"transports {', '.join(SCHEMES)} and scp-like SSH are accepted)")
+        raise GitRemoteInvalid(
+            f"invalid git remote {shown}: give a URL such as "
+            f"https://host/team/repo.git or git@host:team/repo.git (only the "
+            f"transports {', '.join(SCHEMES)} and scp-like SSH are accepted)"
+        )
     try:
         where = remote_parts(url)
     except ValueError as exc:
@@ -142,8 +158,9 @@ def _check_remote_text(url: object, allowed: Sequence[str]) -> str:
         raise GitRemoteNotAllowed(
             f"git remote {shown} is not allowed on this server: the operator lists the allowed "
             f"remote prefixes in FATHOM_GIT_REMOTES (separated by spaces), e.g. "
-            f"`https://github.com/myteam/`" + ("" if allowed else "; none is set, so no remote "
-                                                                 "is allowed yet"))
+            f"`https://github.com/myteam/`"
+            + ("" if allowed else "; none is set, so no remote is allowed yet")
+        )
     return url
 
 
@@ -177,7 +194,8 @@ def local_repository(url: str, allowed: Sequence[str] | None) -> Path | None:
             f"linked worktree's `commondir` or `objects/info/alternates`), and the allowed "
             f"folders are {', '.join(map(str, roots)) or 'none'} once links are followed. Give "
             f"the repository's own path inside an allowed folder, or have the operator add its "
-            f"real folder to FATHOM_GIT_REMOTES")
+            f"real folder to FATHOM_GIT_REMOTES"
+        )
     return found.git_dir
 
 
@@ -202,14 +220,15 @@ def remote_parts(url: str) -> tuple[str, str | None, str, int | None, tuple[str,
     else:
         head, _, path = url.partition(":")
         user, _, host = head.rpartition("@")
-        scheme, user, host, port, absolute = "scp", user or None, host.lower(), None, \
-            path.startswith("/")
+        scheme, user, host, port, absolute = "scp", user or None, host.lower(), None, path.startswith("/")
     if host.startswith("-") or (user or "").startswith("-"):
         raise ValueError("a host or user may not begin with '-'")
     folders = [unquote(f) for f in path.split("/") if f]
     if any(f in (".", "..") or "/" in f or "\\" in f for f in folders):
-        raise ValueError("its path may not hold `.` or `..` folders or an encoded slash "
-                         "(percent-encoded ones included): name the repository's own path")
+        raise ValueError(
+            "its path may not hold `.` or `..` folders or an encoded slash "
+            "(percent-encoded ones included): name the repository's own path"
+        )
     return scheme, user, host, port, ("/",) * (scheme == "scp" and absolute) + tuple(folders)
 
 
@@ -219,8 +238,13 @@ def _within(where: tuple[str, str | None, str, int | None, tuple[str, ...]], ent
         scheme, user, host, port, folders = remote_parts(entry.strip())
     except ValueError:
         return False  # an entry git would resolve elsewhere allows nothing
-    return (where[0] == scheme and (user is None or where[1] == user) and where[2] == host
-            and where[3] == port and where[4][:len(folders)] == folders)
+    return (
+        where[0] == scheme
+        and (user is None or where[1] == user)
+        and where[2] == host
+        and where[3] == port
+        and where[4][: len(folders)] == folders
+    )
 
 
 @dataclass(frozen=True)
@@ -236,12 +260,16 @@ class Credentials:
         env: dict[str, str] = {}
         if self.ssh_key_file is not None:
             key = str(self.ssh_key_file).replace("'", "'\\''")
-            env["GIT_SSH_COMMAND"] = (f"ssh -i '{key}' -o IdentitiesOnly=yes -o BatchMode=yes "
-                                      f"-o StrictHostKeyChecking=accept-new")
+            env["GIT_SSH_COMMAND"] = (
+                f"ssh -i '{key}' -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=accept-new"
+            )
         if self.token:
             pair = base64.b64encode(f"{self.username}:{self.token}".encode()).decode()
-            env |= {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
-                    "GIT_CONFIG_VALUE_0": f"Authorization: Basic {pair}"}
+            env |= {
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "http.extraHeader",
+                "GIT_CONFIG_VALUE_0": f"Authorization: Basic {pair}",
+            }
         return env
 
     def secrets(self) -> list[str]:
@@ -272,8 +300,16 @@ def _reason(stderr: str) -> str:
 class GitRepo:
     """One project's bare clone, and the `git` commands run on it or on its remote."""
 
-    def __init__(self, path: Path, url: str, credentials: Credentials, *, timeout_s: float = 120.0,
-                 allowed: Sequence[str] | None = None, limits: GitLimits | None = None):
+    def __init__(
+        self,
+        path: Path,
+        url: str,
+        credentials: Credentials,
+        *,
+        timeout_s: float = 120.0,
+        allowed: Sequence[str] | None = None,
+        limits: GitLimits | None = None,
+    ):
         """`allowed`: the allow-list the remote is checked against before every command that
         reads it (None: the caller vouches for the URL, as a test does)."""
         self.path, self.url, self.credentials, self.timeout_s = Path(path), url, credentials, timeout_s
@@ -297,15 +333,33 @@ class GitRepo:
 
     def _env(self) -> dict[str, str]:
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "SSH_ASKPASS"))}
-        return keep | {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "SSH_ASKPASS": "true",
-                       "GCM_INTERACTIVE": "never", "LC_ALL": "C"} | self.credentials.environment()
+        return (
+            keep
+            | {
+                "GIT_TERMINAL_PROMPT": "0",
+                "GIT_ASKPASS": "true",
+                "SSH_ASKPASS": "true",
+                "GCM_INTERACTIVE": "never",
+                "LC_ALL": "C",
+            }
+            | self.credentials.environment()
+        )
 
     def _command(self, args: Sequence[str], bare: bool) -> list[str]:
         # Every object fetched is checked by git itself (a tree entry `..` or `.git` refused);
         # zero-padded file modes, a harmless quirk of some old repositories, are let through.
         # Whatever git creates in the clone is its user's alone (0600/0700), whatever the umask.
-        cmd = ["git", "-c", "credential.helper=", "-c", "transfer.fsckObjects=true",
-               "-c", "fetch.fsck.zeroPaddedFilemode=ignore", "-c", "core.sharedRepository=0600"]
+        cmd = [
+            "git",
+            "-c",
+            "credential.helper=",
+            "-c",
+            "transfer.fsckObjects=true",
+            "-c",
+            "fetch.fsck.zeroPaddedFilemode=ignore",
+            "-c",
+            "core.sharedRepository=0600",
+        ]
         if bare:
             cmd += ["--git-dir", str(self.path)]
         return cmd + list(args)
@@ -314,18 +368,21 @@ class GitRepo:
         return GitUnreachable(
             f"git remote {scrub(self.url)} did not answer within {self.timeout_s:.0f}s: check "
             f"that the host is up and reachable from this server, or raise "
-            f"FATHOM_GIT_TIMEOUT_S")
+            f"FATHOM_GIT_TIMEOUT_S"
+        )
 
-    def git(self, *args: str, bare: bool = True, remote: bool = False,
-            max_file_bytes: int | None = None) -> bytes:
+    def git(
+        self, *args: str, bare: bool = True, remote: bool = False, max_file_bytes: int | None = None
+    ) -> bytes:
         """Run `git args…` (in the bare clone when `bare`; no file it writes larger than
         `max_file_bytes`); the failure as a typed error."""
         command = self._command(args, bare)
         if max_file_bytes is not None:
             command = git_export.file_size_limited(command, max_file_bytes)
         try:
-            done = subprocess.run(command, capture_output=True,
-                                  env=self._env(), timeout=self.timeout_s, check=False)
+            done = subprocess.run(
+                command, capture_output=True, env=self._env(), timeout=self.timeout_s, check=False
+            )
         except subprocess.TimeoutExpired:
             raise self._timed_out() from None
         if done.returncode != 0:
@@ -339,8 +396,13 @@ class GitRepo:
         raises it, rather than the reader's error at the output's abrupt end; a reader that
         fails on its own stops git too."""
         with tempfile.TemporaryFile() as stderr:
-            proc = subprocess.Popen(self._command(args, bare=True), stdin=subprocess.DEVNULL,
-                                    stdout=subprocess.PIPE, stderr=stderr, env=self._env())
+            proc = subprocess.Popen(
+                self._command(args, bare=True),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                env=self._env(),
+            )
             assert proc.stdout is not None
             killed = threading.Event()
 
@@ -377,19 +439,31 @@ class GitRepo:
         said = scrub(_reason(stderr), self.credentials.secrets())[:300]
         low = stderr.lower()
         shown = scrub(self.url)
-        if remote and any(s in low for s in ("authentication failed", "could not read username",
-                                             "could not read password", "permission denied",
-                                             "401", "403", "terminal prompts disabled")):
+        if remote and any(
+            s in low
+            for s in (
+                "authentication failed",
+                "could not read username",
+                "could not read password",
+                "permission denied",
+                "401",
+                "403",
+                "terminal prompts disabled",
+            )
+        ):
             return GitAuthFailed(
                 f"git remote {shown} refused the credentials ({said}): set a valid "
                 f"FATHOM_GIT_TOKEN (HTTPS) or FATHOM_GIT_SSH_KEY_FILE (SSH) with read access to "
-                f"the repository, then restart the server")
+                f"the repository, then restart the server"
+            )
         if remote:
             return GitUnreachable(
                 f"git remote {shown} cannot be read ({said}): check the URL, that the host is "
-                f"reachable from this server and that the repository exists")
-        return FathomError(f"git failed in {self.path} ({said}): remove {self.path} and add the "
-                           f"project again")
+                f"reachable from this server and that the repository exists"
+            )
+        return FathomError(
+            f"git failed in {self.path} ({said}): remove {self.path} and add the project again"
+        )
 
     # ---- the remote
 
@@ -405,8 +479,7 @@ class GitRepo:
 
     def remote_default(self) -> str | None:
         """The branch the remote's HEAD names, when it says."""
-        out = self.git("ls-remote", "--symref", "--", self.remote(), "HEAD", bare=False,
-                       remote=True)
+        out = self.git("ls-remote", "--symref", "--", self.remote(), "HEAD", bare=False, remote=True)
         m = re.search(rb"^ref: refs/heads/(\S+)\tHEAD", out, re.M)
         return check_branch(m.group(1).decode("utf-8", "replace")) if m else None
 
@@ -417,7 +490,8 @@ class GitRepo:
             known = ", ".join(sorted(heads)[:10]) or "none"
             raise GitBranchMissing(
                 f"branch {', '.join(missing)} does not exist on {scrub(self.url)} (its branches: "
-                f"{known}): push the branch first, or track one that exists")
+                f"{known}): push the branch first, or track one that exists"
+            )
         return {b: heads[b] for b in branches}
 
     # ---- the bare clone
@@ -448,10 +522,24 @@ class GitRepo:
             raise git_export.fetch_too_large(scrub(self.url), self.limits)
         specs = [f"+refs/heads/{b}:refs/remotes/origin/{b}" for b in branches]
         try:
-            self.git("-c", "fetch.unpackLimit=1", "-c", "transfer.unpackLimit=1", "-c",
-                     "maintenance.auto=false", "fetch", "--quiet", "--prune",
-                     "--no-write-fetch-head", "--", remote, *specs, "+refs/tags/*:refs/tags/*",
-                     remote=True, max_file_bytes=room)
+            self.git(
+                "-c",
+                "fetch.unpackLimit=1",
+                "-c",
+                "transfer.unpackLimit=1",
+                "-c",
+                "maintenance.auto=false",
+                "fetch",
+                "--quiet",
+                "--prune",
+                "--no-write-fetch-head",
+                "--",
+                remote,
+                *specs,
+                "+refs/tags/*:refs/tags/*",
+                remote=True,
+                max_file_bytes=room,
+            )
         except FathomError:
             if git_export.clear_partial_fetch(self.path, room):
                 raise git_export.fetch_too_large(scrub(self.url), self.limits) from None
@@ -462,8 +550,11 @@ class GitRepo:
 
     def resolve(self, ref: str) -> str:
         """The commit `ref` names in the clone (a fetched branch, a tag, a commit id)."""
-        return self.git("rev-parse", "--verify", "--quiet", "--end-of-options",
-                        f"{ref}^{{commit}}").decode().strip()
+        return (
+            self.git("rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}")
+            .decode()
+            .strip()
+        )
 
     def forget(self, branch: str) -> None:
         """Drop the fetched ref of a branch no longer tracked (already gone: nothing to do)."""
@@ -480,8 +571,9 @@ class GitRepo:
         out = self.git("ls-tree", "-r", "-l", "-z", "--full-tree", commit)
         return Plan.parse(out, commit, self.limits)
 
-    def export(self, commit: str, folder: Path, paths: Sequence[str] | None = None, *,
-               plan: Plan | None = None) -> Exported:
+    def export(
+        self, commit: str, folder: Path, paths: Sequence[str] | None = None, *, plan: Plan | None = None
+    ) -> Exported:
         """Write the files of `commit` into `folder` (all of them, or only `paths`): how many
         were written, and the paths left out as larger than FATHOM_GIT_MAX_FILE_BYTES (never
         asked of git). A commit whose files pass FATHOM_GIT_MAX_TREE_BYTES is refused before
@@ -497,9 +589,9 @@ class GitRepo:
             args = ["archive", "--format=tar", commit] + (["--", *part] if part else [])
             # A stream (`r|`): each member is written as it arrives, in the archive's order.
             with self.streamed(*args) as out:
-                written_bytes = git_export.write_archive(out, folder, plan, done,
-                                                         remote=scrub(self.url),
-                                                         written_bytes=written_bytes)
+                written_bytes = git_export.write_archive(
+                    out, folder, plan, done, remote=scrub(self.url), written_bytes=written_bytes
+                )
         return done
 
     def remove(self) -> None:
@@ -536,18 +628,23 @@ def check_tree_path(path: str, commit: str) -> str:
     absolute path); GitTreeUnsafe naming `commit` otherwise."""
     parts = path.split("/")
     if not path or path.startswith("/") or "\\" in path or any(p in ("", ".", "..") for p in parts):
-        raise GitTreeUnsafe(f"commit {commit[:40]} names the path {scrub(path)[:120]!r}, which "
-                            f"leaves the repository's folder: the remote's history is crafted or "
-                            f"damaged; nothing of it was written (remove the project, or fix the "
-                            f"remote)")
+        raise GitTreeUnsafe(
+            f"commit {commit[:40]} names the path {scrub(path)[:120]!r}, which "
+            f"leaves the repository's folder: the remote's history is crafted or "
+            f"damaged; nothing of it was written (remove the project, or fix the "
+            f"remote)"
+        )
     return path
 
 
 def parse_changes(out: bytes, commit: str) -> list[Change]:
     """The changes `git diff --name-status -z` printed, each path checked (`check_tree_path`)."""
     fields = out.decode("utf-8", "surrogateescape").split("\0")
-    return [Change(check_tree_path(path, commit), status == "D")
-            for status, path in zip(fields[0::2], fields[1::2], strict=False) if status]
+    return [
+        Change(check_tree_path(path, commit), status == "D")
+        for status, path in zip(fields[0::2], fields[1::2], strict=False)
+        if status
+    ]
 
 
 def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Change]) -> Exported:
@@ -560,8 +657,10 @@ def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Ch
         check_tree_path(c.path, commit)
         target = folder / c.path
         if not target.parent.resolve().is_relative_to(root):
-            raise GitTreeUnsafe(f"commit {commit[:40]} names the path {scrub(c.path)[:120]!r}, "
-                                f"which leads outside {folder} through a link: nothing was removed")
+            raise GitTreeUnsafe(
+                f"commit {commit[:40]} names the path {scrub(c.path)[:120]!r}, "
+                f"which leads outside {folder} through a link: nothing was removed"
+            )
     plan = repo.plan(commit)
     plan.check(scrub(repo.url))
     too_large = set(plan.too_large(c.path for c in changes if not c.gone))
@@ -570,8 +669,12 @@ def apply_changes(repo: GitRepo, commit: str, folder: Path, changes: Sequence[Ch
         if (c.gone or c.path in too_large) and (target.is_file() or target.is_symlink()):
             target.unlink()
             parent = target.parent.resolve()
-            while parent != root and parent.is_relative_to(root) and parent.is_dir() \
-                    and not any(parent.iterdir()):
+            while (
+                parent != root
+                and parent.is_relative_to(root)
+                and parent.is_dir()
+                and not any(parent.iterdir())
+            ):
                 parent.rmdir()
                 parent = parent.parent
     return repo.export(commit, folder, [c.path for c in changes if not c.gone], plan=plan)

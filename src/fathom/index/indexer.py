@@ -182,8 +182,15 @@ class Job:
     resumed by the next full run.
     """
 
-    def __init__(self, project: str, root: Path | str, *, full: bool = False,
-                 clock: Callable[[], float] = time.monotonic, reason: str | None = None):
+    def __init__(
+        self,
+        project: str,
+        root: Path | str,
+        *,
+        full: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        reason: str | None = None,
+    ):
         self.id = uuid.uuid4().hex[:12]
         self.project = project
         self.root = Path(root)
@@ -233,12 +240,21 @@ class Job:
     def as_dict(self) -> dict[str, Any]:
         p = self.progress
         return {
-            "id": self.id, "project": self.project, "root": str(self.root), "full": self.full,
-            "reason": self.reason, "state": self.state.value, "error": self.error,
-            "phase": p.phase, "files": p.files, "chunks_total": p.chunks_total,
-            "chunks_done": p.chunks_done, "chunks_reused": p.chunks_reused,
+            "id": self.id,
+            "project": self.project,
+            "root": str(self.root),
+            "full": self.full,
+            "reason": self.reason,
+            "state": self.state.value,
+            "error": self.error,
+            "phase": p.phase,
+            "files": p.files,
+            "chunks_total": p.chunks_total,
+            "chunks_done": p.chunks_done,
+            "chunks_reused": p.chunks_reused,
             "chunks_carried": p.chunks_carried,
-            "rate": round(p.rate, 2), "eta_s": None if p.eta_s is None else round(p.eta_s, 1),
+            "rate": round(p.rate, 2),
+            "eta_s": None if p.eta_s is None else round(p.eta_s, 1),
             "skipped": dict(p.skipped),
         }
 
@@ -249,8 +265,7 @@ def progress_line(job: Job) -> str:
     p = job.progress
     phase = "paused" if job.state is JobState.PAUSED else p.phase
     if p.chunks_total:
-        return (f"{phase}: {p.chunks_done:,} of {p.chunks_total:,} chunks embedded, "
-                f"{p.files:,} files walked")
+        return f"{phase}: {p.chunks_done:,} of {p.chunks_total:,} chunks embedded, {p.files:,} files walked"
     return f"{phase}: {p.files:,} files walked" if p.files else phase
 
 
@@ -265,8 +280,6 @@ class Discovered:
     secrets: list[str] = field(default_factory=list)  # files left out as `secret`, by path
 
 
-
-
 class Discovery:
     """A project's chunks, file by file, as the walk reads them: what an index job streams.
 
@@ -279,9 +292,16 @@ class Discovery:
     encoder's tokenizer) no chunk exceeds its token limit. Stops with `WalkCancelled`
     between two files once `cancel` is set."""
 
-    def __init__(self, root: Path, *, include: Sequence[str] = (),
-                 extra_ignores: Sequence[str] = (), cache: ChunkCache | None = _CHUNKS,
-                 cancel: threading.Event | None = None, tokens: TokenCounter | None = None):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        include: Sequence[str] = (),
+        extra_ignores: Sequence[str] = (),
+        cache: ChunkCache | None = _CHUNKS,
+        cancel: threading.Event | None = None,
+        tokens: TokenCounter | None = None,
+    ):
         self.root, self.include, self.extra_ignores = Path(root), include, extra_ignores
         self.cache, self.cancel, self.tokens = cache, cancel, tokens
         self.files = self.split = self.bytes_done = self.bytes_total = 0
@@ -290,8 +310,9 @@ class Discovery:
     def survey(self) -> None:
         from fathom.index.walker import survey
 
-        self._survey = survey(self.root, include=self.include, extra_ignores=self.extra_ignores,
-                              cancel=self.cancel)
+        self._survey = survey(
+            self.root, include=self.include, extra_ignores=self.extra_ignores, cancel=self.cancel
+        )
         self.bytes_total = self._survey.bytes
 
     @property
@@ -335,8 +356,11 @@ class Discovery:
             got: list[Chunk] = []
             if item is not None:
                 self.files += 1
-                got, cut = (self.cache.chunks(item.path, item.text, self.tokens) if self.cache
-                            is not None else chunk_and_fit(item.path, item.text, self.tokens))
+                got, cut = (
+                    self.cache.chunks(item.path, item.text, self.tokens)
+                    if self.cache is not None
+                    else chunk_and_fit(item.path, item.text, self.tokens)
+                )
                 self.split += cut
             # A file's bytes are walked chunk by chunk: a window that ends inside a file has
             # walked that share of it (what the progress total is extrapolated from).
@@ -346,18 +370,26 @@ class Discovery:
             self.bytes_done = start + weight
 
 
-def discover(root: Path, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = (),
-             cache: ChunkCache | None = _CHUNKS,
-             cancel: threading.Event | None = None, tokens: TokenCounter | None = None) -> Discovered:
+def discover(
+    root: Path,
+    *,
+    include: Sequence[str] = (),
+    extra_ignores: Sequence[str] = (),
+    cache: ChunkCache | None = _CHUNKS,
+    cancel: threading.Event | None = None,
+    tokens: TokenCounter | None = None,
+) -> Discovered:
     """Every chunk of a project at once (blocking: run it in a thread): `Discovery`, collected,
     one row per chunk id in each table. For tools and tests; index jobs stream instead."""
-    found = Discovery(root, include=include, extra_ignores=extra_ignores, cache=cache,
-                      cancel=cancel, tokens=tokens)
+    found = Discovery(
+        root, include=include, extra_ignores=extra_ignores, cache=cache, cancel=cancel, tokens=tokens
+    )
     # One row per chunk id in each table: identical (path, lines, text) twice would be the same
     # row anyway. The table is part of the key: a docstring's lines can be a code chunk too.
     unique = list({(c.table, c.chunk_id): c for c in found}.values())
-    return Discovered(found.files, unique, found.skipped, found.skipped_dirs, found.notes,
-                      found.split, found.secrets)
+    return Discovered(
+        found.files, unique, found.skipped, found.skipped_dirs, found.notes, found.split, found.secrets
+    )
 
 
 def embedding_text(chunk: Chunk) -> str:
@@ -398,13 +430,20 @@ class Indexer:
     chunks are planned and embedded at a time (`WINDOW`).
     """
 
-    def __init__(self, store: Store, encoder: Provider, *, batch_size: int = 64,
-                 runner: EmbedRunner | Callable[[str], EmbedRunner] | None = None,
-                 provenance: Callable[[Provider, Space], Provenance] = _default_provenance,
-                 space_of: Callable[[str], Space] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 discover_fn: Callable[..., Discovery] = Discovery,
-                 refused_roots: Iterable[str] | None = None, window: int = WINDOW):
+    def __init__(
+        self,
+        store: Store,
+        encoder: Provider,
+        *,
+        batch_size: int = 64,
+        runner: EmbedRunner | Callable[[str], EmbedRunner] | None = None,
+        provenance: Callable[[Provider, Space], Provenance] = _default_provenance,
+        space_of: Callable[[str], Space] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        discover_fn: Callable[..., Discovery] = Discovery,
+        refused_roots: Iterable[str] | None = None,
+        window: int = WINDOW,
+    ):
         self.store, self.encoder = store, encoder
         self.batch_size = max(1, int(batch_size))
         self.runner = runner
@@ -431,8 +470,9 @@ class Indexer:
     def job(self, project: str, root: Path | str, *, full: bool = False) -> Job:
         return Job(project, root, full=full, clock=self.clock)
 
-    async def run(self, job: Job, progress: Callable[[IndexProgress], None] | None = None, *,
-                  root: Path | None = None) -> IndexReport:
+    async def run(
+        self, job: Job, progress: Callable[[IndexProgress], None] | None = None, *, root: Path | None = None
+    ) -> IndexReport:
         """Run `job` to completion; the job's state says how it ended. `root`: the job's folder
         as `check_project_root` returned it, when the caller checked it already."""
         job.state = JobState.RUNNING if job.state is not JobState.PAUSED else job.state
@@ -458,8 +498,9 @@ class Indexer:
         job.finished_at = self.clock()
         return report
 
-    async def _run(self, job: Job, root: Path,
-                   progress: Callable[[IndexProgress], None] | None) -> IndexReport:
+    async def _run(
+        self, job: Job, root: Path, progress: Callable[[IndexProgress], None] | None
+    ) -> IndexReport:
         # Elapsed time counts from the job's creation: start-up (opening the store, loading
         # the model, the gate's checks) is part of what the operator waited for.
         started = job.created_at if job.clock is self.clock else self.clock()
@@ -477,8 +518,7 @@ class Indexer:
         emit()
         await job.checkpoint()
         tokens = await self._token_counter()
-        found = self.discover(root, cancel=job.stop,
-                              **({"tokens": tokens} if tokens is not None else {}))
+        found = self.discover(root, cancel=job.stop, **({"tokens": tokens} if tokens is not None else {}))
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(_WALK_POOL, found.survey)
@@ -518,24 +558,35 @@ class Indexer:
         deleted = await asyncio.to_thread(self._finish, job, list(plans.values()))
         # Nothing embedded took 0 s (two clock readings once made it -0.0s).
         embed_s = max(self.clock() - run.embed_started, 0.0) if run.embed_started is not None else 0.0
-        emit(phase="promoting" if any(p.shadow for p in plans.values()) else "done",
-             chunks_deleted=deleted)
+        emit(phase="promoting" if any(p.shadow for p in plans.values()) else "done", chunks_deleted=deleted)
 
         tables = await asyncio.to_thread(self._rows, job.project)
         elapsed = self.clock() - started
         emit(phase="done")
         return IndexReport(
-            project=job.project, root=str(root), full=job.full or all(p.shadow for p in plans.values()),
+            project=job.project,
+            root=str(root),
+            full=job.full or all(p.shadow for p in plans.values()),
             first=bool(plans) and all(p.first for p in plans.values()),
-            resumed=any(p.resumed for p in plans.values()), files=found.files,
-            chunks=sum(len(p.seen) for p in plans.values()), embedded=run.done,
-            reused=run.reused, deleted=deleted,
-            skipped=found.skipped, elapsed_s=elapsed, embed_s=embed_s,
+            resumed=any(p.resumed for p in plans.values()),
+            files=found.files,
+            chunks=sum(len(p.seen) for p in plans.values()),
+            embedded=run.done,
+            reused=run.reused,
+            deleted=deleted,
+            skipped=found.skipped,
+            elapsed_s=elapsed,
+            embed_s=embed_s,
             rate=run.done / embed_s if embed_s > 0 and run.done else 0.0,
-            tables=tables, providers=dict(run.providers), carried=run.carried,
-            skipped_dirs=found.skipped_dirs, notes=found.notes,
-            split=found.split, max_tokens=tokens.limit if tokens is not None else None,
-            secrets=found.secrets, redacted=found.redacted,
+            tables=tables,
+            providers=dict(run.providers),
+            carried=run.carried,
+            skipped_dirs=found.skipped_dirs,
+            notes=found.notes,
+            split=found.split,
+            max_tokens=tokens.limit if tokens is not None else None,
+            secrets=found.secrets,
+            redacted=found.redacted,
         )
 
     def _rows(self, project: str) -> dict[str, int]:
@@ -565,8 +616,7 @@ class Indexer:
             plan = _Plan(table, space, Slot.SHADOW, shadow=True, first=active is None)
             # Vectors of unchanged text come over from the active table of the same space.
             if active == space:
-                plan.stored = {e.content_hash
-                               for e in self.store.manifest(project, table, Slot.ACTIVE)}
+                plan.stored = {e.content_hash for e in self.store.manifest(project, table, Slot.ACTIVE)}
             if active is not None:
                 self._open(job, plan)
             return plan
@@ -598,8 +648,13 @@ class Indexer:
         plan.reused += len(fresh) - len(todo)
         for lender in (job.project, *self.lenders):  # its own table, then its sibling branches'
             ask = todo if lender != job.project else [c for c in todo if c.content_hash in plan.stored]
-            carried = self.store.carry_vectors(job.project, plan.table, ask, slot=plan.slot,
-                                               source=Slot.ACTIVE, lender=lender) if ask else set()
+            carried = (
+                self.store.carry_vectors(
+                    job.project, plan.table, ask, slot=plan.slot, source=Slot.ACTIVE, lender=lender
+                )
+                if ask
+                else set()
+            )
             todo = [c for c in todo if c.chunk_id not in carried]
             plan.carried += len(carried)
         plan.embedded += len(todo)
@@ -613,8 +668,14 @@ class Indexer:
             runner = runner(table)
         return runner
 
-    async def embed(self, job: Job, plan: _Plan, runner: EmbedRunner | None, todo: list[Chunk],
-                     on_batch: Callable[[int, str], None]) -> None:
+    async def embed(
+        self,
+        job: Job,
+        plan: _Plan,
+        runner: EmbedRunner | None,
+        todo: list[Chunk],
+        on_batch: Callable[[int, str], None],
+    ) -> None:
         # Similar lengths in one batch waste less padding (what SentenceTransformer.encode
         # does internally within one call, done here across the window).
         todo = sorted(todo, key=lambda c: len(c.text))
@@ -629,9 +690,11 @@ class Indexer:
             # release the GIL); at most one write is in flight, so order and memory stay bounded.
             if pending is not None:
                 await pending
-            pending = asyncio.create_task(asyncio.to_thread(
-                self.store.write, job.project, plan.table, rows, vectors, provenance,
-                slot=plan.slot))
+            pending = asyncio.create_task(
+                asyncio.to_thread(
+                    self.store.write, job.project, plan.table, rows, vectors, provenance, slot=plan.slot
+                )
+            )
             n, pid = len(rows), provider.id  # a batch counts once it is stored
             pending.add_done_callback(lambda t: None if t.cancelled() or t.exception() else on_batch(n, pid))
             await job.checkpoint()
@@ -660,8 +723,7 @@ class Indexer:
             stale = [i for i in plan.have if i not in plan.seen]
             removed = 0
             if stale:
-                removed = self.store.delete(job.project, plan.table, chunk_ids=sorted(stale),
-                                            slot=plan.slot)
+                removed = self.store.delete(job.project, plan.table, chunk_ids=sorted(stale), slot=plan.slot)
             if not plan.shadow and (plan.embedded or plan.carried or removed):
                 self.store.refresh(job.project, plan.table)
             # Rows whose text moved elsewhere were replaced, not lost: only gone text counts.
@@ -714,8 +776,7 @@ class _Run:
     """The tallies of one streamed run and its progress: the total to embed is known once the
     walk ends; until then it is extrapolated from the share of the project's bytes walked."""
 
-    def __init__(self, indexer: Indexer, job: Job, plans: dict[str, _Plan],
-                 emit: Callable[..., None]):
+    def __init__(self, indexer: Indexer, job: Job, plans: dict[str, _Plan], emit: Callable[..., None]):
         self.indexer, self.job, self.plans, self.emit = indexer, job, plans, emit
         self.runners: dict[str, EmbedRunner | None] = {}
         self.providers: Counter[str] = Counter()
@@ -744,8 +805,14 @@ class _Run:
     def walked(self, found: Discovery, share: float, **changes: Any) -> None:
         """The walk has read `share` of the project's bytes, and every chunk in it is planned."""
         self.share = share
-        self.emit(files=found.files, skipped=found.skipped, chunks_total=self.total(),
-                  chunks_reused=self.reused, chunks_carried=self.carried, **changes)
+        self.emit(
+            files=found.files,
+            skipped=found.skipped,
+            chunks_total=self.total(),
+            chunks_reused=self.reused,
+            chunks_carried=self.carried,
+            **changes,
+        )
 
     async def window(self, chunks: list[Chunk], found: Discovery, share: float) -> None:
         """Plan a window for every table (carrying what can be carried), then embed the rest:
@@ -774,8 +841,12 @@ class _Run:
                     self.emit(phase="loading model", chunks_total=self.total())
                     await asyncio.to_thread(load)
                 self.embed_started = ix.clock()
-            self.emit(phase="embedding", chunks_total=self.total(), chunks_reused=self.reused,
-                      chunks_carried=self.carried)
+            self.emit(
+                phase="embedding",
+                chunks_total=self.total(),
+                chunks_reused=self.reused,
+                chunks_carried=self.carried,
+            )
             if table not in self.runners:
                 self.runners[table] = ix.runner_for(table)
             await ix.embed(job, self.plans[table], self.runners[table], rows, self.on_batch)
@@ -786,5 +857,10 @@ class _Run:
         spent = max(self.indexer.clock() - (self.embed_started or 0.0), 1e-9)
         rate = self.done / spent
         total = self.total()
-        self.emit(phase="embedding", chunks_done=self.done, chunks_total=total, rate=rate,
-                  eta_s=(total - self.done) / rate if rate > 0 else None)
+        self.emit(
+            phase="embedding",
+            chunks_done=self.done,
+            chunks_total=total,
+            rate=rate,
+            eta_s=(total - self.done) / rate if rate > 0 else None,
+        )

@@ -49,7 +49,8 @@ _WORD = re.compile(r"[^\W_]+")
 # LanceDB's English stop words, compared with the *stemmed* token (so "ourselves", stemmed
 # to "ourselv", is kept while "the" is dropped). Read off LanceDB itself: every candidate
 # word indexed alone, and those its full-text search never finds are these.
-STOP_WORDS = frozenset("""
+STOP_WORDS = frozenset(
+    """
     i me my myself we our ours you your yours yourself he him his himself she her hers
     herself it its itself they them their theirs what which who whom this that these those
     am is are was were be been being have has had having do did doing should a an the and
@@ -58,7 +59,8 @@ STOP_WORDS = frozenset("""
     how all both each few more most other some such no nor not own same so than too s t can
     will just don now d ll m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma
     mightn mustn needn shan shouldn wasn weren won wouldn
-""".split())
+""".split()
+)
 
 
 _local = threading.local()
@@ -84,8 +86,7 @@ def _term(token: str) -> str | None:
     if stem in STOP_WORDS:
         return None
     if not stem.isascii():
-        stem = "".join(c for c in unicodedata.normalize("NFKD", stem)
-                       if not unicodedata.combining(c))
+        stem = "".join(c for c in unicodedata.normalize("NFKD", stem) if not unicodedata.combining(c))
     return stem
 
 
@@ -105,8 +106,15 @@ class KeywordIndex:
     """Postings of one table: for each term, the rows holding it and each row's BM25 weight
     for it (everything but the idf), so a query is a few gathers and adds."""
 
-    def __init__(self, vocab: dict[str, int], offsets: np.ndarray, rows: np.ndarray,
-                 weights: np.ndarray, idf: np.ndarray, n_rows: int):
+    def __init__(
+        self,
+        vocab: dict[str, int],
+        offsets: np.ndarray,
+        rows: np.ndarray,
+        weights: np.ndarray,
+        idf: np.ndarray,
+        n_rows: int,
+    ):
         self.vocab, self.offsets, self.rows, self.weights = vocab, offsets, rows, weights
         self.idf, self.n_rows = idf, n_rows
         # Counted once: the cache sums its entries' sizes whenever it makes room. The
@@ -128,9 +136,14 @@ class KeywordIndex:
         raw_ids = encoded.indices.to_numpy(zero_copy_only=False)
         vocab: dict[str, int] = {}
         # Each distinct raw token is stemmed once; -1 marks a token that is not indexed.
-        term_of_raw = np.array([vocab.setdefault(t, len(vocab)) if t is not None else -1
-                                for t in map(_term, encoded.dictionary.to_pylist())] or [-1],
-                               dtype=np.int64)
+        term_of_raw = np.array(
+            [
+                vocab.setdefault(t, len(vocab)) if t is not None else -1
+                for t in map(_term, encoded.dictionary.to_pylist())
+            ]
+            or [-1],
+            dtype=np.int64,
+        )
         term_ids = term_of_raw[raw_ids] if len(raw_ids) else raw_ids.astype(np.int64)
         kept = term_ids >= 0
         term_ids, owner = term_ids[kept], owner[kept]
@@ -144,12 +157,12 @@ class KeywordIndex:
         weights = ((K1 + np.float32(1.0)) * tf / (tf + norm)).astype(np.float32)
         df = np.bincount(term_col, minlength=n_terms).astype(np.float32)
         offsets = np.concatenate([[0], np.cumsum(df.astype(np.int64))])
-        idf = np.log((np.float32(n) - df + np.float32(0.5)) / (df + np.float32(0.5))
-                     + np.float32(1.0)).astype(np.float32)
+        idf = np.log(
+            (np.float32(n) - df + np.float32(0.5)) / (df + np.float32(0.5)) + np.float32(1.0)
+        ).astype(np.float32)
         return cls(vocab, offsets, rows.astype(np.int32), weights, idf, n)
 
-    def search(self, query: str, k: int, *,
-               rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, query: str, k: int, *, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The best `k` rows for `query` (only among the row numbers `rows` when given: the
         store's filter), best first; equal scores in row order."""
         ids = [self.vocab[t] for t in terms(query) if t in self.vocab]

@@ -91,8 +91,9 @@ class GateStateReport:
     routing: bool
 
 
-def read_rows(store: Store, project: str, table: str, batch_size: int = 1000,
-              slot: Slot = Slot.ACTIVE) -> Iterator[RowBatch]:
+def read_rows(
+    store: Store, project: str, table: str, batch_size: int = 1000, slot: Slot = Slot.ACTIVE
+) -> Iterator[RowBatch]:
     """Every stored row of one table with its vector and provenance, in batches."""
     if isinstance(store, PostgresStore):
         yield from store.export_rows(project, table, slot, batch_size)
@@ -104,16 +105,27 @@ def read_rows(store: Store, project: str, table: str, batch_size: int = 1000,
             continue
         cols = rb.to_pydict()
         width = rb.schema.field("vector").type.list_size
-        vec = rb.column(rb.schema.get_field_index("vector")).flatten().to_numpy(
-            zero_copy_only=False).reshape(-1, width)
+        vec = (
+            rb.column(rb.schema.get_field_index("vector"))
+            .flatten()
+            .to_numpy(zero_copy_only=False)
+            .reshape(-1, width)
+        )
         yield RowBatch(
-            chunk_ids=cols["chunk_id"], content_hashes=cols["content_hash"], paths=cols["path"],
-            languages=cols["language"], start_lines=cols["start_line"],
-            end_lines=cols["end_line"], symbols=cols["symbol"], texts=cols["text"],
+            chunk_ids=cols["chunk_id"],
+            content_hashes=cols["content_hash"],
+            paths=cols["path"],
+            languages=cols["language"],
+            start_lines=cols["start_line"],
+            end_lines=cols["end_line"],
+            symbols=cols["symbol"],
+            texts=cols["text"],
             vectors=np.ascontiguousarray(vec, dtype=np.float32),
-            provider_ids=cols["provider_id"], verdict_ids=cols["verdict_id"],
-            written_at=[w if w is None or w.tzinfo else w.replace(tzinfo=UTC)
-                        for w in cols["written_at"]], kinds=cols.get("kind"))
+            provider_ids=cols["provider_id"],
+            verdict_ids=cols["verdict_id"],
+            written_at=[w if w is None or w.tzinfo else w.replace(tzinfo=UTC) for w in cols["written_at"]],
+            kinds=cols.get("kind"),
+        )
 
 
 _T = TypeVar("_T")
@@ -125,16 +137,31 @@ def _pick(values: list[_T], keep: list[int]) -> list[_T]:
 
 def _take(batch: RowBatch, keep: list[int]) -> RowBatch:
     return RowBatch(
-        chunk_ids=_pick(batch.chunk_ids, keep), content_hashes=_pick(batch.content_hashes, keep),
-        paths=_pick(batch.paths, keep), languages=_pick(batch.languages, keep),
-        start_lines=_pick(batch.start_lines, keep), end_lines=_pick(batch.end_lines, keep),
-        symbols=_pick(batch.symbols, keep), texts=_pick(batch.texts, keep), vectors=batch.vectors[keep],
-        provider_ids=_pick(batch.provider_ids, keep), verdict_ids=_pick(batch.verdict_ids, keep),
-        written_at=_pick(batch.written_at, keep), kinds=[batch.kind(i) for i in keep])
+        chunk_ids=_pick(batch.chunk_ids, keep),
+        content_hashes=_pick(batch.content_hashes, keep),
+        paths=_pick(batch.paths, keep),
+        languages=_pick(batch.languages, keep),
+        start_lines=_pick(batch.start_lines, keep),
+        end_lines=_pick(batch.end_lines, keep),
+        symbols=_pick(batch.symbols, keep),
+        texts=_pick(batch.texts, keep),
+        vectors=batch.vectors[keep],
+        provider_ids=_pick(batch.provider_ids, keep),
+        verdict_ids=_pick(batch.verdict_ids, keep),
+        written_at=_pick(batch.written_at, keep),
+        kinds=[batch.kind(i) for i in keep],
+    )
 
 
-def migrate_table(source: Store, target: PostgresStore, project: str, table: str, *,
-                  batch_size: int = 1000, progress: Progress | None = None) -> TableCopy | None:
+def migrate_table(
+    source: Store,
+    target: PostgresStore,
+    project: str,
+    table: str,
+    *,
+    batch_size: int = 1000,
+    progress: Progress | None = None,
+) -> TableCopy | None:
     info = source.table_info(project, table)
     if info.space is None:
         return None  # no active table of this kind in the source
@@ -158,8 +185,14 @@ def migrate_table(source: Store, target: PostgresStore, project: str, table: str
     return TableCopy(project, table, sum(got.values()), copied, got, shadow.resumed)
 
 
-def migrate(source: Store, target: PostgresStore, *, projects: Sequence[str] | None = None,
-            batch_size: int = 1000, progress: Progress | None = None) -> MigrationReport:
+def migrate(
+    source: Store,
+    target: PostgresStore,
+    *,
+    projects: Sequence[str] | None = None,
+    batch_size: int = 1000,
+    progress: Progress | None = None,
+) -> MigrationReport:
     """Copy every (or the named) project's tables from `source` into `target`."""
     names = list(projects) if projects else [p.name for p in source.list_projects()]
     report = MigrationReport()
@@ -169,8 +202,7 @@ def migrate(source: Store, target: PostgresStore, *, projects: Sequence[str] | N
 
             raise UnknownProject(project, [p.name for p in source.list_projects()])
         for table in TABLE_KINDS:
-            done = migrate_table(source, target, project, table, batch_size=batch_size,
-                                 progress=progress)
+            done = migrate_table(source, target, project, table, batch_size=batch_size, progress=progress)
             if done is not None:
                 report.tables.append(done)
     return report
@@ -212,13 +244,16 @@ def migrate_gate_state(data_dir: Path | str, target: PostgresStore) -> GateState
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="fathom store migrate",
-        description="Copy a LanceDB index into PostgreSQL + pgvector, provenance preserved.")
+        description="Copy a LanceDB index into PostgreSQL + pgvector, provenance preserved.",
+    )
     parser.add_argument("source", help="the LanceDB folder (e.g. ~/.fathom/lance)")
     parser.add_argument("target", help="postgresql://user:password@host:port/database")
-    parser.add_argument("--project", action="append", default=None,
-                        help="only this project (repeatable); default: all")
-    parser.add_argument("--data-dir", default=None,
-                        help="also copy gate verdicts, golden vectors and routing state from here")
+    parser.add_argument(
+        "--project", action="append", default=None, help="only this project (repeatable); default: all"
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="also copy gate verdicts, golden vectors and routing state from here"
+    )
     parser.add_argument("--batch-size", type=int, default=1000)
     args = parser.parse_args(argv)
     try:
@@ -228,20 +263,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         def show(project: str, table: str, done: int, total: int) -> None:
             print(f"\r{project}/{table}: {done}/{total} rows", end="", file=sys.stderr)
 
-        report = migrate(source, target, projects=args.project, batch_size=args.batch_size,
-                         progress=show)
+        report = migrate(source, target, projects=args.project, batch_size=args.batch_size, progress=show)
         print(file=sys.stderr)
         for t in report.tables:
-            groups = ", ".join(f"{p}/{v or 'no verdict'}: {n}" for (p, v), n in
-                               sorted(t.provenance.items(), key=lambda kv: str(kv[0])))
-            print(f"{t.project}/{t.table}: {t.rows} rows ({groups})"
-                  + (" [resumed]" if t.resumed else ""))
+            groups = ", ".join(
+                f"{p}/{v or 'no verdict'}: {n}"
+                for (p, v), n in sorted(t.provenance.items(), key=lambda kv: str(kv[0]))
+            )
+            print(f"{t.project}/{t.table}: {t.rows} rows ({groups})" + (" [resumed]" if t.resumed else ""))
         if args.data_dir:
             g = migrate_gate_state(args.data_dir, target)
-            print(f"gate: {g.verdicts} verdicts, {g.golden} golden vector sets; routing state "
-                  f"{'copied' if g.routing else 'not found'}")
-        print(f"done: {report.rows} rows into {target.url} at "
-              f"{datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC")
+            print(
+                f"gate: {g.verdicts} verdicts, {g.golden} golden vector sets; routing state "
+                f"{'copied' if g.routing else 'not found'}"
+            )
+        print(f"done: {report.rows} rows into {target.url} at {datetime.now(UTC):%Y-%m-%d %H:%M:%S} UTC")
     except FathomError as exc:
         print(f"error: {exc}", file=sys.stderr)  # store errors carry redacted URLs only
         return 1

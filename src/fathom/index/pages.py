@@ -42,8 +42,7 @@ class Cursor:
     ranking: str  # digest of the ranking's hit ids, in order
 
     def encode(self) -> str:
-        raw = json.dumps([VERSION, self.search, self.offset, self.ranking],
-                         separators=(",", ":")).encode()
+        raw = json.dumps([VERSION, self.search, self.offset, self.ranking], separators=(",", ":")).encode()
         return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
     @classmethod
@@ -55,21 +54,28 @@ class Cursor:
                 raise ValueError(value)
             return cls(str(search), offset, str(ranking))
         except (ValueError, TypeError, binascii.Error):
-            raise ConfigError(f"{value[:60]!r} is not a cursor of this server: pass the "
-                              f"`next_cursor` of an answer unchanged, or search without a "
-                              f"cursor") from None
+            raise ConfigError(
+                f"{value[:60]!r} is not a cursor of this server: pass the "
+                f"`next_cursor` of an answer unchanged, or search without a "
+                f"cursor"
+            ) from None
 
     def check(self, search: str, ranking: str, total: int) -> None:
         """Refuse a cursor given with other arguments than its search's, or for a ranking
         that changed since, or past its end."""
         if search != self.search:
-            raise ConfigError("this cursor continues another search: repeat the arguments "
-                              "of the call that gave it (query, project, k, filters), "
-                              "unchanged, or search without a cursor")
+            raise ConfigError(
+                "this cursor continues another search: repeat the arguments "
+                "of the call that gave it (query, project, k, filters), "
+                "unchanged, or search without a cursor"
+            )
         if ranking != self.ranking:
-            raise ConfigError("the results of this search changed since the cursor was "
-                              "given (the index was updated): search again without the "
-                              "cursor")
+            raise ConfigError(
+                "the results of this search changed since the cursor was "
+                "given (the index was updated): search again without the "
+                "cursor"
+            )
         if self.offset >= total:
-            raise ConfigError(f"this cursor is past the last of the search's {total} "
-                              f"results: there is nothing more to read")
+            raise ConfigError(
+                f"this cursor is past the last of the search's {total} results: there is nothing more to read"
+            )

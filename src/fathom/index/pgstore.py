@@ -14,7 +14,16 @@ from fathom.index.store.pg_state import PgGoldenStore, PgRoutingStore, PgVerdict
 from fathom.index.store.postgres import PostgresStore
 
 __all__ = [
-    "Database", "ExtensionMissing", "LockHolder", "PgGoldenStore", "PgRoutingStore",
-    "PgVerdictStore", "PostgresStore", "ProjectLocked", "RowBatch",
-    "StoreUnavailable", "is_postgres_url", "redact_url",
+    "Database",
+    "ExtensionMissing",
+    "LockHolder",
+    "PgGoldenStore",
+    "PgRoutingStore",
+    "PgVerdictStore",
+    "PostgresStore",
+    "ProjectLocked",
+    "RowBatch",
+    "StoreUnavailable",
+    "is_postgres_url",
+    "redact_url",
 ]

@@ -69,27 +69,105 @@ MAX_OTHERS = 5  # other ranges of a file kept on its result
 
 # Query words that ask for a role: its files are then not demoted.
 _ASKS = {
-    "test": {"test", "tests", "testing", "spec", "specs", "unittest", "pytest", "fixture",
-             "fixtures", "mock", "mocks", "assert", "asserts"},
-    "example": {"example", "examples", "demo", "demos", "sample", "samples", "tutorial",
-                "usage", "cookbook"},
+    "test": {
+        "test",
+        "tests",
+        "testing",
+        "spec",
+        "specs",
+        "unittest",
+        "pytest",
+        "fixture",
+        "fixtures",
+        "mock",
+        "mocks",
+        "assert",
+        "asserts",
+    },
+    "example": {"example", "examples", "demo", "demos", "sample", "samples", "tutorial", "usage", "cookbook"},
     "vendored": {"vendor", "vendored", "third", "thirdparty", "bundled"},
     "generated": {"generated", "protobuf", "proto", "codegen", "minified"},
-    "data": {"json", "yaml", "yml", "toml", "csv", "config", "configuration", "settings",
-             "schema", "fixture", "data", "lock", "manifest", "package"},
+    "data": {
+        "json",
+        "yaml",
+        "yml",
+        "toml",
+        "csv",
+        "config",
+        "configuration",
+        "settings",
+        "schema",
+        "fixture",
+        "data",
+        "lock",
+        "manifest",
+        "package",
+    },
 }
-_TEST_DIRS = {"test", "tests", "testing", "__tests__", "spec", "specs", "testdata",
-              "test_data", "e2e", "integration_tests", "unittests"}
-_EXAMPLE_DIRS = {"example", "examples", "demo", "demos", "sample", "samples", "tutorial",
-                 "tutorials", "docs_src", "cookbook", "playground", "benchmarks", "bench"}
-_VENDORED_DIRS = {"vendor", "vendored", "third_party", "thirdparty", "third-party",
-                  "node_modules", "external", "extern", "deps", "_vendor"}
-_GENERATED = re.compile(r"(\.min\.(js|css)$|_pb2(_grpc)?\.pyi?$|\.pb\.go$|\.generated\.|"
-                        r"(^|/)generated/|(^|/)gen/|_generated\.)", re.IGNORECASE)
-_TEST_NAME = re.compile(r"(^test_.*|.*_test\.[a-z]+$|.*\.(test|spec)\.[a-z]+$|.*Tests?\.[a-z]+$|"
-                        r"^tests?\.[a-z]+$|^conftest\.py$)")
-_DATA_EXT = {".json", ".yaml", ".yml", ".toml", ".csv", ".tsv", ".lock", ".xml", ".ini",
-             ".cfg", ".txt", ".svg", ".snap"}
+_TEST_DIRS = {
+    "test",
+    "tests",
+    "testing",
+    "__tests__",
+    "spec",
+    "specs",
+    "testdata",
+    "test_data",
+    "e2e",
+    "integration_tests",
+    "unittests",
+}
+_EXAMPLE_DIRS = {
+    "example",
+    "examples",
+    "demo",
+    "demos",
+    "sample",
+    "samples",
+    "tutorial",
+    "tutorials",
+    "docs_src",
+    "cookbook",
+    "playground",
+    "benchmarks",
+    "bench",
+}
+_VENDORED_DIRS = {
+    "vendor",
+    "vendored",
+    "third_party",
+    "thirdparty",
+    "third-party",
+    "node_modules",
+    "external",
+    "extern",
+    "deps",
+    "_vendor",
+}
+_GENERATED = re.compile(
+    r"(\.min\.(js|css)$|_pb2(_grpc)?\.pyi?$|\.pb\.go$|\.generated\.|"
+    r"(^|/)generated/|(^|/)gen/|_generated\.)",
+    re.IGNORECASE,
+)
+_TEST_NAME = re.compile(
+    r"(^test_.*|.*_test\.[a-z]+$|.*\.(test|spec)\.[a-z]+$|.*Tests?\.[a-z]+$|"
+    r"^tests?\.[a-z]+$|^conftest\.py$)"
+)
+_DATA_EXT = {
+    ".json",
+    ".yaml",
+    ".yml",
+    ".toml",
+    ".csv",
+    ".tsv",
+    ".lock",
+    ".xml",
+    ".ini",
+    ".cfg",
+    ".txt",
+    ".svg",
+    ".snap",
+}
 
 
 def file_role(path: str) -> str | None:
@@ -111,8 +189,23 @@ def file_role(path: str) -> str | None:
 
 
 # File names that say nothing of what the file does.
-_NAMELESS = {"index", "main", "mod", "lib", "__init__", "__main__", "init", "utils", "util",
-             "helpers", "common", "types", "base", "core", "app"}
+_NAMELESS = {
+    "index",
+    "main",
+    "mod",
+    "lib",
+    "__init__",
+    "__main__",
+    "init",
+    "utils",
+    "util",
+    "helpers",
+    "common",
+    "types",
+    "base",
+    "core",
+    "app",
+}
 
 
 def _words(text: str) -> list[str]:
@@ -127,7 +220,8 @@ def _singular(word: str) -> str:
 # third-person "s": "Returns the ..."). Words that are as often nouns in code ("test",
 # "store", "file", "request", "group", "filter", "map", "list") are left out: a question that
 # opens on one is taken as naming a subject.
-_ACTIONS = frozenset("""
+_ACTIONS = frozenset(
+    """
     get set convert split generate format remove turn join put read create start return serve
     restart add find choose encode decode build delete mix pad escape iterate expand save load
     parse check compute calculate make send write open close wrap strip render raise validate
@@ -137,13 +231,16 @@ _ACTIONS = frozenset("""
     truncate append insert update reset clear flush wait retry schedule cancel stop kill spawn
     connect disconnect bind listen accept receive emit dispatch transform serialize deserialize
     dump tell determine ensure lower upper capitalize indent dedent highlight measure estimate
-""".split())
+""".split()
+)
 
 
 # Words that name nothing: a file `to_thread.py` is not named by "convert to a string".
-_STOP = frozenset("a an the to from of in on at by for with and or not no is are be as it its "
-                  "into onto out up down over under this that these those what which how when "
-                  "where why do does get set make use".split())
+_STOP = frozenset(
+    "a an the to from of in on at by for with and or not no is are be as it its "
+    "into onto out up down over under this that these those what which how when "
+    "where why do does get set make use".split()
+)
 
 
 def asks_action(shape: QueryShape) -> bool:
@@ -204,8 +301,9 @@ def _query_share(path: str, content: frozenset[str]) -> float:
     if not parts or not content:
         return 0.0
     whole, held = "".join(parts), set(parts)
-    return sum(1 for w in content
-               if w == whole or all(x in held for x in re.split(r"[_\-]", w) if x)) / len(content)
+    return sum(1 for w in content if w == whole or all(x in held for x in re.split(r"[_\-]", w) if x)) / len(
+        content
+    )
 
 
 def _name_lift(path: str, asked: frozenset[str], content: frozenset[str] | None) -> float:
@@ -214,7 +312,7 @@ def _name_lift(path: str, asked: frozenset[str], content: frozenset[str] | None)
     share = _name_share(path, asked)
     if not share:
         return 0.0
-    return NAME_LIFT * share ** 2 * (1.0 if content is None else _query_share(path, content))
+    return NAME_LIFT * share**2 * (1.0 if content is None else _query_share(path, content))
 
 
 def name_share(path: str, shape: QueryShape) -> float:
@@ -249,9 +347,13 @@ def rank(hits: Sequence[Hit], shape: QueryShape, *, project: str | None = None) 
     by_symbol: dict[str | None, float] = {}
     scores: list[float] = []
     for h in hits:
-        factor, lift = by_path.get(h.path) or by_path.setdefault(h.path, (
-            DEMOTION.get(role or "", 1.0) if (role := file_role(h.path)) not in roles else 1.0,
-            _name_lift(h.path, asked, content)))
+        factor, lift = by_path.get(h.path) or by_path.setdefault(
+            h.path,
+            (
+                DEMOTION.get(role or "", 1.0) if (role := file_role(h.path)) not in roles else 1.0,
+                _name_lift(h.path, asked, content),
+            ),
+        )
         score = h.score * factor + lift
         if SYMBOL_LIFT and h.match is None:  # a name fusion already boosted counts once
             named = by_symbol.get(h.symbol)
@@ -264,11 +366,18 @@ def rank(hits: Sequence[Hit], shape: QueryShape, *, project: str | None = None) 
         for h, score in zip(hits, scores, strict=True):
             files.setdefault((h.project, h.path), []).append(score)
         second = {f: sorted(s, reverse=True)[1] for f, s in files.items() if len(s) > 1}
-        scores = [score + SUPPORT * max(0.0, second.get((h.project, h.path), 0.0))
-                  for h, score in zip(hits, scores, strict=True)]
-    scored = [dataclasses.replace(h, score=round(score, 6) if math.isfinite(score) else score,
-                                  project=project if project is not None else h.project)
-              for h, score in zip(hits, scores, strict=True)]
+        scores = [
+            score + SUPPORT * max(0.0, second.get((h.project, h.path), 0.0))
+            for h, score in zip(hits, scores, strict=True)
+        ]
+    scored = [
+        dataclasses.replace(
+            h,
+            score=round(score, 6) if math.isfinite(score) else score,
+            project=project if project is not None else h.project,
+        )
+        for h, score in zip(hits, scores, strict=True)
+    ]
     return sorted(scored, key=_order_key)
 
 
@@ -297,4 +406,4 @@ def by_file(hits: Sequence[_H], *, others: int = MAX_OTHERS) -> list[FileHits[_H
     groups: dict[tuple[str | None, str], list[_H]] = {}
     for h in hits:
         groups.setdefault((h.project, h.path), []).append(h)
-    return [FileHits(g[0], tuple(g[1:1 + others])) for g in groups.values()]
+    return [FileHits(g[0], tuple(g[1 : 1 + others])) for g in groups.values()]

@@ -49,11 +49,15 @@ class IndexedFile:
         first = 1 if start is None else start
         last = self.last_line if end is None else min(end, self.last_line)
         if first > self.last_line:
-            raise ConfigError(f"{self.path} has {self.last_line} lines as indexed; ask for a "
-                              f"start_line from 1 to {self.last_line}")
+            raise ConfigError(
+                f"{self.path} has {self.last_line} lines as indexed; ask for a "
+                f"start_line from 1 to {self.last_line}"
+            )
         if last < first:
-            raise ConfigError(f"end_line {end} comes before start_line {first}; give a range "
-                              f"such as start_line={first}, end_line={first + 40}")
+            raise ConfigError(
+                f"end_line {end} comes before start_line {first}; give a range "
+                f"such as start_line={first}, end_line={first + 40}"
+            )
         return first, last
 
 
@@ -99,7 +103,7 @@ def matches(chunks: Sequence[Chunk], now: Sequence[str]) -> bool:
     for c in chunks:
         if c.end_line > len(now):
             return False
-        here = "\n".join(now[c.start_line - 1:c.end_line])
+        here = "\n".join(now[c.start_line - 1 : c.end_line])
         if here != c.text and not (c.start_line == c.end_line and c.text in here):
             return False
     last = max((c.end_line for c in chunks), default=0)

@@ -33,32 +33,54 @@ MAX_REF = 200
 
 # The parameters as a client is shown them (default and bounds included, short: the schema
 # goes out with every tool list).
-Query = Annotated[str, Field(description="A few words, a question or an identifier, e.g. "
-                                         "`retry with backoff`.", min_length=1, max_length=MAX_QUERY)]
+Query = Annotated[
+    str,
+    Field(
+        description="A few words, a question or an identifier, e.g. `retry with backoff`.",
+        min_length=1,
+        max_length=MAX_QUERY,
+    ),
+]
 K = Annotated[int, Field(description="How many results.", ge=1, le=MAX_K)]
-Language = Annotated[str | None, Field(
-    description="Only this language, lower case (`python`, `typescript`, `markdown`…).",
-    max_length=40)]
-PathGlob = Annotated[str | None, Field(
-    description="Only files matching this glob from the project root (`*.py` at any depth, "
-                "`src/` a folder, `**` spans folders).",
-    max_length=500)]
-Kind = Annotated[Literal["function", "method", "class"] | None, Field(
-    description="Only chunks defining this (`class` takes structs, interfaces, traits, "
-                "enums); null: any chunk.")]
-Group = Annotated[Literal["file", "chunk"], Field(
-    description="`file`: a file's best chunk, its other matches in `also`; `chunk`: every "
-                "chunk.")]
-Ref = Annotated[str | None, Field(
-    description="A git project's branch, tag or commit (with `project`); null: its "
-                "default branch.", max_length=MAX_REF)]
+Language = Annotated[
+    str | None,
+    Field(description="Only this language, lower case (`python`, `typescript`, `markdown`…).", max_length=40),
+]
+PathGlob = Annotated[
+    str | None,
+    Field(
+        description="Only files matching this glob from the project root (`*.py` at any depth, "
+        "`src/` a folder, `**` spans folders).",
+        max_length=500,
+    ),
+]
+Kind = Annotated[
+    Literal["function", "method", "class"] | None,
+    Field(
+        description="Only chunks defining this (`class` takes structs, interfaces, traits, "
+        "enums); null: any chunk."
+    ),
+]
+Group = Annotated[
+    Literal["file", "chunk"],
+    Field(description="`file`: a file's best chunk, its other matches in `also`; `chunk`: every chunk."),
+]
+Ref = Annotated[
+    str | None,
+    Field(
+        description="A git project's branch, tag or commit (with `project`); null: its default branch.",
+        max_length=MAX_REF,
+    ),
+]
 
 
 def check_group(group: Any) -> str:
     if group not in GROUPS:
-        raise ConfigError(f"group must be one of {', '.join(GROUPS)} (got {group!r}): 'file' "
-                          f"answers one result per file with its other matching ranges, "
-                          f"'chunk' one result per chunk")
+        raise ConfigError(
+            f"group must be one of {', '.join(GROUPS)} (got {group!r}): 'file' "
+            f"answers one result per file with its other matching ranges, "
+            f"'chunk' one result per chunk"
+        )
     return str(group)
 
 
@@ -80,22 +102,39 @@ class SearchRequest:
         check_group(self.group)
         if self.ref is not None:
             if not isinstance(self.ref, str) or not self.ref.strip() or len(self.ref) > MAX_REF:
-                raise ConfigError(f"ref must name a branch, tag or commit in 1-{MAX_REF} "
-                                  f"characters (got {self.ref!r})")
+                raise ConfigError(
+                    f"ref must name a branch, tag or commit in 1-{MAX_REF} characters (got {self.ref!r})"
+                )
             if self.project is None:
-                raise ConfigError("ref names a branch, tag or commit of one project: give the "
-                                  "project too")
+                raise ConfigError("ref names a branch, tag or commit of one project: give the project too")
 
     @classmethod
-    def of(cls, query: Any, project: str | None = None, table: str = "code", k: Any = 10, *,
-           language: Any = None, path: Any = None, kind: Any = None, group: Any = "file",
-           ref: str | None = None) -> SearchRequest:
+    def of(
+        cls,
+        query: Any,
+        project: str | None = None,
+        table: str = "code",
+        k: Any = 10,
+        *,
+        language: Any = None,
+        path: Any = None,
+        kind: Any = None,
+        group: Any = "file",
+        ref: str | None = None,
+    ) -> SearchRequest:
         """A request from the arguments as the tools and the CLI name them."""
         return cls(query, project, table, k, SearchFilter.of(language, path, kind), group, ref)
 
     def arguments(self) -> list[Any]:
         """What a later page must be asked with (its cursor is refused with any other)."""
-        extra = [self.ref, self.group] if self.ref is not None else (
-            [self.group] if self.group != "file" else [])
-        return [self.table, self.query, self.project, self.k,
-                self.where.describe() if self.where else None, *extra]
+        extra = (
+            [self.ref, self.group] if self.ref is not None else ([self.group] if self.group != "file" else [])
+        )
+        return [
+            self.table,
+            self.query,
+            self.project,
+            self.k,
+            self.where.describe() if self.where else None,
+            *extra,
+        ]

@@ -58,8 +58,9 @@ class RerankStage:
     def __init__(self, reranker: Router | Provider | None):
         self.reranker = reranker
 
-    async def apply(self, query: str, candidates: Sequence[SearchHit], k: int, *,
-                    project: str | None = None) -> Ranking:
+    async def apply(
+        self, query: str, candidates: Sequence[SearchHit], k: int, *, project: str | None = None
+    ) -> Ranking:
         cands = list(candidates)
         if not cands:
             return Ranking([], reranked=False, reason=NO_CANDIDATES)
@@ -73,23 +74,32 @@ class RerankStage:
             # A reranker is an improvement, never a precondition: search still answers.
             return _unranked(cands, k, f"not reranked: {exc}")
         order = sorted(range(len(cands)), key=lambda i: -scores[i])  # stable: ties keep retrieval order
-        hits = [replace(cands[i], score=round(float(scores[i]), 6), reranked=True,
-                        retrieval_score=cands[i].score, rerank_score=float(scores[i]),
-                        retrieval_rank=i + 1)
-                for i in order[:k]]
+        hits = [
+            replace(
+                cands[i],
+                score=round(float(scores[i]), 6),
+                reranked=True,
+                retrieval_score=cands[i].score,
+                rerank_score=float(scores[i]),
+                retrieval_rank=i + 1,
+            )
+            for i in order[:k]
+        ]
         return Ranking(hits, reranked=True, reranker=provider_id, candidates=len(cands))
 
     def _none_on_one_machine(self) -> bool:
         """No reranker registered and no fleet: the route's refusal would tell a user of one
         machine to start a sidecar or push an OpenRouter key; "not configured" is the truth."""
         router = self.reranker
-        return (isinstance(router, Router) and not router.registry.list(Role.RERANKER)
-                and not router.has_fleet())
+        return (
+            isinstance(router, Router) and not router.registry.list(Role.RERANKER) and not router.has_fleet()
+        )
 
     async def _score(self, query: str, docs: list[str], project: str | None) -> tuple[list[float], str]:
         if isinstance(self.reranker, Router):
-            served = await call_role(self.reranker, Role.RERANKER,
-                                     lambda p: p.rerank(query, docs), project=project)
+            served = await call_role(
+                self.reranker, Role.RERANKER, lambda p: p.rerank(query, docs), project=project
+            )
             return list(served.value), served.provider.id
         assert self.reranker is not None
         return list(await self.reranker.rerank(query, docs)), self.reranker.id
@@ -104,8 +114,10 @@ def _check_scores(scores: list[float], n: int, provider_id: str) -> None:
 
 
 def _unranked(cands: list[SearchHit], k: int, reason: str) -> Ranking:
-    hits = [replace(c, reranked=False, retrieval_score=c.score, retrieval_rank=i + 1)
-            for i, c in enumerate(cands[:k])]
+    hits = [
+        replace(c, reranked=False, retrieval_score=c.score, retrieval_rank=i + 1)
+        for i, c in enumerate(cands[:k])
+    ]
     return Ranking(hits, reranked=False, reason=reason, candidates=len(cands))
 
 
@@ -122,8 +134,11 @@ class CosineReranker(Provider):
     def __init__(self, encoder: Provider, *, provider_id: str | None = None):
         self.encoder = encoder
         self.info = ProviderInfo(
-            id=provider_id or f"rerank-cosine:{encoder.id}", kind=Kind.LOCAL,
-            roles=frozenset({Role.RERANKER}), model=encoder.info.model, width=None,
+            id=provider_id or f"rerank-cosine:{encoder.id}",
+            kind=Kind.LOCAL,
+            roles=frozenset({Role.RERANKER}),
+            model=encoder.info.model,
+            width=None,
             host=encoder.info.host,
         )
 
@@ -135,4 +150,3 @@ class CosineReranker(Provider):
         norms[norms == 0] = 1.0
         unit = vecs / norms[:, None]
         return [float(s) for s in unit[1:] @ unit[0]]
-

@@ -80,12 +80,25 @@ class SearchHit:
         """The pipeline's hit for a store's `Hit` of `project`: the one place a hit changes
         shape inside retrieval (scores rounded, a docs snippet opening on words)."""
         snippet = docs_snippet(hit.snippet) if hit.table == "docs" else hit.snippet
-        return cls(project, hit.table, hit.path, hit.start_line, hit.end_line, hit.symbol,
-                   hit.language, round(float(hit.score), 6), snippet,
-                   cosine=_rounded(hit.vector_score), kind=hit.kind,
-                   vector_rank=hit.vector_rank, text_rank=hit.text_rank,
-                   text_score=_rounded(hit.text_score), match=hit.match, text=text,
-                   chunk_id=hit.chunk_id)
+        return cls(
+            project,
+            hit.table,
+            hit.path,
+            hit.start_line,
+            hit.end_line,
+            hit.symbol,
+            hit.language,
+            round(float(hit.score), 6),
+            snippet,
+            cosine=_rounded(hit.vector_score),
+            kind=hit.kind,
+            vector_rank=hit.vector_rank,
+            text_rank=hit.text_rank,
+            text_score=_rounded(hit.text_score),
+            match=hit.match,
+            text=text,
+            chunk_id=hit.chunk_id,
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "text"}
@@ -115,9 +128,14 @@ class Ranking:
         return len(self.hits)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"reranked": self.reranked, "reason": self.reason, "reranker": self.reranker,
-                "candidates": self.candidates, "hits": [h.as_dict() for h in self.hits],
-                "notes": list(self.notes)}
+        return {
+            "reranked": self.reranked,
+            "reason": self.reason,
+            "reranker": self.reranker,
+            "candidates": self.candidates,
+            "hits": [h.as_dict() for h in self.hits],
+            "notes": list(self.notes),
+        }
 
 
 class Noted(list):
@@ -130,8 +148,10 @@ class Noted(list):
 
 
 def skipped_note(project: str, detail: str) -> str:
-    return (f"skipped project {project!r}, which is damaged ({detail}); run `fathom store "
-            f"verify {project} --repair`")
+    return (
+        f"skipped project {project!r}, which is damaged ({detail}); run `fathom store "
+        f"verify {project} --repair`"
+    )
 
 
 # What opens a docstring or a doc comment, and adornment lines that carry no words.
@@ -178,9 +198,16 @@ def files_of(hits: Sequence[Any], *, support: float = FILE_SUPPORT) -> list[File
     groups: dict[tuple[str, str], list[int]] = {}
     for rank, h in enumerate(hits, start=1):
         groups.setdefault((getattr(h, "project", None) or "", h.path), []).append(rank)
-    files = [FileAnswer(project, path, len(ranks), ranks[0],
-                        round(1.0 / ranks[0] + support * sum(1.0 / r for r in ranks[1:]), 6))
-             for (project, path), ranks in groups.items()]
+    files = [
+        FileAnswer(
+            project,
+            path,
+            len(ranks),
+            ranks[0],
+            round(1.0 / ranks[0] + support * sum(1.0 / r for r in ranks[1:]), 6),
+        )
+        for (project, path), ranks in groups.items()
+    ]
     return sorted(files, key=lambda f: (-f.score, f.best_rank))
 
 

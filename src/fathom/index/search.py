@@ -114,9 +114,13 @@ class Searchable(Protocol):
 # --------------------------------------------------------------------------- the pipeline
 
 
-async def pipeline(service: Searchable, request: SearchRequest, *,
-                   reranker: Router | Provider | None = None,
-                   depth: int | None = None) -> Ranking:
+async def pipeline(
+    service: Searchable,
+    request: SearchRequest,
+    *,
+    reranker: Router | Provider | None = None,
+    depth: int | None = None,
+) -> Ranking:
     """The ranked pool (hybrid search, code-aware ranking), its head rescored by the reranker
     stage, then one result per file (`group="file"`) or per chunk (`"chunk"`): the best `k`.
     The request was checked when made; it is trusted here.
@@ -132,22 +136,36 @@ async def pipeline(service: Searchable, request: SearchRequest, *,
         found = Ranking([], reranked=False, reason=NOT_CONFIGURED, candidates=len(pool))
     else:
         head = await _with_texts(service, request.table, pool[:depth])
-        found = await RerankStage(reranker).apply(request.query, head, len(head),
-                                                  project=request.project)
-    tail = pool[len(head):]
+        found = await RerankStage(reranker).apply(request.query, head, len(head), project=request.project)
+    tail = pool[len(head) :]
     # The tail keeps retrieval order, each hit flagged as such once it is among those cut.
     place = {(h.project, h.chunk_id): len(head) + i for i, h in enumerate(tail, start=1)}
-    cut = [replace(h, reranked=False, retrieval_score=h.score, retrieval_rank=placed)
-           if (placed := place.get((h.project, h.chunk_id))) is not None else h
-           for h in _cut([*found.hits, *tail], request.k, request.group)]
+    cut = [
+        replace(h, reranked=False, retrieval_score=h.score, retrieval_rank=placed)
+        if (placed := place.get((h.project, h.chunk_id))) is not None
+        else h
+        for h in _cut([*found.hits, *tail], request.k, request.group)
+    ]
     hits = await _with_texts(service, request.table, cut)
-    return Ranking(hits, reranked=found.reranked, reason=found.reason, reranker=found.reranker,
-                   candidates=found.candidates, notes=tuple(pool.notes))
+    return Ranking(
+        hits,
+        reranked=found.reranked,
+        reason=found.reason,
+        reranker=found.reranker,
+        candidates=found.candidates,
+        notes=tuple(pool.notes),
+    )
 
 
-async def candidates(service: Searchable, query: str, project: str | None = None,
-                     table: str = "code", depth: int = 40, *,
-                     where: SearchFilter | None = None) -> Noted:
+async def candidates(
+    service: Searchable,
+    query: str,
+    project: str | None = None,
+    table: str = "code",
+    depth: int = 40,
+    *,
+    where: SearchFilter | None = None,
+) -> Noted:
     """The ranked pool's best `depth` chunks over one project (or all), with full texts;
     `where` filters inside the store, before each half of the pool is cut."""
     request = SearchRequest(query, project, table, depth, where, "chunk")
@@ -167,13 +185,13 @@ def _cut(ranked: Sequence[SearchHit], k: int, group: str) -> list[SearchHit]:
     other ranges of the ranking)."""
     if group == "chunk":
         return list(ranked[:k])
-    return [replace(f.best, others=tuple((o.start_line, o.end_line, o.symbol, o.chunk_id)
-                                         for o in f.others))
-            for f in by_file(ranked)[:k]]
+    return [
+        replace(f.best, others=tuple((o.start_line, o.end_line, o.symbol, o.chunk_id) for o in f.others))
+        for f in by_file(ranked)[:k]
+    ]
 
 
-async def _with_texts(service: Searchable, table: str,
-                      hits: Sequence[SearchHit]) -> list[SearchHit]:
+async def _with_texts(service: Searchable, table: str, hits: Sequence[SearchHit]) -> list[SearchHit]:
     """`hits` with their full chunk texts (the snippet where the store keeps none), fetched
     once per project for the hits that lack one."""
     missing: dict[str, list[str]] = {}
@@ -191,8 +209,7 @@ async def _with_texts(service: Searchable, table: str,
     texts: dict[tuple[str, str], str] = {}
     for got in await asyncio.gather(*(texts_of(n) for n in sorted(missing))):
         texts.update(got)
-    return [h if h.text else replace(h, text=texts.get((h.project, h.chunk_id), h.snippet))
-            for h in hits]
+    return [h if h.text else replace(h, text=texts.get((h.project, h.chunk_id), h.snippet)) for h in hits]
 
 
 async def _retrieve(service: Searchable, request: SearchRequest) -> Noted:
@@ -205,16 +222,23 @@ async def _retrieve(service: Searchable, request: SearchRequest) -> Noted:
     shape = query_shape(query)
     if project is not None:
         vector = await encode_query(service.encoder_for(table, project), query)
-        found = await asyncio.to_thread(_hybrid, service.store, project, table, vector, query,
-                                        POOL, STORE_DEPTH, where)
+        found = await asyncio.to_thread(
+            _hybrid, service.store, project, table, vector, query, POOL, STORE_DEPTH, where
+        )
     else:
         found = await _over_projects(service, names, table, query, where, notes)
     ranked = rank(found, shape, project=project)[:POOL]
     return Noted([SearchHit.of(h.project or "", h) for h in ranked], notes)
 
 
-async def _over_projects(service: Searchable, names: list[str], table: str, query: str,
-                         where: SearchFilter | None, notes: list[str]) -> list[Hit]:
+async def _over_projects(
+    service: Searchable,
+    names: list[str],
+    table: str,
+    query: str,
+    where: SearchFilter | None,
+    notes: list[str],
+) -> list[Hit]:
     # Every project at once: those of one space share one query vector and one fusion
     # (`_hybrid_many`: the projects' halves fan out in parallel, and one fusion over the
     # pooled lists puts every hit on one scale). Projects of different spaces (another
@@ -232,8 +256,9 @@ async def _over_projects(service: Searchable, names: list[str], table: str, quer
     found: list[Hit] = []
     for encoder, members in groups.values():
         vector = await encode_query(encoder, query)
-        hits, damaged = await asyncio.to_thread(_hybrid_many, service.store, members, table,
-                                                vector, query, POOL, STORE_DEPTH, where)
+        hits, damaged = await asyncio.to_thread(
+            _hybrid_many, service.store, members, table, vector, query, POOL, STORE_DEPTH, where
+        )
         notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
         found.extend(h if h.project is not None else replace(h, project="") for h in hits)
     return found
@@ -242,17 +267,33 @@ async def _over_projects(service: Searchable, names: list[str], table: str, quer
 # --------------------------------------------------------------------------- the store's halves
 
 
-def hybrid_search(store: Store, project: str, table: str, vector: Any, query: str,
-                  k: int = 10, *, depth: int | None = None,
-                  where: SearchFilter | None = None) -> list[Hit]:
+def hybrid_search(
+    store: Store,
+    project: str,
+    table: str,
+    vector: Any,
+    query: str,
+    k: int = 10,
+    *,
+    depth: int | None = None,
+    where: SearchFilter | None = None,
+) -> list[Hit]:
     """Vector top-`depth` and full-text top-`depth`, fused (`fusion.fuse`), best `k` returned."""
     check_table_kind(table)
     check_k(k)
     return _hybrid(store, project, table, vector, query, k, depth, where)
 
 
-def _hybrid(store: Store, project: str, table: str, vector: Any, query: str, k: int,
-            depth: int | None, where: SearchFilter | None) -> list[Hit]:
+def _hybrid(
+    store: Store,
+    project: str,
+    table: str,
+    vector: Any,
+    query: str,
+    k: int,
+    depth: int | None,
+    where: SearchFilter | None,
+) -> list[Hit]:
     depth = depth or max(4 * k, 40)
     text = None
     if query and query.strip():
@@ -260,16 +301,24 @@ def _hybrid(store: Store, project: str, table: str, vector: Any, query: str, k: 
         # engine, numpy's BLAS), so on two cores a hybrid query costs about the slower half.
         text = _KEYWORD_POOL.submit(store.text_search, project, table, query, depth, where=where)
     # If the vector half raises, the keyword half finishes on its own and is dropped.
-    vector_hits = (store.vector_search(project, table, vector, depth, where=where)
-                   if vector is not None else [])
+    vector_hits = (
+        store.vector_search(project, table, vector, depth, where=where) if vector is not None else []
+    )
     text_hits = text.result() if text is not None else []
     return fuse(vector_hits, text_hits, query, limit=k)
 
 
-def hybrid_search_many(store: Store, projects: Sequence[str], table: str, vector: Any,
-                       query: str, k: int = 10, *, depth: int | None = None,
-                       where: SearchFilter | None = None,
-                       ) -> tuple[list[Hit], dict[str, DamagedProject]]:
+def hybrid_search_many(
+    store: Store,
+    projects: Sequence[str],
+    table: str,
+    vector: Any,
+    query: str,
+    k: int = 10,
+    *,
+    depth: int | None = None,
+    where: SearchFilter | None = None,
+) -> tuple[list[Hit], dict[str, DamagedProject]]:
     """One hybrid search over several projects of ONE space: the store pools every project's
     vector list by cosine and keyword list by BM25, each cut to `depth`
     (`Store.search_many`: in parallel, or from memory for the tables LanceStore's cache
@@ -281,9 +330,16 @@ def hybrid_search_many(store: Store, projects: Sequence[str], table: str, vector
     return _hybrid_many(store, projects, table, vector, query, k, depth, where)
 
 
-def _hybrid_many(store: Store, projects: Sequence[str], table: str, vector: Any, query: str,
-                 k: int, depth: int | None, where: SearchFilter | None,
-                 ) -> tuple[list[Hit], dict[str, DamagedProject]]:
+def _hybrid_many(
+    store: Store,
+    projects: Sequence[str],
+    table: str,
+    vector: Any,
+    query: str,
+    k: int,
+    depth: int | None,
+    where: SearchFilter | None,
+) -> tuple[list[Hit], dict[str, DamagedProject]]:
     depth = depth or max(4 * k, 40)
     pooled = store.search_many(projects, table, vector, query, depth, where=where)
     return fuse(pooled.vector, pooled.text, query, limit=k), pooled.damaged
@@ -299,9 +355,16 @@ async def encode_query(encoder: Provider, text: str) -> np.ndarray:
     return np.asarray(vectors, dtype=np.float32)[0]
 
 
-async def search(store: Store, encoder: Provider, project: str, query: str, *,
-                 table: str = "code", k: int = 10,
-                 where: SearchFilter | None = None) -> list[Hit]:
+async def search(
+    store: Store,
+    encoder: Provider,
+    project: str,
+    query: str,
+    *,
+    table: str = "code",
+    k: int = 10,
+    where: SearchFilter | None = None,
+) -> list[Hit]:
     """Encode `query` with the table's encoder and run the hybrid search off the event loop."""
     check_table_kind(table)
     check_query(query)
@@ -313,8 +376,7 @@ async def search(store: Store, encoder: Provider, project: str, query: str, *,
 # --------------------------------------------------------------------------- find_similar
 
 
-def check_similar(table: str, k: Any, *, path: str | None, line: int | None,
-                  snippet: str | None) -> None:
+def check_similar(table: str, k: Any, *, path: str | None, line: int | None, snippet: str | None) -> None:
     """The one check of find_similar's arguments: the table, `k`, and a file line or a
     snippet (not both). A path without its line is refused by `nearest`, after the caller
     has checked the project (the order a caller has always met the refusals in)."""
@@ -328,20 +390,36 @@ def check_similar(table: str, k: Any, *, path: str | None, line: int | None,
         whole_number("line", line, 1, MAX_LINE)
 
 
-async def find_similar(store: Store, project: str, *, table: str = "code",
-                       path: str | None = None, line: int | None = None,
-                       snippet: str | None = None, encoder: Provider | None = None,
-                       k: int = 10) -> list[Hit]:
+async def find_similar(
+    store: Store,
+    project: str,
+    *,
+    table: str = "code",
+    path: str | None = None,
+    line: int | None = None,
+    snippet: str | None = None,
+    encoder: Provider | None = None,
+    k: int = 10,
+) -> list[Hit]:
     """Chunks whose vectors lie nearest to the chunk at `path`:`line` (itself excluded), or
     to `snippet` encoded by `encoder`."""
     check_similar(table, k, path=path, line=line, snippet=snippet)
-    return await nearest(store, project, table=table, path=path, line=line, snippet=snippet,
-                         encoder=encoder, k=k)
+    return await nearest(
+        store, project, table=table, path=path, line=line, snippet=snippet, encoder=encoder, k=k
+    )
 
 
-async def nearest(store: Store, project: str, *, table: str, path: str | None,
-                  line: int | None, snippet: str | None, encoder: Provider | None,
-                  k: int) -> list[Hit]:
+async def nearest(
+    store: Store,
+    project: str,
+    *,
+    table: str,
+    path: str | None,
+    line: int | None,
+    snippet: str | None,
+    encoder: Provider | None,
+    k: int,
+) -> list[Hit]:
     """`find_similar` on arguments `check_similar` passed."""
     if path is not None:
         if line is None:

@@ -51,13 +51,36 @@ from fathom.index.secret_rules import ASSIGNED, RULES, URL_PASSWORD, Rule
 # ------------------------------------------------------------------ by name
 
 # Names (compared lower-cased) that are credentials whatever they hold.
-SECRET_NAMES = frozenset({
-    ".env", ".npmrc", ".pypirc", ".netrc", "_netrc", ".git-credentials", ".pgpass",
-    ".htpasswd", ".dockercfg", "credentials", "secrets.yml", "secrets.yaml",
-})
+SECRET_NAMES = frozenset(
+    {
+        ".env",
+        ".npmrc",
+        ".pypirc",
+        ".netrc",
+        "_netrc",
+        ".git-credentials",
+        ".pgpass",
+        ".htpasswd",
+        ".dockercfg",
+        "credentials",
+        "secrets.yml",
+        "secrets.yaml",
+    }
+)
 SECRET_PREFIXES = ("id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", ".env.", "credentials")
-SECRET_SUFFIXES = (".env", ".key", ".pem", ".p12", ".pfx", ".kdbx", ".keystore", ".jks", ".ppk",
-                   ".gpg", ".asc")
+SECRET_SUFFIXES = (
+    ".env",
+    ".key",
+    ".pem",
+    ".p12",
+    ".pfx",
+    ".kdbx",
+    ".keystore",
+    ".jks",
+    ".ppk",
+    ".gpg",
+    ".asc",
+)
 # Folders whose every file is a credential: cloud CLIs', SSH's and GnuPG's own homes.
 SECRET_DIRS = frozenset({".aws", ".ssh", ".gnupg", ".docker", ".kube", ".azure", ".gcloud"})
 _TFSTATE = re.compile(r"\.tfstate(\.|$)")
@@ -66,8 +89,26 @@ _SERVICE_ACCOUNT = re.compile(r"(service[-_]?account|[a-z][a-z0-9-]{4,28}-[0-9a-
 
 
 # `credentials.py`, `id_rsa.go`: code about credentials, not credentials.
-_SOURCE_SUFFIXES = (".py", ".go", ".js", ".ts", ".rs", ".java", ".rb", ".kt", ".cs", ".md",
-                    ".rst", ".c", ".h", ".cpp", ".php", ".swift", ".scala", ".sh")
+_SOURCE_SUFFIXES = (
+    ".py",
+    ".go",
+    ".js",
+    ".ts",
+    ".rs",
+    ".java",
+    ".rb",
+    ".kt",
+    ".cs",
+    ".md",
+    ".rst",
+    ".c",
+    ".h",
+    ".cpp",
+    ".php",
+    ".swift",
+    ".scala",
+    ".sh",
+)
 
 
 def secret_by_name(rel: str) -> bool:
@@ -122,19 +163,20 @@ _MARKED = re.compile(r"\[REDACTED:[a-z0-9-]+\]")
 # `_looks_secret`. Where each of its names starts (lower-cased): the expression is tried at
 # those places only, a few substring searches instead of a regular expression at every
 # character (4x faster).
-_ASSIGNMENT_STARTS = ("pass", "pwd", "secret", "token", "api", "access", "auth", "private",
-                      "credential")
+_ASSIGNMENT_STARTS = ("pass", "pwd", "secret", "token", "api", "access", "auth", "private", "credential")
 _ASSIGNMENT = re.compile(
     r"(?i)(?P<name>(?:passw(?:or)?d|\bpass\b|\bpwd\b|secret|token|api[_-]?key|access[_-]?key"
     r"|auth[_-]?key|private[_-]?key|credentials?)[A-Za-z0-9_.-]{0,30})"
     r"[\"']?[ \t]{0,4}(?::=|=>|==|=|:)[ \t]{0,4}"
-    r"(?P<q>[\"'`])?(?P<value>(?(q)[^\s\"'`]|[^\s\"'`;,]){8,200})(?(q)(?P=q))")
+    r"(?P<q>[\"'`])?(?P<value>(?(q)[^\s\"'`]|[^\s\"'`;,]){8,200})(?(q)(?P=q))"
+)
 # Names about a credential rather than holding one: `password_encryption = scram-sha-256`,
 # `publicKeyToken="1fc8..."`, `token_type: bearer2`.
 _NOT_CREDENTIAL = re.compile(
     r"(?i)type|kind|length|encrypt|format|policy|field|name|file|path|url|uri|endpoint|count|"
     r"limit|size|expir|header|prefix|regex|pattern|mode|method|usage|public|version|label|"
-    r"tokeni[sz]|class")
+    r"tokeni[sz]|class"
+)
 # `scheme://user:password@host`: a connection string with its password inline.
 _URL_PASSWORD = re.compile(r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@\"'`]{1,64}:(?P<value>[^\s:/@\"'`]{6,128})@")
 
@@ -144,23 +186,110 @@ _WHOLE_REFERENCE = re.compile(r"\$[A-Za-z_]\w*|%[A-Za-z_]\w*%|@[A-Za-z_]\w*@|<[^
 # In code and prose, an expression: a call, an index, a template, a variable.
 _EXPRESSION = re.compile(r"[()\[\]{}$<>]")
 # Words a placeholder is made of: a value that is mostly these is not a credential.
-_PLACEHOLDER_WORDS = ("changeme", "change", "example", "placeholder", "your", "dummy", "fake",
-                      "redacted", "secret", "password", "passwd", "token", "sample", "test",
-                      "todo", "fixme", "replace", "insert", "here", "xxx", "key", "api", "my",
-                      "foo", "bar", "demo", "default", "value", "none", "null", "enter", "put")
+_PLACEHOLDER_WORDS = (
+    "changeme",
+    "change",
+    "example",
+    "placeholder",
+    "your",
+    "dummy",
+    "fake",
+    "redacted",
+    "secret",
+    "password",
+    "passwd",
+    "token",
+    "sample",
+    "test",
+    "todo",
+    "fixme",
+    "replace",
+    "insert",
+    "here",
+    "xxx",
+    "key",
+    "api",
+    "my",
+    "foo",
+    "bar",
+    "demo",
+    "default",
+    "value",
+    "none",
+    "null",
+    "enter",
+    "put",
+)
 
 # Where an unquoted value is code (a variable, `password = new_password`), not a literal.
-CODE_SUFFIXES = frozenset({
-    ".py", ".pyi", ".js", ".mjs", ".cjs", ".jsx", ".ts", ".tsx", ".go", ".java", ".kt", ".kts",
-    ".scala", ".rb", ".rs", ".c", ".h", ".cc", ".cpp", ".hpp", ".cs", ".swift", ".php", ".lua",
-    ".dart", ".ex", ".exs", ".erl", ".clj", ".hs", ".ml", ".vue", ".svelte", ".r", ".jl",
-    ".pyx", ".pxd", ".css", ".scss", ".less", ".html", ".htm", ".xml", ".sql",
-})
+CODE_SUFFIXES = frozenset(
+    {
+        ".py",
+        ".pyi",
+        ".js",
+        ".mjs",
+        ".cjs",
+        ".jsx",
+        ".ts",
+        ".tsx",
+        ".go",
+        ".java",
+        ".kt",
+        ".kts",
+        ".scala",
+        ".rb",
+        ".rs",
+        ".c",
+        ".h",
+        ".cc",
+        ".cpp",
+        ".hpp",
+        ".cs",
+        ".swift",
+        ".php",
+        ".lua",
+        ".dart",
+        ".ex",
+        ".exs",
+        ".erl",
+        ".clj",
+        ".hs",
+        ".ml",
+        ".vue",
+        ".svelte",
+        ".r",
+        ".jl",
+        ".pyx",
+        ".pxd",
+        ".css",
+        ".scss",
+        ".less",
+        ".html",
+        ".htm",
+        ".xml",
+        ".sql",
+    }
+)
 # Config and data files: a value written in one is a literal unless it is shaped as a reference.
-CONFIG_SUFFIXES = frozenset({
-    ".yml", ".yaml", ".json", ".jsonc", ".json5", ".ini", ".cfg", ".cnf", ".conf",
-    ".properties", ".toml", ".env", ".tfvars", ".hcl", ".plist",
-})
+CONFIG_SUFFIXES = frozenset(
+    {
+        ".yml",
+        ".yaml",
+        ".json",
+        ".jsonc",
+        ".json5",
+        ".ini",
+        ".cfg",
+        ".cnf",
+        ".conf",
+        ".properties",
+        ".toml",
+        ".env",
+        ".tfvars",
+        ".hcl",
+        ".plist",
+    }
+)
 CODE, CONFIG, TEXT = "code", "config", "text"
 
 
@@ -280,9 +409,11 @@ def _matches(text: str, path: str) -> Iterator[tuple[str, int, int]]:
     for match in _assignments(text, lowered):
         # In code an unquoted value is an expression (or prose, in a comment): only quoted
         # literals count there.
-        if (match["q"] or kind != CODE) \
-                and _looks_secret(match["value"], bool(match["q"]) and kind == CONFIG) \
-                and not _NOT_CREDENTIAL.search(lowered, max(0, match.start() - 12), match.end("name")):
+        if (
+            (match["q"] or kind != CODE)
+            and _looks_secret(match["value"], bool(match["q"]) and kind == CONFIG)
+            and not _NOT_CREDENTIAL.search(lowered, max(0, match.start() - 12), match.end("name"))
+        ):
             yield (ASSIGNED, *match.span("value"))
     if "://" in text:
         for match in _URL_PASSWORD.finditer(text):
@@ -327,7 +458,7 @@ def _mask_line(line: str, first: bool) -> str:
     joins = {m.start() + m.group().index(m.group().strip()) for m in _JOINER.finditer(body)}
     kept = "".join(c for i, c in enumerate(body) if c in _STRUCTURE or i in joins)
     tail = "\\" if body.endswith("\\") and not first else ""  # a line continuation
-    return line[:len(line) - len(body)] + kept + tail
+    return line[: len(line) - len(body)] + kept + tail
 
 
 def _mask(secret: str, rule: str) -> str:
@@ -336,8 +467,7 @@ def _mask(secret: str, rule: str) -> str:
     if "\n" not in secret:
         return marker
     lines = secret.split("\n")
-    return "\n".join([marker + _mask_line(lines[0], True),
-                      *(_mask_line(line, False) for line in lines[1:])])
+    return "\n".join([marker + _mask_line(lines[0], True), *(_mask_line(line, False) for line in lines[1:])])
 
 
 def redact(text: str, path: str = "") -> Redacted:
@@ -348,7 +478,7 @@ def redact(text: str, path: str = "") -> Redacted:
         return Redacted(text, ())
     parts, at = [], 0
     for span in spans:
-        parts += [text[at:span.start], _mask(text[span.start:span.end], span.rule)]
+        parts += [text[at : span.start], _mask(text[span.start : span.end], span.rule)]
         at = span.end
     parts.append(text[at:])
     return Redacted("".join(parts), tuple(s.rule for s in spans))

@@ -79,6 +79,7 @@ class Repairer(Protocol):
 
     def provenance(self, provider: Provider, space: Space) -> Provenance: ...
 
+
 UNIT_TOLERANCE = 1e-3  # float32 rounding of a unit vector stays far inside this
 
 STATE = "state"
@@ -102,9 +103,15 @@ class Problem:
     paths: list[str] = field(default_factory=list)  # the files concerned, when it is per file
 
     def as_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "table": self.table, "kind": self.kind,
-                "detail": self.detail, "rows": len(self.chunk_ids), "repaired": self.repaired,
-                "paths": list(self.paths)}
+        return {
+            "project": self.project,
+            "table": self.table,
+            "kind": self.kind,
+            "detail": self.detail,
+            "rows": len(self.chunk_ids),
+            "repaired": self.repaired,
+            "paths": list(self.paths),
+        }
 
 
 @dataclass
@@ -115,12 +122,16 @@ class ProjectCheck:
 
 
 def _short(exc: BaseException) -> str:
-    return str(exc.detail) if isinstance(exc, DamagedProject) else \
-        " ".join(re.sub(r",?\s*/\S+\.rs:\d+:\d+", "", str(exc)).split())[:300]
+    return (
+        str(exc.detail)
+        if isinstance(exc, DamagedProject)
+        else " ".join(re.sub(r",?\s*/\S+\.rs:\d+:\d+", "", str(exc)).split())[:300]
+    )
 
 
-def check_project(store: Store, project: str, *,
-                  taken_back: Callable[[str], bool] | None = None) -> ProjectCheck:
+def check_project(
+    store: Store, project: str, *, taken_back: Callable[[str], bool] | None = None
+) -> ProjectCheck:
     """Every problem of one project's active tables (blocking). `taken_back(path)`: whether the
     project's `.fathomignore` takes that file back from the secret rules."""
     from fathom.index.migrate import read_rows
@@ -148,46 +159,84 @@ def check_project(store: Store, project: str, *,
                 off = ~np.isfinite(batch.vectors).all(axis=1) | (np.abs(norms - 1) > UNIT_TOLERANCE)
                 bad_vectors += [c for c, o in zip(batch.chunk_ids, off, strict=True) if o]
                 for i, cid in enumerate(batch.chunk_ids):
-                    if not _identity_holds(cid, batch.content_hashes[i], batch.paths[i],
-                                           batch.start_lines[i], batch.end_lines[i],
-                                           batch.texts[i]):
+                    if not _identity_holds(
+                        cid,
+                        batch.content_hashes[i],
+                        batch.paths[i],
+                        batch.start_lines[i],
+                        batch.end_lines[i],
+                        batch.texts[i],
+                    ):
                         damaged.append(cid)
                     if _holds_secret(batch.paths[i], batch.texts[i], taken_back):
                         secret_rows.append(cid)
                         secret_paths.add(batch.paths[i])
         except (FathomError, OSError, RuntimeError, ValueError) as exc:
-            out.problems.append(Problem(project, table, UNREADABLE,
-                                        f"the {table} table cannot be read in full: {_short(exc)}"))
+            out.problems.append(
+                Problem(
+                    project, table, UNREADABLE, f"the {table} table cannot be read in full: {_short(exc)}"
+                )
+            )
             continue
         out.tables[table] = len(ids)
         if len(ids) != expected:
-            out.problems.append(Problem(
-                project, table, COUNT_MISMATCH,
-                f"the {table} table's manifest counts {expected} rows but {len(ids)} were read"))
+            out.problems.append(
+                Problem(
+                    project,
+                    table,
+                    COUNT_MISMATCH,
+                    f"the {table} table's manifest counts {expected} rows but {len(ids)} were read",
+                )
+            )
         dups = sorted(c for c, n in Counter(ids).items() if n > 1)
         if dups:
-            out.problems.append(Problem(
-                project, table, DUPLICATE_IDS,
-                f"{len(dups)} chunk ids are stored more than once ({len(ids)} rows for "
-                f"{len(set(ids))} ids)", dups))
+            out.problems.append(
+                Problem(
+                    project,
+                    table,
+                    DUPLICATE_IDS,
+                    f"{len(dups)} chunk ids are stored more than once ({len(ids)} rows for "
+                    f"{len(set(ids))} ids)",
+                    dups,
+                )
+            )
         damaged_set = set(damaged)
         if damaged:
-            out.problems.append(Problem(
-                project, table, DAMAGED_ROWS,
-                f"{len(damaged_set)} rows do not match their own content hash or chunk id "
-                f"(damaged text or identity)", sorted(damaged_set)))
+            out.problems.append(
+                Problem(
+                    project,
+                    table,
+                    DAMAGED_ROWS,
+                    f"{len(damaged_set)} rows do not match their own content hash or chunk id "
+                    f"(damaged text or identity)",
+                    sorted(damaged_set),
+                )
+            )
         bad = sorted(set(bad_vectors) - damaged_set)
         if bad:
-            out.problems.append(Problem(
-                project, table, BAD_VECTORS,
-                f"{len(bad)} rows hold vectors that are not finite or not unit-length", bad))
+            out.problems.append(
+                Problem(
+                    project,
+                    table,
+                    BAD_VECTORS,
+                    f"{len(bad)} rows hold vectors that are not finite or not unit-length",
+                    bad,
+                )
+            )
         if secret_rows:
             paths = sorted(secret_paths)
             shown = ", ".join(paths[:10]) + (f" and {len(paths) - 10} more" if len(paths) > 10 else "")
-            out.problems.append(Problem(
-                project, table, SECRETS,
-                f"{len(secret_rows)} rows of {len(paths)} files hold credentials ({shown}): "
-                f"indexed before secrets were left out or redacted", secret_rows, paths=paths))
+            out.problems.append(
+                Problem(
+                    project,
+                    table,
+                    SECRETS,
+                    f"{len(secret_rows)} rows of {len(paths)} files hold credentials ({shown}): "
+                    f"indexed before secrets were left out or redacted",
+                    secret_rows,
+                    paths=paths,
+                )
+            )
         if isinstance(store, LanceStore):
             fts = lance_repair.fts_problem(store, project, table, _short)
             if fts:
@@ -203,16 +252,18 @@ def _holds_secret(path: str, text: str | None, taken_back: Callable[[str], bool]
     return taken_back is None or not taken_back(path)
 
 
-def _identity_holds(chunk_id: str, content_hash: str, path: str, start: int, end: int,
-                    text: str | None) -> bool:
+def _identity_holds(
+    chunk_id: str, content_hash: str, path: str, start: int, end: int, text: str | None
+) -> bool:
     if text is None:
         return False
     own_hash = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     if own_hash != content_hash:
         return False
     # The chunk id is derived from exactly these fields (see Chunk.chunk_id).
-    probe = Chunk(path=path, language="", table="code", start_line=int(start), end_line=int(end),
-                  symbol=None, text=text)
+    probe = Chunk(
+        path=path, language="", table="code", start_line=int(start), end_line=int(end), symbol=None, text=text
+    )
     return probe.chunk_id == chunk_id
 
 
@@ -233,27 +284,28 @@ async def repair_project(fathom: Repairer, check: ProjectCheck) -> None:
                 problem.repaired = await asyncio.to_thread(_rebuild_state, store, project)
             elif problem.kind in (UNREADABLE, COUNT_MISMATCH) and isinstance(store, LanceStore):
                 if problem.kind == COUNT_MISMATCH and any(
-                        p.kind == UNREADABLE and p.table == problem.table for p in check.problems):
+                    p.kind == UNREADABLE and p.table == problem.table for p in check.problems
+                ):
                     continue
-                problem.repaired = await asyncio.to_thread(_set_aside, store, project,
-                                                           problem.table)
+                problem.repaired = await asyncio.to_thread(_set_aside, store, project, problem.table)
             elif problem.kind == DUPLICATE_IDS and isinstance(store, LanceStore):
-                problem.repaired = await asyncio.to_thread(_dedupe, store, project,
-                                                           problem.table, problem.chunk_ids)
+                problem.repaired = await asyncio.to_thread(
+                    _dedupe, store, project, problem.table, problem.chunk_ids
+                )
             elif problem.kind == DAMAGED_ROWS and problem.table is not None:
-                n = await asyncio.to_thread(store.delete, project, problem.table,
-                                            chunk_ids=problem.chunk_ids)
-                problem.repaired = (f"deleted {n} damaged rows; the next `fathom index` "
-                                    f"re-embeds them from the files")
+                n = await asyncio.to_thread(store.delete, project, problem.table, chunk_ids=problem.chunk_ids)
+                problem.repaired = (
+                    f"deleted {n} damaged rows; the next `fathom index` re-embeds them from the files"
+                )
             elif problem.kind == SECRETS:
-                problem.repaired = await asyncio.to_thread(_remove_files, store, project,
-                                                           problem.paths)
+                problem.repaired = await asyncio.to_thread(_remove_files, store, project, problem.paths)
             elif problem.kind == BAD_VECTORS:
-                problem.repaired = await _reembed(fathom, project, problem.table,
-                                                  problem.chunk_ids)
-        for table in {p.table for p in check.problems
-                      if p.table and p.kind in (FTS_MISSING, DUPLICATE_IDS, DAMAGED_ROWS,
-                                                BAD_VECTORS, SECRETS)}:
+                problem.repaired = await _reembed(fathom, project, problem.table, problem.chunk_ids)
+        for table in {
+            p.table
+            for p in check.problems
+            if p.table and p.kind in (FTS_MISSING, DUPLICATE_IDS, DAMAGED_ROWS, BAD_VECTORS, SECRETS)
+        }:
             await asyncio.to_thread(_rebuild_indexes, store, project, table)
             for p in check.problems:
                 if p.table == table and p.kind == FTS_MISSING:
@@ -272,23 +324,28 @@ def _remove_files(store: Store, project: str, paths: list[str]) -> str:
         removed += store.delete(project, table, paths=paths)
         if isinstance(store, LanceStore):
             lance_repair.purge(store, project, table)
-    return (f"deleted {removed} rows of {len(paths)} files; the next `fathom index` leaves "
-            f"credential files out and indexes the others with their secrets redacted (a "
-            f"`!path` line in .fathomignore takes one back)")
+    return (
+        f"deleted {removed} rows of {len(paths)} files; the next `fathom index` leaves "
+        f"credential files out and indexes the others with their secrets redacted (a "
+        f"`!path` line in .fathomignore takes one back)"
+    )
 
 
 def _rebuild_state(store: LanceStore, project: str) -> str:
     aside, kept = lance_repair.rebuild_state(store, project)
-    return (f"rebuilt state.json (the damaged one kept as {aside}); kept "
-            f"{', '.join(kept) or 'no table'} to resume: run `fathom index ROOT --project "
-            f"{project}` to finish (only missing chunks are embedded)")
+    return (
+        f"rebuilt state.json (the damaged one kept as {aside}); kept "
+        f"{', '.join(kept) or 'no table'} to resume: run `fathom index ROOT --project "
+        f"{project}` to finish (only missing chunks are embedded)"
+    )
 
 
 def _set_aside(store: LanceStore, project: str, table: str | None) -> str:
     assert table is not None
     lance_repair.set_aside(store, project, table)
-    return (f"set the unreadable {table} table aside; run `fathom index ROOT --project "
-            f"{project}` to rebuild it")
+    return (
+        f"set the unreadable {table} table aside; run `fathom index ROOT --project {project}` to rebuild it"
+    )
 
 
 def _dedupe(store: LanceStore, project: str, table: str | None, chunk_ids: list[str]) -> str:
@@ -298,14 +355,25 @@ def _dedupe(store: LanceStore, project: str, table: str | None, chunk_ids: list[
 
     def sound(row: dict[str, Any]) -> bool:
         vec = np.asarray(row["vector"], dtype=np.float32)
-        return bool(np.isfinite(vec).all() and abs(float(np.linalg.norm(vec)) - 1) <= UNIT_TOLERANCE
-                    and _identity_holds(row["chunk_id"], row["content_hash"], row["path"],
-                                        row["start_line"], row["end_line"], row["text"]))
+        return bool(
+            np.isfinite(vec).all()
+            and abs(float(np.linalg.norm(vec)) - 1) <= UNIT_TOLERANCE
+            and _identity_holds(
+                row["chunk_id"],
+                row["content_hash"],
+                row["path"],
+                row["start_line"],
+                row["end_line"],
+                row["text"],
+            )
+        )
 
     kept = lance_repair.dedupe(store, project, table, chunk_ids, sound)
-    return (f"kept one row for {kept} of {len(chunk_ids)} duplicated ids"
-            + (f"; {len(chunk_ids) - kept} are re-embedded by the next `fathom index`"
-               if kept < len(chunk_ids) else ""))
+    return f"kept one row for {kept} of {len(chunk_ids)} duplicated ids" + (
+        f"; {len(chunk_ids) - kept} are re-embedded by the next `fathom index`"
+        if kept < len(chunk_ids)
+        else ""
+    )
 
 
 async def _reembed(fathom: Repairer, project: str, table: str | None, chunk_ids: list[str]) -> str:
@@ -323,10 +391,11 @@ async def _reembed(fathom: Repairer, project: str, table: str | None, chunk_ids:
     present = [c for c in chunk_ids if c in texts]
     done = 0
     for i in range(0, len(present), 64):
-        batch = present[i:i + 64]
+        batch = present[i : i + 64]
         vectors = await encoder.embed([texts[c] for c in batch])
-        done += await asyncio.to_thread(fathom.store.replace_vectors, project, table, batch,
-                                        vectors, provenance)
+        done += await asyncio.to_thread(
+            fathom.store.replace_vectors, project, table, batch, vectors, provenance
+        )
     return f"re-embedded {done} rows with {encoder.id} (verdict {provenance.verdict_id or '-'})"
 
 

@@ -127,15 +127,63 @@ from fathom.index.walking.tree import Tree, WalkUnsupported
 
 # Every name the walker exported before its parts moved to `fathom.index.walking`.
 __all__ = [
-    "ALWAYS_SKIP_DIRS", "BINARY", "BINARY_SUFFIXES", "Candidate", "DATA", "DATA_SUFFIXES",
-    "DECODED_WITH_REPLACEMENT", "EMPTY", "ESCAPED_NAME", "EXCLUDED", "FATHOMIGNORE", "FATHOMIGNORED",
-    "GENERATED", "GENERATED_MARKERS", "GENERATED_NAMES", "GENERATED_SUFFIXES", "GENERATED_TAG", "GITIGNORED",
-    "IGNORED_DIR", "IGNORE_FILES", "ListedFile", "MAX_FILE_BYTES", "MAX_IGNORE_BYTES", "MINIFIED", "MISSING",
-    "READ_SECONDS", "REFUSED_ROOTS", "RULES_FILE", "ReadRefused", "RefusedRoot", "Rules", "SECRET", "SLOW",
-    "SPECIAL", "SYMLINK", "Selection", "SelectionOptions", "SourceFile", "Survey", "TOO_LARGE", "Tree",
-    "UNREADABLE", "Unreadable", "WalkCancelled",
-    "WalkResult", "WalkUnsupported", "check_root", "decode", "find_secret", "read_one", "read_regular",
-    "resolve_roots", "root_moved", "secret_by_name", "survey", "under_roots", "walk",
+    "ALWAYS_SKIP_DIRS",
+    "BINARY",
+    "BINARY_SUFFIXES",
+    "Candidate",
+    "DATA",
+    "DATA_SUFFIXES",
+    "DECODED_WITH_REPLACEMENT",
+    "EMPTY",
+    "ESCAPED_NAME",
+    "EXCLUDED",
+    "FATHOMIGNORE",
+    "FATHOMIGNORED",
+    "GENERATED",
+    "GENERATED_MARKERS",
+    "GENERATED_NAMES",
+    "GENERATED_SUFFIXES",
+    "GENERATED_TAG",
+    "GITIGNORED",
+    "IGNORED_DIR",
+    "IGNORE_FILES",
+    "ListedFile",
+    "MAX_FILE_BYTES",
+    "MAX_IGNORE_BYTES",
+    "MINIFIED",
+    "MISSING",
+    "READ_SECONDS",
+    "REFUSED_ROOTS",
+    "RULES_FILE",
+    "ReadRefused",
+    "RefusedRoot",
+    "Rules",
+    "SECRET",
+    "SLOW",
+    "SPECIAL",
+    "SYMLINK",
+    "Selection",
+    "SelectionOptions",
+    "SourceFile",
+    "Survey",
+    "TOO_LARGE",
+    "Tree",
+    "UNREADABLE",
+    "Unreadable",
+    "WalkCancelled",
+    "WalkResult",
+    "WalkUnsupported",
+    "check_root",
+    "decode",
+    "find_secret",
+    "read_one",
+    "read_regular",
+    "resolve_roots",
+    "root_moved",
+    "secret_by_name",
+    "survey",
+    "under_roots",
+    "walk",
 ]
 
 
@@ -306,9 +354,15 @@ def walk(root: Path, *, cancel: threading.Event | None = None, **options: Any) -
     return result
 
 
-def read_one(root: Path, rel: str, *, selection: Selection | None = None,
-             max_file_bytes: int = MAX_FILE_BYTES, include: Iterable[str] = (),
-             extra_ignores: Iterable[str] = ()) -> SourceFile:
+def read_one(
+    root: Path,
+    rel: str,
+    *,
+    selection: Selection | None = None,
+    max_file_bytes: int = MAX_FILE_BYTES,
+    include: Iterable[str] = (),
+    extra_ignores: Iterable[str] = (),
+) -> SourceFile:
     """The one file at `rel` (relative to `root`, POSIX) exactly as a walk would read it, or
     `ReadRefused` naming why a walk would leave it out.
 
@@ -346,8 +400,9 @@ def read_one(root: Path, rel: str, *, selection: Selection | None = None,
             reason = reason_by_name(name.lower())
         if reason is not None:
             raise ReadRefused(rel, reason)
-        candidate = ListedFile(str(root.joinpath(*parts)), rel, info.st_size,
-                               taken_back=taken_back, names=tuple(parts))
+        candidate = ListedFile(
+            str(root.joinpath(*parts)), rel, info.st_size, taken_back=taken_back, names=tuple(parts)
+        )
         listed = Survey(root, [candidate], WalkResult(), max_file_bytes, tree)
         source = listed.read(candidate)
     if source is None:
@@ -368,8 +423,7 @@ def _folders_of_one(tree: Tree, selection: Selection, parts: list[str], rel: str
         names = parts[: i + 1]
         info = tree.stat(names)
         if info is None or stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-            raise ReadRefused(rel, MISSING if info is None or not stat.S_ISLNK(info.st_mode)
-                              else SYMLINK)
+            raise ReadRefused(rel, MISSING if info is None or not stat.S_ISLNK(info.st_mode) else SYMLINK)
         here, sub = tree.root.joinpath(*names), "/".join(names)
         reason, restricted = selection.directory(name, sub, str(here), scope)
         if reason is not None:
@@ -431,8 +485,9 @@ def _walk_dir(
         stack.extend(reversed([c for c in children if isinstance(c, _Folder)]))
 
 
-def _list_folder(folder: _Folder, selection: Selection, result: WalkResult,
-                 cancel: threading.Event | None, tree: Tree) -> Iterator[ListedFile | _Folder]:
+def _list_folder(
+    folder: _Folder, selection: Selection, result: WalkResult, cancel: threading.Event | None, tree: Tree
+) -> Iterator[ListedFile | _Folder]:
     """One folder's entries: the files a walk would read and the folders it enters. The folder
     is opened through its parent's descriptor: one swapped for a link since its parent was
     listed is counted as a link, and nothing under it is listed."""
@@ -440,8 +495,7 @@ def _list_folder(folder: _Folder, selection: Selection, result: WalkResult,
     prefix = str(directory)  # paths joined as strings: a Path per entry costs a walk ~10%
     try:
         at = tree.folder(folder.names)
-        scope = selection.scope(directory, rel, folder.parent, folder.restricted,
-                                result.skipped, dir_fd=at)
+        scope = selection.scope(directory, rel, folder.parent, folder.restricted, result.skipped, dir_fd=at)
         entries = sorted(os.scandir(at), key=lambda e: e.name)
     except Unreadable as exc:
         result.skipped[exc.reason] += 1
@@ -470,8 +524,7 @@ def _list_folder(folder: _Folder, selection: Selection, result: WalkResult,
             path = f"{prefix}/{entry.name}"  # scandir of a descriptor names no folder
             reason, inner = selection.directory(entry.name, child_rel, path, scope)
             if reason is None:
-                yield _Folder(Path(path), child_rel, scope, inner, child_escaped,
-                              (*folder.names, entry.name))
+                yield _Folder(Path(path), child_rel, scope, inner, child_escaped, (*folder.names, entry.name))
             elif not scope.restricted:  # inside a skipped folder nothing more is named
                 result.skipped[reason] += 1
                 result.skipped_dirs.setdefault(reason, []).append(child_rel)
@@ -482,31 +535,42 @@ def _list_folder(folder: _Folder, selection: Selection, result: WalkResult,
             if not scope.restricted:
                 result.skipped[SPECIAL] += 1  # sockets, fifos, devices
             continue
-        reason, forced = selection.file(entry.name, child_rel, scope)
-        if reason is not None:
-            if not scope.restricted:
-                result.skipped[reason] += 1
-            continue
-        # Include globs and folder negations do not take a credential back: only its own
-        # `!path` line in .fathomignore does.
-        taken_back = selection.taken_back(child_rel, scope)
-        if not taken_back and secret_by_name(child_rel):
-            result.secret(child_rel)
-            continue
-        reason = None if forced else reason_by_name(entry.name.lower())
-        if reason is not None:
+        listed = _listed_file(entry, child_rel, scope, selection, result)
+        if listed is not None:
+            size, taken_back = listed
+            path = f"{prefix}/{entry.name}"
+            yield ListedFile(path, child_rel, size, child_escaped, taken_back, (*folder.names, entry.name))
+
+
+def _listed_file(
+    entry: os.DirEntry[str], rel: str, scope: Scope, selection: Selection, result: WalkResult
+) -> tuple[int, bool] | None:
+    """A regular file's size, and whether a rule took it back, when the walk reads it; None (the
+    file counted or named) when a rule skips it."""
+    reason, forced = selection.file(entry.name, rel, scope)
+    if reason is not None:
+        if not scope.restricted:
             result.skipped[reason] += 1
-            continue
-        try:
-            size = entry.stat(follow_symlinks=False).st_size
-        except OSError:
-            size = 0  # the read will say why
-        yield ListedFile(f"{prefix}/{entry.name}", child_rel, size, child_escaped, taken_back,
-                         (*folder.names, entry.name))
+        return None
+    # Include globs and folder negations do not take a credential back: only its own
+    # `!path` line in .fathomignore does.
+    taken_back = selection.taken_back(rel, scope)
+    if not taken_back and secret_by_name(rel):
+        result.secret(rel)
+        return None
+    reason = None if forced else reason_by_name(entry.name.lower())
+    if reason is not None:
+        result.skipped[reason] += 1
+        return None
+    try:
+        return entry.stat(follow_symlinks=False).st_size, taken_back
+    except OSError:
+        return 0, taken_back  # the read will say why
 
 
-def _consider_file(candidate: ListedFile, max_file_bytes: int,
-                   result: WalkResult, *, tree: Tree) -> SourceFile | None:
+def _consider_file(
+    candidate: ListedFile, max_file_bytes: int, result: WalkResult, *, tree: Tree
+) -> SourceFile | None:
     rel = candidate.rel
     try:
         raw = _read_listed(candidate, max_file_bytes, tree)

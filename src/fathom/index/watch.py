@@ -85,8 +85,10 @@ class Syncable(Protocol):
 
     def selection_of(self, project: str, root: Path) -> SelectionOptions: ...
 
-    async def index(self, path: str | Path, project: str | None = None, *,
-                    reason: str | None = None) -> IndexReport: ...
+    async def index(
+        self, path: str | Path, project: str | None = None, *, reason: str | None = None
+    ) -> IndexReport: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +98,14 @@ Changes = Callable[[Path, asyncio.Event, Callable[[Any, str], bool]], AsyncItera
 OnSync = Callable[[str, "IndexReport | None", "BaseException | None"], None]
 
 
-async def watchfiles_changes(root: Path, stop: asyncio.Event,
-                             admit: Callable[[Any, str], bool], *, step_ms: int = 50,
-                             debounce_ms: int = 1600) -> AsyncIterator[set[str]]:
+async def watchfiles_changes(
+    root: Path,
+    stop: asyncio.Event,
+    admit: Callable[[Any, str], bool],
+    *,
+    step_ms: int = 50,
+    debounce_ms: int = 1600,
+) -> AsyncIterator[set[str]]:
     """Change batches from `watchfiles`: a batch closes after `step_ms` without a new event
     (or after `debounce_ms` at most). When the system's inotify watches run out (a huge tree),
     it falls back to polling rather than not watching."""
@@ -107,10 +114,17 @@ async def watchfiles_changes(root: Path, stop: asyncio.Event,
     polling = False
     while not stop.is_set():
         try:
-            async for batch in awatch(root, watch_filter=admit, step=step_ms,
-                                      debounce=debounce_ms, stop_event=stop,
-                                      force_polling=polling or None, poll_delay_ms=500,
-                                      raise_interrupt=False, ignore_permission_denied=True):
+            async for batch in awatch(
+                root,
+                watch_filter=admit,
+                step=step_ms,
+                debounce=debounce_ms,
+                stop_event=stop,
+                force_polling=polling or None,
+                poll_delay_ms=500,
+                raise_interrupt=False,
+                ignore_permission_denied=True,
+            ):
                 yield {path for _, path in batch}
             return
         except OSError as exc:
@@ -144,7 +158,8 @@ class RootMoved(ConfigError):
             f"sync stopped: {problem}; fix: put the project folder back (a folder, not a link), "
             f"then turn sync on again (`fathom watching {project} --on`, or Sync in the "
             f"dashboard); to index the new place instead, the operator indexes it explicitly "
-            f"(`fathom jobs start PATH --project {project}`)")
+            f"(`fathom jobs start PATH --project {project}`)"
+        )
 
 
 def _busy(exc: BaseException) -> bool:
@@ -155,10 +170,21 @@ def _busy(exc: BaseException) -> bool:
 class ProjectSync:
     """Keeps one project's index current with its folder."""
 
-    def __init__(self, fathom: Syncable, project: str, root: Path, *, changes: Changes,
-                 quiet_s: float, retry: _Retry, clock: Callable[[], float],
-                 sleep: Callable[[float], Awaitable[Any]], on_sync: OnSync | None,
-                 forced: bool = False, slots: asyncio.Semaphore | None = None):
+    def __init__(
+        self,
+        fathom: Syncable,
+        project: str,
+        root: Path,
+        *,
+        changes: Changes,
+        quiet_s: float,
+        retry: _Retry,
+        clock: Callable[[], float],
+        sleep: Callable[[float], Awaitable[Any]],
+        on_sync: OnSync | None,
+        forced: bool = False,
+        slots: asyncio.Semaphore | None = None,
+    ):
         self.fathom = fathom
         self.forced = forced
         self.slots = slots or asyncio.Semaphore(1)
@@ -171,8 +197,7 @@ class ProjectSync:
         self.sleep = sleep
         self.on_sync = on_sync
         options = fathom.selection_of(project, root)
-        self.selection = Selection(root, include=options["include"],
-                                   extra_ignores=options["extra_ignores"])
+        self.selection = Selection(root, include=options["include"], extra_ignores=options["extra_ignores"])
         self.pending: set[str] = set()
         self.state = "starting"
         self.detail: str | None = None
@@ -192,8 +217,10 @@ class ProjectSync:
     # ---- lifecycle
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._feed(), name=f"fathom.watch:{self.project}"),
-                       asyncio.create_task(self._loop(), name=f"fathom.sync:{self.project}")]
+        self._tasks = [
+            asyncio.create_task(self._feed(), name=f"fathom.watch:{self.project}"),
+            asyncio.create_task(self._loop(), name=f"fathom.sync:{self.project}"),
+        ]
 
     async def stop(self) -> None:
         self._stop.set()
@@ -295,10 +322,12 @@ class ProjectSync:
             self.state = "waiting"
             self.last_error = str(exc) or type(exc).__name__
             self.retry_at = time.time() + delay
-            self.detail = ("another process is syncing it; retrying" if busy else
-                           f"sync failed, retrying in {delay:.0f} s: {self.last_error}")
-            log.warning("sync of %s failed (%s); retrying in %.1f s", self.project,
-                        self.last_error, delay)
+            self.detail = (
+                "another process is syncing it; retrying"
+                if busy
+                else f"sync failed, retrying in {delay:.0f} s: {self.last_error}"
+            )
+            log.warning("sync of %s failed (%s); retrying in %.1f s", self.project, self.last_error, delay)
             self._notify(None, exc)
             await self.sleep(delay)
             self._dirty.set()
@@ -310,8 +339,11 @@ class ProjectSync:
         self._notify(report, None)
 
     def _job_of(self, report: Any) -> str | None:
-        jobs = [j for j in self.fathom.jobs.values() if j.project == self.project
-                and j.reason == "sync" and j.report is report]
+        jobs = [
+            j
+            for j in self.fathom.jobs.values()
+            if j.project == self.project and j.reason == "sync" and j.report is report
+        ]
         return jobs[-1].id if jobs else None
 
     def _notify(self, report: Any, error: BaseException | None) -> None:
@@ -323,28 +355,44 @@ class ProjectSync:
 
     def view(self) -> dict[str, Any]:
         def iso(t: float | None) -> str | None:
-            return None if t is None else datetime.fromtimestamp(t, tz=UTC).isoformat(
-                timespec="seconds")
+            return None if t is None else datetime.fromtimestamp(t, tz=UTC).isoformat(timespec="seconds")
 
-        return {"state": self.state, "root": str(self.root), "pending": len(self.pending),
-                "syncs": self.syncs, "last_sync": iso(self.last_sync_at),
-                "last_job": self.last_job, "last_error": self.last_error,
-                "retry_at": iso(self.retry_at), "detail": self.detail}
+        return {
+            "state": self.state,
+            "root": str(self.root),
+            "pending": len(self.pending),
+            "syncs": self.syncs,
+            "last_sync": iso(self.last_sync_at),
+            "last_job": self.last_job,
+            "last_error": self.last_error,
+            "retry_at": iso(self.retry_at),
+            "detail": self.detail,
+        }
 
 
 class Watcher:
     """The live sync of one `Fathom`: a `ProjectSync` per watched project."""
 
-    def __init__(self, fathom: Syncable, *, quiet_s: float = 0.3, step_ms: int = 50,
-                 retry_first_s: float = 1.0, retry_max_s: float = 30.0,
-                 changes: Changes | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-                 on_sync: OnSync | None = None, max_parallel: int = 2):
+    def __init__(
+        self,
+        fathom: Syncable,
+        *,
+        quiet_s: float = 0.3,
+        step_ms: int = 50,
+        retry_first_s: float = 1.0,
+        retry_max_s: float = 30.0,
+        changes: Changes | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+        on_sync: OnSync | None = None,
+        max_parallel: int = 2,
+    ):
         self.fathom = fathom
         self.quiet_s = quiet_s
         self.retry = _Retry(retry_first_s, retry_max_s)
         self.changes: Changes = changes or (
-            lambda root, stop, admit: watchfiles_changes(root, stop, admit, step_ms=step_ms))
+            lambda root, stop, admit: watchfiles_changes(root, stop, admit, step_ms=step_ms)
+        )
         self.clock = clock
         self.sleep = sleep
         self.on_sync = on_sync
@@ -377,15 +425,23 @@ class Watcher:
         # since replaced by a link must be caught by the sync's check, not followed.
         root = Path(os.path.abspath(Path(root).expanduser()))
         current = self.syncs.get(project)
-        if current is not None and current.root == root and current.state not in ("stopped",
-                                                                                   "off"):
+        if current is not None and current.root == root and current.state not in ("stopped", "off"):
             return
         if current is not None:
             asyncio.get_running_loop().create_task(current.stop())
-        sync = ProjectSync(self.fathom, project, root, changes=self.changes,
-                           quiet_s=self.quiet_s, retry=self.retry, clock=self.clock,
-                           sleep=self.sleep, on_sync=self.on_sync, forced=force,
-                           slots=self.slots)
+        sync = ProjectSync(
+            self.fathom,
+            project,
+            root,
+            changes=self.changes,
+            quiet_s=self.quiet_s,
+            retry=self.retry,
+            clock=self.clock,
+            sleep=self.sleep,
+            on_sync=self.on_sync,
+            forced=force,
+            slots=self.slots,
+        )
         self.syncs[project] = sync
         sync.start()
         log.info("watching %s (%s)", project, root)
@@ -398,11 +454,18 @@ class Watcher:
     def state(self, project: str, *, enabled: bool = True) -> dict[str, Any]:
         sync = self.syncs.get(project)
         if not enabled:
-            return {"enabled": False, "state": "off", "detail": "live sync is off for this "
-                    "project: `fathom watching PROJECT --on` turns it back on"}
+            return {
+                "enabled": False,
+                "state": "off",
+                "detail": "live sync is off for this "
+                "project: `fathom watching PROJECT --on` turns it back on",
+            }
         if sync is None:
-            return {"enabled": True, "state": "not watched",
-                    "detail": "its folder is not on this machine, or it was never indexed here"}
+            return {
+                "enabled": True,
+                "state": "not watched",
+                "detail": "its folder is not on this machine, or it was never indexed here",
+            }
         return {"enabled": True, **sync.view()}
 
     async def aclose(self) -> None:

@@ -55,8 +55,9 @@ def _open_npy(path: Path) -> tuple[mmap.mmap, np.ndarray, int]:
     back."""
     with open(path, "rb") as fh:
         major, _ = np.lib.format.read_magic(fh)
-        read_header = (np.lib.format.read_array_header_1_0 if major == 1
-                       else np.lib.format.read_array_header_2_0)
+        read_header = (
+            np.lib.format.read_array_header_1_0 if major == 1 else np.lib.format.read_array_header_2_0
+        )
         shape, fortran, dtype = read_header(fh)
         offset = fh.tell()
         mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -105,8 +106,8 @@ class MappedMatrix:
                 bad = ~np.isfinite(norms) | (norms == 0)
                 norms[bad] = 1.0
                 with np.errstate(invalid="ignore", over="ignore"):
-                    vectors[at:at + m] = np.nan_to_num(block / norms[:, None])
-                row_ids[at:at + m] = batch.column("_rowid").to_numpy()
+                    vectors[at : at + m] = np.nan_to_num(block / norms[:, None])
+                row_ids[at : at + m] = batch.column("_rowid").to_numpy()
                 dead.append(at + np.flatnonzero(bad))
                 at += m
             if at != n or tbl.version != version:
@@ -134,7 +135,7 @@ class MappedMatrix:
         page = mmap.PAGESIZE
         row = self.vectors.strides[0]
         for s in range(0, n, self.block):
-            scores = self.vectors[s:s + self.block] @ q
+            scores = self.vectors[s : s + self.block] @ q
             if self.dead is not None:
                 dead = self.dead[(self.dead >= s) & (self.dead < s + len(scores))]
                 scores[dead - s] = -np.inf
@@ -155,4 +156,3 @@ class MappedMatrix:
     def remove(self) -> None:
         """Delete the files (a mapping still in use by a search stays valid until it ends)."""
         shutil.rmtree(self.folder, ignore_errors=True)
-

@@ -54,8 +54,9 @@ def local_only(router: Router, role: Role) -> bool:
     return router.route(role).fallback is FallbackMode.LOCAL_ONLY
 
 
-async def call_role(router: Router, role: Role, fn: Callable[[Provider], Awaitable[T]], *,
-                    project: str | None = None) -> Served[T]:
+async def call_role(
+    router: Router, role: Role, fn: Callable[[Provider], Awaitable[T]], *, project: str | None = None
+) -> Served[T]:
     """`fn(provider)` on the first provider of `router.order(role)` that serves it.
 
     Raises the router's `NoRoute` (a `NoProviderAvailable` naming every reason) when none can.

@@ -52,8 +52,10 @@ class UnknownModel(ConfigError):
     def __init__(self, name: str, role: Role, known: Sequence[str]):
         self.name, self.role = name, role
         listed = ", ".join(known) or "none is installed"
-        super().__init__(f"no {role} model {name!r} here: give a name `fathom models` lists "
-                         f"({listed}) or the path of a model folder")
+        super().__init__(
+            f"no {role} model {name!r} here: give a name `fathom models` lists "
+            f"({listed}) or the path of a model folder"
+        )
 
 
 @dataclass(frozen=True)
@@ -75,8 +77,10 @@ class Entry:
 
     def embed_model(self) -> EmbedModel:
         if self.width is None:
-            raise ConfigError(f"{self.name} is a cross-encoder: it scores pairs and has no "
-                              f"vector space; use it with `fathom models use reranker`")
+            raise ConfigError(
+                f"{self.name} is a cross-encoder: it scores pairs and has no "
+                f"vector space; use it with `fathom models use reranker`"
+            )
         return EmbedModel(self.name, self.path, self.width)
 
 
@@ -132,16 +136,24 @@ def size_of(folder: Path) -> int:
 
 def entry_of(folder: Path, *, name: str, source: str) -> Entry:
     role = role_of(folder)
-    return Entry(role=role, name=name, path=str(folder), source=source,
-                 width=width_of(folder) if role == "embed" else None,
-                 max_tokens=max_tokens_of(folder), size_bytes=size_of(folder))
+    return Entry(
+        role=role,
+        name=name,
+        path=str(folder),
+        source=source,
+        width=width_of(folder) if role == "embed" else None,
+        max_tokens=max_tokens_of(folder),
+        size_bytes=size_of(folder),
+    )
 
 
 def check_embed_folder(folder: Path) -> int:
     """A folder's width, or a typed refusal naming what is wrong with it as an encoder."""
     if role_of(folder) == "reranker":
-        raise ConfigError(f"{folder} is a cross-encoder: it scores pairs and has no vector "
-                          f"space; use it with `fathom models use reranker {folder}`")
+        raise ConfigError(
+            f"{folder} is a cross-encoder: it scores pairs and has no vector "
+            f"space; use it with `fathom models use reranker {folder}`"
+        )
     width = width_of(folder)
     if width is None:
         raise ConfigError(f"the width of {folder} is unknown (its config names no hidden size)")
@@ -208,8 +220,10 @@ def resolve(settings: Settings, role: Role, name: str, *, as_name: str | None = 
     if folder.is_dir():
         folder = folder.resolve()
         if not is_model_folder(folder):
-            raise ConfigError(f"{folder} is not a model folder (it needs a config.json beside "
-                              f"model.safetensors or pytorch_model.bin)")
+            raise ConfigError(
+                f"{folder} is not a model folder (it needs a config.json beside "
+                f"model.safetensors or pytorch_model.bin)"
+            )
         if role == "embed":
             check_embed_folder(folder)
         else:
@@ -247,19 +261,22 @@ def sample_texts(n: int = 32, size: int = 1000) -> list[str]:
     texts: list[str] = []
     for path in sorted(Path(__file__).resolve().parents[1].rglob("*.py")):
         text = path.read_text(encoding="utf-8")
-        texts.extend(text[i:i + size] for i in range(0, len(text) - size, size))
+        texts.extend(text[i : i + size] for i in range(0, len(text) - size, size))
         if len(texts) >= n:
             break
     return texts[:n]
 
 
-QUERIES = ("where is the retry delay computed", "parse a config file into settings",
-           "check the token before serving a request", "split a file into chunks",
-           "how is the vector table promoted")
+QUERIES = (
+    "where is the retry delay computed",
+    "parse a config file into settings",
+    "check the token before serving a request",
+    "split a file into chunks",
+    "how is the vector table promoted",
+)
 
 
-def measure(entry: Entry, settings: Settings, *,
-            clock: Callable[[], float] = time.perf_counter) -> Entry:
+def measure(entry: Entry, settings: Settings, *, clock: Callable[[], float] = time.perf_counter) -> Entry:
     """The entry with its cost on this machine: load seconds, and ms per chunk and per query
     (an encoder) or ms to rerank 20 candidates (a cross-encoder), medians of a few runs."""
     try:
@@ -289,8 +306,11 @@ def _embed_cost(entry: Entry, settings: Settings, clock: Callable[[], float]) ->
         t = clock()
         encoder.encode_sync([q])
         queries.append((clock() - t) * 1000)
-    return {"load_s": round(loaded, 2), "ms_per_chunk": round(statistics.median(runs), 2),
-            "ms_per_query": round(statistics.median(queries), 2)}
+    return {
+        "load_s": round(loaded, 2),
+        "ms_per_chunk": round(statistics.median(runs), 2),
+        "ms_per_query": round(statistics.median(queries), 2),
+    }
 
 
 def _rerank_cost(entry: Entry, settings: Settings, clock: Callable[[], float]) -> dict[str, float]:

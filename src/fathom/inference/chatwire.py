@@ -47,15 +47,17 @@ def tool_call(call_id: str, name: Any, arguments: Any) -> ToolCall:
         return ToolCall(call_id, name, arguments)
     text = arguments if isinstance(arguments, str) else ("" if arguments is None else None)
     if text is None:
-        return ToolCall(call_id, name, {}, problem=f"its arguments are a {type(arguments).__name__}, "
-                                                   f"not a JSON object")
+        return ToolCall(
+            call_id, name, {}, problem=f"its arguments are a {type(arguments).__name__}, not a JSON object"
+        )
     try:
         parsed = json.loads(text) if text.strip() else {}
     except ValueError:
         return ToolCall(call_id, name, {}, problem=f"its arguments are not valid JSON: {text[:200]!r}")
     if not isinstance(parsed, dict):
-        return ToolCall(call_id, name, {}, problem=f"its arguments are a JSON {type(parsed).__name__}, "
-                                                   f"not an object")
+        return ToolCall(
+            call_id, name, {}, problem=f"its arguments are a JSON {type(parsed).__name__}, not an object"
+        )
     return ToolCall(call_id, name, parsed)
 
 
@@ -73,9 +75,13 @@ def parse_completion(data: Mapping[str, Any], model: str) -> ChatResult:
     choice = choices[0]
     msg = choice.get("message") or {}
     calls = tuple(
-        tool_call(tc.get("id") or f"call_{i}", (tc.get("function") or {}).get("name"),
-                  (tc.get("function") or {}).get("arguments"))
-        for i, tc in enumerate(msg.get("tool_calls") or []) if isinstance(tc, dict)
+        tool_call(
+            tc.get("id") or f"call_{i}",
+            (tc.get("function") or {}).get("name"),
+            (tc.get("function") or {}).get("arguments"),
+        )
+        for i, tc in enumerate(msg.get("tool_calls") or [])
+        if isinstance(tc, dict)
     )
     served = data.get("model")
     return ChatResult(
@@ -129,13 +135,17 @@ class ChatStream:
             if isinstance(piece, str) and piece:
                 added.append(piece)
             for tc in delta.get("tool_calls") or []:
-                slot = self._calls.setdefault(int(tc.get("index", 0)), {"id": None, "name": "", "arguments": ""})
+                slot = self._calls.setdefault(
+                    int(tc.get("index", 0)), {"id": None, "name": "", "arguments": ""}
+                )
                 slot["id"] = tc.get("id") or slot["id"]
                 fn = tc.get("function") or {}
                 slot["name"] += fn.get("name") or ""
                 args = fn.get("arguments")
                 if isinstance(args, str):
-                    slot["arguments"] = (slot["arguments"] if isinstance(slot["arguments"], str) else "") + args
+                    slot["arguments"] = (
+                        slot["arguments"] if isinstance(slot["arguments"], str) else ""
+                    ) + args
                 elif args is not None:  # an object sent whole, as Ollama may
                     slot["arguments"] = args
             if choice.get("finish_reason"):
@@ -152,10 +162,17 @@ class ChatStream:
                 await maybe
 
     def result(self) -> ChatResult:
-        calls = tuple(tool_call(c["id"] or f"call_{i}", c["name"], c["arguments"])
-                      for i, c in sorted(self._calls.items()))
-        return ChatResult(content=self.text or None, tool_calls=calls, finish_reason=self.finish,
-                          usage=self.usage, model=self.served_model or self.model)
+        calls = tuple(
+            tool_call(c["id"] or f"call_{i}", c["name"], c["arguments"])
+            for i, c in sorted(self._calls.items())
+        )
+        return ChatResult(
+            content=self.text or None,
+            tool_calls=calls,
+            finish_reason=self.finish,
+            usage=self.usage,
+            model=self.served_model or self.model,
+        )
 
 
 def error_text(body: str) -> str:
@@ -177,11 +194,17 @@ def error_text(body: str) -> str:
     return (f"{message} ({kind})" if kind and str(kind) not in message else message)[:500]
 
 
-_CONTEXT = re.compile(r"context (length|size|window)|maximum context|exceed_context_size|"
-                      r"too many tokens|prompt is too long|reduce the length", re.IGNORECASE)
-_NO_MODEL = re.compile(r"model\b.*\b(not found|does not exist|is not loaded|not available)|"
-                       r"no such model|unknown model|not a valid model|model_not_found|"
-                       r"NotFoundError|not_found_error", re.IGNORECASE)
+_CONTEXT = re.compile(
+    r"context (length|size|window)|maximum context|exceed_context_size|"
+    r"too many tokens|prompt is too long|reduce the length",
+    re.IGNORECASE,
+)
+_NO_MODEL = re.compile(
+    r"model\b.*\b(not found|does not exist|is not loaded|not available)|"
+    r"no such model|unknown model|not a valid model|model_not_found|"
+    r"NotFoundError|not_found_error",
+    re.IGNORECASE,
+)
 
 
 # A request refused for carrying too much at once (inputs, or tokens over the whole batch):
@@ -194,7 +217,9 @@ _BATCH = re.compile(
     r"(request|payload|body)( entity)? too large|"
     r"at most \d+ (requests|inputs|texts|items|documents) (can be )?in (one|a single) (batch|request)|"
     r"should have at most \d+ items|"
-    r"tokens per (submitted )?(batch|request)", re.IGNORECASE)
+    r"tokens per (submitted )?(batch|request)",
+    re.IGNORECASE,
+)
 
 
 def says_batch_too_large(message: str) -> bool:

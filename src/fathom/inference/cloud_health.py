@@ -50,9 +50,14 @@ class CloudState(StrEnum):
     UNREACHABLE = "unreachable"
 
 
-STATE_OF = {Outcome.OK: CloudState.SERVING, Outcome.REJECTED: CloudState.KEY_REJECTED,
-            Outcome.NO_CREDITS: CloudState.NO_CREDITS, Outcome.THROTTLED: CloudState.THROTTLED,
-            Outcome.UNREACHABLE: CloudState.UNREACHABLE, Outcome.RESET: CloudState.UNCHECKED}
+STATE_OF = {
+    Outcome.OK: CloudState.SERVING,
+    Outcome.REJECTED: CloudState.KEY_REJECTED,
+    Outcome.NO_CREDITS: CloudState.NO_CREDITS,
+    Outcome.THROTTLED: CloudState.THROTTLED,
+    Outcome.UNREACHABLE: CloudState.UNREACHABLE,
+    Outcome.RESET: CloudState.UNCHECKED,
+}
 
 # What to do about each state, for the operator reading it.
 ADVICE = {
@@ -102,8 +107,13 @@ class Record:
         return ADVICE[self.state]
 
     def to_dict(self) -> dict[str, str | None]:
-        return {"state": self.state.value, "at": self.at, "detail": self.detail or None,
-                "advice": self.advice, "source": self.source}
+        return {
+            "state": self.state.value,
+            "at": self.at,
+            "detail": self.detail or None,
+            "advice": self.advice,
+            "source": self.source,
+        }
 
 
 class CloudHealth:
@@ -119,8 +129,12 @@ class CloudHealth:
     def note(self, target: str, outcome: Outcome | str, detail: str = "") -> Record:
         """Record what a call through `target` (a provider id) or a key check on `target` (a
         sidecar name) found. The one way in."""
-        record = Record(STATE_OF[Outcome(outcome)], self.now().isoformat(timespec="seconds"),
-                        scrub(" ".join(str(detail).split()))[:300], target)
+        record = Record(
+            STATE_OF[Outcome(outcome)],
+            self.now().isoformat(timespec="seconds"),
+            scrub(" ".join(str(detail).split()))[:300],
+            target,
+        )
         with self._lock:
             record = Record(record.state, record.at, record.detail, target, next(self._seq))
             self._records[target] = record
@@ -134,6 +148,9 @@ class CloudHealth:
     def of(self, provider_id: str, sidecar: str | None = None) -> Record:
         """A route's state: the latest note about it or about the sidecar holding its key."""
         with self._lock:
-            found = [r for r in (self._records.get(provider_id),
-                                 self._records.get(sidecar) if sidecar else None) if r is not None]
+            found = [
+                r
+                for r in (self._records.get(provider_id), self._records.get(sidecar) if sidecar else None)
+                if r is not None
+            ]
         return max(found, key=lambda r: r.seq) if found else Record()

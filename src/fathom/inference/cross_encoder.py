@@ -48,17 +48,28 @@ class CrossEncoderReranker(Provider):
     worker thread under a lock, like the local encoder: torch already uses every core for one
     batch, so concurrent batches would only thrash."""
 
-    def __init__(self, model_path: str | Path, *, model_name: str | None = None,
-                 device: str = "cpu", batch_size: int = 32, provider_id: str | None = None):
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        model_name: str | None = None,
+        device: str = "cpu",
+        batch_size: int = 32,
+        provider_id: str | None = None,
+    ):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
         self.model_path = str(model_path)
         self.model_name = model_name or Path(self.model_path).name or self.model_path
         self.device = device
         self.batch_size = int(batch_size)
-        self.info = ProviderInfo(id=provider_id or f"cross-encoder:{self.model_name}",
-                                 kind=Kind.LOCAL, roles=frozenset({Role.RERANKER}),
-                                 model=self.model_name, width=None)
+        self.info = ProviderInfo(
+            id=provider_id or f"cross-encoder:{self.model_name}",
+            kind=Kind.LOCAL,
+            roles=frozenset({Role.RERANKER}),
+            model=self.model_name,
+            width=None,
+        )
         self._model: CrossEncoder | None = None
         self._load_lock = threading.Lock()
         self._score_lock = threading.Lock()
@@ -85,8 +96,9 @@ class CrossEncoderReranker(Provider):
                 hf_logging.disable_progress_bar()
                 model = CrossEncoder(self.model_path, device=self.device, local_files_only=True)
             except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error
-                raise ModelLoadError(self.model_name, self.model_path,
-                                     f"{type(exc).__name__}: {exc}") from exc
+                raise ModelLoadError(
+                    self.model_name, self.model_path, f"{type(exc).__name__}: {exc}"
+                ) from exc
             if getattr(model, "num_labels", 1) != 1:
                 raise NotACrossEncoder(self.model_path, f"{model.num_labels} labels")
             self._model = model
@@ -100,16 +112,22 @@ class CrossEncoderReranker(Provider):
         model = self.load()
         with self._score_lock:
             try:
-                scores = model.predict([(query, d) for d in docs], batch_size=self.batch_size,
-                                       convert_to_numpy=True, show_progress_bar=False)
+                scores = model.predict(
+                    [(query, d) for d in docs],
+                    batch_size=self.batch_size,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
             except Exception as exc:  # noqa: BLE001
                 raise ProviderUnavailable(
-                    f"cross-encoder {self.id} failed: {type(exc).__name__}: {exc}") from exc
+                    f"cross-encoder {self.id} failed: {type(exc).__name__}: {exc}"
+                ) from exc
             self.pairs_scored += len(docs)
         out = [float(s) for s in list(scores)]
         if len(out) != len(docs):
-            raise ProviderUnavailable(f"cross-encoder {self.id} returned {len(out)} scores for "
-                                      f"{len(docs)} documents")
+            raise ProviderUnavailable(
+                f"cross-encoder {self.id} returned {len(out)} scores for {len(docs)} documents"
+            )
         return out
 
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:

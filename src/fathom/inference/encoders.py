@@ -37,12 +37,16 @@ def runtime_of(settings: Settings) -> str:
     chosen = settings.local_runtime
     if chosen == "onnx":
         if settings.local_device != "cpu":
-            raise ConfigError(f"FATHOM_LOCAL_RUNTIME=onnx runs on the CPU only, but "
-                              f"FATHOM_LOCAL_DEVICE={settings.local_device}: set the runtime to "
-                              f"torch (or auto) for a GPU, or the device to cpu")
+            raise ConfigError(
+                f"FATHOM_LOCAL_RUNTIME=onnx runs on the CPU only, but "
+                f"FATHOM_LOCAL_DEVICE={settings.local_device}: set the runtime to "
+                f"torch (or auto) for a GPU, or the device to cpu"
+            )
         if not onnx_installed():
-            raise ConfigError("FATHOM_LOCAL_RUNTIME=onnx but onnxruntime (or onnx) is not "
-                              "installed: pip install onnxruntime onnx, or set the runtime to torch")
+            raise ConfigError(
+                "FATHOM_LOCAL_RUNTIME=onnx but onnxruntime (or onnx) is not "
+                "installed: pip install onnxruntime onnx, or set the runtime to torch"
+            )
         return "onnx"
     if chosen == "torch":
         return "torch"
@@ -68,9 +72,14 @@ def cache_dir(settings: Settings) -> Path:
 def local_encoder(settings: Settings) -> Provider:
     """The embedded reference encoder of the settings' model (not loaded yet)."""
     if runtime_of(settings) == "onnx":
-        return OnnxEncoder(settings.local_model_path, model_name=settings.local_model_name,
-                           width=settings.local_width, cache_dir=cache_dir(settings),
-                           batch_size=settings.local_batch_size, max_tokens=settings.local_max_tokens)
+        return OnnxEncoder(
+            settings.local_model_path,
+            model_name=settings.local_model_name,
+            width=settings.local_width,
+            cache_dir=cache_dir(settings),
+            batch_size=settings.local_batch_size,
+            max_tokens=settings.local_max_tokens,
+        )
     return LocalEncoder.from_settings(settings)
 
 
@@ -81,9 +90,17 @@ def quantized_writer(settings: Settings) -> OnnxEncoder | None:
     if variant == "none":
         return None
     if runtime_of(settings) != "onnx":
-        raise ConfigError(f"FATHOM_LOCAL_QUANTIZED={variant} needs the ONNX runtime, but the "
-                          f"embedded encoder runs on torch here: set FATHOM_LOCAL_RUNTIME=onnx "
-                          f"(CPU, a BERT model folder, onnxruntime installed), or unset it")
-    return OnnxEncoder(settings.local_model_path, model_name=settings.local_model_name,
-                       width=settings.local_width, cache_dir=cache_dir(settings), variant=variant,
-                       batch_size=settings.local_batch_size, max_tokens=settings.local_max_tokens)
+        raise ConfigError(
+            f"FATHOM_LOCAL_QUANTIZED={variant} needs the ONNX runtime, but the "
+            f"embedded encoder runs on torch here: set FATHOM_LOCAL_RUNTIME=onnx "
+            f"(CPU, a BERT model folder, onnxruntime installed), or unset it"
+        )
+    return OnnxEncoder(
+        settings.local_model_path,
+        model_name=settings.local_model_name,
+        width=settings.local_width,
+        cache_dir=cache_dir(settings),
+        variant=variant,
+        batch_size=settings.local_batch_size,
+        max_tokens=settings.local_max_tokens,
+    )

@@ -45,8 +45,10 @@ TRUTHY = {"1", "true", "yes", "on"}
 HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95}")
 # What a model folder needs of a repository: its top-level files but other weight formats and
 # the model card, and the folders its modules.json names (pooling, normalisation, dense).
-OTHER_FORMATS = re.compile(r"(pytorch_model.*\.bin|tf_model\.h5|flax_model\.msgpack|rust_model\.ot|"
-                           r".*\.onnx|.*\.gguf|README\.md|\.gitattributes|.*\.(png|jpg|gif))$")
+OTHER_FORMATS = re.compile(
+    r"(pytorch_model.*\.bin|tf_model\.h5|flax_model\.msgpack|rust_model\.ot|"
+    r".*\.onnx|.*\.gguf|README\.md|\.gitattributes|.*\.(png|jpg|gif))$"
+)
 GIT_SHA1 = "git-sha1"
 
 
@@ -72,8 +74,10 @@ class HubDownloadError(ConfigError):
     def __init__(self, repo: str, what: str, *, fix: str, url: str = ""):
         self.repo, self.what, self.url = repo, what, url
         where = f" from {url}" if url else ""
-        super().__init__(f"cannot download {repo}{where}: {what}. Check the network (or "
-                         f"HF_ENDPOINT, a mirror of the Hub), or {fix}; nothing was written")
+        super().__init__(
+            f"cannot download {repo}{where}: {what}. Check the network (or "
+            f"HF_ENDPOINT, a mirror of the Hub), or {fix}; nothing was written"
+        )
 
 
 def offline() -> bool:
@@ -92,12 +96,20 @@ def endpoint(repo: str, fix: str) -> str:
     try:
         url = httpx.URL(raw)
     except httpx.InvalidURL:
-        raise HubDownloadError(repo, "HF_ENDPOINT is not a URL; set it to https://huggingface.co "
-                                     "or a mirror's https address, or unset it", fix=fix) from None
+        raise HubDownloadError(
+            repo,
+            "HF_ENDPOINT is not a URL; set it to https://huggingface.co "
+            "or a mirror's https address, or unset it",
+            fix=fix,
+        ) from None
     shown = f"{url.scheme}://{url.host}{f':{url.port}' if url.port else ''}"  # never userinfo
     if url.scheme != "https" and not (url.scheme == "http" and is_loopback(url.host)):
-        raise HubDownloadError(repo, f"HF_ENDPOINT={shown} is not https (plain http is only "
-                                     f"accepted on this machine); set it to an https address", fix=fix)
+        raise HubDownloadError(
+            repo,
+            f"HF_ENDPOINT={shown} is not https (plain http is only "
+            f"accepted on this machine); set it to an https address",
+            fix=fix,
+        )
     return f"{shown}{url.path.rstrip('/')}"
 
 
@@ -120,10 +132,18 @@ def _client() -> httpx.Client:
     return httpx.Client(timeout=httpx.Timeout(30.0, connect=10.0), follow_redirects=True)
 
 
-def fetch_folder(repo: str, commit: str, files: dict[str, Pin], target: Path, *, fix: str,
-                 report: Callable[[str], None] = stderr_line, client: httpx.Client | None = None,
-                 sleep: Callable[[float], None] = time.sleep,
-                 clock: Callable[[], float] = time.monotonic) -> Path:
+def fetch_folder(
+    repo: str,
+    commit: str,
+    files: dict[str, Pin],
+    target: Path,
+    *,
+    fix: str,
+    report: Callable[[str], None] = stderr_line,
+    client: httpx.Client | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Path:
     """Download `files` of `repo` at `commit` into `target`, each checked against its pin, and
     return it (another process's download, done while this one waited, is taken as it is)."""
     from filelock import FileLock
@@ -132,15 +152,19 @@ def fetch_folder(repo: str, commit: str, files: dict[str, Pin], target: Path, *,
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"cannot create the model cache {target.parent}: {exc.strerror}. Set "
-                          f"FATHOM_MODEL_CACHE to a writable folder") from None
+        raise ConfigError(
+            f"cannot create the model cache {target.parent}: {exc.strerror}. Set "
+            f"FATHOM_MODEL_CACHE to a writable folder"
+        ) from None
     with FileLock(str(target) + ".lock"):
         if complete(target, files):
             return target
         shutil.rmtree(target, ignore_errors=True)  # a file deleted or cut by hand: all fetched again
         total = sum(pin.size for pin in files.values())
-        report(f"downloading {repo} ({len(files)} files, {total / 1e6:.1f} MB) from "
-               f"{base.split('/' + repo)[0]} into {target}, once")
+        report(
+            f"downloading {repo} ({len(files)} files, {total / 1e6:.1f} MB) from "
+            f"{base.split('/' + repo)[0]} into {target}, once"
+        )
         started = clock()
         partial = Path(tempfile.mkdtemp(dir=target.parent, prefix=".partial-"))
         http = client or _client()
@@ -150,8 +174,7 @@ def fetch_folder(repo: str, commit: str, files: dict[str, Pin], target: Path, *,
             for name, pin in sorted(files.items(), key=lambda item: item[1].size):
                 dest = partial / name
                 if not safe_name(name) or not dest.resolve().is_relative_to(partial.resolve()):
-                    raise HubDownloadError(repo, f"{name!r} is not a file of the model's folder",
-                                           fix=fix)
+                    raise HubDownloadError(repo, f"{name!r} is not a file of the model's folder", fix=fix)
                 _fetch(http, repo, f"{base}/{name}", dest, pin, meter, sleep, fix)
             os.replace(partial, target)
         finally:
@@ -162,24 +185,41 @@ def fetch_folder(repo: str, commit: str, files: dict[str, Pin], target: Path, *,
     return target
 
 
-def hub_model(repo: str, cache: Path, *, revision: str = "main",
-              report: Callable[[str], None] = stderr_line, client: httpx.Client | None = None,
-              sleep: Callable[[float], None] = time.sleep) -> Path:
+def hub_model(
+    repo: str,
+    cache: Path,
+    *,
+    revision: str = "main",
+    report: Callable[[str], None] = stderr_line,
+    client: httpx.Client | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Path:
     """The folder of the Hub model `repo` at `revision`, downloaded into the cache unless it
     is there: the commit `revision` is now, and each file's size and checksum, as the Hub
     lists them."""
     fix = "download the model yourself and give its folder's path"
     if not HUB_NAME.fullmatch(repo):
-        raise ConfigError(f"{repo!r} is not a Hub model name (ORG/NAME, e.g. BAAI/bge-small-en-v1.5) "
-                          f"nor a model folder")
+        raise ConfigError(
+            f"{repo!r} is not a Hub model name (ORG/NAME, e.g. BAAI/bge-small-en-v1.5) nor a model folder"
+        )
     if offline():
-        raise ConfigError(f"{repo} is not on this machine, and HF_HUB_OFFLINE is set, so it is "
-                          f"not downloaded: unset HF_HUB_OFFLINE, or {fix}")
+        raise ConfigError(
+            f"{repo} is not on this machine, and HF_HUB_OFFLINE is set, so it is "
+            f"not downloaded: unset HF_HUB_OFFLINE, or {fix}"
+        )
     http = client or _client()
     try:
         commit, files = listing(http, repo, revision, fix)
-        return fetch_folder(repo, commit, files, folder_of(cache, repo, commit), fix=fix,
-                            report=report, client=http, sleep=sleep)
+        return fetch_folder(
+            repo,
+            commit,
+            files,
+            folder_of(cache, repo, commit),
+            fix=fix,
+            report=report,
+            client=http,
+            sleep=sleep,
+        )
     finally:
         if client is None:
             http.close()
@@ -195,19 +235,30 @@ def listing(http: httpx.Client, repo: str, revision: str, fix: str) -> tuple[str
     listed = {str(e["path"]): e for e in entries if isinstance(e, dict) and e.get("type") == "file"}
     unsafe = sorted(p for p in listed if not safe_name(p))
     if unsafe:  # a mirror's listing is not trusted to name only files inside the model's folder
-        raise HubDownloadError(repo, f"the listing names a file outside the model's folder "
-                                     f"({unsafe[0]!r})", fix=fix)
+        raise HubDownloadError(
+            repo, f"the listing names a file outside the model's folder ({unsafe[0]!r})", fix=fix
+        )
     modules = [m.get("path") for m in _json_file(http, repo, commit, listed, fix) if isinstance(m, dict)]
-    wanted = {p for p in listed if ("/" not in p and not OTHER_FORMATS.fullmatch(p))
-              or any(m and p.startswith(f"{m}/") for m in modules)}
+    wanted = {
+        p
+        for p in listed
+        if ("/" not in p and not OTHER_FORMATS.fullmatch(p))
+        or any(m and p.startswith(f"{m}/") for m in modules)
+    }
     if not {"config.json", "model.safetensors"} <= wanted:
-        raise HubDownloadError(repo, "it has no config.json beside model.safetensors (weights in "
-                                     "another format are not loaded)", fix=fix)
+        raise HubDownloadError(
+            repo,
+            "it has no config.json beside model.safetensors (weights in another format are not loaded)",
+            fix=fix,
+        )
     pins = {}
     for path in sorted(wanted):
         entry, lfs = listed[path], listed[path].get("lfs")
-        pins[path] = (Pin(int(lfs["size"]), str(lfs["oid"])) if isinstance(lfs, dict)
-                      else Pin(int(entry["size"]), str(entry["oid"]), GIT_SHA1))
+        pins[path] = (
+            Pin(int(lfs["size"]), str(lfs["oid"]))
+            if isinstance(lfs, dict)
+            else Pin(int(entry["size"]), str(entry["oid"]), GIT_SHA1)
+        )
     return commit, pins
 
 
@@ -220,9 +271,14 @@ def _json(http: httpx.Client, url: str, repo: str, fix: str) -> Any:
         raise HubDownloadError(repo, type(exc).__name__, fix=fix, url=url) from None
     if response.status_code in (401, 403, 404):
         # The Hub answers 401 for a name it does not have as for a private or gated one.
-        raise HubDownloadError(repo, f"HTTP {response.status_code}: no public model of that name "
-                                     f"(a private or gated one needs a token, which Fathom does "
-                                     f"not send)", fix=fix, url=url)
+        raise HubDownloadError(
+            repo,
+            f"HTTP {response.status_code}: no public model of that name "
+            f"(a private or gated one needs a token, which Fathom does "
+            f"not send)",
+            fix=fix,
+            url=url,
+        )
     if response.status_code != 200:
         raise HubDownloadError(repo, f"HTTP {response.status_code}", fix=fix, url=url)
     try:
@@ -260,12 +316,24 @@ def safe_name(name: str) -> bool:
     """Whether a listed file name stays inside the folder it is written to: relative, POSIX,
     no `..`, no empty or `.` part."""
     parts = name.split("/")
-    return bool(name) and "\\" not in name and not name.startswith("/") and all(
-        part not in ("", ".", "..") for part in parts)
+    return (
+        bool(name)
+        and "\\" not in name
+        and not name.startswith("/")
+        and all(part not in ("", ".", "..") for part in parts)
+    )
 
 
-def _fetch(http: httpx.Client, repo: str, url: str, dest: Path, pin: Pin, meter: _Meter,
-           sleep: Callable[[float], None], fix: str) -> None:
+def _fetch(
+    http: httpx.Client,
+    repo: str,
+    url: str,
+    dest: Path,
+    pin: Pin,
+    meter: _Meter,
+    sleep: Callable[[float], None],
+    fix: str,
+) -> None:
     """One pinned file into `dest`, tried `ATTEMPTS` times when the failure may pass."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     for attempt in range(1, ATTEMPTS + 1):
@@ -278,8 +346,13 @@ def _fetch(http: httpx.Client, repo: str, url: str, dest: Path, pin: Pin, meter:
             sleep(float(attempt))
             continue
         if digest != pin.digest:
-            raise HubDownloadError(repo, f"{dest.name} has {pin.kind} {digest}, not the pinned "
-                                         f"{pin.digest} (a proxy or mirror changed it)", fix=fix, url=url)
+            raise HubDownloadError(
+                repo,
+                f"{dest.name} has {pin.kind} {digest}, not the pinned "
+                f"{pin.digest} (a proxy or mirror changed it)",
+                fix=fix,
+                url=url,
+            )
         return
 
 
@@ -303,8 +376,9 @@ def _stream(http: httpx.Client, repo: str, url: str, dest: Path, pin: Pin, meter
             with dest.open("wb") as out:
                 for chunk in response.iter_bytes(CHUNK):
                     if got + len(chunk) > pin.size:
-                        raise HubDownloadError(repo, f"{dest.name} is larger than its pinned "
-                                                     f"{pin.size} bytes", fix=fix, url=url)
+                        raise HubDownloadError(
+                            repo, f"{dest.name} is larger than its pinned {pin.size} bytes", fix=fix, url=url
+                        )
                     out.write(chunk)
                     h.update(chunk)
                     got += len(chunk)
@@ -312,8 +386,10 @@ def _stream(http: httpx.Client, repo: str, url: str, dest: Path, pin: Pin, meter
                 out.flush()
                 os.fsync(out.fileno())
     except OSError as exc:  # the disk, not the network: trying again would not help
-        raise ConfigError(f"cannot write {dest.name} into the model cache: {exc.strerror}. Set "
-                          f"FATHOM_MODEL_CACHE to a writable folder with room for the model") from None
+        raise ConfigError(
+            f"cannot write {dest.name} into the model cache: {exc.strerror}. Set "
+            f"FATHOM_MODEL_CACHE to a writable folder with room for the model"
+        ) from None
     except httpx.HTTPError as exc:
         raise _Transient(f"{type(exc).__name__} after {got} bytes", got) from None
     if got != pin.size:

@@ -146,10 +146,13 @@ class LocalEncoder(Provider):
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError as exc:
-                raise ModelLoadError(self.model_name, self.model_path,
-                                     "the torch runtime needs sentence-transformers and torch, which "
-                                     "are not installed (pip install 'fathom-code-search[torch]'), or "
-                                     "set FATHOM_LOCAL_RUNTIME=onnx") from exc
+                raise ModelLoadError(
+                    self.model_name,
+                    self.model_path,
+                    "the torch runtime needs sentence-transformers and torch, which "
+                    "are not installed (pip install 'fathom-code-search[torch]'), or "
+                    "set FATHOM_LOCAL_RUNTIME=onnx",
+                ) from exc
             try:
                 from transformers.utils import logging as hf_logging
 
@@ -161,8 +164,12 @@ class LocalEncoder(Provider):
             except ConfigError:
                 raise  # the weights' own refusal (offline, a failed download) says what to do
             except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error
-                raise ModelLoadError(self.model_name, self.model_path, f"{type(exc).__name__}: {exc}") from exc
-            get_dim = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+                raise ModelLoadError(
+                    self.model_name, self.model_path, f"{type(exc).__name__}: {exc}"
+                ) from exc
+            get_dim = (
+                getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+            )
             dim = get_dim()
             if dim is None:  # some models only reveal the width by encoding
                 dim = int(model.encode(["width probe"], convert_to_numpy=True).shape[1])
@@ -178,16 +185,19 @@ class LocalEncoder(Provider):
         positions = getattr(getattr(model[0], "auto_model", None), "config", None)
         ceiling = getattr(positions, "max_position_embeddings", None)
         if ceiling is not None and self.max_tokens > int(ceiling):
-            raise ConfigError(f"FATHOM_LOCAL_MAX_TOKENS={self.max_tokens} is more than {self.model_name} can read "
-                              f"({ceiling} positions); set it to {ceiling} or less, or unset it for the model's own")
+            raise ConfigError(
+                f"FATHOM_LOCAL_MAX_TOKENS={self.max_tokens} is more than {self.model_name} can read "
+                f"({ceiling} positions); set it to {ceiling} or less, or unset it for the model's own"
+            )
         model.max_seq_length = self.max_tokens
 
     def token_counter(self) -> TokenizerCounter:
         """This encoder's tokenizer and token limit, for chunking (loads the model once)."""
         if self._tokens is None:
             model = self.load()
-            self._tokens = TokenizerCounter(model.tokenizer, int(model.max_seq_length),
-                                            key=f"{self.id}@{int(model.max_seq_length)}")
+            self._tokens = TokenizerCounter(
+                model.tokenizer, int(model.max_seq_length), key=f"{self.id}@{int(model.max_seq_length)}"
+            )
         return self._tokens
 
     def encode_sync(self, texts: Sequence[str]) -> np.ndarray:
@@ -205,7 +215,9 @@ class LocalEncoder(Provider):
                     show_progress_bar=False,
                 )
             except Exception as exc:  # noqa: BLE001
-                raise ProviderUnavailable(f"local encoder {self.id} failed: {type(exc).__name__}: {exc}") from exc
+                raise ProviderUnavailable(
+                    f"local encoder {self.id} failed: {type(exc).__name__}: {exc}"
+                ) from exc
             self.calls += 1
             self.texts_encoded += len(texts)
         return np.ascontiguousarray(vectors, dtype=np.float32)

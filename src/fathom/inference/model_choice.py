@@ -43,11 +43,13 @@ class ModelsFileError(ConfigError):
 
     def __init__(self, path: Path, defect: str):
         self.path = path
-        super().__init__(f"{path} is not a readable model choice ({defect}): Fathom does not "
-                         f"start with it (no search, index or server), since another model "
-                         f"could answer tables it did not build. Repair the file, or remove "
-                         f"it (the default model is then used) and choose again with "
-                         f"`fathom models use embed NAME`")
+        super().__init__(
+            f"{path} is not a readable model choice ({defect}): Fathom does not "
+            f"start with it (no search, index or server), since another model "
+            f"could answer tables it did not build. Repair the file, or remove "
+            f"it (the default model is then used) and choose again with "
+            f"`fathom models use embed NAME`"
+        )
 
 
 class ModelNameTaken(ConfigError):
@@ -56,9 +58,11 @@ class ModelNameTaken(ConfigError):
 
     def __init__(self, name: str, path: str, taken_by: str):
         self.name, self.path, self.taken_by = name, path, taken_by
-        super().__init__(f"the name {name!r} is already the embedding model in {taken_by}, "
-                         f"not {path}: give this folder a name of its own with --name (or "
-                         f"choose {name!r} by its name alone); nothing was changed")
+        super().__init__(
+            f"the name {name!r} is already the embedding model in {taken_by}, "
+            f"not {path}: give this folder a name of its own with --name (or "
+            f"choose {name!r} by its name alone); nothing was changed"
+        )
 
 
 @dataclass(frozen=True)
@@ -100,24 +104,29 @@ class ModelChoice:
         """The choice with `model` as the embedding model (None: back to the default), the
         one it replaces kept in `known` so its tables still answer."""
         known = {m.name: m for m in (*self.known, replaced) if m.name != (model and model.name)}
-        return ModelChoice(embed=model, reranker=self.reranker, known=tuple(known.values()),
-                           changed_at=_now())
+        return ModelChoice(
+            embed=model, reranker=self.reranker, known=tuple(known.values()), changed_at=_now()
+        )
 
     def check_name_free(self, model: EmbedModel, *others: EmbedModel) -> None:
         """`ModelNameTaken` when a model this choice knows (or one of `others`: the default,
         the one in use) goes by `model`'s name with another folder or width."""
         for other in (*others, *([self.embed] if self.embed else []), *self.known):
-            if other.name == model.name and (other.width != model.width
-                                              or _folder(other.path) != _folder(model.path)):
+            if other.name == model.name and (
+                other.width != model.width or _folder(other.path) != _folder(model.path)
+            ):
                 raise ModelNameTaken(model.name, model.path, other.path)
 
     def with_reranker(self, model: RerankerModel | None) -> ModelChoice:
         return ModelChoice(embed=self.embed, reranker=model, known=self.known, changed_at=_now())
 
     def as_json(self) -> dict[str, Any]:
-        return {"embed": asdict(self.embed) if self.embed else None,
-                "reranker": asdict(self.reranker) if self.reranker else None,
-                "known": [asdict(m) for m in self.known], "changed_at": self.changed_at}
+        return {
+            "embed": asdict(self.embed) if self.embed else None,
+            "reranker": asdict(self.reranker) if self.reranker else None,
+            "known": [asdict(m) for m in self.known],
+            "changed_at": self.changed_at,
+        }
 
 
 def _folder(path: str) -> Path:
@@ -148,7 +157,8 @@ def load_choice(data_dir: Path) -> ModelChoice:
             embed=_embed_of(embed) if embed else None,
             reranker=RerankerModel(str(reranker["name"]), str(reranker["path"])) if reranker else None,
             known=tuple(_embed_of(m) for m in raw.get("known") or []),
-            changed_at=raw.get("changed_at"))
+            changed_at=raw.get("changed_at"),
+        )
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise ModelsFileError(path, f"{type(exc).__name__}: {exc}") from None
 
@@ -176,9 +186,9 @@ def settings_model(settings: Settings) -> EmbedModel:
 
 
 def with_model(settings: Settings, model: EmbedModel) -> Settings:
-    return settings.model_copy(update={"local_model_path": model.path,
-                                       "local_model_name": model.name,
-                                       "local_width": model.width})
+    return settings.model_copy(
+        update={"local_model_path": model.path, "local_model_name": model.name, "local_width": model.width}
+    )
 
 
 def with_chosen_models(settings: Settings) -> Settings:
@@ -198,8 +208,9 @@ def chosen_reranker(settings: Settings) -> Provider | None:
         return None
     from fathom.inference.cross_encoder import CrossEncoderReranker
 
-    return CrossEncoderReranker(choice.reranker.path, model_name=choice.reranker.name,
-                                device=settings.local_device)
+    return CrossEncoderReranker(
+        choice.reranker.path, model_name=choice.reranker.name, device=settings.local_device
+    )
 
 
 class EarlierEncoders:
@@ -235,13 +246,16 @@ class EarlierEncoders:
 def default_model() -> EmbedModel:
     """The built-in model (what `Settings()` names without the environment or a choice)."""
     fields = Settings.model_fields
-    path, name, width = (fields[f].get_default(call_default_factory=True)
-                         for f in ("local_model_path", "local_model_name", "local_width"))
+    path, name, width = (
+        fields[f].get_default(call_default_factory=True)
+        for f in ("local_model_path", "local_model_name", "local_width")
+    )
     return EmbedModel(str(name), str(path), int(width))
 
 
-def moved_tables(stored: Callable[[str], Space | None], current: Callable[[str], Space],
-                 tables: Iterable[str]) -> list[str]:
+def moved_tables(
+    stored: Callable[[str], Space | None], current: Callable[[str], Space], tables: Iterable[str]
+) -> list[str]:
     """The tables whose active space differs from the one a build gets now: the embedding
     model was switched since they were built, so an incremental run must rebuild them."""
     moved = []
@@ -253,4 +267,3 @@ def moved_tables(stored: Callable[[str], Space | None], current: Callable[[str],
         if have is not None and have != want:
             moved.append(table)
     return moved
-

@@ -377,28 +377,45 @@ class OpenRouterClient:
         upstream = _str_or_none(data.get("provider"))
         results = data.get("results")
         if not isinstance(results, list):
-            raise InvalidResponse("rerank response has no results list", expected="list",
-                                  got=type(results).__name__, model=model, upstream=upstream)
+            raise InvalidResponse(
+                "rerank response has no results list",
+                expected="list",
+                got=type(results).__name__,
+                model=model,
+                upstream=upstream,
+            )
         out: list[tuple[int, float]] = []
         seen: set[int] = set()
         for item in results:
             try:
                 idx, score = int(item["index"]), float(item["relevance_score"])
             except (KeyError, TypeError, ValueError):
-                raise InvalidResponse("rerank result without index/relevance_score", expected=
-                                      "{index, relevance_score}", got=item, model=model,
-                                      upstream=upstream) from None
+                raise InvalidResponse(
+                    "rerank result without index/relevance_score",
+                    expected="{index, relevance_score}",
+                    got=item,
+                    model=model,
+                    upstream=upstream,
+                ) from None
             if not 0 <= idx < len(docs) or idx in seen or not math.isfinite(score):
-                raise InvalidResponse("rerank result out of range, repeated or not finite",
-                                      expected=f"unique index in [0, {len(docs)})",
-                                      got={"index": idx, "score": score}, model=model,
-                                      upstream=upstream)
+                raise InvalidResponse(
+                    "rerank result out of range, repeated or not finite",
+                    expected=f"unique index in [0, {len(docs)})",
+                    got={"index": idx, "score": score},
+                    model=model,
+                    upstream=upstream,
+                )
             seen.add(idx)
             out.append((idx, score))
         want = len(docs) if top_n is None else min(top_n, len(docs))
         if len(out) != want:
-            raise InvalidResponse("rerank returned the wrong number of results", expected=want,
-                                  got=len(out), model=model, upstream=upstream)
+            raise InvalidResponse(
+                "rerank returned the wrong number of results",
+                expected=want,
+                got=len(out),
+                model=model,
+                upstream=upstream,
+            )
         return out
 
     async def chat(
@@ -455,8 +472,9 @@ class OpenRouterClient:
         try:
             return Credits(float(data["total_credits"]), float(data["total_usage"]))
         except (KeyError, TypeError, ValueError):
-            raise InvalidResponse("GET /credits lacks total_credits/total_usage",
-                                  expected="numbers", got=data) from None
+            raise InvalidResponse(
+                "GET /credits lacks total_credits/total_usage", expected="numbers", got=data
+            ) from None
 
     # -- transport
 
@@ -471,21 +489,28 @@ class OpenRouterClient:
         try:
             resp = await self._http.request(method, url, json=body, headers=self._headers())
         except httpx.TimeoutException as exc:
-            raise UpstreamError(f"OpenRouter did not answer {method} {path} in time "
-                                f"({type(exc).__name__}); retry later") from None
+            raise UpstreamError(
+                f"OpenRouter did not answer {method} {path} in time ({type(exc).__name__}); retry later"
+            ) from None
         except httpx.TransportError as exc:
-            raise UpstreamError(f"could not reach OpenRouter at {self.base_url} "
-                                f"({type(exc).__name__}); check the network and base URL") from None
+            raise UpstreamError(
+                f"could not reach OpenRouter at {self.base_url} "
+                f"({type(exc).__name__}); check the network and base URL"
+            ) from None
         if resp.status_code != 200:
             raise self._error_from(resp.status_code, resp.headers, resp.text, path)
         try:
             data = resp.json()
         except ValueError:
-            raise InvalidResponse(f"{path} answered 200 with a body that is not JSON",
-                                  expected="JSON", got=self.__key.scrub(resp.text[:200])) from None
+            raise InvalidResponse(
+                f"{path} answered 200 with a body that is not JSON",
+                expected="JSON",
+                got=self.__key.scrub(resp.text[:200]),
+            ) from None
         if not isinstance(data, dict):
-            raise InvalidResponse(f"{path} answered 200 with a non-object body", expected="object",
-                                  got=type(data).__name__)
+            raise InvalidResponse(
+                f"{path} answered 200 with a non-object body", expected="object", got=type(data).__name__
+            )
         if isinstance(data.get("error"), dict) and "choices" not in data and "data" not in data:
             # Documented: an error raised while the model produces output comes back in a
             # 200 body. Same mapping as the status it names.
@@ -494,8 +519,9 @@ class OpenRouterClient:
             raise self._error_from(status, resp.headers, json.dumps(data), path)
         return data
 
-    async def _stream_chat(self, body: dict[str, Any], model: str,
-                           on_delta: Callable[[str], Awaitable[None] | None] | None) -> ChatResult:
+    async def _stream_chat(
+        self, body: dict[str, Any], model: str, on_delta: Callable[[str], Awaitable[None] | None] | None
+    ) -> ChatResult:
         url = self.base_url + "/chat/completions"
         stream = ChatStream(model)
         try:
@@ -507,8 +533,12 @@ class OpenRouterClient:
                     try:
                         chunk = json.loads(payload)
                     except ValueError:
-                        raise InvalidResponse("a streamed chat chunk is not JSON", expected="JSON",
-                                              got=self.__key.scrub(payload[:200]), model=model) from None
+                        raise InvalidResponse(
+                            "a streamed chat chunk is not JSON",
+                            expected="JSON",
+                            got=self.__key.scrub(payload[:200]),
+                            model=model,
+                        ) from None
                     if isinstance(chunk.get("error"), dict):
                         err = chunk["error"]
                         meta = err.get("metadata") if isinstance(err.get("metadata"), dict) else {}
@@ -517,19 +547,27 @@ class OpenRouterClient:
                         raise StreamError(
                             f"the streamed chat from {model} failed mid-stream (code {code}): {msg}; "
                             f"the partial answer was dropped, retry the request",
-                            status=200, code=code, metadata=meta, upstream_message=msg,
+                            status=200,
+                            code=code,
+                            metadata=meta,
+                            upstream_message=msg,
                             partial=stream.text,
-                            retryable=not (isinstance(code, int) and 400 <= code < 500 and code not in (408, 429)),
+                            retryable=not (
+                                isinstance(code, int) and 400 <= code < 500 and code not in (408, 429)
+                            ),
                         )
                     await stream.take(chunk, on_delta)
         except httpx.TimeoutException as exc:
-            raise UpstreamError(f"the chat stream from {model} stalled ({type(exc).__name__}); retry") from None
+            raise UpstreamError(
+                f"the chat stream from {model} stalled ({type(exc).__name__}); retry"
+            ) from None
         except httpx.TransportError as exc:
             raise UpstreamError(f"the chat stream from {model} broke ({type(exc).__name__}); retry") from None
         return stream.result()
 
-    def _error_from(self, status: int, headers: httpx.Headers | Mapping[str, str], text: str,
-                    path: str) -> OpenRouterError:
+    def _error_from(
+        self, status: int, headers: httpx.Headers | Mapping[str, str], text: str, path: str
+    ) -> OpenRouterError:
         code: int | str | None = status
         message = ""
         metadata: dict[str, Any] = {}
@@ -555,41 +593,71 @@ class OpenRouterClient:
             # OpenRouter relays an upstream's refusal as "Provider returned error" with the
             # upstream's own body in `metadata.raw`; only the recognised fact is kept, never
             # the raw text (a validation error may echo the inputs, i.e. indexed code).
-            return BatchTooLarge(f"OpenRouter {path} answered {status}: the request carried more "
-                                 f"inputs than the upstream takes at once. Send fewer per request "
-                                 f"(an index job halves its batch for this provider and keeps "
-                                 f"that size as its ceiling).", **kw)
+            return BatchTooLarge(
+                f"OpenRouter {path} answered {status}: the request carried more "
+                f"inputs than the upstream takes at once. Send fewer per request "
+                f"(an index job halves its batch for this provider and keeps "
+                f"that size as its ceiling).",
+                **kw,
+            )
         if status in (400, 413) and says_context_exceeded(message):
-            return ContextLengthExceeded(f"{where}. The request does not fit the model's context; "
-                                         f"send less, or choose a model with a longer context.", **kw)
-        if status in (400, 404) and says_model_missing(message) and "no endpoints found" not in message.lower():
+            return ContextLengthExceeded(
+                f"{where}. The request does not fit the model's context; "
+                f"send less, or choose a model with a longer context.",
+                **kw,
+            )
+        if (
+            status in (400, 404)
+            and says_model_missing(message)
+            and "no endpoints found" not in message.lower()
+        ):
             return ModelNotFound(f"{where}. Set the role's model to one OpenRouter serves.", **kw)
         if status == 400:
             return BadRequest(f"{where}. The request is malformed; fix the parameters.", **kw)
         if status == 401:
-            return Unauthorized(f"{where}. The key is missing, invalid or revoked; push a valid "
-                                f"key with `fathom key push`.", **kw)
+            return Unauthorized(
+                f"{where}. The key is missing, invalid or revoked; push a valid key with `fathom key push`.",
+                **kw,
+            )
         if status == 402:
-            if metadata.get("reason") == IN_FLIGHT_REASON or metadata.get("limit_source") == IN_FLIGHT_LIMIT_SOURCE:
+            if (
+                metadata.get("reason") == IN_FLIGHT_REASON
+                or metadata.get("limit_source") == IN_FLIGHT_LIMIT_SOURCE
+            ):
                 return InFlightBudgetExhausted(
                     f"{where}. Too much estimated spend is in flight for the balance; wait "
-                    f"{_secs(retry_after)} and send fewer requests at once.", retry_after=retry_after, **kw)
-            return InsufficientCredits(f"{where}. The account or key is out of credits; add "
-                                       f"credits or raise the key's limit.", **kw)
+                    f"{_secs(retry_after)} and send fewer requests at once.",
+                    retry_after=retry_after,
+                    **kw,
+                )
+            return InsufficientCredits(
+                f"{where}. The account or key is out of credits; add credits or raise the key's limit.", **kw
+            )
         if status == 403:
-            return Forbidden(f"{where}. The key lacks the permission (or a guardrail blocked "
-                             f"the request).", **kw)
+            return Forbidden(
+                f"{where}. The key lacks the permission (or a guardrail blocked the request).", **kw
+            )
         if status == 404 and "no endpoints found" in message.lower():
-            return UpstreamUnavailable(f"{where}. No upstream allowed by the provider routing "
-                                       f"serves this model; pin an upstream that does.",
-                                       retry_after=retry_after, **kw)
+            return UpstreamUnavailable(
+                f"{where}. No upstream allowed by the provider routing "
+                f"serves this model; pin an upstream that does.",
+                retry_after=retry_after,
+                **kw,
+            )
         if status == 429:
-            return RateLimited(f"{where}. Rate limited; wait {_secs(retry_after)} before the "
-                               f"next request.", retry_after=retry_after, **kw)
+            return RateLimited(
+                f"{where}. Rate limited; wait {_secs(retry_after)} before the next request.",
+                retry_after=retry_after,
+                **kw,
+            )
         if status == 503:
-            return UpstreamUnavailable(f"{where}. No upstream meeting the routing requirements "
-                                       f"is available now; wait {_secs(retry_after)} and retry.",
-                                       retry_after=retry_after, retryable=True, **kw)
+            return UpstreamUnavailable(
+                f"{where}. No upstream meeting the routing requirements "
+                f"is available now; wait {_secs(retry_after)} and retry.",
+                retry_after=retry_after,
+                retryable=True,
+                **kw,
+            )
         if status == 408 or status >= 500:
             return UpstreamError(f"{where}. The upstream failed; retry later.", **kw)
         return BadRequest(f"{where}. The request was refused; fix it before retrying.", **kw)
@@ -637,8 +705,9 @@ def _validate_embeddings(
     """Every rule a vector table depends on: count, index order, width, finite values."""
 
     def bad(problem: str, expected: Any, got: Any, **evidence: Any) -> InvalidResponse:
-        return InvalidResponse(problem, expected=expected, got=got, evidence=evidence,
-                               model=model, upstream=upstream)
+        return InvalidResponse(
+            problem, expected=expected, got=got, evidence=evidence, model=model, upstream=upstream
+        )
 
     items = data.get("data")
     if not isinstance(items, list):
@@ -746,8 +815,11 @@ class OpenRouterProvider(Provider):
         pinned = self.info.upstream
         if pinned and result.upstream and _slug_norm(result.upstream) != _slug_norm(pinned):
             raise UpstreamMismatch(
-                "a pinned request was served by another upstream", expected=pinned,
-                got=result.upstream, model=self.info.model, upstream=result.upstream,
+                "a pinned request was served by another upstream",
+                expected=pinned,
+                got=result.upstream,
+                model=self.info.model,
+                upstream=result.upstream,
             )
         return result.vectors
 
@@ -764,8 +836,9 @@ class OpenRouterProvider(Provider):
         tools: Sequence[dict[str, Any]] | None = None,
         **options: Any,
     ) -> ChatResult:
-        return await self.client.chat(self.info.model, messages, tools=tools,
-                                      provider=self._routing, **options)
+        return await self.client.chat(
+            self.info.model, messages, tools=tools, provider=self._routing, **options
+        )
 
     async def aclose(self) -> None:
         await self.client.aclose()

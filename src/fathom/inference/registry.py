@@ -98,13 +98,15 @@ class ProviderRegistry:
     def __len__(self) -> int:
         return len(self._providers)
 
-    def list(self, role: Role | None = None, *, kind: Kind | None = None,
-             available_only: bool = False) -> list[Provider]:
+    def list(
+        self, role: Role | None = None, *, kind: Kind | None = None, available_only: bool = False
+    ) -> list[Provider]:
         """Live providers serving `role` (all if None), in id order so every reader sees the
         same order."""
         now = self.clock.now()
         out = [
-            p for p in self._providers.values()
+            p
+            for p in self._providers.values()
             if (role is None or role in p.info.roles)
             and (kind is None or p.info.kind is kind)
             and (not available_only or self.available(p.id, now))
@@ -161,8 +163,7 @@ class ProviderRegistry:
     def restore(self, provider_id: str) -> None:
         self._set(provider_id, Health())
 
-    def record_failure(self, provider_id: str, reason: str, *, eject_after: int,
-                       eject_for: float) -> Health:
+    def record_failure(self, provider_id: str, reason: str, *, eject_after: int, eject_for: float) -> Health:
         """Count a consecutive failure; at `eject_after` of them the provider is ejected for
         `eject_for` seconds (the count keeps growing, so a re-tried provider that fails again
         is ejected again at once)."""

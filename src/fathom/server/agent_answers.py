@@ -41,8 +41,9 @@ def fit_answer(answer: A, max_tokens: int, tokens: AnswerTokens) -> A:
 
     def cut_to(n: int) -> A:
         space = text.rfind(" ", 0, n)  # at a word, unless that loses more than half
-        return answer.model_copy(update={"answer": text[:space if space > n // 2 else n] + " …",
-                                         "truncated": True})
+        return answer.model_copy(
+            update={"answer": text[: space if space > n // 2 else n] + " …", "truncated": True}
+        )
 
     lo, hi = 0, len(text)  # the longest prefix that fits: costs grow with the prefix
     while lo < hi:

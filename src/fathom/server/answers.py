@@ -30,14 +30,20 @@ def bearer_token(request: Request) -> str | None:
 
 
 def unauthorized() -> HTTPException:
-    return HTTPException(401, "admin token missing or wrong: send `Authorization: Bearer <admin token>` "
-                              "(the token `fathom server` printed once, or FATHOM_ADMIN_TOKEN)",
-                         headers={"WWW-Authenticate": "Bearer"})
+    return HTTPException(
+        401,
+        "admin token missing or wrong: send `Authorization: Bearer <admin token>` "
+        "(the token `fathom server` printed once, or FATHOM_ADMIN_TOKEN)",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
 
 
 def no_token_configured() -> HTTPException:
-    return HTTPException(503, "no admin token is configured: set FATHOM_ADMIN_TOKEN, or start "
-                              "`fathom server` once to have one issued")
+    return HTTPException(
+        503,
+        "no admin token is configured: set FATHOM_ADMIN_TOKEN, or start "
+        "`fathom server` once to have one issued",
+    )
 
 
 def refusal(status: int, message: str, problems: list[str] | None = None) -> HTTPException:
@@ -72,8 +78,9 @@ def failure_status(exc: FathomError) -> int:
 
 def failure_response(exc: FathomError) -> JSONResponse:
     message = str(exc)
-    return JSONResponse(status_code=failure_status(exc),
-                        content={"detail": {"message": message, "problems": [message]}})
+    return JSONResponse(
+        status_code=failure_status(exc), content={"detail": {"message": message, "problems": [message]}}
+    )
 
 
 def describe_body(exc: ValidationError) -> str:
@@ -83,8 +90,11 @@ def describe_body(exc: ValidationError) -> str:
 
 def body_problems(exc: ValidationError | Any) -> list[str]:
     """Each validation error as `field: message`, never with the input value."""
-    errors = exc.errors(include_input=False, include_url=False, include_context=False) \
-        if isinstance(exc, ValidationError) else exc.errors()
+    errors = (
+        exc.errors(include_input=False, include_url=False, include_context=False)
+        if isinstance(exc, ValidationError)
+        else exc.errors()
+    )
     out = []
     for err in errors:
         loc = ".".join(str(x) for x in err.get("loc", ())) or "body"

@@ -55,11 +55,29 @@ from fathom.server.tokens import tokens_router
 
 log = logging.getLogger(__name__)
 
-STATE_NAMES = ("settings", "routing", "registry", "hub", "gate", "budget", "service", "router", "metrics",
-               "jobs", "admin_auth", "scrape_auth", "operator", "mcp", "mcp_tokens", "audit")
+STATE_NAMES = (
+    "settings",
+    "routing",
+    "registry",
+    "hub",
+    "gate",
+    "budget",
+    "service",
+    "router",
+    "metrics",
+    "jobs",
+    "admin_auth",
+    "scrape_auth",
+    "operator",
+    "mcp",
+    "mcp_tokens",
+    "audit",
+)
 
 
-def create_app(settings: Settings | None = None, *, parts: ServerParts | None = None, **options: Any) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, *, parts: ServerParts | None = None, **options: Any
+) -> FastAPI:
     """The server app over `parts` (built by `build_parts`). Without them, they are built from
     `settings` and `options`, the fields of `ServerOptions` as keywords (`admin_token=...`,
     `service=...`, `hub=...`): parts handed in instead of built."""
@@ -68,18 +86,29 @@ def create_app(settings: Settings | None = None, *, parts: ServerParts | None = 
         parts = build_parts(settings or Settings(), ServerOptions(**options))
     elif settings is not None or options:
         raise TypeError("create_app: give either built parts, or settings and options to build them from")
-    app = FastAPI(title="fathom", version=__version__, lifespan=_lifespan(parts),
-                  description="Fathom's admin API. Every route needs `Authorization: Bearer <admin token>` "
-                              "except GET /health.",
-                  openapi_url=None, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="fathom",
+        version=__version__,
+        lifespan=_lifespan(parts),
+        description="Fathom's admin API. Every route needs `Authorization: Bearer <admin token>` "
+        "except GET /health.",
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
     for name in STATE_NAMES:
         setattr(app.state, name, getattr(parts, name))
     app.state.parts = parts
     _answer_failures(app)
     # Auth before bodies: no route, and no framework layer, reads a request body before the
     # token is checked and the route's size limit applied.
-    app.add_middleware(RequestGuard, access=parts.access, limits=BodyLimits(default=parts.settings.max_body_bytes),
-                       audit=parts.audit, wrong_tokens=parts.wrong_tokens)
+    app.add_middleware(
+        RequestGuard,
+        access=parts.access,
+        limits=BodyLimits(default=parts.settings.max_body_bytes),
+        audit=parts.audit,
+        wrong_tokens=parts.wrong_tokens,
+    )
     _mount_routes(app, parts)
     _serve_openapi(app, admin_dependency(parts.admin_auth))
     from fathom.server.dashboard import mount as mount_dashboard
@@ -96,7 +125,9 @@ def _lifespan(parts: ServerParts) -> Callable[[FastAPI], Any]:
         stop = asyncio.Event()
         service.warm_up()  # the encoder loads while the server already answers (`service.warmup`)
         gate.resume()  # whoever was cleared before this start is re-probed before it writes again
-        rechecks = gate.start_rechecks(settings.recheck_interval_s, stop=stop)  # periodic re-probes against the golden vectors
+        rechecks = gate.start_rechecks(
+            settings.recheck_interval_s, stop=stop
+        )  # periodic re-probes against the golden vectors
         await jobs.restore()  # jobs a crash or a stop interrupted: listed, and resumed where they may be
         if settings.watch:
             # Live sync: the indexes of the projects this server holds follow their folders.
@@ -137,8 +168,12 @@ def _answer_failures(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = body_problems(exc)
-        return JSONResponse(status_code=400, content={"detail": {
-            "message": f"invalid request: {'; '.join(problems[:3])}", "problems": problems}})
+        return JSONResponse(
+            status_code=400,
+            content={
+                "detail": {"message": f"invalid request: {'; '.join(problems[:3])}", "problems": problems}
+            },
+        )
 
     # An anticipated failure a route did not turn into a refusal itself (a damaged project, a
     # full disk, a lost database) is still a typed answer naming the fix, never a bare 500.
@@ -161,14 +196,21 @@ def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
     parts.hub.mount(app)
     # A Route around the ASGI app itself (add_route's type wants a request handler; Route
     # takes either, and serves a non-function endpoint as the ASGI app it is).
-    app.router.routes.append(Route(MCP_PATH, parts.mcp, methods=["GET", "POST", "DELETE"],
-                                   include_in_schema=False))
+    app.router.routes.append(
+        Route(MCP_PATH, parts.mcp, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    )
     for route in not_oauth_routes(parts.access.oauth):
         app.router.routes.append(route)
     app.include_router(admin_router(hub, parts.admin_auth, registry=parts.registry))
     app.include_router(operator_router(parts.operator, parts.admin_auth))
-    app.include_router(tokens_router(parts.mcp_tokens, parts.audit, admin_dependency(parts.admin_auth),
-                                     lambda: [str(r) for r in parts.index_roots]))
+    app.include_router(
+        tokens_router(
+            parts.mcp_tokens,
+            parts.audit,
+            admin_dependency(parts.admin_auth),
+            lambda: [str(r) for r in parts.index_roots],
+        )
+    )
     from fathom.server.oauth.admin import oauth_router
 
     app.include_router(oauth_router(parts.access, admin_dependency(parts.admin_auth)))
@@ -183,15 +225,23 @@ def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
         """Liveness, without auth: the version, how many sidecars are connected and whether the
         in-process encoder has loaded (searches before that wait for it)."""
         warmup = getattr(parts.service, "warmup", None)
-        return {"ok": True, "version": __version__, "sidecars": len(hub.connected()),
-                "encoder": warmup.state if warmup is not None else "not started"}
+        return {
+            "ok": True,
+            "version": __version__,
+            "sidecars": len(hub.connected()),
+            "encoder": warmup.state if warmup is not None else "not started",
+        }
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
         return await health()
 
-    @app.get("/metrics", tags=["metrics"], response_class=Response,
-             dependencies=[Depends(scrape_dependency(parts.admin_auth, parts.scrape_auth))])
+    @app.get(
+        "/metrics",
+        tags=["metrics"],
+        response_class=Response,
+        dependencies=[Depends(scrape_dependency(parts.admin_auth, parts.scrape_auth))],
+    )
     async def prometheus() -> Response:
         """Prometheus exposition: throughput, latency and errors per role and provider, throttles,
         the budget's state, verdict counts, the fleet and the jobs. Admin or scrape token."""
@@ -208,10 +258,12 @@ def _serve_openapi(app: FastAPI, require_admin: Callable[[Request], None]) -> No
 
     def schema() -> dict[str, Any]:
         if app.openapi_schema is None:
-            doc = get_openapi(title=app.title, version=app.version, description=app.description,
-                              routes=app.routes)
+            doc = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
             doc.setdefault("components", {})["securitySchemes"] = {
-                "admin": {"type": "http", "scheme": "bearer", "description": "the admin token"}}
+                "admin": {"type": "http", "scheme": "bearer", "description": "the admin token"}
+            }
             doc["security"] = [{"admin": []}]
             app.openapi_schema = doc
         return app.openapi_schema

@@ -47,6 +47,7 @@ DEFAULT_MAX_BYTES = 10 * 1024 * 1024
 GENERATIONS = 3  # audit.log.1 .. audit.log.3 besides audit.log
 _TAIL_BLOCK = 64 * 1024
 
+
 @dataclass
 class _Bucket:
     tokens: float
@@ -61,8 +62,9 @@ class RefusalRate:
     `per_second`; over it, counted instead. At most `max_keys` buckets are kept (the least
     recently used goes, its count reported first)."""
 
-    def __init__(self, *, burst: int = 20, per_second: float = 1.0, max_keys: int = 256,
-                 clock: Clock | None = None):
+    def __init__(
+        self, *, burst: int = 20, per_second: float = 1.0, max_keys: int = 256, clock: Clock | None = None
+    ):
         self.burst = burst
         self.per_second = per_second
         self.max_keys = max_keys
@@ -114,8 +116,14 @@ class RefusalRate:
 class AuditLog:
     FILENAME = "audit.log"
 
-    def __init__(self, data_dir: Path, *, now: Callable[[], datetime] = lambda: datetime.now(tz=UTC),
-                 max_bytes: int = DEFAULT_MAX_BYTES, rate: RefusalRate | None = None):
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        now: Callable[[], datetime] = lambda: datetime.now(tz=UTC),
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        rate: RefusalRate | None = None,
+    ):
         self.path = Path(data_dir) / self.FILENAME
         self.max_bytes = max_bytes
         self.rate = rate or RefusalRate()
@@ -138,12 +146,20 @@ class AuditLog:
 
     def _summaries(self, due: list[tuple[str, str, int]]) -> None:
         for who, kind, count in due:
-            self._append(who, f"{count} more refused request{'s' if count != 1 else ''} not written one by one "
-                              f"(the audit log takes a burst, then one a second, of each kind)", kind)
+            self._append(
+                who,
+                f"{count} more refused request{'s' if count != 1 else ''} not written one by one "
+                f"(the audit log takes a burst, then one a second, of each kind)",
+                kind,
+            )
 
     def _append(self, who: str, what: str, outcome: str) -> dict[str, str]:
-        entry = {"at": self._now().isoformat(timespec="seconds"), "who": scrub(who),
-                 "what": scrub(what), "outcome": scrub(outcome)}
+        entry = {
+            "at": self._now().isoformat(timespec="seconds"),
+            "who": scrub(who),
+            "what": scrub(what),
+            "outcome": scrub(outcome),
+        }
         line = (json.dumps(entry, ensure_ascii=False) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._rotate_for(len(line))

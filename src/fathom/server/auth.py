@@ -83,16 +83,19 @@ class ScrapeAuth(AdminAuth):
 
 def admin_dependency(auth: AdminAuth) -> Callable[[Request], None]:
     """The check every admin endpoint depends on."""
+
     def require_admin(request: Request) -> None:
         if not auth.configured:
             raise no_token_configured()
         if not auth.check(bearer_token(request)):
             raise unauthorized()
+
     return require_admin
 
 
 def scrape_dependency(auth: AdminAuth, scrape: ScrapeAuth | None) -> Callable[[Request], None]:
     """`/metrics`: the admin token, or a scrape-only token."""
+
     def require_scraper(request: Request) -> None:
         token = bearer_token(request)
         if auth.check(token) or (scrape is not None and scrape.check(token)):
@@ -100,4 +103,5 @@ def scrape_dependency(auth: AdminAuth, scrape: ScrapeAuth | None) -> Callable[[R
         if not auth.configured and not (scrape is not None and scrape.configured):
             raise no_token_configured()
         raise unauthorized()
+
     return require_scraper

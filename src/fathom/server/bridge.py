@@ -83,8 +83,9 @@ def _spawn_lock(data_dir: Path) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def start_daemon(data_dir: Path, *, watch: bool = True, timeout_s: float = START_S,
-                 command: list[str] | None = None) -> LocalServer:
+def start_daemon(
+    data_dir: Path, *, watch: bool = True, timeout_s: float = START_S, command: list[str] | None = None
+) -> LocalServer:
     """The data dir's daemon: the running one, else one started now and waited for."""
     data_dir = Path(data_dir).expanduser()
     try:
@@ -95,13 +96,22 @@ def start_daemon(data_dir: Path, *, watch: bool = True, timeout_s: float = START
                 return found
             return _spawn(data_dir, command or daemon_command(data_dir, watch=watch), timeout_s)
     except OSError as exc:
-        raise DaemonUnavailable(f"cannot start the background Fathom in {data_dir}: "
-                                f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or data_dir})") from None
+        raise DaemonUnavailable(
+            f"cannot start the background Fathom in {data_dir}: "
+            f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or data_dir})"
+        ) from None
 
 
 def daemon_command(data_dir: Path, *, watch: bool) -> list[str]:
-    return [sys.executable, "-m", "fathom", "--data-dir", str(data_dir), "daemon",
-            *([] if watch else ["--no-watch"])]
+    return [
+        sys.executable,
+        "-m",
+        "fathom",
+        "--data-dir",
+        str(data_dir),
+        "daemon",
+        *([] if watch else ["--no-watch"]),
+    ]
 
 
 def _spawn(data_dir: Path, command: list[str], timeout_s: float) -> LocalServer:
@@ -109,8 +119,9 @@ def _spawn(data_dir: Path, command: list[str], timeout_s: float) -> LocalServer:
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         os.fchmod(fd, 0o600)  # a log made before by a looser umask is this user's alone too
-        child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                                 start_new_session=True)  # outlives the session; no Ctrl-C of its terminal
+        child = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True
+        )  # outlives the session; no Ctrl-C of its terminal
     finally:
         os.close(fd)
     _spawned.append(child)
@@ -121,12 +132,15 @@ def _spawn(data_dir: Path, command: list[str], timeout_s: float) -> LocalServer:
             return found
         code = child.poll()
         if code is not None:
-            raise DaemonUnavailable(f"the background Fathom exited (code {code}) before it was ready: "
-                                    f"{_last_line(log_path)} (its log: {log_path})")
+            raise DaemonUnavailable(
+                f"the background Fathom exited (code {code}) before it was ready: "
+                f"{_last_line(log_path)} (its log: {log_path})"
+            )
         if time.monotonic() > deadline:
             child.terminate()
-            raise DaemonUnavailable(f"the background Fathom did not start within {timeout_s:g} s "
-                                    f"(its log: {log_path})")
+            raise DaemonUnavailable(
+                f"the background Fathom did not start within {timeout_s:g} s (its log: {log_path})"
+            )
         time.sleep(0.05)  # polling a file another process writes; bounded by the deadline above
 
 
@@ -171,9 +185,16 @@ class _SessionGone(Exception):
 class Bridge:
     """One host session relayed to the daemon (see the module docstring)."""
 
-    def __init__(self, daemon: LocalServer, *, data_dir: Path, watch: bool = True,
-                 write: Callable[[bytes], None] | None = None, say: Callable[[str], None] | None = None,
-                 restart: Callable[[], LocalServer] | None = None):
+    def __init__(
+        self,
+        daemon: LocalServer,
+        *,
+        data_dir: Path,
+        watch: bool = True,
+        write: Callable[[bytes], None] | None = None,
+        say: Callable[[str], None] | None = None,
+        restart: Callable[[], LocalServer] | None = None,
+    ):
         self.daemon = daemon
         self.data_dir = data_dir
         self.write = write or _stdout_line
@@ -214,8 +235,13 @@ class Bridge:
                     try:
                         message = json.loads(line)
                     except ValueError:
-                        self._emit({"jsonrpc": "2.0", "id": None,
-                                    "error": {"code": -32700, "message": "parse error: not JSON"}})
+                        self._emit(
+                            {
+                                "jsonrpc": "2.0",
+                                "id": None,
+                                "error": {"code": -32700, "message": "parse error: not JSON"},
+                            }
+                        )
                         continue
                     if isinstance(message, dict) and message.get("method") == "initialize":
                         self.initialize = message
@@ -266,8 +292,13 @@ class Bridge:
             if response.status_code >= 400:
                 text = (await response.aread()).decode(errors="replace")
                 if isinstance(message, dict) and "id" in message and not quiet:
-                    self._emit(_error(message["id"], f"the background Fathom refused the request "
-                                                     f"({response.status_code}): {text[:500]}"))
+                    self._emit(
+                        _error(
+                            message["id"],
+                            f"the background Fathom refused the request "
+                            f"({response.status_code}): {text[:500]}",
+                        )
+                    )
                 return
             if isinstance(message, dict) and message.get("method") == "initialize":
                 self.session_id = response.headers.get("mcp-session-id") or self.session_id
@@ -286,8 +317,11 @@ class Bridge:
             return
         if isinstance(message, dict) and ("result" in message or "error" in message):
             self._answered.add(message.get("id"))
-            version = (message.get("result") or {}).get("protocolVersion") if isinstance(
-                message.get("result"), dict) else None
+            version = (
+                (message.get("result") or {}).get("protocolVersion")
+                if isinstance(message.get("result"), dict)
+                else None
+            )
             if version:
                 self.protocol = str(version)
         if not quiet:
@@ -301,7 +335,9 @@ class Bridge:
         while not self.closing:
             generation = self.generation
             try:
-                async with self.http.stream("GET", self.url, headers=self._headers("text/event-stream")) as response:
+                async with self.http.stream(
+                    "GET", self.url, headers=self._headers("text/event-stream")
+                ) as response:
                     if response.status_code == 405:
                         return  # no server stream offered: requests still carry their own
                     if response.status_code < 400:
@@ -323,8 +359,10 @@ class Bridge:
             if self.restarts >= 1 or self.initialize is None:
                 raise SessionLost(self._lost_line(cause))
             self.restarts += 1
-            self.say(f"fathom mcp: the background Fathom went away ({type(cause).__name__}); "
-                     f"starting or finding it again")
+            self.say(
+                f"fathom mcp: the background Fathom went away ({type(cause).__name__}); "
+                f"starting or finding it again"
+            )
             for _ in range(RECONNECT_TRIES):
                 try:
                     self.daemon = await asyncio.to_thread(self.restart)
@@ -343,9 +381,11 @@ class Bridge:
             raise SessionLost(self._lost_line(cause))
 
     def _lost_line(self, cause: BaseException) -> str:
-        return (f"the background Fathom went away and could not be reached again ({type(cause).__name__}: "
-                f"{cause}); see {self.data_dir / DAEMON_LOG}. Restart the session, or serve in-process with "
-                f"`fathom mcp --in-process` (FATHOM_MCP_IN_PROCESS=1)")
+        return (
+            f"the background Fathom went away and could not be reached again ({type(cause).__name__}: "
+            f"{cause}); see {self.data_dir / DAEMON_LOG}. Restart the session, or serve in-process with "
+            f"`fathom mcp --in-process` (FATHOM_MCP_IN_PROCESS=1)"
+        )
 
     def _fail(self, message: Any, cause: BaseException) -> None:
         line = self._lost_line(cause)
@@ -390,8 +430,12 @@ def daemon_status(data_dir: Path) -> dict[str, Any] | None:
     if found is None:
         return None
     try:
-        response = httpx.get(found.url.rstrip("/") + "/local/status", timeout=5.0, trust_env=False,
-                             headers={"Authorization": f"Bearer {found.token}"})
+        response = httpx.get(
+            found.url.rstrip("/") + "/local/status",
+            timeout=5.0,
+            trust_env=False,
+            headers={"Authorization": f"Bearer {found.token}"},
+        )
         response.raise_for_status()
         return dict(response.json())
     except (httpx.HTTPError, ValueError) as exc:

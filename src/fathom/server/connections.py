@@ -58,15 +58,25 @@ PEER_WARNING_INTERVAL_S = 60.0  # a refused peer is logged at most this often, n
 def _plain(status: str, text: str, *extra: str) -> bytes:
     """A whole HTTP/1.1 answer that closes the connection, written before h11 has a request."""
     body = (text + "\n").encode()
-    head = [f"HTTP/1.1 {status}", "content-type: text/plain; charset=utf-8", f"content-length: {len(body)}",
-            "connection: close", *extra]
+    head = [
+        f"HTTP/1.1 {status}",
+        "content-type: text/plain; charset=utf-8",
+        f"content-length: {len(body)}",
+        "connection: close",
+        *extra,
+    ]
     return ("\r\n".join(head) + "\r\n\r\n").encode() + body
 
 
 _TIMED_OUT = _plain("408 Request Timeout", "the request head was not received in time")
-_FULL = _plain("503 Service Unavailable", "the server holds too many connections now; retry shortly", "retry-after: 1")
-_PEER_FULL = _plain("503 Service Unavailable", "this address holds too many connections to the server; close some "
-                    "and retry", "retry-after: 1")
+_FULL = _plain(
+    "503 Service Unavailable", "the server holds too many connections now; retry shortly", "retry-after: 1"
+)
+_PEER_FULL = _plain(
+    "503 Service Unavailable",
+    "this address holds too many connections to the server; close some and retry",
+    "retry-after: 1",
+)
 
 
 def peer_of(host: str | None) -> str | None:
@@ -111,8 +121,11 @@ class ConnectionLimits:
 
     @classmethod
     def of(cls, settings: Any) -> ConnectionLimits:
-        return cls(header_timeout_s=settings.header_timeout_s, max_connections=settings.max_connections,
-                   max_per_peer=settings.max_connections_per_peer)
+        return cls(
+            header_timeout_s=settings.header_timeout_s,
+            max_connections=settings.max_connections,
+            max_per_peer=settings.max_connections_per_peer,
+        )
 
 
 class BoundedH11Protocol(H11Protocol):
@@ -153,8 +166,12 @@ class BoundedH11Protocol(H11Protocol):
             self.warned[peer] = now
             if len(self.warned) > 1024:  # bounded, whatever the number of peers refused
                 self.warned.pop(next(iter(self.warned)))
-            log.warning("refusing connections from %s: it holds %d already (FATHOM_MAX_CONNECTIONS_PER_PEER); "
-                        "a reverse proxy in front of the server belongs in FATHOM_FORWARDED_ALLOW_IPS", peer, held)
+            log.warning(
+                "refusing connections from %s: it holds %d already (FATHOM_MAX_CONNECTIONS_PER_PEER); "
+                "a reverse proxy in front of the server belongs in FATHOM_FORWARDED_ALLOW_IPS",
+                peer,
+                held,
+            )
         return _PEER_FULL
 
     def data_received(self, data: bytes) -> None:
@@ -211,8 +228,15 @@ def forwarded_ips(raw: str | None) -> list[str]:
     return [p.strip() for p in (raw or "").split(",") if p.strip()]
 
 
-def uvicorn_config(app: Any, *, host: str, port: int, limits: ConnectionLimits | None = None,
-                   forwarded_allow_ips: str | None = None, **options: Any) -> Any:
+def uvicorn_config(
+    app: Any,
+    *,
+    host: str,
+    port: int,
+    limits: ConnectionLimits | None = None,
+    forwarded_allow_ips: str | None = None,
+    **options: Any,
+) -> Any:
     """A `uvicorn.Config` for `app` with the bounds above: the header timeout and connection caps
     of `limits`, and forwarded headers believed only from `forwarded_allow_ips` (held, too, only
     to the total cap)."""
@@ -220,5 +244,12 @@ def uvicorn_config(app: Any, *, host: str, port: int, limits: ConnectionLimits |
 
     proxies = forwarded_ips(forwarded_allow_ips)
     bounds = replace(limits or ConnectionLimits(), proxies=tuple(proxies))
-    return uvicorn.Config(app, host=host, port=port, http=bounded_protocol(bounds),
-                          proxy_headers=bool(proxies), forwarded_allow_ips=proxies or [], **options)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http=bounded_protocol(bounds),
+        proxy_headers=bool(proxies),
+        forwarded_allow_ips=proxies or [],
+        **options,
+    )

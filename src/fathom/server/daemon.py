@@ -106,13 +106,16 @@ class Attended:
             self.attendance.end(stream=stream)
 
 
-async def stop_when_idle(attendance: Attendance, stop: Callable[[], None],
-                         sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep) -> None:
+async def stop_when_idle(
+    attendance: Attendance, stop: Callable[[], None], sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
+) -> None:
     """Wait until `attendance` has been idle for its timeout, then `stop()`."""
     while not attendance.expired():
         await sleep(attendance.next_look_s())
-    log.warning("no session for %g minutes: the background Fathom stops (FATHOM_DAEMON_IDLE_MINUTES)",
-                attendance.idle_s / 60)
+    log.warning(
+        "no session for %g minutes: the background Fathom stops (FATHOM_DAEMON_IDLE_MINUTES)",
+        attendance.idle_s / 60,
+    )
     stop()
 
 
@@ -125,10 +128,18 @@ def status_route(door: Any, attendance: Attendance) -> Any:
     started = time.time()
 
     async def status(request: Request) -> JSONResponse:
-        return JSONResponse({"kind": door.kind, "pid": os.getpid(), "url": door.url,
-                             "sessions": attendance.sessions, "requests": attendance.requests,
-                             "idle_for_s": round(attendance.idle_for(), 1),
-                             "idle_timeout_s": attendance.idle_s, "started_at": started})
+        return JSONResponse(
+            {
+                "kind": door.kind,
+                "pid": os.getpid(),
+                "url": door.url,
+                "sessions": attendance.sessions,
+                "requests": attendance.requests,
+                "idle_for_s": round(attendance.idle_for(), 1),
+                "idle_timeout_s": attendance.idle_s,
+                "started_at": started,
+            }
+        )
 
     return Route(STATUS_PATH, status, methods=["GET"])
 
@@ -163,19 +174,38 @@ def serve_daemon(fathom: Any, settings: Any, *, watching: bool, say: Callable[[s
                 tasks.add(asyncio.create_task(_logged(fathom.start_watching(), "starting the watchers")))
             tasks.add(asyncio.create_task(stop_when_idle(attendance, stop)))
 
-        app = standalone_app(server, token=door.run_token(), host=HOST, allowed_hosts=(), on_start=on_start,
-                             local=door, routes=[*local_routes(lambda: fathom, door),
-                                                 status_route(door, attendance)])
-        config = uvicorn_config(Attended(app, attendance), host=HOST, port=0,
-                                limits=ConnectionLimits.of(settings), log_level="warning",
-                                timeout_graceful_shutdown=settings.stop_grace_s)
+        app = standalone_app(
+            server,
+            token=door.run_token(),
+            host=HOST,
+            allowed_hosts=(),
+            on_start=on_start,
+            local=door,
+            routes=[*local_routes(lambda: fathom, door), status_route(door, attendance)],
+        )
+        config = uvicorn_config(
+            Attended(app, attendance),
+            host=HOST,
+            port=0,
+            limits=ConnectionLimits.of(settings),
+            log_level="warning",
+            timeout_graceful_shutdown=settings.stop_grace_s,
+        )
     except BaseException:
         sock.close()
         raise
-    say(f"fathom daemon (pid {os.getpid()}) on {door.url}/mcp for {settings.data_dir}; stops after "
-        f"{settings.daemon_idle_minutes:g} idle minutes")
-    serve_with_door(config, sock, door, lambda name: say(f"fathom daemon: stopped by {name}"), strict=True,
-                    on_server=servers.append)
+    say(
+        f"fathom daemon (pid {os.getpid()}) on {door.url}/mcp for {settings.data_dir}; stops after "
+        f"{settings.daemon_idle_minutes:g} idle minutes"
+    )
+    serve_with_door(
+        config,
+        sock,
+        door,
+        lambda name: say(f"fathom daemon: stopped by {name}"),
+        strict=True,
+        on_server=servers.append,
+    )
 
 
 async def _logged(work: Awaitable[Any], what: str) -> None:

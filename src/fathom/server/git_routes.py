@@ -37,8 +37,11 @@ class GitProjectRequest(BaseModel):
 
     name: str = Field(min_length=1, max_length=200, description="the project's name")
     url: str = Field(min_length=1, max_length=2000, description="the git remote, without credentials")
-    branches: list[str] = Field(default_factory=list, max_length=50,
-                                description="branches to index, the default first (none: the remote's)")
+    branches: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description="branches to index, the default first (none: the remote's)",
+    )
     poll_s: float | None = Field(None, description="seconds between polls of the remote (none: webhook only)")
 
 
@@ -51,8 +54,12 @@ class BranchRequest(BaseModel):
 def hooks_router(service: Any) -> APIRouter:
     router = APIRouter()
 
-    @router.post(HOOK_PREFIX + "{project}", tags=["git"], openapi_extra={"security": []},
-                 responses={202: {"description": "a push to a tracked branch: synced after this answer"}})
+    @router.post(
+        HOOK_PREFIX + "{project}",
+        tags=["git"],
+        openapi_extra={"security": []},
+        responses={202: {"description": "a push to a tracked branch: synced after this answer"}},
+    )
     async def push(project: str, request: Request, response: Response) -> dict[str, Any]:
         """A forge's push event: when signed with the project's secret, a push to a tracked
         branch is answered 202 and synced in the background; unsigned, 401."""
@@ -105,13 +112,16 @@ def git_admin_router(service: Any, require_admin: Any) -> APIRouter:
 
 # ---- MCP: adding a project from git
 
+
 class GitProjectAdded(BaseModel):
     project: str
     url: str = Field(description="the remote, any credentials removed")
     default: str = Field(description="the default branch: searches without a ref read it")
     branches: dict[str, str] = Field(description="each tracked branch and the commit indexed")
-    webhook: str = Field(description="the push webhook's path on this server; its secret is "
-                                     "given to the operator only (DATA_DIR/git/NAME/webhook.secret)")
+    webhook: str = Field(
+        description="the push webhook's path on this server; its secret is "
+        "given to the operator only (DATA_DIR/git/NAME/webhook.secret)"
+    )
     poll_s: float | None = None
 
 
@@ -120,25 +130,40 @@ def register_git_tools(server: Any, fathom: Any) -> None:
     Listed only while the server allows some remote (FATHOM_GIT_REMOTES): without one it could
     only refuse, and its description would cost every agent's context for nothing."""
 
-    @server.tool(title="Add a project from git",
-                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                             idempotent_hint=False, open_world_hint=True),
-                 description="Clone a git remote the server allows and index its branches "
-                             "(the first is the default); searches then take ref=BRANCH, a "
-                             "tag or a commit.")
+    @server.tool(
+        title="Add a project from git",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+        ),
+        description="Clone a git remote the server allows and index its branches "
+        "(the first is the default); searches then take ref=BRANCH, a "
+        "tag or a commit.",
+    )
     @tool_errors
     async def add_git_project(
         project: ProjectName,
-        url: Annotated[str, Field(description="The remote, e.g. https://host/team/repo.git, "
-                                              "without credentials.", min_length=1, max_length=2000)],
-        branches: Annotated[list[str] | None, Field(description="Branches, the default first; "
-                                                    "null: the remote's default.",
-                                                    max_length=50)] = None,
+        url: Annotated[
+            str,
+            Field(
+                description="The remote, e.g. https://host/team/repo.git, without credentials.",
+                min_length=1,
+                max_length=2000,
+            ),
+        ],
+        branches: Annotated[
+            list[str] | None,
+            Field(description="Branches, the default first; null: the remote's default.", max_length=50),
+        ] = None,
     ) -> GitProjectAdded:
         added = await fathom.git.add(project, url, branches or [])
-        return GitProjectAdded(project=added["project"], url=added["url"], default=added["default"],
-                               branches=added["branches"], webhook=added["webhook"],
-                               poll_s=added["poll_s"])
+        return GitProjectAdded(
+            project=added["project"],
+            url=added["url"],
+            default=added["default"],
+            branches=added["branches"],
+            webhook=added["webhook"],
+            poll_s=added["poll_s"],
+        )
 
     only_when = getattr(server, "only_when", None)
     if only_when is not None:  # read at every listing: the settings a test or reload changes

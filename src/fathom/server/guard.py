@@ -118,8 +118,14 @@ class McpRefusal(HTTPException):
         self.content = {"jsonrpc": "2.0", "id": None, "error": {"code": -32001, "message": message}}
 
 
-def mcp_unauthorized(token_sent: bool, url: str = "http://SERVER/mcp", *, oauth: Any = None,
-                     reason: str | None = None, static: bool = True) -> McpRefusal:
+def mcp_unauthorized(
+    token_sent: bool,
+    url: str = "http://SERVER/mcp",
+    *,
+    oauth: Any = None,
+    reason: str | None = None,
+    static: bool = True,
+) -> McpRefusal:
     """The 401 MCP clients get without a valid token: how to configure one, and no OAuth.
 
     RFC 6750: a request with no credentials gets the bare challenge (no error code); a wrong one
@@ -128,41 +134,58 @@ def mcp_unauthorized(token_sent: bool, url: str = "http://SERVER/mcp", *, oauth:
     not advertise an authorization server), so a client has nothing to discover."""
     if oauth is not None:
         return oauth_unauthorized(oauth, token_sent, url, reason, static)
-    how = (f"Configure your MCP client to send the header `Authorization: Bearer <token>` with a token the "
-           f"server's operator gives you (`fathom tokens create --name YOU`), e.g. `claude mcp add --transport http "
-           f"fathom {url} --header \"Authorization: Bearer fm_...\"`. This server uses static bearer tokens, not OAuth.")
+    how = (
+        f"Configure your MCP client to send the header `Authorization: Bearer <token>` with a token the "
+        f"server's operator gives you (`fathom tokens create --name YOU`), e.g. `claude mcp add --transport http "
+        f'fathom {url} --header "Authorization: Bearer fm_..."`. This server uses static bearer tokens, not OAuth.'
+    )
     if token_sent:
         message = f"The token sent to Fathom was refused: it is unknown, revoked or mistyped. {how}"
-        challenge = (f'Bearer realm="{REALM}", error="invalid_token", error_description="the bearer token is '
-                     f'unknown, revoked or mistyped; ask the operator for an MCP token"')
+        challenge = (
+            f'Bearer realm="{REALM}", error="invalid_token", error_description="the bearer token is '
+            f'unknown, revoked or mistyped; ask the operator for an MCP token"'
+        )
     else:
         message = f"Fathom needs a token. {how}"
         challenge = f'Bearer realm="{REALM}"'
     return McpRefusal(401, message, headers={"WWW-Authenticate": challenge})
 
 
-def oauth_unauthorized(oauth: Any, token_sent: bool, url: str, reason: str | None, static: bool) -> McpRefusal:
+def oauth_unauthorized(
+    oauth: Any, token_sent: bool, url: str, reason: str | None, static: bool
+) -> McpRefusal:
     """The 401 of a server that is an OAuth resource server (`server.oauth`): the challenge names
     its metadata (`resource_metadata`) and scopes, so an MCP client discovers the authorization
     server and signs the person in; a refused token gets `invalid_token` and why."""
-    how = (f"Sign in with OAuth: your MCP client finds the authorization server ({oauth.issuer}) in "
-           f"{oauth.resource.metadata_url}")
+    how = (
+        f"Sign in with OAuth: your MCP client finds the authorization server ({oauth.issuer}) in "
+        f"{oauth.resource.metadata_url}"
+    )
     if static:
         how += " ; or send `Authorization: Bearer <token>` with a static token the operator gives you"
     if token_sent:
         why = reason or "it is unknown, revoked or mistyped"
-        return McpRefusal(401, f"The token sent to Fathom was refused: {why}. {how}.", headers={
-            "WWW-Authenticate": oauth.resource.challenge(error="invalid_token", description=why)})
-    return McpRefusal(401, f"Fathom needs a token. {how}.", headers={"WWW-Authenticate": oauth.resource.challenge()})
+        return McpRefusal(
+            401,
+            f"The token sent to Fathom was refused: {why}. {how}.",
+            headers={"WWW-Authenticate": oauth.resource.challenge(error="invalid_token", description=why)},
+        )
+    return McpRefusal(
+        401, f"Fathom needs a token. {how}.", headers={"WWW-Authenticate": oauth.resource.challenge()}
+    )
 
 
 def issuer_unreachable(oauth: Any) -> McpRefusal:
     """The token could not be checked: the authorization server's keys or introspection could
     not be read. 503 with Retry-After, not 401: the token may be good, and a 401 would send the
     client through sign-in again for nothing."""
-    return McpRefusal(503, f"Fathom could not check the access token: the authorization server {oauth.issuer} "
-                           f"cannot be reached from this server. Try again in a minute; the operator finds the "
-                           f"cause in the server's log.", headers={"Retry-After": str(ISSUER_RETRY_S)})
+    return McpRefusal(
+        503,
+        f"Fathom could not check the access token: the authorization server {oauth.issuer} "
+        f"cannot be reached from this server. Try again in a minute; the operator finds the "
+        f"cause in the server's log.",
+        headers={"Retry-After": str(ISSUER_RETRY_S)},
+    )
 
 
 def oauth_forbidden(oauth: Any, exc: Exception) -> McpRefusal:
@@ -172,7 +195,9 @@ def oauth_forbidden(oauth: Any, exc: Exception) -> McpRefusal:
 
     headers = {}
     if isinstance(exc, InsufficientScope):
-        headers["WWW-Authenticate"] = oauth.resource.challenge(error="insufficient_scope", description=str(exc))
+        headers["WWW-Authenticate"] = oauth.resource.challenge(
+            error="insufficient_scope", description=str(exc)
+        )
     return McpRefusal(403, str(exc), headers=headers)
 
 
@@ -186,8 +211,11 @@ class Identified:
 
 
 def mcp_only(principal: Principal, method: str, path: str) -> HTTPException:
-    return refusal(403, f"{method} {path} needs the admin token; the MCP token {principal.name!r} opens {MCP_PATH} "
-                        f"and nothing else")
+    return refusal(
+        403,
+        f"{method} {path} needs the admin token; the MCP token {principal.name!r} opens {MCP_PATH} "
+        f"and nothing else",
+    )
 
 
 def is_mcp_path(path: str) -> bool:
@@ -198,16 +226,26 @@ class Access:
     """Who may call which path. One function, `refusal`, decides; `principal` says who a token
     is. `open_mcp`: `/mcp` needs no token (one machine on loopback, nothing configured)."""
 
-    def __init__(self, admin: AdminAuth | StaticToken | None, scrape: ScrapeAuth | None = None,
-                 mcp: McpTokens | None = None, *, open_mcp: bool = False, local: Any = None,
-                 oauth: Any = None, static_mcp: bool = True):
+    def __init__(
+        self,
+        admin: AdminAuth | StaticToken | None,
+        scrape: ScrapeAuth | None = None,
+        mcp: McpTokens | None = None,
+        *,
+        open_mcp: bool = False,
+        local: Any = None,
+        oauth: Any = None,
+        static_mcp: bool = True,
+    ):
         self.admin = admin
         self.scrape = scrape
         self.mcp = mcp
         self.open_mcp = open_mcp
         self.local = local  # a `server.local.LocalDoor` once the server knows its address
         self.oauth = oauth  # a `server.oauth.door.OAuthDoor`: people signed in by the operator's issuer
-        self.static_mcp = static_mcp  # False: `/mcp` takes OAuth access tokens only (no `fm_`, no admin token)
+        self.static_mcp = (
+            static_mcp  # False: `/mcp` takes OAuth access tokens only (no `fm_`, no admin token)
+        )
 
     def principal(self, token: str | None) -> Principal | None:
         """The admin, an MCP token's principal, or None for a missing or unknown static token."""
@@ -260,12 +298,21 @@ class Access:
     def open_path(method: str, path: str) -> bool:
         """Whether a request needs no token at all: a public page, OAuth's default endpoints
         (answered 404), a forge's webhook (the route checks the project's signature)."""
-        return ((method in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)))
-                or (path in OAUTH_PATHS and method in ("GET", "POST"))
-                or (method == "POST" and path.startswith(HOOK_PREFIX)))
+        return (
+            (method in ("GET", "HEAD") and (path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)))
+            or (path in OAUTH_PATHS and method in ("GET", "POST"))
+            or (method == "POST" and path.startswith(HOOK_PREFIX))
+        )
 
-    def refusal(self, method: str, path: str, token: str | None, *, url: str | None = None,
-                identified: Identified | None = None) -> HTTPException | None:
+    def refusal(
+        self,
+        method: str,
+        path: str,
+        token: str | None,
+        *,
+        url: str | None = None,
+        identified: Identified | None = None,
+    ) -> HTTPException | None:
         """None if the request may proceed; else the refusal to answer, unread. `identified`:
         who the token is (`identify`); without it, only static tokens are known."""
         if self.open_path(method, path):
@@ -284,7 +331,8 @@ class Access:
         if principal is not None:
             return mcp_only(principal, method, path)
         configured = (self.admin is not None and self.admin.configured) or (
-            path in SCRAPE_PATHS and self.scrape is not None and self.scrape.configured)
+            path in SCRAPE_PATHS and self.scrape is not None and self.scrape.configured
+        )
         return unauthorized() if configured else no_token_configured()
 
 
@@ -295,17 +343,19 @@ class BodyLimits:
     limit never exceeds the server-wide default."""
 
     default: int = DEFAULT_BODY_LIMIT
-    routes: dict[tuple[str, str], int] = field(default_factory=lambda: {
-        ("POST", "/admin/key"): MAX_KEY_BODY,
-        ("PUT", "/admin/policies"): MAX_POLICY_BODY,
-        ("PUT", "/admin/budget"): 1 * KIB,
-        ("POST", "/admin/jobs"): 16 * KIB,
-        ("POST", "/admin/fleet/tokens"): 1 * KIB,
-        ("POST", "/admin/tokens"): 8 * KIB,
-        **{("POST", path): 16 * KIB for path in OAUTH_PATHS},  # never read: answered 404
-        ("POST", "/admin/fleet/probe"): 256 * KIB,
-        ("POST", "/admin/gate/verify"): 4 * KIB,
-    })
+    routes: dict[tuple[str, str], int] = field(
+        default_factory=lambda: {
+            ("POST", "/admin/key"): MAX_KEY_BODY,
+            ("PUT", "/admin/policies"): MAX_POLICY_BODY,
+            ("PUT", "/admin/budget"): 1 * KIB,
+            ("POST", "/admin/jobs"): 16 * KIB,
+            ("POST", "/admin/fleet/tokens"): 1 * KIB,
+            ("POST", "/admin/tokens"): 8 * KIB,
+            **{("POST", path): 16 * KIB for path in OAUTH_PATHS},  # never read: answered 404
+            ("POST", "/admin/fleet/probe"): 256 * KIB,
+            ("POST", "/admin/gate/verify"): 4 * KIB,
+        }
+    )
     prefixes: tuple[tuple[str, str, int], ...] = (
         ("POST", "/admin/gate/reembed/", 4 * KIB),
         ("POST", "/admin/jobs/", 1 * KIB),  # pause, resume, cancel: no body
@@ -317,7 +367,9 @@ class BodyLimits:
     def of(self, method: str, path: str) -> int:
         limit = self.routes.get((method, path))
         if limit is None:
-            limit = next((n for m, prefix, n in self.prefixes if m == method and path.startswith(prefix)), None)
+            limit = next(
+                (n for m, prefix, n in self.prefixes if m == method and path.startswith(prefix)), None
+            )
         if limit is None and method in ("GET", "HEAD", "DELETE"):
             limit = self.bodyless
         return min(limit if limit is not None else self.default, self.default)
@@ -331,8 +383,15 @@ class RequestGuard:
     """ASGI middleware: `Access` then `BodyLimits`, before the app sees a request; then the
     audit log, once the app has answered an admin write."""
 
-    def __init__(self, app: ASGIApp, *, access: Access, limits: BodyLimits | None = None,
-                 audit: AuditLog | None = None, wrong_tokens: WrongTokenDelay | None = None):
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        access: Access,
+        limits: BodyLimits | None = None,
+        audit: AuditLog | None = None,
+        wrong_tokens: WrongTokenDelay | None = None,
+    ):
         self.app = app
         self.access = access
         self.limits = limits or BodyLimits()
@@ -354,19 +413,37 @@ class RequestGuard:
         if denied is not None:
             refused_who = getattr(identified.refused, "who", None)  # signed in, but mapped to nothing
             if refused_who is not None:
-                await self._audit(f"oauth:{refused_who}", method, path, scope, f"refused 403: {_reason(denied)}",
-                                  refused="refused 403")
+                await self._audit(
+                    f"oauth:{refused_who}",
+                    method,
+                    path,
+                    scope,
+                    f"refused 403: {_reason(denied)}",
+                    refused="refused 403",
+                )
             elif principal is not None and denied.status_code == 403:
-                await self._audit(principal.who, method, path, scope, f"refused 403: {_reason(denied)}",
-                                  refused="refused 403")
+                await self._audit(
+                    principal.who,
+                    method,
+                    path,
+                    scope,
+                    f"refused 403: {_reason(denied)}",
+                    refused="refused 403",
+                )
             elif token is not None and principal is None and denied.status_code == 401:
                 # A wrong token: audited, and answered later each time this peer sends another.
                 peer = _peer(scope)
                 delay = self.wrong_tokens.penalty(peer)
                 why = getattr(identified.refused, "reason", "unknown token")
-                await self._audit(UNKNOWN_TOKEN, method, path, scope,
-                                  f"refused 401: {why}, answered after {delay:g} s", refused="refused 401",
-                                  peer=peer)
+                await self._audit(
+                    UNKNOWN_TOKEN,
+                    method,
+                    path,
+                    scope,
+                    f"refused 401: {why}, answered after {delay:g} s",
+                    refused="refused 401",
+                    peer=peer,
+                )
                 await self.wrong_tokens.clock.sleep(delay)
             await send_refusal(send, denied)
             return
@@ -390,8 +467,17 @@ class RequestGuard:
                 outcome = "ok" if code is not None and code < 400 else f"refused {code}" if code else "failed"
                 await self._audit(principal.who, method, path, scope, outcome)
 
-    async def _audit(self, who: str, method: str, path: str, scope: Scope, outcome: str, *,
-                     refused: str | None = None, peer: str | None = None) -> None:
+    async def _audit(
+        self,
+        who: str,
+        method: str,
+        path: str,
+        scope: Scope,
+        outcome: str,
+        *,
+        refused: str | None = None,
+        peer: str | None = None,
+    ) -> None:
         """One entry (`refused`: a refusal of that kind, written at a bounded rate). The query
         string is kept (it says what was asked); the log scrubs its secret-named values."""
         if self.audit is None:
@@ -408,8 +494,16 @@ class RequestGuard:
         except OSError as exc:
             log.error("could not write the audit log %s: %s", self.audit.path, exc.strerror or exc)
 
-    async def _app_within(self, limit: int, method: str, path: str, scope: Scope, receive: Receive,
-                          send: Send, status: dict[str, Any]) -> None:
+    async def _app_within(
+        self,
+        limit: int,
+        method: str,
+        path: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        status: dict[str, Any],
+    ) -> None:
         """Run the app, counting the body as it streams in; past `limit`, answer 413 at once."""
         state = {"read": 0, "started": False, "refused": False}
 
@@ -450,8 +544,15 @@ class WrongTokenDelay:
     `max_peers` peers are remembered, the least recently wrong forgotten first. Time is the
     injected `clock`'s: its `now` for the window, its `sleep` for the wait."""
 
-    def __init__(self, *, base_s: float = 0.1, cap_s: float = 5.0, forget_s: float = 300.0,
-                 max_peers: int = 4096, clock: Clock | None = None):
+    def __init__(
+        self,
+        *,
+        base_s: float = 0.1,
+        cap_s: float = 5.0,
+        forget_s: float = 300.0,
+        max_peers: int = 4096,
+        clock: Clock | None = None,
+    ):
         self.base_s = base_s
         self.cap_s = cap_s
         self.forget_s = forget_s
@@ -489,23 +590,29 @@ def _reason(exc: HTTPException) -> str:
 
 
 def _too_large(method: str, path: str, limit: int) -> HTTPException:
-    return refusal(413, f"request body over the {_size(limit)} limit of {method} {path}",
-                   [f"{method} {path} takes at most {_size(limit)} of body; send less"])
+    return refusal(
+        413,
+        f"request body over the {_size(limit)} limit of {method} {path}",
+        [f"{method} {path} takes at most {_size(limit)} of body; send less"],
+    )
 
 
 def _size(n: int) -> str:
-    return f"{n // KIB} KiB" if n % KIB == 0 and n < 1024 * KIB else (
-        f"{n / (1024 * KIB):g} MiB" if n % KIB == 0 else f"{n} bytes")
+    return (
+        f"{n // KIB} KiB"
+        if n % KIB == 0 and n < 1024 * KIB
+        else (f"{n / (1024 * KIB):g} MiB" if n % KIB == 0 else f"{n} bytes")
+    )
 
 
 async def send_refusal(send: Send, exc: HTTPException) -> None:
     content = getattr(exc, "content", None)
     body = json.dumps(content if content is not None else {"detail": exc.detail}).encode()
-    headers: list[tuple[bytes, bytes]] = [(b"content-type", b"application/json"),
-                                          (b"content-length", str(len(body)).encode())]
+    headers: list[tuple[bytes, bytes]] = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
     for k, v in (exc.headers or {}).items():
         headers.append((k.lower().encode("latin-1"), str(v).encode("latin-1")))
     await send({"type": "http.response.start", "status": exc.status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-

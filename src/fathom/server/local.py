@@ -81,15 +81,25 @@ class LocalDoor:
         """Write the file (0600, replacing any earlier one: the newest server on a data dir is
         the one the CLI asks). A failure only means the CLI searches in-process; `strict`: it
         raises instead (a background Fathom nobody can find is of no use)."""
-        body = json.dumps({"url": self.url, "pid": os.getpid(), "kind": self.kind, "token": self._token,
-                           "started_at": time.time()})
+        body = json.dumps(
+            {
+                "url": self.url,
+                "pid": os.getpid(),
+                "kind": self.kind,
+                "token": self._token,
+                "started_at": time.time(),
+            }
+        )
         try:
             atomic_write_text(self.path, body)  # a 0600 temp file renamed into place
         except OSError as exc:
             if strict:
                 raise
-            log.warning("could not write %s (%s): `fathom search` will not find this server and searches "
-                        "in-process", self.path, exc.strerror or exc)
+            log.warning(
+                "could not write %s (%s): `fathom search` will not find this server and searches in-process",
+                self.path,
+                exc.strerror or exc,
+            )
 
     def close(self) -> None:
         """Remove the file if it is still this run's."""
@@ -98,9 +108,15 @@ class LocalDoor:
                 self.path.unlink()
 
 
-def serve_with_door(config: Any, sock: Any, door: LocalDoor,
-                    on_stopped: Callable[[str], None] | None = None, *, strict: bool = False,
-                    on_server: Callable[[Any], None] | None = None) -> None:
+def serve_with_door(
+    config: Any,
+    sock: Any,
+    door: LocalDoor,
+    on_stopped: Callable[[str], None] | None = None,
+    *,
+    strict: bool = False,
+    on_server: Callable[[Any], None] | None = None,
+) -> None:
     """Run uvicorn's server for `config` on `sock` with `door` open; the door closes on any stop:
     a crash, Ctrl-C, and SIGTERM too (see the module docstring). `on_stopped` hears the name of
     the signal that stopped it, once it has shut down (before the signal is raised again).
@@ -177,22 +193,36 @@ def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
             body = await request.json()
             if not isinstance(body, dict) or not isinstance(body.get("query"), str):
                 raise ConfigError("the search needs a JSON body with a query")
-            asked = SearchRequest.of(body["query"], body.get("project"), str(body.get("table") or "code"),
-                                     int(body.get("k") or 10), language=body.get("language"),
-                                     path=body.get("path"), kind=body.get("kind"),
-                                     group=str(body.get("group") or "file"), ref=body.get("ref"))
+            asked = SearchRequest.of(
+                body["query"],
+                body.get("project"),
+                str(body.get("table") or "code"),
+                int(body.get("k") or 10),
+                language=body.get("language"),
+                path=body.get("path"),
+                kind=body.get("kind"),
+                group=str(body.get("group") or "file"),
+                ref=body.get("ref"),
+            )
             hits = await service().searches.hits(asked)
         except ValueError as exc:
             return failure_response(ConfigError(f"invalid search request: {exc}"))
         except FathomError as exc:
             return failure_response(exc)
         door.searches += 1
-        return JSONResponse({"hits": [h.as_dict() for h in hits], "notes": list(getattr(hits, "notes", ())),
-                             "served_by": {"kind": door.kind, "pid": os.getpid(), "searches": door.searches}})
+        return JSONResponse(
+            {
+                "hits": [h.as_dict() for h in hits],
+                "notes": list(getattr(hits, "notes", ())),
+                "served_by": {"kind": door.kind, "pid": os.getpid(), "searches": door.searches},
+            }
+        )
 
     async def projects(request: Request) -> JSONResponse:
         items = await asyncio.to_thread(service().projects)
         return JSONResponse({"projects": [asdict(p) for p in items]})
 
-    return [Route(LOCAL_PREFIX + "search", search, methods=["POST"]),
-            Route(LOCAL_PREFIX + "projects", projects, methods=["GET"])]
+    return [
+        Route(LOCAL_PREFIX + "search", search, methods=["POST"]),
+        Route(LOCAL_PREFIX + "projects", projects, methods=["GET"]),
+    ]

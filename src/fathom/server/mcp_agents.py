@@ -37,7 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from fathom.service import Fathom
 
 
-
 class AskResult(BaseModel):
     question: str
     answer: str
@@ -69,8 +68,9 @@ class ExploreResult(BaseModel):
     sub_questions: int
     tokens_used: int
     trace: list[TraceEntry]
-    trace_omitted: int = Field(default=0, description="trace steps left out (the last ones) "
-                                                       "to keep the answer within max_tokens")
+    trace_omitted: int = Field(
+        default=0, description="trace steps left out (the last ones) to keep the answer within max_tokens"
+    )
     truncated: bool = Field(default=False, description="the answer was cut to max_tokens")
 
 
@@ -79,10 +79,10 @@ A = TypeVar("A", AskResult, ExploreResult)
 # The LLM role each tool needs.
 ROLE_OF_TOOL = {"ask": Role.CODE_ASSISTANT, "explore": Role.RLM}
 # Model calls: the answer varies from call to call, and a cloud route may serve them.
-LLM_TOOL = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=False,
-                           open_world_hint=True)
-Question = Annotated[str, Field(description="The question, in words.", min_length=1,
-                                max_length=4000)]
+LLM_TOOL = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=False, open_world_hint=True
+)
+Question = Annotated[str, Field(description="The question, in words.", min_length=1, max_length=4000)]
 
 
 def routable(router: Router, role: Role) -> bool:
@@ -97,11 +97,13 @@ def routable(router: Router, role: Role) -> bool:
 def how_to_enable(tool: str) -> str:
     """What to configure on this machine so that `tool` can run."""
     role = ROLE_OF_TOOL[tool]
-    return (f"To make {tool} available, give role {role} a route: on this machine set "
-            f"FATHOM_LOCAL_CHAT_URL to an OpenAI-compatible chat server (a local LLM) and "
-            f"restart fathom; or use a fathom server's /mcp with a sidecar serving {role} "
-            f"(`fathom sidecar --serve {role}=...`); or push an OpenRouter key to its "
-            f"sidecars and allow the cloud for it (`fathom policy set {role} --fallback any`).")
+    return (
+        f"To make {tool} available, give role {role} a route: on this machine set "
+        f"FATHOM_LOCAL_CHAT_URL to an OpenAI-compatible chat server (a local LLM) and "
+        f"restart fathom; or use a fathom server's /mcp with a sidecar serving {role} "
+        f"(`fathom sidecar --serve {role}=...`); or push an OpenRouter key to its "
+        f"sidecars and allow the cloud for it (`fathom policy set {role} --fallback any`)."
+    )
 
 
 def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | None = None) -> None:
@@ -127,50 +129,90 @@ def register_agent_tools(server: MCPServer, fathom: Fathom, router: Router | Non
         for name, role in ROLE_OF_TOOL.items():
             only_when(name, lambda role=role: routable(route(), role))
 
-    @server.tool(title="Ask about the code", annotations=LLM_TOOL,
-                 description="Answer a question about indexed code from retrieved code and "
-                             "docs (the code-assistant role), citing the path:start-end ranges "
-                             "it used.")
+    @server.tool(
+        title="Ask about the code",
+        annotations=LLM_TOOL,
+        description="Answer a question about indexed code from retrieved code and "
+        "docs (the code-assistant role), citing the path:start-end ranges "
+        "it used.",
+    )
     @tool_errors
-    async def ask(question: Question, project: ProjectOpt = None,
-                  max_tokens: MaxTokens = DEFAULT_MAX_TOKENS) -> AskResult:
+    async def ask(
+        question: Question, project: ProjectOpt = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS
+    ) -> AskResult:
         r = route()
         try:
             a = await CodeAssistant(fathom, r, reranker=r).ask(question, project)
         except NoProviderAvailable as exc:
             raise refusal("ask", exc) from exc
-        return await fitted(AskResult(question=a.question, answer=a.answer,
-                                      citations=[str(c) for c in a.citations],
-                                      rejected=a.rejected, provider=a.provider, model=a.model,
-                                      reranked=a.reranked), max_tokens)
+        return await fitted(
+            AskResult(
+                question=a.question,
+                answer=a.answer,
+                citations=[str(c) for c in a.citations],
+                rejected=a.rejected,
+                provider=a.provider,
+                model=a.model,
+                reranked=a.reranked,
+            ),
+            max_tokens,
+        )
 
-    @server.tool(title="Explore a project", annotations=LLM_TOOL,
-                 description="Explore one indexed project step by step (search, read files, "
-                             "grep, sub-questions; the rlm role) to answer a hard question; "
-                             "bounded in depth, steps, tokens and time. Returns the answer and "
-                             "the trace.")
+    @server.tool(
+        title="Explore a project",
+        annotations=LLM_TOOL,
+        description="Explore one indexed project step by step (search, read files, "
+        "grep, sub-questions; the rlm role) to answer a hard question; "
+        "bounded in depth, steps, tokens and time. Returns the answer and "
+        "the trace.",
+    )
     @tool_errors
     async def explore(
         question: Question,
         project: ProjectName,
-        max_steps: Annotated[int, Field(description=f"Tool calls allowed at the top level, 1 to "
-                                                    f"{MAX_STEPS}. Default 12.",
-                                        ge=1, le=MAX_STEPS)] = 12,
-        max_depth: Annotated[int, Field(description=f"Levels of sub-questions allowed, 0 (none) "
-                                                    f"to {MAX_DEPTH}. Default 2.",
-                                        ge=0, le=MAX_DEPTH)] = 2,
+        max_steps: Annotated[
+            int,
+            Field(
+                description=f"Tool calls allowed at the top level, 1 to {MAX_STEPS}. Default 12.",
+                ge=1,
+                le=MAX_STEPS,
+            ),
+        ] = 12,
+        max_depth: Annotated[
+            int,
+            Field(
+                description=f"Levels of sub-questions allowed, 0 (none) to {MAX_DEPTH}. Default 2.",
+                ge=0,
+                le=MAX_DEPTH,
+            ),
+        ] = 2,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> ExploreResult:
         r = route()
-        explorer = Explorer.for_project(fathom, r, project, reranker=r,
-                                        limits=Limits(max_depth=max_depth, max_steps=max_steps))
+        explorer = Explorer.for_project(
+            fathom, r, project, reranker=r, limits=Limits(max_depth=max_depth, max_steps=max_steps)
+        )
         try:
             e = await explorer.explore(question)
         except NoProviderAvailable as exc:
             raise refusal("explore", exc) from exc
-        return await fitted(ExploreResult(
-            question=e.question, answer=e.answer, complete=e.complete, stopped=e.stopped,
-            citations=[str(c) for c in e.citations], unverified=e.unverified,
-            limits_hit=e.limits_hit, sub_questions=e.sub_questions, tokens_used=e.tokens_used,
-            trace=[TraceEntry(depth=s.depth, step=s.step, tool=s.tool, args=s.args,
-                              summary=s.summary, ok=s.ok) for s in e.trace]), max_tokens)
+        return await fitted(
+            ExploreResult(
+                question=e.question,
+                answer=e.answer,
+                complete=e.complete,
+                stopped=e.stopped,
+                citations=[str(c) for c in e.citations],
+                unverified=e.unverified,
+                limits_hit=e.limits_hit,
+                sub_questions=e.sub_questions,
+                tokens_used=e.tokens_used,
+                trace=[
+                    TraceEntry(
+                        depth=s.depth, step=s.step, tool=s.tool, args=s.args, summary=s.summary, ok=s.ok
+                    )
+                    for s in e.trace
+                ],
+            ),
+            max_tokens,
+        )

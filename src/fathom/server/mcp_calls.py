@@ -59,20 +59,41 @@ def _target(row: Any) -> str:
 def sites_of(answer: service.CallAnswer) -> list[CallSite]:
     """The answer's call sites: impact grouped by file (nearest first within each)."""
     if answer.direction != "impact":
-        return [CallSite(project=c.site.project, path=c.site.path, line=c.site.line,
-                         caller=c.site.enclosing, callee=c.site.name, resolution=c.how,  # type: ignore[arg-type]
-                         targets=[_target(t) for t in c.targets[:5]], text=c.site.text[:300],
-                         uri=resource_uri(c.site.project, c.site.path, c.site.line, c.site.line))
-                for c in answer.calls]
-    found = sorted(answer.impacted, key=lambda i: (i.definition.project, i.definition.path,
-                                                   i.depth, i.definition.start_line))
-    return [CallSite(project=i.definition.project, path=i.definition.path, line=i.via.site.line,
-                     caller=i.definition.qualname, callee=i.via.site.name,
-                     resolution=i.via.how, targets=[_target(t) for t in i.via.targets[:5]],  # type: ignore[arg-type]
-                     depth=i.depth, text=i.via.site.text[:300],
-                     uri=resource_uri(i.definition.project, i.definition.path,
-                                      i.definition.start_line, i.definition.end_line))
-            for i in found]
+        return [
+            CallSite(
+                project=c.site.project,
+                path=c.site.path,
+                line=c.site.line,
+                caller=c.site.enclosing,
+                callee=c.site.name,
+                resolution=c.how,  # type: ignore[arg-type]
+                targets=[_target(t) for t in c.targets[:5]],
+                text=c.site.text[:300],
+                uri=resource_uri(c.site.project, c.site.path, c.site.line, c.site.line),
+            )
+            for c in answer.calls
+        ]
+    found = sorted(
+        answer.impacted,
+        key=lambda i: (i.definition.project, i.definition.path, i.depth, i.definition.start_line),
+    )
+    return [
+        CallSite(
+            project=i.definition.project,
+            path=i.definition.path,
+            line=i.via.site.line,
+            caller=i.definition.qualname,
+            callee=i.via.site.name,
+            resolution=i.via.how,  # type: ignore[arg-type]
+            targets=[_target(t) for t in i.via.targets[:5]],
+            depth=i.depth,
+            text=i.via.site.text[:300],
+            uri=resource_uri(
+                i.definition.project, i.definition.path, i.definition.start_line, i.definition.end_line
+            ),
+        )
+        for i in found
+    ]
 
 
 def site_line(s: CallSite) -> str:
@@ -84,8 +105,11 @@ def site_line(s: CallSite) -> str:
 def head_of(answer: service.CallAnswer, name: str, shown: int) -> str:
     if not answer.definitions:
         return f"no definition of {name!r}: find_symbol or search_code may find it"
-    what = {"callers": "call site(s) calling", "callees": "call(s) made by",
-            "impact": "definition(s) calling, transitively,"}[answer.direction]
+    what = {
+        "callers": "call site(s) calling",
+        "callees": "call(s) made by",
+        "impact": "definition(s) calling, transitively,",
+    }[answer.direction]
     more = "+" if answer.truncated else ""
     return f"{shown}{more} {what} {name!r} ({len(answer.definitions)} definition(s)), resolved first"
 
@@ -95,31 +119,45 @@ def register_call_tools(server: MCPServer, fathom: Any) -> None:
     if only_when is not None:  # read at every listing: the first index run lists it
         only_when("find_calls", lambda: service.has_symbols(fathom))
 
-    @server.tool(title="Find calls", annotations=READ_ONLY,
-                 description="Callers, callees or impact (transitive callers, by file) of a "
-                             "definition, with call sites graded resolved/likely/name-only.")
+    @server.tool(
+        title="Find calls",
+        annotations=READ_ONLY,
+        description="Callers, callees or impact (transitive callers, by file) of a "
+        "definition, with call sites graded resolved/likely/name-only.",
+    )
     @tool_errors
     async def find_calls(
         name: Name,
-        direction: Annotated[Literal["callers", "callees", "impact"], Field(
-            description="callers, callees, or impact.")] = "callers",
-        depth: Annotated[int, Field(description="impact: calls away.", ge=1,
-                                    le=service.MAX_DEPTH)] = service.DEFAULT_DEPTH,
+        direction: Annotated[
+            Literal["callers", "callees", "impact"], Field(description="callers, callees, or impact.")
+        ] = "callers",
+        depth: Annotated[
+            int, Field(description="impact: calls away.", ge=1, le=service.MAX_DEPTH)
+        ] = service.DEFAULT_DEPTH,
         project: ProjectOpt = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
         cursor: PageCursor = None,
     ) -> Annotated[CallToolResult, CallResults]:
         def run() -> CallToolResult:
-            answer = service.find_calls(fathom, name, direction=direction, project=project,
-                                        depth=depth)
+            answer = service.find_calls(fathom, name, direction=direction, project=project, depth=depth)
             found = sites_of(answer)
-            return paged(CallResults(query=name, direction=direction,
-                                     definitions=[f"{d.project}:{_target(d)}"
-                                                  for d in answer.definitions[:20]],
-                                     found=len(found), truncated=answer.truncated, results=[],
-                                     notes=answer.notes), found, site_line,
-                         head_of(answer, name, len(found)),
-                         search=["calls", name, direction, depth, project], cursor=cursor,
-                         max_tokens=max_tokens, tokens=tokens_of(fathom))
+            return paged(
+                CallResults(
+                    query=name,
+                    direction=direction,
+                    definitions=[f"{d.project}:{_target(d)}" for d in answer.definitions[:20]],
+                    found=len(found),
+                    truncated=answer.truncated,
+                    results=[],
+                    notes=answer.notes,
+                ),
+                found,
+                site_line,
+                head_of(answer, name, len(found)),
+                search=["calls", name, direction, depth, project],
+                cursor=cursor,
+                max_tokens=max_tokens,
+                tokens=tokens_of(fathom),
+            )
 
         return await asyncio.to_thread(run)

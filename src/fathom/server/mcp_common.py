@@ -25,15 +25,19 @@ R = TypeVar("R")
 # Described for the model that reads the tool list, in few words: the schema beside each
 # description already gives its type, default and bounds, and every host sends the list to
 # the model with each request.
-ProjectOpt = Annotated[str | None, Field(
-    description="A project as list_projects names it; null: every project.")]
-ProjectName = Annotated[str, Field(description="The project, as list_projects names it.",
-                                   min_length=1, max_length=200)]
-MaxTokens = Annotated[int, Field(description="The answer's most tokens.",
-                                 ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)]
-PageCursor = Annotated[str | None, Field(
-    description="An answer's `next_cursor`: its next page (same other arguments).",
-    max_length=200)]
+ProjectOpt = Annotated[
+    str | None, Field(description="A project as list_projects names it; null: every project.")
+]
+ProjectName = Annotated[
+    str, Field(description="The project, as list_projects names it.", min_length=1, max_length=200)
+]
+MaxTokens = Annotated[
+    int, Field(description="The answer's most tokens.", ge=MIN_MAX_TOKENS, le=MAX_MAX_TOKENS)
+]
+PageCursor = Annotated[
+    str | None,
+    Field(description="An answer's `next_cursor`: its next page (same other arguments).", max_length=200),
+]
 
 
 def tool_errors(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:

@@ -55,12 +55,11 @@ log = logging.getLogger("fathom.server.mcp")
 
 # The tools that only read, for a tool without a read-only annotation. Any other tool is taken
 # to write: a token needs `can_index` to call it (fail closed for tools added later).
-READ_ONLY_TOOLS = frozenset({"search_code", "search_docs", "find_similar", "list_projects", "index_status",
-                             "ask", "explore"})
+READ_ONLY_TOOLS = frozenset(
+    {"search_code", "search_docs", "find_similar", "list_projects", "index_status", "ask", "explore"}
+)
 INDEX_TOOL = "index_project"
 WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
-
-
 
 
 def transport_security(host: str, allowed_hosts: Sequence[str] = ()) -> Any:
@@ -102,8 +101,14 @@ class ToolAccess:
     context (a refusal raised there is the SDK's own tool error, shaped for the client's protocol
     version), and in the server's middleware for `tools/list`."""
 
-    def __init__(self, server: Any, *, index_roots: Callable[[], list[Path]] = list, audit: Any = None,
-                 branches: Callable[[frozenset[str]], frozenset[str]] | None = None):
+    def __init__(
+        self,
+        server: Any,
+        *,
+        index_roots: Callable[[], list[Path]] = list,
+        audit: Any = None,
+        branches: Callable[[frozenset[str]], frozenset[str]] | None = None,
+    ):
         self.server = server
         self.index_roots = index_roots
         self.audit = audit
@@ -139,8 +144,10 @@ class ToolAccess:
 
         principal = principal_of(ctx)
         if principal is None:  # no request identity: never read blind
-            raise MCPError(code=INVALID_REQUEST, message="this request carries no identity; "
-                           "send it to /mcp with a bearer token")
+            raise MCPError(
+                code=INVALID_REQUEST,
+                message="this request carries no identity; send it to /mcp with a bearer token",
+            )
         if principal.admin:
             return await call_next(ctx)
         principal = await self.seen(principal)
@@ -190,15 +197,19 @@ class ToolAccess:
         """Raise `ToolRefused` unless `principal` may call `tool` with `arguments`."""
         project = arguments.get("project")
         if project is not None and not principal.sees(str(project)):
-            raise ToolRefused(f"project {project!r} is not one this token may see; its projects: "
-                              f"{principal.describe_projects()}. The operator can create a token that sees it "
-                              f"(`fathom tokens create --name NAME --project {project}`)")
+            raise ToolRefused(
+                f"project {project!r} is not one this token may see; its projects: "
+                f"{principal.describe_projects()}. The operator can create a token that sees it "
+                f"(`fathom tokens create --name NAME --project {project}`)"
+            )
         if not writes:
             return
         if not principal.can_index:
-            raise ToolRefused(f"{tool} changes the index, and the token {principal.name!r} is read-only; the "
-                              f"operator can create one that may index (`fathom tokens create --name NAME "
-                              f"--can-index`)")
+            raise ToolRefused(
+                f"{tool} changes the index, and the token {principal.name!r} is read-only; the "
+                f"operator can create one that may index (`fathom tokens create --name NAME "
+                f"--can-index`)"
+            )
         if tool == INDEX_TOOL:
             self._check_root(principal, arguments)
 
@@ -206,8 +217,10 @@ class ToolAccess:
         roots = self.index_roots()
         path = arguments.get("path")
         if not roots:
-            raise ToolRefused("this server allows no folder to be indexed over MCP: the operator lists the allowed "
-                              "folders in FATHOM_INDEX_ROOTS (e.g. FATHOM_INDEX_ROOTS=/srv/src)")
+            raise ToolRefused(
+                "this server allows no folder to be indexed over MCP: the operator lists the allowed "
+                "folders in FATHOM_INDEX_ROOTS (e.g. FATHOM_INDEX_ROOTS=/srv/src)"
+            )
         named = ", ".join(str(r) for r in roots)
         if not isinstance(path, str) or not path.strip():
             raise ToolRefused(f"index_project needs the path of a folder under the allowed roots ({named})")
@@ -216,16 +229,22 @@ class ToolAccess:
         except (OSError, RuntimeError, ValueError):
             resolved = None
         if resolved is None or not under_roots(resolved, roots):
-            raise ToolRefused(f"{path} is outside the folders this server allows to be indexed over MCP; the "
-                              f"allowed roots are {named}")
+            raise ToolRefused(
+                f"{path} is outside the folders this server allows to be indexed over MCP; the "
+                f"allowed roots are {named}"
+            )
         if arguments.get("project") is None and not principal.sees(resolved.name):
-            raise ToolRefused(f"index_project would name the project {resolved.name!r} after the folder, which is not "
-                              f"one this token may see ({principal.describe_projects()}); pass project=NAME")
+            raise ToolRefused(
+                f"index_project would name the project {resolved.name!r} after the folder, which is not "
+                f"one this token may see ({principal.describe_projects()}); pass project=NAME"
+            )
 
     async def _audit(self, principal: Principal, tool: str, arguments: dict[str, Any], outcome: str) -> None:
         if self.audit is None:
             return
-        shown = ", ".join(f"{k}={arguments[k]!r}" for k in ("path", "project", "full", "job") if k in arguments)
+        shown = ", ".join(
+            f"{k}={arguments[k]!r}" for k in ("path", "project", "full", "job") if k in arguments
+        )
         what = f"MCP {tool}({shown})"
         try:
             if outcome.startswith("refused"):
@@ -255,9 +274,17 @@ class MCPEndpoint:
     """An ASGI app serving `server` (an `MCPServer`) at `MCP_PATH` to whoever `access` admits;
     `running()` is the lifespan part."""
 
-    def __init__(self, server: Any, access: Access, *, host: str = "127.0.0.1", allowed_hosts: Sequence[str] = (),
-                 index_roots: Callable[[], list[Path]] = list, audit: Any = None,
-                 branches: Callable[[frozenset[str]], frozenset[str]] | None = None):
+    def __init__(
+        self,
+        server: Any,
+        access: Access,
+        *,
+        host: str = "127.0.0.1",
+        allowed_hosts: Sequence[str] = (),
+        index_roots: Callable[[], list[Path]] = list,
+        audit: Any = None,
+        branches: Callable[[frozenset[str]], frozenset[str]] | None = None,
+    ):
         self.server = server
         self.access = access
         self.security = transport_security(host, allowed_hosts)
@@ -289,8 +316,13 @@ class MCPEndpoint:
         scope[PRINCIPAL] = principal
         scope["user"] = session_owner(principal, token)
         if self._manager is None:
-            await JSONResponse({"detail": "the MCP endpoint is not running (server starting or "
-                                          "stopping); retry in a moment"}, status_code=503)(scope, receive, send)
+            await JSONResponse(
+                {
+                    "detail": "the MCP endpoint is not running (server starting or "
+                    "stopping); retry in a moment"
+                },
+                status_code=503,
+            )(scope, receive, send)
             return
         await self._manager.handle_request(scope, receive, send)
 
@@ -327,11 +359,15 @@ async def not_oauth(request: Request) -> JSONResponse:
     """`/.well-known/*` and OAuth's default endpoints (`/register`, `/authorize`, `/token`):
     nothing here. OAuth discovery finds no authorization server, and a client that falls back
     to registering anyway is told, in OAuth's own error shape, what to configure instead."""
-    return JSONResponse(status_code=404, content={
-        "error": "not_found",
-        "error_description": "This Fathom server uses static bearer tokens, not OAuth: there is no authorization "
-                             "server to discover. Send `Authorization: Bearer <token>` with a token the operator "
-                             "gives you (`fathom tokens create --name YOU`)."})
+    return JSONResponse(
+        status_code=404,
+        content={
+            "error": "not_found",
+            "error_description": "This Fathom server uses static bearer tokens, not OAuth: there is no authorization "
+            "server to discover. Send `Authorization: Bearer <token>` with a token the operator "
+            "gives you (`fathom tokens create --name YOU`).",
+        },
+    )
 
 
 def not_oauth_routes(oauth: Any = None) -> list[Any]:
@@ -343,15 +379,24 @@ def not_oauth_routes(oauth: Any = None) -> list[Any]:
 
     answer = not_oauth
     if oauth is not None:
+
         async def elsewhere(request: Request) -> JSONResponse:
-            return JSONResponse(status_code=404, content={
-                "error": "not_found",
-                "error_description": f"This Fathom server is an OAuth protected resource, not an authorization "
-                                     f"server: its authorization server is {oauth.issuer}, as "
-                                     f"{oauth.resource.metadata_url} says."})
+            return JSONResponse(
+                status_code=404,
+                content={
+                    "error": "not_found",
+                    "error_description": f"This Fathom server is an OAuth protected resource, not an authorization "
+                    f"server: its authorization server is {oauth.issuer}, as "
+                    f"{oauth.resource.metadata_url} says.",
+                },
+            )
+
         answer = elsewhere
-    return [*oauth_routes(oauth), Route("/.well-known/{rest:path}", answer, methods=["GET"]),
-            *(Route(path, answer, methods=["GET", "POST"]) for path in sorted(OAUTH_PATHS))]
+    return [
+        *oauth_routes(oauth),
+        Route("/.well-known/{rest:path}", answer, methods=["GET"]),
+        *(Route(path, answer, methods=["GET", "POST"]) for path in sorted(OAUTH_PATHS)),
+    ]
 
 
 class ServeToken(AdminAuth):
@@ -363,10 +408,17 @@ class ServeToken(AdminAuth):
     PREFIX = "fm"
 
 
-def standalone_app(server: Any, *, token: str | None = None, auth: Any = None, host: str,
-                   allowed_hosts: Sequence[str] = (),
-                   on_start: Callable[[], Awaitable[Any]] | None = None,
-                   local: Any = None, routes: Sequence[Any] = ()) -> ASGIApp:
+def standalone_app(
+    server: Any,
+    *,
+    token: str | None = None,
+    auth: Any = None,
+    host: str,
+    allowed_hosts: Sequence[str] = (),
+    on_start: Callable[[], Awaitable[Any]] | None = None,
+    local: Any = None,
+    routes: Sequence[Any] = (),
+) -> ASGIApp:
     """`fathom serve`: the MCP tools at `/mcp` on their own, behind `token` (or `auth`: a record
     of tokens' hashes, `ServeToken`); neither: open, which the command allows on
     loopback only, under `--no-auth`. The same 401, DNS-rebinding protection and body limits as
@@ -389,6 +441,8 @@ def standalone_app(server: Any, *, token: str | None = None, auth: Any = None, h
         async with endpoint.running():
             yield
 
-    app = Starlette(routes=[Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]),
-                            *not_oauth_routes(), *routes], lifespan=lifespan)
+    app = Starlette(
+        routes=[Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]), *not_oauth_routes(), *routes],
+        lifespan=lifespan,
+    )
     return RequestGuard(app, access=access, limits=BodyLimits())

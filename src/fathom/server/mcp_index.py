@@ -38,8 +38,12 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from fathom.service import Fathom
 
-JobId = Annotated[str, Field(description="The job's id, as index_project or index_status gives "
-                                         "it.", min_length=1, max_length=64)]
+JobId = Annotated[
+    str,
+    Field(
+        description="The job's id, as index_project or index_status gives it.", min_length=1, max_length=64
+    ),
+]
 
 
 class JobView(BaseModel):
@@ -47,10 +51,8 @@ class JobView(BaseModel):
     project: str
     root: str
     full: bool
-    state: str = Field(description="pending, running, paused, done, failed, cancelled or "
-                                   "interrupted")
-    cancelling: bool = Field(description="a cancel was asked for; the job stops at its next "
-                                         "checkpoint")
+    state: str = Field(description="pending, running, paused, done, failed, cancelled or interrupted")
+    cancelling: bool = Field(description="a cancel was asked for; the job stops at its next checkpoint")
     phase: str
     files: int
     chunks_total: int
@@ -60,53 +62,90 @@ class JobView(BaseModel):
 
 def job_view(job: Job) -> JobView:
     d = job.as_dict()
-    return JobView(id=job.id, project=job.project, root=str(job.root), full=job.full,
-                   state=d["state"], cancelling=job.stop.is_set() and not job.finished,
-                   phase=d["phase"], files=d["files"], chunks_total=d["chunks_total"],
-                   chunks_done=d["chunks_done"], error=d["error"])
+    return JobView(
+        id=job.id,
+        project=job.project,
+        root=str(job.root),
+        full=job.full,
+        state=d["state"],
+        cancelling=job.stop.is_set() and not job.finished,
+        phase=d["phase"],
+        files=d["files"],
+        chunks_total=d["chunks_total"],
+        chunks_done=d["chunks_done"],
+        error=d["error"],
+    )
 
 
 class IndexSummary(BaseModel):
     project: str
     root: str
     full: bool = Field(description="a full rebuild (else incremental)")
-    background: bool = Field(default=False, description="the run goes on in the background: follow "
-                             "`job` with index_status(project, job=ID); the counts below are "
-                             "null until it is done")
+    background: bool = Field(
+        default=False,
+        description="the run goes on in the background: follow "
+        "`job` with index_status(project, job=ID); the counts below are "
+        "null until it is done",
+    )
     job: JobView | None = Field(default=None, description="the job of this run")
-    resumed: bool | None = Field(default=None, description="a full rebuild that resumed an "
-                                 "interrupted one")
+    resumed: bool | None = Field(default=None, description="a full rebuild that resumed an interrupted one")
     files: int | None = None
     chunks: int | None = Field(default=None, description="chunks in the project now, both tables")
-    embedded: int | None = Field(default=None, description="chunks embedded by this run: only those "
-                                 "whose text is new to the index")
+    embedded: int | None = Field(
+        default=None, description="chunks embedded by this run: only those whose text is new to the index"
+    )
     reused: int | None = Field(default=None, description="chunks already in place, untouched")
-    carried: int | None = Field(default=None, description="chunks whose text was already indexed "
-                                "elsewhere (moved lines, a renamed file): their vector was "
-                                "reused, not embedded")
+    carried: int | None = Field(
+        default=None,
+        description="chunks whose text was already indexed "
+        "elsewhere (moved lines, a renamed file): their vector was "
+        "reused, not embedded",
+    )
     deleted: int | None = Field(default=None, description="chunks removed because their text is gone")
-    skipped: dict[str, int] = Field(default_factory=dict, description="files left out, "
-                                    "counted by reason")
-    skipped_folders: dict[str, list[str]] = Field(default_factory=dict, description=(
-        "folders left out whole, by reason (first 50 of each)"))
-    secret_files: list[str] = Field(default_factory=list, description=(
-        "credential files left out whole by their name (first 50), by path; a `!path` line "
-        "in .fathomignore takes one back"))
-    redacted_files: list[str] = Field(default_factory=list, description=(
-        "files indexed with the key material in them redacted (first 50), by path: each value "
-        "reads `[REDACTED:<rule>]`, the code around it is searchable"))
+    skipped: dict[str, int] = Field(default_factory=dict, description="files left out, counted by reason")
+    skipped_folders: dict[str, list[str]] = Field(
+        default_factory=dict, description=("folders left out whole, by reason (first 50 of each)")
+    )
+    secret_files: list[str] = Field(
+        default_factory=list,
+        description=(
+            "credential files left out whole by their name (first 50), by path; a `!path` line "
+            "in .fathomignore takes one back"
+        ),
+    )
+    redacted_files: list[str] = Field(
+        default_factory=list,
+        description=(
+            "files indexed with the key material in them redacted (first 50), by path: each value "
+            "reads `[REDACTED:<rule>]`, the code around it is searchable"
+        ),
+    )
     seconds: float | None = None
     code_chunks: int | None = None
     docs_chunks: int | None = None
 
 
 def summary_of(r: IndexReport, job: Job) -> IndexSummary:
-    return IndexSummary(project=r.project, root=r.root, full=r.full, job=job_view(job),
-                        resumed=r.resumed, files=r.files, chunks=r.chunks, embedded=r.embedded,
-                        reused=r.reused, carried=r.carried, deleted=r.deleted, skipped=r.skipped,
-                        skipped_folders={k: v[:50] for k, v in r.skipped_dirs.items()},
-                        secret_files=r.secrets[:50], redacted_files=r.redacted[:50], seconds=round(r.elapsed_s, 2),
-                        code_chunks=r.tables.get("code", 0), docs_chunks=r.tables.get("docs", 0))
+    return IndexSummary(
+        project=r.project,
+        root=r.root,
+        full=r.full,
+        job=job_view(job),
+        resumed=r.resumed,
+        files=r.files,
+        chunks=r.chunks,
+        embedded=r.embedded,
+        reused=r.reused,
+        carried=r.carried,
+        deleted=r.deleted,
+        skipped=r.skipped,
+        skipped_folders={k: v[:50] for k, v in r.skipped_dirs.items()},
+        secret_files=r.secrets[:50],
+        redacted_files=r.redacted[:50],
+        seconds=round(r.elapsed_s, 2),
+        code_chunks=r.tables.get("code", 0),
+        docs_chunks=r.tables.get("docs", 0),
+    )
 
 
 class ProgressReporter:
@@ -152,13 +191,14 @@ class ProgressReporter:
             return
         total = p.chunks_total or None
         if p.chunks_total:
-            message = (f"{p.phase}: {p.chunks_done} of {p.chunks_total} chunks embedded, "
-                       f"{p.rate:.1f} chunks/s"
-                       + (f", {p.chunks_carried} reused by content" if p.chunks_carried else ""))
+            message = (
+                f"{p.phase}: {p.chunks_done} of {p.chunks_total} chunks embedded, "
+                f"{p.rate:.1f} chunks/s"
+                + (f", {p.chunks_carried} reused by content" if p.chunks_carried else "")
+            )
         else:
             message = f"{p.phase}: {p.files} files" if p.files else p.phase
-        await self.ctx.report_progress(float(p.chunks_done), float(total) if total else None,
-                                       message)
+        await self.ctx.report_progress(float(p.chunks_done), float(total) if total else None, message)
 
 
 def register_index_tools(server: MCPServer, fathom: Fathom) -> BackgroundIndex:
@@ -166,46 +206,59 @@ def register_index_tools(server: MCPServer, fathom: Fathom) -> BackgroundIndex:
     shares."""
     runs = BackgroundIndex(fathom)
 
-    @server.tool(title="Index a project",
-                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                             idempotent_hint=True, open_world_hint=False),
-                 description="Index (or re-index) a folder on the server's machine and keep "
-                             "it in sync. A first or full run answers at once with a `job` "
-                             "(index_status(project, job=ID) follows it); others wait.")
+    @server.tool(
+        title="Index a project",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+        description="Index (or re-index) a folder on the server's machine and keep "
+        "it in sync. A first or full run answers at once with a `job` "
+        "(index_status(project, job=ID) follows it); others wait.",
+    )
     @tool_errors
     async def index_project(
-        path: Annotated[str, Field(description="The folder's absolute path.", min_length=1,
-                                   max_length=4096)],
-        project: Annotated[str | None, Field(
-            description="The project's name; null: the folder's.",
-            max_length=200)] = None,
-        full: Annotated[bool, Field(
-            description="Rebuild aside and swap in (searches answer meanwhile); false: "
-                        "embed only new text.")] = False,
-        include: Annotated[list[str] | None, Field(
-            description="Globs (gitignore syntax) to index although skipped (vendor/, "
-                        ".gitignore…), e.g. [\"vendor/mylib/\"]; remembered. null: keep.",
-            max_length=50)] = None,
-        wait: Annotated[bool, Field(
-            description="Block until done, even a first or full run (sending progress).")]
-        = False,
+        path: Annotated[str, Field(description="The folder's absolute path.", min_length=1, max_length=4096)],
+        project: Annotated[
+            str | None, Field(description="The project's name; null: the folder's.", max_length=200)
+        ] = None,
+        full: Annotated[
+            bool,
+            Field(
+                description="Rebuild aside and swap in (searches answer meanwhile); false: "
+                "embed only new text."
+            ),
+        ] = False,
+        include: Annotated[
+            list[str] | None,
+            Field(
+                description="Globs (gitignore syntax) to index although skipped (vendor/, "
+                '.gitignore…), e.g. ["vendor/mylib/"]; remembered. null: keep.',
+                max_length=50,
+            ),
+        ] = None,
+        wait: Annotated[
+            bool, Field(description="Block until done, even a first or full run (sending progress).")
+        ] = False,
         ctx: Context | None = None,
     ) -> IndexSummary:
         if not wait and await runs.first_or_full(path, project, full):
             job = await runs.start(path, project, full=full, include=include)
-            return IndexSummary(project=job.project, root=str(job.root), full=full,
-                                background=True, job=job_view(job))
+            return IndexSummary(
+                project=job.project, root=str(job.root), full=full, background=True, job=job_view(job)
+            )
         async with ProgressReporter(ctx) as report_progress:
-            job = await runs.start(path, project, full=full, include=include,
-                                   progress=report_progress)
+            job = await runs.start(path, project, full=full, include=include, progress=report_progress)
             report = await runs.wait(job)
         return summary_of(report, job)
 
-    @server.tool(title="Cancel an index job",
-                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False,
-                                             idempotent_hint=True, open_world_hint=False),
-                 description="Cancel a running index job: a first or full run leaves the "
-                             "index as it was, an incremental one keeps what it wrote.")
+    @server.tool(
+        title="Cancel an index job",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        ),
+        description="Cancel a running index job: a first or full run leaves the "
+        "index as it was, an incremental one keeps what it wrote.",
+    )
     @tool_errors
     async def cancel_index(project: ProjectName, job: JobId) -> JobView:
         return job_view(runs.cancel(project, job))

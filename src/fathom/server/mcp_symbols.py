@@ -34,19 +34,27 @@ from fathom.server.mcp_common import MaxTokens, PageCursor, ProjectOpt, tool_err
 from fathom.server.search_answer import resource_uri
 from fathom.service import symbols
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                            open_world_hint=False)
+READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
 
-Name = Annotated[str, Field(
-    description="A name as the code writes it (`send`) or qualified (`Client.send`, `::`). "
-                "Exact.",
-    min_length=1, max_length=symbols.MAX_NAME)]
-SymbolKind = Annotated[Literal["function", "method", "class", "module", "type", "macro", "other"] | None,
-                       Field(description="Only this kind (`class` takes structs, traits, "
-                                         "enums; `module` namespaces); null: any.")]
-SymbolLanguage = Annotated[str | None, Field(
-    description="Only this language (`python`, `go`…); null: any.",
-    max_length=40)]
+Name = Annotated[
+    str,
+    Field(
+        description="A name as the code writes it (`send`) or qualified (`Client.send`, `::`). Exact.",
+        min_length=1,
+        max_length=symbols.MAX_NAME,
+    ),
+]
+SymbolKind = Annotated[
+    Literal["function", "method", "class", "module", "type", "macro", "other"] | None,
+    Field(
+        description="Only this kind (`class` takes structs, traits, enums; `module` namespaces); null: any."
+    ),
+]
+SymbolLanguage = Annotated[
+    str | None, Field(description="Only this language (`python`, `go`…); null: any.", max_length=40)
+]
 
 
 class SymbolHit(BaseModel):
@@ -54,26 +62,31 @@ class SymbolHit(BaseModel):
     path: str = Field(description="file path relative to the project root")
     language: str
     name: str
-    qualname: str = Field(description="the name qualified by the definitions it sits in, "
-                                      "dotted in every language")
+    qualname: str = Field(
+        description="the name qualified by the definitions it sits in, dotted in every language"
+    )
     kind: str
     signature: str = Field(description="the definition's head, on one line")
     start_line: int = Field(description="1-based")
     end_line: int = Field(description="inclusive")
-    uri: str = Field(description="the resource URI of the definition's lines, for "
-                                 "resources/read; read_code reads them too")
+    uri: str = Field(
+        description="the resource URI of the definition's lines, for resources/read; read_code reads them too"
+    )
 
 
 class SymbolResults(BaseModel):
     query: str
     found: int = Field(description="definitions found in all")
-    truncated: bool = Field(default=False, description="the name is defined so often that only "
-                                                       "the first definitions are listed")
+    truncated: bool = Field(
+        default=False, description="the name is defined so often that only the first definitions are listed"
+    )
     results: list[SymbolHit]
-    notes: list[str] = Field(default_factory=list, description="projects left out (damaged), "
-                             "each named with the fix")
-    next_cursor: str | None = Field(default=None, description="more did not fit max_tokens: call again "
-                                    "with this cursor; null: all shown")
+    notes: list[str] = Field(
+        default_factory=list, description="projects left out (damaged), each named with the fix"
+    )
+    next_cursor: str | None = Field(
+        default=None, description="more did not fit max_tokens: call again with this cursor; null: all shown"
+    )
     tokens: int = Field(default=0, description="tokens of the answer, as max_tokens counts them")
 
 
@@ -85,9 +98,11 @@ class Reference(BaseModel):
     column: int = Field(description="0-based, in characters")
     use: Literal["call", "import", "mention"] = Field(
         description="`call`: the name is what a call calls; `import`: an import names it; "
-                    "`mention`: any other use (an argument, an assignment, a type)")
-    enclosing: str | None = Field(description="the qualified name of the innermost definition "
-                                              "holding it; null: the file's top level")
+        "`mention`: any other use (an argument, an assignment, a type)"
+    )
+    enclosing: str | None = Field(
+        description="the qualified name of the innermost definition holding it; null: the file's top level"
+    )
     text: str = Field(description="the line, as indexed, trimmed")
     uri: str
     resolution: str = "name-only"  # resolved, likely or name-only (calls.RESOLUTIONS)
@@ -95,13 +110,14 @@ class Reference(BaseModel):
 
 class ReferenceResults(BaseModel):
     query: str
-    found: int = Field(description="usage sites found in all (calls first, then imports, "
-                                   "then mentions)")
-    truncated: bool = Field(default=False, description="the name is used so often that only the first "
-                                               "sites are listed")
+    found: int = Field(description="usage sites found in all (calls first, then imports, then mentions)")
+    truncated: bool = Field(
+        default=False, description="the name is used so often that only the first sites are listed"
+    )
     results: list[Reference]
-    notes: list[str] = Field(default_factory=list, description="projects left out (damaged), "
-                             "each named with the fix")
+    notes: list[str] = Field(
+        default_factory=list, description="projects left out (damaged), each named with the fix"
+    )
     next_cursor: str | None = None
     tokens: int = 0
 
@@ -139,13 +155,22 @@ def _result(answer: BaseModel, head: str, lines: Sequence[str]) -> CallToolResul
     more = getattr(answer, "next_cursor", None)
     tail = [f"More: call again with the same arguments and cursor={more!r}."] if more else []
     text = "\n".join([head, *lines, *tail])
-    return CallToolResult(content=[TextContent(type="text", text=text)],
-                          structured_content=answer.model_dump(mode="json"))
+    return CallToolResult(
+        content=[TextContent(type="text", text=text)], structured_content=answer.model_dump(mode="json")
+    )
 
 
-def paged(answer: Page, items: Sequence[BaseModel], line: Callable[[Any], str], head: str, *,
-          search: Sequence[Any], cursor: str | None, max_tokens: int,
-          tokens: AnswerTokens) -> CallToolResult:
+def paged(
+    answer: Page,
+    items: Sequence[BaseModel],
+    line: Callable[[Any], str],
+    head: str,
+    *,
+    search: Sequence[Any],
+    cursor: str | None,
+    max_tokens: int,
+    tokens: AnswerTokens,
+) -> CallToolResult:
     """The page of `items` that starts where `cursor` says and, with `answer`'s other fields
     and the text block, fits `max_tokens` (always at least one item)."""
     search_digest = digest(list(search))
@@ -156,13 +181,14 @@ def paged(answer: Page, items: Sequence[BaseModel], line: Callable[[Any], str], 
         at.check(search_digest, ranking, len(items))
         start = at.offset
     rest = items[start:]
-    fixed = ENVELOPE + tokens.total(head) + tokens.total(
-        _json(answer.model_dump(mode="json"))) + 40  # the cursor and its line
+    fixed = (
+        ENVELOPE + tokens.total(head) + tokens.total(_json(answer.model_dump(mode="json"))) + 40
+    )  # the cursor and its line
     taken, used = 0, fixed
     # Counted a batch at a time: a name used a thousand times fills a page with the first few
     # dozen, and counting the rest would be most of the answer's time.
     while taken < len(rest) and used <= max_tokens:
-        batch = rest[taken:taken + COUNT_BATCH]
+        batch = rest[taken : taken + COUNT_BATCH]
         costs = tokens.count([_json(i.model_dump(mode="json")) + line(i) for i in batch])
         for cost in costs:
             if taken and used + cost + 2 > max_tokens:
@@ -171,12 +197,16 @@ def paged(answer: Page, items: Sequence[BaseModel], line: Callable[[Any], str], 
             taken, used = taken + 1, used + cost + 2
     while True:  # counted whole, as sent: the sum of the parts tokenizes a little apart
         end = start + taken
-        page = answer.model_copy(update={
-            "results": list(rest[:taken]),
-            "next_cursor": Cursor(search_digest, end, ranking).encode() if end < len(items) else None})
+        page = answer.model_copy(
+            update={
+                "results": list(rest[:taken]),
+                "next_cursor": Cursor(search_digest, end, ranking).encode() if end < len(items) else None,
+            }
+        )
         result = _result(page, head, [line(i) for i in rest[:taken]])
-        sent = ENVELOPE + tokens.total(_json(result.model_dump(mode="json", by_alias=True,
-                                                               exclude_unset=True)))
+        sent = ENVELOPE + tokens.total(
+            _json(result.model_dump(mode="json", by_alias=True, exclude_unset=True))
+        )
         if sent <= max_tokens or taken <= 1:
             page = page.model_copy(update={"tokens": sent})
             return _result(page, head, [line(i) for i in rest[:taken]])
@@ -210,85 +240,160 @@ def register_symbol_tools(server: MCPServer, fathom: Any) -> None:
 
 
 def _symbol_tool(server: MCPServer, fathom: Any) -> None:
-    @server.tool(title="Find a symbol", annotations=READ_ONLY,
-                 description="Find where a function, method, class or other symbol is defined, "
-                             "by name: each definition's signature, kind, path and lines.")
+    @server.tool(
+        title="Find a symbol",
+        annotations=READ_ONLY,
+        description="Find where a function, method, class or other symbol is defined, "
+        "by name: each definition's signature, kind, path and lines.",
+    )
     @tool_errors
-    async def find_symbol(name: Name, project: ProjectOpt = None, kind: SymbolKind = None,
-                          language: SymbolLanguage = None,
-                          max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None) -> Annotated[CallToolResult, SymbolResults]:
+    async def find_symbol(
+        name: Name,
+        project: ProjectOpt = None,
+        kind: SymbolKind = None,
+        language: SymbolLanguage = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+        cursor: PageCursor = None,
+    ) -> Annotated[CallToolResult, SymbolResults]:
         def run() -> CallToolResult:
-            found = symbols.find_symbol(fathom, name, project=project, kind=kind,
-                                        language=language)
-            hits = [SymbolHit(project=r.project, path=r.path, language=r.language, name=r.name,
-                              qualname=r.qualname, kind=r.kind, signature=r.signature,
-                              start_line=r.start_line, end_line=r.end_line,
-                              uri=resource_uri(r.project, r.path, r.start_line, r.end_line))
-                    for r in found.rows]
-            head = (f"{len(hits)}{'+' if found.truncated else ''} definition(s) of {name!r}"
-                    + (" (read one with read_code or its uri)" if hits
-                       else "; try search_code to find it by meaning"))
-            return paged(SymbolResults(query=name, found=len(hits), truncated=found.truncated,
-                                       results=[], notes=found.notes), hits,
-                         _symbol_line, head, search=["symbol", name, project, kind, language],
-                         cursor=cursor, max_tokens=max_tokens, tokens=tokens_of(fathom))
+            found = symbols.find_symbol(fathom, name, project=project, kind=kind, language=language)
+            hits = [
+                SymbolHit(
+                    project=r.project,
+                    path=r.path,
+                    language=r.language,
+                    name=r.name,
+                    qualname=r.qualname,
+                    kind=r.kind,
+                    signature=r.signature,
+                    start_line=r.start_line,
+                    end_line=r.end_line,
+                    uri=resource_uri(r.project, r.path, r.start_line, r.end_line),
+                )
+                for r in found.rows
+            ]
+            head = f"{len(hits)}{'+' if found.truncated else ''} definition(s) of {name!r}" + (
+                " (read one with read_code or its uri)" if hits else "; try search_code to find it by meaning"
+            )
+            return paged(
+                SymbolResults(
+                    query=name, found=len(hits), truncated=found.truncated, results=[], notes=found.notes
+                ),
+                hits,
+                _symbol_line,
+                head,
+                search=["symbol", name, project, kind, language],
+                cursor=cursor,
+                max_tokens=max_tokens,
+                tokens=tokens_of(fathom),
+            )
 
         return await asyncio.to_thread(run)
 
 
 def _references_tool(server: MCPServer, fathom: Any) -> None:
-    @server.tool(title="Find references", annotations=READ_ONLY,
-                 description="Find where an identifier is used (definitions: find_symbol): "
-                             "each site's line and enclosing symbol, graded resolved, likely "
-                             "or name-only.")
+    @server.tool(
+        title="Find references",
+        annotations=READ_ONLY,
+        description="Find where an identifier is used (definitions: find_symbol): "
+        "each site's line and enclosing symbol, graded resolved, likely "
+        "or name-only.",
+    )
     @tool_errors
-    async def find_references(name: Name, project: ProjectOpt = None,
-                              max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                              cursor: PageCursor = None) -> Annotated[CallToolResult, ReferenceResults]:
+    async def find_references(
+        name: Name,
+        project: ProjectOpt = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+        cursor: PageCursor = None,
+    ) -> Annotated[CallToolResult, ReferenceResults]:
         def run() -> CallToolResult:
             found = symbols.find_references(fathom, name, project=project)
             rows, truncated = found.rows, found.truncated
-            refs = [Reference(project=r.project, path=r.path, language=r.language, line=r.line,
-                              column=r.column, use=r.use, enclosing=r.enclosing,  # type: ignore[arg-type]
-                              resolution=r.resolution,
-                              text=r.text[:300], uri=f"{_file_uri(r.project, r.path)}?lines="
-                                                     f"{r.line}-{r.line}")
-                    for r in rows]
-            head = (f"{len(refs)}{'+' if truncated else ''} usage(s) of {name!r}, resolved "
-                    f"first, then likely, then name-only")
-            return paged(ReferenceResults(query=name, found=len(refs), truncated=truncated,
-                                          results=[], notes=found.notes), refs, _reference_line, head,
-                         search=["references", name, project], cursor=cursor,
-                         max_tokens=max_tokens, tokens=tokens_of(fathom))
+            refs = [
+                Reference(
+                    project=r.project,
+                    path=r.path,
+                    language=r.language,
+                    line=r.line,
+                    column=r.column,
+                    use=r.use,
+                    enclosing=r.enclosing,  # type: ignore[arg-type]
+                    resolution=r.resolution,
+                    text=r.text[:300],
+                    uri=f"{_file_uri(r.project, r.path)}?lines={r.line}-{r.line}",
+                )
+                for r in rows
+            ]
+            head = (
+                f"{len(refs)}{'+' if truncated else ''} usage(s) of {name!r}, resolved "
+                f"first, then likely, then name-only"
+            )
+            return paged(
+                ReferenceResults(
+                    query=name, found=len(refs), truncated=truncated, results=[], notes=found.notes
+                ),
+                refs,
+                _reference_line,
+                head,
+                search=["references", name, project],
+                cursor=cursor,
+                max_tokens=max_tokens,
+                tokens=tokens_of(fathom),
+            )
 
         return await asyncio.to_thread(run)
 
 
 def _outline_tool(server: MCPServer, fathom: Any) -> None:
-    @server.tool(title="Outline a file", annotations=READ_ONLY,
-                 description="The definitions of one indexed code file in order, members "
-                             "under their class: qualified name, kind, signature, lines.")
+    @server.tool(
+        title="Outline a file",
+        annotations=READ_ONLY,
+        description="The definitions of one indexed code file in order, members "
+        "under their class: qualified name, kind, signature, lines.",
+    )
     @tool_errors
     async def outline(
-        path: Annotated[str, Field(description="Its path from the project root, or a file "
-                                               "or module name naming one indexed file "
-                                               "(`_client.py`, `httpx._client`).", min_length=1,
-                                   max_length=1000)],
+        path: Annotated[
+            str,
+            Field(
+                description="Its path from the project root, or a file "
+                "or module name naming one indexed file "
+                "(`_client.py`, `httpx._client`).",
+                min_length=1,
+                max_length=1000,
+            ),
+        ],
         project: ProjectOpt = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
         cursor: PageCursor = None,
     ) -> Annotated[CallToolResult, Outline]:
         def run() -> CallToolResult:
             found_project, found_path, rows = symbols.outline(fathom, path, project=project)
-            entries = [OutlineEntry(qualname=r.qualname, name=r.name, kind=r.kind,
-                                    signature=r.signature, start_line=r.start_line,
-                                    end_line=r.end_line, depth=r.depth) for r in rows]
+            entries = [
+                OutlineEntry(
+                    qualname=r.qualname,
+                    name=r.name,
+                    kind=r.kind,
+                    signature=r.signature,
+                    start_line=r.start_line,
+                    end_line=r.end_line,
+                    depth=r.depth,
+                )
+                for r in rows
+            ]
             language = rows[0].language if rows else None
             head = f"{found_project}:{found_path}: {len(entries)} definition(s), in order"
-            return paged(Outline(project=found_project, path=found_path, language=language,
-                                 found=len(entries), results=[]), entries, _outline_line, head,
-                         search=["outline", path, project], cursor=cursor,
-                         max_tokens=max_tokens, tokens=tokens_of(fathom))
+            return paged(
+                Outline(
+                    project=found_project, path=found_path, language=language, found=len(entries), results=[]
+                ),
+                entries,
+                _outline_line,
+                head,
+                search=["outline", path, project],
+                cursor=cursor,
+                max_tokens=max_tokens,
+                tokens=tokens_of(fathom),
+            )
 
         return await asyncio.to_thread(run)

@@ -67,8 +67,10 @@ INSTRUCTIONS = (
 )
 
 
-READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                            open_world_hint=False)
+READ_ONLY = ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+)
+
 
 class ProjectEntry(BaseModel):
     name: str
@@ -79,10 +81,15 @@ class ProjectEntry(BaseModel):
     indexing: bool = Field(description="a run builds its index (a re-index: the old answers)")
     state: str = Field("indexed", description="indexed, indexing or damaged")
     progress: str | None = Field(None, description="the running index job's progress")
-    watch: str = Field(description="live sync: watching, syncing, waiting (a failed sync is "
-                                   "retried), off, or not watched by this server")
-    damaged: str | None = Field(None, description="why the project cannot be read (searches "
-                                "skip it); `fathom store verify NAME --repair` fixes it")
+    watch: str = Field(
+        description="live sync: watching, syncing, waiting (a failed sync is "
+        "retried), off, or not watched by this server"
+    )
+    damaged: str | None = Field(
+        None,
+        description="why the project cannot be read (searches "
+        "skip it); `fathom store verify NAME --repair` fixes it",
+    )
 
 
 class ProjectList(BaseModel):
@@ -101,8 +108,10 @@ class TableStatus(BaseModel):
 
 class WatchStatus(BaseModel):
     enabled: bool = Field(description="the project's live sync setting")
-    state: str = Field(description="watching, syncing, waiting (retrying a failed sync), "
-                                   "missing (folder not found), off, or not watched")
+    state: str = Field(
+        description="watching, syncing, waiting (retrying a failed sync), "
+        "missing (folder not found), off, or not watched"
+    )
     detail: str | None = None
     root: str | None = None
     pending: int | None = Field(None, description="changed files not yet synced")
@@ -133,8 +142,15 @@ class DropResult(BaseModel):
     root: str | None = Field(description="the folder it was indexed from (left untouched)")
 
 
-_BOUND_ERRORS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than",
-                 "int_type", "int_parsing", "int_from_float"}
+_BOUND_ERRORS = {
+    "greater_than_equal",
+    "less_than_equal",
+    "greater_than",
+    "less_than",
+    "int_type",
+    "int_parsing",
+    "int_from_float",
+}
 
 
 def _bounds(schema: dict[str, Any], name: str) -> tuple[int, int] | None:
@@ -211,8 +227,9 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
     mount `server.streamable_http_app()` in the ASGI app. `router` serves the stateless roles
     of `ask` and `explore` (the server passes its own; None: the standalone router)."""
     bus = InMemorySubscriptionBus()  # where 2026-07-28 clients hear of tool list changes
-    server = ToolServer(name="fathom", version=__version__, instructions=INSTRUCTIONS,
-                        log_level="WARNING", subscriptions=bus)
+    server = ToolServer(
+        name="fathom", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING", subscriptions=bus
+    )
     # Registered in this order, which is the order `tools/list` answers in.
     rankings = Rankings()  # the rankings later pages of a search come from
     _search_tools(server, fathom, router, rankings)
@@ -231,108 +248,168 @@ def build_mcp_server(fathom: Fathom, *, router: Any = None) -> MCPServer:
 def _search_tools(server: MCPServer, fathom: Fathom, router: Any, rankings: Rankings) -> None:
     """`search_code` and `search_docs`, reranked by `router` (or the service's own)."""
 
-    async def paged_search(request: SearchRequest, cursor: str | None,
-                           max_tokens: int) -> CallToolResult:
+    async def paged_search(request: SearchRequest, cursor: str | None, max_tokens: int) -> CallToolResult:
         reranker = router if router is not None else getattr(fathom, "router", None)
-        return tool_result(await search_page(fathom, rankings, request, reranker=reranker,
-                                             cursor=cursor, max_tokens=max_tokens))
+        return tool_result(
+            await search_page(
+                fathom, rankings, request, reranker=reranker, cursor=cursor, max_tokens=max_tokens
+            )
+        )
 
-    @server.tool(title="Search code", annotations=READ_ONLY,
-                 description="Search indexed source code by meaning and keywords. Hits best "
-                             "first: path, lines, symbol, scores and a snippet (whole chunks "
-                             "when max_tokens allows); read_code(id) reads a hit's lines.")
+    @server.tool(
+        title="Search code",
+        annotations=READ_ONLY,
+        description="Search indexed source code by meaning and keywords. Hits best "
+        "first: path, lines, symbol, scores and a snippet (whole chunks "
+        "when max_tokens allows); read_code(id) reads a hit's lines.",
+    )
     @tool_errors
-    async def search_code(query: Query, project: ProjectOpt = None, k: K = 10,
-                          language: Language = None, path: PathGlob = None,
-                          kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None, ref: Ref = None,
-                          group: Group = "file") -> Annotated[CallToolResult, SearchResults]:
-        return await paged_search(SearchRequest.of(query, project, "code", k, language=language,
-                                                   path=path, kind=kind, group=group, ref=ref),
-                                  cursor, max_tokens)
+    async def search_code(
+        query: Query,
+        project: ProjectOpt = None,
+        k: K = 10,
+        language: Language = None,
+        path: PathGlob = None,
+        kind: Kind = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+        cursor: PageCursor = None,
+        ref: Ref = None,
+        group: Group = "file",
+    ) -> Annotated[CallToolResult, SearchResults]:
+        return await paged_search(
+            SearchRequest.of(
+                query, project, "code", k, language=language, path=path, kind=kind, group=group, ref=ref
+            ),
+            cursor,
+            max_tokens,
+        )
 
-    @server.tool(title="Search documentation", annotations=READ_ONLY,
-                 description="Search indexed documentation (README, Markdown, reST, "
-                             "docstrings) by meaning and keywords; answers as search_code "
-                             "(`kind`: the symbol a docstring documents).")
+    @server.tool(
+        title="Search documentation",
+        annotations=READ_ONLY,
+        description="Search indexed documentation (README, Markdown, reST, "
+        "docstrings) by meaning and keywords; answers as search_code "
+        "(`kind`: the symbol a docstring documents).",
+    )
     @tool_errors
-    async def search_docs(query: Query, project: ProjectOpt = None, k: K = 10,
-                          language: Language = None, path: PathGlob = None,
-                          kind: Kind = None, max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
-                          cursor: PageCursor = None, ref: Ref = None,
-                          group: Group = "file") -> Annotated[CallToolResult, SearchResults]:
-        return await paged_search(SearchRequest.of(query, project, "docs", k, language=language,
-                                                   path=path, kind=kind, group=group, ref=ref),
-                                  cursor, max_tokens)
+    async def search_docs(
+        query: Query,
+        project: ProjectOpt = None,
+        k: K = 10,
+        language: Language = None,
+        path: PathGlob = None,
+        kind: Kind = None,
+        max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
+        cursor: PageCursor = None,
+        ref: Ref = None,
+        group: Group = "file",
+    ) -> Annotated[CallToolResult, SearchResults]:
+        return await paged_search(
+            SearchRequest.of(
+                query, project, "docs", k, language=language, path=path, kind=kind, group=group, ref=ref
+            ),
+            cursor,
+            max_tokens,
+        )
 
 
 def _similar_tool(server: MCPServer, fathom: Fathom, rankings: Rankings) -> None:
     """`find_similar`: the chunks nearest to a chunk, or to a snippet, by vector alone."""
 
-    @server.tool(title="Find similar code", annotations=READ_ONLY,
-                 description="Find the chunks nearest by meaning (cosine) to the chunk at "
-                             "`path` + `line`, or to a `snippet`, the origin left out; answers "
-                             "as search_code.")
+    @server.tool(
+        title="Find similar code",
+        annotations=READ_ONLY,
+        description="Find the chunks nearest by meaning (cosine) to the chunk at "
+        "`path` + `line`, or to a `snippet`, the origin left out; answers "
+        "as search_code.",
+    )
     @tool_errors
     async def find_similar(
         project: ProjectName,
-        path: Annotated[str | None, Field(
-            description="A file path from the project root, with `line`.", max_length=1000)]
-        = None,
-        line: Annotated[int | None, Field(
-            description="A 1-based line of `path`: its innermost chunk is the origin.", ge=1,
-            le=MAX_LINE)] = None,
-        snippet: Annotated[str | None, Field(
-            description="Code or text to match, instead of path and line.",
-            max_length=20000)] = None,
+        path: Annotated[
+            str | None, Field(description="A file path from the project root, with `line`.", max_length=1000)
+        ] = None,
+        line: Annotated[
+            int | None,
+            Field(
+                description="A 1-based line of `path`: its innermost chunk is the origin.", ge=1, le=MAX_LINE
+            ),
+        ] = None,
+        snippet: Annotated[
+            str | None,
+            Field(description="Code or text to match, instead of path and line.", max_length=20000),
+        ] = None,
         k: K = 10,
-        table: Annotated[Literal["code", "docs"], Field(
-            description="The table to search.")] = "code",
+        table: Annotated[Literal["code", "docs"], Field(description="The table to search.")] = "code",
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
         cursor: PageCursor = None,
     ) -> Annotated[CallToolResult, SearchResults]:
         origin = snippet if snippet is not None else f"{path}:{line}"
-        return tool_result(await similar_page(
-            fathom, rankings, lambda: fathom.find_similar(project, path=path, line=line,
-                                                         snippet=snippet, k=k, table=table),
-            origin, table, search=["similar", project, origin, k, table], cursor=cursor,
-            max_tokens=max_tokens))
+        return tool_result(
+            await similar_page(
+                fathom,
+                rankings,
+                lambda: fathom.find_similar(project, path=path, line=line, snippet=snippet, k=k, table=table),
+                origin,
+                table,
+                search=["similar", project, origin, k, table],
+                cursor=cursor,
+                max_tokens=max_tokens,
+            )
+        )
 
 
 def _read_tools(server: MCPServer, fathom: Fathom) -> None:
     """`read_code` and the `fathom://` resource template (`fathom.server.read_code`)."""
 
-    @server.tool(title="Read code", annotations=READ_ONLY,
-                 description="Read an indexed file's lines as indexed, numbered: a search "
-                             "hit's by its `id`, or `project` + `path` and a line range. Says "
-                             "if the file changed since, and where to read on.")
+    @server.tool(
+        title="Read code",
+        annotations=READ_ONLY,
+        description="Read an indexed file's lines as indexed, numbered: a search "
+        "hit's by its `id`, or `project` + `path` and a line range. Says "
+        "if the file changed since, and where to read on.",
+    )
     @tool_errors
     async def read_code(
         project: ProjectOpt = None,
-        path: Annotated[str | None, Field(
-            description="A file path from the project root.", max_length=1000)] = None,
-        start_line: Annotated[int | None, Field(
-            description="First line, 1-based; null: 1.", ge=1,
-            le=MAX_LINE)] = None,
-        end_line: Annotated[int | None, Field(
-            description="Last line, inclusive; null: the end.", ge=1,
-            le=MAX_LINE)] = None,
-        id: Annotated[str | None, Field(
-            description="A search hit's `id`, instead of project and path.",
-            max_length=300)] = None,
+        path: Annotated[
+            str | None, Field(description="A file path from the project root.", max_length=1000)
+        ] = None,
+        start_line: Annotated[
+            int | None, Field(description="First line, 1-based; null: 1.", ge=1, le=MAX_LINE)
+        ] = None,
+        end_line: Annotated[
+            int | None, Field(description="Last line, inclusive; null: the end.", ge=1, le=MAX_LINE)
+        ] = None,
+        id: Annotated[
+            str | None, Field(description="A search hit's `id`, instead of project and path.", max_length=300)
+        ] = None,
         max_tokens: MaxTokens = DEFAULT_MAX_TOKENS,
     ) -> Annotated[CallToolResult, CodeRead]:
-        answer = await asyncio.to_thread(read_lines, fathom, project=project, path=path,
-                                         start_line=start_line, end_line=end_line, hit=id,
-                                         max_tokens=max_tokens)
-        return CallToolResult(content=[TextContent(type="text", text=answer.numbered())],
-                              structured_content=answer.read.model_dump(mode="json"))
+        answer = await asyncio.to_thread(
+            read_lines,
+            fathom,
+            project=project,
+            path=path,
+            start_line=start_line,
+            end_line=end_line,
+            hit=id,
+            max_tokens=max_tokens,
+        )
+        return CallToolResult(
+            content=[TextContent(type="text", text=answer.numbered())],
+            structured_content=answer.read.model_dump(mode="json"),
+        )
 
-    @server.resource(RESOURCE_TEMPLATE, name="indexed_file", title="Indexed file",
-                     mime_type="text/plain",
-                     description="Lines of an indexed file, exactly as indexed: "
-                                 "fathom://PROJECT/PATH, optionally ?lines=START-END (1-based, "
-                                 "inclusive). Every search hit links its lines.")
+    @server.resource(
+        RESOURCE_TEMPLATE,
+        name="indexed_file",
+        title="Indexed file",
+        mime_type="text/plain",
+        description="Lines of an indexed file, exactly as indexed: "
+        "fathom://PROJECT/PATH, optionally ?lines=START-END (1-based, "
+        "inclusive). Every search hit links its lines.",
+    )
     async def indexed_file(project: str, path: str, lines: str | None = None) -> str:
         try:
             return await read_resource(fathom, project, path, lines)
@@ -343,28 +420,46 @@ def _read_tools(server: MCPServer, fathom: Fathom) -> None:
 def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> None:
     """`list_projects`, `index_status` and `drop_project`."""
 
-    @server.tool(title="List projects", annotations=READ_ONLY,
-                 description="The indexed projects: chunk counts, last indexed, live sync "
-                             "state.")
+    @server.tool(
+        title="List projects",
+        annotations=READ_ONLY,
+        description="The indexed projects: chunk counts, last indexed, live sync state.",
+    )
     @tool_errors
     async def list_projects() -> ProjectList:
         def load() -> ProjectList:
-            return ProjectList(projects=[
-                ProjectEntry(name=p.name, root=p.root, code_chunks=p.tables.get("code", 0),
-                             docs_chunks=p.tables.get("docs", 0), last_indexed=p.last_indexed,
-                             indexing=p.indexing, watch=fathom.watch_state(p.name)["state"],
-                             damaged=p.damaged, state=p.state, progress=p.progress)
-                for p in fathom.projects()])
+            return ProjectList(
+                projects=[
+                    ProjectEntry(
+                        name=p.name,
+                        root=p.root,
+                        code_chunks=p.tables.get("code", 0),
+                        docs_chunks=p.tables.get("docs", 0),
+                        last_indexed=p.last_indexed,
+                        indexing=p.indexing,
+                        watch=fathom.watch_state(p.name)["state"],
+                        damaged=p.damaged,
+                        state=p.state,
+                        progress=p.progress,
+                    )
+                    for p in fathom.projects()
+                ]
+            )
 
         return await asyncio.to_thread(load)
 
-    @server.tool(title="Index status", annotations=READ_ONLY,
-                 description="One project's index: rows and encoder per table, the last "
-                             "run, jobs, live sync; with `job`, that job's progress.")
+    @server.tool(
+        title="Index status",
+        annotations=READ_ONLY,
+        description="One project's index: rows and encoder per table, the last "
+        "run, jobs, live sync; with `job`, that job's progress.",
+    )
     @tool_errors
-    async def index_status(project: ProjectName, job: Annotated[str | None, Field(
-            description="An index job's id (index_project's `job.id`).",
-            max_length=64)] = None,
+    async def index_status(
+        project: ProjectName,
+        job: Annotated[
+            str | None, Field(description="An index job's id (index_project's `job.id`).", max_length=64)
+        ] = None,
     ) -> IndexStatusResult:
         asked = job_view(runs.find(project, job)) if job is not None else None
         try:
@@ -374,20 +469,39 @@ def _project_tools(server: MCPServer, fathom: Fathom, runs: BackgroundIndex) -> 
                 raise
             # A first index that ended without a table (failed, cancelled): its job is all
             # there is to show.
-            return IndexStatusResult(project=project, root=asked.root, tables={}, last_run=None,
-                                     jobs=[], watch=WatchStatus.model_validate({"enabled": False, "state": "off"}),
-                                     include=[], job=asked, state=asked.state, progress=None)
-        return IndexStatusResult(project=s.project, root=s.root,
-                                 tables={t: TableStatus(**v) for t, v in s.tables.items()},
-                                 last_run=s.last_run, jobs=s.jobs,
-                                 watch=WatchStatus(**s.watch), include=s.include, job=asked,
-                                 state=s.state, progress=s.progress)
+            return IndexStatusResult(
+                project=project,
+                root=asked.root,
+                tables={},
+                last_run=None,
+                jobs=[],
+                watch=WatchStatus.model_validate({"enabled": False, "state": "off"}),
+                include=[],
+                job=asked,
+                state=asked.state,
+                progress=None,
+            )
+        return IndexStatusResult(
+            project=s.project,
+            root=s.root,
+            tables={t: TableStatus(**v) for t, v in s.tables.items()},
+            last_run=s.last_run,
+            jobs=s.jobs,
+            watch=WatchStatus(**s.watch),
+            include=s.include,
+            job=asked,
+            state=s.state,
+            progress=s.progress,
+        )
 
-    @server.tool(title="Drop a project",
-                 annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True,
-                                             idempotent_hint=True, open_world_hint=False),
-                 description="Remove a project from the index (tables, record, jobs, live "
-                             "sync); its folder is untouched. Cannot be undone.")
+    @server.tool(
+        title="Drop a project",
+        annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
+        description="Remove a project from the index (tables, record, jobs, live "
+        "sync); its folder is untouched. Cannot be undone.",
+    )
     @tool_errors
     async def drop_project(project: ProjectName) -> DropResult:
         return DropResult(**await fathom.drop(project))

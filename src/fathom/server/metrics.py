@@ -52,17 +52,30 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         self.requests = Counter(
-            "fathom_inference_requests", "Inference requests by role, provider and outcome (ok or error).",
-            ["role", "provider", "outcome"], registry=self.registry)
+            "fathom_inference_requests",
+            "Inference requests by role, provider and outcome (ok or error).",
+            ["role", "provider", "outcome"],
+            registry=self.registry,
+        )
         self.texts = Counter(
-            "fathom_inference_texts", "Texts embedded or scored, by role and provider (throughput).",
-            ["role", "provider"], registry=self.registry)
+            "fathom_inference_texts",
+            "Texts embedded or scored, by role and provider (throughput).",
+            ["role", "provider"],
+            registry=self.registry,
+        )
         self.latency = Histogram(
-            "fathom_inference_request_seconds", "Inference request latency by role and provider.",
-            ["role", "provider"], buckets=LATENCY_BUCKETS, registry=self.registry)
+            "fathom_inference_request_seconds",
+            "Inference request latency by role and provider.",
+            ["role", "provider"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.throttles = Counter(
-            "fathom_throttles", "Throttles answered by the cloud (kind 429 rate limit, 402 in-flight budget), "
-            "by provider.", ["provider", "kind"], registry=self.registry)
+            "fathom_throttles",
+            "Throttles answered by the cloud (kind 429 rate limit, 402 in-flight budget), by provider.",
+            ["provider", "kind"],
+            registry=self.registry,
+        )
         self._state: StateCollector | None = None
 
     # -- events ------------------------------------------------------------------------
@@ -77,14 +90,22 @@ class Metrics:
     def count_throttle(self, provider: Any, kind: str = "429") -> None:
         self.throttles.labels(label(getattr(provider, "id", provider)), label(kind)).inc()
 
-    def instrument(self, provider: Provider, role: Any = None,
-                   clock: Callable[[], float] = time.perf_counter) -> MeteredProvider:
+    def instrument(
+        self, provider: Provider, role: Any = None, clock: Callable[[], float] = time.perf_counter
+    ) -> MeteredProvider:
         return MeteredProvider(provider, self, role=role, clock=clock)
 
     # -- state, read at scrape time ----------------------------------------------------
 
-    def watch(self, *, budget: Any = None, gate: Any = None, hub: Any = None, registry: Any = None,
-              jobs: Callable[[], Iterable[Any]] | None = None) -> None:
+    def watch(
+        self,
+        *,
+        budget: Any = None,
+        gate: Any = None,
+        hub: Any = None,
+        registry: Any = None,
+        jobs: Callable[[], Iterable[Any]] | None = None,
+    ) -> None:
         """Publish these parts' state on every scrape (call once per app)."""
         if self._state is not None:
             self.registry.unregister(self._state)
@@ -104,8 +125,14 @@ class MeteredProvider(Provider):
     provider's, so an indexer or a gate sees the same provider, with the same id.
     """
 
-    def __init__(self, inner: Provider, metrics: Metrics, *, role: Any = None,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        inner: Provider,
+        metrics: Metrics,
+        *,
+        role: Any = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         self.inner = inner
         self.info = inner.info
         self.metrics = metrics
@@ -145,8 +172,12 @@ class MeteredProvider(Provider):
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         return await self._observe("rerank", len(documents), self.inner.rerank(query, documents))
 
-    async def chat(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None = None,
-                   **options: Any) -> Any:
+    async def chat(
+        self,
+        messages: Sequence[dict[str, Any]],
+        tools: Sequence[dict[str, Any]] | None = None,
+        **options: Any,
+    ) -> Any:
         return await self._observe("chat", 1, self.inner.chat(messages, tools, **options))
 
     async def aclose(self) -> None:
@@ -165,16 +196,28 @@ def _throttle_kind(exc: BaseException) -> str | None:
 class StateCollector:
     """Reads the live parts at scrape time (a prometheus_client custom collector)."""
 
-    def __init__(self, *, budget: Any = None, gate: Any = None, hub: Any = None, registry: Any = None,
-                 jobs: Callable[[], Iterable[Any]] | None = None):
+    def __init__(
+        self,
+        *,
+        budget: Any = None,
+        gate: Any = None,
+        hub: Any = None,
+        registry: Any = None,
+        jobs: Callable[[], Iterable[Any]] | None = None,
+    ):
         self.budget, self.gate, self.hub, self.registry, self.jobs = budget, gate, hub, registry, jobs
 
     def describe(self) -> list[Metric]:
         return []  # state series vary with what is live; no fixed description to check against
 
     def collect(self) -> Iterator[Metric]:
-        for part, read in (("budget", self._budget), ("gate", self._gate), ("fleet", self._fleet),
-                           ("providers", self._providers), ("jobs", self._jobs)):
+        for part, read in (
+            ("budget", self._budget),
+            ("gate", self._gate),
+            ("fleet", self._fleet),
+            ("providers", self._providers),
+            ("jobs", self._jobs),
+        ):
             try:
                 yield from list(read())
             except Exception:  # one broken part must not fail the whole scrape
@@ -184,27 +227,42 @@ class StateCollector:
         if self.budget is None:
             return
         s = self.budget.state()
-        g = GaugeMetricFamily("fathom_budget_ceiling", "Cloud budget ceiling (permits), by where it comes from.",
-                              labels=["source"])
+        g = GaugeMetricFamily(
+            "fathom_budget_ceiling",
+            "Cloud budget ceiling (permits), by where it comes from.",
+            labels=["source"],
+        )
         g.add_metric([label(s.ceiling_source)], s.ceiling)
         yield g
-        yield GaugeMetricFamily("fathom_budget_effective_limit", "Cloud permits allowed in flight now (AIMD).",
-                                value=s.effective_limit)
+        yield GaugeMetricFamily(
+            "fathom_budget_effective_limit",
+            "Cloud permits allowed in flight now (AIMD).",
+            value=s.effective_limit,
+        )
         yield GaugeMetricFamily("fathom_budget_in_flight", "Cloud permits held now.", value=s.in_flight)
-        yield GaugeMetricFamily("fathom_budget_waiting", "Requests waiting for a cloud permit.",
-                                value=sum(s.waiting.values()))
-        yield GaugeMetricFamily("fathom_budget_window_count", "Request starts in the RPM window (0 when unarmed).",
-                                value=s.window_count)
-        yield GaugeMetricFamily("fathom_budget_cooldown_seconds", "Seconds left in the throttle cooldown.",
-                                value=s.cooldown_remaining_s)
-        c = CounterMetricFamily("fathom_budget_throttled", "Throttles the budget was told of, by kind.",
-                                labels=["kind"])
+        yield GaugeMetricFamily(
+            "fathom_budget_waiting", "Requests waiting for a cloud permit.", value=sum(s.waiting.values())
+        )
+        yield GaugeMetricFamily(
+            "fathom_budget_window_count",
+            "Request starts in the RPM window (0 when unarmed).",
+            value=s.window_count,
+        )
+        yield GaugeMetricFamily(
+            "fathom_budget_cooldown_seconds",
+            "Seconds left in the throttle cooldown.",
+            value=s.cooldown_remaining_s,
+        )
+        c = CounterMetricFamily(
+            "fathom_budget_throttled", "Throttles the budget was told of, by kind.", labels=["kind"]
+        )
         for kind, n in sorted(s.throttled_total.items()):
             c.add_metric([label(kind)], n)
         yield c
         yield CounterMetricFamily("fathom_budget_granted", "Cloud permits granted.", value=s.granted_total)
-        yield CounterMetricFamily("fathom_budget_halvings", "Times a throttle halved the effective limit.",
-                                  value=s.halvings)
+        yield CounterMetricFamily(
+            "fathom_budget_halvings", "Times a throttle halved the effective limit.", value=s.halvings
+        )
 
     def _gate(self) -> Iterator[Metric]:
         if self.gate is None:
@@ -212,8 +270,11 @@ class StateCollector:
         tally: Tally[tuple[str, str, str]] = Tally()
         for v in latest_verdicts(self.gate):
             tally[(v.key.table, v.status.value, v.coverage.value)] += 1
-        g = GaugeMetricFamily("fathom_gate_verdicts", "Current gate verdicts (latest per provider and space).",
-                              labels=["table", "status", "coverage"])
+        g = GaugeMetricFamily(
+            "fathom_gate_verdicts",
+            "Current gate verdicts (latest per provider and space).",
+            labels=["table", "status", "coverage"],
+        )
         for (table, status, coverage), n in sorted(tally.items()):
             g.add_metric([label(table), label(status), label(coverage)], n)
         yield g
@@ -224,20 +285,28 @@ class StateCollector:
         tally: Tally[tuple[str, str]] = Tally()
         for s in self.hub.sidecars():
             tally[(s.state, "true" if s.connected else "false")] += 1
-        g = GaugeMetricFamily("fathom_sidecars", "Sidecars by approval state and connection.",
-                              labels=["state", "connected"])
+        g = GaugeMetricFamily(
+            "fathom_sidecars", "Sidecars by approval state and connection.", labels=["state", "connected"]
+        )
         for (state, connected), n in sorted(tally.items()):
             g.add_metric([label(state), connected], n)
         yield g
-        yield GaugeMetricFamily("fathom_fleet_problems", "Fleet problems an operator must see (e.g. key missing).",
-                                value=len(self.hub.problems()))
+        yield GaugeMetricFamily(
+            "fathom_fleet_problems",
+            "Fleet problems an operator must see (e.g. key missing).",
+            value=len(self.hub.problems()),
+        )
 
     def _providers(self) -> Iterator[Metric]:
         if self.registry is None:
             return
-        g = GaugeMetricFamily("fathom_provider_up", "1 when a live provider may serve now, 0 when ejected, "
-                              "quarantined, or a cloud route not seen serving (health: unchecked, key_rejected, "
-                              "no_credits, throttled, unreachable).", labels=["provider", "kind", "health"])
+        g = GaugeMetricFamily(
+            "fathom_provider_up",
+            "1 when a live provider may serve now, 0 when ejected, "
+            "quarantined, or a cloud route not seen serving (health: unchecked, key_rejected, "
+            "no_credits, throttled, unreachable).",
+            labels=["provider", "kind", "health"],
+        )
         for p in self.registry:
             state, up = provider_health(self.registry, p, getattr(self.hub, "cloud_health", None))
             g.add_metric([label(p.id), label(p.info.kind.value), label(state)], 1 if up else 0)

@@ -107,8 +107,13 @@ def build_parts(settings: Settings, options: ServerOptions | None = None) -> Ser
     budget_record = BudgetRecord(settings.data_dir)
     service, owned = _service(settings, options, budget_record)
     hub = _hub(settings, options, service, metrics)
-    metrics.watch(budget=service.budget, gate=service.gate, hub=hub, registry=service.registry,
-                  jobs=lambda: list(service.jobs.values()))
+    metrics.watch(
+        budget=service.budget,
+        gate=service.gate,
+        hub=hub,
+        registry=service.registry,
+        jobs=lambda: list(service.jobs.values()),
+    )
     from fathom.server.job_records import JobLedger
 
     jobs = IndexJobs(service, ledger=JobLedger(settings.data_dir), resume_on_start=settings.resume_jobs)
@@ -129,36 +134,73 @@ def build_parts(settings: Settings, options: ServerOptions | None = None) -> Ser
 
     tools = build_mcp_server(service, router=service.router)
     wait_for_encoder(tools, service)  # a call that comes while the encoder loads at start waits, and says so
-    mcp = MCPEndpoint(tools, access, host=settings.host,
-                      allowed_hosts=settings.allowed_host_list(), index_roots=lambda: index_roots, audit=audit,
-                      branches=service.git.branches_within)
-    operator = OperatorParts(settings=settings, routing=service.routing, hub=hub, registry=service.registry,
-                             gate=service.gate, budget=service.budget, service=service, router=service.router,
-                             jobs=jobs, budget_record=budget_record, metrics=metrics)
-    return ServerParts(settings=settings, service=service, hub=hub, metrics=metrics, jobs=jobs,
-                       admin_auth=admin_auth, scrape_auth=scrape_auth, mcp_tokens=mcp_tokens, audit=audit,
-                       access=access, mcp=mcp, operator=operator, index_roots=index_roots,
-                       wrong_tokens=options.wrong_tokens, owned=owned + ([oauth] if oauth is not None else []))
+    mcp = MCPEndpoint(
+        tools,
+        access,
+        host=settings.host,
+        allowed_hosts=settings.allowed_host_list(),
+        index_roots=lambda: index_roots,
+        audit=audit,
+        branches=service.git.branches_within,
+    )
+    operator = OperatorParts(
+        settings=settings,
+        routing=service.routing,
+        hub=hub,
+        registry=service.registry,
+        gate=service.gate,
+        budget=service.budget,
+        service=service,
+        router=service.router,
+        jobs=jobs,
+        budget_record=budget_record,
+        metrics=metrics,
+    )
+    return ServerParts(
+        settings=settings,
+        service=service,
+        hub=hub,
+        metrics=metrics,
+        jobs=jobs,
+        admin_auth=admin_auth,
+        scrape_auth=scrape_auth,
+        mcp_tokens=mcp_tokens,
+        audit=audit,
+        access=access,
+        mcp=mcp,
+        operator=operator,
+        index_roots=index_roots,
+        wrong_tokens=options.wrong_tokens,
+        owned=owned + ([oauth] if oauth is not None else []),
+    )
 
 
 def _chosen_tokens(settings: Settings, options: ServerOptions) -> ServerOptions:
     """`options` with the tokens the operator chose in the environment, each refused if it could
     be guessed (`WeakToken`), all before anything is written; tokens handed in are the caller's."""
+
     def chosen(name: str, given: str | None) -> str | None:
         return given or check_chosen_token(Settings.env_name(name), settings.secret(getattr(settings, name)))
 
-    return replace(options, admin_token=chosen("admin_token", options.admin_token),
-                   join_token=chosen("join_token", options.join_token),
-                   metrics_token=chosen("metrics_token", options.metrics_token))
+    return replace(
+        options,
+        admin_token=chosen("admin_token", options.admin_token),
+        join_token=chosen("join_token", options.join_token),
+        metrics_token=chosen("metrics_token", options.metrics_token),
+    )
 
 
 def _admin_tokens(settings: Settings, options: ServerOptions) -> tuple[AdminAuth, ScrapeAuth]:
     admin, scrape = options.admin_token, options.metrics_token
-    return (AdminAuth(settings.data_dir, tokens=(admin,) if admin else ()),
-            ScrapeAuth(settings.data_dir, tokens=(scrape,) if scrape else ()))
+    return (
+        AdminAuth(settings.data_dir, tokens=(admin,) if admin else ()),
+        ScrapeAuth(settings.data_dir, tokens=(scrape,) if scrape else ()),
+    )
 
 
-def _service(settings: Settings, options: ServerOptions, budget_record: BudgetRecord) -> tuple[Any, list[Any]]:
+def _service(
+    settings: Settings, options: ServerOptions, budget_record: BudgetRecord
+) -> tuple[Any, list[Any]]:
     """The service given, or one built over the parts given; and the parts to close here."""
     owned: list[Any] = []
     service, hub = options.service, options.hub
@@ -171,14 +213,26 @@ def _service(settings: Settings, options: ServerOptions, budget_record: BudgetRe
         if registry is None:
             registry = hub.registry if hub is not None and hub.registry is not None else ProviderRegistry()
         routing = options.routing or (hub.routing if hub is not None else None)
-        service = Fathom(settings, registry=registry, gate=gate, router=router, routing=routing,
-                         budget=budget or CloudBudget(override=budget_record.load()))
+        service = Fathom(
+            settings,
+            registry=registry,
+            gate=gate,
+            router=router,
+            routing=routing,
+            budget=budget or CloudBudget(override=budget_record.load()),
+        )
         owned.append(service)
-    for name, given, own in (("registry", registry, service.registry), ("gate", gate, service.gate),
-                             ("budget", budget, service.budget), ("router", router, service.router)):
+    for name, given, own in (
+        ("registry", registry, service.registry),
+        ("gate", gate, service.gate),
+        ("budget", budget, service.budget),
+        ("router", router, service.router),
+    ):
         if given is not None and given is not own:
-            raise ValueError(f"create_app: the {name} given is not the service's own; build the "
-                             f"service with it (Fathom(..., {name}=...)) or pass only the service")
+            raise ValueError(
+                f"create_app: the {name} given is not the service's own; build the "
+                f"service with it (Fathom(..., {name}=...)) or pass only the service"
+            )
     if budget_record.load() is not None and service.budget.state().ceiling_source != "override":
         service.budget.set_override(budget_record.load())
     return service, owned
@@ -198,11 +252,18 @@ def _hub(settings: Settings, options: ServerOptions, service: Any, metrics: Metr
     hub = options.hub
     join = options.join_token
     if hub is None:
-        hub = Hub(settings.data_dir, registry=service.registry, routing=service.routing,
-                  join_tokens=(join,) if join else (), wrap=wrap)
+        hub = Hub(
+            settings.data_dir,
+            registry=service.registry,
+            routing=service.routing,
+            join_tokens=(join,) if join else (),
+            wrap=wrap,
+        )
     elif hub.registry is not service.registry:
-        raise ValueError("create_app: the hub's registry is not the service's; build the hub "
-                         "with registry=service.registry")
+        raise ValueError(
+            "create_app: the hub's registry is not the service's; build the hub "
+            "with registry=service.registry"
+        )
     elif hub.wrap is None:
         hub.wrap = wrap
     # Key discovery: the sidecars holding the key read its limits; the budget learns them.

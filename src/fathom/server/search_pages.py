@@ -59,8 +59,9 @@ def summary_line(r: Result) -> str:
 
 
 def link_of(r: Result) -> ResourceLink:
-    return ResourceLink(type="resource_link", uri=r.uri, name=f"{r.path}:{r.start_line}-{r.end_line}",
-                        mime_type="text/plain")
+    return ResourceLink(
+        type="resource_link", uri=r.uri, name=f"{r.path}:{r.start_line}-{r.end_line}", mime_type="text/plain"
+    )
 
 
 def _json(value: Any) -> str:
@@ -71,14 +72,18 @@ def _json(value: Any) -> str:
 
 def _result_costs(tokens: AnswerTokens, results: Sequence[Result]) -> list[int]:
     """Tokens each result costs the client: its JSON, its summary line and its link."""
-    texts = [_json(r.model_dump(mode="json")) + summary_line(r)
-             + _json(link_of(r).model_dump(mode="json", by_alias=True, exclude_unset=True))
-             for r in results]
+    texts = [
+        _json(r.model_dump(mode="json"))
+        + summary_line(r)
+        + _json(link_of(r).model_dump(mode="json", by_alias=True, exclude_unset=True))
+        for r in results
+    ]
     return tokens.count(texts)
 
 
-def page(ranked: Ranked, *, search: Sequence[Any], cursor: str | None, max_tokens: int,
-         tokens: AnswerTokens) -> SearchResults:
+def page(
+    ranked: Ranked, *, search: Sequence[Any], cursor: str | None, max_tokens: int, tokens: AnswerTokens
+) -> SearchResults:
     """The page of `ranked` (the answer's head, and every hit of the search, best first, each
     with its whole chunk) that starts where `cursor` says and fits `max_tokens`; the hits it
     holds are mapped to the wire here, and only they. `search` is the search's arguments: a
@@ -91,16 +96,20 @@ def page(ranked: Ranked, *, search: Sequence[Any], cursor: str | None, max_token
         at = Cursor.decode(cursor)
         at.check(search_digest, ranking, len(hits))
         start = at.offset
-    head = answer.model_copy(update={"results": [], "found": len(hits),
-                                     "next_cursor": Cursor(search_digest, 1, "x" * 16).encode(),
-                                     "tokens": max_tokens})
-    used = ENVELOPE + sum(tokens.count([_json(head.model_dump(mode="json")),
-                                        "\n".join(head_lines(head))]))
+    head = answer.model_copy(
+        update={
+            "results": [],
+            "found": len(hits),
+            "next_cursor": Cursor(search_digest, 1, "x" * 16).encode(),
+            "tokens": max_tokens,
+        }
+    )
+    used = ENVELOPE + sum(tokens.count([_json(head.model_dump(mode="json")), "\n".join(head_lines(head))]))
     rest = hits[start:]
     costs: list[int] = []
     taken: list[Result] = []
     for batch in range(0, len(rest), _COSTED):  # costed a few at a time: a page stops early
-        results = results_of(rest[batch:batch + _COSTED], start + batch + 1)
+        results = results_of(rest[batch : batch + _COSTED], start + batch + 1)
         more = _result_costs(tokens, results)
         for r, cost in zip(results, more, strict=True):
             if taken and used + cost > max_tokens:
@@ -111,21 +120,32 @@ def page(ranked: Ranked, *, search: Sequence[Any], cursor: str | None, max_token
         else:
             continue
         break
-    whole, _ = _grown(taken, costs, [h.text for h in rest[:len(taken)]], answer.table,
-                      max_tokens - used, tokens)
-    return _measured(answer, taken, whole, start, len(hits), search_digest, ranking,
-                     max_tokens, tokens)
+    whole, _ = _grown(
+        taken, costs, [h.text for h in rest[: len(taken)]], answer.table, max_tokens - used, tokens
+    )
+    return _measured(answer, taken, whole, start, len(hits), search_digest, ranking, max_tokens, tokens)
 
 
 def _key(hit: SearchHit) -> str:
     """A hit's identity in a ranking's digest (its id, as the client sees it)."""
-    return hit_id(hit.project, hit.table, hit.chunk_id) if hit.chunk_id else \
-        f"{hit.project}:{hit.path}:{hit.start_line}"
+    return (
+        hit_id(hit.project, hit.table, hit.chunk_id)
+        if hit.chunk_id
+        else f"{hit.project}:{hit.path}:{hit.start_line}"
+    )
 
 
-def _measured(answer: SearchResults, originals: list[Result], shown: list[Result], start: int,
-              found: int, search_digest: str, ranking: str, max_tokens: int,
-              tokens: AnswerTokens) -> SearchResults:
+def _measured(
+    answer: SearchResults,
+    originals: list[Result],
+    shown: list[Result],
+    start: int,
+    found: int,
+    search_digest: str,
+    ranking: str,
+    max_tokens: int,
+    tokens: AnswerTokens,
+) -> SearchResults:
     """The page as sent, counted whole once (the sum of its parts tokenizes a little apart
     from it); only when that is over `max_tokens` (rare: the parts were counted first), the
     last grown snippet shrinks back, else the last hit's other ranges (`also`) are left out,
@@ -134,28 +154,37 @@ def _measured(answer: SearchResults, originals: list[Result], shown: list[Result
     while True:
         end = start + len(shown)
         next_cursor = Cursor(search_digest, end, ranking).encode() if end < found else None
-        page = answer.model_copy(update={"results": shown, "found": found,
-                                         "next_cursor": next_cursor, "tokens": 0})
+        page = answer.model_copy(
+            update={"results": shown, "found": found, "next_cursor": next_cursor, "tokens": 0}
+        )
         sent = tool_result(page).model_dump(mode="json", by_alias=True, exclude_unset=True)
         used = ENVELOPE + tokens.total(_json(sent))
         grown = [i for i, r in enumerate(shown) if r.snippet != originals[i].snippet]
         if used <= max_tokens or (len(shown) == 1 and not grown and not shown[0].also):
             return page.model_copy(update={"tokens": used})
         if grown:
-            shown = [*shown[:grown[-1]], originals[grown[-1]], *shown[grown[-1] + 1:]]
+            shown = [*shown[: grown[-1]], originals[grown[-1]], *shown[grown[-1] + 1 :]]
         elif shown[-1].also and len(shown) == 1:
             shown = [shown[0].model_copy(update={"also": []})]
         else:
             shown = shown[:-1]
 
 
-def _grown(taken: list[Result], costs: Sequence[int], texts: Sequence[str], table: str,
-           left: int, tokens: AnswerTokens) -> tuple[list[Result], int]:
+def _grown(
+    taken: list[Result],
+    costs: Sequence[int],
+    texts: Sequence[str],
+    table: str,
+    left: int,
+    tokens: AnswerTokens,
+) -> tuple[list[Result], int]:
     """`taken` with each snippet grown to its whole chunk, in rank order, while `left`
     tokens allow; and the tokens left."""
     fulls = [(docs_snippet(t) if table == "docs" else t) if t else "" for t in texts]
-    grown = [r.model_copy(update={"snippet": full, "whole": True})
-             if full and full != r.snippet else None for r, full in zip(taken, fulls, strict=True)]
+    grown = [
+        r.model_copy(update={"snippet": full, "whole": True}) if full and full != r.snippet else None
+        for r, full in zip(taken, fulls, strict=True)
+    ]
     new_costs = iter(_result_costs(tokens, [g for g in grown if g is not None]))
     out: list[Result] = []
     for r, cost, g, full in zip(taken, costs, grown, fulls, strict=True):
@@ -178,8 +207,10 @@ def head_lines(answer: SearchResults) -> list[str]:
         span = f"results {shown[0].rank}-{shown[-1].rank} of {answer.found or len(shown)}"
     else:
         span = "no results"
-    head = (f"{span} for {answer.query!r} ({answer.table}), best first; every field is in the "
-            f"structured result. Read a hit's lines with read_code(id=…).")
+    head = (
+        f"{span} for {answer.query!r} ({answer.table}), best first; every field is in the "
+        f"structured result. Read a hit's lines with read_code(id=…)."
+    )
     return [head] + ([more_line(answer.next_cursor)] if answer.next_cursor and not shown else [])
 
 
@@ -189,8 +220,10 @@ def more_line(cursor: str) -> str:
 
 def with_files(answer: SearchResults) -> SearchResults:
     """The answer with its results grouped by file (`files_of`), best file first."""
-    files = [FileGroup(project=f.project, path=f.path, hits=f.hits, best_rank=f.best_rank)
-             for f in files_of(answer.results)]
+    files = [
+        FileGroup(project=f.project, path=f.path, hits=f.hits, best_rank=f.best_rank)
+        for f in files_of(answer.results)
+    ]
     return answer.model_copy(update={"files": files})
 
 
@@ -241,9 +274,15 @@ class Rankings:
                 self._kept.popitem(last=False)
 
 
-async def paged(rankings: Rankings, run: Callable[[], Awaitable[Ranked]], *,
-                search: Sequence[Any], cursor: str | None, max_tokens: int,
-                tokens: AnswerTokens) -> SearchResults:
+async def paged(
+    rankings: Rankings,
+    run: Callable[[], Awaitable[Ranked]],
+    *,
+    search: Sequence[Any],
+    cursor: str | None,
+    max_tokens: int,
+    tokens: AnswerTokens,
+) -> SearchResults:
     """One page of a search: `run` searches (unless a cursor names a ranking kept), `search`
     is its arguments (what a cursor must be given with)."""
     kept = None
@@ -265,8 +304,15 @@ class Ranks(Protocol):
     def searches(self) -> Searches: ...
 
 
-async def search_page(service: Ranks, rankings: Rankings, request: SearchRequest, *,
-                      reranker: Any, cursor: str | None, max_tokens: int) -> SearchResults:
+async def search_page(
+    service: Ranks,
+    rankings: Rankings,
+    request: SearchRequest,
+    *,
+    reranker: Any,
+    cursor: str | None,
+    max_tokens: int,
+) -> SearchResults:
     """One page of what `search_code` / `search_docs` found for `request` (at a git ref, or
     over a project from git, the git side answers: `Searches.ranking`)."""
 
@@ -274,18 +320,33 @@ async def search_page(service: Ranks, rankings: Rankings, request: SearchRequest
         found = await service.searches.ranking(request, reranker=reranker)
         return answer_head(found, request), list(found.hits)
 
-    return await paged(rankings, run, cursor=cursor, max_tokens=max_tokens,
-                       search=request.arguments(), tokens=tokens_of(service))
+    return await paged(
+        rankings,
+        run,
+        cursor=cursor,
+        max_tokens=max_tokens,
+        search=request.arguments(),
+        tokens=tokens_of(service),
+    )
 
 
-async def similar_page(service: Any, rankings: Rankings, find: Callable[[], Awaitable[Any]],
-                       query: str, table: str, *, search: Sequence[Any], cursor: str | None,
-                       max_tokens: int) -> SearchResults:
+async def similar_page(
+    service: Any,
+    rankings: Rankings,
+    find: Callable[[], Awaitable[Any]],
+    query: str,
+    table: str,
+    *,
+    search: Sequence[Any],
+    cursor: str | None,
+    max_tokens: int,
+) -> SearchResults:
     """One page of what `find_similar` found (`find` runs it)."""
 
     async def run() -> Ranked:
         hits: Sequence[SearchHit] = await find()
         return similar_head(query, table), list(hits)
 
-    return await paged(rankings, run, search=search, cursor=cursor, max_tokens=max_tokens,
-                       tokens=tokens_of(service))
+    return await paged(
+        rankings, run, search=search, cursor=cursor, max_tokens=max_tokens, tokens=tokens_of(service)
+    )

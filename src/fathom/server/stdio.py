@@ -76,8 +76,7 @@ async def loop_stdin(fd: int = 0) -> AsyncIterator[_Lines | None]:
     pipe = os.fdopen(private, "rb", buffering=0)
     transport = None
     try:
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), pipe)
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), pipe)
         yield _Lines(reader)
     finally:
         if transport is not None:

@@ -45,8 +45,27 @@ MIN_REST_BITS = 72
 MIN_DISTINCT_CHARS = 10
 MAKE_ONE = "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 # Words an operator reaches for when naming a Fathom token, cheapest first.
-PRODUCT_WORDS = ("fathom", "admin", "token", "join", "sidecar", "metrics", "scrape", "mcp", "server", "serve",
-                "secret", "key", "fleet", "search", "code", "prod", "production", "dev", "test")
+PRODUCT_WORDS = (
+    "fathom",
+    "admin",
+    "token",
+    "join",
+    "sidecar",
+    "metrics",
+    "scrape",
+    "mcp",
+    "server",
+    "serve",
+    "secret",
+    "key",
+    "fleet",
+    "search",
+    "code",
+    "prod",
+    "production",
+    "dev",
+    "test",
+)
 _WINDOW = 64  # zxcvbn takes at most 72 characters: a longer token is priced window by window
 _WORD_CHARS = 4
 _HEX = re.compile(r"[0-9a-f]+|[0-9A-F]+")
@@ -57,8 +76,10 @@ class WeakToken(ConfigError):
 
     def __init__(self, setting: str, reason: str, bits: float | None = None, *, instead: str | None = None):
         self.setting, self.reason, self.bits = setting, reason, bits
-        message = (f"{setting} {reason}. Use a random one, e.g. `{MAKE_ONE}`, or {instead or f'unset {setting}'} "
-                   f"to have the server issue one")
+        message = (
+            f"{setting} {reason}. Use a random one, e.g. `{MAKE_ONE}`, or {instead or f'unset {setting}'} "
+            f"to have the server issue one"
+        )
         super().__init__(message, [message])
 
 
@@ -67,8 +88,12 @@ def alphabet_bits(token: str) -> float:
     (hex alone counts 16; each symbol it uses counts one)."""
     if _HEX.fullmatch(token.replace("-", "")):
         return 4.0
-    size = (26 * any(c.islower() for c in token) + 26 * any(c.isupper() for c in token)
-            + 10 * any(c.isdigit() for c in token) + len({c for c in token if not c.isalnum()}))
+    size = (
+        26 * any(c.islower() for c in token)
+        + 26 * any(c.isupper() for c in token)
+        + 10 * any(c.isdigit() for c in token)
+        + len({c for c in token if not c.isalnum()})
+    )
     return math.log2(max(size, 2))
 
 
@@ -117,7 +142,7 @@ def estimate(token: str) -> Estimate:
     per_char, dictionaries = alphabet_bits(token), _dictionaries()
     bits, words, rest = 0.0, 0, 0.0
     for start in range(0, len(token), _WINDOW):
-        window = _cheapest(token[start:start + _WINDOW], per_char, dictionaries)
+        window = _cheapest(token[start : start + _WINDOW], per_char, dictionaries)
         bits, words, rest = bits + window[0], words + window[1], rest + window[2]
     return Estimate(bits, words / len(token), rest)
 
@@ -129,18 +154,35 @@ def check_chosen_token(setting: str, value: str | None, *, instead: str | None =
     if value is None:
         return None
     if len(value) < MIN_CHOSEN_TOKEN_CHARS:
-        raise WeakToken(setting, f"is too short ({len(value)} characters; at least {MIN_CHOSEN_TOKEN_CHARS}): a "
-                                 f"short token can be guessed", instead=instead)
+        raise WeakToken(
+            setting,
+            f"is too short ({len(value)} characters; at least {MIN_CHOSEN_TOKEN_CHARS}): a "
+            f"short token can be guessed",
+            instead=instead,
+        )
     found = estimate(value)
     if found.bits < MIN_BITS:
-        raise WeakToken(setting, f"is too easy to guess: about 2^{int(found.bits)} tries find it (repeats, "
-                                 f"sequences, keyboard walks or common words; at least 2^{MIN_BITS} are needed)",
-                        found.bits, instead=instead)
+        raise WeakToken(
+            setting,
+            f"is too easy to guess: about 2^{int(found.bits)} tries find it (repeats, "
+            f"sequences, keyboard walks or common words; at least 2^{MIN_BITS} are needed)",
+            found.bits,
+            instead=instead,
+        )
     if len(set(value)) < MIN_DISTINCT_CHARS:
-        raise WeakToken(setting, f"is too easy to guess: it uses only {len(set(value))} different characters (at "
-                                 f"least {MIN_DISTINCT_CHARS})", found.bits, instead=instead)
+        raise WeakToken(
+            setting,
+            f"is too easy to guess: it uses only {len(set(value))} different characters (at "
+            f"least {MIN_DISTINCT_CHARS})",
+            found.bits,
+            instead=instead,
+        )
     if found.word_share >= MAX_WORD_SHARE and found.rest_bits < MIN_REST_BITS:
-        raise WeakToken(setting, f"is too easy to guess: {round(found.word_share * 100)} % of it is dictionary "
-                                 f"words, and the rest holds about 2^{int(found.rest_bits)} guesses", found.bits,
-                        instead=instead)
+        raise WeakToken(
+            setting,
+            f"is too easy to guess: {round(found.word_share * 100)} % of it is dictionary "
+            f"words, and the rest holds about 2^{int(found.rest_bits)} guesses",
+            found.bits,
+            instead=instead,
+        )
     return value

@@ -37,8 +37,10 @@ from fathom.server.audit import AuditLog
 
 MCP_TOKEN_PREFIX = "fm"
 MAX_TOKENS = 1000
-EMPTY_PROJECTS = ("the token's project list is empty; name at least one project (`--project NAME`), or leave the "
-                  "list out for a token that sees every project")
+EMPTY_PROJECTS = (
+    "the token's project list is empty; name at least one project (`--project NAME`), or leave the "
+    "list out for a token that sees every project"
+)
 
 
 @dataclass(frozen=True)
@@ -64,8 +66,9 @@ class Principal:
         return self.projects is None or project in self.projects
 
     def describe_projects(self) -> str:
-        return "every project" if self.projects is None else (
-            ", ".join(sorted(self.projects)) or "no project")
+        return (
+            "every project" if self.projects is None else (", ".join(sorted(self.projects)) or "no project")
+        )
 
 
 class TokenRecord(BaseModel):
@@ -80,13 +83,20 @@ class TokenRecord(BaseModel):
     created_at: datetime
 
     def principal(self) -> Principal:
-        return Principal(name=self.name, projects=None if self.projects is None else frozenset(self.projects),
-                         can_index=self.can_index)
+        return Principal(
+            name=self.name,
+            projects=None if self.projects is None else frozenset(self.projects),
+            can_index=self.can_index,
+        )
 
     def view(self) -> dict[str, Any]:
         """What the API and the CLI show: everything but the hash."""
-        return {"name": self.name, "projects": self.projects, "can_index": self.can_index,
-                "created_at": self.created_at.isoformat(timespec="seconds")}
+        return {
+            "name": self.name,
+            "projects": self.projects,
+            "can_index": self.can_index,
+            "created_at": self.created_at.isoformat(timespec="seconds"),
+        }
 
 
 class TokenFile(BaseModel):
@@ -98,14 +108,22 @@ class TokenFile(BaseModel):
 class UnknownToken(FathomError):
     def __init__(self, name: str, known: Iterable[str]):
         known = sorted(known)
-        super().__init__(f"no MCP token named {name!r}" + (f"; the tokens are {', '.join(known)}" if known
-                                                            else "; none has been created (`fathom tokens create`)"))
+        super().__init__(
+            f"no MCP token named {name!r}"
+            + (
+                f"; the tokens are {', '.join(known)}"
+                if known
+                else "; none has been created (`fathom tokens create`)"
+            )
+        )
 
 
 class TokenExists(FathomError):
     def __init__(self, name: str):
-        super().__init__(f"an MCP token named {name!r} exists already; revoke it first (`fathom tokens revoke "
-                         f"{name}`) or choose another name")
+        super().__init__(
+            f"an MCP token named {name!r} exists already; revoke it first (`fathom tokens revoke "
+            f"{name}`) or choose another name"
+        )
 
 
 class McpTokens:
@@ -125,13 +143,17 @@ class McpTokens:
         except FileNotFoundError:
             return TokenFile()
         except (ValueError, OSError, ValidationError) as exc:
-            raise ConfigError(f"{self.path} is not a valid MCP token record ({type(exc).__name__}); fix it, or "
-                              f"remove it and create the tokens again") from exc
+            raise ConfigError(
+                f"{self.path} is not a valid MCP token record ({type(exc).__name__}); fix it, or "
+                f"remove it and create the tokens again"
+            ) from exc
 
     def _save(self, file: TokenFile) -> None:
         atomic_write_text(self.path, file.model_dump_json(indent=2))
 
-    def create(self, name: str, projects: Iterable[str] | None = None, can_index: bool = False) -> tuple[TokenRecord, str]:
+    def create(
+        self, name: str, projects: Iterable[str] | None = None, can_index: bool = False
+    ) -> tuple[TokenRecord, str]:
         """A new token; returns its record and the token itself, to be shown once."""
         from fathom.index.store import check_project_name
 
@@ -140,13 +162,20 @@ class McpTokens:
             # Fail closed: an empty list is a mistake (a script's empty variable), never "all".
             raise ConfigError(EMPTY_PROJECTS, [EMPTY_PROJECTS])
         token = new_token(MCP_TOKEN_PREFIX)
-        record = TokenRecord(name=name, token_hash=hash_token(token), projects=listed,
-                             can_index=can_index, created_at=self._now())
+        record = TokenRecord(
+            name=name,
+            token_hash=hash_token(token),
+            projects=listed,
+            can_index=can_index,
+            created_at=self._now(),
+        )
         with self._lock:
             if any(r.name == name for r in self._file.tokens):
                 raise TokenExists(name)
             if len(self._file.tokens) >= MAX_TOKENS:
-                raise ConfigError(f"this server holds {MAX_TOKENS} MCP tokens already; revoke unused ones first")
+                raise ConfigError(
+                    f"this server holds {MAX_TOKENS} MCP tokens already; revoke unused ones first"
+                )
             updated = TokenFile(tokens=[*self._file.tokens, record])
             self._save(updated)  # on disk first: a failed write leaves the tokens as they were
             self._file = updated
@@ -184,13 +213,20 @@ class TokenCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=NAME_PATTERN, description="who the token is for; the audit log names it")
-    projects: list[str] | None = Field(default=None, max_length=200,
-                                       description="the projects it sees; none: every project")
-    can_index: bool = Field(default=False, description="may call index_project, under FATHOM_INDEX_ROOTS only")
+    projects: list[str] | None = Field(
+        default=None, max_length=200, description="the projects it sees; none: every project"
+    )
+    can_index: bool = Field(
+        default=False, description="may call index_project, under FATHOM_INDEX_ROOTS only"
+    )
 
 
-def tokens_router(tokens: McpTokens, audit: AuditLog, require_admin: Callable[[Request], None],
-                  index_roots: Callable[[], list[str]]) -> APIRouter:
+def tokens_router(
+    tokens: McpTokens,
+    audit: AuditLog,
+    require_admin: Callable[[Request], None],
+    index_roots: Callable[[], list[str]],
+) -> APIRouter:
     """`/admin/tokens` (create, list, revoke) and `/admin/audit` (read the audit log)."""
     import asyncio
 
@@ -212,9 +248,11 @@ def tokens_router(tokens: McpTokens, audit: AuditLog, require_admin: Callable[[R
             raise refusal(409, str(exc)) from None
         except ConfigError as exc:
             raise refusal(400, str(exc), exc.problems) from None
-        request.scope["fathom.audit"] = (f"created MCP token {record.name} (projects: "
-                                         f"{record.principal().describe_projects()}; "
-                                         f"{'may index' if record.can_index else 'read-only'})")
+        request.scope["fathom.audit"] = (
+            f"created MCP token {record.name} (projects: "
+            f"{record.principal().describe_projects()}; "
+            f"{'may index' if record.can_index else 'read-only'})"
+        )
         return {**record.view(), "token": token, "note": "shown once; only its hash is kept"}
 
     @router.post("/tokens/{name}/revoke", tags=["tokens"])

@@ -127,7 +127,6 @@ def _declare_list_changed(server: Any) -> None:
         return
 
     def with_list_changed(notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
-        return build(notification_options or NotificationOptions(tools_changed=True),
-                     *args, **kwargs)
+        return build(notification_options or NotificationOptions(tools_changed=True), *args, **kwargs)
 
     lowlevel.create_initialization_options = with_list_changed

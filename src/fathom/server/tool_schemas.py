@@ -39,19 +39,18 @@ SAME_RESULT = {"search_docs": "search_code", "find_similar": "search_code"}
 
 def compact_tool(tool: Any) -> Any:
     """A copy of the listed `tool` (an `mcp.types.Tool`) with compact schemas."""
-    update: dict[str, Any] = {"input_schema": _compact(tool.input_schema, output=False,
-                                                       described=True)}
+    update: dict[str, Any] = {"input_schema": _compact(tool.input_schema, output=False, described=True)}
     hints = tool.annotations
     if hints is not None and hints.read_only_hint:
         # MCP: destructiveHint and idempotentHint are meaningful only when readOnlyHint is
         # false; a read-only tool's say nothing.
-        update["annotations"] = hints.model_copy(update={"destructive_hint": None,
-                                                         "idempotent_hint": None})
+        update["annotations"] = hints.model_copy(update={"destructive_hint": None, "idempotent_hint": None})
     if tool.name in SAME_RESULT:
         update["output_schema"] = None
     elif tool.output_schema is not None:
-        update["output_schema"] = _compact(tool.output_schema, output=True,
-                                           described=tool.name in DESCRIBED_RESULTS)
+        update["output_schema"] = _compact(
+            tool.output_schema, output=True, described=tool.name in DESCRIBED_RESULTS
+        )
     return tool.model_copy(update=update)
 
 
@@ -65,10 +64,12 @@ def _compact(schema: Any, *, output: bool, described: bool) -> Any:
     for key, value in schema.items():
         if key in ("properties", "$defs") and isinstance(value, dict):
             # Names of fields and models, not schema keywords: a field called `title` stays.
-            out[key] = {name: _compact(s, output=output, described=described)
-                        for name, s in value.items()}
-        elif key not in dropped and not (key == "default" and value is None) and not (
-                key == "additionalProperties" and value is True):
+            out[key] = {name: _compact(s, output=output, described=described) for name, s in value.items()}
+        elif (
+            key not in dropped
+            and not (key == "default" and value is None)
+            and not (key == "additionalProperties" and value is True)
+        ):
             # A default of null says only that the argument may be left out, which its
             # absence from `required` already says; any property is allowed unless said.
             out[key] = _compact(value, output=output, described=described)

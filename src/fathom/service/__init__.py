@@ -95,6 +95,7 @@ from fathom.service.jobs import (  # noqa: F401 - re-exported
 from fathom.service.projects import (  # noqa: F401 - re-exported
     MAX_INCLUDES,
     FolderTaken,
+    IndexTarget,
     ProjectRecords,
     ProjectSummary,
     check_includes,
@@ -113,6 +114,7 @@ log = logging.getLogger(__name__)
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 # A drop tries the project's lock this many times, this long apart (about half a minute).
 LOCK_TRIES, LOCK_PAUSE_S = 300, 0.1
+
 
 @dataclass(frozen=True)
 class IndexStatus:
@@ -158,9 +160,11 @@ def _cloud_width(anchor: Provider, set_width: int | None, table: str, role: Role
     """The width of a table a cloud anchor defines: the anchor's own, or the one the role sets."""
     width = anchor.info.width or set_width
     if width is None:
-        raise ConfigError(f"the width of the {table} table is unknown: the cloud anchor {anchor.id} "
-                          f"reports none and the {role} role sets none; set it with `fathom policy "
-                          f"set {role} --width N`")
+        raise ConfigError(
+            f"the width of the {table} table is unknown: the cloud anchor {anchor.id} "
+            f"reports none and the {role} role sets none; set it with `fathom policy "
+            f"set {role} --width N`"
+        )
     return width
 
 
@@ -206,8 +210,9 @@ def table_status(store: Store, project: str, table: str) -> dict[str, Any] | Non
         "reference": info.space.reference if info.space else None,
         "last_indexed": info.last_indexed.isoformat(timespec="seconds") if info.last_indexed else None,
         "shadow_rows": info.shadow_rows,
-        "provenance": {f"{pid}|{vid or '-'}": n for (pid, vid), n in
-                       store.provenance_counts(project, table).items()},
+        "provenance": {
+            f"{pid}|{vid or '-'}": n for (pid, vid), n in store.provenance_counts(project, table).items()
+        },
     }
 
 
@@ -224,11 +229,19 @@ class Fathom:
     embed, so `fathom projects` answers without loading a model.
     """
 
-    def __init__(self, settings: Settings | None = None, *, encoder: Provider | None = None,
-                 store: Store | None = None, clock: Callable[[], float] = time.monotonic,
-                 registry: ProviderRegistry | None = None, gate: Gate | None = None,
-                 budget: CloudBudget | None = None, router: Router | None = None,
-                 routing: RoutingStore | None = None):
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        encoder: Provider | None = None,
+        store: Store | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        registry: ProviderRegistry | None = None,
+        gate: Gate | None = None,
+        budget: CloudBudget | None = None,
+        router: Router | None = None,
+        routing: RoutingStore | None = None,
+    ):
         # `fathom models use` (models.json): the chosen embedding model and reranker.
         self.settings = with_chosen_models(settings or Settings())
         open_data_dir(self.settings.data_dir)  # 0700, and tightened if an older one was not
@@ -237,8 +250,7 @@ class Fathom:
         # the same routes. Built before the store (whose clearance is this gate); nothing
         # connects until first used, so `fathom projects` stays as quick as before.
         shared = self._shared = _shared_state(self.settings.store_url)
-        self.routing = routing or (shared.routing() if shared else
-                                   RoutingStore(self.settings.data_dir))
+        self.routing = routing or (shared.routing() if shared else RoutingStore(self.settings.data_dir))
         self.encoder: Provider = encoder or local_encoder(self.settings)
         # FATHOM_LOCAL_QUANTIZED: a faster copy of the embedded encoder, a provider of its own
         # that writes a table in the reference's place once the gate cleared it there.
@@ -266,8 +278,12 @@ class Fathom:
                 self.registry.add(own)
         self._unbind_gate = self.gate.bind(self.registry)
         self._gate_clears = self.gate.for_router(self._current_space)
-        self.router = router or Router(self.routing.load, self.registry, is_cleared=self._may_write,
-                                       fleet=lambda: fleet_recorded(self.settings))
+        self.router = router or Router(
+            self.routing.load,
+            self.registry,
+            is_cleared=self._may_write,
+            fleet=lambda: fleet_recorded(self.settings),
+        )
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
         self.git = GitProjects(self, clock=clock)  # projects from git remotes, branch by branch
         self.searches = Searches(self, self.git)  # every search, at a git ref or not
@@ -323,7 +339,8 @@ class Fathom:
                 raise NoProviderAvailable(
                     f"role {role} is set to model {route.model}, but no local provider serving "
                     f"it is connected: join a sidecar serving {route.model}, or set the role's "
-                    f"model back to {self.encoder.info.model}")
+                    f"model back to {self.encoder.info.model}"
+                )
             return space_for(locals_[0], table)
         clouds = self.registry.list(role, kind=Kind.CLOUD)
         model = route.model or (clouds[0].info.model if clouds else None)
@@ -332,13 +349,19 @@ class Fathom:
             raise NoProviderAvailable(
                 f"role {role} is under policy cloud but no pinned cloud route for "
                 f"{model or 'its model'} is connected: join a sidecar with the key pushed, or "
-                f"set `fathom policy set {role} --policy local`")
-        return Space(table=table, model=anchor.info.model, reference=anchor.id,
-                     width=_cloud_width(anchor, route.width, table, role))
+                f"set `fathom policy set {role} --policy local`"
+            )
+        return Space(
+            table=table,
+            model=anchor.info.model,
+            reference=anchor.id,
+            width=_cloud_width(anchor, route.width, table, role),
+        )
 
     def _local_references(self, role: Role, model: str) -> list[Provider]:
-        return [p for p in self.registry.list(role, kind=Kind.LOCAL)
-                if p.info.model == model and p.info.width]
+        return [
+            p for p in self.registry.list(role, kind=Kind.LOCAL) if p.info.model == model and p.info.width
+        ]
 
     def reference_problem(self, role: Role, policy: Policy, model: str | None) -> str | None:
         """Why no reference could judge `role`'s table under `policy` with `model`, or None.
@@ -349,9 +372,11 @@ class Fathom:
             return None
         if not model or model == self.encoder.info.model or self._local_references(role, model):
             return None
-        return (f"{role}: no local encoder serves model {model}, and under policy {policy} the "
-                f"{role.table} table's reference must be local: join a sidecar serving {model} "
-                f"first, use policy cloud, or keep model {self.encoder.info.model}")
+        return (
+            f"{role}: no local encoder serves model {model}, and under policy {policy} the "
+            f"{role.table} table's reference must be local: join a sidecar serving {model} "
+            f"first, use policy cloud, or keep model {self.encoder.info.model}"
+        )
 
     def encoder_for(self, table: str, project: str | None = None) -> Provider:
         """The encoder of `project`'s `table` queries: the table's own reference encoder, as
@@ -366,14 +391,16 @@ class Fathom:
         role = ROLE_OF_TABLE[table]
         reference = self.registry.get(space.reference)
         candidates = ([reference] if reference is not None else []) + [
-            p for p in self.registry.list(role) if p.id != space.reference]
+            p for p in self.registry.list(role) if p.id != space.reference
+        ]
         for p in candidates:
             if self.registry.available(p.id) and self.gate.is_cleared(space, p):
                 return p
         raise NoProviderAvailable(
             f"the {table} table of {project} was built by {space.reference}, which is not "
             f"connected, and no other provider is cleared for its space: reconnect it, or "
-            f"re-index the project with `fathom index PATH --full`")
+            f"re-index the project with `fathom index PATH --full`"
+        )
 
     def provenance(self, provider: Provider, space: Space) -> Provenance:
         verdict = self.gate.verdict_for(space, provider)
@@ -388,11 +415,19 @@ class Fathom:
 
     def indexer(self, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = ()) -> Indexer:
         batch = getattr(self.encoder, "batch_size", self.settings.local_batch_size)
-        return Indexer(self.store, self.encoder, batch_size=batch, clock=self.clock,
-                       runner=self._runner, provenance=self.provenance, space_of=self.space,
-                       discover_fn=functools.partial(Discovery, include=tuple(include),
-                                                     extra_ignores=tuple(extra_ignores)),
-                       refused_roots=self.settings.refused_roots)
+        return Indexer(
+            self.store,
+            self.encoder,
+            batch_size=batch,
+            clock=self.clock,
+            runner=self._runner,
+            provenance=self.provenance,
+            space_of=self.space,
+            discover_fn=functools.partial(
+                Discovery, include=tuple(include), extra_ignores=tuple(extra_ignores)
+            ),
+            refused_roots=self.settings.refused_roots,
+        )
 
     def selection_of(self, project: str, root: Path) -> SelectionOptions:
         """What a walk of `project` takes beyond the built-in rules: its `include` globs (from
@@ -413,26 +448,38 @@ class Fathom:
         Each provider's batch size starts where its last job left it (`Pool(history=)`, kept
         in the routing state across restarts), and a cloud provider's batches are sized from
         the key's trusted rate limit (`CloudBudget.key_rate`)."""
-        return self.router.pool(ROLE_OF_TABLE[table], admission=self.budget.admission,
-                                lanes=lambda p: self.budget.effective_limit if p.info.is_cloud else 1,
-                                history=self.batches.of(table),
-                                rate_limit=lambda p: self.budget.key_rate())
+        return self.router.pool(
+            ROLE_OF_TABLE[table],
+            admission=self.budget.admission,
+            lanes=lambda p: self.budget.effective_limit if p.info.is_cloud else 1,
+            history=self.batches.of(table),
+            rate_limit=lambda p: self.budget.key_rate(),
+        )
 
     # ---- indexing
 
-    async def index(self, path: str | Path, project: str | None = None, *, full: bool = False,
-                    progress: Callable[[IndexProgress], None] | None = None,
-                    job: Job | None = None, include: Sequence[str] | None = None,
-                    reason: str | None = None, paths: Sequence[str] | None = None) -> IndexReport:
+    async def index(
+        self,
+        path: str | Path,
+        project: str | None = None,
+        *,
+        full: bool = False,
+        progress: Callable[[IndexProgress], None] | None = None,
+        job: Job | None = None,
+        include: Sequence[str] | None = None,
+        reason: str | None = None,
+        paths: Sequence[str] | None = None,
+    ) -> IndexReport:
         """Index `path` as `project`. `include` globs (None: the project's stored ones)
         take back folders and files the built-in skips and .gitignore leave out, and are
         remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's).
         `paths`: an incremental run of only these files (a git diff), the rest left as it is."""
         # The one check of the folder, before anything is probed or loaded; the indexer is
         # handed its result and does not check again.
-        target = await asyncio.to_thread(index_target, self.records, self.settings, path, project,
-                                         from_git=reason == "git")
-        root, real, name = target.root, target.real, target.name
+        target = await asyncio.to_thread(
+            index_target, self.records, self.settings, path, project, from_git=reason == "git"
+        )
+        root, name = target.root, target.name
         if include is not None:
             include = check_includes(include)
         job = job or Job(name, root, full=full, clock=self.clock, reason=reason)
@@ -450,36 +497,7 @@ class Fathom:
         try:
             starting("opening store")
             await asyncio.to_thread(getattr, self, "store")  # opening it blocks (imports, connects)
-            # One writer per project, whoever asks (CLI, server job, MCP tool, the watcher): the
-            # project lock is taken first, so a second writer is refused at once, before any
-            # provider is probed or a model loaded. Taken and released off the loop (a
-            # PostgreSQL lock is a database round trip).
-            lock = self.project_lock(name)
-            await entered(lock)
-            try:
-                if include is not None:
-                    await asyncio.to_thread(self.records.update, name, include=list(include))
-                selection = await asyncio.to_thread(self.selection_of, name, root)
-                indexer = self.indexer(**selection)
-                indexer.lenders = await asyncio.to_thread(lenders_of, self.records, name)
-                if job.paths is not None:  # a git diff: only the files it names are read
-                    indexer.discover = functools.partial(ChangedFiles, paths=job.paths, **selection)
-                # Two runs of one project in one process would race on its slots.
-                async with self._index_lock.setdefault(name, asyncio.Lock()):
-                    if self._must_load(job):
-                        starting("loading model")
-                        await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]  # in-process: has load
-                    if moved := await asyncio.to_thread(self._moved, job, name):
-                        starting(f"embedding model changed: rebuilding {', '.join(moved)} in full")
-                    starting("checking encoders")
-                    for table in TABLE_KINDS:
-                        await self.verify_providers(table)
-                    try:
-                        report = await indexer.run(job, progress, root=real)
-                    finally:
-                        await asyncio.shield(asyncio.to_thread(self.batches.save))
-            finally:
-                await asyncio.to_thread(lock.__exit__, None, None, None)
+            report = await self._index_locked(job, target, include, progress, starting)
         except BaseException as exc:
             ended_early(job, exc, self.clock)  # refused before the indexer took it
             failure = failure_of(exc) if isinstance(exc, Exception) else None
@@ -489,9 +507,12 @@ class Fathom:
         finally:
             current_project.reset(token)
         await asyncio.to_thread(
-            self.records.update, name, root=report.root,
+            self.records.update,
+            name,
+            root=report.root,
             last_run={k: v for k, v in asdict(report).items() if k != "project"}
-            | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")})
+            | {"finished_at": datetime.now(tz=UTC).isoformat(timespec="seconds")},
+        )
         if self.watcher is not None and reason != "sync":
             self.watcher.ensure(name, Path(report.root))  # a new project is watched from now on
         from fathom.service.symbols import after_index
@@ -500,15 +521,61 @@ class Fathom:
         self.jobs.prune_syncs(name)
         return report
 
+    async def _index_locked(
+        self,
+        job: Job,
+        target: IndexTarget,
+        include: Sequence[str] | None,
+        progress: Callable[[IndexProgress], None] | None,
+        starting: Callable[[str], None],
+    ) -> IndexReport:
+        """The run itself, under the project's lock: one writer per project, whoever asks (CLI,
+        server job, MCP tool, the watcher). The lock is taken first, so a second writer is refused
+        at once, before any provider is probed or a model loaded. Taken and released off the loop
+        (a PostgreSQL lock is a database round trip)."""
+        name, root, real = target.name, target.root, target.real
+        lock = self.project_lock(name)
+        await entered(lock)
+        try:
+            if include is not None:
+                await asyncio.to_thread(self.records.update, name, include=list(include))
+            selection = await asyncio.to_thread(self.selection_of, name, root)
+            indexer = self.indexer(**selection)
+            indexer.lenders = await asyncio.to_thread(lenders_of, self.records, name)
+            if job.paths is not None:  # a git diff: only the files it names are read
+                indexer.discover = functools.partial(ChangedFiles, paths=job.paths, **selection)
+            # Two runs of one project in one process would race on its slots.
+            async with self._index_lock.setdefault(name, asyncio.Lock()):
+                if self._must_load(job):
+                    starting("loading model")
+                    await asyncio.to_thread(self.encoder.load)  # type: ignore[attr-defined]  # in-process: has load
+                if moved := await asyncio.to_thread(self._moved, job, name):
+                    starting(f"embedding model changed: rebuilding {', '.join(moved)} in full")
+                starting("checking encoders")
+                for table in TABLE_KINDS:
+                    await self.verify_providers(table)
+                try:
+                    return await indexer.run(job, progress, root=real)
+                finally:
+                    await asyncio.shield(asyncio.to_thread(self.batches.save))
+        finally:
+            await asyncio.to_thread(lock.__exit__, None, None, None)
+
     def _moved(self, job: Job, project: str) -> list[str]:
         """The tables of `project` an earlier embedding model built: the run rebuilds them in
         full, as `--full` would, while they keep answering until promoted."""
-        moved = [] if job.full else moved_tables(lambda t: self.store.space_of(project, t),
-                                                 self.space, TABLE_KINDS)
+        moved = (
+            []
+            if job.full
+            else moved_tables(lambda t: self.store.space_of(project, t), self.space, TABLE_KINDS)
+        )
         if moved:
             job.full = True
-            log.warning("project %s: %s built by another embedding model; rebuilding in full",
-                        project, ", ".join(moved))
+            log.warning(
+                "project %s: %s built by another embedding model; rebuilding in full",
+                project,
+                ", ".join(moved),
+            )
         return moved
 
     def _must_load(self, job: Job) -> bool:
@@ -565,10 +632,12 @@ class Fathom:
 
             await asyncio.to_thread(forget, self, project)  # its symbols and indexed text too
         self.jobs.forget_finished(project)
-        log.info("project %s dropped (%s)", project,
-                 ", ".join(f"{t} {n} rows" for t, n in rows.items()) or "no tables")
-        return {"project": project, "dropped": True, "rows": rows,
-                "root": (recorded or {}).get("root")}
+        log.info(
+            "project %s dropped (%s)",
+            project,
+            ", ".join(f"{t} {n} rows" for t, n in rows.items()) or "no tables",
+        )
+        return {"project": project, "dropped": True, "rows": rows, "root": (recorded or {}).get("root")}
 
     async def set_watch(self, project: str, enabled: bool) -> dict[str, Any]:
         """Turn live sync of one project on or off (remembered in its record)."""
@@ -590,10 +659,14 @@ class Fathom:
         enabled = record.get("watch", True) is not False
         if self.watcher is not None:
             return self.watcher.state(project, enabled=enabled)
-        return {"enabled": enabled, "state": "off" if not enabled else "not watched",
-                "detail": None if not enabled else
-                "this process does not watch (fathom index / ask); `fathom mcp`, `fathom serve`,"
-                " `fathom server` and `fathom watch` do"}
+        return {
+            "enabled": enabled,
+            "state": "off" if not enabled else "not watched",
+            "detail": None
+            if not enabled
+            else "this process does not watch (fathom index / ask); `fathom mcp`, `fathom serve`,"
+            " `fathom server` and `fathom watch` do",
+        }
 
     async def start_watching(self, **options: Any) -> Any:
         """Turn live sync on in this process: every project with a root folder here, whose
@@ -647,30 +720,58 @@ class Fathom:
         projects = self.store.list_projects()
         notes = [skipped_note(p.name, p.damage) for p in projects if p.damage]
         overlays = {n for n, r in self.records.load().items() if r.get("overlay")}  # git branches
-        names = [p.name for p in projects if not p.damage and table in p.tables
-                 and p.tables[table].space is not None and p.name not in overlays]
+        names = [
+            p.name
+            for p in projects
+            if not p.damage
+            and table in p.tables
+            and p.tables[table].space is not None
+            and p.name not in overlays
+        ]
         notes += first_index_notes(self.jobs, self.store, names, notes)
         if not names and not notes:
             raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
         return names, notes
 
-    async def search(self, query: str, project: str | None = None, table: str = "code",
-                     k: int = 10, *, where: SearchFilter | None = None, group: str = "file",
-                     ref: str | None = None) -> Noted:
+    async def search(
+        self,
+        query: str,
+        project: str | None = None,
+        table: str = "code",
+        k: int = 10,
+        *,
+        where: SearchFilter | None = None,
+        group: str = "file",
+        ref: str | None = None,
+    ) -> Noted:
         """The ranked search's best `k` files (or chunks), no reranker: `fathom search`'s,
         at `ref` for a project from git (its default branch without one)."""
         return await self.searches.hits(SearchRequest(query, project, table, k, where, group, ref))
 
-    async def find_similar(self, project: str, *, path: str | None = None,
-                           line: int | None = None, snippet: str | None = None, k: int = 10,
-                           table: str = "code") -> list[SearchHit]:
+    async def find_similar(
+        self,
+        project: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        snippet: str | None = None,
+        k: int = 10,
+        table: str = "code",
+    ) -> list[SearchHit]:
         search_mod.check_similar(table, k, path=path, line=line, snippet=snippet)
         await asyncio.to_thread(self._require_project, project)
         if path is not None:
             path = path.replace("\\", "/").removeprefix("./")
-        hits = await search_mod.nearest(self.store, project, table=table, path=path, line=line,
-                                        snippet=snippet, encoder=self.encoder_for(table, project),
-                                        k=k)
+        hits = await search_mod.nearest(
+            self.store,
+            project,
+            table=table,
+            path=path,
+            line=line,
+            snippet=snippet,
+            encoder=self.encoder_for(table, project),
+            k=k,
+        )
         return [SearchHit.of(project, h) for h in hits]
 
     # ---- projects
@@ -678,8 +779,7 @@ class Fathom:
     def projects(self) -> list[ProjectSummary]:
         return summaries(self.records, self.store, self.jobs.being_built())
 
-    async def verify_store(self, project: str | None = None, *,
-                           repair: bool = False) -> list[Any]:
+    async def verify_store(self, project: str | None = None, *, repair: bool = False) -> list[Any]:
         """Check one project's stored tables (or every project's, damaged ones included) and,
         with `repair`, fix what can be fixed; returns a `verify.ProjectCheck` per project."""
         from fathom.service.verification import verify_store
@@ -690,13 +790,24 @@ class Fathom:
         with contextlib.suppress(ProjectIndexing):  # a first index: its job (and shadow) shown
             self._require_project(project)
         record, run = self.records.get(project) or {}, self.jobs.building(project)
-        tables = {t: v for t in (TABLE_KINDS if self.store.has_project(project) else ())
-                  if (v := table_status(self.store, project, t)) is not None}
+        tables = {
+            t: v
+            for t in (TABLE_KINDS if self.store.has_project(project) else ())
+            if (v := table_status(self.store, project, t)) is not None
+        }
         jobs = [j.as_dict() for j in self.jobs.of(project)]
-        return IndexStatus(project, record.get("root") or (str(run.root) if run else None), tables,
-                           record.get("last_run"), jobs, store_location(self.settings),
-                           self.watch_state(project), list(record.get("include") or []),
-                           state="indexing" if run else "indexed", progress=progress_line(run) if run else None)
+        return IndexStatus(
+            project,
+            record.get("root") or (str(run.root) if run else None),
+            tables,
+            record.get("last_run"),
+            jobs,
+            store_location(self.settings),
+            self.watch_state(project),
+            list(record.get("include") or []),
+            state="indexing" if run else "indexed",
+            progress=progress_line(run) if run else None,
+        )
 
     async def aclose(self) -> None:
         await self.git.aclose()  # background syncs first: they write through what follows

@@ -39,10 +39,17 @@ class IndexService(Protocol):
     jobs: JobTable
     clock: Callable[[], float]
 
-    async def index(self, path: Any, project: str | None = None, *, full: bool = False,
-                    progress: Callable[[IndexProgress], None] | None = None,
-                    job: Job | None = None, include: Sequence[str] | None = None,
-                    reason: str | None = None) -> IndexReport: ...
+    async def index(
+        self,
+        path: Any,
+        project: str | None = None,
+        *,
+        full: bool = False,
+        progress: Callable[[IndexProgress], None] | None = None,
+        job: Job | None = None,
+        include: Sequence[str] | None = None,
+        reason: str | None = None,
+    ) -> IndexReport: ...
 
 
 class Busy(ConfigError):
@@ -53,7 +60,8 @@ class Busy(ConfigError):
         super().__init__(
             f"project {project!r} is being indexed by job {job.id} ({job.state.value}); follow it "
             f"with index_status(project={project!r}, job={job.id!r}), or stop it with "
-            f"cancel_index(project={project!r}, job={job.id!r})")
+            f"cancel_index(project={project!r}, job={job.id!r})"
+        )
 
 
 class BackgroundIndex:
@@ -68,35 +76,48 @@ class BackgroundIndex:
         was never indexed (those are the long runs that answer at once)."""
         if full:
             return True
-        target = await asyncio.to_thread(index_target, self.service.records,
-                                         self.service.settings, path, project)
+        target = await asyncio.to_thread(
+            index_target, self.service.records, self.service.settings, path, project
+        )
         # A job seen done counts at once: its run records the project's last run just after.
         if any(j.state is JobState.DONE for j in self.service.jobs.of(target.name)):
             return False
         return not await asyncio.to_thread(indexed_before, self.service.records, target.name)
 
-    async def start(self, path: str, project: str | None = None, *, full: bool = False,
-                    include: Sequence[str] | None = None,
-                    progress: Callable[[IndexProgress], None] | None = None) -> Job:
+    async def start(
+        self,
+        path: str,
+        project: str | None = None,
+        *,
+        full: bool = False,
+        include: Sequence[str] | None = None,
+        progress: Callable[[IndexProgress], None] | None = None,
+    ) -> Job:
         """Check what the run needs, then start it; the job is returned at once."""
-        target = await asyncio.to_thread(index_target, self.service.records,
-                                         self.service.settings, path, project)
+        target = await asyncio.to_thread(
+            index_target, self.service.records, self.service.settings, path, project
+        )
         if include is not None:
             include = check_includes(include)
         for other in self.service.jobs.of(target.name):
             # A sync waits for the project lock; an interrupted job is a record, not a run.
-            if not other.finished and other.reason != "sync" \
-                    and other.state is not JobState.INTERRUPTED:
+            if not other.finished and other.reason != "sync" and other.state is not JobState.INTERRUPTED:
                 raise Busy(target.name, other)
         job = Job(target.name, target.root, full=full, clock=self.service.clock)
         self.service.jobs[job.id] = job
         task = asyncio.get_running_loop().create_task(
-            self.service.index(path, target.name, full=full, progress=progress, job=job,
-                               include=include), name=f"fathom.index:{job.id}")
+            self.service.index(path, target.name, full=full, progress=progress, job=job, include=include),
+            name=f"fathom.index:{job.id}",
+        )
         self._tasks[job.id] = task
         task.add_done_callback(functools.partial(self._ended, job))
-        log.info("index job %s started: project %s from %s%s", job.id, job.project, job.root,
-                 " (full)" if full else "")
+        log.info(
+            "index job %s started: project %s from %s%s",
+            job.id,
+            job.project,
+            job.root,
+            " (full)" if full else "",
+        )
         return job
 
     def _ended(self, job: Job, task: asyncio.Task[IndexReport]) -> None:

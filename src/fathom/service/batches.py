@@ -19,13 +19,19 @@ log = logging.getLogger("fathom.service")
 
 def sizing_of(record: BatchRecord) -> Sizing:
     """A stored batch record as the pool's `Sizing` (the line fitted afresh from it)."""
-    return Sizing(record.batch_size, record.spi, LatencyLine(record.base, record.per_item),
-                  ceiling=record.ceiling)
+    return Sizing(
+        record.batch_size, record.spi, LatencyLine(record.base, record.per_item), ceiling=record.ceiling
+    )
 
 
 def record_of(sizing: Sizing) -> BatchRecord:
-    return BatchRecord(batch_size=sizing.batch_size, spi=sizing.spi, base=sizing.line.base,
-                       per_item=sizing.line.per_item, ceiling=sizing.ceiling)
+    return BatchRecord(
+        batch_size=sizing.batch_size,
+        spi=sizing.spi,
+        base=sizing.line.base,
+        per_item=sizing.line.per_item,
+        ceiling=sizing.ceiling,
+    )
 
 
 class BatchHistory:

@@ -40,16 +40,25 @@ class CallAnswer:
 
 def check_direction(direction: str, depth: int) -> None:
     if direction not in DIRECTIONS:
-        raise ConfigError(f"direction {direction!r} is not one of {', '.join(DIRECTIONS)}: "
-                          f"callers (who calls it), callees (what it calls) or impact (who "
-                          f"calls it, transitively)")
+        raise ConfigError(
+            f"direction {direction!r} is not one of {', '.join(DIRECTIONS)}: "
+            f"callers (who calls it), callees (what it calls) or impact (who "
+            f"calls it, transitively)"
+        )
     if not isinstance(depth, int) or not 1 <= depth <= MAX_DEPTH:
-        raise ConfigError(f"depth {depth!r} is out of range: give 1 to {MAX_DEPTH} (how many "
-                          f"calls away impact looks)")
+        raise ConfigError(
+            f"depth {depth!r} is out of range: give 1 to {MAX_DEPTH} (how many calls away impact looks)"
+        )
 
 
-def find_calls(fathom: Any, name: str, *, direction: str = "callers",
-               project: str | None = None, depth: int = DEFAULT_DEPTH) -> CallAnswer:
+def find_calls(
+    fathom: Any,
+    name: str,
+    *,
+    direction: str = "callers",
+    project: str | None = None,
+    depth: int = DEFAULT_DEPTH,
+) -> CallAnswer:
     """The callers, callees or impact of the definitions `name` names."""
     dotted = check_name(name)
     check_direction(direction, depth)
@@ -59,16 +68,18 @@ def find_calls(fathom: Any, name: str, *, direction: str = "callers",
     with table.snapshot() as conn:
         if direction == "callers":
             found, cut = graph.callers(conn, projects, definitions)
-            return CallAnswer(direction, definitions, calls=found, notes=notes,
-                              truncated=truncated or cut)
+            return CallAnswer(direction, definitions, calls=found, notes=notes, truncated=truncated or cut)
         if direction == "callees":
-            made = [c for d in definitions[:MAX_CALLEE_DEFINITIONS]
-                    for c in graph.callees(conn, d)]
-            return CallAnswer(direction, definitions, calls=made, notes=notes,
-                              truncated=truncated or len(definitions) > MAX_CALLEE_DEFINITIONS)
+            made = [c for d in definitions[:MAX_CALLEE_DEFINITIONS] for c in graph.callees(conn, d)]
+            return CallAnswer(
+                direction,
+                definitions,
+                calls=made,
+                notes=notes,
+                truncated=truncated or len(definitions) > MAX_CALLEE_DEFINITIONS,
+            )
         impacted, stopped = graph.impact(conn, projects, definitions, depth)
-    return CallAnswer(direction, definitions, impacted=impacted, notes=notes,
-                      truncated=truncated or stopped)
+    return CallAnswer(direction, definitions, impacted=impacted, notes=notes, truncated=truncated or stopped)
 
 
 def has_symbols(fathom: Any) -> bool:

@@ -118,17 +118,26 @@ def file_rank(query: EvalQuery, hits: Sequence[Any], support: float) -> int | No
     return None
 
 
-def figures(mode: str, ranks: list[int | None], files: list[int | None],
-            scored: list[int | None], ms: list[float]) -> ModeFigures:
+def figures(
+    mode: str, ranks: list[int | None], files: list[int | None], scored: list[int | None], ms: list[float]
+) -> ModeFigures:
     n = max(1, len(ranks))
 
     def share(rs: list[int | None], top: int) -> float:
         return round(sum(1 for r in rs if r is not None and r <= top) / n, 4)
 
     mrr = round(sum(1.0 / r for r in ranks if r) / n, 4)
-    return ModeFigures(mode, mrr, share(ranks, 1), share(ranks, 3), share(ranks, K),
-                       share(files, 3), share(scored, 3), round(percentile(ms, 50), 1),
-                       round(percentile(ms, 95), 1))
+    return ModeFigures(
+        mode,
+        mrr,
+        share(ranks, 1),
+        share(ranks, 3),
+        share(ranks, K),
+        share(files, 3),
+        share(scored, 3),
+        round(percentile(ms, 50), 1),
+        round(percentile(ms, 95), 1),
+    )
 
 
 def copy_stripped(root: Path, dest: Path) -> tuple[dict[str, str], dict[str, list[Any]]]:
@@ -174,9 +183,15 @@ async def _ask(fathom: Any, queries: list[EvalQuery]) -> list[ModeFigures]:
     return [figures(m, ranks[m], files[m], scored[m], ms[m]) for m in MODES]
 
 
-async def evaluate(settings: Settings, root: Path, *, sets: Sequence[str] = SETS,
-                   questions: Path | None = None, limit: int | None = 200,
-                   progress: Callable[[str], None] | None = None) -> EvalReport:
+async def evaluate(
+    settings: Settings,
+    root: Path,
+    *,
+    sets: Sequence[str] = SETS,
+    questions: Path | None = None,
+    limit: int | None = 200,
+    progress: Callable[[str], None] | None = None,
+) -> EvalReport:
     """Index a docstring-free copy of `root` in a temporary data dir and ask each set."""
     from fathom.service import Fathom  # the facade this module serves; imported late
 
@@ -185,8 +200,9 @@ async def evaluate(settings: Settings, root: Path, *, sets: Sequence[str] = SETS
         raise ConfigError(f"unknown question set(s) {unknown or sets}: choose from {', '.join(SETS)}")
     if "questions" in sets and questions is None:
         if list(sets) == ["questions"]:
-            raise ConfigError("the questions set needs --questions FILE (a JSON or YAML list "
-                              "of {question, file} entries)")
+            raise ConfigError(
+                "the questions set needs --questions FILE (a JSON or YAML list of {question, file} entries)"
+            )
         sets = [s for s in sets if s != "questions"]
     if questions is not None and "questions" not in sets:
         sets = [*sets, "questions"]
@@ -206,16 +222,23 @@ async def evaluate(settings: Settings, root: Path, *, sets: Sequence[str] = SETS
         # The model `fathom models use` chose in the user's data dir, carried over: the
         # temporary data dir has no models.json of its own.
         eval_settings = with_chosen_models(settings).model_copy(
-            update={"data_dir": Path(tmp) / "data", "store_url": None, "watch": False})
+            update={"data_dir": Path(tmp) / "data", "store_url": None, "watch": False}
+        )
         fathom = Fathom(eval_settings)
         try:
             say(f"indexing {len(sources)} files with {fathom.encoder.id}")
             t0 = time.perf_counter()
             indexed = await fathom.index(copy, PROJECT, full=True)
             index_s = time.perf_counter() - t0
-            report = EvalReport(str(real), fathom.encoder.id, len(sources),
-                                indexed.tables.get("code", 0), indexed.embedded,
-                                round(index_s, 2), round(indexed.rate, 1))
+            report = EvalReport(
+                str(real),
+                fathom.encoder.id,
+                len(sources),
+                indexed.tables.get("code", 0),
+                indexed.embedded,
+                round(index_s, 2),
+                round(indexed.rate, 1),
+            )
             for name, queries in asked.items():
                 say(f"asking {len(queries)} {name} questions")
                 modes = await _ask(fathom, queries) if queries else []

@@ -88,9 +88,11 @@ class BranchDropRefused(ConfigError):
     dropped with all of its branches."""
 
     def __init__(self, name: str, of: str, branch: str):
-        super().__init__(f"{name} is branch {branch} of the git project {of}: untrack it "
-                         f"(`fathom projects untrack {of} {branch}`), or drop {of} with all of "
-                         f"its branches")
+        super().__init__(
+            f"{name} is branch {branch} of the git project {of}: untrack it "
+            f"(`fathom projects untrack {of} {branch}`), or drop {of} with all of "
+            f"its branches"
+        )
 
 
 class UnsafeGitFolder(ConfigError):
@@ -112,10 +114,15 @@ def overlay_name(project: str, branch: str) -> str:
 def check_poll(poll_s: Any) -> float | None:
     if poll_s is None:
         return None
-    if isinstance(poll_s, bool) or not isinstance(poll_s, (int, float)) or not \
-            MIN_POLL_S <= poll_s <= 7 * 86400:
-        raise ConfigError(f"poll interval must be {MIN_POLL_S:.0f}-604800 seconds (or none: "
-                          f"only webhooks and `fathom projects sync` refresh it)")
+    if (
+        isinstance(poll_s, bool)
+        or not isinstance(poll_s, (int, float))
+        or not MIN_POLL_S <= poll_s <= 7 * 86400
+    ):
+        raise ConfigError(
+            f"poll interval must be {MIN_POLL_S:.0f}-604800 seconds (or none: "
+            f"only webhooks and `fathom projects sync` refresh it)"
+        )
     return float(poll_s)
 
 
@@ -141,8 +148,10 @@ class GitProjects:
         base = (self.settings.data_dir / "git").resolve()
         folder = base / quote(project, safe="")
         if project.startswith(".") or folder.resolve().parent != base:
-            raise UnsafeGitFolder(f"project name {project[:80]!r} cannot hold a git project: a "
-                                  f"git project's name may not begin with '.'; choose another name")
+            raise UnsafeGitFolder(
+                f"project name {project[:80]!r} cannot hold a git project: a "
+                f"git project's name may not begin with '.'; choose another name"
+            )
         return folder
 
     def tree(self, project: str, branch: str) -> Path:
@@ -151,18 +160,22 @@ class GitProjects:
     def repo(self, project: str, url: str) -> GitRepo:
         s = self.settings
         token = s.git_token.get_secret_value() if s.git_token is not None else None
-        return GitRepo(self.folder(project) / "repo.git", url,
-                       Credentials(ssh_key_file=s.git_ssh_key_file, token=token,
-                                   username=s.git_username), timeout_s=s.git_timeout_s,
-                       allowed=s.git_remote_list(),
-                       limits=GitLimits(s.git_max_file_bytes, s.git_max_tree_bytes,
-                                        s.git_max_fetch_bytes))
+        return GitRepo(
+            self.folder(project) / "repo.git",
+            url,
+            Credentials(ssh_key_file=s.git_ssh_key_file, token=token, username=s.git_username),
+            timeout_s=s.git_timeout_s,
+            allowed=s.git_remote_list(),
+            limits=GitLimits(s.git_max_file_bytes, s.git_max_tree_bytes, s.git_max_fetch_bytes),
+        )
 
     def record(self, project: str) -> dict[str, Any]:
         git = (self.fathom.records.get(project) or {}).get("git")
         if not git:
-            raise NotAGitProject(f"project {project!r} does not come from git: add it with "
-                                 f"`fathom projects add {project} --git URL`")
+            raise NotAGitProject(
+                f"project {project!r} does not come from git: add it with "
+                f"`fathom projects add {project} --git URL`"
+            )
         return dict(git)
 
     def tracks(self, project: str | None) -> bool:
@@ -174,9 +187,11 @@ class GitProjects:
         it follows its remote through the webhook, its poll and `fathom projects sync`."""
         kept = self.fathom.records.get(project) or {}
         if kept.get("git") or kept.get("overlay"):
-            raise ConfigError(f"project {project!r} comes from git: it follows its remote through "
-                              f"the push webhook, its poll and `fathom projects sync`, not by "
-                              f"watching a folder; its live sync stays off")
+            raise ConfigError(
+                f"project {project!r} comes from git: it follows its remote through "
+                f"the push webhook, its poll and `fathom projects sync`, not by "
+                f"watching a folder; its live sync stays off"
+            )
 
     def refuse_branch_drop(self, name: str) -> None:
         """Refuse to drop `name` on its own when it is the index of a branch its git project
@@ -195,8 +210,11 @@ class GitProjects:
         see a project from git may see its branches (blocking: reads the records). A folder
         project whose name only looks like one is not among them."""
         held = set(projects)
-        return frozenset(name for name, kept in self.fathom.records.load().items()
-                         if (kept.get("overlay") or {}).get("of") in held)
+        return frozenset(
+            name
+            for name, kept in self.fathom.records.load().items()
+            if (kept.get("overlay") or {}).get("of") in held
+        )
 
     def refuse_taken_names(self, project: str, branches: Iterable[str]) -> None:
         """Refuse to index a branch under a name (`NAME@BRANCH`) another project holds: a
@@ -211,26 +229,31 @@ class GitProjects:
                 if kept is not None and (kept.get("overlay") or {}).get("of") == project:
                     continue
                 if kept is not None or self.fathom.store.has_project(name):
-                    raise ConfigError(f"the name {name!r} is taken by a project that is not a "
-                                      f"branch of {project}, and branch {branch!r} would be "
-                                      f"indexed under it: drop or re-index that project under "
-                                      f"another name first")
+                    raise ConfigError(
+                        f"the name {name!r} is taken by a project that is not a "
+                        f"branch of {project}, and branch {branch!r} would be "
+                        f"indexed under it: drop or re-index that project under "
+                        f"another name first"
+                    )
 
     def lock(self, project: str) -> asyncio.Lock:
         return self._locks.setdefault(project, asyncio.Lock())
 
     # ---- adding, tracking, untracking
 
-    async def add(self, project: str, url: str, branches: Sequence[str] = (), *,
-                  poll_s: float | None = None) -> dict[str, Any]:
+    async def add(
+        self, project: str, url: str, branches: Sequence[str] = (), *, poll_s: float | None = None
+    ) -> dict[str, Any]:
         """Clone `url` and index `branches` (the first is the default; none: the remote's
         default branch). Everything is checked before anything is written. The answer holds
         the webhook secret, shown this once."""
         check_project_name(project)
         if "@" in project or "/" in project or project.startswith("."):
-            raise UnsafeGitFolder(f"a git project's name may not contain '@' or '/' nor begin "
-                                  f"with '.' ({project[:80]!r}): branches are named "
-                                  f"PROJECT@BRANCH, and the name is a folder of the data folder")
+            raise UnsafeGitFolder(
+                f"a git project's name may not contain '@' or '/' nor begin "
+                f"with '.' ({project[:80]!r}): branches are named "
+                f"PROJECT@BRANCH, and the name is a folder of the data folder"
+            )
         self.folder(project)
         url = check_remote(url, self.settings.git_remote_list())
         branches = list(dict.fromkeys(check_branch(b) for b in branches))
@@ -239,8 +262,10 @@ class GitProjects:
         poll = check_poll(poll_s)
         existing = await asyncio.to_thread(self.fathom.records.get, project)
         if existing is not None or await asyncio.to_thread(self.fathom.store.has_project, project):
-            raise ConfigError(f"project {project!r} exists already: drop it first (`fathom drop "
-                              f"{project}`) or choose another name")
+            raise ConfigError(
+                f"project {project!r} exists already: drop it first (`fathom drop "
+                f"{project}`) or choose another name"
+            )
         repo = self.repo(project, url)
         if not branches:
             default = await asyncio.to_thread(repo.remote_default)
@@ -253,18 +278,24 @@ class GitProjects:
         async with self.lock(project):
             commits = await self._fetch_new(project, repo, branches)
             atomic_write_text(self.folder(project) / "webhook.secret", secret)
-            git: dict[str, Any] = {"url": url, "default": branches[0], "branches": {},
-                                   "poll_s": poll}
-            await asyncio.to_thread(self.fathom.records.put, project,
-                                    {"git": git, "watch": False, "lenders": []})
+            git: dict[str, Any] = {"url": url, "default": branches[0], "branches": {}, "poll_s": poll}
+            await asyncio.to_thread(
+                self.fathom.records.put, project, {"git": git, "watch": False, "lenders": []}
+            )
             reports = {}
             for branch in branches:
                 reports[branch] = await self._index_branch(project, repo, branch, commits[branch])
         log.info("git project %s added from %s (%s)", project, scrub(url), ", ".join(branches))
-        return {"project": project, "url": scrub(url), "default": branches[0],
-                "branches": {b: r["commit"] for b, r in reports.items()}, "reports": reports,
-                "webhook": f"/hooks/git/{quote(project, safe='')}", "webhook_secret": secret,
-                "poll_s": poll}
+        return {
+            "project": project,
+            "url": scrub(url),
+            "default": branches[0],
+            "branches": {b: r["commit"] for b, r in reports.items()},
+            "reports": reports,
+            "webhook": f"/hooks/git/{quote(project, safe='')}",
+            "webhook_secret": secret,
+            "poll_s": poll,
+        }
 
     async def _fetch_new(self, project: str, repo: GitRepo, branches: Sequence[str]) -> dict[str, str]:
         """The first fetch of a project being added, and every branch's files measured against
@@ -285,8 +316,10 @@ class GitProjects:
         check_branch(branch)
         git = await asyncio.to_thread(self.record, project)
         if branch in git["branches"]:
-            raise ConfigError(f"branch {branch} of {project} is tracked already: `fathom projects "
-                              f"sync {project}` refreshes it")
+            raise ConfigError(
+                f"branch {branch} of {project} is tracked already: `fathom projects "
+                f"sync {project}` refreshes it"
+            )
         repo = self.repo(project, git["url"])
         await asyncio.to_thread(repo.check_branches, [branch])
         await asyncio.to_thread(self.refuse_taken_names, project, [branch])
@@ -300,11 +333,14 @@ class GitProjects:
         shared by content stay with the branches that hold them)."""
         git = await asyncio.to_thread(self.record, project)
         if branch not in git["branches"]:
-            raise ConfigError(f"branch {branch!r} of {project} is not tracked (tracked: "
-                              f"{', '.join(git['branches'])})")
+            raise ConfigError(
+                f"branch {branch!r} of {project} is not tracked (tracked: {', '.join(git['branches'])})"
+            )
         if branch == git["default"]:
-            raise ConfigError(f"{branch} is the default branch of {project}: drop the project "
-                              f"instead (`fathom drop {project}`)")
+            raise ConfigError(
+                f"{branch} is the default branch of {project}: drop the project "
+                f"instead (`fathom drop {project}`)"
+            )
         async with self.lock(project):
             await self._drop_overlay(project, branch)
             git["branches"].pop(branch)
@@ -343,8 +379,7 @@ class GitProjects:
 
     # ---- indexing a branch
 
-    async def _index_branch(self, project: str, repo: GitRepo, branch: str,
-                            commit: str) -> dict[str, Any]:
+    async def _index_branch(self, project: str, repo: GitRepo, branch: str, commit: str) -> dict[str, Any]:
         """Bring the branch's files to `commit` (by diff when it was indexed before) and index
         them; the default branch's overlays follow it."""
         git = await asyncio.to_thread(self.record, project)
@@ -362,8 +397,9 @@ class GitProjects:
         await self._save(project, git)
         return report
 
-    async def _index_default(self, project: str, repo: GitRepo, commit: str,
-                             before: str | None) -> dict[str, Any]:
+    async def _index_default(
+        self, project: str, repo: GitRepo, commit: str, before: str | None
+    ) -> dict[str, Any]:
         tree = self.tree(project, (await asyncio.to_thread(self.record, project))["default"])
         if before is None or not tree.is_dir():
             plan = await asyncio.to_thread(repo.plan, commit)
@@ -379,8 +415,9 @@ class GitProjects:
         report = await self.fathom.index(tree, project, reason="git", paths=paths)
         return _summary(report, commit, exported, files_written=written, files_changed=changed)
 
-    async def _index_overlay(self, project: str, repo: GitRepo, branch: str, commit: str,
-                             base: str) -> dict[str, Any]:
+    async def _index_overlay(
+        self, project: str, repo: GitRepo, branch: str, commit: str, base: str
+    ) -> dict[str, Any]:
         """The overlay of `branch` at `commit` over the default branch at `base`: only the
         files that differ, and the paths whose default-branch rows it hides."""
         name = overlay_name(project, branch)
@@ -390,10 +427,21 @@ class GitProjects:
         plan.check(scrub(repo.url))  # before the old overlay is removed
         await asyncio.to_thread(shutil.rmtree, tree, True)
         exported = await asyncio.to_thread(
-            lambda: repo.export(commit, tree, [c.path for c in changes if not c.gone], plan=plan))
-        await asyncio.to_thread(self.fathom.records.update, name, watch=False, lenders=[project],
-                                overlay={"of": project, "branch": branch, "commit": commit,
-                                         "base": base, "shadows": sorted(c.path for c in changes)})
+            lambda: repo.export(commit, tree, [c.path for c in changes if not c.gone], plan=plan)
+        )
+        await asyncio.to_thread(
+            self.fathom.records.update,
+            name,
+            watch=False,
+            lenders=[project],
+            overlay={
+                "of": project,
+                "branch": branch,
+                "commit": commit,
+                "base": base,
+                "shadows": sorted(c.path for c in changes),
+            },
+        )
         report = await self.fathom.index(tree, name, reason="git")
         return _summary(report, commit, exported, files_changed=len(changes))
 
@@ -405,13 +453,16 @@ class GitProjects:
         done: dict[str, Any] = {}
         async with self.lock(project):
             if not await asyncio.to_thread((self.folder(project) / "repo.git").is_dir):
-                raise NotAGitProject(f"project {project!r} has no clone (it was dropped while "
-                                     f"this sync waited, or DATA_DIR/git/{project} was removed): "
-                                     f"add it again with `fathom projects add {project} --git URL`")
+                raise NotAGitProject(
+                    f"project {project!r} has no clone (it was dropped while "
+                    f"this sync waited, or DATA_DIR/git/{project} was removed): "
+                    f"add it again with `fathom projects add {project} --git URL`"
+                )
             # Read under the lock: an untrack or drop this sync waited behind has changed it.
             git = await asyncio.to_thread(self.record, project)
-            wanted = [b for b in (branches if branches is not None else git["branches"])
-                      if b in git["branches"]]
+            wanted = [
+                b for b in (branches if branches is not None else git["branches"]) if b in git["branches"]
+            ]
             repo = self.repo(project, git["url"])
             if not wanted:
                 return {"project": project, "branches": done}
@@ -448,8 +499,9 @@ class GitProjects:
         for branch, at in git["branches"].items():
             if branch == git["default"]:
                 continue
-            overlay = (await asyncio.to_thread(self.fathom.records.get, overlay_name(project, branch))
-                       or {}).get("overlay") or {}
+            overlay = (
+                await asyncio.to_thread(self.fathom.records.get, overlay_name(project, branch)) or {}
+            ).get("overlay") or {}
             if overlay.get("base") != default_at:
                 done[branch] = await self._index_overlay(project, repo, branch, at, default_at)
 
@@ -467,17 +519,27 @@ class GitProjects:
         it; a push to a tracked branch is synced after the answer (`Syncs`)."""
         secret = await asyncio.to_thread(self.webhook_secret, project)
         if secret is None or not signature_ok(secret, headers, body):
-            raise WebhookRefused("webhook refused: no valid signature for this project; set the "
-                                 "secret `fathom projects add` showed in the forge's webhook "
-                                 "settings (content type application/json)")
+            raise WebhookRefused(
+                "webhook refused: no valid signature for this project; set the "
+                "secret `fathom projects add` showed in the forge's webhook "
+                "settings (content type application/json)"
+            )
         branch = pushed_branch(body)
         git = await asyncio.to_thread(self.record, project)
         if branch is None or branch not in git["branches"]:
-            return {"project": project, "branch": branch, "queued": False,
-                    "reason": "not a push to a tracked branch"}
+            return {
+                "project": project,
+                "branch": branch,
+                "queued": False,
+                "reason": "not a push to a tracked branch",
+            }
         self.syncs.request(project, [branch])
-        return {"project": project, "branch": branch, "queued": True,
-                "status": f"/admin/projects/{quote(project, safe='')}/sync"}
+        return {
+            "project": project,
+            "branch": branch,
+            "queued": True,
+            "status": f"/admin/projects/{quote(project, safe='')}/sync",
+        }
 
     def due(self, last: Mapping[str, float]) -> list[str]:
         """The git projects whose poll interval has passed since `last` synced them."""
@@ -501,8 +563,7 @@ class GitProjects:
             synced.append(name)
         return synced
 
-    async def poll_forever(self, sleep: Callable[[float], Any] = asyncio.sleep,
-                           step_s: float = 5.0) -> None:
+    async def poll_forever(self, sleep: Callable[[float], Any] = asyncio.sleep, step_s: float = 5.0) -> None:
         last: dict[str, float] = {}
         while True:
             await self.poll_once(last)
@@ -521,10 +582,12 @@ class GitProjects:
             branch = ref or git["default"]
             return branch, branches[branch]
         if not isinstance(ref, str) or not (_COMMIT_ID.match(ref) or _is_branch_name(ref)):
-            raise InvalidRef(f"ref {scrub(str(ref))[:80]!r} is not accepted: give a tracked "
-                             f"branch ({', '.join(branches)}), a tag name (letters, digits and "
-                             f"`._/+-`, no `..`, not beginning with `-`) or a commit id of 7-40 "
-                             f"hex digits")
+            raise InvalidRef(
+                f"ref {scrub(str(ref))[:80]!r} is not accepted: give a tracked "
+                f"branch ({', '.join(branches)}), a tag name (letters, digits and "
+                f"`._/+-`, no `..`, not beginning with `-`) or a commit id of 7-40 "
+                f"hex digits"
+            )
         repo = self.repo(project, git["url"])
         names = [ref] * bool(_COMMIT_ID.match(ref)) + [f"refs/tags/{ref}"] * _is_branch_name(ref)
         for name in names:
@@ -535,12 +598,13 @@ class GitProjects:
             for branch, at in branches.items():
                 if at == commit:
                     return branch, at
-        raise UnknownRef(f"ref {ref[:80]!r} of {project} is not indexed: search a tracked "
-                         f"branch ({', '.join(branches)}), a tag or commit one of them is at, or "
-                         f"track the branch with `fathom projects track {project} BRANCH`")
+        raise UnknownRef(
+            f"ref {ref[:80]!r} of {project} is not indexed: search a tracked "
+            f"branch ({', '.join(branches)}), a tag or commit one of them is at, or "
+            f"track the branch with `fathom projects track {project} BRANCH`"
+        )
 
-    async def ranking(self, request: SearchRequest, *, reranker: Any = None,
-                      rerank: bool = True) -> Ranking:
+    async def ranking(self, request: SearchRequest, *, reranker: Any = None, rerank: bool = True) -> Ranking:
         """The search pipeline at the request's ref (its project's default branch without
         one): a branch's overlay and the default branch (less the paths the overlay shadows)
         are searched as one, on one fused scale; every hit carries its commit. Hits of an
@@ -571,8 +635,9 @@ class GitProjects:
             else:
                 hits = await search_mod.retrieve(view, wide)
                 found = Ranking(list(hits), reranked=False, notes=tuple(hits.notes))
-        kept = [replace(h, commit=commit) for h in found.hits
-                if not (h.project == project and h.path in shadows)][:request.k]
+        kept = [
+            replace(h, commit=commit) for h in found.hits if not (h.project == project and h.path in shadows)
+        ][: request.k]
         return replace(found, hits=kept)
 
 
@@ -600,8 +665,15 @@ def _summary(report: Any, commit: str, exported: Exported, **extra: Any) -> dict
     skipped = dict(report.skipped)
     if exported.too_large:
         skipped[TOO_LARGE] = skipped.get(TOO_LARGE, 0) + len(exported.too_large)
-    return {"commit": commit, "files": report.files, "chunks": report.chunks,
-            "embedded": report.embedded, "reused": report.reused, "carried": report.carried,
-            "deleted": report.deleted, "skipped": skipped,
-            "too_large": exported.too_large[:MAX_NAMED],
-            **extra}
+    return {
+        "commit": commit,
+        "files": report.files,
+        "chunks": report.chunks,
+        "embedded": report.embedded,
+        "reused": report.reused,
+        "carried": report.carried,
+        "deleted": report.deleted,
+        "skipped": skipped,
+        "too_large": exported.too_large[:MAX_NAMED],
+        **extra,
+    }

@@ -64,8 +64,7 @@ def pushed_branch(body: bytes) -> str | None:
         ref = json.loads(body or b"{}").get("ref")
     except (ValueError, AttributeError):
         return None
-    return ref.removeprefix("refs/heads/") if isinstance(ref, str) and ref.startswith("refs/heads/") \
-        else None
+    return ref.removeprefix("refs/heads/") if isinstance(ref, str) and ref.startswith("refs/heads/") else None
 
 
 def _now() -> str:
@@ -104,8 +103,11 @@ class Syncs:
         failure is logged, kept and raised."""
         started = _now()
         self._running[project] = self._running.get(project, 0) + 1
-        outcome: dict[str, Any] = {"trigger": trigger, "branches": list(branches) if branches else None,
-                                   "started_at": started}
+        outcome: dict[str, Any] = {
+            "trigger": trigger,
+            "branches": list(branches) if branches else None,
+            "started_at": started,
+        }
         try:
             result = await self._run(project, branches)
         except asyncio.CancelledError:
@@ -117,8 +119,10 @@ class Syncs:
             raise
         except Exception as exc:
             log.exception("git sync of %s (%s) failed", project, trigger)
-            self._last[project] = outcome | {"finished_at": _now(),
-                                             "error": f"internal error ({type(exc).__name__}); see the server log"}
+            self._last[project] = outcome | {
+                "finished_at": _now(),
+                "error": f"internal error ({type(exc).__name__}); see the server log",
+            }
             raise
         finally:
             self._running[project] -= 1
@@ -130,8 +134,12 @@ class Syncs:
     def status(self, project: str) -> dict[str, Any]:
         """Whether a sync of `project` runs now (or waits for the one before it), the branches
         pushed since it began, and the last sync's outcome (None: none since this start)."""
-        return {"project": project, "running": project in self._running,
-                "queued": sorted(self._wanted.get(project, ())), "last": self._last.get(project)}
+        return {
+            "project": project,
+            "running": project in self._running,
+            "queued": sorted(self._wanted.get(project, ())),
+            "last": self._last.get(project),
+        }
 
     def forget(self, project: str) -> None:
         self._last.pop(project, None)

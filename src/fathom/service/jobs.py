@@ -107,8 +107,11 @@ class JobTable(dict[str, Job]):
         held = scope.current()
         if held is not None and project not in held:
             return None
-        going = [j for j in self.of(project) if not j.finished and j.reason != "sync"
-                 and j.state is not JobState.INTERRUPTED]
+        going = [
+            j
+            for j in self.of(project)
+            if not j.finished and j.reason != "sync" and j.state is not JobState.INTERRUPTED
+        ]
         return going[-1] if going else None
 
     def being_built(self) -> list[Job]:
@@ -128,7 +131,8 @@ class ProjectIndexing(UnknownProject):
             self,
             f"project {project!r} is being indexed (job {job.id}, {progress_line(job)}); it "
             f"answers once that first index is done. Follow it with index_status(project="
-            f"{project!r}, job={job.id!r}), or `fathom projects` on the command line")
+            f"{project!r}, job={job.id!r}), or `fathom projects` on the command line",
+        )
 
 
 def ended_early(job: Job, exc: BaseException, clock: Callable[[], float]) -> None:
@@ -137,9 +141,8 @@ def ended_early(job: Job, exc: BaseException, clock: Callable[[], float]) -> Non
     if job.finished:
         return
     failure = failure_of(exc) if isinstance(exc, Exception) else None
-    job.state = (JobState.CANCELLED if isinstance(exc, asyncio.CancelledError) else JobState.FAILED)
-    job.error = None if job.state is JobState.CANCELLED else (
-        str(failure or exc) or type(exc).__name__)
+    job.state = JobState.CANCELLED if isinstance(exc, asyncio.CancelledError) else JobState.FAILED
+    job.error = None if job.state is JobState.CANCELLED else (str(failure or exc) or type(exc).__name__)
     job.finished_at = clock()
 
 
@@ -152,19 +155,24 @@ def refuse_first_index(jobs: JobTable, store: Any, project: str) -> None:
         raise ProjectIndexing(project, run)
 
 
-def first_index_notes(jobs: JobTable, store: Any, answering: list[str],
-                      skipped: list[str]) -> list[str]:
+def first_index_notes(jobs: JobTable, store: Any, answering: list[str], skipped: list[str]) -> list[str]:
     """For a search of every project (`answering` the projects it reads, `skipped` its notes
     on those it leaves out): a note on each project whose first index is running (no table of
     it answers yet: a full re-index of an indexed project, or a project without the table
     asked, is no such project); when no project answers and no note explains why,
     `ProjectIndexing` for the first of them."""
-    first = [j for j in jobs.being_built() if j.project not in answering
-             and not any(store.space_of(j.project, t) for t in TABLE_KINDS)]
+    first = [
+        j
+        for j in jobs.being_built()
+        if j.project not in answering and not any(store.space_of(j.project, t) for t in TABLE_KINDS)
+    ]
     if first and not answering and not skipped:
         raise ProjectIndexing(first[0].project, first[0])
-    return [f"{j.project!r} is being indexed ({progress_line(j)}): it joins searches once "
-            f"that first index is done" for j in first]
+    return [
+        f"{j.project!r} is being indexed ({progress_line(j)}): it joins searches once "
+        f"that first index is done"
+        for j in first
+    ]
 
 
 # ---------------------------------------------------------------------------- the ledger
@@ -188,15 +196,20 @@ class JobRecord(BaseModel):
 
     def interrupted_by(self, reason: str) -> None:
         self.state = "interrupted"
-        self.error = (f"interrupted: {reason}; " + (
-            f"it was paused: resume it with `fathom jobs resume {self.id}`" if self.paused else
-            f"held after the server died {self.crashes} times under it: resume it with "
-            f"`fathom jobs resume {self.id}`" if self.crashes >= HOLD_AFTER_CRASHES else
-            f"it resumes when the server starts, or with `fathom jobs resume {self.id}`"))
+        self.error = f"interrupted: {reason}; " + (
+            f"it was paused: resume it with `fathom jobs resume {self.id}`"
+            if self.paused
+            else f"held after the server died {self.crashes} times under it: resume it with "
+            f"`fathom jobs resume {self.id}`"
+            if self.crashes >= HOLD_AFTER_CRASHES
+            else f"it resumes when the server starts, or with `fathom jobs resume {self.id}`"
+        )
 
     @property
     def resumes_on_start(self) -> bool:
         return self.state == "interrupted" and not self.paused and self.crashes < HOLD_AFTER_CRASHES
+
+
 class JobLedger:
     """`jobs.json`: load once at start (`restore`), then `save` the records on each change."""
 
@@ -219,8 +232,11 @@ class JobLedger:
             data = json.loads(raw)
             records = [JobRecord.model_validate(r) for r in data["jobs"]]
         except (ValueError, TypeError, KeyError, ValidationError) as exc:
-            return self._unreadable(state_defect(exc) if isinstance(exc, ValueError) else
-                                    f"no list of jobs ({type(exc).__name__})")
+            return self._unreadable(
+                state_defect(exc)
+                if isinstance(exc, ValueError)
+                else f"no list of jobs ({type(exc).__name__})"
+            )
         for record in records:
             if record.state in ("pending", "running"):
                 record.crashes += 1
@@ -232,8 +248,10 @@ class JobLedger:
         return records
 
     def _unreadable(self, defect: str) -> list[JobRecord]:
-        self.damaged = (f"{self.path} is not a valid job record ({defect}): the jobs it held are not "
-                        f"listed and new ones are not kept across restarts. Fix it, or move it aside")
+        self.damaged = (
+            f"{self.path} is not a valid job record ({defect}): the jobs it held are not "
+            f"listed and new ones are not kept across restarts. Fix it, or move it aside"
+        )
         log.error("%s", self.damaged)
         return []
 
@@ -244,7 +262,9 @@ class JobLedger:
         finished = [r for r in records if r.state in FINISHED]
         kept = [r for r in records if r.state not in FINISHED] + finished[-KEEP_FINISHED:]
         kept.sort(key=lambda r: r.created_at)
-        atomic_write_text(self.path, json.dumps({"jobs": [r.model_dump(mode="json") for r in kept]}, indent=1))
+        atomic_write_text(
+            self.path, json.dumps({"jobs": [r.model_dump(mode="json") for r in kept]}, indent=1)
+        )
 
 
 # ---------------------------------------------------------------------------- the server's jobs
@@ -261,8 +281,9 @@ class JobService(Protocol):
     @property
     def store(self) -> Any: ...
 
-    async def index(self, path: str | Path, project: str | None = None, *, full: bool = False,
-                    job: Job | None = None) -> Any: ...
+    async def index(
+        self, path: str | Path, project: str | None = None, *, full: bool = False, job: Job | None = None
+    ) -> Any: ...
 
 
 class IndexJobs:
@@ -276,8 +297,7 @@ class IndexJobs:
     the next start (`restore`) interrupted jobs are listed, and those the ledger says may are
     resumed; the operator resumes any other one (`act(id, "resume")`)."""
 
-    def __init__(self, service: JobService, *, ledger: JobLedger | None = None,
-                 resume_on_start: bool = True):
+    def __init__(self, service: JobService, *, ledger: JobLedger | None = None, resume_on_start: bool = True):
         self.service = service
         self.ledger = ledger
         self.resume_on_start = resume_on_start
@@ -325,8 +345,10 @@ class IndexJobs:
         except RuntimeError:  # `~name` of a user this machine does not have
             root = Path(path)
         if not root.is_absolute():
-            problems.append(f"{path} is a relative path; give the absolute path of the project folder as the "
-                            f"server sees it (the CLI resolves it for you)")
+            problems.append(
+                f"{path} is a relative path; give the absolute path of the project folder as the "
+                f"server sees it (the CLI resolves it for you)"
+            )
         else:
             try:
                 check_project_root(root, self.service.settings.refused_roots)
@@ -336,10 +358,19 @@ class IndexJobs:
             raise ConfigError("cannot start the index job: " + "; ".join(problems), problems)
         job = Job(project, root, full=full, clock=self.service.clock)
         now = self.ledger.now() if self.ledger is not None else datetime.now(tz=UTC)
-        self._records[job.id] = JobRecord(id=job.id, project=project, root=str(root), full=full,
-                                          state=job.state.value, created_at=now, updated_at=now)
+        self._records[job.id] = JobRecord(
+            id=job.id,
+            project=project,
+            root=str(root),
+            full=full,
+            state=job.state.value,
+            created_at=now,
+            updated_at=now,
+        )
         self._launch(job)
-        log.info("index job %s started: project %s from %s%s", job.id, project, root, " (full)" if full else "")
+        log.info(
+            "index job %s started: project %s from %s%s", job.id, project, root, " (full)" if full else ""
+        )
         await self._save()
         return job
 
@@ -389,8 +420,12 @@ class IndexJobs:
         state = str(job.state.value)
         if state == "interrupted" and job_id in self._records:
             if action == "pause":
-                raise JobConflict(job_id, state, f"job {job_id} is interrupted, not running; resume it with POST "
-                                                 f"/admin/jobs/{job_id}/resume, or cancel it")
+                raise JobConflict(
+                    job_id,
+                    state,
+                    f"job {job_id} is interrupted, not running; resume it with POST "
+                    f"/admin/jobs/{job_id}/resume, or cancel it",
+                )
             if action == "resume":
                 job = self._job_for_run(self._records[job_id])
                 self._launch(job)
@@ -401,10 +436,15 @@ class IndexJobs:
         if job.finished:
             raise JobConflict(job_id, state, f"job {job_id} is {state}; there is nothing to {action}")
         if action == "resume" and state != "paused":
-            raise JobConflict(job_id, state, f"job {job_id} is {state}, not paused; there is nothing to resume")
+            raise JobConflict(
+                job_id, state, f"job {job_id} is {state}, not paused; there is nothing to resume"
+            )
         if action == "pause" and state == "paused":
-            raise JobConflict(job_id, state, f"job {job_id} is already paused; resume it with POST "
-                                             f"/admin/jobs/{job_id}/resume")
+            raise JobConflict(
+                job_id,
+                state,
+                f"job {job_id} is already paused; resume it with POST /admin/jobs/{job_id}/resume",
+            )
         getattr(job, action)()
         await self._saved(job)
         return job
@@ -417,8 +457,11 @@ class IndexJobs:
         job.id = record.id
         job.state = JobState(record.state)
         job.error = record.error
-        progress = {k: v for k, v in record.progress.items()
-                    if k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
+        progress = {
+            k: v
+            for k, v in record.progress.items()
+            if k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")
+        }
         job.progress = IndexProgress(record.project, **{"phase": record.state, **progress})
         if record.report:
             with contextlib.suppress(TypeError):
@@ -440,7 +483,9 @@ class IndexJobs:
             return  # a job this registry did not start (an MCP call's): not kept
         view = job.as_dict()
         record.state, record.error = view["state"], view["error"]
-        record.progress = {k: view[k] for k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")}
+        record.progress = {
+            k: view[k] for k in ("phase", "files", "chunks_total", "chunks_done", "chunks_reused")
+        }
         report = getattr(job, "report", None)
         if report is not None:
             record.report = dataclasses.asdict(report)

@@ -39,13 +39,17 @@ class FolderTaken(ConfigError):
 
     def __init__(self, path: str, relation: str):
         self.path, self.relation = path, relation
-        what = {"is": "is the folder of", "lies inside": "lies inside the folder of",
-                "contains": "contains the folder of"}[relation]
+        what = {
+            "is": "is the folder of",
+            "lies inside": "lies inside the folder of",
+            "contains": "contains the folder of",
+        }[relation]
         super().__init__(
             f"refusing to index {path}: it {what} another project, which this token does not "
             f"hold. Index a folder of your own project, or ask the operator for a token that "
             f"holds that project (`fathom tokens create --name NAME --project PROJECT "
-            f"--can-index`)")
+            f"--can-index`)"
+        )
 
 
 MAX_INCLUDES = 50
@@ -53,11 +57,16 @@ MAX_INCLUDES = 50
 
 def check_includes(include: Any) -> list[str]:
     """`include` globs as given to `fathom index --include`: strings, gitignore syntax."""
-    if isinstance(include, str) or not isinstance(include, (list, tuple)) or len(include) > MAX_INCLUDES \
-            or not all(isinstance(g, str) and g.strip() and len(g) <= 500 and "\x00" not in g
-                       for g in include):
-        raise ConfigError(f"include must be a list of at most {MAX_INCLUDES} globs (gitignore "
-                          f"syntax, e.g. `vendor/mylib/` or `build/**/*.py`)")
+    if (
+        isinstance(include, str)
+        or not isinstance(include, (list, tuple))
+        or len(include) > MAX_INCLUDES
+        or not all(isinstance(g, str) and g.strip() and len(g) <= 500 and "\x00" not in g for g in include)
+    ):
+        raise ConfigError(
+            f"include must be a list of at most {MAX_INCLUDES} globs (gitignore "
+            f"syntax, e.g. `vendor/mylib/` or `build/**/*.py`)"
+        )
     return [g.strip() for g in include]
 
 
@@ -96,7 +105,8 @@ class ProjectRecords:
         except Timeout:
             raise ConfigError(
                 f"{self.path} stayed locked for {self.LOCK_SECONDS:.0f}s by another Fathom "
-                f"process; if none is running, remove {self._lock.lock_file}") from None
+                f"process; if none is running, remove {self._lock.lock_file}"
+            ) from None
 
     def put(self, project: str, record: dict[str, Any]) -> None:
         with self._changing() as records:
@@ -121,8 +131,9 @@ class IndexTarget:
     name: str  # the project it is indexed into
 
 
-def index_target(records: ProjectRecords, settings: Any, path: str | Path,
-                 project: str | None, *, from_git: bool = False) -> IndexTarget:
+def index_target(
+    records: ProjectRecords, settings: Any, path: str | Path, project: str | None, *, from_git: bool = False
+) -> IndexTarget:
     """Every check of a folder asked to be indexed, before anything is probed, loaded or
     started (blocking: it reads the records): it exists, is a folder and no system folder,
     is not the data dir, gives a project name, is no other project's for a scoped caller,
@@ -134,8 +145,10 @@ def index_target(records: ProjectRecords, settings: Any, path: str | Path,
     if not name:
         raise ConfigError(f"cannot name a project after {path}; pass --project NAME")
     if real == settings.data_dir.expanduser().resolve():
-        raise ConfigError(f"refusing to index {path}: it is this server's data dir (its "
-                          f"indexes and state), not a project; give a project folder")
+        raise ConfigError(
+            f"refusing to index {path}: it is this server's data dir (its "
+            f"indexes and state), not a project; give a project folder"
+        )
     check_not_taken(records, path, real)
     if not from_git:
         check_not_from_git(records.get(name), name)
@@ -151,13 +164,18 @@ def check_not_from_git(record: dict[str, Any] | None, project: str) -> None:
     if record.get("git"):
         what, of = "comes from git", project
     elif overlay:
-        what, of = f"is the index of branch {overlay.get('branch')!r} of the git project " \
-                   f"{overlay.get('of')!r}: it comes from git", str(overlay.get("of"))
+        what, of = (
+            f"is the index of branch {overlay.get('branch')!r} of the git project "
+            f"{overlay.get('of')!r}: it comes from git",
+            str(overlay.get("of")),
+        )
     else:
         return
-    raise ConfigError(f"refusing to index a folder as {project!r}: the project {what} and "
-                      f"follows its remote (the push webhook, its poll or `fathom projects sync "
-                      f"{of}`); index the folder under another name")
+    raise ConfigError(
+        f"refusing to index a folder as {project!r}: the project {what} and "
+        f"follows its remote (the push webhook, its poll or `fathom projects sync "
+        f"{of}`); index the folder under another name"
+    )
 
 
 def indexed_before(records: ProjectRecords, project: str) -> bool:
@@ -172,21 +190,23 @@ def lenders_of(records: ProjectRecords, project: str) -> tuple[str, ...]:
 
 
 def check_not_taken(records: ProjectRecords, path: str | Path, real: Path) -> None:
-        """A caller who sees only some projects (a scoped MCP token) may index only a folder
-        that is no other project's: not another project's root, not inside one, and not a
-        folder holding one (which would read it too). Raises `FolderTaken`; outside a scope
-        (the operator) every folder may be indexed."""
-        held = scope.current()
-        if held is None:
-            return
-        for project, record in records.load().items():
-            other = record.get("root")
-            if project in held or not other:
-                continue
-            for theirs in {Path(other), Path(os.path.realpath(other))}:
-                if real == theirs or real.is_relative_to(theirs) or theirs.is_relative_to(real):
-                    raise FolderTaken(str(path), "is" if real == theirs else
-                                      "lies inside" if real.is_relative_to(theirs) else "contains")
+    """A caller who sees only some projects (a scoped MCP token) may index only a folder
+    that is no other project's: not another project's root, not inside one, and not a
+    folder holding one (which would read it too). Raises `FolderTaken`; outside a scope
+    (the operator) every folder may be indexed."""
+    held = scope.current()
+    if held is None:
+        return
+    for project, record in records.load().items():
+        other = record.get("root")
+        if project in held or not other:
+            continue
+        for theirs in {Path(other), Path(os.path.realpath(other))}:
+            if real == theirs or real.is_relative_to(theirs) or theirs.is_relative_to(real):
+                raise FolderTaken(
+                    str(path),
+                    "is" if real == theirs else "lies inside" if real.is_relative_to(theirs) else "contains",
+                )
 
 
 @dataclass(frozen=True)
@@ -216,21 +236,31 @@ def summaries(book: ProjectRecords, store: Any, building: Sequence[Job] = ()) ->
     for p in store.list_projects():
         root = (records.get(p.name) or {}).get("root")
         if p.damage:
-            out.append(ProjectSummary(name=p.name, root=root, tables={}, last_indexed=None,
-                                      damaged=p.damage, state="damaged"))
+            out.append(
+                ProjectSummary(
+                    name=p.name, root=root, tables={}, last_indexed=None, damaged=p.damage, state="damaged"
+                )
+            )
             continue
         last = [t.last_indexed for t in p.tables.values() if t.last_indexed is not None]
         run = runs.pop(p.name, None)
-        out.append(ProjectSummary(
-            name=p.name, root=root or (str(run.root) if run is not None else None),
-            tables={t: info.rows for t, info in p.tables.items()},
-            last_indexed=max(last).isoformat(timespec="seconds") if last else None,
-            indexing=run is not None or any(info.shadow_rows is not None for info in p.tables.values()),
-            **_running(run),
-        ))
+        out.append(
+            ProjectSummary(
+                name=p.name,
+                root=root or (str(run.root) if run is not None else None),
+                tables={t: info.rows for t, info in p.tables.items()},
+                last_indexed=max(last).isoformat(timespec="seconds") if last else None,
+                indexing=run is not None or any(info.shadow_rows is not None for info in p.tables.values()),
+                **_running(run),
+            )
+        )
     # First indexes: nothing promoted yet, so the store does not list them.
-    out += [ProjectSummary(name=name, root=str(run.root), tables={}, last_indexed=None,
-                           indexing=True, **_running(run)) for name, run in runs.items()]
+    out += [
+        ProjectSummary(
+            name=name, root=str(run.root), tables={}, last_indexed=None, indexing=True, **_running(run)
+        )
+        for name, run in runs.items()
+    ]
     return out
 
 

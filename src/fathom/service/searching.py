@@ -26,8 +26,9 @@ class GitSide(Protocol):
 
     def tracks(self, project: str | None) -> bool: ...
 
-    async def ranking(self, request: SearchRequest, *, reranker: Any = None,
-                      rerank: bool = True) -> Ranking: ...
+    async def ranking(
+        self, request: SearchRequest, *, reranker: Any = None, rerank: bool = True
+    ) -> Ranking: ...
 
 
 class Searches:
@@ -41,11 +42,9 @@ class Searches:
         """Whether the git side answers: a ref was given, or the project comes from git."""
         if request.ref is not None:
             return True
-        return request.project is not None and await asyncio.to_thread(self.git.tracks,
-                                                                        request.project)
+        return request.project is not None and await asyncio.to_thread(self.git.tracks, request.project)
 
-    async def ranking(self, request: SearchRequest, *, reranker: Any = None,
-                      rerank: bool = True) -> Ranking:
+    async def ranking(self, request: SearchRequest, *, reranker: Any = None, rerank: bool = True) -> Ranking:
         """The ranked answer to `request`: the reranker stage runs on its pool's head when
         `rerank` (flagged not reranked, with the reason, when `reranker` is None or cannot
         serve)."""

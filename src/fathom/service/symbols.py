@@ -59,9 +59,11 @@ def check_name(name: str, what: str = "name") -> str:
     """The name, dotted, or a `ConfigError` that says what a name looks like."""
     name = (name or "").strip()
     if not name or len(name) > MAX_NAME or not _NAME.match(name):
-        raise ConfigError(f"{what} {name[:80]!r} is not an identifier: give a name as the code "
-                          f"writes it (`send`), or qualified by its class or module "
-                          f"(`AsyncClient.send`), up to {MAX_NAME} characters")
+        raise ConfigError(
+            f"{what} {name[:80]!r} is not an identifier: give a name as the code "
+            f"writes it (`send`), or qualified by its class or module "
+            f"(`AsyncClient.send`), up to {MAX_NAME} characters"
+        )
     return re.sub(r"::|\\|:|#", ".", name)
 
 
@@ -69,8 +71,9 @@ def _check_filters(kind: str | None, language: str | None) -> None:
     if kind is not None and kind not in KINDS:
         raise ConfigError(f"kind {kind!r} is not a symbol kind: use one of {', '.join(KINDS)}")
     if language is not None and language not in LANGUAGES:
-        raise ConfigError(f"language {language!r} has no symbols here: use one of "
-                          f"{', '.join(sorted(LANGUAGES))}")
+        raise ConfigError(
+            f"language {language!r} has no symbols here: use one of {', '.join(sorted(LANGUAGES))}"
+        )
 
 
 @dataclass(frozen=True)
@@ -101,15 +104,20 @@ def fresh_projects(fathom: Any, project: str | None) -> tuple[list[str], list[st
     return readable, notes
 
 
-def find_symbol(fathom: Any, name: str, *, project: str | None = None, kind: str | None = None,
-                language: str | None = None) -> Found:
+def find_symbol(
+    fathom: Any,
+    name: str,
+    *,
+    project: str | None = None,
+    kind: str | None = None,
+    language: str | None = None,
+) -> Found:
     """Definitions named `name` (or whose qualified name ends with it), by project, path, line,
     up to the table's bound."""
     dotted = check_name(name)
     _check_filters(kind, language)
     projects, notes = fresh_projects(fathom, project)
-    rows, truncated = table_of(fathom).definitions(projects, dotted, kind=kind,
-                                                   language=language)
+    rows, truncated = table_of(fathom).definitions(projects, dotted, kind=kind, language=language)
     return Found(rows, notes, truncated)
 
 
@@ -124,8 +132,7 @@ def find_references(fathom: Any, name: str, *, project: str | None = None) -> Fo
     definitions, _ = table.definitions(projects, dotted)
     with table.snapshot() as conn:
         graded = calls.graded_references(conn, rows, definitions)
-    return Found([dataclasses.replace(row, resolution=how) for row, how in graded], notes,
-                 truncated)
+    return Found([dataclasses.replace(row, resolution=how) for row, how in graded], notes, truncated)
 
 
 def outline(fathom: Any, path: str, *, project: str | None = None) -> tuple[str, str, list[SymbolRow]]:
@@ -134,8 +141,10 @@ def outline(fathom: Any, path: str, *, project: str | None = None) -> tuple[str,
     dotted name (`httpx._client`)."""
     asked = (path or "").strip().replace("\\", "/").removeprefix("./")
     if not asked or len(asked) > 1000:
-        raise ConfigError("outline needs `path`: a file path relative to the project root, "
-                          "as search results give it, or its file name")
+        raise ConfigError(
+            "outline needs `path`: a file path relative to the project root, "
+            "as search results give it, or its file name"
+        )
     projects, _ = fresh_projects(fathom, project)
     table = table_of(fathom)
     files = table.files(projects)
@@ -143,13 +152,17 @@ def outline(fathom: Any, path: str, *, project: str | None = None) -> tuple[str,
     matches = exact or [f for f in files if _ends_with(f[1], asked)]
     if not matches:
         where = f"project {project!r}" if project else "any project you can see"
-        raise ConfigError(f"no indexed code file {asked!r} in {where}: give the path relative "
-                          f"to the project root, as search results give it")
+        raise ConfigError(
+            f"no indexed code file {asked!r} in {where}: give the path relative "
+            f"to the project root, as search results give it"
+        )
     if len(matches) > 1:
         shown = ", ".join(f"{p}:{f}" for p, f in matches[:10])
-        raise ConfigError(f"{asked!r} names {len(matches)} files ({shown}"
-                          f"{', …' if len(matches) > 10 else ''}): give the path, and the "
-                          f"project")
+        raise ConfigError(
+            f"{asked!r} names {len(matches)} files ({shown}"
+            f"{', …' if len(matches) > 10 else ''}): give the path, and the "
+            f"project"
+        )
     found_project, found_path = matches[0]
     return found_project, found_path, table.outline(found_project, found_path)
 
@@ -163,8 +176,11 @@ def _ends_with(path: str, asked: str) -> bool:
     # first part or not (`httpx._client` in a project whose root is the `httpx` folder).
     stem = path.rsplit(".", 1)[0].removesuffix("/__init__")
     parts = asked.split(".")
-    return any(stem == module or stem.endswith("/" + module)
-               for module in ("/".join(parts), "/".join(parts[1:])) if module)
+    return any(
+        stem == module or stem.endswith("/" + module)
+        for module in ("/".join(parts), "/".join(parts[1:]))
+        if module
+    )
 
 
 def after_index(fathom: Any, project: str) -> None:
@@ -173,8 +189,9 @@ def after_index(fathom: Any, project: str) -> None:
     try:
         table_of(fathom).refresh(fathom.store, project)
     except Exception:
-        log.warning("symbols of %s not refreshed after indexing; the next query retries",
-                    project, exc_info=True)
+        log.warning(
+            "symbols of %s not refreshed after indexing; the next query retries", project, exc_info=True
+        )
 
 
 def forget(fathom: Any, project: str) -> None:

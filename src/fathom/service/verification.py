@@ -44,15 +44,20 @@ async def verify_providers(fathom: Any, table: str, role: Role) -> list[Verdict]
     writer = fathom.writer
     refused = fathom.gate.verdict_for(space, writer) if writer is not None else None
     if writer is not None and refused is not None and not refused.cleared:
-        log.warning("gate: FATHOM_LOCAL_QUANTIZED asks for %s, but the gate refused it for the "
-                    "%s table (%s); the reference %s writes it instead. Unset "
-                    "FATHOM_LOCAL_QUANTIZED to stop the check (or try int8 if int8-all was "
-                    "refused)", writer.id, table, refused.reason, reference.id)
+        log.warning(
+            "gate: FATHOM_LOCAL_QUANTIZED asks for %s, but the gate refused it for the "
+            "%s table (%s); the reference %s writes it instead. Unset "
+            "FATHOM_LOCAL_QUANTIZED to stop the check (or try int8 if int8-all was "
+            "refused)",
+            writer.id,
+            table,
+            refused.reason,
+            reference.id,
+        )
     return verdicts
 
 
-async def verify_store(fathom: Any, project: str | None = None, *,
-                       repair: bool = False) -> list[Any]:
+async def verify_store(fathom: Any, project: str | None = None, *, repair: bool = False) -> list[Any]:
     """Check one project's stored tables (or every project's, damaged ones included) and,
     with `repair`, fix what can be fixed; returns a `verify.ProjectCheck` per project."""
     from fathom.index.verify import check_project, repair_project
@@ -70,8 +75,7 @@ async def verify_store(fathom: Any, project: str | None = None, *,
         names = [p.name for p in await asyncio.to_thread(store.list_projects)]
     checks = []
     for name in names:
-        check = await asyncio.to_thread(check_project, store, name,
-                                        taken_back=_taken_back(fathom, name))
+        check = await asyncio.to_thread(check_project, store, name, taken_back=_taken_back(fathom, name))
         if repair and check.problems:
             await repair_project(fathom, check)
         checks.append(check)
@@ -87,4 +91,3 @@ def _taken_back(fathom: Any, project: str) -> Any:
     if not root or not Path(root).is_dir():
         return None
     return Selection(Path(root)).taken_back
-

@@ -55,7 +55,7 @@ class Warmup:
 
     @property
     def state(self) -> str:
-        """"loading", "ready", "failed" or "not started", as `/health` shows it."""
+        """ "loading", "ready", "failed" or "not started", as `/health` shows it."""
         if self.error is not None:
             return "failed"
         if self.ready:
@@ -89,9 +89,11 @@ class Warmup:
         finally:
             self.seconds = time.perf_counter() - began
             self._done.set()
-        line = (f"encoder {self.name} could not load ({' '.join(str(self.error).split())}); searches will "
-                f"say why" if self.error is not None else
-                f"encoder {self.name} loaded in {self.seconds:.1f}s: searches answer without waiting for it")
+        line = (
+            f"encoder {self.name} could not load ({' '.join(str(self.error).split())}); searches will say why"
+            if self.error is not None
+            else f"encoder {self.name} loaded in {self.seconds:.1f}s: searches answer without waiting for it"
+        )
         log.info("%s", line)
         if self.on_ready is not None:
             try:

@@ -17,6 +17,12 @@ from fathom.devtools.emulator.state import (
 )
 
 __all__ = [
-    "create_app", "EmulatorControl", "EmulatorConfig", "EmulatorState", "DEFAULT_UPSTREAMS",
-    "MINILM", "E5_SMALL", "key_hash",
+    "create_app",
+    "EmulatorControl",
+    "EmulatorConfig",
+    "EmulatorState",
+    "DEFAULT_UPSTREAMS",
+    "MINILM",
+    "E5_SMALL",
+    "key_hash",
 ]

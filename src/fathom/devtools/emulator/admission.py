@@ -27,16 +27,22 @@ KEY_FAILURES = {
 
 
 class Refusal(Exception):
-    def __init__(self, status: int, message: str, metadata: dict[str, Any] | None = None,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        metadata: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ):
         self.status, self.message, self.metadata, self.headers = status, message, metadata, headers or {}
 
     def response(self) -> JSONResponse:
         return error_response(self.status, self.message, self.metadata, self.headers)
 
 
-def error_response(status: int, message: str, metadata: dict[str, Any] | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
+def error_response(
+    status: int, message: str, metadata: dict[str, Any] | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
     err: dict[str, Any] = {"code": status, "message": message}
     if metadata is not None:
         err["metadata"] = metadata
@@ -56,8 +62,11 @@ class Admission:
         state.requests[endpoint] += 1
         if not header or not state.authorize(header):
             state.issued["401"] += 1
-            raise Refusal(401, "No auth credentials found" if not header else "User not found.",
-                          {"error_type": "authentication"})
+            raise Refusal(
+                401,
+                "No auth credentials found" if not header else "User not found.",
+                {"error_type": "authentication"},
+            )
         return header
 
     def admit(self, endpoint: str) -> None:
@@ -65,15 +74,24 @@ class Admission:
         state = self.state
         if state.credits_402.fires(endpoint, state.rng):
             state.issued["402_credits"] += 1
-            raise Refusal(402, "Insufficient credits. Add more using https://openrouter.ai/credits",
-                          {"error_type": "payment_required", "limit_source": "openrouter_credits"})
+            raise Refusal(
+                402,
+                "Insufficient credits. Add more using https://openrouter.ai/credits",
+                {"error_type": "payment_required", "limit_source": "openrouter_credits"},
+            )
         if state.in_flight_402.fires(endpoint, state.rng):
             state.issued["402_in_flight"] += 1
             ra = float(state.in_flight_402.params.get("retry_after", 2))
-            raise Refusal(402, "Too much spend is in flight for your balance; retry shortly.",
-                          {"error_type": "payment_required", "reason": "in_flight_budget_exhausted",
-                           "limit_source": "openrouter_in_flight_budget"},
-                          {"Retry-After": retry_after_header(ra - 1e-9) if ra > 0 else "0"})
+            raise Refusal(
+                402,
+                "Too much spend is in flight for your balance; retry shortly.",
+                {
+                    "error_type": "payment_required",
+                    "reason": "in_flight_budget_exhausted",
+                    "limit_source": "openrouter_in_flight_budget",
+                },
+                {"Retry-After": retry_after_header(ra - 1e-9) if ra > 0 else "0"},
+            )
         if state.rpm is not None:
             ok, wait = state.rpm.try_acquire()
             if not ok:
@@ -92,16 +110,21 @@ class Admission:
         }
         if state.send_retry_after:
             fixed = state.retry_after_seconds
-            headers["Retry-After"] = (f"{fixed:g}" if fixed is not None else retry_after_header(wait))
-        return Refusal(429, "Rate limit exceeded", {"error_type": "rate_limit_exceeded", "limit": kind}, headers)
+            headers["Retry-After"] = f"{fixed:g}" if fixed is not None else retry_after_header(wait)
+        return Refusal(
+            429, "Rate limit exceeded", {"error_type": "rate_limit_exceeded", "limit": kind}, headers
+        )
 
     async def before_serving(self, endpoint: str, items: int) -> None:
         state = self.state
         if state.fail.fires(endpoint, state.rng):
             status = int(state.fail.params.get("status", 502))
             state.issued[f"{status}"] += 1
-            raise Refusal(status, "Internal Server Error" if status == 500 else "Upstream error from the provider",
-                          {"error_type": "server" if status == 500 else "provider_unavailable"})
+            raise Refusal(
+                status,
+                "Internal Server Error" if status == 500 else "Upstream error from the provider",
+                {"error_type": "server" if status == 500 else "provider_unavailable"},
+            )
         delay = state.latency_base + state.latency_per_item * items
         if delay > 0:
             await self.cfg.sleep(delay)
@@ -129,14 +152,20 @@ class Admission:
         else:
             state.rng.shuffle(candidates)
         if not candidates:
-            raise Refusal(404, f"No endpoints found for {model} that match your provider routing "
-                               f"preferences (order={prefs.get('order')}, only={prefs.get('only')}).",
-                          {"error_type": "not_found"})
+            raise Refusal(
+                404,
+                f"No endpoints found for {model} that match your provider routing "
+                f"preferences (order={prefs.get('order')}, only={prefs.get('only')}).",
+                {"error_type": "not_found"},
+            )
         up = [u for u in candidates if u not in state.down]
         if not up:
-            raise Refusal(503, "No available model provider meets your routing requirements",
-                          {"error_type": "provider_overloaded", "provider_name": candidates[0]},
-                          {"Retry-After": "1"})
+            raise Refusal(
+                503,
+                "No available model provider meets your routing requirements",
+                {"error_type": "provider_overloaded", "provider_name": candidates[0]},
+                {"Retry-After": "1"},
+            )
         return up[0]
 
     async def guarded(self, request: Request, endpoint: str, handler: Serve) -> Response:
@@ -146,7 +175,9 @@ class Admission:
             try:
                 body = await request.json()
             except ValueError:
-                raise Refusal(400, "Request body is not valid JSON", {"error_type": "invalid_request"}) from None
+                raise Refusal(
+                    400, "Request body is not valid JSON", {"error_type": "invalid_request"}
+                ) from None
             if not isinstance(body, dict):
                 raise Refusal(400, "Request body must be a JSON object", {"error_type": "invalid_request"})
             if endpoint == "embeddings" and pinned_upstream(body.get("provider")) is None:
@@ -174,5 +205,4 @@ class Admission:
         status = int(state.key_fail.params["status"])
         state.issued[f"{status}_{endpoint}"] += 1
         message, kind = KEY_FAILURES.get(status, ("Internal Server Error", "server"))
-        return Refusal(status, message, {"error_type": kind},
-                       {"Retry-After": "1"} if status == 429 else None)
+        return Refusal(status, message, {"error_type": kind}, {"Retry-After": "1"} if status == 429 else None)

@@ -71,14 +71,24 @@ class OpenRouterApi:
         inputs = body.get("input")
         if isinstance(inputs, str):
             inputs = [inputs]
-        if not isinstance(model, str) or not isinstance(inputs, list) or not inputs or \
-                not all(isinstance(t, str) for t in inputs):
-            raise Refusal(400, "model and a non-empty input (string or list of strings) are required",
-                          {"error_type": "invalid_request"})
+        if (
+            not isinstance(model, str)
+            or not isinstance(inputs, list)
+            or not inputs
+            or not all(isinstance(t, str) for t in inputs)
+        ):
+            raise Refusal(
+                400,
+                "model and a non-empty input (string or list of strings) are required",
+                {"error_type": "invalid_request"},
+            )
         fmt = body.get("encoding_format", "float")
         if fmt not in ("float", "base64"):
-            raise Refusal(400, f"encoding_format must be float or base64, not {fmt!r}",
-                          {"error_type": "invalid_request"})
+            raise Refusal(
+                400,
+                f"encoding_format must be float or base64, not {fmt!r}",
+                {"error_type": "invalid_request"},
+            )
         upstream = self.admission.route(model, body.get("provider"))
         if state.max_inputs is not None and len(inputs) > state.max_inputs:
             raise self.too_many_inputs(upstream, len(inputs), state.max_inputs)
@@ -93,32 +103,48 @@ class OpenRouterApi:
         data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
         mode = self.corruption()
         if mode == "not_json":  # a proxy's error page answered with a 200
-            return Response("<html><body>502 Bad Gateway</body></html>", status_code=200,
-                            media_type="text/html")
+            return Response(
+                "<html><body>502 Bad Gateway</body></html>", status_code=200, media_type="text/html"
+            )
         if mode == "other_upstream":  # served by another upstream than the one pinned
             upstream = next((u for u in state.upstreams[model] if u != upstream), f"not-{upstream}")
         data = corrupt(data, mode)
         for item in data:
             vec = np.asarray(item["embedding"], dtype="<f4")
-            item["embedding"] = (base64.b64encode(vec.tobytes()).decode() if fmt == "base64"
-                                 else [float(x) for x in vec])
+            item["embedding"] = (
+                base64.b64encode(vec.tobytes()).decode() if fmt == "base64" else [float(x) for x in vec]
+            )
         tokens = sum(max(1, len(t) // 4) for t in inputs)
-        return _raw_json({
-            "id": f"gen-emb-{uuid.uuid4().hex[:16]}", "object": "list", "data": data,
-            "model": model, "provider": upstream,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "cost": 0},
-        })
+        return _raw_json(
+            {
+                "id": f"gen-emb-{uuid.uuid4().hex[:16]}",
+                "object": "list",
+                "data": data,
+                "model": model,
+                "provider": upstream,
+                "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "cost": 0},
+            }
+        )
 
     def too_many_inputs(self, upstream: str, n: int, limit: int) -> Refusal:
         """An upstream's refusal of a batch over its input limit, as OpenRouter relays an
         upstream error: its own message says only that the provider refused, and the
         upstream's body rides along in `metadata.raw` (here OpenAI's wording)."""
         self.state.issued["400_too_many_inputs"] += 1
-        raw = {"error": {"message": f"Too many inputs. The max number of inputs is {limit}, "
-                                    f"but {n} were given. Send fewer inputs per request.",
-                         "type": "invalid_request_error", "param": "input", "code": None}}
-        return Refusal(400, "Provider returned error",
-                       {"error_type": "invalid_request", "provider_name": upstream, "raw": json.dumps(raw)})
+        raw = {
+            "error": {
+                "message": f"Too many inputs. The max number of inputs is {limit}, "
+                f"but {n} were given. Send fewer inputs per request.",
+                "type": "invalid_request_error",
+                "param": "input",
+                "code": None,
+            }
+        }
+        return Refusal(
+            400,
+            "Provider returned error",
+            {"error_type": "invalid_request", "provider_name": upstream, "raw": json.dumps(raw)},
+        )
 
     def corruption(self) -> str | None:
         """The corrupt mode this embedding response gets, if the switch fires for it."""
@@ -136,8 +162,11 @@ class OpenRouterApi:
         state, cfg = self.state, self.cfg
         model, query, docs = body.get("model"), body.get("query"), body.get("documents")
         if not isinstance(model, str) or not isinstance(query, str) or not isinstance(docs, list) or not docs:
-            raise Refusal(400, "model, query and a non-empty documents list are required",
-                          {"error_type": "invalid_request"})
+            raise Refusal(
+                400,
+                "model, query and a non-empty documents list are required",
+                {"error_type": "invalid_request"},
+            )
         texts = [d if isinstance(d, str) else str((d or {}).get("text", "")) for d in docs]
         await self.admission.before_serving("rerank", len(texts))
         enc = encoder(cfg.rerank_variant)
@@ -149,12 +178,18 @@ class OpenRouterApi:
             order = order[:top_n]
         state.by_upstream[RERANK_UPSTREAM] += 1
         state.by_model[model] += 1
-        return JSONResponse({
-            "id": f"gen-rerank-{uuid.uuid4().hex[:16]}", "model": model, "provider": RERANK_UPSTREAM,
-            "results": [{"index": i, "relevance_score": float(scores[i]), "document": {"text": texts[i]}}
-                        for i in order],
-            "usage": {"search_units": 1, "total_tokens": sum(len(t) // 4 + 1 for t in [query, *texts])},
-        })
+        return JSONResponse(
+            {
+                "id": f"gen-rerank-{uuid.uuid4().hex[:16]}",
+                "model": model,
+                "provider": RERANK_UPSTREAM,
+                "results": [
+                    {"index": i, "relevance_score": float(scores[i]), "document": {"text": texts[i]}}
+                    for i in order
+                ],
+                "usage": {"search_units": 1, "total_tokens": sum(len(t) // 4 + 1 for t in [query, *texts])},
+            }
+        )
 
     # ------------------------------------------------------------------ chat
 
@@ -165,8 +200,9 @@ class OpenRouterApi:
         state = self.state
         model, messages = body.get("model"), body.get("messages")
         if not isinstance(model, str) or not isinstance(messages, list) or not messages:
-            raise Refusal(400, "model and a non-empty messages list are required",
-                          {"error_type": "invalid_request"})
+            raise Refusal(
+                400, "model and a non-empty messages list are required", {"error_type": "invalid_request"}
+            )
         await self.admission.before_serving("chat", 1)
         turn = state.chat.next_turn(model, messages)
         calls = state.chat.tool_call_objects(turn)
@@ -175,30 +211,60 @@ class OpenRouterApi:
         state.by_model[model] += 1
         gen_id = f"gen-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
-        usage = {"prompt_tokens": sum(len(str(m.get("content", ""))) // 4 + 1 for m in messages),
-                 "completion_tokens": len(turn.content or "") // 4 + len(calls), "total_tokens": 0}
+        usage = {
+            "prompt_tokens": sum(len(str(m.get("content", ""))) // 4 + 1 for m in messages),
+            "completion_tokens": len(turn.content or "") // 4 + len(calls),
+            "total_tokens": 0,
+        }
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         if not body.get("stream"):
             message: dict[str, Any] = {"role": "assistant", "content": turn.content}
             if calls:
                 message["tool_calls"] = calls
-            return JSONResponse({
-                "id": gen_id, "object": "chat.completion", "created": created, "model": model,
-                "provider": CHAT_UPSTREAM,
-                "choices": [{"index": 0, "message": message, "finish_reason": finish,
-                             "native_finish_reason": finish}],
-                "usage": usage,
-            })
-        return StreamingResponse(self.stream(gen_id, created, model, turn, calls, finish, usage),
-                                 media_type="text/event-stream",
-                                 headers={"X-Generation-Id": gen_id, "Cache-Control": "no-cache"})
+            return JSONResponse(
+                {
+                    "id": gen_id,
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": model,
+                    "provider": CHAT_UPSTREAM,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": finish,
+                            "native_finish_reason": finish,
+                        }
+                    ],
+                    "usage": usage,
+                }
+            )
+        return StreamingResponse(
+            self.stream(gen_id, created, model, turn, calls, finish, usage),
+            media_type="text/event-stream",
+            headers={"X-Generation-Id": gen_id, "Cache-Control": "no-cache"},
+        )
 
-    async def stream(self, gen_id: str, created: int, model: str, turn: Turn, calls: list[dict[str, Any]],
-                     finish: str, usage: dict[str, int]) -> AsyncIterator[str]:
+    async def stream(
+        self,
+        gen_id: str,
+        created: int,
+        model: str,
+        turn: Turn,
+        calls: list[dict[str, Any]],
+        finish: str,
+        usage: dict[str, int],
+    ) -> AsyncIterator[str]:
         def chunk(delta: dict[str, Any], finish_reason: str | None = None, **extra: Any) -> str:
-            obj = {"id": gen_id, "object": "chat.completion.chunk", "created": created, "model": model,
-                   "provider": CHAT_UPSTREAM,
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}], **extra}
+            obj = {
+                "id": gen_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "provider": CHAT_UPSTREAM,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+                **extra,
+            }
             return f"data: {json.dumps(obj)}\n\n"
 
         try:
@@ -211,8 +277,11 @@ class OpenRouterApi:
                 yield chunk({"content": piece})
             if err is not None:
                 # OpenRouter's mid-stream error: one chunk with a top-level `error`, then the end.
-                e = {"code": int(err.get("code", 502)), "message": err.get("message", "Provider disconnected"),
-                     "metadata": {"error_type": err.get("error_type", "provider_unavailable")}}
+                e = {
+                    "code": int(err.get("code", 502)),
+                    "message": err.get("message", "Provider disconnected"),
+                    "metadata": {"error_type": err.get("error_type", "provider_unavailable")},
+                }
                 yield chunk({"content": ""}, "error", error=e)
                 return
             for delta in tool_call_fragments(calls):
@@ -250,7 +319,8 @@ class OpenRouterApi:
             return r.response()
         if not state.is_management(header):
             state.issued["403"] += 1
-            return error_response(403, "Only management keys can fetch credits",
-                                  {"error_type": "permission_denied"})
+            return error_response(
+                403, "Only management keys can fetch credits", {"error_type": "permission_denied"}
+            )
         state.served["credits"] += 1
         return JSONResponse({"data": dict(state.credits)})

@@ -31,7 +31,11 @@ class Turn:
 
     @classmethod
     def parse(cls, raw: dict[str, Any]) -> Turn:
-        known = {k: raw[k] for k in ("content", "tool_calls", "match", "model", "finish_reason", "stream_error") if k in raw}
+        known = {
+            k: raw[k]
+            for k in ("content", "tool_calls", "match", "model", "finish_reason", "stream_error")
+            if k in raw
+        }
         unknown = set(raw) - set(known)
         if unknown:
             raise ValueError(f"unknown script fields {sorted(unknown)}")
@@ -80,11 +84,16 @@ class ScriptedChat:
         out = []
         for tc in turn.tool_calls:
             args = tc.get("arguments", {})
-            out.append({
-                "id": tc.get("id") or f"call_{next(self._ids)}",
-                "type": "function",
-                "function": {"name": tc["name"], "arguments": args if isinstance(args, str) else json.dumps(args)},
-            })
+            out.append(
+                {
+                    "id": tc.get("id") or f"call_{next(self._ids)}",
+                    "type": "function",
+                    "function": {
+                        "name": tc["name"],
+                        "arguments": args if isinstance(args, str) else json.dumps(args),
+                    },
+                }
+            )
         return out
 
 
@@ -103,7 +112,17 @@ def tool_call_fragments(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for i, call in enumerate(calls):
         args = call["function"]["arguments"]
         half = len(args) // 2
-        out.append({"tool_calls": [{"index": i, "id": call["id"], "type": "function",
-                                    "function": {"name": call["function"]["name"], "arguments": args[:half]}}]})
+        out.append(
+            {
+                "tool_calls": [
+                    {
+                        "index": i,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": args[:half]},
+                    }
+                ]
+            }
+        )
         out.append({"tool_calls": [{"index": i, "function": {"arguments": args[half:]}}]})
     return out

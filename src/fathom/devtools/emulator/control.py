@@ -58,13 +58,17 @@ class EmulatorControl(ControlClient):
         max_inputs= (the most inputs an embedding request may carry; None: no limit)."""
         return self._call("PUT", "/limits", fields)
 
-    def fail(self, status: int = 502, count: int | None = 1, rate: float = 0.0,
-             endpoints: list[str] | None = None) -> None:
+    def fail(
+        self, status: int = 502, count: int | None = 1, rate: float = 0.0, endpoints: list[str] | None = None
+    ) -> None:
         self._call("POST", "/fail", {"status": status, "count": count, "rate": rate, "endpoints": endpoints})
 
-    def in_flight_402(self, count: int | None = 1, retry_after: float = 2.0,
-                      endpoints: list[str] | None = None) -> None:
-        self._call("POST", "/in-flight-402", {"count": count, "retry_after": retry_after, "endpoints": endpoints})
+    def in_flight_402(
+        self, count: int | None = 1, retry_after: float = 2.0, endpoints: list[str] | None = None
+    ) -> None:
+        self._call(
+            "POST", "/in-flight-402", {"count": count, "retry_after": retry_after, "endpoints": endpoints}
+        )
 
     def credits_402(self, count: int | None = 1, endpoints: list[str] | None = None) -> None:
         self._call("POST", "/credits-402", {"count": count, "endpoints": endpoints})

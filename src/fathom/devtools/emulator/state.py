@@ -45,7 +45,11 @@ DEFAULT_KEY_REPORT: dict[str, Any] = {
     "is_management_key": False,
     # Deprecated by OpenRouter ("safe to ignore") but still sent: tests set it absent,
     # present, or degenerate.
-    "rate_limit": {"requests": 1000, "interval": "1h", "note": "This field is deprecated and safe to ignore."},
+    "rate_limit": {
+        "requests": 1000,
+        "interval": "1h",
+        "note": "This field is deprecated and safe to ignore.",
+    },
 }
 
 
@@ -55,7 +59,9 @@ def key_hash(key: str) -> str:
 
 @dataclass
 class EmulatorConfig:
-    upstreams: dict[str, dict[str, str]] = field(default_factory=lambda: {m: dict(u) for m, u in DEFAULT_UPSTREAMS.items()})
+    upstreams: dict[str, dict[str, str]] = field(
+        default_factory=lambda: {m: dict(u) for m, u in DEFAULT_UPSTREAMS.items()}
+    )
     # None: any `sk-or-…` key is valid. Otherwise only these (kept as hashes in the state).
     accepted_keys: list[str] | None = None
     management_keys: list[str] = field(default_factory=list)
@@ -125,7 +131,9 @@ class EmulatorState:
         self.accepted_hashes = None if cfg.accepted_keys is None else {key_hash(k) for k in cfg.accepted_keys}
         self.management_hashes = {key_hash(k) for k in cfg.management_keys}
         self.credits_for_all = False
-        self.key_report: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULT_KEY_REPORT.items()}
+        self.key_report: dict[str, Any] = {
+            k: (dict(v) if isinstance(v, dict) else v) for k, v in DEFAULT_KEY_REPORT.items()
+        }
         self.credits = {"total_credits": 10.0, "total_usage": 0.0}
         self.rpm: RpmWindow | None = None
         self.concurrency = ConcurrencyGate(None)
@@ -156,7 +164,7 @@ class EmulatorState:
     def authorize(self, header: str | None) -> bool:
         if not header or not header.startswith("Bearer "):
             return False
-        key = header[len("Bearer "):].strip()
+        key = header[len("Bearer ") :].strip()
         h = key_hash(key)
         self.keys_seen.add(h)
         if self.accepted_hashes is None:
@@ -164,7 +172,7 @@ class EmulatorState:
         return h in self.accepted_hashes
 
     def is_management(self, header: str) -> bool:
-        key = header[len("Bearer "):].strip()
+        key = header[len("Bearer ") :].strip()
         return self.credits_for_all or key_hash(key) in self.management_hashes
 
     # -- read back

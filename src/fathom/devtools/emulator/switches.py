@@ -38,9 +38,13 @@ def key_report_problem(b: dict[str, Any]) -> str | None:
         rl = b["rate_limit"]
         if rl is None or rl == "absent":
             return None
-        if not (isinstance(rl, dict) and set(rl) <= {"requests", "interval", "note"}
-                and _number_or_null(rl.get("requests")) and rl.get("requests") is not None
-                and isinstance(rl.get("interval"), str)):
+        if not (
+            isinstance(rl, dict)
+            and set(rl) <= {"requests", "interval", "note"}
+            and _number_or_null(rl.get("requests"))
+            and rl.get("requests") is not None
+            and isinstance(rl.get("interval"), str)
+        ):
             return 'rate_limit must be {"requests": number, "interval": "10s"}, null or "absent"'
     return None
 
@@ -48,8 +52,12 @@ def key_report_problem(b: dict[str, Any]) -> str | None:
 def fault_from(b: dict[str, Any], **params: Any) -> Fault:
     count = b.get("count", 1)
     eps = b.get("endpoints")
-    return Fault(remaining=None if count is None else int(count), rate=float(b.get("rate", 0.0)),
-                 endpoints=None if eps is None else frozenset(eps), params=params)
+    return Fault(
+        remaining=None if count is None else int(count),
+        rate=float(b.get("rate", 0.0)),
+        endpoints=None if eps is None else frozenset(eps),
+        params=params,
+    )
 
 
 class Switches:
@@ -137,8 +145,11 @@ class Switches:
         state = self.state
         b = await body_of(request)
         if "rpm" in b:
-            state.rpm = None if b["rpm"] is None else RpmWindow(int(b["rpm"]), window=float(b.get("window", 60.0)),
-                                                                 clock=self.cfg.clock)
+            state.rpm = (
+                None
+                if b["rpm"] is None
+                else RpmWindow(int(b["rpm"]), window=float(b.get("window", 60.0)), clock=self.cfg.clock)
+            )
         if "concurrency" in b:
             gate = ConcurrencyGate(None if b["concurrency"] is None else int(b["concurrency"]))
             gate.in_flight, gate.peak = state.concurrency.in_flight, state.concurrency.peak

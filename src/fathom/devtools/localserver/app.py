@@ -84,8 +84,12 @@ class LocalServerState:
         self.log.clear()
 
     def counters(self) -> dict[str, Any]:
-        return {"requests": dict(self.requests), "refused": {str(k): v for k, v in self.refused.items()},
-                "streamed": self.streamed, "turns_left": len(self.chat.turns)}
+        return {
+            "requests": dict(self.requests),
+            "refused": {str(k): v for k, v in self.refused.items()},
+            "streamed": self.streamed,
+            "turns_left": len(self.chat.turns),
+        }
 
     def fault_for(self, endpoint: str) -> Fault | None:
         for fault in self.faults:
@@ -106,10 +110,17 @@ class _Refusal(Exception):
 
 def _error(refusal: _Refusal) -> JSONResponse:
     # vLLM's error body (OpenAI's `error` object beside its own top-level fields).
-    return JSONResponse({"object": "error", "message": refusal.message, "type": refusal.kind, "param": None,
-                         "code": refusal.status, "error": {"message": refusal.message, "type": refusal.kind,
-                                                           "code": refusal.status}},
-                        status_code=refusal.status)
+    return JSONResponse(
+        {
+            "object": "error",
+            "message": refusal.message,
+            "type": refusal.kind,
+            "param": None,
+            "code": refusal.status,
+            "error": {"message": refusal.message, "type": refusal.kind, "code": refusal.status},
+        },
+        status_code=refusal.status,
+    )
 
 
 def _tokens(text: str) -> int:
@@ -141,13 +152,19 @@ def check_messages(messages: Any) -> list[dict[str, Any]]:
                     if not isinstance(args, str) or not isinstance(json.loads(args), dict):
                         raise ValueError
                 except ValueError:
-                    raise _Refusal(400, f"messages[{i}]: tool call arguments must be a JSON object in a "
-                                        f"string", "BadRequestError") from None
+                    raise _Refusal(
+                        400,
+                        f"messages[{i}]: tool call arguments must be a JSON object in a string",
+                        "BadRequestError",
+                    ) from None
                 open_calls.add(str(call.get("id")))
         if m["role"] == "tool" and m.get("tool_call_id") not in open_calls:
-            raise _Refusal(400, f"messages[{i}]: a 'tool' message must answer a preceding assistant "
-                                f"tool call (tool_call_id {m.get('tool_call_id')!r} is unknown)",
-                           "BadRequestError")
+            raise _Refusal(
+                400,
+                f"messages[{i}]: a 'tool' message must answer a preceding assistant "
+                f"tool call (tool_call_id {m.get('tool_call_id')!r} is unknown)",
+                "BadRequestError",
+            )
     return messages
 
 
@@ -195,15 +212,32 @@ class LocalServerApi:
                 raise _Refusal(400, "the body is not JSON", "BadRequestError") from None
             if not isinstance(body, dict):
                 raise _Refusal(400, "the body must be a JSON object", "BadRequestError")
-            state.log.append({"endpoint": endpoint, **{k: body.get(k) for k in (
-                "model", "messages", "tools", "stream", "max_tokens", "query", "documents", "texts")}})
+            state.log.append(
+                {
+                    "endpoint": endpoint,
+                    **{
+                        k: body.get(k)
+                        for k in (
+                            "model",
+                            "messages",
+                            "tools",
+                            "stream",
+                            "max_tokens",
+                            "query",
+                            "documents",
+                            "texts",
+                        )
+                    },
+                }
+            )
             if state.delay:
                 reset = state.was_reset
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(reset.wait(), state.delay)
                 if reset.is_set():
-                    raise _Refusal(503, "the server was reset while this request waited",
-                                   "ServiceUnavailable")
+                    raise _Refusal(
+                        503, "the server was reset while this request waited", "ServiceUnavailable"
+                    )
             fault = state.fault_for(endpoint)
             if fault is not None:
                 raise _Refusal(fault.status, fault.message, fault.kind)
@@ -219,8 +253,10 @@ class LocalServerApi:
         return model
 
     async def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "fathom-devtools"}
-                                           for m in self.config.models]}
+        return {
+            "object": "list",
+            "data": [{"id": m, "object": "model", "owned_by": "fathom-devtools"} for m in self.config.models],
+        }
 
     # ------------------------------------------------------------------ chat
 
@@ -235,15 +271,22 @@ class LocalServerApi:
         asked = prompt_tokens(messages, tools)
         completion_cap = int(body.get("max_tokens") or 0)
         if asked + completion_cap > state.context:
-            raise _Refusal(400, f"This model's maximum context length is {state.context} tokens. "
-                                f"However, you requested {asked + completion_cap} tokens ({asked} in the "
-                                f"messages, {completion_cap} in the completion). Please reduce the "
-                                f"length of the messages or completion.", "BadRequestError")
+            raise _Refusal(
+                400,
+                f"This model's maximum context length is {state.context} tokens. "
+                f"However, you requested {asked + completion_cap} tokens ({asked} in the "
+                f"messages, {completion_cap} in the completion). Please reduce the "
+                f"length of the messages or completion.",
+                "BadRequestError",
+            )
         turn = state.chat.next_turn(model, messages)
         calls = state.chat.tool_call_objects(turn)
         if calls and not tools:
-            raise _Refusal(400, "the script answers with a tool call, but the request offered no "
-                                "tools", "BadRequestError")
+            raise _Refusal(
+                400,
+                "the script answers with a tool call, but the request offered no tools",
+                "BadRequestError",
+            )
         finish = turn.finish_reason or ("tool_calls" if calls else "stop")
         out_tokens = _tokens(turn.content or "") + sum(_tokens(c["function"]["arguments"]) for c in calls)
         usage = {"prompt_tokens": asked, "completion_tokens": out_tokens, "total_tokens": asked + out_tokens}
@@ -252,12 +295,19 @@ class LocalServerApi:
             message: dict[str, Any] = {"role": "assistant", "content": turn.content}
             if calls:
                 message["tool_calls"] = calls
-            return JSONResponse({**head, "object": "chat.completion", "usage": usage, "choices": [
-                {"index": 0, "message": message, "finish_reason": finish}]})
+            return JSONResponse(
+                {
+                    **head,
+                    "object": "chat.completion",
+                    "usage": usage,
+                    "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+                }
+            )
         state.streamed += 1
         with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return StreamingResponse(stream(head, turn, calls, finish, usage if with_usage else None),
-                                 media_type="text/event-stream")
+        return StreamingResponse(
+            stream(head, turn, calls, finish, usage if with_usage else None), media_type="text/event-stream"
+        )
 
     # ------------------------------------------------------------------ rerank
 
@@ -270,13 +320,20 @@ class LocalServerApi:
         top = body.get("top_n")
         if isinstance(top, int):
             order = order[:top]
-        return JSONResponse({"id": f"rerank-{uuid.uuid4().hex[:12]}", "model": model,
-                             "results": [{"index": i, "relevance_score": s} for i, s in order],
-                             "usage": {"total_tokens": _tokens(json.dumps(body))}})
+        return JSONResponse(
+            {
+                "id": f"rerank-{uuid.uuid4().hex[:12]}",
+                "model": model,
+                "results": [{"index": i, "relevance_score": s} for i, s in order],
+                "usage": {"total_tokens": _tokens(json.dumps(body))},
+            }
+        )
 
     async def tei_rerank(self, request: Request) -> Response:
         async def answer(body: dict[str, Any]) -> Response:
-            return JSONResponse([{"index": i, "score": s} for i, s in ranked(body.get("query"), body.get("texts"))])
+            return JSONResponse(
+                [{"index": i, "score": s} for i, s in ranked(body.get("query"), body.get("texts"))]
+            )
 
         return await self.served("tei-rerank", request, answer)
 
@@ -291,9 +348,15 @@ class LocalServerApi:
     async def control_fail(self, request: Request) -> Any:
         b = await body_of(request)
         count = b.get("count", 1)
-        self.state.faults.append(Fault(int(b.get("status", 500)), str(b.get("message", "Internal Server Error")),
-                                       str(b.get("type", "InternalServerError")),
-                                       None if count is None else int(count), tuple(b.get("endpoints") or ())))
+        self.state.faults.append(
+            Fault(
+                int(b.get("status", 500)),
+                str(b.get("message", "Internal Server Error")),
+                str(b.get("type", "InternalServerError")),
+                None if count is None else int(count),
+                tuple(b.get("endpoints") or ()),
+            )
+        )
         return {"faults": len(self.state.faults)}
 
     async def control_context(self, request: Request) -> Any:
@@ -305,8 +368,9 @@ class LocalServerApi:
         return {"delay": self.state.delay}
 
 
-async def stream(head: dict[str, Any], turn: Turn, calls: list[dict[str, Any]], finish: str,
-                 usage: dict[str, int] | None) -> AsyncIterator[str]:
+async def stream(
+    head: dict[str, Any], turn: Turn, calls: list[dict[str, Any]], finish: str, usage: dict[str, int] | None
+) -> AsyncIterator[str]:
     def event(choices: list[dict[str, Any]], **extra: Any) -> str:
         return f"data: {json.dumps({**head, 'object': 'chat.completion.chunk', 'choices': choices, **extra})}\n\n"
 
@@ -321,8 +385,11 @@ async def stream(head: dict[str, Any], turn: Turn, calls: list[dict[str, Any]], 
         yield delta({"content": piece})
     if err is not None:
         # vLLM ends a failed stream with one error event, then closes.
-        error = {"message": err.get("message", "generation failed"),
-                 "type": err.get("type", "InternalServerError"), "code": int(err.get("code", 500))}
+        error = {
+            "message": err.get("message", "generation failed"),
+            "type": err.get("type", "InternalServerError"),
+            "code": int(err.get("code", 500)),
+        }
         yield f"data: {json.dumps({'error': error})}\n\n"
         return
     for d in tool_call_fragments(calls):
@@ -344,8 +411,9 @@ def ranked(query: Any, documents: Any) -> list[tuple[int, float]]:
 def create_app(config: LocalServerConfig | None = None) -> FastAPI:
     config = config or LocalServerConfig()
     state = LocalServerState(config, context=config.context)
-    app = FastAPI(title="fathom scripted local server (dev/test only)", docs_url=None, redoc_url=None,
-                  openapi_url=None)
+    app = FastAPI(
+        title="fathom scripted local server (dev/test only)", docs_url=None, redoc_url=None, openapi_url=None
+    )
     app.state.local = state
     api = LocalServerApi(config, state)
     app.include_router(api.router())

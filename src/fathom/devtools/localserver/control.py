@@ -15,12 +15,21 @@ class LocalServerControl(ControlClient):
         """The last 200 requests: endpoint, model, messages, tools, stream, max_tokens, query…"""
         return self._call("GET", "/requests")["requests"]
 
-    def fail(self, status: int = 500, count: int | None = 1, message: str = "Internal Server Error",
-             kind: str = "InternalServerError", endpoints: list[str] | None = None) -> None:
+    def fail(
+        self,
+        status: int = 500,
+        count: int | None = 1,
+        message: str = "Internal Server Error",
+        kind: str = "InternalServerError",
+        endpoints: list[str] | None = None,
+    ) -> None:
         """The next `count` requests (every one: None) to `endpoints` (chat, rerank,
         tei-rerank; all: None) answer `status` with `message` in vLLM's error body."""
-        self._call("POST", "/fail", {"status": status, "count": count, "message": message, "type": kind,
-                                     "endpoints": endpoints})
+        self._call(
+            "POST",
+            "/fail",
+            {"status": status, "count": count, "message": message, "type": kind, "endpoints": endpoints},
+        )
 
     def delay(self, seconds: float) -> None:
         """Wait this long before answering each request (0: answer at once)."""

@@ -69,7 +69,8 @@ def _unwrap(spec: Spec, node):
         if _is_definition(spec, node):
             return node
         if node.type in spec.wrappers or (
-            node.type == "expression_statement" and node.named_children
+            node.type == "expression_statement"
+            and node.named_children
             and node.named_children[0].type in ("internal_module", "module")
         ):
             inner = node.child_by_field_name("definition") or node.child_by_field_name("declaration")
@@ -124,8 +125,17 @@ def chunk_code(doc: Doc, spec: Spec) -> list[Chunk]:
     return chunks
 
 
-def _cover(doc: Doc, spec: Spec, container, lo: int, hi: int, scope: str | None, out: list[Piece], depth: int,
-           in_type: bool = False) -> None:
+def _cover(
+    doc: Doc,
+    spec: Spec,
+    container,
+    lo: int,
+    hi: int,
+    scope: str | None,
+    out: list[Piece],
+    depth: int,
+    in_type: bool = False,
+) -> None:
     """Pieces for rows lo..hi of a container: one per definition, gaps for the rest.
     `in_type`: the container is a class-like type, so its functions are methods."""
     covered: list[tuple[int, int]] = []
@@ -155,8 +165,17 @@ def _cover(doc: Doc, spec: Spec, container, lo: int, hi: int, scope: str | None,
         if depth >= MAX_DEPTH or (doc.fits(start, end) and definition.type not in spec.scopes):
             out.append(Piece(start, end, symbol, "def", kind))
         elif definition.type in spec.containers:
-            _cover(doc, spec, definition, start, end, symbol, out, depth + 1,
-                   in_type=kind == "class" or definition.type in spec.method_hosts)
+            _cover(
+                doc,
+                spec,
+                definition,
+                start,
+                end,
+                symbol,
+                out,
+                depth + 1,
+                in_type=kind == "class" or definition.type in spec.method_hosts,
+            )
         else:
             out.append(Piece(start, end, symbol, "def", kind))
     # Whatever no definition claimed (imports, constants, a class header, a closing brace)
@@ -178,7 +197,11 @@ def _python_docstrings(doc: Doc, root) -> list[Chunk]:
         if not statements:
             return None
         first = statements[0]
-        if first.type == "expression_statement" and first.named_children and first.named_children[0].type == "string":
+        if (
+            first.type == "expression_statement"
+            and first.named_children
+            and first.named_children[0].type == "string"
+        ):
             return first.named_children[0]
         return None
 
@@ -186,7 +209,9 @@ def _python_docstrings(doc: Doc, root) -> list[Chunk]:
         if depth > MAX_DEPTH:
             return
         for child in node.named_children:
-            target = child.child_by_field_name("definition") if child.type == "decorated_definition" else child
+            target = (
+                child.child_by_field_name("definition") if child.type == "decorated_definition" else child
+            )
             if target is None or target.type not in ("function_definition", "class_definition"):
                 continue
             name = name_field(target) or "<anonymous>"

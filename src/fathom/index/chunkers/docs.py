@@ -57,14 +57,11 @@ def _merge_heading_only(lines: list[str], sections: list[Piece]) -> list[Piece]:
             section = replace(section, start=carry)
             carry = None
         body = [
-            line for line in lines[heading_row + 1 : section.end + 1]
+            line
+            for line in lines[heading_row + 1 : section.end + 1]
             if line.strip() and not _SETEXT.match(line) and not _RST_ADORNMENT.match(line)
         ]
-        if (
-            section.kind == "def"
-            and index + 1 < len(sections)
-            and not body
-        ):
+        if section.kind == "def" and index + 1 < len(sections) and not body:
             carry = section.start
             continue
         out.append(section)
@@ -132,7 +129,11 @@ def _rst_headings(lines: list[str]) -> list[tuple[int, int, str]]:
         if _RST_ADORNMENT.match(title) and row + 2 < len(lines) and _RST_ADORNMENT.match(lines[row + 2]):
             # Overlined title: adornment, title, adornment.
             overline, title, under = True, lines[row + 1], lines[row + 2]
-            if title.strip() and not _RST_ADORNMENT.match(title) and len(under.rstrip()) >= len(title.strip()):
+            if (
+                title.strip()
+                and not _RST_ADORNMENT.match(title)
+                and len(under.rstrip()) >= len(title.strip())
+            ):
                 style = (under.strip()[0], True)
                 if style not in styles:
                     styles.append(style)

@@ -50,13 +50,20 @@ class Doc:
     def blank(self, row: int) -> bool:
         return not self.lines[row].strip()
 
-    def chunk(self, start: int, end: int, symbol: str | None, text: str | None = None,
-              kind: str | None = None) -> Chunk:
+    def chunk(
+        self, start: int, end: int, symbol: str | None, text: str | None = None, kind: str | None = None
+    ) -> Chunk:
         if text is None:
             text = "\n".join(self.lines[start : end + 1])
         return Chunk(
-            path=self.path, language=self.language, table=self.table,
-            start_line=start + 1, end_line=end + 1, symbol=symbol, text=text, kind=kind,
+            path=self.path,
+            language=self.language,
+            table=self.table,
+            start_line=start + 1,
+            end_line=end + 1,
+            symbol=symbol,
+            text=text,
+            kind=kind,
         )
 
     def windows_of_file(self) -> list[Chunk]:
@@ -78,8 +85,9 @@ class Doc:
             if self.fits(start, end):
                 out.append(self.chunk(start, end, piece.symbol, kind=piece.symbol_kind))
             else:
-                out.extend(self.windows(start, end, piece.symbol, self.limits.max_lines,
-                                        kind=piece.symbol_kind))
+                out.extend(
+                    self.windows(start, end, piece.symbol, self.limits.max_lines, kind=piece.symbol_kind)
+                )
         return out
 
     def trim(self, start: int, end: int) -> tuple[int, int]:
@@ -89,8 +97,9 @@ class Doc:
             end -= 1
         return start, end
 
-    def windows(self, start: int, end: int, symbol: str | None, max_lines: int, *,
-                kind: str | None = None) -> list[Chunk]:
+    def windows(
+        self, start: int, end: int, symbol: str | None, max_lines: int, *, kind: str | None = None
+    ) -> list[Chunk]:
         """Overlapping windows over rows start..end, cut at blank lines when one is near."""
         limits = self.limits
         out: list[Chunk] = []
@@ -169,13 +178,17 @@ def _merge_tiny(doc: Doc, pieces: list[Piece]) -> list[Piece]:
         return b.start <= a.end + 1 or all(doc.blank(r) for r in range(a.end + 1, b.start))
 
     def family(tiny: Piece, other: Piece) -> bool:
-        return tiny.symbol is not None and other.symbol is not None and (
-            other.symbol == tiny.symbol or other.symbol.startswith(tiny.symbol + ".")
+        return (
+            tiny.symbol is not None
+            and other.symbol is not None
+            and (other.symbol == tiny.symbol or other.symbol.startswith(tiny.symbol + "."))
         )
 
     for index, piece in enumerate(pieces):
         if pending is not None:
-            if touching(pending, piece) and doc.fits(min(pending.start, piece.start), max(pending.end, piece.end)):
+            if touching(pending, piece) and doc.fits(
+                min(pending.start, piece.start), max(pending.end, piece.end)
+            ):
                 piece = replace(piece, start=min(pending.start, piece.start), end=max(pending.end, piece.end))
             else:
                 out.append(pending)
@@ -186,7 +199,9 @@ def _merge_tiny(doc: Doc, pieces: list[Piece]) -> list[Piece]:
             continue
         following = pieces[index + 1] if index + 1 < len(pieces) else None
         prev = out[-1] if out else None
-        prefer_next = following is not None and family(piece, following) and not (prev and family(piece, prev))
+        prefer_next = (
+            following is not None and family(piece, following) and not (prev and family(piece, prev))
+        )
         if (
             prev is not None
             and not prefer_next

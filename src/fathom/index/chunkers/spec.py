@@ -93,6 +93,7 @@ def unquote(text: str) -> str:
 
 def grammar(module: str, attr: str = "language") -> Callable[[], object]:
     """A loader of one grammar wheel's language (imported on first use only)."""
+
     def load():
         import importlib
 

@@ -33,6 +33,7 @@ def _no_kind(node, in_type: bool = False) -> str | None:
 
 # --- JSON and YAML: a key whose value is a block ---------------------------------------
 
+
 def _key_name(node) -> str | None:
     key = node.child_by_field_name("key")
     return unquote(node_text(key)) or None if key is not None else None
@@ -98,6 +99,7 @@ _TOML = Spec(
 
 # --- Terraform and HCL: blocks, named by their Terraform address -----------------------
 
+
 def _hcl_name(node) -> str | None:
     if node.type == "attribute":
         return node_text(first_child(node, ("identifier",))) or None
@@ -137,6 +139,7 @@ _HCL = Spec(
 
 # --- SQL: statements that define or change a schema object -----------------------------
 
+
 def _sql_object(node):
     inner = node.named_children[0] if node.named_children else None
     if inner is None or not inner.type.startswith(("create_", "alter_")):
@@ -149,7 +152,11 @@ def _sql_name(node) -> str | None:
     if inner is None:
         return None
     # An index is named before its table: `CREATE INDEX by_customer ON orders (…)`.
-    kinds = ("identifier", "object_reference") if inner.type == "create_index" else ("object_reference", "identifier")
+    kinds = (
+        ("identifier", "object_reference")
+        if inner.type == "create_index"
+        else ("object_reference", "identifier")
+    )
     for kind in kinds:
         found = first_child(inner, (kind,))
         if found is not None:
@@ -209,7 +216,9 @@ def dockerfile_stages(lines: list[str]) -> list[Piece]:
             starts.append((row, match.group(2) or match.group(1)))
         stripped = line.rstrip()
         heredocs.extend((m.group(1) == "-", m.group(3)) for m in _HEREDOC.finditer(line))
-        continued = stripped.endswith("\\") or (continued and (not stripped or stripped.lstrip().startswith("#")))
+        continued = stripped.endswith("\\") or (
+            continued and (not stripped or stripped.lstrip().startswith("#"))
+        )
     # The comments right above a `FROM` say what that stage is for: they open it.
     starts = [(_comments_above(lines, row), name) for row, name in starts]
     pieces: list[Piece] = []

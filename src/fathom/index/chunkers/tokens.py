@@ -118,8 +118,12 @@ def _runs_of_lines(lines: list[str], sizes: list[int], budget: int) -> list[tupl
 
 
 def _lines_chunk(chunk: Chunk, lines: list[str], a: int, b: int) -> Chunk:
-    return replace(chunk, start_line=chunk.start_line + a, end_line=chunk.start_line + b,
-                   text="\n".join(lines[a : b + 1]))
+    return replace(
+        chunk,
+        start_line=chunk.start_line + a,
+        end_line=chunk.start_line + b,
+        text="\n".join(lines[a : b + 1]),
+    )
 
 
 def _shrink(chunk: Chunk, lines: list[str], a: int, b: int, tokens: TokenCounter) -> list[Chunk]:
@@ -157,8 +161,9 @@ def _slices(chunk: Chunk, row: int, line: str, tokens: TokenCounter) -> list[Chu
             take = max(1, take * 9 // 10)
         piece = line[at:end]
         if piece.strip():
-            out.append(replace(chunk, start_line=chunk.start_line + row, end_line=chunk.start_line + row,
-                               text=piece))
+            out.append(
+                replace(chunk, start_line=chunk.start_line + row, end_line=chunk.start_line + row, text=piece)
+            )
         at = end
         while k < len(ends) and ends[k] <= at:
             k += 1

@@ -59,8 +59,9 @@ def ann_params(width: int) -> tuple[int, int, int]:
     16 dims, 16 probes, 400 candidates: 4-dim ones made the build take far too long and the
     scan slow at 2560-d, 8-dim ones too; 16-dim ones rank more coarsely, so more candidates
     are re-ranked. Probes changed latency, not recall."""
-    dims, nprobes, candidates = ((4, ANN_NPROBES, ANN_CANDIDATES) if width <= ANN_WIDE
-                                 else (16, ANN_WIDE_NPROBES, ANN_WIDE_CANDIDATES))
+    dims, nprobes, candidates = (
+        (4, ANN_NPROBES, ANN_CANDIDATES) if width <= ANN_WIDE else (16, ANN_WIDE_NPROBES, ANN_WIDE_CANDIDATES)
+    )
     # PQ needs sub-vectors that split the width evenly: at least width / dims of them.
     sub = next(s for s in range(max(1, width // dims), width + 1) if width % s == 0)
     return sub, nprobes, candidates
@@ -96,7 +97,6 @@ class AnnBuilder:
         width = tbl.schema.field("vector").type.list_size
         return n >= self.min_rows and (uncached or self.store._cache.too_big(n, width))
 
-
     def later(self, project: str, name: str) -> None:
         """Build (or rebuild) the table's ANN index: in a daemon thread, one per table at a
         time in this process, or right here when `ann_background` is off."""
@@ -108,8 +108,9 @@ class AnnBuilder:
             job = self.jobs.get(key)
             if job is not None and job.is_alive():
                 return
-            job = threading.Thread(target=self._build_in_background, args=(project, name),
-                                   daemon=True, name=f"fathom-ann-{name}")
+            job = threading.Thread(
+                target=self._build_in_background, args=(project, name), daemon=True, name=f"fathom-ann-{name}"
+            )
             self.jobs[key] = job
         job.start()
 
@@ -138,8 +139,7 @@ class AnnBuilder:
                 return
             window = MappedMatrix.write(self._window_dir(project, name), tbl)
         except (StaleCopy, OSError, RuntimeError, ValueError) as exc:
-            log.info("no exact copy of %s of %s for its ANN build: %s", name, project,
-                     short(exc))
+            log.info("no exact copy of %s of %s for its ANN build: %s", name, project, short(exc))
             return
         with self.store._mutex:
             self.windows[(self.store.slug(project), name)] = window
@@ -153,8 +153,7 @@ class AnnBuilder:
         if window is not None:
             window.remove()
 
-    def window_search(self, project: str, table: str, tbl: Any, q: np.ndarray,
-                       k: int) -> list[Hit] | None:
+    def window_search(self, project: str, table: str, tbl: Any, q: np.ndarray, k: int) -> list[Hit] | None:
         """The exact top k from the table's build-window copy, or None when it has none
         current: a copy of an older version (written to since) is dropped, never served."""
         key = (self.store.slug(project), tbl.name)
@@ -166,8 +165,7 @@ class AnnBuilder:
             return None
         rows, scores = window.top(q, k)
         row_ids = window.row_ids[rows]
-        res = (tbl.take_row_ids(row_ids.tolist()).with_row_id()
-               .select(HIT_COLUMNS).to_arrow())
+        res = tbl.take_row_ids(row_ids.tolist()).with_row_id().select(HIT_COLUMNS).to_arrow()
         where = {int(r): i for i, r in enumerate(res["_rowid"].to_pylist())}
         if len(where) != len(row_ids) or any(int(r) not in where for r in row_ids):
             self.close_window(key, stale=True)  # the rows moved: no longer this version
@@ -186,9 +184,9 @@ class AnnBuilder:
             # The sub-vectors by width (`ann_params`); the partition count is LanceDB's own.
             sub, _, _ = ann_params(tbl.schema.field("vector").type.list_size)
             with self._slots:  # one build at a time: each one takes the cores it finds
-                tbl.create_index("vector",
-                                 config=IvfPq(distance_type="cosine", num_sub_vectors=sub),
-                                 replace=True)
+                tbl.create_index(
+                    "vector", config=IvfPq(distance_type="cosine", num_sub_vectors=sub), replace=True
+                )
         except Exception as exc:  # dropped meanwhile, or another process won
             log.info("ANN index for %s of %s not built: %s", name, project, short(exc))
             with self.store._mutex:

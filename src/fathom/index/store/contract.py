@@ -52,15 +52,22 @@ class Store(ABC):
     """One contract, several backends. Validation and the clearance check live here, in the
     only public write paths, so no backend can skip them (the store is the gate's second lock)."""
 
-    def __init__(self, clearance: Clearance | None = None, *,
-                 clock: Callable[[], float] = time.time):
+    def __init__(self, clearance: Clearance | None = None, *, clock: Callable[[], float] = time.time):
         self.clearance: Clearance = clearance or ReferenceOnlyClearance()
         self.clock = clock
 
     # ---- writes (template methods: validate, clear, then hand to the backend)
 
-    def write(self, project: str, table: str, rows: Sequence[Chunk], vectors: Any,
-              provenance: Provenance, *, slot: Slot = Slot.ACTIVE) -> int:
+    def write(
+        self,
+        project: str,
+        table: str,
+        rows: Sequence[Chunk],
+        vectors: Any,
+        provenance: Provenance,
+        *,
+        slot: Slot = Slot.ACTIVE,
+    ) -> int:
         """Upsert `rows` (by chunk_id) with their vectors; returns the number of rows written.
 
         Raises WidthMismatch / StoreError / NotCleared before anything is written."""
@@ -83,8 +90,16 @@ class Store(ABC):
         self._upsert(project, table, slot, rows, matrix, provenance, written_at)
         return len(rows)
 
-    def replace_vectors(self, project: str, table: str, chunk_ids: Sequence[str], vectors: Any,
-                        provenance: Provenance, *, slot: Slot = Slot.ACTIVE) -> int:
+    def replace_vectors(
+        self,
+        project: str,
+        table: str,
+        chunk_ids: Sequence[str],
+        vectors: Any,
+        provenance: Provenance,
+        *,
+        slot: Slot = Slot.ACTIVE,
+    ) -> int:
         """Re-embedding: give existing rows new vectors and provenance, through the same
         validation and clearance as `write`. Unknown chunk_ids are refused, nothing written."""
         check_table_kind(table)
@@ -95,12 +110,18 @@ class Store(ABC):
         if not chunk_ids:
             return 0
         written_at = datetime.fromtimestamp(self.clock(), tz=UTC)
-        return self._replace_vectors(project, table, slot, chunk_ids, matrix, provenance,
-                                     written_at)
+        return self._replace_vectors(project, table, slot, chunk_ids, matrix, provenance, written_at)
 
-    def carry_vectors(self, project: str, table: str, rows: Sequence[Chunk], *,
-                      slot: Slot = Slot.ACTIVE, source: Slot = Slot.ACTIVE,
-                      lender: str | None = None) -> set[str]:
+    def carry_vectors(
+        self,
+        project: str,
+        table: str,
+        rows: Sequence[Chunk],
+        *,
+        slot: Slot = Slot.ACTIVE,
+        source: Slot = Slot.ACTIVE,
+        lender: str | None = None,
+    ) -> set[str]:
         """Content-keyed reuse: write each of `rows` whose text (its content hash) already has
         a vector in the `source` slot, with that vector, so it is not embedded again. Returns
         the chunk ids written; the others are left for the caller to embed.
@@ -119,8 +140,7 @@ class Store(ABC):
         lender = lender or project
         if not rows or self.space_of(lender, table, source) != space:
             return set()
-        stored = self._stored_vectors(lender, table, source, sorted({c.content_hash
-                                                                     for c in rows}))
+        stored = self._stored_vectors(lender, table, source, sorted({c.content_hash for c in rows}))
         allowed: dict[Provenance, bool] = {}
         chosen: list[tuple[Chunk, StoredVector]] = []
         for chunk in rows:
@@ -139,10 +159,16 @@ class Store(ABC):
             return set()
         last = {c.chunk_id: i for i, (c, _) in enumerate(chosen)}  # one row per chunk id
         chosen = [chosen[i] for i in sorted(last.values())]
-        matrix = validate_vectors(space, table, np.vstack([v.vector for _, v in chosen]),
-                                  len(chosen))
-        self._upsert_rows(project, table, slot, [c for c, _ in chosen], matrix,
-                          [v.provenance for _, v in chosen], [v.written_at for _, v in chosen])
+        matrix = validate_vectors(space, table, np.vstack([v.vector for _, v in chosen]), len(chosen))
+        self._upsert_rows(
+            project,
+            table,
+            slot,
+            [c for c, _ in chosen],
+            matrix,
+            [v.provenance for _, v in chosen],
+            [v.written_at for _, v in chosen],
+        )
         return {c.chunk_id for c, _ in chosen}
 
     def _require_space(self, project: str, table: str, slot: Slot) -> Space:
@@ -159,28 +185,50 @@ class Store(ABC):
     # ---- backend primitives
 
     @abstractmethod
-    def _upsert(self, project: str, table: str, slot: Slot, rows: list[Chunk],
-                matrix: np.ndarray, provenance: Provenance, written_at: datetime) -> None: ...
+    def _upsert(
+        self,
+        project: str,
+        table: str,
+        slot: Slot,
+        rows: list[Chunk],
+        matrix: np.ndarray,
+        provenance: Provenance,
+        written_at: datetime,
+    ) -> None: ...
 
     @abstractmethod
-    def _replace_vectors(self, project: str, table: str, slot: Slot, chunk_ids: list[str],
-                         matrix: np.ndarray, provenance: Provenance,
-                         written_at: datetime) -> int: ...
+    def _replace_vectors(
+        self,
+        project: str,
+        table: str,
+        slot: Slot,
+        chunk_ids: list[str],
+        matrix: np.ndarray,
+        provenance: Provenance,
+        written_at: datetime,
+    ) -> int: ...
 
-    def _upsert_rows(self, project: str, table: str, slot: Slot, rows: list[Chunk],
-                     matrix: np.ndarray, provenances: list[Provenance],
-                     written_at: list[datetime]) -> None:
+    def _upsert_rows(
+        self,
+        project: str,
+        table: str,
+        slot: Slot,
+        rows: list[Chunk],
+        matrix: np.ndarray,
+        provenances: list[Provenance],
+        written_at: list[datetime],
+    ) -> None:
         """Upsert rows that each carry their own provenance and write time (content reuse).
         This default groups them into `_upsert` calls; a backend may do it in one write."""
         groups: dict[tuple[Provenance, datetime], list[int]] = {}
         for i, key in enumerate(zip(provenances, written_at, strict=True)):
             groups.setdefault(key, []).append(i)
         for (provenance, stamp), idx in groups.items():
-            self._upsert(project, table, slot, [rows[i] for i in idx], matrix[idx], provenance,
-                         stamp)
+            self._upsert(project, table, slot, [rows[i] for i in idx], matrix[idx], provenance, stamp)
 
-    def _stored_vectors(self, project: str, table: str, slot: Slot,
-                        content_hashes: Sequence[str]) -> dict[str, StoredVector]:
+    def _stored_vectors(
+        self, project: str, table: str, slot: Slot, content_hashes: Sequence[str]
+    ) -> dict[str, StoredVector]:
         """One stored vector per content hash found in the slot (any one of equal texts)."""
         return {}  # a backend that cannot look vectors up by content simply embeds again
 
@@ -213,28 +261,44 @@ class Store(ABC):
     # ---- incremental
 
     @abstractmethod
-    def manifest(self, project: str, table: str,
-                 slot: Slot = Slot.ACTIVE) -> list[ManifestEntry]: ...
+    def manifest(self, project: str, table: str, slot: Slot = Slot.ACTIVE) -> list[ManifestEntry]: ...
 
     def chunk_ids(self, project: str, table: str, slot: Slot = Slot.ACTIVE) -> set[str]:
         return {e.chunk_id for e in self.manifest(project, table, slot)}
 
     @abstractmethod
-    def delete(self, project: str, table: str, *, chunk_ids: Iterable[str] = (),
-               paths: Iterable[str] = (), slot: Slot = Slot.ACTIVE) -> int: ...
+    def delete(
+        self,
+        project: str,
+        table: str,
+        *,
+        chunk_ids: Iterable[str] = (),
+        paths: Iterable[str] = (),
+        slot: Slot = Slot.ACTIVE,
+    ) -> int: ...
 
     # ---- search primitives
 
     @abstractmethod
-    def vector_search(self, project: str, table: str, vector: Any, k: int = 10, *,
-                      where: SearchFilter | None = None) -> list[Hit]: ...
+    def vector_search(
+        self, project: str, table: str, vector: Any, k: int = 10, *, where: SearchFilter | None = None
+    ) -> list[Hit]: ...
 
     @abstractmethod
-    def text_search(self, project: str, table: str, query: str, k: int = 10, *,
-                    where: SearchFilter | None = None) -> list[Hit]: ...
+    def text_search(
+        self, project: str, table: str, query: str, k: int = 10, *, where: SearchFilter | None = None
+    ) -> list[Hit]: ...
 
-    def search_many(self, projects: Sequence[str], table: str, vector: Any, query: str,
-                    k: int = 10, *, where: SearchFilter | None = None) -> Pooled:
+    def search_many(
+        self,
+        projects: Sequence[str],
+        table: str,
+        vector: Any,
+        query: str,
+        k: int = 10,
+        *,
+        where: SearchFilter | None = None,
+    ) -> Pooled:
         """Both searches over several projects of ONE space, each pooled into one list of
         the best `k`: vector hits by cosine, keyword hits by BM25 (equal scores keep the
         projects' order, then each project's own), every hit carrying its `project`, as if
@@ -244,10 +308,13 @@ class Store(ABC):
         answers the projects its cache holds from memory without it."""
         check_table_kind(table)
         has_text = bool(query and query.strip())
-        halves = {p: (FANOUT_POOL.submit(self.vector_search, p, table, vector, k, where=where),
-                      FANOUT_POOL.submit(self.text_search, p, table, query, k, where=where)
-                      if has_text else None)
-                  for p in projects}
+        halves = {
+            p: (
+                FANOUT_POOL.submit(self.vector_search, p, table, vector, k, where=where),
+                FANOUT_POOL.submit(self.text_search, p, table, query, k, where=where) if has_text else None,
+            )
+            for p in projects
+        }
         pooled = Pooled([], [], {})
         for project, (vec, text) in halves.items():
             try:
@@ -260,8 +327,7 @@ class Store(ABC):
         return pooled.best(k)
 
     @abstractmethod
-    def chunk_at(self, project: str, table: str, path: str,
-                 line: int) -> tuple[Hit, np.ndarray] | None: ...
+    def chunk_at(self, project: str, table: str, path: str, line: int) -> tuple[Hit, np.ndarray] | None: ...
 
     # ---- projects and audit
 
@@ -280,21 +346,25 @@ class Store(ABC):
     def drop_project(self, project: str) -> None: ...
 
     @abstractmethod
-    def provenance_counts(self, project: str, table: str,
-                          slot: Slot = Slot.ACTIVE) -> dict[tuple[str, str | None], int]: ...
+    def provenance_counts(
+        self, project: str, table: str, slot: Slot = Slot.ACTIVE
+    ) -> dict[tuple[str, str | None], int]: ...
 
     @abstractmethod
-    def written_since(self, project: str, table: str, since: datetime,
-                      provider_id: str | None = None) -> list[ManifestEntry]: ...
+    def written_since(
+        self, project: str, table: str, since: datetime, provider_id: str | None = None
+    ) -> list[ManifestEntry]: ...
 
-    def chunk_texts(self, project: str, table: str, chunk_ids: Sequence[str],
-                    slot: Slot = Slot.ACTIVE) -> dict[str, str]:
+    def chunk_texts(
+        self, project: str, table: str, chunk_ids: Sequence[str], slot: Slot = Slot.ACTIVE
+    ) -> dict[str, str]:
         """The stored text of these rows, by chunk_id (the gate re-embeds exactly the rows a
         quarantined provider wrote). Unknown ids are simply absent."""
         raise StoreError(f"{type(self).__name__} cannot return stored chunk texts")
 
-    def chunks(self, project: str, table: str, *, path: str | None = None,
-               chunk_ids: Sequence[str] = ()) -> list[Chunk]:
+    def chunks(
+        self, project: str, table: str, *, path: str | None = None, chunk_ids: Sequence[str] = ()
+    ) -> list[Chunk]:
         """The active rows of one file (`path`, relative to the project root) or of these
         chunk ids, as the `Chunk`s they were written from (text, lines, symbol; the order is
         the backend's). `read_code` serves the indexed version of a file from them."""
@@ -302,5 +372,3 @@ class Store(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional for backends without resources
         pass
-
-

@@ -78,8 +78,10 @@ class ProjectLocked(StoreError):
     def __init__(self, project: str, holder: LockHolder | None):
         self.project, self.holder = project, holder
         if holder is not None:
-            who = (f"Fathom process {holder.holder!r} (host {holder.host}, pid {holder.pid}), "
-                   f"indexing since {holder.since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+            who = (
+                f"Fathom process {holder.holder!r} (host {holder.host}, pid {holder.pid}), "
+                f"indexing since {holder.since.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+            )
         else:
             who = "another Fathom process (it did not record its name)"
         super().__init__(
@@ -96,5 +98,3 @@ class NoShadow(StoreError):
             f"project {project!r} table {table!r} has no shadow slot being built; call "
             f"begin_shadow() first (a full re-index starts one)."
         )
-
-

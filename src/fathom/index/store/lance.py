@@ -128,12 +128,20 @@ class LanceStore(Store):
 
     BATCH = BATCH  # rows per IN (...) filter (`lance_rows.BATCH`)
 
-    def __init__(self, root: Path | str, clearance: Clearance | None = None, *,
-                 clock: Callable[[], float] = time.time,
-                 matrix_cache_bytes: int = MATRIX_CACHE_BYTES, exact_max_rows: int = EXACT_MAX_ROWS,
-                 ann_min_rows: int = 20_000, ann_nprobes: int | None = None,
-                 ann_candidates: int | None = None, ann_background: bool = True,
-                 cache_idle_s: float = CACHE_IDLE_S):
+    def __init__(
+        self,
+        root: Path | str,
+        clearance: Clearance | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        matrix_cache_bytes: int = MATRIX_CACHE_BYTES,
+        exact_max_rows: int = EXACT_MAX_ROWS,
+        ann_min_rows: int = 20_000,
+        ann_nprobes: int | None = None,
+        ann_candidates: int | None = None,
+        ann_background: bool = True,
+        cache_idle_s: float = CACHE_IDLE_S,
+    ):
         super().__init__(clearance, clock=clock)
         import lancedb  # local: keeps `import fathom` light for CLIs that never open a store
 
@@ -147,8 +155,7 @@ class LanceStore(Store):
         self.root = Path(root)
         (self.root / "projects").mkdir(mode=0o700, parents=True, exist_ok=True)
         self._mutex = threading.RLock()
-        self._cache = MatrixCache(matrix_cache_bytes, exact_max_rows, cache_idle_s, self.clock,
-                                  self._mutex)
+        self._cache = MatrixCache(matrix_cache_bytes, exact_max_rows, cache_idle_s, self.clock, self._mutex)
         self.ann_nprobes = ann_nprobes  # None (both): by the table's width (`ann_params`)
         self.ann_candidates = ann_candidates
         self._ann = AnnBuilder(self, min_rows=ann_min_rows, background=ann_background)
@@ -207,8 +214,9 @@ class LanceStore(Store):
             if json.dumps(state, sort_keys=True) != before:
                 self._write_state(project, state)
 
-    def project_lock(self, project: str,
-                     holder: str | None = None) -> contextlib.AbstractContextManager[LockHolder]:
+    def project_lock(
+        self, project: str, holder: str | None = None
+    ) -> contextlib.AbstractContextManager[LockHolder]:
         """Hold the index lock of `project` for the block: one writer per project across
         processes (CLI runs, servers, a file watcher). See `fathom.index.store.project_files`."""
         d = self._dir(project)
@@ -342,8 +350,7 @@ class LanceStore(Store):
 
     def _collect_garbage(self, project: str) -> None:
         state = self._read_state(project) or {"tables": {}}
-        live = {v for e in state["tables"].values() for k, v in e.items()
-                if k in ("active", "shadow") and v}
+        live = {v for e in state["tables"].values() for k, v in e.items() if k in ("active", "shadow") and v}
         try:
             names = self._db(project).list_tables().tables
         except Exception:  # unlistable now: the leftovers wait for the next collection
@@ -356,15 +363,30 @@ class LanceStore(Store):
     # ---- writes
 
     @guarded
-    def _upsert(self, project: str, table: str, slot: Slot, rows: list[Chunk],
-                matrix: np.ndarray, provenance: Provenance, written_at: datetime) -> None:
+    def _upsert(
+        self,
+        project: str,
+        table: str,
+        slot: Slot,
+        rows: list[Chunk],
+        matrix: np.ndarray,
+        provenance: Provenance,
+        written_at: datetime,
+    ) -> None:
         n = len(rows)
         self._upsert_rows(project, table, slot, rows, matrix, [provenance] * n, [written_at] * n)
 
     @guarded
-    def _upsert_rows(self, project: str, table: str, slot: Slot, rows: list[Chunk],
-                     matrix: np.ndarray, provenances: list[Provenance],
-                     written_at: list[datetime]) -> None:
+    def _upsert_rows(
+        self,
+        project: str,
+        table: str,
+        slot: Slot,
+        rows: list[Chunk],
+        matrix: np.ndarray,
+        provenances: list[Provenance],
+        written_at: list[datetime],
+    ) -> None:
         name = self._slot_name(project, table, slot)
         tbl = self._table(project, name)  # type: ignore[arg-type]  # the slot is written to
         data = rows_table(tbl.schema, rows, matrix, provenances, written_at)
@@ -373,8 +395,9 @@ class LanceStore(Store):
             self._bump(project, table)
 
     @guarded
-    def _stored_vectors(self, project: str, table: str, slot: Slot,
-                        content_hashes: Sequence[str]) -> dict[str, StoredVector]:
+    def _stored_vectors(
+        self, project: str, table: str, slot: Slot, content_hashes: Sequence[str]
+    ) -> dict[str, StoredVector]:
         name = self._slot_name(project, table, slot)
         if name is None or not content_hashes:
             return {}
@@ -382,8 +405,7 @@ class LanceStore(Store):
 
     @staticmethod
     def _merge(tbl: Any, data: pa.Table) -> None:
-        (tbl.merge_insert("chunk_id").when_matched_update_all()
-         .when_not_matched_insert_all().execute(data))
+        (tbl.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all().execute(data))
 
     def _bump(self, project: str, table: str) -> None:
         with self._locked(project) as state:
@@ -395,9 +417,16 @@ class LanceStore(Store):
         return rows_where(tbl, where, columns)
 
     @guarded
-    def _replace_vectors(self, project: str, table: str, slot: Slot, chunk_ids: list[str],
-                         matrix: np.ndarray, provenance: Provenance,
-                         written_at: datetime) -> int:
+    def _replace_vectors(
+        self,
+        project: str,
+        table: str,
+        slot: Slot,
+        chunk_ids: list[str],
+        matrix: np.ndarray,
+        provenance: Provenance,
+        written_at: datetime,
+    ) -> int:
         name = self._slot_name(project, table, slot)
         tbl = self._table(project, name)  # type: ignore[arg-type]  # the slot is written to
         data = replaced_rows(tbl, project, table, chunk_ids, matrix, provenance, written_at)
@@ -407,8 +436,15 @@ class LanceStore(Store):
         return data.num_rows
 
     @guarded
-    def delete(self, project: str, table: str, *, chunk_ids: Iterable[str] = (),
-               paths: Iterable[str] = (), slot: Slot = Slot.ACTIVE) -> int:
+    def delete(
+        self,
+        project: str,
+        table: str,
+        *,
+        chunk_ids: Iterable[str] = (),
+        paths: Iterable[str] = (),
+        slot: Slot = Slot.ACTIVE,
+    ) -> int:
         check_table_kind(table)
         name = self._slot_name(project, table, slot)
         if name is None:
@@ -419,8 +455,7 @@ class LanceStore(Store):
         return removed
 
     @guarded
-    def manifest(self, project: str, table: str,
-                 slot: Slot = Slot.ACTIVE) -> list[ManifestEntry]:
+    def manifest(self, project: str, table: str, slot: Slot = Slot.ACTIVE) -> list[ManifestEntry]:
         check_table_kind(table)
         name = self._slot_name(project, table, slot)
         if name is None:
@@ -462,8 +497,7 @@ class LanceStore(Store):
         name, generation, tbl = self._active_handle(project, table)
         if name is None:
             return None, None
-        return self._cache.load(project, self.slug(project), table, (name, table, generation),
-                                tbl), tbl
+        return self._cache.load(project, self.slug(project), table, (name, table, generation), tbl), tbl
 
     def _cached(self, project: str, table: str, *, use: bool = False) -> CachedMatrix | None:
         """The active table's cached entry if the cache holds it now (see `MatrixCache.held`)."""
@@ -474,19 +508,29 @@ class LanceStore(Store):
         return query_vector(self.space_of(project, table), table, vector)
 
     @guarded
-    def vector_search(self, project: str, table: str, vector: Any, k: int = 10, *,
-                      where: SearchFilter | None = None) -> list[Hit]:
+    def vector_search(
+        self, project: str, table: str, vector: Any, k: int = 10, *, where: SearchFilter | None = None
+    ) -> list[Hit]:
         check_table_kind(table)
         return self._search.vector(project, table, vector, k, where)
 
     @guarded
-    def text_search(self, project: str, table: str, query: str, k: int = 10, *,
-                    where: SearchFilter | None = None) -> list[Hit]:
+    def text_search(
+        self, project: str, table: str, query: str, k: int = 10, *, where: SearchFilter | None = None
+    ) -> list[Hit]:
         check_table_kind(table)
         return self._search.text(project, table, query, k, where)
 
-    def search_many(self, projects: Sequence[str], table: str, vector: Any, query: str,
-                    k: int = 10, *, where: SearchFilter | None = None) -> Pooled:
+    def search_many(
+        self,
+        projects: Sequence[str],
+        table: str,
+        vector: Any,
+        query: str,
+        k: int = 10,
+        *,
+        where: SearchFilter | None = None,
+    ) -> Pooled:
         """`Store.search_many`, ranked the same, hit for hit, but a project the matrix
         cache holds costs one matmul and one keyword-index lookup: its best `k` row numbers
         join the pool, and Hits are built only for the pooled best `k` (`LanceSearch.many`)."""
@@ -494,14 +538,14 @@ class LanceStore(Store):
         return self._search.many(projects, table, vector, query, k, where)
 
     @guarded
-    def chunk_at(self, project: str, table: str, path: str,
-                 line: int) -> tuple[Hit, np.ndarray] | None:
+    def chunk_at(self, project: str, table: str, path: str, line: int) -> tuple[Hit, np.ndarray] | None:
         check_table_kind(table)
         return self._search.chunk_at(project, table, path, line)
 
     @guarded
-    def chunks(self, project: str, table: str, *, path: str | None = None,
-               chunk_ids: Sequence[str] = ()) -> list[Chunk]:
+    def chunks(
+        self, project: str, table: str, *, path: str | None = None, chunk_ids: Sequence[str] = ()
+    ) -> list[Chunk]:
         check_table_kind(table)
         return self._search.chunks(project, table, path, list(chunk_ids))
 
@@ -518,9 +562,13 @@ class LanceStore(Store):
             shadow_rows = self._table(project, entry["shadow"]).count_rows()
         last = entry.get("last_indexed")
         return TableInfo(
-            project=project, table=table, space=space_from_json(entry.get("space")), rows=rows,
+            project=project,
+            table=table,
+            space=space_from_json(entry.get("space")),
+            rows=rows,
             last_indexed=datetime.fromtimestamp(last, tz=UTC) if last else None,
-            shadow_rows=shadow_rows, shadow_space=space_from_json(entry.get("shadow_space")),
+            shadow_rows=shadow_rows,
+            shadow_space=space_from_json(entry.get("shadow_space")),
         )
 
     def list_projects(self) -> list[ProjectInfo]:
@@ -535,8 +583,11 @@ class LanceStore(Store):
                 state = self._read_state(name)
                 if state is None:
                     continue  # dropped meanwhile
-                tables = {t: self.table_info(name, t) for t, e in state["tables"].items()
-                          if e.get("active") or e.get("shadow")}
+                tables = {
+                    t: self.table_info(name, t)
+                    for t, e in state["tables"].items()
+                    if e.get("active") or e.get("shadow")
+                }
                 out.append(ProjectInfo(name, tables))
             except StoreError as exc:
                 if isinstance(exc, DiskFull):
@@ -568,8 +619,9 @@ class LanceStore(Store):
             shutil.rmtree(self._dir(project), ignore_errors=True)
 
     @guarded
-    def provenance_counts(self, project: str, table: str,
-                          slot: Slot = Slot.ACTIVE) -> dict[tuple[str, str | None], int]:
+    def provenance_counts(
+        self, project: str, table: str, slot: Slot = Slot.ACTIVE
+    ) -> dict[tuple[str, str | None], int]:
         check_table_kind(table)
         name = self._slot_name(project, table, slot)
         if name is None:
@@ -577,8 +629,9 @@ class LanceStore(Store):
         return provenance_counts_of(self._table(project, name))
 
     @guarded
-    def written_since(self, project: str, table: str, since: datetime,
-                      provider_id: str | None = None) -> list[ManifestEntry]:
+    def written_since(
+        self, project: str, table: str, since: datetime, provider_id: str | None = None
+    ) -> list[ManifestEntry]:
         check_table_kind(table)
         name = self._slot_name(project, table, Slot.ACTIVE)
         if name is None:
@@ -586,8 +639,9 @@ class LanceStore(Store):
         return manifest_of(self._table(project, name), written_since_where(since, provider_id))
 
     @guarded
-    def chunk_texts(self, project: str, table: str, chunk_ids: Sequence[str],
-                    slot: Slot = Slot.ACTIVE) -> dict[str, str]:
+    def chunk_texts(
+        self, project: str, table: str, chunk_ids: Sequence[str], slot: Slot = Slot.ACTIVE
+    ) -> dict[str, str]:
         check_table_kind(table)
         name = self._slot_name(project, table, slot)
         ids = list(chunk_ids)
@@ -597,10 +651,10 @@ class LanceStore(Store):
         if cached is not None:
             # The reranker stage reads the texts of a search's hits: from memory when the
             # cache holds the table (a LanceDB query per project costs milliseconds).
-            found = cached.meta.filter(pc.is_in(cached.meta["chunk_id"],
-                                                value_set=pa.array(ids, pa.string())))
-            return dict(zip(found["chunk_id"].to_pylist(), found["text"].to_pylist(),
-                            strict=True))
+            found = cached.meta.filter(
+                pc.is_in(cached.meta["chunk_id"], value_set=pa.array(ids, pa.string()))
+            )
+            return dict(zip(found["chunk_id"].to_pylist(), found["text"].to_pylist(), strict=True))
         return texts_in(self._table(project, name), ids)
 
     def close(self) -> None:
@@ -609,4 +663,3 @@ class LanceStore(Store):
             self._matrices.clear()
             self._tables.clear()
             self._dbs.clear()
-

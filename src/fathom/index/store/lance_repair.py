@@ -34,8 +34,9 @@ def active_tables(store: LanceStore, project: str) -> list[str]:
     return [t for t in TABLE_KINDS if state and state["tables"].get(t, {}).get("active")]
 
 
-def record_batches(store: LanceStore, project: str, table: str, slot: Slot,
-                   batch_size: int) -> Iterator[pa.RecordBatch]:
+def record_batches(
+    store: LanceStore, project: str, table: str, slot: Slot, batch_size: int
+) -> Iterator[pa.RecordBatch]:
     """Every row of one slot of a table, in arrow batches (none when the slot is empty)."""
     name = store._slot_name(project, table, slot)
     if name is None:
@@ -48,8 +49,9 @@ def record_batches(store: LanceStore, project: str, table: str, slot: Slot,
     yield from batches
 
 
-def fts_problem(store: LanceStore, project: str, table: str,
-                short: Callable[[BaseException], str]) -> str | None:
+def fts_problem(
+    store: LanceStore, project: str, table: str, short: Callable[[BaseException], str]
+) -> str | None:
     """What is wrong with the active table's full-text index: missing, or not answering."""
     name = store._slot_name(project, table, Slot.ACTIVE)
     if name is None:
@@ -109,8 +111,12 @@ def rebuild_state(store: LanceStore, project: str) -> tuple[str, list[str]]:
             continue
         if space is None or space.table != kind:
             continue
-        state["tables"][kind] = {"active": None, "shadow": name,
-                                 "shadow_space": space_to_json(space), "generation": 1}
+        state["tables"][kind] = {
+            "active": None,
+            "shadow": name,
+            "shadow_space": space_to_json(space),
+            "generation": 1,
+        }
         kept.append(f"{kind} ({name})")
     store._write_state(project, state)
     with store._mutex:
@@ -132,8 +138,9 @@ def set_aside(store: LanceStore, project: str, table: str) -> None:
         store._drop(project, name)
 
 
-def dedupe(store: LanceStore, project: str, table: str, chunk_ids: list[str],
-           sound: Callable[[dict[str, Any]], bool]) -> int:
+def dedupe(
+    store: LanceStore, project: str, table: str, chunk_ids: list[str], sound: Callable[[dict[str, Any]], bool]
+) -> int:
     """Keep one row per duplicated id: the first that `sound(row)` accepts (the row's columns
     as values); ids with no sound row lose all of them. Returns the rows kept."""
     name = store._slot_name(project, table, Slot.ACTIVE)
@@ -142,7 +149,7 @@ def dedupe(store: LanceStore, project: str, table: str, chunk_ids: list[str],
     tbl = store._table(project, name)
     keep = []
     for i in range(0, len(chunk_ids), store.BATCH):
-        rows = store._rows_where(tbl, in_list("chunk_id", chunk_ids[i:i + store.BATCH]))
+        rows = store._rows_where(tbl, in_list("chunk_id", chunk_ids[i : i + store.BATCH]))
         seen: set[str] = set()
         for j in range(rows.num_rows):
             row = rows.slice(j, 1)

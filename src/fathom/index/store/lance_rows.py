@@ -26,26 +26,41 @@ def stored_vectors_in(tbl: Any, hashes: list[str]) -> dict[str, StoredVector]:
     """One stored vector per content hash found in `tbl` (any one of equal texts)."""
     out: dict[str, StoredVector] = {}
     for i in range(0, len(hashes), BATCH):
-        res = rows_where(tbl, in_list("content_hash", hashes[i:i + BATCH]),
-                         ["content_hash", "vector", "provider_id", "verdict_id",
-                          "written_at"])
+        res = rows_where(
+            tbl,
+            in_list("content_hash", hashes[i : i + BATCH]),
+            ["content_hash", "vector", "provider_id", "verdict_id", "written_at"],
+        )
         width = tbl.schema.field("vector").type.list_size
-        vectors = (res["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False)
-                   .reshape(-1, width))
-        for j, (h, pid, vid, at) in enumerate(zip(
-                res["content_hash"].to_pylist(), res["provider_id"].to_pylist(),
-                res["verdict_id"].to_pylist(), res["written_at"].to_pylist(), strict=True)):
-            out.setdefault(h, StoredVector(np.array(vectors[j], dtype=np.float32),
-                                           Provenance(pid, vid), at))
+        vectors = res["vector"].combine_chunks().flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+        for j, (h, pid, vid, at) in enumerate(
+            zip(
+                res["content_hash"].to_pylist(),
+                res["provider_id"].to_pylist(),
+                res["verdict_id"].to_pylist(),
+                res["written_at"].to_pylist(),
+                strict=True,
+            )
+        ):
+            out.setdefault(h, StoredVector(np.array(vectors[j], dtype=np.float32), Provenance(pid, vid), at))
     return out
 
 
-def replaced_rows(tbl: Any, project: str, table: str, chunk_ids: list[str], matrix: np.ndarray,
-                  provenance: Provenance, written_at: datetime) -> pa.Table:
+def replaced_rows(
+    tbl: Any,
+    project: str,
+    table: str,
+    chunk_ids: list[str],
+    matrix: np.ndarray,
+    provenance: Provenance,
+    written_at: datetime,
+) -> pa.Table:
     """The rows `chunk_ids` name, with new vectors and provenance, ready to merge. Unknown
     chunk ids are refused (StoreError carrying `missing`), nothing returned."""
-    parts = [rows_where(tbl, in_list("chunk_id", chunk_ids[i:i + BATCH]))
-             for i in range(0, len(chunk_ids), BATCH)]
+    parts = [
+        rows_where(tbl, in_list("chunk_id", chunk_ids[i : i + BATCH]))
+        for i in range(0, len(chunk_ids), BATCH)
+    ]
     existing = pa.concat_tables(parts) if parts else None
     found = set(existing["chunk_id"].to_pylist()) if existing is not None else set()
     missing = [c for c in chunk_ids if c not in found]
@@ -74,18 +89,27 @@ def delete_rows(tbl: Any, chunk_ids: list[str], paths: list[str]) -> int:
     before = tbl.count_rows()
     for column, values in (("chunk_id", chunk_ids), ("path", paths)):
         for i in range(0, len(values), BATCH):
-            tbl.delete(in_list(column, values[i:i + BATCH]))
+            tbl.delete(in_list(column, values[i : i + BATCH]))
     return before - tbl.count_rows()
 
 
 def manifest_of(tbl: Any, where: str | None = None) -> list[ManifestEntry]:
     """(chunk_id, content_hash, path) of every row, or of the rows `where` selects."""
     columns = ["chunk_id", "content_hash", "path"]
-    data = (rows_where(tbl, where, columns) if where is not None
-            else tbl.search().select(columns).limit(None).to_arrow())
-    return [ManifestEntry(*row) for row in zip(data["chunk_id"].to_pylist(),
-                                              data["content_hash"].to_pylist(),
-                                              data["path"].to_pylist(), strict=True)]
+    data = (
+        rows_where(tbl, where, columns)
+        if where is not None
+        else tbl.search().select(columns).limit(None).to_arrow()
+    )
+    return [
+        ManifestEntry(*row)
+        for row in zip(
+            data["chunk_id"].to_pylist(),
+            data["content_hash"].to_pylist(),
+            data["path"].to_pylist(),
+            strict=True,
+        )
+    ]
 
 
 def written_since_where(since: datetime, provider_id: str | None) -> str:
@@ -103,8 +127,7 @@ def provenance_counts_of(tbl: Any) -> dict[tuple[str, str | None], int]:
     """Rows per (provider_id, verdict_id)."""
     data = tbl.search().select(["provider_id", "verdict_id"]).limit(None).to_arrow()
     counts: dict[tuple[str, str | None], int] = {}
-    for key in zip(data["provider_id"].to_pylist(), data["verdict_id"].to_pylist(),
-                   strict=True):
+    for key in zip(data["provider_id"].to_pylist(), data["verdict_id"].to_pylist(), strict=True):
         counts[key] = counts.get(key, 0) + 1
     return counts
 
@@ -113,6 +136,6 @@ def texts_in(tbl: Any, ids: Sequence[str]) -> dict[str, str]:
     """The stored text of these chunk ids; unknown ids are absent."""
     out: dict[str, str] = {}
     for i in range(0, len(ids), BATCH):
-        res = rows_where(tbl, in_list("chunk_id", list(ids[i:i + BATCH])), ["chunk_id", "text"])
+        res = rows_where(tbl, in_list("chunk_id", list(ids[i : i + BATCH])), ["chunk_id", "text"])
         out.update(zip(res["chunk_id"].to_pylist(), res["text"].to_pylist(), strict=True))
     return out

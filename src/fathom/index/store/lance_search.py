@@ -46,8 +46,7 @@ class LanceSearch:
     def __init__(self, store: Any):
         self.store = store
 
-    def vector(self, project: str, table: str, vector: Any, k: int,
-               where: SearchFilter | None) -> list[Hit]:
+    def vector(self, project: str, table: str, vector: Any, k: int, where: SearchFilter | None) -> list[Hit]:
         store = self.store
         q = store._query_vector(project, table, vector)
         cached, tbl = store._matrix(project, table)
@@ -56,25 +55,26 @@ class LanceSearch:
         if cached is not None:
             # The filter picks the candidate rows first; the top k is cut among them.
             rows, scores = cached.vector_top(q, k, cached.allowed(where))
-            return hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(),
-                             "vector")
+            return hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(), "vector")
         if where is None:
             hits = store._ann.window_search(project, table, tbl, q, k)
             if hits is not None:
                 return hits
         store._ann.ensure(project, tbl)
         _, nprobes, candidates = ann_params(len(q))
-        search = (tbl.search(q, vector_column_name="vector").distance_type("cosine")
-                  .nprobes(store.ann_nprobes or nprobes)
-                  .refine_factor(max(1, -(-(store.ann_candidates or candidates) // k))))
+        search = (
+            tbl.search(q, vector_column_name="vector")
+            .distance_type("cosine")
+            .nprobes(store.ann_nprobes or nprobes)
+            .refine_factor(max(1, -(-(store.ann_candidates or candidates) // k)))
+        )
         if where is not None:
             search = search.where(where.lance_sql(), prefilter=True)
         res = search.limit(k).select([*HIT_COLUMNS, "_distance"]).to_arrow()
         scores = [1.0 - d for d in res["_distance"].to_pylist()]
         return hits_from(res, table, scores, "vector")
 
-    def text(self, project: str, table: str, query: str, k: int,
-             where: SearchFilter | None) -> list[Hit]:
+    def text(self, project: str, table: str, query: str, k: int, where: SearchFilter | None) -> list[Hit]:
         store = self.store
         text = fts_query(query)
         if not text or k <= 0:
@@ -82,8 +82,7 @@ class LanceSearch:
         cached = store._cached(project, table)
         if cached is not None and cached.keywords is not None:
             rows, scores = cached.keywords.search(text, k, rows=cached.allowed(where))
-            return hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(),
-                             "text")
+            return hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(), "text")
         for attempt in (1, 2):
             name, _, tbl = store._active_handle(project, table)
             if name is None:
@@ -102,8 +101,9 @@ class LanceSearch:
                 return []
         return hits_from(res, table, res["_score"].to_pylist(), "text")
 
-    def many(self, projects: Sequence[str], table: str, vector: Any, query: str, k: int,
-             where: SearchFilter | None) -> Pooled:
+    def many(
+        self, projects: Sequence[str], table: str, vector: Any, query: str, k: int, where: SearchFilter | None
+    ) -> Pooled:
         """`Store.search_many`, ranked the same, hit for hit, but a project the matrix
         cache holds costs one matmul and one keyword-index lookup: its best `k` row numbers
         join the pool, and Hits are built only for the pooled best `k`. The cached projects
@@ -128,12 +128,18 @@ class LanceSearch:
         groups = [cached[j::CACHED_THREADS] for j in range(CACHED_THREADS)]
         # The cached share goes to the pool first: behind LanceDB calls it would wait.
         others = [FANOUT_POOL.submit(cached_tops, g, q, text, k, where) for g in groups[1:]]
-        later = {i: (project,
-                     FANOUT_POOL.submit(store.vector_search, project, table, vector, k,
-                                         where=where) if vector_too else None,
-                     FANOUT_POOL.submit(store.text_search, project, table, query, k,
-                                         where=where) if text else None)
-                 for i, project, vector_too in uncached}
+        later = {
+            i: (
+                project,
+                FANOUT_POOL.submit(store.vector_search, project, table, vector, k, where=where)
+                if vector_too
+                else None,
+                FANOUT_POOL.submit(store.text_search, project, table, query, k, where=where)
+                if text
+                else None,
+            )
+            for i, project, vector_too in uncached
+        }
         vec, txt = cached_tops(groups[0], q, text, k, where)
         for other in others:
             other_vec, other_txt = other.result()
@@ -147,42 +153,47 @@ class LanceSearch:
                 continue
             vec += [(-h.score, i, r, project, h, -1) for r, h in enumerate(vh)]
             txt += [(-h.score, i, r, project, h, -1) for r, h in enumerate(th)]
-        return Pooled(best_hits(vec, k, table, "vector"), best_hits(txt, k, table, "text"),
-                      damaged)
+        return Pooled(best_hits(vec, k, table, "vector"), best_hits(txt, k, table, "text"), damaged)
 
-    def chunk_at(self, project: str, table: str, path: str,
-                 line: int) -> tuple[Hit, np.ndarray] | None:
+    def chunk_at(self, project: str, table: str, path: str, line: int) -> tuple[Hit, np.ndarray] | None:
         store = self.store
         name, _ = store._active(project, table)
         if name is None:
             return None
         tbl = store._table(project, name)
-        where = (f"path = {sql_str(path)} AND start_line <= {int(line)} "
-                 f"AND end_line >= {int(line)}")
+        where = f"path = {sql_str(path)} AND start_line <= {int(line)} AND end_line >= {int(line)}"
         res = rows_where(tbl, where, [*HIT_COLUMNS, "vector"])
         if res.num_rows == 0:
             return None
         # The innermost chunk (a method rather than its class) is the one meant.
-        spans = [e - s for s, e in zip(res["start_line"].to_pylist(), res["end_line"].to_pylist(),
-                                       strict=True)]
+        spans = [
+            e - s for s, e in zip(res["start_line"].to_pylist(), res["end_line"].to_pylist(), strict=True)
+        ]
         i = int(np.argmin(spans))
         row = res.slice(i, 1)
         vec = np.asarray(row["vector"][0].as_py(), dtype=np.float32)
         return hits_from(row, table, [1.0], "vector")[0], vec
 
-    def chunks(self, project: str, table: str, path: str | None,
-               chunk_ids: list[str]) -> list[Chunk]:
+    def chunks(self, project: str, table: str, path: str | None, chunk_ids: list[str]) -> list[Chunk]:
         """The active rows of one file (`path`) or of these chunk ids, as `Chunk`s."""
         name, _ = self.store._active(project, table)
         if name is None or (path is None and not chunk_ids):
             return []
-        where = (f"path = {sql_str(path)}" if path is not None
-                 else in_list("chunk_id", chunk_ids))
+        where = f"path = {sql_str(path)}" if path is not None else in_list("chunk_id", chunk_ids)
         res = rows_where(self.store._table(project, name), where, CHUNK_COLUMNS).to_pydict()
-        return [Chunk(path=p, language=lang, table=table, start_line=int(s), end_line=int(e),
-                      symbol=sym, text=text or "", kind=kind)
-                for p, lang, s, e, sym, text, kind in zip(*(res[c] for c in CHUNK_COLUMNS),
-                                                          strict=True)]
+        return [
+            Chunk(
+                path=p,
+                language=lang,
+                table=table,
+                start_line=int(s),
+                end_line=int(e),
+                symbol=sym,
+                text=text or "",
+                kind=kind,
+            )
+            for p, lang, s, e, sym, text, kind in zip(*(res[c] for c in CHUNK_COLUMNS), strict=True)
+        ]
 
 
 CHUNK_COLUMNS = ["path", "language", "start_line", "end_line", "symbol", "text", "kind"]
@@ -200,8 +211,13 @@ def best_hits(pool: list[Candidate], k: int, table: str, kind: str) -> list[Hit]
         else:
             groups.setdefault(i, (source, project, []))[2].append((pos, row, -neg))
     for entry, project, items in groups.values():
-        hits = hits_from(entry.meta.take(pa.array([row for _, row, _ in items])),
-                         table, [score for *_, score in items], kind, project)
+        hits = hits_from(
+            entry.meta.take(pa.array([row for _, row, _ in items])),
+            table,
+            [score for *_, score in items],
+            kind,
+            project,
+        )
         for (pos, _, _), hit in zip(items, hits, strict=True):
             out[pos] = hit
     return out  # type: ignore[return-value]  # every slot filled above

@@ -43,7 +43,6 @@ class LanceSlots:
                 self._check_table_metadata(project, entry["active"], space)
         return store.table_info(project, table)
 
-
     def _check_table_metadata(self, project: str, name: str, space: Space) -> None:
         meta = self.store._table(project, name).schema.metadata or {}
         raw = meta.get(b"fathom.space")
@@ -107,8 +106,9 @@ class LanceSlots:
         return [store.table_info(project, table) for table in names]
 
     def _id_counts(self, project: str, name: str) -> tuple[int, int]:
-        ids = (self.store._table(project, name).search().select(["chunk_id"]).limit(None)
-               .to_arrow()["chunk_id"])
+        ids = (
+            self.store._table(project, name).search().select(["chunk_id"]).limit(None).to_arrow()["chunk_id"]
+        )
         return len(ids), len(ids.unique())
 
     def abandon_shadow(self, project: str, table: str) -> None:

@@ -49,8 +49,17 @@ def lance_schema(space: Space) -> pa.Schema:
     )
 
 
-HIT_COLUMNS = ["chunk_id", "path", "start_line", "end_line", "symbol", "language", "text",
-                "provider_id", "kind"]
+HIT_COLUMNS = [
+    "chunk_id",
+    "path",
+    "start_line",
+    "end_line",
+    "symbol",
+    "language",
+    "text",
+    "provider_id",
+    "kind",
+]
 
 
 def with_kind(tbl: Any) -> Any:
@@ -112,28 +121,45 @@ def guarded(method: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def hits_from(meta: pa.Table | dict[str, list[Any]], table: str, scores: Sequence[float],
-              kind: str, project: str | None = None) -> list[Hit]:
+def hits_from(
+    meta: pa.Table | dict[str, list[Any]],
+    table: str,
+    scores: Sequence[float],
+    kind: str,
+    project: str | None = None,
+) -> list[Hit]:
     """Hits from a table's hit columns, one per score, in order."""
     cols = meta.to_pydict() if isinstance(meta, pa.Table) else meta
     out = []
     for i, score in enumerate(scores):
-        out.append(Hit(
-            chunk_id=cols["chunk_id"][i], path=cols["path"][i],
-            start_line=int(cols["start_line"][i]), end_line=int(cols["end_line"][i]),
-            symbol=cols["symbol"][i], language=cols["language"][i], score=float(score),
-            snippet=snippet_of(cols["text"][i] or ""), provider_id=cols["provider_id"][i],
-            table=table,
-            vector_score=float(score) if kind == "vector" else None,
-            text_score=float(score) if kind == "text" else None,
-            kind=(cols.get("kind") or [None] * (i + 1))[i], project=project,
-        ))
+        out.append(
+            Hit(
+                chunk_id=cols["chunk_id"][i],
+                path=cols["path"][i],
+                start_line=int(cols["start_line"][i]),
+                end_line=int(cols["end_line"][i]),
+                symbol=cols["symbol"][i],
+                language=cols["language"][i],
+                score=float(score),
+                snippet=snippet_of(cols["text"][i] or ""),
+                provider_id=cols["provider_id"][i],
+                table=table,
+                vector_score=float(score) if kind == "vector" else None,
+                text_score=float(score) if kind == "text" else None,
+                kind=(cols.get("kind") or [None] * (i + 1))[i],
+                project=project,
+            )
+        )
     return out
 
 
-
-def rows_table(schema: pa.Schema, rows: list[Chunk], matrix: np.ndarray,
-               provenances: list[Provenance], written_at: list[datetime]) -> pa.Table:
+def rows_table(
+    schema: pa.Schema,
+    rows: list[Chunk],
+    matrix: np.ndarray,
+    provenances: list[Provenance],
+    written_at: list[datetime],
+) -> pa.Table:
     """The Arrow rows `rows` are written as, each with its vector, provenance and time."""
     width = matrix.shape[1]
     # Lone surrogates (from undecodable files) cannot be stored as UTF-8.
@@ -148,8 +174,7 @@ def rows_table(schema: pa.Schema, rows: list[Chunk], matrix: np.ndarray,
             "end_line": pa.array([c.end_line for c in rows], pa.int32()),
             "symbol": [c.symbol for c in rows],
             "text": texts,
-            "keywords": [keywords_of(c.path, c.symbol, t) for c, t in zip(rows, texts,
-                                                                          strict=True)],
+            "keywords": [keywords_of(c.path, c.symbol, t) for c, t in zip(rows, texts, strict=True)],
             "vector": pa.FixedSizeListArray.from_arrays(pa.array(matrix.ravel()), width),
             "provider_id": [p.provider_id for p in provenances],
             "verdict_id": pa.array([p.verdict_id for p in provenances], pa.string()),

@@ -87,17 +87,21 @@ class CachedMatrix:
         """The row numbers `where` lets through (None: every row)."""
         if where is None:
             return None
-        return np.flatnonzero(where.mask(self.meta["language"].to_pylist(),
-                                         self.meta["path"].to_pylist(),
-                                         self.meta["kind"].to_pylist()))
+        return np.flatnonzero(
+            where.mask(
+                self.meta["language"].to_pylist(),
+                self.meta["path"].to_pylist(),
+                self.meta["kind"].to_pylist(),
+            )
+        )
 
-    def vector_top(self, q: np.ndarray, k: int,
-                   rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    def vector_top(self, q: np.ndarray, k: int, rows: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """Row numbers and cosines of the exact top `k` among `rows` (None: all), damaged
         rows never."""
         if self.dead is not None:
-            rows = np.setdiff1d(np.arange(self.matrix.shape[0]) if rows is None else rows,
-                                self.dead, assume_unique=True)
+            rows = np.setdiff1d(
+                np.arange(self.matrix.shape[0]) if rows is None else rows, self.dead, assume_unique=True
+            )
         n = self.matrix.shape[0] if rows is None else len(rows)
         if n == 0 or k <= 0:
             return np.zeros(0, np.int64), np.zeros(0, np.float32)
@@ -114,8 +118,13 @@ class CachedMatrix:
 Candidate = tuple[float, int, int, str, Any, int]
 
 
-def cached_tops(cached: Sequence[tuple[int, str, CachedMatrix]], q: np.ndarray | None, text: str,
-                 k: int, where: SearchFilter | None) -> tuple[list[Candidate], list[Candidate]]:
+def cached_tops(
+    cached: Sequence[tuple[int, str, CachedMatrix]],
+    q: np.ndarray | None,
+    text: str,
+    k: int,
+    where: SearchFilter | None,
+) -> tuple[list[Candidate], list[Candidate]]:
     """The best `k` rows of each cached table by cosine and by BM25, as candidates."""
     vec: list[Candidate] = []
     txt: list[Candidate] = []
@@ -130,10 +139,13 @@ def cached_tops(cached: Sequence[tuple[int, str, CachedMatrix]], q: np.ndarray |
     return vec, txt
 
 
-def candidates(i: int, project: str, entry: CachedMatrix, rows: np.ndarray,
-                scores: np.ndarray) -> list[Candidate]:
-    return [(-s, i, r, project, entry, row)
-            for r, (row, s) in enumerate(zip(rows.tolist(), scores.tolist(), strict=True))]
+def candidates(
+    i: int, project: str, entry: CachedMatrix, rows: np.ndarray, scores: np.ndarray
+) -> list[Candidate]:
+    return [
+        (-s, i, r, project, entry, row)
+        for r, (row, s) in enumerate(zip(rows.tolist(), scores.tolist(), strict=True))
+    ]
 
 
 @functools.cache
@@ -155,8 +167,14 @@ def single_threaded_blas() -> None:
 class MatrixCache:
     """The cached matrices of one store, least recently used first, within `bound` bytes."""
 
-    def __init__(self, bound: int, exact_max_rows: int, idle_s: float,
-                 clock: Callable[[], float], mutex: threading.RLock):
+    def __init__(
+        self,
+        bound: int,
+        exact_max_rows: int,
+        idle_s: float,
+        clock: Callable[[], float],
+        mutex: threading.RLock,
+    ):
         if bound < 0:
             raise ConfigError(f"matrix_cache_bytes must be 0 or more, got {bound}")
         if exact_max_rows < 1:
@@ -177,8 +195,9 @@ class MatrixCache:
         more rows than an exact scan answers faster than the ANN index."""
         return rows > self.exact_max_rows or rows * width * 4 > self.bound
 
-    def load(self, project: str, slug: str, table: str, key: tuple[str, str, int],
-             tbl: Any) -> CachedMatrix | None:
+    def load(
+        self, project: str, slug: str, table: str, key: tuple[str, str, int], tbl: Any
+    ) -> CachedMatrix | None:
         """The cached matrix for the active table `key` names (loading it if it fits), or
         None when the table is answered by LanceDB.
 
@@ -203,8 +222,7 @@ class MatrixCache:
             n = tbl.count_rows()
             # The size of the hit columns and the keyword index is known only after loading:
             # before, the largest size per row among the tables loaded so far is the estimate.
-            if (self.too_big(n, width)
-                    or not self._make_room(n * (width * 4 + self._meta_row_bytes), now)):
+            if self.too_big(n, width) or not self._make_room(n * (width * 4 + self._meta_row_bytes), now):
                 with self._mutex:
                     self.stats.bypassed += 1
                 return None
@@ -212,16 +230,16 @@ class MatrixCache:
             entry.used = now
             with self._mutex:
                 rows = max(1, entry.matrix.shape[0])
-                self._meta_row_bytes = max(self._meta_row_bytes,
-                                           (entry.nbytes - entry.matrix.nbytes) // rows)
+                self._meta_row_bytes = max(self._meta_row_bytes, (entry.nbytes - entry.matrix.nbytes) // rows)
                 self.stats.loads += 1
                 if not self._make_room(entry.nbytes, now):
                     return entry  # the rest tipped it over: used once, not kept
                 self.entries[(slug, table)] = entry
             return entry
 
-    def held(self, slug: str, table: str, key: tuple[str | None, str, int], *,
-             use: bool = False) -> CachedMatrix | None:
+    def held(
+        self, slug: str, table: str, key: tuple[str | None, str, int], *, use: bool = False
+    ) -> CachedMatrix | None:
         """The table's cached entry if the cache holds it now at `key`; it loads nothing, and
         counts a hit only when `use` says this search is the table's vector half."""
         with self._mutex:
@@ -261,14 +279,13 @@ class MatrixCache:
             return True
 
 
-
-def read_matrix(project: str, table: str, tbl: Any, key: tuple[str, str, int],
-                width: int) -> CachedMatrix:
+def read_matrix(project: str, table: str, tbl: Any, key: tuple[str, str, int], width: int) -> CachedMatrix:
     """Read one table into memory: unit rows, hit columns and keyword index."""
     data = tbl.search().select(["vector", *HIT_COLUMNS, "keywords"]).limit(None).to_arrow()
     vec = data["vector"].combine_chunks()
-    matrix = np.array(vec.flatten().to_numpy(zero_copy_only=False), dtype=np.float32,
-                      copy=True).reshape(-1, width)
+    matrix = np.array(vec.flatten().to_numpy(zero_copy_only=False), dtype=np.float32, copy=True).reshape(
+        -1, width
+    )
     # The keyword half of a cached table is answered from memory too (its per-query cost
     # in LanceDB is most of a search over many projects); same ranking, see keywords.py.
     keywords = KeywordIndex.build(data["keywords"])
@@ -278,14 +295,18 @@ def read_matrix(project: str, table: str, tbl: Any, key: tuple[str, str, int],
     bad = ~np.isfinite(norms[:, 0]) | (norms[:, 0] == 0)
     if bad.any():
         # Damaged rows (a corrupt data file) never rank: zeroed, and named in the log.
-        log.warning("project %s table %s: %d rows hold non-finite or zero vectors; "
-                    "they are left out of vector search. Run `fathom store verify %s "
-                    "--repair`.", project, table, int(bad.sum()), project)
+        log.warning(
+            "project %s table %s: %d rows hold non-finite or zero vectors; "
+            "they are left out of vector search. Run `fathom store verify %s "
+            "--repair`.",
+            project,
+            table,
+            int(bad.sum()),
+            project,
+        )
         matrix[bad] = 0.0
         norms[bad] = 1.0
     with np.errstate(invalid="ignore", over="ignore"):
         matrix /= norms  # in place: loading holds one copy of the matrix, not three
     np.nan_to_num(matrix, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-    return CachedMatrix(key, matrix, meta, np.flatnonzero(bad) if bad.any() else None,
-                        keywords=keywords)
-
+    return CachedMatrix(key, matrix, meta, np.flatnonzero(bad) if bad.any() else None, keywords=keywords)

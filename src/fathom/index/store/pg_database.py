@@ -29,12 +29,47 @@ HNSW_MAX_VECTOR = 2000  # pgvector: widest `vector` an HNSW index accepts
 HNSW_MAX_HALFVEC = 4000  # pgvector: widest `halfvec` an HNSW index accepts
 LOCK_NAMESPACE = 0x46415448  # "FATH": the first key of every Fathom advisory lock
 _BOOTSTRAP_LOCK = 0x46415449
-HIT_COLUMNS = ("chunk_id", "path", "start_line", "end_line", "symbol", "language", "text",
-                "provider_id", "kind")
-ROW_COLUMNS = ("chunk_id", "content_hash", "path", "language", "start_line", "end_line",
-                "symbol", "text", "vector", "provider_id", "verdict_id", "written_at", "kind")
-ROW_TYPES = ("text", "text", "text", "text", "int4", "int4", "text", "text", "vector", "text",
-              "text", "timestamptz", "text")
+HIT_COLUMNS = (
+    "chunk_id",
+    "path",
+    "start_line",
+    "end_line",
+    "symbol",
+    "language",
+    "text",
+    "provider_id",
+    "kind",
+)
+ROW_COLUMNS = (
+    "chunk_id",
+    "content_hash",
+    "path",
+    "language",
+    "start_line",
+    "end_line",
+    "symbol",
+    "text",
+    "vector",
+    "provider_id",
+    "verdict_id",
+    "written_at",
+    "kind",
+)
+ROW_TYPES = (
+    "text",
+    "text",
+    "text",
+    "text",
+    "int4",
+    "int4",
+    "text",
+    "text",
+    "vector",
+    "text",
+    "text",
+    "timestamptz",
+    "text",
+)
 
 
 # --------------------------------------------------------------------------- secrets
@@ -63,8 +98,9 @@ def redact_url(url: str | None) -> str:
         netloc = f"{userinfo}@{host}"
     query = parts.query
     if query:
-        pairs = [(k, "***" if k.lower() == "password" else v)
-                 for k, v in parse_qsl(query, keep_blank_values=True)]
+        pairs = [
+            (k, "***" if k.lower() == "password" else v) for k, v in parse_qsl(query, keep_blank_values=True)
+        ]
         query = urlencode(pairs, safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
@@ -171,11 +207,18 @@ class Database:
     broken. The URL (with its password) is kept only in a private attribute; `repr` and every
     message show `redact_url(url)`."""
 
-    def __init__(self, url: str, *, schema: str = "fathom", application_name: str = "fathom",
-                 connect_timeout: float = 10.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "fathom",
+        application_name: str = "fathom",
+        connect_timeout: float = 10.0,
+    ):
         if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):
-            raise ConfigError(f"invalid PostgreSQL schema name {schema!r}: use lower-case "
-                              f"letters, digits and underscores")
+            raise ConfigError(
+                f"invalid PostgreSQL schema name {schema!r}: use lower-case letters, digits and underscores"
+            )
         self.__url = url
         self.url = redact_url(url)
         self.schema = schema
@@ -200,10 +243,12 @@ class Database:
         import psycopg
 
         try:
-            conn = psycopg.connect(self.__url, autocommit=True,
-                                   connect_timeout=max(1, int(self.connect_timeout)),
-                                   application_name=(application_name
-                                                     or self.application_name)[:63])
+            conn = psycopg.connect(
+                self.__url,
+                autocommit=True,
+                connect_timeout=max(1, int(self.connect_timeout)),
+                application_name=(application_name or self.application_name)[:63],
+            )
         except psycopg.Error as exc:
             # libpq messages name host, port and user, never the password; scrub anyway, and
             # drop the chained exception so no frame of it carries the URL.
@@ -248,11 +293,11 @@ class Database:
         from psycopg import sql
 
         s = sql.Identifier(self.schema)
-        row = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
+        row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"{self.schema}.meta",)).fetchone()
         if row[0]:
-            version = conn.execute(sql.SQL("SELECT value FROM {}.meta WHERE key = 'version'")
-                                   .format(s)).fetchone()
+            version = conn.execute(
+                sql.SQL("SELECT value FROM {}.meta WHERE key = 'version'").format(s)
+            ).fetchone()
             if version and version[0] == SCHEMA_VERSION:
                 self._ready = True
                 return
@@ -261,10 +306,13 @@ class Database:
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(s))
             for stmt in SCHEMA_DDL:
                 conn.execute(sql.SQL(stmt).format(s=s))
-            conn.execute(sql.SQL(
-                "INSERT INTO {}.meta (key, value) VALUES ('version', %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value").format(s),
-                (SCHEMA_VERSION,))
+            conn.execute(
+                sql.SQL(
+                    "INSERT INTO {}.meta (key, value) VALUES ('version', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+                ).format(s),
+                (SCHEMA_VERSION,),
+            )
         self._ready = True
 
     def close(self) -> None:

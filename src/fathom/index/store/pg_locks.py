@@ -28,12 +28,15 @@ def pg_lock_holder(db: Database, q: Callable[..., Any], project: str) -> LockHol
     only while its backend really holds the advisory lock (a crashed holder's row is
     stale: PostgreSQL released its lock with its connection)."""
     conn = db.conn()
-    row = conn.execute(q(
-        "SELECT l.holder, l.host, l.pid, l.since FROM {s}.project_locks AS l "
-        "WHERE l.project = %s AND EXISTS (SELECT 1 FROM pg_locks AS k "
-        " WHERE k.locktype = 'advisory' AND k.granted AND k.pid = l.backend_pid"
-        " AND k.classid = %s::int4::oid AND k.objid = hashtext(%s)::oid AND k.objsubid = 2)"),
-        (project, LOCK_NAMESPACE, project)).fetchone()
+    row = conn.execute(
+        q(
+            "SELECT l.holder, l.host, l.pid, l.since FROM {s}.project_locks AS l "
+            "WHERE l.project = %s AND EXISTS (SELECT 1 FROM pg_locks AS k "
+            " WHERE k.locktype = 'advisory' AND k.granted AND k.pid = l.backend_pid"
+            " AND k.classid = %s::int4::oid AND k.objid = hashtext(%s)::oid AND k.objsubid = 2)"
+        ),
+        (project, LOCK_NAMESPACE, project),
+    ).fetchone()
     if row is not None:
         return LockHolder(project, row[0], row[1], int(row[2]), utc(row[3]))  # type: ignore[arg-type]  # backend_start is set
     # Not recorded (yet): the holding session's application_name still names the server.
@@ -42,16 +45,18 @@ def pg_lock_holder(db: Database, q: Callable[..., Any], project: str) -> LockHol
         "FROM pg_locks AS k JOIN pg_stat_activity AS a ON a.pid = k.pid "
         "WHERE k.locktype = 'advisory' AND k.granted AND k.classid = %s::int4::oid "
         "AND k.objid = hashtext(%s)::oid AND k.objsubid = 2",
-        (LOCK_NAMESPACE, project)).fetchone()
+        (LOCK_NAMESPACE, project),
+    ).fetchone()
     if row is None:
         return None
     name = (row[0] or "").removeprefix("fathom-lock:")
-    return LockHolder(project, name or "unknown", row[1] or "local", int(row[2]),
-                      utc(row[3]))  # type: ignore[arg-type]  # backend_start is set
+    return LockHolder(project, name or "unknown", row[1] or "local", int(row[2]), utc(row[3]))  # type: ignore[arg-type]  # backend_start is set
+
 
 @contextlib.contextmanager
-def hold_pg_index_lock(db: Database, q: Callable[..., Any], project: str, holder: str | None,
-                      clock: Callable[[], float]) -> Iterator[LockHolder]:
+def hold_pg_index_lock(
+    db: Database, q: Callable[..., Any], project: str, holder: str | None, clock: Callable[[], float]
+) -> Iterator[LockHolder]:
     """Hold the index lock of `project` for the duration of the block.
 
     A session advisory lock on a dedicated connection: PostgreSQL keeps it while that
@@ -62,26 +67,31 @@ def hold_pg_index_lock(db: Database, q: Callable[..., Any], project: str, holder
     holder = holder or f"{host}:{os.getpid()}"
     conn = db.connect(application_name=f"fathom-lock:{holder}")
     try:
-        got = conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))",
-                           (LOCK_NAMESPACE, project)).fetchone()[0]
+        got = conn.execute(
+            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LOCK_NAMESPACE, project)
+        ).fetchone()[0]
         if not got:
             raise ProjectLocked(project, pg_lock_holder(db, q, project))
         since = datetime.fromtimestamp(clock(), tz=UTC)
-        conn.execute(q(
-            "INSERT INTO {s}.project_locks (project, holder, host, pid, backend_pid, since) "
-            "VALUES (%s, %s, %s, %s, pg_backend_pid(), %s) ON CONFLICT (project) DO UPDATE "
-            "SET holder = EXCLUDED.holder, host = EXCLUDED.host, pid = EXCLUDED.pid, "
-            "backend_pid = EXCLUDED.backend_pid, since = EXCLUDED.since"),
-            (project, holder, host, os.getpid(), since))
+        conn.execute(
+            q(
+                "INSERT INTO {s}.project_locks (project, holder, host, pid, backend_pid, since) "
+                "VALUES (%s, %s, %s, %s, pg_backend_pid(), %s) ON CONFLICT (project) DO UPDATE "
+                "SET holder = EXCLUDED.holder, host = EXCLUDED.host, pid = EXCLUDED.pid, "
+                "backend_pid = EXCLUDED.backend_pid, since = EXCLUDED.since"
+            ),
+            (project, holder, host, os.getpid(), since),
+        )
         info = LockHolder(project, holder, host, os.getpid(), since)
         log.info("index lock of project %r taken by %s", project, holder)
         try:
             yield info
         finally:
             with contextlib.suppress(Exception):
-                conn.execute(q("DELETE FROM {s}.project_locks WHERE project = %s "
-                                     "AND backend_pid = pg_backend_pid()"), (project,))
-                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))",
-                             (LOCK_NAMESPACE, project))
+                conn.execute(
+                    q("DELETE FROM {s}.project_locks WHERE project = %s AND backend_pid = pg_backend_pid()"),
+                    (project,),
+                )
+                conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (LOCK_NAMESPACE, project))
     finally:
         conn.close()

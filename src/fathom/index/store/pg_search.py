@@ -23,14 +23,23 @@ from fathom.index.store.values import Hit
 
 def hit_from_row(row: Sequence[Any], table: str, kind: str) -> Hit:
     """A Hit from a row of HIT_COLUMNS followed by its score."""
-    chunk_id, path, start, end, symbol, language, text, provider_id, symbol_kind, score = \
-        row[:10]
+    chunk_id, path, start, end, symbol, language, text, provider_id, symbol_kind, score = row[:10]
     score = float(score)
-    return Hit(chunk_id=chunk_id, path=path, start_line=int(start), end_line=int(end),
-               symbol=symbol, language=language, score=score,
-               snippet=snippet_of(text or ""), provider_id=provider_id, table=table,
-               vector_score=score if kind == "vector" else None,
-               text_score=score if kind == "text" else None, kind=symbol_kind)
+    return Hit(
+        chunk_id=chunk_id,
+        path=path,
+        start_line=int(start),
+        end_line=int(end),
+        symbol=symbol,
+        language=language,
+        score=score,
+        snippet=snippet_of(text or ""),
+        provider_id=provider_id,
+        table=table,
+        vector_score=score if kind == "vector" else None,
+        text_score=score if kind == "text" else None,
+        kind=symbol_kind,
+    )
 
 
 def filter_sql(where: SearchFilter | None, alias: str = "") -> tuple[str, dict[str, Any]]:
@@ -41,8 +50,7 @@ def filter_sql(where: SearchFilter | None, alias: str = "") -> tuple[str, dict[s
     values = {"language": where.language, "kind": where.kind, "path": where.path_regex}
     ops = {"language": "=", "kind": "=", "path": "~"}
     params = {f"f_{k}": v for k, v in values.items() if v is not None}
-    sql = "".join(f" AND {col}{k} {ops[k]} %(f_{k})s" for k, v in values.items()
-                  if v is not None)
+    sql = "".join(f" AND {col}{k} {ops[k]} %(f_{k})s" for k, v in values.items() if v is not None)
     return sql, params
 
 
@@ -68,12 +76,18 @@ class PgSearch:
                 f"SELECT {cols}, 1 - (c.vector <=> %(q)s) AS score FROM ("
                 f" SELECT {cols}, vector FROM {{t}}{cond}"
                 f" ORDER BY (vector::halfvec({width})) <=> (%(q)s::halfvec({width}))"
-                f" LIMIT %(cand)s) AS c ORDER BY c.vector <=> %(q)s LIMIT %(k)s", t=name)
-        return self.tables.q(f"SELECT {cols}, 1 - (vector <=> %(q)s) AS score FROM {{t}}{cond} "
-                       f"ORDER BY vector <=> %(q)s LIMIT %(k)s", t=name)
+                f" LIMIT %(cand)s) AS c ORDER BY c.vector <=> %(q)s LIMIT %(k)s",
+                t=name,
+            )
+        return self.tables.q(
+            f"SELECT {cols}, 1 - (vector <=> %(q)s) AS score FROM {{t}}{cond} "
+            f"ORDER BY vector <=> %(q)s LIMIT %(k)s",
+            t=name,
+        )
 
-    def _vector_params(self, q: np.ndarray, k: int,
-                       where: SearchFilter | None = None) -> tuple[dict[str, Any], int]:
+    def _vector_params(
+        self, q: np.ndarray, k: int, where: SearchFilter | None = None
+    ) -> tuple[dict[str, Any], int]:
         cand = k * self.store.refine
         params = {"q": q, "k": k, "cand": cand}
         params |= filter_sql(where)[1]
@@ -94,10 +108,12 @@ class PgSearch:
             # A filtered query must not return the filtered remains of ef_search candidates:
             # the iterative scan reads on until enough rows pass (pgvector 0.8+).
             "set_config('hnsw.iterative_scan', 'strict_order', true)",
-            (str(ef), f'"{self.store.db.schema}"."{name}"', self.store.ann_min_rows))
+            (str(ef), f'"{self.store.db.schema}"."{name}"', self.store.ann_min_rows),
+        )
 
-    def vector_search(self, project: str, table: str, vector: Any, k: int,
-                      where: SearchFilter | None) -> list[Hit]:
+    def vector_search(
+        self, project: str, table: str, vector: Any, k: int, where: SearchFilter | None
+    ) -> list[Hit]:
 
         def read(conn: Any) -> list[Hit]:
             ptr = self.tables.active_or_raise(conn, project, table)
@@ -108,8 +124,10 @@ class PgSearch:
             params, ef = self._vector_params(q, k, where)
             with conn.transaction():
                 self._tune_ann(conn, ptr["active"], ef)
-                rows = conn.execute(self._vector_sql(ptr["active"], space.width, where),  # type: ignore[union-attr]  # active: has a space
-                                    params).fetchall()
+                rows = conn.execute(
+                    self._vector_sql(ptr["active"], space.width, where),  # type: ignore[union-attr]  # active: has a space
+                    params,
+                ).fetchall()
             return [hit_from_row(r, table, "vector") for r in rows]
 
         return self.store._retrying(read)
@@ -126,13 +144,15 @@ class PgSearch:
 
         with conn.transaction():
             self._tune_ann(conn, ptr["active"], ef)
-            rows = conn.execute(sql.SQL("EXPLAIN ") + self._vector_sql(ptr["active"],
-                                                                       space.width),  # type: ignore[union-attr]  # active: has a space
-                                params).fetchall()
+            rows = conn.execute(
+                sql.SQL("EXPLAIN ") + self._vector_sql(ptr["active"], space.width),  # type: ignore[union-attr]  # active: has a space
+                params,
+            ).fetchall()
         return "\n".join(r[0] for r in rows)
 
-    def text_search(self, project: str, table: str, query: str, k: int,
-                    where: SearchFilter | None) -> list[Hit]:
+    def text_search(
+        self, project: str, table: str, query: str, k: int, where: SearchFilter | None
+    ) -> list[Hit]:
         if not query or not query.strip() or k <= 0:
             return []
         cols = ", ".join(f"t.{c}" for c in HIT_COLUMNS)
@@ -142,27 +162,34 @@ class PgSearch:
             ptr = self.tables.active_or_raise(conn, project, table)
             if ptr is None or ptr["active"] is None:
                 return []
-            rows = conn.execute(self.tables.q(
-                f"SELECT {cols}, ts_rank(t.tsv, q.q) AS score FROM {{t}} AS t, "
-                f"(SELECT {{s}}.or_query(%(query)s) AS q) AS q WHERE t.tsv @@ q.q{cond} "
-                f"ORDER BY score DESC, t.chunk_id LIMIT %(k)s", t=ptr["active"]),
-                {"query": pg_text(query), "k": k} | cond_params).fetchall()
+            rows = conn.execute(
+                self.tables.q(
+                    f"SELECT {cols}, ts_rank(t.tsv, q.q) AS score FROM {{t}} AS t, "
+                    f"(SELECT {{s}}.or_query(%(query)s) AS q) AS q WHERE t.tsv @@ q.q{cond} "
+                    f"ORDER BY score DESC, t.chunk_id LIMIT %(k)s",
+                    t=ptr["active"],
+                ),
+                {"query": pg_text(query), "k": k} | cond_params,
+            ).fetchall()
             return [hit_from_row(r, table, "text") for r in rows]
 
         return self.store._retrying(read)
 
-    def chunk_at(self, project: str, table: str, path: str,
-                 line: int) -> tuple[Hit, np.ndarray] | None:
+    def chunk_at(self, project: str, table: str, path: str, line: int) -> tuple[Hit, np.ndarray] | None:
         cols = ", ".join(HIT_COLUMNS)
 
         def read(conn: Any) -> tuple[Hit, np.ndarray] | None:
             ptr = self.tables.active_or_raise(conn, project, table)
             if ptr is None or ptr["active"] is None:
                 return None
-            row = conn.execute(self.tables.q(
-                f"SELECT {cols}, 1.0, vector FROM {{t}} WHERE path = %s AND start_line <= %s "
-                f"AND end_line >= %s ORDER BY end_line - start_line, start_line LIMIT 1",
-                t=ptr["active"]), (path, int(line), int(line))).fetchone()
+            row = conn.execute(
+                self.tables.q(
+                    f"SELECT {cols}, 1.0, vector FROM {{t}} WHERE path = %s AND start_line <= %s "
+                    f"AND end_line >= %s ORDER BY end_line - start_line, start_line LIMIT 1",
+                    t=ptr["active"],
+                ),
+                (path, int(line), int(line)),
+            ).fetchone()
             if row is None:
                 return None
             # The innermost chunk (a method rather than its class) is the one meant.
@@ -170,8 +197,7 @@ class PgSearch:
 
         return self.store._retrying(read)
 
-    def chunks(self, project: str, table: str, path: str | None,
-               chunk_ids: list[str]) -> list[Chunk]:
+    def chunks(self, project: str, table: str, path: str | None, chunk_ids: list[str]) -> list[Chunk]:
         """The active rows of one file (`path`) or of these chunk ids, as `Chunk`s."""
         if path is None and not chunk_ids:
             return []
@@ -181,11 +207,26 @@ class PgSearch:
             ptr = self.tables.active_or_raise(conn, project, table)
             if ptr is None or ptr["active"] is None:
                 return []
-            rows = conn.execute(self.tables.q(
-                "SELECT path, language, start_line, end_line, symbol, text, kind FROM {t} "
-                f"WHERE {cond}", t=ptr["active"]), (arg,)).fetchall()
-            return [Chunk(path=p, language=lang, table=table, start_line=int(s),
-                          end_line=int(e), symbol=sym, text=text or "", kind=kind)
-                    for p, lang, s, e, sym, text, kind in rows]
+            rows = conn.execute(
+                self.tables.q(
+                    "SELECT path, language, start_line, end_line, symbol, text, kind FROM {t} "
+                    f"WHERE {cond}",
+                    t=ptr["active"],
+                ),
+                (arg,),
+            ).fetchall()
+            return [
+                Chunk(
+                    path=p,
+                    language=lang,
+                    table=table,
+                    start_line=int(s),
+                    end_line=int(e),
+                    symbol=sym,
+                    text=text or "",
+                    kind=kind,
+                )
+                for p, lang, s, e, sym, text, kind in rows
+            ]
 
         return self.store._retrying(read)

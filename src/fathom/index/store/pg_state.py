@@ -51,41 +51,53 @@ class PgVerdictStore:
         return sql.SQL(template).format(s=sql.Identifier(self.db.schema))
 
     def put(self, verdict: Any) -> None:
-        self.db.conn().execute(self._q(
-            "INSERT INTO {s}.verdicts (verdict_id, body) VALUES (%s, %s) "
-            "ON CONFLICT (verdict_id) DO UPDATE SET body = EXCLUDED.body, updated_at = now()"),
-            (verdict.verdict_id, json.dumps(verdict.to_json())))
+        self.db.conn().execute(
+            self._q(
+                "INSERT INTO {s}.verdicts (verdict_id, body) VALUES (%s, %s) "
+                "ON CONFLICT (verdict_id) DO UPDATE SET body = EXCLUDED.body, updated_at = now()"
+            ),
+            (verdict.verdict_id, json.dumps(verdict.to_json())),
+        )
 
     def get(self, verdict_id: str) -> Any:
         from fathom.inference.gate.verdict import Verdict
 
-        row = self.db.conn().execute(self._q(
-            "SELECT body FROM {s}.verdicts WHERE verdict_id = %s"), (verdict_id,)).fetchone()
+        row = (
+            self.db.conn()
+            .execute(self._q("SELECT body FROM {s}.verdicts WHERE verdict_id = %s"), (verdict_id,))
+            .fetchone()
+        )
         return Verdict.from_json(row[0]) if row else None
 
     def all(self) -> list[Any]:
         from fathom.inference.gate.verdict import Verdict
 
-        rows = self.db.conn().execute(self._q(
-            "SELECT body FROM {s}.verdicts ORDER BY seq")).fetchall()
+        rows = self.db.conn().execute(self._q("SELECT body FROM {s}.verdicts ORDER BY seq")).fetchall()
         return [Verdict.from_json(r[0]) for r in rows]
 
     def watch(self, watched: Any) -> None:
-        self.db.conn().execute(self._q(
-            "INSERT INTO {s}.gate_watch (space, provider_id, body) VALUES (%s, %s, %s) "
-            "ON CONFLICT (space, provider_id) DO UPDATE SET body = EXCLUDED.body"),
-            (watched.space.key, watched.provider_id, json.dumps(watched.to_json())))
+        self.db.conn().execute(
+            self._q(
+                "INSERT INTO {s}.gate_watch (space, provider_id, body) VALUES (%s, %s, %s) "
+                "ON CONFLICT (space, provider_id) DO UPDATE SET body = EXCLUDED.body"
+            ),
+            (watched.space.key, watched.provider_id, json.dumps(watched.to_json())),
+        )
 
     def unwatch(self, space_key: str, provider_id: str) -> None:
-        self.db.conn().execute(self._q(
-            "DELETE FROM {s}.gate_watch WHERE space = %s AND provider_id = %s"),
-            (space_key, provider_id))
+        self.db.conn().execute(
+            self._q("DELETE FROM {s}.gate_watch WHERE space = %s AND provider_id = %s"),
+            (space_key, provider_id),
+        )
 
     def watched(self) -> list[Any]:
         from fathom.inference.gate.verdict import Watched
 
-        rows = self.db.conn().execute(self._q(
-            "SELECT body FROM {s}.gate_watch ORDER BY space, provider_id")).fetchall()
+        rows = (
+            self.db.conn()
+            .execute(self._q("SELECT body FROM {s}.gate_watch ORDER BY space, provider_id"))
+            .fetchall()
+        )
         return [Watched.from_json(r[0]) for r in rows]
 
 
@@ -103,17 +115,27 @@ class PgGoldenStore:
 
         from fathom.inference.gate.golden import Golden
 
-        row = self.db.conn().execute(sql.SQL("SELECT body FROM {}.golden WHERE space = %s")
-                                     .format(sql.Identifier(self.db.schema)),
-                                     (space_key,)).fetchone()
+        row = (
+            self.db.conn()
+            .execute(
+                sql.SQL("SELECT body FROM {}.golden WHERE space = %s").format(sql.Identifier(self.db.schema)),
+                (space_key,),
+            )
+            .fetchone()
+        )
         if row is None:
             return None
         d = row[0]
         n, w = d["shape"]
         vec = np.frombuffer(base64.b64decode(d["vectors"]), dtype="<f4").reshape(n, w).copy()
-        golden = Golden(space=d["space"], probe_set=d["probe_set"],
-                        probe_ids=tuple(d["probe_ids"]), reference=d["reference"],
-                        recorded_at=d["recorded_at"], vectors=vec)
+        golden = Golden(
+            space=d["space"],
+            probe_set=d["probe_set"],
+            probe_ids=tuple(d["probe_ids"]),
+            reference=d["reference"],
+            recorded_at=d["recorded_at"],
+            vectors=vec,
+        )
         if probe_set is not None and golden.probe_set != probe_set:
             return None
         return golden
@@ -122,14 +144,22 @@ class PgGoldenStore:
         from psycopg import sql
 
         vec = np.ascontiguousarray(golden.vectors, dtype="<f4")
-        body = {"space": golden.space, "probe_set": golden.probe_set,
-                "probe_ids": list(golden.probe_ids), "reference": golden.reference,
-                "recorded_at": golden.recorded_at, "shape": list(vec.shape),
-                "vectors": base64.b64encode(vec.tobytes()).decode("ascii")}
-        self.db.conn().execute(sql.SQL(
-            "INSERT INTO {}.golden (space, body) VALUES (%s, %s) "
-            "ON CONFLICT (space) DO UPDATE SET body = EXCLUDED.body").format(
-            sql.Identifier(self.db.schema)), (golden.space, json.dumps(body)))
+        body = {
+            "space": golden.space,
+            "probe_set": golden.probe_set,
+            "probe_ids": list(golden.probe_ids),
+            "reference": golden.reference,
+            "recorded_at": golden.recorded_at,
+            "shape": list(vec.shape),
+            "vectors": base64.b64encode(vec.tobytes()).decode("ascii"),
+        }
+        self.db.conn().execute(
+            sql.SQL(
+                "INSERT INTO {}.golden (space, body) VALUES (%s, %s) "
+                "ON CONFLICT (space) DO UPDATE SET body = EXCLUDED.body"
+            ).format(sql.Identifier(self.db.schema)),
+            (golden.space, json.dumps(body)),
+        )
 
 
 class PgRoutingStore(RoutingStore):
@@ -139,7 +169,9 @@ class PgRoutingStore(RoutingStore):
     routes at once never lose each other's change. Only safe fields exist in `RoutingState`
     (no key field, unknown fields refused), so nothing secret can reach the table."""
 
-    def __init__(self, source: PostgresStore | Database | str):  # not RoutingStore's: no data dir, the database holds the state
+    def __init__(
+        self, source: PostgresStore | Database | str
+    ):  # not RoutingStore's: no data dir, the database holds the state
         self.db = _database(source)
         self.path = None  # type: ignore[assignment]  # not a file
 
@@ -152,24 +184,29 @@ class PgRoutingStore(RoutingStore):
         return sql.SQL(template).format(s=sql.Identifier(self.db.schema))
 
     def load(self) -> RoutingState:
-        row = self.db.conn().execute(self._q("SELECT state FROM {s}.routing WHERE id = 1")
-                                     ).fetchone()
+        row = self.db.conn().execute(self._q("SELECT state FROM {s}.routing WHERE id = 1")).fetchone()
         if row is None:
             return RoutingState()
         try:
             state = RoutingState.model_validate(row[0])
         except ValueError as exc:
             raise RoutingStateDamaged(
-                f"the routing row in {self.db.url}", state_defect(exc),
-                "correct it, or delete the row to start again from the default routes") from None
+                f"the routing row in {self.db.url}",
+                state_defect(exc),
+                "correct it, or delete the row to start again from the default routes",
+            ) from None
         for role, route in default_routes().items():
             state.roles.setdefault(role, route)
         return state
 
     def save(self, state: RoutingState) -> None:
-        self.db.conn().execute(self._q(
-            "INSERT INTO {s}.routing (id, state) VALUES (1, %s) ON CONFLICT (id) DO UPDATE "
-            "SET state = EXCLUDED.state, updated_at = now()"), (state.model_dump_json(),))
+        self.db.conn().execute(
+            self._q(
+                "INSERT INTO {s}.routing (id, state) VALUES (1, %s) ON CONFLICT (id) DO UPDATE "
+                "SET state = EXCLUDED.state, updated_at = now()"
+            ),
+            (state.model_dump_json(),),
+        )
 
     @contextlib.contextmanager
     def _changing_state(self) -> Iterator[None]:
@@ -178,9 +215,9 @@ class PgRoutingStore(RoutingStore):
         batch history) never lose each other's change."""
         conn = self.db.conn()
         with self._changing, conn.transaction():
-            conn.execute(self._q("INSERT INTO {s}.routing (id, state) VALUES (1, %s) "
-                                 "ON CONFLICT (id) DO NOTHING"),
-                         (RoutingState().model_dump_json(),))
+            conn.execute(
+                self._q("INSERT INTO {s}.routing (id, state) VALUES (1, %s) ON CONFLICT (id) DO NOTHING"),
+                (RoutingState().model_dump_json(),),
+            )
             conn.execute(self._q("SELECT 1 FROM {s}.routing WHERE id = 1 FOR UPDATE"))
             yield
-

@@ -46,8 +46,11 @@ def read_state_file(path: Path, project: str) -> dict[str, Any] | None:
         return None
     except (OSError, ValueError) as exc:
         raise DamagedProject(project, f"{path} is unreadable ({short(exc)})") from None
-    if not (isinstance(state, dict) and isinstance(state.get("tables"), dict)
-            and isinstance(state.get("next"), int)):
+    if not (
+        isinstance(state, dict)
+        and isinstance(state.get("tables"), dict)
+        and isinstance(state.get("next"), int)
+    ):
         raise DamagedProject(project, f"{path} does not hold a project state")
     return state
 
@@ -64,8 +67,9 @@ def state_flock(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def hold_index_lock(path: Path, project: str, holder: str | None,
-                    clock: Callable[[], float]) -> Iterator[LockHolder]:
+def hold_index_lock(
+    path: Path, project: str, holder: str | None, clock: Callable[[], float]
+) -> Iterator[LockHolder]:
     """Hold the lock file `path` of `project` for the block, or raise `ProjectLocked`."""
     host = socket.gethostname()
     holder = holder or f"fathom@{host}:{os.getpid()}"
@@ -79,8 +83,9 @@ def hold_index_lock(path: Path, project: str, holder: str | None,
             raise ProjectLocked(project, read_lock_record(project, path)) from None
         since = datetime.fromtimestamp(clock(), tz=UTC)
         info = LockHolder(project, holder, host, os.getpid(), since)
-        record = json.dumps({"holder": holder, "host": host, "pid": info.pid,
-                             "since": since.isoformat()}).encode()
+        record = json.dumps(
+            {"holder": holder, "host": host, "pid": info.pid, "since": since.isoformat()}
+        ).encode()
         os.ftruncate(fd, 0)
         os.pwrite(fd, record, 0)
         try:
@@ -114,8 +119,13 @@ def read_lock_record(project: str, path: Path) -> LockHolder | None:
         try:
             data = json.loads(path.read_text() or "null")
             if data:
-                return LockHolder(project, str(data["holder"]), str(data["host"]),
-                                  int(data["pid"]), datetime.fromisoformat(data["since"]))
+                return LockHolder(
+                    project,
+                    str(data["holder"]),
+                    str(data["host"]),
+                    int(data["pid"]),
+                    datetime.fromisoformat(data["since"]),
+                )
         except (OSError, ValueError, KeyError, TypeError):
             pass
         time.sleep(0.01)

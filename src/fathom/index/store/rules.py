@@ -31,8 +31,11 @@ def check_table_kind(table: str) -> str:
 
 
 def check_project_name(project: str) -> str:
-    if not isinstance(project, str) or not project.strip() or len(project) > 200 or any(
-        ord(c) < 32 for c in project
+    if (
+        not isinstance(project, str)
+        or not project.strip()
+        or len(project) > 200
+        or any(ord(c) < 32 for c in project)
     ):
         raise ConfigError(
             f"invalid project name {project!r}: use 1-200 printable characters, e.g. the "
@@ -57,15 +60,13 @@ def validate_vectors(space: Space, table: str, vectors: Any, n: int) -> np.ndarr
         arr = arr.reshape(1, -1)
     if arr.ndim != 2:
         raise StoreError(
-            f"table {table!r} needs a 2-d (rows, {space.width}) vector matrix; got shape "
-            f"{arr.shape}"
+            f"table {table!r} needs a 2-d (rows, {space.width}) vector matrix; got shape {arr.shape}"
         )
     if arr.shape[1] != space.width:
         raise WidthMismatch(table, space.width, int(arr.shape[1]))
     if arr.shape[0] != n:
         raise StoreError(
-            f"table {table!r}: {n} rows but {arr.shape[0]} vectors; each row needs exactly "
-            f"one vector"
+            f"table {table!r}: {n} rows but {arr.shape[0]} vectors; each row needs exactly one vector"
         )
     if not np.issubdtype(arr.dtype, np.number):
         raise StoreError(f"table {table!r}: vectors must be numeric, got dtype {arr.dtype}")
@@ -151,7 +152,6 @@ def space_to_json(space: Space) -> dict[str, Any]:
 def space_from_json(data: dict[str, Any] | None) -> Space | None:
     if not data:
         return None
-    return Space(table=data["table"], model=data["model"], width=int(data["width"]),
-                 reference=data["reference"])
-
-
+    return Space(
+        table=data["table"], model=data["model"], width=int(data["width"]), reference=data["reference"]
+    )

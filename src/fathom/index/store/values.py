@@ -103,5 +103,3 @@ class ProjectInfo:
     name: str
     tables: dict[str, TableInfo] = field(default_factory=dict)
     damage: str | None = None  # why the project cannot be read (DamagedProject's message)
-
-

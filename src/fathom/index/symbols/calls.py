@@ -37,8 +37,9 @@ IMPLICIT_SELF = frozenset({"java", "csharp", "kotlin", "cpp", "scala", "swift", 
 # Languages where a bare name reaches another file's definition with no import (a package, a
 # header, a global): such a definition is `likely`; elsewhere an unimported name is a builtin
 # or a local as far as the file says.
-SHARED_SCOPE = frozenset({"c", "cpp", "java", "csharp", "kotlin", "scala", "swift", "php",
-                          "ruby", "lua", "shell", "rust"})
+SHARED_SCOPE = frozenset(
+    {"c", "cpp", "java", "csharp", "kotlin", "scala", "swift", "php", "ruby", "lua", "shell", "rust"}
+)
 _INDEX_FILES = frozenset({"__init__", "index", "mod", "lib", "main"})
 _GO_RECEIVER = re.compile(r"^func\s*\(\s*(\w+)\s+\*?\s*(\w+)")
 _IDENTIFIER = re.compile(r"^[\w$]+$")
@@ -106,28 +107,43 @@ class Resolver:
 
     def named(self, name: str) -> list[SymbolRow]:
         if name not in self._named:
-            self._named[name] = [SymbolRow(*r) for r in self.conn.execute(
-                "SELECT * FROM symbols WHERE name = ? AND project = ? ORDER BY path, start_line",
-                (name, self.project)).fetchall()]
+            self._named[name] = [
+                SymbolRow(*r)
+                for r in self.conn.execute(
+                    "SELECT * FROM symbols WHERE name = ? AND project = ? ORDER BY path, start_line",
+                    (name, self.project),
+                ).fetchall()
+            ]
         return self._named[name]
 
     def defined_in(self, path: str) -> dict[str, SymbolRow]:
         if path not in self._files:
-            rows = [SymbolRow(*r) for r in self.conn.execute(
-                "SELECT * FROM symbols WHERE project = ? AND path = ? ORDER BY start_line DESC",
-                (self.project, path)).fetchall()]
+            rows = [
+                SymbolRow(*r)
+                for r in self.conn.execute(
+                    "SELECT * FROM symbols WHERE project = ? AND path = ? ORDER BY start_line DESC",
+                    (self.project, path),
+                ).fetchall()
+            ]
             self._files[path] = {r.qualname: r for r in rows}  # the first of a name wins
         return self._files[path]
 
     def bindings(self, path: str) -> dict[str, tuple[str, str]]:
         if path not in self._bindings:
-            self._bindings[path] = {local: (module, original) for local, module, original in
-                                    self.conn.execute(
-                                        "SELECT local, module, original FROM imports WHERE "
-                                        "project = ? AND path = ?", (self.project, path))}
-            self._imported[path] = {n for (n,) in self.conn.execute(
-                "SELECT name FROM refs WHERE project = ? AND path = ? AND use = 'import'",
-                (self.project, path))}
+            self._bindings[path] = {
+                local: (module, original)
+                for local, module, original in self.conn.execute(
+                    "SELECT local, module, original FROM imports WHERE project = ? AND path = ?",
+                    (self.project, path),
+                )
+            }
+            self._imported[path] = {
+                n
+                for (n,) in self.conn.execute(
+                    "SELECT name FROM refs WHERE project = ? AND path = ? AND use = 'import'",
+                    (self.project, path),
+                )
+            }
         return self._bindings[path]
 
     def _local(self, module: str, language: str) -> bool:
@@ -138,8 +154,7 @@ class Resolver:
             return True
         if self._parts is None:
             self._parts = {self.project}
-            for (path,) in self.conn.execute("SELECT path FROM files WHERE project = ?",
-                                             (self.project,)):
+            for (path,) in self.conn.execute("SELECT path FROM files WHERE project = ?", (self.project,)):
                 *folders, name = path.split("/")
                 self._parts.update(folders, [name.rsplit(".", 1)[0]])
         parts = [p for p in re.split(r"[./\\:]+", module) if p] or [""]
@@ -171,8 +186,7 @@ class Resolver:
     def _bare(self, site: ReferenceRow, candidates: list[SymbolRow]) -> Resolution:
         binding = self.bindings(site.path).get(site.name)
         if site.use == "import" and binding is None:
-            binding = next(((m, o) for m, o in self.bindings(site.path).values()
-                            if o == site.name), None)
+            binding = next(((m, o) for m, o in self.bindings(site.path).values() if o == site.name), None)
         if site.use != "import":
             local = self._in_scope(site, candidates)
             if local:
@@ -185,8 +199,9 @@ class Resolver:
             inside = tuple(c for c in tops if _in_module(c.path, _module_names(module, module)))
             if inside:
                 return Resolution("resolved", inside)
-        imported = binding is not None or (site.language not in READ_LANGUAGES and
-                                           site.name in self._imported.get(site.path, ()))
+        imported = binding is not None or (
+            site.language not in READ_LANGUAGES and site.name in self._imported.get(site.path, ())
+        )
         if binding is not None and not self._local(binding[0], site.language):
             return Resolution("name-only", ())  # from a module outside the project
         if imported and tops:
@@ -214,12 +229,16 @@ class Resolver:
             if found and (not is_class or site.language in IMPLICIT_SELF):
                 return found
         if host is not None and site.language in IMPLICIT_SELF:  # members declared elsewhere
-            return tuple(c for c in candidates if c.qualname == f"{host.qualname}.{site.name}"
-                         and self._same_unit(site, c))
+            return tuple(
+                c
+                for c in candidates
+                if c.qualname == f"{host.qualname}.{site.name}" and self._same_unit(site, c)
+            )
         return ()
 
-    def _through(self, site: ReferenceRow, receiver: str,
-                 candidates: list[SymbolRow]) -> tuple[SymbolRow, ...]:
+    def _through(
+        self, site: ReferenceRow, receiver: str, candidates: list[SymbolRow]
+    ) -> tuple[SymbolRow, ...]:
         """`receiver.name` where the receiver is an imported module or class, or a class of
         the file: the definitions it names."""
         binding = self.bindings(site.path).get(receiver)
@@ -228,19 +247,24 @@ class Resolver:
         if binding is not None:
             module, original = binding
             names = _module_names(module, original)
-            found = tuple(c for c in candidates if c.depth == 0 and c.kind != "method"
-                          and _in_module(c.path, names))
+            found = tuple(
+                c for c in candidates if c.depth == 0 and c.kind != "method" and _in_module(c.path, names)
+            )
             if found:
                 return found
             receiver = original.rsplit(".", 1)[-1]  # an imported class
-        members = tuple(c for c in candidates if c.qualname == f"{receiver}.{site.name}"
-                        or c.qualname.endswith(f".{receiver}.{site.name}"))
+        members = tuple(
+            c
+            for c in candidates
+            if c.qualname == f"{receiver}.{site.name}" or c.qualname.endswith(f".{receiver}.{site.name}")
+        )
         if binding is not None or receiver in self.defined_in(site.path):
             return members
         return ()
 
-    def _member(self, site: ReferenceRow, host: SymbolRow,
-                methods: tuple[SymbolRow, ...]) -> tuple[SymbolRow, ...]:
+    def _member(
+        self, site: ReferenceRow, host: SymbolRow, methods: tuple[SymbolRow, ...]
+    ) -> tuple[SymbolRow, ...]:
         """The method `site.name` of `host`, or of the nearest base class (named in the class's
         head and found in the project) that defines it."""
         classes, seen = [host], set()
@@ -251,8 +275,12 @@ class Resolver:
             if _key(cls) in seen:
                 continue
             seen.add(_key(cls))
-            own = tuple(c for c in methods if c.qualname == f"{cls.qualname}.{site.name}" and (
-                c.path == cls.path or (site.language == "go" and _folder(c.path) == _folder(cls.path))))
+            own = tuple(
+                c
+                for c in methods
+                if c.qualname == f"{cls.qualname}.{site.name}"
+                and (c.path == cls.path or (site.language == "go" and _folder(c.path) == _folder(cls.path)))
+            )
             if own:
                 return own
             classes += [b for name in _bases(cls.signature) if (b := self._class(cls, name))]
@@ -285,8 +313,9 @@ class Resolver:
         return None
 
     def _go_type(self, site: ReferenceRow, name: str) -> SymbolRow | None:
-        return next((c for c in self.named(name) if c.kind == "class"
-                     and _folder(c.path) == _folder(site.path)), None)
+        return next(
+            (c for c in self.named(name) if c.kind == "class" and _folder(c.path) == _folder(site.path)), None
+        )
 
     def _go_receiver(self, site: ReferenceRow) -> str | None:
         if site.language != "go" or not site.enclosing:
@@ -298,15 +327,17 @@ class Resolver:
     @staticmethod
     def _same_unit(site: ReferenceRow, row: SymbolRow) -> bool:
         """A member of the site's class: in its file, or (Go) its package."""
-        return row.path == site.path or (site.language == "go"
-                                         and _folder(row.path) == _folder(site.path))
+        return row.path == site.path or (site.language == "go" and _folder(row.path) == _folder(site.path))
 
 
 def _bases(signature: str) -> list[str]:
     match = _PY_BASES.match(signature)
     if match:
-        return [b.strip() for b in match.group(1).split(",")
-                if b.strip() and "=" not in b and re.match(r"^[\w.]+$", b.strip())]
+        return [
+            b.strip()
+            for b in match.group(1).split(",")
+            if b.strip() and "=" not in b and re.match(r"^[\w.]+$", b.strip())
+        ]
     return _EXTENDS.findall(signature)
 
 
@@ -318,8 +349,9 @@ def grade(resolution: Resolution, wanted: set[tuple[str, str, str]]) -> str:
     return resolution.how
 
 
-def graded_references(conn: sqlite3.Connection, rows: list[ReferenceRow],
-                      definitions: list[SymbolRow]) -> list[tuple[ReferenceRow, str]]:
+def graded_references(
+    conn: sqlite3.Connection, rows: list[ReferenceRow], definitions: list[SymbolRow]
+) -> list[tuple[ReferenceRow, str]]:
     """Each reference with its grade against `definitions`, resolved first, then likely,
     then name-only (each in the order given)."""
     wanted = {_key(d) for d in definitions}
@@ -332,22 +364,34 @@ def graded_references(conn: sqlite3.Connection, rows: list[ReferenceRow],
     return sorted(out, key=lambda pair: order[pair[1]])
 
 
-def sites(conn: sqlite3.Connection, projects: list[str], *, name: str | None = None,
-          path: str | None = None, enclosing: str | None = None) -> list[ReferenceRow]:
+def sites(
+    conn: sqlite3.Connection,
+    projects: list[str],
+    *,
+    name: str | None = None,
+    path: str | None = None,
+    enclosing: str | None = None,
+) -> list[ReferenceRow]:
     """Call sites, by name across projects or within one definition, with their lines."""
     # The index named: left to itself, SQLite reads the whole project's uses by `refs_file`
     # to save a sort, ten times slower for a name than `refs_name`.
     index = "refs_name" if name is not None else "refs_file"
-    query = ("SELECT r.project, r.path, f.language, r.name, r.line, r.col, r.use, r.enclosing, "
-             f"'', r.receiver FROM refs AS r INDEXED BY {index} JOIN files AS f ON "
-             f"f.project = r.project AND f.path = r.path WHERE r.use = 'call' AND "
-             f"r.project IN ({_marks(projects)})")
+    query = (
+        "SELECT r.project, r.path, f.language, r.name, r.line, r.col, r.use, r.enclosing, "
+        f"'', r.receiver FROM refs AS r INDEXED BY {index} JOIN files AS f ON "
+        f"f.project = r.project AND f.path = r.path WHERE r.use = 'call' AND "
+        f"r.project IN ({_marks(projects)})"
+    )
     args: list[Any] = list(projects)
     for column, value in (("r.name", name), ("r.path", path), ("r.enclosing", enclosing)):
         if value is not None:
             query, args = query + f" AND {column} = ?", [*args, value]
-    rows = [ReferenceRow(*r) for r in conn.execute(
-        query + " ORDER BY r.project, r.path, r.line, r.col LIMIT ?", [*args, MAX_SITES])]
+    rows = [
+        ReferenceRow(*r)
+        for r in conn.execute(
+            query + " ORDER BY r.project, r.path, r.line, r.col LIMIT ?", [*args, MAX_SITES]
+        )
+    ]
     return _with_text(conn, rows)
 
 
@@ -357,16 +401,19 @@ def _with_text(conn: sqlite3.Connection, rows: list[ReferenceRow]) -> list[Refer
     for row in rows:
         at = (row.project, row.path)
         if at not in lines:
-            found = conn.execute("SELECT text FROM files WHERE project = ? AND path = ?",
-                                 at).fetchone()
+            found = conn.execute("SELECT text FROM files WHERE project = ? AND path = ?", at).fetchone()
             lines[at] = found[0].split("\n") if found else []
         text = lines[at][row.line - 1].strip() if row.line <= len(lines[at]) else ""
         out.append(dataclasses.replace(row, text=text))
     return out
 
 
-def callers(conn: sqlite3.Connection, projects: list[str], definitions: list[SymbolRow],
-            resolvers: dict[str, Resolver] | None = None) -> tuple[list[Call], bool]:
+def callers(
+    conn: sqlite3.Connection,
+    projects: list[str],
+    definitions: list[SymbolRow],
+    resolvers: dict[str, Resolver] | None = None,
+) -> tuple[list[Call], bool]:
     """The call sites that reach one of `definitions`, resolved first, then likely; and
     whether a name had more than `MAX_SITES` call sites (the rest not read). `resolvers`: the
     ones an impact walk keeps across its levels (what they read is cached)."""
@@ -375,15 +422,13 @@ def callers(conn: sqlite3.Connection, projects: list[str], definitions: list[Sym
     cut = False
     resolvers = resolvers if resolvers is not None else {p: Resolver(conn, p) for p in projects}
     for name in sorted({d.name for d in definitions}):
-        found = sites(conn, [p for p in projects if any(d.project == p for d in definitions)],
-                      name=name)
+        found = sites(conn, [p for p in projects if any(d.project == p for d in definitions)], name=name)
         cut = cut or len(found) >= MAX_SITES
         for site in found:
             resolution = resolvers[site.project].resolve(site)
             how = grade(resolution, wanted)
             if how != "name-only":
-                out.append(Call(site, how, tuple(t for t in resolution.targets
-                                                 if _key(t) in wanted)))
+                out.append(Call(site, how, tuple(t for t in resolution.targets if _key(t) in wanted)))
     return sorted(out, key=lambda c: c.how != "resolved"), cut
 
 
@@ -391,8 +436,7 @@ def callees(conn: sqlite3.Connection, definition: SymbolRow) -> list[Call]:
     """The calls made in `definition`'s own code, in line order, each with what it reaches."""
     resolver = Resolver(conn, definition.project)
     out = []
-    for site in sites(conn, [definition.project], path=definition.path,
-                      enclosing=definition.qualname):
+    for site in sites(conn, [definition.project], path=definition.path, enclosing=definition.qualname):
         if definition.start_line <= site.line <= definition.end_line:
             resolution = resolver.resolve(site)
             out.append(Call(site, resolution.how, resolution.targets))
@@ -406,8 +450,9 @@ class Impacted:
     via: Call  # the call that reaches the definition one level closer
 
 
-def impact(conn: sqlite3.Connection, projects: list[str], definitions: list[SymbolRow],
-           depth: int) -> tuple[list[Impacted], bool]:
+def impact(
+    conn: sqlite3.Connection, projects: list[str], definitions: list[SymbolRow], depth: int
+) -> tuple[list[Impacted], bool]:
     """The definitions whose calls reach `definitions` within `depth` calls (resolved and
     likely), nearest first; and whether the walk stopped short (`MAX_IMPACT` definitions, or
     a name with more than `MAX_SITES` call sites)."""
@@ -441,16 +486,17 @@ def edges(conn: sqlite3.Connection, project: str) -> list[tuple[SymbolRow, Symbo
     bench/call_graph.py measures against an independent walk."""
     resolver = Resolver(conn, project)
     out: list[tuple[SymbolRow, SymbolRow, str]] = []
-    for (path, enclosing, *rest) in conn.execute(
-            "SELECT r.path, r.enclosing, f.language, r.name, r.line, r.col, r.use, r.receiver "
-            "FROM refs AS r JOIN files AS f ON f.project = r.project AND f.path = r.path "
-            "WHERE r.use = 'call' AND r.project = ? AND r.enclosing IS NOT NULL", (project,)):
+    for path, enclosing, *rest in conn.execute(
+        "SELECT r.path, r.enclosing, f.language, r.name, r.line, r.col, r.use, r.receiver "
+        "FROM refs AS r JOIN files AS f ON f.project = r.project AND f.path = r.path "
+        "WHERE r.use = 'call' AND r.project = ? AND r.enclosing IS NOT NULL",
+        (project,),
+    ):
         language, name, line, col, use, receiver = rest
         caller = resolver.defined_in(path).get(enclosing)
         if caller is None:
             continue
-        site = ReferenceRow(project, path, language, name, line, col, use, enclosing, "",
-                            receiver)
+        site = ReferenceRow(project, path, language, name, line, col, use, enclosing, "", receiver)
         resolution = resolver.resolve(site)
         out.extend((caller, target, resolution.how) for target in resolution.targets)
     return out

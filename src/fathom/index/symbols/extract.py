@@ -25,38 +25,78 @@ from fathom.index.symbols.imports import Binding, bindings_of, receiver_of
 
 # Languages whose definitions are code symbols: every grammar of the chunker but the config and
 # data formats (a YAML key is not a symbol) and the formats cut by their lines.
-LANGUAGES = frozenset(name for name, spec in SPECS.items()
-                      if spec.grammar is not None and name not in STRUCTURED_SPECS)
+LANGUAGES = frozenset(
+    name for name, spec in SPECS.items() if spec.grammar is not None and name not in STRUCTURED_SPECS
+)
 
 # The ways a reference is used, best first: `find_references` ranks by this order.
 USES = ("call", "import", "mention")
 
 # Leaf node types that are a name in some grammar.
-_NAME_LEAVES = frozenset({
-    "identifier", "field_identifier", "type_identifier", "property_identifier",
-    "shorthand_property_identifier", "shorthand_property_identifier_pattern",
-    "private_property_identifier", "namespace_identifier", "package_identifier",
-    "simple_identifier", "constant", "name", "variable_name",
-})
+_NAME_LEAVES = frozenset(
+    {
+        "identifier",
+        "field_identifier",
+        "type_identifier",
+        "property_identifier",
+        "shorthand_property_identifier",
+        "shorthand_property_identifier_pattern",
+        "private_property_identifier",
+        "namespace_identifier",
+        "package_identifier",
+        "simple_identifier",
+        "constant",
+        "name",
+        "variable_name",
+    }
+)
 # Nodes that call something, and the fields that may hold what they call, in order.
-_CALLS = frozenset({
-    "call", "call_expression", "method_invocation", "invocation_expression",
-    "function_call_expression", "member_call_expression", "scoped_call_expression",
-    "nullsafe_member_call_expression", "object_creation_expression", "new_expression",
-    "function_call", "command", "macro_invocation", "method_call", "instance_expression",
-})
+_CALLS = frozenset(
+    {
+        "call",
+        "call_expression",
+        "method_invocation",
+        "invocation_expression",
+        "function_call_expression",
+        "member_call_expression",
+        "scoped_call_expression",
+        "nullsafe_member_call_expression",
+        "object_creation_expression",
+        "new_expression",
+        "function_call",
+        "command",
+        "macro_invocation",
+        "method_call",
+        "instance_expression",
+    }
+)
 # A callee with type arguments (`new List<int>()`, `parse::<T>()`): what it calls is its name.
 _GENERIC = frozenset({"generic_name", "generic_type", "generic_function"})
 _CALLEE_FIELDS = ("function", "method", "name", "constructor", "macro", "type")
-_IMPORTS = frozenset({
-    "import_statement", "import_from_statement", "future_import_statement", "import_declaration",
-    "import_spec", "use_declaration", "using_directive", "namespace_use_declaration", "import",
-    "import_header", "preproc_include", "extern_crate_declaration",
-})
+_IMPORTS = frozenset(
+    {
+        "import_statement",
+        "import_from_statement",
+        "future_import_statement",
+        "import_declaration",
+        "import_spec",
+        "use_declaration",
+        "using_directive",
+        "namespace_use_declaration",
+        "import",
+        "import_header",
+        "preproc_include",
+        "extern_crate_declaration",
+    }
+)
 # Definitions a grammar's kind table leaves unnamed, by what they are.
 _OTHER_KINDS = {
-    "namespace_definition": "module", "namespace_declaration": "module", "module": "module",
-    "internal_module": "module", "mod_item": "module", "type_alias_declaration": "type",
+    "namespace_definition": "module",
+    "namespace_declaration": "module",
+    "module": "module",
+    "internal_module": "module",
+    "mod_item": "module",
+    "type_alias_declaration": "type",
     "macro_definition": "macro",
 }
 MAX_SIGNATURE = 300
@@ -121,8 +161,7 @@ def extract(text: str, language: str) -> FileSymbols:
         if found is None:
             if _is_name(node) and node.start_byte not in named_at:  # type: ignore[attr-defined]
                 occurrences.append(_occurrence(node, scope, in_import, lines))
-            stack.extend((c, scope, in_type, in_import, depth, None)
-                         for c in reversed(node.named_children))  # type: ignore[attr-defined]
+            stack.extend((c, scope, in_type, in_import, depth, None) for c in reversed(node.named_children))  # type: ignore[attr-defined]
             continue
         name = (spec.namer or name_field)(found) or "<anonymous>"
         qualname = f"{scope}.{name}" if scope else name
@@ -131,20 +170,36 @@ def extract(text: str, language: str) -> FileSymbols:
         site = _name_site(found, short)
         if site is not None:
             named_at.add(site)
-        definitions.append(Definition(
-            name=short, qualname=qualname, kind=kind, signature=_signature(found),
-            start_line=found.start_point.row + 1, end_line=end_row(found) + 1, parent=scope,
-            depth=depth))
-        inner = (qualname, kind == "class" or found.type in spec.method_hosts, in_import,
-                 depth + 1, (found.start_byte, found.end_byte))
+        definitions.append(
+            Definition(
+                name=short,
+                qualname=qualname,
+                kind=kind,
+                signature=_signature(found),
+                start_line=found.start_point.row + 1,
+                end_line=end_row(found) + 1,
+                parent=scope,
+                depth=depth,
+            )
+        )
+        inner = (
+            qualname,
+            kind == "class" or found.type in spec.method_hosts,
+            in_import,
+            depth + 1,
+            (found.start_byte, found.end_byte),
+        )
         stack.extend((c, *inner) for c in reversed(found.named_children))
         if found != node:  # a wrapper's own parts (a decorator, `export`): the scope around it
-            stack.extend((c, scope, in_type, in_import, depth, None)
-                         for c in reversed(node.named_children)  # type: ignore[attr-defined]
-                         if (c.start_byte, c.end_byte) != (found.start_byte, found.end_byte))
+            stack.extend(
+                (c, scope, in_type, in_import, depth, None)
+                for c in reversed(node.named_children)  # type: ignore[attr-defined]
+                if (c.start_byte, c.end_byte) != (found.start_byte, found.end_byte)
+            )
     definitions.sort(key=lambda d: (d.start_line, d.depth))
-    return FileSymbols(definitions, sorted(occurrences, key=lambda o: (o.line, o.column)),
-                       bindings_of(imports, language))
+    return FileSymbols(
+        definitions, sorted(occurrences, key=lambda o: (o.line, o.column)), bindings_of(imports, language)
+    )
 
 
 def _definition(spec, node):
@@ -184,8 +239,7 @@ def _occurrence(node, scope: str | None, in_import: bool, lines: list[str]) -> O
     line = lines[row] if row < len(lines) else ""
     column = len(line.encode("utf-8", "surrogatepass")[:byte_column].decode("utf-8", "replace"))
     use = "import" if in_import else ("call" if _is_called(node) else "mention")
-    return Occurrence(node_text(node), row + 1, column, use, scope,
-                      None if in_import else receiver_of(node))
+    return Occurrence(node_text(node), row + 1, column, use, scope, None if in_import else receiver_of(node))
 
 
 def _is_called(node) -> bool:
@@ -196,14 +250,18 @@ def _is_called(node) -> bool:
         if current is None:
             return False
         if current.type in _CALLS:
-            callee = next((c for f in _CALLEE_FIELDS
-                           if (c := current.child_by_field_name(f)) is not None), None)
+            callee = next(
+                (c for f in _CALLEE_FIELDS if (c := current.child_by_field_name(f)) is not None), None
+            )
             if callee is None and current.named_children:
                 callee = current.named_children[0]
             while callee is not None and callee.type in _GENERIC and callee.named_children:
                 callee = callee.child_by_field_name("function") or callee.named_children[0]
-            return (callee is not None and callee.start_byte <= node.start_byte
-                    and callee.end_byte == node.end_byte)
+            return (
+                callee is not None
+                and callee.start_byte <= node.start_byte
+                and callee.end_byte == node.end_byte
+            )
         current = current.parent
     return False
 
@@ -213,9 +271,9 @@ def _signature(definition) -> str:
     body = definition.child_by_field_name("body")
     raw = definition.text or b""
     if body is not None and body.start_byte > definition.start_byte:
-        raw = raw[:body.start_byte - definition.start_byte]
+        raw = raw[: body.start_byte - definition.start_byte]
     else:
         raw = raw.split(b"\n", 1)[0]
     head = re.sub(r"\s+", " ", raw.decode("utf-8", "replace")).strip()
     head = head.rstrip("{:= ").rstrip() or head
-    return head if len(head) <= MAX_SIGNATURE else head[:MAX_SIGNATURE - 1] + "…"
+    return head if len(head) <= MAX_SIGNATURE else head[: MAX_SIGNATURE - 1] + "…"

@@ -19,12 +19,23 @@ from typing import Any
 from fathom.index.chunkers.spec import node_text
 
 # Nodes whose last part is a member reached through their first (`a.b`, `a->b`, `a::b`).
-_MEMBERS = frozenset({
-    "attribute", "member_expression", "selector_expression", "field_expression",
-    "scoped_identifier", "member_access_expression", "scoped_call_expression",
-    "qualified_identifier", "dot_index_expression", "method_index_expression", "field_access",
-    "scoped_type_identifier", "nullsafe_member_access_expression",
-})
+_MEMBERS = frozenset(
+    {
+        "attribute",
+        "member_expression",
+        "selector_expression",
+        "field_expression",
+        "scoped_identifier",
+        "member_access_expression",
+        "scoped_call_expression",
+        "qualified_identifier",
+        "dot_index_expression",
+        "method_index_expression",
+        "field_access",
+        "scoped_type_identifier",
+        "nullsafe_member_access_expression",
+    }
+)
 # Calls that name their method and its object in fields of their own (Java, PHP, Ruby).
 _OBJECT_FIELDS = ("object", "receiver", "scope")
 MAX_RECEIVER = 200
@@ -51,8 +62,7 @@ def receiver_of(node: Any) -> str | None:
         obj = parent.parent.named_children[0] if parent.parent.named_children else None
     elif any(_same(parent.child_by_field_name(f), node) for f in ("name", "method")):
         obj = next((o for f in _OBJECT_FIELDS if (o := parent.child_by_field_name(f))), None)
-    elif (parent.type in _MEMBERS and parent.named_child_count >= 2
-          and _same(parent.named_children[-1], node)):
+    elif parent.type in _MEMBERS and parent.named_child_count >= 2 and _same(parent.named_children[-1], node):
         obj = parent.named_children[0]
     if obj is None or _same(obj, node):
         return None
@@ -103,8 +113,13 @@ def _python(node: Any) -> Found:
             if module_node is not None and _same(child, module_node):
                 continue
             if child.type == "aliased_import":
-                out.append((node_text(child.child_by_field_name("alias")), module,
-                            node_text(child.child_by_field_name("name"))))
+                out.append(
+                    (
+                        node_text(child.child_by_field_name("alias")),
+                        module,
+                        node_text(child.child_by_field_name("name")),
+                    )
+                )
             elif child.type == "dotted_name":
                 out.append((node_text(child).rsplit(".", 1)[-1], module, node_text(child)))
         return out
@@ -133,7 +148,7 @@ def _javascript(node: Any) -> Found:
 def _go(node: Any) -> Found:
     if node.type != "import_spec" or node.child_by_field_name("path") is None:
         return None
-    module = node_text(node.child_by_field_name("path")).strip("\"`")
+    module = node_text(node.child_by_field_name("path")).strip('"`')
     alias = node.child_by_field_name("name")
     local = node_text(alias) if alias is not None else re.split(r"[/.]", module)[-1]
     return [] if local in ("_", ".") else [(local, module, module)]
@@ -141,6 +156,11 @@ def _go(node: Any) -> Found:
 
 # The languages whose imports are read module by module: elsewhere an import's names are all
 # `extract` records of it.
-_READERS = {"python": _python, "javascript": _javascript, "typescript": _javascript,
-            "tsx": _javascript, "go": _go}
+_READERS = {
+    "python": _python,
+    "javascript": _javascript,
+    "typescript": _javascript,
+    "tsx": _javascript,
+    "go": _go,
+}
 READ_LANGUAGES = frozenset(_READERS)

@@ -117,13 +117,17 @@ class SymbolTableError(StoreError):
         self.path, self.detail = Path(path), " ".join(str(exc).split())[:200]
         self.busy = "locked" in self.detail or "busy" in self.detail
         if self.busy:
-            message = (f"the symbol table {self.path} stayed locked by another writer for over "
-                       f"30 seconds ({self.detail}): run the same request again")
+            message = (
+                f"the symbol table {self.path} stayed locked by another writer for over "
+                f"30 seconds ({self.detail}): run the same request again"
+            )
         else:
-            message = (f"the symbol table {self.path} cannot be read ({self.detail}): remove "
-                       f"that file (symbols.sqlite in the data dir, with its -wal and -shm "
-                       f"files if present); Fathom rebuilds it from "
-                       f"the index at the next symbol query")
+            message = (
+                f"the symbol table {self.path} cannot be read ({self.detail}): remove "
+                f"that file (symbols.sqlite in the data dir, with its -wal and -shm "
+                f"files if present); Fathom rebuilds it from "
+                f"the index at the next symbol query"
+            )
         super().__init__(message)
 
 
@@ -183,12 +187,12 @@ class SymbolTable:
             manifest = store.manifest(project, "code")
             digest = _digest(sorted(e.chunk_id for e in manifest))
             with self._connect() as conn:
-                row = conn.execute("SELECT digest FROM projects WHERE project = ?",
-                                   (project,)).fetchone()
+                row = conn.execute("SELECT digest FROM projects WHERE project = ?", (project,)).fetchone()
                 if row is not None and row[0] == digest:
                     return Refreshed(project, 0, 0, True)
-                known = dict(conn.execute("SELECT path, key FROM files WHERE project = ?",
-                                          (project,)).fetchall())
+                known = dict(
+                    conn.execute("SELECT path, key FROM files WHERE project = ?", (project,)).fetchall()
+                )
             ids: dict[str, list[str]] = defaultdict(list)
             for entry in manifest:
                 if detect_language(entry.path)[0] in LANGUAGES:
@@ -200,8 +204,9 @@ class SymbolTable:
             # deletes and inserts, so it holds the file's lock briefly and memory stays
             # bounded by one batch. The digest is recorded with the last batch, so a refresh
             # cut short reads the rest again next time.
-            batches = [changed[i:i + FILES_PER_WRITE]
-                       for i in range(0, len(changed), FILES_PER_WRITE)] or [[]]
+            batches = [changed[i : i + FILES_PER_WRITE] for i in range(0, len(changed), FILES_PER_WRITE)] or [
+                []
+            ]
             for n, batch in enumerate(batches):
                 files = self._read(store, project, [i for p in batch for i in ids[p]])
                 parsed = []
@@ -209,20 +214,30 @@ class SymbolTable:
                     language, text = files.get(path, (detect_language(path)[0], None))
                     # A file the store no longer holds whole (an index run between the two
                     # reads): kept under an empty key, so the next refresh reads it again.
-                    parsed.append((path, "" if text is None else keys[path], language,
-                                   text or "", extract(text or "", language)))
+                    parsed.append(
+                        (
+                            path,
+                            "" if text is None else keys[path],
+                            language,
+                            text or "",
+                            extract(text or "", language),
+                        )
+                    )
                 del files
                 last = n == len(batches) - 1
                 with self._connect() as conn:
                     for path in batch + (gone if last else []):
                         for table in TABLES:
-                            conn.execute(f"DELETE FROM {table} WHERE project = ? AND path = ?",
-                                         (project, path))
+                            conn.execute(
+                                f"DELETE FROM {table} WHERE project = ? AND path = ?", (project, path)
+                            )
                     for path, key, language, text, found in parsed:
                         self._write(conn, project, path, key, language, text, found)
                     if last:
-                        conn.execute("INSERT OR REPLACE INTO projects (project, digest) "
-                                     "VALUES (?, ?)", (project, digest))
+                        conn.execute(
+                            "INSERT OR REPLACE INTO projects (project, digest) VALUES (?, ?)",
+                            (project, digest),
+                        )
             return Refreshed(project, len(changed), len(gone), False)
 
     @staticmethod
@@ -230,7 +245,7 @@ class SymbolTable:
         """(language, text) of every file these chunk ids cover, as the index holds it."""
         by_path: dict[str, list[Any]] = defaultdict(list)
         for start in range(0, len(chunk_ids), BATCH):
-            for chunk in store.chunks(project, "code", chunk_ids=chunk_ids[start:start + BATCH]):
+            for chunk in store.chunks(project, "code", chunk_ids=chunk_ids[start : start + BATCH]):
                 by_path[chunk.path].append(chunk)
         out: dict[str, tuple[str, str]] = {}
         for path, chunks in by_path.items():
@@ -241,20 +256,49 @@ class SymbolTable:
         return out
 
     @staticmethod
-    def _write(conn: sqlite3.Connection, project: str, path: str, key: str, language: str,
-               text: str, found: FileSymbols) -> None:
-        conn.execute("INSERT INTO files (project, path, key, language, text) VALUES (?, ?, ?, ?, ?)",
-                     (project, path, key, language, text))
+    def _write(
+        conn: sqlite3.Connection,
+        project: str,
+        path: str,
+        key: str,
+        language: str,
+        text: str,
+        found: FileSymbols,
+    ) -> None:
+        conn.execute(
+            "INSERT INTO files (project, path, key, language, text) VALUES (?, ?, ?, ?, ?)",
+            (project, path, key, language, text),
+        )
         conn.executemany(
             "INSERT INTO symbols VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(project, path, language, d.name, d.qualname, d.kind, d.signature, d.start_line,
-              d.end_line, d.parent, d.depth) for d in found.definitions])
+            [
+                (
+                    project,
+                    path,
+                    language,
+                    d.name,
+                    d.qualname,
+                    d.kind,
+                    d.signature,
+                    d.start_line,
+                    d.end_line,
+                    d.parent,
+                    d.depth,
+                )
+                for d in found.definitions
+            ],
+        )
         conn.executemany(
             "INSERT INTO refs VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            [(project, path, o.name, o.line, o.column, o.use, o.enclosing, o.receiver)
-             for o in found.occurrences])
-        conn.executemany("INSERT INTO imports VALUES (?, ?, ?, ?, ?)",
-                         [(project, path, b.local, b.module, b.original) for b in found.bindings])
+            [
+                (project, path, o.name, o.line, o.column, o.use, o.enclosing, o.receiver)
+                for o in found.occurrences
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO imports VALUES (?, ?, ?, ?, ?)",
+            [(project, path, b.local, b.module, b.original) for b in found.bindings],
+        )
 
     def forget(self, project: str) -> None:
         with self._lock(project), self._connect() as conn:
@@ -263,22 +307,28 @@ class SymbolTable:
 
     # ---- queries
 
-    def definitions(self, projects: Sequence[str], name: str, *, kind: str | None = None,
-                    language: str | None = None) -> tuple[list[SymbolRow], bool]:
+    def definitions(
+        self, projects: Sequence[str], name: str, *, kind: str | None = None, language: str | None = None
+    ) -> tuple[list[SymbolRow], bool]:
         """Definitions whose qualified name is `name` or ends with `.name`, by project,
         path and line; and whether more than `MAX_DEFINITIONS` were found (the rest left out)."""
         last = name.rsplit(".", 1)[-1]
-        query = (f"SELECT * FROM symbols WHERE name = ? AND project IN ({_marks(projects)}) "
-                 f"AND (qualname = ? OR substr(qualname, -?) = ?)")
+        query = (
+            f"SELECT * FROM symbols WHERE name = ? AND project IN ({_marks(projects)}) "
+            f"AND (qualname = ? OR substr(qualname, -?) = ?)"
+        )
         args: list[Any] = [last, *projects, name, len(name) + 1, "." + name]
         if kind is not None:
             query, args = query + " AND kind = ?", [*args, kind]
         if language is not None:
             query, args = query + " AND language = ?", [*args, language]
         with self._connect() as conn:
-            rows = [SymbolRow(*r) for r in conn.execute(
-                query + " ORDER BY project, path, start_line LIMIT ?",
-                [*args, MAX_DEFINITIONS + 1]).fetchall()]
+            rows = [
+                SymbolRow(*r)
+                for r in conn.execute(
+                    query + " ORDER BY project, path, start_line LIMIT ?", [*args, MAX_DEFINITIONS + 1]
+                ).fetchall()
+            ]
         return rows[:MAX_DEFINITIONS], len(rows) > MAX_DEFINITIONS
 
     def references(self, projects: Sequence[str], name: str) -> tuple[list[ReferenceRow], bool]:
@@ -294,38 +344,51 @@ class SymbolTable:
                 f"r.enclosing, r.receiver FROM refs AS r JOIN files AS f ON f.project = r.project AND "
                 f"f.path = r.path WHERE r.name = ? AND r.project IN ({_marks(projects)}) "
                 f"ORDER BY CASE r.use {order} END, r.project, r.path, r.line, r.col LIMIT ?",
-                [name, *projects, MAX_REFERENCES + 1]).fetchall()
+                [name, *projects, MAX_REFERENCES + 1],
+            ).fetchall()
             wanted: dict[tuple[str, str], set[int]] = defaultdict(set)
             for row in rows[:MAX_REFERENCES]:
                 wanted[(row[0], row[1])].add(row[4])
             # Only the lines a reference is on are kept, one file's text read at a time.
             at: dict[tuple[str, str], dict[int, str]] = {}
             for (project, path), lines in wanted.items():
-                found = conn.execute("SELECT text FROM files WHERE project = ? AND path = ?",
-                                     (project, path)).fetchone()
+                found = conn.execute(
+                    "SELECT text FROM files WHERE project = ? AND path = ?", (project, path)
+                ).fetchone()
                 if found is not None:
                     text = found[0].split("\n")
-                    at[(project, path)] = {n: text[n - 1].strip() if n <= len(text) else ""
-                                           for n in lines}
-        out = [ReferenceRow(project, path, language, ref, line, col, use, enclosing,
-                            at[(project, path)][line], receiver)
-               for project, path, language, ref, line, col, use, enclosing, receiver
-               in rows[:MAX_REFERENCES] if (project, path) in at]
+                    at[(project, path)] = {n: text[n - 1].strip() if n <= len(text) else "" for n in lines}
+        out = [
+            ReferenceRow(
+                project, path, language, ref, line, col, use, enclosing, at[(project, path)][line], receiver
+            )
+            for project, path, language, ref, line, col, use, enclosing, receiver in rows[:MAX_REFERENCES]
+            if (project, path) in at
+        ]
         return out, len(rows) > MAX_REFERENCES
 
     def files(self, projects: Sequence[str]) -> list[tuple[str, str]]:
         """(project, path) of every file with symbols the table holds for these projects."""
         with self._connect() as conn:
-            return [tuple(r) for r in conn.execute(  # type: ignore[misc]
-                f"SELECT project, path FROM files WHERE project IN ({_marks(projects)}) "
-                f"ORDER BY project, path", list(projects)).fetchall()]
+            return [
+                tuple(r)
+                for r in conn.execute(  # type: ignore[misc]
+                    f"SELECT project, path FROM files WHERE project IN ({_marks(projects)}) "
+                    f"ORDER BY project, path",
+                    list(projects),
+                ).fetchall()
+            ]
 
     def outline(self, project: str, path: str) -> list[SymbolRow]:
         """The definitions of one file, in the order they appear (a host before its members)."""
         with self._connect() as conn:
-            return [SymbolRow(*r) for r in conn.execute(
-                "SELECT * FROM symbols WHERE project = ? AND path = ? ORDER BY start_line, depth",
-                (project, path)).fetchall()]
+            return [
+                SymbolRow(*r)
+                for r in conn.execute(
+                    "SELECT * FROM symbols WHERE project = ? AND path = ? ORDER BY start_line, depth",
+                    (project, path),
+                ).fetchall()
+            ]
 
 
 def _migrate(conn: sqlite3.Connection) -> None:

@@ -38,9 +38,14 @@ class Unreadable(Exception):
         self.reason = reason
 
 
-def read_regular(path: str | os.PathLike[str], max_bytes: int, *, dir_fd: int | None = None,
-                 seconds: float = READ_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> bytes:
+def read_regular(
+    path: str | os.PathLike[str],
+    max_bytes: int,
+    *,
+    dir_fd: int | None = None,
+    seconds: float = READ_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+) -> bytes:
     """The bytes of a regular file, read without trusting what the listing said about it.
 
     Opened non-blocking and without following a link, then checked on the descriptor: a FIFO,
@@ -48,8 +53,7 @@ def read_regular(path: str | os.PathLike[str], max_bytes: int, *, dir_fd: int | 
     `max_bytes` is `TOO_LARGE`; a read slower than `seconds` is `SLOW`. With `dir_fd`, `path`
     is a name in that folder (no folder on the way is resolved again)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     dir_fd=dir_fd)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         raise Unreadable(SYMLINK if exc.errno == errno.ELOOP else UNREADABLE) from None
     try:

@@ -43,8 +43,7 @@ class WalkCancelled(FathomError):
 
 # What each refusal of `read_one` means, in words a person (or a model) can act on.
 WHY = {
-    IGNORED_DIR: "it lies in a folder the index always leaves out (dependencies, build "
-                 "output, VCS metadata)",
+    IGNORED_DIR: "it lies in a folder the index always leaves out (dependencies, build output, VCS metadata)",
     GITIGNORED: "it is ignored by .gitignore",
     FATHOMIGNORED: "it is excluded by .fathomignore",
     EXCLUDED: "it lies in a folder the server keeps to itself",
@@ -70,9 +69,12 @@ class ReadRefused(FathomError):
 
     def __init__(self, rel: str, reason: str):
         self.rel, self.reason = rel, reason
-        why = WHY.get(reason) or {RULES_FILE: "it is an ignore file (rules, not content)",
-                                   MISSING: "there is no such file"}.get(reason, reason)
+        why = WHY.get(reason) or {
+            RULES_FILE: "it is an ignore file (rules, not content)",
+            MISSING: "there is no such file",
+        }.get(reason, reason)
         super().__init__(
             f"{rel} is not readable here: {why} ({reason}). Only files the index would take "
             f"are read; search the index, or read another file (the project's .fathomignore "
-            f"decides what is taken)")
+            f"decides what is taken)"
+        )

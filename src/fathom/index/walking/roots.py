@@ -62,6 +62,8 @@ def root_moved(registered: Path | str, roots: Iterable[Path] = ()) -> str | None
         return None
     roots = list(roots)
     if under_roots(registered, roots) and not under_roots(real, roots):
-        return (f"the project folder now resolves outside the index roots: {registered} leads to "
-                f"{real}, and the roots are {', '.join(map(str, roots))}")
+        return (
+            f"the project folder now resolves outside the index roots: {registered} leads to "
+            f"{real}, and the roots are {', '.join(map(str, roots))}"
+        )
     return f"the project folder now resolves to another folder: {registered} leads to {real}"

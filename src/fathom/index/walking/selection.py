@@ -61,8 +61,7 @@ class Selection:
     `.fathomignore`, the `include` globs and the caller's `extra_ignores`. Decisions are by
     path and name only; the walker adds the refusals that need the file's bytes."""
 
-    def __init__(self, root: Path, *, include: Iterable[str] = (),
-                 extra_ignores: Iterable[str] = ()):
+    def __init__(self, root: Path, *, include: Iterable[str] = (), extra_ignores: Iterable[str] = ()):
         self.root = Path(root)
         self.include = [g.strip().replace("\\", "/") for g in include if g and g.strip()]
         self._include = pathspec.GitIgnoreSpec.from_lines(self.include)
@@ -79,22 +78,26 @@ class Selection:
     def top(self, skipped: Counter[str] | None = None, *, dir_fd: int | None = None) -> Scope:
         """The rules above every folder (`.git/info/exclude`); `dir_fd`: the root's descriptor."""
         exclude = ".git/info/exclude"
-        base = read_spec(self.root / exclude if dir_fd is None else exclude, skipped,
-                         dir_fd=dir_fd)
+        base = read_spec(self.root / exclude if dir_fd is None else exclude, skipped, dir_fd=dir_fd)
         return Scope([("", base)] if base is not None else [], [])
 
-    def scope(self, directory: Path, rel: str, parent: Scope,
-              restricted: bool | None = None, skipped: Counter[str] | None = None, *,
-              dir_fd: int | None = None) -> Scope:
+    def scope(
+        self,
+        directory: Path,
+        rel: str,
+        parent: Scope,
+        restricted: bool | None = None,
+        skipped: Counter[str] | None = None,
+        *,
+        dir_fd: int | None = None,
+    ) -> Scope:
         """The rules in force in `directory` (`dir_fd`: its descriptor, to read its ignore
         files by name there)."""
         git, fathom = parent.git, parent.fathom
-        spec = read_spec(directory / ".gitignore" if dir_fd is None else ".gitignore", skipped,
-                         dir_fd=dir_fd)
+        spec = read_spec(directory / ".gitignore" if dir_fd is None else ".gitignore", skipped, dir_fd=dir_fd)
         if spec is not None:
             git = [*git, (rel, spec)]
-        spec = read_spec(directory / FATHOMIGNORE if dir_fd is None else FATHOMIGNORE, skipped,
-                         dir_fd=dir_fd)
+        spec = read_spec(directory / FATHOMIGNORE if dir_fd is None else FATHOMIGNORE, skipped, dir_fd=dir_fd)
         if spec is not None:
             fathom = [*fathom, (rel, spec)]
         return Scope(git, fathom, parent.restricted if restricted is None else restricted)
@@ -178,8 +181,9 @@ class Selection:
             return False
         return reason is None and (forced or reason_by_name(parts[-1].lower()) is None)
 
-    def _cached_scope(self, rel: str, directory: Path, parent: Scope | None,
-                      restricted: bool | None = None) -> Scope:
+    def _cached_scope(
+        self, rel: str, directory: Path, parent: Scope | None, restricted: bool | None = None
+    ) -> Scope:
         key = f"{rel}|{restricted}"
         scope = self._scopes.get(key)
         if scope is None:
@@ -200,8 +204,9 @@ def literal_prefix(glob: str) -> str:
     return "/".join(parts)
 
 
-def read_spec(path: Path | str, skipped: Counter[str] | None = None, *,
-              dir_fd: int | None = None) -> pathspec.GitIgnoreSpec | None:
+def read_spec(
+    path: Path | str, skipped: Counter[str] | None = None, *, dir_fd: int | None = None
+) -> pathspec.GitIgnoreSpec | None:
     """An ignore file's rules; a missing one is None, one that is not a regular file (a FIFO
     named .gitignore) is skipped (and counted in `skipped`), never read. With `dir_fd`, `path`
     is relative to that folder and each folder on the way is opened by name without following

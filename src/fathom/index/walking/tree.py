@@ -61,15 +61,18 @@ class WalkUnsupported(ConfigError):
             f"links ({', '.join(missing)} missing): Fathom reads a project only that way, so "
             f"that a folder swapped for a link is never followed out of the project. Run "
             f"Fathom on Linux (any kernel Python supports has O_NOFOLLOW, O_DIRECTORY and "
-            f"dir_fd).")
+            f"dir_fd)."
+        )
 
 
 def check_supported() -> None:
     """`WalkUnsupported` naming what is missing, when a walk cannot be made safely here."""
     missing = [f"os.{flag}" for flag in ("O_NOFOLLOW", "O_DIRECTORY") if not hasattr(os, flag)]
-    for call, where, name in ((os.open, os.supports_dir_fd, "os.open(dir_fd=)"),
-                              (os.stat, os.supports_dir_fd, "os.stat(dir_fd=)"),
-                              (os.scandir, os.supports_fd, "os.scandir(fd)")):
+    for call, where, name in (
+        (os.open, os.supports_dir_fd, "os.open(dir_fd=)"),
+        (os.stat, os.supports_dir_fd, "os.stat(dir_fd=)"),
+        (os.scandir, os.supports_fd, "os.scandir(fd)"),
+    ):
         if call not in where:
             missing.append(name)
     if missing:
@@ -158,8 +161,9 @@ class Tree:
     def __enter__(self) -> Tree:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def close(self) -> None:
@@ -197,8 +201,9 @@ class Tree:
                     inner = os.open(name, flags, dir_fd=fd)
                 except OSError as exc:
                     # ENOTDIR or ELOOP: a component became a link (or a file) after realpath.
-                    raise Unreadable(SYMLINK if exc.errno in (errno.ELOOP, errno.ENOTDIR)
-                                     else UNREADABLE) from None
+                    raise Unreadable(
+                        SYMLINK if exc.errno in (errno.ELOOP, errno.ENOTDIR) else UNREADABLE
+                    ) from None
                 os.close(fd)
                 fd = inner
         except BaseException:
@@ -216,8 +221,7 @@ class Tree:
             return held.deep[1]
         fd = self.root_fd()
         kept = 0
-        while (kept < len(held.chain) and kept < len(names)
-               and held.chain[kept][0] == names[kept]):
+        while kept < len(held.chain) and kept < len(names) and held.chain[kept][0] == names[kept]:
             kept += 1
         for _, old in held.chain[kept:]:
             os.close(old)

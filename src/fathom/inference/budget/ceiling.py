@@ -128,9 +128,7 @@ class KeyReport:
     total_usage: float | None = None
 
     @classmethod
-    def from_json(
-        cls, key: Mapping[str, Any], credits: Mapping[str, Any] | None = None
-    ) -> KeyReport:
+    def from_json(cls, key: Mapping[str, Any], credits: Mapping[str, Any] | None = None) -> KeyReport:
         """Build from the JSON bodies (with or without their `data` envelope)."""
         key = key.get("data", key) if isinstance(key.get("data"), Mapping) else key
         rl = key.get("rate_limit")
@@ -211,8 +209,10 @@ def trusted_rpm(configured: float | None, report: KeyReport | None) -> TrustedRp
     """The RPM worth trusting, or None: explicit configuration first, then the free tier's
     documented figure, then a reported figure that is plausible for a funded account."""
     if configured is not None:
-        if isinstance(configured, bool) or not isinstance(configured, (int, float)) or not (
-            configured > 0 and math.isfinite(configured)
+        if (
+            isinstance(configured, bool)
+            or not isinstance(configured, (int, float))
+            or not (configured > 0 and math.isfinite(configured))
         ):
             raise InvalidRpm(configured)
         return TrustedRpm(float(configured), RpmTrust.CONFIGURED)
@@ -273,8 +273,11 @@ def origin(ceiling: Ceiling, rpm: TrustedRpm | None, report: KeyReport | None) -
     "override", "discovered: 120 req/min", "configured: 600 req/min", "free tier: 20 req/min",
     "credits: $12.00 balance" or "default"."""
     if ceiling.source is CeilingSource.LITTLES_LAW and rpm is not None:
-        said = {RpmTrust.REPORTED: "discovered", RpmTrust.CONFIGURED: "configured",
-                RpmTrust.FREE_TIER: "free tier"}[rpm.trust]
+        said = {
+            RpmTrust.REPORTED: "discovered",
+            RpmTrust.CONFIGURED: "configured",
+            RpmTrust.FREE_TIER: "free tier",
+        }[rpm.trust]
         return f"{said}: {rpm.rpm:g} req/min"
     if ceiling.source is CeilingSource.CREDITS and report is not None and report.balance is not None:
         return f"credits: ${report.balance:.2f} balance"

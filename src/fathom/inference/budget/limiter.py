@@ -68,8 +68,11 @@ def throttle_of(exc: BaseException) -> tuple[str, float | None] | None:
     kind = getattr(exc, "throttle_kind", None)
     if kind is None:
         kind = next(
-            (_THROTTLE_CLASS_NAMES[c.__name__] for c in type(exc).__mro__
-             if c.__name__ in _THROTTLE_CLASS_NAMES),
+            (
+                _THROTTLE_CLASS_NAMES[c.__name__]
+                for c in type(exc).__mro__
+                if c.__name__ in _THROTTLE_CLASS_NAMES
+            ),
             None,
         )
     kind = None if kind is None else str(kind)
@@ -350,8 +353,7 @@ class CloudBudget:
         short of the hard cap; an override, or a cap Little's law hit, bounds them instead."""
         if self._trusted is None:
             return None
-        follows = (self._ceiling.source is CeilingSource.LITTLES_LAW
-                   and self._ceiling.value < HARD_CAP)
+        follows = self._ceiling.source is CeilingSource.LITTLES_LAW and self._ceiling.value < HARD_CAP
         return KeyRate(self._trusted.rpm / 60.0, follows)
 
     @property

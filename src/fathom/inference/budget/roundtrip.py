@@ -34,7 +34,5 @@ class RoundTrip:
     def record(self, seconds: float) -> None:
         if not math.isfinite(seconds) or seconds < 0:
             return
-        self._ema = seconds if self._ema is None else (
-            self.alpha * seconds + (1.0 - self.alpha) * self._ema
-        )
+        self._ema = seconds if self._ema is None else (self.alpha * seconds + (1.0 - self.alpha) * self._ema)
         self.samples += 1

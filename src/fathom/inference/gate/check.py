@@ -80,8 +80,10 @@ class Evidence:
         if problems:
             return "; ".join(problems)
         if self.compared:
-            return (f"minimum cosine {self.min_cosine:.4f} > {self.threshold} over "
-                    f"{len(self.cosines)} probes; width {self.width_expected}")
+            return (
+                f"minimum cosine {self.min_cosine:.4f} > {self.threshold} over "
+                f"{len(self.cosines)} probes; width {self.width_expected}"
+            )
         return f"{self.count_seen} finite vectors of width {self.width_expected}"
 
     def to_json(self) -> dict[str, Any]:
@@ -98,9 +100,12 @@ class Evidence:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Evidence:
         return cls(
-            count_expected=d["count_expected"], count_seen=d["count_seen"],
-            width_expected=d["width_expected"], widths_seen=tuple(d["widths_seen"]),
-            finite_ok=d["finite_ok"], cosines={k: float(v) for k, v in d["cosines"].items()},
+            count_expected=d["count_expected"],
+            count_seen=d["count_seen"],
+            width_expected=d["width_expected"],
+            widths_seen=tuple(d["widths_seen"]),
+            finite_ok=d["finite_ok"],
+            cosines={k: float(v) for k, v in d["cosines"].items()},
             threshold=d.get("threshold", MIN_COSINE),
         )
 
@@ -124,8 +129,14 @@ def rows_of(vectors: Any) -> list[np.ndarray]:
     return out
 
 
-def inspect(ids: Sequence[str], candidate: Any, width: int, *,
-            reference: Any | None = None, threshold: float = MIN_COSINE) -> Evidence:
+def inspect(
+    ids: Sequence[str],
+    candidate: Any,
+    width: int,
+    *,
+    reference: Any | None = None,
+    threshold: float = MIN_COSINE,
+) -> Evidence:
     """Check the candidate's answer to the probes `ids` and, with a reference answer, take
     the cosine of every corresponding pair."""
     rows = rows_of(candidate)
@@ -140,8 +151,13 @@ def inspect(ids: Sequence[str], candidate: Any, width: int, *,
         for pid, a, b in zip(ids, ref, rows):
             cosines[pid] = _cosine(a, b)
     return Evidence(
-        count_expected=len(ids), count_seen=len(rows), width_expected=width,
-        widths_seen=widths, finite_ok=finite, cosines=cosines, threshold=threshold,
+        count_expected=len(ids),
+        count_seen=len(rows),
+        width_expected=width,
+        widths_seen=widths,
+        finite_ok=finite,
+        cosines=cosines,
+        threshold=threshold,
     )
 
 

@@ -37,13 +37,17 @@ class GateClearance:
         if k.provider_id != pid:
             raise refuse(f"verdict {vid} was issued to {k.provider_id}, not to {pid}")
         if k.space != space.key or k.width != space.width:
-            raise refuse(f"verdict {vid} clears {k.table} space {k.space} (width {k.width}), "
-                         f"not this table's space {space.key} (width {space.width})")
+            raise refuse(
+                f"verdict {vid} clears {k.table} space {k.space} (width {k.width}), "
+                f"not this table's space {space.key} (width {space.width})"
+            )
         if not verdict.passed:
             raise refuse(f"the gate refused it: {verdict.reason}")
         if verdict.revoked_at is not None:
             raise refuse(f"quarantined: {verdict.revoked_reason}")
         latest = self.gate.latest_verdict(space.key, pid)
         if latest is not None and latest.verdict_id != vid:
-            raise refuse(f"verdict {vid} is superseded by {latest.verdict_id} "
-                         f"({latest.status.value}); the provider's model or pin changed")
+            raise refuse(
+                f"verdict {vid} is superseded by {latest.verdict_id} "
+                f"({latest.status.value}); the provider's model or pin changed"
+            )

@@ -94,9 +94,11 @@ def choose_anchor(providers: Iterable[Provider], model: str, role: Role | str) -
     the pinned cloud providers serving it. Every server picks the same one from the same
     fleet, so two restarts never judge against two different peers."""
     role = Role.parse(role)
-    ids = sorted(p.id for p in providers
-                 if p.info.is_cloud and p.info.model == model and p.info.upstream
-                 and role in p.info.roles)
+    ids = sorted(
+        p.id
+        for p in providers
+        if p.info.is_cloud and p.info.model == model and p.info.upstream and role in p.info.roles
+    )
     return ids[0] if ids else None
 
 
@@ -145,10 +147,16 @@ class Gate:
         self._pending: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._reprobing: dict[str, asyncio.Task[Any]] = {}  # provider id -> its running re-probe
-        self._judge = Judge(probes=self.probes, golden=self.golden, verdicts=self.verdicts,
-                            providers=self._providers, threshold=threshold, now=now,
-                            is_cleared=self.is_cleared,
-                            quarantine_if_cleared=self._quarantine_if_cleared)
+        self._judge = Judge(
+            probes=self.probes,
+            golden=self.golden,
+            verdicts=self.verdicts,
+            providers=self._providers,
+            threshold=threshold,
+            now=now,
+            is_cleared=self.is_cleared,
+            quarantine_if_cleared=self._quarantine_if_cleared,
+        )
 
     # -- the watch list: who is cleared, and when each was last checked (persisted) -------
 
@@ -204,10 +212,14 @@ class Gate:
         width); None when it was never judged, or its model or pin changed since."""
         i = provider.info
         regime = self._regime.get(space.key)
-        found = [v for v in self.verdicts.all()
-                 if v.key.matches(space=space.key, provider_id=i.id, model=i.model,
-                                  upstream=i.upstream, width=space.width)
-                 and (regime is None or v.key.regime is regime)]
+        found = [
+            v
+            for v in self.verdicts.all()
+            if v.key.matches(
+                space=space.key, provider_id=i.id, model=i.model, upstream=i.upstream, width=space.width
+            )
+            and (regime is None or v.key.regime is regime)
+        ]
         return found[-1] if found else None
 
     def is_cleared(self, space: Space, provider: Provider) -> bool:
@@ -222,12 +234,14 @@ class Gate:
         """The router's `is_cleared(role, provider)`: an embedding role needs a cleared verdict
         for the role's current space (`space_of(role)`, None while the table has none: nothing
         is cleared); stateless roles write nothing and are not gated."""
+
         def is_cleared(role: Role, provider: Provider) -> bool:
             role = Role.parse(role)
             if role not in EMBEDDING_ROLES:
                 return True
             space = space_of(role)
             return space is not None and self.is_cleared(space, provider)
+
         return is_cleared
 
     def bind(self, registry: Any) -> Callable[[], None]:
@@ -235,6 +249,7 @@ class Gate:
         held a cleared verdict, re-probed as a reconnect before they count as cleared again),
         providers it removes are detached; a quarantine here quarantines the provider there
         (it stops pulling), and a new clearance restores or touches it. Returns an unbind."""
+
         def on_change(change: Any) -> None:
             kind, provider = str(getattr(change.kind, "value", change.kind)), change.provider
             self._restore()
@@ -267,6 +282,7 @@ class Gate:
         def unbind() -> None:
             unsubscribe()
             remove()
+
         return unbind
 
     def _watched(self, provider_id: str) -> bool:
@@ -302,8 +318,9 @@ class Gate:
     def latest_verdict(self, space_key: str, provider_id: str) -> Verdict | None:
         """The newest verdict for a provider id in a space, whatever its model or pin: a
         verdict superseded by a newer decision no longer clears rows."""
-        found = [v for v in self.verdicts.all()
-                 if v.key.space == space_key and v.key.provider_id == provider_id]
+        found = [
+            v for v in self.verdicts.all() if v.key.space == space_key and v.key.provider_id == provider_id
+        ]
         return found[-1] if found else None
 
     def status_lines(self, space: Space | None = None) -> list[str]:
@@ -320,8 +337,15 @@ class Gate:
 
     # -- the check -----------------------------------------------------------------------
 
-    async def verify(self, space: Space, provider: Provider, policy: Policy | str, *,
-                     peers: Sequence[Provider] = (), force: bool = False) -> Verdict:
+    async def verify(
+        self,
+        space: Space,
+        provider: Provider,
+        policy: Policy | str,
+        *,
+        peers: Sequence[Provider] = (),
+        force: bool = False,
+    ) -> Verdict:
         """Judge `provider` for `space` under `policy` and persist the verdict.
 
         Raises `PinRequired` before any probe for an unpinned cloud embedding route, and
@@ -353,15 +377,18 @@ class Gate:
                 if verdict.cleared:
                     self._track(space, provider.id, verdict.decided_at)
                 else:
-                    self._revoke_earlier(space, verdict, f"superseded by refused verdict "
-                                         f"{verdict.verdict_id}: {verdict.reason}", verdict.evidence)
+                    self._revoke_earlier(
+                        space,
+                        verdict,
+                        f"superseded by refused verdict {verdict.verdict_id}: {verdict.reason}",
+                        verdict.evidence,
+                    )
                     self._untrack(space, provider.id)
         if verdict is None:
             await self.on_reconnect(provider)
             return self.verdict_for(space, provider)  # type: ignore[return-value]  # judged just now
         log.info("gate: %s", verdict.status_line())
-        await self._emit(GateEvent("cleared" if verdict.cleared else "refused", space,
-                                   provider.id, verdict))
+        await self._emit(GateEvent("cleared" if verdict.cleared else "refused", space, provider.id, verdict))
         return verdict
 
     async def admit(self, space: Space, provider: Provider, policy: Policy | str, **kw: Any) -> Verdict:
@@ -393,14 +420,21 @@ class Gate:
             vectors = await provider.embed(self.probes.texts)
         except ProviderError as exc:
             self._pending.add(provider.id)
-            log.warning("gate: re-probe of %s deferred, it cannot answer now (%s); it stays "
-                        "uncleared until the re-probe runs", provider.id, type(exc).__name__)
+            log.warning(
+                "gate: re-probe of %s deferred, it cannot answer now (%s); it stays "
+                "uncleared until the re-probe runs",
+                provider.id,
+                type(exc).__name__,
+            )
             raise _Deferred from exc
-        evidence = inspect(ids, vectors, width, reference=golden.vectors if golden else None,
-                           threshold=self.threshold)
+        evidence = inspect(
+            ids, vectors, width, reference=golden.vectors if golden else None, threshold=self.threshold
+        )
         if not evidence.passed:
             what = "the golden vectors" if golden and evidence.shape_ok else "the shape check"
-            return await self._quarantine(space, verdict, f"re-probe against {what}: {evidence.reason()}", evidence)
+            return await self._quarantine(
+                space, verdict, f"re-probe against {what}: {evidence.reason()}", evidence
+            )
         if golden is None and verdict.coverage in (Coverage.SELF, Coverage.REDUCED):
             self._judge.record_golden(space, provider, vectors)
         ref = self._live_reference(verdict)
@@ -410,13 +444,19 @@ class Gate:
             except ProviderError:
                 ref_vectors = None
             if ref_vectors is not None:
-                own = inspect(ids, ref_vectors, width, reference=golden.vectors if golden else None,
-                              threshold=self.threshold)
+                own = inspect(
+                    ids,
+                    ref_vectors,
+                    width,
+                    reference=golden.vectors if golden else None,
+                    threshold=self.threshold,
+                )
                 if own.passed:  # a drifted reference is quarantined by its own re-probe, not used
                     versus = inspect(ids, vectors, width, reference=ref_vectors, threshold=self.threshold)
                     if not versus.passed:
                         return await self._quarantine(
-                            space, verdict, f"re-probe against {ref.id}: {versus.reason()}", versus)
+                            space, verdict, f"re-probe against {ref.id}: {versus.reason()}", versus
+                        )
         updated = verdict.checked_ok(self._now())
         self.verdicts.put(updated)
         self._track(space, provider.id, updated.last_good_check)
@@ -473,8 +513,9 @@ class Gate:
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
-    async def run_rechecks(self, interval_s: float | None = None, *,
-                           stop: asyncio.Event | None = None, rounds: int | None = None) -> None:
+    async def run_rechecks(
+        self, interval_s: float | None = None, *, stop: asyncio.Event | None = None, rounds: int | None = None
+    ) -> None:
         """Re-probe everything every `interval_s` on the injected clock, until `stop` is set
         or `rounds` rounds have run. A round that fails unexpectedly is logged, not fatal:
         the loop is the only thing watching for drift."""
@@ -491,10 +532,12 @@ class Gate:
                 log.exception("gate: re-probe round failed")
             done += 1
 
-    def start_rechecks(self, interval_s: float | None = None, *,
-                       stop: asyncio.Event | None = None) -> asyncio.Task[None]:
+    def start_rechecks(
+        self, interval_s: float | None = None, *, stop: asyncio.Event | None = None
+    ) -> asyncio.Task[None]:
         return asyncio.get_running_loop().create_task(
-            self.run_rechecks(interval_s, stop=stop), name="gate.rechecks")
+            self.run_rechecks(interval_s, stop=stop), name="gate.rechecks"
+        )
 
     async def quarantine(self, space: Space, provider: Provider | str, reason: str) -> Verdict | None:
         """Revoke a provider's cleared verdict by hand (an operator's call)."""
@@ -505,26 +548,33 @@ class Gate:
             return verdict
         return await self._quarantine(space, verdict, reason, None)
 
-    async def _quarantine_if_cleared(self, space: Space, provider: Provider, reason: str,
-                                     evidence: Evidence) -> None:
+    async def _quarantine_if_cleared(
+        self, space: Space, provider: Provider, reason: str, evidence: Evidence
+    ) -> None:
         verdict = self.verdict_for(space, provider)
         if verdict is not None and verdict.cleared:
             await self._quarantine(space, verdict, reason, evidence)
 
-    async def _quarantine(self, space: Space, verdict: Verdict, reason: str,
-                          evidence: Evidence | None) -> Verdict:
+    async def _quarantine(
+        self, space: Space, verdict: Verdict, reason: str, evidence: Evidence | None
+    ) -> Verdict:
         revoked = verdict.revoked(self._now(), reason, evidence)
         self.verdicts.put(revoked)
-        self._revoke_earlier(space, verdict, f"superseded by quarantined verdict "
-                             f"{verdict.verdict_id}: {reason}", evidence)
+        self._revoke_earlier(
+            space, verdict, f"superseded by quarantined verdict {verdict.verdict_id}: {reason}", evidence
+        )
         self._untrack(space, verdict.key.provider_id)
-        log.warning("gate: QUARANTINED %s for the %s table: %s (last good check %s)",
-                    verdict.key.provider_id, space.table, reason, verdict.last_good_check)
+        log.warning(
+            "gate: QUARANTINED %s for the %s table: %s (last good check %s)",
+            verdict.key.provider_id,
+            space.table,
+            reason,
+            verdict.last_good_check,
+        )
         await self._emit(GateEvent("quarantined", space, verdict.key.provider_id, revoked))
         return revoked
 
-    def _revoke_earlier(self, space: Space, decided: Verdict, reason: str,
-                        evidence: Evidence | None) -> None:
+    def _revoke_earlier(self, space: Space, decided: Verdict, reason: str, evidence: Evidence | None) -> None:
         """Revoke every other cleared verdict of the provider `decided` judged, in its space:
         the same id, model and pin (a provider's identity; a re-pinned route is another
         provider, whose refusal says nothing of the rows the old pin wrote). A refusal or a
@@ -532,12 +582,21 @@ class Gate:
         rows of revoked verdicts."""
         k = decided.key
         for v in self.verdicts.all():
-            if (v.key.space == space.key and v.key.provider_id == k.provider_id
-                    and (v.key.model, v.key.upstream) == (k.model, k.upstream)
-                    and v.verdict_id != decided.verdict_id and v.cleared):
+            if (
+                v.key.space == space.key
+                and v.key.provider_id == k.provider_id
+                and (v.key.model, v.key.upstream) == (k.model, k.upstream)
+                and v.verdict_id != decided.verdict_id
+                and v.cleared
+            ):
                 self.verdicts.put(v.revoked(self._now(), reason, evidence))
-                log.warning("gate: revoked %s of %s for the %s table: %s", v.verdict_id,
-                            k.provider_id, space.table, reason)
+                log.warning(
+                    "gate: revoked %s of %s for the %s table: %s",
+                    v.verdict_id,
+                    k.provider_id,
+                    space.table,
+                    reason,
+                )
 
     async def _emit(self, event: GateEvent) -> None:
         for listener in list(self._listeners):

@@ -65,9 +65,14 @@ class GoldenStore:
             d = json.loads(path.read_text(encoding="utf-8"))
             n, w = d["shape"]
             vec = np.frombuffer(base64.b64decode(d["vectors"]), dtype="<f4").reshape(n, w).copy()
-            golden = Golden(space=d["space"], probe_set=d["probe_set"],
-                            probe_ids=tuple(d["probe_ids"]), reference=d["reference"],
-                            recorded_at=d["recorded_at"], vectors=vec)
+            golden = Golden(
+                space=d["space"],
+                probe_set=d["probe_set"],
+                probe_ids=tuple(d["probe_ids"]),
+                reference=d["reference"],
+                recorded_at=d["recorded_at"],
+                vectors=vec,
+            )
         except (ValueError, KeyError, TypeError, OSError) as exc:
             raise ConfigError(f"{path} is not a valid golden vector file: {exc}") from exc
         if probe_set is not None and golden.probe_set != probe_set:
@@ -76,12 +81,18 @@ class GoldenStore:
 
     def put(self, golden: Golden) -> None:
         vec = np.ascontiguousarray(golden.vectors, dtype="<f4")
-        atomic_write_text(self._path(golden.space), json.dumps({
-            "space": golden.space,
-            "probe_set": golden.probe_set,
-            "probe_ids": list(golden.probe_ids),
-            "reference": golden.reference,
-            "recorded_at": golden.recorded_at,
-            "shape": list(vec.shape),
-            "vectors": base64.b64encode(vec.tobytes()).decode("ascii"),
-        }, indent=1))
+        atomic_write_text(
+            self._path(golden.space),
+            json.dumps(
+                {
+                    "space": golden.space,
+                    "probe_set": golden.probe_set,
+                    "probe_ids": list(golden.probe_ids),
+                    "reference": golden.reference,
+                    "recorded_at": golden.recorded_at,
+                    "shape": list(vec.shape),
+                    "vectors": base64.b64encode(vec.tobytes()).decode("ascii"),
+                },
+                indent=1,
+            ),
+        )

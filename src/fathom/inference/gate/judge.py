@@ -30,8 +30,9 @@ class GateUnavailable(ProviderUnavailable):
     """No verdict could be reached now: the reference (every peer, under `cloud`) or the
     candidate could not answer. Nothing is cleared; try again when they are back."""
 
-    def __init__(self, message: str, *, space_key: str, provider_id: str,
-                 attempts: dict[str, str] | None = None):
+    def __init__(
+        self, message: str, *, space_key: str, provider_id: str, attempts: dict[str, str] | None = None
+    ):
         self.space_key, self.provider_id = space_key, provider_id
         self.attempts = attempts or {}
         super().__init__(message)
@@ -51,14 +52,21 @@ def identity(provider: Provider) -> str:
     return f"{i.id}|{i.model}|{i.upstream or '-'}"
 
 
-
 class Judge:
     """Reaches verdicts for one gate: its probes, golden store, threshold and live fleet."""
 
-    def __init__(self, *, probes: ProbeSet, golden: GoldenVectors, verdicts: VerdictStore,
-                 providers: dict[str, Provider], threshold: float, now: Callable[[], float],
-                 is_cleared: Callable[[Space, Provider], bool],
-                 quarantine_if_cleared: Callable[[Space, Provider, str, Evidence], Awaitable[None]]):
+    def __init__(
+        self,
+        *,
+        probes: ProbeSet,
+        golden: GoldenVectors,
+        verdicts: VerdictStore,
+        providers: dict[str, Provider],
+        threshold: float,
+        now: Callable[[], float],
+        is_cleared: Callable[[Space, Provider], bool],
+        quarantine_if_cleared: Callable[[Space, Provider, str, Evidence], Awaitable[None]],
+    ):
         self.probes, self.golden, self.verdicts = probes, golden, verdicts
         self._providers = providers  # the gate's live fleet, shared (attach/detach change it)
         self.threshold = threshold
@@ -96,9 +104,14 @@ class Judge:
                 self.record_golden(space, reference, ref_vectors)
 
         key = VerdictKey(
-            space=space.key, table=space.table, provider_id=candidate.id,
-            model=candidate.info.model, upstream=candidate.info.upstream, regime=regime,
-            reference=ref_identity, width=width,
+            space=space.key,
+            table=space.table,
+            provider_id=candidate.id,
+            model=candidate.info.model,
+            upstream=candidate.info.upstream,
+            regime=regime,
+            reference=ref_identity,
+            width=width,
         )
         decided = self._now()
         passed = evidence.passed
@@ -107,10 +120,17 @@ class Judge:
             attempt += 1
             vid = verdict_id_for(key, decided, attempt)
         return Verdict(
-            key=key, verdict_id=vid, passed=passed, coverage=coverage,
-            reason=evidence.reason(), evidence=evidence, probe_set=self.probes.digest,
-            decided_at=decided, elapsed_s=max(0.0, decided - started),
-            last_good_check=decided if passed else None, golden_compared=gvec is not None,
+            key=key,
+            verdict_id=vid,
+            passed=passed,
+            coverage=coverage,
+            reason=evidence.reason(),
+            evidence=evidence,
+            probe_set=self.probes.digest,
+            decided_at=decided,
+            elapsed_s=max(0.0, decided - started),
+            last_good_check=decided if passed else None,
+            golden_compared=gvec is not None,
         )
 
     async def _embed_candidate(self, space: Space, candidate: Provider) -> Any:
@@ -120,7 +140,8 @@ class Judge:
             raise GateUnavailable(
                 f"{candidate.id} could not embed the probe set for the {space.table} table "
                 f"({type(exc).__name__}); it stays uncleared. Retry when it is reachable.",
-                space_key=space.key, provider_id=candidate.id,
+                space_key=space.key,
+                provider_id=candidate.id,
                 attempts={candidate.id: type(exc).__name__},
             ) from exc
 
@@ -149,15 +170,22 @@ class Judge:
     def cloud_peers(self, space: Space, candidate: Provider) -> list[Provider]:
         """Other pinned cloud providers of the candidate's model serving this table."""
         role = role_for(space)
-        return [p for p in self._providers.values()
-                if p.id != candidate.id and p.info.is_cloud and p.info.upstream
-                and p.info.model == candidate.info.model and role in p.info.roles]
+        return [
+            p
+            for p in self._providers.values()
+            if p.id != candidate.id
+            and p.info.is_cloud
+            and p.info.upstream
+            and p.info.model == candidate.info.model
+            and role in p.info.roles
+        ]
 
     def _sole_cloud(self, space: Space, candidate: Provider, regime: Reference) -> bool:
         return regime is Reference.CLOUD and not self.cloud_peers(space, candidate)
 
-    async def _reference_answer(self, space: Space, candidate: Provider, regime: Reference,
-                                gvec: Any) -> tuple[Provider, Any]:
+    async def _reference_answer(
+        self, space: Space, candidate: Provider, regime: Reference, gvec: Any
+    ) -> tuple[Provider, Any]:
         attempts: dict[str, str] = {}
         order = self._reference_order(space, candidate, regime)
         for ref in order:
@@ -166,8 +194,7 @@ class Judge:
             except ProviderError as exc:
                 attempts[ref.id] = f"could not answer ({type(exc).__name__})"
                 continue  # the anchor is down: fail over to the next peer
-            own = inspect(self.probes.ids, answer, space.width, reference=gvec,
-                          threshold=self.threshold)
+            own = inspect(self.probes.ids, answer, space.width, reference=gvec, threshold=self.threshold)
             if not own.passed:
                 # A reference that no longer matches the table's golden vectors would pass
                 # anything drifted the same way; it judges nobody.
@@ -175,21 +202,31 @@ class Judge:
                 await self._quarantine_if_cleared(space, ref, f"reference drift: {own.reason()}", own)
                 continue
             return ref, answer
-        wanted = (f"the designated local reference {space.reference}" if regime is Reference.LOCAL
-                  else f"the cloud anchor {space.reference} or a cleared peer")
+        wanted = (
+            f"the designated local reference {space.reference}"
+            if regime is Reference.LOCAL
+            else f"the cloud anchor {space.reference} or a cleared peer"
+        )
         tried = "; ".join(f"{k}: {v}" for k, v in attempts.items()) or "none is connected"
         raise GateUnavailable(
             f"cannot judge {candidate.id} for the {space.table} table: {wanted} must answer the "
             f"probes first ({tried}). Nothing is cleared until a reference answers.",
-            space_key=space.key, provider_id=candidate.id, attempts=attempts,
+            space_key=space.key,
+            provider_id=candidate.id,
+            attempts=attempts,
         )
 
     def record_golden(self, space: Space, encoder: Provider, vectors: Any) -> None:
         import numpy as np
 
-        self.golden.put(Golden(
-            space=space.key, probe_set=self.probes.digest, probe_ids=tuple(self.probes.ids),
-            reference=identity(encoder), recorded_at=self._now(),
-            vectors=np.asarray(vectors, dtype=np.float32),
-        ))
+        self.golden.put(
+            Golden(
+                space=space.key,
+                probe_set=self.probes.digest,
+                probe_ids=tuple(self.probes.ids),
+                reference=identity(encoder),
+                recorded_at=self._now(),
+                vectors=np.asarray(vectors, dtype=np.float32),
+            )
+        )
         log.info("gate: golden vectors recorded for %s from %s", space.key, encoder.id)

@@ -55,10 +55,14 @@ class VerdictKey:
     reference: str  # the reference encoder's identity ("id|model|pin"), or "self" / "none"
     width: int
 
-    def matches(self, *, space: str, provider_id: str, model: str, upstream: str | None,
-                width: int) -> bool:
+    def matches(self, *, space: str, provider_id: str, model: str, upstream: str | None, width: int) -> bool:
         return (self.space, self.provider_id, self.model, self.upstream, self.width) == (
-            space, provider_id, model, upstream, width)
+            space,
+            provider_id,
+            model,
+            upstream,
+            width,
+        )
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -179,12 +183,19 @@ class Verdict:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Verdict:
         return cls(
-            key=VerdictKey.from_json(d["key"]), verdict_id=d["verdict_id"], passed=d["passed"],
-            coverage=Coverage(d["coverage"]), reason=d["reason"],
-            evidence=Evidence.from_json(d["evidence"]), probe_set=d["probe_set"],
-            decided_at=d["decided_at"], elapsed_s=d["elapsed_s"],
-            last_good_check=d.get("last_good_check"), revoked_at=d.get("revoked_at"),
-            revoked_reason=d.get("revoked_reason"), golden_compared=d.get("golden_compared", False),
+            key=VerdictKey.from_json(d["key"]),
+            verdict_id=d["verdict_id"],
+            passed=d["passed"],
+            coverage=Coverage(d["coverage"]),
+            reason=d["reason"],
+            evidence=Evidence.from_json(d["evidence"]),
+            probe_set=d["probe_set"],
+            decided_at=d["decided_at"],
+            elapsed_s=d["elapsed_s"],
+            last_good_check=d.get("last_good_check"),
+            revoked_at=d.get("revoked_at"),
+            revoked_reason=d.get("revoked_reason"),
+            golden_compared=d.get("golden_compared", False),
             revocation=Evidence.from_json(d["revocation"]) if d.get("revocation") else None,
         )
 
@@ -207,8 +218,11 @@ class Watched:
     last_checked: float | None
 
     def to_json(self) -> dict[str, Any]:
-        return {"space": asdict(self.space), "provider_id": self.provider_id,
-                "last_checked": self.last_checked}
+        return {
+            "space": asdict(self.space),
+            "provider_id": self.provider_id,
+            "last_checked": self.last_checked,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Watched:
@@ -258,17 +272,22 @@ class JsonVerdictStore:
             # Fail closed: an unreadable file must not read as "no verdicts, start over" for
             # the clearance check (it would refuse everything, which is safe) nor be
             # overwritten silently (it would lose the audit trail).
-            raise ConfigError(f"{self.path} is not a valid verdict file: {exc}; move it aside "
-                              f"to re-verify every provider") from exc
-        return ({v.verdict_id: v for v in items},
-                {(w.space.key, w.provider_id): w for w in watched})
+            raise ConfigError(
+                f"{self.path} is not a valid verdict file: {exc}; move it aside to re-verify every provider"
+            ) from exc
+        return ({v.verdict_id: v for v in items}, {(w.space.key, w.provider_id): w for w in watched})
 
     def _write(self) -> None:
         # Decision order is kept (a replaced verdict keeps its place): "latest" means last.
-        text = json.dumps({"format": self.FORMAT,
-                           "verdicts": [v.to_json() for v in self._verdicts.values()],
-                           "watched": [w.to_json() for w in self._watched.values()]},
-                          indent=1, ensure_ascii=False)
+        text = json.dumps(
+            {
+                "format": self.FORMAT,
+                "verdicts": [v.to_json() for v in self._verdicts.values()],
+                "watched": [w.to_json() for w in self._watched.values()],
+            },
+            indent=1,
+            ensure_ascii=False,
+        )
         atomic_write_text(self.path, text)
 
     def put(self, verdict: Verdict) -> None:

@@ -65,8 +65,9 @@ def model_file(folder: Path, cache: Path, variant: str = "fp32") -> Path:
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"cannot create the model cache {cache}: {exc}. Set FATHOM_MODEL_CACHE "
-                          f"to a writable folder") from exc
+        raise ConfigError(
+            f"cannot create the model cache {cache}: {exc}. Set FATHOM_MODEL_CACHE to a writable folder"
+        ) from exc
     from filelock import FileLock
 
     with FileLock(str(target) + ".lock"):
@@ -96,11 +97,15 @@ def _write_quantized(source: Path, target: Path, mode: str | None) -> None:
     graph = onnx.load(str(source), load_external_data=False).graph
     # Only weight matrices (constant right-hand sides, named `*.wT`): the attention products
     # multiply two activations and would lose most of their precision.
-    exclude = [n.name for n in graph.node if n.op_type == "MatMul"
-               and not any(i.endswith(".wT") for i in n.input)]
+    exclude = [
+        n.name for n in graph.node if n.op_type == "MatMul" and not any(i.endswith(".wT") for i in n.input)
+    ]
     if mode == "keep-ffn-out":
-        exclude += [n.name for n in graph.node if n.op_type == "MatMul"
-                    and any(i.startswith("lout") and i.endswith(".wT") for i in n.input)]
+        exclude += [
+            n.name
+            for n in graph.node
+            if n.op_type == "MatMul" and any(i.startswith("lout") and i.endswith(".wT") for i in n.input)
+        ]
     # onnxruntime advises "pre-processing" on the root logger at every call: advice for its
     # static quantization of vision models, noise on a CLI's stderr here.
     root = logging.getLogger()
@@ -108,8 +113,14 @@ def _write_quantized(source: Path, target: Path, mode: str | None) -> None:
     root.addFilter(hush)
     try:
         with _atomic(target) as tmp:
-            quantize_dynamic(str(source), str(tmp), op_types_to_quantize=["MatMul"],
-                             nodes_to_exclude=exclude, per_channel=True, weight_type=QuantType.QInt8)
+            quantize_dynamic(
+                str(source),
+                str(tmp),
+                op_types_to_quantize=["MatMul"],
+                nodes_to_exclude=exclude,
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+            )
     finally:
         root.removeFilter(hush)
 

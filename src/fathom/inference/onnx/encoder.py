@@ -83,8 +83,12 @@ class OnnxEncoder(Provider):
         self.cache_dir = Path(cache_dir)
         self.max_tokens = max_tokens or configured_max_tokens(self.model_path)
         self.info = ProviderInfo(
-            id=variant_provider_id(model_name, variant), kind=Kind.LOCAL, roles=frozenset(roles),
-            model=model_name, width=self.width, max_tokens=self.max_tokens,
+            id=variant_provider_id(model_name, variant),
+            kind=Kind.LOCAL,
+            roles=frozenset(roles),
+            model=model_name,
+            width=self.width,
+            max_tokens=self.max_tokens,
         )
         self._session: Any = None
         self._tokenizer: Any = None
@@ -114,16 +118,20 @@ class OnnxEncoder(Provider):
                 raise EncoderWidthMismatch(self.model_name, self.model_path, self.width, shape.hidden)
             limit = self.max_tokens or configured_max_tokens(str(folder)) or shape.max_positions
             if limit > shape.max_positions:
-                raise ConfigError(f"FATHOM_LOCAL_MAX_TOKENS={limit} is more than {self.model_name} can "
-                                  f"read ({shape.max_positions} positions); set it to "
-                                  f"{shape.max_positions} or less, or unset it for the model's own")
+                raise ConfigError(
+                    f"FATHOM_LOCAL_MAX_TOKENS={limit} is more than {self.model_name} can "
+                    f"read ({shape.max_positions} positions); set it to "
+                    f"{shape.max_positions} or less, or unset it for the model's own"
+                )
             try:
                 self._tokenizer = _tokenizer(folder, limit)
                 self._session = _session(model_file(folder, self.cache_dir, self.variant))
             except (UnsupportedModel, ConfigError):
                 raise
             except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error
-                raise ModelLoadError(self.model_name, self.model_path, f"{type(exc).__name__}: {exc}") from exc
+                raise ModelLoadError(
+                    self.model_name, self.model_path, f"{type(exc).__name__}: {exc}"
+                ) from exc
             self.max_tokens = limit
             if self.info.max_tokens is None:  # a download's folder was read only now
                 self.info = replace(self.info, max_tokens=limit)
@@ -135,8 +143,11 @@ class OnnxEncoder(Provider):
         if self._tokens is None:
             self.load()
             assert self.max_tokens is not None
-            self._tokens = TokenizerCounter(self._tokenizer, self.max_tokens,
-                                            key=f"{local_provider_id(self.model_name)}@{self.max_tokens}")
+            self._tokens = TokenizerCounter(
+                self._tokenizer,
+                self.max_tokens,
+                key=f"{local_provider_id(self.model_name)}@{self.max_tokens}",
+            )
         return self._tokens
 
     def encode_sync(self, texts: Sequence[str]) -> np.ndarray:
@@ -151,7 +162,7 @@ class OnnxEncoder(Provider):
                 encodings = self._tokenizer.encode_batch([str(t) for t in texts])
                 order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
                 for start in range(0, len(order), self.batch_size):
-                    rows = order[start:start + self.batch_size]
+                    rows = order[start : start + self.batch_size]
                     width = max(len(encodings[i].ids) for i in rows)
                     ids = np.zeros((len(rows), width), dtype=np.int64)
                     mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -161,7 +172,9 @@ class OnnxEncoder(Provider):
                         mask[r, :n] = 1
                     out[rows] = session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})[0]
             except Exception as exc:  # noqa: BLE001
-                raise ProviderUnavailable(f"local encoder {self.id} failed: {type(exc).__name__}: {exc}") from exc
+                raise ProviderUnavailable(
+                    f"local encoder {self.id} failed: {type(exc).__name__}: {exc}"
+                ) from exc
             self.calls += 1
             self.texts_encoded += len(texts)
         return out

@@ -76,10 +76,15 @@ def read_shape(folder: Path) -> BertShape:
     hidden, heads = int(config["hidden_size"]), int(config["num_attention_heads"])
     if hidden % heads:
         raise UnsupportedModel(where, f"hidden size {hidden} is not a multiple of {heads} heads")
-    return BertShape(hidden=hidden, heads=heads, layers=int(config["num_hidden_layers"]),
-                     max_positions=int(config["max_position_embeddings"]),
-                     eps=float(config.get("layer_norm_eps", 1e-12)), pooling=pooling,
-                     normalize=normalize)
+    return BertShape(
+        hidden=hidden,
+        heads=heads,
+        layers=int(config["num_hidden_layers"]),
+        max_positions=int(config["max_position_embeddings"]),
+        eps=float(config.get("layer_norm_eps", 1e-12)),
+        pooling=pooling,
+        normalize=normalize,
+    )
 
 
 def _pipeline(folder: Path) -> tuple[str, bool]:
@@ -88,7 +93,9 @@ def _pipeline(folder: Path) -> tuple[str, bool]:
     try:
         modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise UnsupportedModel(where, "no readable modules.json (not a sentence-transformers folder)") from exc
+        raise UnsupportedModel(
+            where, "no readable modules.json (not a sentence-transformers folder)"
+        ) from exc
     kinds = [str(m.get("type", "")).rsplit(".", 1)[-1] for m in modules]
     if kinds[:2] != ["Transformer", "Pooling"] or any(k != "Normalize" for k in kinds[2:]):
         raise UnsupportedModel(where, f"modules {kinds} (only Transformer, Pooling[, Normalize])")
@@ -97,8 +104,11 @@ def _pipeline(folder: Path) -> tuple[str, bool]:
         pool = json.loads((folder / pool_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UnsupportedModel(where, "no readable pooling config") from exc
-    modes = [k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
-             for k, v in pool.items() if k.startswith("pooling_mode_") and v]
+    modes = [
+        k.removeprefix("pooling_mode_").removesuffix("_tokens").removesuffix("_token")
+        for k, v in pool.items()
+        if k.startswith("pooling_mode_") and v
+    ]
     if modes not in (["mean"], ["cls"]):
         raise UnsupportedModel(where, f"pooling {modes or 'none'} (only mean or cls)")
     return modes[0], "Normalize" in kinds
@@ -131,12 +141,19 @@ class _Graph:
     def dense(self, x: str, w: np.ndarray, b: np.ndarray, name: str) -> str:
         # torch's Linear stores (out, in); MatMul wants (in, out). A constant weight on the
         # right is what dynamic quantization recognises.
-        return self.op("Add", self.op("MatMul", x, self.const(f"{name}.wT", w.T.copy())),
-                       self.const(f"{name}.b", b))
+        return self.op(
+            "Add", self.op("MatMul", x, self.const(f"{name}.wT", w.T.copy())), self.const(f"{name}.b", b)
+        )
 
     def layer_norm(self, x: str, w: np.ndarray, b: np.ndarray, name: str, eps: float) -> str:
-        return self.op("LayerNormalization", x, self.const(f"{name}.w", w), self.const(f"{name}.b", b),
-                       axis=-1, epsilon=eps)
+        return self.op(
+            "LayerNormalization",
+            x,
+            self.const(f"{name}.w", w),
+            self.const(f"{name}.b", b),
+            axis=-1,
+            epsilon=eps,
+        )
 
 
 def build(folder: Path) -> Any:
@@ -152,8 +169,11 @@ def build(folder: Path) -> Any:
     # The additive attention mask, (B, 1, 1, S): 0 where a token is real, float32's minimum
     # where it is padding (as transformers does), so padding never changes a real token.
     maskf = g.op("Cast", "attention_mask", to=TensorProto.FLOAT)
-    neg = g.op("Mul", g.op("Sub", g.const("one_f", np.array(1.0, dtype=F32)), maskf),
-               g.const("min_f", np.array(np.finfo(F32).min, dtype=F32)))
+    neg = g.op(
+        "Mul",
+        g.op("Sub", g.const("one_f", np.array(1.0, dtype=F32)), maskf),
+        g.const("min_f", np.array(np.finfo(F32).min, dtype=F32)),
+    )
     bias = g.op("Unsqueeze", neg, g.const("axes_12", _i64(1, 2)))
     for i in range(shape.layers):
         x = _layer(g, w, shape, i, x, bias)
@@ -161,14 +181,21 @@ def build(folder: Path) -> Any:
     g.nodes.append(helper.make_node("Identity", [pooled], ["embeddings"]))
 
     graph = helper.make_graph(
-        g.nodes, "sentence_encoder",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"])],
+        g.nodes,
+        "sentence_encoder",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"]),
+        ],
         [helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["batch", shape.hidden])],
         initializer=g.inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)],
-                              producer_name="fathom", producer_version=BUILDER_VERSION)
+    model = helper.make_model(
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        producer_name="fathom",
+        producer_version=BUILDER_VERSION,
+    )
     model.ir_version = 8  # what onnxruntime of the last few years reads
     return model
 
@@ -184,10 +211,18 @@ def _embeddings(g: _Graph, w: dict[str, np.ndarray], eps: float) -> str:
     """Word + position + token type 0 embeddings, then layer norm. Positions 0..S-1 are the
     first S rows of the position table (S: a 1-D slice of the input's shape): no Range."""
     seq = g.op("Shape", "input_ids", start=1, end=2)
-    positions = g.op("Slice", g.const("pos_emb", w["embeddings.position_embeddings.weight"]),
-                     g.const("zero_1d", _i64(0)), seq, g.const("axis_0", _i64(0)))
-    x = g.op("Add", g.op("Gather", g.const("word_emb", w["embeddings.word_embeddings.weight"]), "input_ids"),
-             positions)
+    positions = g.op(
+        "Slice",
+        g.const("pos_emb", w["embeddings.position_embeddings.weight"]),
+        g.const("zero_1d", _i64(0)),
+        seq,
+        g.const("axis_0", _i64(0)),
+    )
+    x = g.op(
+        "Add",
+        g.op("Gather", g.const("word_emb", w["embeddings.word_embeddings.weight"]), "input_ids"),
+        positions,
+    )
     x = g.op("Add", x, g.const("type0_emb", w["embeddings.token_type_embeddings.weight"][0].copy()))
     return g.layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], "emb_ln", eps)
 
@@ -198,27 +233,46 @@ def _layer(g: _Graph, w: dict[str, np.ndarray], shape: BertShape, i: int, x: str
     split = _i64(0, 0, shape.heads, shape.head_dim)
 
     def heads(name: str) -> str:
-        t = g.dense(x, w[f"{p}attention.self.{name}.weight"], w[f"{p}attention.self.{name}.bias"],
-                    f"l{name}{i}")
+        t = g.dense(
+            x, w[f"{p}attention.self.{name}.weight"], w[f"{p}attention.self.{name}.bias"], f"l{name}{i}"
+        )
         return g.op("Transpose", g.op("Reshape", t, g.const(f"split_{name}{i}", split)), perm=[0, 2, 1, 3])
 
     q, k, v = heads("query"), heads("key"), heads("value")
     scale = g.const(f"scale{i}", np.array(1.0 / math.sqrt(shape.head_dim), dtype=F32))
     scores = g.op("Add", g.op("Mul", g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2])), scale), bias)
     ctx = g.op("MatMul", g.op("Softmax", scores, axis=-1), v)
-    ctx = g.op("Reshape", g.op("Transpose", ctx, perm=[0, 2, 1, 3]), g.const(f"merge{i}", _i64(0, 0, shape.hidden)))
+    ctx = g.op(
+        "Reshape", g.op("Transpose", ctx, perm=[0, 2, 1, 3]), g.const(f"merge{i}", _i64(0, 0, shape.hidden))
+    )
     att = g.dense(ctx, w[f"{p}attention.output.dense.weight"], w[f"{p}attention.output.dense.bias"], f"lo{i}")
-    x = g.layer_norm(g.op("Add", att, x), w[f"{p}attention.output.LayerNorm.weight"],
-                     w[f"{p}attention.output.LayerNorm.bias"], f"lan{i}", shape.eps)
+    x = g.layer_norm(
+        g.op("Add", att, x),
+        w[f"{p}attention.output.LayerNorm.weight"],
+        w[f"{p}attention.output.LayerNorm.bias"],
+        f"lan{i}",
+        shape.eps,
+    )
     h = g.dense(x, w[f"{p}intermediate.dense.weight"], w[f"{p}intermediate.dense.bias"], f"li{i}")
     # transformers' "gelu": the exact, erf form.
-    h = g.op("Mul", g.op("Mul", h, g.const(f"half{i}", np.array(0.5, dtype=F32))),
-             g.op("Add", g.const(f"one{i}", np.array(1.0, dtype=F32)),
-                  g.op("Erf", g.op("Div", h, g.const(f"sqrt2_{i}", np.array(math.sqrt(2.0), dtype=F32))))))
+    h = g.op(
+        "Mul",
+        g.op("Mul", h, g.const(f"half{i}", np.array(0.5, dtype=F32))),
+        g.op(
+            "Add",
+            g.const(f"one{i}", np.array(1.0, dtype=F32)),
+            g.op("Erf", g.op("Div", h, g.const(f"sqrt2_{i}", np.array(math.sqrt(2.0), dtype=F32)))),
+        ),
+    )
     # "lout": the feed-forward output projection, which the `int8` variant keeps in fp32.
     out = g.dense(h, w[f"{p}output.dense.weight"], w[f"{p}output.dense.bias"], f"lout{i}")
-    return g.layer_norm(g.op("Add", out, x), w[f"{p}output.LayerNorm.weight"], w[f"{p}output.LayerNorm.bias"],
-                        f"loln{i}", shape.eps)
+    return g.layer_norm(
+        g.op("Add", out, x),
+        w[f"{p}output.LayerNorm.weight"],
+        w[f"{p}output.LayerNorm.bias"],
+        f"loln{i}",
+        shape.eps,
+    )
 
 
 def _pool(g: _Graph, shape: BertShape, x: str, maskf: str) -> str:
@@ -227,15 +281,21 @@ def _pool(g: _Graph, shape: BertShape, x: str, maskf: str) -> str:
         # sum(x * mask) / max(sum(mask), 1e-9), as sentence-transformers' Pooling does.
         m3 = g.op("Unsqueeze", maskf, g.const("axis_2", _i64(2)))
         total = g.op("ReduceSum", g.op("Mul", x, m3), g.const("axis_1", _i64(1)), keepdims=0)
-        count = g.op("Max", g.op("ReduceSum", m3, g.const("axis_1b", _i64(1)), keepdims=0),
-                     g.const("tiny", np.array(1e-9, dtype=F32)))
+        count = g.op(
+            "Max",
+            g.op("ReduceSum", m3, g.const("axis_1b", _i64(1)), keepdims=0),
+            g.const("tiny", np.array(1e-9, dtype=F32)),
+        )
         pooled = g.op("Div", total, count)
     else:
         pooled = g.op("Gather", x, g.const("zero_i", np.array(0, dtype=np.int64)), axis=1)  # (B, H)
     if shape.normalize:
         # torch.nn.functional.normalize: x / max(||x||, 1e-12). (ReduceL2 takes its axes as an
         # attribute until opset 18, ReduceSum as an input from 13.)
-        norm = g.op("Max", g.op("ReduceL2", pooled, axes=[-1], keepdims=1),
-                    g.const("eps_n", np.array(1e-12, dtype=F32)))
+        norm = g.op(
+            "Max",
+            g.op("ReduceL2", pooled, axes=[-1], keepdims=1),
+            g.const("eps_n", np.array(1e-12, dtype=F32)),
+        )
         pooled = g.op("Div", pooled, norm)
     return pooled

@@ -54,7 +54,19 @@ from fathom.inference.pool.sizing import FIXED_SHARE, MIN_PER_ITEM, STRETCH, Lat
 from fathom.inference.pool.state import Admission, PoolReport, Progress, Sink
 
 __all__ = [
-    "FIXED_SHARE", "MIN_PER_ITEM", "STRETCH", "Admission", "LatencyLine", "MalformedBatch",
-    "Pool", "PoolOptions", "PoolReport", "PoolStalled", "Progress", "Sink", "Sizing",
-    "is_throttle", "is_too_large",
+    "FIXED_SHARE",
+    "MIN_PER_ITEM",
+    "STRETCH",
+    "Admission",
+    "LatencyLine",
+    "MalformedBatch",
+    "Pool",
+    "PoolOptions",
+    "PoolReport",
+    "PoolStalled",
+    "Progress",
+    "Sink",
+    "Sizing",
+    "is_throttle",
+    "is_too_large",
 ]

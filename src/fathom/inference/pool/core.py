@@ -79,15 +79,23 @@ class Pool:
         self._state = PoolState(self.clock)
         sizer = Sizer(self.options, rate_limit)
         planner = Planner(self._state, self.options, sizer, eligible or (lambda p: True), reserve)
-        self._lanes = Lanes(self._state, self.options, sizer, planner,
-                            lanes if callable(lanes) else (lambda p: lanes), admission)
-        self._members = Members(self._state, sizer, self._lanes,
-                                {} if history is None else history, self.role)
+        self._lanes = Lanes(
+            self._state,
+            self.options,
+            sizer,
+            planner,
+            lanes if callable(lanes) else (lambda p: lanes),
+            admission,
+        )
+        self._members = Members(
+            self._state, sizer, self._lanes, {} if history is None else history, self.role
+        )
 
     # -- public ------------------------------------------------------------------------
 
-    async def run(self, texts: Sequence[str], sink: Sink, *,
-                  on_progress: Callable[[Progress], Any] | None = None) -> PoolReport:
+    async def run(
+        self, texts: Sequence[str], sink: Sink, *, on_progress: Callable[[Progress], Any] | None = None
+    ) -> PoolReport:
         """Embed every text; `sink(indices, vectors, provider)` is awaited once per finished
         batch, one at a time, and every index reaches it exactly once. Raises the sink's
         exception if a write fails, `PoolStalled` if nothing could make progress."""
@@ -148,8 +156,12 @@ class Pool:
                 until = job.last_progress + stall_timeout
                 if self.clock.now() >= until:
                     now = self.clock.now()
-                    raise PoolStalled(job.done, job.total, now - job.last_progress,
-                                      {m.id: m.describe(now) for m in self._state.members.values()})
+                    raise PoolStalled(
+                        job.done,
+                        job.total,
+                        now - job.last_progress,
+                        {m.id: m.describe(now) for m in self._state.members.values()},
+                    )
             await self._state.wait(until)
         if job.error is not None:
             raise job.error

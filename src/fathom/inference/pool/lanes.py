@@ -29,8 +29,15 @@ log = logging.getLogger(__name__)
 
 
 class Lanes:
-    def __init__(self, state: PoolState, options: PoolOptions, sizer: Sizer, planner: Planner,
-                 lanes: Callable[[Provider], int], admission: Admission | None):
+    def __init__(
+        self,
+        state: PoolState,
+        options: PoolOptions,
+        sizer: Sizer,
+        planner: Planner,
+        lanes: Callable[[Provider], int],
+        admission: Admission | None,
+    ):
         self.state, self.options, self.sizer, self.planner = state, options, sizer, planner
         self._lanes = lanes
         self.admission = admission
@@ -45,7 +52,8 @@ class Lanes:
         assert job is not None
         for _ in range(n):
             task = asyncio.get_running_loop().create_task(
-                self.run(m), name=f"pool-lane:{m.id}:{len(m.tasks)}", context=job.context.copy())
+                self.run(m), name=f"pool-lane:{m.id}:{len(m.tasks)}", context=job.context.copy()
+            )
             m.tasks[task] = Phase.IDLE
 
     def follow(self, m: Member, me: asyncio.Task[Any]) -> bool:
@@ -99,8 +107,12 @@ class Lanes:
                 try:
                     permit = await self.admission(m.provider)
                 except Exception as exc:  # a budget refusal pauses this provider, not the job
-                    log.warning("pool: %s could not get a cloud permit (%s: %s); pausing",
-                                m.id, type(exc).__name__, exc)
+                    log.warning(
+                        "pool: %s could not get a cloud permit (%s: %s); pausing",
+                        m.id,
+                        type(exc).__name__,
+                        exc,
+                    )
                     m.cooldown_until = self.state.clock.now() + self.options.throttle_wait
                     continue
                 finally:
@@ -127,8 +139,12 @@ class Lanes:
             assert plan.work is not None
             work = plan.work
             job.report.duplicates += 1
-            log.info("pool: %s duplicates a straggling batch of %d from %s",
-                     m.id, len(work.indices), work.attempts[0].member.id)
+            log.info(
+                "pool: %s duplicates a straggling batch of %d from %s",
+                m.id,
+                len(work.indices),
+                work.attempts[0].member.id,
+            )
         a = Attempt(work, m, now, self.sizer.expected(m.sizing, len(work.indices)), plan.probe)
         work.copies += 1
         work.attempts.append(a)
@@ -258,8 +274,12 @@ class Lanes:
         wait = retry_after if retry_after is not None and retry_after > 0 else self.options.throttle_wait
         m.cooldown_until = max(m.cooldown_until, now + wait)
         bump(job.report.throttles, m.id)
-        log.info("pool: %s rate-limited (%s), pauses %.1fs holding no work",
-                 m.id, getattr(exc, "throttle_kind", "?"), wait)
+        log.info(
+            "pool: %s rate-limited (%s), pauses %.1fs holding no work",
+            m.id,
+            getattr(exc, "throttle_kind", "?"),
+            wait,
+        )
         if permit is not None:
             # A budget-wrapped provider already told its permit; say it once.
             if not getattr(permit, "throttles", 0):
@@ -279,8 +299,9 @@ class Lanes:
         m.ejected_until = now + backoff
         m.eject_reason = f"{type(exc).__name__}: {exc}"
         bump(job.report.ejections, m.id)
-        log.warning("pool: %s ejected for %.0fs after %d failure(s): %s",
-                    m.id, backoff, m.failures, m.eject_reason)
+        log.warning(
+            "pool: %s ejected for %.0fs after %d failure(s): %s", m.id, backoff, m.failures, m.eject_reason
+        )
 
 
 async def release(permit: Any, *, used: bool = True, background: bool = False) -> None:

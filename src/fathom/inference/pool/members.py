@@ -19,8 +19,9 @@ from fathom.roles import Role
 
 
 class Members:
-    def __init__(self, state: PoolState, sizer: Sizer, lanes: Lanes, history: dict[str, Sizing],
-                 role: Role | None):
+    def __init__(
+        self, state: PoolState, sizer: Sizer, lanes: Lanes, history: dict[str, Sizing], role: Role | None
+    ):
         self.state, self.sizer, self.lanes = state, sizer, lanes
         self.history = history
         self.role = role

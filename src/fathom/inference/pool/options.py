@@ -37,6 +37,7 @@ class PoolOptions:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(knobs) - known)
         if unknown:
-            raise TypeError(f"unknown pool option(s) {', '.join(unknown)}; "
-                            f"the options are {', '.join(sorted(known))}")
+            raise TypeError(
+                f"unknown pool option(s) {', '.join(unknown)}; the options are {', '.join(sorted(known))}"
+            )
         return replace(options or cls(), **knobs)

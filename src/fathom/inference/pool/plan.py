@@ -35,8 +35,14 @@ WAIT = Step("wait")
 
 
 class Planner:
-    def __init__(self, state: PoolState, options: PoolOptions, sizer: Sizer,
-                 eligible: Callable[[Provider], bool], reserve: Callable[[], bool]):
+    def __init__(
+        self,
+        state: PoolState,
+        options: PoolOptions,
+        sizer: Sizer,
+        eligible: Callable[[Provider], bool],
+        reserve: Callable[[], bool],
+    ):
         self.state, self.options, self.sizer = state, options, sizer
         self.eligible, self.reserve = eligible, reserve
 
@@ -113,8 +119,13 @@ class Planner:
         reserve_held = self.reserve() and self.local_can_serve()
         lanes: list[Lane] = []
         for o in self.state.members.values():
-            if not (o.present and o.ejected_until is None and now >= o.cooldown_until
-                    and self.eligible(o.provider) and not (o.is_cloud and reserve_held)):
+            if not (
+                o.present
+                and o.ejected_until is None
+                and now >= o.cooldown_until
+                and self.eligible(o.provider)
+                and not (o.is_cloud and reserve_held)
+            ):
                 continue
             # A provider not measured yet (new to this pool and to its history) is taken to be
             # as fast as this one: a speed known from an earlier job must not let one provider

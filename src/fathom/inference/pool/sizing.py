@@ -117,8 +117,7 @@ class Sizer:
         # the provider's own limit.
         sizing.batch_size = sizing.capped(max(o.min_batch, min(o.max_batch, sizing.batch_size)))
         if sizing.spi is not None:
-            log.info("pool: %s starts at batch %d, from its measured history", provider_id,
-                     sizing.batch_size)
+            log.info("pool: %s starts at batch %d, from its measured history", provider_id, sizing.batch_size)
         return sizing
 
     def expected(self, s: Sizing, n: int) -> float:
@@ -177,8 +176,14 @@ class Sizer:
         size = max(1, n // 2, s.accepted if s.accepted < n else 0)
         if s.ceiling is None or size < s.ceiling:
             s.ceiling = size
-            log.warning("pool: %s refused a batch of %d as too large (%s); its batches stay at "
-                        "or under %d from now on", provider_id, n, type(exc).__name__, size)
+            log.warning(
+                "pool: %s refused a batch of %d as too large (%s); its batches stay at "
+                "or under %d from now on",
+                provider_id,
+                n,
+                type(exc).__name__,
+                size,
+            )
         s.batch_size = s.capped(s.batch_size)
 
     def failed(self, s: Sizing) -> None:

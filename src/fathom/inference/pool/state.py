@@ -128,8 +128,9 @@ class Member:
 
 
 class PoolJob:
-    def __init__(self, texts: Sequence[str], sink: Sink, started: float,
-                 on_progress: Callable[[Progress], Any] | None):
+    def __init__(
+        self, texts: Sequence[str], sink: Sink, started: float, on_progress: Callable[[Progress], Any] | None
+    ):
         self.texts = texts
         self.sink = sink
         self.total = len(texts)
@@ -190,13 +191,17 @@ class PoolState:
         now = self.clock.now()
         elapsed = now - job.started
         return Progress(
-            done=job.done, total=job.total, elapsed=elapsed,
+            done=job.done,
+            total=job.total,
+            elapsed=elapsed,
             rate=job.done / elapsed if elapsed > 0 else 0.0,
             per_provider=dict(job.report.per_provider),
             in_flight=sum(len(w.indices) for w in job.live if not w.done),
             queued=len(job.queue),
-            ejected=tuple(sorted(m.id for m in self.members.values()
-                                 if m.present and m.ejected_until is not None)),
-            cooling=tuple(sorted(m.id for m in self.members.values()
-                                 if m.present and now < m.cooldown_until)),
+            ejected=tuple(
+                sorted(m.id for m in self.members.values() if m.present and m.ejected_until is not None)
+            ),
+            cooling=tuple(
+                sorted(m.id for m in self.members.values() if m.present and now < m.cooldown_until)
+            ),
         )

@@ -60,8 +60,9 @@ def load_probes() -> ProbeSet:
     """The packaged probe set (read once per process)."""
     raw = resources.files(__package__).joinpath("probes.json").read_text(encoding="utf-8")
     data = json.loads(raw)
-    probes = tuple(Probe(id=p["id"], kind=p["kind"], language=p["language"], text=p["text"])
-                   for p in data["probes"])
+    probes = tuple(
+        Probe(id=p["id"], kind=p["kind"], language=p["language"], text=p["text"]) for p in data["probes"]
+    )
     ids = [p.id for p in probes]
     if len(set(ids)) != len(ids):  # evidence is keyed by id; a duplicate would hide a probe
         raise ValueError(f"probe ids must be unique: {ids}")

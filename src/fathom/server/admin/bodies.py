@@ -46,17 +46,23 @@ class KeyPush(BaseModel):
 class VerifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    provider: str = Field(min_length=1, max_length=300, description="a live provider id (see GET /admin/policies)")
+    provider: str = Field(
+        min_length=1, max_length=300, description="a live provider id (see GET /admin/policies)"
+    )
     table: Literal["code", "docs"] | None = Field(
-        default=None, description="the table to verify it for; default: every table its roles write")
+        default=None, description="the table to verify it for; default: every table its roles write"
+    )
     force: bool = Field(default=False, description="probe again even when a verdict for it exists")
 
 
 class ReembedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    encoder: str | None = Field(default=None, max_length=300,
-                                description="a cleared provider id; default: the table's reference encoder")
+    encoder: str | None = Field(
+        default=None,
+        max_length=300,
+        description="a cleared provider id; default: the table's reference encoder",
+    )
 
 
 class BudgetChange(BaseModel):
@@ -73,19 +79,24 @@ def check_server_path(path: str) -> str:
     or other control character (the OS refuses them, and they hide in logs), and no component
     over 255 bytes (the OS answers ENAMETOOLONG)."""
     if any(ord(c) < 32 or ord(c) == 127 for c in path):
-        raise ValueError("the path holds a NUL or another control character; give the folder's path as "
-                         "plain text")
+        raise ValueError(
+            "the path holds a NUL or another control character; give the folder's path as plain text"
+        )
     for part in path.split("/"):
         if len(part.encode("utf-8", errors="surrogatepass")) > MAX_PATH_COMPONENT_BYTES:
-            raise ValueError(f"a component of the path is over {MAX_PATH_COMPONENT_BYTES} bytes, longer than any "
-                             f"file name can be; check the path")
+            raise ValueError(
+                f"a component of the path is over {MAX_PATH_COMPONENT_BYTES} bytes, longer than any "
+                f"file name can be; check the path"
+            )
     return path
 
 
 class JobStart(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    path: str = Field(min_length=1, max_length=4096, description="absolute path of the project folder, on the server")
+    path: str = Field(
+        min_length=1, max_length=4096, description="absolute path of the project folder, on the server"
+    )
     project: str = Field(min_length=1, max_length=200)
     full: bool = Field(default=False, description="rebuild in a shadow table instead of an incremental run")
 
@@ -118,9 +129,17 @@ class SearchBody(BaseModel):
     group: Group = "file"
 
     def request(self) -> SearchRequest:
-        return SearchRequest.of(self.query, self.project, self.table, self.k,
-                                language=self.language, path=self.path, kind=self.kind,
-                                group=self.group, ref=self.ref)
+        return SearchRequest.of(
+            self.query,
+            self.project,
+            self.table,
+            self.k,
+            language=self.language,
+            path=self.path,
+            kind=self.kind,
+            group=self.group,
+            ref=self.ref,
+        )
 
 
 ROUTE_FIELDS = ("policy", "model", "upstream", "width", "fallback")
@@ -130,8 +149,10 @@ _ROLE_CHANGE_SCHEMA: dict[str, Any] = {
     "properties": {
         "policy": {"type": "string", "enum": [p.value for p in Policy]},
         "model": {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 200}, {"type": "null"}]},
-        "upstream": {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 100}, {"type": "null"}],
-                     "description": "the OpenRouter upstream pin (required for a cloud embedding route)"},
+        "upstream": {
+            "anyOf": [{"type": "string", "minLength": 1, "maxLength": 100}, {"type": "null"}],
+            "description": "the OpenRouter upstream pin (required for a cloud embedding route)",
+        },
         "width": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_WIDTH}, {"type": "null"}]},
         "fallback": {"type": "string", "enum": [f.value for f in FallbackMode]},
     },

@@ -47,8 +47,10 @@ def budget_router(parts: OperatorParts) -> APIRouter:
         if parts.budget_record is not None:
             await asyncio.to_thread(parts.budget_record.save, override)
         budget.set_override(override)
-        log.info("cloud budget override %s by the operator",
-                 "removed" if body.override is None else f"set to {body.override}")
+        log.info(
+            "cloud budget override %s by the operator",
+            "removed" if body.override is None else f"set to {body.override}",
+        )
         return budget_view(budget)
 
     return router

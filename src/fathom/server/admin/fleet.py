@@ -27,7 +27,9 @@ from fathom.server.admin.views import fleet_view
 from fathom.server.answers import MAX_KEY_BODY, damaged, describe_body, refusal
 
 
-def fleet_router(hub: Hub, *, registry: Any = None, clock: Callable[[], float] = time.perf_counter) -> APIRouter:
+def fleet_router(
+    hub: Hub, *, registry: Any = None, clock: Callable[[], float] = time.perf_counter
+) -> APIRouter:
     """The sidecars: list, approve, revoke, issue tokens, probe a route."""
     router = APIRouter()
 
@@ -47,11 +49,16 @@ def fleet_router(hub: Hub, *, registry: Any = None, clock: Callable[[], float] =
 
         known = {s.name for s in hub.sidecars()}
         if not pre_approve and _name(name) not in known and not hub.auth.is_revoked(name):
-            raise refusal(409, f"no sidecar named {name!r} has connected to this server", [
-                f"no sidecar named {name!r} has connected to this server"
-                + (f" (the sidecars: {', '.join(sorted(known))})" if known else "")
-                + f"; check the name, or approve it before its first connection with `fathom fleet approve "
-                  f"{name} --pre-approve` (the first host to connect under it is bound to it)"])
+            raise refusal(
+                409,
+                f"no sidecar named {name!r} has connected to this server",
+                [
+                    f"no sidecar named {name!r} has connected to this server"
+                    + (f" (the sidecars: {', '.join(sorted(known))})" if known else "")
+                    + f"; check the name, or approve it before its first connection with `fathom fleet approve "
+                    f"{name} --pre-approve` (the first host to connect under it is bound to it)"
+                ],
+            )
         try:
             return (await hub.approve(_name(name), rebind=rebind)).to_dict()
         except NameClaimed as exc:
@@ -66,8 +73,12 @@ def fleet_router(hub: Hub, *, registry: Any = None, clock: Callable[[], float] =
         """A new join token (no name) or a host token that pre-approves `name`; shown once."""
         name = body.name if body else None
         issued = hub.auth.issue_host_token(name) if name else hub.auth.issue_join_token()
-        return {"token": issued.token, "name": issued.name,
-                "kind": "host" if name else "join", "note": "shown once; only its hash is kept"}
+        return {
+            "token": issued.token,
+            "name": issued.name,
+            "kind": "host" if name else "join",
+            "note": "shown once; only its hash is kept",
+        }
 
     @router.post("/fleet/probe")
     async def probe(body: ProbeRequest) -> dict[str, Any]:
@@ -79,8 +90,13 @@ def fleet_router(hub: Hub, *, registry: Any = None, clock: Callable[[], float] =
             vectors = await provider.embed(body.texts)
         except FathomError as exc:
             raise HTTPException(502, f"{body.provider} failed: {exc}") from None
-        return {"provider": provider.id, "model": provider.info.model, "width": int(vectors.shape[1]),
-                "ms": round((clock() - started) * 1000, 1), "vectors": vectors.tolist()}
+        return {
+            "provider": provider.id,
+            "model": provider.info.model,
+            "width": int(vectors.shape[1]),
+            "ms": round((clock() - started) * 1000, 1),
+            "vectors": vectors.tolist(),
+        }
 
     def _find_provider(pid: str) -> Any:
         candidates = list(registry) if registry is not None else []
@@ -97,10 +113,32 @@ def key_router(hub: Hub) -> APIRouter:
     """The key push: routing, and optionally the OpenRouter key, to every approved sidecar."""
     router = APIRouter()
 
-    @router.post("/key", openapi_extra={"requestBody": {"required": False, "content": {"application/json": {
-        "schema": {"type": "object", "additionalProperties": False, "properties": {
-            "key": {"type": "string", "minLength": 8, "maxLength": 512, "writeOnly": True},
-            "roles": {"type": "object"}, "forget_key": {"type": "boolean"}}}}}}})
+    @router.post(
+        "/key",
+        openapi_extra={
+            "requestBody": {
+                "required": False,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "properties": {
+                                "key": {
+                                    "type": "string",
+                                    "minLength": 8,
+                                    "maxLength": 512,
+                                    "writeOnly": True,
+                                },
+                                "roles": {"type": "object"},
+                                "forget_key": {"type": "boolean"},
+                            },
+                        }
+                    }
+                },
+            }
+        },
+    )
     async def push_key(request: Request) -> dict[str, Any]:
         """Push routing (and optionally the OpenRouter key) to every approved, connected sidecar.
         Returns who acknowledged and who was offline; never the key."""

@@ -47,13 +47,32 @@ def gate_router(parts: OperatorParts) -> APIRouter:
         await require_project(service, project)
         report = await asyncio.to_thread(audit_rows, gate, service.store, project)
         return {
-            "project": project, "lines": report.lines(), "suspect_count": report.suspect_count,
-            "counts": [{"table": c.table, "provider": c.provider_id, "verdict_id": c.verdict_id,
-                        "rows": c.rows, "status": c.status} for c in report.counts],
-            "suspects": [{"table": s.table, "provider": s.provider_id, "verdict_id": s.verdict_id,
-                          "last_good_check": iso(s.last_good_check), "quarantined_at": iso(s.quarantined_at),
-                          "reason": s.reason, "rows": len(s.chunk_ids), "paths": sorted(set(s.paths))[:200]}
-                         for s in report.suspects],
+            "project": project,
+            "lines": report.lines(),
+            "suspect_count": report.suspect_count,
+            "counts": [
+                {
+                    "table": c.table,
+                    "provider": c.provider_id,
+                    "verdict_id": c.verdict_id,
+                    "rows": c.rows,
+                    "status": c.status,
+                }
+                for c in report.counts
+            ],
+            "suspects": [
+                {
+                    "table": s.table,
+                    "provider": s.provider_id,
+                    "verdict_id": s.verdict_id,
+                    "last_good_check": iso(s.last_good_check),
+                    "quarantined_at": iso(s.quarantined_at),
+                    "reason": s.reason,
+                    "rows": len(s.chunk_ids),
+                    "paths": sorted(set(s.paths))[:200],
+                }
+                for s in report.suspects
+            ],
         }
 
     @router.post("/gate/reembed/{project}", tags=["gate"])
@@ -66,8 +85,13 @@ def gate_router(parts: OperatorParts) -> APIRouter:
             report = await reembed_rows(gate, service.store, project, encoder)
         except FathomError as exc:
             raise refusal(400, str(exc)) from None
-        return {"project": project, "encoder": report.encoder_id, "rows": dict(report.rows),
-                "skipped": dict(report.skipped), "total": report.total}
+        return {
+            "project": project,
+            "encoder": report.encoder_id,
+            "rows": dict(report.rows),
+            "skipped": dict(report.skipped),
+            "total": report.total,
+        }
 
     return router
 
@@ -84,8 +108,11 @@ async def verify_now(parts: OperatorParts, body: VerifyRequest) -> dict[str, Any
         roles = [r for r in roles if r.table == body.table]
     if not roles:
         what = f"the {body.table} table" if body.table else "any table"
-        raise refusal(400, f"{provider.id} serves no embedding role for {what}; the gate judges "
-                           f"embedding routes only (rerank and chat write nothing)")
+        raise refusal(
+            400,
+            f"{provider.id} serves no embedding role for {what}; the gate judges "
+            f"embedding routes only (rerank and chat write nothing)",
+        )
     state = parts.routing.load()
     out = []
     for role in sorted(roles, key=lambda r: r.table or ""):
@@ -97,7 +124,9 @@ async def verify_now(parts: OperatorParts, body: VerifyRequest) -> dict[str, Any
         except PinRequired as exc:
             raise refusal(400, str(exc)) from None
         except GateUnavailable as exc:
-            raise refusal(409, str(exc), [str(exc)] + [f"{k}: {v}" for k, v in exc.attempts.items()]) from None
+            raise refusal(
+                409, str(exc), [str(exc)] + [f"{k}: {v}" for k, v in exc.attempts.items()]
+            ) from None
         except FathomError as exc:  # e.g. no provider serves the role's model: say so
             raise refusal(failure_status(exc), str(exc)) from None
         except ConfigError as exc:

@@ -44,8 +44,11 @@ class OperatorParts:
     def need(self, name: str) -> Any:
         part = getattr(self, name)
         if part is None:
-            raise refusal(503, f"the {name} is not configured on this server; start it with "
-                               f"`fathom server` (which builds every part)")
+            raise refusal(
+                503,
+                f"the {name} is not configured on this server; start it with "
+                f"`fathom server` (which builds every part)",
+            )
         return part
 
     # -- policies ----------------------------------------------------------------------
@@ -77,31 +80,52 @@ class OperatorParts:
                         unavailable = list(exc.reasons)
             providers = []
             cloud = getattr(self.hub, "cloud_health", None)
-            for p in (self.registry.list(role) if self.registry is not None else []):
+            for p in self.registry.list(role) if self.registry is not None else []:
                 health = self.registry.health(p.id)
                 word, up = provider_health(self.registry, p, cloud)
                 record = cloud.of(p.id, p.info.host) if cloud is not None and p.info.is_cloud else None
-                providers.append({
-                    "id": p.id, "kind": p.info.kind.value, "host": p.info.host, "model": p.info.model,
-                    "upstream": p.info.upstream, "width": p.info.width,
-                    "health": word, "reason": health.reason or (record.advice if record else None),
-                    "cloud_health": record.to_dict() if record else None, "up": up,
-                    "available": self.registry.available(p.id), "cleared": self.cleared_for(role, p),
-                    "permitted": self.router.permits(role, p) if self.router is not None else None,
-                    # Eligible by the router, and (a cloud route) seen serving by a real call.
-                    "serving": p.id in serving and up,
-                })
+                providers.append(
+                    {
+                        "id": p.id,
+                        "kind": p.info.kind.value,
+                        "host": p.info.host,
+                        "model": p.info.model,
+                        "upstream": p.info.upstream,
+                        "width": p.info.width,
+                        "health": word,
+                        "reason": health.reason or (record.advice if record else None),
+                        "cloud_health": record.to_dict() if record else None,
+                        "up": up,
+                        "available": self.registry.available(p.id),
+                        "cleared": self.cleared_for(role, p),
+                        "permitted": self.router.permits(role, p) if self.router is not None else None,
+                        # Eligible by the router, and (a cloud route) seen serving by a real call.
+                        "serving": p.id in serving and up,
+                    }
+                )
             reference = self._reference_encoder(role)
             if reference is not None and all(p["id"] != reference.id for p in providers):
                 # The service's in-process encoder indexes and encodes queries for the tables
                 # directly (it is their reference), whether or not it also joins the registry.
                 local_ok = behaviour.local
-                providers.insert(0, {
-                    "id": reference.id, "kind": reference.info.kind.value, "host": None,
-                    "model": reference.info.model, "upstream": None, "width": reference.info.width,
-                    "health": "ok", "reason": "the table's reference encoder (in-process)"
-                    + ("" if local_ok else f"; policy {route.policy} lets no local provider serve"),
-                    "available": True, "cleared": True, "permitted": local_ok, "serving": local_ok})
+                providers.insert(
+                    0,
+                    {
+                        "id": reference.id,
+                        "kind": reference.info.kind.value,
+                        "host": None,
+                        "model": reference.info.model,
+                        "upstream": None,
+                        "width": reference.info.width,
+                        "health": "ok",
+                        "reason": "the table's reference encoder (in-process)"
+                        + ("" if local_ok else f"; policy {route.policy} lets no local provider serve"),
+                        "available": True,
+                        "cleared": True,
+                        "permitted": local_ok,
+                        "serving": local_ok,
+                    },
+                )
                 if local_ok:
                     serving = [reference.id, *serving]
                     unavailable = []
@@ -110,8 +134,11 @@ class OperatorParts:
                 # clears it against itself and writes with it, so it is what will serve.
                 for entry in providers:
                     if entry["id"] == reference.id and not entry["serving"]:
-                        entry.update(serving=True, reason="the table's reference encoder (in-process); the "
-                                                          "first index checks it against the probes")
+                        entry.update(
+                            serving=True,
+                            reason="the table's reference encoder (in-process); the "
+                            "first index checks it against the probes",
+                        )
                         serving = [reference.id, *serving]
                         unavailable = []
             configured = bool(providers) or role.stateful or route != default_routes()[role]
@@ -119,16 +146,24 @@ class OperatorParts:
             if state.last_push is None:  # no key pushed: no cloud route can exist to pin
                 warnings = [w for w in warnings if PIN_NOTICE not in w]
             roles[role.value] = {
-                **route.model_dump(mode="json"), "table": role.table, "stateful": role.stateful,
-                "behaviour": behaviour.summary, "reference": behaviour.reference.value if role.stateful else None,
+                **route.model_dump(mode="json"),
+                "table": role.table,
+                "stateful": role.stateful,
+                "behaviour": behaviour.summary,
+                "reference": behaviour.reference.value if role.stateful else None,
                 "cloud_allowed": behaviour.cloud and route.fallback is not FallbackMode.LOCAL_ONLY,
-                "serving": serving, "unavailable": unavailable if configured else [], "providers": providers,
+                "serving": serving,
+                "unavailable": unavailable if configured else [],
+                "providers": providers,
                 "warnings": warnings,
                 # An optional role nobody set up (no provider, the default route): neutral, no problem.
                 "configured": configured,
             }
-        return {"roles": roles, "policies": {p.value: BEHAVIOUR[p].summary for p in Policy},
-                "fallbacks": [f.value for f in FallbackMode]}
+        return {
+            "roles": roles,
+            "policies": {p.value: BEHAVIOUR[p].summary for p in Policy},
+            "fallbacks": [f.value for f in FallbackMode],
+        }
 
     def _clears_itself(self, role: Role, reference: Any) -> bool:
         """Whether `reference` has no verdict yet for its table (a refused or quarantined one
@@ -179,8 +214,11 @@ class OperatorParts:
         counts = {"cleared": 0, "refused": 0, "quarantined": 0}
         for v in latest_verdicts(gate):
             counts[v.status.value] = counts.get(v.status.value, 0) + 1
-        return {"verdicts": views, "counts": counts,
-                "reduced_coverage": [v["provider"] for v in views if v["reduced_coverage"] and v["cleared"]]}
+        return {
+            "verdicts": views,
+            "counts": counts,
+            "reduced_coverage": [v["provider"] for v in views if v["reduced_coverage"] and v["cleared"]],
+        }
 
     def find_provider(self, pid: str) -> Any:
         seen: list[Any] = list(self.registry) if self.registry is not None else []
@@ -190,7 +228,9 @@ class OperatorParts:
         for prov in seen:
             if prov.id == pid:
                 return prov
-        raise refusal(404, f"no live provider {pid!r}; GET /admin/policies lists the providers serving each role")
+        raise refusal(
+            404, f"no live provider {pid!r}; GET /admin/policies lists the providers serving each role"
+        )
 
     # -- overview ----------------------------------------------------------------------
 
@@ -203,8 +243,10 @@ class OperatorParts:
         except RoutingStateDamaged as exc:
             policies = {"error": {"message": str(exc), "problems": exc.problems}}
         out: dict[str, Any] = {
-            "version": __version__, "uptime_s": round(time.time() - self.started_at, 1),
-            "policies": policies, "fleet": fleet,
+            "version": __version__,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "policies": policies,
+            "fleet": fleet,
             "gate": self.verdicts() if self.gate is not None else None,
             "budget": budget_view(self.budget) if self.budget is not None else None,
             "jobs": [job_view(j) for j in self.jobs.all()] if self.jobs is not None else [],
@@ -216,13 +258,19 @@ class OperatorParts:
             problems.append(policies["error"]["message"])
         for role, r in policies.get("roles", {}).items():
             if not r["serving"] and r.get("configured", True):
-                problems.append(f"role {role} has no provider serving it"
-                                + (f": {'; '.join(r['unavailable'])}" if r["unavailable"] else ""))
+                problems.append(
+                    f"role {role} has no provider serving it"
+                    + (f": {'; '.join(r['unavailable'])}" if r["unavailable"] else "")
+                )
         if out["gate"]:
-            problems += [f"gate quarantined {v['provider']} for the {v['table']} table: {v['revoked_reason']}"
-                         for v in out["gate"]["verdicts"] if v["status"] == "quarantined"]
+            problems += [
+                f"gate quarantined {v['provider']} for the {v['table']} table: {v['revoked_reason']}"
+                for v in out["gate"]["verdicts"]
+                if v["status"] == "quarantined"
+            ]
         out["problems"] = problems
         return out
+
 
 async def require_project(service: Any, project: str) -> None:
     from fathom.index.store import check_project_name
@@ -233,6 +281,9 @@ async def require_project(service: Any, project: str) -> None:
         raise refusal(400, str(exc)) from None
     if not await asyncio.to_thread(service.store.has_project, project):
         known = [p.name for p in await asyncio.to_thread(service.store.list_projects)]
-        raise refusal(404, f"no project {project!r}.{did_you_mean(project, known)} Index it first "
-                           f"(`fathom jobs start PATH --project {project}`)"
-                           + (f". Known projects: {', '.join(known[:20])}" if known else ""))
+        raise refusal(
+            404,
+            f"no project {project!r}.{did_you_mean(project, known)} Index it first "
+            f"(`fathom jobs start PATH --project {project}`)"
+            + (f". Known projects: {', '.join(known[:20])}" if known else ""),
+        )

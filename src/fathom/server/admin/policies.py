@@ -32,8 +32,13 @@ def policies_router(parts: OperatorParts) -> APIRouter:
         """Per role: policy, model, upstream pin, width, fallback, and the providers serving it."""
         return parts.policies()
 
-    @router.put("/policies", tags=["policies"], openapi_extra={"requestBody": {
-        "required": True, "content": {"application/json": {"schema": POLICY_BODY_SCHEMA}}}})
+    @router.put(
+        "/policies",
+        tags=["policies"],
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": POLICY_BODY_SCHEMA}}}
+        },
+    )
     async def put_policies(request: Request) -> dict[str, Any]:
         """Change roles' routes: `{role: {policy?, model?, upstream?, width?, fallback?}}`.
 
@@ -57,16 +62,25 @@ def policies_router(parts: OperatorParts) -> APIRouter:
         if parts.service is not None:
             problems += reference_problems(parts.service, state, changes)
         if problems:
-            raise refusal(400, f"policy change refused ({len(problems)} problem"
-                               f"{'s' if len(problems) != 1 else ''}); nothing was written", problems)
+            raise refusal(
+                400,
+                f"policy change refused ({len(problems)} problem"
+                f"{'s' if len(problems) != 1 else ''}); nothing was written",
+                problems,
+            )
         try:
             outcome = await parts.hub.push_config(changes)
         except ConfigError as exc:
             raise refusal(400, "policy change refused; nothing was written", exc.problems) from None
-        log.info("policies changed by the operator: %s", ", ".join(
-            f"{r}: {', '.join(f'{k}={v}' for k, v in f.items())}" for r, f in changes.items()))
+        log.info(
+            "policies changed by the operator: %s",
+            ", ".join(f"{r}: {', '.join(f'{k}={v}' for k, v in f.items())}" for r, f in changes.items()),
+        )
         view = parts.policies()
-        return {"applied": {r.value: view["roles"][r.value] for r in changes}, "push": outcome.to_dict(),
-                "roles": view["roles"]}
+        return {
+            "applied": {r.value: view["roles"][r.value] for r in changes},
+            "push": outcome.to_dict(),
+            "roles": view["roles"],
+        }
 
     return router

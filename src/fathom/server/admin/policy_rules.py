@@ -35,8 +35,13 @@ def reference_problems(service: Any, state: RoutingState, changes: dict[Role, di
     return out
 
 
-def check_policy_changes(body: Any, state: RoutingState, *, table_widths: dict[str, dict[int, list[str]]],
-                         reference_widths: dict[str, int]) -> tuple[dict[Role, dict[str, Any]], list[str]]:
+def check_policy_changes(
+    body: Any,
+    state: RoutingState,
+    *,
+    table_widths: dict[str, dict[int, list[str]]],
+    reference_widths: dict[str, int],
+) -> tuple[dict[Role, dict[str, Any]], list[str]]:
     """Validate a `PUT /admin/policies` body against the stored state; returns the changes and
     every problem found (all of them, so one refusal lists everything to fix).
 
@@ -46,7 +51,9 @@ def check_policy_changes(body: Any, state: RoutingState, *, table_widths: dict[s
     model is set) are `RoutingState.problems`: one source of truth with `RoutingStore.update`.
     """
     if not isinstance(body, dict):
-        return {}, ['the body must be a JSON object {role: {field: value}}, e.g. {"rlm": {"policy": "local"}}']
+        return {}, [
+            'the body must be a JSON object {role: {field: value}}, e.g. {"rlm": {"policy": "local"}}'
+        ]
     if not body:
         return {}, ['nothing to change: give at least one role, e.g. {"rlm": {"policy": "local"}}']
     problems: list[str] = []
@@ -59,8 +66,10 @@ def check_policy_changes(body: Any, state: RoutingState, *, table_widths: dict[s
             problems.append(str(exc))
             continue
         if not isinstance(fields, dict) or not fields:
-            problems.append(f'{role}: give an object with one or more of {", ".join(ROUTE_FIELDS)}, '
-                            f'e.g. {{"policy": "local"}}')
+            problems.append(
+                f"{role}: give an object with one or more of {', '.join(ROUTE_FIELDS)}, "
+                f'e.g. {{"policy": "local"}}'
+            )
             continue
         per_field = _field_problems(role, fields, table_widths, reference_widths)
         problems += [p for found in per_field.values() for p in found]
@@ -77,8 +86,12 @@ def check_policy_changes(body: Any, state: RoutingState, *, table_widths: dict[s
     return (changes if not problems else {}), problems
 
 
-def _field_problems(role: Role, fields: dict[str, Any], table_widths: dict[str, dict[int, list[str]]],
-                    reference_widths: dict[str, int]) -> dict[str, list[str]]:
+def _field_problems(
+    role: Role,
+    fields: dict[str, Any],
+    table_widths: dict[str, dict[int, list[str]]],
+    reference_widths: dict[str, int],
+) -> dict[str, list[str]]:
     """Per field, what is wrong with it on its own (empty lists for sound fields)."""
     out: dict[str, list[str]] = {key: [] for key in fields}
     for key in fields:
@@ -90,21 +103,26 @@ def _field_problems(role: Role, fields: dict[str, Any], table_widths: dict[str, 
         except ConfigError as exc:
             out["policy"].append(f"{role}: {exc}")
     if "fallback" in fields and fields["fallback"] not in [f.value for f in FallbackMode]:
-        out["fallback"].append(f"{role}: unknown fallback {fields['fallback']!r}: use "
-                               + " or ".join(f.value for f in FallbackMode))
+        out["fallback"].append(
+            f"{role}: unknown fallback {fields['fallback']!r}: use "
+            + " or ".join(f.value for f in FallbackMode)
+        )
     for key, limit in (("model", 200), ("upstream", 100)):
         if key in fields and fields[key] is not None:
             v = fields[key]
             if not isinstance(v, str) or not v.strip() or len(v) > limit or re.search(r"\s", v):
-                out[key].append(f"{role}: {key} must be a name of 1-{limit} characters without spaces, or null"
-                                + (" to remove the pin" if key == "upstream" else ""))
+                out[key].append(
+                    f"{role}: {key} must be a name of 1-{limit} characters without spaces, or null"
+                    + (" to remove the pin" if key == "upstream" else "")
+                )
     if "width" in fields:
         out["width"] += _width_problems(role, fields["width"], table_widths, reference_widths)
     return out
 
 
-def _width_problems(role: Role, w: Any, table_widths: dict[str, dict[int, list[str]]],
-                    reference_widths: dict[str, int]) -> list[str]:
+def _width_problems(
+    role: Role, w: Any, table_widths: dict[str, dict[int, list[str]]], reference_widths: dict[str, int]
+) -> list[str]:
     if role not in EMBEDDING_ROLES:
         return [f"{role}: a {role} route writes no table, so it has no width; drop `width`"]
     if w is None:
@@ -117,12 +135,16 @@ def _width_problems(role: Role, w: Any, table_widths: dict[str, dict[int, list[s
     for have, projects in sorted(existing.items()):
         if have != w:
             names = ", ".join(sorted(projects)[:5]) + (" ..." if len(projects) > 5 else "")
-            out.append(f"{role}: width {w} does not match the {table} table's width {have} "
-                       f"(project {names}); a table is one vector space of one width: keep "
-                       f"{have}, or re-index into a new table with an encoder of width {w}")
+            out.append(
+                f"{role}: width {w} does not match the {table} table's width {have} "
+                f"(project {names}); a table is one vector space of one width: keep "
+                f"{have}, or re-index into a new table with an encoder of width {w}"
+            )
     ref = reference_widths.get(table)
     if not existing and ref is not None and ref != w:
-        out.append(f"{role}: width {w} does not match the {table} table's reference encoder "
-                   f"({ref}-d), which defines the table; keep {ref}, or configure a {w}-d "
-                   f"reference encoder (FATHOM_LOCAL_MODEL_PATH and FATHOM_LOCAL_WIDTH)")
+        out.append(
+            f"{role}: width {w} does not match the {table} table's reference encoder "
+            f"({ref}-d), which defines the table; keep {ref}, or configure a {w}-d "
+            f"reference encoder (FATHOM_LOCAL_MODEL_PATH and FATHOM_LOCAL_WIDTH)"
+        )
     return out

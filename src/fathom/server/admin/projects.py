@@ -50,8 +50,7 @@ def projects_router(parts: OperatorParts) -> APIRouter:
             await require_project(service, body.project)
         try:
             request = body.request()
-            found = answer_of(await service.searches.ranking(request, reranker=parts.router),
-                              request)
+            found = answer_of(await service.searches.ranking(request, reranker=parts.router), request)
         except ConfigError as exc:
             raise refusal(400, str(exc)) from None
         return found.model_dump(mode="json")
@@ -95,16 +94,27 @@ def git_facts(service: Any, name: str) -> dict[str, Any]:
         status = git.syncs.status(name)
         last = status["last"]
         facts["git"] = {
-            "url": kept["url"], "default": kept["default"], "branches": dict(kept["branches"]),
-            "poll_s": kept.get("poll_s"), "webhook": f"/hooks/git/{quote(name, safe='')}",
-            "sync": {"running": status["running"], "queued": status["queued"],
-                     "last": None if last is None else {
-                         k: last.get(k) for k in ("trigger", "started_at", "finished_at", "error")}
-                     | {"branches": _synced(last.get("result"))}}}
+            "url": kept["url"],
+            "default": kept["default"],
+            "branches": dict(kept["branches"]),
+            "poll_s": kept.get("poll_s"),
+            "webhook": f"/hooks/git/{quote(name, safe='')}",
+            "sync": {
+                "running": status["running"],
+                "queued": status["queued"],
+                "last": None
+                if last is None
+                else {k: last.get(k) for k in ("trigger", "started_at", "finished_at", "error")}
+                | {"branches": _synced(last.get("result"))},
+            },
+        }
     overlay = record.get("overlay")
     if overlay:
-        facts["branch_of"] = {"project": overlay["of"], "branch": overlay["branch"],
-                              "commit": overlay["commit"]}
+        facts["branch_of"] = {
+            "project": overlay["of"],
+            "branch": overlay["branch"],
+            "commit": overlay["commit"],
+        }
     return facts
 
 
@@ -118,7 +128,9 @@ def _synced(result: dict[str, Any] | None) -> dict[str, str]:
             out[branch] = f"unchanged at {done['commit'][:12]}"
         else:
             carried = f", {done['carried']} carried from other branches" if done.get("carried") else ""
-            out[branch] = f"indexed {done['commit'][:12]} ({done.get('embedded', 0)} chunks embedded{carried})"
+            out[branch] = (
+                f"indexed {done['commit'][:12]} ({done.get('embedded', 0)} chunks embedded{carried})"
+            )
     return out
 
 
@@ -128,10 +140,18 @@ ENDED_JOB_STATES = frozenset({"done", "failed", "cancelled"})
 def project_view(service: Any, summary: Any) -> dict[str, Any]:
     """One project as the projects view shows it (blocking: reads the store): rows, model and
     width per table, the last run with its outcome and skips, the provenance, the live sync."""
-    view: dict[str, Any] = {"name": summary.name, "root": summary.root, "tables": summary.tables,
-                            "last_indexed": summary.last_indexed, "indexing": False,
-                            "unfinished_full_run": summary.indexing, "damaged": summary.damaged,
-                            "details": {}, "last_run": None, "watch": {}}
+    view: dict[str, Any] = {
+        "name": summary.name,
+        "root": summary.root,
+        "tables": summary.tables,
+        "last_indexed": summary.last_indexed,
+        "indexing": False,
+        "unfinished_full_run": summary.indexing,
+        "damaged": summary.damaged,
+        "details": {},
+        "last_run": None,
+        "watch": {},
+    }
     if summary.damaged:
         return view
     status = service.index_status(summary.name)
@@ -141,12 +161,26 @@ def project_view(service: Any, summary: Any) -> dict[str, Any]:
     view["indexing"] = any(j["state"] not in ENDED_JOB_STATES for j in status.jobs)
     run = status.last_run
     if run:  # the last completed run (kept with the project)
-        view["last_run"] = {k: run.get(k) for k in ("full", "files", "chunks", "embedded", "deleted", "skipped",
-                                                    "skipped_dirs", "elapsed_s", "notes", "finished_at")}
+        view["last_run"] = {
+            k: run.get(k)
+            for k in (
+                "full",
+                "files",
+                "chunks",
+                "embedded",
+                "deleted",
+                "skipped",
+                "skipped_dirs",
+                "elapsed_s",
+                "notes",
+                "finished_at",
+            )
+        }
         view["last_run"]["outcome"] = "done"
     if status.jobs and status.jobs[-1]["state"] != "done":  # a later job that did not complete
         last = status.jobs[-1]
         view["last_run"] = (view["last_run"] or {}) | {
-            "outcome": last["state"] + (f": {last['error']}" if last["error"] else ""), "job": last["id"]}
+            "outcome": last["state"] + (f": {last['error']}" if last["error"] else ""),
+            "job": last["id"],
+        }
     return view
-

@@ -25,8 +25,9 @@ from fathom.server.admin.projects import projects_router
 from fathom.server.auth import AdminAuth, admin_dependency
 
 
-def admin_router(hub: Hub, auth: AdminAuth, *, registry: Any = None,
-                 clock: Callable[[], float] = time.perf_counter) -> APIRouter:
+def admin_router(
+    hub: Hub, auth: AdminAuth, *, registry: Any = None, clock: Callable[[], float] = time.perf_counter
+) -> APIRouter:
     """The fleet endpoints and the key push."""
     router = APIRouter(prefix="/admin", dependencies=[Depends(admin_dependency(auth))], tags=["fleet"])
     router.include_router(fleet_router(hub, registry=registry, clock=clock))

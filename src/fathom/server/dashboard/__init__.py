@@ -23,10 +23,15 @@ from importlib import resources
 from fastapi import FastAPI
 from fastapi.responses import Response
 
-CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-       "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'")
-ASSETS = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8",
-          "favicon.svg": "image/svg+xml"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+)
+ASSETS = {
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+    "favicon.svg": "image/svg+xml",
+}
 
 
 @cache
@@ -35,8 +40,12 @@ def asset(name: str) -> bytes:
 
 
 def _headers() -> dict[str, str]:
-    return {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-            "Referrer-Policy": "no-referrer", "Cache-Control": "no-store"}
+    return {
+        "Content-Security-Policy": CSP,
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Cache-Control": "no-store",
+    }
 
 
 def mount(app: FastAPI) -> None:
@@ -47,14 +56,20 @@ def mount(app: FastAPI) -> None:
         return Response(asset("index.html"), media_type="text/html; charset=utf-8", headers=_headers())
 
     for name, media_type in ASSETS.items():
-        app.add_api_route(f"/dashboard/{name}", _serving(name, media_type), methods=["GET"],
-                          include_in_schema=False)
+        app.add_api_route(
+            f"/dashboard/{name}", _serving(name, media_type), methods=["GET"], include_in_schema=False
+        )
     # Browsers ask for /favicon.ico whatever the page links: the same icon, not a 404.
-    app.add_api_route("/favicon.ico", _serving("favicon.svg", ASSETS["favicon.svg"]), methods=["GET"],
-                      include_in_schema=False)
+    app.add_api_route(
+        "/favicon.ico",
+        _serving("favicon.svg", ASSETS["favicon.svg"]),
+        methods=["GET"],
+        include_in_schema=False,
+    )
 
 
 def _serving(name: str, media_type: str):
     async def serve() -> Response:
         return Response(asset(name), media_type=media_type, headers=_headers())
+
     return serve

@@ -39,11 +39,15 @@ def parse_algorithms(text: str) -> tuple[str, ...]:
     supported = jwt.algorithms.get_default_algorithms()
     for name in names:
         if name in FORBIDDEN_ALGORITHMS or name.lower() == "none":
-            raise ConfigError(f"FATHOM_OAUTH_ALGORITHMS names {name}, which this server never accepts (no "
-                              f"signature, or a shared secret); list asymmetric ones, e.g. RS256,ES256")
+            raise ConfigError(
+                f"FATHOM_OAUTH_ALGORITHMS names {name}, which this server never accepts (no "
+                f"signature, or a shared secret); list asymmetric ones, e.g. RS256,ES256"
+            )
         if name not in supported:
-            raise ConfigError(f"FATHOM_OAUTH_ALGORITHMS names {name!r}, which is not a signature algorithm this "
-                              f"server knows; choose from {', '.join(sorted(set(supported) - FORBIDDEN_ALGORITHMS))}")
+            raise ConfigError(
+                f"FATHOM_OAUTH_ALGORITHMS names {name!r}, which is not a signature algorithm this "
+                f"server knows; choose from {', '.join(sorted(set(supported) - FORBIDDEN_ALGORITHMS))}"
+            )
     if not names:
         raise ConfigError("FATHOM_OAUTH_ALGORITHMS is empty; name at least one, e.g. RS256")
     return names
@@ -74,9 +78,14 @@ class Identity:
             raise TokenRefused("it carries no subject (`sub`)")
         email = claims.get("email")
         groups = claims.get(groups_claim)
-        return cls(subject=subject, issuer=issuer, email=email if isinstance(email, str) and email else None,
-                   groups=frozenset(_strings(groups)), scopes=frozenset(scopes_of(claims)),
-                   email_verified=_verified(claims.get("email_verified")))
+        return cls(
+            subject=subject,
+            issuer=issuer,
+            email=email if isinstance(email, str) and email else None,
+            groups=frozenset(_strings(groups)),
+            scopes=frozenset(scopes_of(claims)),
+            email_verified=_verified(claims.get("email_verified")),
+        )
 
 
 def _verified(claim: Any) -> bool:
@@ -103,8 +112,17 @@ def _strings(value: Any) -> Iterable[str]:
 class AccessTokens:
     """Local validation of JWT access tokens against the issuer's keys."""
 
-    def __init__(self, keys: KeySet, *, issuer: str, audience: str, algorithms: Iterable[str] = DEFAULT_ALGORITHMS,
-                 groups_claim: str = "groups", leeway_s: float = 30.0, now: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        keys: KeySet,
+        *,
+        issuer: str,
+        audience: str,
+        algorithms: Iterable[str] = DEFAULT_ALGORITHMS,
+        groups_claim: str = "groups",
+        leeway_s: float = 30.0,
+        now: Callable[[], float] = time.time,
+    ):
         self.keys = keys
         self.issuer = issuer
         self.audience = audience
@@ -122,16 +140,28 @@ class AccessTokens:
             raise TokenRefused("it is not a JWT access token") from None
         algorithm = header.get("alg")
         if algorithm not in self.algorithms:
-            raise TokenRefused(f"its algorithm {str(algorithm)[:20]!r} is not one this server accepts "
-                               f"({', '.join(self.algorithms)})")
+            raise TokenRefused(
+                f"its algorithm {str(algorithm)[:20]!r} is not one this server accepts "
+                f"({', '.join(self.algorithms)})"
+            )
         if unverified.get("iss") != self.issuer:
             raise TokenRefused(f"it was issued by another authorization server, not {self.issuer}")
         kid = header.get("kid")
         key = await self.keys.key(kid if isinstance(kid, str) else None)
         try:
-            claims = jwt.decode(token, key, algorithms=[algorithm], audience=self.audience, issuer=self.issuer,
-                                options={"require": ["iss", "aud", "exp", "sub"], "verify_exp": False,
-                                         "verify_nbf": False, "verify_iat": False})
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[algorithm],
+                audience=self.audience,
+                issuer=self.issuer,
+                options={
+                    "require": ["iss", "aud", "exp", "sub"],
+                    "verify_exp": False,
+                    "verify_nbf": False,
+                    "verify_iat": False,
+                },
+            )
         except jwt.InvalidAudienceError:
             raise TokenRefused(f"it is for another audience, not this server ({self.audience})") from None
         except jwt.InvalidIssuerError:

@@ -16,8 +16,10 @@ from fastapi import APIRouter, Body, Depends, Request
 from fathom.errors import ConfigError
 from fathom.server.answers import refusal
 
-OFF = ("OAuth is off on this server: set FATHOM_OAUTH_ISSUER and FATHOM_OAUTH_RESOURCE (docs/operator.md, "
-       "\"Signing people in with OAuth\") and restart it")
+OFF = (
+    "OAuth is off on this server: set FATHOM_OAUTH_ISSUER and FATHOM_OAUTH_RESOURCE (docs/operator.md, "
+    '"Signing people in with OAuth") and restart it'
+)
 
 
 def oauth_router(access: Any, require_admin: Callable[[Request], None]) -> APIRouter:

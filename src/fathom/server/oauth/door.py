@@ -37,8 +37,15 @@ class Verifier(Protocol):
 class OAuthDoor:
     """Access tokens of one authorization server, mapped to principals."""
 
-    def __init__(self, *, resource: ResourceServer, verifier: Verifier, mapping: AccessMapping,
-                 required_scopes: tuple[str, ...] = (), audience: str | None = None):
+    def __init__(
+        self,
+        *,
+        resource: ResourceServer,
+        verifier: Verifier,
+        mapping: AccessMapping,
+        required_scopes: tuple[str, ...] = (),
+        audience: str | None = None,
+    ):
         self.resource = resource
         self.verifier = verifier
         self.mapping = mapping
@@ -64,12 +71,18 @@ class OAuthDoor:
     def view(self) -> dict[str, Any]:
         """What the dashboard and `fathom oauth show` say: never a secret."""
         keys = getattr(self.verifier, "keys", None)
-        return {"issuer": self.issuer, "resource": self.resource.resource, "audience": self.audience,
-                "metadata_url": self.resource.metadata_url, "scopes": list(self.required_scopes),
-                "validation": "introspection" if isinstance(self.verifier, Introspection) else "jwt",
-                "algorithms": list(getattr(self.verifier, "algorithms", ())),
-                "jwks_url": getattr(keys, "jwks_url", None), "keys_held": keys.held() if keys is not None else [],
-                "mapping": self.mapping.view()}
+        return {
+            "issuer": self.issuer,
+            "resource": self.resource.resource,
+            "audience": self.audience,
+            "metadata_url": self.resource.metadata_url,
+            "scopes": list(self.required_scopes),
+            "validation": "introspection" if isinstance(self.verifier, Introspection) else "jwt",
+            "algorithms": list(getattr(self.verifier, "algorithms", ())),
+            "jwks_url": getattr(keys, "jwks_url", None),
+            "keys_held": keys.held() if keys is not None else [],
+            "mapping": self.mapping.view(),
+        }
 
     async def aclose(self) -> None:
         for part in (self.verifier, getattr(self.verifier, "keys", None)):
@@ -78,15 +91,19 @@ class OAuthDoor:
                 await close()
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, clock: Clock | None = None, http: Any = None) -> OAuthDoor | None:
+    def from_settings(
+        cls, settings: Settings, *, clock: Clock | None = None, http: Any = None
+    ) -> OAuthDoor | None:
         """The door the settings describe; None without FATHOM_OAUTH_ISSUER."""
         issuer = (settings.oauth_issuer or "").strip()
         if not issuer:
             return None
         if not settings.oauth_resource:
-            raise ConfigError("FATHOM_OAUTH_ISSUER is set but FATHOM_OAUTH_RESOURCE is not: set it to this server's "
-                              "MCP URL as clients reach it, e.g. https://fathom.example.com/mcp (access tokens must "
-                              "name it as their audience)")
+            raise ConfigError(
+                "FATHOM_OAUTH_ISSUER is set but FATHOM_OAUTH_RESOURCE is not: set it to this server's "
+                "MCP URL as clients reach it, e.g. https://fathom.example.com/mcp (access tokens must "
+                "name it as their audience)"
+            )
         resource_url = check_resource_url(settings.oauth_resource.strip())
         scopes = tuple(dict.fromkeys(settings.oauth_scopes.replace(",", " ").split()))
         resource = ResourceServer(resource=resource_url, authorization_servers=(issuer,), scopes=scopes)
@@ -96,14 +113,29 @@ class OAuthDoor:
         if settings.oauth_introspection_url:
             secret = settings.secret(settings.oauth_client_secret)
             if not settings.oauth_client_id or not secret:
-                raise ConfigError("FATHOM_OAUTH_INTROSPECTION_URL needs this server's client credentials at the "
-                                  "issuer: set FATHOM_OAUTH_CLIENT_ID and FATHOM_OAUTH_CLIENT_SECRET")
-            verifier = Introspection(settings.oauth_introspection_url, client_id=settings.oauth_client_id,
-                                     client_secret=secret, issuer=issuer, audience=audience, groups_claim=groups,
-                                     http=http)
+                raise ConfigError(
+                    "FATHOM_OAUTH_INTROSPECTION_URL needs this server's client credentials at the "
+                    "issuer: set FATHOM_OAUTH_CLIENT_ID and FATHOM_OAUTH_CLIENT_SECRET"
+                )
+            verifier = Introspection(
+                settings.oauth_introspection_url,
+                client_id=settings.oauth_client_id,
+                client_secret=secret,
+                issuer=issuer,
+                audience=audience,
+                groups_claim=groups,
+                http=http,
+            )
         else:
             keys = KeySet(issuer=issuer, jwks_url=settings.oauth_jwks_url or None, http=http, clock=clock)
-            verifier = AccessTokens(keys, issuer=issuer, audience=audience,
-                                    algorithms=parse_algorithms(settings.oauth_algorithms), groups_claim=groups)
+            verifier = AccessTokens(
+                keys,
+                issuer=issuer,
+                audience=audience,
+                algorithms=parse_algorithms(settings.oauth_algorithms),
+                groups_claim=groups,
+            )
         mapping = AccessMapping(Path(settings.oauth_mapping_file or settings.data_dir / FILENAME))
-        return cls(resource=resource, verifier=verifier, mapping=mapping, required_scopes=scopes, audience=audience)
+        return cls(
+            resource=resource, verifier=verifier, mapping=mapping, required_scopes=scopes, audience=audience
+        )

@@ -24,8 +24,10 @@ class NotMapped(FathomError):
     """A valid token whose person no rule of the mapping grants anything."""
 
     def __init__(self, who: str):
-        super().__init__(f"{who} signed in, but no rule of this server's OAuth mapping grants them access; "
-                         f"ask the operator to add one (`fathom oauth set-mapping FILE`)")
+        super().__init__(
+            f"{who} signed in, but no rule of this server's OAuth mapping grants them access; "
+            f"ask the operator to add one (`fathom oauth set-mapping FILE`)"
+        )
         self.who = who
 
 

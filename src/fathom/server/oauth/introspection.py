@@ -28,9 +28,19 @@ log = logging.getLogger("fathom.server.oauth")
 class Introspection:
     """Asks the issuer's introspection endpoint about each token."""
 
-    def __init__(self, url: str, *, client_id: str, client_secret: str, issuer: str, audience: str,
-                 groups_claim: str = "groups", http: httpx.AsyncClient | None = None, now: Callable[[], float] = time.time,
-                 timeout_s: float = 10.0):
+    def __init__(
+        self,
+        url: str,
+        *,
+        client_id: str,
+        client_secret: str,
+        issuer: str,
+        audience: str,
+        groups_claim: str = "groups",
+        http: httpx.AsyncClient | None = None,
+        now: Callable[[], float] = time.time,
+        timeout_s: float = 10.0,
+    ):
         self.url = url
         self.issuer = issuer
         self.audience = audience
@@ -41,14 +51,19 @@ class Introspection:
 
     async def verify(self, token: str) -> Identity:
         try:
-            response = await self._http.post(self.url, data={"token": token, "token_type_hint": "access_token"},
-                                             auth=self._auth, headers={"Accept": "application/json"})
+            response = await self._http.post(
+                self.url,
+                data={"token": token, "token_type_hint": "access_token"},
+                auth=self._auth,
+                headers={"Accept": "application/json"},
+            )
             response.raise_for_status()
             answer = response.json()
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("could not introspect a token at %s: %s", self.url, type(exc).__name__)
-            raise IssuerUnreachable(f"the issuer could not be asked about it ({type(exc).__name__}); try again "
-                                    f"later") from None
+            raise IssuerUnreachable(
+                f"the issuer could not be asked about it ({type(exc).__name__}); try again later"
+            ) from None
         if not isinstance(answer, dict) or answer.get("active") is not True:
             raise TokenRefused("the issuer says it is not active (expired, revoked or unknown)")
         if "iss" in answer and answer["iss"] != self.issuer:

@@ -37,16 +37,27 @@ def metadata_urls(issuer: str) -> list[str]:
     issuer's path after the well-known part, as RFC 8414 puts it)."""
     parsed = urlsplit(issuer.rstrip("/"))
     origin, path = f"{parsed.scheme}://{parsed.netloc}", parsed.path.strip("/")
-    return [f"{origin}/{path}{DISCOVERY_PATHS[0]}" if path else origin + DISCOVERY_PATHS[0],
-            f"{origin}{DISCOVERY_PATHS[1]}/{path}" if path else origin + DISCOVERY_PATHS[1]]
+    return [
+        f"{origin}/{path}{DISCOVERY_PATHS[0]}" if path else origin + DISCOVERY_PATHS[0],
+        f"{origin}{DISCOVERY_PATHS[1]}/{path}" if path else origin + DISCOVERY_PATHS[1],
+    ]
 
 
 class KeySet:
     """The issuer's JWKS as this server last read it. `key(kid)` is the verifying key."""
 
-    def __init__(self, *, issuer: str, jwks_url: str | None = None, http: httpx.AsyncClient | None = None,
-                 clock: Clock | None = None, max_age_s: float = 3600.0, refetch_after_s: float = 30.0,
-                 timeout_s: float = 10.0, stale_grace_s: float = 6 * 3600.0):
+    def __init__(
+        self,
+        *,
+        issuer: str,
+        jwks_url: str | None = None,
+        http: httpx.AsyncClient | None = None,
+        clock: Clock | None = None,
+        max_age_s: float = 3600.0,
+        refetch_after_s: float = 30.0,
+        timeout_s: float = 10.0,
+        stale_grace_s: float = 6 * 3600.0,
+    ):
         self.issuer = issuer
         self.jwks_url = jwks_url
         self.clock = clock or SystemClock()
@@ -76,12 +87,18 @@ class KeySet:
                     raise
                 if self._warned_at != self._failed_at:  # once per failed read, not per request
                     self._warned_at = self._failed_at
-                    log.warning("verifying with the OAuth issuer's keys read %.0f s ago: they could not be read "
-                                "again", age)
+                    log.warning(
+                        "verifying with the OAuth issuer's keys read %.0f s ago: they could not be read "
+                        "again",
+                        age,
+                    )
         found = self._find(kid)
         if found is None:
-            raise TokenRefused("it is signed by a key the issuer does not publish" if kid is not None else
-                               "it names no key (`kid`) and the issuer publishes more than one")
+            raise TokenRefused(
+                "it is signed by a key the issuer does not publish"
+                if kid is not None
+                else "it names no key (`kid`) and the issuer publishes more than one"
+            )
         return found
 
     def _find(self, kid: str | None) -> jwt.PyJWK | None:
@@ -128,8 +145,9 @@ class KeySet:
                 return self.jwks_url
         if unreachable is not None:
             raise unreachable
-        raise IssuerUnreachable(f"the issuer {self.issuer} publishes no metadata with a jwks_uri; set "
-                                f"FATHOM_OAUTH_JWKS_URL")
+        raise IssuerUnreachable(
+            f"the issuer {self.issuer} publishes no metadata with a jwks_uri; set FATHOM_OAUTH_JWKS_URL"
+        )
 
     async def _get_json(self, url: str, what: str) -> Any:
         try:
@@ -138,8 +156,9 @@ class KeySet:
             return response.json()
         except (httpx.HTTPError, ValueError) as exc:
             log.warning("could not read the OAuth issuer's %s at %s: %s", what, url, type(exc).__name__)
-            raise IssuerUnreachable(f"the issuer's keys could not be read ({type(exc).__name__}); try again "
-                                    f"later") from None
+            raise IssuerUnreachable(
+                f"the issuer's keys could not be read ({type(exc).__name__}); try again later"
+            ) from None
 
     def held(self) -> list[str]:
         """The key ids held now."""

@@ -53,10 +53,13 @@ class Match(BaseModel):
 
     @model_validator(mode="after")
     def _names_a_condition(self) -> Match:
-        if not self.everyone and all(v is None for v in (self.subject, self.email, self.email_domain, self.group,
-                                                         self.scope)):
-            raise ValueError("a rule must name a condition (subject, email, email_domain, group or scope), or "
-                             "say everyone: true")
+        if not self.everyone and all(
+            v is None for v in (self.subject, self.email, self.email_domain, self.group, self.scope)
+        ):
+            raise ValueError(
+                "a rule must name a condition (subject, email, email_domain, group or scope), or "
+                "say everyone: true"
+            )
         return self
 
     def holds(self, who: Identity) -> bool:
@@ -64,14 +67,16 @@ class Match(BaseModel):
         verified (`email_verified: true`), or anyone could sign up with an address there."""
         email = (who.email or "").lower()
         verified = who.email_verified and bool(email)
-        return all((
-            self.subject is None or who.subject == self.subject,
-            self.email is None or (verified and email == self.email.lower()),
-            self.email_domain is None or (verified and email.endswith(
-                "@" + self.email_domain.lower().lstrip("@"))),
-            self.group is None or self.group in who.groups,
-            self.scope is None or self.scope in who.scopes,
-        ))
+        return all(
+            (
+                self.subject is None or who.subject == self.subject,
+                self.email is None or (verified and email == self.email.lower()),
+                self.email_domain is None
+                or (verified and email.endswith("@" + self.email_domain.lower().lstrip("@"))),
+                self.group is None or self.group in who.groups,
+                self.scope is None or self.scope in who.scopes,
+            )
+        )
 
     def describe(self) -> str:
         if self.everyone and not any((self.subject, self.email, self.email_domain, self.group, self.scope)):
@@ -102,13 +107,19 @@ class Rule(BaseModel):
             raise ValueError(str(exc)) from None
 
     def principal(self, who: Identity) -> Principal:
-        return Principal(name=who.name, projects=None if self.projects is None else frozenset(self.projects),
-                         can_index=self.can_index, via="oauth")
+        return Principal(
+            name=who.name,
+            projects=None if self.projects is None else frozenset(self.projects),
+            can_index=self.can_index,
+            via="oauth",
+        )
 
     def view(self) -> dict[str, Any]:
-        return {**self.model_dump(exclude_none=False), "match": self.match.model_dump(exclude_none=True,
-                                                                                      exclude_defaults=True),
-                "describes": self.match.describe()}
+        return {
+            **self.model_dump(exclude_none=False),
+            "match": self.match.model_dump(exclude_none=True, exclude_defaults=True),
+            "describes": self.match.describe(),
+        }
 
 
 class MappingDocument(BaseModel):
@@ -122,8 +133,10 @@ def parse_mapping(data: Any) -> MappingDocument:
     try:
         return MappingDocument.model_validate(data)
     except ValidationError as exc:
-        problems = [f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
-                    for e in exc.errors(include_input=False, include_url=False)]
+        problems = [
+            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
+            for e in exc.errors(include_input=False, include_url=False)
+        ]
         raise ConfigError("the OAuth mapping is invalid: " + "; ".join(problems[:5]), problems) from None
 
 
@@ -145,8 +158,9 @@ class AccessMapping:
         try:
             data = json.loads(text)
         except ValueError:
-            raise ConfigError(f"{self.path} is not JSON; fix it, or set a new mapping (`fathom oauth set-mapping "
-                              f"FILE`)") from None
+            raise ConfigError(
+                f"{self.path} is not JSON; fix it, or set a new mapping (`fathom oauth set-mapping FILE`)"
+            ) from None
         try:
             return parse_mapping(data)
         except ConfigError as exc:

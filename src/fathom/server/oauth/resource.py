@@ -25,8 +25,10 @@ def check_resource_url(url: str) -> str:
     """The resource URL, if it is an absolute http(s) URL without a fragment (RFC 8707)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc or parts.fragment:
-        raise ConfigError(f"FATHOM_OAUTH_RESOURCE must be this server's MCP URL as clients reach it, e.g. "
-                          f"https://fathom.example.com/mcp (absolute http(s), no fragment); got {url!r}")
+        raise ConfigError(
+            f"FATHOM_OAUTH_RESOURCE must be this server's MCP URL as clients reach it, e.g. "
+            f"https://fathom.example.com/mcp (absolute http(s), no fragment); got {url!r}"
+        )
     return url
 
 
@@ -66,8 +68,9 @@ class ResourceServer:
             document["scopes_supported"] = list(self.scopes)
         return document
 
-    def challenge(self, *, error: str | None = None, description: str | None = None,
-                  realm: str = "fathom") -> str:
+    def challenge(
+        self, *, error: str | None = None, description: str | None = None, realm: str = "fathom"
+    ) -> str:
         """A `WWW-Authenticate: Bearer` value: the realm, `resource_metadata`, the scopes, and
         an RFC 6750 error when a token was sent and refused."""
         params = [f'realm="{realm}"', f'resource_metadata="{self.metadata_url}"']
