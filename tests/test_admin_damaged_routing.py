@@ -23,7 +23,7 @@ GARBAGE = b'{"roles": {"code-embedding": {"policy": "aggreg\x00\xff'
 
 
 def operator_cli(url: str, *args: str):
-    from fathom.cli_admin import register
+    from fathom.cli.admin import register
 
     app = typer.Typer()
 

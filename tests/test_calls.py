@@ -220,7 +220,7 @@ def test_fathom_calls_on_the_command_line(sample):
     refused = runner.invoke(app, ["calls", "render", "--depth", "9"], obj={"fathom": fathom})
     assert refused.exit_code != 0 and "depth 9 is out of range" in refused.output
     # The command's default depth (kept in the light CLI module) is the service's.
-    from fathom import cli_calls
+    from fathom.cli import calls as cli_calls
     from fathom.service import calls as service
 
     assert cli_calls.DEFAULT_DEPTH == service.DEFAULT_DEPTH

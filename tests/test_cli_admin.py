@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fathom.cli_admin import register
+from fathom.cli.admin import register
 from tests.admin_fixtures import FakeEncoder, build_operator_app, make_project
 from tests.fleet_fixtures import ADMIN, ThreadedServer, free_port, wait_until
 
@@ -333,8 +333,8 @@ def test_provider_ids_print_byte_for_byte_as_the_api_returns_them(cli_app, tmp_p
 def test_fleet_rows_read_right_and_skipped_folders_are_not_counted_as_files(monkeypatch):
     from rich.console import Console
 
-    from fathom import cli_admin
-    from fathom.cli import skipped_files
+    from fathom.cli import admin as cli_admin
+    from fathom.cli.core import skipped_files
 
     sidecar = {
         "name": "gpu-1",

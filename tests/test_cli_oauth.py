@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fathom.cli_oauth import register
+from fathom.cli.oauth import register
 from tests.admin_fixtures import build_operator_app
 from tests.fleet_fixtures import ADMIN, ThreadedServer
 

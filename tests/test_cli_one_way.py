@@ -114,7 +114,7 @@ def test_two_different_data_dirs_are_refused_with_both_named(tmp_path: Path):
 
 
 def test_a_token_goes_over_plain_http_only_to_this_machine():
-    from fathom.cli_local import server_url
+    from fathom.cli.local import server_url
 
     for ok in (
         "http://127.0.0.1:8766",

@@ -53,16 +53,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "cli",
         (
-            "fathom.cli",
-            "fathom.cli_admin",
-            "fathom.cli_models",
-            "fathom.cli_oauth",
-            "fathom.cli_serve",
-            "fathom.cli_local",
-            "fathom.cli_eval",
-            "fathom.cli_calls",
-            "fathom.cli_git",
-            "fathom.cli_hosts",
+            "fathom.cli",  # the package: one module per command group
             "fathom.hosts",
             "fathom.demo",
             "fathom.__main__",

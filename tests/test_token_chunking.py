@@ -81,7 +81,8 @@ def test_an_index_run_reports_the_chunks_it_split(tmp_path):
     report = asyncio.run(run())
     assert report.split == over and report.max_tokens == 256
     assert report.chunks > len(found.chunks)
-    from fathom.cli import console, print_report
+    from fathom.cli.core import print_report
+    from fathom.cli.output import console
 
     with console.capture() as shown:
         print_report(report)

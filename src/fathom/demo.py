@@ -22,7 +22,8 @@ from pathlib import Path
 
 from rich.rule import Rule
 
-from fathom.cli import console, err_console, index_with_progress, print_hits, print_report, show_error
+from fathom.cli.core import index_with_progress, print_hits, print_report
+from fathom.cli.output import console, err_console, show_error
 from fathom.config import Settings
 from fathom.datadir import private_umask
 from fathom.errors import FathomError

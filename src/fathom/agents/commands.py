@@ -2,7 +2,7 @@
 
 What it owns: the two commands' options and their presentation (the answer, its citations,
 the refused citations, and for explore each step printed as it happens and the limit that
-stopped it). They run inside the CLI's error contract (`fathom.cli.FathomGroup`), and the CLI
+stopped it). They run inside the CLI's error contract (`fathom.cli.core.FathomGroup`), and the CLI
 hands them its console, its `Fathom` of the context and its runner (so this module never
 imports the CLI that imports it): a refusal
 such as "rlm is local-only and no local LLM can serve it" is one line and an exit code, never a

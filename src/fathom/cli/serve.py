@@ -220,7 +220,7 @@ def _serve_token(
     telling the operator how clients reach the server with it."""
     import shlex
 
-    from fathom.cli_admin import print_mcp_client, print_whole
+    from fathom.cli.admin import print_mcp_client, print_whole
     from fathom.server.mcp_http import ServeToken
 
     auth: Any = None

@@ -19,13 +19,11 @@ printing anything but MCP frames on stdout under `fathom mcp`.
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import click
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -37,13 +35,9 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
+from fathom.cli.output import console, err_console, show_error
 from fathom.datadir import private_umask
 from fathom.errors import ConfigError, FathomError, failure_of
-
-# Data is printed as it is: no emoji codes (`:cloud:` inside a provider id stays text), no
-# highlighting; data goes through `Text`, so brackets in it are never read as markup.
-console = Console(emoji=False, highlight=False)
-err_console = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
 
 
 def _no_type_after_flags() -> None:
@@ -65,17 +59,11 @@ _no_type_after_flags()
 def exit_code(exc: FathomError) -> int:
     """2 for a refusal of what was asked (fix the input), 1 for a failure. Through a server's
     admin API, its 400 or 413 is that refusal (a `ConfigError` there, as in-process)."""
-    from fathom.cli_admin import AdminError
+    from fathom.cli.admin import AdminError
 
     if isinstance(exc, AdminError):
         return 2 if exc.status in (400, 413) else 1
     return 2 if isinstance(exc, ConfigError) else 1
-
-
-def show_error(exc: BaseException) -> None:
-    text = str(exc) or type(exc).__name__
-    # One line, even when the message carries a newline.
-    err_console.print(Text("error: ", style="bold red") + Text(" ".join(text.split())))
 
 
 class FathomGroup(TyperGroup):
@@ -85,7 +73,7 @@ class FathomGroup(TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        from fathom.cli_options import accept_global_options
+        from fathom.cli.options import accept_global_options
 
         accept_global_options(self)
 
@@ -150,7 +138,7 @@ def main(
     # Before any command writes: the data dir and all under it are this user's alone (0700/0600).
     private_umask()
     # Merged, not replaced: a caller (a test, an embedding program) may pass obj={"fathom": ...}.
-    # `--data-dir` after the command (`fathom.cli_options`) overrides this one.
+    # `--data-dir` after the command (`fathom.cli.options`) overrides this one.
     ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
 
 
@@ -419,8 +407,8 @@ ServerOption = Annotated[
 
 
 def served(ctx: typer.Context, server: str | None):
-    """The server to ask for this read, or None: answer in-process (`fathom.cli_local`)."""
-    from fathom.cli_local import target_of
+    """The server to ask for this read, or None: answer in-process (`fathom.cli.local`)."""
+    from fathom.cli.local import target_of
 
     return target_of(settings_of(ctx).data_dir, server)
 
@@ -468,7 +456,7 @@ def search(
     Answered by a running `fathom serve`/`server` of this data dir when there is one (its
     encoder is loaded already), else in-process. The score is the fused rank score of the
     vector and keyword rankings."""
-    from fathom.cli_local import call, hits_of
+    from fathom.cli.local import call, hits_of
     from fathom.index.request import SearchRequest
 
     # Checked whole before a server is asked or a model loaded.
@@ -541,7 +529,7 @@ async def search_in_process(fathom, request):
 def projects(ctx: typer.Context, server: ServerOption = None) -> None:
     """List indexed projects (from a running `fathom serve`/`server` of this data dir when there
     is one), or add and refresh projects from git (`fathom projects add NAME --git URL`)."""
-    from fathom.cli_local import call, projects_of
+    from fathom.cli.local import call, projects_of
 
     if ctx.invoked_subcommand is not None:
         return
@@ -583,27 +571,6 @@ def projects(ctx: typer.Context, server: ServerOption = None) -> None:
                     f"--repair`; searches skip it meanwhile."
                 )
             )
-
-
-# ---------------------------------------------------------------- MCP: `fathom serve`, `fathom mcp`
-
-from fathom.cli_eval import register as _register_eval_command  # noqa: E402
-from fathom.cli_serve import register as _register_mcp_commands  # noqa: E402
-
-_register_mcp_commands(app, out=console, err=err_console, settings=settings_of, service=fathom_of, runner=run)
-_register_eval_command(app, out=console, err=err_console, settings=settings_of, runner=run)
-
-from fathom.cli_hosts import register as _register_connect_command  # noqa: E402
-
-_register_connect_command(app, settings=settings_of)  # `fathom connect HOST`
-
-from fathom.cli_models import register as _register_model_commands  # noqa: E402
-
-_register_model_commands(app, settings=settings_of, service=fathom_of)  # `fathom models`
-
-from fathom.cli_git import register as _register_git_commands  # noqa: E402
-
-_register_git_commands(app, projects, out=console, err=err_console, service=fathom_of, runner=run)
 
 
 # ---------------------------------------------------------------- live sync and managing
@@ -700,7 +667,7 @@ def watching(
     The per-project setting that `fathom mcp`, `serve` and `server` read when they start; with
     --server, the running server's watcher starts or stops at once."""
     if server is not None:
-        from fathom.cli_local import watch_through
+        from fathom.cli.local import watch_through
 
         state = watch_through(server, project, on)
     else:
@@ -739,7 +706,7 @@ def drop(
             typer.confirm(f"Remove project {project!r} and all of its index?", abort=True, err=True)
 
     if server is not None:
-        from fathom.cli_local import drop_through
+        from fathom.cli.local import drop_through
 
         result = drop_through(server, project, confirm)
         rows = ", ".join(f"{t} {n}" for t, n in result["rows"].items()) or "no rows"
@@ -755,190 +722,3 @@ def drop(
     result = run(fathom.drop(project))
     rows = ", ".join(f"{t} {n}" for t, n in result["rows"].items()) or "no rows"
     console.print(f"dropped {project} ({rows})")
-
-
-# ---------------------------------------------------------------- the fleet: server and sidecar
-
-# Each is one typer command defined next to what it runs (`python -m fathom.server` and
-# `python -m fathom.fleet.command` run the same functions), so the two spellings never drift apart.
-from fathom.fleet.command import sidecar as _sidecar  # noqa: E402
-from fathom.server.__main__ import server as _server  # noqa: E402
-
-app.command("server")(_server)
-app.command("sidecar")(_sidecar)
-
-
-# ---------------------------------------------------------------- store
-
-
-store_app = typer.Typer(
-    help="The index store: verify and repair it, or move it from LanceDB to PostgreSQL.", no_args_is_help=True
-)
-app.add_typer(store_app, name="store")
-
-
-@store_app.command("verify")
-def store_verify(
-    ctx: typer.Context,
-    project: Annotated[
-        str | None, typer.Argument(help="The project to check (default: every project).")
-    ] = None,
-    repair: Annotated[
-        bool,
-        typer.Option(
-            "--repair",
-            help="Fix what can be fixed: rebuild indexes and state, drop duplicate and "
-            "damaged rows, delete the rows of files that hold credentials, "
-            "re-embed damaged vectors under the gate.",
-        ),
-    ] = False,
-) -> None:
-    """Check stored tables for damage: duplicate ids, bad vectors, damaged rows, a missing
-    full-text index, row counts that disagree with the manifest, rows of files that hold
-    credentials (named by path, never quoted). Exit 1 while any remains."""
-    fathom = fathom_of(ctx)
-    checks = run(fathom.verify_store(project, repair=repair))
-    problems = [p for c in checks for p in c.problems]
-    rows = sum(sum(c.tables.values()) for c in checks)
-    if not problems:
-        console.print(f"verified {len(checks)} project(s), {rows} rows: no problems found")
-        return
-    table = Table(title="store verify" + (" --repair" if repair else ""))
-    for col in ("project", "table", "problem", "rows", "detail"):
-        table.add_column(col, overflow="fold")
-    if repair:
-        table.add_column("repaired", overflow="fold")
-    for p in problems:
-        cells = [p.project, p.table or "-", p.kind, str(len(p.chunk_ids) or "-"), p.detail]
-        table.add_row(*cells, *([p.repaired or "not repaired"] if repair else []))
-    console.print(table)
-    left = [p for p in problems if not p.repaired]
-    if left:
-        hint = "" if repair else f" Run `fathom store verify {project or ''} --repair`.".replace("  ", " ")
-        err_console.print(
-            Text("error: ", style="bold red") + Text(f"{len(left)} problem(s) in the store.{hint}")
-        )
-        raise typer.Exit(1)
-
-
-@store_app.command("migrate")
-def store_migrate(
-    ctx: typer.Context,
-    to: Annotated[
-        str,
-        typer.Option(
-            "--to",
-            envvar="FATHOM_STORE_URL",
-            show_default=False,
-            help="The PostgreSQL database: postgresql://user:password@host:port/database "
-            "(default: FATHOM_STORE_URL, which keeps the password off the command line).",
-        ),
-    ],
-    project: Annotated[
-        list[str] | None,
-        typer.Option("--project", "-p", help="Only this project (repeatable; default: every project)."),
-    ] = None,
-    source: Annotated[
-        Path | None,
-        typer.Option("--from", help="The LanceDB folder to copy from (default: <data dir>/lance)."),
-    ] = None,
-    gate_state: Annotated[
-        bool,
-        typer.Option(
-            "--gate-state/--no-gate-state",
-            help="Also copy the gate's verdicts and golden vectors and the routing state.",
-        ),
-    ] = True,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 1000,
-) -> None:
-    """Copy an index from LanceDB into PostgreSQL + pgvector, provenance preserved.
-
-    Rows keep provider, verdict and write time; a copy is promoted only when its counts match.
-    """
-    from fathom.index.migrate import migrate, migrate_gate_state
-    from fathom.index.pgstore import PostgresStore, is_postgres_url, redact_url
-    from fathom.index.store import LanceStore
-
-    settings = settings_of(ctx)
-    if not is_postgres_url(to):
-        raise ConfigError(f"--to must be a postgresql://… URL, got {redact_url(to)!r}")
-    folder = (source or settings.lance_dir).expanduser()
-    if not (folder / "projects").is_dir():
-        raise ConfigError(
-            f"no LanceDB index at {folder}: pass --from FOLDER (the `lance` folder "
-            f"under the data dir that `fathom index` wrote)"
-        )
-    lance = LanceStore(folder)
-    target = PostgresStore(to)
-    try:
-        with Progress(
-            TextColumn("[bold blue]{task.description:<20}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("rows"),
-            TimeElapsedColumn(),
-            console=err_console,
-        ) as bar:
-            tasks: dict[tuple[str, str], Any] = {}
-
-            def on_progress(name: str, table: str, done: int, total: int) -> None:
-                key = (name, table)
-                if key not in tasks:
-                    tasks[key] = bar.add_task(f"{name}/{table}", total=total or None)
-                bar.update(tasks[key], completed=done)
-
-            report = migrate(
-                lance, target, projects=project or None, batch_size=batch_size, progress=on_progress
-            )
-        table = Table(title=f"migrated into {target.url}")
-        for col in ("project", "table", "rows", "copied now", "provenance (provider | verdict: rows)"):
-            table.add_column(col, overflow="fold")
-        for t in report.tables:
-            groups = "\n".join(
-                f"{p} | {v or '-'}: {n}"
-                for (p, v), n in sorted(t.provenance.items(), key=lambda kv: str(kv[0]))
-            )
-            table.add_row(
-                t.project, t.table, str(t.rows), str(t.copied) + (" (resumed)" if t.resumed else ""), groups
-            )
-        console.print(table)
-        if gate_state:
-            g = migrate_gate_state(settings.data_dir, target)
-            console.print(
-                f"gate: {g.verdicts} verdicts, {g.golden} golden vector sets; routing "
-                f"state {'copied' if g.routing else 'not found (defaults apply)'}"
-            )
-        console.print(
-            f"done: {report.rows} rows in {len(report.tables)} tables. Serve from it "
-            f"with FATHOM_STORE_URL={target.url} (password as before)"
-        )
-    finally:
-        target.close()
-        lance.close()
-
-
-# ---------------------------------------------------------------- ask / explore (fathom.agents)
-
-from fathom.agents.commands import register as _register_agent_commands  # noqa: E402
-
-_register_agent_commands(app, console=console, fathom_of=fathom_of, run=run)
-
-
-# Operator commands against a running server: policy, key, fleet, gate, budget, jobs.
-from fathom.cli_admin import register as _register_operator_commands  # noqa: E402
-
-_register_operator_commands(app)
-from fathom.cli_oauth import register as _register_oauth_commands  # noqa: E402
-
-_register_oauth_commands(app)
-from fathom.cli_calls import register as _register_call_commands  # noqa: E402
-
-_register_call_commands(app, console=console, fathom_of=fathom_of)
-
-
-def entry() -> None:  # pragma: no cover - `python -m fathom.cli`
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())

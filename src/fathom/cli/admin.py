@@ -27,19 +27,14 @@ from urllib.parse import quote
 
 import httpx
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from fathom.cli_options import server_url
+from fathom.cli.options import server_url
+from fathom.cli.output import console, err_console
 from fathom.errors import ConfigError, FathomError
-
-# Ids, names and messages are printed byte for byte: no emoji codes (`:cloud:` in a provider id
-# stays text), no highlighting, and data goes in as `Text` (or escaped), never read as markup.
-console = Console(emoji=False, highlight=False)
-err_console = Console(stderr=True, soft_wrap=True, emoji=False, highlight=False)
 
 DEFAULT_SERVER = "http://127.0.0.1:8765"
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from fathom.cli_options import server_url
+from fathom.cli.options import server_url
 from fathom.config import Settings
 from fathom.errors import ConfigError, FathomError
 
@@ -176,8 +176,8 @@ class AdminSession:
     def __init__(self, server: str, doing: str):
         import httpx
 
-        from fathom.cli_admin import AdminClient
-        from fathom.cli_admin import ServerUnreachable as AdminUnreachable
+        from fathom.cli.admin import AdminClient
+        from fathom.cli.admin import ServerUnreachable as AdminUnreachable
 
         self.url = url = server_url(server)
         try:  # a `fathom server` answers /health to anyone; a `fathom serve` has no such route
@@ -197,7 +197,7 @@ class AdminSession:
         self.client = AdminClient(url, token, timeout=TIMEOUT_S)
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        from fathom.cli_admin import TokenRefused
+        from fathom.cli.admin import TokenRefused
 
         try:
             return self.client.call(method, path, body)

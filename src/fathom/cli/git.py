@@ -71,7 +71,7 @@ def _do(
     `fathom server` at `server`."""
     if server is None:
         return _cli["run"](here(_cli["service"](ctx).git))
-    from fathom.cli_local import AdminSession
+    from fathom.cli.local import AdminSession
 
     with AdminSession(server, doing) as admin:
         return admin.call(method, path, body)

@@ -1,0 +1,7 @@
+"""`python -m fathom.cli`: the `fathom` command."""
+
+import sys
+
+from fathom.cli import app
+
+sys.exit(app())
