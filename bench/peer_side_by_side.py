@@ -47,6 +47,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 for p in (ROOT / "src", ROOT):
@@ -176,18 +177,9 @@ def minilm_folder() -> str:
 # --------------------------------------------------------------------------- the two systems
 
 
-def run_peer(
-    python: str, work: Path, sets: dict[str, list[Question]], model: str
-) -> tuple[dict[str, Ranked], dict[str, str]]:
-    """Index each set's folder (a copy, so the peer's settings folder stays out of Fathom's)
-    and ask its questions, in one subprocess of the peer's Python."""
-    job = {"home": str(work / "peer-home"), "model": model, "limit": K, "projects": []}
-    for name, questions in sets.items():
-        copy = work / "peer" / name
-        shutil.copytree(work / name, copy)
-        job["projects"].append({"root": str(copy), "queries": [q.text for q in questions]})
+def drive_peer(python: str, job: dict[str, Any]) -> dict[str, Any]:
+    """`bench/_peer_driver.py` run on `job` by the peer's Python; what it answered."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    t0 = time.perf_counter()
     proc = subprocess.run(
         [python, str(ROOT / "bench" / "_peer_driver.py")],
         input=json.dumps(job),
@@ -198,8 +190,22 @@ def run_peer(
     )
     if proc.returncode != 0:
         raise SystemExit(f"the peer failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout)  # type: ignore[no-any-return]
+
+
+def run_peer(
+    python: str, work: Path, sets: dict[str, list[Question]], model: str
+) -> tuple[dict[str, Ranked], dict[str, str]]:
+    """Index each set's folder (a copy, so the peer's settings folder stays out of Fathom's)
+    and ask its questions, in one subprocess of the peer's Python."""
+    job = {"home": str(work / "peer-home"), "model": model, "limit": K, "projects": []}
+    for name, questions in sets.items():
+        copy = work / "peer" / name
+        shutil.copytree(work / name, copy)
+        job["projects"].append({"root": str(copy), "queries": [q.text for q in questions]})
+    t0 = time.perf_counter()
+    out = drive_peer(python, job)
     print(f"peer: {time.perf_counter() - t0:.0f} s in all (model load, index, questions)")
-    out = json.loads(proc.stdout)
     ranked, info = {}, {}
     for (name, questions), project in zip(sets.items(), out["projects"], strict=True):
         root = project["root"]

@@ -46,62 +46,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 from _common import machine, peak_rss_mib, reset_peak_rss, rss_mib  # noqa: E402
+from _corpus import WORDS, rows_for, unit, vocabulary  # noqa: E402
 
 from fathom.config import Settings  # noqa: E402
 from fathom.index.backend import open_store_url  # noqa: E402
-from fathom.index.chunk import Chunk  # noqa: E402
 from fathom.index.fusion import fuse, rrf_fuse  # noqa: E402
 from fathom.index.indexer import space_for  # noqa: E402
 from fathom.index.search import hybrid_search  # noqa: E402
 from fathom.index.store import HIT_COLUMNS, LanceStore, Slot, ann_params  # noqa: E402
+from fathom.index.store.ann import search_params  # noqa: E402
 from fathom.inference.local import LocalEncoder  # noqa: E402
 from fathom.service import Fathom  # noqa: E402
 from fathom.space import Provenance, Space  # noqa: E402
-
-WORDS = (
-    "parse render retry cache token stream buffer index query vector table column "
-    "socket request response handler config logger thread queue batch encode decode "
-    "hash password invoice tax progress syntax markdown layout style"
-).split()
-
 
 BATCH = 20_000
 
 
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
-
-
-def vocabulary(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """`size` words (the real ones first, then synthetic identifiers) and Zipf weights."""
-    words = np.array(WORDS + [f"ident{i}" for i in range(max(0, size - len(WORDS)))])[:size]
-    if size <= len(WORDS):
-        return words, np.full(len(words), 1 / len(words))
-    weights = 1.0 / np.arange(1, len(words) + 1) ** 1.05
-    return words, weights / weights.sum()
-
-
-def unit(x: np.ndarray) -> np.ndarray:
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def rows_for(start: int, labels: np.ndarray, words: list[str]) -> list[Chunk]:
-    out = []
-    for j, c in enumerate(labels.tolist()):
-        i = start + j
-        text = " ".join(words[6 * j : 6 * j + 6])
-        out.append(
-            Chunk(
-                path=f"pkg/mod_{i // 40}.py",
-                language="python",
-                table="code",
-                start_line=(i % 40) * 10 + 1,
-                end_line=(i % 40) * 10 + 9,
-                symbol=f"func_{i}",
-                text=f"def func_{i}():\n    # cluster {c}: {text}\n",
-            )
-        )
-    return out
 
 
 def exact_top(matrix: np.ndarray, q: np.ndarray, k: int = 10) -> np.ndarray:
@@ -257,10 +219,10 @@ async def main() -> None:
         building = getattr(store, "ann_pending", lambda *a: False)("bench", "code")
         during, during_recall, flat, copy_s, window_rss = [], [], [], None, None
         if building and isinstance(store, LanceStore):
-            while not store.window_stats.written and store.ann_pending("bench", "code"):
+            while not store.standin_stats.written and store.ann_pending("bench", "code"):
                 time.sleep(0.05)
             copy_s = time.perf_counter() - ann_t0
-            served = store.window_stats.served
+            served = store.standin_stats.served
             tbl = store._table("bench", store._active("bench", "code")[0], latest=False)
             for i in range(args.while_building):
                 t0 = time.perf_counter()
@@ -273,7 +235,7 @@ async def main() -> None:
                 ).bypass_vector_index().limit(10).select([*HIT_COLUMNS, "_distance"]).to_arrow()
                 flat.append((time.perf_counter() - t0) * 1000)
             window_rss = rss_mib()
-            if store.window_stats.served - served != len(during):
+            if store.standin_stats.served - served != len(during):
                 during = []  # the build ended first: these were not the copy's answers
         if hasattr(store, "wait_for_ann"):
             store.wait_for_ann()
@@ -314,8 +276,8 @@ async def main() -> None:
         sweep = []
         if hasattr(store, "ann_nprobes") and building:
             kept = (store.ann_nprobes, store.ann_candidates)
-            _, by_width_p, by_width_c = ann_params(width)
-            default = (store.ann_nprobes or by_width_p, store.ann_candidates or by_width_c)
+            by_size_p, by_size_c = search_params(width, args.rows)
+            default = (store.ann_nprobes or by_size_p, store.ann_candidates or by_size_c)
             m = min(args.queries, 100)
             for nprobes, candidates in [
                 (16, 100),
@@ -365,7 +327,8 @@ async def main() -> None:
         )
         cache = getattr(store, "matrix_cache_bytes", None)
         if building and isinstance(store, LanceStore):
-            sub, nprobes, candidates = ann_params(width)
+            sub, _, _ = ann_params(width)
+            nprobes, candidates = search_params(width, args.rows)
             print(
                 f"index   : IVF-PQ, {sub} sub-vectors of {width // sub} dims, nprobes "
                 f"{store.ann_nprobes or nprobes}, {store.ann_candidates or candidates} "

@@ -107,7 +107,7 @@ def main() -> int:
     local = None
     url = args.store
     if url is None:
-        from tests.pg_fixtures import start_local_postgres
+        from tests.index.pg_fixtures import start_local_postgres
 
         local = start_local_postgres(work / "pg", shared_buffers="2GB")
         url = local.url("postgres")

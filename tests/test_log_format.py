@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from fathom import logsafe
-from tests.fleet_fixtures import (
+from tests.fleet.fleet_fixtures import (
     ADMIN,
     JOIN,
     PY,
@@ -24,7 +24,7 @@ from tests.fleet_fixtures import (
     wait_http,
     wait_until,
 )
-from tests.test_fleet_canary import POSTER, Canary
+from tests.fleet.test_fleet_canary import POSTER, Canary
 
 MINILM = "sentence-transformers/all-minilm-l6-v2"
 

@@ -18,7 +18,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from tests.retrieval_fixtures import write_project
+from tests.index.retrieval_fixtures import write_project
 
 BLOCKED = ("torch", "sentence_transformers", "transformers")
 SHIM = textwrap.dedent('''

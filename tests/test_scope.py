@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
 import pytest
 
 from fathom import scope
 from fathom.config import Settings
-from fathom.index.store import UnknownProject
+from fathom.index.store import Store, UnknownProject
+from fathom.scope import ScopedStore
 from fathom.service import Fathom
-from tests.admin_fixtures import make_project
-from tests.fleet_fixtures import HashEmbedder
+from tests.fleet.fleet_fixtures import HashEmbedder
+from tests.server.admin_fixtures import make_project
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +58,29 @@ def test_an_empty_scope_sees_nothing(two_projects: Fathom):
         assert two_projects.projects() == []
         with pytest.raises(Exception, match="no project is indexed"):
             asyncio.run(two_projects.search("add"))
+
+
+def test_search_many_never_returns_rows_of_a_project_outside_the_scope(two_projects: Fathom):
+    """`search_many` is checked by the scope itself, not left to a caller that filters first:
+    a list naming a project outside the scope is refused whole, so none of its rows come back."""
+    store = two_projects.store
+    vector = np.full(8, 1 / np.sqrt(8), dtype=np.float32)
+    every = store.search_many(["alpha", "beta"], "code", vector, "add two numbers", k=50)
+    assert {h.project for h in every.vector + every.text} == {"alpha", "beta"}  # both have rows
+    with scope.within(["alpha"]):
+        scoped = two_projects.store
+        with pytest.raises(UnknownProject, match="no project 'beta'") as refused:
+            scoped.search_many(["alpha", "beta"], "code", vector, "add two numbers", k=50)
+        assert refused.value.known == ["alpha"]
+        mine = scoped.search_many(["alpha"], "code", vector, "add two numbers", k=50)
+        assert mine.vector and {h.project for h in mine.vector + mine.text} == {"alpha"}
+
+
+def test_a_store_method_without_a_check_is_not_reachable_through_a_scope(two_projects: Fathom):
+    """Every public method of the store contract is written out in `ScopedStore` with its
+    check; a backend's own extras (here LanceDB's ANN wait) do not pass through at all."""
+    public = {n for n, v in vars(Store).items() if callable(v) and not n.startswith("_")}
+    assert public - set(vars(ScopedStore)) == set()
+    assert hasattr(two_projects.store, "wait_for_ann")
+    with scope.within(["alpha"]):
+        assert not hasattr(two_projects.store, "wait_for_ann")

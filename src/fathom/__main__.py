@@ -1,6 +1,8 @@
 """`python -m fathom`: the same command line as `fathom`, for an environment whose scripts
 folder is not on PATH."""
 
-from fathom.cli import app
+import sys
 
-app(prog_name="fathom")
+from fathom.cli.launch import main
+
+sys.exit(main(prog_name="fathom"))  # `fathom mcp` and the spawned daemon: the fast path

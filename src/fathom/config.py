@@ -123,6 +123,9 @@ class Settings(BaseSettings):
         return value
 
     local_batch_size: int = 64
+    # Threads the embedded ONNX encoder computes one batch with (FATHOM_LOCAL_THREADS); None:
+    # one per physical core. Fewer leaves cores to searches and other processes while indexing.
+    local_threads: int | None = Field(default=None, ge=1)
     # The longest input the local encoder reads, in its own tokens (special tokens included);
     # None: the model's own maximum sequence length. Chunks are sized to fit it.
     local_max_tokens: int | None = Field(default=None, ge=16)
@@ -150,6 +153,12 @@ class Settings(BaseSettings):
     # LanceDB: the most rows (FATHOM_EXACT_MAX_ROWS) of a table searched exactly from memory;
     # a bigger one is searched through its ANN index, which is faster past this size.
     exact_max_rows: int = Field(default=250_000, ge=1)
+    # LanceDB: the IVF-PQ search of a table past the matrix cache, FATHOM_ANN_NPROBES
+    # (partitions probed) and FATHOM_ANN_CANDIDATES (rows re-ranked on full vectors). None:
+    # chosen by the table's rows and width (`fathom.index.store.ann.search_params`, from a
+    # sweep in docs/benchmarks.md); a value set here wins at every size.
+    ann_nprobes: int | None = Field(default=None, ge=1, le=4096)
+    ann_candidates: int | None = Field(default=None, ge=10, le=100_000)
     openrouter_base_url: str = "https://openrouter.ai/api/v1"
     host: str = "127.0.0.1"
     port: int = 8765
@@ -218,6 +227,9 @@ class Settings(BaseSettings):
     # started by the first session; it stops once no session is attached and no request came
     # for this many minutes (FATHOM_DAEMON_IDLE_MINUTES; fractions allowed).
     daemon_idle_minutes: float = Field(default=30.0, gt=0, le=7 * 24 * 60)
+    # How long a `fathom mcp` waits for the running background Fathom to answer before it
+    # serves in its own process instead (a hung or swamped one must not hang every session).
+    daemon_answer_s: float = Field(default=10.0, gt=0, le=600)
     # True: `fathom mcp` serves in its own process, as before the shared background Fathom
     # (FATHOM_MCP_IN_PROCESS; `fathom mcp --in-process` does the same).
     mcp_in_process: bool = False
@@ -509,7 +521,7 @@ class RoutingStore:
         with self._changing:
             yield
 
-    def update(self, changes: dict[Role, dict]) -> RoutingState:
+    def update(self, changes: dict[Role, dict[str, Any]]) -> RoutingState:
         """Apply partial per-role changes, validate the changed roles, then write; a refusal
         lists every problem and writes nothing."""
         with self._changing_state():
@@ -542,7 +554,7 @@ class RoutingStore:
 
         self.change(keep)
 
-    def _update(self, changes: dict[Role, dict]) -> RoutingState:
+    def _update(self, changes: dict[Role, dict[str, Any]]) -> RoutingState:
         state = self.load()
         problems: list[str] = []
         for role, fields in changes.items():

@@ -7,7 +7,11 @@ an exception constructor.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import TypeVar
+
+_Choice = TypeVar("_Choice", bound=StrEnum)
 
 
 class FathomError(Exception):
@@ -38,7 +42,7 @@ def whole_number(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
-def did_you_mean(name: str, known: Any) -> str:
+def did_you_mean(name: str, known: Iterable[object]) -> str:
     """ " Did you mean 'x'?" for the known name closest to a mistyped `name`; "" when none is close."""
     import difflib
 
@@ -50,7 +54,7 @@ class InvalidRole(ConfigError):
     pass
 
 
-def one_of(choices: Any, value: object, error: type[ConfigError], noun: str) -> Any:
+def one_of(choices: type[_Choice], value: str, error: type[ConfigError], noun: str) -> _Choice:
     """`choices(value)` for an enum of names (roles, policies), or `error` listing every name."""
     try:
         return choices(value)

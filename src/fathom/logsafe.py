@@ -27,7 +27,7 @@ import re
 import sys
 import threading
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 # OpenRouter keys look like `sk-or-v1-<64 hex>`. Match any `sk-or-` prefix and whatever
 # key-shaped characters follow, so a truncated or partial key is scrubbed as well.
@@ -150,12 +150,12 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)  # one line: newlines inside are escaped
 
 
-class _Stderr(logging.StreamHandler):
+class _Stderr(logging.StreamHandler[TextIO]):
     """Writes to `sys.stderr` as it is at each record, not as it was at start-up (a stream
     swapped and closed since, as a command run in-process leaves it, is never written to)."""
 
     @property
-    def stream(self) -> Any:
+    def stream(self) -> TextIO:
         return sys.stderr
 
     @stream.setter

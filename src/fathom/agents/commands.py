@@ -18,7 +18,7 @@ API:
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -55,7 +55,7 @@ def register(
     *,
     console: Console,
     fathom_of: Callable[[typer.Context], Fathom],
-    run: Callable[[Awaitable[Any]], Any],
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
 ) -> None:
     @app.command()
     def ask(

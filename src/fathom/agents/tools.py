@@ -437,11 +437,11 @@ def find_spans(text: str) -> list[Span]:
 def _int(value: Any, name: str, low: int, high: int | None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
         raise ToolError(f"{name} must be a whole number, got {value!r}")
-    value = int(value)
-    if value < low or (high is not None and value > high):
+    number = int(value)
+    if number < low or (high is not None and number > high):
         bound = f"from {low} to {high}" if high is not None else f"at least {low}"
-        raise ToolError(f"{name} must be {bound}, got {value}")
-    return value
+        raise ToolError(f"{name} must be {bound}, got {number}")
+    return number
 
 
 def _error(message: str) -> ToolOutcome:

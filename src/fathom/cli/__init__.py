@@ -11,29 +11,25 @@
 
 The long-running `fathom server` and `fathom sidecar` are defined next to what they run
 (`fathom.server.__main__`, `fathom.fleet.command`) and attached here, so `python -m` and `fathom`
-spellings never drift apart. This module only assembles: every group registers itself on `app`.
+spellings never drift apart. The assembly is `commands`; this package hands its `app` out on
+first use (`fathom.cli.app`), so that `fathom mcp`'s fast path (`launch.main`, the `fathom`
+script's entry and `python -m fathom.cli`'s) imports none of the command groups, typer or rich.
 """
 
 from __future__ import annotations
 
-from fathom.agents.commands import register as register_agent_commands
-from fathom.cli import admin, calls, evaluation, git, hosts, models, oauth, serve, store
-from fathom.cli.core import app, fathom_of, projects, run, settings_of
-from fathom.cli.output import console, err_console
-from fathom.fleet.command import sidecar
-from fathom.server.__main__ import server
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import typer
 
 __all__ = ["app"]
 
-serve.register(app, out=console, err=err_console, settings=settings_of, service=fathom_of, runner=run)
-evaluation.register(app, out=console, err=err_console, settings=settings_of, runner=run)
-hosts.register(app, settings=settings_of)  # `fathom connect HOST`
-models.register(app, settings=settings_of, service=fathom_of)  # `fathom models`
-git.register(app, projects, out=console, err=err_console, service=fathom_of, runner=run)
-app.command("server")(server)
-app.command("sidecar")(sidecar)
-app.add_typer(store.store_app, name="store")
-register_agent_commands(app, console=console, fathom_of=fathom_of, run=run)  # `ask`, `explore`
-admin.register(app)  # policy, key, fleet, gate, jobs, tokens: against a running server
-oauth.register(app)
-calls.register(app, console=console, fathom_of=fathom_of)
+
+def __getattr__(name: str) -> typer.Typer:
+    """`fathom.cli.app`: the full app, assembled on first use (`fathom.cli.commands`)."""
+    if name == "app":
+        from fathom.cli.commands import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
-"""`python -m fathom.cli`: the `fathom` command."""
+"""`python -m fathom.cli`: the `fathom` command (`fathom mcp` on its fast path: `launch`)."""
 
 import sys
 
-from fathom.cli import app
+from fathom.cli.launch import main
 
-sys.exit(app())
+sys.exit(main())

@@ -259,7 +259,7 @@ def roles_table(roles: dict[str, Any], only: str | None = None) -> Table:
 
 def serving_line(p: dict[str, Any]) -> str:
     """A provider id as the API gives it, and for a cloud route what its calls found."""
-    return p["id"] + (f" ({p['health'].replace('_', ' ')})" if p["kind"] == "cloud" else "")
+    return str(p["id"]) + (f" ({p['health'].replace('_', ' ')})" if p["kind"] == "cloud" else "")
 
 
 @policy_app.command("show")

@@ -9,17 +9,26 @@ the data dir in-process, as `fathom search` does without `--server`.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from rich.console import Console
+
+    from fathom.service.ports import SymbolSource
 
 # The service and the answer's shape load when the command runs: `import fathom.cli` stays
 # light (every `fathom mcp` bridge imports it; tests/test_no_torch.py holds it).
 DEFAULT_DEPTH = 2  # fathom.service.calls.DEFAULT_DEPTH (a test checks they agree)
 
 
-def register(app: typer.Typer, *, console: Any, fathom_of: Any) -> None:
+def register(
+    app: typer.Typer, *, console: Console, fathom_of: Callable[[typer.Context], SymbolSource]
+) -> None:
     @app.command("calls")
     def calls_command(
         ctx: typer.Context,

@@ -19,10 +19,10 @@ printing anything but MCP frames on stdout under `fathom mcp`.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import click
 import typer
 from rich.progress import (
     BarColumn,
@@ -39,6 +39,22 @@ from fathom.cli.output import console, err_console, show_error
 from fathom.datadir import private_umask
 from fathom.errors import ConfigError, FathomError, failure_of
 
+if TYPE_CHECKING:
+    from types import SimpleNamespace
+
+    # typer vendors click: the contexts its commands get are `typer._click`'s, not the
+    # `click` package's.
+    from typer._click import Context as ClickContext
+
+    from fathom.cli.local import Target
+    from fathom.config import Settings
+    from fathom.index.job import IndexProgress, IndexReport
+    from fathom.index.request import SearchRequest
+    from fathom.index.results import Noted, SearchHit
+    from fathom.service import Fathom
+
+_T = TypeVar("_T")
+
 
 def _no_type_after_flags() -> None:
     """typer shows a type (`<bool>`) after every option in --help; for a switch that takes no
@@ -47,7 +63,7 @@ def _no_type_after_flags() -> None:
 
     shown = TyperOption.display_type_rich
 
-    def display_type_rich(self: TyperOption, ctx: click.Context) -> str | None:
+    def display_type_rich(self: TyperOption, ctx: ClickContext) -> str | None:
         return None if self.is_flag else shown(self, ctx)
 
     TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
@@ -77,7 +93,7 @@ class FathomGroup(TyperGroup):
 
         accept_global_options(self)
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: ClickContext) -> Any:
         try:
             return super().invoke(ctx)
         except FathomError as exc:
@@ -142,13 +158,13 @@ def main(
     ctx.obj = (ctx.obj or {}) | {"data_dir": data_dir}
 
 
-def settings_of(ctx: typer.Context):
+def settings_of(ctx: typer.Context) -> Settings:
     """The process settings, with the global options applied (for sub-apps too)."""
     from fathom.config import Settings
 
     root = ctx.find_root()
     obj = root.obj or {}
-    cached = obj.get("settings")
+    cached: Settings | None = obj.get("settings")  # only ever set here
     if cached is None:
         overrides = {"data_dir": obj["data_dir"]} if obj.get("data_dir") else {}
         cached = Settings(**overrides)
@@ -157,7 +173,7 @@ def settings_of(ctx: typer.Context):
     return cached
 
 
-def fathom_of(ctx: typer.Context):
+def fathom_of(ctx: typer.Context) -> Fathom:
     """The composition root for this invocation (one per process)."""
     from fathom.service import Fathom
 
@@ -166,10 +182,11 @@ def fathom_of(ctx: typer.Context):
     if obj.get("fathom") is None:
         obj["fathom"] = Fathom(settings_of(ctx))
         root.obj = obj
-    return obj["fathom"]
+    fathom: Fathom = obj["fathom"]  # set just above, or by a caller embedding the CLI
+    return fathom
 
 
-def run(coro) -> Any:
+def run(coro: Coroutine[Any, Any, _T]) -> _T:
     return asyncio.run(coro)
 
 
@@ -200,14 +217,14 @@ def _eta(seconds: float | None) -> str:
 
 async def index_with_progress(
     fathom, path: Path, project: str | None, full: bool, include: list[str] | None = None
-):
+) -> IndexReport:
     """Index with a rich progress bar on stderr; returns the report. Start-up shows as what
     it is (opening the store, loading the model, checking the encoders), and the elapsed
     time counts it."""
     with _progress_bar() as bar:
         task = bar.add_task("index", total=None, phase="starting", rate=0.0, eta="--:--")
 
-        def on_progress(p) -> None:
+        def on_progress(p: IndexProgress) -> None:
             bar.update(
                 task,
                 total=p.chunks_total or None,
@@ -247,7 +264,7 @@ def _first_paths(paths: list[str], limit: int = 8) -> str:
     return ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
 
 
-def print_report(report) -> None:
+def print_report(report: IndexReport) -> None:
     table = Table(title=f"indexed {report.project}", show_header=False, box=None)
     table.add_column(style="bold")
     table.add_column()
@@ -349,7 +366,7 @@ def index(
 # ---------------------------------------------------------------- search
 
 
-def print_hits(hits, title: str) -> None:
+def print_hits(hits: Sequence[SearchHit | SimpleNamespace], title: str) -> None:
     if not hits:
         console.print(f"no results for {title}")
         return
@@ -406,7 +423,7 @@ ServerOption = Annotated[
 ]
 
 
-def served(ctx: typer.Context, server: str | None):
+def served(ctx: typer.Context, server: str | None) -> Target | None:
     """The server to ask for this read, or None: answer in-process (`fathom.cli.local`)."""
     from fathom.cli.local import target_of
 
@@ -493,7 +510,7 @@ def search(
             },
             say=say,
         )
-    if data is not None:
+    if target is not None and data is not None:  # data comes only from a target
         hits, notes = hits_of(data), data.get("notes") or []
         say(f"answered by the fathom {target.kind} at {target.url}")
     else:
@@ -506,7 +523,7 @@ def search(
         err_console.print(Text("note: ", style="yellow") + Text(note))
 
 
-async def search_in_process(fathom, request):
+async def search_in_process(fathom, request: SearchRequest) -> Noted:
     """The search in this process; loading the encoder, when it takes over a second, says so."""
     from fathom.service.warmup import needs_loading
 
@@ -576,7 +593,7 @@ def projects(ctx: typer.Context, server: ServerOption = None) -> None:
 # ---------------------------------------------------------------- live sync and managing
 
 
-def print_sync(project: str, report, error) -> None:
+def print_sync(project: str, report: IndexReport | None, error: BaseException | None) -> None:
     """One line per live sync: what changed in the index, or why it will be retried."""
     from datetime import datetime
 
@@ -587,6 +604,7 @@ def print_sync(project: str, report, error) -> None:
             + Text(" ".join((str(error) or type(error).__name__).split()))
         )
         return
+    assert report is not None  # the watcher passes a report or an error (`OnSync`)
     changes = [f"{report.embedded} embedded"]
     if report.carried:
         changes.append(f"{report.carried} moved (vectors reused)")

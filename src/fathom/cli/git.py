@@ -12,7 +12,7 @@ It refuses to run git or to index by itself (`fathom.service.git_projects` does 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 import typer
@@ -21,6 +21,9 @@ from rich.table import Table
 from rich.text import Text
 
 from fathom.index.walking.reasons import TOO_LARGE
+
+if TYPE_CHECKING:
+    from fathom.service import Fathom
 
 projects_app = typer.Typer(
     help="List indexed projects, or add and refresh projects from git.",
@@ -36,7 +39,7 @@ def register(
     *,
     out: Console,
     err: Console,
-    service: Callable[[typer.Context], Any],
+    service: Callable[[typer.Context], Fathom],
     runner: Callable[[Any], Any],
 ) -> None:
     """Attach `projects` (the listing when no subcommand is given, and the git commands)."""

@@ -4,8 +4,9 @@ through a `fathom server`'s admin API.
 
 A `fathom serve` or `fathom server` keeps its encoder loaded; a CLI that loads its own pays
 seconds of start-up for every search. So the CLI first looks for a server: `--server URL`
-(FATHOM_SERVER), or the one this data dir's `local_server.json` names (`fathom.local_server`:
-written by the serving process, 0600, removed at its stop; a stale one is ignored). Found, the
+(FATHOM_SERVER), or the one this data dir's run file names (`fathom.local_server`: a serve's,
+else the background Fathom's; written by the serving process, 0600, removed at its stop; a
+stale one is ignored). Found, the
 search goes to its `/local/` routes (`server.local`), which answer exactly what the in-process
 search prints; none, the caller searches in-process.
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -35,9 +35,13 @@ from fathom.inference.model_choice import (
     with_chosen_models,
 )
 
+if TYPE_CHECKING:
+    from fathom.config import Settings
+    from fathom.service import Fathom
+
 console = Console(soft_wrap=True)  # messages stay one line each, for scripts too
-settings_of: Callable[[typer.Context], Any]
-fathom_of: Callable[[typer.Context], Any]
+settings_of: Callable[[typer.Context], Settings]
+fathom_of: Callable[[typer.Context], Fathom]
 
 models_app = typer.Typer(
     help="The encoders and rerankers this install can run, and which are used.", no_args_is_help=False
@@ -45,7 +49,10 @@ models_app = typer.Typer(
 
 
 def register(
-    app: typer.Typer, *, settings: Callable[[typer.Context], Any], service: Callable[[typer.Context], Any]
+    app: typer.Typer,
+    *,
+    settings: Callable[[typer.Context], Settings],
+    service: Callable[[typer.Context], Fathom],
 ) -> None:
     """Attach `fathom models` to `app`, with the CLI's settings and service."""
     global settings_of, fathom_of
@@ -133,7 +140,7 @@ def models(
         console.print(line)
 
 
-def _tables_elsewhere(service: Any) -> list[str]:
+def _tables_elsewhere(service: Fathom) -> list[str]:
     """A line per table an earlier embedding model built: it answers with that model until
     the project's next index rebuilds it (a shadow being built says how far it is)."""
     lines = []

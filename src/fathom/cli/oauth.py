@@ -14,7 +14,8 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from fathom.cli.admin import DEFAULT_SERVER, AdminError, ServerOpt, TokenOpt, connect, console, handled
+from fathom.cli.admin import DEFAULT_SERVER, AdminError, ServerOpt, TokenOpt, connect, handled
+from fathom.cli.output import console
 
 oauth_app = typer.Typer(
     help="OAuth sign-in for MCP clients: show the set-up, set the claims-to-access mapping.",

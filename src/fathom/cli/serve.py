@@ -18,7 +18,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -26,13 +26,17 @@ from rich.text import Text
 
 from fathom.errors import ConfigError, FathomError
 
+if TYPE_CHECKING:
+    from fathom.config import Settings
+    from fathom.service import Fathom
+
 SERVER_PORT = 8765  # `fathom server`'s default (fathom.server.__main__)
 SERVE_PORT = 8766  # `fathom serve`'s: both can run on one machine with their defaults
 
 console: Console
 err_console: Console
-settings_of: Callable[[typer.Context], Any]
-fathom_of: Callable[[typer.Context], Any]
+settings_of: Callable[[typer.Context], Settings]
+fathom_of: Callable[[typer.Context], Fathom]
 run: Callable[[Any], Any]
 
 
@@ -41,8 +45,8 @@ def register(
     *,
     out: Console,
     err: Console,
-    settings: Callable[[typer.Context], Any],
-    service: Callable[[typer.Context], Any],
+    settings: Callable[[typer.Context], Settings],
+    service: Callable[[typer.Context], Fathom],
     runner: Callable[[Any], Any],
 ) -> None:
     """Attach `mcp` and `serve` to `app`, with the CLI's consoles, settings, service and runner."""
@@ -320,32 +324,19 @@ def mcp(
     _mcp_in_process(ctx, no_watch)
 
 
-def _bridged(settings: Any, *, watch: bool) -> bool:
+def _bridged(settings: Settings, *, watch: bool) -> bool:
     """Serve this session through the data dir's daemon (started if none runs); False, said on
-    stderr, when none can be had: the caller serves in-process."""
-    from fathom.server.bridge import Bridge, DaemonUnavailable, SessionLost, start_daemon, stdin_lines
-    from fathom.stopping import Stopped, run_stoppable
+    stderr, when none can be had: the caller serves in-process. The same session as `fathom
+    mcp`'s fast path serves (`cli.sessions`), here with the full app's consoles."""
+    from fathom.cli.sessions import serve_bridged
 
-    try:
-        daemon = start_daemon(settings.data_dir, watch=watch)
-    except DaemonUnavailable as exc:
-        err_console.print(Text(f"fathom mcp: serving in-process: {exc}", style="yellow"))
-        return False
-    err_console.print(Text(f"fathom mcp: attached to the background Fathom (pid {daemon.pid})", style="dim"))
-    bridge = Bridge(
-        daemon,
-        data_dir=settings.data_dir,
-        watch=watch,
-        say=lambda line: err_console.print(Text(line, style="yellow")),
+    code = serve_bridged(
+        settings, watch=watch, say=lambda line, style: err_console.print(Text(line, style=style))
     )
-
-    try:
-        run_stoppable(bridge.run(stdin_lines()), grace_s=settings.stop_grace_s)
-    except Stopped as exc:  # the host (or a person) ended the session; the daemon serves on
-        err_console.print(Text(f"fathom mcp: {exc}; the background Fathom serves on", style="dim"))
-    except SessionLost as exc:
-        err_console.print(Text(f"fathom mcp: {exc}", style="red"))
-        raise typer.Exit(1) from None
+    if code is None:
+        return False
+    if code:
+        raise typer.Exit(code)
     return True
 
 
@@ -373,15 +364,12 @@ def _mcp_in_process(ctx: typer.Context, no_watch: bool) -> None:
         err_console.print(Text(f"fathom mcp: {exc}; the indexes keep what was written", style="dim"))
 
 
-def warm_up(fathom: Any) -> None:
+def warm_up(fathom: Fathom) -> None:
     """Start loading the encoder in the background, saying so on stderr (the host's log for
     `fathom mcp`), and again when it is loaded."""
-    from fathom.service.warmup import needs_loading
+    from fathom.cli.sessions import warm_up as start
 
-    if not needs_loading(fathom.encoder):
-        return
-    err_console.print(Text(f"loading the encoder {fathom.encoder.id} in the background", style="dim"))
-    fathom.warm_up(on_ready=lambda line: err_console.print(Text(line, style="dim")))
+    start(fathom, lambda line: err_console.print(Text(line, style="dim")))
 
 
 def daemon(
@@ -390,17 +378,15 @@ def daemon(
 ) -> None:
     """The background Fathom `fathom mcp` sessions share (started by them; see `fathom status`)."""
     from fathom import logsafe
-    from fathom.server.daemon import serve_daemon
+    from fathom.cli.sessions import run_daemon
 
+    # A bridge spawns it without the command line (`cli.launch`); this is a person's start.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logsafe.install()  # its log is a file in the data dir: no token, key or JWT reaches it
-    settings = settings_of(ctx)
-    fathom = fathom_of(ctx)
-    warm_up(fathom)
     try:
-        serve_daemon(
-            fathom,
-            settings,
+        run_daemon(
+            settings_of(ctx),
+            fathom_of(ctx),
             watching=_watching(ctx, no_watch),
             say=lambda line: err_console.print(Text(line, style="dim")),
         )

@@ -35,7 +35,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import SecretStr, ValidationError
@@ -44,7 +44,7 @@ from fathom import __version__, logsafe
 from fathom.config import is_loopback
 from fathom.errors import ConfigError, FathomError, ProviderUnavailable
 from fathom.fleet import protocol as p
-from fathom.fleet.backends import BackendSpec, open_backend, parse_serve
+from fathom.fleet.backends import BackendSpec, SharedKey, open_backend, parse_serve
 from fathom.fleet.defaults import DEFAULT_INTERVAL_S
 from fathom.fleet.identity import default_state_dir, load_or_create_credential, new_credential
 from fathom.fleet.keycheck import ThrottleStorm, check_interval, read_key
@@ -131,7 +131,7 @@ class Backoff:
     attempt: int = 0
 
     def next(self) -> float:
-        d = min(self.cap, self.initial * (2 ** min(self.attempt, 30)))
+        d = min(self.cap, self.initial * (2.0 ** min(self.attempt, 30)))
         self.attempt += 1
         return d / 2 + self.rng() * d / 2
 
@@ -156,7 +156,7 @@ class _Key:
 
     __str__ = __repr__
 
-    def __reduce__(self):
+    def __reduce__(self) -> NoReturn:
         raise TypeError("a secret cannot be pickled")
 
 
@@ -195,9 +195,9 @@ def error_info(exc: BaseException) -> p.ErrorInfo:
 def _versions() -> dict[str, str]:
     out = {"fathom": __version__, "protocol": str(p.PROTOCOL_VERSION), "python": platform.python_version()}
     with contextlib.suppress(Exception):
-        import websockets
+        from websockets.version import version as websockets_version
 
-        out["websockets"] = websockets.__version__
+        out["websockets"] = websockets_version
     return out
 
 
@@ -484,7 +484,7 @@ class Sidecar:
         from websockets.exceptions import ConnectionClosed
 
         self._send_lock = asyncio.Lock()
-        tasks: set[asyncio.Task] = set()
+        tasks: set[asyncio.Task[None]] = set()
         accepted = False
 
         async def send(text: str) -> None:
@@ -585,7 +585,7 @@ async def open_backends(
     roles = [s.role for s in parsed]
     if len(set(roles)) != len(roles):
         raise ConfigError("each role may be served once per sidecar: drop the duplicate --serve")
-    shared: dict[tuple, Provider] = {}
+    shared: dict[SharedKey, Provider] = {}
     backends: dict[Role, Provider] = {}
     kinds: dict[Role, p.BackendKind] = {}
     for spec in parsed:

@@ -97,6 +97,10 @@ class BackendError(ProviderError):
         super().__init__(f"backend {url}: {reason}")
 
 
+# What makes two in-process roles one loaded model: kind, folder, name, width, input limit.
+SharedKey = tuple[str, str, str, int, int | None]
+
+
 @dataclass(frozen=True)
 class BackendSpec:
     role: Role
@@ -461,7 +465,10 @@ def normalize_openai_base(url: str) -> str:
 
 
 async def open_backend(
-    spec: BackendSpec, *, shared: dict[tuple, Provider] | None = None, http: httpx.AsyncClient | None = None
+    spec: BackendSpec,
+    *,
+    shared: dict[SharedKey, Provider] | None = None,
+    http: httpx.AsyncClient | None = None,
 ) -> Provider:
     """Build the backend for `spec`, asking an HTTP server for its model and width when the spec
     does not say. `shared` lets two roles served by the same in-process model load it once."""
@@ -478,7 +485,7 @@ async def open_backend(
             settings.local_model_name if not spec.target else path.rstrip("/").split("/")[-1]
         )
         width = spec.width or settings.local_width
-        key = ("in-process", path, name, width, spec.max_tokens)
+        key: SharedKey = ("in-process", path, name, width, spec.max_tokens)
         enc = shared.get(key)
         if enc is None:
             enc = LocalEncoder(

@@ -9,6 +9,7 @@ the hub's `pending_frame_bytes`, checked before a message is parsed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
@@ -86,10 +87,10 @@ class FrameReader:
             else:
                 fut.set_result(frame)
         elif isinstance(frame, p.Ack):
-            fut = link.acks.get(frame.config_id)
+            ack = link.acks.get(frame.config_id)
             self.set_key_present(link, frame.key_present)
-            if fut is not None and not fut.done():
-                fut.set_result(frame)
+            if ack is not None and not ack.done():
+                ack.set_result(frame)
         elif isinstance(frame, p.KeyCheck):
             if link.approved:  # only a sidecar the server gave the key speaks for the key
                 self.hub.key_reports.record(link.name, frame)
@@ -101,9 +102,13 @@ class FrameReader:
                 f" (re {frame.ref})" if frame.ref else "",
                 frame.message,
             )
-            fut = link.acks.get(frame.ref or "") or link.pending.get(frame.ref or "")
-            if fut is not None and not fut.done():
-                fut.set_exception(SidecarUnavailable(link.name, f"refused frame {frame.ref}: {frame.code}"))
+            waiter: asyncio.Future[p.Ack] | asyncio.Future[p.Result] | None = link.acks.get(
+                frame.ref or ""
+            ) or link.pending.get(frame.ref or "")
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(
+                    SidecarUnavailable(link.name, f"refused frame {frame.ref}: {frame.code}")
+                )
         else:
             await link.send(
                 p.encode(

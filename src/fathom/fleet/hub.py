@@ -47,7 +47,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -197,8 +197,8 @@ class Hub:
         self.routes = SidecarRoutes(self)
         self.pushes = ConfigPush(self)
         self.key_reports = KeyReports(self.cloud_health, now)
-        self._tasks: set[asyncio.Task] = set()
-        self._reaper: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._reaper: asyncio.Task[None] | None = None
         self._listeners: list[Callable[[], None]] = []
         self.router = APIRouter()
         self.router.add_api_websocket_route(path, self.serve)
@@ -507,7 +507,7 @@ class Hub:
 
     # ---- plumbing -------------------------------------------------------------------------
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -57,8 +57,8 @@ class Link:
         self.last_seen = now
         self.load = 0.0
         self.in_flight = 0
-        self.pending: dict[str, asyncio.Future] = {}  # command id -> result future
-        self.acks: dict[str, asyncio.Future] = {}  # config id -> ack future
+        self.pending: dict[str, asyncio.Future[p.Result]] = {}  # command id -> result future
+        self.acks: dict[str, asyncio.Future[p.Ack]] = {}  # config id -> ack future
         self.providers: dict[str, SidecarProvider] = {}
         self.closed = False
         self.bad_frames = 0
@@ -79,7 +79,11 @@ class Link:
 
     def fail_all(self, reason: str) -> None:
         """Fail every pending command and ack at once (drop, revoke)."""
-        for fut in [*self.pending.values(), *self.acks.values()]:
+        waiting: list[asyncio.Future[p.Result] | asyncio.Future[p.Ack]] = [
+            *self.pending.values(),
+            *self.acks.values(),
+        ]
+        for fut in waiting:
             if not fut.done():
                 fut.set_exception(SidecarUnavailable(self.name, reason))
                 fut.exception()  # mark retrieved: a caller may already have given up waiting

@@ -96,7 +96,7 @@ class ConfigPush:
         outcome.offline = [n for n in hub.auth.approved_names() if n not in connected]
         for link in targets:
             hub.routes.sync(link, state)  # a role change can add or remove cloud routes
-        waiting: dict[str, asyncio.Future] = {}
+        waiting: dict[str, asyncio.Future[p.Ack]] = {}
         names: dict[str, str] = {}  # config id -> sidecar
         loop = asyncio.get_running_loop()
         for link in targets:
@@ -134,7 +134,7 @@ class ConfigPush:
         return outcome
 
     def _collect(
-        self, waiting: dict[str, asyncio.Future], names: dict[str, str], outcome: PushOutcome
+        self, waiting: dict[str, asyncio.Future[p.Ack]], names: dict[str, str], outcome: PushOutcome
     ) -> None:
         """Sort the awaited acks into `outcome`: acked, or failed with the reason."""
         for cid, fut in waiting.items():

@@ -28,7 +28,7 @@ def open_store(settings: Any = None, clearance: Clearance | None = None, **kwarg
     settings = settings or Settings()
     url = getattr(settings, "store_url", None)
     if not (url or "").startswith(("postgresql://", "postgres://")):
-        for name in ("matrix_cache_bytes", "exact_max_rows"):
+        for name in ("matrix_cache_bytes", "exact_max_rows", "ann_nprobes", "ann_candidates"):
             if hasattr(settings, name):
                 kwargs.setdefault(name, getattr(settings, name))
     return open_store_url(url or settings.lance_dir, clearance, **kwargs)

@@ -20,7 +20,7 @@ What this module owns: the order of an indexing run and its crash behaviour.
 * Vectors are keyed by content. A chunk whose text already has a vector in the active table
   (its lines shifted, its file was renamed, or a full rebuild in the same space) is written
   with that vector and the provenance it was written under (`Store.carry_vectors`), not
-  embedded again: an edit costs the chunks whose text changed.
+  embedded again: an edit costs the chunks whose text changed; within a run, once (`embed_once`).
 * Promotion: every table rebuilt through a shadow is promoted in ONE step
   (`Store.promote_together`), after every table is embedded: a kill at any moment leaves the
   previous active tables, all of them, or the new ones, all of them; a cancel promotes none.
@@ -44,22 +44,23 @@ import asyncio
 import itertools
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
-from fathom.errors import ConfigError, FathomError, failure_of
+from fathom.errors import ConfigError, failure_of
 from fathom.index.chunk import Chunk
 from fathom.index.chunk_cache import SHARED as _CHUNKS
 from fathom.index.chunk_cache import ChunkCache, chunk_and_fit
 from fathom.index.chunking import EstimatedTokens, TokenCounter
+from fathom.index.embed_once import Folded, recent_for
+from fathom.index.interim import InterimIndex
+from fathom.index.job import IndexProgress, IndexReport, Job, JobCancelled, JobState
 from fathom.index.store import TABLE_KINDS, Slot, Store, UnknownProject
 from fathom.inference.provider import Provider
 from fathom.space import Provenance, Space
@@ -85,25 +86,6 @@ class EmbedRunner(Protocol):
     async def run(self, texts: Sequence[str], sink: Sink) -> Any: ...
 
 
-class JobState(StrEnum):
-    PENDING = "pending"
-    RUNNING = "running"
-    PAUSED = "paused"
-    CANCELLED = "cancelled"
-    DONE = "done"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"  # the server stopped while it ran; resumable (`server.job_records`)
-
-
-class JobCancelled(FathomError):
-    def __init__(self, job_id: str, project: str):
-        self.job_id, self.project = job_id, project
-        super().__init__(
-            f"index job {job_id} for project {project!r} was cancelled; the active table is "
-            f"unchanged and a later full run resumes from the rows already embedded"
-        )
-
-
 class ProjectPathError(ConfigError):
     def __init__(self, path: str, reason: str):
         self.path, self.reason = path, reason
@@ -124,149 +106,6 @@ def check_project_root(root: Path | str, refused: Iterable[str] | None = None) -
     if not given.is_dir():
         raise ProjectPathError(str(root), "it is a file, not a folder")
     return real
-
-
-@dataclass(frozen=True)
-class IndexProgress:
-    """One progress event. `chunks_total` counts the chunks this run must embed (resumed or
-    unchanged chunks are `chunks_reused`, not part of the total)."""
-
-    project: str
-    phase: str  # "starting", "loading model", "checking encoders", "walking", "chunking",
-    #             "reusing vectors", "embedding", "promoting", "done"
-    files: int = 0
-    chunks_total: int = 0
-    chunks_done: int = 0
-    chunks_reused: int = 0
-    chunks_deleted: int = 0
-    chunks_carried: int = 0  # written with a vector reused by content (moved, renamed)
-    elapsed_s: float = 0.0
-    rate: float = 0.0  # chunks per second over the embedding phase
-    eta_s: float | None = None
-    skipped: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class IndexReport:
-    project: str
-    root: str
-    full: bool
-    resumed: bool
-    files: int
-    chunks: int  # chunks in the project now (both tables)
-    embedded: int  # chunks embedded by this run: only those whose text is new to the table
-    reused: int  # chunks already in place (unchanged, or resumed from an earlier run)
-    deleted: int  # rows removed whose text is gone (changed or vanished chunks)
-    skipped: dict[str, int]
-    elapsed_s: float
-    embed_s: float
-    rate: float  # chunks embedded per second of the embedding phase
-    tables: dict[str, int]  # active rows per table after the run
-    providers: dict[str, int] = field(default_factory=dict)  # chunks embedded per provider id
-    notes: dict[str, int] = field(default_factory=dict)  # files kept but worth saying, by kind
-    carried: int = 0  # chunks written with a stored vector of the same text (lines moved,
-    #                   file renamed, full rebuild in the same space): not embedded
-    skipped_dirs: dict[str, list[str]] = field(default_factory=dict)  # folders left out, by reason
-    split: int = 0  # chunks cut further to fit the encoder's token limit
-    first: bool = False  # the project had no active table before this run (built whole: `full`)
-    max_tokens: int | None = None  # that limit; None: sized in characters only
-    secrets: list[str] = field(default_factory=list)  # files left out as `secret`, by path
-    redacted: list[str] = field(default_factory=list)  # files indexed with key material redacted
-
-
-class Job:
-    """One indexing run's state, and the operator's handle on it.
-
-    `pause()` takes effect between batches (a batch in flight finishes and is written);
-    `cancel()` likewise, and the run ends with `JobCancelled`, leaving the shadow slot to be
-    resumed by the next full run.
-    """
-
-    def __init__(
-        self,
-        project: str,
-        root: Path | str,
-        *,
-        full: bool = False,
-        clock: Callable[[], float] = time.monotonic,
-        reason: str | None = None,
-    ):
-        self.id = uuid.uuid4().hex[:12]
-        self.project = project
-        self.root = Path(root)
-        self.full = full
-        self.clock = clock
-        self.reason = reason  # why it runs: None when asked for, "sync" when the watcher started it
-        self.paths: frozenset[str] | None = None  # an incremental run of these files only (a git diff)
-        self.state = JobState.PENDING
-        self.progress = IndexProgress(project, "pending")
-        self.report: IndexReport | None = None
-        self.error: str | None = None
-        self.created_at = clock()
-        self.finished_at: float | None = None
-        self._running = asyncio.Event()
-        self._running.set()
-        self._cancelled = False
-        # Seen by the worker thread walking the project, which cannot await anything.
-        self.stop = threading.Event()
-
-    def pause(self) -> None:
-        if self.state in (JobState.PENDING, JobState.RUNNING):
-            self._running.clear()
-            self.state = JobState.PAUSED
-
-    def resume(self) -> None:
-        if self.state is JobState.PAUSED:
-            self.state = JobState.RUNNING
-            self._running.set()
-
-    def cancel(self) -> None:
-        if not self.finished:
-            self._cancelled = True
-            self.stop.set()
-            self._running.set()  # a paused job must wake up to notice
-
-    @property
-    def finished(self) -> bool:
-        return self.state in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
-
-    async def checkpoint(self) -> None:
-        """Called between batches: waits while paused, raises JobCancelled if cancelled."""
-        if not self._running.is_set():
-            await self._running.wait()
-        if self._cancelled:
-            raise JobCancelled(self.id, self.project)
-
-    def as_dict(self) -> dict[str, Any]:
-        p = self.progress
-        return {
-            "id": self.id,
-            "project": self.project,
-            "root": str(self.root),
-            "full": self.full,
-            "reason": self.reason,
-            "state": self.state.value,
-            "error": self.error,
-            "phase": p.phase,
-            "files": p.files,
-            "chunks_total": p.chunks_total,
-            "chunks_done": p.chunks_done,
-            "chunks_reused": p.chunks_reused,
-            "chunks_carried": p.chunks_carried,
-            "rate": round(p.rate, 2),
-            "eta_s": None if p.eta_s is None else round(p.eta_s, 1),
-            "skipped": dict(p.skipped),
-        }
-
-
-def progress_line(job: Job) -> str:
-    """How far a run is, in one line: `embedding: 1,240 of 2,947 chunks embedded, 212 files
-    walked`. Until the walk ends the total is extrapolated from the share of bytes walked."""
-    p = job.progress
-    phase = "paused" if job.state is JobState.PAUSED else p.phase
-    if p.chunks_total:
-        return f"{phase}: {p.chunks_done:,} of {p.chunks_total:,} chunks embedded, {p.files:,} files walked"
-    return f"{phase}: {p.files:,} files walked" if p.files else phase
 
 
 @dataclass(frozen=True)
@@ -427,7 +266,8 @@ class Indexer:
     embedded a batch to the provenance written with it (the gate supplies verdict ids there).
     `space_of(table)` is the space a new build of a table gets (default: the encoder's).
     `discover_fn(root, cancel=, tokens=)` gives the project's `Discovery`; `window` is how many
-    chunks are planned and embedded at a time (`WINDOW`).
+    chunks are planned and embedded at a time (`WINDOW`); `lenders` are the projects whose
+    stored vectors a run may carry by content (a git project's other branches).
     """
 
     def __init__(
@@ -443,6 +283,7 @@ class Indexer:
         discover_fn: Callable[..., Discovery] = Discovery,
         refused_roots: Iterable[str] | None = None,
         window: int = WINDOW,
+        lenders: Iterable[str] = (),
     ):
         self.store, self.encoder = store, encoder
         self.batch_size = max(1, int(batch_size))
@@ -453,7 +294,7 @@ class Indexer:
         self.discover = discover_fn
         self.window = max(1, int(window))
         self.refused_roots = tuple(refused_roots) if refused_roots is not None else None
-        self.lenders: tuple[str, ...] = ()  # projects whose vectors it may carry (git branches)
+        self.lenders = tuple(lenders)  # projects whose vectors it may carry (git branches)
 
     async def _token_counter(self) -> TokenCounter | None:
         """What chunks are sized by: the encoder's own tokenizer when it has one (an in-process
@@ -493,6 +334,8 @@ class Indexer:
             if failure is not None and failure is not exc:
                 raise failure from exc
             raise
+        finally:
+            job.interim = None  # promoted, the tables answer; failed or cancelled, nothing does
         job.report = report
         job.state = JobState.DONE
         job.finished_at = self.clock()
@@ -527,6 +370,9 @@ class Indexer:
         emit(phase="chunking", skipped=found.skipped)
         plans = {t: await asyncio.to_thread(self._plan, job, t) for t in TABLE_KINDS}
         run = _Run(self, job, plans, emit)
+        # A first index: nothing of it answers until promotion, so what the walk reads answers
+        # keyword questions meanwhile (`fathom.index.interim`), long before it is all embedded.
+        interim = job.interim = InterimIndex(job.project) if all(p.first for p in plans.values()) else None
 
         # Stream: the walk reads and chunks the next window in its thread while this one is
         # planned and embedded, so at most two windows of chunks (and one file's) are held,
@@ -534,7 +380,10 @@ class Indexer:
         chunks = iter(found)
 
         def take() -> tuple[list[Chunk], int]:
-            return list(itertools.islice(chunks, self.window)), found.bytes_done
+            window = list(itertools.islice(chunks, self.window))
+            if interim is not None:
+                interim.add(window)
+            return window, found.bytes_done
 
         def ahead() -> asyncio.Future[tuple[list[Chunk], int]]:
             fut = loop.run_in_executor(_WALK_POOL, take)
@@ -679,12 +528,16 @@ class Indexer:
         # Similar lengths in one batch waste less padding (what SentenceTransformer.encode
         # does internally within one call, done here across the window).
         todo = sorted(todo, key=lambda c: len(c.text))
-        texts = [embedding_text(c) for c in todo]
+        once = Folded(todo, recent_for(job, self.window), plan.space.reference)
+        texts = [embedding_text(c) for c in once.heads]
         pending: asyncio.Task[int] | None = None
 
-        async def sink(indices: list[int], vectors: np.ndarray, provider: Provider) -> None:
+        async def sink(
+            indices: list[int], vectors: np.ndarray, provider: Provider, rows: list[Chunk] | None = None
+        ) -> None:
             nonlocal pending
-            rows = [todo[i] for i in indices]
+            if rows is None:  # a batch of distinct texts: to every chunk of each
+                rows, vectors = once.rows(indices, vectors, provider)
             provenance = self.provenance(provider, plan.space)
             # The write of one batch overlaps the encoding of the next (LanceDB and torch both
             # release the GIL); at most one write is in flight, so order and memory stay bounded.
@@ -700,6 +553,8 @@ class Indexer:
             await job.checkpoint()
 
         try:
+            if once.lent is not None:  # texts this run embedded a moment ago: those vectors
+                await sink([], *once.lent)
             if runner is not None:
                 await runner.run(texts, sink)
             else:

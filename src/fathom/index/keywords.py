@@ -16,7 +16,7 @@ defaults), so a table ranks the same whether the cache holds it or not:
   document length counted in kept tokens, float32 like LanceDB's; a query term counts once
   per occurrence in the query; any matching term makes a row a candidate (OR).
 
-tests/test_keywords.py checks that the two agree, scores and order, on real code.
+tests/index/test_keywords.py checks that the two agree, scores and order, on real code.
 
 What it refuses to do: phrase queries (positions are not indexed, as in the store), or
 index a row twice.
@@ -36,6 +36,7 @@ import sys
 import threading
 import unicodedata
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -66,10 +67,16 @@ STOP_WORDS = frozenset(
 _local = threading.local()
 
 
-def _stemmer():
+class _Stemmer(Protocol):
+    """What is used of a PyStemmer `Stemmer` (the package ships no types)."""
+
+    def stemWord(self, word: str) -> str: ...  # noqa: N802 - PyStemmer's name
+
+
+def _stemmer() -> _Stemmer:
     """This thread's stemmer: a PyStemmer object must not be shared between threads, and
     tables load (and queries run) on several at once."""
-    stemmer = getattr(_local, "stemmer", None)
+    stemmer: _Stemmer | None = getattr(_local, "stemmer", None)
     if stemmer is None:
         import Stemmer  # PyStemmer: Snowball's C stemmers
 

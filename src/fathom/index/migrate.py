@@ -22,7 +22,7 @@ API:
     python -m fathom.index.migrate SOURCE_DIR postgresql://… [--project NAME ...] [--data-dir D]
 
 What it refuses to do: re-decide admission of rows the source already admitted (see
-`PostgresStore._copy_rows`, which only this module calls), write into another space than the source table's, promote a copy
+`PostgresStore.copy_admitted_rows`, the migration's own write path), write into another space than the source table's, promote a copy
 whose counts differ from the source, or print a password (store errors and `target.url` are redacted).
 """
 
@@ -55,7 +55,13 @@ Progress = Callable[[str, str, int, int], None]  # project, table, rows copied, 
 class MigrationMismatch(StoreError):
     """The copy does not match its source; it was not promoted (the shadow stays, resumable)."""
 
-    def __init__(self, project: str, table: str, source: dict, target: dict):
+    def __init__(
+        self,
+        project: str,
+        table: str,
+        source: dict[tuple[str, str | None], int],
+        target: dict[tuple[str, str | None], int],
+    ):
         self.project, self.table, self.source, self.target = project, table, source, target
         super().__init__(
             f"project {project!r} table {table!r}: the copy holds {sum(target.values())} rows "
@@ -173,7 +179,7 @@ def migrate_table(
         if not keep:
             continue
         part = batch if len(keep) == len(batch) else _take(batch, keep)
-        copied += target._copy_rows(project, table, part, slot=Slot.SHADOW)  # migration's own door
+        copied += target.copy_admitted_rows(project, table, part, slot=Slot.SHADOW)
         done += len(part)
         if progress is not None:
             progress(project, table, done, total)

@@ -23,7 +23,7 @@ from typing import Any
 from fathom.errors import ConfigError
 from fathom.index.chunk import Chunk
 from fathom.index.chunkers.languages import source_lines
-from fathom.index.walker import ReadRefused, read_one
+from fathom.index.walker import ReadRefused, SelectionOptions, read_one
 from fathom.index.walking.reasons import MISSING
 
 TABLES = ("code", "docs")
@@ -110,7 +110,7 @@ def matches(chunks: Sequence[Chunk], now: Sequence[str]) -> bool:
     return not any(line.strip() for line in now[last:])
 
 
-def disk_state(indexed: IndexedFile, root: Path | None, selection: dict[str, Any]) -> str:
+def disk_state(indexed: IndexedFile, root: Path | None, selection: SelectionOptions) -> str:
     """`unchanged`, `changed` or `deleted`: the file on disk now against its indexed version,
     read as a walk reads it. `ReadRefused` when a walk would leave the file out now (a secret,
     an ignored path, a link, a binary): the caller must not serve it."""

@@ -21,7 +21,7 @@ the server's (`fathom.server.search_answer`), mapped from a `SearchHit` in one f
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -138,11 +138,11 @@ class Ranking:
         }
 
 
-class Noted(list):
+class Noted(list[SearchHit]):
     """Results, with the notes a reader must see beside them (e.g. a project a search over
     every project skipped because it is damaged)."""
 
-    def __init__(self, items: Any = (), notes: Any = ()):
+    def __init__(self, items: Iterable[SearchHit] = (), notes: Iterable[str] = ()):
         super().__init__(items)
         self.notes: list[str] = list(notes)
 

@@ -68,7 +68,8 @@ import numpy as np
 
 from fathom.errors import ConfigError, StoreError, whole_number
 from fathom.index.filters import SearchFilter
-from fathom.index.fusion import fuse, query_shape
+from fathom.index.fusion import QueryShape, fuse, query_shape
+from fathom.index.interim import InterimIndex
 from fathom.index.ranking import by_file, rank
 from fathom.index.request import SearchRequest
 from fathom.index.rerank import NO_CANDIDATES, NOT_CONFIGURED, RerankStage
@@ -84,6 +85,9 @@ from fathom.index.results import (
 from fathom.index.store import DamagedProject, Hit, Store, check_table_kind
 from fathom.inference.provider import Provider
 from fathom.inference.router import Router
+
+# A project whose first index runs: its walked chunks, and the note its answers carry.
+Early = tuple[InterimIndex, str]
 
 _KEYWORD_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fathom-keyword")
 
@@ -120,15 +124,17 @@ async def pipeline(
     *,
     reranker: Router | Provider | None = None,
     depth: int | None = None,
+    early: Sequence[Early] = (),
 ) -> Ranking:
     """The ranked pool (hybrid search, code-aware ranking), its head rescored by the reranker
     stage, then one result per file (`group="file"`) or per chunk (`"chunk"`): the best `k`.
     The request was checked when made; it is trusted here.
 
     Nothing before the cut depends on `k`: the first k results of any answer are the first k
-    of a longer one. `depth` is how many of the pool's head the reranker reads."""
+    of a longer one. `depth` is how many of the pool's head the reranker reads; `early`: the
+    first indexes that answer keyword-only meanwhile (`_retrieve`)."""
     depth = min(MAX_DEPTH, max(depth or RERANK_DEPTH, 1))
-    pool = await _retrieve(service, request)
+    pool = await _retrieve(service, request, early)
     head: list[SearchHit] = []
     if not pool:
         found = Ranking([], reranked=False, reason=NO_CANDIDATES)
@@ -173,10 +179,10 @@ async def candidates(
     return Noted(await _with_texts(service, table, pool[:depth]), pool.notes)
 
 
-async def retrieve(service: Searchable, request: SearchRequest) -> Noted:
+async def retrieve(service: Searchable, request: SearchRequest, early: Sequence[Early] = ()) -> Noted:
     """The best `k` of the ranked pool over one project (or every searchable one), one per
     file or per chunk, without the reranker stage and without their full texts."""
-    pool = await _retrieve(service, request)
+    pool = await _retrieve(service, request, early)
     return Noted(_cut(pool, request.k, request.group), pool.notes)
 
 
@@ -212,14 +218,22 @@ async def _with_texts(service: Searchable, table: str, hits: Sequence[SearchHit]
     return [h if h.text else replace(h, text=texts.get((h.project, h.chunk_id), h.snippet)) for h in hits]
 
 
-async def _retrieve(service: Searchable, request: SearchRequest) -> Noted:
+async def _retrieve(service: Searchable, request: SearchRequest, early: Sequence[Early] = ()) -> Noted:
     """The ranked pool: the best `POOL` fused `Hit`s over one project (or every searchable
     one), each project's query encoded by its table's own reference encoder, reordered by
     the code-aware stage (`fathom.index.ranking.rank`), as `SearchHit`s; a damaged project a
-    search over all of them meets is skipped, and noted. Never cut by the caller's `k`."""
+    search over all of them meets is skipped, and noted. Never cut by the caller's `k`.
+
+    `early`: the projects whose first index is running, each with its walked chunks
+    (`fathom.index.interim`) and the note its answers carry. Their keyword half alone joins
+    the pool (fused with no vector list, like a project of another space); the project asked
+    for, when it is one of them, is answered from it alone, with its note."""
     query, project, table, where = request.query, request.project, request.table, request.where
-    names, notes = await asyncio.to_thread(service.searchable, project, table)
     shape = query_shape(query)
+    if project is not None and early:
+        found, notes = await asyncio.to_thread(_keyword_only, early, table, query, where), [early[0][1]]
+        return _pooled(found, shape, project, table, early, notes)
+    names, notes = await asyncio.to_thread(service.searchable, project, table)
     if project is not None:
         vector = await encode_query(service.encoder_for(table, project), query)
         found = await asyncio.to_thread(
@@ -227,8 +241,42 @@ async def _retrieve(service: Searchable, request: SearchRequest) -> Noted:
         )
     else:
         found = await _over_projects(service, names, table, query, where, notes)
+        if early:
+            found += await asyncio.to_thread(_keyword_only, early, table, query, where)
+    return _pooled(found, shape, project, table, early, notes)
+
+
+def _keyword_only(early: Sequence[Early], table: str, query: str, where: SearchFilter | None) -> list[Hit]:
+    """The first indexes' keyword lists, pooled by BM25 and fused with no vector list: each
+    hit's score is its keyword score normalised, on the same [0, 1] scale as a fused hit."""
+    pooled = [h for index, _ in early for h in index.search(table, query, STORE_DEPTH, where)]
+    pooled.sort(key=lambda h: -h.score)
+    return fuse([], pooled[:STORE_DEPTH], query, limit=POOL)
+
+
+def _pooled(
+    found: list[Hit],
+    shape: QueryShape,
+    project: str | None,
+    table: str,
+    early: Sequence[Early],
+    notes: list[str],
+) -> Noted:
+    """The pool: `found` reordered by the code-aware stage, as `SearchHit`s (a first index's
+    with its full text, which no store holds yet)."""
     ranked = rank(found, shape, project=project)[:POOL]
-    return Noted([SearchHit.of(h.project or "", h) for h in ranked], notes)
+    held = {index.project: index for index, _ in early}
+    return Noted(
+        [
+            SearchHit.of(
+                h.project or "",
+                h,
+                text=held[h.project].text(table, h.chunk_id) if h.project in held else "",
+            )
+            for h in ranked
+        ],
+        notes,
+    )
 
 
 async def _over_projects(
@@ -352,7 +400,8 @@ async def encode_query(encoder: Provider, text: str) -> np.ndarray:
     if embed_query is not None:
         return np.asarray(await embed_query(text), dtype=np.float32).reshape(-1)
     vectors = await encoder.embed([text])
-    return np.asarray(vectors, dtype=np.float32)[0]
+    row: np.ndarray = np.asarray(vectors, dtype=np.float32)[0]  # the one text's vector
+    return row
 
 
 async def search(

@@ -8,7 +8,7 @@ rule ids), written here from each provider's documented key shape (fixed prefix,
 length). A family gitleaks does not carry (Discord webhooks, Azure storage keys, PuTTY keys,
 OpenRouter keys) is marked so. Keeping up means comparing this table with that file: a new
 family is one more entry here and one more planted key and near miss in
-`tests/secret_fixtures.py`, which the tests require of every rule.
+`tests/index/secret_fixtures.py`, which the tests require of every rule.
 
 What a rule matches is what gets redacted: the named group `secret` when the expression has
 one (the token of a webhook URL, the key of a connection string), else the whole match; a rule

@@ -51,7 +51,7 @@ from fathom.index.walker import IGNORE_FILES, Selection, SelectionOptions, resol
 
 if TYPE_CHECKING:  # pragma: no cover
     from fathom.config import Settings
-    from fathom.index.indexer import IndexReport, Job
+    from fathom.index.job import IndexReport, Job
     from fathom.index.store import Store
 
 
@@ -145,7 +145,7 @@ class _Retry:
     def delay(self, failures: int, busy: bool) -> float:
         if busy:
             return self.first_s
-        return min(self.max_s, self.first_s * 2 ** max(0, failures - 1))
+        return min(self.max_s, self.first_s * 2.0 ** max(0, failures - 1))
 
 
 class RootMoved(ConfigError):

@@ -94,7 +94,7 @@ class CrossEncoderReranker(Provider):
                 from transformers.utils import logging as hf_logging
 
                 hf_logging.disable_progress_bar()
-                model = CrossEncoder(self.model_path, device=self.device, local_files_only=True)
+                model: CrossEncoder = CrossEncoder(self.model_path, device=self.device, local_files_only=True)
             except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error
                 raise ModelLoadError(
                     self.model_name, self.model_path, f"{type(exc).__name__}: {exc}"

@@ -79,6 +79,7 @@ def local_encoder(settings: Settings) -> Provider:
             cache_dir=cache_dir(settings),
             batch_size=settings.local_batch_size,
             max_tokens=settings.local_max_tokens,
+            threads=settings.local_threads,
         )
     return LocalEncoder.from_settings(settings)
 
@@ -103,4 +104,5 @@ def quantized_writer(settings: Settings) -> OnnxEncoder | None:
         variant=variant,
         batch_size=settings.local_batch_size,
         max_tokens=settings.local_max_tokens,
+        threads=settings.local_threads,
     )

@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from fathom.roles import EMBEDDING_ROLES, Role
 
 if TYPE_CHECKING:  # pragma: no cover
     from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
 
     from fathom.config import Settings
 
@@ -176,28 +177,28 @@ class LocalEncoder(Provider):
             if int(dim) != self.width:
                 raise EncoderWidthMismatch(self.model_name, self.model_path, self.width, int(dim))
             if self.max_tokens is not None:
-                self._apply_max_tokens(model)
+                self._apply_max_tokens(model, self.max_tokens)
             self._model = model
             return model
 
-    def _apply_max_tokens(self, model: SentenceTransformer) -> None:
+    def _apply_max_tokens(self, model: SentenceTransformer, max_tokens: int) -> None:
         """Make the model read `max_tokens`, refused past what its position embeddings hold."""
         positions = getattr(getattr(model[0], "auto_model", None), "config", None)
         ceiling = getattr(positions, "max_position_embeddings", None)
-        if ceiling is not None and self.max_tokens > int(ceiling):
+        if ceiling is not None and max_tokens > int(ceiling):
             raise ConfigError(
-                f"FATHOM_LOCAL_MAX_TOKENS={self.max_tokens} is more than {self.model_name} can read "
+                f"FATHOM_LOCAL_MAX_TOKENS={max_tokens} is more than {self.model_name} can read "
                 f"({ceiling} positions); set it to {ceiling} or less, or unset it for the model's own"
             )
-        model.max_seq_length = self.max_tokens
+        model.max_seq_length = max_tokens
 
     def token_counter(self) -> TokenizerCounter:
         """This encoder's tokenizer and token limit, for chunking (loads the model once)."""
         if self._tokens is None:
             model = self.load()
-            self._tokens = TokenizerCounter(
-                model.tokenizer, int(model.max_seq_length), key=f"{self.id}@{int(model.max_seq_length)}"
-            )
+            # A text model has a tokenizer, which is where sentence-transformers reads the limit.
+            limit = int(cast(int, model.max_seq_length))
+            self._tokens = TokenizerCounter(model.tokenizer, limit, key=f"{self.id}@{limit}")
         return self._tokens
 
     def encode_sync(self, texts: Sequence[str]) -> np.ndarray:
@@ -228,7 +229,8 @@ class LocalEncoder(Provider):
 
     async def embed_query(self, query: str) -> np.ndarray:
         """One query vector, shape (width,)."""
-        return (await self.embed([query]))[0]
+        row: np.ndarray = (await self.embed([query]))[0]
+        return row
 
 
 def configured_max_tokens(model_path: str) -> int | None:
@@ -244,17 +246,24 @@ def configured_max_tokens(model_path: str) -> int | None:
     return int(value) if isinstance(value, int) and value > 0 else None
 
 
+class WrapsTokenizer(Protocol):
+    """A transformers fast tokenizer: the Rust tokenizer it wraps is what counts."""
+
+    @property
+    def backend_tokenizer(self) -> Tokenizer: ...
+
+
 class TokenizerCounter:
     """A Hugging Face fast tokenizer as `chunking.TokenCounter`. It counts on its own copy of
     the Rust tokenizer with truncation and padding off: the model's copy is switched to
     truncate while it encodes, and would report every long chunk as exactly fitting."""
 
-    def __init__(self, tokenizer, limit: int, *, key: str):
+    def __init__(self, tokenizer: Tokenizer | WrapsTokenizer, limit: int, *, key: str):
         from tokenizers import Tokenizer
 
         self.limit, self.key = int(limit), key
         # A transformers tokenizer wraps the Rust one (torch runtime); the ONNX runtime holds it bare.
-        backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        backend = tokenizer if isinstance(tokenizer, Tokenizer) else tokenizer.backend_tokenizer
         self._tok = Tokenizer.from_str(backend.to_str())
         self._tok.no_truncation()
         self._tok.no_padding()

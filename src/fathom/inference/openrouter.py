@@ -12,7 +12,7 @@ holds the budget decides what a 429 means for the next request.
 The key is whoever-holds-it's (the sidecar's). It lives in one private attribute, is read
 only to build the Authorization header of each request, and never reaches a log line, an
 exception message, a repr or a str. httpx logs request lines at INFO and httpcore logs
-connection events at DEBUG, neither with header values; `tests/test_openrouter_key.py`
+connection events at DEBUG, neither with header values; `tests/inference/test_openrouter_key.py`
 captures DEBUG on every logger to prove it stays that way.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, NoReturn, TypedDict
 
 import httpx
 import numpy as np
@@ -290,7 +290,7 @@ class _Key:
 
     __str__ = __repr__
 
-    def __reduce__(self):  # never pickle a secret
+    def __reduce__(self) -> NoReturn:  # never pickle a secret
         raise TypeError("an OpenRouter key cannot be pickled")
 
 

@@ -25,7 +25,7 @@ from fathom.clock import Clock
 from fathom.config import RoleRoute, RoutingState
 from fathom.errors import NoProviderAvailable, ProviderError
 from fathom.inference.pool import Pool, is_throttle
-from fathom.inference.provider import Kind, Provider
+from fathom.inference.provider import ChatResult, Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.policy import BEHAVIOUR, Behaviour, Policy
 from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
@@ -204,7 +204,7 @@ class Router:
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
         return await self.call(Role.RERANKER, lambda p: p.rerank(query, documents))
 
-    async def chat(self, role: Role, messages: Sequence[dict[str, Any]], **options: Any):
+    async def chat(self, role: Role, messages: Sequence[dict[str, Any]], **options: Any) -> ChatResult:
         return await self.call(role, lambda p: p.chat(messages, **options))
 
     # -- bulk embedding ----------------------------------------------------------------

@@ -20,7 +20,10 @@ import functools
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fathom.service.ports import Configured
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +79,6 @@ def answer_tokens(folder: str | None) -> AnswerTokens:
     return counter
 
 
-def tokens_of(service: Any) -> AnswerTokens:
+def tokens_of(service: Configured) -> AnswerTokens:
     settings = getattr(service, "settings", None)
     return answer_tokens(getattr(settings, "local_model_path", None))

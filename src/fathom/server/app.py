@@ -48,9 +48,9 @@ from fathom.config import RoutingStateDamaged, Settings
 from fathom.errors import FathomError, failure_of
 from fathom.server.admin.routers import admin_router, operator_router
 from fathom.server.answers import body_problems, damaged, failure_response
+from fathom.server.assembly import ServerOptions, ServerParts, build_parts
 from fathom.server.auth import admin_dependency, scrape_dependency
 from fathom.server.guard import BodyLimits, RequestGuard
-from fathom.server.parts import ServerOptions, ServerParts, build_parts
 from fathom.server.tokens import tokens_router
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,8 @@ def _answer_failures(app: FastAPI) -> None:
 
 
 def _mount_routes(app: FastAPI, parts: ServerParts) -> None:
-    from fathom.server.mcp_http import MCP_PATH, not_oauth_routes
+    from fathom.server.guard import MCP_PATH
+    from fathom.server.mcp_http import not_oauth_routes
 
     hub, metrics = parts.hub, parts.metrics
     parts.hub.mount(app)

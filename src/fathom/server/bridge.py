@@ -8,10 +8,13 @@ index and the same watchers' edits.
 
 What it owns:
 
-- finding the daemon (`find_daemon`: the data dir's `local_server.json`, trusted only as
-  `fathom.local_server` trusts it: this user's own 0600 file of a live process) and starting
-  one (`start_daemon`): detached in its own session, its output appended to `daemon.log`
-  (0600) in the data dir, one spawner at a time (a lock file), bounded in time. Whatever keeps
+- finding the daemon (`find_daemon`: the data dir's `local_daemon.json`, trusted only as
+  `fathom.local_server` trusts it: this user's own 0600 file of a live process), checking it
+  (`usable`: it answers its status within FATHOM_DAEMON_ANSWER_S and is of this release; one of
+  another release is stopped and replaced) and starting one (`start_daemon`): detached in its
+  own session, its output appended to `daemon.log` (0600, never through a link, moved to
+  `daemon.log.1` past a size bound) in the data dir (0700), one spawner at a time (a lock
+  file), bounded in time. Whatever keeps
   it from starting is raised as `DaemonUnavailable` naming why; `fathom mcp` then serves
   in-process and says so;
 - `Bridge`: each JSON-RPC message from stdin is POSTed to the daemon's `/mcp`; answers (JSON
@@ -23,7 +26,7 @@ What it owns:
   request again; a second loss ends the session with an error naming the daemon's log.
 
 What it refuses: importing anything heavy (no numpy, LanceDB, ONNX Runtime or web framework:
-`tests/test_mcp_daemon.py` checks), printing anything but MCP frames on stdout, and sending
+`tests/server/test_mcp_daemon.py` checks), printing anything but MCP frames on stdout, and sending
 the run's token anywhere but the daemon's loopback URL.
 """
 
@@ -42,16 +45,18 @@ from typing import Any
 
 import httpx
 
+from fathom import __version__
 from fathom.errors import FathomError
-from fathom.local_server import LocalServer, read_local_server
+from fathom.local_server import DAEMON_FILE, DAEMON_KIND, LocalServer, read_local_server
 
-DAEMON_KIND = "daemon"  # as `server.daemon` writes it
 DAEMON_LOG = "daemon.log"
+LOG_KEEP_BYTES = 4 << 20  # daemon.log past this at a start becomes daemon.log.1 (one old file kept)
 SPAWN_LOCK = "daemon.lock"
 START_S = 120.0  # a cold start loads the encoder's libraries: tens of seconds on a loaded machine
 ACCEPT = "application/json, text/event-stream"
 RECONNECT_TRIES = 3  # finding the daemon that just died does not count as the one restart
 GONE_WAIT_S = 10.0
+STOP_WAIT_S = 30.0  # a daemon of another release, asked to stop, finishes its requests first
 _spawned: list[subprocess.Popen[bytes]] = []  # reaped before each look, so a dead one is not taken alive
 
 
@@ -67,7 +72,7 @@ def find_daemon(data_dir: Path) -> LocalServer | None:
     """The running daemon of `data_dir`, or None."""
     for child in _spawned:
         child.poll()  # a daemon this process started and that died is reaped, so its pid reads dead
-    found = read_local_server(data_dir)
+    found = read_local_server(data_dir, DAEMON_FILE)
     return found if found is not None and found.kind == DAEMON_KIND else None
 
 
@@ -84,15 +89,24 @@ def _spawn_lock(data_dir: Path) -> Iterator[None]:
 
 
 def start_daemon(
-    data_dir: Path, *, watch: bool = True, timeout_s: float = START_S, command: list[str] | None = None
+    data_dir: Path,
+    *,
+    watch: bool = True,
+    timeout_s: float = START_S,
+    command: list[str] | None = None,
+    answer_s: float = 10.0,
+    say: Callable[[str], None] | None = None,
 ) -> LocalServer:
-    """The data dir's daemon: the running one, else one started now and waited for."""
+    """The data dir's daemon: the running one if it answers and is of this release, else one
+    started now and waited for. One that runs and does not answer within `answer_s` (hung, or
+    too busy) is left alone: `DaemonUnavailable` says so, and the session serves in-process."""
     data_dir = Path(data_dir).expanduser()
+    say = say or _stderr
     try:
-        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _private_dir(data_dir)
         with _spawn_lock(data_dir):
             found = find_daemon(data_dir)
-            if found is not None:
+            if found is not None and usable(found, data_dir, answer_s, say):
                 return found
             return _spawn(data_dir, command or daemon_command(data_dir, watch=watch), timeout_s)
     except OSError as exc:
@@ -100,6 +114,63 @@ def start_daemon(
             f"cannot start the background Fathom in {data_dir}: "
             f"{exc.strerror or exc} ({getattr(exc, 'filename', None) or data_dir})"
         ) from None
+
+
+def _private_dir(data_dir: Path) -> None:
+    """The data dir, made or tightened to 0700 before the run file, lock and log go in: the
+    daemon's token is handed over there, and `server.local` trusts a file only in it."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = data_dir.stat()
+    if info.st_uid == os.getuid() and info.st_mode & 0o077:
+        os.chmod(data_dir, 0o700)
+
+
+def usable(found: LocalServer, data_dir: Path, answer_s: float, say: Callable[[str], None]) -> bool:
+    """Whether the running daemon `found` serves this session. A daemon of another release is
+    stopped (SIGTERM: it finishes its requests) and False; one whose address answers nothing
+    (its pid reused, a file left behind) is False; one that does not answer in time raises."""
+    import signal
+
+    if found.version != __version__:
+        say(
+            f"fathom mcp: the background Fathom (pid {found.pid}) is release {found.version or 'unknown'}, "
+            f"this is {__version__}: stopping it and starting this release's"
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(found.pid, signal.SIGTERM)
+        _wait_gone(found.pid, STOP_WAIT_S)
+        if find_daemon(data_dir) == found:
+            raise DaemonUnavailable(
+                f"the background Fathom of release {found.version or 'unknown'} (pid {found.pid}) "
+                f"did not stop within {STOP_WAIT_S:g} s; `kill {found.pid}` ends it"
+            )
+        return False
+    try:
+        answered = httpx.get(
+            found.url.rstrip("/") + "/local/status",
+            headers={"Authorization": f"Bearer {found.token}"},
+            timeout=answer_s,
+            trust_env=False,
+        )
+    except httpx.ConnectError:
+        say(f"fathom mcp: nothing answers at the background Fathom's address (pid {found.pid}): starting one")
+        return False
+    except httpx.HTTPError as exc:
+        raise DaemonUnavailable(
+            f"the background Fathom (pid {found.pid}) runs but did not answer within {answer_s:g} s "
+            f"({type(exc).__name__}: hung, or too busy; its log: {data_dir / DAEMON_LOG}). "
+            f"`fathom status` shows it; `kill {found.pid}` ends it (FATHOM_DAEMON_ANSWER_S)"
+        ) from None
+    if answered.status_code == 200:
+        return True
+    say(
+        f"fathom mcp: the background Fathom's address answered {answered.status_code} (a stale run file): starting one"
+    )
+    return False
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def daemon_command(data_dir: Path, *, watch: bool) -> list[str]:
@@ -116,7 +187,7 @@ def daemon_command(data_dir: Path, *, watch: bool) -> list[str]:
 
 def _spawn(data_dir: Path, command: list[str], timeout_s: float) -> LocalServer:
     log_path = data_dir / DAEMON_LOG
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = _open_log(log_path)
     try:
         os.fchmod(fd, 0o600)  # a log made before by a looser umask is this user's alone too
         child = subprocess.Popen(
@@ -127,7 +198,7 @@ def _spawn(data_dir: Path, command: list[str], timeout_s: float) -> LocalServer:
     _spawned.append(child)
     deadline = time.monotonic() + timeout_s
     while True:
-        found = read_local_server(data_dir)
+        found = find_daemon(data_dir)
         if found is not None and found.pid == child.pid:
             return found
         code = child.poll()
@@ -142,6 +213,16 @@ def _spawn(data_dir: Path, command: list[str], timeout_s: float) -> LocalServer:
                 f"the background Fathom did not start within {timeout_s:g} s (its log: {log_path})"
             )
         time.sleep(0.05)  # polling a file another process writes; bounded by the deadline above
+
+
+def _open_log(path: Path) -> int:
+    """daemon.log for appending, this user's alone; never through a link planted in its place
+    (O_NOFOLLOW: the daemon would write wherever it points). Past `LOG_KEEP_BYTES` it is moved
+    to daemon.log.1 first (the one old file kept), so the log is bounded across starts."""
+    with contextlib.suppress(FileNotFoundError):
+        if os.lstat(path).st_size > LOG_KEEP_BYTES:
+            os.replace(path, path.with_name(path.name + ".1"))
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
 
 
 def _last_line(path: Path) -> str:
@@ -207,6 +288,10 @@ class Bridge:
         self.restarts = 0
         self.closing = False
         self._lock = asyncio.Lock()
+        # Clear while a reconnect opens the new session: a request sent meanwhile would carry no
+        # session id (the daemon answers 400), so it waits and goes with the new one.
+        self._ready = asyncio.Event()
+        self._ready.set()
         self._answered: set[Any] = set()
         # trust_env=False: no HTTP(S)_PROXY from the environment; the daemon is on loopback,
         # and its run token goes nowhere else.
@@ -264,6 +349,7 @@ class Bridge:
 
     async def send(self, message: Any) -> None:
         """POST `message`; once, on losing the daemon, reconnect and send it again."""
+        await self._ready.wait()
         generation = self.generation
         try:
             await self._post(message)
@@ -333,6 +419,7 @@ class Bridge:
     async def listen(self) -> None:
         """The session's server stream: the server's own notifications, while the session lasts."""
         while not self.closing:
+            await self._ready.wait()
             generation = self.generation
             try:
                 async with self.http.stream(
@@ -359,26 +446,35 @@ class Bridge:
             if self.restarts >= 1 or self.initialize is None:
                 raise SessionLost(self._lost_line(cause))
             self.restarts += 1
-            self.say(
-                f"fathom mcp: the background Fathom went away ({type(cause).__name__}); "
-                f"starting or finding it again"
-            )
-            for _ in range(RECONNECT_TRIES):
-                try:
-                    self.daemon = await asyncio.to_thread(self.restart)
-                    self.session_id = None
-                    await self._post({**self.initialize, "id": "fathom-bridge-reconnect"}, quiet=True)
-                    await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}, quiet=True)
-                    self.generation += 1
-                    return
-                except DaemonUnavailable as exc:
-                    raise SessionLost(self._lost_line(exc)) from None
-                except (httpx.TransportError, _SessionGone) as exc:
-                    # Found the one that just died (its file outlives a SIGKILL until its pid is
-                    # gone): wait for it to be gone, then start one.
-                    cause = exc
-                    await asyncio.to_thread(_wait_gone, self.daemon.pid, GONE_WAIT_S)
-            raise SessionLost(self._lost_line(cause))
+            self._ready.clear()
+            try:
+                await self._reopen(cause)
+            finally:
+                self._ready.set()
+
+    async def _reopen(self, cause: BaseException) -> None:
+        """A daemon, and the host's session opened on it again (the `reconnect` lock held)."""
+        assert self.initialize is not None
+        self.say(
+            f"fathom mcp: the background Fathom went away ({type(cause).__name__}); "
+            f"starting or finding it again"
+        )
+        for _ in range(RECONNECT_TRIES):
+            try:
+                self.daemon = await asyncio.to_thread(self.restart)
+                self.session_id = None
+                await self._post({**self.initialize, "id": "fathom-bridge-reconnect"}, quiet=True)
+                await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}, quiet=True)
+                self.generation += 1
+                return
+            except DaemonUnavailable as exc:
+                raise SessionLost(self._lost_line(exc)) from None
+            except (httpx.TransportError, _SessionGone) as exc:
+                # Found the one that just died (its file outlives a SIGKILL until its pid is
+                # gone): wait for it to be gone, then start one.
+                cause = exc
+                await asyncio.to_thread(_wait_gone, self.daemon.pid, GONE_WAIT_S)
+        raise SessionLost(self._lost_line(cause))
 
     def _lost_line(self, cause: BaseException) -> str:
         return (

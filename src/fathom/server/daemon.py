@@ -6,7 +6,7 @@ What it owns:
   the index handles and one watcher per project for every session; it serves the MCP tools
   over streamable HTTP on 127.0.0.1 (an ephemeral port), behind this run's token, which it
   hands to the same user's `fathom mcp` bridges (`fathom.server.bridge`) and CLI through
-  `local_server.json` (`server.local`: 0600 under the 0700 data dir, so another user can
+  `local_daemon.json` (`server.local`: 0600 under the 0700 data dir, so another user can
   neither read the token nor plant one). A file it cannot write stops the start: a daemon no
   session can find would only hold memory.
 - `Attendance` and `stop_when_idle`: it stops once no session is attached (a bridge holds an
@@ -28,15 +28,19 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from fathom.local_server import DAEMON_KIND
 from fathom.server.guard import LOCAL_PREFIX, MCP_PATH
+
+if TYPE_CHECKING:
+    from fathom.config import Settings
+    from fathom.service import Fathom
 
 log = logging.getLogger("fathom.server.daemon")
 
-DAEMON_KIND = "daemon"
 STATUS_PATH = LOCAL_PREFIX + "status"
 HOST = "127.0.0.1"
 # Until its first request, a daemon waits at least this long: the session that started it is
@@ -88,14 +92,17 @@ class Attendance:
 
 
 class Attended:
-    """ASGI middleware: every request to `/mcp` is counted by `attendance` while it is open."""
+    """ASGI middleware: every request to `/mcp` that carries this run's token (`admit`) is
+    counted by `attendance` while it is open. One without it is refused further in and keeps
+    nothing alive: anyone on this machine can knock, only the user's sessions hold the daemon."""
 
-    def __init__(self, app: ASGIApp, attendance: Attendance):
+    def __init__(self, app: ASGIApp, attendance: Attendance, admit: Callable[[str | None], bool]):
         self.app = app
         self.attendance = attendance
+        self.admit = admit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("path") != MCP_PATH:
+        if scope["type"] != "http" or scope.get("path") != MCP_PATH or not self.admit(_bearer(scope)):
             await self.app(scope, receive, send)
             return
         stream = scope.get("method") == "GET"
@@ -104,6 +111,14 @@ class Attended:
             await self.app(scope, receive, send)
         finally:
             self.attendance.end(stream=stream)
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers") or ():
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            return token.strip() if scheme.lower() == "bearer" else None
+    return None
 
 
 async def stop_when_idle(
@@ -144,7 +159,7 @@ def status_route(door: Any, attendance: Attendance) -> Any:
     return Route(STATUS_PATH, status, methods=["GET"])
 
 
-def serve_daemon(fathom: Any, settings: Any, *, watching: bool, say: Callable[[str], None]) -> None:
+def serve_daemon(fathom: Fathom, settings: Settings, *, watching: bool, say: Callable[[str], None]) -> None:
     """Serve `fathom` to this user's sessions until idle or stopped (see the module docstring)."""
     from fathom.server.__main__ import listen
     from fathom.server.connections import ConnectionLimits, uvicorn_config
@@ -184,7 +199,7 @@ def serve_daemon(fathom: Any, settings: Any, *, watching: bool, say: Callable[[s
             routes=[*local_routes(lambda: fathom, door), status_route(door, attendance)],
         )
         config = uvicorn_config(
-            Attended(app, attendance),
+            Attended(app, attendance, door.check),
             host=HOST,
             port=0,
             limits=ConnectionLimits.of(settings),

@@ -19,7 +19,7 @@ It refuses to run git or to index by itself (`fathom.service.git_projects` does 
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import APIRouter, Depends, Request, Response
 from mcp.types import ToolAnnotations
@@ -28,6 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from fathom.server.answers import refusal
 from fathom.server.mcp_common import ProjectName, tool_errors
 from fathom.service.git_syncs import WebhookRefused
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+    from fathom.service.ports import GitService
 
 HOOK_PREFIX = "/hooks/git/"
 
@@ -51,7 +56,7 @@ class BranchRequest(BaseModel):
     branch: str = Field(min_length=1, max_length=200)
 
 
-def hooks_router(service: Any) -> APIRouter:
+def hooks_router(service: GitService) -> APIRouter:
     router = APIRouter()
 
     @router.post(
@@ -75,7 +80,7 @@ def hooks_router(service: Any) -> APIRouter:
     return router
 
 
-def git_admin_router(service: Any, require_admin: Any) -> APIRouter:
+def git_admin_router(service: GitService, require_admin: Any) -> APIRouter:
     router = APIRouter(prefix="/admin/projects", dependencies=[Depends(require_admin)])
 
     @router.post("/git", tags=["git"])
@@ -125,7 +130,7 @@ class GitProjectAdded(BaseModel):
     poll_s: float | None = None
 
 
-def register_git_tools(server: Any, fathom: Any) -> None:
+def register_git_tools(server: MCPServer, fathom: GitService) -> None:
     """`add_git_project`: a tool that writes, so only tokens allowed to index see or call it.
     Listed only while the server allows some remote (FATHOM_GIT_REMOTES): without one it could
     only refuse, and its description would cost every agent's context for nothing."""

@@ -46,7 +46,7 @@ import json
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import HTTPException
 from starlette.requests import Request
@@ -65,6 +65,9 @@ from fathom.server.audit import AuditLog
 from fathom.server.auth import AdminAuth, ScrapeAuth
 from fathom.server.git_routes import HOOK_PREFIX
 from fathom.server.tokens import McpTokens, Principal
+
+if TYPE_CHECKING:
+    from fathom.server.oauth.verifier import OAuthVerifier
 
 log = logging.getLogger("fathom.server.guard")
 
@@ -234,7 +237,7 @@ class Access:
         *,
         open_mcp: bool = False,
         local: Any = None,
-        oauth: Any = None,
+        oauth: OAuthVerifier | None = None,
         static_mcp: bool = True,
     ):
         self.admin = admin
@@ -242,7 +245,7 @@ class Access:
         self.mcp = mcp
         self.open_mcp = open_mcp
         self.local = local  # a `server.local.LocalDoor` once the server knows its address
-        self.oauth = oauth  # a `server.oauth.door.OAuthDoor`: people signed in by the operator's issuer
+        self.oauth = oauth  # people signed in by the operator's issuer
         self.static_mcp = (
             static_mcp  # False: `/mcp` takes OAuth access tokens only (no `fm_`, no admin token)
         )
@@ -568,7 +571,7 @@ class WrongTokenDelay:
         self._peers[peer] = (count, now)
         while len(self._peers) > self.max_peers:
             self._peers.popitem(last=False)
-        return min(self.cap_s, self.base_s * 2 ** min(count - 1, 32))
+        return min(self.cap_s, self.base_s * 2.0 ** min(count - 1, 32))
 
 
 def _peer(scope: Scope) -> str:

@@ -3,9 +3,10 @@ answers the CLI of the same user with its warm encoder, instead of the CLI loadi
 
 It owns:
 
-- `LocalDoor`: at start the serving process writes `local_server.json` in its data dir — its
-  URL, its pid, its kind and a token made for this run only — through a 0600 file in the 0700
-  data dir, so only the user who runs it can read it; at stop it removes the file (only while it
+- `LocalDoor`: at start the serving process writes `local_server.json` (the background
+  Fathom: `local_daemon.json`) in its data dir — its URL, its pid, its kind, its version and a
+  token made for this run only — through a 0600 file in the 0700 data dir, so only the user who
+  runs it can read it; at stop it removes the file (only while it
   is still its own: a second server on the same data dir may have taken it over). The token is
   never printed, logged or put on a command line, and dies with the process: a stale file left
   by a killed server opens nothing.
@@ -38,8 +39,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from fathom import __version__
 from fathom.config import atomic_write_text
-from fathom.local_server import LOCAL_FILE
+from fathom.local_server import LOCAL_FILE as LOCAL_FILE  # re-exported: the serve's run file
+from fathom.local_server import run_file_name
 from fathom.server.guard import LOCAL_PREFIX
 
 log = logging.getLogger("fathom.server.local")
@@ -63,7 +66,8 @@ class LocalDoor:
     """This run's local token and the file that hands it to the same user's CLI."""
 
     def __init__(self, data_dir: Path, url: str, *, kind: str):
-        self.path = Path(data_dir).expanduser() / LOCAL_FILE
+        # its own file per kind: a `fathom serve` and the background Fathom never clobber each other
+        self.path = Path(data_dir).expanduser() / run_file_name(kind)
         self.url = url
         self.kind = kind
         self._token = f"{LOCAL_TOKEN_PREFIX}_{secrets.token_urlsafe(32)}"
@@ -86,6 +90,7 @@ class LocalDoor:
                 "url": self.url,
                 "pid": os.getpid(),
                 "kind": self.kind,
+                "version": __version__,  # a bridge of another release replaces this daemon
                 "token": self._token,
                 "started_at": time.time(),
             }

@@ -12,7 +12,7 @@ do, in the caller's scope), or run a query on the event loop.
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
@@ -23,6 +23,9 @@ from fathom.server.mcp_common import MaxTokens, PageCursor, ProjectOpt, tool_err
 from fathom.server.mcp_symbols import READ_ONLY, Name, paged
 from fathom.server.search_answer import resource_uri
 from fathom.service import calls as service
+
+if TYPE_CHECKING:
+    from fathom.service.ports import SymbolSource
 
 Grade = Literal["resolved", "likely", "name-only"]
 
@@ -114,7 +117,7 @@ def head_of(answer: service.CallAnswer, name: str, shown: int) -> str:
     return f"{shown}{more} {what} {name!r} ({len(answer.definitions)} definition(s)), resolved first"
 
 
-def register_call_tools(server: MCPServer, fathom: Any) -> None:
+def register_call_tools(server: MCPServer, fathom: SymbolSource) -> None:
     only_when = getattr(server, "only_when", None)
     if only_when is not None:  # read at every listing: the first index run lists it
         only_when("find_calls", lambda: service.has_symbols(fathom))

@@ -29,7 +29,7 @@ from mcp.server.mcpserver import Context
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from fathom.index.indexer import IndexReport, Job
+from fathom.index.job import IndexReport, Job
 from fathom.server.mcp_common import ProjectName, tool_errors
 from fathom.service.background import BackgroundIndex
 

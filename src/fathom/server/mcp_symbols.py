@@ -17,7 +17,7 @@ import asyncio
 import functools
 import json
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
@@ -33,6 +33,9 @@ from fathom.server.answer_tokens import (
 from fathom.server.mcp_common import MaxTokens, PageCursor, ProjectOpt, tool_errors
 from fathom.server.search_answer import resource_uri
 from fathom.service import symbols
+
+if TYPE_CHECKING:
+    from fathom.service.ports import SymbolSource
 
 READ_ONLY = ToolAnnotations(
     read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
@@ -232,14 +235,14 @@ def _outline_line(e: OutlineEntry) -> str:
     return f"{'  ' * e.depth}{e.start_line}-{e.end_line} {e.qualname} ({e.kind}) {e.signature}"
 
 
-def register_symbol_tools(server: MCPServer, fathom: Any) -> None:
+def register_symbol_tools(server: MCPServer, fathom: SymbolSource) -> None:
     """`find_symbol`, `find_references` and `outline`, in that order."""
     _symbol_tool(server, fathom)
     _references_tool(server, fathom)
     _outline_tool(server, fathom)
 
 
-def _symbol_tool(server: MCPServer, fathom: Any) -> None:
+def _symbol_tool(server: MCPServer, fathom: SymbolSource) -> None:
     @server.tool(
         title="Find a symbol",
         annotations=READ_ONLY,
@@ -291,7 +294,7 @@ def _symbol_tool(server: MCPServer, fathom: Any) -> None:
         return await asyncio.to_thread(run)
 
 
-def _references_tool(server: MCPServer, fathom: Any) -> None:
+def _references_tool(server: MCPServer, fathom: SymbolSource) -> None:
     @server.tool(
         title="Find references",
         annotations=READ_ONLY,
@@ -317,7 +320,7 @@ def _references_tool(server: MCPServer, fathom: Any) -> None:
                     line=r.line,
                     column=r.column,
                     use=r.use,
-                    enclosing=r.enclosing,  # type: ignore[arg-type]
+                    enclosing=r.enclosing,
                     resolution=r.resolution,
                     text=r.text[:300],
                     uri=f"{_file_uri(r.project, r.path)}?lines={r.line}-{r.line}",
@@ -344,7 +347,7 @@ def _references_tool(server: MCPServer, fathom: Any) -> None:
         return await asyncio.to_thread(run)
 
 
-def _outline_tool(server: MCPServer, fathom: Any) -> None:
+def _outline_tool(server: MCPServer, fathom: SymbolSource) -> None:
     @server.tool(
         title="Outline a file",
         annotations=READ_ONLY,

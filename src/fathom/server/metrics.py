@@ -23,8 +23,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -32,6 +32,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from fathom.inference.provider import Provider
 from fathom.logsafe import scrub
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("fathom.server.metrics")
 
@@ -153,7 +155,7 @@ class MeteredProvider(Provider):
             return roles[0] if len(roles) == 1 else "embedding"
         return {"rerank": "reranker"}.get(op, "chat")
 
-    async def _observe(self, op: str, n: int, call: Any) -> Any:
+    async def _observe(self, op: str, n: int, call: Awaitable[_T]) -> _T:
         started = self.clock()
         try:
             result = await call

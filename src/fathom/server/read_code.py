@@ -24,7 +24,7 @@ import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -33,6 +33,9 @@ from fathom.index.reading import IndexedFile, chunk_by_id, disk_state, indexed_f
 from fathom.index.walker import resolve_roots, root_moved
 from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, ENVELOPE, tokens_of
 from fathom.server.search_answer import parse_hit_id, resource_uri
+
+if TYPE_CHECKING:
+    from fathom.service.ports import CodeReader, Configured
 
 OnDisk = Literal["unchanged", "changed", "deleted", "unknown"]
 ON_DISK = (
@@ -111,7 +114,7 @@ def _target(
     return project, path, None, None, start, end
 
 
-def _on_disk(fathom: Any, indexed: IndexedFile) -> tuple[OnDisk, str | None]:
+def _on_disk(fathom: CodeReader, indexed: IndexedFile) -> tuple[OnDisk, str | None]:
     record = fathom.records.get(indexed.project) or {}
     root = Path(record["root"]) if record.get("root") else None
     if root is None:
@@ -124,7 +127,12 @@ def _on_disk(fathom: Any, indexed: IndexedFile) -> tuple[OnDisk, str | None]:
 
 
 def _locate(
-    fathom: Any, project: str | None, path: str | None, start: int | None, end: int | None, hit: str | None
+    fathom: CodeReader,
+    project: str | None,
+    path: str | None,
+    start: int | None,
+    end: int | None,
+    hit: str | None,
 ) -> tuple[IndexedFile, int, int]:
     project, path, table, chunk_id, start, end = _target(project, path, start, end, hit)
     store = fathom.store  # the caller's scoped view: another project is "no such project"
@@ -147,7 +155,7 @@ def _locate(
 
 
 def read_lines(
-    fathom: Any,
+    fathom: CodeReader,
     *,
     project: str | None = None,
     path: str | None = None,
@@ -177,7 +185,7 @@ def read_lines(
     return fit(fathom, Lines(read, shown), max_tokens)
 
 
-def fit(fathom: Any, answer: Lines, max_tokens: int) -> Lines:
+def fit(fathom: Configured, answer: Lines, max_tokens: int) -> Lines:
     """The answer with as many of its lines as `max_tokens` holds (at least one), counting
     the numbered text and the metadata, as a client receives both."""
     tokens = tokens_of(fathom)
@@ -225,7 +233,7 @@ def parse_lines(value: str | None) -> tuple[int | None, int | None]:
     return start, end
 
 
-async def read_resource(fathom: Any, project: str, path: str, lines: str | None) -> str:
+async def read_resource(fathom: CodeReader, project: str, path: str, lines: str | None) -> str:
     """The exact text of a `fathom://` resource: the lines, unnumbered, as indexed; a range
     over the default budget is refused, naming one that fits (a resource has no cursor)."""
     start, end = parse_lines(lines)

@@ -31,7 +31,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from mcp.types import CallToolResult, ResourceLink, TextContent
 
@@ -49,7 +49,9 @@ from fathom.server.search_answer import (
     results_of,
     similar_head,
 )
-from fathom.service.searching import Searches
+
+if TYPE_CHECKING:
+    from fathom.service.ports import Configured, SearchService
 
 
 def summary_line(r: Result) -> str:
@@ -297,15 +299,8 @@ async def paged(
     return out
 
 
-class Ranks(Protocol):
-    """What a page of a search needs of the service: its searches, and its token counter."""
-
-    @property
-    def searches(self) -> Searches: ...
-
-
 async def search_page(
-    service: Ranks,
+    service: SearchService,
     rankings: Rankings,
     request: SearchRequest,
     *,
@@ -331,7 +326,7 @@ async def search_page(
 
 
 async def similar_page(
-    service: Any,
+    service: Configured,
     rankings: Rankings,
     find: Callable[[], Awaitable[Any]],
     query: str,

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fathom.service.ports import Warming
 
 log = logging.getLogger("fathom.server.warm")
 
 ENCODER_FREE = frozenset({"list_projects", "index_status", "drop_project"})
 
 
-def wait_for_encoder(server: Any, fathom: Any) -> None:
+def wait_for_encoder(server: Any, fathom: Warming) -> None:
     """Make `server`'s tool calls wait for `fathom`'s encoder warm-up where they need it."""
     inner = server.call_tool
 

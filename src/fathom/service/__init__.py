@@ -38,10 +38,10 @@ import os
 import socket
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fathom import scope
 from fathom.config import RoutingStore, Settings
@@ -52,15 +52,8 @@ from fathom.index import search as search_mod
 from fathom.index.backend import open_store
 from fathom.index.filters import SearchFilter
 from fathom.index.git_source import ChangedFiles
-from fathom.index.indexer import (
-    Discovery,
-    Indexer,
-    IndexProgress,
-    IndexReport,
-    Job,
-    progress_line,
-    space_for,
-)
+from fathom.index.indexer import Discovery, Indexer, space_for
+from fathom.index.job import IndexProgress, IndexReport, Job, progress_line
 from fathom.index.request import SearchRequest
 from fathom.index.results import Noted, SearchHit, skipped_note
 from fathom.index.search import MAX_LINE as MAX_LINE  # re-exported: the tools' bound
@@ -77,6 +70,7 @@ from fathom.inference.encoders import local_encoder, quantized_writer
 from fathom.inference.gate import Gate, GateClearance, Verdict
 from fathom.inference.gate.core import choose_anchor
 from fathom.inference.model_choice import EarlierEncoders, chosen_reranker, moved_tables, with_chosen_models
+from fathom.inference.pool import Pool
 from fathom.inference.provider import Kind, Provider
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
@@ -95,6 +89,7 @@ from fathom.service.jobs import (  # noqa: F401 - re-exported
 from fathom.service.projects import (  # noqa: F401 - re-exported
     MAX_INCLUDES,
     FolderTaken,
+    IndexStatus,
     IndexTarget,
     ProjectRecords,
     ProjectSummary,
@@ -114,20 +109,6 @@ log = logging.getLogger(__name__)
 ROLE_OF_TABLE = {"code": Role.CODE_EMBEDDING, "docs": Role.EMBEDDING}
 # A drop tries the project's lock this many times, this long apart (about half a minute).
 LOCK_TRIES, LOCK_PAUSE_S = 300, 0.1
-
-
-@dataclass(frozen=True)
-class IndexStatus:
-    project: str
-    root: str | None
-    tables: dict[str, dict[str, Any]]
-    last_run: dict[str, Any] | None
-    jobs: list[dict[str, Any]] = field(default_factory=list)
-    store: str | None = None  # where the index lives (a URL's password redacted)
-    watch: dict[str, Any] = field(default_factory=dict)  # live sync: Fathom.watch_state
-    include: list[str] = field(default_factory=list)  # the project's include globs
-    state: str = "indexed"  # or indexing: a run builds its index now (a first one: no tables yet)
-    progress: str | None = None  # how far that run is (`indexer.progress_line`)
 
 
 class _SharedState:
@@ -261,7 +242,7 @@ class Fathom:
         self.jobs = JobTable()  # every index job of this process (`fathom.service.jobs`)
         self._index_lock: dict[str, asyncio.Lock] = {}
         self.batches = BatchHistory(self.routing)  # each provider's batch size, per table
-        self.watcher: Any = None  # a fathom.index.watch.Watcher once a front end turns sync on
+        self.watcher: Watcher | None = None  # once a front end turns sync on
         self.registry = registry if registry is not None else ProviderRegistry()
         self.earlier = EarlierEncoders(self.settings, local_encoder)  # tables of earlier models
         if (reranker := chosen_reranker(self.settings)) is not None and reranker.id not in self.registry:
@@ -286,7 +267,7 @@ class Fathom:
         )
         self.warmup: Warmup | None = None  # set by `warm_up`, in the front ends that stay up
         self.git = GitProjects(self, clock=clock)  # projects from git remotes, branch by branch
-        self.searches = Searches(self, self.git)  # every search, at a git ref or not
+        self.searches = Searches(self, self.git, self.jobs)  # every search, at a git ref or not
 
     def warm_up(self, on_ready: Callable[[str], None] | None = None) -> Warmup:
         """Start loading the in-process encoder in the background (once): a long-running front
@@ -413,8 +394,19 @@ class Fathom:
 
         return await verify_providers(self, table, ROLE_OF_TABLE[table])
 
-    def indexer(self, *, include: Sequence[str] = (), extra_ignores: Sequence[str] = ()) -> Indexer:
+    def indexer(
+        self,
+        *,
+        include: Sequence[str] = (),
+        extra_ignores: Sequence[str] = (),
+        lenders: Sequence[str] = (),
+        paths: frozenset[str] | None = None,
+    ) -> Indexer:
+        """An indexer built whole for one run (`paths`, a git diff's: only those files are read)."""
         batch = getattr(self.encoder, "batch_size", self.settings.local_batch_size)
+        walk: Callable[..., Discovery] = (
+            Discovery if paths is None else functools.partial(ChangedFiles, paths=paths)
+        )
         return Indexer(
             self.store,
             self.encoder,
@@ -423,10 +415,9 @@ class Fathom:
             runner=self._runner,
             provenance=self.provenance,
             space_of=self.space,
-            discover_fn=functools.partial(
-                Discovery, include=tuple(include), extra_ignores=tuple(extra_ignores)
-            ),
+            discover_fn=functools.partial(walk, include=tuple(include), extra_ignores=tuple(extra_ignores)),
             refused_roots=self.settings.refused_roots,
+            lenders=lenders,
         )
 
     def selection_of(self, project: str, root: Path) -> SelectionOptions:
@@ -441,7 +432,7 @@ class Fathom:
                 extra.append(f"/{inside.as_posix()}/")
         return {"include": list(record.get("include") or []), "extra_ignores": extra}
 
-    def _runner(self, table: str):
+    def _runner(self, table: str) -> Pool:
         """The role's pull pool: cloud providers take a budget permit before they pull, and
         each runs as many lanes as the budget's effective limit allows in flight (an override
         of 16 puts 16 requests at the upstream, a halving half as many); locals run one.
@@ -540,10 +531,8 @@ class Fathom:
             if include is not None:
                 await asyncio.to_thread(self.records.update, name, include=list(include))
             selection = await asyncio.to_thread(self.selection_of, name, root)
-            indexer = self.indexer(**selection)
-            indexer.lenders = await asyncio.to_thread(lenders_of, self.records, name)
-            if job.paths is not None:  # a git diff: only the files it names are read
-                indexer.discover = functools.partial(ChangedFiles, paths=job.paths, **selection)
+            lenders = await asyncio.to_thread(lenders_of, self.records, name)
+            indexer = self.indexer(**selection, lenders=lenders, paths=job.paths)
             # Two runs of one project in one process would race on its slots.
             async with self._index_lock.setdefault(name, asyncio.Lock()):
                 if self._must_load(job):
@@ -697,7 +686,10 @@ class Fathom:
     def project_lock(self, project: str) -> contextlib.AbstractContextManager[Any]:
         """The project's index lock, held for a whole run: an OS file lock on LanceDB, a
         PostgreSQL advisory lock on a shared database. The one place every writer passes."""
-        lock = getattr(self.store, "project_lock", None)
+        # Both stores hold one; a store without (a test's) runs unlocked.
+        lock: Callable[..., contextlib.AbstractContextManager[Any]] | None = getattr(
+            self.store, "project_lock", None
+        )
         if lock is None:
             return contextlib.nullcontext()
         return lock(project, holder=f"fathom@{socket.gethostname()}:{os.getpid()}")
@@ -820,3 +812,14 @@ class Fathom:
             self._store.close()
         if self._shared is not None:
             self._shared.db.close()
+
+
+if TYPE_CHECKING:
+    from fathom.index.watch import Watcher
+    from fathom.service import ports
+
+    def _fits_every_port(
+        f: Fathom,
+    ) -> tuple[ports.SymbolSource, ports.CodeReader, ports.OperatorService, ports.GitService, ports.Warming]:
+        """Never called: mypy proves here that `Fathom` satisfies every port the front ends use."""
+        return f, f, f, f, f

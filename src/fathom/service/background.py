@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from fathom.errors import ConfigError, UnknownJob
-from fathom.index.indexer import IndexProgress, IndexReport, Job, JobCancelled, JobState
+from fathom.index.job import IndexProgress, IndexReport, Job, JobCancelled, JobState
 from fathom.service.jobs import JobTable
 from fathom.service.projects import ProjectRecords, check_includes, index_target, indexed_before
 

@@ -14,12 +14,15 @@ event loop: every function here blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fathom.errors import ConfigError
 from fathom.index.symbols import calls as graph
 from fathom.index.symbols.table import SymbolRow
 from fathom.service.symbols import check_name, fresh_projects, table_of, table_path
+
+if TYPE_CHECKING:
+    from fathom.service.ports import SymbolSource
 
 DIRECTIONS = ("callers", "callees", "impact")
 MAX_DEPTH = 5
@@ -52,7 +55,7 @@ def check_direction(direction: str, depth: int) -> None:
 
 
 def find_calls(
-    fathom: Any,
+    fathom: SymbolSource,
     name: str,
     *,
     direction: str = "callers",
@@ -82,7 +85,7 @@ def find_calls(
     return CallAnswer(direction, definitions, impacted=impacted, notes=notes, truncated=truncated or stopped)
 
 
-def has_symbols(fathom: Any) -> bool:
+def has_symbols(fathom: SymbolSource) -> bool:
     """Whether any project's symbols are in the table (where `find_calls` is listed): one
     read of a file that exists, nothing made where none does."""
     if not table_path(fathom).exists():

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fathom.config import Settings
 from fathom.errors import ConfigError
@@ -49,9 +49,13 @@ from fathom.index.eval_sets import (
 )
 from fathom.index.indexer import check_project_root
 from fathom.index.request import SearchRequest
-from fathom.index.results import files_of
+from fathom.index.results import SearchHit, files_of
+from fathom.index.store import Hit
 from fathom.index.walker import walk
 from fathom.inference.model_choice import with_chosen_models
+
+if TYPE_CHECKING:
+    from fathom.service import Fathom
 
 K = 10
 MODES = ("vector", "keyword", "fused")
@@ -156,7 +160,7 @@ def copy_stripped(root: Path, dest: Path) -> tuple[dict[str, str], dict[str, lis
     return sources, documented
 
 
-async def _ask(fathom: Any, queries: list[EvalQuery]) -> list[ModeFigures]:
+async def _ask(fathom: Fathom, queries: list[EvalQuery]) -> list[ModeFigures]:
     store = fathom.store
     encoder = fathom.encoder_for("code", PROJECT)
     ranks: dict[str, list[int | None]] = {m: [] for m in MODES}
@@ -169,6 +173,7 @@ async def _ask(fathom: Any, queries: list[EvalQuery]) -> list[ModeFigures]:
         encode_ms = (time.perf_counter() - t0) * 1000
         for mode in MODES:
             t0 = time.perf_counter()
+            hits: Sequence[Hit] | Sequence[SearchHit]  # a store's own hits, or the ranked search's
             if mode == "vector":
                 hits = await asyncio.to_thread(store.vector_search, PROJECT, "code", vector, K)
             elif mode == "keyword":

@@ -39,7 +39,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
 from fathom import scope
@@ -62,6 +62,13 @@ from fathom.index.store import UnknownProject
 from fathom.index.store.rules import check_project_name
 from fathom.index.walking.reasons import TOO_LARGE
 from fathom.service.git_syncs import Syncs, WebhookRefused, pushed_branch, signature_ok
+
+if TYPE_CHECKING:
+    from fathom.config import Settings
+    from fathom.index.job import IndexReport
+    from fathom.index.store import Store
+    from fathom.inference.provider import Provider
+    from fathom.service.projects import ProjectRecords
 
 log = logging.getLogger("fathom.service.git")
 
@@ -126,11 +133,39 @@ def check_poll(poll_s: Any) -> float | None:
     return float(poll_s)
 
 
-class GitProjects:
-    """The git side of a `Fathom` (typed loosely: the service imports this module, not the
-    other way round): its projects' clones, branches, syncs and webhooks."""
+class GitHome(Protocol):
+    """What the git side needs of the service (`fathom.service.Fathom`, which imports this
+    module): the records, the store as the caller sees it, index and drop runs, and each
+    table's query encoder."""
 
-    def __init__(self, fathom: Any, *, clock: Callable[[], float] = time.monotonic):
+    @property
+    def settings(self) -> Settings: ...
+
+    @property
+    def records(self) -> ProjectRecords: ...
+
+    @property
+    def store(self) -> Store: ...
+
+    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
+
+    async def index(
+        self,
+        path: str | Path,
+        project: str | None = None,
+        *,
+        reason: str | None = None,
+        paths: Sequence[str] | None = None,
+    ) -> IndexReport: ...
+
+    async def drop(self, project: str, *, untracking: bool = False) -> dict[str, Any]: ...
+
+
+class GitProjects:
+    """The git side of a `Fathom` (`GitHome`): its projects' clones, branches, syncs and
+    webhooks."""
+
+    def __init__(self, fathom: GitHome, *, clock: Callable[[], float] = time.monotonic):
         self.fathom = fathom
         self.clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
@@ -139,7 +174,7 @@ class GitProjects:
     # ---- where things live
 
     @property
-    def settings(self) -> Any:
+    def settings(self) -> Settings:
         return self.fathom.settings
 
     def folder(self, project: str) -> Path:
@@ -180,7 +215,7 @@ class GitProjects:
 
     def tracks(self, project: str | None) -> bool:
         """Whether `project` comes from git (its searches then carry their commit)."""
-        return bool(project) and bool((self.fathom.records.get(project) or {}).get("git"))
+        return project is not None and bool((self.fathom.records.get(project) or {}).get("git"))
 
     def refuse_watch(self, project: str) -> None:
         """Refuse live sync for a project from git or a branch of one (blocking: reads a record):
@@ -645,7 +680,7 @@ class BranchView:
     """A search's view of one branch: the default branch's project and the branch's overlay,
     as the projects a search over "every project" reads (`search.Searchable`)."""
 
-    def __init__(self, fathom: Any, names: list[str]):
+    def __init__(self, fathom: GitHome, names: list[str]):
         self.fathom, self.names = fathom, names
 
     @property

@@ -50,15 +50,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from fathom import scope
 from fathom.config import Settings, atomic_write_text, state_defect
 from fathom.errors import ConfigError, JobConflict, StoreError, UnknownJob, failure_of
-from fathom.index.indexer import (
-    IndexProgress,
-    IndexReport,
-    Job,
-    JobCancelled,
-    JobState,
-    check_project_root,
-    progress_line,
-)
+from fathom.index.indexer import check_project_root
+from fathom.index.job import IndexProgress, IndexReport, Job, JobCancelled, JobState, progress_line
 from fathom.index.store import TABLE_KINDS, UnknownProject
 from fathom.inference.budget import current_project
 from fathom.service.projects import ProjectRecords, check_not_from_git
@@ -159,20 +152,49 @@ def first_index_notes(jobs: JobTable, store: Any, answering: list[str], skipped:
     """For a search of every project (`answering` the projects it reads, `skipped` its notes
     on those it leaves out): a note on each project whose first index is running (no table of
     it answers yet: a full re-index of an indexed project, or a project without the table
-    asked, is no such project); when no project answers and no note explains why,
+    asked, is no such project), saying that it answers keyword-only meanwhile when its walk
+    has begun (`keyword_only`); when no project answers at all and no note explains why,
     `ProjectIndexing` for the first of them."""
     first = [
         j
         for j in jobs.being_built()
         if j.project not in answering and not any(store.space_of(j.project, t) for t in TABLE_KINDS)
     ]
-    if first and not answering and not skipped:
+    if first and not answering and not skipped and all(j.interim is None for j in first):
         raise ProjectIndexing(first[0].project, first[0])
     return [
-        f"{j.project!r} is being indexed ({progress_line(j)}): it joins searches once "
+        keyword_only_note(j)
+        if j.interim is not None
+        else f"{j.project!r} is being indexed ({progress_line(j)}): it joins searches once "
         f"that first index is done"
         for j in first
     ]
+
+
+def keyword_only(jobs: JobTable, store: Any, project: str | None) -> list[Job]:
+    """The first-index runs that answer keyword questions now: `project`'s (every project's
+    the caller may see, for None) whose walk has begun and that have no table yet (once
+    promoted, the tables answer, both halves). Blocking: it asks the store."""
+    runs = jobs.being_built() if project is None else [jobs.building(project)]
+    return [
+        j
+        for j in runs
+        if j is not None
+        and j.interim is not None
+        and not any(store.space_of(j.project, t) for t in TABLE_KINDS)
+    ]
+
+
+def keyword_only_note(job: Job) -> str:
+    """What every answer read from a first index's walked chunks says (`keyword_only`)."""
+    interim = job.interim
+    held = (
+        f" (over its first {interim.chunks:,} chunks walked)" if interim is not None and interim.full else ""
+    )
+    return (
+        f"{job.project!r} is being indexed ({progress_line(job)}): answers from it are "
+        f"keyword-only{held} until that first index is done"
+    )
 
 
 # ---------------------------------------------------------------------------- the ledger

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from filelock import FileLock, Timeout
 from fathom import scope
 from fathom.config import atomic_write_text
 from fathom.errors import ConfigError
-from fathom.index.indexer import Job, check_project_root, progress_line
+from fathom.index.indexer import check_project_root
+from fathom.index.job import Job, progress_line
 
 log = logging.getLogger("fathom.service")
 
@@ -83,7 +84,9 @@ class ProjectRecords:
 
     def load(self) -> dict[str, dict[str, Any]]:
         try:
-            return json.loads(self.path.read_text())
+            # Written only by `save`: an object of records by project name.
+            records: dict[str, dict[str, Any]] = json.loads(self.path.read_text())
+            return records
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as exc:
@@ -210,6 +213,22 @@ def check_not_taken(records: ProjectRecords, path: str | Path, real: Path) -> No
 
 
 @dataclass(frozen=True)
+class IndexStatus:
+    """One project's index as `fathom status` and the admin API show it (`Fathom.index_status`)."""
+
+    project: str
+    root: str | None
+    tables: dict[str, dict[str, Any]]
+    last_run: dict[str, Any] | None
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    store: str | None = None  # where the index lives (a URL's password redacted)
+    watch: dict[str, Any] = field(default_factory=dict)  # live sync: Fathom.watch_state
+    include: list[str] = field(default_factory=list)  # the project's include globs
+    state: str = "indexed"  # or indexing: a run builds its index now (a first one: no tables yet)
+    progress: str | None = None  # how far that run is (`fathom.index.job.progress_line`)
+
+
+@dataclass(frozen=True)
 class ProjectSummary:
     name: str
     root: str | None
@@ -218,7 +237,7 @@ class ProjectSummary:
     indexing: bool = False  # a shadow (an unfinished full run) exists, or a run builds it now
     damaged: str | None = None  # why the project cannot be read (it is skipped by searches)
     state: str = "indexed"  # indexed, indexing (a run builds it now: `progress`), damaged
-    progress: str | None = None  # how far that run is (`indexer.progress_line`)
+    progress: str | None = None  # how far that run is (`fathom.index.job.progress_line`)
     job: str | None = None  # that run's id
 
 

@@ -7,6 +7,11 @@ commit) — with or without the reranker stage. The MCP tools, the dashboard, `f
 (in-process and through a running server) and the agents all come through `ranking`, so a
 search at a ref is a field of the request, not a second path.
 
+It also decides which projects answer keyword-only: those whose first index is running and
+whose walk has begun (`fathom.service.jobs.keyword_only`) are searched over their walked
+chunks (`fathom.index.interim`) by the same pipeline, and every such answer carries a note
+saying how far the embedding is; once the index is promoted the project answers in full.
+
 What it refuses to do: check the request again (it was checked when made), or shape an
 answer for the wire (`fathom.server.search_answer` does).
 """
@@ -19,6 +24,7 @@ from typing import Any, Protocol
 from fathom.index import search as search_mod
 from fathom.index.request import SearchRequest
 from fathom.index.results import Noted, Ranking
+from fathom.service.jobs import JobTable, keyword_only, keyword_only_note
 
 
 class GitSide(Protocol):
@@ -35,8 +41,16 @@ class Searches:
     """Runs requests against `service` (a `search.Searchable`: the store as the caller sees
     it, the projects a search reads, each table's query encoder) and its git side."""
 
-    def __init__(self, service: search_mod.Searchable, git: GitSide):
+    def __init__(self, service: search_mod.Searchable, git: GitSide, jobs: JobTable | None = None):
         self.service, self.git = service, git
+        self.jobs = jobs  # the runs building projects: a first index answers keyword-only
+
+    def early(self, request: SearchRequest) -> list[search_mod.Early]:
+        """The first indexes that answer `request` keyword-only, with their notes (blocking)."""
+        if self.jobs is None:
+            return []
+        runs = keyword_only(self.jobs, self.service.store, request.project)
+        return [(held, keyword_only_note(j)) for j in runs if (held := j.interim) is not None]
 
     async def from_git(self, request: SearchRequest) -> bool:
         """Whether the git side answers: a ref was given, or the project comes from git."""
@@ -50,9 +64,10 @@ class Searches:
         serve)."""
         if await self.from_git(request):
             return await self.git.ranking(request, reranker=reranker, rerank=rerank)
+        early = await asyncio.to_thread(self.early, request)
         if rerank:
-            return await search_mod.pipeline(self.service, request, reranker=reranker)
-        hits = await search_mod.retrieve(self.service, request)
+            return await search_mod.pipeline(self.service, request, reranker=reranker, early=early)
+        hits = await search_mod.retrieve(self.service, request, early)
         return Ranking(list(hits), reranked=False, notes=tuple(hits.notes))
 
     async def hits(self, request: SearchRequest) -> Noted:

@@ -19,7 +19,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fathom.errors import ConfigError
 from fathom.index.results import skipped_note
@@ -27,6 +27,9 @@ from fathom.index.store import DamagedProject
 from fathom.index.symbols import calls
 from fathom.index.symbols.extract import LANGUAGES
 from fathom.index.symbols.table import SymbolRow, SymbolTable
+
+if TYPE_CHECKING:
+    from fathom.service.ports import Configured, SymbolSource
 
 log = logging.getLogger(__name__)
 
@@ -41,11 +44,11 @@ _tables: dict[str, SymbolTable] = {}
 _tables_lock = threading.Lock()  # two first uses at once build one table, not two
 
 
-def table_path(fathom: Any) -> Path:
+def table_path(fathom: Configured) -> Path:
     return Path(fathom.settings.data_dir).expanduser() / "symbols.sqlite"
 
 
-def table_of(fathom: Any) -> SymbolTable:
+def table_of(fathom: Configured) -> SymbolTable:
     """The symbol table of the service's data dir (one per process and data dir)."""
     path = str(table_path(fathom))
     with _tables_lock:
@@ -85,7 +88,7 @@ class Found:
     truncated: bool = False  # more rows than the table returns: the first ones only
 
 
-def fresh_projects(fathom: Any, project: str | None) -> tuple[list[str], list[str]]:
+def fresh_projects(fathom: SymbolSource, project: str | None) -> tuple[list[str], list[str]]:
     """The projects a query reads (one, or every project of the caller's scope), each with
     its symbol table brought up to date; and notes on those left out. Over every project, a
     damaged one is left out and named; a project asked for by name fails whole."""
@@ -105,7 +108,7 @@ def fresh_projects(fathom: Any, project: str | None) -> tuple[list[str], list[st
 
 
 def find_symbol(
-    fathom: Any,
+    fathom: SymbolSource,
     name: str,
     *,
     project: str | None = None,
@@ -121,7 +124,7 @@ def find_symbol(
     return Found(rows, notes, truncated)
 
 
-def find_references(fathom: Any, name: str, *, project: str | None = None) -> Found:
+def find_references(fathom: SymbolSource, name: str, *, project: str | None = None) -> Found:
     """Where an identifier is used (a qualified name's last part), up to the table's bound:
     each use graded against the definitions `name` names (`calls.RESOLUTIONS`), resolved
     first, then likely, then name-only, and calls first within each."""
@@ -135,7 +138,9 @@ def find_references(fathom: Any, name: str, *, project: str | None = None) -> Fo
     return Found([dataclasses.replace(row, resolution=how) for row, how in graded], notes, truncated)
 
 
-def outline(fathom: Any, path: str, *, project: str | None = None) -> tuple[str, str, list[SymbolRow]]:
+def outline(
+    fathom: SymbolSource, path: str, *, project: str | None = None
+) -> tuple[str, str, list[SymbolRow]]:
     """(project, path, definitions in order) of one file: `path` as search results give it,
     or its end (`_client.py`, `httpx/_client.py`) when one indexed file ends so, or a module's
     dotted name (`httpx._client`)."""
@@ -183,7 +188,7 @@ def _ends_with(path: str, asked: str) -> bool:
     )
 
 
-def after_index(fathom: Any, project: str) -> None:
+def after_index(fathom: SymbolSource, project: str) -> None:
     """Bring one project's symbols up to date after an index run (a sync included). A
     failure here fails no index run: the next query refreshes again, and says why."""
     try:
@@ -194,6 +199,6 @@ def after_index(fathom: Any, project: str) -> None:
         )
 
 
-def forget(fathom: Any, project: str) -> None:
+def forget(fathom: Configured, project: str) -> None:
     """Remove a dropped project's symbols, and the text of its files the table holds."""
     table_of(fathom).forget(project)

@@ -1,7 +1,8 @@
 """Verification the composition root asks for: the gate's judgement of every provider that
 could serve a table, and the check (and repair) of a project's stored tables.
 
-Functions of a `fathom.service.Fathom` (the `fathom` argument), kept apart so the class stays a wiring diagram.
+Functions of a `fathom.service.Fathom` (the `fathom` argument, typed by what each needs: `Judging`,
+`Checking`), kept apart so the class stays a wiring diagram.
 """
 
 from __future__ import annotations
@@ -9,18 +10,60 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fathom.errors import FathomError
 from fathom.index.store import DamagedProject, UnknownProject
+from fathom.index.verify import Repairer, check_project, repair_project
 from fathom.inference.gate import Verdict
 from fathom.inference.provider import Provider
 from fathom.roles import Role
 
+if TYPE_CHECKING:
+    from fathom.config import RoutingStore
+    from fathom.inference.gate import Gate
+    from fathom.inference.registry import ProviderRegistry
+    from fathom.inference.router import Router
+    from fathom.service.projects import ProjectRecords
+    from fathom.space import Space
+
 log = logging.getLogger("fathom.service")
 
 
-async def verify_providers(fathom: Any, table: str, role: Role) -> list[Verdict]:
+class Judging(Protocol):
+    """What judging a table's providers needs of the service: the table's space, the routes,
+    the providers, the gate, and the in-process encoder with its quantized writer."""
+
+    @property
+    def routing(self) -> RoutingStore: ...
+
+    @property
+    def registry(self) -> ProviderRegistry: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def gate(self) -> Gate: ...
+
+    @property
+    def encoder(self) -> Provider: ...
+
+    @property
+    def writer(self) -> Provider | None: ...
+
+    def space(self, table: str) -> Space: ...
+
+
+class Checking(Repairer, Protocol):
+    """What checking (and repairing) stored tables needs: a repair's parts and the records,
+    whose roots say what each project's `.fathomignore` takes back."""
+
+    @property
+    def records(self) -> ProjectRecords: ...
+
+
+async def verify_providers(fathom: Judging, table: str, role: Role) -> list[Verdict]:
     """Judge, for the table's current space, every provider that could serve its role and has
     no verdict yet, or owes a re-probe (the reference first: it records the golden vectors). A
     refusal is recorded, not raised: the router simply never lets that provider pull."""
@@ -57,11 +100,9 @@ async def verify_providers(fathom: Any, table: str, role: Role) -> list[Verdict]
     return verdicts
 
 
-async def verify_store(fathom: Any, project: str | None = None, *, repair: bool = False) -> list[Any]:
+async def verify_store(fathom: Checking, project: str | None = None, *, repair: bool = False) -> list[Any]:
     """Check one project's stored tables (or every project's, damaged ones included) and,
     with `repair`, fix what can be fixed; returns a `verify.ProjectCheck` per project."""
-    from fathom.index.verify import check_project, repair_project
-
     store = await asyncio.to_thread(getattr, fathom, "store")
     if project is not None:
         try:
@@ -82,7 +123,7 @@ async def verify_store(fathom: Any, project: str | None = None, *, repair: bool 
     return checks
 
 
-def _taken_back(fathom: Any, project: str) -> Any:
+def _taken_back(fathom: Checking, project: str) -> Any:
     """What the project's `.fathomignore` takes back from the secret rules (`!path` lines),
     read from its recorded root; None when the root is unknown or gone."""
     from fathom.index.walker import Selection

@@ -2,7 +2,7 @@
 
 `create_app(config)` builds the ASGI app; `python -m fathom.devtools.emulator --port N`
 serves it on 127.0.0.1; `EmulatorControl` is a small sync client for its /control API;
-`tests/emulator_fixtures.py` runs it as a pytest fixture. Never a product default.
+`tests/devtools/emulator_fixtures.py` runs it as a pytest fixture. Never a product default.
 """
 
 from fathom.devtools.emulator.app import create_app

@@ -3,7 +3,7 @@ the local server's in `fathom.devtools.localserver.control`), for tests and scri
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -22,7 +22,8 @@ class ControlClient:
         resp = self._http.request(method, path, json=body)
         if resp.status_code != 200:
             raise RuntimeError(f"emulator control {method} {path} failed: {resp.status_code} {resp.text}")
-        return resp.json()
+        # Every control route answers a JSON object (see `api.py` / `localserver/app.py`).
+        return cast(dict[str, Any], resp.json())
 
     def reset(self) -> None:
         self._call("POST", "/reset")
@@ -31,7 +32,7 @@ class ControlClient:
         return self._call("GET", "/counters")
 
     def script(self, turns: list[dict[str, Any]], append: bool = False) -> int:
-        return self._call("POST", "/chat/script", {"turns": turns, "append": append})["turns"]
+        return int(self._call("POST", "/chat/script", {"turns": turns, "append": append})["turns"])
 
 
 class EmulatorControl(ControlClient):

@@ -18,8 +18,12 @@ import copy
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # imported where used: loading it takes seconds
+    from sentence_transformers import SentenceTransformer
 
 VARIANTS = ("fp32", "int8", "original", "enpt")
 WIDTH = 384
@@ -39,10 +43,10 @@ class Encoder:
 
 _cache: dict[str, Encoder] = {}
 _cache_lock = threading.Lock()
-_minilm = None
+_minilm: SentenceTransformer | None = None
 
 
-def _load_minilm():
+def _load_minilm() -> SentenceTransformer:
     global _minilm
     if _minilm is None:
         from sentence_transformers import SentenceTransformer

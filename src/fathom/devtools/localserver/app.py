@@ -63,10 +63,10 @@ class LocalServerState:
     faults: list[Fault] = field(default_factory=list)
     delay: float = 0.0
     context: int = 0  # tokens; the config's unless /control/context changed it
-    requests: Counter = field(default_factory=Counter)  # answered or refused, by endpoint
-    refused: Counter = field(default_factory=Counter)  # by HTTP status
+    requests: Counter[str] = field(default_factory=Counter)  # answered or refused, by endpoint
+    refused: Counter[int] = field(default_factory=Counter)  # by HTTP status
     streamed: int = 0
-    log: deque = field(default_factory=lambda: deque(maxlen=200))
+    log: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=200))
     # Set by a reset: a request held by the delay when the server is reset belongs to the test
     # before it; it is released at once and must not take a turn from the script loaded since.
     was_reset: asyncio.Event = field(default_factory=asyncio.Event)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from fathom.devtools.emulator.control import ControlClient
 
@@ -13,7 +13,8 @@ class LocalServerControl(ControlClient):
 
     def requests(self) -> list[dict[str, Any]]:
         """The last 200 requests: endpoint, model, messages, tools, stream, max_tokens, query…"""
-        return self._call("GET", "/requests")["requests"]
+        # `/control/requests` answers the request log: a list of JSON objects.
+        return cast(list[dict[str, Any]], self._call("GET", "/requests")["requests"])
 
     def fail(
         self,

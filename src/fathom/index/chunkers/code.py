@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fathom.index.chunk import Chunk
 from fathom.index.chunkers.grammars import NEEDS_BODY, SPECS, symbol_kind
@@ -22,9 +22,12 @@ from fathom.index.chunkers.limits import MAX_DEPTH, TINY_CHARS
 from fathom.index.chunkers.pieces import Doc, Piece, runs_of_content
 from fathom.index.chunkers.spec import Spec, end_row, name_field
 
+if TYPE_CHECKING:  # imported where used: the grammars load on first use
+    from tree_sitter import Language, Node, Parser
+
 
 @cache
-def _language(language: str):
+def _language(language: str) -> Language:
     """One grammar per language per process: loading it is the slow part."""
     import tree_sitter
 
@@ -37,10 +40,10 @@ def _language(language: str):
 _parsers = threading.local()
 
 
-def _parser(language: str):
+def _parser(language: str) -> Parser:
     # A Parser holds parse state and is not safe to share between threads (two index jobs
     # chunk in two worker threads), so each thread keeps its own, built once per language.
-    cached = getattr(_parsers, "by_language", None)
+    cached: dict[str, Parser] | None = getattr(_parsers, "by_language", None)
     if cached is None:
         cached = _parsers.by_language = {}
     if language not in cached:
@@ -50,7 +53,7 @@ def _parser(language: str):
     return cached[language]
 
 
-def _is_definition(spec: Spec, node) -> bool:
+def _is_definition(spec: Spec, node: Node) -> bool:
     if node.type not in spec.definitions:
         return False
     if spec.accepts is not None and not spec.accepts(node):
@@ -63,7 +66,7 @@ def _is_definition(spec: Spec, node) -> bool:
     return True
 
 
-def _unwrap(spec: Spec, node):
+def _unwrap(spec: Spec, node: Node) -> Node | None:
     """The definition a node stands for (itself, or the one a wrapper holds), else None."""
     for _ in range(4):
         if _is_definition(spec, node):
@@ -85,9 +88,9 @@ def _unwrap(spec: Spec, node):
     return None
 
 
-def _members(spec: Spec, node, depth: int = 0) -> Iterator:
+def _members(spec: Spec, node: Node, depth: int = 0) -> Iterator[Node]:
     """Children of a container's body, with transparent blocks (#ifdef) flattened."""
-    body = node
+    body: Node | None = node
     if node.type in spec.containers and spec.members is not None:
         body = node.child_by_field_name(spec.members)
     if body is None:
@@ -128,7 +131,7 @@ def chunk_code(doc: Doc, spec: Spec) -> list[Chunk]:
 def _cover(
     doc: Doc,
     spec: Spec,
-    container,
+    container: Node,
     lo: int,
     hi: int,
     scope: str | None,
@@ -188,11 +191,11 @@ def _cover(
         row = max(row, end + 1)
 
 
-def _python_docstrings(doc: Doc, root) -> list[Chunk]:
+def _python_docstrings(doc: Doc, root: Node) -> list[Chunk]:
     """Module, class and function docstrings, also as docs-table chunks (prose about code)."""
     found: list[tuple[int, int, str | None, str | None]] = []
 
-    def first_string(block: Any) -> Any:
+    def first_string(block: Node | None) -> Node | None:
         statements = [c for c in block.named_children if c.type != "comment"] if block is not None else []
         if not statements:
             return None
@@ -205,7 +208,7 @@ def _python_docstrings(doc: Doc, root) -> list[Chunk]:
             return first.named_children[0]
         return None
 
-    def visit(node, scope: str | None, depth: int, in_type: bool = False) -> None:
+    def visit(node: Node, scope: str | None, depth: int, in_type: bool = False) -> None:
         if depth > MAX_DEPTH:
             return
         for child in node.named_children:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from fathom.index.chunkers.spec import (
     Spec,
@@ -21,10 +22,13 @@ from fathom.index.chunkers.spec import (
 )
 from fathom.index.chunkers.structured import STRUCTURED_SPECS
 
+if TYPE_CHECKING:
+    from tree_sitter import Node
+
 __all__ = ["NEEDS_BODY", "SPECS", "SYMBOL_KINDS", "Spec", "end_row", "name_field", "symbol_kind"]
 
 
-def _js_name(node) -> str | None:
+def _js_name(node: Node) -> str | None:
     if node.type in ("lexical_declaration", "variable_declaration"):
         for declarator in node.named_children:
             if declarator.type == "variable_declarator":
@@ -49,7 +53,7 @@ _FUNCTION_VALUES = frozenset(
 )
 
 
-def js_is_definition(node) -> bool:
+def js_is_definition(node: Node) -> bool:
     """`const f = () => ...` and `X.prototype.f = function ...` define functions too."""
     if node.type in ("lexical_declaration", "variable_declaration"):
         declarators = [c for c in node.named_children if c.type == "variable_declarator"]
@@ -67,7 +71,7 @@ def js_is_definition(node) -> bool:
     return True
 
 
-def js_accepts(node) -> bool:
+def js_accepts(node: Node) -> bool:
     if node.type == "expression_statement":
         inner = node.named_children[0] if node.named_children else None
         if inner is not None and inner.type in ("internal_module", "module"):
@@ -75,11 +79,11 @@ def js_accepts(node) -> bool:
     return js_is_definition(node)
 
 
-def _type_of(node) -> str | None:
+def _type_of(node: Node | None) -> str | None:
     return node.type if node is not None else None
 
 
-def _go_name(node) -> str | None:
+def _go_name(node: Node) -> str | None:
     if node.type == "method_declaration":
         receiver = node.child_by_field_name("receiver")
         owner = first_descendant(receiver, "type_identifier") if receiver is not None else None
@@ -93,14 +97,14 @@ def _go_name(node) -> str | None:
     return name_field(node)
 
 
-def _rust_name(node) -> str | None:
+def _rust_name(node: Node) -> str | None:
     if node.type == "impl_item":
         target = node.child_by_field_name("type")
         return re.sub(r"<.*", "", node_text(target)).strip() or None
     return name_field(node)
 
 
-def _c_name(node) -> str | None:
+def _c_name(node: Node) -> str | None:
     if node.type in ("function_definition", "type_definition"):
         declarator = node.child_by_field_name("declarator")
         # Unwrap pointer/function/reference declarators down to the name itself.
@@ -125,7 +129,7 @@ def _c_name(node) -> str | None:
     return name_field(node)
 
 
-def _dotted_name(node) -> str | None:
+def _dotted_name(node: Node) -> str | None:
     """The `name` field with a language's own separators (`A::B`, `App\\Mail`, `T:m`) as dots,
     the way every symbol is qualified here."""
     name = name_field(node)
@@ -144,11 +148,11 @@ _IMPLICIT_NAMES = {
 }
 
 
-def _named_or_implicit(node) -> str | None:
+def _named_or_implicit(node: Node) -> str | None:
     return _dotted_name(node) or _IMPLICIT_NAMES.get(node.type)
 
 
-def _swift_name(node) -> str | None:
+def _swift_name(node: Node) -> str | None:
     name = node.child_by_field_name("name")  # the first of several `name` fields
     if name is None:
         return _IMPLICIT_NAMES.get(node.type)
@@ -158,7 +162,7 @@ def _swift_name(node) -> str | None:
 _LUA_ASSIGNMENTS = ("variable_declaration", "assignment_statement")
 
 
-def _lua_assignment(node):
+def _lua_assignment(node: Node) -> tuple[Node, Node] | None:
     """The `name = function … end` a Lua assignment holds, as (names, values), else None."""
     assignment = first_child(node, ("assignment_statement",)) if node.type == "variable_declaration" else node
     if assignment is None:
@@ -170,7 +174,7 @@ def _lua_assignment(node):
     return names, values
 
 
-def _lua_accepts(node) -> bool:
+def _lua_accepts(node: Node) -> bool:
     """`local f = function … end` and `M.f = function … end` define functions too."""
     if node.type not in _LUA_ASSIGNMENTS:
         return True
@@ -185,14 +189,14 @@ def _lua_accepts(node) -> bool:
     )
 
 
-def _lua_name(node) -> str | None:
+def _lua_name(node: Node) -> str | None:
     if node.type in _LUA_ASSIGNMENTS:
         found = _lua_assignment(node)
         return node_text(found[0]).replace(":", ".") or None if found is not None else None
     return _dotted_name(node)
 
 
-def _lua_kind(node, in_type: bool = False) -> str | None:
+def _lua_kind(node: Node, in_type: bool = False) -> str | None:
     # Lua's classes are tables: `function Queue:push()` and `Queue.new = function` are methods.
     name = _lua_name(node) or ""
     return "method" if in_type or "." in name else "function"
@@ -267,7 +271,7 @@ _FUNCTION_NODES = frozenset(
 )
 
 
-def symbol_kind(node, in_type: bool = False) -> str | None:
+def symbol_kind(node: Node, in_type: bool = False) -> str | None:
     """ "function", "method", "class" or None (a namespace, a macro, a type alias...)."""
     kind = node.type
     if kind in ("lexical_declaration", "variable_declaration", "expression_statement"):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from tree_sitter import Node
+
     from fathom.index.chunkers.pieces import Piece
 
 
@@ -29,17 +31,17 @@ class Spec:
     wrappers: frozenset[str] = frozenset()  # decorators, export, template<...>: hold one definition
     transparent: frozenset[str] = frozenset()  # #ifdef, extern "C": their children are siblings
     attached: frozenset[str] = frozenset({"comment"})  # leading comments belong to the next def
-    namer: Callable[[object], str | None] | None = None
+    namer: Callable[[Node], str | None] | None = None
     docstrings: bool = False
     # The field of a container that holds its members; None: the container's own children
     # (a Ruby class, a Kotlin class whose `class_body` is unnamed, a TOML table).
     members: str | None = "body"
     # A further test a node of a `definitions` type must pass (`const f = () => …` is a
     # definition, `const n = 1` is not; a config key is one only when its value spans lines).
-    accepts: Callable[[object], bool] | None = None
+    accepts: Callable[[Node], bool] | None = None
     # What a definition is for the kind filter, given whether it sits in a class-like type;
     # None: `grammars.symbol_kind`, the table over every grammar's node types.
-    kind_of: Callable[[object, bool], str | None] | None = None
+    kind_of: Callable[[Node, bool], str | None] | None = None
     # Containers whose functions are methods though the container is no class (a Ruby module).
     method_hosts: frozenset[str] = frozenset()
     # A format simple enough to cut by its lines, with no grammar (a Dockerfile): the pieces
@@ -47,27 +49,27 @@ class Spec:
     lines: Callable[[list[str]], list[Piece]] | None = None
 
 
-def node_text(node) -> str:
+def node_text(node: Node | None) -> str:
     return node.text.decode("utf-8", "replace") if node is not None and node.text is not None else ""
 
 
-def name_field(node) -> str | None:
+def name_field(node: Node) -> str | None:
     name = node.child_by_field_name("name")
     return node_text(name) or None if name is not None else None
 
 
-def end_row(node) -> int:
+def end_row(node: Node) -> int:
     # A node that ends at column 0 ends with the newline of the row before.
     end = node.end_point
     return max(node.start_point.row, end.row - 1 if end.column == 0 else end.row)
 
 
-def spans_lines(node) -> bool:
+def spans_lines(node: Node) -> bool:
     """Whether a node runs over more than one row (a one-line key says too little alone)."""
     return end_row(node) > node.start_point.row
 
 
-def first_descendant(node, kind: str):
+def first_descendant(node: Node, kind: str) -> Node | None:
     stack = [node]
     while stack:
         current = stack.pop()
@@ -77,7 +79,7 @@ def first_descendant(node, kind: str):
     return None
 
 
-def first_child(node, kinds: tuple[str, ...] | frozenset[str]):
+def first_child(node: Node, kinds: tuple[str, ...] | frozenset[str]) -> Node | None:
     for child in node.named_children:
         if child.type in kinds:
             return child
@@ -94,7 +96,7 @@ def unquote(text: str) -> str:
 def grammar(module: str, attr: str = "language") -> Callable[[], object]:
     """A loader of one grammar wheel's language (imported on first use only)."""
 
-    def load():
+    def load() -> object:
         import importlib
 
         return getattr(importlib.import_module(module), attr)()

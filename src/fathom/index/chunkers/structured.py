@@ -15,6 +15,7 @@ key or resource is none of them (a SQL function is a function).
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from fathom.index.chunkers.pieces import Piece
 from fathom.index.chunkers.spec import (
@@ -26,15 +27,18 @@ from fathom.index.chunkers.spec import (
     unquote,
 )
 
+if TYPE_CHECKING:
+    from tree_sitter import Node
 
-def _no_kind(node, in_type: bool = False) -> str | None:
+
+def _no_kind(node: Node, in_type: bool = False) -> str | None:
     return None
 
 
 # --- JSON and YAML: a key whose value is a block ---------------------------------------
 
 
-def _key_name(node) -> str | None:
+def _key_name(node: Node) -> str | None:
     key = node.child_by_field_name("key")
     return unquote(node_text(key)) or None if key is not None else None
 
@@ -67,7 +71,7 @@ _YAML = Spec(
 _TOML_KEYS = ("bare_key", "dotted_key", "quoted_key")
 
 
-def _toml_name(node) -> str | None:
+def _toml_name(node: Node) -> str | None:
     key = first_child(node, _TOML_KEYS)
     if key is None:
         return None
@@ -82,7 +86,7 @@ def _toml_name(node) -> str | None:
     return ".".join(parts) or None
 
 
-def _toml_accepts(node) -> bool:
+def _toml_accepts(node: Node) -> bool:
     return node.type != "pair" or spans_lines(node)
 
 
@@ -100,7 +104,7 @@ _TOML = Spec(
 # --- Terraform and HCL: blocks, named by their Terraform address -----------------------
 
 
-def _hcl_name(node) -> str | None:
+def _hcl_name(node: Node) -> str | None:
     if node.type == "attribute":
         return node_text(first_child(node, ("identifier",))) or None
     parts = []
@@ -121,7 +125,7 @@ def _hcl_name(node) -> str | None:
     return ".".join(parts)
 
 
-def _hcl_accepts(node) -> bool:
+def _hcl_accepts(node: Node) -> bool:
     return node.type == "block" or spans_lines(node)
 
 
@@ -140,14 +144,14 @@ _HCL = Spec(
 # --- SQL: statements that define or change a schema object -----------------------------
 
 
-def _sql_object(node):
+def _sql_object(node: Node) -> Node | None:
     inner = node.named_children[0] if node.named_children else None
     if inner is None or not inner.type.startswith(("create_", "alter_")):
         return None
     return inner
 
 
-def _sql_name(node) -> str | None:
+def _sql_name(node: Node) -> str | None:
     inner = _sql_object(node)
     if inner is None:
         return None
@@ -164,12 +168,12 @@ def _sql_name(node) -> str | None:
     return None
 
 
-def _sql_kind(node, in_type: bool = False) -> str | None:
+def _sql_kind(node: Node, in_type: bool = False) -> str | None:
     inner = _sql_object(node)
     return "function" if inner is not None and inner.type in ("create_function", "create_procedure") else None
 
 
-def _sql_defines(node) -> bool:
+def _sql_defines(node: Node) -> bool:
     return _sql_object(node) is not None
 
 

@@ -2,18 +2,19 @@
 the background, and the exact copy that serves a table's searches while its index builds.
 
 Tables too big for the cache are searched through LanceDB with an IVF-PQ index from
-`ann_min_rows` rows on, probing `nprobes` partitions (by width, see `ann_params`, which also
-sizes the PQ codes) and re-ranking `candidates` rows on their full vectors (refine_factor =
-candidates / k). `promote`/`refresh` start that build in a background thread after the switch
-(minutes at a million rows). Meanwhile a new table is searched exactly over a memory-mapped
-copy of its vectors that the build thread writes first (`fathom.index.window`: far faster than
+`ann_min_rows` rows on (PQ codes sized by width, `ann_params`), probing `nprobes` partitions
+and re-ranking `candidates` rows on their full vectors (refine_factor = candidates / k), both
+by the table's rows (`search_params`) unless the operator set them. `promote`/`refresh` start
+that build in a background thread after the switch (minutes at a million rows). Meanwhile a
+new table is searched exactly over a copy of its vectors (memory-mapped when searched) that
+the build thread writes first, through a file (`fathom.index.standin`: far faster than
 LanceDB's flat scan; tied to the table's Lance version, dropped on any write and when the build
 ends; a filtered search goes to LanceDB); a refreshed table keeps its previous index plus a
 flat scan of newer rows. A searcher that finds a big table without its index starts the build
 itself. Figures at 1M x 384 and 200k x 2560: docs/benchmarks.md.
 
 What it refuses to do: decide where a table lives or when it is promoted (the store does);
-it only builds, and serves the build window.
+it only builds, and serves the stand-in meanwhile.
 """
 
 from __future__ import annotations
@@ -30,46 +31,65 @@ import numpy as np
 import pyarrow as pa
 
 from fathom.errors import StoreError
+from fathom.index.standin import MappedMatrix, StaleCopy, StandInStats
 from fathom.index.store.lance_tables import HIT_COLUMNS, hits_from, short
 from fathom.index.store.values import Hit
-from fathom.index.window import MappedMatrix, StaleCopy, WindowStats
 
 log = logging.getLogger(__name__)
 
 # The ANN path (tables too big for the matrix cache), chosen by vector width from
-# measurements on clustered vectors (docs/benchmarks.md): `ann_params` for the index and the
-# probes, these for the rest.
-ANN_NPROBES = 32
+# measurements on clustered vectors (docs/benchmarks.md): `ann_params` for the index, and the
+# search of wide vectors; narrow ones are searched by the table's size (`search_params`).
+#
+# The search by table size, narrow vectors (bench/ann_build.py, docs/benchmarks.md "ANN
+# search parameters by size"): PROBES partitions up to PROBES * PROBED_ROWS_PER_PROBE rows (1M),
+# then one more per PROBED_ROWS_PER_PROBE rows, so the share of the table probed at 1M is kept
+# past it (LanceDB's partitions grow with the table); CANDIDATES rows re-ranked at every size.
+PROBES = 8
+PROBED_ROWS_PER_PROBE = 125_000
+CANDIDATES = 300
 # From this width on, vectors take the wide settings (measured at 2560-d, Qwen3-Embedding-4B's).
 ANN_WIDE = 1024
 ANN_WIDE_NPROBES = 16
 ANN_WIDE_CANDIDATES = 400
-# Rows the PQ search hands to an exact re-ranking on full vectors, whatever k is
-# (refine_factor = this / k). 4-dim sub-vectors keep recall high from a few hundred
-# candidates where 16-dim ones did not (docs/benchmarks.md, "Store parameters").
-ANN_CANDIDATES = 200
 
 
 def ann_params(width: int) -> tuple[int, int, int]:
     """(PQ sub-vectors, partitions probed, candidates re-ranked) for an IVF-PQ index on
     `width`-dim vectors, from measurements on clustered vectors (docs/benchmarks.md).
 
-    Up to `ANN_WIDE` dims: sub-vectors of 4 dims, 32 probes, 200 candidates (16-dim
-    sub-vectors left recall low however many candidates were re-ranked). Wider: sub-vectors of
-    16 dims, 16 probes, 400 candidates: 4-dim ones made the build take far too long and the
-    scan slow at 2560-d, 8-dim ones too; 16-dim ones rank more coarsely, so more candidates
-    are re-ranked. Probes changed latency, not recall."""
+    Up to `ANN_WIDE` dims: sub-vectors of 4 dims, 8 probes, 300 candidates, the floor of
+    `search_params` (16-dim sub-vectors left recall low however many candidates were
+    re-ranked). Wider: sub-vectors of 16 dims, 16 probes, 400 candidates: 4-dim ones made
+    the build take far too long and the scan slow at 2560-d, 8-dim ones too; 16-dim ones rank
+    more coarsely, so more candidates are re-ranked. Probes changed latency, not recall."""
     dims, nprobes, candidates = (
-        (4, ANN_NPROBES, ANN_CANDIDATES) if width <= ANN_WIDE else (16, ANN_WIDE_NPROBES, ANN_WIDE_CANDIDATES)
+        (4, PROBES, CANDIDATES) if width <= ANN_WIDE else (16, ANN_WIDE_NPROBES, ANN_WIDE_CANDIDATES)
     )
     # PQ needs sub-vectors that split the width evenly: at least width / dims of them.
     sub = next(s for s in range(max(1, width // dims), width + 1) if width % s == 0)
     return sub, nprobes, candidates
 
 
+def search_params(width: int, rows: int) -> tuple[int, int]:
+    """(partitions probed, candidates re-ranked) for a search of a `rows`-row IVF-PQ index on
+    `width`-dim vectors; `ann_nprobes` / `ann_candidates` (FATHOM_ANN_NPROBES,
+    FATHOM_ANN_CANDIDATES), when set, win over either (the store applies them).
+
+    At 1M x 384 probes changed latency, not recall (4, 8, 16 and 32 probes all 0.991 at 200
+    candidates; 8 took 16.2 ms p50, 32 took 26.9 ms), and recall followed the candidates (0.939
+    at 100, 0.991 at 200, 0.997 at 300 for 17.2 ms); at 300k x 384, 8 probes and 300
+    candidates gave 0.9975 at 11.9 ms (4 probes stopped at 0.9925). Wide vectors keep their
+    width's settings (`ann_params`, measured at 200k x 2560 only)."""
+    _, nprobes, candidates = ann_params(width)
+    if width > ANN_WIDE:
+        return nprobes, candidates
+    return max(nprobes, -(-rows // PROBED_ROWS_PER_PROBE)), candidates
+
+
 class AnnBuilder:
     """The ANN indexes of one LanceStore: which are built, which are building, which failed,
-    and the build-window copies. It reaches the store's tables through the store it is given,
+    and the stand-in copies. It reaches the store's tables through the store it is given,
     and starts every build through `store._build_ann`, so whoever replaces that method (a
     test holding a build, a crash harness) sees every build."""
 
@@ -85,8 +105,10 @@ class AnnBuilder:
         self.failed: set[tuple[str, str]] = set()
         self._slots = threading.Semaphore(1)
         # (slug, lance name) -> the exact copy searched while that table's ANN index builds
-        self.windows: dict[tuple[str, str], MappedMatrix] = {}
-        self.window_stats = WindowStats()
+        self.standins: dict[tuple[str, str], MappedMatrix] = {}
+        self.standin_stats = StandInStats()
+        # (slug, lance name) -> (generation, rows): the size that picks a search's parameters
+        self._rows: dict[tuple[str, str], tuple[int | None, int]] = {}
 
     def needs(self, tbl: Any, *, uncached: bool = False) -> bool:
         """Whether the table deserves an ANN index: from `ann_min_rows` rows, when it is too
@@ -116,63 +138,64 @@ class AnnBuilder:
 
     def _build_in_background(self, project: str, name: str) -> None:
         """The background build: an exact memory-mapped copy serves the table's searches
-        until the index exists (see `fathom.index.window`), then goes."""
+        until the index exists (see `fathom.index.standin`), then goes."""
         key = (self.store.slug(project), name)
         try:
-            self._open_window(project, name)
+            self._open_standin(project, name)
             self.store._build_ann(project, name)
         finally:
-            self.close_window(key)
+            self.close_standin(key)
 
-    def _window_dir(self, project: str, name: str) -> Path:
+    def _standin_dir(self, project: str, name: str) -> Path:
         # A hidden folder beside the tables: LanceDB lists `*.lance` folders only, and so
         # do `store verify` and its repairs.
-        return self.store._dir(project) / ".exact" / name
+        folder: Path = self.store._dir(project)
+        return folder / ".exact" / name
 
-    def _open_window(self, project: str, name: str) -> None:
-        """Copy a table without a vector index for the build window. A refreshed table
+    def _open_standin(self, project: str, name: str) -> None:
+        """Copy a table without a vector index for the stand-in. A refreshed table
         keeps its previous index meanwhile (LanceDB scans only the rows added since), so it
         gets no copy; nor does one whose copy fails (disk full): LanceDB's flat scan serves."""
         try:
             tbl = self.store._table(project, name)
             if any(i.columns == ["vector"] for i in tbl.list_indices()):
                 return
-            window = MappedMatrix.write(self._window_dir(project, name), tbl)
+            standin = MappedMatrix.write(self._standin_dir(project, name), tbl)
         except (StaleCopy, OSError, RuntimeError, ValueError) as exc:
             log.info("no exact copy of %s of %s for its ANN build: %s", name, project, short(exc))
             return
         with self.store._mutex:
-            self.windows[(self.store.slug(project), name)] = window
-            self.window_stats.written += 1
+            self.standins[(self.store.slug(project), name)] = standin
+            self.standin_stats.written += 1
 
-    def close_window(self, key: tuple[str, str], *, stale: bool = False) -> None:
+    def close_standin(self, key: tuple[str, str], *, stale: bool = False) -> None:
         with self.store._mutex:
-            window = self.windows.pop(key, None)
-            if window is not None and stale:
-                self.window_stats.dropped += 1
-        if window is not None:
-            window.remove()
+            standin = self.standins.pop(key, None)
+            if standin is not None and stale:
+                self.standin_stats.dropped += 1
+        if standin is not None:
+            standin.remove()
 
-    def window_search(self, project: str, table: str, tbl: Any, q: np.ndarray, k: int) -> list[Hit] | None:
-        """The exact top k from the table's build-window copy, or None when it has none
+    def standin_search(self, project: str, table: str, tbl: Any, q: np.ndarray, k: int) -> list[Hit] | None:
+        """The exact top k from the table's stand-in copy, or None when it has none
         current: a copy of an older version (written to since) is dropped, never served."""
         key = (self.store.slug(project), tbl.name)
-        window = self.windows.get(key)
-        if window is None:
+        standin = self.standins.get(key)
+        if standin is None:
             return None
-        if tbl.version != window.version:
-            self.close_window(key, stale=True)
+        if tbl.version != standin.version:
+            self.close_standin(key, stale=True)
             return None
-        rows, scores = window.top(q, k)
-        row_ids = window.row_ids[rows]
+        rows, scores = standin.top(q, k)
+        row_ids = standin.row_ids[rows]
         res = tbl.take_row_ids(row_ids.tolist()).with_row_id().select(HIT_COLUMNS).to_arrow()
         where = {int(r): i for i, r in enumerate(res["_rowid"].to_pylist())}
         if len(where) != len(row_ids) or any(int(r) not in where for r in row_ids):
-            self.close_window(key, stale=True)  # the rows moved: no longer this version
+            self.close_standin(key, stale=True)  # the rows moved: no longer this version
             return None
         res = res.take(pa.array([where[int(r)] for r in row_ids]))
         with self.store._mutex:
-            self.window_stats.served += 1
+            self.standin_stats.served += 1
         return hits_from(res, table, scores.tolist(), "vector")
 
     def build(self, project: str, name: str) -> None:
@@ -200,6 +223,21 @@ class AnnBuilder:
             for entry in state["tables"].values():
                 if entry.get("active") == name:
                     entry["generation"] = entry.get("generation", 0) + 1
+
+    def search_params(self, project: str, tbl: Any, width: int) -> tuple[int, int]:
+        """(partitions probed, candidates re-ranked) for a search of `tbl` through its index:
+        the store's `ann_nprobes` / `ann_candidates` where set (an operator's setting wins),
+        else by the table's rows and width (`search_params`). The rows are counted once per
+        generation of the table's handle (a count costs about a millisecond)."""
+        key = (self.store.slug(project), tbl.name)
+        generation = self.store._seen.get(key)
+        known = self._rows.get(key)
+        if known is None or generation is None or known[0] != generation:
+            known = (generation, tbl.count_rows())
+            with self.store._mutex:
+                self._rows[key] = known
+        nprobes, candidates = search_params(width, known[1])
+        return self.store.ann_nprobes or nprobes, self.store.ann_candidates or candidates
 
     def pending(self, project: str, table: str) -> bool:
         """Whether the active table's ANN index is being built in this process now."""
@@ -230,20 +268,22 @@ class AnnBuilder:
         self.later(project, tbl.name)
 
     def collect_garbage(self, project: str, live: set[str]) -> None:
-        # Build-window copies of tables no longer live (a process stopped mid-build); a
+        # Build-standin copies of tables no longer live (a process stopped mid-build); a
         # live table's copy is replaced by its next build and removed when that ends.
         for folder in (self.store._dir(project) / ".exact").glob("*"):
             if folder.name.removesuffix(".part") not in live:
                 shutil.rmtree(folder, ignore_errors=True)
 
     def forget(self, slug: str) -> None:
-        """Drop one project's build-window copies from the books (its folder goes with it)."""
+        """Drop one project's stand-in copies from the books (its folder goes with it)."""
         with self.store._mutex:
-            for key in [k for k in self.windows if k[0] == slug]:
-                del self.windows[key]
+            for key in [k for k in self.standins if k[0] == slug]:
+                del self.standins[key]
+            for key in [k for k in self._rows if k[0] == slug]:
+                del self._rows[key]
 
     def close(self) -> None:
         with self.store._mutex:
-            windows = list(self.windows)
+            windows = list(self.standins)
         for key in windows:
-            self.close_window(key)
+            self.close_standin(key)

@@ -52,6 +52,7 @@ from fathom.config import atomic_write_text
 from fathom.errors import DiskFull, StoreError
 from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
+from fathom.index.standin import StandInStats
 from fathom.index.store.ann import AnnBuilder
 from fathom.index.store.contract import Store
 from fathom.index.store.errors import (
@@ -112,7 +113,6 @@ from fathom.index.store.values import (
     StoredVector,
     TableInfo,
 )
-from fathom.index.window import WindowStats
 from fathom.space import Clearance, Provenance, Space
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class LanceStore(Store):
         (self.root / "projects").mkdir(mode=0o700, parents=True, exist_ok=True)
         self._mutex = threading.RLock()
         self._cache = MatrixCache(matrix_cache_bytes, exact_max_rows, cache_idle_s, self.clock, self._mutex)
-        self.ann_nprobes = ann_nprobes  # None (both): by the table's width (`ann_params`)
+        self.ann_nprobes = ann_nprobes  # None (both): by the table's size (`ann.search_params`)
         self.ann_candidates = ann_candidates
         self._ann = AnnBuilder(self, min_rows=ann_min_rows, background=ann_background)
         self._search = LanceSearch(self)
@@ -180,8 +180,8 @@ class LanceStore(Store):
         return self._cache.entries
 
     @property
-    def window_stats(self) -> WindowStats:
-        return self._ann.window_stats
+    def standin_stats(self) -> StandInStats:
+        return self._ann.standin_stats
 
     # ---- layout and state
 
@@ -250,13 +250,15 @@ class LanceStore(Store):
         state = self._read_state(project)
         if state is None:
             raise UnknownProject(project, [p.name for p in self.list_projects()])
-        return state["tables"].get(table, {})
+        entry: dict[str, Any] = state["tables"].get(table, {})
+        return entry
 
     def _slot_name(self, project: str, table: str, slot: Slot) -> str | None:
         state = self._read_state(project)
         if state is None:
             return None
-        return state["tables"].get(table, {}).get(slot.value)
+        name: str | None = state["tables"].get(table, {}).get(slot.value)
+        return name
 
     def _create(self, project: str, state: dict[str, Any], table: str, space: Space) -> str:
         # A random tail: a dropped and re-created project never reuses a name that another
@@ -333,7 +335,7 @@ class LanceStore(Store):
         if self._ann.needs(tbl):
             # Too big for the in-memory matrix. The ANN index takes minutes at a million rows,
             # so it is built after the switch, in the background: meanwhile a new table is
-            # answered exactly from a memory-mapped copy (`_open_window`), a refreshed one by
+            # answered exactly from a memory-mapped copy (`_open_standin`), a refreshed one by
             # its previous index plus a flat scan of the rows added since.
             self._ann.later(project, name)
 
@@ -433,7 +435,7 @@ class LanceStore(Store):
         self._merge(tbl, data)
         if slot is Slot.ACTIVE:
             self._bump(project, table)
-        return data.num_rows
+        return int(data.num_rows)
 
     @guarded
     def delete(

@@ -86,11 +86,12 @@ def replaced_rows(
 
 def delete_rows(tbl: Any, chunk_ids: list[str], paths: list[str]) -> int:
     """Delete the rows of these chunk ids and of these paths; the number of rows removed."""
-    before = tbl.count_rows()
+    before: int = tbl.count_rows()
     for column, values in (("chunk_id", chunk_ids), ("path", paths)):
         for i in range(0, len(values), BATCH):
             tbl.delete(in_list(column, values[i : i + BATCH]))
-    return before - tbl.count_rows()
+    after: int = tbl.count_rows()
+    return before - after
 
 
 def manifest_of(tbl: Any, where: str | None = None) -> list[ManifestEntry]:

@@ -2,7 +2,7 @@
 search of several, and the chunk at a line.
 
 A table the matrix cache holds is answered from memory (one matmul; its keyword index in
-memory); the others through LanceDB: the build-window copy or the IVF-PQ index for vectors
+memory); the others through LanceDB: the stand-in copy or the IVF-PQ index for vectors
 (`fathom.index.store.ann`), LanceDB's full-text index for keywords. What it refuses to do:
 open a table or read a pointer file itself; the store it is given does that.
 """
@@ -19,7 +19,6 @@ import pyarrow as pa
 
 from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
-from fathom.index.store.ann import ann_params
 from fathom.index.store.contract import FANOUT_POOL
 from fathom.index.store.errors import DamagedProject
 from fathom.index.store.lance_tables import (
@@ -57,22 +56,22 @@ class LanceSearch:
             rows, scores = cached.vector_top(q, k, cached.allowed(where))
             return hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(), "vector")
         if where is None:
-            hits = store._ann.window_search(project, table, tbl, q, k)
+            hits: list[Hit] | None = store._ann.standin_search(project, table, tbl, q, k)
             if hits is not None:
                 return hits
         store._ann.ensure(project, tbl)
-        _, nprobes, candidates = ann_params(len(q))
+        nprobes, candidates = store._ann.search_params(project, tbl, len(q))
         search = (
             tbl.search(q, vector_column_name="vector")
             .distance_type("cosine")
-            .nprobes(store.ann_nprobes or nprobes)
-            .refine_factor(max(1, -(-(store.ann_candidates or candidates) // k)))
+            .nprobes(nprobes)
+            .refine_factor(max(1, -(-candidates // k)))
         )
         if where is not None:
             search = search.where(where.lance_sql(), prefilter=True)
         res = search.limit(k).select([*HIT_COLUMNS, "_distance"]).to_arrow()
-        scores = [1.0 - d for d in res["_distance"].to_pylist()]
-        return hits_from(res, table, scores, "vector")
+        cosines = [1.0 - d for d in res["_distance"].to_pylist()]
+        return hits_from(res, table, cosines, "vector")
 
     def text(self, project: str, table: str, query: str, k: int, where: SearchFilter | None) -> list[Hit]:
         store = self.store

@@ -41,7 +41,8 @@ class LanceSlots:
                 raise SpaceMismatch(project, table, current, space)  # type: ignore[arg-type]  # set with active
             else:
                 self._check_table_metadata(project, entry["active"], space)
-        return store.table_info(project, table)
+        info: TableInfo = store.table_info(project, table)
+        return info
 
     def _check_table_metadata(self, project: str, name: str, space: Space) -> None:
         meta = self.store._table(project, name).schema.metadata or {}

@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,10 @@ from fathom.index.store.errors import DamagedProject
 from fathom.index.store.rules import keywords_of, snippet_of, space_to_json
 from fathom.index.store.values import Hit
 from fathom.space import Provenance, Space
+
+_Store = TypeVar("_Store")
+_Params = ParamSpec("_Params")
+_Result = TypeVar("_Result")
 
 
 def lance_schema(space: Space) -> pa.Schema:
@@ -102,13 +106,15 @@ def short(exc: BaseException) -> str:
     return text[:300]
 
 
-def guarded(method: Callable[..., Any]) -> Callable[..., Any]:
+def guarded(
+    method: Callable[Concatenate[_Store, str, _Params], _Result],
+) -> Callable[Concatenate[_Store, str, _Params], _Result]:
     """A LanceStore operation on one project whose storage failures come out typed: a full
     disk as `DiskFull`, anything LanceDB or the filesystem reports about the project's files
     (a table folder gone, a truncated data file, a corrupt manifest) as `DamagedProject`."""
 
     @functools.wraps(method)
-    def wrapper(self: Any, project: str, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: _Store, project: str, *args: _Params.args, **kwargs: _Params.kwargs) -> _Result:
         try:
             return method(self, project, *args, **kwargs)
         except FathomError:
@@ -118,7 +124,9 @@ def guarded(method: Callable[..., Any]) -> Callable[..., Any]:
                 raise DiskFull(short(exc)) from exc
             raise DamagedProject(project, short(exc)) from exc
 
-    return wrapper
+    # The method's own signature: `Concatenate` makes `self` and `project` positional-only,
+    # which the wrapper does not (a caller may still name `project`).
+    return cast(Callable[Concatenate[_Store, str, _Params], _Result], wrapper)
 
 
 def hits_from(

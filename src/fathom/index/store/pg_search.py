@@ -8,17 +8,31 @@ What it refuses to do: change a table or a pointer; every read runs through the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from fathom.index.chunk import Chunk
 from fathom.index.filters import SearchFilter
-from fathom.index.store.pg_database import HIT_COLUMNS, as_array, pg_text
+from fathom.index.store.pg_database import HIT_COLUMNS, Database, as_array, pg_text
 from fathom.index.store.pg_tables import PgTables
 from fathom.index.store.rules import query_vector, snippet_of, space_from_json
 from fathom.index.store.values import Hit
+
+_T = TypeVar("_T")
+
+
+class SearchHost(Protocol):
+    """What the searches use of the `PostgresStore` that holds them (not imported here: the
+    store imports this module)."""
+
+    db: Database
+    ef_search: int
+    refine: int
+    ann_min_rows: int
+
+    def _retrying(self, fn: Callable[[Any], _T]) -> _T: ...
 
 
 def hit_from_row(row: Sequence[Any], table: str, kind: str) -> Hit:
@@ -55,11 +69,11 @@ def filter_sql(where: SearchFilter | None, alias: str = "") -> tuple[str, dict[s
 
 
 class PgSearch:
-    """The searches of one PostgresStore. `store` is the PostgresStore that holds it (not
-    imported here: the store imports this module): its tuning (`ef_search`, `refine`,
-    `ann_min_rows`), its `db` and its `_retrying`."""
+    """The searches of one PostgresStore. `store` is the PostgresStore that holds it
+    (`SearchHost`): its tuning (`ef_search`, `refine`, `ann_min_rows`), its `db` and its
+    `_retrying`."""
 
-    def __init__(self, store: Any, tables: PgTables):
+    def __init__(self, store: SearchHost, tables: PgTables):
         self.store = store
         self.tables = tables
 

@@ -58,7 +58,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -102,6 +102,8 @@ from fathom.index.store.values import (
     TableInfo,
 )
 from fathom.space import Clearance, Provenance, Space
+
+_T = TypeVar("_T")
 
 
 class PostgresStore(Store):
@@ -147,7 +149,7 @@ class PostgresStore(Store):
         """The store's URL, password redacted (for status output)."""
         return self.db.url
 
-    def _retrying(self, fn: Callable[[Any], Any]) -> Any:
+    def _retrying(self, fn: Callable[[Any], _T]) -> _T:
         """Run a read once more if its table was dropped by a concurrent promotion between
         reading the pointer and reading the table."""
         import psycopg
@@ -394,9 +396,13 @@ class PostgresStore(Store):
 
         return self._retrying(read)
 
-    def _copy_rows(self, project: str, table: str, batch: RowBatch, *, slot: Slot = Slot.SHADOW) -> int:
-        """Copy already-stored rows (from another store) with their own provenance and
-        written_at: private to `fathom.index.migrate` (`fathom store migrate`), its only caller.
+    def copy_admitted_rows(
+        self, project: str, table: str, batch: RowBatch, *, slot: Slot = Slot.SHADOW
+    ) -> int:
+        """Copy rows another store already admitted, with their own provenance and written_at:
+        the write path of a migration (`fathom.index.migrate`, `fathom store migrate`), and
+        only of one. It is not part of the `Store` contract, so no scope
+        (`fathom.scope.ScopedStore`) and no indexer reaches it.
 
         Width, finiteness and the table's space are validated like any write; the clearance
         is NOT asked again: these rows were admitted by the source store's lock, and rows of a
@@ -466,7 +472,7 @@ class PostgresStore(Store):
                 ).format(tbl),
                 (provenance.provider_id, provenance.verdict_id, written_at),
             )
-            n = cur.rowcount
+            n: int = cur.rowcount
             if slot is Slot.ACTIVE:
                 conn.execute(
                     self._tables.q(
@@ -496,7 +502,7 @@ class PostgresStore(Store):
                 self._tables.q("DELETE FROM {t} WHERE chunk_id = ANY(%s) OR path = ANY(%s)", t=name),
                 (ids, ps),
             )
-            removed = cur.rowcount
+            removed: int = cur.rowcount
             if removed and slot is Slot.ACTIVE:
                 conn.execute(
                     self._tables.q(

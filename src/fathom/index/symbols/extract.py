@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from fathom.index.chunkers.code import definition_of, parser
-from fathom.index.chunkers.grammars import SPECS, symbol_kind
+from fathom.index.chunkers.grammars import SPECS, Spec, symbol_kind
 from fathom.index.chunkers.limits import MAX_DEPTH
 from fathom.index.chunkers.spec import end_row, name_field, node_text
 from fathom.index.chunkers.structured import STRUCTURED_SPECS
 from fathom.index.symbols.imports import Binding, bindings_of, receiver_of
+
+if TYPE_CHECKING:
+    from tree_sitter import Node
 
 # Languages whose definitions are code symbols: every grammar of the chunker but the config and
 # data formats (a YAML key is not a symbol) and the formats cut by their lines.
@@ -143,25 +147,25 @@ def extract(text: str, language: str) -> FileSymbols:
     definitions: list[Definition] = []
     occurrences: list[Occurrence] = []
     named_at: set[int] = set()  # start bytes of the names of definitions: not references
-    imports: list[object] = []  # the outermost node of each import statement
+    imports: list[Node] = []  # the outermost node of each import statement
     lines = text.split("\n")
     # (node, enclosing qualified name, in a class-like type, inside an import, definition
     # depth, the span of the definition just entered: a node of the same span is that one
     # definition seen again, as Lua's `local f = function` is a declaration holding an
     # assignment that both define `f`)
-    Entry = tuple[object, str | None, bool, bool, int, tuple[int, int] | None]
+    Entry = tuple["Node", str | None, bool, bool, int, tuple[int, int] | None]
     stack: list[Entry] = [(root, None, False, False, 0, None)]
     while stack:
         node, scope, in_type, in_import, depth, entered = stack.pop()
-        span = (node.start_byte, node.end_byte)  # type: ignore[attr-defined]
+        span = (node.start_byte, node.end_byte)
         found = _definition(spec, node) if depth < MAX_DEPTH and span != entered else None
-        if not in_import and node.type in _IMPORTS:  # type: ignore[attr-defined]
+        if not in_import and node.type in _IMPORTS:
             imports.append(node)  # at any depth: a function's own imports bind names too
             in_import = True
         if found is None:
-            if _is_name(node) and node.start_byte not in named_at:  # type: ignore[attr-defined]
+            if _is_name(node) and node.start_byte not in named_at:
                 occurrences.append(_occurrence(node, scope, in_import, lines))
-            stack.extend((c, scope, in_type, in_import, depth, None) for c in reversed(node.named_children))  # type: ignore[attr-defined]
+            stack.extend((c, scope, in_type, in_import, depth, None) for c in reversed(node.named_children))
             continue
         name = (spec.namer or name_field)(found) or "<anonymous>"
         qualname = f"{scope}.{name}" if scope else name
@@ -193,7 +197,7 @@ def extract(text: str, language: str) -> FileSymbols:
         if found != node:  # a wrapper's own parts (a decorator, `export`): the scope around it
             stack.extend(
                 (c, scope, in_type, in_import, depth, None)
-                for c in reversed(node.named_children)  # type: ignore[attr-defined]
+                for c in reversed(node.named_children)
                 if (c.start_byte, c.end_byte) != (found.start_byte, found.end_byte)
             )
     definitions.sort(key=lambda d: (d.start_line, d.depth))
@@ -202,13 +206,13 @@ def extract(text: str, language: str) -> FileSymbols:
     )
 
 
-def _definition(spec, node):
+def _definition(spec: Spec, node: Node) -> Node | None:
     if node.type not in spec.definitions and node.type not in spec.wrappers:
         return None
     return definition_of(spec, node)
 
 
-def _is_name(node) -> bool:
+def _is_name(node: Node) -> bool:
     if node.named_child_count:
         return False
     if node.type in _NAME_LEAVES:
@@ -217,7 +221,7 @@ def _is_name(node) -> bool:
     return node.type == "word" and node.parent is not None and node.parent.type == "command_name"
 
 
-def _name_site(definition, short: str) -> int | None:
+def _name_site(definition: Node, short: str) -> int | None:
     """The start byte of the name a definition is introduced by: the first name leaf with
     that text, outside its body."""
     body = definition.child_by_field_name("body")
@@ -234,7 +238,7 @@ def _name_site(definition, short: str) -> int | None:
     return None
 
 
-def _occurrence(node, scope: str | None, in_import: bool, lines: list[str]) -> Occurrence:
+def _occurrence(node: Node, scope: str | None, in_import: bool, lines: list[str]) -> Occurrence:
     row, byte_column = node.start_point
     line = lines[row] if row < len(lines) else ""
     column = len(line.encode("utf-8", "surrogatepass")[:byte_column].decode("utf-8", "replace"))
@@ -242,7 +246,7 @@ def _occurrence(node, scope: str | None, in_import: bool, lines: list[str]) -> O
     return Occurrence(node_text(node), row + 1, column, use, scope, None if in_import else receiver_of(node))
 
 
-def _is_called(node) -> bool:
+def _is_called(node: Node) -> bool:
     """Whether the name is what a call calls: the callee of the nearest call above it, and
     its last part (`self.send(…)` calls `send`, not `self`)."""
     current = node.parent
@@ -266,7 +270,7 @@ def _is_called(node) -> bool:
     return False
 
 
-def _signature(definition) -> str:
+def _signature(definition: Node) -> str:
     """The definition's head: its text up to its body, on one line."""
     body = definition.child_by_field_name("body")
     raw = definition.text or b""

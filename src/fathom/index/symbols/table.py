@@ -372,7 +372,7 @@ class SymbolTable:
         with self._connect() as conn:
             return [
                 tuple(r)
-                for r in conn.execute(  # type: ignore[misc]
+                for r in conn.execute(
                     f"SELECT project, path FROM files WHERE project IN ({_marks(projects)}) "
                     f"ORDER BY project, path",
                     list(projects),

@@ -32,6 +32,7 @@ from fathom.inference.budget.ceiling import (
     trusted_rpm,
 )
 from fathom.inference.budget.effective import EffectiveLimit
+from fathom.inference.budget.fair_queue import WaitingLine
 from fathom.inference.budget.limiter import (
     BudgetClosed,
     BudgetState,
@@ -43,7 +44,6 @@ from fathom.inference.budget.limiter import (
     current_project,
     throttle_of,
 )
-from fathom.inference.budget.line import WaitingLine
 from fathom.inference.budget.roundtrip import RoundTrip
 from fathom.inference.budget.window import RpmWindow
 

@@ -43,7 +43,7 @@ from fathom.inference.budget.ceiling import (
     validate_override,
 )
 from fathom.inference.budget.effective import EffectiveLimit
-from fathom.inference.budget.line import WaitingLine
+from fathom.inference.budget.fair_queue import WaitingLine
 from fathom.inference.budget.roundtrip import RoundTrip
 from fathom.inference.budget.window import RpmWindow
 
@@ -298,7 +298,7 @@ class CloudBudget:
         self._granted_by_project: dict[str, int] = {}
         self._throttle_counts: dict[str, int] = {k: 0 for k in THROTTLE_KINDS}
         self._last_throttle: tuple[str, float | None, float, bool] | None = None
-        self._timer: asyncio.Task | None = None
+        self._timer: asyncio.Task[None] | None = None
         self._timer_at = math.inf
         self._closed = False
         if report is not None:

@@ -4,7 +4,7 @@ It owns running one model folder's built graph (`cache.model_file`) with onnxrun
 tokenising with the `tokenizers` package from the folder's `tokenizer.json`, the way
 sentence-transformers does (special tokens, truncation to the model's `max_seq_length`,
 padding to the longest text of a batch), so its fp32 vectors are the torch encoder's
-(minimum cosine 1.0000 over hundreds of code chunks; `tests/test_onnx_encoder.py`).
+(minimum cosine 1.0000 over hundreds of code chunks; `tests/inference/test_onnx_encoder.py`).
 
 Identity: the fp32 graph serves under the same provider id as the torch encoder of the same
 model (`local:<model>`): the runtime, like the device, is not part of what a vector means.
@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,12 @@ from fathom.inference.weights import model_folder
 from fathom.roles import EMBEDDING_ROLES, Role
 
 log = logging.getLogger(__name__)
+
+# Padded tokens in one forward pass. A batch's activations grow with rows x tokens (the
+# attention scores with rows x tokens^2); past about a thousand tokens they spill out of the
+# CPU's caches and each token costs more: on 2 cores the same 200 code chunks took 1.8x the
+# CPU 64 at a time that they took 4 at a time (docs/benchmarks.md, "Index cost").
+BATCH_TOKENS = 1024
 
 
 def variant_provider_id(model_name: str, variant: str) -> str:
@@ -73,6 +79,7 @@ class OnnxEncoder(Provider):
         batch_size: int = 64,
         roles: Iterable[Role] = EMBEDDING_ROLES,
         max_tokens: int | None = None,
+        threads: int | None = None,
     ):
         if batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
@@ -81,6 +88,7 @@ class OnnxEncoder(Provider):
         self.model_path, self.model_name = str(model_path), model_name
         self.width, self.batch_size, self.variant = int(width), int(batch_size), variant
         self.cache_dir = Path(cache_dir)
+        self.threads = threads  # intra-op threads; None: onnxruntime's own (one per core)
         self.max_tokens = max_tokens or configured_max_tokens(self.model_path)
         self.info = ProviderInfo(
             id=variant_provider_id(model_name, variant),
@@ -125,7 +133,7 @@ class OnnxEncoder(Provider):
                 )
             try:
                 self._tokenizer = _tokenizer(folder, limit)
-                self._session = _session(model_file(folder, self.cache_dir, self.variant))
+                self._session = _session(model_file(folder, self.cache_dir, self.variant), self.threads)
             except (UnsupportedModel, ConfigError):
                 raise
             except Exception as exc:  # noqa: BLE001 - any loader failure becomes one typed error
@@ -152,7 +160,8 @@ class OnnxEncoder(Provider):
 
     def encode_sync(self, texts: Sequence[str]) -> np.ndarray:
         """Encode in the calling thread: batches of similar length (less padding to compute),
-        each padded to its longest text, rows returned in the callers' order."""
+        each padded to its longest text and held to `BATCH_TOKENS`, rows returned in the
+        callers' order."""
         if not texts:
             return np.zeros((0, self.width), dtype=np.float32)
         session = self.load()
@@ -161,9 +170,8 @@ class OnnxEncoder(Provider):
             try:
                 encodings = self._tokenizer.encode_batch([str(t) for t in texts])
                 order = sorted(range(len(texts)), key=lambda i: -len(encodings[i].ids))
-                for start in range(0, len(order), self.batch_size):
-                    rows = order[start : start + self.batch_size]
-                    width = max(len(encodings[i].ids) for i in rows)
+                for rows in _batches(order, [len(encodings[i].ids) for i in order], self.batch_size):
+                    width = len(encodings[rows[0]].ids)  # the longest: sorted longest first
                     ids = np.zeros((len(rows), width), dtype=np.int64)
                     mask = np.zeros((len(rows), width), dtype=np.int64)
                     for r, i in enumerate(rows):
@@ -183,7 +191,18 @@ class OnnxEncoder(Provider):
         return await asyncio.to_thread(self.encode_sync, list(texts))  # CPU-bound: off the loop
 
     async def embed_query(self, query: str) -> np.ndarray:
-        return (await self.embed([query]))[0]
+        row: np.ndarray = (await self.embed([query]))[0]  # the one text's vector
+        return row
+
+
+def _batches(order: list[int], lengths: list[int], most: int) -> Iterator[list[int]]:
+    """`order` (longest first, `lengths` its token counts) cut into batches of at most `most`
+    texts and `BATCH_TOKENS` padded tokens: long texts go fewer at a time, short ones more."""
+    start = 0
+    while start < len(order):
+        n = max(1, min(most, BATCH_TOKENS // max(1, lengths[start])))
+        yield order[start : start + n]
+        start += n
 
 
 def _tokenizer(folder: Path, limit: int) -> Any:
@@ -197,10 +216,16 @@ def _tokenizer(folder: Path, limit: int) -> Any:
     return tok
 
 
-def _session(path: Path) -> Any:
+def _session(path: Path, threads: int | None = None) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.log_severity_level = 3  # errors only: shape-merge notices are not the user's concern
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    # Idle pool threads sleep instead of spinning for the next op: spinning burns a core the
+    # walk, the store's writes and other processes want, for no more vectors (on 2 cores,
+    # about a sixth of the encoder's CPU per chunk; docs/benchmarks.md, "Index cost").
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])

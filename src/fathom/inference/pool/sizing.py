@@ -152,7 +152,7 @@ class Sizer:
         if not provider.info.is_cloud or self._rate_limit is None:
             return 0
         rate = self._rate_limit(provider)
-        per_s = getattr(rate, "per_s", None)
+        per_s: float | None = getattr(rate, "per_s", None)  # requests per second, when known
         if not per_s or per_s <= 0:
             return 0
         if getattr(rate, "lanes_follow", False):

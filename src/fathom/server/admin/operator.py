@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fathom import __version__
 from fathom.config import PIN_NOTICE, RoutingStateDamaged, RoutingStore, Settings, default_routes
@@ -22,6 +22,9 @@ from fathom.server.answers import refusal
 from fathom.server.metrics import provider_health
 from fathom.service.jobs import IndexJobs
 
+if TYPE_CHECKING:
+    from fathom.service.ports import OperatorService, StoreReader
+
 
 @dataclass
 class OperatorParts:
@@ -34,7 +37,7 @@ class OperatorParts:
     registry: Any = None
     gate: Any = None
     budget: Any = None
-    service: Any = None
+    service: OperatorService | None = None
     router: Any = None
     jobs: IndexJobs | None = None
     budget_record: BudgetRecord | None = None
@@ -54,7 +57,7 @@ class OperatorParts:
     # -- policies ----------------------------------------------------------------------
 
     def cleared_for(self, role: Role, provider: Any) -> bool | None:
-        if role not in EMBEDDING_ROLES or self.gate is None or self.service is None:
+        if role not in EMBEDDING_ROLES or role.table is None or self.gate is None or self.service is None:
             return None
         try:
             return bool(self.gate.is_cleared(self.service.space(role.table), provider))
@@ -168,7 +171,7 @@ class OperatorParts:
     def _clears_itself(self, role: Role, reference: Any) -> bool:
         """Whether `reference` has no verdict yet for its table (a refused or quarantined one
         does not serve): the first index run then clears it against itself."""
-        if self.gate is None or self.service is None:
+        if role.table is None or self.gate is None or self.service is None:
             return False
         try:
             return self.gate.verdict_for(self.service.space(role.table), reference) is None
@@ -176,7 +179,7 @@ class OperatorParts:
             return False
 
     def _reference_encoder(self, role: Role) -> Any:
-        if role not in EMBEDDING_ROLES or self.service is None:
+        if role not in EMBEDDING_ROLES or role.table is None or self.service is None:
             return None
         try:
             return self.service.encoder_for(role.table)
@@ -272,7 +275,7 @@ class OperatorParts:
         return out
 
 
-async def require_project(service: Any, project: str) -> None:
+async def require_project(service: StoreReader, project: str) -> None:
     from fathom.index.store import check_project_name
 
     try:

@@ -9,7 +9,7 @@ source of truth with `RoutingStore.update`). It writes nothing.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -20,8 +20,13 @@ from fathom.roles import EMBEDDING_ROLES, FallbackMode, Role
 from fathom.server.admin.bodies import MAX_WIDTH, ROUTE_FIELDS
 from fathom.server.answers import body_problems
 
+if TYPE_CHECKING:
+    from fathom.service.ports import SpaceService
 
-def reference_problems(service: Any, state: RoutingState, changes: dict[Role, dict[str, Any]]) -> list[str]:
+
+def reference_problems(
+    service: SpaceService, state: RoutingState, changes: dict[Role, dict[str, Any]]
+) -> list[str]:
     """Each changed embedding role whose merged route no reference could judge (a model no
     local encoder serves under a policy whose reference is local)."""
     out = []

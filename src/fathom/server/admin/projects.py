@@ -21,6 +21,8 @@ from fathom.server.search_answer import answer_of
 
 if TYPE_CHECKING:
     from fathom.server.admin.operator import OperatorParts
+    from fathom.service.ports import ProjectsService
+    from fathom.service.projects import ProjectSummary
 
 log = logging.getLogger("fathom.server.admin")
 
@@ -68,7 +70,7 @@ def projects_router(parts: OperatorParts) -> APIRouter:
         sync); its folder is not touched. A running job of it is cancelled first."""
         service = parts.need("service")
         await require_project(service, project)
-        result = await service.drop(project)
+        result: dict[str, Any] = await service.drop(project)
         log.info("project %s dropped by the operator", project)
         return result
 
@@ -82,7 +84,7 @@ def projects_router(parts: OperatorParts) -> APIRouter:
     return router
 
 
-def git_facts(service: Any, name: str) -> dict[str, Any]:
+def git_facts(service: ProjectsService, name: str) -> dict[str, Any]:
     """What the projects view adds for a project from git (`git`: its remote, default branch,
     each tracked branch's commit, its poll, its webhook's path and its syncs; never the
     webhook's secret) and for a branch's overlay (`branch_of`: the project and branch)."""
@@ -137,7 +139,7 @@ def _synced(result: dict[str, Any] | None) -> dict[str, str]:
 ENDED_JOB_STATES = frozenset({"done", "failed", "cancelled"})
 
 
-def project_view(service: Any, summary: Any) -> dict[str, Any]:
+def project_view(service: ProjectsService, summary: ProjectSummary) -> dict[str, Any]:
     """One project as the projects view shows it (blocking: reads the store): rows, model and
     width per table, the last run with its outcome and skips, the provenance, the live sync."""
     view: dict[str, Any] = {

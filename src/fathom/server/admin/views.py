@@ -107,7 +107,7 @@ def fleet_view(hub: Hub) -> dict[str, Any]:
 
 
 def job_view(job: Any) -> dict[str, Any]:
-    out = job.as_dict()
+    out: dict[str, Any] = job.as_dict()
     total = out.get("chunks_total") or 0
     out["percent"] = (
         round(100.0 * out.get("chunks_done", 0) / total, 1)

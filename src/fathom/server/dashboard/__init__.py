@@ -17,6 +17,7 @@ backs that up.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from functools import cache
 from importlib import resources
 
@@ -68,7 +69,7 @@ def mount(app: FastAPI) -> None:
     )
 
 
-def _serving(name: str, media_type: str):
+def _serving(name: str, media_type: str) -> Callable[[], Awaitable[Response]]:
     async def serve() -> Response:
         return Response(asset(name), media_type=media_type, headers=_headers())
 

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Body, Depends, Request
 
 from fathom.errors import ConfigError
 from fathom.server.answers import refusal
+from fathom.server.guard import Access
 
 OFF = (
     "OAuth is off on this server: set FATHOM_OAUTH_ISSUER and FATHOM_OAUTH_RESOURCE (docs/operator.md, "
@@ -22,7 +23,7 @@ OFF = (
 )
 
 
-def oauth_router(access: Any, require_admin: Callable[[Request], None]) -> APIRouter:
+def oauth_router(access: Access, require_admin: Callable[[Request], None]) -> APIRouter:
     router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)])
 
     @router.get("/oauth", tags=["oauth"])
