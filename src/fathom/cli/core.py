@@ -216,7 +216,7 @@ def _eta(seconds: float | None) -> str:
 
 
 async def index_with_progress(
-    fathom, path: Path, project: str | None, full: bool, include: list[str] | None = None
+    fathom: Fathom, path: Path, project: str | None, full: bool, include: list[str] | None = None
 ) -> IndexReport:
     """Index with a rich progress bar on stderr; returns the report. Start-up shows as what
     it is (opening the store, loading the model, checking the encoders), and the elapsed
@@ -523,7 +523,7 @@ def search(
         err_console.print(Text("note: ", style="yellow") + Text(note))
 
 
-async def search_in_process(fathom, request: SearchRequest) -> Noted:
+async def search_in_process(fathom: Fathom, request: SearchRequest) -> Noted:
     """The search in this process; loading the encoder, when it takes over a second, says so."""
     from fathom.service.warmup import needs_loading
 
