@@ -17,11 +17,17 @@ The clean stop is the one expected: the parts it waits on are all cancellable (s
 on the event loop, `fathom.server.stdio`; the file watcher stops at its next step). The
 watchdog only bounds what a future part might block on.
 
-What it refuses to do: install anything outside `run_stoppable` (the handlers go with its
-event loop), or exit with success when the stop was forced.
+`bound_exit(signum, grace_s)` arms the same watchdog where no `run_stoppable` loop heard the
+signal: a server that Ctrl-C reached before its own loop took the signals over (`fathom serve`,
+`server.local.serve_with_door`) still ends within `grace_s`, whatever thread its exit waits on
+(the encoder's warm-up is not a daemon thread).
+
+What it refuses to do: install a signal handler outside `run_stoppable` (the handlers go with
+its event loop), or exit with success when the stop was forced.
 
 API:
     run_stoppable(coro, *, grace_s) -> the coroutine's result, or raises Stopped(signum)
+    bound_exit(signum, grace_s): the watchdog alone, for a stop heard elsewhere
     STOP_SIGNALS, exit_code(signum)
 """
 
@@ -83,6 +89,12 @@ class _Watchdog:
     @property
     def armed(self) -> bool:
         return self.signum is not None
+
+
+def bound_exit(signum: int, grace_s: float) -> None:
+    """From now on the process has `grace_s` seconds to end, interpreter exit included; past
+    them every thread's stack goes to stderr and it ends with exit code 1."""
+    _Watchdog(grace_s).arm(signum)
 
 
 def run_stoppable(coro: Coroutine[Any, Any, _T], *, grace_s: float) -> _T:

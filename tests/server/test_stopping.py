@@ -400,3 +400,39 @@ def test_a_sigterm_just_after_the_local_file_is_written_still_removes_it(tmp_pat
     assert done.returncode == -signal.SIGTERM, done.stdout + done.stderr
     assert "stopped by SIGTERM" in done.stdout and "not reached" not in done.stdout
     assert not (tmp_path / "local_server.json").exists()
+
+
+@pytest.mark.slow
+def test_a_serve_ctrl_c_before_uvicorn_listens_ends_in_bounded_time_whatever_it_waits_on(tmp_path: Path):
+    """Ctrl-C that reaches `fathom serve` before uvicorn has taken the signals over is heard by
+    no stop watchdog of a loop; the exit then waits for every thread that is not a daemon (the
+    encoder's warm-up is not one). Here that load never ends: the process still ends within the
+    grace, saying the stop was forced and what it waited on."""
+    script = (
+        "import sys, threading\n"
+        "from fathom.service import warmup\n"
+        "warmup.Warmup._load = lambda self: threading.Event().wait()  # a load that never ends\n"
+        "from fathom.server import local\n"
+        "opened = local.LocalDoor.open\n"
+        "def interrupted(self, *, strict=False):\n"
+        "    opened(self, strict=strict)\n"
+        "    raise KeyboardInterrupt  # Ctrl-C, as the run file is in place\n"
+        "local.LocalDoor.open = interrupted\n"
+        "from fathom.cli import app\n"
+        "app(['--data-dir', sys.argv[1], 'serve', '--port', sys.argv[2], '--no-auth', '--no-watch'])\n"
+    )
+    try:
+        done = subprocess.run(
+            [PY, "-c", script, str(tmp_path / "data"), str(free_port())],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**ENV, "FATHOM_STOP_GRACE_S": "2"},
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"did not end within 120 s of the Ctrl-C: {exc.stderr!r}") from None
+    said = done.stdout + done.stderr
+    assert "fathom serve: stopped by SIGINT" in said, said
+    assert done.returncode == 1 and "the stop did not finish within 2 s" in said, said
+    assert "threading.py" in said  # the stacks it waited on are on record
+    assert not (tmp_path / "data" / "local_server.json").exists()

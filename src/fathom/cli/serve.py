@@ -15,6 +15,7 @@ CLI's consoles and the per-invocation settings and service.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -197,6 +198,11 @@ def serve(
             config, sock, door, said_stopped
         )  # the door is open while it serves, closed on any stop
     except KeyboardInterrupt:  # Ctrl-C, raised again by uvicorn once it has shut down: already said
+        # Ctrl-C may land before uvicorn took the signals over, where no watchdog bounds the
+        # exit: whatever it then waits on (the encoder's warm-up thread) ends within the grace.
+        from fathom.stopping import bound_exit
+
+        bound_exit(signal.SIGINT, settings.stop_grace_s)
         raise typer.Exit(130) from None
 
 
