@@ -189,6 +189,8 @@ async def test_fathom_projects_through_a_running_serve_shows_the_first_index(
         door.open()
         try:
             _, job, gate = await start_held(client, encoder, tmp_path)
+            # The batch let through counts once its write lands (a thread), a moment after.
+            await wait_for(lambda: fathom.jobs[job].progress.chunks_done, what="the first batch written")
             # The CLI is a client of this loop's server: it runs in a thread.
             listed = await asyncio.to_thread(invoke, "--data-dir", str(fathom.settings.data_dir), "projects")
         finally:

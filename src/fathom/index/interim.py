@@ -104,9 +104,9 @@ class InterimIndex:
                 # A new tuple, never one changed in place: a search reading the old one
                 # meanwhile sees a whole set of segments.
                 self._segments[table] = (*self._segments.get(table, ()), segment)
-                self._texts.update(((table, c.chunk_id), c.text) for c in got)
+                self._texts.update(((table, h.chunk_id), c.text) for h, c in zip(held, got))
                 self.chunks += len(got)
-                self.text_bytes += sum(len(c.text) for c in got)
+        self.text_bytes += taken
 
     def search(self, table: str, query: str, k: int, where: SearchFilter | None = None) -> list[Hit]:
         """The best `k` chunks of `table` for `query` by BM25, best first, each carrying the
