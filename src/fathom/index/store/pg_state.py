@@ -60,7 +60,7 @@ class PgVerdictStore:
         )
 
     def get(self, verdict_id: str) -> Any:
-        from fathom.inference.gate.verdict import Verdict
+        from fathom.inference.gate import Verdict
 
         row = (
             self.db.conn()
@@ -70,7 +70,7 @@ class PgVerdictStore:
         return Verdict.from_json(row[0]) if row else None
 
     def all(self) -> list[Any]:
-        from fathom.inference.gate.verdict import Verdict
+        from fathom.inference.gate import Verdict
 
         rows = self.db.conn().execute(self._q("SELECT body FROM {s}.verdicts ORDER BY seq")).fetchall()
         return [Verdict.from_json(r[0]) for r in rows]
@@ -91,7 +91,7 @@ class PgVerdictStore:
         )
 
     def watched(self) -> list[Any]:
-        from fathom.inference.gate.verdict import Watched
+        from fathom.inference.gate import Watched
 
         rows = (
             self.db.conn()
@@ -113,7 +113,7 @@ class PgGoldenStore:
     def get(self, space_key: str, probe_set: str | None = None) -> Any:
         from psycopg import sql
 
-        from fathom.inference.gate.golden import Golden
+        from fathom.inference.gate import Golden
 
         row = (
             self.db.conn()

@@ -2,14 +2,18 @@
 
 A provider that has not passed the gate never serves a single text: the pool asks
 `Gate.is_cleared` before it lets a provider pull work, and the store asks `GateClearance`
-before it writes a row. The parts, one concept each:
+before it writes a row. The parts, each beside what uses it most: the comparison with the
+`Evidence` every verdict carries, the golden vectors with the judge that records them, the
+store's lock with the gate whose decisions it reads:
 
-- `check`      the comparison: per-probe cosines, width, count, finiteness, the 0.99 floor
-- `verdict`    `Verdict` (keyed by provider, model, pin, regime, reference, width) and its store
-- `golden`     the reference's probe vectors, recorded once per space, for drift re-checks
-- `judge`      `Judge`: reference selection per policy and the decision of one verdict
-- `core`       `Gate`: verify, the watch list, re-probe, quarantine, listeners
-- `clearance`  `GateClearance`, the store's second lock
+- `verdict`    the comparison (`inspect`: per-probe cosines, width, count, finiteness, the 0.99
+               floor) and the `Evidence` it yields; `Verdict` (keyed by provider, model, pin,
+               regime, reference, width) and its store
+- `judge`      `Judge`: reference selection per policy and the decision of one verdict; the
+               golden vectors (the reference's probe vectors, recorded once per space, that
+               every re-check compares against) and their store
+- `core`       `Gate`: verify, the watch list, re-probe, quarantine, listeners; and
+               `GateClearance`, the store's second lock, which only reads what the gate decided
 - `audit`      rows per verdict, suspect rows after a quarantine, and re-embedding them
 
 The probe texts themselves are package data in `fathom.inference.probes`.
@@ -24,27 +28,35 @@ from fathom.inference.gate.audit import (
     audit,
     reembed,
 )
-from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
-from fathom.inference.gate.clearance import GateClearance
 from fathom.inference.gate.core import (
     DEFAULT_RECHECK_INTERVAL_S,
     Gate,
+    GateClearance,
     GateEvent,
     GateRefused,
     check_pin,
     choose_anchor,
     raise_if_refused,
 )
-from fathom.inference.gate.golden import Golden, GoldenStore, GoldenVectors
-from fathom.inference.gate.judge import GateUnavailable, identity, role_for
+from fathom.inference.gate.judge import (
+    GateUnavailable,
+    Golden,
+    GoldenStore,
+    GoldenVectors,
+    identity,
+    role_for,
+)
 from fathom.inference.gate.verdict import (
+    MIN_COSINE,
     Coverage,
+    Evidence,
     JsonVerdictStore,
     Status,
     Verdict,
     VerdictKey,
     VerdictStore,
     Watched,
+    inspect,
     verdict_id_for,
 )
 from fathom.inference.probes import Probe, ProbeSet, load_probes

@@ -16,6 +16,13 @@ a provider pulls work, and the store asks `GateClearance` before it writes a row
 talks to a network or a model except through `Provider.embed`, so any provider (in-process,
 sidecar, OpenRouter, a test fake) is judged the same way. It is never disabled: a space whose
 reference cannot answer gets no verdict (`GateUnavailable`), not a pass.
+
+`GateClearance`, the store's second lock, is here too: a row lands only under a cleared, current
+gate verdict. It is the `fathom.space.Clearance` the store asks before every write and every
+re-embedding. It refuses a provenance whose verdict is missing, belongs to another provider or
+another vector space, was refused, was revoked by a quarantine, or has been superseded by a
+newer verdict for the same provider (its model or pin changed). It refuses to probe or decide
+anything itself: it only reads what the gate has decided.
 """
 
 from __future__ import annotations
@@ -29,19 +36,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fathom.errors import ConfigError, FathomError, PinRequired, ProviderError
-from fathom.inference.gate.check import MIN_COSINE, Evidence, inspect
-from fathom.inference.gate.golden import Golden, GoldenStore, GoldenVectors
+from fathom.errors import ConfigError, FathomError, NotCleared, PinRequired, ProviderError
 
 # GateUnavailable: raised by the judge, still importable from here as it always was.
 from fathom.inference.gate.judge import GateUnavailable as GateUnavailable
-from fathom.inference.gate.judge import Judge, identity, role_for
-from fathom.inference.gate.verdict import Coverage, JsonVerdictStore, Verdict, VerdictStore, Watched
+from fathom.inference.gate.judge import Golden, GoldenStore, GoldenVectors, Judge, identity, role_for
+from fathom.inference.gate.verdict import (
+    MIN_COSINE,
+    Coverage,
+    Evidence,
+    JsonVerdictStore,
+    Verdict,
+    VerdictStore,
+    Watched,
+    inspect,
+)
 from fathom.inference.probes import ProbeSet, load_probes
 from fathom.inference.provider import Provider
 from fathom.policy import BEHAVIOUR, Policy, Reference
 from fathom.roles import EMBEDDING_ROLES, Role
-from fathom.space import Space
+from fathom.space import Provenance, Space
 
 log = logging.getLogger(__name__)
 
@@ -616,3 +630,41 @@ def raise_if_refused(verdict: Verdict) -> Verdict:
     if not verdict.cleared:
         raise GateRefused(verdict)
     return verdict
+
+
+# -- the store's second lock -----------------------------------------------------------
+
+
+class GateClearance:
+    def __init__(self, gate: Gate):
+        self.gate = gate
+
+    def check(self, space: Space, provenance: Provenance) -> None:
+        pid, vid = provenance.provider_id, provenance.verdict_id
+
+        def refuse(reason: str) -> NotCleared:
+            return NotCleared(space.table, pid, vid, reason=reason)
+
+        if not vid:
+            raise refuse("the rows carry no gate verdict")
+        verdict = self.gate.verdict_by_id(vid)
+        if verdict is None:
+            raise refuse(f"verdict {vid} is unknown to the gate")
+        k = verdict.key
+        if k.provider_id != pid:
+            raise refuse(f"verdict {vid} was issued to {k.provider_id}, not to {pid}")
+        if k.space != space.key or k.width != space.width:
+            raise refuse(
+                f"verdict {vid} clears {k.table} space {k.space} (width {k.width}), "
+                f"not this table's space {space.key} (width {space.width})"
+            )
+        if not verdict.passed:
+            raise refuse(f"the gate refused it: {verdict.reason}")
+        if verdict.revoked_at is not None:
+            raise refuse(f"quarantined: {verdict.revoked_reason}")
+        latest = self.gate.latest_verdict(space.key, pid)
+        if latest is not None and latest.verdict_id != vid:
+            raise refuse(
+                f"verdict {vid} is superseded by {latest.verdict_id} "
+                f"({latest.status.value}); the provider's model or pin changed"
+            )

@@ -5,18 +5,41 @@ golden vectors the first time its reference answers.
 `Judge` decides and returns; it persists no verdict, tracks no provider and emits nothing
 (`Gate` does, around it). A reference found drifted while judging is handed back to the gate
 to quarantine (`quarantine_if_cleared`).
+
+Golden vectors (`Golden`) are the reference's answer to the probes, recorded once per vector
+space: when a space's reference encoder is first verified (or, for a sole cloud provider, when
+its table is first built) its probe vectors are written and never overwritten for that probe
+set. Every later re-probe compares against them, which catches what a live comparison cannot:
+a sole pinned upstream that redeploys another quantization behind the same pin, or a
+reference that drifts together with everything compared against it. `GoldenStore` keeps one
+JSON file per space under `<data_dir>/gate/golden/`, vectors as base64 float32 so they
+round-trip exactly (`GoldenVectors` is what any store of them offers); a store refuses to
+judge, it only keeps and returns vectors.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
 
+import numpy as np
+
+from fathom.config import atomic_write_text
 from fathom.errors import ConfigError, ProviderError, ProviderUnavailable
-from fathom.inference.gate.check import Evidence, inspect
-from fathom.inference.gate.golden import Golden, GoldenVectors
-from fathom.inference.gate.verdict import Coverage, Verdict, VerdictKey, VerdictStore, verdict_id_for
+from fathom.inference.gate.verdict import (
+    Coverage,
+    Evidence,
+    Verdict,
+    VerdictKey,
+    VerdictStore,
+    inspect,
+    verdict_id_for,
+)
 from fathom.inference.probes import ProbeSet
 from fathom.inference.provider import Provider
 from fathom.policy import Reference
@@ -24,6 +47,86 @@ from fathom.roles import EMBEDDING_ROLES, Role
 from fathom.space import Space
 
 log = logging.getLogger(__name__)
+
+
+# -- golden vectors --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Golden:
+    space: str
+    probe_set: str  # digest of the probe set the vectors answer
+    probe_ids: tuple[str, ...]
+    reference: str  # identity of the encoder that produced them
+    recorded_at: float
+    vectors: np.ndarray  # (n, width) float32
+
+    @property
+    def width(self) -> int:
+        return int(self.vectors.shape[1])
+
+
+class GoldenVectors(Protocol):
+    """Where golden vectors live: JSON files (`GoldenStore`), or a PostgreSQL table for a
+    multi-server deployment (`fathom.index.pgstore.PgGoldenStore`)."""
+
+    def get(self, space_key: str, probe_set: str | None = None) -> Golden | None: ...
+
+    def put(self, golden: Golden) -> None: ...
+
+
+class GoldenStore:
+    """The golden vectors of each space, one JSON file per space under `folder`."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+
+    def _path(self, space_key: str) -> Path:
+        return self.folder / f"{space_key}.json"
+
+    def get(self, space_key: str, probe_set: str | None = None) -> Golden | None:
+        """The golden vectors of a space, if recorded for this probe set."""
+        path = self._path(space_key)
+        if not path.exists():
+            return None
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+            n, w = d["shape"]
+            vec = np.frombuffer(base64.b64decode(d["vectors"]), dtype="<f4").reshape(n, w).copy()
+            golden = Golden(
+                space=d["space"],
+                probe_set=d["probe_set"],
+                probe_ids=tuple(d["probe_ids"]),
+                reference=d["reference"],
+                recorded_at=d["recorded_at"],
+                vectors=vec,
+            )
+        except (ValueError, KeyError, TypeError, OSError) as exc:
+            raise ConfigError(f"{path} is not a valid golden vector file: {exc}") from exc
+        if probe_set is not None and golden.probe_set != probe_set:
+            return None  # recorded for another probe set: never compared across sets
+        return golden
+
+    def put(self, golden: Golden) -> None:
+        vec = np.ascontiguousarray(golden.vectors, dtype="<f4")
+        atomic_write_text(
+            self._path(golden.space),
+            json.dumps(
+                {
+                    "space": golden.space,
+                    "probe_set": golden.probe_set,
+                    "probe_ids": list(golden.probe_ids),
+                    "reference": golden.reference,
+                    "recorded_at": golden.recorded_at,
+                    "shape": list(vec.shape),
+                    "vectors": base64.b64encode(vec.tobytes()).decode("ascii"),
+                },
+                indent=1,
+            ),
+        )
+
+
+# -- judging ---------------------------------------------------------------------------
 
 
 class GateUnavailable(ProviderUnavailable):
@@ -217,8 +320,6 @@ class Judge:
         )
 
     def record_golden(self, space: Space, encoder: Provider, vectors: Any) -> None:
-        import numpy as np
-
         self.golden.put(
             Golden(
                 space=space.key,

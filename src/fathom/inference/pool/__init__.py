@@ -40,18 +40,31 @@ The pool refuses to decide who may serve (its `eligible` predicate comes from th
 to know what a permit is made of (the budget's `admission` hands them out), or to write rows
 (the job's `sink` does, once per finished batch, serialised so the store sees one writer).
 
-The package, part by part: `options` (`PoolOptions`, the knobs, checked once), `state` (the
-job: its queue, the work in flight, each provider's standing), `sizing` (what is learned of a
-provider's speed, and the batch-size rules), `plan` (what a lane does next, the end game and
-stragglers), `lanes` (the worker tasks and how each outcome is settled), `members` (who
-joins and leaves), `core` (`Pool`, the face that holds them).
+The package, in three parts cut along what each does to a job: `plan` (what a lane does next,
+and all that decision reads: `PoolOptions`, the job's state with each provider's standing,
+what is learned of a provider's speed and the batch-size rules; it decides and keeps the
+record, and never calls a provider),
+`lanes` (the worker tasks: they act on the plan, take permits, embed, write, and settle each
+outcome, sorting how a batch went wrong), and `core` (`Pool`, the face that holds them, with
+its `Members`, who joins and leaves). The job's state sits with the plan rather than with the
+lanes that change it because the planner reads it and the lanes import the planner: the
+imports then run one way, core to lanes to plan.
 """
 
-from fathom.inference.pool.core import Pool
-from fathom.inference.pool.errors import MalformedBatch, PoolStalled, is_throttle, is_too_large
-from fathom.inference.pool.options import PoolOptions
-from fathom.inference.pool.sizing import FIXED_SHARE, MIN_PER_ITEM, STRETCH, LatencyLine, Sizing
-from fathom.inference.pool.state import Admission, PoolReport, Progress, Sink
+from fathom.inference.pool.core import Pool, PoolStalled
+from fathom.inference.pool.lanes import MalformedBatch, is_throttle, is_too_large
+from fathom.inference.pool.plan import (
+    FIXED_SHARE,
+    MIN_PER_ITEM,
+    STRETCH,
+    Admission,
+    LatencyLine,
+    PoolOptions,
+    PoolReport,
+    Progress,
+    Sink,
+    Sizing,
+)
 
 __all__ = [
     "FIXED_SHARE",

@@ -1,7 +1,8 @@
 """`Pool`: the face of the pull-based fan-out pool (see the package docstring for what it
-guarantees). It takes the collaborators and one `PoolOptions`, runs one job at a time, and
-hands the work to its parts: `Members` (who pulls), `Lanes` (the pulling), `Planner` (what a
-lane does next), `Sizer` (how large a batch), over the shared `PoolState`.
+guarantees), with who pulls in it. It takes the collaborators and one `PoolOptions`, runs one job
+at a time, fails a job that stopped making progress (`PoolStalled`), and hands the work to its
+parts: `Members` (who joins and leaves), `Lanes` (the pulling, `lanes`), `Planner` (what a lane
+does next) and `Sizer` (how large a batch), over the shared `PoolState` (all three in `plan`).
 """
 
 from __future__ import annotations
@@ -12,16 +13,37 @@ from typing import Any
 
 from fathom.clock import Clock, SystemClock
 from fathom.errors import NoProviderAvailable
-from fathom.inference.pool.errors import PoolStalled
 from fathom.inference.pool.lanes import Lanes
-from fathom.inference.pool.members import Members
-from fathom.inference.pool.options import PoolOptions
-from fathom.inference.pool.plan import Planner
-from fathom.inference.pool.sizing import Sizer, Sizing
-from fathom.inference.pool.state import Admission, PoolJob, PoolReport, PoolState, Progress, Sink
+from fathom.inference.pool.plan import (
+    Admission,
+    Member,
+    Phase,
+    Planner,
+    PoolJob,
+    PoolOptions,
+    PoolReport,
+    PoolState,
+    Progress,
+    Sink,
+    Sizer,
+    Sizing,
+)
 from fathom.inference.provider import Provider
-from fathom.inference.registry import ProviderRegistry
+from fathom.inference.registry import ChangeKind, ProviderRegistry, RegistryChange
 from fathom.roles import Role
+
+
+class PoolStalled(NoProviderAvailable):
+    """No batch finished for `stall_timeout` seconds: nothing that may serve could."""
+
+    def __init__(self, done: int, total: int, waited: float, members: dict[str, str]):
+        self.done, self.total, self.waited, self.members = done, total, waited, members
+        state = "; ".join(f"{pid}: {s}" for pid, s in sorted(members.items())) or "no provider at all"
+        super().__init__(
+            f"the embedding pool made no progress for {waited:.0f}s with {total - done} of "
+            f"{total} items left ({state}). Start a sidecar, fix the failing providers, or "
+            f"check the role's policy; the items written so far are kept."
+        )
 
 
 class Pool:
@@ -165,3 +187,77 @@ class Pool:
             await self._state.wait(until)
         if job.error is not None:
             raise job.error
+
+
+# -- who pulls -------------------------------------------------------------------------
+
+
+class Members:
+    """Who pulls in a running job: providers join (with their lanes and their sizing from the
+    history) and leave (their batches in flight go back to the queue; a lane mid-write finishes
+    its write). Follows a registry's changes for the pool's role.
+
+    It refuses to decide whether a member may serve at a given moment (`Planner`, through the
+    router's `eligible`)."""
+
+    def __init__(
+        self, state: PoolState, sizer: Sizer, lanes: Lanes, history: dict[str, Sizing], role: Role | None
+    ):
+        self.state, self.sizer, self.lanes = state, sizer, lanes
+        self.history = history
+        self.role = role
+
+    def serves(self, provider: Provider) -> bool:
+        return self.role is None or self.role in provider.info.roles
+
+    def on_registry(self, change: RegistryChange) -> None:
+        if change.kind is ChangeKind.ADDED:
+            if self.serves(change.provider):
+                self.join(change.provider)
+        elif change.kind is ChangeKind.REMOVED:
+            m = self.state.members.get(change.provider.id)
+            if m is not None and m.provider is change.provider:
+                self.leave(change.provider.id)
+        self.state.notify()
+
+    def join(self, provider: Provider) -> None:
+        state = self.state
+        if state.job is None:
+            return
+        existing = state.members.get(provider.id)
+        if existing is not None and existing.present:
+            if existing.provider is provider:
+                return
+            self.leave(provider.id)
+        if existing is not None:
+            state.departed.append(existing)
+        sizing = self.sizer.start(self.history, provider.id)
+        m = Member(provider, sizing, self.lanes.wanted(provider))
+        state.members[provider.id] = m
+        self.lanes.spawn(m, m.lanes)
+        state.notify()
+
+    def leave(self, provider_id: str) -> None:
+        m = self.state.members.get(provider_id)
+        if m is None or not m.present:
+            return
+        m.present = False
+        for task, phase in list(m.tasks.items()):
+            # A lane in the middle of writing finishes its write (the rows are good); every
+            # other lane stops now, and its batch returns to the queue as it unwinds.
+            if phase is not Phase.DELIVER:
+                task.cancel()
+        self.state.notify()
+
+    async def stop_all(self) -> None:
+        state = self.state
+        members = [*state.members.values(), *state.departed]
+        tasks = [t for m in members for t in m.tasks]
+        for m in members:
+            m.present = False
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        state.members.clear()
+        state.departed.clear()

@@ -6,6 +6,11 @@ throttled provider holds no work), and settles every outcome here: a written bat
 failure (back to the queue front; the provider halves, and is ejected after repeated
 failures), a throttle (a pause holding no work), a refusal as too large (a ceiling, via the
 `Sizer`), a losing straggler copy (discarded, never written).
+
+How a batch went wrong is sorted here too, where each outcome is settled: the check of what a
+provider returned (`check_batch`, raising `MalformedBatch`) and the duck-typed tests that tell
+a throttle (`is_throttle`) or a batch too large (`is_too_large`) from a failure, duck-typed so
+routing never imports a provider module.
 """
 
 from __future__ import annotations
@@ -18,11 +23,19 @@ from typing import Any
 
 import numpy as np
 
-from fathom.inference.pool.errors import check_batch, is_throttle, is_too_large
-from fathom.inference.pool.options import PoolOptions
-from fathom.inference.pool.plan import Planner, Step
-from fathom.inference.pool.sizing import Sizer
-from fathom.inference.pool.state import Admission, Attempt, Member, Phase, PoolState, bump
+from fathom.errors import ProviderError
+from fathom.inference.pool.plan import (
+    Admission,
+    Attempt,
+    Member,
+    Phase,
+    Planner,
+    PoolOptions,
+    PoolState,
+    Sizer,
+    Step,
+    bump,
+)
 from fathom.inference.provider import Provider
 
 log = logging.getLogger(__name__)
@@ -333,3 +346,43 @@ async def settle(permit: Any, method: str, *args: Any, background: bool = False,
                 await r
     except Exception:
         log.exception("pool: permit.%s failed", method)
+
+
+# -- how a batch went wrong ------------------------------------------------------------
+
+
+class MalformedBatch(ProviderError):
+    """A provider returned vectors that cannot be written (wrong count or width, or values
+    that are not finite). Nothing from that batch is written; the provider is ejected."""
+
+    retryable = False
+
+    def __init__(self, provider_id: str, problem: str):
+        self.provider_id, self.problem = provider_id, problem
+        super().__init__(f"provider {provider_id} returned a malformed batch: {problem}")
+
+
+def is_too_large(exc: BaseException) -> bool:
+    """The provider refused a request for carrying more than it takes at once (too many
+    inputs, too many tokens over the batch, a 413): the same items in smaller batches pass.
+    Duck-typed on `too_large`; a sidecar relays the error's class name as `code`."""
+    return getattr(exc, "too_large", False) is True or getattr(exc, "code", None) == "BatchTooLarge"
+
+
+def is_throttle(exc: BaseException) -> bool:
+    """A rate limit (429) or an exhausted in-flight budget (402): the account says wait; the
+    provider is healthy, so it is paused, never ejected. Duck-typed on `throttle_kind` (and
+    `retry_after`), so routing never imports a provider module."""
+    return getattr(exc, "throttle_kind", None) in ("429", "402")
+
+
+def check_batch(provider: Provider, raw: Any, n: int) -> np.ndarray:
+    arr = np.asarray(raw, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != n:
+        raise MalformedBatch(provider.id, f"expected {n} vectors, got shape {arr.shape}")
+    width = provider.info.width
+    if width is not None and arr.shape[1] != width:
+        raise MalformedBatch(provider.id, f"expected width {width}, got {arr.shape[1]}")
+    if not np.isfinite(arr).all():
+        raise MalformedBatch(provider.id, "non-finite values")
+    return arr
