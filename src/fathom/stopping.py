@@ -19,7 +19,7 @@ watchdog only bounds what a future part might block on.
 
 `bound_exit(signum, grace_s)` arms the same watchdog where no `run_stoppable` loop heard the
 signal: a server that Ctrl-C reached before its own loop took the signals over (`fathom serve`,
-`server.local.serve_with_door`) still ends within `grace_s`, whatever thread its exit waits on
+`server.local.serve_with_run_file`) still ends within `grace_s`, whatever thread its exit waits on
 (the encoder's warm-up is not a daemon thread).
 
 What it refuses to do: install a signal handler outside `run_stoppable` (the handlers go with

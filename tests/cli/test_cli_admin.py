@@ -12,7 +12,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fathom.cli.admin import register
+from fathom.cli.operator import register
 from tests.fleet.fleet_fixtures import ADMIN, ThreadedServer, free_port, wait_until
 from tests.server.admin_fixtures import FakeEncoder, build_operator_app, make_project
 
@@ -333,7 +333,7 @@ def test_provider_ids_print_byte_for_byte_as_the_api_returns_them(cli_app, tmp_p
 def test_fleet_rows_read_right_and_skipped_folders_are_not_counted_as_files(monkeypatch):
     from rich.console import Console
 
-    from fathom.cli import admin as cli_admin
+    from fathom.cli import fleet as cli_fleet
     from fathom.cli.core import skipped_files
 
     sidecar = {
@@ -351,9 +351,9 @@ def test_fleet_rows_read_right_and_skipped_folders_are_not_counted_as_files(monk
             {"provider": "sidecar:gpu-1:rlm:cloud:auto", "state": "no_credits"},
         ],
     }
-    monkeypatch.setattr(cli_admin, "console", Console(width=250, emoji=False, highlight=False))
-    with cli_admin.console.capture() as shown:
-        cli_admin.print_fleet({"sidecars": [sidecar], "problems": [], "last_push": None})
+    monkeypatch.setattr(cli_fleet, "console", Console(width=250, emoji=False, highlight=False))
+    with cli_fleet.console.capture() as shown:
+        cli_fleet.print_fleet({"sidecars": [sidecar], "problems": [], "last_push": None})
     out = shown.get()
     assert "3.11" in out and "3.1123" not in out and "no credits" in out
     # node_modules/ and dist/ are named on their own line, not counted among the skipped files.

@@ -45,7 +45,7 @@ CLAIM = "gpu-1: a different host claims this name"
 def fleet_cli(url: str, *args: str):
     import typer
 
-    from fathom.cli.admin import register
+    from fathom.cli.operator import register
 
     app = typer.Typer()
 

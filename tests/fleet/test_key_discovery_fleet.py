@@ -16,7 +16,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from fathom.cli.admin import register
+from fathom.cli.operator import register
 from fathom.devtools.emulator import MINILM
 from fathom.fleet.remote import SidecarThrottled
 from fathom.roles import Role

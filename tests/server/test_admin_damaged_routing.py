@@ -23,7 +23,7 @@ GARBAGE = b'{"roles": {"code-embedding": {"policy": "aggreg\x00\xff'
 
 
 def operator_cli(url: str, *args: str):
-    from fathom.cli.admin import register
+    from fathom.cli.operator import register
 
     app = typer.Typer()
 

@@ -25,7 +25,7 @@ from fathom import __version__
 from fathom.config import atomic_write_text
 from fathom.local_server import DAEMON_FILE, LOCAL_FILE, read_local_server
 from fathom.server.bridge import DAEMON_LOG, LOG_KEEP_BYTES, find_daemon
-from fathom.server.local import LocalDoor
+from fathom.server.local import RunFile
 from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
 from tests.server.test_mcp_daemon import INIT, RawHost, indexed, pid_gone, shop  # noqa: F401
 
@@ -89,7 +89,7 @@ def test_a_daemon_of_another_release_is_replaced_and_a_lost_one_holds_requests(s
         assert daemon_requests(daemon) == counted
 
         # A `fathom serve` on the same data dir writes its own run file: the daemon's stays.
-        serve = LocalDoor(data, "http://127.0.0.1:9", kind="serve")
+        serve = RunFile(data, "http://127.0.0.1:9", kind="serve")
         serve.open()
         assert find_daemon(data) == daemon and read_local_server(data, LOCAL_FILE).kind == "serve"
         serve.close()

@@ -26,6 +26,17 @@ from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
 from tests.server.test_mcp_daemon import ENV, RawHost, indexed, shop  # noqa: F401
 
 COMMAND_LINE = ("typer", "rich", "click", "pydantic_settings", "fathom.config", "fathom.cli.commands")
+# The command groups and the plumbing they share: the daemon a session starts needs none of them.
+COMMAND_GROUPS = {
+    "fathom.cli.commands",
+    "fathom.cli.core",
+    "fathom.cli.admin",
+    "fathom.cli.operator",
+    *(
+        f"fathom.cli.{group}"
+        for group in ("policy", "key", "fleet", "gate", "budget", "jobs", "tokens", "audit")
+    ),
+}
 
 
 def imported(err: str) -> set[str]:
@@ -64,7 +75,7 @@ async def test_a_session_answers_through_the_fast_path_without_the_command_line(
     # typer and rich it still imports, through `fathom.server.__main__` and its log set-up).
     log = (data / DAEMON_LOG).read_text()
     assert "fathom daemon (pid" in log, log[-2000:]
-    assert not imported(log) & {"fathom.cli.commands", "fathom.cli.core", "fathom.cli.admin"}
+    assert not imported(log) & COMMAND_GROUPS, sorted(imported(log) & COMMAND_GROUPS)
 
 
 def test_help_and_unknown_options_go_through_the_full_app(tmp_path):

@@ -26,7 +26,7 @@ from mcp import Client
 from fathom.config import Settings
 from fathom.inference.registry import ProviderRegistry
 from fathom.roles import EMBEDDING_ROLES
-from fathom.server.local import LocalDoor, local_routes
+from fathom.server.local import RunFile, local_routes
 from fathom.server.mcp_http import ServeToken, standalone_app
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
@@ -177,7 +177,7 @@ async def test_fathom_projects_through_a_running_serve_shows_the_first_index(
 ):
     fathom, encoder = served
     port = free_port()
-    door = LocalDoor(fathom.settings.data_dir, f"http://127.0.0.1:{port}", kind="serve")
+    door = RunFile(fathom.settings.data_dir, f"http://127.0.0.1:{port}", kind="serve")
     app = standalone_app(
         build_mcp_server(fathom),
         auth=ServeToken(fathom.settings.data_dir),

@@ -358,9 +358,9 @@ def test_a_ctrl_c_just_after_the_local_file_is_written_still_removes_it(tmp_path
     uvicorn takes the signals over. The file still goes, and the stop is said."""
     import uvicorn
 
-    from fathom.server.local import LOCAL_FILE, LocalDoor, serve_with_door
+    from fathom.server.local import LOCAL_FILE, RunFile, serve_with_run_file
 
-    class InterruptedDoor(LocalDoor):
+    class InterruptedDoor(RunFile):
         def open(self, *, strict: bool = False) -> None:
             super().open(strict=strict)
             assert self.path.exists()
@@ -370,7 +370,7 @@ def test_a_ctrl_c_just_after_the_local_file_is_written_still_removes_it(tmp_path
     door = InterruptedDoor(tmp_path, "http://127.0.0.1:1", kind="serve")
     config = uvicorn.Config(lambda scope, receive, send: None, log_level="warning")
     with pytest.raises(KeyboardInterrupt):
-        serve_with_door(config, None, door, said.append)
+        serve_with_run_file(config, None, door, said.append)
     assert not (tmp_path / LOCAL_FILE).exists()
     assert said == ["SIGINT"]
 
@@ -380,13 +380,13 @@ def test_a_sigterm_just_after_the_local_file_is_written_still_removes_it(tmp_pat
     `finally`. The file goes, the stop is said, and the process still ends by SIGTERM."""
     script = (
         "import os, signal, sys, uvicorn\n"
-        "from fathom.server.local import LocalDoor, serve_with_door\n"
-        "class Door(LocalDoor):\n"
+        "from fathom.server.local import RunFile, serve_with_run_file\n"
+        "class Door(RunFile):\n"
         "    def open(self, *, strict=False):\n"
         "        super().open(strict=strict)\n"
         "        os.kill(os.getpid(), signal.SIGTERM)\n"
         "config = uvicorn.Config(lambda scope, receive, send: None, log_level='warning')\n"
-        "serve_with_door(config, None, Door(sys.argv[1], 'http://127.0.0.1:1', kind='serve'),\n"
+        "serve_with_run_file(config, None, Door(sys.argv[1], 'http://127.0.0.1:1', kind='serve'),\n"
         "                lambda name: print('stopped by', name, flush=True))\n"
         "print('not reached', flush=True)\n"
     )
@@ -413,11 +413,11 @@ def test_a_serve_ctrl_c_before_uvicorn_listens_ends_in_bounded_time_whatever_it_
         "from fathom.service import warmup\n"
         "warmup.Warmup._load = lambda self: threading.Event().wait()  # a load that never ends\n"
         "from fathom.server import local\n"
-        "opened = local.LocalDoor.open\n"
+        "opened = local.RunFile.open\n"
         "def interrupted(self, *, strict=False):\n"
         "    opened(self, strict=strict)\n"
         "    raise KeyboardInterrupt  # Ctrl-C, as the run file is in place\n"
-        "local.LocalDoor.open = interrupted\n"
+        "local.RunFile.open = interrupted\n"
         "from fathom.cli import app\n"
         "app(['--data-dir', sys.argv[1], 'serve', '--port', sys.argv[2], '--no-auth', '--no-watch'])\n"
     )

@@ -30,7 +30,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from fathom.config import Settings
 from fathom.local_server import LOCAL_FILE, read_local_server
-from fathom.server.local import LocalDoor, local_routes
+from fathom.server.local import RunFile, local_routes
 from fathom.server.mcp_http import ServeToken, standalone_app
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.server.warm import wait_for_encoder
@@ -126,7 +126,7 @@ async def test_the_local_door_opens_local_reads_only(indexed, tmp_path):
     data, _, encoder = indexed
     door_dir = tmp_path / "door"
     fathom = Fathom(Settings(data_dir=data), encoder=encoder)
-    door = LocalDoor(door_dir, "http://127.0.0.1:1", kind="serve")
+    door = RunFile(door_dir, "http://127.0.0.1:1", kind="serve")
     auth = ServeToken(door_dir)
     mcp_token = auth.issue()
     app = standalone_app(

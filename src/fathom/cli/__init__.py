@@ -6,8 +6,10 @@
   running one; `hosts`: `fathom connect`; `models`: `fathom models`; `git`: `fathom projects add`
   and the other git commands; `calls`: `fathom calls`; `evaluation`: `fathom eval`;
 - `store`: `fathom store verify` and `migrate`;
-- `admin`: the operator's commands against a running server (policy, key, fleet, gate, jobs,
-  tokens); `oauth`: its sign-in; `options`: the options they share; `output`: the two consoles.
+- the operator's commands against a running server, one module per group: `policy`, `key`,
+  `fleet`, `gate`, `budget`, `jobs`, `tokens`, `audit` (`fathom audit-log`), attached by
+  `operator`, over the admin client they share in `admin`; `oauth`: its sign-in; `options`: the
+  options they share; `output`: the two consoles.
 
 The long-running `fathom server` and `fathom sidecar` are defined next to what they run
 (`fathom.server.__main__`, `fathom.fleet.command`) and attached here, so `python -m` and `fathom`

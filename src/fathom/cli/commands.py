@@ -8,7 +8,7 @@ service). `fathom.cli` hands this `app` out on first use, so `fathom mcp`'s fast
 from __future__ import annotations
 
 from fathom.agents.commands import register as register_agent_commands
-from fathom.cli import admin, calls, evaluation, git, hosts, models, oauth, serve, store
+from fathom.cli import calls, evaluation, git, hosts, models, oauth, operator, serve, store
 from fathom.cli.core import app, fathom_of, projects, run, settings_of
 from fathom.cli.output import console, err_console
 from fathom.fleet.command import sidecar
@@ -25,6 +25,6 @@ app.command("server")(server)
 app.command("sidecar")(sidecar)
 app.add_typer(store.store_app, name="store")
 register_agent_commands(app, console=console, fathom_of=fathom_of, run=run)  # `ask`, `explore`
-admin.register(app)  # policy, key, fleet, gate, jobs, tokens: against a running server
+operator.register(app)  # policy, key, fleet, gate, jobs, tokens, budget, audit-log
 oauth.register(app)
 calls.register(app, console=console, fathom_of=fathom_of)

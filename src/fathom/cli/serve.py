@@ -4,7 +4,7 @@ What it owns: the two commands' options, `fathom serve`'s token (issued once and
 operator's own from a file or the environment, or none under `--no-auth` on loopback only), and
 what both do at start: load the encoder in the background (`Fathom.warm_up`), so the first
 search does not wait for it, with calls that come earlier waiting and saying so
-(`server.warm`); and, for `fathom serve`, open the local door (`server.local`) through which
+(`server.warm`); and, for `fathom serve`, write the run file (`server.local`) through which
 the same user's `fathom search` answers with this warm process.
 
 What it refuses: any tool logic (`server.mcp_tools`), and printing anything but MCP frames on
@@ -124,7 +124,7 @@ def serve(
     The served projects' indexes follow their files as they change (unless --no-watch)."""
     from fathom import logsafe
     from fathom.server.__main__ import listen
-    from fathom.server.local import LocalDoor, local_routes, local_url, serve_with_door
+    from fathom.server.local import RunFile, local_routes, local_url, serve_with_run_file
     from fathom.server.mcp_http import standalone_app
     from fathom.server.mcp_tools import build_mcp_server
     from fathom.server.warm import wait_for_encoder
@@ -153,7 +153,7 @@ def serve(
         )
         server = build_mcp_server(fathom)
         wait_for_encoder(server, fathom)
-        door = LocalDoor(settings.data_dir, local_url(host, port), kind="serve")
+        run_file = RunFile(settings.data_dir, local_url(host, port), kind="serve")
         mcp_app = standalone_app(
             server,
             token=given,
@@ -161,8 +161,8 @@ def serve(
             host=host,
             allowed_hosts=settings.allowed_host_list(),
             on_start=fathom.start_watching if _watching(ctx, no_watch) else None,
-            local=door,
-            routes=local_routes(lambda: fathom, door),
+            local=run_file,
+            routes=local_routes(lambda: fathom, run_file),
         )
     except BaseException:
         sock.close()
@@ -194,9 +194,9 @@ def serve(
         )
 
     try:
-        serve_with_door(
-            config, sock, door, said_stopped
-        )  # the door is open while it serves, closed on any stop
+        serve_with_run_file(
+            config, sock, run_file, said_stopped
+        )  # the run file is written while it serves, closed on any stop
     except KeyboardInterrupt:  # Ctrl-C, raised again by uvicorn once it has shut down: already said
         # Ctrl-C may land before uvicorn took the signals over, where no watchdog bounds the
         # exit: whatever it then waits on (the encoder's warm-up thread) ends within the grace.

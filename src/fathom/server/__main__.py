@@ -140,7 +140,7 @@ def serve(
     """Bind, then build the app and issue tokens, then serve until stopped; the exit code."""
     from fathom.fleet.transport import uvicorn_websocket_options
     from fathom.server.connections import ConnectionLimits, uvicorn_config
-    from fathom.server.local import serve_with_door
+    from fathom.server.local import serve_with_run_file
 
     setup_logging(log_level, log_format)
     # Bound before any token is issued: a start that cannot listen leaves nothing behind.
@@ -168,7 +168,7 @@ def serve(
         if forwarded_allow_ips is not None:
             settings = settings.model_copy(update={"forwarded_allow_ips": forwarded_allow_ips})
         app = create_app(settings)
-        door = open_local_door(app, settings, host, port)
+        run_file = open_run_file(app, settings, host, port)
         for line in issue_tokens(app, settings, rotate_admin=rotate_admin, rotate_join=rotate_join):
             print(line, flush=True)
     except Exception as exc:
@@ -191,18 +191,18 @@ def serve(
         timeout_graceful_shutdown=settings.stop_grace_s,
         **uvicorn_websocket_options(),
     )
-    serve_with_door(config, sock, door)  # the door is open while it serves, closed on any stop
+    serve_with_run_file(config, sock, run_file)  # the run file is written while it serves, closed on any stop
     return 0
 
 
-def open_local_door(app: Any, settings: Settings, host: str, port: int) -> Any:
+def open_run_file(app: Any, settings: Settings, host: str, port: int) -> Any:
     """The `/local/` routes for the same user's CLI (`server.local`), behind this run's token."""
-    from fathom.server.local import LocalDoor, local_routes, local_url
+    from fathom.server.local import RunFile, local_routes, local_url
 
-    door = LocalDoor(settings.data_dir, local_url(host, port), kind="server")
-    app.state.parts.access.local = door
-    app.router.routes.extend(local_routes(lambda: app.state.service, door))
-    return door
+    run_file = RunFile(settings.data_dir, local_url(host, port), kind="server")
+    app.state.parts.access.local = run_file
+    app.router.routes.extend(local_routes(lambda: app.state.service, run_file))
+    return run_file
 
 
 def issue_tokens(

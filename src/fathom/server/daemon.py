@@ -134,7 +134,7 @@ async def stop_when_idle(
     stop()
 
 
-def status_route(door: Any, attendance: Attendance) -> Any:
+def status_route(run_file: Any, attendance: Attendance) -> Any:
     """`GET /local/status`: what `fathom status` prints about this daemon."""
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -145,9 +145,9 @@ def status_route(door: Any, attendance: Attendance) -> Any:
     async def status(request: Request) -> JSONResponse:
         return JSONResponse(
             {
-                "kind": door.kind,
+                "kind": run_file.kind,
                 "pid": os.getpid(),
-                "url": door.url,
+                "url": run_file.url,
                 "sessions": attendance.sessions,
                 "requests": attendance.requests,
                 "idle_for_s": round(attendance.idle_for(), 1),
@@ -163,14 +163,14 @@ def serve_daemon(fathom: Fathom, settings: Settings, *, watching: bool, say: Cal
     """Serve `fathom` to this user's sessions until idle or stopped (see the module docstring)."""
     from fathom.server.__main__ import listen
     from fathom.server.connections import ConnectionLimits, uvicorn_config
-    from fathom.server.local import LocalDoor, local_routes, local_url, serve_with_door
+    from fathom.server.local import RunFile, local_routes, local_url, serve_with_run_file
     from fathom.server.mcp_http import standalone_app
     from fathom.server.mcp_tools import build_mcp_server
     from fathom.server.warm import wait_for_encoder
 
     sock = listen(HOST, 0)
     try:
-        door = LocalDoor(settings.data_dir, local_url(HOST, sock.getsockname()[1]), kind=DAEMON_KIND)
+        run_file = RunFile(settings.data_dir, local_url(HOST, sock.getsockname()[1]), kind=DAEMON_KIND)
         attendance = Attendance(settings.daemon_idle_minutes * 60)
         server = build_mcp_server(fathom)
         wait_for_encoder(server, fathom)
@@ -191,15 +191,15 @@ def serve_daemon(fathom: Fathom, settings: Settings, *, watching: bool, say: Cal
 
         app = standalone_app(
             server,
-            token=door.run_token(),
+            token=run_file.run_token(),
             host=HOST,
             allowed_hosts=(),
             on_start=on_start,
-            local=door,
-            routes=[*local_routes(lambda: fathom, door), status_route(door, attendance)],
+            local=run_file,
+            routes=[*local_routes(lambda: fathom, run_file), status_route(run_file, attendance)],
         )
         config = uvicorn_config(
-            Attended(app, attendance, door.check),
+            Attended(app, attendance, run_file.check),
             host=HOST,
             port=0,
             limits=ConnectionLimits.of(settings),
@@ -210,13 +210,13 @@ def serve_daemon(fathom: Fathom, settings: Settings, *, watching: bool, say: Cal
         sock.close()
         raise
     say(
-        f"fathom daemon (pid {os.getpid()}) on {door.url}/mcp for {settings.data_dir}; stops after "
+        f"fathom daemon (pid {os.getpid()}) on {run_file.url}/mcp for {settings.data_dir}; stops after "
         f"{settings.daemon_idle_minutes:g} idle minutes"
     )
-    serve_with_door(
+    serve_with_run_file(
         config,
         sock,
-        door,
+        run_file,
         lambda name: say(f"fathom daemon: stopped by {name}"),
         strict=True,
         on_server=servers.append,

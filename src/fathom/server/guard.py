@@ -244,7 +244,7 @@ class Access:
         self.scrape = scrape
         self.mcp = mcp
         self.open_mcp = open_mcp
-        self.local = local  # a `server.local.LocalDoor` once the server knows its address
+        self.local = local  # a `server.local.RunFile` once the server knows its address
         self.oauth = oauth  # people signed in by the operator's issuer
         self.static_mcp = (
             static_mcp  # False: `/mcp` takes OAuth access tokens only (no `fm_`, no admin token)

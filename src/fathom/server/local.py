@@ -1,16 +1,16 @@
-"""The door a local `fathom search` knocks on: a running `fathom serve` or `fathom server`
+"""The run file a local `fathom search` reads: a running `fathom serve` or `fathom server`
 answers the CLI of the same user with its warm encoder, instead of the CLI loading its own.
 
 It owns:
 
-- `LocalDoor`: at start the serving process writes `local_server.json` (the background
+- `RunFile`: at start the serving process writes `local_server.json` (the background
   Fathom: `local_daemon.json`) in its data dir — its URL, its pid, its kind, its version and a
   token made for this run only — through a 0600 file in the 0700 data dir, so only the user who
   runs it can read it; at stop it removes the file (only while it
   is still its own: a second server on the same data dir may have taken it over). The token is
   never printed, logged or put on a command line, and dies with the process: a stale file left
   by a killed server opens nothing.
-- `serve_with_door`: runs uvicorn with the door open, closing it on every stop. uvicorn, once
+- `serve_with_run_file`: runs uvicorn with the run file written, removing it on every stop. uvicorn, once
   shut down gracefully, raises again the signal that stopped it; SIGTERM's default action then
   ends the process before any `finally` of the caller runs, so the file is removed before that.
 - `/local/search` and `/local/projects` (`local_routes`): what `fathom search` and `fathom
@@ -62,7 +62,7 @@ def local_url(host: str, port: int) -> str:
     return f"http://{host}:{port}"
 
 
-class LocalDoor:
+class RunFile:
     """This run's local token and the file that hands it to the same user's CLI."""
 
     def __init__(self, data_dir: Path, url: str, *, kind: str):
@@ -71,7 +71,7 @@ class LocalDoor:
         self.url = url
         self.kind = kind
         self._token = f"{LOCAL_TOKEN_PREFIX}_{secrets.token_urlsafe(32)}"
-        self.searches = 0  # answered through the door: a counter a test or the operator reads
+        self.searches = 0  # answered through this run file's token: a counter a test or the operator reads
 
     def check(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(str(token), self._token)
@@ -113,19 +113,19 @@ class LocalDoor:
                 self.path.unlink()
 
 
-def serve_with_door(
+def serve_with_run_file(
     config: Any,
     sock: Any,
-    door: LocalDoor,
+    run_file: RunFile,
     on_stopped: Callable[[str], None] | None = None,
     *,
     strict: bool = False,
     on_server: Callable[[Any], None] | None = None,
 ) -> None:
-    """Run uvicorn's server for `config` on `sock` with `door` open; the door closes on any stop:
+    """Run uvicorn's server for `config` on `sock` with `run_file` written; it is removed on any stop:
     a crash, Ctrl-C, and SIGTERM too (see the module docstring). `on_stopped` hears the name of
     the signal that stopped it, once it has shut down (before the signal is raised again).
-    `strict`: a door that cannot be opened stops the start (`LocalDoor.open`). `on_server` is
+    `strict`: a run file that cannot be written stops the start (`RunFile.open`). `on_server` is
     handed the uvicorn server before it runs (whoever may end it early sets `should_exit`)."""
     import signal
 
@@ -144,7 +144,7 @@ def serve_with_door(
                 try:
                     yield
                 finally:
-                    door.close()
+                    run_file.close()
                     if stopped_by and on_stopped is not None:
                         on_stopped(signal.Signals(stopped_by[0]).name)
 
@@ -155,7 +155,7 @@ def serve_with_door(
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _unwind) if main else None
     try:
-        door.open(strict=strict)  # `fathom search` of this user answers through this server from now on
+        run_file.open(strict=strict)  # `fathom search` of this user answers through this server from now on
         uv = DoorServer(config)
         if on_server is not None:
             on_server(uv)
@@ -164,7 +164,7 @@ def serve_with_door(
         name = "SIGINT" if isinstance(stop, KeyboardInterrupt) else "SIGTERM"
         if not stopped_by and on_stopped is not None:  # before uvicorn heard it: said here
             on_stopped(name)
-        door.close()
+        run_file.close()
         if name == "SIGINT":
             raise
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -172,18 +172,18 @@ def serve_with_door(
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
-        door.close()  # only this run's file is removed, once
+        run_file.close()  # only this run's file is removed, once
 
 
 class _Terminated(BaseException):
-    """SIGTERM while `serve_with_door` holds the door: unwinds to its `finally`."""
+    """SIGTERM while `serve_with_run_file` holds the run file: unwinds to its `finally`."""
 
 
 def _unwind(sig: int, frame: Any) -> None:
     raise _Terminated
 
 
-def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
+def local_routes(service: Callable[[], Any], run_file: RunFile) -> list[Any]:
     """`POST /local/search` and `GET /local/projects` over the service `service()` returns."""
     from starlette.requests import Request
     from starlette.responses import JSONResponse
@@ -214,12 +214,12 @@ def local_routes(service: Callable[[], Any], door: LocalDoor) -> list[Any]:
             return failure_response(ConfigError(f"invalid search request: {exc}"))
         except FathomError as exc:
             return failure_response(exc)
-        door.searches += 1
+        run_file.searches += 1
         return JSONResponse(
             {
                 "hits": [h.as_dict() for h in hits],
                 "notes": list(getattr(hits, "notes", ())),
-                "served_by": {"kind": door.kind, "pid": os.getpid(), "searches": door.searches},
+                "served_by": {"kind": run_file.kind, "pid": os.getpid(), "searches": run_file.searches},
             }
         )
 

@@ -423,7 +423,7 @@ def standalone_app(
     of tokens' hashes, `ServeToken`); neither: open, which the command allows on
     loopback only, under `--no-auth`. The same 401, DNS-rebinding protection and body limits as
     the fleet server. `on_start` runs once the app starts (the live sync). `local` (a
-    `server.local.LocalDoor`) opens `routes` (its `/local/` routes) to the same user's CLI."""
+    `server.local.RunFile`) opens `routes` (its `/local/` routes) to the same user's CLI."""
     from starlette.applications import Starlette
     from starlette.routing import Route
 
