@@ -43,13 +43,13 @@ async def test_a_cloud_lane_waiting_for_a_permit_holds_no_work(
     client = OpenRouterClient(KEY, base_url=emulator.base_url)
     alpha = cloud_route(fathom, client, "alpha")
     pools = []
-    runner = fathom._runner
+    runner = fathom.indexing._runner
 
     def spy(table: str):  # the service's own pool, remembered so the test can look at it
         pools.append(runner(table))
         return pools[-1]
 
-    fathom._runner = spy
+    fathom.indexing._runner = spy
     project = write_functions(tmp_path / "proj", files=3, per_file=8, tag="adm", docstrings=False)
     try:
         await fathom.verify_providers("code")

@@ -646,7 +646,7 @@ async def test_a_drop_waits_a_bounded_time_for_the_project_lock(tmp_path: Path, 
     """Another writer holds the project's lock (another server's run, or this process's job
     a moment after its cancel): the drop waits for it, and past its bound is refused, 409,
     having changed nothing."""
-    import fathom.service as service_mod
+    import fathom.service.indexing as indexing_mod
 
     app = build_operator_app(tmp_path / "data")
     service = app.state.service
@@ -658,7 +658,9 @@ async def test_a_drop_waits_a_bounded_time_for_the_project_lock(tmp_path: Path, 
         held = service.project_lock("demo")
         await asyncio.to_thread(held.__enter__)
         drop = asyncio.create_task(admin.delete("/admin/projects/demo"))
-        await wait_for(lambda: service._index_lock["demo"].locked(), what="the drop to reach the lock")
+        await wait_for(
+            lambda: service.indexing._index_lock["demo"].locked(), what="the drop to reach the lock"
+        )
         for _ in range(5):
             await asyncio.sleep(0.05)
             assert not drop.done()  # waiting, not refused at once
@@ -667,7 +669,7 @@ async def test_a_drop_waits_a_bounded_time_for_the_project_lock(tmp_path: Path, 
         assert not service.store.has_project("demo")
 
         await service.index(make_project(tmp_path / "demo"), "demo")
-        monkeypatch.setattr(service_mod, "LOCK_TRIES", 3)
+        monkeypatch.setattr(indexing_mod, "LOCK_TRIES", 3)
         held = service.project_lock("demo")
         await asyncio.to_thread(held.__enter__)
         try:

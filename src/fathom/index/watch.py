@@ -64,10 +64,10 @@ class ProjectBook(Protocol):
 
 
 class Syncable(Protocol):
-    """What live sync needs of the service (`fathom.service.Fathom`): its settings (the index
-    roots), each project's record, the store's projects, the jobs it ran, what a walk of a
-    project takes, and an index run. Named here so that retrieval does not import the service
-    above it."""
+    """What live sync needs of the service (`fathom.service.indexing.Indexing`, or the `Fathom`
+    that hands it on): its settings (the index roots), each project's record, the store's
+    projects, the jobs it ran, what a walk of a project takes, and an index run. Named here so
+    that retrieval does not import the service above it."""
 
     # Read-only (properties), so the service may hold narrower types: a `JobTable` is a
     # mapping of jobs, `ProjectRecords` a project book.

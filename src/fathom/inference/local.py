@@ -129,7 +129,7 @@ class LocalEncoder(Provider):
 
     @property
     def loaded(self) -> bool:
-        """Whether the model is in memory: `Fathom._must_load` reads it, so that an index
+        """Whether the model is in memory: `Indexing._must_load` reads it, so that an index
         run's start-up says "loading model" only when it will."""
         return self._model is not None
 

@@ -43,7 +43,11 @@ class StoreReader(Protocol):
     def store(self) -> Store: ...
 
 
-class SymbolSource(StoreReader, Configured, Protocol):
+class IndexedData(StoreReader, Configured, Protocol):
+    """The store and the data dir: what keeping a project's symbols after a run touches."""
+
+
+class SymbolSource(IndexedData, Protocol):
     """What symbol and call lookups read: the store, the data dir, the searchable projects."""
 
     def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]: ...

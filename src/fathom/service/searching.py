@@ -19,12 +19,67 @@ answer for the wire (`fathom.server.search_answer` does).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from fathom.errors import ConfigError
 from fathom.index import search as search_mod
 from fathom.index.request import SearchRequest
-from fathom.index.results import Noted, Ranking
-from fathom.service.jobs import JobTable, keyword_only, keyword_only_note
+from fathom.index.results import Noted, Ranking, skipped_note
+from fathom.index.store import Store
+from fathom.inference.provider import Provider
+from fathom.service.jobs import JobTable, first_index_notes, keyword_only, keyword_only_note
+from fathom.service.projects import ProjectRecords
+
+
+class QueryEncoders(Protocol):
+    """Each table's query encoder (`fathom.service.spaces.Spaces`)."""
+
+    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
+
+
+@dataclass
+class SearchSources:
+    """What a search reads, handed down by the composition root (a `search.Searchable`): the
+    store as the caller may see it, the projects a search reads, each table's query encoder.
+    A search goes down through these parts, never back up through the root."""
+
+    store_access: Callable[[], Store]  # `fathom.service.store_access.StoreAccess`
+    records: ProjectRecords
+    jobs: JobTable
+    encoders: QueryEncoders
+    require_project: Callable[[str], None]  # refuses a project that is not indexed
+
+    @property
+    def store(self) -> Store:
+        return self.store_access()
+
+    def encoder_for(self, table: str, project: str | None = None) -> Provider:
+        return self.encoders.encoder_for(table, project)
+
+    def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]:
+        """The projects a search reads, and notes on those it skips: a search over every
+        project leaves a damaged one out (and says so) instead of failing for all."""
+        if project is not None:
+            self.require_project(project)
+            return [project], []
+        store = self.store
+        projects = store.list_projects()
+        notes = [skipped_note(p.name, p.damage) for p in projects if p.damage]
+        overlays = {n for n, r in self.records.load().items() if r.get("overlay")}  # git branches
+        names = [
+            p.name
+            for p in projects
+            if not p.damage
+            and table in p.tables
+            and p.tables[table].space is not None
+            and p.name not in overlays
+        ]
+        notes += first_index_notes(self.jobs, store, names, notes)
+        if not names and not notes:
+            raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
+        return names, notes
 
 
 class GitSide(Protocol):

@@ -29,7 +29,7 @@ from fathom.index.symbols.extract import LANGUAGES
 from fathom.index.symbols.table import SymbolRow, SymbolTable
 
 if TYPE_CHECKING:
-    from fathom.service.ports import Configured, SymbolSource
+    from fathom.service.ports import Configured, IndexedData, SymbolSource
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +188,7 @@ def _ends_with(path: str, asked: str) -> bool:
     )
 
 
-def after_index(fathom: SymbolSource, project: str) -> None:
+def after_index(fathom: IndexedData, project: str) -> None:
     """Bring one project's symbols up to date after an index run (a sync included). A
     failure here fails no index run: the next query refreshes again, and says why."""
     try:
