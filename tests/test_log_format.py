@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from fathom import logsafe
+from tests.fleet.canary_fixtures import POSTER, Canary
 from tests.fleet.fleet_fixtures import (
     ADMIN,
     JOIN,
@@ -24,7 +25,6 @@ from tests.fleet.fleet_fixtures import (
     wait_http,
     wait_until,
 )
-from tests.fleet.test_fleet_canary import POSTER, Canary
 
 MINILM = "sentence-transformers/all-minilm-l6-v2"
 

@@ -8,36 +8,18 @@ client, the `fathom` app through typer's runner.
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
-from typer.testing import CliRunner
 
-from fathom.cli import app
 from fathom.config import Settings
 from fathom.errors import ConfigError
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
+from tests.cli.cli_fixtures import invoke, rows
 from tests.index.retrieval_fixtures import local_encoder, sample_project  # noqa: F401
-
-runner = CliRunner()
-
-
-def invoke(*args: str, fathom: Fathom | None = None, env: dict[str, str] | None = None):
-    obj = {"fathom": fathom} if fathom is not None else None
-    return runner.invoke(app, list(args), obj=obj, env={"COLUMNS": "160", **(env or {})})
-
-
-def rows(table: str) -> list[list[str]]:
-    """The cells of each row of a rich table as printed, its header first."""
-    return [
-        [c.strip() for c in re.split("[│┃]", line)[1:-1]]
-        for line in table.splitlines()
-        if line[:1] in "│┃" and len(re.split("[│┃]", line)) > 2
-    ]
 
 
 def test_a_location_fathom_search_prints_is_one_find_similar_takes(

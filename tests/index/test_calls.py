@@ -24,8 +24,7 @@ from fathom.config import Settings
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.index.retrieval_fixtures import write_project
-from tests.index.test_watch import wait_for
-from tests.server.test_mcp_symbols import hash_encoder, watched
+from tests.index.watch_fixtures import hash_encoder, wait_for, watched
 
 FILES = {
     "app/console.py": (

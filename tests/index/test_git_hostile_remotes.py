@@ -22,9 +22,9 @@ from fathom.config import Settings
 from fathom.index.git_export import GitTooLarge
 from tests.fleet.fleet_fixtures import ADMIN, serve_in_loop
 from tests.server.admin_fixtures import AUTH, build_operator_app
-from tests.server.test_data_at_rest import wider_than_private
-from tests.server.test_mcp_tokens import create as create_token
-from tests.server.test_mcp_tokens import mcp as mcp_client
+from tests.server.data_dir_fixtures import wider_than_private
+from tests.server.mcp_fixtures import create as create_token
+from tests.server.mcp_fixtures import mcp as mcp_client
 from tests.service.git_fixtures import Remote, git
 
 OUTSIDE = "def outside_vault_function(code):\n    return code[::-1]\n"

@@ -35,7 +35,7 @@ from fathom.index.store import Slot
 from fathom.roles import Role
 from fathom.space import Provenance, Space
 from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
-from tests.index.store_fixtures import CLEARED, SPACE, WIDTH, clustered, make_chunks
+from tests.index.store_fixtures import CLEARED, SPACE, WIDTH, clustered, make_chunks, make_verdict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -340,49 +340,13 @@ def test_project_lock_in_process(pg, pg_url):
 # ---------------------------------------------------------------- gate + routing state
 
 
-def _verdict(provider_id: str, space: Space, *, decided_at: float = 1_800_000_000.0):
-    from fathom.inference.gate import Coverage, Evidence, Verdict, VerdictKey, verdict_id_for
-    from fathom.policy import Reference
-
-    key = VerdictKey(
-        space=space.key,
-        table=space.table,
-        provider_id=provider_id,
-        model=space.model,
-        upstream=None,
-        regime=Reference.LOCAL,
-        reference="self",
-        width=space.width,
-    )
-    ev = Evidence(
-        count_expected=3,
-        count_seen=3,
-        width_expected=space.width,
-        widths_seen=(space.width,),
-        finite_ok=True,
-        cosines={"a": 0.999},
-    )
-    return Verdict(
-        key=key,
-        verdict_id=verdict_id_for(key, decided_at),
-        passed=True,
-        coverage=Coverage.FULL,
-        reason="matches the reference",
-        evidence=ev,
-        probe_set="ps1",
-        decided_at=decided_at,
-        elapsed_s=0.1,
-        last_good_check=decided_at,
-    )
-
-
 def test_verdicts_are_shared_by_every_server(pg_url):
     from fathom.inference.gate import Gate, GateClearance
 
     server_a, server_b = PostgresStore(pg_url), PostgresStore(pg_url)
     verdicts_a, verdicts_b = PgVerdictStore(server_a), PgVerdictStore(server_b)
-    v1 = _verdict("sidecar:gpu1", SPACE)
-    v2 = _verdict("sidecar:gpu2", SPACE, decided_at=1_800_000_100.0)
+    v1 = make_verdict("sidecar:gpu1", SPACE)
+    v2 = make_verdict("sidecar:gpu2", SPACE, decided_at=1_800_000_100.0)
     verdicts_a.put(v1)
     verdicts_a.put(v2)
     assert [v.verdict_id for v in verdicts_b.all()] == [v1.verdict_id, v2.verdict_id]

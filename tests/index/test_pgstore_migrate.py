@@ -19,12 +19,12 @@ from tests.index.store_fixtures import (
     DOCS_SPACE,
     REFERENCE,
     SPACE,
+    AllowList,
     FakeClock,
     clustered,
     make_chunks,
+    make_verdict,
 )
-from tests.index.test_pgstore import _verdict
-from tests.index.test_store_conformance import AllowList
 
 SIDECAR = Provenance("sidecar:gpu1:test-encoder", "v-7")
 
@@ -114,7 +114,7 @@ def test_gate_and_routing_state_move_too(tmp_path, pg_url):
     from fathom.inference.gate import JsonVerdictStore, Watched
 
     data = tmp_path / "data"
-    v1, v2 = _verdict("sidecar:gpu1", SPACE), _verdict("sidecar:gpu2", SPACE, decided_at=2e9)
+    v1, v2 = make_verdict("sidecar:gpu1", SPACE), make_verdict("sidecar:gpu2", SPACE, decided_at=2e9)
     json_verdicts = JsonVerdictStore(data / "gate" / "verdicts.json")
     json_verdicts.put(v1)
     json_verdicts.put(v2)

@@ -25,10 +25,10 @@ from tests.index.store_fixtures import (  # noqa: F401
     WIDTH,
     clock,
     clustered,
+    haystack,  # noqa: F401  (the same haystack, on this module's store)
     make_chunks,
     store,
 )
-from tests.index.test_store_conformance import haystack  # noqa: F401  (the same haystack, on this module's store)
 
 
 def hit(cid: str, **kw) -> Hit:

@@ -41,9 +41,11 @@ from tests.index.store_fixtures import (  # noqa: F401
     REFERENCE,
     SPACE,
     WIDTH,
+    AllowList,
     FakeClock,
     clock,
     clustered,
+    haystack,  # noqa: F401
     make_chunks,
 )
 
@@ -111,19 +113,6 @@ def indexed(store: Store, project: str = "p", n: int = 20, seed: int = 0):
     store.open_table(project, "code", SPACE)
     store.write(project, "code", chunks, vecs, CLEARED)
     return chunks, vecs
-
-
-class AllowList:
-    """A real `Clearance` keyed on (provider, verdict), as the gate's is."""
-
-    def __init__(self, allowed: set[tuple[str, str | None]]):
-        self.allowed = allowed
-        self.asked: list[tuple[Space, Provenance]] = []
-
-    def check(self, space: Space, provenance: Provenance) -> None:
-        self.asked.append((space, provenance))
-        if (provenance.provider_id, provenance.verdict_id) not in self.allowed:
-            raise NotCleared(space.table, provenance.provider_id, provenance.verdict_id)
 
 
 # ---------------------------------------------------------------- spaces
@@ -428,26 +417,6 @@ def test_another_store_object_sees_writes(backend, store):
 
 
 # ---------------------------------------------------------------- search
-
-
-@pytest.fixture
-def haystack(store):
-    """200 chunks in clusters; one holds a rare identifier but sits in an unrelated cluster."""
-    chunks = make_chunks(200, files=20, lines=8)
-    vecs = clustered(200, clusters=6, seed=3)
-    needle = Chunk(
-        "pkg/registry.py",
-        "python",
-        "code",
-        41,
-        57,
-        "Registry.frobnicate_registry",
-        "def frobnicate_registry(self, entries):\n    return merge(entries)\n",
-    )
-    needle_vec = clustered(1, clusters=1, seed=99)
-    store.open_table("p", "code", SPACE)
-    store.write("p", "code", [*chunks, needle], np.vstack([vecs, needle_vec]), CLEARED)
-    return chunks, vecs, needle, needle_vec[0]
 
 
 def test_hybrid_search_returns_the_exact_keyword_match(store, haystack):

@@ -37,7 +37,7 @@ from fathom.index.walker import ReadRefused, WalkUnsupported, read_one, walk
 from fathom.index.walking import tree as tree_mod
 from tests.fleet.fleet_fixtures import serve_in_loop
 from tests.index.swapper import Swapper, exchanger
-from tests.inference.test_confinement import index, mcp, token
+from tests.inference.confinement_fixtures import index, mcp, token
 from tests.server.admin_fixtures import Operator, build_operator_app, make_project
 
 INSIDE = "def inside_function():\n    return 'the project's own code'\n"

@@ -6,10 +6,8 @@ two servers on one PostgreSQL database syncing one project, one at a time."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -19,37 +17,11 @@ from fathom.index.chunking import chunk_file
 from fathom.inference.provider import Provider
 from fathom.roles import Role
 from fathom.service import Fathom
-from tests.fleet.fleet_fixtures import wait_for as shared_wait_for
 from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.watch_fixtures import OPTIONS, settled, syncs, wait_for
 
 pytestmark = pytest.mark.slow
-
-OPTIONS = {"quiet_s": 0.3, "retry_first_s": 0.2, "retry_max_s": 1.0}
-
-
-wait_for = functools.partial(shared_wait_for, timeout=60.0, interval=0.05)
-
-
-def syncs(fathom: Fathom, project: str = "shop") -> list[Any]:
-    return [j for j in fathom.jobs.values() if j.project == project and j.reason == "sync"]
-
-
-async def settled(fathom: Fathom, project: str = "shop", quiet: float = 1.5) -> None:
-    """Wait until the project's watch is idle with nothing pending, and stays so for `quiet`."""
-
-    async def idle() -> bool:
-        s = fathom.watch_state(project)
-        return (
-            s["state"] == "watching" and s["pending"] == 0 and all(j.finished for j in syncs(fathom, project))
-        )
-
-    await wait_for(idle, what="an idle watch")
-    count = len(syncs(fathom, project))
-    await asyncio.sleep(quiet)
-    await wait_for(idle, what="an idle watch")
-    if len(syncs(fathom, project)) != count:
-        await settled(fathom, project, quiet)
 
 
 async def found(fathom: Fathom, query: str, symbol: str, project: str = "shop") -> bool:

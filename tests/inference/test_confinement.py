@@ -21,10 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 from fathom.config import Settings
 from fathom.fleet.hub import Hub
@@ -37,6 +34,7 @@ from fathom.service import Fathom
 from tests.agents.agents_fixtures import LocalChat, tool_turn
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, HashEmbedder, serve_in_loop
 from tests.fleet.fleet_fixtures import wait_for as shared_wait_for
+from tests.inference.confinement_fixtures import index, mcp, token
 from tests.server.admin_fixtures import METRICS, Operator, make_project, operator  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -61,28 +59,7 @@ def build_app(data_dir: Path, *, chat: LocalChat | None = None, watch: bool = Fa
     )
 
 
-def mcp(url: str, token: str) -> Client:
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    return Client(streamable_http_client(f"{url}/mcp", http_client=http))
-
-
 wait_for = functools.partial(shared_wait_for, timeout=30.0, interval=0.05)
-
-
-async def index(op: Operator, root: Path, project: str) -> dict[str, Any]:
-    async with op.client() as admin:
-        r = await admin.post("/admin/jobs", json={"path": str(root), "project": project})
-        assert r.status_code == 202, r.text
-        return await op.wait_job(admin, r.json()["id"])
-
-
-async def token(op: Operator, name: str, projects: list[str], can_index: bool = False) -> str:
-    async with op.client() as admin:
-        r = await admin.post(
-            "/admin/tokens", json={"name": name, "projects": projects, "can_index": can_index}
-        )
-        assert r.status_code == 201, r.text
-        return r.json()["token"]
 
 
 def sync_of(op: Operator, project: str) -> Any:

@@ -28,7 +28,7 @@ from fathom.inference.encoders import local_encoder
 from fathom.inference.model_choice import EarlierEncoders, EmbedModel, load_choice, models_file
 from fathom.service import Fathom
 from fathom.space import Space
-from tests.inference.test_cross_encoder import WORDS, build_cross_encoder
+from tests.inference.cross_encoder_fixtures import WORDS, build_cross_encoder
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 ENV.pop("FATHOM_LOCAL_MODEL_PATH", None)

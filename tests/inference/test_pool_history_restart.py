@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from tests.fleet.fleet_fixtures import ADMIN, ProcessGroup, free_port, spawn_server
-from tests.service.test_jobs_restart import write_big_project
+from tests.service.jobs_fixtures import write_big_project
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,10 @@
 """A stand-in authorization server for the OAuth unit tests: real signing keys (made with
 `cryptography`), a real JWKS and metadata served over HTTP on 127.0.0.1, an RFC 7662
 introspection endpoint, and access tokens minted with PyJWT. The end-to-end test uses a real
-OpenID Connect server instead (tests/oidc/provider.mjs)."""
+OpenID Connect server instead (tests/oidc/provider.mjs).
+
+`team_server` is the full app with projects alpha and beta indexed and, given an issuer, OAuth
+on with `MAPPING` set through the admin API."""
 
 from __future__ import annotations
 
@@ -12,16 +15,19 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import jwt
+import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from tests.fleet.fleet_fixtures import serve_in_loop
+from tests.fleet.fleet_fixtures import free_port, serve_in_loop
+from tests.server.admin_fixtures import Operator, build_operator_app, make_project
 
 RESOURCE = "http://127.0.0.1:9/mcp"  # the audience the tokens are minted for (never dialled)
 INTROSPECTION_CLIENT = ("fathom-rs", "introspection-secret-0123456789")
@@ -146,3 +152,47 @@ async def running_issuer(*keys: SigningKey) -> AsyncIterator[Issuer]:
     async with serve_in_loop(issuer.app()) as url:
         issuer.url = url
         yield issuer
+
+
+MAPPING = {
+    "rules": [
+        {"match": {"email": "alice@example.com"}, "projects": ["alpha"]},
+        {"match": {"group": "indexers"}, "can_index": True},
+    ]
+}
+
+
+@contextlib.asynccontextmanager
+async def team_server(
+    tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    issuer: Issuer | str | None,
+    *,
+    static: bool = True,
+    port: int | None = None,
+) -> AsyncIterator[Operator]:
+    """The full app with projects alpha and beta indexed; with `issuer` (its URL), OAuth on and
+    `MAPPING` set through the admin API."""
+    port = port or free_port()
+    url = f"http://127.0.0.1:{port}"
+    (tmp / "allowed").mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("FATHOM_INDEX_ROOTS", str(tmp / "allowed"))
+    monkeypatch.setenv("FATHOM_MCP_STATIC_TOKENS", "on" if static else "off")
+    if issuer is not None:
+        monkeypatch.setenv("FATHOM_OAUTH_ISSUER", issuer if isinstance(issuer, str) else issuer.url)
+        monkeypatch.setenv("FATHOM_OAUTH_RESOURCE", f"{url}/mcp")
+        monkeypatch.setenv("FATHOM_OAUTH_SCOPES", "fathom")
+    else:
+        monkeypatch.delenv("FATHOM_OAUTH_ISSUER", raising=False)
+    app = build_operator_app(tmp / "data")
+    async with serve_in_loop(app, port=port) as served:
+        op = Operator(served, app, tmp / "data", tmp)
+        async with op.client() as admin:
+            for name in ("alpha", "beta"):
+                root = make_project(tmp / "src" / name)
+                job = (await admin.post("/admin/jobs", json={"path": str(root), "project": name})).json()
+                assert (await op.wait_job(admin, job["id"]))["state"] == "done"
+            if issuer is not None:
+                r = await admin.put("/admin/oauth/mapping", json=MAPPING)
+                assert r.status_code == 200, r.text
+        yield op

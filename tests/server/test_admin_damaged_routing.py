@@ -92,7 +92,7 @@ def test_the_dashboard_shows_a_corrupt_routing_file_and_the_rest_of_the_page(tmp
 
     from tests.fleet.fleet_fixtures import ThreadedServer
     from tests.server.admin_fixtures import build_operator_app
-    from tests.server.test_dashboard import CHROMIUM, CHROMIUM_ARGS
+    from tests.server.dashboard_fixtures import CHROMIUM, CHROMIUM_ARGS
 
     data = tmp_path / "data"
     running = ThreadedServer(build_operator_app(data))

@@ -3,10 +3,8 @@ running server with the OpenRouter emulator and a real sidecar process."""
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,38 +16,9 @@ from fathom.server.dashboard import asset
 from tests.devtools.emulator_fixtures import emulator_server  # noqa: F401
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, ProcessGroup, ThreadedServer, spawn_sidecar
 from tests.server.admin_fixtures import build_operator_app
+from tests.server.dashboard_fixtures import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 
-ARTIFACTS = Path(__file__).parents[1] / "artifacts"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 MINILM = "sentence-transformers/all-minilm-l6-v2"
-
-
-@contextlib.contextmanager
-def signed_in(url: str, *, height: int = 1400, accept_dialogs: bool = False) -> Iterator[Any]:
-    """A headless chromium page on the dashboard at `url`, signed in with the admin token (its
-    confirmations accepted when `accept_dialogs`); the browser is closed after."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": height})
-            if accept_dialogs:
-                page.on("dialog", lambda dialog: dialog.accept())
-            page.goto(url + "/")
-            page.fill("#token", ADMIN)
-            page.click("#login-form button")
-            yield page
-        finally:
-            browser.close()
 
 
 async def test_the_page_is_served_without_auth_behind_a_strict_policy(tmp_path: Path):

@@ -14,8 +14,8 @@ from fathom.config import Settings
 from fathom.errors import ConfigError
 from tests.fleet.fleet_fixtures import ADMIN, ThreadedServer
 from tests.server.admin_fixtures import build_operator_app
-from tests.server.test_dashboard import ARTIFACTS, signed_in
-from tests.service.test_git_projects import build_remote, module_text
+from tests.server.dashboard_fixtures import ARTIFACTS, signed_in
+from tests.service.git_fixtures import build_remote, module_text
 
 
 @pytest.mark.slow

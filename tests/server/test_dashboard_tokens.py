@@ -11,7 +11,7 @@ import pytest
 
 from tests.fleet.fleet_fixtures import ThreadedServer
 from tests.server.admin_fixtures import build_operator_app
-from tests.server.test_dashboard import ARTIFACTS, signed_in
+from tests.server.dashboard_fixtures import ARTIFACTS, signed_in
 
 INIT = {
     "jsonrpc": "2.0",

@@ -23,6 +23,7 @@ import pytest
 
 from tests.fleet.fleet_fixtures import PY, ProcessGroup, free_port, wait_http, wait_until
 from tests.server.admin_fixtures import make_project
+from tests.server.data_dir_fixtures import wider_than_private
 from tests.service.git_fixtures import Remote
 
 ADMIN = "fa_data-at-rest-admin-VbQWf0i5FcCpIhUUA_LDGGOxLHZBgyIZ"
@@ -38,17 +39,6 @@ def under_umask_022(argv: list[str]) -> list[str]:
     """`argv` started from a shell with umask 022, whatever this test process's umask is: what
     Fathom makes private, it makes so itself."""
     return ["sh", "-c", 'umask 022 && exec "$@"', "sh", *argv]
-
-
-def wider_than_private(root: Path) -> list[str]:
-    """Every file under `root` wider than 0600 and every folder wider than 0700 (links aside)."""
-    found = []
-    for folder, _dirs, files in os.walk(root):
-        for path, widest in [(folder, 0o700), *((os.path.join(folder, f), 0o600) for f in files)]:
-            st = os.lstat(path)
-            if not stat.S_ISLNK(st.st_mode) and stat.S_IMODE(st.st_mode) & ~widest:
-                found.append(f"{oct(stat.S_IMODE(st.st_mode))} {os.path.relpath(path, root)}")
-    return found
 
 
 def too_wide(root: Path) -> list[str]:

@@ -14,7 +14,8 @@ from mcp.client.stdio import StdioServerParameters
 from fathom.config import Settings
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
+from tests.server.mcp_fixtures import indexed  # noqa: F401
 
 TOOLS = {
     "search_code",
@@ -34,17 +35,6 @@ TOOLS = {
 # find_calls: listed once a project has symbols (here: indexed); add_git_project: only where a
 # remote is allowed
 AGENT_TOOLS = {"ask", "explore"}  # listed only where a route can serve their roles
-
-
-@pytest.fixture(scope="module")
-def indexed(tmp_path_factory, local_encoder):  # noqa: F811
-    """A data dir holding the small sample project, indexed once for the module."""
-    base = tmp_path_factory.mktemp("mcp")
-    root = write_project(base / "shop")
-    data = base / "data"
-    fathom = Fathom(Settings(data_dir=data), encoder=local_encoder)
-    asyncio.run(fathom.index(root, "shop"))
-    return data, root, local_encoder
 
 
 @pytest.mark.slow

@@ -24,9 +24,14 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import wait_for
-from tests.server.test_mcp_first_index import HeldAfterFirst, served  # noqa: F401  (a fixture)
-from tests.server.test_mcp_index_jobs import bounded, ended, write_shop
-from tests.server.test_mcp_tokens import text
+from tests.server.index_job_fixtures import (
+    HeldAfterFirst,
+    bounded,
+    ended,
+    served,  # noqa: F401  (a fixture)
+    write_shop,
+)
+from tests.server.mcp_fixtures import text
 
 NOTE = re.compile(
     r"'ledger' is being indexed \(embedding: [1-9][\d,]* of [1-9][\d,]* chunks embedded, "

@@ -15,53 +15,29 @@ first batch of code through and holds the next ones at a gate the test opens.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 from mcp import Client
 
-from fathom.config import Settings
-from fathom.inference.registry import ProviderRegistry
-from fathom.roles import EMBEDDING_ROLES
 from fathom.server.local import RunFile, local_routes
 from fathom.server.mcp_http import ServeToken, standalone_app
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from tests.cli.test_cli_one_way import invoke, rows
+from tests.cli.cli_fixtures import invoke, rows
 from tests.fleet.fleet_fixtures import free_port, serve_in_loop, wait_for
-from tests.server.test_mcp_index_jobs import HeldEncoder, bounded, ended, held_admin_job, write_shop
-from tests.server.test_mcp_tokens import create, mcp, text
+from tests.server.index_job_fixtures import (
+    HeldAfterFirst,
+    bounded,
+    ended,
+    held_admin_job,
+    served,  # noqa: F401
+    write_shop,
+)
+from tests.server.mcp_fixtures import create, mcp, text
 
 PROGRESS = re.compile(r"^embedding: [1-9][\d,]* of [1-9][\d,]* chunks embedded, [1-9][\d,]* files walked$")
-
-
-class HeldAfterFirst(HeldEncoder):
-    """Lets one batch of code through once `hold` is set, then holds the rest: the run is
-    mid-embedding with some chunks done."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.passed = 0
-
-    async def embed(self, texts: Any) -> Any:
-        if self.hold is not None and any("\n" in t for t in texts) and self.passed == 0:
-            self.passed += 1
-            return await super(HeldEncoder, self).embed(texts)
-        return await super().embed(texts)
-
-
-@pytest.fixture
-async def served(tmp_path: Path) -> tuple[Fathom, HeldAfterFirst]:
-    """A service with one project indexed (so the encoder's verdicts exist: a later run's
-    check of the encoders embeds nothing, and the first held batch is a project's)."""
-    encoder = HeldAfterFirst()
-    encoder.info = dataclasses.replace(encoder.info, roles=frozenset(EMBEDDING_ROLES))
-    fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=encoder, registry=ProviderRegistry())
-    await fathom.index(write_shop(tmp_path / "shop"), "shop")
-    return fathom, encoder
 
 
 async def start_held(client: Client, encoder: HeldAfterFirst, tmp: Path) -> tuple[Path, str, asyncio.Event]:

@@ -26,7 +26,7 @@ from fathom.server.bridge import find_daemon
 from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import wait_for
 from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
-from tests.server.test_mcp_daemon import RawHost, status
+from tests.server.daemon_fixtures import RawHost, status
 
 SESSIONS = 5
 PROJECTS = {

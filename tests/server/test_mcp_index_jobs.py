@@ -11,13 +11,9 @@ The run is held mid-embedding deterministically: the encoder at the Provider cut
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import functools
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp import Client
@@ -28,44 +24,9 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.roles import EMBEDDING_ROLES
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from tests.fleet.fleet_fixtures import HashEmbedder, serve_in_loop, wait_for
-from tests.server.admin_fixtures import Operator, build_operator_app
-from tests.server.test_mcp_tokens import create, mcp, text
-
-
-def write_shop(root: Path, files: int = 12) -> Path:
-    """A project of `files` modules with several functions each: several embedding batches."""
-    root.mkdir(parents=True, exist_ok=True)
-    for i in range(files):
-        (root / f"mod_{i}.py").write_text(
-            "".join(
-                f'def handler_{i}_{j}(request):\n    """Handle request {j} of module {i}."""\n'
-                f"    return request.value + {j}\n\n\n"
-                for j in range(8)
-            )
-        )
-    (root / "billing.py").write_text(
-        'def invoice_total(lines):\n    """Sum the invoice lines with tax."""\n'
-        "    return sum(line.price * 1.2 for line in lines)\n"
-    )
-    return root
-
-
-class HeldEncoder(HashEmbedder):
-    """`HashEmbedder` that, once `hold` is set, holds every batch of code chunks (texts of
-    several lines) until it is set, and says when one is held (`reached`). A search's query (one
-    line) is never held: searches answer while a run is held."""
-
-    def __init__(self) -> None:
-        super().__init__(width=8)
-        self.hold: asyncio.Event | None = None
-        self.reached = asyncio.Event()
-
-    async def embed(self, texts: Any) -> Any:
-        if self.hold is not None and any("\n" in t for t in texts):
-            self.reached.set()
-            await self.hold.wait()
-        return await super().embed(texts)
+from tests.fleet.fleet_fixtures import wait_for
+from tests.server.index_job_fixtures import HeldEncoder, bounded, ended, held_admin_job, job_of, write_shop
+from tests.server.mcp_fixtures import create, mcp, text
 
 
 class Shop:
@@ -94,31 +55,6 @@ async def shop(tmp_path: Path) -> Shop:
     s = Shop(tmp_path)
     await s.fathom.index(s.root, "shop")
     return s
-
-
-def bounded(test: Any) -> Any:
-    """A test that fails after a minute instead of hanging (a run that never ends)."""
-
-    @functools.wraps(test)
-    async def run(*args: Any, **kwargs: Any) -> Any:
-        async with asyncio.timeout(60):
-            return await test(*args, **kwargs)
-
-    return run
-
-
-async def job_of(client: Client, project: str, job: str) -> dict[str, Any]:
-    r = await client.call_tool("index_status", {"project": project, "job": job})
-    assert not r.is_error, r.content[0].text
-    return r.structured_content["job"]
-
-
-async def ended(client: Client, project: str, job: str) -> dict[str, Any]:
-    async def finished() -> dict[str, Any] | None:
-        view = await job_of(client, project, job)
-        return view if view["state"] in ("done", "failed", "cancelled") else None
-
-    return await wait_for(finished, what=f"job {job} to end", timeout=30.0, interval=0.02)
 
 
 async def results(client: Client) -> list[tuple[str, int, float | None]]:
@@ -219,25 +155,6 @@ async def test_notifications_cancelled_cancels_a_blocking_run(shop: Shop):
         gate.set()
         assert (await ended(client, "shop", job))["state"] == "cancelled"
         assert await results(client) == before
-
-
-@contextlib.asynccontextmanager
-async def held_admin_job(
-    tmp_path: Path,
-) -> AsyncIterator[tuple[str, Operator, Any, dict[str, Any], asyncio.Event]]:
-    """The operator's server on 127.0.0.1 with a first index of `shop` started over the admin
-    API and held (its encoder's gate closed): yields the URL, the operator, its admin client,
-    the job and the gate (set it to let the run end)."""
-    encoder = HeldEncoder()
-    app = build_operator_app(tmp_path / "data", encoder=encoder)
-    root = write_shop(tmp_path / "src" / "shop", files=4)
-    async with serve_in_loop(app) as url:
-        op = Operator(url, app, tmp_path / "data", tmp_path)
-        async with op.client() as admin:
-            gate = encoder.hold = asyncio.Event()
-            job = (await admin.post("/admin/jobs", json={"path": str(root), "project": "shop"})).json()
-            await asyncio.wait_for(encoder.reached.wait(), 30)
-            yield url, op, admin, job, gate
 
 
 @bounded

@@ -21,7 +21,7 @@ from fathom.service import Fathom
 from tests.agents.agents_fixtures import LocalChat, make_router, routing
 from tests.fleet.fleet_fixtures import ADMIN, HashEmbedder, serve_in_loop
 from tests.server.admin_fixtures import build_operator_app
-from tests.server.test_mcp_tokens import mcp
+from tests.server.mcp_fixtures import mcp
 
 AGENT_TOOLS = {"ask", "explore"}
 

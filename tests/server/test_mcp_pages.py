@@ -25,7 +25,7 @@ from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import ADMIN, serve_in_loop
 from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 from tests.server.admin_fixtures import build_operator_app
-from tests.server.test_mcp_tokens import mcp
+from tests.server.mcp_fixtures import mcp
 
 
 class WireBytes:

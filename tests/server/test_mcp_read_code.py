@@ -24,8 +24,12 @@ from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import ADMIN
 from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
 from tests.server.admin_fixtures import Operator
-from tests.server.test_mcp import indexed  # noqa: F401
-from tests.server.test_mcp_tokens import create, mcp, team  # noqa: F401
+from tests.server.mcp_fixtures import (  # noqa: F401
+    create,
+    indexed,  # noqa: F401
+    mcp,
+    team,
+)
 
 
 def lines_of(path: Path, start: int, end: int) -> list[str]:

@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import contextlib
-import dataclasses
 import json
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,26 +24,19 @@ from fathom import scope
 from fathom.config import Settings
 from fathom.errors import ConfigError
 from fathom.index.store import UnknownProject
-from fathom.roles import EMBEDDING_ROLES
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom, symbols
-from tests.fleet.fleet_fixtures import ADMIN, HashEmbedder
+from tests.fleet.fleet_fixtures import ADMIN
 from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.index.retrieval_fixtures import write_project
-from tests.index.test_symbols import EXPECTED, FIXTURES
-from tests.index.test_watch import OPTIONS, settled, wait_for
+from tests.index.symbol_fixtures import EXPECTED, FIXTURES
+from tests.index.watch_fixtures import hash_encoder, settled, wait_for, watched
 from tests.server.admin_fixtures import Operator
-from tests.server.test_mcp_tokens import create, mcp, team  # noqa: F401
+from tests.server.mcp_fixtures import create, mcp, team  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
 HTTPX = Path(httpx.__file__).parent
-
-
-def hash_encoder() -> HashEmbedder:
-    encoder = HashEmbedder(width=8)
-    encoder.info = dataclasses.replace(encoder.info, roles=frozenset(EMBEDDING_ROLES))
-    return encoder
 
 
 @pytest.fixture(scope="module")
@@ -297,21 +287,6 @@ async def test_a_damaged_project_is_left_out_and_named(tmp_path):
             assert ["bad" in n and "--repair" in n for n in every.structured_content["notes"]] == [True]
             named = await client.call_tool("find_symbol", {"name": "bad_one", "project": "bad"})
             assert named.is_error and "damaged" in named.content[0].text
-    finally:
-        await fathom.aclose()
-
-
-@contextlib.asynccontextmanager
-async def watched(tmp_path: Path, files: dict[str, str] | None = None) -> AsyncIterator[Any]:
-    """(service, root) of the project `shop` (the sample, or `files`) indexed, watched and
-    settled; closed after."""
-    root = write_project(tmp_path / "shop", files)
-    fathom = Fathom(Settings(data_dir=tmp_path / "data", watch=True), encoder=hash_encoder())
-    await fathom.index(root, "shop")
-    await fathom.start_watching(**OPTIONS)
-    try:
-        await settled(fathom)
-        yield fathom, root
     finally:
         await fathom.aclose()
 

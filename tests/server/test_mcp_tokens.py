@@ -11,57 +11,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-import httpx2
 import pytest
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from tests.fleet.fleet_fixtures import ADMIN, serve_in_loop
-from tests.server.admin_fixtures import Operator, build_operator_app, make_project
-
-
-@pytest.fixture
-async def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Operator]:
-    """The server with two indexed projects, alpha and beta, and one allowed index root."""
-    (tmp_path / "allowed").mkdir()
-    monkeypatch.setenv("FATHOM_INDEX_ROOTS", str(tmp_path / "allowed"))
-    app = build_operator_app(tmp_path / "data")
-    async with serve_in_loop(app) as url:
-        op = Operator(url, app, tmp_path / "data", tmp_path)
-        alpha = make_project(tmp_path / "src" / "alpha")
-        beta = tmp_path / "src" / "beta"
-        beta.mkdir(parents=True)
-        (beta / "vault.py").write_text("def secret_beta_function(code):\n    return 'beta only ' + code\n")
-        async with op.client() as admin:
-            for root, name in ((alpha, "alpha"), (beta, "beta")):
-                job = (await admin.post("/admin/jobs", json={"path": str(root), "project": name})).json()
-                assert (await op.wait_job(admin, job["id"]))["state"] == "done"
-        yield op
-
-
-def mcp(url: str, token: str | None) -> Client:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    http = httpx2.AsyncClient(headers=headers, timeout=60)
-    return Client(streamable_http_client(f"{url}/mcp", http_client=http))
-
-
-async def create(
-    admin: httpx.AsyncClient, name: str, projects: list[str] | None = None, can_index: bool = False
-) -> str:
-    r = await admin.post("/admin/tokens", json={"name": name, "projects": projects, "can_index": can_index})
-    assert r.status_code == 201, r.text
-    body = r.json()
-    assert body["token"].startswith("fm_") and body["name"] == name
-    return body["token"]
-
-
-def text(result: Any) -> str:
-    return result.content[0].text
+from tests.fleet.fleet_fixtures import ADMIN
+from tests.server.admin_fixtures import Operator, make_project
+from tests.server.mcp_fixtures import (
+    create,
+    mcp,
+    team,  # noqa: F401
+    text,
+)
 
 
 async def test_an_mcp_token_sees_its_projects_only_and_no_admin_route(team: Operator):

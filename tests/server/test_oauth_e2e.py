@@ -32,7 +32,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthToken
 
 from tests.fleet.fleet_fixtures import free_port
-from tests.server.test_oauth_server import team_server
+from tests.server.oauth_fixtures import team_server
 
 NODE = Path(sys.prefix) / "bin" / "node"
 PROVIDER_MODULE = Path(sys.prefix) / "oidc-provider" / "node_modules" / "oidc-provider" / "lib" / "index.js"

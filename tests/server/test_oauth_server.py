@@ -7,62 +7,16 @@ working beside it, and each path can be turned off."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.fleet.fleet_fixtures import free_port, serve_in_loop
-from tests.server.admin_fixtures import AUTH, Operator, build_operator_app, make_project
-from tests.server.oauth_fixtures import Issuer, rsa_key, running_issuer
-from tests.server.test_mcp_tokens import create, mcp, text
-
-MAPPING = {
-    "rules": [
-        {"match": {"email": "alice@example.com"}, "projects": ["alpha"]},
-        {"match": {"group": "indexers"}, "can_index": True},
-    ]
-}
-
-
-@contextlib.asynccontextmanager
-async def team_server(
-    tmp: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    issuer: Issuer | str | None,
-    *,
-    static: bool = True,
-    port: int | None = None,
-) -> AsyncIterator[Operator]:
-    """The full app with projects alpha and beta indexed; with `issuer` (its URL), OAuth on and
-    `MAPPING` set through the admin API."""
-    port = port or free_port()
-    url = f"http://127.0.0.1:{port}"
-    (tmp / "allowed").mkdir(parents=True, exist_ok=True)
-    monkeypatch.setenv("FATHOM_INDEX_ROOTS", str(tmp / "allowed"))
-    monkeypatch.setenv("FATHOM_MCP_STATIC_TOKENS", "on" if static else "off")
-    if issuer is not None:
-        monkeypatch.setenv("FATHOM_OAUTH_ISSUER", issuer if isinstance(issuer, str) else issuer.url)
-        monkeypatch.setenv("FATHOM_OAUTH_RESOURCE", f"{url}/mcp")
-        monkeypatch.setenv("FATHOM_OAUTH_SCOPES", "fathom")
-    else:
-        monkeypatch.delenv("FATHOM_OAUTH_ISSUER", raising=False)
-    app = build_operator_app(tmp / "data")
-    async with serve_in_loop(app, port=port) as served:
-        op = Operator(served, app, tmp / "data", tmp)
-        async with op.client() as admin:
-            for name in ("alpha", "beta"):
-                root = make_project(tmp / "src" / name)
-                job = (await admin.post("/admin/jobs", json={"path": str(root), "project": name})).json()
-                assert (await op.wait_job(admin, job["id"]))["state"] == "done"
-            if issuer is not None:
-                r = await admin.put("/admin/oauth/mapping", json=MAPPING)
-                assert r.status_code == 200, r.text
-        yield op
+from tests.fleet.fleet_fixtures import free_port
+from tests.server.admin_fixtures import AUTH, Operator
+from tests.server.mcp_fixtures import create, mcp, text
+from tests.server.oauth_fixtures import MAPPING, Issuer, rsa_key, running_issuer, team_server
 
 
 def mint(issuer: Issuer, op: Operator, **claims: Any) -> str:

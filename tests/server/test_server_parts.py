@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tests.fleet.fleet_fixtures import ADMIN, HashEmbedder, serve_in_loop
-from tests.test_layers import imports, modules
+from tests.source_tree import imports, modules
 
 
 def test_the_answers_import_nothing_of_the_server_and_the_guard_not_the_admin_api():

@@ -1,6 +1,7 @@
 """Git remotes for tests: bare repositories built with the `git` command line, served over
 file:// and over HTTP on 127.0.0.1 by `git http-backend` (CGI) behind a small threaded server,
-which can demand basic auth."""
+which can demand basic auth; and a remote of a small shop project with a `feature` branch
+(`build_remote`)."""
 
 from __future__ import annotations
 
@@ -129,3 +130,79 @@ def http_remote(project_root: Path, credentials: tuple[str, str] | None = None) 
     finally:
         server.shutdown()
         server.server_close()
+
+
+TOPICS = [
+    "invoice",
+    "shipment",
+    "customer",
+    "warehouse",
+    "payment",
+    "discount",
+    "refund",
+    "catalog",
+    "inventory",
+    "supplier",
+    "coupon",
+    "address",
+    "session",
+    "report",
+    "currency",
+    "schedule",
+    "basket",
+    "review",
+    "ticket",
+    "audit",
+    "carrier",
+    "voucher",
+    "employee",
+    "contract",
+    "budget",
+    "forecast",
+    "delivery",
+    "quote",
+    "warranty",
+    "subscription",
+    "promotion",
+    "region",
+]
+
+FEATURE_FUNCTION = '''
+
+def reconcile_ledger_entries(ledger, bank_statement):
+    """Match each ledger entry with the bank statement line of the same amount and date."""
+    unmatched = []
+    for entry in ledger:
+        if not any(line.amount == entry.amount and line.date == entry.date
+                   for line in bank_statement):
+            unmatched.append(entry)
+    return unmatched
+'''
+
+
+def module_text(topic: str) -> str:
+    parts = [f'"""Operations on {topic} records."""\n']
+    for i, verb in enumerate(["create", "load", "update", "archive", "validate", "summarise"]):
+        parts.append(f'''
+
+def {verb}_{topic}(store, record_id, payload=None):
+    """{verb.capitalize()} one {topic} record ({i}): look it up, check its fields, save it."""
+    record = store.get("{topic}", record_id) or {{}}
+    if payload:
+        record.update({{k: v for k, v in payload.items() if k != "id"}})
+    record["{verb}_count"] = record.get("{verb}_count", 0) + {i + 1}
+    store.put("{topic}", record_id, record)
+    return record
+''')
+    return "".join(parts)
+
+
+def build_remote(root: Path) -> Remote:
+    remote = Remote(root)
+    remote.commit(
+        {f"shop/{t}.py": module_text(t) for t in TOPICS} | {"README.md": "# Shop\n\nA shop's back office.\n"},
+        "first",
+    )
+    remote.branch("feature")
+    remote.commit({"shop/payment.py": module_text("payment") + FEATURE_FUNCTION}, "ledger", branch="feature")
+    return remote

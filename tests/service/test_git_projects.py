@@ -36,84 +36,9 @@ from fathom.service import Fathom
 from fathom.service.git_syncs import pushed_branch, signature_ok
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, serve_in_loop, wait_for
 from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
-from tests.server.test_mcp_tokens import create as create_token
-from tests.server.test_mcp_tokens import mcp as mcp_client
-from tests.service.git_fixtures import Remote, git, http_remote
-
-TOPICS = [
-    "invoice",
-    "shipment",
-    "customer",
-    "warehouse",
-    "payment",
-    "discount",
-    "refund",
-    "catalog",
-    "inventory",
-    "supplier",
-    "coupon",
-    "address",
-    "session",
-    "report",
-    "currency",
-    "schedule",
-    "basket",
-    "review",
-    "ticket",
-    "audit",
-    "carrier",
-    "voucher",
-    "employee",
-    "contract",
-    "budget",
-    "forecast",
-    "delivery",
-    "quote",
-    "warranty",
-    "subscription",
-    "promotion",
-    "region",
-]
-
-FEATURE_FUNCTION = '''
-
-def reconcile_ledger_entries(ledger, bank_statement):
-    """Match each ledger entry with the bank statement line of the same amount and date."""
-    unmatched = []
-    for entry in ledger:
-        if not any(line.amount == entry.amount and line.date == entry.date
-                   for line in bank_statement):
-            unmatched.append(entry)
-    return unmatched
-'''
-
-
-def module_text(topic: str) -> str:
-    parts = [f'"""Operations on {topic} records."""\n']
-    for i, verb in enumerate(["create", "load", "update", "archive", "validate", "summarise"]):
-        parts.append(f'''
-
-def {verb}_{topic}(store, record_id, payload=None):
-    """{verb.capitalize()} one {topic} record ({i}): look it up, check its fields, save it."""
-    record = store.get("{topic}", record_id) or {{}}
-    if payload:
-        record.update({{k: v for k, v in payload.items() if k != "id"}})
-    record["{verb}_count"] = record.get("{verb}_count", 0) + {i + 1}
-    store.put("{topic}", record_id, record)
-    return record
-''')
-    return "".join(parts)
-
-
-def build_remote(root: Path) -> Remote:
-    remote = Remote(root)
-    remote.commit(
-        {f"shop/{t}.py": module_text(t) for t in TOPICS} | {"README.md": "# Shop\n\nA shop's back office.\n"},
-        "first",
-    )
-    remote.branch("feature")
-    remote.commit({"shop/payment.py": module_text("payment") + FEATURE_FUNCTION}, "ledger", branch="feature")
-    return remote
+from tests.server.mcp_fixtures import create as create_token
+from tests.server.mcp_fixtures import mcp as mcp_client
+from tests.service.git_fixtures import FEATURE_FUNCTION, Remote, build_remote, git, http_remote, module_text
 
 
 def size_of(folder: Path) -> int:
