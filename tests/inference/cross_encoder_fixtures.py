@@ -1,5 +1,5 @@
 """A tiny random cross-encoder built in the test (a BERT with one label over a small
-word-piece vocabulary, `WORDS`), saved as a model folder: nothing is downloaded.
+word-piece vocabulary, `word_pieces`), saved as a model folder: nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -15,13 +15,11 @@ WORDS = (
 ).split()
 
 
-def build_cross_encoder(folder: Path, seed: int = 7) -> Path:
-    """A tiny random cross-encoder (BERT, one label) saved as a model folder."""
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
-
-    folder.mkdir(parents=True, exist_ok=True)
+def word_pieces() -> list[str]:
+    """The tiny models' word-piece vocabulary: BERT's special tokens, `WORDS`, single
+    characters (whole and continuing) and punctuation."""
     chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-    vocab = [
+    return [
         "[PAD]",
         "[UNK]",
         "[CLS]",
@@ -32,6 +30,14 @@ def build_cross_encoder(folder: Path, seed: int = 7) -> Path:
         *(f"##{c}" for c in chars),
         *"_.,:;()[]{}=+-*/'\"#%",
     ]
+
+
+def build_cross_encoder(folder: Path, seed: int = 7) -> Path:
+    """A tiny random cross-encoder (BERT, one label) saved as a model folder."""
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = word_pieces()
     torch.manual_seed(seed)
     # A wider initialisation than BERT's 0.02, so a random model's scores differ by input.
     config = BertConfig(

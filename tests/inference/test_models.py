@@ -28,7 +28,7 @@ from fathom.inference.encoders import local_encoder
 from fathom.inference.model_choice import EarlierEncoders, EmbedModel, load_choice, models_file
 from fathom.service import Fathom
 from fathom.space import Space
-from tests.inference.cross_encoder_fixtures import WORDS, build_cross_encoder
+from tests.inference.cross_encoder_fixtures import build_cross_encoder, word_pieces
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 ENV.pop("FATHOM_LOCAL_MODEL_PATH", None)
@@ -57,18 +57,7 @@ def build_encoder(folder: Path, seed: int) -> Path:
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
     folder.mkdir(parents=True, exist_ok=True)
-    chars = "abcdefghijklmnopqrstuvwxyz0123456789"
-    vocab = [
-        "[PAD]",
-        "[UNK]",
-        "[CLS]",
-        "[SEP]",
-        "[MASK]",
-        *WORDS,
-        *chars,
-        *(f"##{c}" for c in chars),
-        *"_.,:;()[]{}=+-*/'\"#%",
-    ]
+    vocab = word_pieces()
     torch.manual_seed(seed)
     config = BertConfig(
         vocab_size=len(vocab),

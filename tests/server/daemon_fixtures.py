@@ -22,6 +22,7 @@ from fathom.local_server import DAEMON_FILE
 from fathom.server.bridge import find_daemon
 from fathom.service import Fathom
 from tests.index.retrieval_fixtures import write_project
+from tests.server.mcp_fixtures import INIT
 
 ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -35,16 +36,6 @@ ENV = {
     # token) through the environment's proxy would fail every request.
     "HTTP_PROXY": "http://127.0.0.1:9",
     "ALL_PROXY": "http://127.0.0.1:9",
-}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "raw", "version": "1"},
-    },
 }
 
 

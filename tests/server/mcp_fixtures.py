@@ -1,7 +1,9 @@
 """MCP sessions on the operator's server: the SDK's own client over streamable HTTP with a
 token (`mcp`), a token made through the admin API (`create`), an answer's text (`text`), and
-the server with two indexed projects, alpha and beta, and one allowed index root (`team`); and a data dir holding the sample project, indexed once
-per module with the local encoder (`indexed`).
+the server with two indexed projects, alpha and beta, and one allowed index root (`team`); a
+data dir holding the sample project, indexed once per module with the local encoder
+(`indexed`); and, for a raw HTTP client, an `initialize` request (`INIT`) and the headers a
+streamable HTTP request carries (`MCP_HEADERS`).
 
     from tests.server.mcp_fixtures import create, mcp, team, text  # noqa: F401
 """
@@ -24,6 +26,18 @@ from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import serve_in_loop
 from tests.index.retrieval_fixtures import write_project
 from tests.server.admin_fixtures import Operator, build_operator_app, make_project
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"},
+    },
+}
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 @pytest.fixture

@@ -12,17 +12,7 @@ import pytest
 from tests.fleet.fleet_fixtures import ThreadedServer
 from tests.server.admin_fixtures import build_operator_app
 from tests.server.dashboard_fixtures import ARTIFACTS, signed_in
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
+from tests.server.mcp_fixtures import INIT
 
 
 def initialize(url: str, token: str) -> int:

@@ -27,7 +27,8 @@ from fathom.local_server import DAEMON_FILE, LOCAL_FILE, read_local_server
 from fathom.server.bridge import DAEMON_LOG, LOG_KEEP_BYTES, find_daemon
 from fathom.server.local import RunFile
 from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
-from tests.server.daemon_fixtures import INIT, RawHost, indexed, pid_gone, shop  # noqa: F401
+from tests.server.daemon_fixtures import RawHost, indexed, pid_gone, shop  # noqa: F401
+from tests.server.mcp_fixtures import INIT
 
 PINGS = 400  # at most, 50 ms apart: longer than a daemon's cold start here
 

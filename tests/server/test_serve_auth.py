@@ -20,19 +20,9 @@ import httpx
 import pytest
 
 from tests.fleet.fleet_fixtures import PY, ProcessGroup, free_port, wait_until
+from tests.server.mcp_fixtures import INIT, MCP_HEADERS
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 ISSUED = re.compile(r"MCP token \((?:rotated; )?shown once; only its hash is kept\): (fm_\S+)")
 NO_AUTH_SAYS = "any local user of this machine can search and index with your read rights"
 

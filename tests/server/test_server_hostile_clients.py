@@ -41,19 +41,9 @@ from fathom.server.connections import ConnectionLimits, peer_of, trusted, uvicor
 from fathom.server.guard import RequestGuard, WrongTokenDelay
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, PY, ProcessGroup, free_port, wait_http, wait_until
 from tests.server.admin_fixtures import AUTH, Operator, build_operator_app, operator  # noqa: F401
+from tests.server.mcp_fixtures import INIT, MCP_HEADERS
 
 SCRAPE = "fs_test-scrape-Hn4vQ0tR8yWk2LpZ6xCm1BfJ"  # a chosen token is random (`server.token_strength`)
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 class StepClock:

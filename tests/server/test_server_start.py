@@ -22,20 +22,10 @@ from fathom.fleet.command import join_token
 from fathom.fleet.command import main as sidecar_main
 from fathom.server.mcp_http import standalone_app
 from tests.fleet.fleet_fixtures import PY, ProcessGroup, free_port, spawn_sidecar, wait_http, wait_until
+from tests.server.mcp_fixtures import INIT, MCP_HEADERS
 
 TOKEN = "fm_serve-test-59v6C5Q4dflnf36eVTCaqeGfZkBwh88X"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
-MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
 def clean_env(**extra: str) -> dict[str, str]:
