@@ -221,7 +221,7 @@ async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
     from fathom.config import Settings
     from fathom.service import Fathom
 
-    for i in range(30):  # enough batches of 2 that the kill lands mid-run
+    for i in range(30):  # more chunks than the paused run embeds before it waits
         (sample_project / "gen" / f"mod_{i}.py").parent.mkdir(exist_ok=True)
         (sample_project / "gen" / f"mod_{i}.py").write_text(
             f'def step_{i}(x):\n    """Advance state number {i} by one step."""\n    return x + {i}\n'
@@ -235,12 +235,13 @@ async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
     for path in sample_project.rglob("*.py"):
         path.write_text(path.read_text() + "\n# revised\n")
 
-    env = dict(os.environ, HF_HUB_OFFLINE="1", FATHOM_LOCAL_BATCH_SIZE="2")
+    # The real command line, paused once its first chunks are embedded and stored (batches
+    # grow as a run goes, so a kill timed by polling alone could land after the promotion).
+    env = dict(os.environ, HF_HUB_OFFLINE="1", FATHOM_LOCAL_BATCH_SIZE="2", FATHOM_PAUSE_AFTER="4")
     proc = subprocess.Popen(
         [
             sys.executable,
-            "-m",
-            "fathom.cli",
+            str(Path(__file__).with_name("paused_cli.py")),
             "--data-dir",
             str(data),
             "index",

@@ -8,6 +8,8 @@
   session is open: none is refused for want of a session id.
 - The data dir is made 0700, `daemon.log` is moved aside past its bound and never written
   through a link, and requests without the run's token do not count as activity.
+- A daemon that drops a connection unanswered (killed a moment ago, its pid not torn down yet)
+  is replaced once its pid is gone; one that drops it and lives on is left alone.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +27,8 @@ import pytest
 
 from fathom import __version__
 from fathom.config import atomic_write_text
-from fathom.local_server import DAEMON_FILE, LOCAL_FILE, read_local_server
+from fathom.local_server import DAEMON_FILE, LOCAL_FILE, LocalServer, read_local_server
+from fathom.server import bridge
 from fathom.server.bridge import DAEMON_LOG, LOG_KEEP_BYTES, find_daemon
 from fathom.server.local import RunFile
 from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
@@ -133,3 +138,44 @@ def lost_meanwhile(data: Path, host: RawHost, daemon, seen: list[int]) -> None:
     again = find_daemon(data)
     assert again is not None and again.pid != daemon.pid
     seen.append(again.pid)
+
+
+# A process that takes one connection and drops it unanswered, then ends or lives on.
+DROPPER = """
+import os, socket, sys, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(1)
+print(server.getsockname()[1], flush=True)
+conn, _ = server.accept()
+conn.recv(65536)
+conn.close()
+if sys.argv[1] == "ends":
+    os._exit(0)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("fate", ["ends", "lives on"])
+def test_a_daemon_that_drops_the_connection_is_replaced_only_once_it_is_gone(fate, tmp_path, monkeypatch):
+    # A daemon killed a moment ago (its pid not torn down yet) drops the status request: the
+    # session starts another once the pid is gone. One that drops it and lives on is left alone.
+    monkeypatch.setattr(bridge, "GONE_WAIT_S", 1.0)
+    proc = subprocess.Popen([sys.executable, "-c", DROPPER, fate], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        found = LocalServer(f"http://127.0.0.1:{port}", proc.pid, "daemon", token="t", version=__version__)
+        said: list[str] = []
+        if fate == "ends":
+            assert bridge.usable(found, tmp_path, 5.0, said.append) is False
+            assert said == [
+                f"fathom mcp: the background Fathom (pid {proc.pid}) ended while asked: starting one"
+            ]
+        else:
+            with pytest.raises(bridge.DaemonUnavailable, match=f"pid {proc.pid}"):
+                bridge.usable(found, tmp_path, 5.0, said.append)
+            assert proc.poll() is None and said == []
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)

@@ -128,7 +128,8 @@ def _private_dir(data_dir: Path) -> None:
 def usable(found: LocalServer, data_dir: Path, answer_s: float, say: Callable[[str], None]) -> bool:
     """Whether the running daemon `found` serves this session. A daemon of another release is
     stopped (SIGTERM: it finishes its requests) and False; one whose address answers nothing
-    (its pid reused, a file left behind) is False; one that does not answer in time raises."""
+    (its pid reused, a file left behind), or that drops the connection and ends (killed a moment
+    ago), is False; one that does not answer in time, or drops it and lives on, raises."""
     import signal
 
     if found.version != __version__:
@@ -156,6 +157,12 @@ def usable(found: LocalServer, data_dir: Path, answer_s: float, say: Callable[[s
         say(f"fathom mcp: nothing answers at the background Fathom's address (pid {found.pid}): starting one")
         return False
     except httpx.HTTPError as exc:
+        dropped = isinstance(exc, httpx.TransportError) and not isinstance(exc, httpx.TimeoutException)
+        # A dropped connection, not a silence: a daemon killed a moment ago keeps its pid while
+        # the kernel tears it down. Once that pid is gone, there simply is no daemon.
+        if dropped and _wait_gone(found.pid, GONE_WAIT_S):
+            say(f"fathom mcp: the background Fathom (pid {found.pid}) ended while asked: starting one")
+            return False
         raise DaemonUnavailable(
             f"the background Fathom (pid {found.pid}) runs but did not answer within {answer_s:g} s "
             f"({type(exc).__name__}: hung, or too busy; its log: {data_dir / DAEMON_LOG}). "
@@ -247,7 +254,8 @@ async def sse_data(response: httpx.Response) -> AsyncIterator[str]:
         yield "\n".join(data)
 
 
-def _wait_gone(pid: int, timeout_s: float) -> None:
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    """Whether `pid` is gone (a child of this process reaped) within `timeout_s`."""
     from fathom.local_server import pid_alive
 
     deadline = time.monotonic() + timeout_s
@@ -255,8 +263,9 @@ def _wait_gone(pid: int, timeout_s: float) -> None:
         for child in _spawned:
             child.poll()
         if not pid_alive(pid):
-            return
+            return True
         time.sleep(0.05)  # a dying process, polled; bounded by the deadline
+    return False
 
 
 class _SessionGone(Exception):
