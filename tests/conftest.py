@@ -1,4 +1,9 @@
-"""Suite-wide set-up: offline model loading, and fixtures every area shares."""
+"""Suite-wide set-up: offline model loading, and fixtures every area shares.
+
+Each folder's fixtures modules (`tests/<folder>/<something>_fixtures.py`) are plugins of the
+whole suite: a test names a fixture as a parameter, wherever the fixture lives, and imports
+only the plain helpers it calls. A fixture name is defined once across them.
+"""
 
 import os
 
@@ -13,6 +18,24 @@ os.environ.setdefault("FATHOM_WATCH", "0")
 import pytest  # noqa: E402
 
 from fathom.config import Settings  # noqa: E402
+
+pytest_plugins = [
+    "tests.agents.agents_fixtures",
+    "tests.devtools.emulator_fixtures",
+    "tests.fleet.fleet_fixtures",
+    "tests.index.pg_fixtures",
+    "tests.index.retrieval_fixtures",
+    "tests.index.store_fixtures",
+    "tests.inference.e2e_fixtures",
+    "tests.inference.gate_fixtures",
+    "tests.server.admin_fixtures",
+    "tests.server.daemon_fixtures",
+    "tests.server.index_job_fixtures",
+    "tests.server.localserver_fixtures",
+    "tests.server.mcp_fixtures",
+]
+# Their asserts report as a test's do, whichever of them imports another first.
+pytest.register_assert_rewrite(*pytest_plugins)
 
 
 @pytest.fixture(scope="session")

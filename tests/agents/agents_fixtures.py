@@ -1,8 +1,5 @@
 """Shared fixtures for the stateless roles (reranker, code-assistant, rlm).
 
-Import explicitly in a test module:
-    from tests.agents.agents_fixtures import indexed_shop, local_encoder, minilm_path  # noqa: F401
-
 `indexed_shop` is the retrieval fixtures' sample project, indexed once per session into a real
 `Fathom` (LanceDB + the local MiniLM encoder). Tests only read it. `make_router` builds a real
 `Router` over a real `ProviderRegistry`; `cloud` builds a budgeted OpenRouter route to the
@@ -29,7 +26,7 @@ from fathom.inference.router import Router
 from fathom.policy import Policy
 from fathom.roles import DEFAULTS, FallbackMode, Role
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 
 TEST_KEY = "sk-or-v1-agents-test"
 
@@ -42,7 +39,7 @@ class IndexedProject:
 
 
 @pytest.fixture(scope="session")
-def indexed_shop(tmp_path_factory, local_encoder) -> Iterator[IndexedProject]:  # noqa: F811
+def indexed_shop(tmp_path_factory, local_encoder) -> Iterator[IndexedProject]:
     base = tmp_path_factory.mktemp("agents")
     root = write_project(base / "shop")
     fathom = Fathom(Settings(data_dir=base / "data"), encoder=local_encoder)

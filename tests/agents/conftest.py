@@ -1,6 +1,6 @@
 """Tests of the agents: `fathom ask` and `fathom explore`, their tools and routes (`fathom.agents`).
 
 The suite-wide set-up (offline models, no live sync unless a test turns it on) is
-`tests/conftest.py`; the helpers shared across folders are imported by name from the folder
-that owns them.
+`tests/conftest.py`, which also provides every folder's fixtures by name; the plain helpers
+shared across folders are imported from the folder that owns them.
 """

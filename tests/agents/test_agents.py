@@ -22,17 +22,7 @@ from fathom.inference.calls import CloudForbidden, call_role
 from fathom.inference.provider import ChatResult
 from fathom.policy import Policy
 from fathom.roles import DEFAULTS, FallbackMode, Role
-from tests.agents.agents_fixtures import (  # noqa: F401
-    LocalChat,
-    TickClock,
-    cloud,
-    indexed_shop,
-    make_router,
-    routing,
-    tool_turn,
-)
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
+from tests.agents.agents_fixtures import LocalChat, TickClock, cloud, make_router, routing, tool_turn
 
 RLM_MODEL = DEFAULTS[Role.RLM].model
 ASSISTANT_MODEL = DEFAULTS[Role.CODE_ASSISTANT].model
@@ -40,14 +30,14 @@ ASSISTANT_MODEL = DEFAULTS[Role.CODE_ASSISTANT].model
 RLM_CLOUD = routing(rlm=(Policy.CLOUD, FallbackMode.ANY))
 
 
-def chat_requests(emulator) -> int:  # noqa: F811
+def chat_requests(emulator) -> int:
     return emulator.control.counters()["requests"].get("chat", 0)
 
 
 # ---- ask ------------------------------------------------------------------------------------
 
 
-async def test_ask_answers_citing_retrieved_files(indexed_shop, emulator):  # noqa: F811
+async def test_ask_answers_citing_retrieved_files(indexed_shop, emulator):
     emulator.control.script(
         [
             {
@@ -83,7 +73,7 @@ async def test_ask_answers_citing_retrieved_files(indexed_shop, emulator):  # no
     assert emulator.control.counters()["by_model"] == {ASSISTANT_MODEL: 1}
 
 
-async def test_ask_prompt_has_numbered_blocks_labelled_path_and_lines(indexed_shop, emulator):  # noqa: F811
+async def test_ask_prompt_has_numbered_blocks_labelled_path_and_lines(indexed_shop, emulator):
     # No script: the emulator echoes the last user message, i.e. the prompt itself.
     router = make_router(
         routing(code_assistant=(Policy.CLOUD, FallbackMode.ANY)),
@@ -105,7 +95,7 @@ async def test_ask_prompt_has_numbered_blocks_labelled_path_and_lines(indexed_sh
 # ---- explore: the loop -----------------------------------------------------------------------
 
 
-async def test_explore_runs_a_multi_step_loop_with_a_subquestion(indexed_shop, emulator):  # noqa: F811
+async def test_explore_runs_a_multi_step_loop_with_a_subquestion(indexed_shop, emulator):
     emulator.control.script(
         [
             {
@@ -167,7 +157,7 @@ async def test_explore_runs_a_multi_step_loop_with_a_subquestion(indexed_shop, e
     assert d["complete"] and d["trace"][2]["tool"] == "read_file"
 
 
-async def test_explore_stops_at_the_step_limit(indexed_shop, emulator):  # noqa: F811
+async def test_explore_stops_at_the_step_limit(indexed_shop, emulator):
     emulator.control.script([{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 4)
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, CloudBudget())])
     explorer = Explorer.for_project(
@@ -180,7 +170,7 @@ async def test_explore_stops_at_the_step_limit(indexed_shop, emulator):  # noqa:
     assert chat_requests(emulator) == 3
 
 
-async def test_explore_refuses_a_subquestion_beyond_the_depth_limit(indexed_shop, emulator):  # noqa: F811
+async def test_explore_refuses_a_subquestion_beyond_the_depth_limit(indexed_shop, emulator):
     emulator.control.script(
         [
             {"tool_calls": [{"name": "ask_subquestion", "arguments": {"question": "what hashes?"}}]},
@@ -203,7 +193,7 @@ async def test_explore_refuses_a_subquestion_beyond_the_depth_limit(indexed_shop
     assert [str(c) for c in result.citations] == ["auth/password.py:3"]
 
 
-async def test_explore_stops_at_the_token_limit(indexed_shop, emulator):  # noqa: F811
+async def test_explore_stops_at_the_token_limit(indexed_shop, emulator):
     emulator.control.script([{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 3)
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, CloudBudget())])
     explorer = Explorer.for_project(
@@ -215,7 +205,7 @@ async def test_explore_stops_at_the_token_limit(indexed_shop, emulator):  # noqa
     assert chat_requests(emulator) == 1
 
 
-async def test_explore_stops_at_the_time_limit(indexed_shop, emulator):  # noqa: F811
+async def test_explore_stops_at_the_time_limit(indexed_shop, emulator):
     emulator.control.script([{"tool_calls": [{"name": "list_dir", "arguments": {}}]}] * 3)
     router = make_router(RLM_CLOUD, [cloud(emulator, Role.RLM, CloudBudget())])
     # Every reading of the clock is 10 s later: start 0 (deadline 25), check 10, tool 20,
@@ -228,7 +218,7 @@ async def test_explore_stops_at_the_time_limit(indexed_shop, emulator):  # noqa:
     assert len(result.trace) == 1 and chat_requests(emulator) == 1
 
 
-async def test_a_stopped_subquestion_returns_to_its_parent(indexed_shop, emulator):  # noqa: F811
+async def test_a_stopped_subquestion_returns_to_its_parent(indexed_shop, emulator):
     emulator.control.script(
         [
             {"tool_calls": [{"name": "ask_subquestion", "arguments": {"question": "list it all"}}]},
@@ -252,7 +242,7 @@ async def test_a_stopped_subquestion_returns_to_its_parent(indexed_shop, emulato
 
 
 @pytest.mark.parametrize("policy", list(Policy))
-async def test_local_only_rlm_never_calls_the_cloud(indexed_shop, emulator, policy):  # noqa: F811
+async def test_local_only_rlm_never_calls_the_cloud(indexed_shop, emulator, policy):
     emulator.control.script([{"content": "from the cloud"}])
     budget = CloudBudget()
     router = make_router(routing(rlm=(policy, FallbackMode.LOCAL_ONLY)), [cloud(emulator, Role.RLM, budget)])
@@ -267,7 +257,7 @@ async def test_local_only_rlm_never_calls_the_cloud(indexed_shop, emulator, poli
     assert budget.state().granted_total == 0
 
 
-async def test_rlm_default_route_is_local_only(indexed_shop, emulator):  # noqa: F811
+async def test_rlm_default_route_is_local_only(indexed_shop, emulator):
     from fathom.config import RoutingState
 
     router = make_router(RoutingState(), [cloud(emulator, Role.RLM, CloudBudget())])
@@ -276,7 +266,7 @@ async def test_rlm_default_route_is_local_only(indexed_shop, emulator):  # noqa:
     assert emulator.control.counters()["requests"] == {}
 
 
-async def test_local_only_rlm_uses_a_local_llm_and_never_the_cloud(indexed_shop, emulator):  # noqa: F811
+async def test_local_only_rlm_uses_a_local_llm_and_never_the_cloud(indexed_shop, emulator):
     local = LocalChat(
         [
             tool_turn("grep", pattern="def "),
@@ -293,7 +283,7 @@ async def test_local_only_rlm_uses_a_local_llm_and_never_the_cloud(indexed_shop,
     assert emulator.control.counters()["requests"] == {}
 
 
-async def test_call_role_refuses_a_misrouted_cloud_provider(emulator):  # noqa: F811
+async def test_call_role_refuses_a_misrouted_cloud_provider(emulator):
     from fathom.inference.router import Router
 
     class Misrouting(Router):  # a routing bug: hands out the cloud whatever the mode says

@@ -10,12 +10,10 @@ from fathom.inference.budget import CloudBudget
 from fathom.policy import Policy
 from fathom.roles import FallbackMode, Role
 from fathom.server.mcp_tools import build_mcp_server
-from tests.agents.agents_fixtures import cloud, indexed_shop, make_router, routing  # noqa: F401
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
+from tests.agents.agents_fixtures import cloud, make_router, routing
 
 
-async def test_mcp_ask_and_explore(indexed_shop, emulator):  # noqa: F811
+async def test_mcp_ask_and_explore(indexed_shop, emulator):
     budget = CloudBudget()
     router = make_router(
         routing(code_assistant=(Policy.CLOUD, FallbackMode.ANY), rlm=(Policy.CLOUD, FallbackMode.ANY)),
@@ -56,7 +54,7 @@ async def test_mcp_ask_and_explore(indexed_shop, emulator):  # noqa: F811
     assert budget.state().granted_total == 4
 
 
-async def test_mcp_explore_default_route_is_local_only(indexed_shop, emulator):  # noqa: F811
+async def test_mcp_explore_default_route_is_local_only(indexed_shop, emulator):
     async with Client(build_mcp_server(indexed_shop.fathom)) as client:  # the standalone router
         # No route can serve either role on this machine: neither tool is listed...
         names = {t.name for t in (await client.list_tools()).tools}
@@ -70,7 +68,7 @@ async def test_mcp_explore_default_route_is_local_only(indexed_shop, emulator): 
     assert emulator.control.counters()["requests"] == {}
 
 
-def test_cli_ask_and_explore_refuse_in_one_line(indexed_shop):  # noqa: F811
+def test_cli_ask_and_explore_refuse_in_one_line(indexed_shop):
     runner = CliRunner()
     obj = {"fathom": indexed_shop.fathom}
     result = runner.invoke(

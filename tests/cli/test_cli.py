@@ -15,13 +15,12 @@ from typer.testing import CliRunner
 from fathom.cli import app
 from fathom.config import Settings
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder, sample_project  # noqa: F401
 
 runner = CliRunner()
 
 
 @pytest.fixture
-def fathom(tmp_path: Path, local_encoder) -> Fathom:  # noqa: F811
+def fathom(tmp_path: Path, local_encoder) -> Fathom:
     return Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
 
 
@@ -29,7 +28,7 @@ def invoke(fathom: Fathom, *args: str):
     return runner.invoke(app, list(args), obj={"fathom": fathom}, env={"COLUMNS": "160"})
 
 
-def test_index_search_projects(fathom, sample_project):  # noqa: F811
+def test_index_search_projects(fathom, sample_project):
     (sample_project / "blob.bin").write_bytes(bytes(range(256)) * 8)
     result = invoke(fathom, "index", str(sample_project), "--project", "shop")
     assert result.exit_code == 0, result.output
@@ -94,7 +93,7 @@ def test_real_process_error_has_no_traceback(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: no project 'ghost'")
 
 
-def test_drop_asks_first_and_removes_everything(fathom, sample_project):  # noqa: F811
+def test_drop_asks_first_and_removes_everything(fathom, sample_project):
     assert invoke(fathom, "index", str(sample_project), "--project", "shop").exit_code == 0
     refused = runner.invoke(app, ["drop", "shop"], obj={"fathom": fathom}, input="n\n")
     assert refused.exit_code == 1 and "Remove project 'shop'" in refused.output
@@ -111,7 +110,7 @@ def test_drop_asks_first_and_removes_everything(fathom, sample_project):  # noqa
     assert invoke(fathom, "drop", "shop", "--yes").exit_code == 0
 
 
-def test_include_filters_watch_setting_and_skipped_folders(fathom, sample_project):  # noqa: F811
+def test_include_filters_watch_setting_and_skipped_folders(fathom, sample_project):
     (sample_project / "vendor" / "mylib").mkdir(parents=True)
     (sample_project / "vendor" / "mylib" / "fastmath.py").write_text(
         "def fast_inverse_square_root(x):\n    return x ** -0.5\n"
@@ -149,7 +148,7 @@ def test_include_filters_watch_setting_and_skipped_folders(fathom, sample_projec
     assert "live sync on" in invoke(fathom, "watching", "shop", "--on").output
 
 
-def test_cold_start_progress_says_what_it_is_doing(tmp_path, sample_project, minilm_path):  # noqa: F811
+def test_cold_start_progress_says_what_it_is_doing(tmp_path, sample_project, minilm_path):
     import asyncio
 
     from fathom.inference.local import LocalEncoder
@@ -170,7 +169,7 @@ def test_cold_start_progress_says_what_it_is_doing(tmp_path, sample_project, min
 
 
 @pytest.mark.slow
-def test_fathom_watch_prints_a_line_per_sync(tmp_path, sample_project):  # noqa: F811
+def test_fathom_watch_prints_a_line_per_sync(tmp_path, sample_project):
     import selectors
     import signal
     import time

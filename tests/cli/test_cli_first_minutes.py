@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 from fathom.cli import app
 from fathom.config import Settings
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder, sample_project  # noqa: F401
 
 runner = CliRunner()
 
@@ -35,9 +34,9 @@ def row(output: str, name: str) -> str:
 
 def test_first_index_then_a_mistyped_project(
     tmp_path: Path,
-    local_encoder,  # noqa: F811
+    local_encoder,
     sample_project: Path,
-):  # noqa: F811
+):
     # A clock that moves at every reading: a duration computed from two readings of "now"
     # comes out negative, one computed from a start and an end never does.
     ticks = itertools.count(0.0, 0.25)

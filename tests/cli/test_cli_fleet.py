@@ -10,7 +10,7 @@ from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
 from fathom.cli import app
-from tests.fleet.fleet_fixtures import ADMIN, Fleet, fleet  # noqa: F401
+from tests.fleet.fleet_fixtures import ADMIN, Fleet
 
 runner = CliRunner()
 
@@ -41,7 +41,7 @@ def test_both_are_listed_in_the_top_level_help():
     assert "server" in result.output and "sidecar" in result.output
 
 
-async def test_server_serves_the_mcp_tools_at_mcp_behind_the_admin_token(fleet: Fleet):  # noqa: F811
+async def test_server_serves_the_mcp_tools_at_mcp_behind_the_admin_token(fleet: Fleet):
     url = f"{fleet.url}/mcp"
     async with httpx.AsyncClient(timeout=30) as plain:
         r = await plain.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})

@@ -19,14 +19,13 @@ from fathom.errors import ConfigError
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.cli.cli_fixtures import invoke, rows
-from tests.index.retrieval_fixtures import local_encoder, sample_project  # noqa: F401
 
 
 def test_a_location_fathom_search_prints_is_one_find_similar_takes(
     tmp_path: Path,
-    local_encoder,  # noqa: F811
+    local_encoder,
     sample_project,
-):  # noqa: F811
+):
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
     assert invoke("index", str(sample_project), "--project", "shop", fathom=fathom).exit_code == 0
     found = invoke("search", "verify a password against its hash", "-k", "3", fathom=fathom)

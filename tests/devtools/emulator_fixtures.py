@@ -1,8 +1,6 @@
 """The OpenRouter emulator as pytest fixtures: a real HTTP server on 127.0.0.1.
 
-Usage in a test module:
-
-    from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
+A test names the fixture as a parameter (`tests/conftest.py` provides it):
 
     async def test_something(emulator):
         client = OpenRouterClient("sk-or-v1-test", base_url=emulator.base_url)

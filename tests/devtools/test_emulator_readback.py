@@ -12,8 +12,7 @@ import numpy as np
 
 from fathom.devtools.emulator import EmulatorConfig, create_app
 from fathom.devtools.emulator.state import pinned_upstream
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.inference.e2e_fixtures import KEY, MINILM, memo_emulator_encoders  # noqa: F401
+from tests.inference.e2e_fixtures import KEY, MINILM
 
 
 def test_pinned_means_one_upstream_and_no_fallback():
@@ -31,7 +30,7 @@ def test_pinned_means_one_upstream_and_no_fallback():
         assert pinned_upstream(loose) is None, loose
 
 
-def test_unpinned_requests_are_counted_and_the_peak_is_read_per_period(emulator, memo_emulator_encoders):  # noqa: F811
+def test_unpinned_requests_are_counted_and_the_peak_is_read_per_period(emulator, memo_emulator_encoders):
     headers = {"Authorization": f"Bearer {KEY}"}
     emulator.control.latency(base_ms=300)
 

@@ -23,9 +23,7 @@ from fathom.inference.openrouter import (
 from fathom.inference.pool import Pool
 from fathom.inference.provider import Provider
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
-from tests.inference.e2e_fixtures import KEY, MINILM, memo_emulator_encoders, memo_local  # noqa: F401
+from tests.inference.e2e_fixtures import KEY, MINILM
 
 TEXTS = [f"def handler_{i}(request):\n    return route(request, {i})" for i in range(24)]
 

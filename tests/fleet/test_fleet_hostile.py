@@ -28,13 +28,12 @@ from fathom.fleet.hub import (
 )
 from fathom.fleet.identity import new_credential
 from fathom.roles import Role
-from tests.fleet.fleet_fixtures import (  # noqa: F401
+from tests.fleet.fleet_fixtures import (
     JOIN,
     Fleet,
     HashEmbedder,
     ProcessGroup,
     build_app,
-    fleet,
     free_port,
     serve_in_loop,
     spawn_server,

@@ -17,7 +17,7 @@ from fathom.fleet.identity import new_credential
 from fathom.fleet.remote import SidecarUnavailable
 from fathom.inference.pool import Pool
 from fathom.roles import Role
-from tests.fleet.fleet_fixtures import JOIN, Fleet, HashEmbedder, fleet, heartbeats_pass, wait_for  # noqa: F401
+from tests.fleet.fleet_fixtures import JOIN, Fleet, HashEmbedder, heartbeats_pass, wait_for
 
 CE = Role.CODE_EMBEDDING
 

@@ -13,8 +13,7 @@ from fathom.devtools.emulator import MINILM, key_hash
 from fathom.fleet.remote import KeyMissing, SidecarThrottled
 from fathom.inference.budget.limiter import throttle_of
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.fleet.fleet_fixtures import Fleet, HashEmbedder, fleet, wait_for  # noqa: F401
+from tests.fleet.fleet_fixtures import Fleet, HashEmbedder, wait_for
 
 CA = Role.CODE_ASSISTANT
 HELLO = [{"role": "user", "content": "hello"}]

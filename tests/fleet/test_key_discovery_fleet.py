@@ -20,7 +20,6 @@ from fathom.cli.operator import register
 from fathom.devtools.emulator import MINILM
 from fathom.fleet.remote import SidecarThrottled
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.fleet.fleet_fixtures import (
     ADMIN,
     ProcessGroup,

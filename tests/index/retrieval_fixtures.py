@@ -1,8 +1,4 @@
-"""Shared retrieval fixtures: one MiniLM encoder per test session, and a small fixture project.
-
-Import explicitly in a test module:
-    from tests.index.retrieval_fixtures import local_encoder, sample_project  # noqa: F401
-"""
+"""Shared retrieval fixtures: one MiniLM encoder per test session, and a small fixture project."""
 
 from __future__ import annotations
 
@@ -26,6 +22,12 @@ def local_encoder(minilm_path: str) -> LocalEncoder:
     )
     enc.load()
     return enc
+
+
+@pytest.fixture(scope="session")
+def torch_encoder(local_encoder: LocalEncoder) -> LocalEncoder:
+    """The same encoder, as the tests that set the ONNX runtime beside it name it."""
+    return local_encoder
 
 
 SAMPLE_FILES: dict[str, str] = {

@@ -19,7 +19,7 @@ from fathom.index.indexer import Indexer
 from fathom.index.store import LanceStore, Slot
 from fathom.service import Fathom
 from fathom.space import Provenance, Space
-from tests.index.retrieval_fixtures import CountingEncoder, local_encoder, sample_project  # noqa: F401
+from tests.index.retrieval_fixtures import CountingEncoder
 
 HTTPX_CLIENT = Path(httpx.__file__).parent / "_client.py"
 
@@ -41,7 +41,7 @@ def rows(store, project="shop", table="code", slot=Slot.ACTIVE):
     }
 
 
-def test_a_line_inserted_at_the_top_of_a_real_file_embeds_only_the_changed_chunk(tmp_path, local_encoder):  # noqa: F811
+def test_a_line_inserted_at_the_top_of_a_real_file_embeds_only_the_changed_chunk(tmp_path, local_encoder):
     root = tmp_path / "httpx"
     (root / "httpx").mkdir(parents=True)
     source = HTTPX_CLIENT.read_text()
@@ -116,7 +116,7 @@ def _indexer(store, encoder, verdict):
 
 async def test_reused_vectors_keep_the_provenance_they_were_written_under(
     tmp_path, local_encoder, sample_project
-):  # noqa: F811
+):
     clearance = TwoProviderClearance({("alpha", "v-alpha"), ("beta", "v-beta")})
     store = LanceStore(tmp_path / "lance", clearance)
     alpha = CountingEncoder(local_encoder, provider_id="alpha")
@@ -162,7 +162,7 @@ async def test_reused_vectors_keep_the_provenance_they_were_written_under(
 
 async def test_a_full_rebuild_reuses_vectors_only_within_the_same_space(
     tmp_path, local_encoder, sample_project
-):  # noqa: F811
+):
     store = LanceStore(tmp_path / "lance")
     await Indexer(store, local_encoder).run(Indexer(store, local_encoder).job("shop", sample_project))
     before = rows(store)

@@ -30,7 +30,7 @@ import pytest
 from fathom.index.migrate import read_rows
 from fathom.index.store import LanceStore
 from tests.cli import cli_child
-from tests.index.retrieval_fixtures import SAMPLE_FILES, local_encoder  # noqa: F401
+from tests.index.retrieval_fixtures import SAMPLE_FILES
 
 pytestmark = pytest.mark.slow
 
@@ -285,7 +285,7 @@ def fill(disk: Path, leave: int) -> Path:
 
 def test_a_full_disk_is_one_clear_line_and_the_next_run_completes(
     runs, tmp_path, small_disk, clean, local_encoder
-):  # noqa: F811
+):
     ref_b = clean[0]["B"]
     data = small_disk / "data"
     write_corpus(runs.root, CORPUS_A)

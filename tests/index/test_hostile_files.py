@@ -24,7 +24,7 @@ from fathom.index import indexer as indexer_mod
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import serve_in_loop
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 from tests.server.admin_fixtures import AUTH, Operator, build_operator_app
 
 runner = CliRunner()
@@ -52,7 +52,7 @@ def release_fifo_readers(*fifos: Path, seconds: float = 3.0) -> None:
 
 async def test_fifo_ignore_files_and_a_flood_of_index_calls_never_hang_the_mcp_server(
     tmp_path, local_encoder
-):  # noqa: F811
+):
     root = write_project(tmp_path / "p")
     (root / "sub").mkdir()
     (root / "sub" / "code.py").write_text("def in_sub():\n    return 'sub'\n")
@@ -227,7 +227,7 @@ async def _walking_threads_when_busy() -> list[str]:
 # ---------------------------------------------------------------- a name that is not UTF-8
 
 
-def test_a_file_name_that_is_not_utf8_is_indexed_under_an_escaped_name(tmp_path, local_encoder):  # noqa: F811
+def test_a_file_name_that_is_not_utf8_is_indexed_under_an_escaped_name(tmp_path, local_encoder):
     root = write_project(tmp_path / "shop")
     with open(os.fsencode(root) + b"/caf\xe9.py", "wb") as fh:
         fh.write(
@@ -258,7 +258,7 @@ def test_a_file_name_that_is_not_utf8_is_indexed_under_an_escaped_name(tmp_path,
 # ---------------------------------------------------------------- system folders
 
 
-async def test_system_folders_are_refused_as_a_root_even_through_a_link(tmp_path, local_encoder):  # noqa: F811
+async def test_system_folders_are_refused_as_a_root_even_through_a_link(tmp_path, local_encoder):
     secret = tmp_path / "secret"
     write_project(secret)
     settings = Settings(

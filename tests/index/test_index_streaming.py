@@ -17,7 +17,6 @@ import pytest
 from fathom.index.indexer import Discovery, Indexer
 from fathom.index.store import LanceStore, Slot
 from fathom.inference.provider import Provider
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
 
 WINDOW = 25
 FILES = 30
@@ -103,7 +102,7 @@ def store(tmp_path: Path) -> LanceStore:
     s.close()
 
 
-async def test_a_project_24_windows_long_is_indexed_a_window_at_a_time(tmp_path, store, local_encoder):  # noqa: F811
+async def test_a_project_24_windows_long_is_indexed_a_window_at_a_time(tmp_path, store, local_encoder):
     root = tmp_path / "proj"
     write_corpus(root)
     watched = Watched()

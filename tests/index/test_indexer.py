@@ -14,12 +14,7 @@ from fathom.index.indexer import Indexer
 from fathom.index.job import JobCancelled, JobState
 from fathom.index.search import search
 from fathom.index.store import LanceStore, Slot
-from tests.index.retrieval_fixtures import (  # noqa: F401
-    CountingEncoder,
-    local_encoder,
-    sample_project,
-    write_project,
-)
+from tests.index.retrieval_fixtures import CountingEncoder
 
 
 @pytest.fixture
@@ -42,7 +37,7 @@ async def index(store, encoder, root, *, full=False, batch_size=4, progress=None
     return await indexer.run(job, progress), job
 
 
-async def test_first_index_writes_both_tables_with_provenance(store, local_encoder, sample_project):  # noqa: F811
+async def test_first_index_writes_both_tables_with_provenance(store, local_encoder, sample_project):
     events = []
     report, job = await index(store, local_encoder, sample_project, progress=events.append)
     assert job.state is JobState.DONE
@@ -61,7 +56,7 @@ async def test_first_index_writes_both_tables_with_provenance(store, local_encod
     assert hits[0].path == "auth/password.py"
 
 
-async def test_a_folder_of_empty_files_is_a_clean_run_with_no_rows(store, local_encoder, tmp_path):  # noqa: F811
+async def test_a_folder_of_empty_files_is_a_clean_run_with_no_rows(store, local_encoder, tmp_path):
     """Nothing to chunk makes no table; the run still ends with its report, not UnknownProject."""
     root = tmp_path / "empty"
     root.mkdir()
@@ -72,14 +67,14 @@ async def test_a_folder_of_empty_files_is_a_clean_run_with_no_rows(store, local_
     assert report.chunks == 0 and report.tables == {"code": 0, "docs": 0}
 
 
-async def test_skipped_files_are_counted_by_reason(store, local_encoder, sample_project):  # noqa: F811
+async def test_skipped_files_are_counted_by_reason(store, local_encoder, sample_project):
     (sample_project / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
     report, _ = await index(store, local_encoder, sample_project)
     assert sum(report.skipped.values()) >= 1
     assert report.files == 5
 
 
-async def test_incremental_reindex_embeds_only_changed_files(store, local_encoder, sample_project):  # noqa: F811
+async def test_incremental_reindex_embeds_only_changed_files(store, local_encoder, sample_project):
     await index(store, local_encoder, sample_project)
     before = manifest(store)
 
@@ -113,7 +108,7 @@ async def test_incremental_reindex_embeds_only_changed_files(store, local_encode
     assert hits[0].path == "math_utils.py"
 
 
-async def test_killed_full_reindex_leaves_active_intact_and_resumes(store, local_encoder, sample_project):  # noqa: F811
+async def test_killed_full_reindex_leaves_active_intact_and_resumes(store, local_encoder, sample_project):
     await index(store, local_encoder, sample_project)
     before = manifest(store)
     query_before = await search(store, local_encoder, "shop", "invoice total with tax", k=5)
@@ -153,7 +148,7 @@ async def test_killed_full_reindex_leaves_active_intact_and_resumes(store, local
     assert sum(len(v) for v in after.values()) == report.chunks
 
 
-async def test_a_provider_not_cleared_for_the_table_writes_nothing(store, local_encoder, sample_project):  # noqa: F811
+async def test_a_provider_not_cleared_for_the_table_writes_nothing(store, local_encoder, sample_project):
     await index(store, local_encoder, sample_project)
     before = manifest(store)
     (sample_project / "extra.py").write_text("def extra():\n    return 'an extra function'\n")
@@ -179,7 +174,7 @@ class _SingleProviderRunner:
             await sink(idx, await self.provider.embed([texts[i] for i in idx]), self.provider)
 
 
-async def test_pause_resume_and_cancel(store, local_encoder, sample_project):  # noqa: F811
+async def test_pause_resume_and_cancel(store, local_encoder, sample_project):
     indexer = Indexer(store, local_encoder, batch_size=2)
     job = indexer.job("shop", sample_project)
     paused = asyncio.Event()
@@ -212,7 +207,7 @@ async def test_pause_resume_and_cancel(store, local_encoder, sample_project):  #
 @pytest.mark.slow
 async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
     store, local_encoder, sample_project, tmp_path
-):  # noqa: F811
+):
     import os
     import signal
     import subprocess
@@ -260,7 +255,7 @@ async def test_sigkilled_cli_full_reindex_leaves_active_intact_and_resumes(
             if shadow >= 4 or proc.poll() is not None:
                 break
             await asyncio.sleep(0.2)
-        assert proc.poll() is None, "the run finished before it could be killed"
+        assert proc.poll() is None, "the paused run ended before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:

@@ -34,7 +34,6 @@ from fathom.index.pgstore import (
 from fathom.index.store import Slot
 from fathom.roles import Role
 from fathom.space import Provenance, Space
-from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.index.store_fixtures import CLEARED, SPACE, WIDTH, clustered, make_chunks, make_verdict
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,6 @@ from fathom.index.pgstore import PgRoutingStore, PgVerdictStore, PostgresStore
 from fathom.index.store import LanceStore, Slot
 from fathom.roles import Role
 from fathom.space import Provenance
-from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.index.store_fixtures import (
     CLEARED,
     DOCS_SPACE,

@@ -25,7 +25,6 @@ from fathom.index.ranking import asks_action, by_file, file_role, name_lift, nam
 from fathom.index.request import SearchRequest
 from fathom.index.store import Hit
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
 
 
 def hit(path: str, score: float, line: int = 1, symbol: str | None = None) -> Hit:
@@ -163,7 +162,7 @@ QUESTIONS = [
 
 
 @pytest.fixture(scope="module")
-def httpx_index(tmp_path_factory, local_encoder):  # noqa: F811
+def httpx_index(tmp_path_factory, local_encoder):
     import asyncio
 
     import httpx

@@ -19,9 +19,7 @@ from fathom.inference.openrouter import OpenRouterClient
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.policy import Policy
 from fathom.roles import DEFAULTS, FallbackMode, Role
-from tests.agents.agents_fixtures import TEST_KEY, cloud, indexed_shop, make_router, routing  # noqa: F401
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
+from tests.agents.agents_fixtures import TEST_KEY, cloud, make_router, routing
 
 # Keyword matches pull a chunk up in the fused ranking that the semantic scorer puts lower,
 # so the reranker visibly reorders this one (checked below, not assumed).
@@ -32,7 +30,7 @@ def key(h) -> tuple[str, int, int]:
     return (h.path, h.start_line, h.end_line)
 
 
-async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emulator):  # noqa: F811
+async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emulator):
     fathom, project = indexed_shop.fathom, indexed_shop.project
     budget = CloudBudget()
     router = make_router(
@@ -62,7 +60,7 @@ async def test_cloud_reranker_orders_by_the_emulators_scores(indexed_shop, emula
     assert emulator.control.counters()["served"]["rerank"] == 2
 
 
-async def test_no_reranker_configured_still_answers_in_retrieval_order(indexed_shop):  # noqa: F811
+async def test_no_reranker_configured_still_answers_in_retrieval_order(indexed_shop):
     fathom, project = indexed_shop.fathom, indexed_shop.project
     results = await search.pipeline(
         fathom, SearchRequest(QUERY, project, "code", 5, group="chunk"), reranker=None
@@ -77,7 +75,7 @@ async def test_no_reranker_configured_still_answers_in_retrieval_order(indexed_s
     assert d["reranked"] is False and all(h["reranked"] is False for h in d["hits"])
 
 
-async def test_no_reranker_allowed_by_the_policy_is_flagged(indexed_shop, emulator):  # noqa: F811
+async def test_no_reranker_allowed_by_the_policy_is_flagged(indexed_shop, emulator):
     # Policy local, only a cloud route registered: nothing may serve, nothing is sent.
     budget = CloudBudget()
     router = make_router(
@@ -91,7 +89,7 @@ async def test_no_reranker_allowed_by_the_policy_is_flagged(indexed_shop, emulat
     assert emulator.control.counters()["requests"].get("rerank", 0) == 0
 
 
-async def test_a_failing_cloud_reranker_is_flagged_not_fatal(indexed_shop, emulator):  # noqa: F811
+async def test_a_failing_cloud_reranker_is_flagged_not_fatal(indexed_shop, emulator):
     emulator.control.fail(status=502, count=None, endpoints=["rerank"])
     router = make_router(
         routing(reranker=(Policy.CLOUD, FallbackMode.ANY)), [cloud(emulator, Role.RERANKER, CloudBudget())]
@@ -103,7 +101,7 @@ async def test_a_failing_cloud_reranker_is_flagged_not_fatal(indexed_shop, emula
     assert "502" in results.reason and results.reason.startswith("not reranked:")
 
 
-async def test_backup_fails_over_from_a_failing_local_to_the_cloud(indexed_shop, emulator):  # noqa: F811
+async def test_backup_fails_over_from_a_failing_local_to_the_cloud(indexed_shop, emulator):
     from fathom.errors import ProviderUnavailable
 
     class DownLocal(Provider):
@@ -128,7 +126,7 @@ async def test_backup_fails_over_from_a_failing_local_to_the_cloud(indexed_shop,
     assert results.reranked and results.reranker.startswith("openrouter:")
 
 
-async def test_local_cosine_reranker_through_the_router(indexed_shop, local_encoder, emulator):  # noqa: F811
+async def test_local_cosine_reranker_through_the_router(indexed_shop, local_encoder, emulator):
     local = CosineReranker(local_encoder)
     router = make_router(routing(reranker=(Policy.AGGREGATE, FallbackMode.ANY)), [local])
     results = await search.pipeline(
@@ -162,14 +160,14 @@ class Garbage(Provider):
         (lambda n: [math.nan] * n, "non-finite"),
     ],
 )
-async def test_unusable_scores_are_refused(indexed_shop, scores, why):  # noqa: F811
+async def test_unusable_scores_are_refused(indexed_shop, scores, why):
     cands = await search.candidates(indexed_shop.fathom, QUERY, indexed_shop.project, "code", 6)
     results = await RerankStage(Garbage(scores)).apply(QUERY, cands, 4)
     assert not results.reranked and why in results.reason
     assert [h.retrieval_rank for h in results.hits] == [1, 2, 3, 4]
 
 
-async def test_candidates_carry_full_chunk_texts(indexed_shop):  # noqa: F811
+async def test_candidates_carry_full_chunk_texts(indexed_shop):
     cands = await search.candidates(indexed_shop.fathom, "verify a password", indexed_shop.project, "code", 5)
     top = next(c for c in cands if c.path == "auth/password.py" and c.start_line == 15)
     assert "compare_digest" in top.text

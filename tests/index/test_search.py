@@ -19,16 +19,7 @@ from fathom.index.store import Hit, LanceStore, Slot
 from fathom.inference.provider import Kind, Provider, ProviderInfo
 from fathom.roles import EMBEDDING_ROLES
 from fathom.space import Provenance, Space
-from tests.index.store_fixtures import (  # noqa: F401
-    CLEARED,
-    SPACE,
-    WIDTH,
-    clock,
-    clustered,
-    haystack,  # noqa: F401  (the same haystack, on this module's store)
-    make_chunks,
-    store,
-)
+from tests.index.store_fixtures import CLEARED, SPACE, WIDTH, clustered, make_chunks
 
 
 def hit(cid: str, **kw) -> Hit:

@@ -15,17 +15,14 @@ from fathom.index.store import (
     validate_vectors,
 )
 from fathom.space import Provenance, Space
-from tests.index.store_fixtures import (  # noqa: F401
+from tests.index.store_fixtures import (
     CLEARED,
-    DOCS_SPACE,
     REFERENCE,
     SPACE,
     WIDTH,
     FakeClock,
-    clock,
     clustered,
     make_chunks,
-    store,
 )
 
 

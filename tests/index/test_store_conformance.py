@@ -34,8 +34,7 @@ from fathom.index.store import (
     UnknownProject,
 )
 from fathom.space import Provenance, Space
-from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
-from tests.index.store_fixtures import (  # noqa: F401
+from tests.index.store_fixtures import (
     CLEARED,
     DOCS_SPACE,
     REFERENCE,
@@ -43,9 +42,7 @@ from tests.index.store_fixtures import (  # noqa: F401
     WIDTH,
     AllowList,
     FakeClock,
-    clock,
     clustered,
-    haystack,  # noqa: F401
     make_chunks,
 )
 

@@ -37,7 +37,7 @@ from fathom.index.store import LanceStore
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom, ProjectRecords
 from tests.fleet.fleet_fixtures import serve_in_loop
-from tests.index.retrieval_fixtures import SAMPLE_FILES, local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 from tests.server.admin_fixtures import AUTH, Operator, build_operator_app
 
 runner = CliRunner()
@@ -70,7 +70,7 @@ def active_table(data: Path, project: str, table: str) -> Path:
 
 
 @pytest.fixture(scope="module")
-def indexed_pair(tmp_path_factory, local_encoder):  # noqa: F811
+def indexed_pair(tmp_path_factory, local_encoder):
     """`shop` and `other`, indexed once for the module (each test damages its own copy)."""
     base = tmp_path_factory.mktemp("pair")
     data = base / "data"
@@ -93,7 +93,7 @@ def indexed_pair(tmp_path_factory, local_encoder):  # noqa: F811
 
 
 @pytest.fixture
-def two_projects(indexed_pair, tmp_path, local_encoder):  # noqa: F811
+def two_projects(indexed_pair, tmp_path, local_encoder):
     """A copy of the indexed pair: (data dir, shop root, a fresh-Fathom factory)."""
     template, shop = indexed_pair
     data = tmp_path / "data"
@@ -116,7 +116,7 @@ def _lock_record(data: Path, project: str) -> dict | None:
 
 
 @pytest.mark.slow
-async def test_a_cli_run_and_a_server_job_never_index_one_project_at_once(tmp_path, local_encoder):  # noqa: F811
+async def test_a_cli_run_and_a_server_job_never_index_one_project_at_once(tmp_path, local_encoder):
     data = tmp_path / "data"
     root = write_project(tmp_path / "shop")
     for i in range(12):
@@ -212,7 +212,7 @@ async def test_a_cli_run_and_a_server_job_never_index_one_project_at_once(tmp_pa
     assert sorted(rows["code"] + rows["docs"]) == sorted(c.chunk_id for c in chunks)
 
 
-def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, local_encoder):  # noqa: F811
+def test_a_stale_lock_of_a_dead_process_is_taken_over(tmp_path, local_encoder):
     data = tmp_path / "data"
     root = write_project(tmp_path / "shop")
     holder = subprocess.Popen(
@@ -511,7 +511,7 @@ def test_a_shadow_with_duplicate_ids_is_never_promoted(tmp_path):
 @pytest.mark.slow
 def test_postgres_lost_mid_run_is_one_line_and_the_next_run_completes(
     tmp_path, pg_server, pg_url, local_encoder
-):  # noqa: F811
+):
     import psycopg
 
     from fathom.inference.provider import Provider
@@ -561,6 +561,3 @@ def test_postgres_lost_mid_run_is_one_line_and_the_next_run_completes(
     result = cli(again, "index", str(root), "--project", "shop")
     assert result.exit_code == 0, result.output
     assert "auth/password.py" in cli(again, "search", "hash a password", "--project", "shop").output
-
-
-from tests.index.pg_fixtures import pg_server, pg_url  # noqa: E402,F401

@@ -17,8 +17,7 @@ from fathom.index.chunking import chunk_file
 from fathom.inference.provider import Provider
 from fathom.roles import Role
 from fathom.service import Fathom
-from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 from tests.index.watch_fixtures import OPTIONS, settled, syncs, wait_for
 
 pytestmark = pytest.mark.slow
@@ -33,7 +32,7 @@ def paths_indexed(fathom: Fathom, project: str = "shop") -> set[str]:
 
 
 @pytest.fixture
-async def watched(tmp_path, local_encoder):  # noqa: F811
+async def watched(tmp_path, local_encoder):
     root = write_project(tmp_path / "shop")
     fathom = Fathom(Settings(data_dir=tmp_path / "data", watch=True), encoder=local_encoder)
     await fathom.index(root, "shop")
@@ -108,7 +107,7 @@ def chunk_texts(root: Path) -> set[tuple[str, str]]:
     return out
 
 
-async def test_a_git_checkout_is_one_job_that_embeds_only_what_differs(tmp_path, local_encoder):  # noqa: F811
+async def test_a_git_checkout_is_one_job_that_embeds_only_what_differs(tmp_path, local_encoder):
     root = tmp_path / "repo"
     for i in range(40):
         write_project(
@@ -170,7 +169,7 @@ async def test_a_git_checkout_is_one_job_that_embeds_only_what_differs(tmp_path,
         await fathom.aclose()
 
 
-async def test_a_burst_with_pauses_shorter_than_the_quiet_period_is_one_job(tmp_path, local_encoder):  # noqa: F811
+async def test_a_burst_with_pauses_shorter_than_the_quiet_period_is_one_job(tmp_path, local_encoder):
     """Writes 0.15 s apart arrive as separate event batches (the watcher closes a batch after
     50 ms without events); the quiet period (1 s here) gathers them into one job."""
     root = write_project(tmp_path / "shop")
@@ -259,7 +258,7 @@ class Switchable(Provider):
         return await self.inner.embed_query(query)
 
 
-async def test_an_unavailable_encoder_makes_the_sync_wait_and_retry_never_drop(tmp_path, local_encoder):  # noqa: F811
+async def test_an_unavailable_encoder_makes_the_sync_wait_and_retry_never_drop(tmp_path, local_encoder):
     root = write_project(tmp_path / "shop")
     encoder = Switchable(local_encoder)
     fathom = Fathom(Settings(data_dir=tmp_path / "data", watch=True), encoder=encoder)
@@ -304,7 +303,7 @@ async def test_an_unavailable_encoder_makes_the_sync_wait_and_retry_never_drop(t
         await fathom.aclose()
 
 
-async def test_searches_answer_from_the_active_index_while_a_sync_runs(tmp_path, local_encoder):  # noqa: F811
+async def test_searches_answer_from_the_active_index_while_a_sync_runs(tmp_path, local_encoder):
     root = write_project(tmp_path / "shop")
     encoder = Switchable(local_encoder)
     fathom = Fathom(Settings(data_dir=tmp_path / "data", watch=True), encoder=encoder)
@@ -327,7 +326,7 @@ async def test_searches_answer_from_the_active_index_while_a_sync_runs(tmp_path,
         await fathom.aclose()
 
 
-async def test_two_servers_on_one_database_sync_a_project_one_at_a_time(tmp_path, local_encoder, pg_url):  # noqa: F811
+async def test_two_servers_on_one_database_sync_a_project_one_at_a_time(tmp_path, local_encoder, pg_url):
     """Each `Fathom` here is a server of its own (its own connections, data dir and watcher) on
     one PostgreSQL database. Both watch the folder; the project lock lets one sync at a time,
     the other waits and retries, and the edit is embedded once."""

@@ -12,9 +12,6 @@ wraps the session's local encoder at the Provider cut-off, and `memo_emulator_en
 puts remembering wrappers around the emulator's encoder variants. Every vector is still the
 one the real model produced for that text, every request still goes over HTTP and through the
 emulator's routing, limits and counters; a re-probe simply costs nothing after the first.
-
-Import explicitly:
-    from tests.inference.e2e_fixtures import memo_local, memo_emulator_encoders  # noqa: F401
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider
 from fathom.inference.provider import Provider
 from fathom.roles import EMBEDDING_ROLES
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
 
 MINILM = "sentence-transformers/all-minilm-l6-v2"
 E5 = "intfloat/multilingual-e5-small"
@@ -68,7 +64,7 @@ class MemoLocal(Provider):
 
 
 @pytest.fixture(scope="session")
-def memo_local(local_encoder) -> MemoLocal:  # noqa: F811
+def memo_local(local_encoder) -> MemoLocal:
     return MemoLocal(local_encoder)
 
 

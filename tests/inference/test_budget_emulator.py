@@ -19,7 +19,6 @@ import pytest
 from fathom.inference.budget import BudgetedProvider, CloudBudget, current_project
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider, RateLimited
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.devtools.virtual_emulator import BASE_URL as VIRTUAL_BASE_URL
 from tests.devtools.virtual_emulator import virtual_emulator
 from tests.fake_clock import FakeClock

@@ -10,7 +10,6 @@ from fathom.fleet.protocol import ErrorInfo
 from fathom.fleet.remote import error_from_info
 from fathom.inference.cloud_health import CloudHealth, CloudState, Outcome, outcome_of
 from fathom.inference.openrouter import OpenRouterClient
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 
 MODEL = "sentence-transformers/all-minilm-l6-v2"
 ROUTE = "sidecar:gpu-1:embedding:cloud:alpha"
@@ -22,7 +21,7 @@ async def _failure(client: OpenRouterClient) -> BaseException:
     return caught.value
 
 
-async def test_each_real_refusal_is_its_own_state(emulator):  # noqa: F811
+async def test_each_real_refusal_is_its_own_state(emulator):
     good, bad = "sk-or-v1-" + "a" * 64, "sk-or-v1-" + "b" * 64
     emulator.control.set_keys(accepted=[good])
     book = CloudHealth()

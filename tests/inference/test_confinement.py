@@ -35,7 +35,7 @@ from tests.agents.agents_fixtures import LocalChat, tool_turn
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, HashEmbedder, serve_in_loop
 from tests.fleet.fleet_fixtures import wait_for as shared_wait_for
 from tests.inference.confinement_fixtures import index, mcp, token
-from tests.server.admin_fixtures import METRICS, Operator, make_project, operator  # noqa: F401
+from tests.server.admin_fixtures import METRICS, Operator, make_project
 
 pytestmark = pytest.mark.slow
 

@@ -13,19 +13,8 @@ import pytest
 from fathom.inference.budget import CloudBudget
 from fathom.inference.openrouter import OpenRouterClient
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.fleet.fleet_fixtures import wait_for
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
-from tests.inference.e2e_fixtures import (  # noqa: F401
-    KEY,
-    MINILM,
-    all_rows,
-    cloud_route,
-    make_fathom,
-    memo_emulator_encoders,
-    memo_local,
-    write_functions,
-)
+from tests.inference.e2e_fixtures import KEY, MINILM, all_rows, cloud_route, make_fathom, write_functions
 
 pytestmark = pytest.mark.slow
 

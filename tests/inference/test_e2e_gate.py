@@ -34,18 +34,8 @@ from fathom.inference.provider import Kind
 from fathom.policy import Policy, Reference
 from fathom.roles import Role
 from fathom.space import Provenance
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
-from tests.inference.e2e_fixtures import (  # noqa: F401
-    E5,
-    KEY,
-    MINILM,
-    all_rows,
-    cloud_route,
-    make_fathom,
-    memo_emulator_encoders,
-    memo_local,
-)
+from tests.index.retrieval_fixtures import write_project
+from tests.inference.e2e_fixtures import E5, KEY, all_rows, cloud_route, make_fathom
 
 slow = pytest.mark.slow
 

@@ -34,17 +34,9 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.roles import Role
 from fathom.server.app import create_app
 from fathom.service import Fathom
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, Fleet, free_port, serve_in_loop, wait_for
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
-from tests.inference.e2e_fixtures import (  # noqa: F401
-    E5,
-    KEY,
-    MINILM,
-    memo_emulator_encoders,
-    memo_local,
-    write_functions,
-)
+from tests.index.retrieval_fixtures import write_project
+from tests.inference.e2e_fixtures import E5, KEY, MINILM, write_functions
 
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
 ALPHA = f"sidecar:gpu-1:{Role.CODE_EMBEDDING}:cloud:alpha"

@@ -16,14 +16,7 @@ from fathom.inference.gate import Coverage, Gate, GateRefused, Status, load_prob
 from fathom.inference.provider import Kind
 from fathom.policy import Policy, Reference
 from fathom.space import Space
-from tests.inference.gate_fixtures import (  # noqa: F401
-    MemoEncoder,
-    SwitchableEncoder,
-    e5_encoders,
-    minilm_encode,
-    minilm_encode_other,
-    minilm_int8_encode,
-)
+from tests.inference.gate_fixtures import MemoEncoder, SwitchableEncoder
 
 MINILM = "sentence-transformers/all-minilm-l6-v2"
 E5 = "intfloat/multilingual-e5-small"

@@ -10,10 +10,9 @@ import pytest
 
 from fathom.inference.local import EncoderWidthMismatch, LocalEncoder, ModelLoadError
 from fathom.inference.provider import Kind
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
 
 
-async def test_embed_returns_normalized_float32_rows(local_encoder):  # noqa: F811
+async def test_embed_returns_normalized_float32_rows(local_encoder):
     texts = ["def add(a, b): return a + b", "class Invoice: pass", "how to install"]
     vecs = await local_encoder.embed(texts)
     assert vecs.dtype == np.float32
@@ -21,12 +20,12 @@ async def test_embed_returns_normalized_float32_rows(local_encoder):  # noqa: F8
     np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
 
 
-async def test_embed_empty_batch(local_encoder):  # noqa: F811
+async def test_embed_empty_batch(local_encoder):
     vecs = await local_encoder.embed([])
     assert vecs.shape == (0, 384)
 
 
-async def test_same_text_same_vector_and_similar_texts_closer(local_encoder):  # noqa: F811
+async def test_same_text_same_vector_and_similar_texts_closer(local_encoder):
     v = await local_encoder.embed(
         [
             "retry a network call with backoff",
@@ -39,7 +38,7 @@ async def test_same_text_same_vector_and_similar_texts_closer(local_encoder):  #
     assert float(v[0] @ v[2]) > float(v[0] @ v[3])
 
 
-def test_provider_info_is_stable_and_local(local_encoder):  # noqa: F811
+def test_provider_info_is_stable_and_local(local_encoder):
     assert local_encoder.info.kind is Kind.LOCAL
     assert local_encoder.id == "local:sentence-transformers/all-minilm-l6-v2"
     assert local_encoder.info.width == 384
@@ -60,7 +59,7 @@ def test_missing_model_folder_is_a_typed_error(tmp_path):
     assert "ghost" in str(err.value)
 
 
-async def test_inference_runs_off_the_event_loop_one_batch_at_a_time(local_encoder):  # noqa: F811
+async def test_inference_runs_off_the_event_loop_one_batch_at_a_time(local_encoder):
     loop_thread = threading.get_ident()
     seen: list[int] = []
     original = local_encoder.encode_sync
@@ -78,7 +77,7 @@ async def test_inference_runs_off_the_event_loop_one_batch_at_a_time(local_encod
     assert a.shape == b.shape == (1, 384)
 
 
-def test_inputs_larger_than_batch_size_are_all_encoded(local_encoder, monkeypatch):  # noqa: F811
+def test_inputs_larger_than_batch_size_are_all_encoded(local_encoder, monkeypatch):
     monkeypatch.setattr(local_encoder, "batch_size", 2)
     before = local_encoder.texts_encoded
     vecs = local_encoder.encode_sync([f"text number {i}" for i in range(5)])

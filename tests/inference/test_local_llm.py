@@ -51,12 +51,9 @@ from fathom.policy import Policy
 from fathom.roles import FallbackMode, Role
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from tests.agents.agents_fixtures import cloud, indexed_shop, make_router, routing  # noqa: F401
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
+from tests.agents.agents_fixtures import cloud, make_router, routing
 from tests.fake_clock import FakeClock
-from tests.fleet.fleet_fixtures import fleet, free_port, wait_for  # noqa: F401
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
-from tests.server.localserver_fixtures import local_llm, local_llm_server  # noqa: F401
+from tests.fleet.fleet_fixtures import free_port, wait_for
 
 ASK = [{"role": "user", "content": "where are passwords hashed?"}]
 
@@ -66,7 +63,7 @@ def chat_backend(llm, **options: str) -> str:
     return f"rlm=openai-compatible:{llm.base_url},model={llm.model}{extra}"
 
 
-def local_fathom(shop, llm, local_encoder, **more) -> Fathom:  # noqa: F811
+def local_fathom(shop, llm, local_encoder, **more) -> Fathom:
     """A second front end on the indexed shop's data dir whose settings name the local LLM."""
     settings = shop.fathom.settings.model_copy(
         update={"local_chat_url": llm.base_url, "local_chat_model": llm.model, **more}
@@ -77,7 +74,7 @@ def local_fathom(shop, llm, local_encoder, **more) -> Fathom:  # noqa: F811
 # ---- the chat backend ------------------------------------------------------------------------
 
 
-async def test_chat_backend_streams_and_passes_tools_through(local_llm):  # noqa: F811
+async def test_chat_backend_streams_and_passes_tools_through(local_llm):
     local_llm.control.script(
         [
             {
@@ -109,7 +106,7 @@ async def test_chat_backend_streams_and_passes_tools_through(local_llm):  # noqa
     assert sent[0]["max_tokens"] == 200 and "on_delta" not in sent[0]
 
 
-async def test_chat_backend_without_streaming(local_llm):  # noqa: F811
+async def test_chat_backend_without_streaming(local_llm):
     local_llm.control.script(
         [
             {
@@ -133,7 +130,7 @@ async def test_chat_backend_without_streaming(local_llm):  # noqa: F811
     assert local_llm.control.counters()["streamed"] == 0
 
 
-async def test_chat_refusals_are_the_cloud_clients_typed_errors(local_llm):  # noqa: F811
+async def test_chat_refusals_are_the_cloud_clients_typed_errors(local_llm):
     backend = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model, timeout=1.0)
     missing = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model="llama-not-pulled")
     try:
@@ -179,7 +176,7 @@ async def test_chat_refusals_are_the_cloud_clients_typed_errors(local_llm):  # n
     await gone.aclose()
 
 
-async def test_the_cloud_client_maps_the_same_refusals_to_the_same_types(local_llm):  # noqa: F811
+async def test_the_cloud_client_maps_the_same_refusals_to_the_same_types(local_llm):
     # One wire, one set of types: OpenRouter's client reads an OpenAI-compatible server's
     # refusals (vLLM's body carries OpenAI's `error` object) into the very same classes.
     client = OpenRouterClient("sk-or-v1-test-not-a-real-key", base_url=local_llm.base_url)
@@ -221,7 +218,7 @@ def test_serve_specs_for_the_chat_roles():
 DOCS = ["retry the network call with backoff", "hash a password with a salt", "render the invoice"]
 
 
-async def test_openai_compatible_and_tei_rerankers(local_llm):  # noqa: F811
+async def test_openai_compatible_and_tei_rerankers(local_llm):
     oai = await open_backend(
         parse_serve(f"reranker=openai-compatible:{local_llm.base_url},model={local_llm.model}")
     )
@@ -239,7 +236,7 @@ async def test_openai_compatible_and_tei_rerankers(local_llm):  # noqa: F811
     assert local_llm.control.counters()["requests"] == {"rerank": 2, "tei-rerank": 2}
 
 
-async def test_a_server_that_cannot_rerank_is_refused_at_start(local_llm):  # noqa: F811
+async def test_a_server_that_cannot_rerank_is_refused_at_start(local_llm):
     local_llm.control.fail(404, message="Not Found", kind="NotFound", endpoints=["rerank"])
     with pytest.raises(ConfigError, match="cannot rerank.*offers /rerank"):
         await open_backend(
@@ -275,10 +272,10 @@ def test_settings_name_a_local_llm_per_role(monkeypatch, tmp_path):
 
 async def test_standalone_mcp_serves_ask_and_explore_from_the_local_llm(
     indexed_shop,
-    local_llm,  # noqa: F811
+    local_llm,
     local_encoder,
     emulator,
-):  # noqa: F811
+):
     fathom = local_fathom(indexed_shop, local_llm, local_encoder)
     local_llm.control.script(
         [
@@ -317,9 +314,9 @@ async def test_standalone_mcp_serves_ask_and_explore_from_the_local_llm(
 
 def test_cli_explore_shows_each_step_and_refuses_without_a_local_llm(
     indexed_shop,
-    local_llm,  # noqa: F811
+    local_llm,
     local_encoder,
-):  # noqa: F811
+):
     local_llm.control.script(
         [
             {"tool_calls": [{"name": "list_dir", "arguments": {"path": "auth"}}]},
@@ -359,9 +356,9 @@ def explorer_on(fathom: Fathom, **limits) -> tuple[Explorer, list]:
 
 async def test_malformed_tool_calls_are_corrected_and_the_run_recovers(
     indexed_shop,
-    local_llm,  # noqa: F811
+    local_llm,
     local_encoder,
-):  # noqa: F811
+):
     local_llm.control.script(
         [
             {"tool_calls": [{"name": "grep", "arguments": '{"pattern": "pbkdf2_hmac"'}]},  # cut-off JSON
@@ -395,9 +392,9 @@ async def test_malformed_tool_calls_are_corrected_and_the_run_recovers(
 
 async def test_a_model_that_keeps_making_malformed_calls_is_stopped(
     indexed_shop,
-    local_llm,  # noqa: F811
+    local_llm,
     local_encoder,
-):  # noqa: F811
+):
     local_llm.control.script(
         [{"tool_calls": [{"name": "grep", "arguments": "pattern=pbkdf2"}]}] * 3
         + [{"tool_calls": [{"name": "list_dir", "arguments": {}}]}]
@@ -417,9 +414,9 @@ async def test_a_model_that_keeps_making_malformed_calls_is_stopped(
 
 async def test_a_full_context_stops_the_loop_with_the_evidence_so_far(
     indexed_shop,
-    local_llm,  # noqa: F811
+    local_llm,
     local_encoder,
-):  # noqa: F811
+):
     question = "what does auth/password.py do?"
     explorer, _ = explorer_on(local_fathom(indexed_shop, local_llm, local_encoder))
     local_llm.control.script([{"content": "a first answer, to measure the first turn"}])
@@ -441,7 +438,7 @@ async def test_a_full_context_stops_the_loop_with_the_evidence_so_far(
     assert local_llm.control.counters()["refused"] == {"400": 1}
 
 
-async def test_the_time_limit_cuts_a_hung_model(indexed_shop, local_llm, local_encoder):  # noqa: F811
+async def test_the_time_limit_cuts_a_hung_model(indexed_shop, local_llm, local_encoder):
     local_llm.control.delay(30)  # the server hangs; the loop's deadline must not wait for it
     explorer, _ = explorer_on(local_fathom(indexed_shop, local_llm, local_encoder), max_seconds=60)
     explorer.clock = clock = FakeClock(auto_advance=False)
@@ -454,7 +451,7 @@ async def test_the_time_limit_cuts_a_hung_model(indexed_shop, local_llm, local_e
     assert time.monotonic() - t0 < 20  # not the server's 30 s
 
 
-async def test_a_request_held_across_a_reset_takes_no_turn_of_the_next_script(local_llm):  # noqa: F811
+async def test_a_request_held_across_a_reset_takes_no_turn_of_the_next_script(local_llm):
     # A hung model's request outlives the test that made it; after the reset it must not eat
     # the first turn of the next test's script (the next test would see its turns shifted).
     local_llm.control.delay(30)
@@ -473,9 +470,9 @@ async def test_a_request_held_across_a_reset_takes_no_turn_of_the_next_script(lo
 
 async def test_each_step_is_reported_before_the_next_model_turn(
     indexed_shop,
-    local_llm,  # noqa: F811
+    local_llm,
     local_encoder,
-):  # noqa: F811
+):
     local_llm.control.script(
         [
             {"tool_calls": [{"name": "list_dir", "arguments": {}}]},
@@ -501,7 +498,7 @@ async def test_each_step_is_reported_before_the_next_model_turn(
 async def test_a_local_only_exploration_never_reranks_in_the_cloud(
     indexed_shop,
     local_llm,
-    emulator,  # noqa: F811
+    emulator,
     rlm_fallback,
     cloud_reranks,
 ):
@@ -529,7 +526,7 @@ async def test_a_local_only_exploration_never_reranks_in_the_cloud(
     assert set(emulator.control.counters()["requests"]) <= {"rerank"}
 
 
-async def test_through_a_sidecar_mistakes_stay_marked_and_refusals_stay_typed(fleet, local_llm):  # noqa: F811
+async def test_through_a_sidecar_mistakes_stay_marked_and_refusals_stay_typed(fleet, local_llm):
     backend = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model)
     fleet.hub.auth.approve("gpu-llm")
     await fleet.start_sidecar("gpu-llm", {Role.RLM: backend}, backend_kinds={Role.RLM: "openai-compatible"})
@@ -548,7 +545,7 @@ async def test_through_a_sidecar_mistakes_stay_marked_and_refusals_stay_typed(fl
         await provider.chat(ASK, max_tokens=100)
 
 
-async def test_requests_too_long_for_the_model_never_eject_it(local_llm):  # noqa: F811
+async def test_requests_too_long_for_the_model_never_eject_it(local_llm):
     from fathom.inference.calls import call_role
     from fathom.inference.router import NoRoute
 

@@ -43,7 +43,7 @@ from tests.fleet.fleet_fixtures import (
     wait_http,
     wait_until,
 )
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 from tests.server.localserver_fixtures import MODEL, spawn_local_llm
 
 pytestmark = pytest.mark.slow
@@ -226,7 +226,7 @@ def test_rlm_under_local_only_sends_nothing_to_the_cloud_with_a_key_pushed(fleet
         admin.put("/admin/policies", json={"rlm": {"policy": "aggregate", "fallback": "local-only"}})
 
 
-def test_standalone_fathom_mcp_uses_the_local_llm_named_by_the_environment(fleet, tmp_path, local_encoder):  # noqa: F811
+def test_standalone_fathom_mcp_uses_the_local_llm_named_by_the_environment(fleet, tmp_path, local_encoder):
     root = write_project(tmp_path / "shop")
     data = tmp_path / "data"
     asyncio.run(Fathom(Settings(data_dir=data), encoder=local_encoder).index(root, "shop"))

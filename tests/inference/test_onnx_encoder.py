@@ -20,7 +20,6 @@ from fathom.inference.encoders import local_encoder, quantized_writer, runtime_o
 from fathom.inference.local import EncoderWidthMismatch, LocalEncoder
 from fathom.inference.onnx import OnnxEncoder, UnsupportedModel
 from fathom.inference.onnx.cache import model_file
-from tests.index.retrieval_fixtures import local_encoder as torch_encoder  # noqa: F401
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "fathom"
 MODEL = Settings().local_model_name
@@ -59,7 +58,7 @@ def code_chunks(onnx_fp32: OnnxEncoder) -> list[str]:
     return texts[:300]
 
 
-def test_fp32_vectors_are_the_torch_encoders_on_code_chunks(onnx_fp32, torch_encoder, code_chunks):  # noqa: F811
+def test_fp32_vectors_are_the_torch_encoders_on_code_chunks(onnx_fp32, torch_encoder, code_chunks):
     texts = code_chunks + EDGES
     mine, theirs = onnx_fp32.encode_sync(texts), torch_encoder.encode_sync(texts)
     assert mine.dtype == np.float32 and mine.shape == (len(texts), 384)
@@ -79,7 +78,7 @@ def test_rows_come_back_in_the_callers_order_whatever_the_batching(onnx_fp32, mo
 
 def test_token_counter_counts_as_the_torch_encoders_so_chunks_are_the_same(
     onnx_fp32,
-    torch_encoder,  # noqa: F811
+    torch_encoder,
     code_chunks,
 ):
     mine, theirs = onnx_fp32.token_counter(), torch_encoder.token_counter()
@@ -88,7 +87,7 @@ def test_token_counter_counts_as_the_torch_encoders_so_chunks_are_the_same(
     assert mine.count(sample) == theirs.count(sample)
 
 
-def test_fp32_serves_under_the_torch_encoders_provider_id(onnx_fp32, torch_encoder):  # noqa: F811
+def test_fp32_serves_under_the_torch_encoders_provider_id(onnx_fp32, torch_encoder):
     assert onnx_fp32.info == torch_encoder.info
 
 

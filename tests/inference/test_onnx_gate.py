@@ -22,7 +22,6 @@ from fathom.errors import FathomError
 from fathom.inference.gate import Coverage, Gate
 from fathom.inference.onnx import OnnxEncoder
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder as torch_encoder  # noqa: F401
 from tests.index.retrieval_fixtures import write_project
 
 
@@ -31,7 +30,7 @@ def cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("models")
 
 
-async def _torch_built(tmp_path: Path, torch_encoder, cache: Path) -> tuple[Settings, Path, Fathom]:  # noqa: F811
+async def _torch_built(tmp_path: Path, torch_encoder, cache: Path) -> tuple[Settings, Path, Fathom]:
     project = write_project(tmp_path / "shop")
     settings = Settings(data_dir=tmp_path / "data", model_cache=cache)
     built = Fathom(settings, encoder=torch_encoder)
@@ -39,7 +38,7 @@ async def _torch_built(tmp_path: Path, torch_encoder, cache: Path) -> tuple[Sett
     return settings, project, built
 
 
-async def test_onnx_fp32_clears_and_extends_a_table_the_torch_encoder_built(tmp_path, torch_encoder, cache):  # noqa: F811
+async def test_onnx_fp32_clears_and_extends_a_table_the_torch_encoder_built(tmp_path, torch_encoder, cache):
     settings, project, built = await _torch_built(tmp_path, torch_encoder, cache)
     space = built.space("code")
     golden = built.gate.golden_for(space)
@@ -72,7 +71,7 @@ async def test_onnx_fp32_clears_and_extends_a_table_the_torch_encoder_built(tmp_
 
 async def test_an_onnx_graph_that_computes_something_else_is_quarantined_there(
     tmp_path, torch_encoder, cache, minilm_path
-):  # noqa: F811
+):
     settings, project, built = await _torch_built(tmp_path, torch_encoder, cache)
     space = built.space("code")
     # The same model name (so the same provider id) with CLS pooling instead of mean: a stale

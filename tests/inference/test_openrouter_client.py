@@ -31,7 +31,6 @@ from fathom.inference.openrouter import (
     pin,
 )
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 
 KEY = "sk-or-v1-client-test"
 MGMT = "sk-or-v1-management"

@@ -9,7 +9,6 @@ import pytest
 from fathom.devtools.emulator import E5_SMALL, MINILM
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterProvider, UpstreamMismatch, pin
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 
 KEY = "sk-or-v1-encoders-test"
 

@@ -12,7 +12,6 @@ import pytest
 from fathom.devtools.emulator import MINILM, key_hash
 from fathom.inference.openrouter import OpenRouterClient, OpenRouterError, OpenRouterProvider, pin
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 
 CANARY = "sk-or-v1-CANARY-7f3a9c1e5b2d4f60a8e1c3b5d7f9a2c4"
 

@@ -26,7 +26,6 @@ from fathom.inference.pool import LatencyLine, Pool, Sizing
 from fathom.inference.provider import Kind
 from fathom.policy import Policy
 from fathom.roles import Role
-from tests.devtools.emulator_fixtures import emulator, emulator_server  # noqa: F401
 from tests.devtools.virtual_emulator import BASE_URL as VIRTUAL_BASE_URL
 from tests.devtools.virtual_emulator import virtual_emulator
 from tests.fake_clock import FakeClock
@@ -187,7 +186,7 @@ async def test_a_discovered_low_rpm_sizes_every_request_through_the_emulator(clo
     assert sizes[1000][0] == 4 and len(sizes[1000]) > 5
 
 
-async def test_a_discovered_low_rpm_sizes_requests_over_a_socket(emulator):  # noqa: F811
+async def test_a_discovered_low_rpm_sizes_requests_over_a_socket(emulator):
     """The same over a real HTTP server on 127.0.0.1 (real clock)."""
     emulator.control.latency(base_ms=20, per_item_ms=0.1)
     emulator.control.set_limits(rpm=30, window=60)

@@ -13,7 +13,6 @@ from fathom.inference.provider import Provider, ProviderInfo
 from fathom.inference.registry import ProviderRegistry
 from fathom.inference.router import Router
 from fathom.roles import Role
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
 from tests.inference.pool_fixtures import ClearedFlags
 
 
@@ -41,7 +40,7 @@ class SameModelSidecar(Provider):
         return vectors
 
 
-async def test_index_job_over_the_real_encoder_writes_every_chunk_once(local_encoder):  # noqa: F811
+async def test_index_job_over_the_real_encoder_writes_every_chunk_once(local_encoder):
     texts = [f"def handler_{i}(request):\n    return route(request, {i})" for i in range(24)]
     registry = ProviderRegistry(clock=SystemClock())
     sidecar = SameModelSidecar(local_encoder)

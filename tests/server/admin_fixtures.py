@@ -1,8 +1,7 @@
 """Shared fixtures for the operator surface: the full app (fleet, gate, budget, service, jobs)
 on a real 127.0.0.1 socket in the test's loop, with a fast deterministic encoder as the tables'
 reference, a tiny project to index, and fake providers at the Provider cut-off for the gate.
-
-    from tests.server.admin_fixtures import operator  # noqa: F401
+A test asks for `operator` by name (`tests/conftest.py` provides it).
 """
 
 from __future__ import annotations

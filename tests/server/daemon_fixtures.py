@@ -1,7 +1,7 @@
 """The background Fathom and its `fathom mcp` bridges as real processes: the environment they
 run in (`ENV`), a raw MCP host on a bridge's pipes that the test can signal or kill
 (`RawHost`, `INIT`), `fathom status` (`status`), a process's end (`pid_gone`), and the
-indexed sample project whose daemons are stopped after each test (`indexed`, `shop`).
+indexed sample project whose daemons are stopped after each test (`daemon_indexed`, `shop`).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def pid_gone(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, local_encoder):  # noqa: F811
+def daemon_indexed(tmp_path_factory, local_encoder):
     base = tmp_path_factory.mktemp("daemon")
     root = write_project(base / "shop")
     data = base / "data"
@@ -129,9 +129,9 @@ def indexed(tmp_path_factory, local_encoder):  # noqa: F811
 
 
 @pytest.fixture
-def shop(indexed):
+def shop(daemon_indexed):
     """The indexed project and its data dir; every daemon started on it is stopped at the end."""
-    data, root = indexed
+    data, root = daemon_indexed
     seen: list[int] = []
     yield data, root, seen
     if (daemon := find_daemon(data)) is not None:

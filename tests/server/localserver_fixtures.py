@@ -1,7 +1,5 @@
 """The scripted local LLM server as pytest fixtures: a separate process on 127.0.0.1.
 
-    from tests.server.localserver_fixtures import local_llm, local_llm_server  # noqa: F401
-
     async def test_something(local_llm):
         local_llm.control.script([{"tool_calls": [{"name": "grep", "arguments": {"pattern": "x"}}]}])
         backend = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model)

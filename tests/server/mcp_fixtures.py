@@ -5,7 +5,7 @@ data dir holding the sample project, indexed once per module with the local enco
 (`indexed`); and, for a raw HTTP client, an `initialize` request (`INIT`) and the headers a
 streamable HTTP request carries (`MCP_HEADERS`).
 
-    from tests.server.mcp_fixtures import create, mcp, team, text  # noqa: F401
+A test names them as parameters: `tests/conftest.py` provides every fixtures module's fixtures.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def text(result: Any) -> str:
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, local_encoder):  # noqa: F811
+def indexed(tmp_path_factory, local_encoder):
     """A data dir holding the small sample project, indexed once for the module."""
     base = tmp_path_factory.mktemp("mcp")
     root = write_project(base / "shop")

@@ -16,14 +16,7 @@ from fathom.roles import Role
 from fathom.server.guard import WrongTokenDelay
 from tests.fake_clock import FakeClock
 from tests.fleet.fleet_fixtures import ADMIN, Fleet, HashEmbedder, serve_in_loop, wait_for
-from tests.server.admin_fixtures import (  # noqa: F401
-    METRICS,
-    FakeEncoder,
-    Operator,
-    build_operator_app,
-    make_project,
-    operator,
-)
+from tests.server.admin_fixtures import METRICS, FakeEncoder, Operator, build_operator_app, make_project
 
 REFERENCE = "hash:test/hash-embedder"  # the service's encoder: both tables' reference
 CE = Role.CODE_EMBEDDING

@@ -17,7 +17,7 @@ import typer
 from typer.testing import CliRunner
 
 from tests.fleet.fleet_fixtures import ADMIN
-from tests.server.admin_fixtures import AUTH, Operator, operator  # noqa: F401
+from tests.server.admin_fixtures import AUTH, Operator
 
 GARBAGE = b'{"roles": {"code-embedding": {"policy": "aggreg\x00\xff'
 

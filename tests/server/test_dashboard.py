@@ -13,7 +13,6 @@ import pytest
 
 from fathom.config import Settings
 from fathom.server.dashboard import asset
-from tests.devtools.emulator_fixtures import emulator_server  # noqa: F401
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, ProcessGroup, ThreadedServer, spawn_sidecar
 from tests.server.admin_fixtures import build_operator_app
 from tests.server.dashboard_fixtures import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
@@ -71,7 +70,7 @@ def _wait(cond: Any, *, timeout: float = 120.0, what: str = "condition") -> Any:
 
 
 @pytest.mark.slow
-def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path, emulator_server):  # noqa: F811
+def test_a_browser_sees_verdicts_and_budget_and_changes_a_policy(tmp_path: Path, emulator_server):
     from playwright.sync_api import expect, sync_playwright
 
     from fathom.server.app import create_app

@@ -12,7 +12,7 @@ from fathom.config import Settings
 from fathom.index.results import files_line, files_of
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 
 FILES = {
     "auth/password.py": '''import hashlib
@@ -69,7 +69,7 @@ def test_files_of_groups_by_file_best_first():
 
 
 @pytest.mark.slow
-async def test_search_code_names_the_file_holding_several_hits(tmp_path, local_encoder):  # noqa: F811
+async def test_search_code_names_the_file_holding_several_hits(tmp_path, local_encoder):
     root = write_project(tmp_path / "app", FILES)
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
     await fathom.index(root, "app")

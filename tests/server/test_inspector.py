@@ -20,7 +20,7 @@ import pytest
 
 from fathom.config import Settings
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +51,7 @@ def inspector(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[s
 
 
 @pytest.fixture(scope="module")
-def data(tmp_path_factory, local_encoder):  # noqa: F811
+def data(tmp_path_factory, local_encoder):
     base = tmp_path_factory.mktemp("inspector")
     root = write_project(base / "shop")
     asyncio.run(Fathom(Settings(data_dir=base / "data"), encoder=local_encoder).index(root, "shop"))

@@ -14,8 +14,6 @@ from mcp.client.stdio import StdioServerParameters
 from fathom.config import Settings
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
-from tests.server.mcp_fixtures import indexed  # noqa: F401
 
 TOOLS = {
     "search_code",

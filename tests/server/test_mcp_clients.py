@@ -25,7 +25,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.fleet.fleet_fixtures import ADMIN
-from tests.server.admin_fixtures import Operator, operator  # noqa: F401
+from tests.server.admin_fixtures import Operator
 
 CONFIGURE = "Configure your MCP client to send the header `Authorization: Bearer <token>`"
 NOT_OAUTH = "This server uses static bearer tokens, not OAuth."
@@ -59,7 +59,7 @@ def what_the_client_says(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def test_the_python_sdk_client_is_told_how_to_configure_a_token(operator: Operator):  # noqa: F811
+async def test_the_python_sdk_client_is_told_how_to_configure_a_token(operator: Operator):
     for token, opening in (
         (None, "Fathom needs a token. "),
         ("fm_not-a-token-of-this-server", "The token sent to Fathom was refused"),
@@ -77,7 +77,7 @@ async def test_the_python_sdk_client_is_told_how_to_configure_a_token(operator: 
     await sdk_session(operator.url, ADMIN, seen)  # and with the token it is served
 
 
-async def test_the_401_and_the_discovery_documents_say_there_is_no_oauth(operator: Operator):  # noqa: F811
+async def test_the_401_and_the_discovery_documents_say_there_is_no_oauth(operator: Operator):
     async with httpx.AsyncClient(base_url=operator.url) as anon:
         bare = await anon.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         wrong = await anon.post(
@@ -140,7 +140,7 @@ def inspector(
 
 
 @pytest.mark.slow
-async def test_the_mcp_inspector_cli_is_told_how_to_configure_a_token(operator: Operator, tmp_path: Path):  # noqa: F811
+async def test_the_mcp_inspector_cli_is_told_how_to_configure_a_token(operator: Operator, tmp_path: Path):
     url = f"{operator.url}/mcp"
     listing = [url, "--transport", "http", "--method", "tools/list"]
 

@@ -27,16 +27,8 @@ from fathom.server.bridge import DAEMON_LOG, find_daemon
 from fathom.server.daemon import FIRST_WAIT_S, Attendance, stop_when_idle
 from tests.fake_clock import FakeClock
 from tests.fleet.fleet_fixtures import wait_for
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
-from tests.server.daemon_fixtures import (
-    ENV,
-    INIT,
-    RawHost,
-    indexed,  # noqa: F401
-    pid_gone,
-    shop,  # noqa: F401
-    status,
-)
+from tests.index.retrieval_fixtures import write_project
+from tests.server.daemon_fixtures import ENV, INIT, RawHost, pid_gone, status
 
 HEAVY = ("numpy", "lancedb", "onnxruntime", "fastapi", "starlette", "torch", "pyarrow")
 

@@ -31,8 +31,7 @@ from fathom.local_server import DAEMON_FILE, LOCAL_FILE, LocalServer, read_local
 from fathom.server import bridge
 from fathom.server.bridge import DAEMON_LOG, LOG_KEEP_BYTES, find_daemon
 from fathom.server.local import RunFile
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
-from tests.server.daemon_fixtures import RawHost, indexed, pid_gone, shop  # noqa: F401
+from tests.server.daemon_fixtures import RawHost, pid_gone
 from tests.server.mcp_fixtures import INIT
 
 PINGS = 400  # at most, 50 ms apart: longer than a daemon's cold start here

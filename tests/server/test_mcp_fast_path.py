@@ -22,8 +22,7 @@ from fathom.cli.launch import bridge_request, session_settings
 from fathom.config import Settings
 from fathom.local_server import DAEMON_FILE
 from fathom.server.bridge import DAEMON_LOG
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
-from tests.server.daemon_fixtures import ENV, RawHost, indexed, shop  # noqa: F401
+from tests.server.daemon_fixtures import ENV, RawHost
 
 COMMAND_LINE = ("typer", "rich", "click", "pydantic_settings", "fathom.config", "fathom.cli.commands")
 # The command groups and the plumbing they share: the daemon a session starts needs none of them.

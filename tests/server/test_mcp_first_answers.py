@@ -24,13 +24,7 @@ from fathom.inference.registry import ProviderRegistry
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import wait_for
-from tests.server.index_job_fixtures import (
-    HeldAfterFirst,
-    bounded,
-    ended,
-    served,  # noqa: F401  (a fixture)
-    write_shop,
-)
+from tests.server.index_job_fixtures import HeldAfterFirst, bounded, ended, write_shop
 from tests.server.mcp_fixtures import text
 
 NOTE = re.compile(

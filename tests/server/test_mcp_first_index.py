@@ -27,14 +27,7 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.cli.cli_fixtures import invoke, rows
 from tests.fleet.fleet_fixtures import free_port, serve_in_loop, wait_for
-from tests.server.index_job_fixtures import (
-    HeldAfterFirst,
-    bounded,
-    ended,
-    held_admin_job,
-    served,  # noqa: F401
-    write_shop,
-)
+from tests.server.index_job_fixtures import HeldAfterFirst, bounded, ended, held_admin_job, write_shop
 from tests.server.mcp_fixtures import create, mcp, text
 
 PROGRESS = re.compile(r"^embedding: [1-9][\d,]* of [1-9][\d,]* chunks embedded, [1-9][\d,]* files walked$")

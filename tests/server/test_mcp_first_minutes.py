@@ -20,7 +20,7 @@ from fathom.config import Settings
 from fathom.fleet.auth import FleetAuth
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
-from tests.index.retrieval_fixtures import index_sample, local_encoder  # noqa: F401
+from tests.index.retrieval_fixtures import index_sample
 
 MODEL_SEES_MAX = 14_000  # name + description + input schema, summed over the tools
 WHOLE_LIST_MAX = 25_000  # the tools/list answer's tools as JSON, output schemas included
@@ -47,7 +47,7 @@ def solo(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, local_encoder):  # noqa: F811
+def indexed(tmp_path_factory, local_encoder):
     data, _ = index_sample(tmp_path_factory.mktemp("first-minutes"), local_encoder)
     return data, local_encoder
 

@@ -25,7 +25,7 @@ from fathom.local_server import DAEMON_FILE
 from fathom.server.bridge import find_daemon
 from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import wait_for
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 from tests.server.daemon_fixtures import RawHost, status
 
 SESSIONS = 5
@@ -73,7 +73,7 @@ def sync_jobs(seen: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def two_projects(tmp_path, local_encoder):  # noqa: F811
+def two_projects(tmp_path, local_encoder):
     data = tmp_path / "data"
     roots = {name: write_project(tmp_path / name, files) for name, files in PROJECTS.items()}
 

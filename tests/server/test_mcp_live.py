@@ -19,7 +19,7 @@ from fathom.config import Settings
 from fathom.server.search_answer import Result
 from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import wait_for
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ async def search(client: Client, query: str, **args):
 
 
 @pytest.fixture
-def indexed(tmp_path, local_encoder):  # noqa: F811
+def indexed(tmp_path, local_encoder):
     root = write_project(tmp_path / "shop")
     data = tmp_path / "data"
     asyncio.run(Fathom(Settings(data_dir=data), encoder=local_encoder).index(root, "shop"))

@@ -23,7 +23,7 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.server.search_answer import answer_of
 from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import ADMIN, serve_in_loop
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 from tests.server.admin_fixtures import build_operator_app
 from tests.server.mcp_fixtures import mcp
 
@@ -73,7 +73,7 @@ async def pages(client: Client, args: dict[str, Any]) -> AsyncIterator[Any]:
 @pytest.mark.slow
 async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothing(
     tmp_path: Path, local_encoder
-):  # noqa: F811
+):
     import rich
 
     root = Path(shutil.copytree(Path(rich.__file__).parent, tmp_path / "rich"))
@@ -116,7 +116,7 @@ async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothi
 
 async def test_a_page_grows_snippets_and_a_cursor_refuses_another_search_or_a_new_ranking(
     tmp_path: Path, local_encoder
-):  # noqa: F811
+):
     root = write_project(tmp_path / "shop")
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
     await fathom.index(root, "shop")
@@ -164,7 +164,7 @@ async def test_a_page_grows_snippets_and_a_cursor_refuses_another_search_or_a_ne
         assert moved.is_error and "changed since the cursor" in moved.content[0].text
 
 
-async def test_find_similar_pages_too(tmp_path: Path, local_encoder):  # noqa: F811
+async def test_find_similar_pages_too(tmp_path: Path, local_encoder):
     root = write_project(tmp_path / "shop")
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
     await fathom.index(root, "shop")

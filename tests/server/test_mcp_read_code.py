@@ -22,14 +22,9 @@ from fathom.config import Settings
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from tests.fleet.fleet_fixtures import ADMIN
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 from tests.server.admin_fixtures import Operator
-from tests.server.mcp_fixtures import (  # noqa: F401
-    create,
-    indexed,  # noqa: F401
-    mcp,
-    team,
-)
+from tests.server.mcp_fixtures import create, mcp
 
 
 def lines_of(path: Path, start: int, end: int) -> list[str]:
@@ -50,7 +45,7 @@ async def read_link(client: Client, result: Any) -> tuple[str, str]:
 
 
 @pytest.fixture
-def shop(tmp_path: Path, local_encoder) -> tuple[Fathom, Path]:  # noqa: F811
+def shop(tmp_path: Path, local_encoder) -> tuple[Fathom, Path]:
     root = write_project(tmp_path / "shop")
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
     asyncio.run(fathom.index(root, "shop"))
@@ -136,7 +131,7 @@ async def test_read_code_says_when_the_file_changed_and_never_reads_what_a_walk_
             await client.read_resource("fathom://shop/../data/secret.py")
 
 
-async def test_read_code_holds_to_max_tokens_and_says_where_to_read_on(tmp_path, local_encoder):  # noqa: F811
+async def test_read_code_holds_to_max_tokens_and_says_where_to_read_on(tmp_path, local_encoder):
     body = "\n".join(f"def function_number_{i}(argument):\n    return argument * {i}\n" for i in range(400))
     root = write_project(tmp_path / "big", {"many.py": body})
     fathom = Fathom(Settings(data_dir=tmp_path / "data"), encoder=local_encoder)
@@ -162,7 +157,7 @@ async def test_read_code_holds_to_max_tokens_and_says_where_to_read_on(tmp_path,
 
 
 @pytest.mark.slow
-async def test_over_stdio_a_hits_id_and_link_read_its_lines(indexed):  # noqa: F811
+async def test_over_stdio_a_hits_id_and_link_read_its_lines(indexed):
     data, root, _ = indexed
     params = StdioServerParameters(
         command=sys.executable,
@@ -186,7 +181,7 @@ async def test_over_stdio_a_hits_id_and_link_read_its_lines(indexed):  # noqa: F
             assert uri == hit["uri"] and text.split("\n") == expected
 
 
-async def test_a_scoped_token_reads_no_other_project_by_path_id_or_uri(team: Operator):  # noqa: F811
+async def test_a_scoped_token_reads_no_other_project_by_path_id_or_uri(team: Operator):
     async with team.client() as admin:
         alice = await create(admin, "alice", ["alpha"])
     async with mcp(team.url, ADMIN) as operator:

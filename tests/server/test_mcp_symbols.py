@@ -27,12 +27,11 @@ from fathom.index.store import UnknownProject
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom, symbols
 from tests.fleet.fleet_fixtures import ADMIN
-from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
 from tests.index.retrieval_fixtures import write_project
 from tests.index.symbol_fixtures import EXPECTED, FIXTURES
 from tests.index.watch_fixtures import hash_encoder, settled, wait_for, watched
 from tests.server.admin_fixtures import Operator
-from tests.server.mcp_fixtures import create, mcp, team  # noqa: F401
+from tests.server.mcp_fixtures import create, mcp
 
 pytestmark = pytest.mark.slow
 
@@ -325,7 +324,7 @@ async def _absent(pending: Any) -> bool:
     return await pending == []
 
 
-async def test_a_scoped_token_sees_no_other_projects_symbols(team: Operator):  # noqa: F811
+async def test_a_scoped_token_sees_no_other_projects_symbols(team: Operator):
     async with team.client() as admin:
         alice = await create(admin, "alice", ["alpha"])
     async with mcp(team.url, ADMIN) as operator:

@@ -18,12 +18,7 @@ import pytest
 
 from tests.fleet.fleet_fixtures import ADMIN
 from tests.server.admin_fixtures import Operator, make_project
-from tests.server.mcp_fixtures import (
-    create,
-    mcp,
-    team,  # noqa: F401
-    text,
-)
+from tests.server.mcp_fixtures import create, mcp, text
 
 
 async def test_an_mcp_token_sees_its_projects_only_and_no_admin_route(team: Operator):

@@ -13,7 +13,7 @@ from fathom.inference.provider import Kind
 from fathom.roles import Role
 from fathom.server.metrics import MeteredProvider, Metrics
 from tests.fleet.fleet_fixtures import Fleet, HashEmbedder, wait_for
-from tests.server.admin_fixtures import METRICS, FakeEncoder, Operator, make_project, operator  # noqa: F401
+from tests.server.admin_fixtures import METRICS, FakeEncoder, Operator, make_project
 
 
 class Throttled(ProviderError):

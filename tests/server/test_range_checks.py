@@ -13,7 +13,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.fleet.fleet_fixtures import ADMIN
-from tests.server.admin_fixtures import Operator, make_project, operator  # noqa: F401
+from tests.server.admin_fixtures import Operator, make_project
 
 BIG = 2**31
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.fleet.fleet_fixtures import ProcessGroup, free_port, spawn_server
-from tests.server.admin_fixtures import AUTH, Operator, operator  # noqa: F401
+from tests.server.admin_fixtures import AUTH, Operator
 
 MB = 1024 * 1024
 

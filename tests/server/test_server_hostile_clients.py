@@ -40,7 +40,7 @@ from fathom.server.audit import AuditLog, RefusalRate
 from fathom.server.connections import ConnectionLimits, peer_of, trusted, uvicorn_config
 from fathom.server.guard import RequestGuard, WrongTokenDelay
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, PY, ProcessGroup, free_port, wait_http, wait_until
-from tests.server.admin_fixtures import AUTH, Operator, build_operator_app, operator  # noqa: F401
+from tests.server.admin_fixtures import AUTH, Operator, build_operator_app
 from tests.server.mcp_fixtures import INIT, MCP_HEADERS
 
 SCRAPE = "fs_test-scrape-Hn4vQ0tR8yWk2LpZ6xCm1BfJ"  # a chosen token is random (`server.token_strength`)

@@ -25,7 +25,6 @@ import httpx
 import pytest
 
 from tests.fleet.fleet_fixtures import PY, ProcessGroup, free_port, wait_until
-from tests.index.retrieval_fixtures import sample_project  # noqa: F401
 
 GRACE = "60"  # seconds: a clean stop takes one or two; past this the watchdog forces it
 ENV = {
@@ -69,7 +68,7 @@ def _watch(group: ProcessGroup, tmp: Path, project: Path):
 )
 def test_watch_stops_cleanly_at_any_moment(
     tmp_path: Path,
-    sample_project: Path,  # noqa: F811
+    sample_project: Path,
     moment: str,
     sig: str,
 ):
@@ -171,7 +170,7 @@ class StdioHost:
 )
 def test_mcp_stops_cleanly_while_the_host_keeps_stdin_open(
     tmp_path: Path,
-    sample_project: Path,  # noqa: F811
+    sample_project: Path,
     moment: str,
     sig: str,
 ):

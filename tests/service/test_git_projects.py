@@ -35,7 +35,6 @@ from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom
 from fathom.service.git_syncs import pushed_branch, signature_ok
 from tests.fleet.fleet_fixtures import ADMIN, JOIN, serve_in_loop, wait_for
-from tests.index.retrieval_fixtures import local_encoder  # noqa: F401
 from tests.server.mcp_fixtures import create as create_token
 from tests.server.mcp_fixtures import mcp as mcp_client
 from tests.service.git_fixtures import FEATURE_FUNCTION, Remote, build_remote, git, http_remote, module_text
@@ -58,7 +57,7 @@ QUERY = "reconcile ledger entries with the bank statement"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("transport", ["file", "http"])
-def test_two_branches_share_vectors_and_storage_and_search_by_ref(tmp_path, local_encoder, transport):  # noqa: F811
+def test_two_branches_share_vectors_and_storage_and_search_by_ref(tmp_path, local_encoder, transport):
     remote = build_remote(tmp_path)
     with http_remote(tmp_path) as base:
         url = remote.file_url if transport == "file" else base + "remote.git"
@@ -119,7 +118,7 @@ LOYALTY_QUERY = "apply a loyalty bonus to the customer's points balance"
 @pytest.mark.slow
 def test_a_sync_stopped_before_the_overlays_followed_main_is_completed_by_the_next(
     tmp_path, local_encoder, monkeypatch
-):  # noqa: F811
+):
     """The default branch moved and was saved, then re-basing `feature` on it failed: until
     the next sync, a search at `feature` would show main's new file as feature's. The next
     sync (main now unchanged) re-bases the overlay left behind."""
@@ -185,7 +184,7 @@ async def synced(http: httpx.AsyncClient, auth: dict[str, str]) -> dict | None:
 @pytest.mark.slow
 async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_changes_nothing(
     tmp_path, local_encoder
-):  # noqa: F811
+):
     """Over the real server on 127.0.0.1: the admin API adds the project, the forge's webhook
     route syncs a signed push and answers 401 to anything else, changing nothing."""
     remote = build_remote(tmp_path)
@@ -276,7 +275,7 @@ async def test_a_signed_push_webhook_makes_the_change_searchable_and_a_bad_one_c
 
 
 @pytest.mark.slow
-async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_else(tmp_path, local_encoder):  # noqa: F811
+async def test_a_token_for_a_git_project_reads_its_branches_hits_and_nothing_else(tmp_path, local_encoder):
     """Over the real server and MCP over HTTP: a token scoped to a git project reads the lines
     of a hit on one of its branches (by id, by path, by resource link), while a token for
     another project cannot, and a folder project whose name only looks like a branch of it
@@ -391,7 +390,7 @@ async def job_finished(admin: httpx.AsyncClient, job_id: str) -> dict | None:
 
 
 @pytest.mark.slow
-def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, local_encoder):  # noqa: F811
+def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, local_encoder):
     remote = build_remote(tmp_path)
     prefix = remote.file_url
     fathom = Fathom(settings_for(tmp_path, f"{prefix} http://127.0.0.1:9/"), encoder=local_encoder)
@@ -469,7 +468,7 @@ def test_bad_remotes_give_typed_errors_and_leave_branches_serving(tmp_path, loca
 @pytest.mark.slow
 def test_a_branch_a_failed_track_left_indexed_may_be_dropped_and_goes_with_its_project(
     tmp_path, local_encoder
-):  # noqa: F811
+):
     """A track that fails after its branch was indexed (the branch never recorded as tracked)
     leaves `NAME@BRANCH` behind: it is not refused as a tracked branch, a new track reuses it,
     and dropping the project takes it along. A name a folder project holds is refused."""
@@ -593,7 +592,7 @@ def test_webhook_signatures_of_each_forge():
 @pytest.mark.slow
 async def test_the_cli_and_the_mcp_tools_add_track_search_at_a_ref_and_untrack(
     tmp_path, local_encoder, monkeypatch
-):  # noqa: F811
+):
     remote = build_remote(tmp_path)
     settings = settings_for(tmp_path, remote.file_url)
     fathom = Fathom(settings, encoder=local_encoder)

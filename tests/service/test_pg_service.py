@@ -43,8 +43,7 @@ from fathom.index.store import TABLE_KINDS, LanceStore
 from fathom.roles import Role
 from fathom.server.app import create_app
 from fathom.service import Fathom
-from tests.index.pg_fixtures import pg_server, pg_url  # noqa: F401
-from tests.index.retrieval_fixtures import local_encoder, write_project  # noqa: F401
+from tests.index.retrieval_fixtures import write_project
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +70,7 @@ def verdict_ids_in_db(url: str) -> list[str]:
 
 async def test_fathom_on_postgres_indexes_searches_and_shares_gate_and_routing(
     pg_server, pg_url, local_encoder, tmp_path, caplog
-):  # noqa: F811
+):
     caplog.set_level(logging.DEBUG)
     root = write_project(tmp_path / "shop")
     one = Fathom(Settings(data_dir=tmp_path / "d1", store_url=pg_url), encoder=local_encoder)
@@ -226,7 +225,7 @@ def _env(url: str) -> dict[str, str]:
     return env
 
 
-def test_two_fathom_processes_on_one_database(pg_server, pg_url, tmp_path):  # noqa: F811
+def test_two_fathom_processes_on_one_database(pg_server, pg_url, tmp_path):
     root = write_project(tmp_path / "shop")
     script = tmp_path / "server.py"
     script.write_text(SERVER_SCRIPT)
@@ -324,7 +323,7 @@ def test_two_fathom_processes_on_one_database(pg_server, pg_url, tmp_path):  # n
 
 async def test_store_migrate_moves_a_lancedb_index_with_provenance_and_gate_state(
     pg_server, pg_url, local_encoder, tmp_path, caplog
-):  # noqa: F811
+):
     caplog.set_level(logging.DEBUG)
     root = write_project(tmp_path / "shop")
     data = tmp_path / "data"
@@ -411,7 +410,7 @@ async def test_store_migrate_moves_a_lancedb_index_with_provenance_and_gate_stat
             await pg.aclose()
 
 
-def test_store_migrate_refusals_are_one_line(pg_server, pg_url, tmp_path):  # noqa: F811
+def test_store_migrate_refusals_are_one_line(pg_server, pg_url, tmp_path):
     not_pg = runner.invoke(
         app, ["--data-dir", str(tmp_path), "store", "migrate", "--to", "mysql://me:sekrit-pw@host/db"]
     )
@@ -443,7 +442,7 @@ def test_store_migrate_refusals_are_one_line(pg_server, pg_url, tmp_path):  # no
 # ---------------------------------------------------------------- the password shows nowhere
 
 
-def test_a_wrong_password_is_refused_without_showing_it(pg_server, pg_url, tmp_path, caplog):  # noqa: F811
+def test_a_wrong_password_is_refused_without_showing_it(pg_server, pg_url, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     password = pg_server.password
     wrong = pg_url.replace(password, "not-" + password)

@@ -37,7 +37,7 @@ from fathom.server.warm import wait_for_encoder
 from fathom.service import Fathom
 from fathom.service.warmup import Warmup
 from tests.fleet.fleet_fixtures import free_port
-from tests.index.retrieval_fixtures import index_sample, local_encoder  # noqa: F401
+from tests.index.retrieval_fixtures import index_sample
 
 ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -73,7 +73,7 @@ def held_server(indexed) -> tuple[HeldLoad, object]:
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, local_encoder):  # noqa: F811
+def indexed(tmp_path_factory, local_encoder):
     data, root = index_sample(tmp_path_factory.mktemp("warm"), local_encoder)
     return data, root, local_encoder
 
