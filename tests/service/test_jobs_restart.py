@@ -195,6 +195,9 @@ async def test_a_clean_stop_records_a_paused_job_as_interrupted_and_held(tmp_pat
             paused = (await admin.post(f"/admin/jobs/{started['id']}/pause")).json()
             assert paused["state"] == "paused"
             gate.set()
+    # The stop waited for the run to end: no index task of it is left on the loop.
+    left = [t for t in asyncio.all_tasks() if t.get_name() == f"fathom.index:{started['id']}"]
+    assert all(t.done() for t in left), left
     on_disk = {r["id"]: r for r in json.loads((data / "jobs.json").read_text())["jobs"]}
     record = on_disk[started["id"]]
     assert record["state"] == "interrupted" and record["paused"], record

@@ -2,29 +2,27 @@
 first or full index here and answers at once with the job, which the client polls
 (`index_status` with the job's id) and may cancel (`cancel_index`).
 
-What it owns: starting a run as a task of the running event loop after every check a caller
-can fix has passed (so a bad folder is refused in the call, not as a failed job later), the
-refusal of a second run of a project whose run is still going (naming that job), keeping a
-reference to each task (so none is collected mid-run and every failure is retrieved and
-logged), `wait` for a caller that blocks on the run (its own cancellation cancels the job),
-and `cancel`.
+What it owns: starting a run after every check a caller can fix has passed (so a bad folder
+is refused in the call, not as a failed job later), the refusal of a second run of a project
+whose run is still going (naming that job), `wait` for a caller that blocks on the run (its
+own cancellation cancels the job), and `cancel`.
 
 What it refuses to do: index anything itself (`Fathom.index` runs the job, the indexer does
-the work), keep jobs across restarts (the admin API's `IndexJobs` does, with its ledger), or
-cancel by killing the task: a cancel is the job's own flag, seen between batches and once
+the work), hold the run's task (the process's `JobTable` runs it, as it runs the admin API's),
+keep jobs across restarts (the admin API's `IndexJobs` does, with its ledger), or cancel by
+killing the task: a cancel is the job's own flag, seen between batches and once
 more right before promotion, so the active table is never replaced by a half-built one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from fathom.errors import ConfigError, UnknownJob
-from fathom.index.job import IndexProgress, IndexReport, Job, JobCancelled, JobState
+from fathom.index.job import IndexProgress, IndexReport, Job, JobState
 from fathom.service.jobs import JobTable
 from fathom.service.projects import ProjectRecords, check_includes, index_target, indexed_before
 
@@ -69,7 +67,6 @@ class BackgroundIndex:
 
     def __init__(self, service: IndexService):
         self.service = service
-        self._tasks: dict[str, asyncio.Task[IndexReport]] = {}
 
     async def first_or_full(self, path: str, project: str | None, full: bool) -> bool:
         """Whether a run of `path` would build a whole table: asked for `full`, or the project
@@ -104,13 +101,9 @@ class BackgroundIndex:
             if not other.finished and other.reason != "sync" and other.state is not JobState.INTERRUPTED:
                 raise Busy(target.name, other)
         job = Job(target.name, target.root, full=full, clock=self.service.clock)
-        self.service.jobs[job.id] = job
-        task = asyncio.get_running_loop().create_task(
-            self.service.index(path, target.name, full=full, progress=progress, job=job, include=include),
-            name=f"fathom.index:{job.id}",
+        self.service.jobs.launch(
+            job, self.service.index(path, target.name, full=full, progress=progress, job=job, include=include)
         )
-        self._tasks[job.id] = task
-        task.add_done_callback(functools.partial(self._ended, job))
         log.info(
             "index job %s started: project %s from %s%s",
             job.id,
@@ -120,32 +113,9 @@ class BackgroundIndex:
         )
         return job
 
-    def _ended(self, job: Job, task: asyncio.Task[IndexReport]) -> None:
-        self._tasks.pop(job.id, None)
-        if task.cancelled():
-            return
-        exc = task.exception()  # retrieved, so a failure is never "never retrieved"
-        if isinstance(exc, JobCancelled):
-            log.info("index job %s (%s) cancelled", job.id, job.project)
-        elif exc is not None:
-            log.warning("index job %s (%s) failed: %s", job.id, job.project, job.error or exc)
-
     async def wait(self, job: Job) -> IndexReport:
-        """The run's report, for a caller that blocks on it. If that caller is cancelled (the
-        client sent `notifications/cancelled`), so is the job: it ends at its next checkpoint
-        with the active table untouched."""
-        task = self._tasks.get(job.id)
-        if task is None:
-            if job.report is None:
-                raise UnknownJob(job.id, "it is not running in this process")
-            return job.report
-        try:
-            return await asyncio.shield(task)
-        except asyncio.CancelledError:
-            # Not waited for: the caller is gone (and a cancelled anyio scope would cancel
-            # any wait here again). The task is held until it ends, at its next checkpoint.
-            job.cancel()
-            raise
+        """The run's report, for a caller that blocks on it; its cancellation cancels the job."""
+        return await self.service.jobs.wait(job)
 
     def find(self, project: str, job_id: str) -> Job:
         """The job `job_id` of `project` (any job of this process: asked for, or a sync)."""

@@ -5,7 +5,8 @@ What this module owns:
 
 - `JobTable`: every index job of this process (asked for by the CLI, an MCP tool, the admin
   API, or the watcher's syncs), so `fathom status`, the MCP tools and the dashboard see the
-  same ones; the rule that a watched project's finished syncs are pruned (`SYNC_JOBS_KEPT`);
+  same ones; the one runner of the runs that outlive the call that started them (an MCP
+  tool's, the admin API's: `launch`, `wait`, `stop_runs`); the rule that a watched project's finished syncs are pruned (`SYNC_JOBS_KEPT`);
   and which run is building a project now (`building`), which every front end shows as
   "indexing" with its progress (`progress_line`), and which a question about a project not
   yet searchable is answered with (`ProjectIndexing`) instead of "index it first".
@@ -27,7 +28,7 @@ What this module owns:
   paused, on which the server has not died `HOLD_AFTER_CRASHES` times (a job that keeps killing
   the server waits for the operator instead of killing it again at every start).
 
-It refuses to run a job itself (`Fathom.index` runs it, the indexer does the work), to answer
+It refuses to do a job's work itself (`Fathom.index` does, through the indexer), to answer
 HTTP (the admin routes map its typed errors), and to read a damaged ledger as "no jobs": a file
 it cannot read is reported (`damaged`) and left as it is, and nothing is written over it until
 an operator fixes or moves it.
@@ -38,9 +39,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -68,7 +70,62 @@ SYNC_JOBS_KEPT = 5  # finished live-sync jobs remembered per project
 
 
 class JobTable(dict[str, Job]):
-    """Every index job of this process, by id (a dict: front ends read it as one)."""
+    """Every index job of this process, by id (a dict: front ends read it as one), and the one
+    runner of the runs started for a caller that does not wait in line for them: each a task
+    of the running event loop, held until it ends (none is collected mid-run), a failure that
+    escapes it retrieved and logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+
+    def launch(self, job: Job, run: Coroutine[Any, Any, Any]) -> None:
+        """List `job` and start `run`, its work, as a task of the running event loop."""
+        self[job.id] = job
+        task = asyncio.get_running_loop().create_task(run, name=f"fathom.index:{job.id}")
+        self._tasks[job.id] = task
+        task.add_done_callback(functools.partial(self._ended, job))
+
+    def _ended(self, job: Job, task: asyncio.Task[Any]) -> None:
+        if self._tasks.get(job.id) is task:  # a resumed job runs again under its id
+            del self._tasks[job.id]
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved, so a failure is never "never retrieved"
+        if isinstance(exc, JobCancelled):
+            log.info("index job %s (%s) cancelled", job.id, job.project)
+        elif exc is not None:
+            log.warning("index job %s (%s) failed: %s", job.id, job.project, job.error or exc)
+
+    async def wait(self, job: Job) -> IndexReport:
+        """The run's report, for a caller that blocks on it. If that caller is cancelled (an
+        MCP client sent `notifications/cancelled`), so is the job: it ends at its next
+        checkpoint with the active table untouched."""
+        task = self._tasks.get(job.id)
+        if task is None:
+            if job.report is None:
+                raise UnknownJob(job.id, "it is not running in this process")
+            return job.report
+        try:
+            report: IndexReport = await asyncio.shield(task)
+            return report
+        except asyncio.CancelledError:
+            # Not waited for: the caller is gone (and a cancelled anyio scope would cancel
+            # any wait here again). The task is held until it ends, at its next checkpoint.
+            job.cancel()
+            raise
+
+    async def stop_runs(self, timeout: float) -> None:
+        """Wait up to `timeout` s for the runs launched here (their jobs asked to stop before),
+        then cancel the tasks still going and wait as long again."""
+        tasks = list(self._tasks.values())
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
 
     def of(self, project: str) -> list[Job]:
         # A copy first: searches read the table from worker threads while the event loop
@@ -323,7 +380,6 @@ class IndexJobs:
         self.service = service
         self.ledger = ledger
         self.resume_on_start = resume_on_start
-        self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._records: dict[str, JobRecord] = {}
         self._saving = asyncio.Lock()
 
@@ -397,11 +453,7 @@ class IndexJobs:
         return job
 
     def _launch(self, job: Job) -> None:
-        self.service.jobs[job.id] = job
-        task = asyncio.get_running_loop().create_task(self._run(job), name=f"fathom.index:{job.id}")
-        self._tasks[job.id] = task
-        job_id = job.id
-        task.add_done_callback(lambda _task: self._tasks.pop(job_id, None))
+        self.service.jobs.launch(job, self._run(job))
 
     async def _run(self, job: Job) -> None:
         current_project.set(job.project)  # cloud permits are shared fairly across projects
@@ -527,19 +579,13 @@ class IndexJobs:
 
     async def aclose(self, timeout: float = 10.0) -> None:
         """Stop what runs; record it as interrupted (paused jobs held), to resume at next start."""
-        tasks = list(self._tasks.values())
         stopped = [j for j in self.all() if not j.finished and j.state is not JobState.INTERRUPTED]
         for job in stopped:
             record = self._records.get(job.id)
             if record is not None:
                 record.paused = job.state is JobState.PAUSED
             job.cancel()
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=timeout)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=timeout)
+        await self.service.jobs.stop_runs(timeout)
         for job in stopped:
             record = self._records.get(job.id)
             if record is not None:
