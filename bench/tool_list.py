@@ -9,6 +9,11 @@ client, and prints per tool the characters of its description, input schema and 
 schema as sent (compact JSON), then the totals: what a model is shown (name + description +
 input schema: hosts keep output schemas from the model) and the whole list. The budget
 (14,000 and 25,000, with a project indexed) is held by tests/server/test_mcp_first_minutes.py.
+
+Then what the check after every request costs (it tells clients when the list changed): the
+names listed now (`ToolServer.listed_names`, what the check reads) beside the whole listing
+with its compacted schemas (what it read before), in alternating rounds of one run, and the
+ratio.
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +45,10 @@ async def measure(git_remotes: str, indexed: bool) -> None:
             source = Path(project) / "app.py"
             source.write_text("def total(xs):\n    return add(xs)\n\n\ndef add(xs):\n    return sum(xs)\n")
             await fathom.index(project, "sample")
-        async with Client(build_mcp_server(fathom)) as client:
+        server = build_mcp_server(fathom)
+        async with Client(server) as client:
             tools = (await client.list_tools()).tools
+        names_ms, listing_ms = await check_cost(server)
     sees = whole = outputs = 0
     print(f"{'tool':18} {'description':>11} {'input':>7} {'output':>7} {'model sees':>10}")
     for tool in tools:
@@ -53,6 +62,26 @@ async def measure(git_remotes: str, indexed: bool) -> None:
         f"{len(tools)} tools: a model is shown {sees:,} characters; the whole list is "
         f"{whole:,}, output schemas {outputs:,}"
     )
+    print(
+        f"the check after every request: names only {names_ms:.3f} ms, the whole listing "
+        f"{listing_ms:.3f} ms (median of 9 rounds of 100; ratio {names_ms / listing_ms:.2f})"
+    )
+
+
+async def check_cost(server: Any, rounds: int = 9, calls: int = 100) -> tuple[float, float]:
+    """Milliseconds per call of the names the check reads and of the whole listing."""
+    names: list[float] = []
+    listing: list[float] = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            server.listed_names()
+        names.append((time.perf_counter() - start) / calls * 1000)
+        start = time.perf_counter()
+        for _ in range(calls):
+            frozenset(t.name for t in await server.list_tools())
+        listing.append((time.perf_counter() - start) / calls * 1000)
+    return statistics.median(names), statistics.median(listing)
 
 
 def main() -> None:

@@ -199,6 +199,11 @@ class ToolServer(MCPServer):
         tools = await super().list_tools()
         return [compact_tool(t) for t in tools if self._listed(t.name)]
 
+    def listed_names(self) -> frozenset[str]:
+        """The names `list_tools` lists now, without building a schema: what the check after
+        every request compares (`fathom.server.tool_listing`)."""
+        return frozenset(t.name for t in self._tool_manager.list_tools() if self._listed(t.name))
+
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
             return await super().call_tool(name, arguments, context)

@@ -109,6 +109,9 @@ class ToolListing:
 
     async def _listed(self) -> frozenset[str]:
         try:
+            names = getattr(self.server, "listed_names", None)  # the names alone, no schemas
+            if names is not None:
+                return frozenset(names())
             return frozenset(t.name for t in await self.server.list_tools())
         except Exception:  # a broken listing check must not fail the request it follows
             log.exception("could not list the tools")
