@@ -70,11 +70,12 @@ async def test_a_session_answers_through_the_fast_path_without_the_command_line(
     err = raw.err.read_text()
     assert "fathom mcp: attached to the background Fathom (pid" in err, err
     assert not imported(err) & set(COMMAND_LINE), sorted(imported(err) & set(COMMAND_LINE))
-    # The daemon it started came up without the command groups (`fathom daemon`'s fast path;
-    # typer and rich it still imports, through `fathom.server.__main__` and its log set-up).
+    # The daemon it started came up without the command groups (`fathom daemon`'s fast path)
+    # and without the command line's framework (its socket comes from `server.connections`).
     log = (data / DAEMON_LOG).read_text()
     assert "fathom daemon (pid" in log, log[-2000:]
     assert not imported(log) & COMMAND_GROUPS, sorted(imported(log) & COMMAND_GROUPS)
+    assert not imported(log) & {"typer", "fathom.server.__main__"}, sorted(imported(log))
 
 
 def test_help_and_unknown_options_go_through_the_full_app(tmp_path):

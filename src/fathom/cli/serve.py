@@ -123,7 +123,7 @@ def serve(
 
     The served projects' indexes follow their files as they change (unless --no-watch)."""
     from fathom import logsafe
-    from fathom.server.__main__ import listen
+    from fathom.server.connections import listen
     from fathom.server.local import RunFile, local_routes, local_url, serve_with_run_file
     from fathom.server.mcp_http import standalone_app
     from fathom.server.mcp_tools import build_mcp_server

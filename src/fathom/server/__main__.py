@@ -18,7 +18,6 @@ connection cap, and forwarded addresses believed only from `--forwarded-allow-ip
 
 from __future__ import annotations
 
-import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -28,22 +27,7 @@ import typer
 from fathom.commandline import LogFormat, LogLevel, run_command, setup_logging
 from fathom.config import Settings
 from fathom.errors import ConfigError, failure_of
-
-
-def listen(host: str, port: int) -> socket.socket:
-    """A socket bound to (host, port) and listening, as uvicorn would make it; OSError if the
-    address is taken or not this machine's."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    sock.set_inheritable(True)
-    return sock
+from fathom.server.connections import listen
 
 
 def server(

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -253,3 +254,19 @@ def uvicorn_config(
         forwarded_allow_ips=proxies or [],
         **options,
     )
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to (host, port) and listening, as uvicorn would make it; OSError if the
+    address is taken or not this machine's."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock

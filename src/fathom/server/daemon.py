@@ -161,8 +161,7 @@ def status_route(run_file: Any, attendance: Attendance) -> Any:
 
 def serve_daemon(fathom: Fathom, settings: Settings, *, watching: bool, say: Callable[[str], None]) -> None:
     """Serve `fathom` to this user's sessions until idle or stopped (see the module docstring)."""
-    from fathom.server.__main__ import listen
-    from fathom.server.connections import ConnectionLimits, uvicorn_config
+    from fathom.server.connections import ConnectionLimits, listen, uvicorn_config
     from fathom.server.local import RunFile, local_routes, local_url, serve_with_run_file
     from fathom.server.mcp_http import standalone_app
     from fathom.server.mcp_tools import build_mcp_server
