@@ -169,7 +169,7 @@ def test_a_daemon_that_drops_the_connection_is_replaced_only_once_it_is_gone(fat
         if fate == "ends":
             assert bridge.usable(found, tmp_path, 5.0, said.append) is False
             assert said == [
-                f"fathom mcp: the background Fathom (pid {proc.pid}) ended while asked: starting one"
+                f"fathom mcp: the background Fathom (pid {proc.pid}) dropped the connection and has ended: starting one"
             ]
         else:
             with pytest.raises(bridge.DaemonUnavailable, match=f"pid {proc.pid}"):

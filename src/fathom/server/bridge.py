@@ -161,7 +161,9 @@ def usable(found: LocalServer, data_dir: Path, answer_s: float, say: Callable[[s
         # A dropped connection, not a silence: a daemon killed a moment ago keeps its pid while
         # the kernel tears it down. Once that pid is gone, there simply is no daemon.
         if dropped and _wait_gone(found.pid, GONE_WAIT_S):
-            say(f"fathom mcp: the background Fathom (pid {found.pid}) ended while asked: starting one")
+            say(
+                f"fathom mcp: the background Fathom (pid {found.pid}) dropped the connection and has ended: starting one"
+            )
             return False
         raise DaemonUnavailable(
             f"the background Fathom (pid {found.pid}) runs but did not answer within {answer_s:g} s "

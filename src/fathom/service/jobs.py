@@ -6,10 +6,11 @@ What this module owns:
 - `JobTable`: every index job of this process (asked for by the CLI, an MCP tool, the admin
   API, or the watcher's syncs), so `fathom status`, the MCP tools and the dashboard see the
   same ones; the one runner of the runs that outlive the call that started them (an MCP
-  tool's, the admin API's: `launch`, `wait`, `stop_runs`); the rule that a watched project's finished syncs are pruned (`SYNC_JOBS_KEPT`);
-  and which run is building a project now (`building`), which every front end shows as
-  "indexing" with its progress (`progress_line`), and which a question about a project not
-  yet searchable is answered with (`ProjectIndexing`) instead of "index it first".
+  tool's, the admin API's: `launch`, `wait`, `stop_runs`); the rule that a watched project's
+  finished syncs are pruned (`SYNC_JOBS_KEPT`); and which run is building a project now
+  (`building`), which every front end shows as "indexing" with its progress (`progress_line`),
+  and which a question about a project not yet searchable is answered with
+  (`ProjectIndexing`) instead of "index it first".
 - `IndexJobs`: the jobs started over the admin API, running in the server's event loop and
   kept across restarts in the `JobLedger`; an action that does not apply to a job's state is
   refused with `JobConflict`, an unknown id with `UnknownJob` (the HTTP edge maps them).
