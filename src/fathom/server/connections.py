@@ -29,6 +29,10 @@ address the server sees. Here no forwarded header is believed unless the operato
 proxy (`--forwarded-allow-ips`, FATHOM_FORWARDED_ALLOW_IPS): the address a request comes from is
 its TCP peer's.
 
+The listening socket is bound here too (`listen`), before anything else of a start runs: by
+`fathom server`, `fathom serve` and the background Fathom, which takes it without loading the
+command line.
+
 It refuses to know what a request is for; `server.guard` decides that once the head is in.
 """
 
