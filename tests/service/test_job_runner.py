@@ -18,7 +18,7 @@ from fathom.index.job import IndexReport, Job, JobCancelled, JobState
 from fathom.service.jobs import JobTable
 
 
-def running(table: JobTable, job: Job) -> list[asyncio.Task]:
+def running(job: Job) -> list[asyncio.Task]:
     return [t for t in asyncio.all_tasks() if t.get_name() == f"fathom.index:{job.id}" and not t.done()]
 
 
@@ -62,9 +62,9 @@ async def test_a_launched_run_is_listed_held_and_waited_for():
         return report
 
     table.launch(job, run())
-    assert table[job.id] is job and len(running(table, job)) == 1
+    assert table[job.id] is job and len(running(job)) == 1
     assert await table.wait(job) is report
-    assert running(table, job) == []
+    assert running(job) == []
     assert await table.wait(job) is report  # a finished run answers from its job
     with pytest.raises(UnknownJob, match="not running in this process"):
         await table.wait(Job("q", "/tmp/q"))
@@ -81,25 +81,28 @@ async def test_a_waiter_that_is_cancelled_cancels_the_job_and_the_run_ends_at_it
     with pytest.raises(asyncio.CancelledError):
         await waiter
     await table.stop_runs(timeout=30)
-    assert job.state is JobState.CANCELLED and running(table, job) == []
+    assert job.state is JobState.CANCELLED and running(job) == []
 
 
-async def test_stop_runs_waits_for_runs_that_stop_and_cancels_one_that_does_not():
+async def test_stop_runs_waits_for_a_run_that_stops_and_cancels_one_that_does_not():
     table = JobTable()
-    polite, stubborn = Job("a", "/tmp/a"), Job("b", "/tmp/b")
-    forever = asyncio.Event()
+    polite = Job("a", "/tmp/a")
+    table.launch(polite, until_cancelled(polite))
+    await asyncio.sleep(0)
+    polite.cancel()
+    await table.stop_runs(timeout=30)  # it ends at its next checkpoint, well within the grace
+    assert polite.state is JobState.CANCELLED and running(polite) == []
+
+    stubborn, forever = Job("b", "/tmp/b"), asyncio.Event()
 
     async def ignores_its_flag() -> None:
         await forever.wait()
 
-    table.launch(polite, until_cancelled(polite))
     table.launch(stubborn, ignores_its_flag())
     await asyncio.sleep(0)
-    polite.cancel()
     stubborn.cancel()
     await table.stop_runs(timeout=0)  # no grace: what has not ended is cancelled
-    assert running(table, polite) == [] and running(table, stubborn) == []
-    assert polite.state is JobState.CANCELLED
+    assert running(stubborn) == []
 
 
 async def test_a_failure_that_escapes_a_run_is_retrieved_and_logged(caplog):
@@ -114,7 +117,7 @@ async def test_a_failure_that_escapes_a_run_is_retrieved_and_logged(caplog):
         await table.stop_runs(timeout=30)
         await asyncio.sleep(0)  # the done callback runs on the loop's next turn
     assert f"index job {job.id} (p) failed: No space left on device" in caplog.text
-    assert running(table, job) == []
+    assert running(job) == []
 
 
 async def test_a_job_resumed_under_its_id_keeps_its_new_run_when_the_old_one_ends():
