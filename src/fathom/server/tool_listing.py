@@ -37,8 +37,9 @@ MAX_CONNECTIONS = 256
 
 
 class ToolListing:
-    """Middleware on an `MCPServer` that tells clients when its tool list changes. `bus` is
-    the `SubscriptionBus` the server was built with (`MCPServer(subscriptions=bus)`)."""
+    """Middleware on a `ToolServer` (`fathom.server.mcp_tools`: its `listed_names` are what is
+    compared) that tells clients when its tool list changes. `bus` is the `SubscriptionBus`
+    the server was built with (`MCPServer(subscriptions=bus)`)."""
 
     def __init__(self, server: Any, bus: InMemorySubscriptionBus):
         self.server = server
@@ -84,7 +85,7 @@ class ToolListing:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
         if self.names is None:
-            self.names = await self._listed()  # the list the first client can see
+            self.names = self._listed()  # the list the first client can see
         if ctx.method == "notifications/initialized":  # once per handshake-era connection
             self._sessions.append(ctx.session)
         result = await call_next(ctx)
@@ -95,7 +96,7 @@ class ToolListing:
     async def check(self) -> bool:
         """Tell every client if the listed tools changed since they were last told; True if so."""
         async with self._lock:
-            now = await self._listed()
+            now = self._listed()
             if self.names is None or now == self.names:
                 self.names = now
                 return False
@@ -107,12 +108,9 @@ class ToolListing:
                     await session.send_tool_list_changed()
             return True
 
-    async def _listed(self) -> frozenset[str]:
+    def _listed(self) -> frozenset[str]:
         try:
-            names = getattr(self.server, "listed_names", None)  # the names alone, no schemas
-            if names is not None:
-                return frozenset(names())
-            return frozenset(t.name for t in await self.server.list_tools())
+            return frozenset(self.server.listed_names())  # the names alone, no schemas
         except Exception:  # a broken listing check must not fail the request it follows
             log.exception("could not list the tools")
             return self.names or frozenset()
