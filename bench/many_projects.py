@@ -131,7 +131,7 @@ async def main() -> None:
         )
         probe = LanceStore(settings.lance_dir)
         probe.vector_search(names[0], "code", q[0], 1)
-        entry = next(iter(probe._matrices.values()))
+        entry = next(iter(probe.matrix_cache.entries.values()))
         entry_bytes = entry.nbytes
         probe.close()
         print(
@@ -164,7 +164,7 @@ async def main() -> None:
             # LanceDB answers the projects left out at seconds a search: fewer searches there.
             n = (
                 args.queries
-                if len(store._matrices) == args.projects
+                if len(store.matrix_cache.entries) == args.projects
                 else min(args.queries, args.overflow_queries)
             )
             before = (store.cache_stats.hits, store.cache_stats.loads, store.cache_stats.bypassed)
@@ -184,14 +184,14 @@ async def main() -> None:
                 t0 = time.perf_counter()
                 await fathom.search(qtext[i], k=10)
                 full.append((time.perf_counter() - t0) * 1000)
-            cached = sum(m.nbytes for m in store._matrices.values())
+            cached = sum(m.nbytes for m in store.matrix_cache.entries.values())
             built = (
                 f"ANN builds for the projects left out took {ann_s:.0f} s"
                 if args.overflow_ann
                 else "no ANN index for the projects left out"
             )
             print(
-                f"\ncache bound {bound / 2**20:.0f} MiB: {len(store._matrices)} of "
+                f"\ncache bound {bound / 2**20:.0f} MiB: {len(store.matrix_cache.entries)} of "
                 f"{args.projects} projects held ({cached / 2**20:.0f} MiB); hit rate over "
                 f"{n} all-project searches {hits / max(1, hits + loads + bypassed):.3f} "
                 f"({hits} hits, {loads} loads, {bypassed} answered by LanceDB); {built}"

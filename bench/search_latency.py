@@ -223,7 +223,7 @@ async def main() -> None:
                 time.sleep(0.05)
             copy_s = time.perf_counter() - ann_t0
             served = store.standin_stats.served
-            tbl = store._table("bench", store._active("bench", "code")[0], latest=False)
+            tbl = store.slot_table("bench", "code")
             for i in range(args.while_building):
                 t0 = time.perf_counter()
                 hits = store.vector_search("bench", "code", q[i], 10)

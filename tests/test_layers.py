@@ -18,6 +18,10 @@ A leading underscore means "this module's own": no module imports a `_name` from
 (`store._in_list`). That holds between the modules of one package too, and for a package's
 `__init__`: a helper two modules share is public in the module that owns it. A private
 *module* (`fathom.pkg._impl`) may be imported by its own package only. Dunders are not private.
+
+The stores' own attributes (`LanceStore._table`, `PostgresStore._tables`…) are the store
+package's: no other module, test or benchmark reaches them; they use the parts and readings a
+store makes public (`slot_table`, `matrix_cache`, `ann`, `project_dir`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from tests.source_tree import absolute, imports, modules
+from tests.source_tree import SRC, absolute, imports, modules
+
+STORES = {"Store": "contract.py", "LanceStore": "lance.py", "PostgresStore": "postgres.py"}
 
 # Lowest first. A module belongs to the first layer one of whose prefixes it starts with.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
@@ -250,4 +256,78 @@ def test_the_private_check_sees_names_attributes_and_private_modules(tmp_path):
         "fathom.index.verify:4 uses _in_list of fathom.index.store",
         "fathom.service:1 imports the private module fathom.index._impl",
         "fathom.service:2 imports _in_list from fathom.index.store",
+    ]
+
+
+def _own_attributes(tree: ast.AST, classes: set[str] | None = None) -> set[str]:
+    """The private methods and `self._x` attributes the classes of `tree` define (`classes`:
+    only those)."""
+    found = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef) or (classes is not None and node.name not in classes):
+            continue
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.FunctionDef | ast.AsyncFunctionDef) and _private(sub.name):
+                found.add(sub.name)
+            elif (
+                isinstance(sub, ast.Attribute)
+                and isinstance(sub.value, ast.Name)
+                and sub.value.id == "self"
+                and isinstance(sub.ctx, ast.Store)
+                and _private(sub.attr)
+            ):
+                found.add(sub.attr)
+    return found
+
+
+def store_reach_ins(root: Path) -> list[str]:
+    """Each place outside `fathom/index/store` (under `root`: src, tests, bench) that uses a
+    private attribute of a store class. A name some other class defines as well (a test's own
+    `Store` subclass implementing `_upsert`, the symbol table's `_tables`) is not told apart."""
+    package = root / "src" / "fathom" / "index" / "store"
+    stores: set[str] = set()
+    for name, file in STORES.items():
+        stores |= _own_attributes(ast.parse((package / file).read_text(encoding="utf-8")), {name})
+    texts = {
+        path: path.read_text(encoding="utf-8")
+        for folder in ("src", "tests", "bench")
+        for path in sorted((root / folder).rglob("*.py"))
+        if package not in path.parents
+    }
+    outside = {  # a file naming none of them neither uses nor defines one: not parsed
+        path.relative_to(root): ast.parse(text, str(path))
+        for path, text in texts.items()
+        if any(name in text for name in stores)
+    }
+    theirs = stores - {name for tree in outside.values() for name in _own_attributes(tree)}
+    return [
+        f"{path}:{node.lineno} uses the store's {node.attr}"
+        for path, tree in outside.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in theirs
+    ]
+
+
+def test_nothing_outside_the_store_package_reaches_into_a_store():
+    assert store_reach_ins(SRC.parent) == []
+
+
+def test_the_store_check_sees_a_reach_in_and_lets_a_shared_name_be(tmp_path):
+    store = tmp_path / "src" / "fathom" / "index" / "store"
+    store.mkdir(parents=True)
+    for name, file in STORES.items():
+        (store / file).write_text(
+            f"class {name}:\n    def _table(self): ...\n    def _upsert(self): self._tables = {{}}\n",
+            encoding="utf-8",
+        )
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "class Fake:\n    def _upsert(self): ...\n\ndef test(store):\n    store._upsert(); store._table()\n",
+        encoding="utf-8",
+    )
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "b.py").write_text("store._tables.clear()\n", encoding="utf-8")
+    assert store_reach_ins(tmp_path) == [
+        "tests/test_x.py:5 uses the store's _table",
+        "bench/b.py:1 uses the store's _tables",
     ]

@@ -200,7 +200,7 @@ class Rig:
 
     def rows(self) -> list[Row]:
         """Every row of the project's active tables, read from the LanceDB files."""
-        from fathom.index.store import LanceStore, Slot
+        from fathom.index.store import LanceStore
 
         if not (self.data_dir / "lance" / "projects").exists():
             return []
@@ -211,11 +211,9 @@ class Rig:
             return []
         out: list[Row] = []
         for table in TABLES:
-            name = store._slot_name(PROJECT, table, Slot.ACTIVE)
-            if name is None:
+            tbl = store.slot_table(PROJECT, table)
+            if tbl is None:
                 continue
-            tbl = store._table(PROJECT, name)
-            tbl.checkout_latest()
             data = (
                 tbl.search()
                 .select(["chunk_id", "path", "text", "vector", "provider_id", "verdict_id", "written_at"])

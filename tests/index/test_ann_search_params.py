@@ -84,7 +84,7 @@ def test_the_operator_s_settings_win_at_every_size(tmp_path, monkeypatch, asked)
     monkeypatch.setenv("FATHOM_MATRIX_CACHE_BYTES", "0")
     store = open_store(Settings(data_dir=tmp_path))
     assert isinstance(store, LanceStore) and store.ann_nprobes == 3 and store.ann_candidates is None
-    store._ann.min_rows = 500  # as a production-size table is (20k rows and up)
+    store.ann.min_rows = 500  # as a production-size table is (20k rows and up)
     vecs = _indexed(store, 1_200)
     store.vector_search("p", "code", vecs[0], 10)
     assert asked[-1] == (3, 30)  # probes set, candidates by size

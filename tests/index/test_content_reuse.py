@@ -26,8 +26,7 @@ HTTPX_CLIENT = Path(httpx.__file__).parent / "_client.py"
 
 def rows(store, project="shop", table="code", slot=Slot.ACTIVE):
     """Every row's chunk id -> (content hash, path, provider, verdict, written_at, vector)."""
-    name = store._slot_name(project, table, slot)
-    data = store._table(project, name).search().limit(None).to_arrow().to_pylist()
+    data = store.slot_table(project, table, slot).search().limit(None).to_arrow().to_pylist()
     return {
         r["chunk_id"]: (
             r["content_hash"],

@@ -13,7 +13,6 @@ from typer.testing import CliRunner
 
 from fathom.cli import app
 from fathom.config import Settings
-from fathom.index.store import Slot
 from fathom.inference.encoders import local_encoder
 from fathom.service import Fathom
 from tests.index.retrieval_fixtures import CountingEncoder
@@ -57,8 +56,7 @@ def project(root: Path) -> Path:
 def vectors(fathom: Fathom, table: str) -> dict[tuple[str, str], np.ndarray]:
     """(path, content hash) -> the row's vector, for one table of project `shop`."""
     store = fathom.store
-    name = store._slot_name("shop", table, Slot.ACTIVE)  # type: ignore[attr-defined]
-    data = store._table("shop", name).search().limit(None).to_arrow().to_pylist()  # type: ignore[attr-defined]
+    data = store.slot_table("shop", table).search().limit(None).to_arrow().to_pylist()  # type: ignore[attr-defined]
     return {(r["path"], r["content_hash"]): np.asarray(r["vector"], dtype=np.float32) for r in data}
 
 

@@ -66,7 +66,7 @@ def tables(tmp_path_factory):
     writer.promote("p", "code")
     cached = LanceStore(root)
     cached.vector_search("p", "code", vectors[0], 1)  # loads the table and its keyword index
-    assert cached._cached("p", "code").keywords is not None
+    assert cached.matrix_cache.entries[("p", "code")].keywords is not None
     return cached, LanceStore(root, matrix_cache_bytes=0), len(chunks)
 
 
@@ -94,7 +94,7 @@ def test_the_keyword_half_scores_as_lancedb_does(tables, query):
     cached, uncached, _ = tables
     memory = _ranked(cached.text_search("p", "code", query, 20))
     lance = _ranked(uncached.text_search("p", "code", query, 20))
-    assert uncached._matrices == {}  # really LanceDB's answer
+    assert uncached.matrix_cache.entries == {}  # really LanceDB's answer
     _agree(memory, lance, query)
     if query not in ("the and of", "getusername_nowhere"):
         assert memory, query  # every other query finds something in Fathom's own code

@@ -110,8 +110,18 @@ def test_pgvector_itself_refuses_another_width(pg):
     """Even a caller that bypassed `Store.write` cannot put a wrong-width row in the table."""
     pg.open_table("p", "code", SPACE)
     wrong = np.ones((1, WIDTH + 3), np.float32)
+    from psycopg import sql
+
+    conn = pg.db.conn()
+    schema = sql.Identifier(pg.db.schema)
+    slots = sql.SQL("SELECT active FROM {}.slots WHERE project = 'p' AND kind = 'code'").format(schema)
+    name = conn.execute(slots).fetchone()[0]
+    insert = sql.SQL(
+        "INSERT INTO {}.{} (chunk_id, content_hash, path, language, start_line, end_line, text,"
+        " vector, provider_id, written_at) VALUES ('c', 'h', 'a.py', 'python', 1, 2, 'x', %s, 'ref', now())"
+    ).format(schema, sql.Identifier(name))
     with pytest.raises(psycopg.errors.DataException, match="dimensions"):
-        pg._upsert("p", "code", Slot.ACTIVE, make_chunks(1), wrong, CLEARED, datetime.now(UTC))
+        conn.execute(insert, (str(wrong[0].tolist()),))
     assert pg.table_info("p", "code").rows == 0
 
 

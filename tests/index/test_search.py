@@ -322,7 +322,7 @@ def test_all_projects_rank_as_the_union_of_one_project_searches(tmp_path):
     projects = list(vectors)
     probe = LanceStore(tmp_path)
     probe.vector_search("a", "code", vectors["a"][0], 1)
-    one = next(iter(probe._matrices.values())).nbytes
+    one = next(iter(probe.matrix_cache.entries.values())).nbytes
     store = LanceStore(tmp_path, matrix_cache_bytes=int(3.5 * one))
     for project in ("a", "b", "c"):  # these three fill the cache; "d", "e", "f" do not fit
         store.vector_search(project, "code", vectors[project][0], 1)
@@ -345,7 +345,7 @@ def test_all_projects_rank_as_the_union_of_one_project_searches(tmp_path):
             assert Store.search_many(store, projects, "code", vector, query, depth, where=flt) == pooled
             ties += sum(a.score == b.score and a.project != b.project for a, b in zip(v, v[1:]))
     assert ties  # the copies' ties were there to be ordered
-    assert set(store._matrices) == {("a", "code"), ("b", "code"), ("c", "code")}
+    assert set(store.matrix_cache.entries) == {("a", "code"), ("b", "code"), ("c", "code")}
     assert store.cache_stats.bypassed and store.cache_stats.hits
     # The reranker reads the hits' texts: from memory for a cached table, the same as LanceDB's.
     ids = [h.chunk_id for h in store.vector_search("a", "code", vectors["a"][0], 20)] + ["none"]
@@ -367,21 +367,21 @@ def test_searching_all_projects_again_and_again_does_not_thrash_the_cache(tmp_pa
     vectors = _many_projects(tmp_path)
     probe = LanceStore(tmp_path)
     probe.vector_search("a", "code", vectors["a"][0], 1)
-    one = next(iter(probe._matrices.values())).nbytes
+    one = next(iter(probe.matrix_cache.entries.values())).nbytes
     clock = FakeClock()
     store = LanceStore(tmp_path, clock=clock, matrix_cache_bytes=int((3 + room) * one))
     hybrid_search_many(store, list(vectors), "code", vectors["a"][0], "retry cache", 10)
-    held = set(store._matrices)  # the first search reads tables it cannot size yet
+    held = set(store.matrix_cache.entries)  # the first search reads tables it cannot size yet
     assert len(held) == 3
     before = dataclasses.replace(store.cache_stats)
     for i in range(5):
         clock.now += 5
         hybrid_search_many(store, list(vectors), "code", vectors["d"][i], "parse token", 10)
-        assert set(store._matrices) == held
+        assert set(store.matrix_cache.entries) == held
     assert store.cache_stats.loads == before.loads  # nothing loaded again
     assert store.cache_stats.hits - before.hits == 15
     assert store.cache_stats.bypassed - before.bypassed == 15
-    assert sum(m.nbytes for m in store._matrices.values()) <= store.matrix_cache_bytes
+    assert sum(m.nbytes for m in store.matrix_cache.entries.values()) <= store.matrix_cache_bytes
 
 
 async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_path):
@@ -409,7 +409,9 @@ async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_pat
         store.write(project, "code", chunks, await encoder.embed([c.text for c in chunks]), CLEARED)
     one = LanceStore(tmp_path)
     one.vector_search("held", "code", encoder.encode("retry"), 1)
-    store = LanceStore(tmp_path, matrix_cache_bytes=int(1.5 * next(iter(one._matrices.values())).nbytes))
+    store = LanceStore(
+        tmp_path, matrix_cache_bytes=int(1.5 * next(iter(one.matrix_cache.entries.values())).nbytes)
+    )
     store.vector_search("held", "code", encoder.encode("retry"), 1)  # "other" does not fit
 
     class Service:
@@ -424,7 +426,7 @@ async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_pat
 
     cands = await search_mod.candidates(Service(), "retry the request", None, "code", 12)
     assert {c.project for c in cands} == {"held", "other"} and len(cands) == 12
-    assert set(store._matrices) == {("held", "code")}
+    assert set(store.matrix_cache.entries) == {("held", "code")}
     for c in cands:
         assert c.text.endswith(f"return {c.project}_{c.path[-4]}"), c
         assert c.text.count("\n") == 21

@@ -39,17 +39,15 @@ def indexed(store, project: str = "p", n: int = 20, seed: int = 0):
 
 def test_space_lives_in_the_lance_table_metadata(store):
     store.open_table("p", "code", SPACE)
-    name = store._active("p", "code")[0]
-    meta = store._table("p", name).schema.metadata
+    tbl = store.slot_table("p", "code")
+    meta = tbl.schema.metadata
     assert json.loads(meta[b"fathom.space"]) == {
         "table": "code",
         "model": "test-encoder",
         "width": WIDTH,
         "reference": REFERENCE,
     }
-    assert (
-        str(store._table("p", name).schema.field("vector").type) == f"fixed_size_list<item: float>[{WIDTH}]"
-    )
+    assert str(tbl.schema.field("vector").type) == f"fixed_size_list<item: float>[{WIDTH}]"
 
 
 # ---------------------------------------------------------------- refused writes
@@ -81,10 +79,9 @@ def test_tables_over_the_cache_budget_use_an_ann_index(tmp_path):
     store.write("p", "code", chunks, vecs, Provenance("local:m", None), slot=Slot.SHADOW)
     store.promote("p", "code")
     assert store.wait_for_ann(timeout=120)
-    name = store._active("p", "code")[0]
-    kinds = {i.index_type for i in store._table("p", name).list_indices()}
+    kinds = {i.index_type for i in store.slot_table("p", "code").list_indices()}
     assert "IvfPq" in kinds and "FTS" in kinds
-    assert store._matrices == {}
+    assert store.matrix_cache.entries == {}
     # Recall on clustered vectors against exact search.
     rng = np.random.default_rng(0)
     recalls = []
@@ -119,8 +116,7 @@ def _big_table(store, project="p", n=1200, width=32):
 
 
 def _vector_indexes(store, project="p"):
-    name = store._active(project, "code")[0]
-    tbl = store._table(project, name)
+    tbl = store.slot_table(project, "code")
     return [i for i in tbl.list_indices() if i.columns == ["vector"]]
 
 
@@ -133,7 +129,7 @@ def test_a_table_past_exact_max_rows_is_searched_through_its_ann_index_whatever_
     assert store.wait_for_ann(timeout=120)
     assert [h.chunk_id for h in store.vector_search("small", "code", small_vecs[3], 1)] == [small[3].chunk_id]
     assert store.vector_search("big", "code", big_vecs[3], 1)[0].chunk_id == big[3].chunk_id
-    assert {slug for slug, _ in store._matrices} == {"small"}
+    assert {slug for slug, _ in store.matrix_cache.entries} == {"small"}
     assert _vector_indexes(store, "big") and not _vector_indexes(store, "small")
     assert store.cache_stats.bypassed >= 1
     with pytest.raises(ConfigError, match="exact_max_rows"):
@@ -145,15 +141,15 @@ def test_the_ann_index_is_built_after_promotion_while_exact_search_serves(tmp_pa
 
     store = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
     gate = threading.Event()
-    build = store._build_ann
+    build = store.ann.build
 
     def held_build(project, name):  # the build takes as long as the test says
         gate.wait(60)
         build(project, name)
 
-    store._build_ann = held_build
+    store.ann.build = held_build
     chunks, vecs = _big_table(store)
-    generation = store._active("p", "code")[1]
+    generation = store.generation("p", "code")
     # Promoted, and searchable at once: no index yet, LanceDB answers exactly meanwhile.
     assert store.ann_pending("p", "code") and _vector_indexes(store) == []
     for qi in (3, 500, 1100):
@@ -164,7 +160,7 @@ def test_the_ann_index_is_built_after_promotion_while_exact_search_serves(tmp_pa
     assert store.wait_for_ann(timeout=120) and not store.ann_pending("p", "code")
     assert [i.index_type for i in _vector_indexes(store)] == ["IvfPq"]
     # The generation moved, so searchers in other processes reopen the table with its index.
-    assert store._active("p", "code")[1] == generation + 1
+    assert store.generation("p", "code") == generation + 1
 
 
 def _held_store(tmp_path):
@@ -174,20 +170,20 @@ def _held_store(tmp_path):
 
     store = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
     started, gate = threading.Event(), threading.Event()
-    build = store._build_ann
+    build = store.ann.build
 
     def held_build(project, name):
         started.set()
         gate.wait(60)
         build(project, name)
 
-    store._build_ann = held_build
+    store.ann.build = held_build
     return store, started, gate
 
 
 def _lance_vector_calls(store, project="p"):
     """Spy on the active handle's LanceDB vector queries: the list fills as they are made."""
-    tbl = store._table(project, store._active(project, "code")[0])
+    tbl = store.slot_table(project, "code")
     calls, search = [], tbl.search
 
     def spy(query=None, *args, **kwargs):
@@ -206,7 +202,7 @@ def test_the_standin_is_served_exactly_from_a_mapped_copy_then_by_the_index(tmp_
     try:
         chunks, vecs = _big_table(store)
         assert started.wait(60) and store.ann_pending("p", "code")
-        name = store._active("p", "code")[0]
+        name = store.slot_table("p", "code").name
         copy = tmp_path / "projects" / "p" / ".exact" / name
         assert (copy / "vectors.npy").is_file() and store.standin_stats.written == 1
         lance = _lance_vector_calls(store)
@@ -225,7 +221,7 @@ def test_the_standin_is_served_exactly_from_a_mapped_copy_then_by_the_index(tmp_
         assert len(lance) == 1 and store.standin_stats.served == 3
         # The copy is no table: verify and garbage collection leave it be.
         assert check_project(store, "p").problems == []
-        store._collect_garbage("p")
+        store.collect_garbage("p")
         assert (copy / "vectors.npy").is_file()
         gate.set()
         assert store.wait_for_ann(timeout=120) and not copy.exists()
@@ -247,7 +243,7 @@ def test_a_write_during_the_build_window_drops_the_copy(tmp_path):
     try:
         chunks, vecs = _big_table(store)
         assert started.wait(60)
-        name = store._active("p", "code")[0]
+        name = store.slot_table("p", "code").name
         assert store.vector_search("p", "code", vecs[0], 10)[0].chunk_id == chunks[0].chunk_id
         assert store.standin_stats.served == 1
         # Another process writes a new row: the copy is of an older version from then on.
@@ -268,7 +264,7 @@ def test_a_write_during_the_build_window_drops_the_copy(tmp_path):
 
 def test_a_big_table_left_without_its_ann_index_gets_one_from_the_next_searcher(tmp_path):
     writer = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
-    writer._build_ann = lambda project, name: None  # the promoting process stopped first
+    writer.ann.build = lambda project, name: None  # the promoting process stopped first
     chunks, vecs = _big_table(writer)
     assert _vector_indexes(writer) == []
     server = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
@@ -281,11 +277,10 @@ def test_a_big_table_left_without_its_ann_index_gets_one_from_the_next_searcher(
 def test_a_failed_ann_build_is_not_retried_by_every_search(tmp_path, caplog):
     caplog.set_level("INFO", logger="fathom.index.store")
     writer = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
-    writer._build_ann = lambda project, name: None  # the promoting process stopped first
+    writer.ann.build = lambda project, name: None  # the promoting process stopped first
     _, vecs = _big_table(writer)
     server = LanceStore(tmp_path, matrix_cache_bytes=0, ann_min_rows=500)
-    name = server._active("p", "code")[0]
-    tbl = server._table("p", name)
+    tbl = server.slot_table("p", "code")
     calls = []
 
     def refused(*args, **kwargs):
@@ -307,11 +302,11 @@ def test_the_matrix_cache_stays_under_its_bound_and_keeps_the_tables_in_use(tmp_
     query = clustered(1, seed=9)[0]
     probe = LanceStore(tmp_path)
     probe.vector_search("a", "code", query, 1)
-    one = next(iter(probe._matrices.values())).nbytes  # the three tables are alike in size
+    one = next(iter(probe.matrix_cache.entries.values())).nbytes  # the three tables are alike in size
     store = LanceStore(tmp_path, clock=clock, matrix_cache_bytes=int(2.5 * one), cache_idle_s=60)
 
     def held():
-        return sum(m.nbytes for m in store._matrices.values())
+        return sum(m.nbytes for m in store.matrix_cache.entries.values())
 
     def top(project):
         return [h.chunk_id for h in store.vector_search(project, "code", query, 5)]
@@ -320,7 +315,10 @@ def test_the_matrix_cache_stays_under_its_bound_and_keeps_the_tables_in_use(tmp_
     assert store.cache_stats.loads == 2 and held() <= store.matrix_cache_bytes
     # "c" does not fit beside two tables in use: LanceDB answers it, nothing is evicted.
     from_lance = top("c")
-    assert store.cache_stats.bypassed == 1 and set(store._matrices) == {("a", "code"), ("b", "code")}
+    assert store.cache_stats.bypassed == 1 and set(store.matrix_cache.entries) == {
+        ("a", "code"),
+        ("b", "code"),
+    }
     assert [top(p) for p in ("a", "b")] == [expected["a"], expected["b"]]
     assert store.cache_stats.hits == 2
     # A minute later "a" and "b" are idle: "c" loads in place of the least recently used.
@@ -328,7 +326,7 @@ def test_the_matrix_cache_stays_under_its_bound_and_keeps_the_tables_in_use(tmp_
     top("b")
     clock.now += 61
     assert top("c") == from_lance
-    assert set(store._matrices) == {("b", "code"), ("c", "code")}
+    assert set(store.matrix_cache.entries) == {("b", "code"), ("c", "code")}
     assert held() <= store.matrix_cache_bytes
     assert store.cache_stats.hit_rate == 3 / 7
 
@@ -340,7 +338,7 @@ def test_a_table_the_cache_has_no_room_for_gets_an_ann_index(tmp_path):
     assert _vector_indexes(writer, "a") == _vector_indexes(writer, "b") == []  # they fit
     probe = LanceStore(tmp_path)
     probe.vector_search("a", "code", vecs[0], 1)
-    one = next(iter(probe._matrices.values())).nbytes
+    one = next(iter(probe.matrix_cache.entries.values())).nbytes
     store = LanceStore(tmp_path, ann_min_rows=500, matrix_cache_bytes=int(1.5 * one))
     store.vector_search("a", "code", vecs[0], 10)  # held
     store.vector_search("b", "code", vecs[0], 10)  # no room beside "a": LanceDB answers

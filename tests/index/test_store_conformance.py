@@ -66,7 +66,7 @@ class Backend:
     def physical_tables(self, store: Store, project: str) -> set[str]:
         """The tables holding this project's rows (to see that old versions are dropped)."""
         if isinstance(store, LanceStore):
-            return {p.name.removesuffix(".lance") for p in store._dir(project).glob("*.lance")}
+            return {p.name.removesuffix(".lance") for p in store.project_dir(project).glob("*.lance")}
         conn = store.db.conn()  # type: ignore[attr-defined]
         meta = {
             r[0]

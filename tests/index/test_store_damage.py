@@ -404,7 +404,8 @@ def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_dupl
     shutil.rmtree(active_table(data, "shop", "docs") / "_indices")
     store.close()
     store = LanceStore(data / "lance")
-    tbl = store._table("shop", table_dir.stem)
+    tbl = store.slot_table("shop", "code")
+    assert tbl.name == table_dir.stem
     dup = tbl.search().where(f"chunk_id = '{rows.chunk_ids[2]}'").limit(None).to_arrow()
     tbl.add(dup)
     store.close()
@@ -495,8 +496,7 @@ def test_a_shadow_with_duplicate_ids_is_never_promoted(tmp_path):
     store.write("p", "code", [chunk], np.ones((1, 4)), Provenance("ref", None))
     store.begin_shadow("p", "code", space)
     store.write("p", "code", [chunk], np.ones((1, 4)), Provenance("ref", None), slot=Slot.SHADOW)
-    name = store._slot_name("p", "code", Slot.SHADOW)
-    tbl = store._table("p", name)
+    tbl = store.slot_table("p", "code", Slot.SHADOW)
     tbl.add(tbl.to_arrow())  # a second writer's copy of the same rows
     with pytest.raises(DuplicateChunks) as err:
         store.promote("p", "code")

@@ -13,6 +13,10 @@ read) or `Slot.SHADOW` (a full re-index being built).
                        ann_background=True, cache_idle_s=60.0)
     store.cache_stats -> CacheStats(hits, loads, bypassed)     # the matrix cache, LanceDB only
     store.ann_pending(project, table) -> bool; store.wait_for_ann(timeout) -> bool
+    # LanceDB only, to look at (a benchmark, a test): its parts and the tables behind the slots
+    store.matrix_cache (MatrixCache) · store.ann (AnnBuilder) · store.project_dir(project) -> Path
+    store.slot_table(project, table, slot=Slot.ACTIVE) -> Lance table | None
+    store.generation(project, table) -> int; store.collect_garbage(project)
     store = open_store(settings)   # fathom.index.backend: PostgreSQL if settings.store_url is postgresql://…, else LanceDB
 
     # spaces and slots

@@ -90,13 +90,13 @@ def search_params(width: int, rows: int) -> tuple[int, int]:
 class AnnBuilder:
     """The ANN indexes of one LanceStore: which are built, which are building, which failed,
     and the stand-in copies. It reaches the store's tables through the store it is given,
-    and starts every build through `store._build_ann`, so whoever replaces that method (a
-    test holding a build, a crash harness) sees every build."""
+    and starts every build through its own `build`, so whoever replaces that method on the
+    builder (a test holding a build, a crash harness) sees every build."""
 
     def __init__(self, store: Any, *, min_rows: int, background: bool):
         # `store` is the LanceStore that holds this builder (not imported here: the store
-        # imports this module). Used: slug, _table, _dir, _active, _locked, _mutex, _cache
-        # (its size rule) and _build_ann.
+        # imports this module). Used: slug, project_dir, matrix_cache (its size rule), and
+        # within the store package _table, _active, _locked and _mutex.
         self.store = store
         self.min_rows = min_rows
         self.background = background
@@ -117,14 +117,14 @@ class AnnBuilder:
         LanceDB too)."""
         n = tbl.count_rows()
         width = tbl.schema.field("vector").type.list_size
-        return n >= self.min_rows and (uncached or self.store._cache.too_big(n, width))
+        return n >= self.min_rows and (uncached or self.store.matrix_cache.too_big(n, width))
 
     def later(self, project: str, name: str) -> None:
         """Build (or rebuild) the table's ANN index: in a daemon thread, one per table at a
         time in this process, or right here when `ann_background` is off."""
         key = (self.store.slug(project), name)
         if not self.background:
-            self.store._build_ann(project, name)
+            self.build(project, name)
             return
         with self.store._mutex:
             job = self.jobs.get(key)
@@ -142,14 +142,14 @@ class AnnBuilder:
         key = (self.store.slug(project), name)
         try:
             self._open_standin(project, name)
-            self.store._build_ann(project, name)
+            self.build(project, name)
         finally:
             self.close_standin(key)
 
     def _standin_dir(self, project: str, name: str) -> Path:
         # A hidden folder beside the tables: LanceDB lists `*.lance` folders only, and so
         # do `store verify` and its repairs.
-        folder: Path = self.store._dir(project)
+        folder: Path = self.store.project_dir(project)
         return folder / ".exact" / name
 
     def _open_standin(self, project: str, name: str) -> None:
@@ -270,7 +270,7 @@ class AnnBuilder:
     def collect_garbage(self, project: str, live: set[str]) -> None:
         # Build-standin copies of tables no longer live (a process stopped mid-build); a
         # live table's copy is replaced by its next build and removed when that ends.
-        for folder in (self.store._dir(project) / ".exact").glob("*"):
+        for folder in (self.store.project_dir(project) / ".exact").glob("*"):
             if folder.name.removesuffix(".part") not in live:
                 shutil.rmtree(folder, ignore_errors=True)
 

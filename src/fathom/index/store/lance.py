@@ -155,10 +155,12 @@ class LanceStore(Store):
         self.root = Path(root)
         (self.root / "projects").mkdir(mode=0o700, parents=True, exist_ok=True)
         self._mutex = threading.RLock()
-        self._cache = MatrixCache(matrix_cache_bytes, exact_max_rows, cache_idle_s, self.clock, self._mutex)
+        self.matrix_cache = MatrixCache(
+            matrix_cache_bytes, exact_max_rows, cache_idle_s, self.clock, self._mutex
+        )
         self.ann_nprobes = ann_nprobes  # None (both): by the table's size (`ann.search_params`)
         self.ann_candidates = ann_candidates
-        self._ann = AnnBuilder(self, min_rows=ann_min_rows, background=ann_background)
+        self.ann = AnnBuilder(self, min_rows=ann_min_rows, background=ann_background)
         self._search = LanceSearch(self)
         self._slots = LanceSlots(self)
         self._dbs: dict[str, Any] = {}
@@ -169,29 +171,26 @@ class LanceStore(Store):
 
     @property
     def matrix_cache_bytes(self) -> int:
-        return self._cache.bound
+        return self.matrix_cache.bound
 
     @property
     def cache_stats(self) -> CacheStats:
-        return self._cache.stats
-
-    @property
-    def _matrices(self) -> dict[tuple[str, str], CachedMatrix]:
-        return self._cache.entries
+        return self.matrix_cache.stats
 
     @property
     def standin_stats(self) -> StandInStats:
-        return self._ann.standin_stats
+        return self.ann.standin_stats
 
     # ---- layout and state
 
     slug = staticmethod(project_slug)
 
-    def _dir(self, project: str) -> Path:
+    def project_dir(self, project: str) -> Path:
+        """The project's folder: its pointer file, locks, LanceDB tables and stand-in copies."""
         return self.root / "projects" / self.slug(check_project_name(project))
 
     def _state_path(self, project: str) -> Path:
-        return self._dir(project) / "state.json"
+        return self.project_dir(project) / "state.json"
 
     def _read_state(self, project: str) -> dict[str, Any] | None:
         """The project's pointer file; None only when there is none. A garbled one is damage,
@@ -205,7 +204,7 @@ class LanceStore(Store):
     def _locked(self, project: str) -> Iterator[dict[str, Any]]:
         """Read-modify-write of one project's state, serialised across threads and processes
         (flock), so two writers never lose each other's pointer change."""
-        d = self._dir(project)
+        d = self.project_dir(project)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         with self._mutex, state_flock(d / ".lock"):
             state = self._read_state(project) or {"project": project, "tables": {}, "next": 1}
@@ -219,19 +218,19 @@ class LanceStore(Store):
     ) -> contextlib.AbstractContextManager[LockHolder]:
         """Hold the index lock of `project` for the block: one writer per project across
         processes (CLI runs, servers, a file watcher). See `fathom.index.store.project_files`."""
-        d = self._dir(project)
+        d = self.project_dir(project)
         d.mkdir(mode=0o700, parents=True, exist_ok=True)
         return hold_index_lock(d / ".index.lock", project, holder, self.clock)
 
     def lock_holder(self, project: str) -> LockHolder | None:
         """Who holds the index lock of `project` now, or None."""
-        return index_lock_holder(self._dir(project) / ".index.lock", project)
+        return index_lock_holder(self.project_dir(project) / ".index.lock", project)
 
     def _db(self, project: str) -> Any:
         slug = self.slug(project)
         db = self._dbs.get(slug)
         if db is None:
-            db = self._lancedb.connect(str(self._dir(project)), session=self._session)
+            db = self._lancedb.connect(str(self.project_dir(project)), session=self._session)
             self._dbs[slug] = db
         return db
 
@@ -259,6 +258,14 @@ class LanceStore(Store):
             return None
         name: str | None = state["tables"].get(table, {}).get(slot.value)
         return name
+
+    def slot_table(self, project: str, table: str, slot: Slot = Slot.ACTIVE) -> Any | None:
+        """The Lance table in `slot` (None when the slot is empty), current to its latest
+        version, for looking at: its schema, indexes and rows (`fathom verify`'s kind of
+        reading, or a test's). Rows are written through `write`, which checks them."""
+        check_table_kind(table)
+        name = self._slot_name(project, table, slot)
+        return None if name is None else self._table(project, name)
 
     def _create(self, project: str, state: dict[str, Any], table: str, space: Space) -> str:
         # A random tail: a dropped and re-created project never reuses a name that another
@@ -332,25 +339,24 @@ class LanceStore(Store):
         tbl.optimize()
         if not any(i.index_type == "FTS" for i in tbl.list_indices()):
             tbl.create_index("keywords", config=fts_config(), replace=True)
-        if self._ann.needs(tbl):
+        if self.ann.needs(tbl):
             # Too big for the in-memory matrix. The ANN index takes minutes at a million rows,
             # so it is built after the switch, in the background: meanwhile a new table is
             # answered exactly from a memory-mapped copy (`_open_standin`), a refreshed one by
             # its previous index plus a flat scan of the rows added since.
-            self._ann.later(project, name)
-
-    def _build_ann(self, project: str, name: str) -> None:
-        self._ann.build(project, name)
+            self.ann.later(project, name)
 
     def ann_pending(self, project: str, table: str) -> bool:
         """Whether the active table's ANN index is being built in this process now."""
-        return self._ann.pending(project, table)
+        return self.ann.pending(project, table)
 
     def wait_for_ann(self, timeout: float | None = None) -> bool:
         """Wait for the ANN builds this process started; True when none is left running."""
-        return self._ann.wait(timeout)
+        return self.ann.wait(timeout)
 
-    def _collect_garbage(self, project: str) -> None:
+    def collect_garbage(self, project: str) -> None:
+        """Drop the project's tables that no slot names (left by an abandoned run, a crash, an
+        older promotion) and the ANN builder's leftovers; each promotion ends with it."""
         state = self._read_state(project) or {"tables": {}}
         live = {v for e in state["tables"].values() for k, v in e.items() if k in ("active", "shadow") and v}
         try:
@@ -360,7 +366,7 @@ class LanceStore(Store):
         for name in names:
             if name not in live:
                 self._drop(project, name)
-        self._ann.collect_garbage(project, live)
+        self.ann.collect_garbage(project, live)
 
     # ---- writes
 
@@ -473,6 +479,12 @@ class LanceStore(Store):
         entry = state["tables"].get(table, {})
         return entry.get("active"), int(entry.get("generation", 0))
 
+    def generation(self, project: str, table: str) -> int:
+        """How many times the active table has changed (a write, a promotion, an ANN index):
+        a reader holding an older handle reopens it."""
+        check_table_kind(table)
+        return self._active(project, table)[1]
+
     def _active_handle(self, project: str, table: str) -> tuple[str | None, int, Any]:
         """The active table's name, generation and a Lance handle current to that generation.
 
@@ -499,12 +511,12 @@ class LanceStore(Store):
         name, generation, tbl = self._active_handle(project, table)
         if name is None:
             return None, None
-        return self._cache.load(project, self.slug(project), table, (name, table, generation), tbl), tbl
+        return self.matrix_cache.load(project, self.slug(project), table, (name, table, generation), tbl), tbl
 
     def _cached(self, project: str, table: str, *, use: bool = False) -> CachedMatrix | None:
         """The active table's cached entry if the cache holds it now (see `MatrixCache.held`)."""
         name, generation = self._active(project, table)
-        return self._cache.held(self.slug(project), table, (name, table, generation), use=use)
+        return self.matrix_cache.held(self.slug(project), table, (name, table, generation), use=use)
 
     def _query_vector(self, project: str, table: str, vector: Any) -> np.ndarray:
         return query_vector(self.space_of(project, table), table, vector)
@@ -614,11 +626,11 @@ class LanceStore(Store):
             self._dbs.pop(slug, None)
             for key in [k for k in self._tables if k[0] == slug]:
                 del self._tables[key]
-            self._cache.forget(slug)
-            self._ann.forget(slug)  # its files go with the folder below
+            self.matrix_cache.forget(slug)
+            self.ann.forget(slug)  # its files go with the folder below
             # state.json goes first: from that instant the project is unknown to readers.
             self._state_path(project).unlink(missing_ok=True)
-            shutil.rmtree(self._dir(project), ignore_errors=True)
+            shutil.rmtree(self.project_dir(project), ignore_errors=True)
 
     @guarded
     def provenance_counts(
@@ -660,8 +672,8 @@ class LanceStore(Store):
         return texts_in(self._table(project, name), ids)
 
     def close(self) -> None:
-        self._ann.close()
+        self.ann.close()
         with self._mutex:
-            self._matrices.clear()
+            self.matrix_cache.entries.clear()
             self._tables.clear()
             self._dbs.clear()

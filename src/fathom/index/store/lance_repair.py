@@ -89,7 +89,7 @@ def rebuild_state(store: LanceStore, project: str) -> tuple[str, list[str]]:
     number in its name) becomes a shadow of the space its own schema records, so the next
     index run resumes it (embedding only the chunks it lacks) and promotes it. Returns the
     name the damaged file was kept under, and the tables kept."""
-    d = store._dir(project)
+    d = store.project_dir(project)
     path = d / "state.json"
     aside = path.with_name(f"state.json.damaged-{int(store.clock())}")
     path.replace(aside)
@@ -121,7 +121,7 @@ def rebuild_state(store: LanceStore, project: str) -> tuple[str, list[str]]:
     store._write_state(project, state)
     with store._mutex:
         store._tables.clear()
-        store._matrices.clear()
+        store.matrix_cache.entries.clear()
     return aside.name, kept
 
 

@@ -56,11 +56,11 @@ class LanceSearch:
             rows, scores = cached.vector_top(q, k, cached.allowed(where))
             return hits_from(cached.meta.take(pa.array(rows)), table, scores.tolist(), "vector")
         if where is None:
-            hits: list[Hit] | None = store._ann.standin_search(project, table, tbl, q, k)
+            hits: list[Hit] | None = store.ann.standin_search(project, table, tbl, q, k)
             if hits is not None:
                 return hits
-        store._ann.ensure(project, tbl)
-        nprobes, candidates = store._ann.search_params(project, tbl, len(q))
+        store.ann.ensure(project, tbl)
+        nprobes, candidates = store.ann.search_params(project, tbl, len(q))
         search = (
             tbl.search(q, vector_column_name="vector")
             .distance_type("cosine")

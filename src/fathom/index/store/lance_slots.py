@@ -103,7 +103,7 @@ class LanceSlots:
             # rename is the promotion of every table. Dropping the old versions comes after.
         for name in old:
             store._drop(project, name)
-        store._collect_garbage(project)
+        store.collect_garbage(project)
         return [store.table_info(project, table) for table in names]
 
     def _id_counts(self, project: str, name: str) -> tuple[int, int]:
