@@ -18,7 +18,7 @@ from mcp import Client
 
 from fathom.config import Settings
 from fathom.index.request import SearchRequest
-from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, tokens_of
+from fathom.server.answer_tokens import DEFAULT_MAX_TOKENS, AnswerTokens
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.server.search_answer import answer_of
 from fathom.service import Fathom
@@ -81,7 +81,10 @@ async def test_k100_over_2000_chunks_stays_under_the_budget_and_pages_lose_nothi
     service = wired.app.state.service
     indexed = await service.index(root, "rich")
     assert indexed.tables["code"] >= 2000, indexed.tables
-    query, tokens = "render a table with borders and column widths", tokens_of(service)
+    query = "render a table with borders and column widths"
+    # What the client received, counted whole (the server counts by pieces, each once).
+    tokens = AnswerTokens.from_folder(service.settings.local_model_path)
+    tokens.by_pieces = False
 
     seen: list[str] = []
     async with serve_in_loop(wired) as url, mcp(url, ADMIN) as client:
