@@ -189,3 +189,40 @@ async def test_a_cancel_after_the_last_batch_promotes_nothing(shop: Shop):
         await shop.fathom.index(shop.root, "shop", full=True, job=job, progress=cancel_when_all_embedded)
     assert job.state.value == "cancelled" and job.progress.phase != "promoting"
     assert shop.fathom.store.table_info("shop", "code").rows == before
+
+
+@bounded
+async def test_a_server_stop_waits_for_a_run_an_mcp_client_started(tmp_path: Path):
+    """`fathom server`'s stop waits for the runs its MCP clients started, as for the admin
+    API's: the held run is asked to stop, its batch is let through only then, and the run
+    ends at its next checkpoint before the server is gone; a first index stopped mid-run
+    leaves nothing indexed."""
+    from fathom.index.store import LanceStore
+    from tests.fleet.fleet_fixtures import ADMIN, serve_in_loop
+    from tests.server.admin_fixtures import build_operator_app
+
+    encoder = HeldEncoder()
+    encoder.info = dataclasses.replace(encoder.info, roles=frozenset(EMBEDDING_ROLES))
+    gate = encoder.hold = asyncio.Event()
+    root = write_shop(tmp_path / "shop")
+    data = tmp_path / "data"
+    app = build_operator_app(data, encoder=encoder)
+    async with serve_in_loop(app) as url:
+        async with mcp(url, ADMIN) as client:
+            started = await client.call_tool("index_project", {"path": str(root), "project": "shop"})
+            assert not started.is_error, text(started)
+            job = started.structured_content["job"]
+            await asyncio.wait_for(encoder.reached.wait(), 30)
+        run = app.state.service.jobs.get(job["id"])
+
+        async def let_through_once_asked_to_stop() -> None:
+            await asyncio.to_thread(run.stop.wait, 30)
+            gate.set()
+
+        opener = asyncio.create_task(let_through_once_asked_to_stop())
+    assert opener.done() and gate.is_set()  # the stop asked the run to stop
+    left = [t for t in asyncio.all_tasks() if t.get_name() == f"fathom.index:{job['id']}"]
+    assert left == []  # and waited for it: no run of it is left on the loop
+    assert run.state.value == "cancelled", run.state
+    store = LanceStore(data / "lance")
+    assert not store.has_project("shop") or store.table_info("shop", "code").rows == 0
