@@ -92,13 +92,13 @@ def test_a_piece_counted_once_is_not_tokenized_again(default_tokenizer):
 
 
 def test_what_it_remembers_stays_under_its_bound(default_tokenizer, monkeypatch):
-    monkeypatch.setattr(answer_tokens, "PIECES_HELD", 64 * 40)
+    monkeypatch.setattr(answer_tokens, "PIECES_HELD", 64 * 40)  # about 14 short pieces
     counter = AnswerTokens(default_tokenizer, key="pieces", by_pieces=True)
     whole = AnswerTokens(default_tokenizer, key="whole")
     words = [f"piece number {i} of many" for i in range(400)]
     text = '"'.join(words)
     assert counter.total(text) == whole.total(text)
-    assert 0 < counter._held_chars <= answer_tokens.PIECES_HELD
+    assert 0 < counter._held_bytes <= answer_tokens.PIECES_HELD and 0 < len(counter._held) < 20
     assert "piece number 399 of many" in counter._held and "piece number 0 of many" not in counter._held
     huge = "y " * 40  # over PIECES_HELD // 64: counted, not kept
     assert counter.total(huge) == whole.total(huge) and huge not in counter._held

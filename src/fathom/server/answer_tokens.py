@@ -15,7 +15,7 @@ as sent, and the whole repeats the hits' text. With a BERT-style tokenizer (its 
 works character by character, its pre-tokenizer cuts at every punctuation mark before the
 WordPiece model sees a word) no token spans a `"`: a text's count is the sum of its pieces
 between quotes, one token a quote. So the counter cuts texts at quotes and remembers each
-piece's count (`PIECES_HELD` characters of them, least recently used out first): counting
+piece's count (about `PIECES_HELD` bytes of them, least recently used out first): counting
 the whole page costs a lookup per piece already counted and a tokenization of the new ones
 only. The sum is the whole count exactly, not an estimate (tests/server/test_answer_tokens.py
 holds them equal). Any other tokenizer counts every text whole.
@@ -49,8 +49,10 @@ FALLBACK_CHARS = 3
 # The JSON-RPC envelope around a tool result (`jsonrpc`, `id`, `isError`, `resultType`, the
 # server's `_meta`): 89 tokens measured; counted with room to spare.
 ENVELOPE = 128
-# Characters of counted pieces the counter remembers (a page's worth many times over).
-PIECES_HELD = 4 << 20
+# About how many bytes of counted pieces the counter remembers (a page's worth many times
+# over): a piece costs its characters and `PIECE_BYTES` for the string and its entry.
+PIECES_HELD = 8 << 20
+PIECE_BYTES = 160
 QUOTE = '"'
 
 
@@ -73,7 +75,7 @@ class AnswerTokens:
         self.key = key
         self.by_pieces = by_pieces  # cut at quotes, each piece counted once (module docstring)
         self._held: OrderedDict[str, int] = OrderedDict()
-        self._held_chars = 0
+        self._held_bytes = 0
         self._lock = threading.Lock()
         self._quote = self._encoded([QUOTE])[0] if by_pieces else 0
 
@@ -122,10 +124,10 @@ class AnswerTokens:
         if piece in self._held or len(piece) > PIECES_HELD // 64:  # a huge piece: not kept
             return
         self._held[piece] = count
-        self._held_chars += len(piece)
-        while self._held_chars > PIECES_HELD:
+        self._held_bytes += len(piece) + PIECE_BYTES
+        while self._held_bytes > PIECES_HELD:
             gone, _ = self._held.popitem(last=False)
-            self._held_chars -= len(gone)
+            self._held_bytes -= len(gone) + PIECE_BYTES
 
 
 @functools.lru_cache(maxsize=4)
