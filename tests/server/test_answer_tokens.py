@@ -47,7 +47,7 @@ def default_tokenizer() -> Any:
 def texts() -> list[str]:
     """Answers' kinds of text: source as the SDK sends it (JSON, every non-ASCII character
     escaped) and as it is, quotes escaped and not, words past WordPiece's 100 characters,
-    CJK, accents, box drawing, quotes alone and at both ends."""
+    CJK, accents, box drawing, the tokenizer's own tokens, quotes alone and at both ends."""
     out = []
     for path in SOURCES:
         source = path.read_text(encoding="utf-8")
@@ -60,6 +60,7 @@ def texts() -> list[str]:
         '"',
         "",
         'say \\"hi\\"\n\t"end',
+        'the "[MASK]" and [SEP]"[CLS] tokens, "[PAD]x"',
         json.dumps({"table": "│ a │ b │", "emoji": "🙂", "ctrl": "\u0007\u0301"}),
     ]
     return out
@@ -117,3 +118,12 @@ def test_a_tokenizer_whose_tokens_may_span_a_quote_counts_whole():
     spanning = AnswerTokens(recording, key="bpe", by_pieces=cuts_at_quotes(bpe))
     assert spanning.total('a"a') == 2  # `a"` + `a`: by pieces it would be 3
     assert recording.asked == ['a"a']
+
+
+def test_an_added_token_holding_a_quote_makes_it_count_whole():
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(Path(Settings().local_model_path) / "tokenizer.json"))
+    assert cuts_at_quotes(tokenizer)
+    tokenizer.add_tokens(['x"y'])  # matched in the text before anything cuts it
+    assert not cuts_at_quotes(tokenizer)

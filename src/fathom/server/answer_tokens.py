@@ -58,12 +58,19 @@ QUOTE = '"'
 
 def cuts_at_quotes(tokenizer: Any) -> bool:
     """Whether no token of `tokenizer` can span a `"`: a BERT normalizer (or none), BERT's
-    pre-tokenizer and a WordPiece model."""
+    pre-tokenizer, a WordPiece model, and no added token (matched in the text before all
+    else: `[SEP]`, `[MASK]`…) holding a quote."""
     config = json.loads(tokenizer.to_str())
     normalizer = (config.get("normalizer") or {}).get("type", "BertNormalizer")
     pre = (config.get("pre_tokenizer") or {}).get("type")
     model = (config.get("model") or {}).get("type")
-    return normalizer == "BertNormalizer" and pre == "BertPreTokenizer" and model == "WordPiece"
+    added = [t.get("content", "") for t in config.get("added_tokens") or []]
+    return (
+        normalizer == "BertNormalizer"
+        and pre == "BertPreTokenizer"
+        and model == "WordPiece"
+        and not any(QUOTE in t for t in added)
+    )
 
 
 class AnswerTokens:
