@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import Client
@@ -226,3 +227,32 @@ async def test_a_server_stop_waits_for_a_run_an_mcp_client_started(tmp_path: Pat
     assert run.state.value == "cancelled", run.state
     store = LanceStore(data / "lance")
     assert not store.has_project("shop") or store.table_info("shop", "code").rows == 0
+
+
+@bounded
+async def test_index_project_checks_the_folder_once_a_call(shop: Shop, tmp_path: Path, monkeypatch):
+    """The tool checks the folder in the call (a bad one is refused there) and hands the run
+    the result: neither the run nor the indexer checks it again."""
+    import fathom.index.indexer
+    import fathom.service.projects
+
+    checked: list[Path] = []
+    check = fathom.index.indexer.check_project_root
+
+    def counted(root: Any, refused: Any = None) -> Path:
+        checked.append(Path(root))
+        return check(root, refused)
+
+    monkeypatch.setattr(fathom.service.projects, "check_project_root", counted)
+    monkeypatch.setattr(fathom.index.indexer, "check_project_root", counted)
+    other = write_shop(tmp_path / "other", files=3)
+    async with Client(build_mcp_server(shop.fathom)) as client:
+        first = await client.call_tool("index_project", {"path": str(other)})  # in the background
+        assert first.structured_content["background"] is True, text(first)
+        assert (await ended(client, "other", first.structured_content["job"]["id"]))["state"] == "done"
+        assert checked == [other]
+        again = await client.call_tool("index_project", {"path": str(other)})  # blocking
+        assert again.structured_content["background"] is False, text(again)
+        assert checked == [other, other]
+        missing = await client.call_tool("index_project", {"path": str(tmp_path / "absent")})
+        assert missing.is_error and "absent" in text(missing)

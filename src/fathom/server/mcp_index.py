@@ -241,13 +241,14 @@ def register_index_tools(server: MCPServer, fathom: Fathom) -> BackgroundIndex:
         ] = False,
         ctx: Context | None = None,
     ) -> IndexSummary:
-        if not wait and await runs.first_or_full(path, project, full):
-            job = await runs.start(path, project, full=full, include=include)
+        target = await runs.check(path, project)
+        if not wait and await runs.first_or_full(target, full):
+            job = await runs.start(target, full=full, include=include)
             return IndexSummary(
                 project=job.project, root=str(job.root), full=full, background=True, job=job_view(job)
             )
         async with ProgressReporter(ctx) as report_progress:
-            job = await runs.start(path, project, full=full, include=include, progress=report_progress)
+            job = await runs.start(target, full=full, include=include, progress=report_progress)
             report = await runs.wait(job)
         return summary_of(report, job)
 

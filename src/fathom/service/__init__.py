@@ -294,10 +294,19 @@ class Fathom:
         include: Sequence[str] | None = None,
         reason: str | None = None,
         paths: Sequence[str] | None = None,
+        target: IndexTarget | None = None,
     ) -> IndexReport:
         """Index `path` as `project` (`Indexing.index`)."""
         return await self.indexing.index(
-            path, project, full=full, progress=progress, job=job, include=include, reason=reason, paths=paths
+            path,
+            project,
+            full=full,
+            progress=progress,
+            job=job,
+            include=include,
+            reason=reason,
+            paths=paths,
+            target=target,
         )
 
     async def drop(self, project: str, *, untracking: bool = False) -> dict[str, Any]:

@@ -24,7 +24,13 @@ from typing import Any, Protocol
 from fathom.errors import ConfigError, UnknownJob
 from fathom.index.job import IndexProgress, IndexReport, Job, JobState
 from fathom.service.jobs import JobTable
-from fathom.service.projects import ProjectRecords, check_includes, index_target, indexed_before
+from fathom.service.projects import (
+    IndexTarget,
+    ProjectRecords,
+    check_includes,
+    index_target,
+    indexed_before,
+)
 
 log = logging.getLogger("fathom.service.background")
 
@@ -47,6 +53,7 @@ class IndexService(Protocol):
         job: Job | None = None,
         include: Sequence[str] | None = None,
         reason: str | None = None,
+        target: IndexTarget | None = None,
     ) -> IndexReport: ...
 
 
@@ -68,14 +75,18 @@ class BackgroundIndex:
     def __init__(self, service: IndexService):
         self.service = service
 
-    async def first_or_full(self, path: str, project: str | None, full: bool) -> bool:
-        """Whether a run of `path` would build a whole table: asked for `full`, or the project
-        was never indexed (those are the long runs that answer at once)."""
-        if full:
-            return True
-        target = await asyncio.to_thread(
+    async def check(self, path: str, project: str | None) -> IndexTarget:
+        """Every check of the folder (`index_target`), made once for the call: a bad folder is
+        refused in it, and the run is handed the result."""
+        return await asyncio.to_thread(
             index_target, self.service.records, self.service.settings, path, project
         )
+
+    async def first_or_full(self, target: IndexTarget, full: bool) -> bool:
+        """Whether a run of the checked folder would build a whole table: asked for `full`, or
+        the project was never indexed (those are the long runs that answer at once)."""
+        if full:
+            return True
         # A job seen done counts at once: its run records the project's last run just after.
         if any(j.state is JobState.DONE for j in self.service.jobs.of(target.name)):
             return False
@@ -83,17 +94,14 @@ class BackgroundIndex:
 
     async def start(
         self,
-        path: str,
-        project: str | None = None,
+        target: IndexTarget,
         *,
         full: bool = False,
         include: Sequence[str] | None = None,
         progress: Callable[[IndexProgress], None] | None = None,
     ) -> Job:
-        """Check what the run needs, then start it; the job is returned at once."""
-        target = await asyncio.to_thread(
-            index_target, self.service.records, self.service.settings, path, project
-        )
+        """Start a run of the checked folder (`check`) once what else it needs holds; the job
+        is returned at once."""
         if include is not None:
             include = check_includes(include)
         for other in self.service.jobs.of(target.name):
@@ -102,7 +110,16 @@ class BackgroundIndex:
                 raise Busy(target.name, other)
         job = Job(target.name, target.root, full=full, clock=self.service.clock)
         self.service.jobs.launch(
-            job, self.service.index(path, target.name, full=full, progress=progress, job=job, include=include)
+            job,
+            self.service.index(
+                target.root,
+                target.name,
+                full=full,
+                progress=progress,
+                job=job,
+                include=include,
+                target=target,
+            ),
         )
         log.info(
             "index job %s started: project %s from %s%s",

@@ -191,16 +191,20 @@ class Indexing:
         include: Sequence[str] | None = None,
         reason: str | None = None,
         paths: Sequence[str] | None = None,
+        target: IndexTarget | None = None,
     ) -> IndexReport:
         """Index `path` as `project`. `include` globs (None: the project's stored ones)
         take back folders and files the built-in skips and .gitignore leave out, and are
         remembered for later runs and syncs. `reason` marks a job ("sync": the watcher's).
-        `paths`: an incremental run of only these files (a git diff), the rest left as it is."""
+        `paths`: an incremental run of only these files (a git diff), the rest left as it is.
+        `target`: the folder's checks, made by a caller that refuses within its call
+        (`index_target`, as `BackgroundIndex.check` makes them), not made again."""
         # The one check of the folder, before anything is probed or loaded; the indexer is
         # handed its result and does not check again.
-        target = await asyncio.to_thread(
-            index_target, self.records, self.settings, path, project, from_git=reason == "git"
-        )
+        if target is None:
+            target = await asyncio.to_thread(
+                index_target, self.records, self.settings, path, project, from_git=reason == "git"
+            )
         root, name = target.root, target.name
         if include is not None:
             include = check_includes(include)
