@@ -199,6 +199,32 @@ async def test_find_calls_is_listed_once_symbols_exist(sample, tmp_path):
         assert "find_calls" in {t.name for t in (await client.list_tools()).tools}
 
 
+async def test_find_calls_comes_and_goes_in_one_session_whoever_writes_the_symbols(tmp_path):
+    """The check after every request reads the symbol table only when its files changed: a
+    first index by this server, a drop by another writer of the data dir, an index by it
+    again, each shows in the list at the next request."""
+    from fathom.service.calls import has_symbols
+
+    data = tmp_path / "data"
+    root = write_project(tmp_path / "calls", FILES)
+    here = Fathom(Settings(data_dir=data), encoder=hash_encoder())
+    other = Fathom(Settings(data_dir=data), encoder=hash_encoder())  # another process's writes
+
+    async def listed(client: Client) -> bool:
+        return "find_calls" in {t.name for t in (await client.list_tools()).tools}
+
+    async with Client(build_mcp_server(here)) as client:
+        assert not await listed(client)
+        await here.index(root, "calls")
+        assert await listed(client) and has_symbols(here)
+        await other.drop("calls")
+        assert not await listed(client) and not has_symbols(other)
+        await other.index(root, "calls")
+        assert await listed(client)
+        await here.drop("calls")
+        assert not await listed(client)
+
+
 def test_fathom_calls_on_the_command_line(sample):
     data, _ = sample
     runner = CliRunner()

@@ -14,6 +14,7 @@ event loop: every function here blocks.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fathom.errors import ConfigError
@@ -87,8 +88,35 @@ def find_calls(
 
 def has_symbols(fathom: SymbolSource) -> bool:
     """Whether any project's symbols are in the table (where `find_calls` is listed): one
-    read of a file that exists, nothing made where none does."""
-    if not table_path(fathom).exists():
+    read of a file that exists, nothing made where none does. Asked after every MCP request,
+    so it reads the table only when the table's files changed since it last did: a write
+    from this process or another (a commit appends to the write-ahead log, a checkpoint
+    rewrites the file) changes their size or time."""
+    path = table_path(fathom)
+    signature = _signature(path)
+    if signature[0] is None:
         return False
+    seen = _SEEN.get(path)
+    if seen is not None and seen[0] == signature:
+        return seen[1]
     with table_of(fathom).snapshot() as conn:
-        return conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
+        found = conn.execute("SELECT 1 FROM files LIMIT 1").fetchone() is not None
+    _SEEN[path] = (signature, found)  # the signature from before the read: a write since reads again
+    return found
+
+
+# The symbol table's files as `has_symbols` last read them, and what it found.
+_SEEN: dict[Path, tuple[tuple[tuple[int, int, int] | None, ...], bool]] = {}
+
+
+def _signature(path: Path) -> tuple[tuple[int, int, int] | None, ...]:
+    """(inode, modification time, size) of the table's file and of its write-ahead log."""
+    out: list[tuple[int, int, int] | None] = []
+    for file in (path, path.with_name(path.name + "-wal")):
+        try:
+            st = file.stat()
+        except FileNotFoundError:
+            out.append(None)
+        else:
+            out.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(out)
