@@ -166,7 +166,7 @@ class _Recorder:
 
             setattr(cls, name, staticmethod(wrapper) if name == "_merge" else wrapper)
 
-        for name in ("_merge", "_create", "_drop", "_build_indexes", "_write_state", "_collect_garbage"):
+        for name in ("_merge", "_create", "_drop", "_build_indexes", "_write_state", "collect_garbage"):
             wrap_method(name)
         # Everything the promotion does counts as "promote:" events.
         step = "promote_together" if hasattr(cls, "promote_together") else "promote"

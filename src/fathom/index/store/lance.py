@@ -260,9 +260,8 @@ class LanceStore(Store):
         return name
 
     def slot_table(self, project: str, table: str, slot: Slot = Slot.ACTIVE) -> Any | None:
-        """The Lance table in `slot` (None when the slot is empty), current to its latest
-        version, for looking at: its schema, indexes and rows (`fathom verify`'s kind of
-        reading, or a test's). Rows are written through `write`, which checks them."""
+        """The Lance table in `slot` (None: empty), at its latest version, to look at (schema,
+        indexes, rows); rows are written through `write`, which checks them."""
         check_table_kind(table)
         name = self._slot_name(project, table, slot)
         return None if name is None else self._table(project, name)
@@ -355,8 +354,7 @@ class LanceStore(Store):
         return self.ann.wait(timeout)
 
     def collect_garbage(self, project: str) -> None:
-        """Drop the project's tables that no slot names (left by an abandoned run, a crash, an
-        older promotion) and the ANN builder's leftovers; each promotion ends with it."""
+        """Drop the tables no slot names and the ANN builder's leftovers (each promotion ends so)."""
         state = self._read_state(project) or {"tables": {}}
         live = {v for e in state["tables"].values() for k, v in e.items() if k in ("active", "shadow") and v}
         try:
