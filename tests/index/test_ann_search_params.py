@@ -38,15 +38,29 @@ def test_the_per_size_defaults_are_the_swept_ones():
 
 @pytest.fixture
 def asked(monkeypatch):
-    """(nprobes, refine_factor) of every vector query the store hands LanceDB."""
-    seen: list[tuple[int, int]] = []
-    to_arrow = LanceVectorQueryBuilder.to_arrow
+    """(nprobes, refine_factor) of every vector query the store hands LanceDB, as the store
+    sets them through the query builder's public methods (None: left unset)."""
+    seen: list[tuple[int | None, int | None]] = []
+    set_on: dict[int, dict[str, int]] = {}
+    originals = {
+        name: getattr(LanceVectorQueryBuilder, name) for name in ("nprobes", "refine_factor", "to_arrow")
+    }
 
-    def spy(self, *args, **kwargs):
-        seen.append((self._minimum_nprobes, self._refine_factor))
-        return to_arrow(self, *args, **kwargs)
+    def setter(name):
+        def spy(self, value):
+            set_on.setdefault(id(self), {})[name] = value
+            return originals[name](self, value)
 
-    monkeypatch.setattr(LanceVectorQueryBuilder, "to_arrow", spy)
+        return spy
+
+    def to_arrow(self, *args, **kwargs):
+        values = set_on.pop(id(self), {})
+        seen.append((values.get("nprobes"), values.get("refine_factor")))
+        return originals["to_arrow"](self, *args, **kwargs)
+
+    monkeypatch.setattr(LanceVectorQueryBuilder, "nprobes", setter("nprobes"))
+    monkeypatch.setattr(LanceVectorQueryBuilder, "refine_factor", setter("refine_factor"))
+    monkeypatch.setattr(LanceVectorQueryBuilder, "to_arrow", to_arrow)
     return seen
 
 

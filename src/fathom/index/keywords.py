@@ -11,7 +11,8 @@ defaults), so a table ranks the same whether the cache holds it or not:
 * tokens: split on every character that is not a letter or a digit, lower-cased, tokens of
   40 bytes or more dropped, stemmed (Snowball English: PyStemmer is the C build of the
   same algorithm LanceDB's Rust stemmer runs), then stop words dropped (compared after
-  stemming, as LanceDB does), then accents folded to ASCII;
+  stemming, as LanceDB does; the list the installed LanceDB uses), then accents folded
+  to ASCII;
 * score: BM25 with k1 = 1.2, b = 0.75, idf = ln(1 + (N - n + 0.5) / (n + 0.5)), the
   document length counted in kept tokens, float32 like LanceDB's; a query term counts once
   per occurrence in the query; any matching term makes a row a candidate (OR).
@@ -31,6 +32,7 @@ API:
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import re
 import sys
 import threading
@@ -49,19 +51,34 @@ _SPLIT = r"[^\p{L}\p{N}]+"
 _WORD = re.compile(r"[^\W_]+")
 # LanceDB's English stop words, compared with the *stemmed* token (so "ourselves", stemmed
 # to "ourselv", is kept while "the" is dropped). Read off LanceDB itself: every candidate
-# word indexed alone, and those its full-text search never finds are these.
-STOP_WORDS = frozenset(
+# word indexed alone, and those its full-text search never finds are these
+# (tests/index/test_keywords.py reads them again from the installed LanceDB).
+STOP_WORDS_SINCE_0_41 = frozenset(
     """
     i me my myself we our ours you your yours yourself he him his himself she her hers
     herself it its itself they them their theirs what which who whom this that these those
     am is are was were be been being have has had having do did doing should a an the and
     but if or as until while of at by for with about against between into through after
     below to from up down in out on off over under again further then here there when where
-    how all both each few more most other some such no nor not own same so than too s t can
-    will just don now d ll m o re ve y ain aren couldn didn doesn hadn hasn haven isn ma
+    how all both each few more most other some such own same so than too can will just now re
+""".split()
+)
+# Before 0.41 the list also held negations and the pieces of English contractions.
+STOP_WORDS_BEFORE_0_41 = STOP_WORDS_SINCE_0_41 | frozenset(
+    """
+    no nor not s t don d ll m o ve y ain aren couldn didn doesn hadn hasn haven isn ma
     mightn mustn needn shan shouldn wasn weren won wouldn
 """.split()
 )
+
+
+def lancedb_version() -> tuple[int, int]:
+    """The installed LanceDB's (major, minor)."""
+    major, minor = re.findall(r"\d+", importlib.metadata.version("lancedb"))[:2]
+    return int(major), int(minor)
+
+
+STOP_WORDS = STOP_WORDS_BEFORE_0_41 if lancedb_version() < (0, 41) else STOP_WORDS_SINCE_0_41
 
 
 _local = threading.local()
