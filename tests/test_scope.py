@@ -32,6 +32,7 @@ def test_a_scope_sees_its_projects_only(two_projects: Fathom):
     with scope.within(["alpha", "ghost"]):
         assert [p.name for p in fathom.projects()] == ["alpha"]
         assert fathom.store.has_project("alpha") and not fathom.store.has_project("beta")
+        assert fathom.store.project_names() == ["alpha"]
         assert fathom.index_status("alpha").tables["code"]["rows"] > 0
         for call in (
             lambda: fathom.index_status("beta"),

@@ -100,6 +100,9 @@ class ScopedStore(Store):
     def list_projects(self) -> list[ProjectInfo]:
         return [p for p in self._store.list_projects() if p.name in self._projects]
 
+    def project_names(self) -> list[str]:
+        return [n for n in self._store.project_names() if n in self._projects]
+
     def has_project(self, project: str) -> bool:
         return project in self._projects and self._store.has_project(project)
 

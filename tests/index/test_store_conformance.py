@@ -635,9 +635,11 @@ def test_list_and_drop_projects(store, clock):
     assert projects["alpha"].tables["docs"].rows == 0
     assert projects["team/beta project"].tables["code"].rows == 2
     assert store.has_project("alpha")
+    assert store.project_names() == ["alpha", "team/beta project"]
 
     store.drop_project("alpha")
     assert [p.name for p in store.list_projects()] == ["team/beta project"]
+    assert store.project_names() == ["team/beta project"]
     assert not store.has_project("alpha")
     with pytest.raises(UnknownProject) as err:
         store.vector_search("alpha", "code", clustered(1)[0], 3)

@@ -27,7 +27,7 @@ from fathom.errors import ConfigError
 from fathom.index import search as search_mod
 from fathom.index.request import SearchRequest
 from fathom.index.results import Noted, Ranking, skipped_note
-from fathom.index.store import Store
+from fathom.index.store import DamagedProject, Store
 from fathom.inference.provider import Provider
 from fathom.service.jobs import JobTable, first_index_notes, keyword_only, keyword_only_note
 from fathom.service.projects import ProjectRecords
@@ -65,17 +65,19 @@ class SearchSources:
             self.require_project(project)
             return [project], []
         store = self.store
-        projects = store.list_projects()
-        notes = [skipped_note(p.name, p.damage) for p in projects if p.damage]
         overlays = {n for n, r in self.records.load().items() if r.get("overlay")}  # git branches
-        names = [
-            p.name
-            for p in projects
-            if not p.damage
-            and table in p.tables
-            and p.tables[table].space is not None
-            and p.name not in overlays
-        ]
+        names: list[str] = []
+        notes: list[str] = []
+        # Each project's pointer is read, its tables not opened (nor their rows counted): a
+        # table damaged on disk is met, and noted, by the search itself.
+        for name in store.project_names():
+            try:
+                space = store.space_of(name, table)
+            except DamagedProject as exc:
+                notes.append(skipped_note(name, exc.detail))
+                continue
+            if space is not None and name not in overlays:
+                names.append(name)
         notes += first_index_notes(self.jobs, store, names, notes)
         if not names and not notes:
             raise ConfigError("no project is indexed yet: run `fathom index PATH` first")

@@ -339,6 +339,11 @@ class Store(ABC):
     @abstractmethod
     def list_projects(self) -> list[ProjectInfo]: ...
 
+    def project_names(self) -> list[str]:
+        """Every project's name, sorted, a damaged one included, without opening or counting
+        its tables as `list_projects` does: a search over every project starts here."""
+        return [p.name for p in self.list_projects()]
+
     def has_project(self, project: str) -> bool:
         return any(p.name == project for p in self.list_projects())
 

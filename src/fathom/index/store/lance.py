@@ -92,6 +92,7 @@ from fathom.index.store.matrix_cache import (
 from fathom.index.store.project_files import (
     hold_index_lock,
     index_lock_holder,
+    named_projects,
     project_slug,
     read_state_file,
     state_flock,
@@ -583,15 +584,15 @@ class LanceStore(Store):
             shadow_space=space_from_json(entry.get("shadow_space")),
         )
 
+    def project_names(self) -> list[str]:
+        return named_projects(self.root)
+
     def list_projects(self) -> list[ProjectInfo]:
         """Every project, a damaged one included (with `damage` saying why): one broken
         project must not hide the others, nor hide itself."""
         out = []
-        for state_file in sorted((self.root / "projects").glob("*/state.json")):
-            name = state_file.parent.name  # until the file itself names the project
+        for name in self.project_names():
             try:
-                with contextlib.suppress(OSError, ValueError, AttributeError):
-                    name = str(json.loads(state_file.read_text()).get("project") or name)
                 state = self._read_state(name)
                 if state is None:
                     continue  # dropped meanwhile

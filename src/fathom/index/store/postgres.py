@@ -593,6 +593,9 @@ class PostgresStore(Store):
                     info.tables[kind] = self.table_info(name, kind)
         return list(out.values())
 
+    def project_names(self) -> list[str]:
+        return self._tables.known(self.db.conn())
+
     def has_project(self, project: str) -> bool:
         return self._tables.project_exists(self.db.conn(), project)
 

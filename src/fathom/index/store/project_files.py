@@ -37,6 +37,18 @@ def project_slug(project: str) -> str:
     return f"{safe}-{hashlib.sha256(project.encode()).hexdigest()[:10]}"
 
 
+def named_projects(root: Path) -> list[str]:
+    """The names of the projects under the data dir `root`, sorted, each from its pointer
+    file (its folder's name when the file cannot say)."""
+    names = []
+    for state_file in (root / "projects").glob("*/state.json"):
+        name = state_file.parent.name
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            name = str(json.loads(state_file.read_text()).get("project") or name)
+        names.append(name)
+    return sorted(names)
+
+
 def read_state_file(path: Path, project: str) -> dict[str, Any] | None:
     """The project's pointer file; None only when there is none. A garbled one is damage,
     never "no project": reading it as empty would hide (or overwrite) a whole index."""
