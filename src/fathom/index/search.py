@@ -279,6 +279,18 @@ def _pooled(
     )
 
 
+def _spaces(store: Store, names: list[str], table: str, notes: list[str]) -> list[tuple[str, Any]]:
+    """Each project's space in `table` (read in one thread hop, not one a project); a damaged
+    one is left out with a note."""
+    spaces = []
+    for name in names:
+        try:
+            spaces.append((name, store.space_of(name, table)))
+        except DamagedProject as exc:
+            notes.append(skipped_note(name, exc.detail))
+    return spaces
+
+
 async def _over_projects(
     service: Searchable,
     names: list[str],
@@ -293,12 +305,7 @@ async def _over_projects(
     # encoder) are fused apart and merged by fused score, each group normalised to [0, 1]
     # with the same boosts.
     groups: dict[tuple[Any, str], tuple[Any, list[str]]] = {}
-    for name in names:
-        try:
-            space = await asyncio.to_thread(service.store.space_of, name, table)
-        except DamagedProject as exc:
-            notes.append(skipped_note(name, exc.detail))
-            continue
+    for name, space in await asyncio.to_thread(_spaces, service.store, names, table, notes):
         encoder = service.encoder_for(table, name)
         groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
     found: list[Hit] = []
