@@ -281,13 +281,16 @@ def _pooled(
 
 def _spaces(store: Store, names: list[str], table: str, notes: list[str]) -> list[tuple[str, Any]]:
     """Each project's space in `table` (read in one thread hop, not one a project); a damaged
-    one is left out with a note."""
+    one is left out with a note, one dropped since the search named it is left out."""
     spaces = []
     for name in names:
         try:
-            spaces.append((name, store.space_of(name, table)))
+            space = store.space_of(name, table)
         except DamagedProject as exc:
             notes.append(skipped_note(name, exc.detail))
+            continue
+        if space is not None:
+            spaces.append((name, space))
     return spaces
 
 
