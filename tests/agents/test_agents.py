@@ -18,8 +18,8 @@ from fathom.agents import (
 )
 from fathom.config import RoleRoute
 from fathom.inference.budget import CloudBudget
-from fathom.inference.calls import CloudForbidden, call_role
 from fathom.inference.provider import ChatResult
+from fathom.inference.router import CloudForbidden, call_role
 from fathom.policy import Policy
 from fathom.roles import DEFAULTS, FallbackMode, Role
 from tests.agents.agents_fixtures import LocalChat, TickClock, cloud, make_router, routing, tool_turn

@@ -546,8 +546,7 @@ async def test_through_a_sidecar_mistakes_stay_marked_and_refusals_stay_typed(fl
 
 
 async def test_requests_too_long_for_the_model_never_eject_it(local_llm):
-    from fathom.inference.calls import call_role
-    from fathom.inference.router import NoRoute
+    from fathom.inference.router import NoRoute, call_role
 
     backend = OpenAICompatibleChat(local_llm.base_url, roles=[Role.RLM], model=local_llm.model)
     router = make_router(routing(rlm=(Policy.LOCAL, FallbackMode.LOCAL_ONLY)), [backend])

@@ -27,11 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover
         ToolOutcome,
         find_spans,
     )
-    from fathom.inference.calls import CloudForbidden, Served, call_role
+    from fathom.inference.router import CloudForbidden, Served, call_role
 
 _HOMES = {
     "fathom.agents.routes": ("cloud_provider", "fallback_status"),
-    "fathom.inference.calls": ("CloudForbidden", "Served", "call_role"),
+    "fathom.inference.router": ("CloudForbidden", "Served", "call_role"),
     "fathom.agents.tools": (
         "TOOL_SPECS",
         "PathRefused",

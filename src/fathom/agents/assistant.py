@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 from fathom.agents.tools import Span, find_spans
 from fathom.errors import ConfigError, FathomError
 from fathom.index.request import SearchRequest
-from fathom.inference.calls import call_role
 from fathom.inference.provider import Provider
-from fathom.inference.router import Router
+from fathom.inference.router import Router, call_role
 from fathom.roles import Role
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -59,10 +59,9 @@ from fathom.agents.tools import TOOL_SPECS, ProjectTools, Span, ToolOutcome, fin
 from fathom.clock import Clock, SystemClock
 from fathom.errors import ConfigError, NoProviderAvailable, whole_number
 from fathom.index.walker import resolve_roots, root_moved
-from fathom.inference.calls import call_role, local_only
 from fathom.inference.openrouter import ContextLengthExceeded
 from fathom.inference.provider import ChatResult, ToolCall
-from fathom.inference.router import NoRoute, Router
+from fathom.inference.router import NoRoute, Router, call_role, local_only
 from fathom.roles import Role
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -1,6 +1,6 @@
 """How the stateless roles (reranker, code-assistant, rlm) reach a provider.
 
-The door itself, `call_role`, is `fathom.inference.calls` (the reranker stage uses it too).
+The door itself, `call_role`, is `fathom.inference.router` (the reranker stage uses it too).
 This module builds the cloud route of a stateless role
 (`cloud_provider`, always wrapped in `BudgetedProvider`, so its calls take the key's permits),
 and states what a role's fallback mode means (`fallback_status`) for status output and the

@@ -35,9 +35,8 @@ import numpy as np
 
 from fathom.errors import FathomError
 from fathom.index.results import Ranking, SearchHit
-from fathom.inference.calls import call_role
 from fathom.inference.provider import Kind, Provider, ProviderInfo
-from fathom.inference.router import Router
+from fathom.inference.router import Router, call_role
 from fathom.roles import Role
 
 NO_CANDIDATES = "no candidates to rerank"

@@ -8,10 +8,20 @@ What each policy allows is read from `fathom.policy.BEHAVIOUR` and nowhere else.
 
 Embedding roles write a table, so only providers the gate cleared for that table may serve
 them; `is_cleared` is injected (the service hands it the gate's verdicts, `Gate.is_cleared`).
-Stateless roles (reranker, code-assistant, rlm) write nothing and fail over per request.
+Stateless roles (reranker, code-assistant, rlm) write nothing and fail over per request, all
+through one door, `call_role`: the reranker stage and the agents alike. It charges the request
+to the current project for the budget's fairness and checks the fallback mode a second time
+at the moment of the call: under `FallbackMode.LOCAL_ONLY` a cloud provider is refused even if
+a routing bug handed it over (`CloudForbidden`, not a `ProviderError`, so nothing fails over
+past it).
 
 It refuses to embed, rerank or chat itself (providers do), to size batches (the pool does), to
 spend cloud budget (the budget does), or to decide whether two encoders agree (the gate does).
+
+API:
+    Router(registry, routing, ...)        .order(role) .call(role, fn) .pool(role) .permits(...)
+    await call_role(router, role, fn, *, project=None) -> Served[T]     (.value, .provider)
+    local_only(router, role) -> bool
 """
 
 from __future__ import annotations
@@ -19,11 +29,13 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from fathom.clock import Clock
 from fathom.config import RoleRoute, RoutingState
-from fathom.errors import NoProviderAvailable, ProviderError
+from fathom.errors import FathomError, NoProviderAvailable, ProviderError
+from fathom.inference.budget import current_project
 from fathom.inference.pool import Pool, is_throttle
 from fathom.inference.provider import ChatResult, Kind, Provider
 from fathom.inference.registry import ProviderRegistry
@@ -202,10 +214,12 @@ class Router:
         raise NoRoute(role, self.policy(role), [], attempts) from last
 
     async def rerank(self, query: str, documents: Sequence[str]) -> list[float]:
-        return await self.call(Role.RERANKER, lambda p: p.rerank(query, documents))
+        served = await call_role(self, Role.RERANKER, lambda p: p.rerank(query, documents))
+        return served.value
 
     async def chat(self, role: Role, messages: Sequence[dict[str, Any]], **options: Any) -> ChatResult:
-        return await self.call(role, lambda p: p.chat(messages, **options))
+        served = await call_role(self, role, lambda p: p.chat(messages, **options))
+        return served.value
 
     # -- bulk embedding ----------------------------------------------------------------
 
@@ -291,3 +305,56 @@ def _local_first(p: Provider) -> tuple[bool, bool, str]:
 
 def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
+
+
+# --------------------------------------------------------------------------- the one door to a stateless role
+
+
+class CloudForbidden(FathomError):
+    """A cloud provider reached a role whose fallback mode is local-only. Not a
+    `ProviderError` on purpose: the router must not fail over past it as if a provider had
+    failed; it is a routing bug, and nothing was sent."""
+
+    def __init__(self, role: Role, provider_id: str):
+        self.role, self.provider_id = role, provider_id
+        super().__init__(
+            f"refused to send a {role} request to cloud provider {provider_id}: role {role} is "
+            f"in fallback mode local-only, so it never calls the cloud whatever its policy"
+        )
+
+
+@dataclass(frozen=True)
+class Served(Generic[T]):
+    value: T
+    provider: Provider
+
+
+def local_only(router: Router, role: Role) -> bool:
+    return router.route(role).fallback is FallbackMode.LOCAL_ONLY
+
+
+async def call_role(
+    router: Router, role: Role, fn: Callable[[Provider], Awaitable[T]], *, project: str | None = None
+) -> Served[T]:
+    """`fn(provider)` on the first provider of `router.order(role)` that serves it, charged
+    to `project` (or the current one).
+
+    Raises the router's `NoRoute` (a `NoProviderAvailable` naming every reason) when none can.
+    """
+    role = Role.parse(role)
+    served: list[Provider] = []
+
+    async def attempt(provider: Provider) -> T:
+        if provider.info.is_cloud and local_only(router, role):
+            raise CloudForbidden(role, provider.id)
+        result = await fn(provider)
+        served.append(provider)
+        return result
+
+    token = current_project.set(project) if project else None
+    try:
+        value = await router.call(role, attempt)
+    finally:
+        if token is not None:
+            current_project.reset(token)
+    return Served(value, served[-1])
