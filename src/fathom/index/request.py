@@ -23,10 +23,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from fathom.errors import ConfigError
+from fathom.errors import ConfigError, whole_number
 from fathom.index.filters import SearchFilter
-from fathom.index.results import MAX_K, check_search
+from fathom.index.store import check_table_kind
 
+MAX_K = 100
 GROUPS = ("file", "chunk")
 MAX_QUERY = 2000
 MAX_REF = 200
@@ -138,3 +139,21 @@ class SearchRequest:
             self.where.describe() if self.where else None,
             *extra,
         ]
+
+
+def check_k(k: Any) -> int:
+    return whole_number("k", k, 1, MAX_K)
+
+
+def check_query(query: Any) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError("the search query is empty: give a few words or an identifier")
+    return query
+
+
+def check_search(query: Any, table: str, k: Any) -> None:
+    """The one check of a search's arguments, when its request is made: the query, the table
+    (the store's own rule, `check_table_kind`) and `k`, in that order."""
+    check_query(query)
+    check_table_kind(table)
+    check_k(k)

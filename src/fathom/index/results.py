@@ -4,11 +4,10 @@ What it owns: `SearchHit`, the one hit type of the search pipeline once the stor
 are fused (`SearchHit.of` maps a store `Hit` to it, once; the reranker stage fills in its
 rerank fields), `Ranking` (the pipeline's answer: the hits, whether they were reranked and
 why not), `Noted` (results with the notes a reader must see beside them), the note for a
-damaged project a search skipped, the docs snippet's clean head, and the checks on a search's
-arguments (`check_search`: the query, the table, `k`), which each entry of the pipeline
-(`fathom.index.search`) runs once. They live here, not in the service, so that the reranker
-stage (`fathom.index.rerank`), the pipeline and the service share them without retrieval
-importing the layer above it.
+damaged project a search skipped, and the docs snippet's clean head. They live here, not in
+the service, so that the reranker stage (`fathom.index.rerank`), the pipeline and the service
+share them without retrieval importing the layer above it. The checks on a search's arguments
+are the request's (`fathom.index.request`).
 
 `files_of` groups a ranking's hits by file (`FileAnswer`: how many of them a file holds, where
 its best one ranks, a file score), because an agent's next step is usually to open the file;
@@ -25,10 +24,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from fathom.errors import ConfigError, whole_number
-from fathom.index.store import Hit, check_table_kind
-
-MAX_K = 100
+from fathom.index.store import Hit
 
 
 @dataclass(frozen=True)
@@ -221,21 +217,3 @@ def files_line(files: Sequence[FileAnswer], shown: int) -> str | None:
         return None
     where = f"{top.project}:{top.path}" if top.project else top.path
     return f"{top.hits} of the top {shown} hits are in {where}."
-
-
-def check_k(k: Any) -> int:
-    return whole_number("k", k, 1, MAX_K)
-
-
-def check_query(query: Any) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise ConfigError("the search query is empty: give a few words or an identifier")
-    return query
-
-
-def check_search(query: Any, table: str, k: Any) -> None:
-    """The one check of a search's arguments, at the pipeline's entry: the query, the table
-    (the store's own rule, `check_table_kind`) and `k`, in that order."""
-    check_query(query)
-    check_table_kind(table)
-    check_k(k)

@@ -71,15 +71,12 @@ from fathom.index.filters import SearchFilter
 from fathom.index.fusion import QueryShape, fuse, query_shape
 from fathom.index.interim import InterimIndex
 from fathom.index.ranking import by_file, rank
-from fathom.index.request import SearchRequest
+from fathom.index.request import MAX_K, SearchRequest, check_k, check_query
 from fathom.index.rerank import NO_CANDIDATES, NOT_CONFIGURED, RerankStage
 from fathom.index.results import (
-    MAX_K,
     Noted,
     Ranking,
     SearchHit,
-    check_k,
-    check_query,
     skipped_note,
 )
 from fathom.index.store import DamagedProject, Hit, Store, check_table_kind

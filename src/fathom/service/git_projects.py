@@ -56,8 +56,8 @@ from fathom.index.git_source import (
     diff_paths,
     scrub,
 )
-from fathom.index.request import SearchRequest
-from fathom.index.results import MAX_K, Ranking
+from fathom.index.request import MAX_K, SearchRequest
+from fathom.index.results import Ranking
 from fathom.index.store import UnknownProject
 from fathom.index.store.rules import check_project_name
 from fathom.index.walking.reasons import TOO_LARGE
