@@ -276,9 +276,10 @@ def _pooled(
     )
 
 
-def _spaces(store: Store, names: list[str], table: str, notes: list[str]) -> list[tuple[str, Any]]:
-    """Each project's space in `table` (read in one thread hop, not one a project); a damaged
-    one is left out with a note, one dropped since the search named it is left out."""
+def spaces_of(store: Store, names: Sequence[str], table: str, notes: list[str]) -> list[tuple[str, Any]]:
+    """Each project's space in `table`, from its pointer (no table opened), in one thread hop:
+    a damaged one is left out with a note, one with no such table (or dropped since the search
+    named it) is left out."""
     spaces = []
     for name in names:
         try:
@@ -305,7 +306,7 @@ async def _over_projects(
     # encoder) are fused apart and merged by fused score, each group normalised to [0, 1]
     # with the same boosts.
     groups: dict[tuple[Any, str], tuple[Any, list[str]]] = {}
-    for name, space in await asyncio.to_thread(_spaces, service.store, names, table, notes):
+    for name, space in await asyncio.to_thread(spaces_of, service.store, names, table, notes):
         encoder = service.encoder_for(table, name)
         groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
     found: list[Hit] = []

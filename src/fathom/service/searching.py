@@ -26,8 +26,8 @@ from typing import Any, Protocol
 from fathom.errors import ConfigError
 from fathom.index import search as search_mod
 from fathom.index.request import SearchRequest
-from fathom.index.results import Noted, Ranking, skipped_note
-from fathom.index.store import DamagedProject, Store
+from fathom.index.results import Noted, Ranking
+from fathom.index.store import Store
 from fathom.inference.provider import Provider
 from fathom.service.jobs import JobTable, first_index_notes, keyword_only, keyword_only_note
 from fathom.service.projects import ProjectRecords
@@ -66,18 +66,11 @@ class SearchSources:
             return [project], []
         store = self.store
         overlays = {n for n, r in self.records.load().items() if r.get("overlay")}  # git branches
-        names: list[str] = []
         notes: list[str] = []
         # Each project's pointer is read, its tables not opened (nor their rows counted): a
         # table damaged on disk is met, and noted, by the search itself.
-        for name in store.project_names():
-            try:
-                space = store.space_of(name, table)
-            except DamagedProject as exc:
-                notes.append(skipped_note(name, exc.detail))
-                continue
-            if space is not None and name not in overlays:
-                names.append(name)
+        spaces = search_mod.spaces_of(store, store.project_names(), table, notes)
+        names = [name for name, _ in spaces if name not in overlays]
         notes += first_index_notes(self.jobs, store, names, notes)
         if not names and not notes:
             raise ConfigError("no project is indexed yet: run `fathom index PATH` first")
