@@ -24,6 +24,7 @@ walks quote these figures.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import tempfile
 import threading
@@ -89,13 +90,20 @@ def walks(root: Path) -> dict[str, Walk]:
     """The index run's walk and the search's, over `root`'s Fathom."""
     sys.path[:0] = [str(root / "src"), str(root)]
     hash_embedder, make_project = fixtures()
+    base = Path(tempfile.mkdtemp(prefix="fathom-walk-modules-"))
+    try:
+        return _walks(root, base, hash_embedder, make_project)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _walks(root: Path, base: Path, hash_embedder: Any, make_project: Any) -> dict[str, Walk]:
     from mcp import Client
 
     from fathom.config import Settings
     from fathom.server.mcp_tools import build_mcp_server
     from fathom.service import Fathom
 
-    base = Path(tempfile.mkdtemp(prefix="fathom-walk-modules-"))
     fathom = Fathom(Settings(data_dir=base / "data"), encoder=hash_embedder(width=8))
     project = make_project(base / "project")
     marker = f"{root / 'src' / 'fathom'}/"
