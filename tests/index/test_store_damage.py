@@ -27,13 +27,16 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from lancedb.index import FTS
 from mcp import Client
 from typer.testing import CliRunner
 
 from fathom.cli import app
 from fathom.config import Settings
+from fathom.index.keywords import STOP_WORDS
 from fathom.index.migrate import read_rows
 from fathom.index.store import LanceStore
+from fathom.index.store.lance_tables import FTS_NAME
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom, ProjectRecords
 from tests.fleet.fleet_fixtures import serve_in_loop
@@ -444,6 +447,58 @@ def test_verify_finds_and_repair_fixes_flipped_vectors_a_lost_fts_index_and_dupl
     store.close()
     result = cli(fresh(), "search", "sample shop", "--docs", "--project", "shop")
     assert "README.md" in result.output
+
+
+def _keyword_hits(data: Path, query: str) -> tuple[list[str], list[str]]:
+    """The shop code table's FTS indexes by name, and the paths LanceDB's full-text search
+    finds for `query` (read from the table itself, never from the in-memory index)."""
+    store = LanceStore(data / "lance")
+    tbl = store.slot_table("shop", "code")
+    names = sorted(i.name for i in tbl.list_indices() if i.index_type == "FTS")
+    paths = [r["path"] for r in tbl.search(query, query_type="fts").limit(10).to_list()]
+    store.close()
+    return names, paths
+
+
+def _built_by_another_release(data: Path) -> None:
+    """The shop code table's keyword index as another LanceDB release would have left it: its
+    own stop words (here also `password`), under the name LanceDB gives by default."""
+    store = LanceStore(data / "lance")
+    tbl = store.slot_table("shop", "code")
+    for index in tbl.list_indices():
+        if index.index_type == "FTS":
+            tbl.drop_index(index.name)
+    tbl.create_index("keywords", config=FTS(with_position=False, custom_stop_words=[*STOP_WORDS, "password"]))
+    store.close()
+    assert _keyword_hits(data, "password") == (["keywords_idx"], [])
+
+
+def test_a_keyword_index_built_with_another_releases_stop_words_is_rebuilt(two_projects):
+    """LanceDB's stop words change between releases (0.41 keeps `not`, `s`, `t`...) and a
+    keyword index keeps the list it was built with, while the in-memory index beside a cached
+    matrix scores with the installed one. `store verify` names such an index, and `--repair`
+    rebuilds it; so does the next index run, without being asked."""
+    data, shop, fresh = two_projects
+    _built_by_another_release(data)
+    result = cli(fresh(), "store", "verify", "shop")
+    assert result.exit_code == 1, result.output
+    assert "fts-stale" in result.output and "another LanceDB release's stop words" in " ".join(
+        result.output.split()
+    )
+    result = cli(fresh(), "store", "verify", "shop", "--repair")
+    assert result.exit_code == 0 and "rebuilt the full-text index" in result.output, result.output
+    assert "no problems found" in cli(fresh(), "store", "verify", "shop").output
+    names, paths = _keyword_hits(data, "password")
+    assert names == [FTS_NAME] and "auth/password.py" in paths
+
+    _built_by_another_release(data)
+    (shop / "auth" / "tokens.py").write_text(
+        'def rotate(token):\n    """A new session token."""\n    return token[::-1]\n'
+    )
+    result = cli(fresh(), "index", str(shop), "--project", "shop")
+    assert result.exit_code == 0, result.output
+    names, paths = _keyword_hits(data, "password")
+    assert names == [FTS_NAME] and "auth/password.py" in paths
 
 
 def test_verify_names_a_row_count_that_disagrees_with_the_manifest(two_projects, monkeypatch):

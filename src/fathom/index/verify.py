@@ -89,6 +89,7 @@ DUPLICATE_IDS = "duplicate-ids"
 BAD_VECTORS = "bad-vectors"
 DAMAGED_ROWS = "damaged-rows"
 FTS_MISSING = "fts-missing"
+FTS_STALE = "fts-stale"
 SECRETS = "secrets"
 
 
@@ -241,6 +242,8 @@ def check_project(
             fts = lance_repair.fts_problem(store, project, table, _short)
             if fts:
                 out.problems.append(Problem(project, table, FTS_MISSING, fts))
+            elif stale := lance_repair.stale_fts(store, project, table):
+                out.problems.append(Problem(project, table, FTS_STALE, stale))
     return out
 
 
@@ -304,11 +307,12 @@ async def repair_project(fathom: Repairer, check: ProjectCheck) -> None:
         for table in {
             p.table
             for p in check.problems
-            if p.table and p.kind in (FTS_MISSING, DUPLICATE_IDS, DAMAGED_ROWS, BAD_VECTORS, SECRETS)
+            if p.table
+            and p.kind in (FTS_MISSING, FTS_STALE, DUPLICATE_IDS, DAMAGED_ROWS, BAD_VECTORS, SECRETS)
         }:
             await asyncio.to_thread(_rebuild_indexes, store, project, table)
             for p in check.problems:
-                if p.table == table and p.kind == FTS_MISSING:
+                if p.table == table and p.kind in (FTS_MISSING, FTS_STALE):
                     p.repaired = "rebuilt the full-text index"
     finally:
         await asyncio.to_thread(lock.__exit__, None, None, None)

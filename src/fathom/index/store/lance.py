@@ -73,7 +73,8 @@ from fathom.index.store.lance_rows import (
 from fathom.index.store.lance_search import LanceSearch
 from fathom.index.store.lance_slots import LanceSlots
 from fathom.index.store.lance_tables import (
-    fts_config,
+    build_fts,
+    fts_state,
     guarded,
     lance_schema,
     rows_table,
@@ -278,7 +279,7 @@ class LanceStore(Store):
         tbl = db.create_table(name, schema=lance_schema(space))
         # The keyword index exists from birth: LanceDB answers full-text queries only on a
         # table with one, and then also searches rows added since the index was last updated.
-        tbl.create_index("keywords", config=fts_config(), replace=True)
+        build_fts(tbl)
         self._tables[(self.slug(project), name)] = tbl
         return name
 
@@ -335,10 +336,11 @@ class LanceStore(Store):
     def _build_indexes(self, project: str, name: str) -> None:
         tbl = self._table(project, name)
         # Merges the small fragments left by batch writes and folds new rows into the
-        # keyword index (LanceDB updates indexes incrementally here).
+        # keyword index (LanceDB updates indexes incrementally here); a keyword index that is
+        # missing, or was built with another release's stop words, is built whole.
         tbl.optimize()
-        if not any(i.index_type == "FTS" for i in tbl.list_indices()):
-            tbl.create_index("keywords", config=fts_config(), replace=True)
+        if fts_state(tbl) != "current":
+            build_fts(tbl)
         if self.ann.needs(tbl):
             # Too big for the in-memory matrix. The ANN index takes minutes at a million rows,
             # so it is built after the switch, in the background: meanwhile a new table is

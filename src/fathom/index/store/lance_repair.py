@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from fathom.index.store.lance import LanceStore
-from fathom.index.store.lance_tables import fts_config, in_list
+from fathom.index.store.lance_tables import build_fts, fts_state, in_list
 from fathom.index.store.rules import TABLE_KINDS, space_from_json, space_to_json
 from fathom.index.store.values import Slot
 
@@ -57,7 +57,7 @@ def fts_problem(
     if name is None:
         return None
     tbl = store._table(project, name)
-    if not any(i.index_type == "FTS" for i in tbl.list_indices()):
+    if fts_state(tbl) == "missing":
         return f"the {table} table has no full-text index: every query is vector-only"
     try:
         tbl.search("fathom", query_type="fts").limit(1).to_arrow()
@@ -66,10 +66,22 @@ def fts_problem(
     return None
 
 
+def stale_fts(store: LanceStore, project: str, table: str) -> str | None:
+    """Whether the active table's full-text index was built with another LanceDB release's
+    stop words, said as a problem."""
+    name = store._slot_name(project, table, Slot.ACTIVE)
+    if name is None or fts_state(store._table(project, name)) != "stale":
+        return None
+    return (
+        f"the {table} table's full-text index was built with another LanceDB release's stop "
+        f"words: its keyword scores differ from those of the in-memory index until it is rebuilt"
+    )
+
+
 def rebuild_fts(store: LanceStore, project: str, table: str) -> None:
     name = store._slot_name(project, table, Slot.ACTIVE)
     if name is not None:
-        store._table(project, name).create_index("keywords", config=fts_config(), replace=True)
+        build_fts(store._table(project, name))
 
 
 def purge(store: LanceStore, project: str, table: str) -> None:

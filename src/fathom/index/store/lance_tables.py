@@ -1,6 +1,6 @@
 """What a Lance table holds and how the LanceDB store reads it: the Arrow schema, the hit
-columns, SQL filter pieces, the keyword index's configuration, hits from rows, and the guard
-that turns a storage failure into a typed error.
+columns, SQL filter pieces, the keyword index's configuration and name, hits from rows, and the
+guard that turns a storage failure into a typed error.
 
 Free functions over a LanceDB table handle; the project layout and the pointer file are
 `fathom.index.store.lance`'s.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import re
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ import pyarrow as pa
 
 from fathom.errors import DiskFull, FathomError, is_disk_full
 from fathom.index.chunk import Chunk
+from fathom.index.keywords import STOP_WORDS
 from fathom.index.store.errors import DamagedProject
 from fathom.index.store.rules import keywords_of, snippet_of, space_to_json
 from fathom.index.store.values import Hit
@@ -89,6 +91,29 @@ def fts_config() -> Any:
 
     # No positions: phrase queries are not offered, and the index stays about half the size.
     return FTS(with_position=False)
+
+
+# The keyword index is named for the stop words it was built with: LanceDB's list changes
+# between releases (0.41 no longer drops 31 of them), an index keeps the list of the release
+# that built it, and the in-memory keyword index beside a cached matrix scores with the
+# installed one. An index of another name was built with another list, and is rebuilt.
+FTS_NAME = "keywords_stop_" + hashlib.sha256(" ".join(sorted(STOP_WORDS)).encode()).hexdigest()[:12]
+
+
+def fts_state(tbl: Any) -> str:
+    """The table's keyword index: "current" (built with this release's stop words), "stale"
+    (only one built with another list) or "missing"."""
+    names = [i.name for i in tbl.list_indices() if i.index_type == "FTS"]
+    return "current" if FTS_NAME in names else "stale" if names else "missing"
+
+
+def build_fts(tbl: Any) -> None:
+    """The table's keyword index, built whole with this release's stop words; an index built
+    with another list is dropped once the new one stands."""
+    tbl.create_index("keywords", config=fts_config(), name=FTS_NAME, replace=True)
+    for index in tbl.list_indices():
+        if index.index_type == "FTS" and index.name != FTS_NAME:
+            tbl.drop_index(index.name)
 
 
 def fts_query(query: str) -> str:
