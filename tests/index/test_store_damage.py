@@ -36,7 +36,7 @@ from fathom.config import Settings
 from fathom.index.keywords import STOP_WORDS
 from fathom.index.migrate import read_rows
 from fathom.index.store import LanceStore
-from fathom.index.store.lance_tables import FTS_NAME
+from fathom.index.store.lance_tables import FTS_NAME, fts_config
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom, ProjectRecords
 from tests.fleet.fleet_fixtures import serve_in_loop
@@ -477,17 +477,29 @@ def test_a_keyword_index_built_with_another_releases_stop_words_is_rebuilt(two_p
     """LanceDB's stop words change between releases (0.41 keeps `not`, `s`, `t`...) and a
     keyword index keeps the list it was built with, while the in-memory index beside a cached
     matrix scores with the installed one. `store verify` names such an index, and `--repair`
-    rebuilds it; so does the next index run, without being asked."""
+    rebuilds it (also when a rebuild cut short left both); so does the next index run that
+    writes to the table, without being asked."""
     data, shop, fresh = two_projects
     _built_by_another_release(data)
     result = cli(fresh(), "store", "verify", "shop")
     assert result.exit_code == 1, result.output
-    assert "fts-stale" in result.output and "another LanceDB release's stop words" in " ".join(
+    assert "fts-stale" in result.output and "built with this LanceDB release's stop words" in " ".join(
         result.output.split()
     )
     result = cli(fresh(), "store", "verify", "shop", "--repair")
     assert result.exit_code == 0 and "rebuilt the full-text index" in result.output, result.output
     assert "no problems found" in cli(fresh(), "store", "verify", "shop").output
+    names, paths = _keyword_hits(data, "password")
+    assert names == [FTS_NAME] and "auth/password.py" in paths
+
+    # A rebuild cut short leaves the new index beside the old one: still stale, and repaired.
+    _built_by_another_release(data)
+    store = LanceStore(data / "lance")
+    store.slot_table("shop", "code").create_index("keywords", config=fts_config(), name=FTS_NAME)
+    store.close()
+    assert _keyword_hits(data, "password")[0] == sorted(["keywords_idx", FTS_NAME])
+    assert "fts-stale" in cli(fresh(), "store", "verify", "shop").output
+    assert cli(fresh(), "store", "verify", "shop", "--repair").exit_code == 0
     names, paths = _keyword_hits(data, "password")
     assert names == [FTS_NAME] and "auth/password.py" in paths
 

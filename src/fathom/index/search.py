@@ -277,9 +277,9 @@ def _pooled(
 
 
 def spaces_of(store: Store, names: Sequence[str], table: str, notes: list[str]) -> list[tuple[str, Any]]:
-    """Each project's space in `table`, from its pointer (no table opened), in one thread hop:
-    a damaged one is left out with a note, one with no such table (or dropped since the search
-    named it) is left out."""
+    """Each project's space in `table`, from its pointer (no table opened; blocking, so a
+    caller on the event loop runs it in one thread hop): a damaged one is left out with a note,
+    one with no such table (or dropped since the search named it) is left out."""
     spaces = []
     for name in names:
         try:

@@ -74,8 +74,8 @@ from fathom.index.store.lance_search import LanceSearch
 from fathom.index.store.lance_slots import LanceSlots
 from fathom.index.store.lance_tables import (
     build_fts,
-    fts_state,
     guarded,
+    keep_fts_current,
     lance_schema,
     rows_table,
     rows_where,
@@ -339,8 +339,7 @@ class LanceStore(Store):
         # keyword index (LanceDB updates indexes incrementally here); a keyword index that is
         # missing, or was built with another release's stop words, is built whole.
         tbl.optimize()
-        if fts_state(tbl) != "current":
-            build_fts(tbl)
+        keep_fts_current(tbl, f"{project} ({name})")
         if self.ann.needs(tbl):
             # Too big for the in-memory matrix. The ANN index takes minutes at a million rows,
             # so it is built after the switch, in the background: meanwhile a new table is

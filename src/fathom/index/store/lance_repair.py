@@ -67,14 +67,15 @@ def fts_problem(
 
 
 def stale_fts(store: LanceStore, project: str, table: str) -> str | None:
-    """Whether the active table's full-text index was built with another LanceDB release's
-    stop words, said as a problem."""
+    """Whether the active table's full-text index may have been built with another LanceDB
+    release's stop words, said as a problem."""
     name = store._slot_name(project, table, Slot.ACTIVE)
     if name is None or fts_state(store._table(project, name)) != "stale":
         return None
     return (
-        f"the {table} table's full-text index was built with another LanceDB release's stop "
-        f"words: its keyword scores differ from those of the in-memory index until it is rebuilt"
+        f"the {table} table's full-text index does not say it was built with this LanceDB "
+        f"release's stop words (an index from an earlier Fathom, or another LanceDB release): "
+        f"its keyword scores may differ from those of the in-memory index until it is rebuilt"
     )
 
 

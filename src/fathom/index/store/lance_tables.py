@@ -12,6 +12,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -27,6 +28,8 @@ from fathom.index.store.errors import DamagedProject
 from fathom.index.store.rules import keywords_of, snippet_of, space_to_json
 from fathom.index.store.values import Hit
 from fathom.space import Provenance, Space
+
+log = logging.getLogger(__name__)
 
 _Store = TypeVar("_Store")
 _Params = ParamSpec("_Params")
@@ -93,27 +96,42 @@ def fts_config() -> Any:
     return FTS(with_position=False)
 
 
-# The keyword index is named for the stop words it was built with: LanceDB's list changes
-# between releases (0.41 no longer drops 31 of them), an index keeps the list of the release
-# that built it, and the in-memory keyword index beside a cached matrix scores with the
-# installed one. An index of another name was built with another list, and is rebuilt.
-FTS_NAME = "keywords_stop_" + hashlib.sha256(" ".join(sorted(STOP_WORDS)).encode()).hexdigest()[:12]
+# The keyword index is named for how it was built: LanceDB's stop words change between
+# releases (0.41 no longer drops 31 of them), an index keeps the list of the release that built
+# it, and the in-memory keyword index beside a cached matrix scores with the installed one. The
+# name is a digest of that list and of the index's configuration; an index of another name
+# (one from before names were given, `keywords_idx`, included) is rebuilt.
+FTS_NAME = (
+    "keywords_stop_"
+    + hashlib.sha256(f"{' '.join(sorted(STOP_WORDS))}|{fts_config()!r}".encode()).hexdigest()[:12]
+)
 
 
 def fts_state(tbl: Any) -> str:
-    """The table's keyword index: "current" (built with this release's stop words), "stale"
-    (only one built with another list) or "missing"."""
+    """The table's keyword index: "current" (only the one built as this release builds it),
+    "stale" (any other, alone or beside it: a rebuild cut short leaves both) or "missing"."""
     names = [i.name for i in tbl.list_indices() if i.index_type == "FTS"]
-    return "current" if FTS_NAME in names else "stale" if names else "missing"
+    return "current" if names == [FTS_NAME] else "stale" if names else "missing"
 
 
 def build_fts(tbl: Any) -> None:
-    """The table's keyword index, built whole with this release's stop words; an index built
-    with another list is dropped once the new one stands."""
+    """The table's keyword index, built whole as this release builds it (one of that name that
+    no longer answers is replaced); any other is dropped once it stands, so a search never
+    finds the column without one."""
     tbl.create_index("keywords", config=fts_config(), name=FTS_NAME, replace=True)
     for index in tbl.list_indices():
         if index.index_type == "FTS" and index.name != FTS_NAME:
             tbl.drop_index(index.name)
+
+
+def keep_fts_current(tbl: Any, what: str) -> None:
+    """Builds the table's keyword index when it is missing, or was built otherwise (said in
+    the log: on a big table this rebuild is the longest step of the run)."""
+    state = fts_state(tbl)
+    if state == "stale":
+        log.info("rebuilding the keyword index of %s: it was built with other stop words", what)
+    if state != "current":
+        build_fts(tbl)
 
 
 def fts_query(query: str) -> str:
