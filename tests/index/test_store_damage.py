@@ -36,7 +36,7 @@ from fathom.config import Settings
 from fathom.index.keywords import STOP_WORDS
 from fathom.index.migrate import read_rows
 from fathom.index.store import LanceStore
-from fathom.index.store.lance_tables import FTS_NAME, fts_config
+from fathom.index.store.lance_tables import fts_config, fts_name
 from fathom.server.mcp_tools import build_mcp_server
 from fathom.service import Fathom, ProjectRecords
 from tests.fleet.fleet_fixtures import serve_in_loop
@@ -490,18 +490,18 @@ def test_a_keyword_index_built_with_another_releases_stop_words_is_rebuilt(two_p
     assert result.exit_code == 0 and "rebuilt the full-text index" in result.output, result.output
     assert "no problems found" in cli(fresh(), "store", "verify", "shop").output
     names, paths = _keyword_hits(data, "password")
-    assert names == [FTS_NAME] and "auth/password.py" in paths
+    assert names == [fts_name()] and "auth/password.py" in paths
 
     # A rebuild cut short leaves the new index beside the old one: still stale, and repaired.
     _built_by_another_release(data)
     store = LanceStore(data / "lance")
-    store.slot_table("shop", "code").create_index("keywords", config=fts_config(), name=FTS_NAME)
+    store.slot_table("shop", "code").create_index("keywords", config=fts_config(), name=fts_name())
     store.close()
-    assert _keyword_hits(data, "password")[0] == sorted(["keywords_idx", FTS_NAME])
+    assert _keyword_hits(data, "password")[0] == sorted(["keywords_idx", fts_name()])
     assert "fts-stale" in cli(fresh(), "store", "verify", "shop").output
     assert cli(fresh(), "store", "verify", "shop", "--repair").exit_code == 0
     names, paths = _keyword_hits(data, "password")
-    assert names == [FTS_NAME] and "auth/password.py" in paths
+    assert names == [fts_name()] and "auth/password.py" in paths
 
     _built_by_another_release(data)
     (shop / "auth" / "tokens.py").write_text(
@@ -510,7 +510,7 @@ def test_a_keyword_index_built_with_another_releases_stop_words_is_rebuilt(two_p
     result = cli(fresh(), "index", str(shop), "--project", "shop")
     assert result.exit_code == 0, result.output
     names, paths = _keyword_hits(data, "password")
-    assert names == [FTS_NAME] and "auth/password.py" in paths
+    assert names == [fts_name()] and "auth/password.py" in paths
 
 
 def test_verify_names_a_row_count_that_disagrees_with_the_manifest(two_projects, monkeypatch):

@@ -101,26 +101,27 @@ def fts_config() -> Any:
 # it, and the in-memory keyword index beside a cached matrix scores with the installed one. The
 # name is a digest of that list and of the index's configuration; an index of another name
 # (one from before names were given, `keywords_idx`, included) is rebuilt.
-FTS_NAME = (
-    "keywords_stop_"
-    + hashlib.sha256(f"{' '.join(sorted(STOP_WORDS))}|{fts_config()!r}".encode()).hexdigest()[:12]
-)
+@functools.cache
+def fts_name() -> str:
+    # Computed once, on first use: LanceDB is imported only by what opens a table.
+    digest = hashlib.sha256(f"{' '.join(sorted(STOP_WORDS))}|{fts_config()!r}".encode())
+    return "keywords_stop_" + digest.hexdigest()[:12]
 
 
 def fts_state(tbl: Any) -> str:
     """The table's keyword index: "current" (only the one built as this release builds it),
     "stale" (any other, alone or beside it: a rebuild cut short leaves both) or "missing"."""
     names = [i.name for i in tbl.list_indices() if i.index_type == "FTS"]
-    return "current" if names == [FTS_NAME] else "stale" if names else "missing"
+    return "current" if names == [fts_name()] else "stale" if names else "missing"
 
 
 def build_fts(tbl: Any) -> None:
     """The table's keyword index, built whole as this release builds it (one of that name that
     no longer answers is replaced); any other is dropped once it stands, so a search never
     finds the column without one."""
-    tbl.create_index("keywords", config=fts_config(), name=FTS_NAME, replace=True)
+    tbl.create_index("keywords", config=fts_config(), name=fts_name(), replace=True)
     for index in tbl.list_indices():
-        if index.index_type == "FTS" and index.name != FTS_NAME:
+        if index.index_type == "FTS" and index.name != fts_name():
             tbl.drop_index(index.name)
 
 
