@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from fathom.errors import ConfigError
+from fathom.errors import ConfigError, StoreError
 from fathom.index.chunk import Chunk
 from fathom.index.fusion import rrf_fuse
 from fathom.index.search import find_similar, hybrid_search, search
@@ -421,7 +421,7 @@ async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_pat
         def searchable(self, project, table):
             return ["held", "other"], []
 
-        def encoder_for(self, table, project=None):
+        def encoder_in(self, space, project):
             return encoder
 
     cands = await search_mod.candidates(Service(), "retry the request", None, "code", 12)
@@ -430,6 +430,112 @@ async def test_a_search_over_every_project_hands_the_reranker_full_texts(tmp_pat
     for c in cands:
         assert c.text.endswith(f"return {c.project}_{c.path[-4]}"), c
         assert c.text.count("\n") == 21
+
+
+class Reindexing(HashingEncoder):
+    """A model (`salt`: another one of the same width, other vectors for the same words);
+    while it encodes a query with `then` set, the project is re-indexed by another model and
+    promoted (a model change landing in the middle of a search)."""
+
+    def __init__(self, provider_id: str = CLEARED.provider_id, salt: str = ""):
+        super().__init__(provider_id=provider_id)
+        self.salt, self.queries, self.then = salt, [], None
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.roll(super().encode(text + self.salt), len(self.salt))
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        if self.then is not None:
+            then, self.then = self.then, None
+            await then()
+        self.queries += texts
+        return await super().embed(texts)
+
+
+async def _model_change(store, project):
+    """Two models of one width, the project indexed by the first; a search service over it,
+    and `into(model, space)`: a re-index by that model, promoted."""
+    first, second = Reindexing(), Reindexing("enc-b", salt=" salt")
+    chunks = await indexed_corpus(store, first)
+    first.queries.clear()
+    other = Space("code", "other-encoder", WIDTH, "enc-b")
+    models = {SPACE: first, other: second}
+
+    def into(space):
+        async def reindex() -> None:
+            store.begin_shadow("p", "code", space)
+            vectors = np.stack([models[space].encode(c.text) for c in chunks])
+            store.write("p", "code", chunks, vectors, Provenance(space.reference, None), slot=Slot.SHADOW)
+            store.promote("p", "code")
+
+        return reindex
+
+    class Service:
+        def __init__(self):
+            self.store = store
+
+        def searchable(self, project, table):
+            return ["p"], []
+
+        def encoder_in(self, space, project):
+            return models[space]
+
+    return Service(), first, second, other, into
+
+
+@pytest.mark.parametrize("project", ["p", None])
+async def test_a_query_is_scored_only_against_rows_of_the_space_it_was_encoded_in(store, project):
+    """A search reads each project's space once, encodes the query in it, and keeps the
+    answer only if that space is still the table's once the store has answered: a project
+    re-indexed by another model meanwhile is searched again, its query encoded by the new
+    model, never scored with the old model's vector against the new model's rows."""
+    from fathom.index import search as search_mod
+
+    service, first, second, other, into = await _model_change(store, project)
+    query = "read the yaml config file"
+    first.then = into(other)
+    found = await search_mod.candidates(service, query, project, "code", 4)
+    assert store.space_of("p", "code") == other
+    assert (first.queries, second.queries) == ([query], [query])  # encoded again, by the new model
+    again = await search_mod.candidates(service, query, project, "code", 4)
+    assert [(h.chunk_id, h.score) for h in found] == [(h.chunk_id, h.score) for h in again]
+    assert len(found) == 4 and found.notes == again.notes == []
+
+
+@pytest.mark.parametrize("project", ["p", None])
+async def test_a_project_re_indexed_twice_during_one_search_is_left_out_and_named(store, project):
+    from fathom.index import search as search_mod
+
+    service, first, second, other, into = await _model_change(store, project)
+    first.then, second.then = into(other), into(SPACE)
+    found = await search_mod.candidates(service, "read the yaml config file", project, "code", 4)
+    assert list(found) == [] and found.notes == [
+        "left out project 'p': its code table was re-indexed by another model while this search "
+        "ran, twice; search again"
+    ]
+    assert len(await search_mod.candidates(service, "read the yaml config file", project, "code", 4)) == 4
+
+
+async def test_find_similar_keeps_its_neighbours_only_in_the_space_it_encoded_in(store):
+    from fathom.index import search as search_mod
+
+    service, first, second, other, into = await _model_change(store, "p")
+
+    async def similar() -> list[str]:
+        encoder_in = lambda space: service.encoder_in(space, "p")  # noqa: E731
+        args = dict(table="code", path=None, line=None, snippet="render an html template", k=2)
+        return [h.chunk_id for h in await search_mod.nearest(store, "p", encoder_in=encoder_in, **args)]
+
+    first.then = into(other)
+    found = await similar()
+    assert (first.queries, second.queries) == (["render an html template"], ["render an html template"])
+    assert found == await similar()
+    second.then, first.then = into(SPACE), into(other)
+    with pytest.raises(StoreError) as raced:
+        await similar()
+    assert str(raced.value) == (
+        "the code table of 'p' was re-indexed by another model twice while this search ran; search again"
+    )
 
 
 class Untouched:

@@ -5,9 +5,11 @@ What it owns: the whole path of a search, each stage named once:
     pipeline(service, request, reranker=, depth=) -> Ranking
       (the request was checked when made: `fathom.index.request.SearchRequest`)
       -> retrieve: the projects the caller may search (`Searchable.searchable`), each one's
-         query encoded by its table's reference encoder (`encode_query`); one project
-         through `_hybrid`, every project of one space through `_hybrid_many` (the store's
-         `search_many`: the projects' halves pooled, fused once, one comparable score)
+         space read once from its pointer and the query encoded in it (`encode_query`, by
+         `Searchable.encoder_in`); one project through `_hybrid`, every project of one space
+         through `_hybrid_many` (the store's `search_many`: the projects' halves pooled,
+         fused once, one comparable score); the space read again after: a project another
+         model re-indexed meanwhile is searched once more (`_in_their_spaces`)
          -> the store's two rankings (cosine vector top-`STORE_DEPTH`, full-text BM25
             top-`STORE_DEPTH`) fused by the query's shape (`fathom.index.fusion.fuse`)
       -> the pool: the best `POOL` fused hits, reordered by the code-aware stage
@@ -34,8 +36,9 @@ half on a small module thread pool beside the vector half; the async entries run
 calls in a worker thread (`asyncio.to_thread`), so the event loop never blocks on LanceDB.
 
 What it refuses to do: rank by raw score across the two searches (cosine and BM25 live on
-different scales; fusion normalises each list first), search a shadow slot, or check an
-argument twice on one path.
+different scales; fusion normalises each list first), search a shadow slot, score a query
+against rows another model wrote than the one that encoded it (even of the same width), or
+check an argument twice on one path.
 
 API:
     await pipeline(service: Searchable, request: SearchRequest, *, reranker=None,
@@ -59,7 +62,7 @@ API:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Protocol
@@ -82,6 +85,7 @@ from fathom.index.results import (
 from fathom.index.store import DamagedProject, Hit, Store, check_table_kind
 from fathom.inference.provider import Provider
 from fathom.inference.router import Router
+from fathom.space import Space
 
 # A project whose first index runs: its walked chunks, and the note its answers carry.
 Early = tuple[InterimIndex, str]
@@ -109,7 +113,7 @@ class Searchable(Protocol):
 
     def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]: ...
 
-    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
+    def encoder_in(self, space: Space, project: str) -> Provider: ...
 
 
 # --------------------------------------------------------------------------- the pipeline
@@ -231,15 +235,9 @@ async def _retrieve(service: Searchable, request: SearchRequest, early: Sequence
         found, notes = await asyncio.to_thread(_keyword_only, early, table, query, where), [early[0][1]]
         return _pooled(found, shape, project, table, early, notes)
     names, notes = await asyncio.to_thread(service.searchable, project, table)
-    if project is not None:
-        vector = await encode_query(service.encoder_for(table, project), query)
-        found = await asyncio.to_thread(
-            _hybrid, service.store, project, table, vector, query, POOL, STORE_DEPTH, where
-        )
-    else:
-        found = await _over_projects(service, names, table, query, where, notes)
-        if early:
-            found += await asyncio.to_thread(_keyword_only, early, table, query, where)
+    found = await _in_their_spaces(service, names, table, query, where, notes, one=project is not None)
+    if project is None and early:
+        found += await asyncio.to_thread(_keyword_only, early, table, query, where)
     return _pooled(found, shape, project, table, early, notes)
 
 
@@ -276,7 +274,7 @@ def _pooled(
     )
 
 
-def spaces_of(store: Store, names: Sequence[str], table: str, notes: list[str]) -> list[tuple[str, Any]]:
+def spaces_of(store: Store, names: Sequence[str], table: str, notes: list[str]) -> list[tuple[str, Space]]:
     """Each project's space in `table`, from its pointer (no table opened; blocking, so a
     caller on the event loop runs it in one thread hop): a damaged one is left out with a note,
     one with no such table (or dropped since the search named it) is left out."""
@@ -292,32 +290,71 @@ def spaces_of(store: Store, names: Sequence[str], table: str, notes: list[str]) 
     return spaces
 
 
-async def _over_projects(
+def _space_of_one(
+    store: Store, names: Sequence[str], table: str, notes: list[str]
+) -> list[tuple[str, Space]]:
+    """The one project a search names, with its space (none: no such table); damage is raised."""
+    return [(name, space) for name in names if (space := store.space_of(name, table)) is not None]
+
+
+# A search whose projects are re-indexed by another model while it runs is run again once;
+# a project moved again by then is left out of the answer, and noted.
+SPACE_TRIES = 2
+
+
+async def _in_their_spaces(
     service: Searchable,
     names: list[str],
     table: str,
     query: str,
     where: SearchFilter | None,
     notes: list[str],
+    *,
+    one: bool,
 ) -> list[Hit]:
-    # Every project at once: those of one space share one query vector and one fusion
-    # (`_hybrid_many`: the projects' halves fan out in parallel, and one fusion over the
-    # pooled lists puts every hit on one scale). Projects of different spaces (another
-    # encoder) are fused apart and merged by fused score, each group normalised to [0, 1]
-    # with the same boosts.
-    groups: dict[tuple[Any, str], tuple[Any, list[str]]] = {}
-    for name, space in await asyncio.to_thread(spaces_of, service.store, names, table, notes):
-        encoder = service.encoder_for(table, name)
-        groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
-    found: list[Hit] = []
-    for encoder, members in groups.values():
-        vector = await encode_query(encoder, query)
-        hits, damaged = await asyncio.to_thread(
-            _hybrid_many, service.store, members, table, vector, query, POOL, STORE_DEPTH, where
-        )
-        notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
-        found.extend(h if h.project is not None else replace(h, project="") for h in hits)
-    return found
+    """The fused hits of `names` (one project, or every one), the query encoded in each
+    project's space as its pointer was read once, and kept only if that space is still the
+    table's once the store has answered: so a query is never scored against rows another
+    model wrote (a model change promoted mid-search), whatever the two models' widths.
+
+    Projects of one space share one query vector and one fusion (`_hybrid_many`: the
+    projects' halves fan out in parallel, and one fusion over the pooled lists puts every hit
+    on one scale). Projects of different spaces (another encoder) are fused apart and merged
+    by fused score, each group normalised to [0, 1] with the same boosts. A damaged project
+    is left out with a note, unless it is the one project asked for: that is raised."""
+    store, read = service.store, _space_of_one if one else spaces_of
+    for _ in range(SPACE_TRIES):
+        tried: list[str] = []
+        spaces = await asyncio.to_thread(read, store, names, table, tried)
+        groups: dict[tuple[Space, str], tuple[Provider, list[str]]] = {}
+        for name, space in spaces:
+            encoder = service.encoder_in(space, name)
+            groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
+        found: list[Hit] = []
+        for encoder, members in groups.values():
+            vector = await encode_query(encoder, query)
+            if one:
+                hits = await asyncio.to_thread(
+                    _hybrid, store, members[0], table, vector, query, POOL, STORE_DEPTH, where
+                )
+                found.extend(hits)  # `rank` sets the one project on each
+                continue
+            hits, damaged = await asyncio.to_thread(
+                _hybrid_many, store, members, table, vector, query, POOL, STORE_DEPTH, where
+            )
+            tried.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
+            found.extend(h if h.project is not None else replace(h, project="") for h in hits)
+        now = dict(await asyncio.to_thread(spaces_of, store, [n for n, _ in spaces], table, []))
+        moved = {name for name, space in spaces if now.get(name) != space}
+        if not moved:
+            break
+    notes.extend(tried)
+    notes.extend(
+        f"left out project {n!r}: its {table} table was re-indexed by another model while this "
+        f"search ran, twice; search again"
+        for n in sorted(moved)
+    )
+    return ([] if moved else found) if one else [h for h in found if h.project not in moved]
 
 
 # --------------------------------------------------------------------------- the store's halves
@@ -461,8 +498,9 @@ async def find_similar(
     """Chunks whose vectors lie nearest to the chunk at `path`:`line` (itself excluded), or
     to `snippet` encoded by `encoder`."""
     check_similar(table, k, path=path, line=line, snippet=snippet)
+    encoder_in = None if encoder is None else lambda space: encoder
     return await nearest(
-        store, project, table=table, path=path, line=line, snippet=snippet, encoder=encoder, k=k
+        store, project, table=table, path=path, line=line, snippet=snippet, encoder_in=encoder_in, k=k
     )
 
 
@@ -474,23 +512,40 @@ async def nearest(
     path: str | None,
     line: int | None,
     snippet: str | None,
-    encoder: Provider | None,
+    encoder_in: Callable[[Space], Provider] | None,
     k: int,
 ) -> list[Hit]:
-    """`find_similar` on arguments `check_similar` passed."""
-    if path is not None:
-        if line is None:
-            raise ConfigError("find_similar from a file needs a line number too")
-        found = await asyncio.to_thread(store.chunk_at, project, table, path, int(line))
-        if found is None:
-            raise ConfigError(
-                f"no indexed {table} chunk covers {path}:{line} in project {project!r}; check "
-                f"the path (relative to the project root) and that the project is indexed"
-            )
-        origin, vector = found
-        hits = await asyncio.to_thread(store.vector_search, project, table, vector, k + 1)
-        return [h for h in hits if h.chunk_id != origin.chunk_id][:k]
-    if encoder is None:
-        raise ConfigError("find_similar from a snippet needs the table's encoder")
-    vector = await encode_query(encoder, snippet or "")
-    return await asyncio.to_thread(store.vector_search, project, table, vector, k)
+    """`find_similar` on arguments `check_similar` passed. The origin (the chunk's stored
+    vector, or the snippet encoded by `encoder_in` the table's space) is of the space read
+    before the search; the hits are kept only if that space is still the table's after it,
+    else it runs once more (a model change promoted meanwhile)."""
+
+    async def once(space: Space | None) -> list[Hit]:
+        if path is not None:
+            if line is None:
+                raise ConfigError("find_similar from a file needs a line number too")
+            found = await asyncio.to_thread(store.chunk_at, project, table, path, int(line))
+            if found is None:
+                raise ConfigError(
+                    f"no indexed {table} chunk covers {path}:{line} in project {project!r}; check "
+                    f"the path (relative to the project root) and that the project is indexed"
+                )
+            origin, vector = found
+            hits = await asyncio.to_thread(store.vector_search, project, table, vector, k + 1)
+            return [h for h in hits if h.chunk_id != origin.chunk_id][:k]
+        if encoder_in is None:
+            raise ConfigError("find_similar from a snippet needs the table's encoder")
+        if space is None:
+            return []  # no such table: nothing is similar
+        vector = await encode_query(encoder_in(space), snippet or "")
+        return await asyncio.to_thread(store.vector_search, project, table, vector, k)
+
+    for _ in range(SPACE_TRIES):
+        space = await asyncio.to_thread(store.space_of, project, table)
+        hits = await once(space)
+        if await asyncio.to_thread(store.space_of, project, table) == space:
+            return hits
+    raise StoreError(
+        f"the {table} table of {project!r} was re-indexed by another model twice while this "
+        f"search ran; search again"
+    )

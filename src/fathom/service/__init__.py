@@ -272,6 +272,10 @@ class Fathom:
         """The encoder of `project`'s `table` queries: the table's own reference encoder."""
         return self.spaces.encoder_for(table, project)
 
+    def encoder_in(self, space: Space, project: str) -> Provider:
+        """The encoder of queries against `project`'s table of `space`, as the caller read it."""
+        return self.spaces.encoder_in(space, project)
+
     def reference_problem(self, role: Role, policy: Policy, model: str | None) -> str | None:
         return self.spaces.reference_problem(role, policy, model)
 
@@ -399,7 +403,7 @@ class Fathom:
             path=path,
             line=line,
             snippet=snippet,
-            encoder=self.encoder_for(table, project),
+            encoder_in=lambda space: self.encoder_in(space, project),
             k=k,
         )
         return [SearchHit.of(project, h) for h in hits]

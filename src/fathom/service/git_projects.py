@@ -62,6 +62,7 @@ from fathom.index.store import UnknownProject
 from fathom.index.store.rules import check_project_name
 from fathom.index.walking.reasons import TOO_LARGE
 from fathom.service.git_syncs import Syncs, WebhookRefused, pushed_branch, signature_ok
+from fathom.space import Space
 
 if TYPE_CHECKING:
     from fathom.config import Settings
@@ -148,6 +149,8 @@ class GitHome(Protocol):
     def store(self) -> Store: ...
 
     def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
+
+    def encoder_in(self, space: Space, project: str) -> Provider: ...
 
     async def index(
         self,
@@ -690,8 +693,8 @@ class BranchView:
     def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]:
         return list(self.names), []
 
-    def encoder_for(self, table: str, project: str | None = None) -> Any:
-        return self.fathom.encoder_for(table, project)
+    def encoder_in(self, space: Space, project: str) -> Any:
+        return self.fathom.encoder_in(space, project)
 
 
 def _summary(report: Any, commit: str, exported: Exported, **extra: Any) -> dict[str, Any]:

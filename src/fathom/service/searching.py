@@ -31,12 +31,13 @@ from fathom.index.store import Store
 from fathom.inference.provider import Provider
 from fathom.service.jobs import JobTable, first_index_notes, keyword_only, keyword_only_note
 from fathom.service.projects import ProjectRecords
+from fathom.space import Space
 
 
 class QueryEncoders(Protocol):
     """Each table's query encoder (`fathom.service.spaces.Spaces`)."""
 
-    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
+    def encoder_in(self, space: Space, project: str) -> Provider: ...
 
 
 @dataclass
@@ -55,8 +56,8 @@ class SearchSources:
     def store(self) -> Store:
         return self.store_access()
 
-    def encoder_for(self, table: str, project: str | None = None) -> Provider:
-        return self.encoders.encoder_for(table, project)
+    def encoder_in(self, space: Space, project: str) -> Provider:
+        return self.encoders.encoder_in(space, project)
 
     def searchable(self, project: str | None, table: str) -> tuple[list[str], list[str]]:
         """The projects a search reads, and notes on those it skips: a search over every

@@ -156,7 +156,13 @@ class Spaces:
         gate cleared for the same space (never an unjudged one)."""
         check_table_kind(table)
         space = self.open_store().space_of(project, table) if project else None
-        if space is None or space.reference == self.encoder.id:
+        return self.encoder if space is None or project is None else self.encoder_in(space, project)
+
+    def encoder_in(self, space: Space, project: str) -> Provider:
+        """The encoder of queries against `project`'s table of `space`, the space as the
+        caller read it (`encoder_for` reads it from the project's pointer)."""
+        table = space.table
+        if space.reference == self.encoder.id:
             return self.encoder
         if (earlier := self.earlier.for_space(space)) is not None:
             return earlier  # a table an earlier embedding model built, until it is rebuilt
