@@ -2,8 +2,9 @@
 
 This module owns the wire: request bodies for embeddings, rerank, chat completions, key
 info and credits; validation of every response (one finite vector of the expected width per
-input, in index order); and the mapping of every documented failure to a typed
-`ProviderError` that carries its evidence and says whether waiting helps.
+input, in index order). Every documented failure it meets comes out as a typed
+`ProviderError` that carries its evidence and says whether waiting helps: those types, and
+the mapping of an HTTP answer to them, are `openrouter_errors`' (exported from here too).
 
 It refuses to do policy. It takes no budget permit (`budget.BudgetedProvider` wraps it), does
 not refuse an unpinned embedding route (the gate does), and never retries: a caller that
@@ -24,22 +25,35 @@ import json
 import math
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
-from typing import Any, Literal, NoReturn, TypedDict
+from typing import Any, Literal, NoReturn
 
 import httpx
 import numpy as np
 
-from fathom.errors import ProviderError
 from fathom.inference.chatwire import (
     ChatStream,
     ChatWireError,
     parse_completion,
-    says_batch_too_large,
-    says_context_exceeded,
-    says_model_missing,
     sse_payloads,
+)
+from fathom.inference.openrouter_errors import (
+    BadRequest,
+    BatchTooLarge,
+    ContextLengthExceeded,
+    Forbidden,
+    InFlightBudgetExhausted,
+    InsufficientCredits,
+    InvalidResponse,
+    ModelNotFound,
+    OpenRouterError,
+    RateLimited,
+    StreamError,
+    Unauthorized,
+    UpstreamError,
+    UpstreamMismatch,
+    UpstreamUnavailable,
+    error_from,
+    parse_retry_after,
 )
 from fathom.inference.provider import ChatResult, Kind, Provider, ProviderInfo
 from fathom.roles import Role
@@ -47,158 +61,34 @@ from fathom.roles import Role
 DEFAULT_BASE_URL = "https://openrouter.ai/api/v1"
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 
-# OpenRouter tags an in-flight-budget 402 either way, depending on the doc version:
-# `metadata.reason` (seen in the wild) and `metadata.limit_source` (the limits page).
-IN_FLIGHT_REASON = "in_flight_budget_exhausted"
-IN_FLIGHT_LIMIT_SOURCE = "openrouter_in_flight_budget"
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class OpenRouterError(ProviderError):
-    """A request to OpenRouter failed. `status` is the HTTP status (None for a transport
-    failure), `code`/`message`/`metadata` come from the documented error body
-    `{"error": {"code", "message", "metadata"}}`."""
-
-    retryable = False
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        code: int | str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        upstream_message: str | None = None,
-        retryable: bool | None = None,
-    ):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.metadata: dict[str, Any] = dict(metadata or {})
-        self.upstream_message = upstream_message
-        if retryable is not None:
-            self.retryable = retryable
-
-
-class RateLimited(OpenRouterError):
-    """429: wait `retry_after` seconds (from the Retry-After header) when given."""
-
-    retryable = True
-    throttle_kind = "429"  # what the pool's is_throttle and the budget's throttle_of read
-
-    def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any):
-        super().__init__(message, **kw)
-        self.retry_after = retry_after
-
-
-class InFlightBudgetExhausted(OpenRouterError):
-    """402 with reason in_flight_budget_exhausted: too much estimated spend in flight for the
-    balance. Transient: wait `retry_after` and send less at once."""
-
-    retryable = True
-    throttle_kind = "402"
-
-    def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any):
-        super().__init__(message, **kw)
-        self.retry_after = retry_after
-
-
-class InsufficientCredits(OpenRouterError):
-    """Any other 402: the account or key is out of credits; waiting does not help."""
-
-
-class Unauthorized(OpenRouterError):
-    """401: the key is missing, invalid, disabled or revoked."""
-
-
-class Forbidden(OpenRouterError):
-    """403: valid key without the permission (management-only endpoint, guardrail, key limit)."""
-
-
-class BadRequest(OpenRouterError):
-    """400 (or a 404/4xx that is not about routing): the request itself is wrong."""
-
-
-class ModelNotFound(BadRequest):
-    """The model asked for is not served there (OpenRouter: not a valid model ID; a local
-    server: not pulled, not loaded, another served name). Waiting does not help; naming a
-    model the server serves does."""
-
-
-class ContextLengthExceeded(BadRequest):
-    """The request does not fit the model's context window. Waiting does not help; a shorter
-    request (fewer or smaller messages, a lower max_tokens) or a model with a longer context
-    does. The request's fault, not the provider's: it never counts towards an ejection."""
-
-    provider_fault = False
-
-
-class BatchTooLarge(BadRequest):
-    """400 or 413: the request carried more than the upstream takes at once (too many inputs,
-    too many tokens over the batch, a body over a size limit). The same inputs in smaller
-    requests pass, so the embedding pool halves that provider's batch and keeps the size as
-    its ceiling (`too_large`, duck-typed like `throttle_kind`). Not the provider's fault: it
-    never counts towards an ejection."""
-
-    too_large = True
-    provider_fault = False
-
-
-class UpstreamUnavailable(OpenRouterError):
-    """No endpoint satisfies the provider routing: the pinned upstream does not serve the
-    model (404 "No endpoints found", not retryable) or is down right now (503, retryable)."""
-
-    def __init__(self, message: str, *, retry_after: float | None = None, **kw: Any):
-        super().__init__(message, **kw)
-        self.retry_after = retry_after
-
-
-class UpstreamError(OpenRouterError):
-    """5xx, a timeout, or a transport failure: the model or the path to it failed."""
-
-    retryable = True
-
-
-class StreamError(OpenRouterError):
-    """An error event inside a streamed chat (HTTP status was already 200). `partial` holds
-    the content delivered before it."""
-
-    def __init__(self, message: str, *, partial: str = "", **kw: Any):
-        super().__init__(message, **kw)
-        self.partial = partial
-
-
-class InvalidResponse(OpenRouterError):
-    """A 200 whose body breaks the contract (count, order, width, finite values, shape).
-    `problem` names the rule, `expected`/`got` and `evidence` carry what was seen."""
-
-    def __init__(
-        self,
-        problem: str,
-        *,
-        expected: Any = None,
-        got: Any = None,
-        evidence: Mapping[str, Any] | None = None,
-        model: str | None = None,
-        upstream: str | None = None,
-    ):
-        self.problem, self.expected, self.got = problem, expected, got
-        self.evidence = dict(evidence or {})
-        self.model, self.upstream = model, upstream
-        where = f"{model or 'the model'} via {upstream or 'an unnamed upstream'}"
-        super().__init__(
-            f"OpenRouter returned an invalid response from {where}: {problem} "
-            f"(expected {expected!r}, got {got!r}). Nothing was used from it; check the pin "
-            f"and the table's width, or report the upstream."
-        )
-
-
-class UpstreamMismatch(InvalidResponse):
-    """A pinned request was answered by another upstream: its vectors may be from another
-    space, so they are refused."""
-
+# The client's API, with the typed failures it raises (defined in `openrouter_errors`).
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "DEFAULT_TIMEOUT",
+    "EmbeddingResult",
+    "RateLimitInfo",
+    "KeyInfo",
+    "Credits",
+    "pin",
+    "OpenRouterClient",
+    "OpenRouterProvider",
+    "OpenRouterError",
+    "RateLimited",
+    "InFlightBudgetExhausted",
+    "InsufficientCredits",
+    "Unauthorized",
+    "Forbidden",
+    "BadRequest",
+    "ModelNotFound",
+    "ContextLengthExceeded",
+    "BatchTooLarge",
+    "UpstreamUnavailable",
+    "UpstreamError",
+    "StreamError",
+    "InvalidResponse",
+    "UpstreamMismatch",
+    "parse_retry_after",
+]
 
 # --------------------------------------------------------------------------- results
 
@@ -249,26 +139,6 @@ def pin(slug: str, mode: Literal["order", "only"] = "order") -> dict[str, Any]:
     if mode == "only":
         return {"only": [slug], "allow_fallbacks": False}
     raise ValueError(f"pin mode must be 'order' or 'only', not {mode!r}")
-
-
-def parse_retry_after(value: str | None, *, now: Callable[[], datetime] | None = None) -> float | None:
-    """Retry-After is delay-seconds or an HTTP-date (RFC 9110 §10.2.3)."""
-    if value is None:
-        return None
-    value = value.strip()
-    try:
-        secs = float(value)
-        return max(0.0, secs) if math.isfinite(secs) else None
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    current = (now or (lambda: datetime.now(UTC)))()
-    return max(0.0, (when - current).total_seconds())
 
 
 class _Key:
@@ -568,121 +438,7 @@ class OpenRouterClient:
     def _error_from(
         self, status: int, headers: httpx.Headers | Mapping[str, str], text: str, path: str
     ) -> OpenRouterError:
-        code: int | str | None = status
-        message = ""
-        metadata: dict[str, Any] = {}
-        try:
-            body = json.loads(text)
-            err = body.get("error") if isinstance(body, dict) else None
-            if isinstance(err, dict):
-                code = err.get("code", status)
-                message = str(err.get("message") or "")
-                if isinstance(err.get("metadata"), dict):
-                    metadata = err["metadata"]
-        except ValueError:
-            message = text[:300]
-        # Defence in depth: no upstream text is trusted not to echo the key.
-        message = self.__key.scrub(message)
-        metadata = json.loads(self.__key.scrub(json.dumps(metadata, default=str)))
-        retry_after = parse_retry_after(headers.get("retry-after"))
-        kw: _ErrorFields = {"status": status, "code": code, "metadata": metadata, "upstream_message": message}
-        said = f": {message}" if message else ""
-        where = f"OpenRouter {path} answered {status}{said}"
-        too_large = says_batch_too_large(f"{message} {_raw_text(metadata)}")
-        if status in (400, 413) and (too_large or (status == 413 and not says_context_exceeded(message))):
-            # OpenRouter relays an upstream's refusal as "Provider returned error" with the
-            # upstream's own body in `metadata.raw`; only the recognised fact is kept, never
-            # the raw text (a validation error may echo the inputs, i.e. indexed code).
-            return BatchTooLarge(
-                f"OpenRouter {path} answered {status}: the request carried more "
-                f"inputs than the upstream takes at once. Send fewer per request "
-                f"(an index job halves its batch for this provider and keeps "
-                f"that size as its ceiling).",
-                **kw,
-            )
-        if status in (400, 413) and says_context_exceeded(message):
-            return ContextLengthExceeded(
-                f"{where}. The request does not fit the model's context; "
-                f"send less, or choose a model with a longer context.",
-                **kw,
-            )
-        if (
-            status in (400, 404)
-            and says_model_missing(message)
-            and "no endpoints found" not in message.lower()
-        ):
-            return ModelNotFound(f"{where}. Set the role's model to one OpenRouter serves.", **kw)
-        if status == 400:
-            return BadRequest(f"{where}. The request is malformed; fix the parameters.", **kw)
-        if status == 401:
-            return Unauthorized(
-                f"{where}. The key is missing, invalid or revoked; push a valid key with `fathom key push`.",
-                **kw,
-            )
-        if status == 402:
-            if (
-                metadata.get("reason") == IN_FLIGHT_REASON
-                or metadata.get("limit_source") == IN_FLIGHT_LIMIT_SOURCE
-            ):
-                return InFlightBudgetExhausted(
-                    f"{where}. Too much estimated spend is in flight for the balance; wait "
-                    f"{_secs(retry_after)} and send fewer requests at once.",
-                    retry_after=retry_after,
-                    **kw,
-                )
-            return InsufficientCredits(
-                f"{where}. The account or key is out of credits; add credits or raise the key's limit.", **kw
-            )
-        if status == 403:
-            return Forbidden(
-                f"{where}. The key lacks the permission (or a guardrail blocked the request).", **kw
-            )
-        if status == 404 and "no endpoints found" in message.lower():
-            return UpstreamUnavailable(
-                f"{where}. No upstream allowed by the provider routing "
-                f"serves this model; pin an upstream that does.",
-                retry_after=retry_after,
-                **kw,
-            )
-        if status == 429:
-            return RateLimited(
-                f"{where}. Rate limited; wait {_secs(retry_after)} before the next request.",
-                retry_after=retry_after,
-                **kw,
-            )
-        if status == 503:
-            return UpstreamUnavailable(
-                f"{where}. No upstream meeting the routing requirements "
-                f"is available now; wait {_secs(retry_after)} and retry.",
-                retry_after=retry_after,
-                retryable=True,
-                **kw,
-            )
-        if status == 408 or status >= 500:
-            return UpstreamError(f"{where}. The upstream failed; retry later.", **kw)
-        return BadRequest(f"{where}. The request was refused; fix it before retrying.", **kw)
-
-
-class _ErrorFields(TypedDict):
-    """What every typed OpenRouter error carries of the answer that caused it."""
-
-    status: int
-    code: int | str | None
-    metadata: Mapping[str, Any]
-    upstream_message: str
-
-
-def _raw_text(metadata: Mapping[str, Any]) -> str:
-    """The upstream's own error body that OpenRouter relays in `metadata.raw` (a string, or
-    already an object), as text to recognise a refusal in; "" when there is none."""
-    raw = metadata.get("raw")
-    if raw is None:
-        return ""
-    return raw if isinstance(raw, str) else json.dumps(raw, default=str)
-
-
-def _secs(retry_after: float | None) -> str:
-    return "the time Retry-After names" if retry_after is None else f"{retry_after:g} s"
+        return error_from(status, headers, text, path, self.__key.scrub)
 
 
 def _str_or_none(v: Any) -> str | None:
