@@ -121,3 +121,14 @@ def test_the_cli_starts_without_the_search_stack_or_the_fleet_agent():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert loaded.stdout.strip() == "[]", loaded.stdout
+
+
+def test_the_store_package_opens_no_database_engine_until_a_table_is_opened():
+    # The store's modules are imported by every search and index path, and by tools that never
+    # open a table (verify's listing, the dashboard's project names): LanceDB and the
+    # PostgreSQL driver load only when a store first opens one.
+    code = "import sys, fathom.index.store; print([m for m in ('lancedb', 'psycopg') if m in sys.modules])"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert loaded.stdout.strip() == "[]", loaded.stdout
