@@ -18,7 +18,7 @@ import pytest
 import fathom
 from fathom.index.chunking import chunk_file
 from fathom.index.filters import SearchFilter
-from fathom.index.keywords import STOP_WORDS_BEFORE_0_41, KeywordIndex, terms
+from fathom.index.keywords import STOP_WORDS, KeywordIndex, terms
 from fathom.index.store import LanceStore, Slot
 from tests.index.store_fixtures import CLEARED, SPACE, WIDTH
 
@@ -123,18 +123,42 @@ def test_terms_follow_the_index_tokenizer():
     assert terms("Café") == ["cafe"]
 
 
-def test_the_stop_words_are_the_installed_lancedbs(tmp_path):
-    """Which words LanceDB leaves out changed with its versions (0.41 keeps negations and the
-    pieces of contractions): each candidate word is indexed alone in a real LanceDB table, and
-    the words its full-text search never finds are exactly those `terms` drops."""
-    words = sorted(STOP_WORDS_BEFORE_0_41 | {"ourselves", "themselves", "retry", "nothing", "very"})
+# What LanceDB's own list dropped before 0.41 besides the product's: negations and the pieces
+# of English contractions.
+NEGATIONS = """
+    no nor not s t don d ll m o ve y ain aren couldn didn doesn hadn hasn haven isn ma
+    mightn mustn needn shan shouldn wasn weren won wouldn
+""".split()
+
+
+def _left_out(tmp_path, words: list[str]) -> set[str]:
+    """The words a keyword index the store would build never finds, each indexed alone."""
+    from fathom.index.store.lance_tables import fts_config
+
     table = lancedb.connect(tmp_path).create_table(
         "t", pa.table({"id": list(range(len(words))), "text": [f"{w} filler" for w in words]})
     )
-    table.create_fts_index("text")
-    for i, word in enumerate(words):
-        found = i in table.search(word, query_type="fts").limit(len(words)).to_arrow()["id"].to_pylist()
-        assert found == bool(terms(word)), word
+    table.create_index("text", config=fts_config())
+    return {
+        word
+        for i, word in enumerate(words)
+        if i not in table.search(word, query_type="fts").limit(len(words)).to_arrow()["id"].to_pylist()
+    }
+
+
+def test_the_keyword_index_leaves_out_exactly_the_products_stop_words(tmp_path, monkeypatch):
+    """The store hands LanceDB the product's stop words (`custom_stop_words`), so a table's
+    keyword half finds the same words whichever LanceDB release built it (0.41's own list
+    stopped dropping negations): in a real LanceDB table built as the store builds one, the
+    words its full-text search never finds are exactly those `terms` drops."""
+    from fathom.index.store import lance_tables
+
+    words = sorted(STOP_WORDS | set(NEGATIONS) | {"ourselves", "themselves", "retry", "nothing", "very"})
+    assert _left_out(tmp_path / "a", words) == {w for w in words if not terms(w)}
+    assert terms("not") == ["not"] and terms("don't") == ["don", "t"]  # negations are searchable
+    # The index takes its list from the product, not from the release: one word more, left out.
+    monkeypatch.setattr(lance_tables, "STOP_WORDS", STOP_WORDS | {"retri"})
+    assert _left_out(tmp_path / "b", words) == {w for w in words if not terms(w)} | {"retry"}
 
 
 def test_an_index_over_no_rows_or_no_words_finds_nothing():

@@ -461,8 +461,9 @@ def _keyword_hits(data: Path, query: str) -> tuple[list[str], list[str]]:
 
 
 def _built_by_another_release(data: Path) -> None:
-    """The shop code table's keyword index as another LanceDB release would have left it: its
-    own stop words (here also `password`), under the name LanceDB gives by default."""
+    """The shop code table's keyword index as an earlier Fathom would have left it, built with
+    other stop words (here also `password`: LanceDB's own list differs between releases),
+    under the name LanceDB gives by default."""
     store = LanceStore(data / "lance")
     tbl = store.slot_table("shop", "code")
     for index in tbl.list_indices():
@@ -473,17 +474,17 @@ def _built_by_another_release(data: Path) -> None:
     assert _keyword_hits(data, "password") == (["keywords_idx"], [])
 
 
-def test_a_keyword_index_built_with_another_releases_stop_words_is_rebuilt(two_projects):
-    """LanceDB's stop words change between releases (0.41 keeps `not`, `s`, `t`...) and a
-    keyword index keeps the list it was built with, while the in-memory index beside a cached
-    matrix scores with the installed one. `store verify` names such an index, and `--repair`
+def test_a_keyword_index_built_with_other_stop_words_is_rebuilt(two_projects):
+    """A keyword index keeps the stop words it was built with (an earlier Fathom's: LanceDB's
+    own list, which changed at 0.41), while the in-memory index beside a cached matrix scores
+    with the product's. `store verify` names such an index, and `--repair`
     rebuilds it (also when a rebuild cut short left both); so does the next index run that
     writes to the table, without being asked."""
     data, shop, fresh = two_projects
     _built_by_another_release(data)
     result = cli(fresh(), "store", "verify", "shop")
     assert result.exit_code == 1, result.output
-    assert "fts-stale" in result.output and "built with this LanceDB release's stop words" in " ".join(
+    assert "fts-stale" in result.output and "built with this Fathom's stop words" in " ".join(
         result.output.split()
     )
     result = cli(fresh(), "store", "verify", "shop", "--repair")

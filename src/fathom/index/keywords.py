@@ -5,14 +5,15 @@ full-text search costs 3-5 ms a query on a 20k-row table, mostly per call (plann
 decoding the hit columns), so a search over 50 projects spent a quarter of a second on it.
 This index answers the same query from numpy arrays in a fraction of a millisecond.
 
-It ranks as LanceDB's FTS index does (the one `fathom.index.store` creates with LanceDB's
-defaults), so a table ranks the same whether the cache holds it or not:
+It ranks as LanceDB's FTS index does (the one `fathom.index.store` creates: LanceDB's
+defaults but for positions and the stop words, which are this module's list), so a table
+ranks the same whether the cache holds it or not:
 
 * tokens: split on every character that is not a letter or a digit, lower-cased, tokens of
   40 bytes or more dropped, stemmed (Snowball English: PyStemmer is the C build of the
   same algorithm LanceDB's Rust stemmer runs), then stop words dropped (compared after
-  stemming, as LanceDB does; the list the installed LanceDB uses), then accents folded
-  to ASCII;
+  stemming, as LanceDB does; `STOP_WORDS`, the list the store hands LanceDB, so no LanceDB
+  release's own list decides it), then accents folded to ASCII;
 * score: BM25 with k1 = 1.2, b = 0.75, idf = ln(1 + (N - n + 0.5) / (n + 0.5)), the
   document length counted in kept tokens, float32 like LanceDB's; a query term counts once
   per occurrence in the query; any matching term makes a row a candidate (OR).
@@ -32,7 +33,6 @@ API:
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import re
 import sys
 import threading
@@ -49,11 +49,13 @@ B = np.float32(0.75)
 MAX_TOKEN_BYTES = 40  # LanceDB's default max_token_length: longer tokens are not indexed
 _SPLIT = r"[^\p{L}\p{N}]+"
 _WORD = re.compile(r"[^\W_]+")
-# LanceDB's English stop words, compared with the *stemmed* token (so "ourselves", stemmed
-# to "ourselv", is kept while "the" is dropped). Read off LanceDB itself: every candidate
-# word indexed alone, and those its full-text search never finds are these
-# (tests/index/test_keywords.py reads them again from the installed LanceDB).
-STOP_WORDS_SINCE_0_41 = frozenset(
+# The words a keyword index leaves out, compared with the *stemmed* token (so "ourselves",
+# stemmed to "ourselv", is kept while "the" is dropped). The store gives LanceDB this list
+# (`custom_stop_words`) instead of letting each release use its own: 0.41 stopped dropping
+# negations and the pieces of contractions ("not", "don"), which code search wants kept, and
+# an upgrade must not change what a table's keyword half finds. It is LanceDB 0.41's English
+# list; tests/index/test_keywords.py reads it back from a real LanceDB index.
+STOP_WORDS = frozenset(
     """
     i me my myself we our ours you your yours yourself he him his himself she her hers
     herself it its itself they them their theirs what which who whom this that these those
@@ -63,22 +65,6 @@ STOP_WORDS_SINCE_0_41 = frozenset(
     how all both each few more most other some such own same so than too can will just now re
 """.split()
 )
-# Before 0.41 the list also held negations and the pieces of English contractions.
-STOP_WORDS_BEFORE_0_41 = STOP_WORDS_SINCE_0_41 | frozenset(
-    """
-    no nor not s t don d ll m o ve y ain aren couldn didn doesn hadn hasn haven isn ma
-    mightn mustn needn shan shouldn wasn weren won wouldn
-""".split()
-)
-
-
-def lancedb_version() -> tuple[int, int]:
-    """The installed LanceDB's (major, minor)."""
-    major, minor = re.findall(r"\d+", importlib.metadata.version("lancedb"))[:2]
-    return int(major), int(minor)
-
-
-STOP_WORDS = STOP_WORDS_BEFORE_0_41 if lancedb_version() < (0, 41) else STOP_WORDS_SINCE_0_41
 
 
 _local = threading.local()

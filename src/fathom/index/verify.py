@@ -13,9 +13,9 @@ The checks, per active table:
   and its chunk id the hash of its path, lines and content hash;
 * the full-text index exists and answers (`fts-missing`): without it every query silently
   becomes vector-only;
-* the full-text index is named as this release builds it (`fts-stale`): LanceDB's stop words
-  change between releases and an index keeps those it was built with, so one of another name
-  (an earlier Fathom's included) may score keywords unlike the in-memory index;
+* the full-text index is named as this release builds it (`fts-stale`): an index keeps the
+  stop words it was built with (an earlier Fathom's, LanceDB's own list, which changes between
+  releases), so one of another name may score keywords unlike the in-memory index;
 * no row holds a credential (`secrets`): rows of a credential file the walker now leaves out
   by its name, or rows whose text holds key material the walker now redacts, written by a
   build without that rule. They are reported by project, path and count, never by content; a

@@ -337,7 +337,7 @@ class LanceStore(Store):
         tbl = self._table(project, name)
         # Merges the small fragments left by batch writes and folds new rows into the
         # keyword index (LanceDB updates indexes incrementally here); a keyword index that is
-        # missing, or was built with another release's stop words, is built whole.
+        # missing, or was built with other stop words (an earlier Fathom's), is built whole.
         tbl.optimize()
         keep_fts_current(tbl, f"{project} ({name})")
         if self.ann.needs(tbl):

@@ -67,14 +67,14 @@ def fts_problem(
 
 
 def stale_fts(store: LanceStore, project: str, table: str) -> str | None:
-    """Whether the active table's full-text index may have been built with another LanceDB
-    release's stop words, said as a problem."""
+    """Whether the active table's full-text index may have been built with other stop words
+    than the product's, said as a problem."""
     name = store._slot_name(project, table, Slot.ACTIVE)
     if name is None or fts_state(store._table(project, name)) != "stale":
         return None
     return (
-        f"the {table} table's full-text index does not say it was built with this LanceDB "
-        f"release's stop words (an index from an earlier Fathom, or another LanceDB release): "
+        f"the {table} table's full-text index does not say it was built with this Fathom's "
+        f"stop words (an index from an earlier Fathom, built with LanceDB's own list): "
         f"its keyword scores may differ from those of the in-memory index until it is rebuilt"
     )
 

@@ -93,14 +93,15 @@ def fts_config() -> Any:
     from lancedb.index import FTS
 
     # No positions: phrase queries are not offered, and the index stays about half the size.
-    return FTS(with_position=False)
+    # The stop words are the product's (`keywords.STOP_WORDS`), not the installed release's.
+    return FTS(with_position=False, remove_stop_words=True, custom_stop_words=sorted(STOP_WORDS))
 
 
-# The keyword index is named for how it was built: LanceDB's stop words change between
-# releases (0.41 no longer drops 31 of them), an index keeps the list of the release that built
-# it, and the in-memory keyword index beside a cached matrix scores with the installed one. The
-# name is a digest of that list and of the index's configuration; an index of another name
-# (one from before names were given, `keywords_idx`, included) is rebuilt.
+# The keyword index is named for how it was built: an index keeps the stop words it was built
+# with (LanceDB's own list changed at 0.41, and indexes from before the store gave it the
+# product's were built with it), and the in-memory keyword index beside a cached matrix scores
+# with the product's. The name is a digest of that list and of the index's configuration; an
+# index of another name (one from before names were given, `keywords_idx`, included) is rebuilt.
 @functools.cache
 def fts_name() -> str:
     # Computed once, on first use: LanceDB is imported only by what opens a table.
