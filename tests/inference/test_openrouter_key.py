@@ -113,3 +113,19 @@ async def test_the_key_is_in_no_log_exception_or_repr(emulator, all_logs):
     counters = emulator.control.counters()
     assert key_hash(CANARY) in counters["key_hashes"]
     assert CANARY not in repr(counters) and CANARY not in repr(emulator.control.state())
+
+
+async def test_a_key_an_upstream_page_echoes_is_scrubbed_before_the_page_is_cut(emulator):
+    """A proxy's error page in place of the JSON body is kept only up to its first 300
+    characters; a key echoed across that cut must not leave its start behind."""
+    async with OpenRouterClient(CANARY, base_url=emulator.base_url) as client:
+        for starts in (270, 285, 299):  # where the key starts in the page
+            echoed = f"Authorization: Bearer {CANARY}</body></html>"
+            page = "<html><body>" + "x" * (starts - 12 - len("Authorization: Bearer ")) + echoed
+            assert page.index(CANARY) == starts and starts + len(CANARY) > 300
+            emulator.control.fail(status=502, page=page)
+            with pytest.raises(OpenRouterError) as failed:
+                await client.embeddings(MINILM, ["x"], provider=pin("alpha"), expected_width=384)
+            said = " ".join([str(failed.value), repr(failed.value), repr(vars(failed.value))])
+            assert "Authorization: Bearer " in said  # the page was read, up to the cut
+            assert "sk-or-v1" not in said and CANARY[len("sk-or-v1-") :][:8] not in said, said

@@ -375,7 +375,7 @@ class OpenRouterClient:
             raise InvalidResponse(
                 f"{path} answered 200 with a body that is not JSON",
                 expected="JSON",
-                got=self.__key.scrub(resp.text[:200]),
+                got=self.__key.scrub(resp.text)[:200],
             ) from None
         if not isinstance(data, dict):
             raise InvalidResponse(
@@ -406,7 +406,7 @@ class OpenRouterClient:
                         raise InvalidResponse(
                             "a streamed chat chunk is not JSON",
                             expected="JSON",
-                            got=self.__key.scrub(payload[:200]),
+                            got=self.__key.scrub(payload)[:200],
                             model=model,
                         ) from None
                     if isinstance(chunk.get("error"), dict):

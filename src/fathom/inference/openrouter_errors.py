@@ -204,6 +204,7 @@ def error_from(
     it)."""
     code: int | str | None = status
     message = ""
+    limit: int | None = None  # an error body's message is kept whole
     metadata: dict[str, Any] = {}
     try:
         body = json.loads(text)
@@ -214,9 +215,10 @@ def error_from(
             if isinstance(err.get("metadata"), dict):
                 metadata = err["metadata"]
     except ValueError:
-        message = text[:300]
-    # Defence in depth: no upstream text is trusted not to echo the key.
-    message = scrub(message)
+        message, limit = text, 300  # a page, not an error body: its start says enough
+    # Defence in depth: no upstream text is trusted not to echo the key. Scrubbed whole, then
+    # cut: a cut first could leave the start of a key that straddles it.
+    message = scrub(message)[:limit]
     metadata = json.loads(scrub(json.dumps(metadata, default=str)))
     retry_after = parse_retry_after(headers.get("retry-after"))
     kw: _ErrorFields = {"status": status, "code": code, "metadata": metadata, "upstream_message": message}

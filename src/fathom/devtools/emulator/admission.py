@@ -33,10 +33,14 @@ class Refusal(Exception):
         message: str,
         metadata: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        page: str | None = None,
     ):
         self.status, self.message, self.metadata, self.headers = status, message, metadata, headers or {}
+        self.page = page  # an HTML page in place of the JSON error body (a proxy's)
 
-    def response(self) -> JSONResponse:
+    def response(self) -> Response:
+        if self.page is not None:
+            return Response(self.page, status_code=self.status, media_type="text/html", headers=self.headers)
         return error_response(self.status, self.message, self.metadata, self.headers)
 
 
@@ -124,6 +128,7 @@ class Admission:
                 status,
                 "Internal Server Error" if status == 500 else "Upstream error from the provider",
                 {"error_type": "server" if status == 500 else "provider_unavailable"},
+                page=state.fail.params.get("page"),
             )
         delay = state.latency_base + state.latency_per_item * items
         if delay > 0:

@@ -60,9 +60,16 @@ class EmulatorControl(ControlClient):
         return self._call("PUT", "/limits", fields)
 
     def fail(
-        self, status: int = 502, count: int | None = 1, rate: float = 0.0, endpoints: list[str] | None = None
+        self,
+        status: int = 502,
+        count: int | None = 1,
+        rate: float = 0.0,
+        endpoints: list[str] | None = None,
+        page: str | None = None,
     ) -> None:
-        self._call("POST", "/fail", {"status": status, "count": count, "rate": rate, "endpoints": endpoints})
+        """`page`: an HTML page answered instead of the JSON error body (a proxy's)."""
+        fields = {"status": status, "count": count, "rate": rate, "endpoints": endpoints, "page": page}
+        self._call("POST", "/fail", fields)
 
     def in_flight_402(
         self, count: int | None = 1, retry_after: float = 2.0, endpoints: list[str] | None = None

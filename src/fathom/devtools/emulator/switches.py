@@ -168,12 +168,16 @@ class Switches:
 
     async def fail(self, request: Request) -> Any:
         """Inject 5xx: the next `count` requests (null: all), or each with probability
-        `rate`; `status` (default 502); optional `endpoints` filter."""
+        `rate`; `status` (default 502); optional `endpoints` filter; optional `page`: an HTML
+        page answered instead of the JSON error body, as a proxy in front of the API does."""
         b = await body_of(request)
         status = int(b.get("status", 502))
         if not 500 <= status <= 599:
             return bad("status must be 5xx")
-        self.state.fail = fault_from(b, status=status)
+        page = b.get("page")
+        if page is not None and not isinstance(page, str):
+            return bad("page must be a string (an HTML page), or null")
+        self.state.fail = fault_from(b, status=status, page=page)
         return {"ok": True}
 
     async def in_flight_402(self, request: Request) -> Any:
