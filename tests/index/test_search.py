@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from fathom.errors import ConfigError, StoreError
+from fathom.errors import ConfigError, StoreError, WidthMismatch
 from fathom.index.chunk import Chunk
 from fathom.index.fusion import rrf_fuse
 from fathom.index.search import find_similar, hybrid_search, search
@@ -437,8 +437,8 @@ class Reindexing(HashingEncoder):
     while it encodes a query with `then` set, the project is re-indexed by another model and
     promoted (a model change landing in the middle of a search)."""
 
-    def __init__(self, provider_id: str = CLEARED.provider_id, salt: str = ""):
-        super().__init__(provider_id=provider_id)
+    def __init__(self, provider_id: str = CLEARED.provider_id, salt: str = "", width: int = WIDTH):
+        super().__init__(width=width, provider_id=provider_id)
         self.salt, self.queries, self.then = salt, [], None
 
     def encode(self, text: str) -> np.ndarray:
@@ -452,13 +452,13 @@ class Reindexing(HashingEncoder):
         return await super().embed(texts)
 
 
-async def _model_change(store, project):
-    """Two models of one width, the project indexed by the first; a search service over it,
-    and `into(model, space)`: a re-index by that model, promoted."""
-    first, second = Reindexing(), Reindexing("enc-b", salt=" salt")
+async def _model_change(store, width=WIDTH):
+    """Two models (the second of `width`), the project indexed by the first; a search service
+    over it, and `into(space)`: a re-index by that space's model, promoted."""
+    first, second = Reindexing(), Reindexing("enc-b", salt=" salt", width=width)
     chunks = await indexed_corpus(store, first)
     first.queries.clear()
-    other = Space("code", "other-encoder", WIDTH, "enc-b")
+    other = Space("code", "other-encoder", width, "enc-b")
     models = {SPACE: first, other: second}
 
     def into(space):
@@ -491,7 +491,7 @@ async def test_a_query_is_scored_only_against_rows_of_the_space_it_was_encoded_i
     model, never scored with the old model's vector against the new model's rows."""
     from fathom.index import search as search_mod
 
-    service, first, second, other, into = await _model_change(store, project)
+    service, first, second, other, into = await _model_change(store)
     query = "read the yaml config file"
     first.then = into(other)
     found = await search_mod.candidates(service, query, project, "code", 4)
@@ -503,23 +503,43 @@ async def test_a_query_is_scored_only_against_rows_of_the_space_it_was_encoded_i
 
 
 @pytest.mark.parametrize("project", ["p", None])
+async def test_a_model_of_another_width_promoted_mid_search_is_searched_again(store, project):
+    """The store refuses a query vector of the old width for the new model's rows; that is
+    the same model change, searched again, not an error the caller is told to fix."""
+    from fathom.index import search as search_mod
+
+    service, first, second, other, into = await _model_change(store, width=2 * WIDTH)
+    query = "read the yaml config file"
+    first.then = into(other)
+    found = await search_mod.candidates(service, query, project, "code", 4)
+    assert (first.queries, second.queries) == ([query], [query])
+    assert [h.chunk_id for h in found] == [
+        h.chunk_id for h in await search_mod.candidates(service, query, project, "code", 4)
+    ]
+    second.width = WIDTH  # an encoder of another width than its table's, and no model change:
+    with pytest.raises(WidthMismatch):
+        await search_mod.candidates(service, query, project, "code", 4)
+
+
+@pytest.mark.parametrize("project", ["p", None])
 async def test_a_project_re_indexed_twice_during_one_search_is_left_out_and_named(store, project):
     from fathom.index import search as search_mod
 
-    service, first, second, other, into = await _model_change(store, project)
+    service, first, second, other, into = await _model_change(store)
     first.then, second.then = into(other), into(SPACE)
     found = await search_mod.candidates(service, "read the yaml config file", project, "code", 4)
     assert list(found) == [] and found.notes == [
-        "left out project 'p': its code table was re-indexed by another model while this search "
-        "ran, twice; search again"
+        "left out project 'p': its code table switched to another embedding model while it was "
+        "being searched; search again"
     ]
     assert len(await search_mod.candidates(service, "read the yaml config file", project, "code", 4)) == 4
 
 
-async def test_find_similar_keeps_its_neighbours_only_in_the_space_it_encoded_in(store):
+@pytest.mark.parametrize("width", [WIDTH, 2 * WIDTH])
+async def test_find_similar_keeps_its_neighbours_only_in_the_space_it_encoded_in(store, width):
     from fathom.index import search as search_mod
 
-    service, first, second, other, into = await _model_change(store, "p")
+    service, first, second, other, into = await _model_change(store, width)
 
     async def similar() -> list[str]:
         encoder_in = lambda space: service.encoder_in(space, "p")  # noqa: E731
@@ -534,7 +554,7 @@ async def test_find_similar_keeps_its_neighbours_only_in_the_space_it_encoded_in
     with pytest.raises(StoreError) as raced:
         await similar()
     assert str(raced.value) == (
-        "the code table of 'p' was re-indexed by another model twice while this search ran; search again"
+        "the code table of 'p' switched to another embedding model while it was being searched; search again"
     )
 
 

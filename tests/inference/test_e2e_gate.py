@@ -171,9 +171,9 @@ async def test_under_cloud_with_gamma_as_anchor_delta_is_refused(service, client
 async def test_queries_go_to_the_tables_reference_then_a_cleared_peer_never_a_refused_one(
     service, client, emulator, tmp_path
 ):
-    """`Fathom.encoder_for`, the one choice of query encoder, for both search paths (the
-    service's and the reranker stage's): a table's own reference encoder as recorded in its
-    space, then a peer the gate cleared for that space."""
+    """`Fathom.encoder_for` (a project's table's space read, then `encoder_in`, the one choice
+    of query encoder every search path makes): a table's own reference encoder as recorded in
+    its space, then a peer the gate cleared for that space."""
     assert service.encoder_for("code") is service.encoder  # no table yet: the local reference
     service.routing.update(cloud_e5())
     gamma = cloud_route(

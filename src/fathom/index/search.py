@@ -69,7 +69,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from fathom.errors import ConfigError, StoreError, whole_number
+from fathom.errors import ConfigError, StoreError, WidthMismatch, whole_number
 from fathom.index.filters import SearchFilter
 from fathom.index.fusion import QueryShape, fuse, query_shape
 from fathom.index.interim import InterimIndex
@@ -331,30 +331,49 @@ async def _in_their_spaces(
             encoder = service.encoder_in(space, name)
             groups.setdefault((space, encoder.id), (encoder, []))[1].append(name)
         found: list[Hit] = []
+        failed: list[tuple[list[str], WidthMismatch]] = []
         for encoder, members in groups.values():
             vector = await encode_query(encoder, query)
-            if one:
-                hits = await asyncio.to_thread(
-                    _hybrid, store, members[0], table, vector, query, POOL, STORE_DEPTH, where
+            try:
+                found += await asyncio.to_thread(
+                    _search_group, store, members, table, vector, query, where, tried, one
                 )
-                found.extend(hits)  # `rank` sets the one project on each
-                continue
-            hits, damaged = await asyncio.to_thread(
-                _hybrid_many, store, members, table, vector, query, POOL, STORE_DEPTH, where
-            )
-            tried.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
-            found.extend(h if h.project is not None else replace(h, project="") for h in hits)
+            except WidthMismatch as exc:  # a model of another width, promoted since the read?
+                failed.append((members, exc))
         now = dict(await asyncio.to_thread(spaces_of, store, [n for n, _ in spaces], table, []))
         moved = {name for name, space in spaces if now.get(name) != space}
+        for members, mismatch in failed:
+            if not moved & set(members):
+                raise mismatch  # no model change explains it: the encoder's width is wrong
+            moved.update(members)  # searched again, all of the group
         if not moved:
             break
     notes.extend(tried)
     notes.extend(
-        f"left out project {n!r}: its {table} table was re-indexed by another model while this "
-        f"search ran, twice; search again"
+        f"left out project {n!r}: its {table} table switched to another embedding model while "
+        f"it was being searched; search again"
         for n in sorted(moved)
     )
     return ([] if moved else found) if one else [h for h in found if h.project not in moved]
+
+
+def _search_group(
+    store: Store,
+    members: list[str],
+    table: str,
+    vector: np.ndarray,
+    query: str,
+    where: SearchFilter | None,
+    notes: list[str],
+    one: bool,
+) -> list[Hit]:
+    """The fused hits of projects of one space, for one query vector (blocking); a damaged
+    project among several is left out and noted."""
+    if one:  # `rank` sets the one project on each hit
+        return _hybrid(store, members[0], table, vector, query, POOL, STORE_DEPTH, where)
+    hits, damaged = _hybrid_many(store, members, table, vector, query, POOL, STORE_DEPTH, where)
+    notes.extend(skipped_note(n, exc.detail) for n, exc in damaged.items())
+    return [h if h.project is not None else replace(h, project="") for h in hits]
 
 
 # --------------------------------------------------------------------------- the store's halves
@@ -496,7 +515,8 @@ async def find_similar(
     k: int = 10,
 ) -> list[Hit]:
     """Chunks whose vectors lie nearest to the chunk at `path`:`line` (itself excluded), or
-    to `snippet` encoded by `encoder`."""
+    to `snippet` encoded by `encoder`: the caller's choice, used whatever the table's space
+    (the service's `find_similar` chooses the encoder of the space it reads instead)."""
     check_similar(table, k, path=path, line=line, snippet=snippet)
     encoder_in = None if encoder is None else lambda space: encoder
     return await nearest(
@@ -516,7 +536,7 @@ async def nearest(
     k: int,
 ) -> list[Hit]:
     """`find_similar` on arguments `check_similar` passed. The origin (the chunk's stored
-    vector, or the snippet encoded by `encoder_in` the table's space) is of the space read
+    vector, or the snippet encoded by `encoder_in` in the table's space) is of the space read
     before the search; the hits are kept only if that space is still the table's after it,
     else it runs once more (a model change promoted meanwhile)."""
 
@@ -542,10 +562,15 @@ async def nearest(
 
     for _ in range(SPACE_TRIES):
         space = await asyncio.to_thread(store.space_of, project, table)
-        hits = await once(space)
+        try:
+            hits = await once(space)
+        except WidthMismatch:  # a model of another width, promoted since the read?
+            if await asyncio.to_thread(store.space_of, project, table) == space:
+                raise  # no model change explains it
+            continue
         if await asyncio.to_thread(store.space_of, project, table) == space:
             return hits
     raise StoreError(
-        f"the {table} table of {project!r} was re-indexed by another model twice while this "
-        f"search ran; search again"
+        f"the {table} table of {project!r} switched to another embedding model while it was "
+        f"being searched; search again"
     )

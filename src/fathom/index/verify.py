@@ -78,7 +78,7 @@ class Repairer(Protocol):
 
     async def verify_providers(self, table: str) -> Any: ...
 
-    def encoder_for(self, table: str, project: str | None = None) -> Provider: ...
+    def encoder_in(self, space: Space, project: str) -> Provider: ...
 
     def provenance(self, provider: Provider, space: Space) -> Provenance: ...
 
@@ -390,9 +390,9 @@ async def _reembed(fathom: Repairer, project: str, table: str | None, chunk_ids:
 
     assert table is not None
     await fathom.verify_providers(table)
-    encoder = fathom.encoder_for(table, project)
     space = await asyncio.to_thread(fathom.store.space_of, project, table)
     assert space is not None
+    encoder = fathom.encoder_in(space, project)  # the space as read: one reading for both
     provenance = fathom.provenance(encoder, space)
     texts = await asyncio.to_thread(fathom.store.chunk_texts, project, table, chunk_ids)
     present = [c for c in chunk_ids if c in texts]

@@ -19,12 +19,13 @@ import math
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, TypedDict
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from fathom.errors import ProviderError
 from fathom.inference.chatwire import says_batch_too_large, says_context_exceeded, says_model_missing
+
+if TYPE_CHECKING:
+    import httpx
 
 # OpenRouter tags an in-flight-budget 402 either way, depending on the doc version:
 # `metadata.reason` (seen in the wild) and `metadata.limit_source` (the limits page).

@@ -3,7 +3,7 @@
 The router owns the translation of one role's route (policy, fallback mode) and the live
 registry into providers: the set allowed to serve, the order a stateless request tries them
 in (with failover), and the pool an index job runs on. The encoder a query goes through is
-the table's own reference, which `Fathom.encoder_for` reads from the table's space.
+the table's own reference as its space records it (`Fathom.encoder_in`).
 What each policy allows is read from `fathom.policy.BEHAVIOUR` and nowhere else.
 
 Embedding roles write a table, so only providers the gate cleared for that table may serve
