@@ -401,6 +401,57 @@ def test_a_sigterm_just_after_the_local_file_is_written_still_removes_it(tmp_pat
     assert not (tmp_path / "local_server.json").exists()
 
 
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_stop_whose_exception_was_lost_before_uvicorn_started_still_stops_it(tmp_path: Path, sig: str):
+    """The same window, when the signal's exception is raised inside code that discards it: a
+    loaded run showed `Exception ignored in: <function _get_module_lock.<locals>.cb>` /
+    `KeyboardInterrupt` (a weakref callback of the import system), and then a server serving
+    on, deaf to the Ctrl-C it was sent. The server stops as soon as it has started, says so,
+    removes its file, and ends as that signal ends it."""
+    script = (
+        "import os, signal, sys, time, uvicorn\n"
+        "from fathom.server.connections import listen\n"
+        "from fathom.server.local import RunFile, serve_with_run_file\n"
+        "class Door(RunFile):\n"
+        "    def open(self, *, strict=False):\n"
+        "        super().open(strict=strict)\n"
+        "        try:  # what a weakref callback does with the signal's exception: drops it\n"
+        f"            os.kill(os.getpid(), signal.{sig})\n"
+        "            time.sleep(5)\n"
+        "        except BaseException as lost:\n"
+        "            print('lost', type(lost).__name__, flush=True)\n"
+        "async def app(scope, receive, send):\n"
+        "    if scope['type'] == 'lifespan':\n"
+        "        while (await receive())['type'] != 'lifespan.shutdown':\n"
+        "            await send({'type': 'lifespan.startup.complete'})\n"
+        "        await send({'type': 'lifespan.shutdown.complete'})\n"
+        "config = uvicorn.Config(app, log_level='warning')\n"
+        "try:\n"
+        "    serve_with_run_file(config, listen('127.0.0.1', 0), Door(sys.argv[1], 'http://127.0.0.1:1',\n"
+        "                        kind='serve'), lambda name: print('stopped by', name, flush=True))\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', flush=True)\n"
+    )
+    try:
+        done = subprocess.run(
+            [PY, "-c", script, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+    except subprocess.TimeoutExpired as hung:
+        raise AssertionError(f"the server served on after {sig}: {hung.stdout!r} {hung.stderr!r}") from None
+    out = done.stdout + done.stderr
+    assert done.stdout.startswith("lost "), out
+    assert f"stopped by {sig}" in done.stdout, out
+    if sig == "SIGINT":
+        assert done.returncode == 0 and "interrupted" in done.stdout, out
+    else:
+        assert done.returncode == -signal.SIGTERM, out
+    assert not (tmp_path / "local_server.json").exists()
+
+
 @pytest.mark.slow
 def test_a_serve_ctrl_c_before_uvicorn_listens_ends_in_bounded_time_whatever_it_waits_on(tmp_path: Path):
     """Ctrl-C that reaches `fathom serve` before uvicorn has taken the signals over is heard by

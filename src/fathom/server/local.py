@@ -13,6 +13,9 @@ It owns:
 - `serve_with_run_file`: runs uvicorn with the run file written, removing it on every stop. uvicorn, once
   shut down gracefully, raises again the signal that stopped it; SIGTERM's default action then
   ends the process before any `finally` of the caller runs, so the file is removed before that.
+  A Ctrl-C or SIGTERM that comes before uvicorn takes the signals over unwinds the start, and
+  is noted too: should its exception be lost on the way (raised inside a callback that
+  discards what it raises), uvicorn stops as soon as it starts instead of serving on.
 - `/local/search` and `/local/projects` (`local_routes`): what `fathom search` and `fathom
   projects` print, computed here exactly as the CLI computes it in-process (`Fathom.search`,
   `Fathom.projects`), so both paths print the same. They take this run's local token or the
@@ -132,6 +135,11 @@ def serve_with_run_file(
     import uvicorn
 
     stopped_by: list[int] = []
+    heard: list[int] = []  # stop signals that reached the window before uvicorn took them over
+
+    def unwind(sig: int, frame: Any) -> None:
+        heard.append(sig)
+        raise KeyboardInterrupt if sig == signal.SIGINT else _Terminated
 
     class DoorServer(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -141,6 +149,12 @@ def serve_with_run_file(
         @contextlib.contextmanager
         def capture_signals(self) -> Any:
             with super().capture_signals():  # raises the stopping signal again as it exits
+                if heard:
+                    # A stop signal came, but its exception was lost on the way: raised inside
+                    # code that discards what it raises (a weakref callback of the import
+                    # system, "Exception ignored in ..."). Without this the server would serve
+                    # on, deaf to the Ctrl-C it was sent.
+                    self.handle_exit(heard[0], None)
                 try:
                     yield
                 finally:
@@ -150,10 +164,12 @@ def serve_with_run_file(
 
     # SIGTERM's default action ends the process at once: before uvicorn takes the signals over
     # (and when it raises the signal again after its shutdown) it unwinds instead, so the file
-    # is removed; then the process ends by SIGTERM as it always did. (Loaded CI runs hit both
-    # windows: a signal just after the file was written, before uvicorn had started.)
+    # is removed; then the process ends by SIGTERM as it always did. Both signals are also
+    # noted as heard, for uvicorn to stop at once should their exception have been lost.
+    # (Loaded CI runs hit these windows: a signal just after the file was written, before
+    # uvicorn had started.)
     main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _unwind) if main else None
+    previous = {sig: signal.signal(sig, unwind) for sig in (signal.SIGINT, signal.SIGTERM)} if main else {}
     try:
         run_file.open(strict=strict)  # `fathom search` of this user answers through this server from now on
         uv = DoorServer(config)
@@ -170,17 +186,13 @@ def serve_with_run_file(
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)
     finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         run_file.close()  # only this run's file is removed, once
 
 
 class _Terminated(BaseException):
     """SIGTERM while `serve_with_run_file` holds the run file: unwinds to its `finally`."""
-
-
-def _unwind(sig: int, frame: Any) -> None:
-    raise _Terminated
 
 
 def local_routes(service: Callable[[], Any], run_file: RunFile) -> list[Any]:
