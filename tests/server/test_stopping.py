@@ -374,6 +374,23 @@ def test_a_ctrl_c_just_after_the_local_file_is_written_still_removes_it(tmp_path
     assert said == ["SIGINT"]
 
 
+def _serve_script(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`script` run in a child Python with `tmp_path` as its argument, which must end by itself
+    within 60 s (a server that serves on fails the test)."""
+    try:
+        return subprocess.run(
+            [PY, "-c", script, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        )
+    except subprocess.TimeoutExpired as hung:
+        raise AssertionError(
+            f"the child served on, deaf to its signal: {hung.stdout!r} {hung.stderr!r}"
+        ) from None
+
+
 def test_a_sigterm_just_after_the_local_file_is_written_still_removes_it(tmp_path: Path):
     """SIGTERM in the same window: its default action would end the process before any
     `finally`. The file goes, the stop is said, and the process still ends by SIGTERM."""
@@ -389,13 +406,7 @@ def test_a_sigterm_just_after_the_local_file_is_written_still_removes_it(tmp_pat
         "                lambda name: print('stopped by', name, flush=True))\n"
         "print('not reached', flush=True)\n"
     )
-    done = subprocess.run(
-        [PY, "-c", script, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    done = _serve_script(script, tmp_path)
     assert done.returncode == -signal.SIGTERM, done.stdout + done.stderr
     assert "stopped by SIGTERM" in done.stdout and "not reached" not in done.stdout
     assert not (tmp_path / "local_server.json").exists()
@@ -432,16 +443,7 @@ def test_a_stop_whose_exception_was_lost_before_uvicorn_started_still_stops_it(t
         "except KeyboardInterrupt:\n"
         "    print('interrupted', flush=True)\n"
     )
-    try:
-        done = subprocess.run(
-            [PY, "-c", script, str(tmp_path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        )
-    except subprocess.TimeoutExpired as hung:
-        raise AssertionError(f"the server served on after {sig}: {hung.stdout!r} {hung.stderr!r}") from None
+    done = _serve_script(script, tmp_path)
     out = done.stdout + done.stderr
     assert done.stdout.startswith("lost "), out
     assert f"stopped by {sig}" in done.stdout, out
