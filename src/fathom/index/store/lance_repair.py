@@ -38,10 +38,9 @@ def record_batches(
     store: LanceStore, project: str, table: str, slot: Slot, batch_size: int
 ) -> Iterator[pa.RecordBatch]:
     """Every row of one slot of a table, in arrow batches (none when the slot is empty)."""
-    name = store._slot_name(project, table, slot)
-    if name is None:
+    tbl = store.slot_table(project, table, slot)
+    if tbl is None:
         return
-    tbl = store._table(project, name)
     try:
         batches = tbl.search().limit(None).to_batches(batch_size)
     except Exception:  # older LanceDB: a full read, sliced
@@ -53,10 +52,9 @@ def fts_problem(
     store: LanceStore, project: str, table: str, short: Callable[[BaseException], str]
 ) -> str | None:
     """What is wrong with the active table's full-text index: missing, or not answering."""
-    name = store._slot_name(project, table, Slot.ACTIVE)
-    if name is None:
+    tbl = store.slot_table(project, table, Slot.ACTIVE)
+    if tbl is None:
         return None
-    tbl = store._table(project, name)
     if fts_state(tbl) == "missing":
         return f"the {table} table has no full-text index: every query is vector-only"
     try:
@@ -69,8 +67,8 @@ def fts_problem(
 def stale_fts(store: LanceStore, project: str, table: str) -> str | None:
     """Whether the active table's full-text index may have been built with other stop words
     than the product's, said as a problem."""
-    name = store._slot_name(project, table, Slot.ACTIVE)
-    if name is None or fts_state(store._table(project, name)) != "stale":
+    tbl = store.slot_table(project, table, Slot.ACTIVE)
+    if tbl is None or fts_state(tbl) != "stale":
         return None
     return (
         f"the {table} table's full-text index does not say it was built with this Fathom's "
@@ -80,9 +78,9 @@ def stale_fts(store: LanceStore, project: str, table: str) -> str | None:
 
 
 def rebuild_fts(store: LanceStore, project: str, table: str) -> None:
-    name = store._slot_name(project, table, Slot.ACTIVE)
-    if name is not None:
-        build_fts(store._table(project, name))
+    tbl = store.slot_table(project, table, Slot.ACTIVE)
+    if tbl is not None:
+        build_fts(tbl)
 
 
 def purge(store: LanceStore, project: str, table: str) -> None:
@@ -90,11 +88,11 @@ def purge(store: LanceStore, project: str, table: str) -> None:
     its earlier versions, until they are compacted and collected. Both now, so deleted
     credentials leave the disk. LanceDB warns that a reader still on an older version fails:
     a search running in a server at that instant is the price of not keeping the keys."""
-    name = store._slot_name(project, table, Slot.ACTIVE)
-    if name is not None:
+    tbl = store.slot_table(project, table, Slot.ACTIVE)
+    if tbl is not None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            store._table(project, name).optimize(cleanup_older_than=timedelta(0))
+            tbl.optimize(cleanup_older_than=timedelta(0))
 
 
 def rebuild_state(store: LanceStore, project: str) -> tuple[str, list[str]]:
@@ -156,10 +154,9 @@ def dedupe(
 ) -> int:
     """Keep one row per duplicated id: the first that `sound(row)` accepts (the row's columns
     as values); ids with no sound row lose all of them. Returns the rows kept."""
-    name = store._slot_name(project, table, Slot.ACTIVE)
-    if name is None:
+    tbl = store.slot_table(project, table, Slot.ACTIVE)
+    if tbl is None:
         return 0
-    tbl = store._table(project, name)
     keep = []
     for i in range(0, len(chunk_ids), store.BATCH):
         rows = store._rows_where(tbl, in_list("chunk_id", chunk_ids[i : i + store.BATCH]))
